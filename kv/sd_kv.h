@@ -1,0 +1,61 @@
+/*
+ * KV cache: per model session, all layers, one sequence (seq 0) for now.
+ *
+ * Layout today: per layer, K and V are contiguous [n_ctx, kv_dim] float rows
+ * (kv_dim = n_head_kv * head_dim), so position p of layer l is one row. Callers reach
+ * rows only through sd_kv_k / sd_kv_v (never by pointer arithmetic across positions
+ * beyond the span returned), which is what lets paged blocks come later without
+ * touching the forward pass: a paged cache returns per-block spans.
+ *
+ * Contract (positions are 0-based, contiguous, starting at 0):
+ *   n = sd_kv_n(kv) positions [0, n) hold committed K/V.
+ *   sd_kv_reserve(kv, m) checks that [n, n + m) fits; the forward pass then writes
+ *   those rows and calls sd_kv_commit(kv, m), making n += m.
+ *   sd_kv_truncate(kv, n') with n' <= n drops positions [n', n) in O(1) (no copy; the
+ *   rows are simply overwritten by later appends). This is the rollback after a
+ *   rejected draft: llama.cpp's llama_kv_cache_seq_rm(seq, n', -1).
+ */
+#ifndef SD_KV_H
+#define SD_KV_H
+
+#include <stdint.h>
+
+#include "runtime/sd_runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sd_kv sd_kv;
+
+typedef struct sd_kv_params {
+    int32_t n_layer;
+    int32_t n_ctx;   /* capacity in positions */
+    int32_t kv_dim;  /* n_head_kv * head_dim */
+} sd_kv_params;
+
+/* Allocate a cache (n_layer * n_ctx * kv_dim * 2 floats, overflow-checked).
+ * Errors: SD_ERR_ARG (non-positive sizes), SD_ERR_OOM. */
+int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err);
+void sd_kv_free(sd_kv *kv); /* NULL accepted */
+
+int32_t sd_kv_n(const sd_kv *kv);        /* committed positions */
+int32_t sd_kv_capacity(const sd_kv *kv); /* n_ctx */
+
+/* Check that m more positions fit. SD_ERR_CONTEXT if n + m > n_ctx (state unchanged). */
+int sd_kv_reserve(const sd_kv *kv, int32_t m, sd_error *err);
+/* Mark m reserved positions as written: n += m (m must have been reserved). */
+void sd_kv_commit(sd_kv *kv, int32_t m);
+/* Drop positions [n', n). SD_ERR_ARG if n' < 0 or n' > n (state unchanged). O(1). */
+int sd_kv_truncate(sd_kv *kv, int32_t n_keep, sd_error *err);
+
+/* Row of K (resp. V) for layer l at position pos: float[kv_dim]. pos < capacity. The
+ * rows of positions [pos, pos + sd_kv_span(kv, pos)) are contiguous. */
+float *sd_kv_k(sd_kv *kv, int32_t layer, int32_t pos);
+float *sd_kv_v(sd_kv *kv, int32_t layer, int32_t pos);
+int32_t sd_kv_span(const sd_kv *kv, int32_t pos);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SD_KV_H */

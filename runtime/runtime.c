@@ -1,0 +1,71 @@
+#include "runtime/sd_runtime.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *sd_status_str(sd_status st) {
+    switch (st) {
+    case SD_OK: return "ok";
+    case SD_ERR_IO: return "io error";
+    case SD_ERR_FORMAT: return "format error";
+    case SD_ERR_UNSUPPORTED: return "unsupported";
+    case SD_ERR_OOM: return "out of memory";
+    case SD_ERR_ARG: return "bad argument";
+    case SD_ERR_MISMATCH: return "mismatch";
+    case SD_ERR_CONTEXT: return "context full";
+    case SD_ERR_CONFIG: return "config error";
+    }
+    return "unknown status";
+}
+
+int sd_errorf(sd_error *err, sd_status st, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->status = st;
+    }
+    return (int)st;
+}
+
+void sd_error_clear(sd_error *err) {
+    if (err) {
+        err->status = SD_OK;
+        err->msg[0] = '\0';
+    }
+}
+
+int sd_mul_size(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return -1;
+    *out = a * b;
+    return 0;
+}
+
+int sd_add_size(size_t a, size_t b, size_t *out) {
+    if (b > SIZE_MAX - a) return -1;
+    *out = a + b;
+    return 0;
+}
+
+#ifdef SD_CHECKS
+void sd_check_failed(const char *file, int line, const char *cond, const char *msg) {
+    fprintf(stderr, "specdec internal check failed at %s:%d: %s (%s)\n", file, line, msg, cond);
+    abort();
+}
+#endif
+
+double sd_time_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+int sd_n_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}

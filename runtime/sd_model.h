@@ -1,0 +1,106 @@
+/*
+ * Llama model: immutable weights from an mmap'd GGUF (sd_model) and run state
+ * (sd_session: KV cache + scratch buffers, allocated once for n_ctx and n_batch).
+ * Weights apart from run state, as llama.cpp's llama_model / llama_context.
+ *
+ * Architecture "llama" (Touvron et al. 2023; llama.cpp llm_build_llama): token
+ * embedding, n_layer blocks of
+ *   h = x + Wo . Attn(RoPE(Wq . RMSNorm(x)), RoPE(Wk . RMSNorm(x)), Wv . RMSNorm(x))
+ *   x' = h + W2 . (SiLU(W1 . RMSNorm(h)) * (W3 . RMSNorm(h)))      (SwiGLU)
+ * then RMSNorm and the classifier (output.weight, or token_embd.weight when tied).
+ * GQA: n_head query heads share n_head_kv K/V heads. RoPE: "normal" (adjacent pairs
+ * (2i, 2i+1) rotated by theta = pos * base^(-2i/n_rot)), as llama.cpp LLAMA_ROPE_TYPE_NORM
+ * after the converters' Q/K permutation.
+ * GGUF keys: llama.context_length, llama.embedding_length, llama.block_count,
+ * llama.feed_forward_length, llama.attention.head_count, llama.attention.head_count_kv,
+ * llama.attention.layer_norm_rms_epsilon, llama.rope.freq_base (default 10000),
+ * llama.rope.dimension_count (default head_dim). Tensors: token_embd.weight,
+ * blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,ffn_gate,ffn_down,ffn_up}
+ * .weight, output_norm.weight, output.weight (optional).
+ */
+#ifndef SD_MODEL_H
+#define SD_MODEL_H
+
+#include <stdint.h>
+
+#include "runtime/sd_runtime.h"
+#include "runtime/sd_vocab.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sd_hparams {
+    int32_t n_vocab;
+    int32_t n_ctx_train; /* llama.context_length */
+    int32_t n_embd;      /* dim */
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim; /* n_embd / n_head */
+    int32_t n_ff;
+    int32_t n_rot;
+    float rms_eps;
+    float rope_base;
+} sd_hparams;
+
+typedef struct sd_model sd_model;
+
+/*
+ * Load a llama GGUF: validates architecture, hyperparameters (positive, divisible,
+ * bounded), every tensor's presence, type and shape, and the vocabulary.
+ * Errors name the file and the key or tensor.
+ */
+int sd_model_load(const char *path, sd_model **out, sd_error *err);
+void sd_model_free(sd_model *m); /* NULL accepted */
+
+const sd_hparams *sd_model_hparams(const sd_model *m);
+const sd_vocab *sd_model_vocab(const sd_model *m);
+const char *sd_model_path(const sd_model *m);
+/* Total bytes of weight data (what one decode step streams). */
+size_t sd_model_weight_bytes(const sd_model *m);
+/* The GGUF file (for `specdec info`). */
+const sd_gguf *sd_model_gguf(const sd_model *m);
+
+typedef struct sd_session sd_session;
+
+typedef struct sd_session_params {
+    int32_t n_ctx;     /* KV capacity; 0 = n_ctx_train */
+    int32_t n_batch;   /* most tokens per sd_session_eval call (>= 1) */
+    int32_t n_threads; /* 0 = all cores */
+} sd_session_params;
+
+sd_session_params sd_session_default_params(void);
+
+/* Allocate KV cache and scratch for p (all buffers sized here; eval allocates
+ * nothing). Errors: SD_ERR_ARG, SD_ERR_OOM. */
+int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
+                    sd_error *err);
+void sd_session_free(sd_session *s); /* NULL accepted */
+
+/*
+ * Run the forward pass over n new tokens at positions [n_past, n_past + n), appending
+ * their K/V to the cache. One code path serves prefill (n = prompt length), decode
+ * (n = 1) and verification (n = K + 1): each weight matrix is read once per call, and
+ * the logits of every position are bit-identical to evaluating the tokens one by one.
+ *   tokens : int32 [n], each in [0, n_vocab)
+ *   n      : 1 .. n_batch
+ *   logits : float [n_out, n_vocab] for the LAST n_out positions (n_out in 0..n), or
+ *            NULL when n_out == 0
+ * Errors: SD_ERR_ARG (bad token id, n out of range), SD_ERR_CONTEXT (n_past + n >
+ * n_ctx). On error the session is unchanged.
+ */
+int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits,
+                    int32_t n_out, sd_error *err);
+
+/* Committed positions in the KV cache. */
+int32_t sd_session_n_past(const sd_session *s);
+int32_t sd_session_n_ctx(const sd_session *s);
+/* Roll back to n_keep positions (see sd_kv_truncate). */
+int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err);
+const sd_model *sd_session_model(const sd_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SD_MODEL_H */

@@ -1,0 +1,83 @@
+/*
+ * specdec runtime base: status codes, the error record, and checked-size helpers.
+ *
+ * Every library function that can fail returns an int status (SD_OK == 0) and, when
+ * the caller passes a non-NULL sd_error, fills it with one line naming the file, the
+ * field and what was expected vs found, e.g.
+ *   "model.gguf: tensor 'blk.0.attn_q.weight': data [1234, +4096) is past end of file (5000 bytes)"
+ * The CLI prints that line and exits non-zero. The library never calls exit()/abort()
+ * on bad input (assertions guard only our own invariants, see SD_CHECKS).
+ * Two tiers as in SQLite/ggml: sd_status for the kind, sd_error.msg for the detail.
+ */
+#ifndef SD_RUNTIME_H
+#define SD_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum sd_status {
+    SD_OK = 0,
+    SD_ERR_IO = 1,          /* open/read/write/mmap/rename failed */
+    SD_ERR_FORMAT = 2,      /* malformed file (GGUF, llama2.c checkpoint, JSON) */
+    SD_ERR_UNSUPPORTED = 3, /* well-formed but not supported (tensor type, architecture) */
+    SD_ERR_OOM = 4,         /* allocation failed */
+    SD_ERR_ARG = 5,         /* bad argument from the caller/user (-k 0, unknown flag) */
+    SD_ERR_MISMATCH = 6,    /* draft and target do not pair (vocabulary) */
+    SD_ERR_CONTEXT = 7,     /* context full: prompt too long or KV cache out of room */
+    SD_ERR_CONFIG = 8,      /* bad config file key/value */
+} sd_status;
+
+#define SD_ERROR_MSG_MAX 512
+
+/* The error record: status plus one printable line. Zero-initialise before use. */
+typedef struct sd_error {
+    sd_status status;
+    char msg[SD_ERROR_MSG_MAX];
+} sd_error;
+
+/* Short name of a status ("ok", "io error", ...). Never NULL. */
+const char *sd_status_str(sd_status st);
+
+/*
+ * Record an error: formats printf-style into err->msg (truncating safely) and sets
+ * err->status. err may be NULL (then only the status is returned). Returns (int)st so
+ * callers can write `return sd_errorf(err, SD_ERR_FORMAT, "%s: ...", path);`.
+ * If err already holds an error it is overwritten.
+ */
+int sd_errorf(sd_error *err, sd_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Clear an error record to SD_OK / "". err may be NULL. */
+void sd_error_clear(sd_error *err);
+
+/* Overflow-checked size arithmetic: return 0 and store the result, or -1 on overflow. */
+int sd_mul_size(size_t a, size_t b, size_t *out);
+int sd_add_size(size_t a, size_t b, size_t *out);
+
+/* Internal invariant check: active when SD_CHECKS is defined (Debug and sanitizer
+ * builds). On failure prints file:line and the message to stderr and aborts: it
+ * flags a bug in specdec itself, never bad input. */
+#ifdef SD_CHECKS
+void sd_check_failed(const char *file, int line, const char *cond, const char *msg);
+#define SD_CHECK(cond, msg)                                                                        \
+    do {                                                                                           \
+        if (!(cond)) sd_check_failed(__FILE__, __LINE__, #cond, (msg));                            \
+    } while (0)
+#else
+#define SD_CHECK(cond, msg) ((void)0)
+#endif
+
+/* Monotonic wall clock in milliseconds (CLOCK_MONOTONIC). */
+double sd_time_ms(void);
+
+/* Number of online CPU cores (>= 1). */
+int sd_n_cores(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SD_RUNTIME_H */

@@ -1,0 +1,106 @@
+/*
+ * verify/: sampling warps, the RNG, and the verification step of speculative decoding.
+ *
+ * Speculative sampling (Leviathan et al. 2023, "Fast Inference from Transformers via
+ * Speculative Decoding", Alg. 1; Chen et al. 2023, "Accelerating LLM Decoding with
+ * Speculative Sampling", Alg. 2): for draft tokens x_1..x_K drawn from q_i, accept x_i
+ * with probability min(1, p_i(x_i) / q_i(x_i)); at the first rejection emit a token
+ * from normalize(max(0, p_i - q_i)) and stop; if all K are accepted emit a bonus token
+ * from p_{K+1}. The emitted sequence is distributed exactly as sampling from p.
+ * p and q here are the *warped* distributions (temperature, top-k, top-p applied),
+ * so the output follows the target's warped distribution.
+ * Greedy (temp <= 0): accept while x_i == argmax p_i, then emit argmax of the first
+ * mismatching (or bonus) row. Ties in argmax go to the lowest token id.
+ */
+#ifndef SD_VERIFY_H
+#define SD_VERIFY_H
+
+#include <stdint.h>
+
+#include "runtime/sd_runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Longest draft a verification step accepts (buffers are sized for it). */
+#define SD_MAX_DRAFT 16
+
+typedef struct sd_sampling_params {
+    float temp;    /* <= 0: greedy */
+    int32_t top_k; /* <= 0: off */
+    float top_p;   /* >= 1: off */
+} sd_sampling_params;
+
+sd_sampling_params sd_sampling_default_params(void); /* temp 0.8, top_k 40, top_p 0.95 */
+
+/* Seeded RNG state (xoshiro256**, state from splitmix64(seed)). Owned by the caller:
+ * no global RNG. */
+typedef struct sd_rng {
+    uint64_t s[4];
+} sd_rng;
+
+void sd_rng_seed(sd_rng *r, uint64_t seed);
+/* Uniform double in [0, 1) with 53 random bits. */
+double sd_rng_uniform(sd_rng *r);
+
+/* Index of the largest logit; lowest index on ties. n >= 1. */
+int32_t sd_argmax(const float *x, int32_t n);
+
+/*
+ * Turn a logits row into the probability row that sampling uses:
+ *   probs[i] = softmax(logits / temp)[i] restricted to the top_k largest logits and then
+ *   to the smallest set of most-probable tokens whose mass reaches top_p, renormalised;
+ *   every other entry is exactly 0. Ties at the top-k / top-p boundary are broken by
+ *   token id (lower id kept), so the result is a deterministic function of the row.
+ * Greedy (temp <= 0): probs is one-hot at sd_argmax(logits).
+ *   logits  : float [n_vocab]
+ *   probs   : float [n_vocab] (out)
+ *   scratch : int32 [n_vocab] work space
+ * Errors: SD_ERR_ARG if n_vocab < 1 or a logit is NaN.
+ */
+int sd_warp(const sd_sampling_params *sp, const float *logits, int32_t n_vocab, float *probs,
+            int32_t *scratch, sd_error *err);
+
+/* Inverse-CDF draw: smallest i with sum_{j<=i} probs[j] > u * sum(probs), skipping
+ * zero entries; u in [0, 1). */
+int32_t sd_sample(const float *probs, int32_t n_vocab, double u);
+
+/* Result of one verification step. tokens[0 .. n_tokens) are emitted in order: the
+ * n_accepted accepted draft tokens, then one correction (after a rejection) or bonus
+ * (after full acceptance) token. n_tokens == n_accepted + 1. */
+typedef struct sd_verify_result {
+    int32_t n_accepted;
+    int32_t n_tokens;
+    int32_t tokens[SD_MAX_DRAFT + 1];
+} sd_verify_result;
+
+/*
+ * Greedy verification.
+ *   draft         : int32 [k], 0 <= k <= SD_MAX_DRAFT
+ *   target_logits : float [k + 1, n_vocab] (row i scores the token after draft[0..i))
+ * Errors: SD_ERR_ARG (k out of range, draft id out of [0, n_vocab)).
+ */
+int sd_verify_greedy(const int32_t *draft, int32_t k, const float *target_logits,
+                     int32_t n_vocab, sd_verify_result *res, sd_error *err);
+
+/*
+ * Speculative sampling verification (see top of file).
+ *   draft   : int32 [k]
+ *   q       : float [k, n_vocab]  warped draft rows the draft tokens were sampled from
+ *   p       : float [k + 1, n_vocab] warped target rows
+ *   rng     : caller's RNG; draws one uniform per acceptance test and one per emitted
+ *             correction/bonus token
+ *   scratch : float [n_vocab] work space for the residual distribution
+ * If the residual max(0, p - q) is all zero (p == q on that row, which cannot reject
+ * in exact arithmetic) the correction is drawn from p.
+ * Errors: SD_ERR_ARG (k out of range, id out of range, q(x) == 0 for a drafted x).
+ */
+int sd_verify_sample(const int32_t *draft, int32_t k, const float *q, const float *p,
+                     int32_t n_vocab, sd_rng *rng, float *scratch, sd_verify_result *res,
+                     sd_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SD_VERIFY_H */
