@@ -132,6 +132,9 @@ int sd_gguf_set_i32(sd_gguf_writer *w, const char *key, int32_t v);
 int sd_gguf_set_f32(sd_gguf_writer *w, const char *key, float v);
 int sd_gguf_set_bool(sd_gguf_writer *w, const char *key, int v);
 int sd_gguf_set_str(sd_gguf_writer *w, const char *key, const char *v);
+/* Any scalar type (u8..f64 except string/array): *v holds one value of that type in
+ * host (little-endian) layout, copied. SD_ERR_ARG for string/array/unknown types. */
+int sd_gguf_set_scalar(sd_gguf_writer *w, const char *key, sd_gguf_vtype type, const void *v);
 /* Numeric array: n elements of elem_type, packed, copied from data. */
 int sd_gguf_set_arr(sd_gguf_writer *w, const char *key, sd_gguf_vtype elem_type,
                     const void *data, uint64_t n);
