@@ -31,7 +31,11 @@ typedef struct sd_vocab sd_vocab;
  * Load the vocabulary of an open GGUF file (copies what it needs; g may be closed
  * afterwards). Errors (SD_ERR_FORMAT / SD_ERR_UNSUPPORTED) name the file and key:
  * missing tokens, scores/types of the wrong length, model type other than "llama",
- * special ids out of range.
+ * special ids out of range, duplicate token texts. Absent scores read as 0, absent
+ * types as normal, absent special ids default to llama's bos 1, eos 2, unk 0 (as in
+ * llama.cpp). Text is tokenized with parse_special = false: control-token text such
+ * as "<s>" is plain text; user-defined tokens (type 4) are still split out, as
+ * llama.cpp does.
  */
 int sd_vocab_load(const sd_gguf *g, sd_vocab **out, sd_error *err);
 void sd_vocab_free(sd_vocab *v);
@@ -66,8 +70,11 @@ int sd_vocab_token_to_piece(const sd_vocab *v, int32_t id, char *buf, size_t cap
 /*
  * Decode a sequence (llama.cpp llama_detokenize with remove_special = false,
  * unparse_special = false): concatenated pieces, except that when the vocabulary has
- * add_space_prefix the single leading space of the first piece after a BOS (or at the
- * start) is removed, so decode(encode(s)) == s. *out is malloc'd and NUL-terminated.
+ * add_space_prefix one leading space of the FIRST token's piece is removed. As in
+ * llama.cpp, a leading BOS is that first token (its piece is empty), so after a BOS
+ * nothing is removed: [BOS, "▁Hello"] -> " Hello", ["▁Hello"] -> "Hello". Hence
+ * decode(encode(s, add_bos = 0)) == s. Ids out of range: SD_ERR_ARG. *out is malloc'd
+ * and NUL-terminated.
  */
 int sd_vocab_detokenize(const sd_vocab *v, const int32_t *ids, size_t n_ids, char **out,
                         size_t *out_len, sd_error *err);
