@@ -1,6 +1,610 @@
-/* specdec CLI (placeholder until the CLI lands). */
+/*
+ * specdec command-line interface.
+ *
+ *   specdec generate  [--config F] -m TARGET [-md DRAFT] [-p TEXT | -f FILE] [options]
+ *   specdec convert   CKPT.bin TOKENIZER.bin OUT.gguf
+ *   specdec quantize  IN.gguf OUT.gguf q8_0|q4_0
+ *   specdec info      FILE.gguf
+ *   specdec tokenize  -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)
+ *
+ * Errors print one line "specdec: <what>" to stderr and exit 1 (2 for usage errors).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
-int main(void) {
-    fprintf(stderr, "specdec: not built yet\n");
-    return 1;
+#include <stdlib.h>
+#include <string.h>
+
+#include "draft/sd_draft.h"
+#include "quant/sd_quant.h"
+#include "runtime/sd_config.h"
+#include "runtime/sd_convert.h"
+#include "runtime/sd_generate.h"
+#include "runtime/sd_gguf.h"
+#include "runtime/sd_model.h"
+#include "runtime/sd_vocab.h"
+#include "target/sd_target.h"
+#include "verify/sd_verify.h"
+
+#define EXIT_USAGE 2
+
+static int fail(const sd_error *err) {
+    fprintf(stderr, "specdec: %s\n", err->msg[0] ? err->msg : sd_status_str(err->status));
+    return EXIT_FAILURE;
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "specdec: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see 'specdec --help')\n");
+    return EXIT_USAGE;
+}
+
+static void print_help(FILE *f) {
+    fprintf(f,
+            "usage: specdec <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  generate   speculative (or target-alone) generation\n"
+            "  convert    CKPT.bin TOKENIZER.bin OUT.gguf   llama2.c checkpoint -> GGUF (f32)\n"
+            "  quantize   IN.gguf OUT.gguf q8_0|q4_0        quantized copy of a GGUF model\n"
+            "  info       FILE.gguf                         architecture, sizes, types, vocab\n"
+            "  tokenize   -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)   print token ids\n"
+            "\n"
+            "generate options (llama.cpp spellings in parentheses):\n"
+            "  --config FILE            JSON pair config (flags override it)\n"
+            "  --target FILE   (-m, --model)         target GGUF\n"
+            "  --draft FILE    (-md, --model-draft)  draft GGUF\n"
+            "  --no-draft               target alone (the A side of an A/B run)\n"
+            "  --prompt TEXT   (-p)     prompt text\n"
+            "  --prompt-file F (-f)     read the prompt from a file\n"
+            "  --max-tokens N  (-n, --n-predict)    tokens to generate (default 128)\n"
+            "  --draft-tokens K (-k, --draft-max)   tokens drafted per step, 1..16 (default 4)\n"
+            "  --temp T                 temperature, 0 = greedy (default 0.8)\n"
+            "  --top-k N                top-k, 0 = off (default 40)\n"
+            "  --top-p P                top-p, 1 = off (default 0.95)\n"
+            "  --seed S        (-s)     RNG seed (default 42)\n"
+            "  --threads N     (-t)     threads, 0 = all cores (default 0)\n"
+            "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
+            "  --no-bos                 do not prepend BOS to the prompt\n"
+            "  --json                   print one JSON object on stdout instead of text\n");
+}
+
+/* ---- strict number parsing ---- */
+
+static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    if (!s || !*s) return -1;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_f32(const char *s, float lo, float hi, float *out) {
+    if (!s || !*s) return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v >= lo && v <= hi)) return -1;
+    *out = (float)v;
+    return 0;
+}
+
+/* Read a whole file into a NUL-terminated malloc'd buffer. */
+static int read_file(const char *path, char **out, size_t *len, sd_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return sd_errorf(err, SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+        if (cap - n - 1 == 0) {
+            char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) return sd_errorf(err, SD_ERR_OOM, "%s: out of memory reading file", path);
+    if (bad) {
+        free(buf);
+        return sd_errorf(err, SD_ERR_IO, "%s: read error", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return SD_OK;
+}
+
+/* llama.cpp's multi-letter short flags (-md) are rewritten to their long forms. */
+static void rewrite_aliases(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) break;
+        if (!strcmp(argv[i], "-md")) argv[i] = "--model-draft";
+    }
+}
+
+/* ---- generate ---- */
+
+enum {
+    OPT_CONFIG = 1000,
+    OPT_TARGET,
+    OPT_DRAFT,
+    OPT_NO_DRAFT,
+    OPT_TEMP,
+    OPT_TOP_K,
+    OPT_TOP_P,
+    OPT_JSON,
+    OPT_NO_BOS,
+    OPT_HELP,
+};
+
+typedef struct gen_cli {
+    const char *config, *target, *draft, *prompt, *prompt_file;
+    int no_draft, json, no_bos;
+    int has_n, has_k, has_temp, has_top_k, has_top_p, has_seed, has_threads, has_ctx;
+    int64_t n, k, top_k, seed, threads, ctx;
+    float temp, top_p;
+} gen_cli;
+
+static int parse_generate(int argc, char **argv, gen_cli *c) {
+    static const struct option opts[] = {
+        {"config", required_argument, 0, OPT_CONFIG},
+        {"target", required_argument, 0, OPT_TARGET},
+        {"model", required_argument, 0, OPT_TARGET},
+        {"draft", required_argument, 0, OPT_DRAFT},
+        {"model-draft", required_argument, 0, OPT_DRAFT},
+        {"no-draft", no_argument, 0, OPT_NO_DRAFT},
+        {"prompt", required_argument, 0, 'p'},
+        {"prompt-file", required_argument, 0, 'f'},
+        {"file", required_argument, 0, 'f'},
+        {"max-tokens", required_argument, 0, 'n'},
+        {"n-predict", required_argument, 0, 'n'},
+        {"draft-tokens", required_argument, 0, 'k'},
+        {"draft-max", required_argument, 0, 'k'},
+        {"temp", required_argument, 0, OPT_TEMP},
+        {"top-k", required_argument, 0, OPT_TOP_K},
+        {"top-p", required_argument, 0, OPT_TOP_P},
+        {"seed", required_argument, 0, 's'},
+        {"threads", required_argument, 0, 't'},
+        {"ctx-size", required_argument, 0, 'c'},
+        {"json", no_argument, 0, OPT_JSON},
+        {"no-bos", no_argument, 0, OPT_NO_BOS},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    memset(c, 0, sizeof *c);
+    opterr = 0;
+    optind = 1;
+    int o;
+    while ((o = getopt_long(argc, argv, ":m:p:f:n:k:s:t:c:h", opts, NULL)) != -1) {
+        switch (o) {
+        case OPT_CONFIG: c->config = optarg; break;
+        case 'm':
+        case OPT_TARGET: c->target = optarg; break;
+        case OPT_DRAFT: c->draft = optarg; break;
+        case OPT_NO_DRAFT: c->no_draft = 1; break;
+        case 'p': c->prompt = optarg; break;
+        case 'f': c->prompt_file = optarg; break;
+        case 'n':
+            if (parse_i64(optarg, 1, INT32_MAX / 2, &c->n))
+                return usage_error("-n/--max-tokens: expected an integer >= 1, found '%s'",
+                                   optarg);
+            c->has_n = 1;
+            break;
+        case 'k':
+            if (parse_i64(optarg, 1, SD_MAX_DRAFT, &c->k))
+                return usage_error("-k/--draft-tokens: expected an integer in [1, 16], found '%s'",
+                                   optarg);
+            c->has_k = 1;
+            break;
+        case OPT_TEMP:
+            if (parse_f32(optarg, 0.0f, 1e6f, &c->temp))
+                return usage_error("--temp: expected a number >= 0, found '%s'", optarg);
+            c->has_temp = 1;
+            break;
+        case OPT_TOP_K:
+            if (parse_i64(optarg, 0, INT32_MAX, &c->top_k))
+                return usage_error("--top-k: expected an integer >= 0, found '%s'", optarg);
+            c->has_top_k = 1;
+            break;
+        case OPT_TOP_P:
+            if (parse_f32(optarg, 1e-9f, 1.0f, &c->top_p))
+                return usage_error("--top-p: expected a number in (0, 1], found '%s'", optarg);
+            c->has_top_p = 1;
+            break;
+        case 's':
+            if (parse_i64(optarg, 0, INT64_MAX, &c->seed))
+                return usage_error("-s/--seed: expected an integer >= 0, found '%s'", optarg);
+            c->has_seed = 1;
+            break;
+        case 't':
+            if (parse_i64(optarg, 0, 1024, &c->threads))
+                return usage_error("-t/--threads: expected an integer in [0, 1024], found '%s'",
+                                   optarg);
+            c->has_threads = 1;
+            break;
+        case 'c':
+            if (parse_i64(optarg, 0, INT32_MAX, &c->ctx))
+                return usage_error("-c/--ctx-size: expected an integer >= 0, found '%s'", optarg);
+            c->has_ctx = 1;
+            break;
+        case OPT_JSON: c->json = 1; break;
+        case OPT_NO_BOS: c->no_bos = 1; break;
+        case 'h': print_help(stdout); return -1;
+        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    return 0;
+}
+
+typedef struct stream_ctx {
+    const sd_vocab *vocab;
+    char *buf;
+    size_t cap;
+} stream_ctx;
+
+static int stream_tokens(void *user, const int32_t *tokens, int32_t n) {
+    stream_ctx *s = user;
+    for (int32_t i = 0; i < n; i++) {
+        int len = sd_vocab_token_to_piece(s->vocab, tokens[i], s->buf, s->cap);
+        if (len < 0) continue;
+        if ((size_t)len > s->cap) {
+            char *nb = realloc(s->buf, (size_t)len);
+            if (!nb) return 1;
+            s->buf = nb;
+            s->cap = (size_t)len;
+            sd_vocab_token_to_piece(s->vocab, tokens[i], s->buf, s->cap);
+        }
+        fwrite(s->buf, 1, (size_t)len, stdout);
+    }
+    fflush(stdout);
+    return 0;
+}
+
+static void print_stats(const sd_gen_stats *st, int with_draft, int32_t k) {
+    FILE *f = stderr;
+    fprintf(f, "\n\n");
+    fprintf(f, "generated       %d tokens (prompt %d), stop: %s\n", st->n_generated,
+            st->n_prompt, sd_stop_reason_str(st->stop));
+    fprintf(f, "target passes   %d\n", st->n_target_passes);
+    if (with_draft) {
+        fprintf(f, "drafted         %d (K = %d)\n", st->n_drafted, k);
+        fprintf(f, "accepted        %d\n", st->n_accepted);
+        fprintf(f, "acceptance rate %.3f   (accepted / drafted)\n", sd_stats_acceptance_rate(st));
+        fprintf(f, "per position   ");
+        for (int32_t i = 0; i < k; i++)
+            fprintf(f, " %.3f", st->drafted_at[i] ? (double)st->accepted_at[i] / st->drafted_at[i]
+                                                  : 0.0);
+        fprintf(f, "   (accepted / drafted at draft position i)\n");
+    }
+    fprintf(f, "tokens/pass     %.3f   (emitted / target passes)\n",
+            sd_stats_tokens_per_pass(st));
+    fprintf(f, "speed           %.2f tokens/s (decode, prefill excluded)\n",
+            sd_stats_tokens_per_s(st));
+    fprintf(f, "TTFT            %.2f ms\n", st->ttft_ms);
+    fprintf(f, "ITL             %.3f ms (mean)\n", sd_stats_itl_ms(st));
+    fprintf(f, "time            prefill %.2f ms, draft %.2f ms, verify %.2f ms, sampling %.2f ms\n",
+            st->t_prefill_ms, st->t_draft_ms, st->t_verify_ms, st->t_sample_ms);
+}
+
+static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n,
+                      const sd_gen_stats *st, int32_t k, sd_error *err) {
+    char *text = NULL;
+    size_t text_len = 0;
+    int rc = sd_vocab_detokenize(vocab, toks, (size_t)n, &text, &text_len, err);
+    if (rc) return rc;
+    json_t *ids = json_array();
+    for (int32_t i = 0; i < n; i++) json_array_append_new(ids, json_integer(toks[i]));
+    json_t *ppa = json_array();
+    for (int32_t i = 0; i < k; i++)
+        json_array_append_new(ppa, json_real(st->drafted_at[i] ? (double)st->accepted_at[i] /
+                                                                     st->drafted_at[i]
+                                                               : 0.0));
+    json_t *stats = json_pack(
+        "{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
+        "n_prompt", st->n_prompt, "n_generated", st->n_generated, "n_target_passes",
+        st->n_target_passes, "n_drafted", st->n_drafted, "n_accepted", st->n_accepted,
+        "acceptance_rate", sd_stats_acceptance_rate(st), "tokens_per_pass",
+        sd_stats_tokens_per_pass(st), "per_position_acceptance", ppa, "tokens_per_s",
+        sd_stats_tokens_per_s(st), "ttft_ms", st->ttft_ms, "itl_ms", sd_stats_itl_ms(st),
+        "t_prefill_ms", st->t_prefill_ms, "t_draft_ms", st->t_draft_ms, "t_verify_ms",
+        st->t_verify_ms, "t_sample_ms", st->t_sample_ms, "stop", sd_stop_reason_str(st->stop));
+    json_t *root = json_pack("{s:s%, s:o, s:o}", "text", text, text_len, "tokens", ids,
+                             "stats", stats);
+    free(text);
+    if (!root) return sd_errorf(err, SD_ERR_OOM, "json: cannot build output");
+    char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(root);
+    if (!s) return sd_errorf(err, SD_ERR_OOM, "json: cannot build output");
+    puts(s);
+    free(s);
+    return SD_OK;
+}
+
+static int cmd_generate(int argc, char **argv) {
+    gen_cli c;
+    int prc = parse_generate(argc, argv, &c);
+    if (prc) return prc < 0 ? EXIT_SUCCESS : prc;
+
+    sd_error err = {0};
+    sd_config cfg = {0};
+    sd_model *tm = NULL, *dm = NULL;
+    sd_scorer *scorer = NULL;
+    sd_proposer *prop = NULL;
+    char *prompt_buf = NULL;
+    int32_t *prompt_ids = NULL, *out = NULL;
+    int rc = SD_OK, exit_code = EXIT_FAILURE;
+
+    if (c.config && (rc = sd_config_load(c.config, &cfg, &err))) goto done;
+    const char *target = c.target ? c.target : cfg.target;
+    const char *draft = c.no_draft ? NULL : (c.draft ? c.draft : cfg.draft);
+    if (!target) {
+        exit_code = usage_error("%s", "no target model: pass --target FILE (-m) or --config FILE");
+        goto done;
+    }
+    sd_gen_params gp = sd_gen_default_params();
+    if (cfg.has_max_tokens) gp.n_predict = cfg.max_tokens;
+    if (cfg.has_draft_tokens) gp.n_draft = cfg.draft_tokens;
+    if (cfg.has_temp) gp.samp.temp = cfg.temp;
+    if (cfg.has_top_k) gp.samp.top_k = cfg.top_k;
+    if (cfg.has_top_p) gp.samp.top_p = cfg.top_p;
+    if (cfg.has_seed) gp.seed = cfg.seed;
+    if (c.has_n) gp.n_predict = (int32_t)c.n;
+    if (c.has_k) gp.n_draft = (int32_t)c.k;
+    if (c.has_temp) gp.samp.temp = c.temp;
+    if (c.has_top_k) gp.samp.top_k = (int32_t)c.top_k;
+    if (c.has_top_p) gp.samp.top_p = c.top_p;
+    if (c.has_seed) gp.seed = (uint64_t)c.seed;
+    int32_t threads = c.has_threads ? (int32_t)c.threads : (cfg.has_threads ? cfg.threads : 0);
+    int32_t ctx = c.has_ctx ? (int32_t)c.ctx : (cfg.has_ctx_size ? cfg.ctx_size : 0);
+
+    const char *prompt = NULL;
+    size_t prompt_len = 0;
+    if (c.prompt && c.prompt_file) {
+        exit_code = usage_error("%s", "give either --prompt or --prompt-file, not both");
+        goto done;
+    }
+    if (c.prompt_file) {
+        if ((rc = read_file(c.prompt_file, &prompt_buf, &prompt_len, &err))) goto done;
+        prompt = prompt_buf;
+    } else {
+        prompt = c.prompt ? c.prompt : (cfg.prompt ? cfg.prompt : "");
+        prompt_len = strlen(prompt);
+    }
+
+    if ((rc = sd_model_load(target, &tm, &err))) goto done;
+    const sd_hparams *th = sd_model_hparams(tm);
+    const sd_vocab *vocab = sd_model_vocab(tm);
+    if (ctx == 0 || ctx > th->n_ctx_train) {
+        if (ctx > th->n_ctx_train)
+            fprintf(stderr, "specdec: --ctx-size %d exceeds %s's training context %d; using %d\n",
+                    ctx, target, th->n_ctx_train, th->n_ctx_train);
+        ctx = th->n_ctx_train;
+    }
+    sd_session_params sp = sd_session_default_params();
+    sp.n_ctx = ctx;
+    sp.n_threads = threads;
+    if ((rc = sd_scorer_init(tm, &sp, &scorer, &err))) goto done;
+    if (draft) {
+        if ((rc = sd_model_load(draft, &dm, &err))) goto done;
+        if ((rc = sd_vocab_check_pair(vocab, target, sd_model_vocab(dm), draft, &err))) goto done;
+        sd_session_params dsp = sp;
+        const int32_t dctx = sd_model_hparams(dm)->n_ctx_train;
+        if (dsp.n_ctx > dctx) dsp.n_ctx = dctx; /* drafting stops near the draft's limit */
+        if ((rc = sd_proposer_llm_init(dm, &dsp, &gp.samp, gp.seed ^ 0x9E3779B97F4A7C15ull, &prop,
+                                       &err)))
+            goto done;
+    }
+
+    size_t n_ids = 0;
+    int add_bos = !c.no_bos && sd_vocab_add_bos(vocab);
+    if ((rc = sd_vocab_tokenize(vocab, prompt, prompt_len, add_bos, &prompt_ids, &n_ids, &err)))
+        goto done;
+    if (n_ids == 0) {
+        rc = sd_errorf(&err, SD_ERR_ARG, "empty prompt and no BOS token: nothing to condition on");
+        goto done;
+    }
+    if (n_ids > (size_t)ctx) {
+        rc = sd_errorf(&err, SD_ERR_CONTEXT,
+                       "prompt is %zu tokens, longer than the context of %d tokens (--ctx-size)",
+                       n_ids, ctx);
+        goto done;
+    }
+    out = malloc((size_t)gp.n_predict * sizeof(int32_t));
+    if (!out) {
+        rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
+        goto done;
+    }
+    stream_ctx sc = {vocab, NULL, 0};
+    sd_gen_stats st;
+    if (!c.json) {
+        fwrite(prompt, 1, prompt_len, stdout);
+        fflush(stdout);
+    }
+    rc = sd_generate(scorer, prop, prompt_ids, (int32_t)n_ids, sd_vocab_eos(vocab), &gp,
+                     c.json ? NULL : stream_tokens, &sc, out, gp.n_predict, &st, &err);
+    free(sc.buf);
+    if (rc) goto done;
+    if (st.stop == SD_STOP_CONTEXT)
+        fprintf(stderr, "\nspecdec: stopped at the context limit of %d tokens\n", ctx);
+    const int32_t k_shown = prop ? gp.n_draft : 0;
+    if (c.json && (rc = print_json(vocab, out, st.n_generated, &st, k_shown, &err))) goto done;
+    print_stats(&st, prop != NULL, k_shown);
+    exit_code = EXIT_SUCCESS;
+done:
+    if (rc) exit_code = fail(&err);
+    free(out);
+    free(prompt_ids);
+    free(prompt_buf);
+    sd_proposer_free(prop);
+    sd_scorer_free(scorer);
+    sd_model_free(dm);
+    sd_model_free(tm);
+    sd_config_free(&cfg);
+    return exit_code;
+}
+
+/* ---- convert / quantize ---- */
+
+static int cmd_convert(int argc, char **argv) {
+    if (argc != 4) return usage_error("%s", "usage: specdec convert CKPT.bin TOKENIZER.bin OUT.gguf");
+    sd_error err = {0};
+    if (sd_convert_llama2c(argv[1], argv[2], argv[3], &err)) return fail(&err);
+    fprintf(stderr, "specdec: wrote %s\n", argv[3]);
+    return EXIT_SUCCESS;
+}
+
+static int cmd_quantize(int argc, char **argv) {
+    if (argc != 4) return usage_error("%s", "usage: specdec quantize IN.gguf OUT.gguf q8_0|q4_0");
+    sd_type t;
+    if (sd_type_from_name(argv[3], &t) || (t != SD_TYPE_Q8_0 && t != SD_TYPE_Q4_0))
+        return usage_error("quantize: type must be q8_0 or q4_0, found '%s'", argv[3]);
+    sd_error err = {0};
+    if (sd_quantize_file(argv[1], argv[2], t, stderr, &err)) return fail(&err);
+    fprintf(stderr, "specdec: wrote %s\n", argv[2]);
+    return EXIT_SUCCESS;
+}
+
+/* ---- info ---- */
+
+static int cmd_info(int argc, char **argv) {
+    if (argc != 2) return usage_error("%s", "usage: specdec info FILE.gguf");
+    sd_error err = {0};
+    sd_gguf *g = NULL;
+    if (sd_gguf_open(argv[1], &g, &err)) return fail(&err);
+    printf("file            %s\n", argv[1]);
+    printf("gguf version    %u, alignment %u, %lld metadata keys, %lld tensors\n",
+           sd_gguf_version(g), sd_gguf_alignment(g), (long long)sd_gguf_n_kv(g),
+           (long long)sd_gguf_n_tensors(g));
+    const char *arch = NULL;
+    size_t arch_len = 0;
+    if (sd_gguf_get_str(g, "general.architecture", &arch, &arch_len, NULL) == SD_OK)
+        printf("architecture    %.*s\n", (int)arch_len, arch);
+    static const char *keys[] = {
+        "llama.context_length",         "llama.embedding_length",
+        "llama.block_count",            "llama.feed_forward_length",
+        "llama.attention.head_count",   "llama.attention.head_count_kv",
+        "llama.rope.dimension_count",
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        int64_t v;
+        if (sd_gguf_get_i64(g, keys[i], &v, NULL) == SD_OK)
+            printf("%-31s %lld\n", keys[i], (long long)v);
+    }
+    float f;
+    if (sd_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &f, NULL) == SD_OK)
+        printf("%-31s %g\n", "llama.attention.layer_norm_rms_epsilon", f);
+    if (sd_gguf_get_f32(g, "llama.rope.freq_base", &f, NULL) == SD_OK)
+        printf("%-31s %g\n", "llama.rope.freq_base", f);
+    /* Tensor types and bytes. */
+    size_t bytes_by_type[64] = {0};
+    int64_t count_by_type[64] = {0};
+    size_t total = 0;
+    for (int64_t i = 0; i < sd_gguf_n_tensors(g); i++) {
+        const sd_gguf_tensor *t = sd_gguf_tensor_at(g, i);
+        if (t->type < 64) {
+            bytes_by_type[t->type] += t->nbytes;
+            count_by_type[t->type]++;
+        }
+        total += t->nbytes;
+    }
+    printf("tensor data     %.2f MiB:", total / 1048576.0);
+    for (int t = 0; t < 64; t++)
+        if (count_by_type[t])
+            printf(" %s x%lld (%.2f MiB)", sd_type_name((uint32_t)t), (long long)count_by_type[t],
+                   bytes_by_type[t] / 1048576.0);
+    printf("\n");
+    sd_vocab *v = NULL;
+    if (sd_vocab_load(g, &v, &err) == SD_OK) {
+        printf("vocab           %s, %d tokens, bos %d, eos %d, unk %d, add_bos %d\n",
+               sd_vocab_model_name(v), sd_vocab_n_tokens(v), sd_vocab_bos(v), sd_vocab_eos(v),
+               sd_vocab_unk(v), sd_vocab_add_bos(v));
+        sd_vocab_free(v);
+    } else {
+        printf("vocab           none (%s)\n", err.msg);
+    }
+    sd_gguf_close(g);
+    return EXIT_SUCCESS;
+}
+
+/* ---- tokenize ---- */
+
+static int cmd_tokenize(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
+        {"file", required_argument, 0, 'f'},    {"prompt-file", required_argument, 0, 'f'},
+        {"no-bos", no_argument, 0, OPT_NO_BOS}, {0, 0, 0, 0},
+    };
+    const char *model = NULL, *text = NULL, *file = NULL;
+    int no_bos = 0, o;
+    opterr = 0;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, ":m:p:f:", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'p': text = optarg; break;
+        case 'f': file = optarg; break;
+        case OPT_NO_BOS: no_bos = 1; break;
+        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
+    if (!model) return usage_error("%s", "tokenize: -m FILE.gguf is required");
+    if (!!text == !!file) return usage_error("%s", "tokenize: give exactly one of -p TEXT or -f FILE");
+    sd_error err = {0};
+    char *buf = NULL;
+    size_t len = 0;
+    if (file) {
+        if (read_file(file, &buf, &len, &err)) return fail(&err);
+        text = buf;
+    } else {
+        len = strlen(text);
+    }
+    sd_gguf *g = NULL;
+    sd_vocab *v = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = sd_gguf_open(model, &g, &err);
+    if (!rc) rc = sd_vocab_load(g, &v, &err);
+    if (!rc) rc = sd_vocab_tokenize(v, text, len, !no_bos && sd_vocab_add_bos(v), &ids, &n, &err);
+    if (!rc) {
+        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        printf("\n");
+    }
+    free(ids);
+    sd_vocab_free(v);
+    sd_gguf_close(g);
+    free(buf);
+    return rc ? fail(&err) : EXIT_SUCCESS;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        print_help(argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_USAGE : EXIT_SUCCESS;
+    }
+    rewrite_aliases(argc, argv);
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
+    if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    return usage_error("unknown command '%s'", cmd);
 }

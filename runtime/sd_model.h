@@ -96,9 +96,30 @@ int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logi
 /* Committed positions in the KV cache. */
 int32_t sd_session_n_past(const sd_session *s);
 int32_t sd_session_n_ctx(const sd_session *s);
+int32_t sd_session_n_batch(const sd_session *s);
 /* Roll back to n_keep positions (see sd_kv_truncate). */
 int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err);
 const sd_model *sd_session_model(const sd_session *s);
+/* The token ids whose K/V the cache holds: int32 [sd_session_n_past(s)]. The session
+ * keeps this mirror in sd_session_eval / sd_session_truncate. */
+const int32_t *sd_session_tokens(const sd_session *s);
+
+/*
+ * Make the cache hold exactly ctx[0 .. n): keep the longest common prefix of the
+ * cached tokens and ctx, roll back the rest (O(1), sd_session_truncate), and evaluate
+ * ctx[prefix .. n) in chunks of n_batch without logits. n = 0 empties the cache.
+ * This is how draft and target catch up after a verification step. (runtime/sync.c)
+ * Errors: SD_ERR_CONTEXT (n > n_ctx), SD_ERR_ARG (bad id); on error the cache holds a
+ * prefix of ctx.
+ */
+int sd_session_sync(sd_session *s, const int32_t *ctx, int32_t n, sd_error *err);
+
+/*
+ * Roll back to the longest common prefix of the cached tokens and ctx[0 .. n) without
+ * evaluating anything: the KV commit after a verification step (rejected draft tokens
+ * leave the cache). Returns the number of positions kept. Cannot fail.
+ */
+int32_t sd_session_keep_prefix(sd_session *s, const int32_t *ctx, int32_t n);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,19 @@
+/* Proposer dispatch. */
+#include "draft/sd_draft.h"
+
+int sd_proposer_propose(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t k,
+                        sd_proposal *out, sd_error *err) {
+    out->n = 0;
+    if (n_ctx < 1) return sd_errorf(err, SD_ERR_ARG, "draft: empty context");
+    if (k < 1 || k > SD_MAX_DRAFT)
+        return sd_errorf(err, SD_ERR_ARG, "draft: k = %d outside [1, %d]", k, SD_MAX_DRAFT);
+    return p->ops->propose(p, ctx, n_ctx, k, out, err);
+}
+
+void sd_proposer_commit(sd_proposer *p, const int32_t *ctx, int32_t n_ctx) {
+    p->ops->commit(p, ctx, n_ctx);
+}
+
+void sd_proposer_free(sd_proposer *p) {
+    if (p) p->ops->free(p);
+}

@@ -1,0 +1,82 @@
+/*
+ * draft/: proposers. A proposer looks at the committed context and proposes up to k
+ * tokens, each with the probability row it was drawn from (the q of speculative
+ * sampling: the warped draft distribution over the full vocabulary, after temperature,
+ * top-k and top-p, exactly the row the token was sampled from).
+ * (vLLM spec_decode/interfaces.py SpeculativeProposals: token ids, probs, lengths.)
+ *
+ * Implementations sit behind a table of function pointers so other drafters (n-gram
+ * lookup, EAGLE-style heads) can be added without touching the generation loop.
+ * First implementation: a small LLM run autoregressively with its own KV cache; it
+ * rolls its cache back to the accepted prefix at the start of the next proposal.
+ */
+#ifndef SD_DRAFT_H
+#define SD_DRAFT_H
+
+#include <stdint.h>
+
+#include "runtime/sd_model.h"
+#include "runtime/sd_runtime.h"
+#include "verify/sd_verify.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A proposal. tokens[0 .. n) are the drafted ids; probs is float [n, n_vocab] (row i
+ * is the warped distribution draft token i was drawn from). probs is owned by the
+ * proposer and valid until its next propose call. */
+typedef struct sd_proposal {
+    int32_t n;
+    int32_t n_vocab;
+    int32_t tokens[SD_MAX_DRAFT];
+    const float *probs;
+} sd_proposal;
+
+typedef struct sd_proposer sd_proposer;
+
+typedef struct sd_proposer_ops {
+    const char *name;
+    /* See sd_proposer_propose. */
+    int (*propose)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t k,
+                   sd_proposal *out, sd_error *err);
+    /* See sd_proposer_commit. */
+    void (*commit)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx);
+    void (*free)(sd_proposer *p);
+} sd_proposer_ops;
+
+struct sd_proposer {
+    const sd_proposer_ops *ops;
+};
+
+/*
+ * Propose up to k tokens to follow ctx[0 .. n_ctx).
+ *   ctx : int32 [n_ctx], n_ctx >= 1, the committed tokens (prompt + emitted)
+ *   k   : 1 .. SD_MAX_DRAFT
+ * out->n may be less than k (even 0) when the proposer runs out of context: the
+ * caller then continues with the target alone. Errors: SD_ERR_ARG, and the model's.
+ */
+int sd_proposer_propose(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t k,
+                        sd_proposal *out, sd_error *err);
+/*
+ * After verification: roll the proposer's state back to the accepted prefix of
+ * ctx[0 .. n_ctx) (the committed tokens). Its KV cache then holds only committed
+ * tokens at contiguous positions (checked in SD_CHECKS builds).
+ */
+void sd_proposer_commit(sd_proposer *p, const int32_t *ctx, int32_t n_ctx);
+void sd_proposer_free(sd_proposer *p); /* NULL accepted */
+
+/*
+ * LLM proposer over draft model m (not owned). sp: the session (its n_ctx may be
+ * smaller than the target's: drafting stops gracefully near that limit). samp: the
+ * sampling settings (the same as the target's, so q and p are warped alike). seed:
+ * the draft's own RNG stream (independent of the verifier's).
+ */
+int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
+                         const sd_sampling_params *samp, uint64_t seed, sd_proposer **out,
+                         sd_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SD_DRAFT_H */

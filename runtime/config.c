@@ -1,0 +1,142 @@
+/* JSON pair configs (see sd_config.h), parsed with jansson. */
+#include "runtime/sd_config.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Resolve a path relative to the folder of the config file. */
+static char *resolve_path(const char *cfg_path, const char *p) {
+    if (p[0] == '/') return strdup(p);
+    const char *slash = strrchr(cfg_path, '/');
+    if (!slash) return strdup(p);
+    size_t dir_len = (size_t)(slash - cfg_path) + 1;
+    size_t n = dir_len + strlen(p) + 1;
+    char *out = malloc(n);
+    if (!out) return NULL;
+    memcpy(out, cfg_path, dir_len);
+    memcpy(out + dir_len, p, strlen(p) + 1);
+    return out;
+}
+
+static int get_int(const char *path, const char *key, json_t *v, int64_t lo, int64_t hi,
+                   int64_t *out, sd_error *err) {
+    if (!json_is_integer(v))
+        return sd_errorf(err, SD_ERR_CONFIG, "%s: key '%s': expected an integer", path, key);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return sd_errorf(err, SD_ERR_CONFIG,
+                         "%s: key '%s': expected a value in [%lld, %lld], found %lld", path, key,
+                         (long long)lo, (long long)hi, (long long)x);
+    *out = x;
+    return SD_OK;
+}
+
+static int get_num(const char *path, const char *key, json_t *v, double lo, double hi,
+                   float *out, sd_error *err) {
+    if (!json_is_number(v))
+        return sd_errorf(err, SD_ERR_CONFIG, "%s: key '%s': expected a number", path, key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi))
+        return sd_errorf(err, SD_ERR_CONFIG, "%s: key '%s': expected a value in [%g, %g], found %g",
+                         path, key, lo, hi, x);
+    *out = (float)x;
+    return SD_OK;
+}
+
+static int get_str(const char *path, const char *key, json_t *v, sd_error *err) {
+    if (!json_is_string(v))
+        return sd_errorf(err, SD_ERR_CONFIG, "%s: key '%s': expected a string", path, key);
+    return SD_OK;
+}
+
+int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        if (jerr.line < 0 || jerr.position == 0)
+            return sd_errorf(err, SD_ERR_IO, "%s: cannot read config: %s", path, jerr.text);
+        return sd_errorf(err, SD_ERR_CONFIG, "%s:%d:%d: bad JSON: %s", path, jerr.line,
+                         jerr.column, jerr.text);
+    }
+    int rc = SD_OK;
+    if (!json_is_object(root)) {
+        rc = sd_errorf(err, SD_ERR_CONFIG, "%s: expected a JSON object at the top level", path);
+        goto out;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        int64_t i = 0;
+        if (!strcmp(key, "description")) {
+            rc = get_str(path, key, v, err);
+        } else if (!strcmp(key, "target") || !strcmp(key, "draft")) {
+            rc = get_str(path, key, v, err);
+            if (rc) break;
+            char *p = resolve_path(path, json_string_value(v));
+            if (!p) {
+                rc = sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
+                break;
+            }
+            char **slot = key[0] == 't' ? &cfg->target : &cfg->draft;
+            free(*slot);
+            *slot = p;
+        } else if (!strcmp(key, "prompt")) {
+            rc = get_str(path, key, v, err);
+            if (rc) break;
+            free(cfg->prompt);
+            cfg->prompt = strdup(json_string_value(v));
+            if (!cfg->prompt) rc = sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
+        } else if (!strcmp(key, "draft_tokens")) {
+            rc = get_int(path, key, v, 1, 16, &i, err);
+            cfg->draft_tokens = (int32_t)i;
+            cfg->has_draft_tokens = 1;
+        } else if (!strcmp(key, "max_tokens")) {
+            rc = get_int(path, key, v, 1, INT32_MAX, &i, err);
+            cfg->max_tokens = (int32_t)i;
+            cfg->has_max_tokens = 1;
+        } else if (!strcmp(key, "top_k")) {
+            rc = get_int(path, key, v, 0, INT32_MAX, &i, err);
+            cfg->top_k = (int32_t)i;
+            cfg->has_top_k = 1;
+        } else if (!strcmp(key, "threads")) {
+            rc = get_int(path, key, v, 0, 1024, &i, err);
+            cfg->threads = (int32_t)i;
+            cfg->has_threads = 1;
+        } else if (!strcmp(key, "ctx_size")) {
+            rc = get_int(path, key, v, 0, INT32_MAX, &i, err);
+            cfg->ctx_size = (int32_t)i;
+            cfg->has_ctx_size = 1;
+        } else if (!strcmp(key, "seed")) {
+            rc = get_int(path, key, v, 0, INT64_MAX, &i, err);
+            cfg->seed = (uint64_t)i;
+            cfg->has_seed = 1;
+        } else if (!strcmp(key, "temp")) {
+            rc = get_num(path, key, v, 0.0, 1e6, &cfg->temp, err);
+            cfg->has_temp = 1;
+        } else if (!strcmp(key, "top_p")) {
+            rc = get_num(path, key, v, 1e-9, 1.0, &cfg->top_p, err);
+            cfg->has_top_p = 1;
+        } else {
+            rc = sd_errorf(err, SD_ERR_CONFIG,
+                           "%s: unknown key '%s' (known: description, target, draft, "
+                           "draft_tokens, max_tokens, temp, top_k, top_p, seed, threads, "
+                           "ctx_size, prompt)",
+                           path, key);
+        }
+        if (rc) break;
+    }
+out:
+    json_decref(root);
+    if (rc) sd_config_free(cfg);
+    return rc;
+}
+
+void sd_config_free(sd_config *cfg) {
+    if (!cfg) return;
+    free(cfg->target);
+    free(cfg->draft);
+    free(cfg->prompt);
+    cfg->target = cfg->draft = cfg->prompt = NULL;
+}

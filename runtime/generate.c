@@ -1,0 +1,188 @@
+/* The speculative generation loop (see sd_generate.h). */
+#include "runtime/sd_generate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+sd_gen_params sd_gen_default_params(void) {
+    sd_gen_params p;
+    p.n_predict = 128;
+    p.n_draft = 4;
+    p.samp = sd_sampling_default_params();
+    p.seed = 42;
+    return p;
+}
+
+const char *sd_stop_reason_str(sd_stop_reason r) {
+    switch (r) {
+    case SD_STOP_NONE: return "none";
+    case SD_STOP_EOS: return "eos";
+    case SD_STOP_MAX_TOKENS: return "max_tokens";
+    case SD_STOP_CONTEXT: return "context";
+    }
+    return "unknown";
+}
+
+double sd_stats_acceptance_rate(const sd_gen_stats *s) {
+    return s->n_drafted > 0 ? (double)s->n_accepted / s->n_drafted : 0.0;
+}
+
+double sd_stats_tokens_per_pass(const sd_gen_stats *s) {
+    return s->n_target_passes > 0 ? (double)s->n_generated / s->n_target_passes : 0.0;
+}
+
+double sd_stats_tokens_per_s(const sd_gen_stats *s) {
+    double t = s->t_total_ms - s->t_prefill_ms;
+    return t > 0.0 ? s->n_generated / (t * 1e-3) : 0.0;
+}
+
+double sd_stats_itl_ms(const sd_gen_stats *s) {
+    return s->n_generated > 1 ? (s->t_total_ms - s->t_first_ms) / (s->n_generated - 1) : 0.0;
+}
+
+/* Buffers of one generation, all allocated before the loop. */
+typedef struct gen_buffers {
+    int32_t *ctx;     /* [n_prompt + n_predict] committed tokens */
+    float *logits;    /* [SD_MAX_DRAFT + 1, n_vocab] target rows */
+    float *probs;     /* [SD_MAX_DRAFT + 1, n_vocab] warped target rows */
+    float *residual;  /* [n_vocab] */
+    int32_t *iscratch; /* [n_vocab] */
+} gen_buffers;
+
+static void gen_buffers_free(gen_buffers *b) {
+    free(b->ctx);
+    free(b->logits);
+    free(b->probs);
+    free(b->residual);
+    free(b->iscratch);
+}
+
+static int gen_buffers_init(gen_buffers *b, int32_t n_ctx, int32_t n_vocab, sd_error *err) {
+    memset(b, 0, sizeof *b);
+    size_t rows;
+    if (sd_mul_size((size_t)(SD_MAX_DRAFT + 1), (size_t)n_vocab, &rows) ||
+        sd_mul_size(rows, sizeof(float), &rows))
+        return sd_errorf(err, SD_ERR_OOM, "generate: vocabulary too large");
+    b->ctx = malloc((size_t)n_ctx * sizeof(int32_t));
+    b->logits = malloc(rows);
+    b->probs = malloc(rows);
+    b->residual = malloc((size_t)n_vocab * sizeof(float));
+    b->iscratch = malloc((size_t)n_vocab * sizeof(int32_t));
+    if (!b->ctx || !b->logits || !b->probs || !b->residual || !b->iscratch) {
+        gen_buffers_free(b);
+        return sd_errorf(err, SD_ERR_OOM, "generate: out of memory");
+    }
+    return SD_OK;
+}
+
+/* One verification: fills res from the target rows and the proposal. */
+static int verify_step(const sd_gen_params *gp, const sd_proposal *prop, int32_t k,
+                       int32_t n_vocab, gen_buffers *b, sd_rng *rng, sd_verify_result *res,
+                       sd_error *err) {
+    if (gp->samp.temp <= 0.0f)
+        return sd_verify_greedy(prop->tokens, k, b->logits, n_vocab, res, err);
+    for (int32_t i = 0; i <= k; i++) {
+        int rc = sd_warp(&gp->samp, b->logits + (size_t)i * n_vocab, n_vocab,
+                         b->probs + (size_t)i * n_vocab, b->iscratch, err);
+        if (rc) return rc;
+    }
+    return sd_verify_sample(prop->tokens, k, prop->probs, b->probs, n_vocab, rng, b->residual,
+                            res, err);
+}
+
+int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, int32_t n_prompt,
+                int32_t eos, const sd_gen_params *gp, sd_token_cb cb, void *user,
+                int32_t *out, int32_t cap_out, sd_gen_stats *st, sd_error *err) {
+    memset(st, 0, sizeof *st);
+    st->n_prompt = n_prompt;
+    const int32_t n_ctx_max = sd_scorer_n_ctx(target);
+    const int32_t n_vocab = sd_model_hparams(sd_scorer_model(target))->n_vocab;
+    if (n_prompt < 1) return sd_errorf(err, SD_ERR_ARG, "generate: empty prompt");
+    if (gp->n_predict < 1 || cap_out < gp->n_predict)
+        return sd_errorf(err, SD_ERR_ARG, "generate: n_predict %d must be >= 1 and <= %d",
+                         gp->n_predict, cap_out);
+    if (draft && (gp->n_draft < 1 || gp->n_draft > SD_MAX_DRAFT))
+        return sd_errorf(err, SD_ERR_ARG, "generate: draft tokens %d outside [1, %d]",
+                         gp->n_draft, SD_MAX_DRAFT);
+    if (n_prompt > n_ctx_max)
+        return sd_errorf(err, SD_ERR_CONTEXT,
+                         "prompt of %d tokens does not fit the context of %d tokens", n_prompt,
+                         n_ctx_max);
+    gen_buffers b;
+    int rc = gen_buffers_init(&b, n_prompt + gp->n_predict, n_vocab, err);
+    if (rc) return rc;
+    sd_rng rng;
+    sd_rng_seed(&rng, gp->seed);
+    memcpy(b.ctx, prompt, (size_t)n_prompt * sizeof(int32_t));
+    int32_t n_ctx = n_prompt;
+
+    const double t0 = sd_time_ms();
+    rc = sd_scorer_sync(target, b.ctx, n_ctx, err); /* prefill */
+    if (rc) goto done;
+    st->t_prefill_ms = sd_time_ms() - t0;
+
+    while (st->n_generated < gp->n_predict) {
+        if (n_ctx > n_ctx_max) {
+            st->stop = SD_STOP_CONTEXT;
+            break;
+        }
+        /* Cap K so one step never emits past the budget or the context. */
+        int32_t k = draft ? gp->n_draft : 0;
+        const int32_t budget = gp->n_predict - st->n_generated - 1;
+        if (k > budget) k = budget;
+        if (k > n_ctx_max - n_ctx) k = n_ctx_max - n_ctx;
+        sd_proposal prop = {0};
+        prop.n_vocab = n_vocab;
+        if (k > 0) {
+            double t = sd_time_ms();
+            rc = sd_proposer_propose(draft, b.ctx, n_ctx, k, &prop, err);
+            st->t_draft_ms += sd_time_ms() - t;
+            if (rc) goto done;
+            k = prop.n;
+        }
+        double t = sd_time_ms();
+        rc = sd_scorer_score(target, b.ctx, n_ctx, prop.tokens, k, b.logits, err);
+        st->t_verify_ms += sd_time_ms() - t;
+        if (rc) goto done;
+        st->n_target_passes++;
+
+        t = sd_time_ms();
+        sd_verify_result res;
+        rc = verify_step(gp, &prop, k, n_vocab, &b, &rng, &res, err);
+        st->t_sample_ms += sd_time_ms() - t;
+        if (rc) goto done;
+
+        st->n_drafted += k;
+        for (int32_t i = 0; i < k; i++) st->drafted_at[i]++;
+        const int32_t first_new = n_ctx;
+        for (int32_t i = 0; i < res.n_tokens; i++) {
+            if (res.tokens[i] == eos) {
+                st->stop = SD_STOP_EOS;
+                break;
+            }
+            b.ctx[n_ctx++] = res.tokens[i];
+            out[st->n_generated++] = res.tokens[i];
+            if (i < res.n_accepted) {
+                st->n_accepted++;
+                st->accepted_at[i]++;
+            }
+        }
+        /* KV commit: both caches roll back to the committed tokens. */
+        sd_scorer_commit(target, b.ctx, n_ctx);
+        if (draft) sd_proposer_commit(draft, b.ctx, n_ctx);
+        const int32_t n_new = n_ctx - first_new;
+        if (n_new > 0 && st->t_first_ms == 0.0) {
+            st->t_first_ms = sd_time_ms() - t0;
+            st->ttft_ms = st->t_first_ms;
+        }
+        if (n_new > 0 && cb && cb(user, b.ctx + first_new, n_new)) break;
+        if (st->stop == SD_STOP_EOS) break;
+    }
+    if (st->stop == SD_STOP_NONE && st->n_generated >= gp->n_predict)
+        st->stop = SD_STOP_MAX_TOKENS;
+    rc = SD_OK;
+done:
+    st->t_total_ms = sd_time_ms() - t0;
+    gen_buffers_free(&b);
+    return rc;
+}

@@ -1,0 +1,49 @@
+/*
+ * Pair configs: JSON files (configs/NAME.json) naming a target, a draft and generation
+ * settings, read with jansson. Keys (all optional; command-line flags override them):
+ *   "description"  string   free text, ignored
+ *   "target"       string   target GGUF path (relative paths: to the config's folder)
+ *   "draft"        string   draft GGUF path (same rule)
+ *   "draft_tokens" integer  K, 1 .. 16
+ *   "max_tokens"   integer  tokens to generate, >= 1
+ *   "temp"         number   >= 0 (0 = greedy)
+ *   "top_k"        integer  >= 0 (0 = off)
+ *   "top_p"        number   (0, 1] (1 = off)
+ *   "seed"         integer  >= 0
+ *   "threads"      integer  >= 0 (0 = all cores)
+ *   "ctx_size"     integer  >= 0 (0 = the target's training context)
+ *   "prompt"       string
+ * Any other key, or a value of the wrong type or range, is an error naming the file
+ * and the key.
+ */
+#ifndef SD_CONFIG_H
+#define SD_CONFIG_H
+
+#include <stdint.h>
+
+#include "runtime/sd_runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sd_config {
+    char *target; /* malloc'd, resolved path, or NULL */
+    char *draft;
+    char *prompt;
+    int has_draft_tokens, has_max_tokens, has_temp, has_top_k, has_top_p, has_seed,
+        has_threads, has_ctx_size;
+    int32_t draft_tokens, max_tokens, top_k, threads, ctx_size;
+    float temp, top_p;
+    uint64_t seed;
+} sd_config;
+
+/* Parse path into *cfg (zeroed first). Errors: SD_ERR_IO, SD_ERR_CONFIG (bad JSON with
+ * line and column, unknown key, wrong type, out of range). */
+int sd_config_load(const char *path, sd_config *cfg, sd_error *err);
+void sd_config_free(sd_config *cfg); /* frees the strings; NULL accepted */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SD_CONFIG_H */

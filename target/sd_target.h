@@ -1,0 +1,67 @@
+/*
+ * target/: the scorer. Wraps the target model's session and keeps its KV cache in
+ * step with the committed context: the cache holds every committed token except the
+ * last, so one verification pass evaluates [last committed, draft_1 .. draft_K] and
+ * returns K + 1 logits rows: row i scores the token after draft_1..draft_i (row 0
+ * the token after the committed context, row K the bonus position).
+ * (vLLM spec_decode "scorer"; Leviathan et al. 2023 Alg. 1 "run M_p in parallel".)
+ */
+#ifndef SD_TARGET_H
+#define SD_TARGET_H
+
+#include <stdint.h>
+
+#include "runtime/sd_model.h"
+#include "runtime/sd_runtime.h"
+#include "verify/sd_verify.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sd_scorer sd_scorer;
+
+/*
+ * Create a scorer over model m (not owned; must outlive the scorer). p->n_batch must be
+ * >= SD_MAX_DRAFT + 1 (prompts longer than n_batch are prefilled in chunks).
+ * Errors: as sd_session_init.
+ */
+int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **out,
+                   sd_error *err);
+void sd_scorer_free(sd_scorer *s); /* NULL accepted */
+
+const sd_model *sd_scorer_model(const sd_scorer *s);
+int32_t sd_scorer_n_ctx(const sd_scorer *s);
+
+/*
+ * Bring the KV cache to ctx[0 .. n_ctx - 1) (everything but the last committed token):
+ * keeps the longest common prefix with what is cached, rolls back the rest (O(1)) and
+ * evaluates the missing tokens in batches without logits. Used for prefill and after
+ * each verification. Errors: SD_ERR_CONTEXT, SD_ERR_ARG (n_ctx < 1, bad id).
+ */
+int sd_scorer_sync(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, sd_error *err);
+
+/*
+ * Verification pass: sync to ctx, then evaluate [ctx[n_ctx - 1], draft[0 .. k)] in one
+ * batched forward pass.
+ *   ctx    : int32 [n_ctx], n_ctx >= 1 (the committed tokens: prompt + emitted)
+ *   draft  : int32 [k], 0 <= k <= SD_MAX_DRAFT (k = 0 is a plain decode step)
+ *   logits : float [k + 1, n_vocab] (out)
+ * Errors: SD_ERR_CONTEXT when n_ctx + k exceeds the context (state unchanged except a
+ * possible rollback to the common prefix), SD_ERR_ARG.
+ */
+int sd_scorer_score(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32_t *draft,
+                    int32_t k, float *logits, sd_error *err);
+
+/*
+ * KV commit after verification: roll the cache back to the committed context
+ * ctx[0 .. n_ctx - 1) (rejected draft tokens leave; accepted ones stay, already
+ * evaluated). In SD_CHECKS builds aborts if the cache then differs from exactly those
+ * tokens at positions [0, n_ctx - 1).
+ */
+void sd_scorer_commit(sd_scorer *s, const int32_t *ctx, int32_t n_ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SD_TARGET_H */

@@ -1,0 +1,65 @@
+/* The target scorer: one batched verification pass per speculative step. */
+#include "target/sd_target.h"
+
+#include <stdlib.h>
+
+struct sd_scorer {
+    const sd_model *model;
+    sd_session *sess;
+};
+
+int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **out,
+                   sd_error *err) {
+    *out = NULL;
+    if (p->n_batch < SD_MAX_DRAFT + 1)
+        return sd_errorf(err, SD_ERR_ARG, "scorer: n_batch %d is smaller than %d (max draft + 1)",
+                         p->n_batch, SD_MAX_DRAFT + 1);
+    sd_scorer *s = calloc(1, sizeof *s);
+    if (!s) return sd_errorf(err, SD_ERR_OOM, "scorer: out of memory");
+    s->model = m;
+    int rc = sd_session_init(m, p, &s->sess, err);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return SD_OK;
+}
+
+void sd_scorer_free(sd_scorer *s) {
+    if (!s) return;
+    sd_session_free(s->sess);
+    free(s);
+}
+
+const sd_model *sd_scorer_model(const sd_scorer *s) { return s->model; }
+int32_t sd_scorer_n_ctx(const sd_scorer *s) { return sd_session_n_ctx(s->sess); }
+
+int sd_scorer_sync(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
+    if (n_ctx < 1) return sd_errorf(err, SD_ERR_ARG, "scorer: empty context");
+    return sd_session_sync(s->sess, ctx, n_ctx - 1, err);
+}
+
+int sd_scorer_score(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32_t *draft,
+                    int32_t k, float *logits, sd_error *err) {
+    if (k < 0 || k > SD_MAX_DRAFT)
+        return sd_errorf(err, SD_ERR_ARG, "scorer: draft length %d outside [0, %d]", k,
+                         SD_MAX_DRAFT);
+    if ((int64_t)n_ctx + k > sd_session_n_ctx(s->sess))
+        return sd_errorf(err, SD_ERR_CONTEXT,
+                         "target context full: %d committed + %d drafted tokens exceed %d",
+                         n_ctx, k, sd_session_n_ctx(s->sess));
+    int rc = sd_scorer_sync(s, ctx, n_ctx, err);
+    if (rc) return rc;
+    int32_t batch[SD_MAX_DRAFT + 1];
+    batch[0] = ctx[n_ctx - 1];
+    for (int32_t i = 0; i < k; i++) batch[i + 1] = draft[i];
+    return sd_session_eval(s->sess, batch, k + 1, logits, k + 1, err);
+}
+
+void sd_scorer_commit(sd_scorer *s, const int32_t *ctx, int32_t n_ctx) {
+    int32_t kept = sd_session_keep_prefix(s->sess, ctx, n_ctx - 1);
+    SD_CHECK(kept == n_ctx - 1 && sd_session_n_past(s->sess) == n_ctx - 1,
+             "target KV cache must hold exactly the committed tokens but the last");
+    (void)kept;
+}

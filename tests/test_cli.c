@@ -1,0 +1,188 @@
+/*
+ * The specdec CLI on bad input: each case exits non-zero with exactly one line on
+ * stderr, "specdec: ..." naming the file or the field; never a crash. Plus the
+ * --json output contract and the llama.cpp flag aliases.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static char g_dir[1024];
+static char g_t[2048], g_d[2048];
+
+static void setup(void) {
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
+    tu_llama_spec s = tu_llama_default_spec();
+    cr_assert_eq(tu_make_llama(tu_path(g_t, sizeof g_t, g_dir, "t.gguf"), &s), 0);
+    s.wtype = SD_TYPE_Q8_0;
+    s.noise = 0.3f;
+    cr_assert_eq(tu_make_llama(tu_path(g_d, sizeof g_d, g_dir, "d.gguf"), &s), 0);
+}
+static void teardown(void) { tu_rmdir(g_dir); }
+
+TestSuite(cli, .init = setup, .fini = teardown, .timeout = 300);
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Run `specdec ARGS`; assert a failing exit, one stderr line starting "specdec: " and
+ * containing `needle`. */
+static void expect_error(const char *args, const char *needle) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s %s", SD_BINARY, args);
+    char *out = NULL, *err = NULL;
+    int rc = tu_run(cmd, &out, &err);
+    cr_assert(rc > 0 && rc < 128, "'%s' exited %d (want a clean non-zero exit)", args, rc);
+    cr_assert_not_null(err);
+    cr_assert(strncmp(err, "specdec: ", 9) == 0, "'%s': stderr was '%s'", args, err);
+    const char *nl = strchr(err, '\n');
+    cr_assert(nl && nl[1] == '\0', "'%s': expected one stderr line, got '%s'", args, err);
+    cr_assert(strstr(err, needle), "'%s': stderr '%s' does not mention '%s'", args, err, needle);
+    free(out);
+    free(err);
+}
+
+Test(cli, missing_target_file) {
+    expect_error("generate -m /nonexistent/model.gguf -p hi", "/nonexistent/model.gguf");
+}
+
+Test(cli, not_a_gguf) {
+    char p[2048];
+    tu_path(p, sizeof p, g_dir, "junk.gguf");
+    write_file(p, "this is not a gguf file at all, just text\n");
+    char args[4096];
+    snprintf(args, sizeof args, "generate -m %s -p hi", p);
+    expect_error(args, "junk.gguf");
+    snprintf(args, sizeof args, "info %s", p);
+    expect_error(args, "junk.gguf");
+}
+
+Test(cli, bad_json_config) {
+    char p[2048], args[4096];
+    tu_path(p, sizeof p, g_dir, "bad.json");
+    write_file(p, "{ \"target\": \"t.gguf\", \n  \"draft_tokens\": 4,, }\n");
+    snprintf(args, sizeof args, "generate --config %s", p);
+    expect_error(args, "bad.json:2");
+}
+
+Test(cli, unknown_config_key) {
+    char p[2048], args[4096];
+    tu_path(p, sizeof p, g_dir, "unk.json");
+    write_file(p, "{ \"target\": \"t.gguf\", \"draft_tokenz\": 4 }\n");
+    snprintf(args, sizeof args, "generate --config %s", p);
+    expect_error(args, "draft_tokenz");
+}
+
+Test(cli, config_value_out_of_range) {
+    char p[2048], args[4096];
+    tu_path(p, sizeof p, g_dir, "range.json");
+    write_file(p, "{ \"target\": \"t.gguf\", \"draft_tokens\": 0 }\n");
+    snprintf(args, sizeof args, "generate --config %s", p);
+    expect_error(args, "draft_tokens");
+}
+
+Test(cli, vocab_mismatch) {
+    char p[2048], args[8192];
+    tu_llama_spec s = tu_llama_default_spec();
+    s.tok_prefix = "x";
+    cr_assert_eq(tu_make_llama(tu_path(p, sizeof p, g_dir, "other.gguf"), &s), 0);
+    snprintf(args, sizeof args, "generate -m %s -md %s -p hi -n 4", g_t, p);
+    expect_error(args, "other.gguf");
+}
+
+Test(cli, prompt_longer_than_context) {
+    char p[2048], args[8192];
+    tu_path(p, sizeof p, g_dir, "long.txt");
+    char text[1024];
+    memset(text, 'a', 600);
+    text[600] = '\0';
+    write_file(p, text);
+    snprintf(args, sizeof args, "generate -m %s -f %s -n 4", g_t, p);
+    expect_error(args, "context");
+}
+
+Test(cli, bad_draft_tokens) {
+    char args[8192];
+    snprintf(args, sizeof args, "generate -m %s -md %s -p hi -k 0", g_t, g_d);
+    expect_error(args, "-k");
+    snprintf(args, sizeof args, "generate -m %s -md %s -p hi -k -3", g_t, g_d);
+    expect_error(args, "-k");
+    snprintf(args, sizeof args, "generate -m %s -md %s -p hi --draft-max 17", g_t, g_d);
+    expect_error(args, "-k");
+}
+
+Test(cli, bad_flags) {
+    char args[8192];
+    snprintf(args, sizeof args, "generate -m %s -p hi --temp -1", g_t);
+    expect_error(args, "--temp");
+    snprintf(args, sizeof args, "generate -m %s -p hi --bogus", g_t);
+    expect_error(args, "--bogus");
+    expect_error("frobnicate", "frobnicate");
+    expect_error("quantize a.gguf b.gguf q3_k", "q3_k");
+}
+
+/* --json: one object with the fixed keys; llama.cpp aliases; greedy spec == no-draft. */
+Test(cli, json_output_and_aliases) {
+    char cmd[8192];
+    const char *keys[] = {"n_generated",    "n_target_passes", "n_drafted",
+                          "n_accepted",     "acceptance_rate", "tokens_per_pass",
+                          "per_position_acceptance", "tokens_per_s", "ttft_ms",
+                          "itl_ms",         "t_draft_ms",      "t_verify_ms",
+                          "t_sample_ms"};
+    char *outs[2] = {NULL, NULL};
+    for (int no_draft = 0; no_draft <= 1; no_draft++) {
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -md %s %s -p t5t6 -n 24 --draft-max 3 "
+                 "--temp 0 -s 5 -t 1 -c 64 --json",
+                 SD_BINARY, g_t, g_d, no_draft ? "--no-draft" : "");
+        char *out = NULL, *err = NULL;
+        int rc = tu_run(cmd, &out, &err);
+        cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+        json_error_t je;
+        json_t *root = json_loads(out, 0, &je);
+        cr_assert_not_null(root, "not JSON: %s", out);
+        cr_assert(json_is_string(json_object_get(root, "text")));
+        json_t *toks = json_object_get(root, "tokens");
+        cr_assert(json_is_array(toks));
+        json_t *st = json_object_get(root, "stats");
+        cr_assert(json_is_object(st));
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            cr_assert_not_null(json_object_get(st, keys[i]), "missing stats.%s", keys[i]);
+        cr_assert_eq(json_integer_value(json_object_get(st, "n_generated")),
+                     (json_int_t)json_array_size(toks));
+        cr_assert_eq(json_array_size(toks), 24);
+        if (!no_draft) cr_assert_gt(json_integer_value(json_object_get(st, "n_drafted")), 0);
+        else cr_assert_eq(json_integer_value(json_object_get(st, "n_drafted")), 0);
+        outs[no_draft] = json_dumps(toks, JSON_COMPACT);
+        json_decref(root);
+        free(out);
+        free(err);
+    }
+    cr_assert_str_eq(outs[0], outs[1], "greedy speculative tokens differ from --no-draft");
+    free(outs[0]);
+    free(outs[1]);
+}
+
+Test(cli, tokenize_and_info) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s -p t5t6", SD_BINARY, g_t);
+    char *out = NULL, *err = NULL;
+    int rc = tu_run(cmd, &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strncmp(out, "1 ", 2) == 0, "expected BOS first, got '%s'", out);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "%s info %s", SD_BINARY, g_t);
+    rc = tu_run(cmd, &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "llama"), "%s", out);
+    free(out);
+    free(err);
+}

@@ -1,0 +1,46 @@
+/* Helpers shared by the tests: temporary folders, random llama GGUFs, the real
+ * stories260K pair, and running the specdec binary. */
+#ifndef SD_TESTUTIL_H
+#define SD_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant/sd_quant.h"
+
+/* Make a fresh temporary folder (mkdtemp under $TMPDIR or /tmp) into buf. 0 on success. */
+int tu_mkdtemp(char *buf, size_t cap);
+/* Remove a folder and the plain files directly in it. */
+void tu_rmdir(const char *dir);
+/* dir + "/" + name into buf (asserts it fits). Returns buf. */
+char *tu_path(char *buf, size_t cap, const char *dir, const char *name);
+
+/* A random llama model. Weights ~ N(0, 1/sqrt(fan_in)) from `seed`; when noise > 0
+ * each weight w becomes w + noise * N(0, 1/sqrt(fan_in)) drawn from noise_seed, so a
+ * draft can be made a perturbed copy of a target (same seed, noise > 0). The
+ * vocabulary is synthetic ("<unk>", "<s>", "</s>", then "t3", "t4", ...), model
+ * "llama", bos 1, eos 2. */
+typedef struct tu_llama_spec {
+    int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+    uint64_t seed;
+    float noise;
+    uint64_t noise_seed;
+    sd_type wtype; /* type of the 2-D weight matrices (F32, F16, BF16, Q8_0, Q4_0) */
+    int tied;      /* 1: no output.weight (token_embd is the classifier) */
+    const char *tok_prefix; /* text of normal tokens: prefix + id (default "t") */
+} tu_llama_spec;
+
+tu_llama_spec tu_llama_default_spec(void);
+/* Write the model to path. 0 on success (prints the error to stderr otherwise). */
+int tu_make_llama(const char *path, const tu_llama_spec *spec);
+
+/* Convert ../shared/data/models/stories260K.bin into dir/stories260K-f32.gguf and
+ * quantize it to dir/stories260K-q4_0.gguf and -q8_0.gguf. Returns 1 if made, 0 if
+ * the shared data is absent (caller skips), -1 on error. */
+int tu_make_stories_pair(const char *dir);
+
+/* Run a shell command line; stdout and stderr captured (malloc'd, NUL-terminated;
+ * pass NULL to discard). Returns the exit status (or -1). */
+int tu_run(const char *cmd, char **out, char **err);
+
+#endif
