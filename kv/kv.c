@@ -1,0 +1,117 @@
+/* KV cache: contiguous per-layer [n_ctx, kv_dim] float rows for K and V (see sd_kv.h). */
+#include "kv/sd_kv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Upper bounds on the sizes a cache accepts (far above any model we run). */
+#define SD_KV_MAX_LAYER 4096
+#define SD_KV_MAX_CTX (1 << 24)
+#define SD_KV_MAX_DIM (1 << 20)
+
+struct sd_kv {
+    int32_t n_layer;
+    int32_t n_ctx;
+    int32_t kv_dim;
+    int32_t n;        /* committed positions */
+    size_t layer_len; /* floats per layer: n_ctx * kv_dim */
+    float *k;         /* [n_layer, n_ctx, kv_dim] */
+    float *v;         /* [n_layer, n_ctx, kv_dim] */
+};
+
+static void *kv_alloc(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    return p;
+}
+
+int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
+    *out = NULL;
+    if (!p || p->n_layer <= 0 || p->n_ctx <= 0 || p->kv_dim <= 0)
+        return sd_errorf(err, SD_ERR_ARG, "kv cache: sizes must be positive (n_layer %d, n_ctx %d, kv_dim %d)",
+                         p ? p->n_layer : 0, p ? p->n_ctx : 0, p ? p->kv_dim : 0);
+    if (p->n_layer > SD_KV_MAX_LAYER || p->n_ctx > SD_KV_MAX_CTX || p->kv_dim > SD_KV_MAX_DIM)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "kv cache: sizes out of range (n_layer %d <= %d, n_ctx %d <= %d, kv_dim %d <= %d)",
+                         p->n_layer, SD_KV_MAX_LAYER, p->n_ctx, SD_KV_MAX_CTX, p->kv_dim, SD_KV_MAX_DIM);
+    size_t layer_len, total, bytes;
+    if (sd_mul_size((size_t)p->n_ctx, (size_t)p->kv_dim, &layer_len) ||
+        sd_mul_size(layer_len, (size_t)p->n_layer, &total) ||
+        sd_mul_size(total, sizeof(float), &bytes))
+        return sd_errorf(err, SD_ERR_OOM, "kv cache: size overflows (n_layer %d, n_ctx %d, kv_dim %d)",
+                         p->n_layer, p->n_ctx, p->kv_dim);
+    sd_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return sd_errorf(err, SD_ERR_OOM, "kv cache: out of memory");
+    kv->n_layer = p->n_layer;
+    kv->n_ctx = p->n_ctx;
+    kv->kv_dim = p->kv_dim;
+    kv->n = 0;
+    kv->layer_len = layer_len;
+    kv->k = kv_alloc(bytes);
+    kv->v = kv_alloc(bytes);
+    if (!kv->k || !kv->v) {
+        sd_kv_free(kv);
+        return sd_errorf(err, SD_ERR_OOM, "kv cache: out of memory (2 x %zu bytes)", bytes);
+    }
+    /* Zero so that reads of never-written rows (a bug) are at least deterministic. */
+    memset(kv->k, 0, bytes);
+    memset(kv->v, 0, bytes);
+    *out = kv;
+    return SD_OK;
+}
+
+void sd_kv_free(sd_kv *kv) {
+    if (!kv) return;
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+int32_t sd_kv_n(const sd_kv *kv) { return kv->n; }
+int32_t sd_kv_capacity(const sd_kv *kv) { return kv->n_ctx; }
+
+int sd_kv_reserve(const sd_kv *kv, int32_t m, sd_error *err) {
+    if (m < 0) return sd_errorf(err, SD_ERR_ARG, "kv cache: cannot reserve %d positions", m);
+    if (m > kv->n_ctx - kv->n)
+        return sd_errorf(err, SD_ERR_CONTEXT,
+                         "context full: %d positions in use + %d new > n_ctx %d", kv->n, m,
+                         kv->n_ctx);
+    return SD_OK;
+}
+
+void sd_kv_commit(sd_kv *kv, int32_t m) {
+    SD_CHECK(m >= 0 && m <= kv->n_ctx - kv->n, "sd_kv_commit: m was not reserved");
+    if (m < 0 || m > kv->n_ctx - kv->n) return; /* our bug; never corrupt n */
+    kv->n += m;
+}
+
+int sd_kv_truncate(sd_kv *kv, int32_t n_keep, sd_error *err) {
+    if (n_keep < 0 || n_keep > kv->n)
+        return sd_errorf(err, SD_ERR_ARG, "kv cache: cannot truncate to %d (0..%d committed)",
+                         n_keep, kv->n);
+    kv->n = n_keep;
+    return SD_OK;
+}
+
+static size_t kv_off(const sd_kv *kv, int32_t layer, int32_t pos) {
+    return (size_t)layer * kv->layer_len + (size_t)pos * (size_t)kv->kv_dim;
+}
+
+float *sd_kv_k(sd_kv *kv, int32_t layer, int32_t pos) {
+    SD_CHECK(layer >= 0 && layer < kv->n_layer && pos >= 0 && pos < kv->n_ctx,
+             "sd_kv_k: layer or position out of range");
+    if (layer < 0 || layer >= kv->n_layer || pos < 0 || pos >= kv->n_ctx) return NULL;
+    return kv->k + kv_off(kv, layer, pos);
+}
+
+float *sd_kv_v(sd_kv *kv, int32_t layer, int32_t pos) {
+    SD_CHECK(layer >= 0 && layer < kv->n_layer && pos >= 0 && pos < kv->n_ctx,
+             "sd_kv_v: layer or position out of range");
+    if (layer < 0 || layer >= kv->n_layer || pos < 0 || pos >= kv->n_ctx) return NULL;
+    return kv->v + kv_off(kv, layer, pos);
+}
+
+int32_t sd_kv_span(const sd_kv *kv, int32_t pos) {
+    if (pos < 0 || pos >= kv->n_ctx) return 0;
+    return kv->n_ctx - pos;
+}

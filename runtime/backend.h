@@ -1,0 +1,111 @@
+/*
+ * Compute backend: a table of function pointers (as ggml-backend's ggml_backend_i) with
+ * a CPU implementation (backend_cpu.c). The forward pass (model.c) calls only these
+ * ops, so a CUDA backend can be added by implementing the same table; draft/, target/
+ * and verify/ never see it.
+ *
+ * Op shapes (row-major; [rows, cols]; float unless stated; n_tok >= 1 tokens at
+ * positions pos0 .. pos0 + n_tok - 1):
+ *   get_rows : W typed [rows, cols], ids int32 [n_tok] (each < rows)
+ *              -> Y [n_tok, cols]                       (dequantized embedding lookup)
+ *   matmul   : W typed [rows, cols], X [n_tok, cols] -> Y [n_tok, rows],
+ *              Y[b, r] = dot(W[r, :], X[b, :]); X is first converted to the activation
+ *              type of W (sd_vec_dot_type). Y must not alias X.
+ *   rmsnorm  : X [n_tok, n], w [n] -> Y [n_tok, n], y = x / sqrt(mean(x^2) + eps) * w
+ *              (Y may alias X)
+ *   rope     : X [n_tok, n_head * head_dim] rotated in place: in every head, pairs
+ *              (2i, 2i+1) for i < n_rot/2 by theta = pos * base^(-2i/n_rot)
+ *   kv_store : K, V [n_tok, kv_dim] -> KV cache rows of layer l at positions
+ *              pos0 .. pos0 + n_tok - 1 (must be reserved)
+ *   attention: Q [n_tok, n_head * head_dim], KV cache layer l positions [0, pos0+n_tok)
+ *              -> O [n_tok, n_head * head_dim]. Query t (position p = pos0 + t) sees
+ *              keys [0, p] (causal); head h reads KV head h / (n_head / n_head_kv) (GQA);
+ *              scores scaled by 1/sqrt(head_dim), softmax over keys.
+ *   softmax  : X [n_rows, n] in place, per row
+ *   swiglu   : G [n], U [n] -> Y [n], y = silu(g) * u (Y may alias G or U)
+ *   add      : Y [n] += X [n]
+ *
+ * Determinism contract (what makes batched verification bit-identical to single-token
+ * decoding): every output element is computed by the same arithmetic in the same order
+ * whatever n_tok, pos0 and the thread count: ops split work across threads only by
+ * whole output rows / (token, head) pairs, never inside a reduction.
+ *
+ * CPU threading: ops below SD_CPU_PAR_MIN_WORK multiply-adds (backend_cpu.c) stay on
+ * the calling thread; the environment variable of that name, read at init, overrides
+ * the threshold (the tests set 0 to exercise the threaded paths on tiny models).
+ *
+ * Memory: pointers passed to ops are backend memory. For the CPU backend that is host
+ * memory; a device backend will add buffer allocation entries to this table.
+ */
+#ifndef SD_BACKEND_H
+#define SD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv/sd_kv.h"
+#include "quant/sd_quant.h"
+#include "runtime/sd_runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A typed weight matrix [rows, cols] (GGUF ne = {cols, rows}), rows contiguous. */
+typedef struct sd_weight {
+    sd_type type;
+    int64_t rows;
+    int64_t cols;
+    size_t row_bytes; /* sd_type_row_bytes(type, cols) */
+    const void *data;
+} sd_weight;
+
+typedef struct sd_backend sd_backend;
+
+typedef struct sd_backend_ops {
+    const char *name;
+    void (*free)(sd_backend *be);
+    void (*get_rows)(sd_backend *be, const sd_weight *w, const int32_t *ids, int32_t n_tok,
+                     float *y);
+    void (*matmul)(sd_backend *be, const sd_weight *w, const float *x, int32_t n_tok, float *y);
+    void (*rmsnorm)(sd_backend *be, const float *x, const float *w, int32_t n_tok, int32_t n,
+                    float eps, float *y);
+    void (*rope)(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int32_t n_head,
+                 int32_t head_dim, int32_t n_rot, float base);
+    void (*kv_store)(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0, int32_t n_tok,
+                     int32_t kv_dim, const float *k, const float *v);
+    void (*attention)(sd_backend *be, const float *q, sd_kv *kv, int32_t layer, int32_t pos0,
+                      int32_t n_tok, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                      float *out);
+    void (*softmax)(sd_backend *be, float *x, int32_t n_rows, int32_t n);
+    void (*swiglu)(sd_backend *be, const float *g, const float *u, int64_t n, float *y);
+    void (*add)(sd_backend *be, float *y, const float *x, int64_t n);
+} sd_backend_ops;
+
+/* Every backend struct starts with this header. */
+struct sd_backend {
+    const sd_backend_ops *ops;
+};
+
+/* What a backend must size its scratch for (all allocation happens at init). */
+typedef struct sd_backend_params {
+    int32_t n_threads; /* 0 = all cores */
+    int32_t n_batch;   /* most tokens per op call */
+    int64_t max_cols;  /* widest matmul input row */
+    int32_t n_ctx;     /* most keys one attention query sees */
+} sd_backend_params;
+
+/* CPU backend (OpenMP). Errors: SD_ERR_ARG (non-positive sizes), SD_ERR_OOM. */
+int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *err);
+/* Threads the CPU backend uses (after resolving 0 = all cores). */
+int32_t sd_backend_cpu_n_threads(const sd_backend *be);
+
+/* Free any backend. NULL accepted. */
+static inline void sd_backend_free(sd_backend *be) {
+    if (be) be->ops->free(be);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SD_BACKEND_H */

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Independent reference for specdec's llama forward pass (the test oracle).
+
+usage: ref_forward.py MODEL.gguf TOKEN [TOKEN ...]
+
+Parses the GGUF file itself (struct + numpy; no `gguf` package), dequantizes the
+weights (F32, F16, BF16, Q8_0, Q4_0), runs the llama forward pass over the tokens at
+positions 0..n-1 in float64 and prints the logits: one line per position, n_vocab
+numbers each ('%.17g').
+
+Activations entering a matmul with Q8_0/Q4_0 weights are rounded through Q8_0 first
+(ggml's quantize_row_q8_0_ref: d = amax/127 stored as fp16, q = round(x/d) half away
+from zero), because that is the arithmetic of the kernels under test (ggml's
+vec_dot_type); everything else is float64.
+Exit status 2 on a malformed file or bad arguments.
+"""
+import struct
+import sys
+
+import numpy as np
+
+F32, F16, Q4_0, Q8_0, BF16 = 0, 1, 2, 8, 30
+QK = 32
+
+
+class Reader:
+    def __init__(self, buf):
+        self.buf = buf
+        self.off = 0
+
+    def take(self, fmt):
+        v = struct.unpack_from("<" + fmt, self.buf, self.off)
+        self.off += struct.calcsize("<" + fmt)
+        return v[0]
+
+    def string(self):
+        n = self.take("Q")
+        s = bytes(self.buf[self.off:self.off + n])
+        if len(s) != n:
+            raise ValueError("truncated string")
+        self.off += n
+        return s.decode("utf-8", errors="replace")
+
+    SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "B", 10: "Q",
+              11: "q", 12: "d"}
+
+    def value(self, vtype):
+        if vtype in self.SCALAR:
+            return self.take(self.SCALAR[vtype])
+        if vtype == 8:
+            return self.string()
+        if vtype == 9:
+            et = self.take("I")
+            n = self.take("Q")
+            return [self.value(et) for _ in range(n)]
+        raise ValueError("unknown metadata value type %d" % vtype)
+
+
+def parse_gguf(path):
+    with open(path, "rb") as f:
+        buf = f.read()
+    r = Reader(buf)
+    if buf[:4] != b"GGUF":
+        raise ValueError("bad magic")
+    r.off = 4
+    version = r.take("I")
+    if version not in (2, 3):
+        raise ValueError("unsupported version %d" % version)
+    n_tensors = r.take("Q")
+    n_kv = r.take("Q")
+    kv = {}
+    for _ in range(n_kv):
+        key = r.string()
+        kv[key] = r.value(r.take("I"))
+    infos = []
+    for _ in range(n_tensors):
+        name = r.string()
+        n_dims = r.take("I")
+        ne = [r.take("Q") for _ in range(n_dims)]
+        ttype = r.take("I")
+        off = r.take("Q")
+        infos.append((name, ne, ttype, off))
+    align = int(kv.get("general.alignment", 32))
+    data0 = (r.off + align - 1) // align * align
+    tensors = {}
+    for name, ne, ttype, off in infos:
+        n_elem = int(np.prod(ne))
+        start = data0 + off
+        tensors[name] = (ne, dequantize(buf, start, ttype, n_elem), ttype)
+    return kv, tensors
+
+
+def dequantize(buf, start, ttype, n):
+    if ttype == F32:
+        return np.frombuffer(buf, "<f4", n, start).astype(np.float64)
+    if ttype == F16:
+        return np.frombuffer(buf, "<f2", n, start).astype(np.float64)
+    if ttype == BF16:
+        u = np.frombuffer(buf, "<u2", n, start).astype(np.uint32) << 16
+        return u.view(np.float32).astype(np.float64)
+    nb = n // QK
+    if ttype == Q8_0:
+        blk = np.frombuffer(buf, np.dtype([("d", "<f2"), ("qs", "i1", (QK,))]), nb, start)
+        return (blk["d"].astype(np.float64)[:, None] * blk["qs"].astype(np.float64)).reshape(-1)
+    if ttype == Q4_0:
+        blk = np.frombuffer(buf, np.dtype([("d", "<f2"), ("qs", "u1", (QK // 2,))]), nb, start)
+        lo = (blk["qs"] & 0x0F).astype(np.int64) - 8
+        hi = (blk["qs"] >> 4).astype(np.int64) - 8
+        q = np.concatenate([lo, hi], axis=1).astype(np.float64)
+        return (blk["d"].astype(np.float64)[:, None] * q).reshape(-1)
+    raise ValueError("unsupported tensor type %d" % ttype)
+
+
+def act_q8_0(x):
+    """Round activations [n_tok, n] through Q8_0 as ggml's quantize_row_q8_0_ref."""
+    b = x.reshape(x.shape[0], -1, QK)
+    amax = np.abs(b).max(axis=2, keepdims=True)
+    d = amax / 127.0
+    inv = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
+    v = b * inv
+    q = np.sign(v) * np.floor(np.abs(v) + 0.5)  # roundf: half away from zero
+    q = np.clip(q, -128, 127)
+    d16 = d.astype(np.float16).astype(np.float64)
+    return (q * d16).reshape(x.shape)
+
+
+class Weight:
+    def __init__(self, tensors, name, rows, cols):
+        if name not in tensors:
+            raise ValueError("missing tensor " + name)
+        ne, data, ttype = tensors[name]
+        if list(ne) != [cols, rows]:
+            raise ValueError("tensor %s: ne %s, expected [%d, %d]" % (name, ne, cols, rows))
+        self.w = data.reshape(rows, cols)
+        self.quant_act = ttype in (Q8_0, Q4_0)
+
+    def __call__(self, x):  # x [n_tok, cols] -> [n_tok, rows]
+        if self.quant_act:
+            x = act_q8_0(x)
+        return x @ self.w.T
+
+
+def rmsnorm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps) * w
+
+
+def rope(x, n_head, head_dim, n_rot, base, pos):
+    # x [n_tok, n_head * head_dim]; adjacent pairs (2i, 2i+1), i < n_rot/2.
+    x = x.reshape(len(pos), n_head, head_dim).copy()
+    i = np.arange(n_rot // 2)
+    theta = pos[:, None].astype(np.float64) * base ** (-2.0 * i / n_rot)  # [n_tok, n_rot/2]
+    c = np.cos(theta)[:, None, :]
+    s = np.sin(theta)[:, None, :]
+    x0 = x[:, :, 0:n_rot:2].copy()
+    x1 = x[:, :, 1:n_rot:2].copy()
+    x[:, :, 0:n_rot:2] = x0 * c - x1 * s
+    x[:, :, 1:n_rot:2] = x0 * s + x1 * c
+    return x.reshape(len(pos), n_head * head_dim)
+
+
+def forward(kv, tensors, tokens):
+    if kv.get("general.architecture") != "llama":
+        raise ValueError("architecture is not llama")
+    n_embd = int(kv["llama.embedding_length"])
+    n_layer = int(kv["llama.block_count"])
+    n_ff = int(kv["llama.feed_forward_length"])
+    n_head = int(kv["llama.attention.head_count"])
+    n_head_kv = int(kv.get("llama.attention.head_count_kv", n_head))
+    eps = float(kv.get("llama.attention.layer_norm_rms_epsilon", 1e-5))
+    base = float(kv.get("llama.rope.freq_base", 10000.0))
+    head_dim = n_embd // n_head
+    n_rot = int(kv.get("llama.rope.dimension_count", head_dim))
+    kv_dim = n_head_kv * head_dim
+    ne, emb, _ = tensors["token_embd.weight"]
+    n_vocab = ne[1]
+    emb = emb.reshape(n_vocab, n_embd)
+    n = len(tokens)
+    pos = np.arange(n)
+    x = emb[np.array(tokens)].copy()
+    group = n_head // n_head_kv
+    mask = np.triu(np.full((n, n), -np.inf), 1)
+    for l in range(n_layer):
+        def W(name, rows, cols):
+            return Weight(tensors, "blk.%d.%s.weight" % (l, name), rows, cols)
+
+        def norm(name):
+            return tensors["blk.%d.%s.weight" % (l, name)][1]
+
+        h = rmsnorm(x, norm("attn_norm"), eps)
+        q = rope(W("attn_q", n_embd, n_embd)(h), n_head, head_dim, n_rot, base, pos)
+        k = rope(W("attn_k", kv_dim, n_embd)(h), n_head_kv, head_dim, n_rot, base, pos)
+        v = W("attn_v", kv_dim, n_embd)(h)
+        att = np.zeros((n, n_embd))
+        for hd in range(n_head):
+            g = hd // group
+            qh = q[:, hd * head_dim:(hd + 1) * head_dim]
+            kh = k[:, g * head_dim:(g + 1) * head_dim]
+            vh = v[:, g * head_dim:(g + 1) * head_dim]
+            s = qh @ kh.T / np.sqrt(head_dim) + mask
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            s /= s.sum(axis=1, keepdims=True)
+            att[:, hd * head_dim:(hd + 1) * head_dim] = s @ vh
+        x = x + W("attn_output", n_embd, n_embd)(att)
+        h = rmsnorm(x, norm("ffn_norm"), eps)
+        gt = W("ffn_gate", n_ff, n_embd)(h)
+        up = W("ffn_up", n_ff, n_embd)(h)
+        x = x + W("ffn_down", n_embd, n_ff)(gt / (1.0 + np.exp(-gt)) * up)
+    x = rmsnorm(x, tensors["output_norm.weight"][1], eps)
+    out_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+    return Weight(tensors, out_name, n_vocab, n_embd)(x)
+
+
+def main(argv):
+    if len(argv) < 3:
+        sys.stderr.write("usage: ref_forward.py MODEL.gguf TOKEN [TOKEN ...]\n")
+        return 2
+    try:
+        kv, tensors = parse_gguf(argv[1])
+        logits = forward(kv, tensors, [int(t) for t in argv[2:]])
+    except (ValueError, KeyError, struct.error) as e:
+        sys.stderr.write("ref_forward.py: %s: %s\n" % (argv[1], e))
+        return 2
+    out = sys.stdout
+    for row in logits:
+        out.write(" ".join("%.17g" % v for v in row))
+        out.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
