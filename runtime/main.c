@@ -19,6 +19,7 @@
 
 #include "draft/sd_draft.h"
 #include "quant/sd_quant.h"
+#include "runtime/sd_cli.h"
 #include "runtime/sd_config.h"
 #include "runtime/sd_convert.h"
 #include "runtime/sd_generate.h"
@@ -52,6 +53,8 @@ static void print_help(FILE *f) {
             "  quantize   IN.gguf OUT.gguf q8_0|q4_0        quantized copy of a GGUF model\n"
             "  info       FILE.gguf                         architecture, sizes, types, vocab\n"
             "  tokenize   -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)   print token ids\n"
+            "  bench      A/B benchmark, target alone vs speculative (--kernels: bandwidth)\n"
+            "  synth      -o DIR [--preset P --type T --noise S]  synthetic target/draft pair\n"
             "\n"
             "generate options (llama.cpp spellings in parentheses):\n"
             "  --config FILE            JSON pair config (flags override it)\n"
@@ -302,11 +305,41 @@ static void print_stats(const sd_gen_stats *st, int with_draft, int32_t k) {
             st->t_prefill_ms, st->t_draft_ms, st->t_verify_ms, st->t_sample_ms);
 }
 
+/* The generated text exactly as streamed: the concatenated pieces of the tokens (a
+ * continuation keeps its leading space, unlike llama_detokenize of the ids alone). */
+static int pieces_text(const sd_vocab *vocab, const int32_t *toks, int32_t n, char **out,
+                       size_t *out_len, sd_error *err) {
+    size_t cap = 256, len = 0;
+    char *buf = malloc(cap);
+    for (int32_t i = 0; buf && i < n; i++) {
+        int m = sd_vocab_token_to_piece(vocab, toks[i], buf + len, cap - len);
+        if (m < 0) continue;
+        if ((size_t)m >= cap - len) {
+            size_t ncap = (len + (size_t)m) * 2 + 1;
+            char *nb = realloc(buf, ncap);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap = ncap;
+            sd_vocab_token_to_piece(vocab, toks[i], buf + len, cap - len);
+        }
+        len += (size_t)m;
+    }
+    if (!buf) return sd_errorf(err, SD_ERR_OOM, "out of memory building the output text");
+    buf[len] = '\0';
+    *out = buf;
+    *out_len = len;
+    return SD_OK;
+}
+
 static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n,
                       const sd_gen_stats *st, int32_t k, sd_error *err) {
     char *text = NULL;
     size_t text_len = 0;
-    int rc = sd_vocab_detokenize(vocab, toks, (size_t)n, &text, &text_len, err);
+    int rc = pieces_text(vocab, toks, n, &text, &text_len, err);
     if (rc) return rc;
     json_t *ids = json_array();
     for (int32_t i = 0; i < n; i++) json_array_append_new(ids, json_integer(toks[i]));
@@ -606,5 +639,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return sd_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "synth")) return sd_cmd_synth(argc - 1, argv + 1);
     return usage_error("unknown command '%s'", cmd);
 }
