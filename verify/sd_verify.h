@@ -41,10 +41,12 @@ typedef struct sd_rng {
 } sd_rng;
 
 void sd_rng_seed(sd_rng *r, uint64_t seed);
-/* Uniform double in [0, 1) with 53 random bits. */
+/* Next raw 64-bit output of the xoshiro256** stream (advances r by one step). */
+uint64_t sd_rng_next_u64(sd_rng *r);
+/* Uniform double in [0, 1) with 53 random bits: (sd_rng_next_u64(r) >> 11) * 2^-53. */
 double sd_rng_uniform(sd_rng *r);
 
-/* Index of the largest logit; lowest index on ties. n >= 1. */
+/* Index of the largest logit; lowest index on ties; NaN entries never win. n >= 1. */
 int32_t sd_argmax(const float *x, int32_t n);
 
 /*
@@ -57,13 +59,18 @@ int32_t sd_argmax(const float *x, int32_t n);
  *   logits  : float [n_vocab]
  *   probs   : float [n_vocab] (out)
  *   scratch : int32 [n_vocab] work space
- * Errors: SD_ERR_ARG if n_vocab < 1 or a logit is NaN.
+ * Logits of -inf get probability 0; if any logit is +inf the mass is shared by the +inf
+ * entries (the limit of the softmax). top_p <= 0 keeps the single best token.
+ * Errors: SD_ERR_ARG if n_vocab < 1, a logit is NaN, temp is NaN or +-inf, top_p is
+ * NaN, or a pointer is NULL.
  */
 int sd_warp(const sd_sampling_params *sp, const float *logits, int32_t n_vocab, float *probs,
             int32_t *scratch, sd_error *err);
 
 /* Inverse-CDF draw: smallest i with sum_{j<=i} probs[j] > u * sum(probs), skipping
- * zero entries; u in [0, 1). */
+ * zero entries; u in [0, 1). Sums are in double, so u just below 1 picks the last
+ * positive entry; u >= 1 also returns it. Entries that are not > 0 count as zero.
+ * Returns -1 if probs is NULL, n_vocab < 1 or no entry is positive. */
 int32_t sd_sample(const float *probs, int32_t n_vocab, double u);
 
 /* Result of one verification step. tokens[0 .. n_tokens) are emitted in order: the
@@ -79,7 +86,9 @@ typedef struct sd_verify_result {
  * Greedy verification.
  *   draft         : int32 [k], 0 <= k <= SD_MAX_DRAFT
  *   target_logits : float [k + 1, n_vocab] (row i scores the token after draft[0..i))
- * Errors: SD_ERR_ARG (k out of range, draft id out of [0, n_vocab)).
+ * Only rows up to the first mismatch are read.
+ * Errors: SD_ERR_ARG (k out of range, draft id out of [0, n_vocab), n_vocab < 1, NULL
+ * pointer, a NaN logit in a row that is read). On error *res is not written.
  */
 int sd_verify_greedy(const int32_t *draft, int32_t k, const float *target_logits,
                      int32_t n_vocab, sd_verify_result *res, sd_error *err);
@@ -94,7 +103,12 @@ int sd_verify_greedy(const int32_t *draft, int32_t k, const float *target_logits
  *   scratch : float [n_vocab] work space for the residual distribution
  * If the residual max(0, p - q) is all zero (p == q on that row, which cannot reject
  * in exact arithmetic) the correction is drawn from p.
- * Errors: SD_ERR_ARG (k out of range, id out of range, q(x) == 0 for a drafted x).
+ * Accepts x_i iff u * q_i(x_i) < p_i(x_i), computed as u < p/q in double: u < 1, so
+ * p(x) >= q(x) always accepts and p(x) == 0 never does.
+ * Errors: SD_ERR_ARG (k out of range, id out of range, q(x) not > 0 for a drafted x,
+ * n_vocab < 1, NULL pointer): found before any uniform is drawn, so rng and *res are
+ * untouched. The one late error, SD_ERR_ARG for a target row that is read but has no
+ * positive entry, leaves *res untouched but rng advanced.
  */
 int sd_verify_sample(const int32_t *draft, int32_t k, const float *q, const float *p,
                      int32_t n_vocab, sd_rng *rng, float *scratch, sd_verify_result *res,
