@@ -1,6 +1,7 @@
 /* LLM proposer: a small llama model run autoregressively with its own KV cache. */
 #include "draft/sd_draft.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct llm_proposer {
@@ -37,7 +38,12 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
         if (rc) return rc;
         float *q = p->probs + (size_t)i * n_vocab;
         rc = sd_warp(&p->samp, p->logits, n_vocab, q, p->warp_scratch, err);
-        if (rc) return rc;
+        if (rc) {
+            char msg[SD_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+            return sd_errorf(err, (sd_status)rc, "%s: draft logits: %s", sd_model_path(p->model),
+                             msg);
+        }
         tok = p->samp.temp <= 0.0f ? sd_argmax(q, n_vocab)
                                    : sd_sample(q, n_vocab, sd_rng_uniform(&p->rng));
         out->tokens[i] = tok;

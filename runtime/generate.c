@@ -1,6 +1,7 @@
 /* The speculative generation loop (see sd_generate.h). */
 #include "runtime/sd_generate.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,7 +151,14 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
         sd_verify_result res;
         rc = verify_step(gp, &prop, k, n_vocab, &b, &rng, &res, err);
         st->t_sample_ms += sd_time_ms() - t;
-        if (rc) goto done;
+        if (rc) {
+            /* Name the model: a NaN logit here means corrupt weights in that file. */
+            char msg[SD_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+            sd_errorf(err, (sd_status)rc, "%s: verification failed: %s",
+                      sd_model_path(sd_scorer_model(target)), msg);
+            goto done;
+        }
 
         st->n_drafted += k;
         for (int32_t i = 0; i < k; i++) st->drafted_at[i]++;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "draft/sd_draft.h"
 #include "quant/sd_quant.h"
@@ -139,6 +140,35 @@ static void rewrite_aliases(int argc, char **argv) {
     }
 }
 
+/*
+ * getopt would read llama.cpp's multi-letter single-dash flags that we do not know
+ * (-ngl 99, -fa, -cd 256) as a short flag with a glued value (-n "gl"). Reject them by
+ * name instead. Values of options that take one are skipped (a prompt may start with
+ * '-'). Returns 0 or a usage-error exit status.
+ */
+static int reject_unknown_single_dash(int argc, char **argv, const char *shortopts,
+                                      const struct option *longopts) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) break;
+        if (a[0] != '-' || a[1] == '\0') continue;
+        int takes_value = 0;
+        if (a[1] == '-') {
+            if (strchr(a, '=')) continue;
+            for (const struct option *o = longopts; o->name; o++)
+                if (!strcmp(a + 2, o->name)) takes_value = o->has_arg == required_argument;
+        } else if (a[2] == '\0') {
+            const char *c = strchr(shortopts, a[1]);
+            takes_value = c && c[1] == ':';
+        } else if ((a[1] >= 'a' && a[1] <= 'z') || (a[1] >= 'A' && a[1] <= 'Z')) {
+            if (a[2] >= '0' && a[2] <= '9') continue; /* -n5, -t2: glued numbers are fine */
+            return usage_error("unknown option '%s'", a);
+        }
+        if (takes_value) i++;
+    }
+    return 0;
+}
+
 /* ---- generate ---- */
 
 enum {
@@ -189,10 +219,13 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         {0, 0, 0, 0},
     };
     memset(c, 0, sizeof *c);
+    static const char shortopts[] = ":m:p:f:n:k:s:t:c:h";
+    int bad = reject_unknown_single_dash(argc, argv, shortopts, opts);
+    if (bad) return bad;
     opterr = 0;
     optind = 1;
     int o;
-    while ((o = getopt_long(argc, argv, ":m:p:f:n:k:s:t:c:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
         switch (o) {
         case OPT_CONFIG: c->config = optarg; break;
         case 'm':
@@ -202,8 +235,9 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         case 'p': c->prompt = optarg; break;
         case 'f': c->prompt_file = optarg; break;
         case 'n':
-            if (parse_i64(optarg, 1, INT32_MAX / 2, &c->n))
-                return usage_error("-n/--max-tokens: expected an integer >= 1, found '%s'",
+            if (parse_i64(optarg, -1, INT32_MAX / 2, &c->n) || c->n == 0)
+                return usage_error("-n/--max-tokens: expected an integer >= 1 (or -1: until "
+                                   "EOS or the context is full), found '%s'",
                                    optarg);
             c->has_n = 1;
             break;
@@ -335,6 +369,51 @@ static int pieces_text(const sd_vocab *vocab, const int32_t *toks, int32_t n, ch
     return SD_OK;
 }
 
+/* Length of the valid UTF-8 sequence at s[0 .. n), or 0 if invalid (RFC 3629). */
+static size_t utf8_seq_len(const unsigned char *s, size_t n) {
+    unsigned char c = s[0];
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else
+        return 0;
+    if (n < len || s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+    return len;
+}
+
+/* Copy with every invalid UTF-8 byte replaced by U+FFFD. malloc'd, NUL-terminated. */
+static char *utf8_sanitize(const char *in, size_t n, size_t *out_len) {
+    char *out = malloc(n * 3 + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq_len((const unsigned char *)in + i, n - i);
+        if (l == 0 || (l == 1 && in[i] == '\0')) {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        } else {
+            memcpy(out + o, in + i, l);
+            o += l;
+            i += l;
+        }
+    }
+    out[o] = '\0';
+    *out_len = o;
+    return out;
+}
+
 static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n,
                       const sd_gen_stats *st, int32_t k, sd_error *err) {
     char *text = NULL;
@@ -357,6 +436,12 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n,
         sd_stats_tokens_per_s(st), "ttft_ms", st->ttft_ms, "itl_ms", sd_stats_itl_ms(st),
         "t_prefill_ms", st->t_prefill_ms, "t_draft_ms", st->t_draft_ms, "t_verify_ms",
         st->t_verify_ms, "t_sample_ms", st->t_sample_ms, "stop", sd_stop_reason_str(st->stop));
+    /* jansson needs valid UTF-8: a byte-fallback token or a character cut at -n can
+     * leave a partial sequence; such bytes become U+FFFD, as a text decoder would. */
+    char *clean = utf8_sanitize(text, text_len, &text_len);
+    free(text);
+    text = clean;
+    if (!text) return sd_errorf(err, SD_ERR_OOM, "out of memory building the output text");
     json_t *root = json_pack("{s:s%, s:o, s:o}", "text", text, text_len, "tokens", ids,
                              "stats", stats);
     free(text);
@@ -367,6 +452,13 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n,
     puts(s);
     free(s);
     return SD_OK;
+}
+
+/* Prefix an error about a model named by a config file with the config and its key. */
+static void note_config_key(sd_error *err, const char *cfg_path, const char *key) {
+    char msg[SD_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    sd_errorf(err, err->status, "%s: key '%s': %s", cfg_path, key, msg);
 }
 
 static int cmd_generate(int argc, char **argv) {
@@ -405,6 +497,21 @@ static int cmd_generate(int argc, char **argv) {
     if (c.has_seed) gp.seed = (uint64_t)c.seed;
     int32_t threads = c.has_threads ? (int32_t)c.threads : (cfg.has_threads ? cfg.threads : 0);
     int32_t ctx = c.has_ctx ? (int32_t)c.ctx : (cfg.has_ctx_size ? cfg.ctx_size : 0);
+    if (c.draft && !c.no_draft) {
+        /* llama.cpp's old `--draft N` was a token count; here --draft is a file. */
+        const char *d = c.draft;
+        while (*d >= '0' && *d <= '9') d++;
+        if (*d == '\0' && access(c.draft, F_OK) != 0) {
+            exit_code = usage_error("--draft takes the draft model file, found '%s' (for the "
+                                    "number of draft tokens use -k/--draft-max)",
+                                    c.draft);
+            goto done;
+        }
+    }
+    if (c.no_draft && (c.draft || cfg.draft))
+        fprintf(stderr, "specdec: --no-draft: ignoring the draft model, target alone\n");
+    else if (!draft)
+        fprintf(stderr, "specdec: no draft model (-md FILE): generating with the target alone\n");
 
     const char *prompt = NULL;
     size_t prompt_len = 0;
@@ -420,7 +527,10 @@ static int cmd_generate(int argc, char **argv) {
         prompt_len = strlen(prompt);
     }
 
-    if ((rc = sd_model_load(target, &tm, &err))) goto done;
+    if ((rc = sd_model_load(target, &tm, &err))) {
+        if (!c.target) note_config_key(&err, c.config, "target");
+        goto done;
+    }
     const sd_hparams *th = sd_model_hparams(tm);
     const sd_vocab *vocab = sd_model_vocab(tm);
     if (ctx == 0 || ctx > th->n_ctx_train) {
@@ -434,7 +544,10 @@ static int cmd_generate(int argc, char **argv) {
     sp.n_threads = threads;
     if ((rc = sd_scorer_init(tm, &sp, &scorer, &err))) goto done;
     if (draft) {
-        if ((rc = sd_model_load(draft, &dm, &err))) goto done;
+        if ((rc = sd_model_load(draft, &dm, &err))) {
+            if (!c.draft) note_config_key(&err, c.config, "draft");
+            goto done;
+        }
         if ((rc = sd_vocab_check_pair(vocab, target, sd_model_vocab(dm), draft, &err))) goto done;
         sd_session_params dsp = sp;
         const int32_t dctx = sd_model_hparams(dm)->n_ctx_train;
@@ -458,6 +571,9 @@ static int cmd_generate(int argc, char **argv) {
                        n_ids, ctx);
         goto done;
     }
+    /* -n -1: until EOS or the context is full (one more than fits, so the stop is "context"). */
+    if (c.has_n && c.n == -1) gp.n_predict = ctx - (int32_t)n_ids + 2;
+    if (gp.n_predict < 1) gp.n_predict = 1;
     out = malloc((size_t)gp.n_predict * sizeof(int32_t));
     if (!out) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);

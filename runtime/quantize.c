@@ -74,11 +74,17 @@ int sd_quantize_file(const char *in_path, const char *out_path, sd_type type, FI
     sd_gguf *g = NULL;
     int st = sd_gguf_open(in_path, &g, err);
     if (st) return st;
+    if (sd_gguf_n_tensors(g) == 0) {
+        sd_gguf_close(g);
+        return sd_errorf(err, SD_ERR_FORMAT,
+                         "%s: no tensors: a vocabulary-only GGUF is not a model to quantize",
+                         in_path);
+    }
     sd_gguf_writer *w = sd_gguf_writer_new();
     const int64_t nt = sd_gguf_n_tensors(g);
     uint8_t **bufs = calloc(nt > 0 ? (size_t)nt : 1, sizeof *bufs);
     size_t in_bytes = 0, out_bytes = 0;
-    int n_fallback = 0;
+    int n_fallback = 0, warned_requant = 0;
     if (!w || !bufs) {
         st = sd_errorf(err, SD_ERR_OOM, "%s: out of memory", out_path);
         goto out;
@@ -102,6 +108,13 @@ int sd_quantize_file(const char *in_path, const char *out_path, sd_type type, FI
                             "; stored as f16\n",
                             t->name, t->ne[0], sd_type_block_elems(type));
             }
+        }
+        if (log && !warned_requant && dst != src &&
+            (src == SD_TYPE_Q8_0 || src == SD_TYPE_Q4_0)) {
+            fprintf(log, "%s: note: requantizing %s -> %s adds the errors of both (quantize from "
+                         "f32 or f16 for the best copy)\n",
+                    in_path, sd_type_name(src), sd_type_name(dst));
+            warned_requant = 1;
         }
         const int64_t n_rows = t->ne[1] * t->ne[2] * t->ne[3]; /* fits: nbytes was checked */
         size_t src_row, dst_row, nbytes;

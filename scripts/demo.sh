@@ -14,12 +14,14 @@ cmake --build build-release -j "$jobs" --target specdec >/dev/null
 bin=build-release/specdec
 
 data=../shared/data/models
-if [ ! -f models/stories260K-f32.gguf ] || [ ! -f models/stories260K-q4_0.gguf ]; then
+if [ ! -f models/stories260K-f32.gguf ] || [ ! -f models/stories260K-q4_0.gguf ] ||
+    [ ! -f models/stories260K-q8_0.gguf ]; then
     if [ ! -f "$data/stories260K.bin" ]; then
         echo "demo: $data/stories260K.bin not found (it ships beside the repo in ../shared)" >&2
         exit 1
     fi
     "$bin" convert "$data/stories260K.bin" "$data/tok512.bin" models/stories260K-f32.gguf
     "$bin" quantize models/stories260K-f32.gguf models/stories260K-q4_0.gguf q4_0
+    "$bin" quantize models/stories260K-f32.gguf models/stories260K-q8_0.gguf q8_0
 fi
 exec "$bin" generate --config configs/stories260k-q4-draft.json "$@"
