@@ -5,18 +5,21 @@
  * No global -m flags: functions carry __attribute__((target(...))). Non-x86-64 builds
  * compile this file to nothing.
  *
- * Loop structure as in matmul_avx2.c: rows outer, activation rows in tiles of SD_NT
- * tokens then single tokens; each (row, token) pair runs the same instruction sequence
- * with its own accumulators in any tile, so results do not depend on n_tok / r0 / r1.
- *
- * Q8_0 / Q4_0 x Q8_0: two 32-element blocks per 512-bit step (block i in the low 256
- *   bits, block i+1 in the high 256 bits; an odd last block is zero-extended).
- *   Products via VNNI: Q8_0 dpbusd(|w| as u8, x * sign(w) as s8); Q4_0 dpbusd(q as u8,
- *   x) - dpbusd(8, x) -> 16 x i32 (8 per block, exact: |w| <= 128, |x| <= 127),
- *   converted to float and accumulated as
- *   acc = fma(float(p), [d_w0*d_x0 x8 | d_w1*d_x1 x8], acc); fixed horizontal sum.
- *   Q4_0 (ggml-common.h block_q4_0): 16 bytes -> low nibbles = elements 0..15, high
- *   nibbles = 16..31; value q - 8.
+ * Q8_0 / Q4_0 x Q8_0: rows outer; all tokens of a call in groups of at most SD_QNT (16),
+ *   so one pass over a weight row feeds up to 16 tokens, and the weight-side work
+ *   (loading, Q4_0 nibble unpacking, scales) is done once per row per group. Blocks go
+ *   in octets of 8 (layout at SD_XOCT below): per token and octet 4 VNNI dpbusd into one
+ *   vector (per 32-bit lane the exact int dot of 16 elements of one block), one int->float
+ *   conversion, d = dw * dx, acc = fma(float(p), d, acc). dpbusd wants unsigned x signed:
+ *   weights are the unsigned operand (Q4_0 nibbles q, Q8_0 w + 128) and the offset
+ *   (8 or 128 times the lane's sum of x) is an activation property, precomputed with the
+ *   packed activations as the dpbusd starting value. Activations are packed once per call
+ *   per thread into aligned scratch ([group][octet][token], 384 bytes each); without
+ *   scratch memory each octet is packed on the stack instead (same values, same bits).
+ *   Each (row, token) runs the same instructions in the same order in any group, so
+ *   results do not depend on n_tok / grouping / r0 / r1.
+ * Activation Q8_0 quantization (sd_quantize_activations): vectorized, byte-identical to
+ *   the scalar reference.
  * F32 / F16 / BF16 x F32: two 16-lane FMA accumulators per token (32 columns per step),
  *   masked loads for the tail; F16 via vcvtph2ps, BF16 via zero-extend + shift 16.
  */
@@ -25,6 +28,8 @@
 #if defined(__x86_64__)
 
 #include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define SD_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define SD_INL static inline __attribute__((always_inline))
@@ -44,140 +49,317 @@ SD_T SD_INL float hsum16(__m512 v) {
 /* Q8_0 / Q4_0 weights x Q8_0 activations                                               */
 /* ---------------------------------------------------------------------------------- */
 
-/* 32 signed int8 weights of one block, in a 256-bit register. kind: 8 or 4. */
-SD_T SD_INL __m256i load_wq1(const void *wr, int64_t i, const int kind) {
-    if (kind == 8) {
-        const sd_block_q8_0 *b = (const sd_block_q8_0 *)wr + i;
-        return _mm256_loadu_si256((const __m256i *)b->qs);
-    }
-    const sd_block_q4_0 *b = (const sd_block_q4_0 *)wr + i;
-    const __m128i raw = _mm_loadu_si128((const __m128i *)b->qs);
-    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(raw),
-                                                 _mm_srli_epi16(raw, 4), 1);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F)); /* unsigned nibbles q */
-}
+#define SD_QNT 16    /* most tokens per group: one pass over a weight row feeds them all */
+#define SD_XOCT 384  /* packed activation bytes per token per octet (8 blocks) */
 
-/* Blocks i and i+1, i in the low half: Q8_0 as 64 signed int8; Q4_0 as 64 unsigned
- * nibbles q (0..15, the -8 is applied in the dot product). */
-SD_T SD_INL __m512i load_wq2(const void *wr, int64_t i, const int kind) {
-    if (kind == 8) {
-        const sd_block_q8_0 *b = (const sd_block_q8_0 *)wr + i;
-        return _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs)),
-            _mm256_loadu_si256((const __m256i *)b[1].qs), 1);
-    }
-    const sd_block_q4_0 *b = (const sd_block_q4_0 *)wr + i;
-    const __m256i raw = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs)),
-        _mm_loadu_si128((const __m128i *)b[1].qs), 1); /* 128-bit lanes [b0 | b1] */
-    /* [b0 b0 b1 b1]; shift the 2nd copy of each right by 4 (high nibbles), mask:
-     * lanes [lo0 hi0 lo1 hi1] = block i elements 0..31, block i+1 elements 0..31 */
-    const __m512i r2 = _mm512_castsi256_si512(raw);
-    const __m512i dup = _mm512_shuffle_i64x2(r2, r2, _MM_SHUFFLE(1, 1, 0, 0));
-    const __m512i sh = _mm512_mask_srli_epi16(dup, (__mmask32)0xFF00FF00u, dup, 4);
-    return _mm512_and_si512(sh, _mm512_set1_epi8(0x0F));
-}
+/*
+ * Octet layout. 8 blocks (256 elements) are held in 4 vectors V0..V3: qword b (b = 0..7)
+ * of V_k is elements [8k, 8k + 8) of block b. So 32-bit lanes 2b and 2b + 1 only ever
+ * see block b, and the four VNNI dot products of an octet accumulate into one vector:
+ * per lane the exact sum of 16 products of one block. Weights and activations use the
+ * same layout (weights rearranged in registers, activations packed once per call).
+ */
 
-SD_T SD_INL uint16_t load_wd(const void *wr, int64_t i, const int kind) {
-    if (kind == 8) return ((const sd_block_q8_0 *)wr)[i].d;
-    return ((const sd_block_q4_0 *)wr)[i].d;
-}
-
-/* Per 32-bit lane (4 consecutive elements) the exact int dot of weights and x:
- * Q8_0: dpbusd(|w|, x * sign(w)) (sign trick; x is never -128 from the quantizer).
- * Q4_0: dpbusd(q, x) - dpbusd(8, x) = sum (q - 8) x (q unsigned nibbles, no sign trick). */
-SD_T SD_INL __m512i qprod(__m512i aw, __mmask64 neg, __m512i x, const int kind) {
-    const __m512i zero = _mm512_setzero_si512();
-    if (kind == 8) {
-        const __m512i sx = _mm512_mask_sub_epi8(x, neg, zero, x);
-        return _mm512_dpbusd_epi32(zero, aw, sx);
-    }
-    return _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, aw, x),
-                            _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), x));
-}
-
-/* [h2f(a), h2f(b), 0, 0]: two fp16 scales converted by one vcvtph2ps. */
-SD_T SD_INL __m128 h2f_pair(uint16_t a, uint16_t b) {
-    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)a | ((uint32_t)b << 16))));
-}
-
-/* res[t] = dot(weight row wr, activation row xs[t]) for t < nt; nb blocks of 32.
- * Block scales: d = [dw0, dw1] * [dx0, dx1] (one mulps: the same IEEE products as
- * scalar dw * dx), expanded to [d0 x8 | d1 x8] with vpermps. */
-SD_T SD_INL void qdot_tile(const void *wr, const sd_block_q8_0 *const *xs, const int nt,
-                           int64_t nb, const int kind, float *res) {
-    __m512 acc[SD_NT];
+/* V0..V3 (signed int8) of 8 Q8_0 blocks b[0..7]: a 4 x 8 qword transpose. */
+SD_T SD_INL void oct_q8(const sd_block_q8_0 *b, __m512i v[4]) {
+    __m512i z[4];
     _Pragma("GCC unroll 4")
+    for (int j = 0; j < 4; j++) /* z_j = [block 2j | block 2j+1] */
+        z[j] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[2 * j].qs)),
+            _mm256_loadu_si256((const __m256i *)b[2 * j + 1].qs), 1);
+    const __m512i i1 = _mm512_set_epi64(13, 9, 5, 1, 12, 8, 4, 0);
+    const __m512i i2 = _mm512_set_epi64(15, 11, 7, 3, 14, 10, 6, 2);
+    const __m512i s0 = _mm512_permutex2var_epi64(z[0], i1, z[1]); /* q0 of 0..3, q1 of 0..3 */
+    const __m512i s1 = _mm512_permutex2var_epi64(z[0], i2, z[1]); /* q2, q3 of 0..3 */
+    const __m512i s2 = _mm512_permutex2var_epi64(z[2], i1, z[3]); /* q0, q1 of 4..7 */
+    const __m512i s3 = _mm512_permutex2var_epi64(z[2], i2, z[3]);
+    v[0] = _mm512_shuffle_i64x2(s0, s2, _MM_SHUFFLE(1, 0, 1, 0));
+    v[1] = _mm512_shuffle_i64x2(s0, s2, _MM_SHUFFLE(3, 2, 3, 2));
+    v[2] = _mm512_shuffle_i64x2(s1, s3, _MM_SHUFFLE(1, 0, 1, 0));
+    v[3] = _mm512_shuffle_i64x2(s1, s3, _MM_SHUFFLE(3, 2, 3, 2));
+}
+
+/* V0..V3 (unsigned nibbles q, 0..15) of 8 Q4_0 blocks. Block bytes qs[0..7] hold
+ * elements 0..7 (low nibbles) and 16..23 (high), qs[8..15] elements 8..15 and 24..31. */
+SD_T SD_INL void oct_q4(const sd_block_q4_0 *b, __m512i v[4]) {
+#define SD_LQ(k) _mm_loadu_si128((const __m128i *)b[k].qs)
+    __m512i z0 = _mm512_castsi128_si512(SD_LQ(0)), z1 = _mm512_castsi128_si512(SD_LQ(4));
+    z0 = _mm512_inserti32x4(z0, SD_LQ(1), 1); /* immediates: no loop (-O0 builds) */
+    z1 = _mm512_inserti32x4(z1, SD_LQ(5), 1);
+    z0 = _mm512_inserti32x4(z0, SD_LQ(2), 2);
+    z1 = _mm512_inserti32x4(z1, SD_LQ(6), 2);
+    z0 = _mm512_inserti32x4(z0, SD_LQ(3), 3);
+    z1 = _mm512_inserti32x4(z1, SD_LQ(7), 3);
+#undef SD_LQ
+    const __m512i r0 = _mm512_permutex2var_epi64(z0, _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), z1);
+    const __m512i r1 = _mm512_permutex2var_epi64(z0, _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1), z1);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    v[0] = _mm512_and_si512(r0, m4);
+    v[1] = _mm512_and_si512(r1, m4);
+    v[2] = _mm512_and_si512(_mm512_srli_epi16(r0, 4), m4);
+    v[3] = _mm512_and_si512(_mm512_srli_epi16(r1, 4), m4);
+}
+
+/* The 8 fp16 scales d[0..7] (stride bytes apart) as floats, lanes 2b and 2b+1 = d[b]. */
+SD_T SD_INL __m512 oct_scales(const unsigned char *d, size_t stride) {
+    uint64_t lo = 0, hi = 0;
+    _Pragma("GCC unroll 4")
+    for (int j = 0; j < 4; j++) {
+        uint16_t a, c;
+        memcpy(&a, d + (size_t)j * stride, 2);
+        memcpy(&c, d + (size_t)(4 + j) * stride, 2);
+        lo |= (uint64_t)a << (16 * j);
+        hi |= (uint64_t)c << (16 * j);
+    }
+    const __m256i dup = _mm256_set_epi16(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    return _mm512_cvtph_ps(_mm256_permutexvar_epi16(
+        dup, _mm256_castsi128_si256(_mm_set_epi64x((long long)hi, (long long)lo))));
+}
+
+/* Weight octet at blocks [i, i + 8) of row wr (all present): V0..V3 as the unsigned
+ * dpbusd operand (Q8_0: w + 128 = w ^ 0x80; Q4_0: the nibbles q) and the scales. */
+SD_T SD_INL void w_oct(const void *wr, int64_t i, const int kind, __m512i v[4], __m512 *dw) {
+    if (kind == 8) {
+        const sd_block_q8_0 *b = (const sd_block_q8_0 *)wr + i;
+        oct_q8(b, v);
+        const __m512i s = _mm512_set1_epi8((char)0x80);
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 4; k++) v[k] = _mm512_xor_si512(v[k], s);
+        *dw = oct_scales((const unsigned char *)b, sizeof *b);
+    } else {
+        const sd_block_q4_0 *b = (const sd_block_q4_0 *)wr + i;
+        oct_q4(b, v);
+        *dw = oct_scales((const unsigned char *)b, sizeof *b);
+    }
+}
+
+/* A last, partial octet (nv < 8 blocks from i): copied to zeroed blocks, so absent
+ * blocks have q = 0 (Q4_0), w = 0 (Q8_0) and scale +0; their activations are 0 too. */
+SD_T SD_INL void w_oct_tail(const void *wr, int64_t i, int64_t nv, const int kind,
+                            __m512i v[4], __m512 *dw) {
+    if (kind == 8) {
+        sd_block_q8_0 tmp[8];
+        memset(tmp, 0, sizeof tmp);
+        memcpy(tmp, (const sd_block_q8_0 *)wr + i, (size_t)nv * sizeof tmp[0]);
+        w_oct(tmp, 0, 8, v, dw);
+    } else {
+        sd_block_q4_0 tmp[8];
+        memset(tmp, 0, sizeof tmp);
+        memcpy(tmp, (const sd_block_q4_0 *)wr + i, (size_t)nv * sizeof tmp[0]);
+        w_oct(tmp, 0, 4, v, dw);
+    }
+}
+
+/* Pack one activation octet (Q8_0 blocks xb[0..nv), nv <= 8, absent blocks are 0) to
+ * out[SD_XOCT], 64-byte aligned: V0..V3 (signed x), then the int32 lane correction
+ * corr = -c * (sum of the 16 x of the lane) with c = 128 (Q8_0 weights stored as
+ * w + 128) or 8 (Q4_0: q - 8), then the scales as floats (lanes 2b, 2b+1 = dx_b). */
+SD_T SD_INL void x_oct(const sd_block_q8_0 *xb, int64_t nv, const int kind, uint8_t *out) {
+    sd_block_q8_0 tmp[8];
+    if (nv < 8) {
+        memset(tmp, 0, sizeof tmp);
+        memcpy(tmp, xb, (size_t)nv * sizeof tmp[0]);
+        xb = tmp;
+    }
+    __m512i v[4];
+    oct_q8(xb, v);
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i sx = _mm512_setzero_si512();
+    _Pragma("GCC unroll 4")
+    for (int k = 0; k < 4; k++) {
+        _mm512_store_si512((__m512i *)(out + 64 * k), v[k]);
+        sx = _mm512_dpbusd_epi32(sx, ones, v[k]); /* sum of x per lane */
+    }
+    const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                          _mm512_slli_epi32(sx, kind == 8 ? 7 : 3));
+    _mm512_store_si512((__m512i *)(out + 256), corr);
+    _mm512_store_ps((float *)(out + 320), oct_scales((const unsigned char *)xb, sizeof *xb));
+}
+
+/* One octet for nt tokens; xp: the octet's packed activations of the nt tokens, one
+ * after the other. Per token: p = corr + sum_k dpbusd(V_k(w), V_k(x)) = per lane the
+ * exact int dot of 16 weights (Q4_0: q - 8) and activations of one block, then
+ * acc = fma(float(p), dw * dx, acc). The weight-side work is shared by all tokens. */
+SD_T SD_INL void q_oct(const __m512i v[4], __m512 dw, const int nt, const uint8_t *xp,
+                       __m512 *acc) {
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < nt; t++) {
+        const uint8_t *x = xp + (size_t)t * SD_XOCT;
+        __m512i p = _mm512_load_si512((const __m512i *)(x + 256));
+        p = _mm512_dpbusd_epi32(p, v[0], _mm512_load_si512((const __m512i *)(x + 0)));
+        p = _mm512_dpbusd_epi32(p, v[1], _mm512_load_si512((const __m512i *)(x + 64)));
+        p = _mm512_dpbusd_epi32(p, v[2], _mm512_load_si512((const __m512i *)(x + 128)));
+        p = _mm512_dpbusd_epi32(p, v[3], _mm512_load_si512((const __m512i *)(x + 192)));
+        const __m512 d = _mm512_mul_ps(dw, _mm512_load_ps((const float *)(x + 320)));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[t]);
+    }
+}
+
+/* res[t] = dot(weight row wr, activation row t), t < nt. Packed activations xp:
+ * [octet][token][SD_XOCT]. If xq1 != NULL (no scratch memory; nt == 1) each octet is
+ * packed on the fly from the Q8_0 row xq1 into a stack buffer instead: same values. */
+SD_T SD_INL void qgroup(const void *wr, int64_t nb, const int kind, const int nt,
+                        const uint8_t *xp, const sd_block_q8_0 *xq1, float *res) {
+    __m512 acc[SD_QNT];
+    _Alignas(64) uint8_t one[SD_XOCT];
+    _Pragma("GCC unroll 16")
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
-    const __m512i expand = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512i v[4];
+    __m512 dw;
     int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m512i w = load_wq2(wr, i, kind);
-        const __mmask64 neg = kind == 8 ? _mm512_movepi8_mask(w) : 0;
-        const __m512i aw = kind == 8 ? _mm512_abs_epi8(w) : w; /* -128 -> 128 as u8 */
-        const __m128 dw = h2f_pair(load_wd(wr, i, kind), load_wd(wr, i + 1, kind));
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < nt; t++) {
-            const sd_block_q8_0 *xb = xs[t] + i;
-            const __m512i x = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xb[0].qs)),
-                _mm256_loadu_si256((const __m256i *)xb[1].qs), 1);
-            const __m512i p = qprod(aw, neg, x, kind);
-            const __m128 d2 = _mm_mul_ps(dw, h2f_pair(xb[0].d, xb[1].d));
-            const __m512 d = _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(d2));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[t]);
+    for (; i + 8 <= nb; i += 8) {
+        w_oct(wr, i, kind, v, &dw);
+        if (xq1) {
+            x_oct(xq1 + i, 8, kind, one);
+            q_oct(v, dw, 1, one, acc);
+        } else {
+            q_oct(v, dw, nt, xp, acc);
+            xp += (size_t)nt * SD_XOCT;
         }
     }
-    if (i < nb) { /* odd last block: zero-extended to 512 bits, high half adds 0 * 0 */
-        const __m512i w = _mm512_zextsi256_si512(load_wq1(wr, i, kind));
-        const __mmask64 neg = kind == 8 ? _mm512_movepi8_mask(w) : 0;
-        const __m512i aw = kind == 8 ? _mm512_abs_epi8(w) : w;
-        const __m128 dw = h2f_pair(load_wd(wr, i, kind), 0);
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < nt; t++) {
-            const sd_block_q8_0 *xb = xs[t] + i;
-            const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)xb[0].qs));
-            const __m512i p = qprod(aw, neg, x, kind);
-            const __m128 d2 = _mm_mul_ps(dw, h2f_pair(xb[0].d, 0)); /* [d0, 0, 0, 0] */
-            const __m512 d = _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(d2));
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[t]);
+    if (i < nb) {
+        w_oct_tail(wr, i, nb - i, kind, v, &dw);
+        if (xq1) {
+            x_oct(xq1 + i, nb - i, kind, one);
+            q_oct(v, dw, 1, one, acc);
+        } else {
+            q_oct(v, dw, nt, xp, acc);
         }
     }
-    _Pragma("GCC unroll 4")
+    _Pragma("GCC unroll 16")
     for (int t = 0; t < nt; t++) res[t] = hsum16(acc[t]);
 }
 
+#define SD_QG(K, NT)                                                                       \
+    SD_T static void qgroup_##K##_##NT(const void *wr, int64_t nb, const uint8_t *xp,     \
+                                       float *res) {                                       \
+        qgroup(wr, nb, K, NT, xp, NULL, res);                                              \
+    }
+#define SD_QG_ALL(K)                                                                       \
+    SD_QG(K, 1) SD_QG(K, 2) SD_QG(K, 3) SD_QG(K, 4) SD_QG(K, 5) SD_QG(K, 6) SD_QG(K, 7)   \
+    SD_QG(K, 8) SD_QG(K, 9) SD_QG(K, 10) SD_QG(K, 11) SD_QG(K, 12) SD_QG(K, 13)           \
+    SD_QG(K, 14) SD_QG(K, 15) SD_QG(K, 16)
+SD_QG_ALL(8)
+SD_QG_ALL(4)
+
+typedef void (*qgroup_fn)(const void *, int64_t, const uint8_t *, float *);
+#define SD_QG_TAB(K)                                                                       \
+    {qgroup_##K##_1, qgroup_##K##_2, qgroup_##K##_3, qgroup_##K##_4, qgroup_##K##_5,      \
+     qgroup_##K##_6, qgroup_##K##_7, qgroup_##K##_8, qgroup_##K##_9, qgroup_##K##_10,     \
+     qgroup_##K##_11, qgroup_##K##_12, qgroup_##K##_13, qgroup_##K##_14, qgroup_##K##_15, \
+     qgroup_##K##_16}
+static const qgroup_fn k_qgroup8[SD_QNT] = SD_QG_TAB(8);
+static const qgroup_fn k_qgroup4[SD_QNT] = SD_QG_TAB(4);
+
+/* Tokens are processed in ng groups of near-equal size (<= SD_QNT); the packed
+ * activations of group g start at scratch offset b0 * n_oct * SD_XOCT. */
 SD_T SD_INL void qrows(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                       float *y, int64_t ldy, int64_t r0, int64_t r1, const int kind) {
-    const int64_t nb = n / 32;
-    const size_t xrb = (size_t)nb * sizeof(sd_block_q8_0);
-    const sd_block_q8_0 *xs[SD_NT];
-    float res[SD_NT];
-    for (int64_t r = r0; r < r1; r++) {
-        const void *wr = (const char *)w + (size_t)r * wrb;
-        int64_t b = 0;
-        for (; b + SD_NT <= n_tok; b += SD_NT) {
-            for (int t = 0; t < SD_NT; t++)
-                xs[t] = (const sd_block_q8_0 *)((const char *)xq + (size_t)(b + t) * xrb);
-            qdot_tile(wr, xs, SD_NT, nb, kind, res);
-            for (int t = 0; t < SD_NT; t++) y[(b + t) * ldy + r] = res[t];
+                       float *y, int64_t ldy, int64_t r0, int64_t r1, const int kind,
+                       const int noscratch) {
+    const int64_t nb = n / 32, no = (nb + 7) / 8;
+    const sd_block_q8_0 *xb = (const sd_block_q8_0 *)xq;
+    const int64_t ng = (n_tok + SD_QNT - 1) / SD_QNT;
+    float res[SD_QNT];
+    uint8_t *buf =
+        no > 0 && !noscratch ? aligned_alloc(64, (size_t)(n_tok * no) * SD_XOCT) : NULL;
+    if (!buf) { /* no scratch (or n == 0): one token at a time, packed on the fly */
+        for (int64_t r = r0; r < r1; r++) {
+            const void *wr = (const char *)w + (size_t)r * wrb;
+            for (int64_t b = 0; b < n_tok; b++) {
+                qgroup(wr, nb, kind, 1, NULL, xb + b * nb, res);
+                y[b * ldy + r] = res[0];
+            }
         }
-        for (; b < n_tok; b++) {
-            xs[0] = (const sd_block_q8_0 *)((const char *)xq + (size_t)b * xrb);
-            qdot_tile(wr, xs, 1, nb, kind, res);
-            y[b * ldy + r] = res[0];
+        return;
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        const int64_t b0 = n_tok * g / ng, b1 = n_tok * (g + 1) / ng, nt = b1 - b0;
+        uint8_t *gp = buf + (size_t)(b0 * no) * SD_XOCT;
+        for (int64_t o = 0; o < no; o++) {
+            const int64_t nv = nb - 8 * o < 8 ? nb - 8 * o : 8;
+            for (int64_t t = 0; t < nt; t++)
+                x_oct(xb + (b0 + t) * nb + 8 * o, nv, kind, gp + (size_t)(o * nt + t) * SD_XOCT);
         }
     }
+    const qgroup_fn *tab = kind == 8 ? k_qgroup8 : k_qgroup4;
+    for (int64_t r = r0; r < r1; r++) {
+        const void *wr = (const char *)w + (size_t)r * wrb;
+        for (int64_t g = 0; g < ng; g++) {
+            const int64_t b0 = n_tok * g / ng, b1 = n_tok * (g + 1) / ng;
+            tab[b1 - b0 - 1](wr, nb, buf + (size_t)(b0 * no) * SD_XOCT, res);
+            for (int64_t b = b0; b < b1; b++) y[b * ldy + r] = res[b - b0];
+        }
+    }
+    free(buf);
 }
 
 SD_T static void avx512_q8_0(const void *w, size_t wrb, int64_t n, const void *xq,
                              int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 8);
+    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 8, 0);
 }
 
 SD_T static void avx512_q4_0(const void *w, size_t wrb, int64_t n, const void *xq,
                              int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 4);
+    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 4, 0);
+}
+
+SD_T static void avx512_q8_0_noscratch(const void *w, size_t wrb, int64_t n, const void *xq,
+                                       int64_t n_tok, float *y, int64_t ldy, int64_t r0,
+                                       int64_t r1) {
+    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 8, 1);
+}
+
+SD_T static void avx512_q4_0_noscratch(const void *w, size_t wrb, int64_t n, const void *xq,
+                                       int64_t n_tok, float *y, int64_t ldy, int64_t r0,
+                                       int64_t r1) {
+    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 4, 1);
+}
+
+/* Q8_0 quantization of an activation row, byte-identical to quant.c's reference
+ * (ggml quantize_row_q8_0_ref): amax by a max reduction (order-free), d = amax / 127 and
+ * id = 1 / d in scalar float, x * id in vector float (the same IEEE product), roundf
+ * exactly as r = trunc(v), r += sign(v) if |v - r| >= 0.5 (v - r is exact), then int8.
+ * |v| stays below 2^31 (|x| <= amax, finite id), so int32 conversion then signed
+ * saturation to int8 equals quant.c's f_to_i8. A block with a NaN or an infinity, or
+ * with 1 / d = inf (amax tiny), goes through the scalar reference. */
+SD_T static void avx512_quant_q8_0(const float *x, void *vy, int64_t n) {
+    sd_block_q8_0 *y = (sd_block_q8_0 *)vy;
+    const __m512 sign = _mm512_set1_ps(-0.0f), half = _mm512_set1_ps(0.5f);
+    const __m512 one = _mm512_set1_ps(1.0f), big = _mm512_set1_ps(3.40282347e38f);
+    for (int64_t i = 0; i < n / SD_QK8_0; i++) {
+        const float *xb = x + i * SD_QK8_0;
+        const __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
+        const __m512 aa = _mm512_abs_ps(a), ab = _mm512_abs_ps(b);
+        if (_mm512_cmp_ps_mask(aa, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(ab, big, _CMP_NLE_UQ)) {
+            sd_quantize_row(SD_TYPE_Q8_0, xb, y + i, SD_QK8_0);
+            continue;
+        }
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(aa, ab));
+        const float d = amax / ((1 << 7) - 1);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        if (!(id <= 3.40282347e38f)) { /* d tiny (subnormal): 1 / d = inf */
+            sd_quantize_row(SD_TYPE_Q8_0, xb, y + i, SD_QK8_0);
+            continue;
+        }
+        y[i].d = sd_fp32_to_fp16(d);
+        const __m512 vid = _mm512_set1_ps(id);
+        __m512i q[2];
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            const __m512 v = _mm512_mul_ps(h ? b : a, vid);
+            __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m512 f = _mm512_abs_ps(_mm512_sub_ps(v, r));
+            const __mmask16 up = _mm512_cmp_ps_mask(f, half, _CMP_GE_OQ);
+            const __m512 sv = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+                _mm512_castps_si512(v), _mm512_castps_si512(sign), _mm512_castps_si512(one),
+                0xEA)); /* (v & sign) | one = copysign(1, v) */
+            r = _mm512_mask_add_ps(r, up, r, sv);
+            q[h] = _mm512_cvttps_epi32(r);
+        }
+        _mm_storeu_si128((__m128i *)y[i].qs, _mm512_cvtsepi32_epi8(q[0]));
+        _mm_storeu_si128((__m128i *)(y[i].qs + 16), _mm512_cvtsepi32_epi8(q[1]));
+    }
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -268,6 +450,17 @@ const sd_kernel_set sd_kernels_avx512 = {
     .bf16 = avx512_bf16,
     .q8_0 = avx512_q8_0,
     .q4_0 = avx512_q4_0,
+    .quant_q8_0 = avx512_quant_q8_0,
+};
+
+const sd_kernel_set sd_kernels_avx512_noscratch = {
+    .name = "avx512",
+    .f32 = avx512_f32,
+    .f16 = avx512_f16,
+    .bf16 = avx512_bf16,
+    .q8_0 = avx512_q8_0_noscratch,
+    .q4_0 = avx512_q4_0_noscratch,
+    .quant_q8_0 = avx512_quant_q8_0,
 };
 
 #else  /* !__x86_64__ */

@@ -122,11 +122,19 @@ const sd_kernel_set sd_kernels_scalar = {
 /* Activations                                                                          */
 /* ---------------------------------------------------------------------------------- */
 
+/* Q8_0 rows go through the active kernel set's quantizer when it has one (bytes
+ * identical to the reference, tested); everything else through sd_quantize_row. */
 void sd_quantize_activations(sd_type wt, const float *x, int64_t n_tok, int64_t n, void *out) {
     const sd_type vt = sd_vec_dot_type(wt);
     const size_t rb = x_row_bytes(wt, n);
-    for (int64_t b = 0; b < n_tok; b++)
-        sd_quantize_row(vt, x + b * n, (char *)out + (size_t)b * rb, n);
+    void (*q8)(const float *, void *, int64_t) =
+        vt == SD_TYPE_Q8_0 ? sd_kernel_set_active()->quant_q8_0 : NULL;
+    for (int64_t b = 0; b < n_tok; b++) {
+        if (q8)
+            q8(x + b * n, (char *)out + (size_t)b * rb, n);
+        else
+            sd_quantize_row(vt, x + b * n, (char *)out + (size_t)b * rb, n);
+    }
 }
 
 /* ---------------------------------------------------------------------------------- */

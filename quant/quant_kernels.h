@@ -24,6 +24,9 @@ typedef void (*sd_rows_kernel)(const void *w, size_t w_row_bytes, int64_t n_cols
 typedef struct sd_kernel_set {
     const char *name; /* "scalar", "avx2", "avx512" */
     sd_rows_kernel f32, f16, bf16, q8_0, q4_0;
+    /* Q8_0 quantization of one activation row x[n] (n a multiple of 32) to y, bytes
+     * identical to sd_quantize_row(SD_TYPE_Q8_0, ...); NULL: use that reference. */
+    void (*quant_q8_0)(const float *x, void *y, int64_t n);
 } sd_kernel_set;
 
 /* Scalar reference (matmul_ref.c): always available. */
@@ -33,6 +36,10 @@ extern const sd_kernel_set sd_kernels_scalar;
 extern const sd_kernel_set sd_kernels_avx2;
 /* AVX-512 F/BW/VL/VNNI (+FMA/F16C) (matmul_avx512.c). */
 extern const sd_kernel_set sd_kernels_avx512;
+/* Test hook: "avx512" with its Q8_0/Q4_0 kernels forced onto the path they take when
+ * scratch memory cannot be allocated (activations packed per octet on the stack). Must
+ * give the same bits as sd_kernels_avx512. Not part of the dispatch. */
+extern const sd_kernel_set sd_kernels_avx512_noscratch;
 #endif
 
 /* The set called `name` if it exists and this CPU can run it, else NULL. */

@@ -508,10 +508,6 @@ static int cmd_generate(int argc, char **argv) {
             goto done;
         }
     }
-    if (c.no_draft && (c.draft || cfg.draft))
-        fprintf(stderr, "specdec: --no-draft: ignoring the draft model, target alone\n");
-    else if (!draft)
-        fprintf(stderr, "specdec: no draft model (-md FILE): generating with the target alone\n");
 
     const char *prompt = NULL;
     size_t prompt_len = 0;
@@ -574,6 +570,10 @@ static int cmd_generate(int argc, char **argv) {
     /* -n -1: until EOS or the context is full (one more than fits, so the stop is "context"). */
     if (c.has_n && c.n == -1) gp.n_predict = ctx - (int32_t)n_ids + 2;
     if (gp.n_predict < 1) gp.n_predict = 1;
+    if (c.no_draft && (c.draft || cfg.draft))
+        fprintf(stderr, "specdec: --no-draft: ignoring the draft model, target alone\n");
+    else if (!draft)
+        fprintf(stderr, "specdec: no draft model (-md FILE): generating with the target alone\n");
     out = malloc((size_t)gp.n_predict * sizeof(int32_t));
     if (!out) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
@@ -757,5 +757,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return sd_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return sd_cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "perplexity")) return sd_cmd_perplexity(argc - 1, argv + 1);
     return usage_error("unknown command '%s'", cmd);
 }

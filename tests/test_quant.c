@@ -462,6 +462,67 @@ Test(quant_activations, layout) {
     cr_assert_eq(memcmp(got, x, sizeof x), 0);
 }
 
+/* Every kernel set's SIMD Q8_0 activation quantizer gives the reference's bytes: random
+ * rows over many magnitudes, exact roundf ties (+-k.5 at d = 1), zero / -0 blocks, values
+ * just below and above .5, subnormals, a scale that overflows fp16, NaN and infinities. */
+Test(quant_activations, simd_q8_0_bit_exact) {
+    uint64_t s = 2024;
+    enum { NB = 64, N = NB * 32 };
+    static float x[N];
+    static unsigned char want[NB * 34], got[NB * 34];
+    int tested = 0;
+    for (size_t si = 0; si < N_SETS; si++) {
+        const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
+        if (!ks || !ks->quant_q8_0) continue;
+        tested++;
+        for (int trial = 0; trial < 200; trial++) {
+            for (int i = 0; i < NB; i++) {
+                float *xb = x + 32 * i;
+                const int kind = (int)(rng_next(&s) % 10);
+                const float scale = ldexpf(1.0f, (int)(rng_next(&s) % 60) - 40);
+                for (int j = 0; j < 32; j++) xb[j] = rng_f(&s) * scale;
+                switch (kind) {
+                case 0: /* amax 127 -> d = 1: x = +-k.5 are exact roundf ties */
+                    for (int j = 0; j < 32; j++)
+                        xb[j] = (float)((int)(rng_next(&s) % 254) - 127) + 0.5f;
+                    xb[0] = 127.0f;
+                    xb[1] = -0.5f;
+                    xb[2] = 0.5f;
+                    xb[3] = -126.5f;
+                    break;
+                case 1: /* zero block, with a -0 */
+                    memset(xb, 0, 32 * sizeof(float));
+                    xb[5] = -0.0f;
+                    break;
+                case 2: /* around .5 at d = 1 */
+                    for (int j = 1; j < 32; j++)
+                        xb[j] = nextafterf((float)(j % 7) + 0.5f, (j & 1) ? 0.0f : 100.0f);
+                    xb[0] = -127.0f;
+                    break;
+                case 3: /* subnormals */
+                    for (int j = 0; j < 32; j++) xb[j] = rng_f(&s) * 0x1p-130f;
+                    break;
+                case 4: /* d beyond the fp16 range (stored as inf) */
+                    for (int j = 0; j < 32; j++) xb[j] = rng_f(&s) * 1e7f;
+                    xb[9] = 3e38f;
+                    break;
+                case 5: xb[rng_next(&s) % 32] = NAN; break;
+                case 6: xb[rng_next(&s) % 32] = (rng_next(&s) & 1) ? INFINITY : -INFINITY; break;
+                default: break;
+                }
+            }
+            memset(got, 0xAB, sizeof got);
+            sd_quantize_row(SD_TYPE_Q8_0, x, want, N);
+            ks->quant_q8_0(x, got, N);
+            for (int i = 0; i < NB; i++)
+                cr_assert_eq(memcmp(got + 34 * i, want + 34 * i, 34), 0,
+                             "%s: block %d of trial %d differs from the reference", ks->name, i,
+                             trial);
+        }
+    }
+    cr_log_info("SIMD Q8_0 activation quantizers tested: %d", tested);
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* kernels                                                                              */
 /* ---------------------------------------------------------------------------------- */
@@ -690,7 +751,7 @@ Test(quant_kernels, simd_vs_ref) {
  * rows == n_tok single-token calls == any split of [0, rows) into ranges. */
 Test(quant_kernels, batch_invariance_bitexact) {
     uint64_t s = 4321;
-    static const int64_t toks[] = {9, 17, 4, 5, 8};
+    static const int64_t toks[] = {9, 17, 4, 5, 8, 16, 33, 2};
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const sd_type t = k_types[ti];
         const int quantized = t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_0;
@@ -721,6 +782,17 @@ Test(quant_kernels, batch_invariance_bitexact) {
                 cr_assert_eq(memcmp(yb, y1, sizeof(float) * (size_t)(rows * n_tok)), 0,
                              "%s %s n=%lld rows=%lld n_tok=%lld: batched != single", ks->name,
                              sd_type_name(t), (long long)n, (long long)rows, (long long)n_tok);
+#if defined(__x86_64__)
+                /* the AVX-512 no-scratch path (octets packed on the stack) == packed path */
+                if (ks == &sd_kernels_avx512) {
+                    memset(y1, 0xFF, sizeof(float) * (size_t)(rows * n_tok));
+                    sd_kernel_for_type(&sd_kernels_avx512_noscratch, t)(p.w, p.wrb, n, p.xq, n_tok,
+                                                                      y1, rows, 0, rows);
+                    cr_assert_eq(memcmp(yb, y1, sizeof(float) * (size_t)(rows * n_tok)), 0,
+                                 "avx512 %s n=%lld n_tok=%lld: no-scratch path differs",
+                                 sd_type_name(t), (long long)n, (long long)n_tok);
+                }
+#endif
                 /* a middle slice of tokens (offset activation pointer) in one call */
                 const int64_t b0 = n_tok / 3, nt2 = n_tok - b0 - 1;
                 if (nt2 > 0) {
