@@ -1,4 +1,4 @@
-/* KV cache: contiguous per-layer [n_ctx, kv_dim] float rows for K and V (see sd_kv.h). */
+/* KV cache: contiguous per-layer [n_ctx, kv_dim] rows (F32 or F16) for K and V (see sd_kv.h). */
 #include "kv/sd_kv.h"
 
 #include <stdlib.h>
@@ -14,9 +14,11 @@ struct sd_kv {
     int32_t n_ctx;
     int32_t kv_dim;
     int32_t n;        /* committed positions */
-    size_t layer_len; /* floats per layer: n_ctx * kv_dim */
-    float *k;         /* [n_layer, n_ctx, kv_dim] */
-    float *v;         /* [n_layer, n_ctx, kv_dim] */
+    sd_type type;     /* F32 or F16 */
+    size_t row_bytes; /* kv_dim * element size */
+    size_t layer_len; /* bytes per layer: n_ctx * row_bytes */
+    uint8_t *k;       /* [n_layer, n_ctx, kv_dim] */
+    uint8_t *v;       /* [n_layer, n_ctx, kv_dim] */
 };
 
 static void *kv_alloc(size_t bytes) {
@@ -34,10 +36,14 @@ int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
         return sd_errorf(err, SD_ERR_ARG,
                          "kv cache: sizes out of range (n_layer %d <= %d, n_ctx %d <= %d, kv_dim %d <= %d)",
                          p->n_layer, SD_KV_MAX_LAYER, p->n_ctx, SD_KV_MAX_CTX, p->kv_dim, SD_KV_MAX_DIM);
-    size_t layer_len, total, bytes;
-    if (sd_mul_size((size_t)p->n_ctx, (size_t)p->kv_dim, &layer_len) ||
-        sd_mul_size(layer_len, (size_t)p->n_layer, &total) ||
-        sd_mul_size(total, sizeof(float), &bytes))
+    if (p->type != SD_TYPE_F32 && p->type != SD_TYPE_F16)
+        return sd_errorf(err, SD_ERR_ARG, "kv cache: element type %s (%d), expected f32 or f16",
+                         sd_type_name((uint32_t)p->type), (int)p->type);
+    const size_t elem = p->type == SD_TYPE_F16 ? sizeof(uint16_t) : sizeof(float);
+    size_t row_bytes, layer_len, bytes;
+    if (sd_mul_size((size_t)p->kv_dim, elem, &row_bytes) ||
+        sd_mul_size(row_bytes, (size_t)p->n_ctx, &layer_len) ||
+        sd_mul_size(layer_len, (size_t)p->n_layer, &bytes))
         return sd_errorf(err, SD_ERR_OOM, "kv cache: size overflows (n_layer %d, n_ctx %d, kv_dim %d)",
                          p->n_layer, p->n_ctx, p->kv_dim);
     sd_kv *kv = calloc(1, sizeof *kv);
@@ -46,6 +52,8 @@ int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
     kv->n_ctx = p->n_ctx;
     kv->kv_dim = p->kv_dim;
     kv->n = 0;
+    kv->type = p->type;
+    kv->row_bytes = row_bytes;
     kv->layer_len = layer_len;
     kv->k = kv_alloc(bytes);
     kv->v = kv_alloc(bytes);
@@ -69,6 +77,9 @@ void sd_kv_free(sd_kv *kv) {
 
 int32_t sd_kv_n(const sd_kv *kv) { return kv->n; }
 int32_t sd_kv_capacity(const sd_kv *kv) { return kv->n_ctx; }
+sd_type sd_kv_type(const sd_kv *kv) { return kv->type; }
+int32_t sd_kv_dim(const sd_kv *kv) { return kv->kv_dim; }
+size_t sd_kv_row_bytes(const sd_kv *kv) { return kv->row_bytes; }
 
 int sd_kv_reserve(const sd_kv *kv, int32_t m, sd_error *err) {
     if (m < 0) return sd_errorf(err, SD_ERR_ARG, "kv cache: cannot reserve %d positions", m);
@@ -94,17 +105,17 @@ int sd_kv_truncate(sd_kv *kv, int32_t n_keep, sd_error *err) {
 }
 
 static size_t kv_off(const sd_kv *kv, int32_t layer, int32_t pos) {
-    return (size_t)layer * kv->layer_len + (size_t)pos * (size_t)kv->kv_dim;
+    return (size_t)layer * kv->layer_len + (size_t)pos * kv->row_bytes;
 }
 
-float *sd_kv_k(sd_kv *kv, int32_t layer, int32_t pos) {
+void *sd_kv_k(sd_kv *kv, int32_t layer, int32_t pos) {
     SD_CHECK(layer >= 0 && layer < kv->n_layer && pos >= 0 && pos < kv->n_ctx,
              "sd_kv_k: layer or position out of range");
     if (layer < 0 || layer >= kv->n_layer || pos < 0 || pos >= kv->n_ctx) return NULL;
     return kv->k + kv_off(kv, layer, pos);
 }
 
-float *sd_kv_v(sd_kv *kv, int32_t layer, int32_t pos) {
+void *sd_kv_v(sd_kv *kv, int32_t layer, int32_t pos) {
     SD_CHECK(layer >= 0 && layer < kv->n_layer && pos >= 0 && pos < kv->n_ctx,
              "sd_kv_v: layer or position out of range");
     if (layer < 0 || layer >= kv->n_layer || pos < 0 || pos >= kv->n_ctx) return NULL;

@@ -1,8 +1,8 @@
 /*
- * CPU backend: OpenMP over output rows / (token, head) pairs; see backend.h for op
- * shapes and the determinism contract. Every reduction (dot products, sums of squares,
- * softmax sums) runs sequentially in index order inside one thread, so results never
- * depend on the batch size or the thread count.
+ * CPU backend: OpenMP over chunks of output rows / (token, KV head, head block) items;
+ * see backend.h for op shapes and the determinism contract. Every reduction (dot
+ * products, sums of squares, softmax sums) runs in a fixed order inside one thread, so
+ * results never depend on the batch size, the thread count or which thread ran them.
  */
 #include "runtime/backend.h"
 
@@ -16,6 +16,9 @@
  * tests set it to 0 so that tiny models exercise the threaded paths. */
 #define SD_CPU_PAR_MIN_WORK 131072
 #define SD_CPU_MAX_THREADS 1024
+/* Matmul rows are handed to threads in chunks (see cpu_matmul). */
+#define SD_CPU_CHUNKS_PER_THREAD 16
+#define SD_CPU_MIN_CHUNK_ROWS 16
 
 typedef struct sd_backend_cpu {
     sd_backend base;
@@ -26,7 +29,8 @@ typedef struct sd_backend_cpu {
     double par_min_work; /* see SD_CPU_PAR_MIN_WORK */
     void *xq;        /* quantized activations: n_batch rows of max_cols */
     size_t xq_bytes;
-    float *scores;   /* attention scores: n_threads rows of n_ctx */
+    float *scores;   /* attention scores: n_threads x SD_ATT_HB rows of n_ctx */
+    const struct att_kernels *att; /* attention kernels (kernels_pick) */
 } sd_backend_cpu;
 
 static sd_backend_cpu *cpu_of(sd_backend *be) { return (sd_backend_cpu *)be; }
@@ -37,13 +41,6 @@ static void cpu_free(sd_backend *be) {
     free(c->xq);
     free(c->scores);
     free(c);
-}
-
-/* Same-order sequential dot product (no reassociation: deterministic). */
-static float dot_f32(const float *a, const float *b, int32_t n) {
-    float s = 0.0f;
-    for (int32_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
 }
 
 static void cpu_get_rows(sd_backend *be, const sd_weight *w, const int32_t *ids, int32_t n_tok,
@@ -68,6 +65,9 @@ static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32
              "matmul: shape exceeds the scratch sized at init");
     uint8_t *xq = c->xq;
     const double work = (double)rows * (double)cols * (double)n_tok;
+    /* About SD_CPU_CHUNKS_PER_THREAD chunks per thread, at least SD_CPU_MIN_CHUNK_ROWS rows. */
+    int64_t chunk = rows / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
+    if (chunk < SD_CPU_MIN_CHUNK_ROWS) chunk = SD_CPU_MIN_CHUNK_ROWS;
 #pragma omp parallel num_threads(c->n_threads) if (c->n_threads > 1 && work >= c->par_min_work)
     {
         const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
@@ -75,9 +75,15 @@ static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32
         if (t1 > t0)
             sd_quantize_activations(w->type, x + t0 * cols, t1 - t0, cols, xq + (size_t)t0 * xrow);
 #pragma omp barrier
-        const int64_t r0 = rows * tid / nth, r1 = rows * (tid + 1) / nth;
-        if (r1 > r0)
+        /* Rows in chunks handed out dynamically: a thread that shares its core with other
+         * work (or starts late) takes fewer chunks instead of holding up the others.
+         * Which thread computes a row never changes its value. */
+        const int64_t n_chunks = (rows + chunk - 1) / chunk;
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t ci = 0; ci < n_chunks; ci++) {
+            const int64_t r0 = ci * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
             sd_matmul_rows(w->type, w->data, w->row_bytes, cols, xq, n_tok, y, rows, r0, r1);
+        }
     }
 }
 
@@ -119,46 +125,312 @@ static void cpu_rope(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int3
 static void cpu_kv_store(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0, int32_t n_tok,
                          int32_t kv_dim, const float *k, const float *v) {
     (void)be;
-    for (int32_t t = 0; t < n_tok; t++) {
-        float *kd = sd_kv_k(kv, layer, pos0 + t);
-        float *vd = sd_kv_v(kv, layer, pos0 + t);
-        memcpy(kd, k + (size_t)t * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
-        memcpy(vd, v + (size_t)t * (size_t)kv_dim, (size_t)kv_dim * sizeof(float));
+    SD_CHECK(kv_dim == sd_kv_dim(kv), "kv_store: kv_dim differs from the cache's");
+    const sd_type t = sd_kv_type(kv);
+    for (int32_t tk = 0; tk < n_tok; tk++) {
+        void *kd = sd_kv_k(kv, layer, pos0 + tk);
+        void *vd = sd_kv_v(kv, layer, pos0 + tk);
+        const float *ks = k + (size_t)tk * (size_t)kv_dim, *vs = v + (size_t)tk * (size_t)kv_dim;
+        if (t == SD_TYPE_F16) { /* round to nearest even (the reference conversion) */
+            sd_quantize_row(SD_TYPE_F16, ks, kd, kv_dim);
+            sd_quantize_row(SD_TYPE_F16, vs, vd, kv_dim);
+        } else {
+            memcpy(kd, ks, (size_t)kv_dim * sizeof(float));
+            memcpy(vd, vs, (size_t)kv_dim * sizeof(float));
+        }
     }
 }
 
-/* One query row of one head over keys [0, n_keys). sc: scratch of n_keys floats. */
-static void attend_one(const float *q, sd_kv *kv, int32_t layer, int32_t n_keys, int32_t kv_off,
-                       int32_t head_dim, int32_t kv_dim, float scale, float *sc, float *out) {
-    for (int32_t j = 0; j < n_keys;) {
-        int32_t span = sd_kv_span(kv, j);
-        if (span > n_keys - j) span = n_keys - j;
-        const float *kb = sd_kv_k(kv, layer, j) + kv_off;
-        for (int32_t jj = 0; jj < span; jj++)
-            sc[j + jj] = dot_f32(q, kb + (size_t)jj * (size_t)kv_dim, head_dim) * scale;
-        j += span;
+/*
+ * Attention kernels. One call handles a block of nh <= SD_ATT_HB query heads of one
+ * token that share one KV head, so every K/V row of that KV head is read once for all
+ * of them (GQA: n_head / n_head_kv heads share a KV head). Two kernels per level:
+ *   scores: sc[h * scs + j] = dot(q_h, k_j) * scale     for j in [0, span)
+ *   vsum  : out_h[d] += sc[h * scs + j] * v_j[d]          for j = 0, 1, .. span - 1
+ * k_j / v_j: row j of a span (rows `stride` bytes apart) at the KV head's offset, F32
+ * or F16 (converted to f32 in registers). The value computed for one (head, key) or
+ * (head, d) is a fixed function of that head's q / weights and the K/V rows, with a
+ * fixed accumulation order (d ascending in fixed-width chunks, keys ascending): never
+ * of nh, the span split, the batch size or the thread count. Levels: scalar (the
+ * reference), AVX2+FMA+F16C, AVX-512F; chosen at backend init (see kernels_pick).
+ */
+#define SD_ATT_HB 8   /* query heads per block (accumulators kept in registers) */
+#define SD_ATT_CHUNK 64 /* scalar path: K/V elements converted at a time */
+
+typedef void (*att_scores_fn)(const float *q, int32_t nh, int32_t hd, const void *k, size_t stride,
+                              sd_type kt, int32_t span, float scale, float *sc, size_t scs);
+typedef void (*att_vsum_fn)(const float *sc, size_t scs, int32_t nh, int32_t hd, const void *v,
+                            size_t stride, sd_type vt, int32_t span, float *out);
+
+typedef struct att_kernels {
+    const char *name;
+    att_scores_fn scores;
+    att_vsum_fn vsum;
+} att_kernels;
+
+/* Elements [d0, d0 + n) of a K/V row as floats. */
+static void row_to_f32(const void *row, sd_type t, int32_t d0, int32_t n, float *dst) {
+    if (t == SD_TYPE_F16) {
+        const uint16_t *r = (const uint16_t *)row + d0;
+        for (int32_t i = 0; i < n; i++) dst[i] = sd_fp16_to_fp32(r[i]);
+    } else {
+        memcpy(dst, (const float *)row + d0, (size_t)n * sizeof(float));
     }
-    float mx = sc[0];
-    for (int32_t j = 1; j < n_keys; j++) mx = sc[j] > mx ? sc[j] : mx;
-    float sum = 0.0f;
-    for (int32_t j = 0; j < n_keys; j++) {
-        sc[j] = expf(sc[j] - mx);
-        sum += sc[j];
-    }
-    for (int32_t d = 0; d < head_dim; d++) out[d] = 0.0f;
-    for (int32_t j = 0; j < n_keys;) {
-        int32_t span = sd_kv_span(kv, j);
-        if (span > n_keys - j) span = n_keys - j;
-        const float *vb = sd_kv_v(kv, layer, j) + kv_off;
-        for (int32_t jj = 0; jj < span; jj++) {
-            const float wj = sc[j + jj];
-            const float *vr = vb + (size_t)jj * (size_t)kv_dim;
-            for (int32_t d = 0; d < head_dim; d++) out[d] += wj * vr[d];
+}
+
+static void att_scores_scalar(const float *q, int32_t nh, int32_t hd, const void *k,
+                              size_t stride, sd_type kt, int32_t span, float scale, float *sc,
+                              size_t scs) {
+    float kc[SD_ATT_CHUNK];
+    for (int32_t j = 0; j < span; j++) {
+        const void *kr = (const uint8_t *)k + (size_t)j * stride;
+        float acc[SD_ATT_HB] = {0};
+        for (int32_t d0 = 0; d0 < hd; d0 += SD_ATT_CHUNK) {
+            const int32_t n = hd - d0 < SD_ATT_CHUNK ? hd - d0 : SD_ATT_CHUNK;
+            row_to_f32(kr, kt, d0, n, kc);
+            for (int32_t h = 0; h < nh; h++) {
+                const float *qh = q + (size_t)h * (size_t)hd + d0;
+                float s = acc[h];
+                for (int32_t i = 0; i < n; i++) s += qh[i] * kc[i];
+                acc[h] = s;
+            }
         }
+        for (int32_t h = 0; h < nh; h++) sc[(size_t)h * scs + (size_t)j] = acc[h] * scale;
+    }
+}
+
+static void att_vsum_scalar(const float *sc, size_t scs, int32_t nh, int32_t hd, const void *v,
+                            size_t stride, sd_type vt, int32_t span, float *out) {
+    float vc[SD_ATT_CHUNK];
+    for (int32_t j = 0; j < span; j++) {
+        const void *vr = (const uint8_t *)v + (size_t)j * stride;
+        for (int32_t d0 = 0; d0 < hd; d0 += SD_ATT_CHUNK) {
+            const int32_t n = hd - d0 < SD_ATT_CHUNK ? hd - d0 : SD_ATT_CHUNK;
+            row_to_f32(vr, vt, d0, n, vc);
+            for (int32_t h = 0; h < nh; h++) {
+                const float w = sc[(size_t)h * scs + (size_t)j];
+                float *oh = out + (size_t)h * (size_t)hd + d0;
+                for (int32_t i = 0; i < n; i++) oh[i] += w * vc[i];
+            }
+        }
+    }
+}
+
+static const att_kernels att_scalar = {"scalar", att_scores_scalar, att_vsum_scalar};
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define SD_T2 __attribute__((target("avx2,fma,f16c")))
+#define SD_T5 __attribute__((target("avx512f,avx2,fma,f16c")))
+
+/* 8 elements of a K/V row from element d as f32. */
+SD_T2 static inline __m256 ld8(const void *row, sd_type t, int32_t d) {
+    if (t == SD_TYPE_F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)));
+    return _mm256_loadu_ps((const float *)row + d);
+}
+
+SD_T2 static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Scalar tail element d of a row. */
+static inline float elem(const void *row, sd_type t, int32_t d) {
+    return t == SD_TYPE_F16 ? sd_fp16_to_fp32(((const uint16_t *)row)[d]) : ((const float *)row)[d];
+}
+
+SD_T2 static void att_scores_avx2(const float *q, int32_t nh, int32_t hd, const void *k,
+                                  size_t stride, sd_type kt, int32_t span, float scale, float *sc,
+                                  size_t scs) {
+    const int32_t d8 = hd & ~7;
+    for (int32_t j = 0; j < span; j++) {
+        const void *kr = (const uint8_t *)k + (size_t)j * stride;
+        __m256 acc[SD_ATT_HB];
+        for (int32_t h = 0; h < nh; h++) acc[h] = _mm256_setzero_ps();
+        for (int32_t d = 0; d < d8; d += 8) {
+            const __m256 kv = ld8(kr, kt, d);
+            for (int32_t h = 0; h < nh; h++)
+                acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * (size_t)hd + d), kv, acc[h]);
+        }
+        for (int32_t h = 0; h < nh; h++) {
+            float s = hsum8(acc[h]);
+            for (int32_t d = d8; d < hd; d++) s += q[(size_t)h * (size_t)hd + d] * elem(kr, kt, d);
+            sc[(size_t)h * scs + (size_t)j] = s * scale;
+        }
+    }
+}
+
+SD_T2 static void att_vsum_avx2(const float *sc, size_t scs, int32_t nh, int32_t hd, const void *v,
+                                size_t stride, sd_type vt, int32_t span, float *out) {
+    const int32_t d8 = hd & ~7;
+    for (int32_t d = 0; d < d8; d += 8) {
+        __m256 acc[SD_ATT_HB];
+        for (int32_t h = 0; h < nh; h++) acc[h] = _mm256_loadu_ps(out + (size_t)h * (size_t)hd + d);
+        for (int32_t j = 0; j < span; j++) {
+            const __m256 vv = ld8((const uint8_t *)v + (size_t)j * stride, vt, d);
+            for (int32_t h = 0; h < nh; h++)
+                acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(sc[(size_t)h * scs + (size_t)j]), vv, acc[h]);
+        }
+        for (int32_t h = 0; h < nh; h++) _mm256_storeu_ps(out + (size_t)h * (size_t)hd + d, acc[h]);
+    }
+    for (int32_t j = 0; j < span; j++) {
+        const void *vr = (const uint8_t *)v + (size_t)j * stride;
+        for (int32_t d = d8; d < hd; d++) {
+            const float vd = elem(vr, vt, d);
+            for (int32_t h = 0; h < nh; h++)
+                out[(size_t)h * (size_t)hd + d] += sc[(size_t)h * scs + (size_t)j] * vd;
+        }
+    }
+}
+
+static const att_kernels att_avx2 = {"avx2", att_scores_avx2, att_vsum_avx2};
+
+/* 16 elements of a K/V row from element d as f32. */
+SD_T5 static inline __m512 ld16(const void *row, sd_type t, int32_t d) {
+    if (t == SD_TYPE_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d)));
+    return _mm512_loadu_ps((const float *)row + d);
+}
+
+/* AVX-512: chunks of 16, then one chunk of 8 (ymm), then scalar; per (head, key) the
+ * score is hsum(16-lane acc) + hsum(8-lane acc) + tail, in that order. */
+SD_T5 static void att_scores_avx512(const float *q, int32_t nh, int32_t hd, const void *k,
+                                    size_t stride, sd_type kt, int32_t span, float scale,
+                                    float *sc, size_t scs) {
+    const int32_t d16 = hd & ~15, d8 = hd & ~7;
+    for (int32_t j = 0; j < span; j++) {
+        const void *kr = (const uint8_t *)k + (size_t)j * stride;
+        __m512 acc[SD_ATT_HB];
+        for (int32_t h = 0; h < nh; h++) acc[h] = _mm512_setzero_ps();
+        for (int32_t d = 0; d < d16; d += 16) {
+            const __m512 kv = ld16(kr, kt, d);
+            for (int32_t h = 0; h < nh; h++)
+                acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)h * (size_t)hd + d), kv, acc[h]);
+        }
+        for (int32_t h = 0; h < nh; h++) {
+            const float *qh = q + (size_t)h * (size_t)hd;
+            float s = _mm512_reduce_add_ps(acc[h]);
+            if (d8 > d16)
+                s += hsum8(_mm256_mul_ps(_mm256_loadu_ps(qh + d16), ld8(kr, kt, d16)));
+            for (int32_t d = d8; d < hd; d++) s += qh[d] * elem(kr, kt, d);
+            sc[(size_t)h * scs + (size_t)j] = s * scale;
+        }
+    }
+}
+
+SD_T5 static void att_vsum_avx512(const float *sc, size_t scs, int32_t nh, int32_t hd,
+                                  const void *v, size_t stride, sd_type vt, int32_t span,
+                                  float *out) {
+    const int32_t d16 = hd & ~15, d8 = hd & ~7;
+    for (int32_t d = 0; d < d16; d += 16) {
+        __m512 acc[SD_ATT_HB];
+        for (int32_t h = 0; h < nh; h++) acc[h] = _mm512_loadu_ps(out + (size_t)h * (size_t)hd + d);
+        for (int32_t j = 0; j < span; j++) {
+            const __m512 vv = ld16((const uint8_t *)v + (size_t)j * stride, vt, d);
+            for (int32_t h = 0; h < nh; h++)
+                acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(sc[(size_t)h * scs + (size_t)j]), vv, acc[h]);
+        }
+        for (int32_t h = 0; h < nh; h++) _mm512_storeu_ps(out + (size_t)h * (size_t)hd + d, acc[h]);
+    }
+    if (d8 > d16) {
+        __m256 acc[SD_ATT_HB];
+        for (int32_t h = 0; h < nh; h++) acc[h] = _mm256_loadu_ps(out + (size_t)h * (size_t)hd + d16);
+        for (int32_t j = 0; j < span; j++) {
+            const __m256 vv = ld8((const uint8_t *)v + (size_t)j * stride, vt, d16);
+            for (int32_t h = 0; h < nh; h++)
+                acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(sc[(size_t)h * scs + (size_t)j]), vv, acc[h]);
+        }
+        for (int32_t h = 0; h < nh; h++) _mm256_storeu_ps(out + (size_t)h * (size_t)hd + d16, acc[h]);
+    }
+    for (int32_t j = 0; j < span; j++) {
+        const void *vr = (const uint8_t *)v + (size_t)j * stride;
+        for (int32_t d = d8; d < hd; d++) {
+            const float vd = elem(vr, vt, d);
+            for (int32_t h = 0; h < nh; h++)
+                out[(size_t)h * (size_t)hd + d] += sc[(size_t)h * scs + (size_t)j] * vd;
+        }
+    }
+}
+
+static const att_kernels att_avx512 = {"avx512", att_scores_avx512, att_vsum_avx512};
+
+/* F16C: CPUID.1:ECX bit 29 (clang's __builtin_cpu_supports lacks "f16c"). */
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
+#endif /* __x86_64__ */
+
+/* The kernels called `name` ("scalar", "avx2", "avx512") if this CPU runs them. */
+static const att_kernels *att_by_name(const char *name) {
+    if (!name) return NULL;
+    if (strcmp(name, "scalar") == 0) return &att_scalar;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+    if (strcmp(name, "avx2") == 0) return avx2 ? &att_avx2 : NULL;
+    if (strcmp(name, "avx512") == 0) return avx2 && __builtin_cpu_supports("avx512f") ? &att_avx512 : NULL;
+#endif
+    return NULL;
+}
+
+/* The best level this CPU runs, never above the matmul kernels' level (so SD_KERNELS,
+ * which lowers that, lowers this too). */
+static const att_kernels *kernels_pick(void) {
+    static const char *const order[] = {"avx512", "avx2", "scalar"};
+    const char *cap = sd_quant_kernels_name();
+    size_t start = 0;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (strcmp(cap, order[i]) == 0) start = i;
+    for (size_t i = start; i < sizeof order / sizeof order[0]; i++) {
+        const att_kernels *k = att_by_name(order[i]);
+        if (k) return k;
+    }
+    return &att_scalar;
+}
+
+/* Heads [h0, h0 + nh) of one query row (all sharing KV head g) over keys [0, n_keys).
+ * q, out: the rows of head h0 (heads head_dim apart). sc: scratch [SD_ATT_HB, scs]. */
+static void attend_block(const att_kernels *ak, const float *q, int32_t nh, sd_kv *kv,
+                         int32_t layer, int32_t n_keys, int32_t g, int32_t head_dim, float scale,
+                         float *sc, size_t scs, float *out) {
+    const size_t stride = sd_kv_row_bytes(kv);
+    const sd_type t = sd_kv_type(kv);
+    const size_t off = (size_t)g * (size_t)head_dim * (t == SD_TYPE_F16 ? 2u : 4u);
+    for (int32_t j = 0; j < n_keys;) {
+        int32_t span = sd_kv_span(kv, j);
+        if (span > n_keys - j) span = n_keys - j;
+        const uint8_t *kb = (const uint8_t *)sd_kv_k(kv, layer, j) + off;
+        ak->scores(q, nh, head_dim, kb, stride, t, span, scale, sc + j, scs);
         j += span;
     }
-    const float inv = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
-    for (int32_t d = 0; d < head_dim; d++) out[d] *= inv;
+    float inv[SD_ATT_HB];
+    for (int32_t h = 0; h < nh; h++) {
+        float *s = sc + (size_t)h * scs;
+        float mx = s[0];
+        for (int32_t j = 1; j < n_keys; j++) mx = s[j] > mx ? s[j] : mx;
+        float sum = 0.0f;
+        for (int32_t j = 0; j < n_keys; j++) {
+            s[j] = expf(s[j] - mx);
+            sum += s[j];
+        }
+        inv[h] = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
+    }
+    memset(out, 0, (size_t)nh * (size_t)head_dim * sizeof(float));
+    for (int32_t j = 0; j < n_keys;) {
+        int32_t span = sd_kv_span(kv, j);
+        if (span > n_keys - j) span = n_keys - j;
+        const uint8_t *vb = (const uint8_t *)sd_kv_v(kv, layer, j) + off;
+        ak->vsum(sc + j, scs, nh, head_dim, vb, stride, t, span, out);
+        j += span;
+    }
+    for (int32_t h = 0; h < nh; h++)
+        for (int32_t d = 0; d < head_dim; d++) out[(size_t)h * (size_t)head_dim + d] *= inv[h];
 }
 
 static void cpu_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t layer, int32_t pos0,
@@ -166,20 +438,27 @@ static void cpu_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t lay
                           float *out) {
     sd_backend_cpu *c = cpu_of(be);
     SD_CHECK(pos0 + n_tok <= c->n_ctx, "attention: more keys than the scratch sized at init");
+    SD_CHECK(n_head_kv * head_dim == sd_kv_dim(kv), "attention: kv_dim differs from the cache's");
+    const att_kernels *ak = c->att;
     const int32_t group = n_head / n_head_kv;
-    const int32_t kv_dim = n_head_kv * head_dim;
+    const int32_t n_blk = (group + SD_ATT_HB - 1) / SD_ATT_HB; /* head blocks per KV head */
     const float scale = 1.0f / sqrtf((float)head_dim);
-    const int64_t n_items = (int64_t)n_tok * n_head;
-    const double work = (double)n_items * (double)(pos0 + n_tok) * (double)head_dim * 2.0;
+    const int64_t n_items = (int64_t)n_tok * n_head_kv * n_blk;
+    const size_t scs = (size_t)c->n_ctx;
+    const double work = (double)n_tok * n_head * (double)(pos0 + n_tok) * (double)head_dim * 2.0;
 #pragma omp parallel num_threads(c->n_threads) if (c->n_threads > 1 && work >= c->par_min_work)
     {
-        float *sc = c->scores + (size_t)omp_get_thread_num() * (size_t)c->n_ctx;
-#pragma omp for schedule(static)
+        float *sc = c->scores + (size_t)omp_get_thread_num() * (size_t)SD_ATT_HB * scs;
+        /* Dynamic: later tokens of a batch see more keys, and a thread may start late. */
+#pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < n_items; it++) {
-            const int32_t t = (int32_t)(it / n_head), h = (int32_t)(it % n_head);
-            const size_t off = (size_t)t * (size_t)n_head * (size_t)head_dim + (size_t)h * (size_t)head_dim;
-            attend_one(q + off, kv, layer, pos0 + t + 1, (h / group) * head_dim, head_dim, kv_dim,
-                       scale, sc, out + off);
+            const int32_t t = (int32_t)(it / ((int64_t)n_head_kv * n_blk));
+            const int32_t r = (int32_t)(it % ((int64_t)n_head_kv * n_blk));
+            const int32_t g = r / n_blk, h0 = g * group + (r % n_blk) * SD_ATT_HB;
+            const int32_t nh = g * group + group - h0 < SD_ATT_HB ? g * group + group - h0 : SD_ATT_HB;
+            const size_t off = ((size_t)t * (size_t)n_head + (size_t)h0) * (size_t)head_dim;
+            attend_block(ak, q + off, nh, kv, layer, pos0 + t + 1, g, head_dim, scale, sc, scs,
+                         out + off);
         }
     }
 }
@@ -238,7 +517,7 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
     size_t xq_bytes, sc_len, sc_bytes;
     if (sd_mul_size((size_t)p->n_batch, (size_t)p->max_cols, &xq_bytes) ||
         sd_mul_size(xq_bytes, sizeof(float), &xq_bytes) ||
-        sd_mul_size((size_t)nt, (size_t)p->n_ctx, &sc_len) ||
+        sd_mul_size((size_t)nt * SD_ATT_HB, (size_t)p->n_ctx, &sc_len) ||
         sd_mul_size(sc_len, sizeof(float), &sc_bytes))
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: scratch size overflows");
     sd_backend_cpu *c = calloc(1, sizeof *c);
@@ -255,6 +534,7 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
         double v = strtod(env, &end);
         if (end && *end == '\0' && v >= 0.0) c->par_min_work = v;
     }
+    c->att = kernels_pick();
     c->xq_bytes = xq_bytes;
     if (posix_memalign(&c->xq, 64, xq_bytes) != 0) c->xq = NULL;
     void *sc = NULL;
@@ -271,4 +551,15 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
 
 int32_t sd_backend_cpu_n_threads(const sd_backend *be) {
     return ((const sd_backend_cpu *)be)->n_threads;
+}
+
+const char *sd_backend_cpu_kernels(const sd_backend *be) {
+    return ((const sd_backend_cpu *)be)->att->name;
+}
+
+int sd_backend_cpu_set_kernels(sd_backend *be, const char *name) {
+    const att_kernels *k = att_by_name(name);
+    if (!k) return -1;
+    cpu_of(be)->att = k;
+    return 0;
 }

@@ -322,6 +322,7 @@ sd_session_params sd_session_default_params(void) {
     p.n_ctx = 0;
     p.n_batch = SD_DEFAULT_N_BATCH;
     p.n_threads = 0;
+    p.kv_type = SD_TYPE_F32;
     return p;
 }
 
@@ -338,6 +339,9 @@ int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **
                          SD_MAX_BATCH);
     if (p->n_threads < 0)
         return sd_errorf(err, SD_ERR_ARG, "session: n_threads %d is negative", p->n_threads);
+    if (p->kv_type != SD_TYPE_F32 && p->kv_type != SD_TYPE_F16)
+        return sd_errorf(err, SD_ERR_ARG, "session: kv_type %s (%d), expected f32 or f16",
+                         sd_type_name((uint32_t)p->kv_type), (int)p->kv_type);
     /* A batch never holds more than the context. */
     const int32_t n_batch = p->n_batch < n_ctx ? p->n_batch : n_ctx;
     const size_t n_embd = (size_t)hp->n_embd, n_ff = (size_t)hp->n_ff;
@@ -355,7 +359,7 @@ int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **
     s->m = m;
     s->n_ctx = n_ctx;
     s->n_batch = n_batch;
-    sd_kv_params kp = {hp->n_layer, n_ctx, (int32_t)kv_dim};
+    sd_kv_params kp = {hp->n_layer, n_ctx, (int32_t)kv_dim, p->kv_type};
     int rc = sd_kv_init(&kp, &s->kv, err);
     if (rc == SD_OK) {
         sd_backend_params bp;

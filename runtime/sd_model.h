@@ -23,6 +23,7 @@
 
 #include <stdint.h>
 
+#include "quant/sd_quant.h"
 #include "runtime/sd_runtime.h"
 #include "runtime/sd_vocab.h"
 
@@ -68,12 +69,18 @@ typedef struct sd_session_params {
     int32_t n_ctx;     /* KV capacity; 0 = n_ctx_train */
     int32_t n_batch;   /* most tokens per sd_session_eval call (>= 1) */
     int32_t n_threads; /* 0 = all cores */
+    /* Element type of the KV cache: SD_TYPE_F32 (the default: exact) or SD_TYPE_F16
+     * (half the cache memory and half the bytes attention reads; K and V are rounded to
+     * binary16 when stored, which moves logits by a small relative amount, see
+     * tests/test_model.c). Batched evaluation stays bit-identical to single-token
+     * evaluation with either type. 0 (a zeroed struct) is F32. */
+    sd_type kv_type;
 } sd_session_params;
 
 sd_session_params sd_session_default_params(void);
 
 /* Allocate KV cache and scratch for p (all buffers sized here; eval allocates
- * nothing). Errors: SD_ERR_ARG, SD_ERR_OOM. */
+ * nothing). Errors: SD_ERR_ARG (including a kv_type other than F32 / F16), SD_ERR_OOM. */
 int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
                     sd_error *err);
 void sd_session_free(sd_session *s); /* NULL accepted */

@@ -7,6 +7,10 @@
  *    max_i |c_i - r_i| / max_i |r_i| <= 1e-4;
  *  - batched evaluation (prefill, verification of K+1 tokens) is bit-identical (memcmp)
  *    to single-token decoding, for every weight type and for 1 and 2 threads;
+ *  - the same with an F16 KV cache; F16 KV logits close to F32 KV (bounds at
+ *    f16_kv_close_to_f32_kv);
+ *  - attention kernels (scalar / AVX2 / AVX-512, F32 / F16 cache, GQA groups) against
+ *    float64, batch row == single query, 2 threads == 1;
  *  - KV rollback, bad inputs, bad files, and sd_kv itself.
  */
 #include <criterion/criterion.h>
@@ -249,15 +253,21 @@ static sd_model *load_ok(const char *path) {
     return m;
 }
 
-static sd_session *session_new(const sd_model *m, int32_t n_ctx, int32_t n_batch, int32_t n_threads) {
+static sd_session *session_new_kv(const sd_model *m, int32_t n_ctx, int32_t n_batch, int32_t n_threads,
+                                  sd_type kv_type) {
     sd_session_params p = sd_session_default_params();
     p.n_ctx = n_ctx;
     p.n_batch = n_batch;
     p.n_threads = n_threads;
+    p.kv_type = kv_type;
     sd_session *s = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_session_init(m, &p, &s, &err), SD_OK, "%s", err.msg);
     return s;
+}
+
+static sd_session *session_new(const sd_model *m, int32_t n_ctx, int32_t n_batch, int32_t n_threads) {
+    return session_new_kv(m, n_ctx, n_batch, n_threads, SD_TYPE_F32);
 }
 
 static void eval_ok(sd_session *s, const int32_t *toks, int32_t n, float *logits, int32_t n_out) {
@@ -356,8 +366,8 @@ Test(model, matches_reference_types) {
 /* ------------------------------------------------------------ batch invariance */
 
 /* (a): logits of a prefill and of K+1 verified tokens == single-token decodes, memcmp,
- * for 1 and 2 threads; and 2 threads == 1 thread. */
-static void check_batch_invariance(const spec *sp, const char *label) {
+ * for 1 and 2 threads; and 2 threads == 1 thread. With a KV cache of kv_type. */
+static void check_batch_invariance_kv(const spec *sp, const char *label, sd_type kv_type) {
     char path[256];
     model_path(label, path, sizeof path);
     write_model(path, sp);
@@ -371,13 +381,13 @@ static void check_batch_invariance(const spec *sp, const char *label) {
     float *batch = malloc((size_t)(P + KMAX) * row);
 
     for (int32_t nt = 1; nt <= 2; nt++) {
-        sd_session *s1 = session_new(m, 32, 16, nt);
+        sd_session *s1 = session_new_kv(m, 32, 16, nt, kv_type);
         for (int32_t i = 0; i < P; i++) eval_ok(s1, prompt + i, 1, single + (size_t)i * nv, 1);
         for (int32_t i = 0; i < KMAX; i++) eval_ok(s1, draft + i, 1, single + (size_t)(P + i) * nv, 1);
         if (nt == 1) memcpy(single1, single, (size_t)(P + KMAX) * row);
         else cr_expect(memcmp(single1, single, (size_t)(P + KMAX) * row) == 0, "%s: 2 threads != 1 thread", label);
 
-        sd_session *s2 = session_new(m, 32, 16, nt);
+        sd_session *s2 = session_new_kv(m, 32, 16, nt, kv_type);
         eval_ok(s2, prompt, P, batch, P);
         cr_expect(memcmp(batch, single, (size_t)P * row) == 0, "%s: prefill of %d != single decodes (%d threads)",
                   label, P, nt);
@@ -400,6 +410,23 @@ static void check_batch_invariance(const spec *sp, const char *label) {
     sd_model_free(m);
 }
 
+static void check_batch_invariance(const spec *sp, const char *label) {
+    check_batch_invariance_kv(sp, label, SD_TYPE_F32);
+}
+
+/* Models whose heads exercise every path of the attention kernels: head_dim 64 (16-lane
+ * chunks only) with 8 query heads per KV head (one full block), and head_dim 24 (a
+ * 16-lane chunk, an 8-lane chunk) with 12 query heads per KV head (blocks of 8 and 4). */
+static spec spec_wide_heads(int which, uint32_t wtype) {
+    spec s = spec_uniform(wtype, 0);
+    if (which == 0) {
+        s.n_embd = 512, s.n_head = 8, s.n_head_kv = 1, s.n_ff = 64;
+    } else {
+        s.n_embd = 576, s.n_head = 24, s.n_head_kv = 2, s.n_ff = 96;
+    }
+    return s;
+}
+
 Test(model, batch_equals_single_decode) {
     /* Force the threaded code paths even for these tiny matrices. */
     setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
@@ -412,10 +439,100 @@ Test(model, batch_equals_single_decode) {
     }
     spec sp = spec_mixed();
     check_batch_invariance(&sp, "inv_mixed.gguf");
+    for (int which = 0; which < 2; which++) {
+        char label[64];
+        snprintf(label, sizeof label, "inv_heads%d.gguf", which);
+        sp = spec_wide_heads(which, which ? SD_TYPE_Q8_0 : SD_TYPE_F32);
+        check_batch_invariance(&sp, label);
+    }
     /* Default thresholds too (the `if` clauses keep tiny ops single-threaded). */
     unsetenv("SD_CPU_PAR_MIN_WORK");
     sp = spec_default();
     check_batch_invariance(&sp, "inv_default_threshold.gguf");
+}
+
+/* The same invariance with an F16 KV cache. */
+Test(model, batch_equals_single_decode_f16_kv) {
+    setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
+    const uint32_t types[] = {SD_TYPE_F32, SD_TYPE_Q8_0, SD_TYPE_Q4_0};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        spec sp = spec_uniform(types[i], (int)(i % 2));
+        char label[64];
+        snprintf(label, sizeof label, "inv16_%s.gguf", sd_type_name(types[i]));
+        check_batch_invariance_kv(&sp, label, SD_TYPE_F16);
+    }
+    spec sp = spec_mixed();
+    check_batch_invariance_kv(&sp, "inv16_mixed.gguf", SD_TYPE_F16);
+    for (int which = 0; which < 2; which++) {
+        char label[64];
+        snprintf(label, sizeof label, "inv16_heads%d.gguf", which);
+        sp = spec_wide_heads(which, which ? SD_TYPE_F16 : SD_TYPE_Q8_0);
+        check_batch_invariance_kv(&sp, label, SD_TYPE_F16);
+    }
+    unsetenv("SD_CPU_PAR_MIN_WORK");
+    sp = spec_default();
+    check_batch_invariance_kv(&sp, "inv16_default_threshold.gguf", SD_TYPE_F16);
+}
+
+/*
+ * F16 KV cache vs F32 KV cache, same model and tokens: logits agree in the max norm,
+ * max_i |c16_i - c32_i| / max_i |c32_i| per position, within
+ *  - F16_KV_TOL_FLOAT (5e-3) when every matmul takes float activations (F32 / F16 /
+ *    BF16 weights). Storing K and V in binary16 rounds each element by at most 2^-11
+ *    (4.9e-4) relative; through softmax, 2 layers and the classifier these random
+ *    models show <= 1.7e-3 (logged);
+ *  - F16_KV_TOL_Q8 (5e-2) when matmuls quantize their activations to Q8_0 (Q8_0 / Q4_0
+ *    weights): a Q8_0 step is amax/127 (0.8% of a row's largest value), so the tiny
+ *    K/V rounding now and then moves an activation across a rounding boundary, a whole
+ *    step; measured <= 2.1e-2 here.
+ * Reading wrong or stale rows gives errors of order 1. The F32-KV run is itself held to
+ * the numpy reference within REF_TOL (matches_reference_*); F16 KV is not compared with
+ * the reference at REF_TOL, which it does not meet.
+ */
+#define F16_KV_TOL_FLOAT 5e-3
+#define F16_KV_TOL_Q8 5e-2
+Test(model, f16_kv_close_to_f32_kv) {
+    struct {
+        const char *label;
+        spec sp;
+        double tol;
+    } cases[6] = {
+        {"kv16_f32.gguf", spec_default(), F16_KV_TOL_FLOAT},
+        {"kv16_heads0.gguf", spec_wide_heads(0, SD_TYPE_F32), F16_KV_TOL_FLOAT},
+        {"kv16_heads1_f16.gguf", spec_wide_heads(1, SD_TYPE_F16), F16_KV_TOL_FLOAT},
+        {"kv16_q8.gguf", spec_uniform(SD_TYPE_Q8_0, 1), F16_KV_TOL_Q8},
+        {"kv16_mixed.gguf", spec_mixed(), F16_KV_TOL_Q8},
+        {"kv16_heads1_q8.gguf", spec_wide_heads(1, SD_TYPE_Q8_0), F16_KV_TOL_Q8},
+    };
+    for (int i = 0; i < 6; i++) {
+        char path[256];
+        write_model(model_path(cases[i].label, path, sizeof path), &cases[i].sp);
+        sd_model *m = load_ok(path);
+        const int32_t nv = sd_model_hparams(m)->n_vocab;
+        const size_t len = (size_t)N_TOKENS * nv;
+        float *l32 = malloc(len * sizeof(float)), *l16 = malloc(len * sizeof(float));
+        double *r = malloc(len * sizeof(double));
+        sd_session *s32 = session_new_kv(m, 32, 16, 1, SD_TYPE_F32);
+        sd_session *s16 = session_new_kv(m, 32, 16, 2, SD_TYPE_F16);
+        eval_ok(s32, k_tokens, 5, l32, 5);
+        eval_ok(s32, k_tokens + 5, N_TOKENS - 5, l32 + (size_t)5 * nv, N_TOKENS - 5);
+        eval_ok(s16, k_tokens, 5, l16, 5);
+        eval_ok(s16, k_tokens + 5, N_TOKENS - 5, l16 + (size_t)5 * nv, N_TOKENS - 5);
+        for (size_t j = 0; j < len; j++) r[j] = l32[j];
+        double e = rel_err_max_norm(l16, r, N_TOKENS, nv);
+        cr_log_info("%s: F16 KV vs F32 KV relative error (max norm) %.3g (bound %g)", cases[i].label, e,
+                    cases[i].tol);
+        cr_expect(e <= cases[i].tol, "%s: F16 KV logits differ from F32 KV: %.3g > %g", cases[i].label, e,
+                  cases[i].tol);
+        cr_expect(memcmp(l16, l32, len * sizeof(float)) != 0, "%s: F16 KV gave F32 KV logits (not in use?)",
+                  cases[i].label);
+        free(l32);
+        free(l16);
+        free(r);
+        sd_session_free(s32);
+        sd_session_free(s16);
+        sd_model_free(m);
+    }
 }
 
 /* (b) KV rollback: truncate then re-append == never having appended. */
@@ -478,7 +595,12 @@ Test(model, bad_inputs_leave_session_unchanged) {
     p.n_batch = 4;
     p.n_threads = -1;
     cr_expect_eq(sd_session_init(m, &p, &bad, &err), SD_ERR_ARG);
+    p.n_threads = 1;
+    p.kv_type = SD_TYPE_Q8_0;
+    cr_expect_eq(sd_session_init(m, &p, &bad, &err), SD_ERR_ARG);
+    cr_expect(strstr(err.msg, "kv_type") != NULL, "%s", err.msg);
     cr_expect_null(bad);
+    cr_expect_eq(sd_session_default_params().kv_type, SD_TYPE_F32);
 
     sd_session *s = session_new(m, 8, 4, 1);
     const int32_t toks[] = {3, 4, 5, 6, 7, 8, 9, 10};
@@ -601,11 +723,11 @@ Test(model, hparams_and_accessors) {
 Test(kv, init_rejects_bad_sizes) {
     sd_kv *kv = NULL;
     sd_error err = {0};
-    sd_kv_params p = {0, 4, 8};
+    sd_kv_params p = {0, 4, 8, SD_TYPE_F32};
     cr_expect_eq(sd_kv_init(&p, &kv, &err), SD_ERR_ARG);
-    p = (sd_kv_params){2, 0, 8};
+    p = (sd_kv_params){2, 0, 8, SD_TYPE_F32};
     cr_expect_eq(sd_kv_init(&p, &kv, &err), SD_ERR_ARG);
-    p = (sd_kv_params){2, 4, -1};
+    p = (sd_kv_params){2, 4, -1, SD_TYPE_F32};
     cr_expect_eq(sd_kv_init(&p, &kv, &err), SD_ERR_ARG);
     cr_expect_null(kv);
     sd_kv_free(NULL);
@@ -614,7 +736,7 @@ Test(kv, init_rejects_bad_sizes) {
 Test(kv, reserve_commit_truncate) {
     sd_kv *kv = NULL;
     sd_error err = {0};
-    sd_kv_params p = {3, 10, 6};
+    sd_kv_params p = {3, 10, 6, SD_TYPE_F32};
     cr_assert_eq(sd_kv_init(&p, &kv, &err), SD_OK, "%s", err.msg);
     cr_expect_eq(sd_kv_n(kv), 0);
     cr_expect_eq(sd_kv_capacity(kv), 10);
@@ -643,7 +765,7 @@ Test(kv, reserve_commit_truncate) {
 Test(kv, rows_are_distinct_and_spans_contiguous) {
     sd_kv *kv = NULL;
     sd_error err = {0};
-    sd_kv_params p = {2, 5, 4};
+    sd_kv_params p = {2, 5, 4, SD_TYPE_F32};
     cr_assert_eq(sd_kv_init(&p, &kv, &err), SD_OK);
     for (int32_t l = 0; l < 2; l++)
         for (int32_t pos = 0; pos < 5; pos++) {
@@ -667,6 +789,46 @@ Test(kv, rows_are_distinct_and_spans_contiguous) {
     cr_expect_eq(sd_kv_span(kv, 5), 0);
     cr_expect_eq(sd_kv_span(kv, -1), 0);
     sd_kv_free(kv);
+}
+
+Test(kv, f16_rows) {
+    sd_kv *kv = NULL;
+    sd_error err = {0};
+    sd_kv_params p = {2, 5, 6, SD_TYPE_F16};
+    cr_assert_eq(sd_kv_init(&p, &kv, &err), SD_OK, "%s", err.msg);
+    cr_expect_eq(sd_kv_type(kv), SD_TYPE_F16);
+    cr_expect_eq(sd_kv_dim(kv), 6);
+    cr_expect_eq(sd_kv_row_bytes(kv), 12);
+    for (int32_t l = 0; l < 2; l++)
+        for (int32_t pos = 0; pos < 5; pos++) {
+            uint16_t *k = sd_kv_k(kv, l, pos), *v = sd_kv_v(kv, l, pos);
+            for (int i = 0; i < 6; i++) {
+                k[i] = (uint16_t)(l * 1000 + pos * 10 + i);
+                v[i] = (uint16_t)(30000 + l * 1000 + pos * 10 + i);
+            }
+        }
+    for (int32_t l = 0; l < 2; l++) {
+        const uint16_t *k = sd_kv_k(kv, l, 0), *v = sd_kv_v(kv, l, 0);
+        cr_expect_eq(sd_kv_span(kv, 0), 5);
+        for (int32_t pos = 0; pos < 5; pos++)
+            for (int i = 0; i < 6; i++) {
+                cr_expect_eq(k[pos * 6 + i], l * 1000 + pos * 10 + i);
+                cr_expect_eq(v[pos * 6 + i], 30000 + l * 1000 + pos * 10 + i);
+            }
+    }
+    sd_kv_free(kv);
+    /* F32 rows are 4 bytes an element; other types are refused. */
+    p.type = SD_TYPE_F32;
+    cr_assert_eq(sd_kv_init(&p, &kv, &err), SD_OK, "%s", err.msg);
+    cr_expect_eq(sd_kv_row_bytes(kv), 24);
+    sd_kv_free(kv);
+    kv = NULL;
+    p.type = SD_TYPE_Q8_0;
+    cr_expect_eq(sd_kv_init(&p, &kv, &err), SD_ERR_ARG);
+    cr_expect_null(kv);
+    p.type = SD_TYPE_BF16;
+    cr_expect_eq(sd_kv_init(&p, &kv, &err), SD_ERR_ARG);
+    cr_expect_null(kv);
 }
 
 /* ------------------------------------------------------------ backend ops vs naive double */
@@ -828,51 +990,117 @@ Test(backend, elementwise_norm_rope_softmax) {
     sd_backend_free(be);
 }
 
-Test(backend, attention_causal_gqa) {
-    setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
-    const int32_t n_head = 4, n_head_kv = 2, hd = 8, kv_dim = n_head_kv * hd, n_ctx = 32;
+/* Attention of every kernel level this CPU runs, for F32 and F16 caches, head sizes that
+ * exercise every chunk width (8: one 8-lane chunk; 24: 16 + 8; 64: 4 x 16; 37: 2 x 16 +
+ * a scalar tail of 5; 3: scalar only) and GQA groups of 1, 2, 8 and 12 (two head blocks):
+ * against a float64 reference computed from the values the cache holds (rounded to
+ * binary16 for F16), within 1e-5 relative (max norm); a query alone == its row in the
+ * batch (memcmp); 2 threads == 1 thread (memcmp). */
+static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, int32_t n_head_kv,
+                            int32_t hd) {
+    const int32_t kv_dim = n_head_kv * hd, n_ctx = 32, qdim = n_head * hd;
     const int32_t pos0 = 6, n_tok = 4, n_pos = pos0 + n_tok;
-    uint64_t rng = 99;
+    char what[128];
+    snprintf(what, sizeof what, "attention %s kv %s heads %d/%d hd %d", kname, sd_type_name(kv_type), n_head,
+             n_head_kv, hd);
+    uint64_t rng = 99 + (uint64_t)hd * 31 + (uint64_t)n_head;
     sd_kv *kv = NULL;
     sd_error err = {0};
-    sd_kv_params kp = {2, n_ctx, kv_dim};
-    cr_assert_eq(sd_kv_init(&kp, &kv, &err), SD_OK);
+    sd_kv_params kp = {2, n_ctx, kv_dim, kv_type};
+    cr_assert_eq(sd_kv_init(&kp, &kv, &err), SD_OK, "%s", err.msg);
     float *k = malloc(n_pos * kv_dim * sizeof(float)), *v = malloc(n_pos * kv_dim * sizeof(float));
     fill(k, n_pos * kv_dim, &rng, 2.0f);
     fill(v, n_pos * kv_dim, &rng, 1.0f);
-    float *q = galloc(n_tok * n_head * hd), *o = galloc(n_tok * n_head * hd);
-    fill(q, n_tok * n_head * hd, &rng, 2.0f);
-    double *ref = malloc(n_tok * n_head * hd * sizeof(double));
+    /* What the cache holds. */
+    float *kh = malloc(n_pos * kv_dim * sizeof(float)), *vh = malloc(n_pos * kv_dim * sizeof(float));
+    for (int32_t i = 0; i < n_pos * kv_dim; i++) {
+        kh[i] = kv_type == SD_TYPE_F16 ? sd_fp16_to_fp32(sd_fp32_to_fp16(k[i])) : k[i];
+        vh[i] = kv_type == SD_TYPE_F16 ? sd_fp16_to_fp32(sd_fp32_to_fp16(v[i])) : v[i];
+    }
+    float *q = galloc(n_tok * qdim), *o = galloc(n_tok * qdim), *o1 = galloc(qdim), *first = galloc(n_tok * qdim);
+    fill(q, n_tok * qdim, &rng, 2.0f / sqrtf((float)hd) * 3.0f);
+    double *ref = malloc(n_tok * qdim * sizeof(double));
+    for (int32_t t = 0; t < n_tok; t++)
+        for (int32_t h = 0; h < n_head; h++) {
+            int32_t g = h / (n_head / n_head_kv), p = pos0 + t;
+            double sc[64], mx = -1e30, s = 0;
+            for (int32_t j = 0; j <= p; j++) {
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += (double)q[(t * n_head + h) * hd + i] * kh[j * kv_dim + g * hd + i];
+                sc[j] = d / sqrt(hd);
+                mx = fmax(mx, sc[j]);
+            }
+            for (int32_t j = 0; j <= p; j++) s += (sc[j] = exp(sc[j] - mx));
+            for (int i = 0; i < hd; i++) {
+                double a = 0;
+                for (int32_t j = 0; j <= p; j++) a += sc[j] / s * vh[j * kv_dim + g * hd + i];
+                ref[(t * n_head + h) * hd + i] = a;
+            }
+        }
     for (int nt = 1; nt <= 2; nt++) {
         sd_backend *be = cpu_backend(nt);
+        cr_assert_eq(sd_backend_cpu_set_kernels(be, kname), 0, "%s", what);
+        cr_assert_str_eq(sd_backend_cpu_kernels(be), kname);
         be->ops->kv_store(be, kv, 1, 0, pos0, kv_dim, k, v);
         be->ops->kv_store(be, kv, 1, pos0, n_tok, kv_dim, k + pos0 * kv_dim, v + pos0 * kv_dim);
+        for (int32_t j = 0; j < n_pos; j++) { /* the cache holds the rounded values */
+            float row[256];
+            sd_dequantize_row(kv_type, sd_kv_k(kv, 1, j), row, kv_dim);
+            cr_assert(memcmp(row, kh + j * kv_dim, kv_dim * sizeof(float)) == 0, "%s: K row %d", what, j);
+            sd_dequantize_row(kv_type, sd_kv_v(kv, 1, j), row, kv_dim);
+            cr_assert(memcmp(row, vh + j * kv_dim, kv_dim * sizeof(float)) == 0, "%s: V row %d", what, j);
+        }
         be->ops->attention(be, q, kv, 1, pos0, n_tok, n_head, n_head_kv, hd, o);
-        for (int32_t t = 0; t < n_tok; t++)
-            for (int32_t h = 0; h < n_head; h++) {
-                int32_t g = h / (n_head / n_head_kv), p = pos0 + t;
-                double sc[64], mx = -1e30, s = 0;
-                for (int32_t j = 0; j <= p; j++) {
-                    double d = 0;
-                    for (int i = 0; i < hd; i++) d += (double)q[(t * n_head + h) * hd + i] * k[j * kv_dim + g * hd + i];
-                    sc[j] = d / sqrt(hd);
-                    mx = fmax(mx, sc[j]);
-                }
-                for (int32_t j = 0; j <= p; j++) s += (sc[j] = exp(sc[j] - mx));
-                for (int i = 0; i < hd; i++) {
-                    double a = 0;
-                    for (int32_t j = 0; j <= p; j++) a += sc[j] / s * v[j * kv_dim + g * hd + i];
-                    ref[(t * n_head + h) * hd + i] = a;
-                }
-            }
-        gcheck(o, n_tok * n_head * hd, "attention");
-        expect_close(o, ref, n_tok * n_head * hd, 1e-5, "attention");
-        /* Query 2 alone (position pos0 + 2) == row 2 of the batch. */
-        float o1[32];
-        be->ops->attention(be, q + 2 * n_head * hd, kv, 1, pos0 + 2, 1, n_head, n_head_kv, hd, o1);
-        cr_expect(memcmp(o1, o + 2 * n_head * hd, sizeof o1) == 0, "attention: batch row != single");
+        gcheck(o, n_tok * qdim, what);
+        expect_close(o, ref, n_tok * qdim, 1e-5, what);
+        for (int32_t t = 0; t < n_tok; t++) { /* query t alone (position pos0 + t) == row t */
+            be->ops->attention(be, q + t * qdim, kv, 1, pos0 + t, 1, n_head, n_head_kv, hd, o1);
+            gcheck(o1, qdim, what);
+            cr_expect(memcmp(o1, o + t * qdim, qdim * sizeof(float)) == 0, "%s: batch row %d != single", what, t);
+        }
+        if (nt == 1) memcpy(first, o, n_tok * qdim * sizeof(float));
+        else cr_expect(memcmp(first, o, n_tok * qdim * sizeof(float)) == 0, "%s: 2 threads != 1 thread", what);
         sd_backend_free(be);
     }
-    free(k); free(v); free(q); free(o); free(ref);
+    free(k); free(v); free(kh); free(vh); free(q); free(o); free(o1); free(first); free(ref);
     sd_kv_free(kv);
+}
+
+Test(backend, attention_causal_gqa) {
+    setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
+    const char *levels[] = {"scalar", "avx2", "avx512"};
+    const int32_t shapes[][3] = {/* n_head, n_head_kv, head_dim */
+                                 {4, 2, 8}, {4, 4, 8}, {8, 1, 24}, {24, 2, 24}, {16, 2, 64}, {4, 1, 37}, {2, 2, 3}};
+    int ran = 0;
+    sd_backend *probe = cpu_backend(1);
+    for (size_t li = 0; li < 3; li++) {
+        if (sd_backend_cpu_set_kernels(probe, levels[li]) != 0) {
+            cr_log_warn("attention kernels '%s': not supported by this CPU, skipped", levels[li]);
+            continue;
+        }
+        ran++;
+        for (int kt = 0; kt < 2; kt++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                check_attention(levels[li], kt ? SD_TYPE_F16 : SD_TYPE_F32, shapes[si][0], shapes[si][1],
+                                shapes[si][2]);
+    }
+    cr_expect_eq(sd_backend_cpu_set_kernels(probe, "sse9"), -1);
+    cr_expect(ran >= 1);
+    sd_backend_free(probe);
+}
+
+/* The default attention kernels: a known level, never above the matmul kernels. */
+Test(backend, attention_kernels_default) {
+    sd_backend *be = cpu_backend(1);
+    const char *name = sd_backend_cpu_kernels(be);
+    cr_expect(strcmp(name, "scalar") == 0 || strcmp(name, "avx2") == 0 || strcmp(name, "avx512") == 0, "%s", name);
+    /* Never above the matmul kernels (SD_KERNELS lowers both). */
+    const char *order[] = {"scalar", "avx2", "avx512"};
+    int la = -1, lq = -1;
+    for (int i = 0; i < 3; i++) {
+        if (!strcmp(name, order[i])) la = i;
+        if (!strcmp(sd_quant_kernels_name(), order[i])) lq = i;
+    }
+    cr_expect(la <= lq, "attention %s above matmul %s", name, sd_quant_kernels_name());
+    sd_backend_free(be);
 }
