@@ -32,8 +32,8 @@ static int get_int(const char *path, const char *key, json_t *v, int64_t lo, int
     return SD_OK;
 }
 
-static int get_num(const char *path, const char *key, json_t *v, double lo, double hi,
-                   float *out, sd_error *err) {
+static int get_num(const char *path, const char *key, json_t *v, double lo, double hi, float *out,
+                   sd_error *err) {
     if (!json_is_number(v))
         return sd_errorf(err, SD_ERR_CONFIG, "%s: key '%s': expected a number", path, key);
     double x = json_number_value(v);
@@ -57,8 +57,8 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
     if (!root) {
         if (jerr.line < 0 || jerr.position == 0)
             return sd_errorf(err, SD_ERR_IO, "%s: cannot read config: %s", path, jerr.text);
-        return sd_errorf(err, SD_ERR_CONFIG, "%s:%d:%d: bad JSON: %s", path, jerr.line,
-                         jerr.column, jerr.text);
+        return sd_errorf(err, SD_ERR_CONFIG, "%s:%d:%d: bad JSON: %s", path, jerr.line, jerr.column,
+                         jerr.text);
     }
     int rc = SD_OK;
     if (!json_is_object(root)) {
@@ -88,6 +88,18 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
             free(cfg->prompt);
             cfg->prompt = strdup(json_string_value(v));
             if (!cfg->prompt) rc = sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
+        } else if (!strcmp(key, "kv_type")) {
+            rc = get_str(path, key, v, err);
+            if (rc) break;
+            const char *t = json_string_value(v);
+            if (!strcmp(t, "f32"))
+                cfg->kv_type = "f32";
+            else if (!strcmp(t, "f16"))
+                cfg->kv_type = "f16";
+            else
+                rc = sd_errorf(err, SD_ERR_CONFIG,
+                               "%s: key 'kv_type': expected \"f32\" or \"f16\", found \"%s\"", path,
+                               t);
         } else if (!strcmp(key, "draft_tokens")) {
             rc = get_int(path, key, v, 1, 16, &i, err);
             cfg->draft_tokens = (int32_t)i;
@@ -122,7 +134,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
             rc = sd_errorf(err, SD_ERR_CONFIG,
                            "%s: unknown key '%s' (known: description, target, draft, "
                            "draft_tokens, max_tokens, temp, top_k, top_p, seed, threads, "
-                           "ctx_size, prompt)",
+                           "ctx_size, prompt, kv_type)",
                            path, key);
         }
         if (rc) break;

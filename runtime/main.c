@@ -73,6 +73,7 @@ static void print_help(FILE *f) {
             "  --threads N     (-t)     threads, 0 = all cores (default 0)\n"
             "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
             "  --no-bos                 do not prepend BOS to the prompt\n"
+            "  --kv-type f32|f16        KV-cache element type (default f32)\n"
             "  --json                   print one JSON object on stdout instead of text\n");
 }
 
@@ -182,11 +183,13 @@ enum {
     OPT_JSON,
     OPT_NO_BOS,
     OPT_HELP,
+    OPT_KV_TYPE,
 };
 
 typedef struct gen_cli {
     const char *config, *target, *draft, *prompt, *prompt_file;
     int no_draft, json, no_bos;
+    const char *kv_type;
     int has_n, has_k, has_temp, has_top_k, has_top_p, has_seed, has_threads, has_ctx;
     int64_t n, k, top_k, seed, threads, ctx;
     float temp, top_p;
@@ -215,6 +218,7 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         {"ctx-size", required_argument, 0, 'c'},
         {"json", no_argument, 0, OPT_JSON},
         {"no-bos", no_argument, 0, OPT_NO_BOS},
+        {"kv-type", required_argument, 0, OPT_KV_TYPE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -280,6 +284,11 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
             break;
         case OPT_JSON: c->json = 1; break;
         case OPT_NO_BOS: c->no_bos = 1; break;
+        case OPT_KV_TYPE:
+            if (strcmp(optarg, "f32") && strcmp(optarg, "f16"))
+                return usage_error("--kv-type: expected f32 or f16, found '%s'", optarg);
+            c->kv_type = optarg;
+            break;
         case 'h': print_help(stdout); return -1;
         case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
         default: return usage_error("unknown option '%s'", argv[optind - 1]);
@@ -538,6 +547,8 @@ static int cmd_generate(int argc, char **argv) {
     sd_session_params sp = sd_session_default_params();
     sp.n_ctx = ctx;
     sp.n_threads = threads;
+    const char *kv_type = c.kv_type ? c.kv_type : cfg.kv_type;
+    sp.kv_type = kv_type && !strcmp(kv_type, "f16") ? SD_TYPE_F16 : SD_TYPE_F32;
     if ((rc = sd_scorer_init(tm, &sp, &scorer, &err))) goto done;
     if (draft) {
         if ((rc = sd_model_load(draft, &dm, &err))) {

@@ -13,6 +13,7 @@
  *   "threads"      integer  >= 0 (0 = all cores)
  *   "ctx_size"     integer  >= 0 (0 = the target's training context)
  *   "prompt"       string
+ *   "kv_type"      string   "f32" or "f16": KV-cache element type
  * Any other key, or a value of the wrong type or range, is an error naming the file
  * and the key.
  */
@@ -31,6 +32,7 @@ typedef struct sd_config {
     char *target; /* malloc'd, resolved path, or NULL */
     char *draft;
     char *prompt;
+    const char *kv_type; /* static string "f32"/"f16", or NULL */
     int has_draft_tokens, has_max_tokens, has_temp, has_top_k, has_top_p, has_seed,
         has_threads, has_ctx_size;
     int32_t draft_tokens, max_tokens, top_k, threads, ctx_size;
