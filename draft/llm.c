@@ -10,42 +10,67 @@ typedef struct llm_proposer {
     sd_session *sess;
     sd_sampling_params samp;
     sd_rng rng;
-    int32_t n_vocab;
-    float *logits;   /* [n_vocab] */
-    float *probs;    /* [SD_MAX_DRAFT, n_vocab] */
+    int32_t n_vocab;       /* the draft's */
+    int32_t n_vocab_out;   /* the target's: length of a q row */
+    int32_t n_common;      /* min of the two: ids the draft may propose */
+    float *logits;         /* [n_vocab] */
+    float *probs;          /* [SD_MAX_DRAFT, n_vocab_out] */
     int32_t *warp_scratch; /* [n_vocab] */
 } llm_proposer;
+
+/* Name the draft model in an error from the session or the warp. */
+static int draft_error(const llm_proposer *p, int rc, sd_error *err) {
+    if (rc == SD_OK || !err) return rc;
+    char msg[SD_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    return sd_errorf(err, (sd_status)rc, "%s: draft: %s", sd_model_path(p->model), msg);
+}
+
+/* 1 if every id of ctx[0 .. n) is one the draft can evaluate. */
+static int draft_knows(const llm_proposer *p, const int32_t *ctx, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        if (ctx[i] < 0 || ctx[i] >= p->n_vocab) return 0;
+    return 1;
+}
+
+static int llm_prefill(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
+    llm_proposer *p = (llm_proposer *)base;
+    int32_t n = n_ctx - 1;
+    if (n > sd_session_n_ctx(p->sess)) n = sd_session_n_ctx(p->sess);
+    if (n < 1 || !draft_knows(p, ctx, n)) return SD_OK;
+    return draft_error(p, sd_session_sync(p->sess, ctx, n, err), err);
+}
 
 static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t k,
                        sd_proposal *out, sd_error *err) {
     llm_proposer *p = (llm_proposer *)base;
-    const int32_t n_vocab = p->n_vocab;
+    const int32_t n_out = p->n_vocab_out;
     out->n = 0;
-    out->n_vocab = n_vocab;
+    out->n_vocab = n_out;
     out->probs = p->probs;
     /* Room: the cache will hold ctx[0 .. n_ctx) plus the first k - 1 drafted tokens
      * (the last drafted token is never evaluated). Draft fewer near the limit. */
     const int32_t n_room = sd_session_n_ctx(p->sess) - n_ctx + 1;
     if (n_room < 1) return SD_OK; /* out of draft context: target continues alone */
     if (k > n_room) k = n_room;
+    /* A target id the draft lacks (vocabularies may differ in size): no proposal. */
+    if (!draft_knows(p, ctx, n_ctx)) return SD_OK;
     /* Roll back to the accepted prefix and catch up with everything but the last
      * committed token, which is fed below together with its logits. */
     int rc = sd_session_sync(p->sess, ctx, n_ctx - 1, err);
-    if (rc) return rc;
+    if (rc) return draft_error(p, rc, err);
     int32_t tok = ctx[n_ctx - 1];
     for (int32_t i = 0; i < k; i++) {
         rc = sd_session_eval(p->sess, &tok, 1, p->logits, 1, err);
-        if (rc) return rc;
-        float *q = p->probs + (size_t)i * n_vocab;
-        rc = sd_warp(&p->samp, p->logits, n_vocab, q, p->warp_scratch, err);
-        if (rc) {
-            char msg[SD_ERROR_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
-            return sd_errorf(err, (sd_status)rc, "%s: draft logits: %s", sd_model_path(p->model),
-                             msg);
-        }
-        tok = p->samp.temp <= 0.0f ? sd_argmax(q, n_vocab)
-                                   : sd_sample(q, n_vocab, sd_rng_uniform(&p->rng));
+        if (rc) return draft_error(p, rc, err);
+        /* q over the ids both models have; ids only the target has get q = 0. */
+        float *q = p->probs + (size_t)i * n_out;
+        rc = sd_warp(&p->samp, p->logits, p->n_common, q, p->warp_scratch, err);
+        if (rc) return draft_error(p, rc, err);
+        for (int32_t v = p->n_common; v < n_out; v++)
+            q[v] = 0.0f;
+        tok = p->samp.temp <= 0.0f ? sd_argmax(q, p->n_common)
+                                   : sd_sample(q, p->n_common, sd_rng_uniform(&p->rng));
         out->tokens[i] = tok;
         out->n = i + 1;
     }
@@ -68,28 +93,34 @@ static void llm_free(sd_proposer *base) {
     free(p);
 }
 
-static const sd_proposer_ops llm_ops = {"llm", llm_propose, llm_commit, llm_free};
+static const sd_proposer_ops llm_ops = {"llm", llm_prefill, llm_propose, llm_commit, llm_free};
 
 int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
-                         const sd_sampling_params *samp, uint64_t seed, sd_proposer **out,
-                         sd_error *err) {
+                         const sd_sampling_params *samp, uint64_t seed, int32_t n_vocab_target,
+                         sd_proposer **out, sd_error *err) {
     *out = NULL;
+    const int32_t n_vocab = sd_model_hparams(m)->n_vocab;
+    if (n_vocab_target < 0)
+        return sd_errorf(err, SD_ERR_ARG, "draft: negative target vocabulary size %d",
+                         n_vocab_target);
     llm_proposer *p = calloc(1, sizeof *p);
     if (!p) return sd_errorf(err, SD_ERR_OOM, "draft: out of memory");
     p->base.ops = &llm_ops;
     p->model = m;
     p->samp = *samp;
     sd_rng_seed(&p->rng, seed);
-    p->n_vocab = sd_model_hparams(m)->n_vocab;
+    p->n_vocab = n_vocab;
+    p->n_vocab_out = n_vocab_target > 0 ? n_vocab_target : n_vocab;
+    p->n_common = p->n_vocab < p->n_vocab_out ? p->n_vocab : p->n_vocab_out;
     size_t n_probs;
-    if (sd_mul_size((size_t)SD_MAX_DRAFT, (size_t)p->n_vocab, &n_probs) ||
+    if (sd_mul_size((size_t)SD_MAX_DRAFT, (size_t)p->n_vocab_out, &n_probs) ||
         sd_mul_size(n_probs, sizeof(float), &n_probs)) {
         free(p);
         return sd_errorf(err, SD_ERR_OOM, "draft: vocabulary too large");
     }
-    p->logits = malloc((size_t)p->n_vocab * sizeof(float));
+    p->logits = malloc((size_t)n_vocab * sizeof(float));
     p->probs = malloc(n_probs);
-    p->warp_scratch = malloc((size_t)p->n_vocab * sizeof(int32_t));
+    p->warp_scratch = malloc((size_t)n_vocab * sizeof(int32_t));
     if (!p->logits || !p->probs || !p->warp_scratch) {
         llm_free(&p->base);
         return sd_errorf(err, SD_ERR_OOM, "draft: out of memory");
@@ -97,7 +128,7 @@ int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
     int rc = sd_session_init(m, sp, &p->sess, err);
     if (rc) {
         llm_free(&p->base);
-        return rc;
+        return draft_error(p, rc, err);
     }
     *out = &p->base;
     return SD_OK;

@@ -10,6 +10,11 @@ int sd_proposer_propose(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32
     return p->ops->propose(p, ctx, n_ctx, k, out, err);
 }
 
+int sd_proposer_prefill(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
+    if (n_ctx < 1) return sd_errorf(err, SD_ERR_ARG, "draft: empty context");
+    return p->ops->prefill ? p->ops->prefill(p, ctx, n_ctx, err) : SD_OK;
+}
+
 void sd_proposer_commit(sd_proposer *p, const int32_t *ctx, int32_t n_ctx) {
     p->ops->commit(p, ctx, n_ctx);
 }

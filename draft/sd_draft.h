@@ -37,6 +37,8 @@ typedef struct sd_proposer sd_proposer;
 
 typedef struct sd_proposer_ops {
     const char *name;
+    /* See sd_proposer_prefill. */
+    int (*prefill)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, sd_error *err);
     /* See sd_proposer_propose. */
     int (*propose)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t k,
                    sd_proposal *out, sd_error *err);
@@ -59,6 +61,13 @@ struct sd_proposer {
 int sd_proposer_propose(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t k,
                         sd_proposal *out, sd_error *err);
 /*
+ * Before the first proposal: process the prompt ctx[0 .. n_ctx) (e.g. fill the draft's
+ * KV cache) so that the first propose call only drafts. Optional work: propose catches
+ * up by itself. Errors: the model's.
+ */
+int sd_proposer_prefill(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, sd_error *err);
+
+/*
  * After verification: roll the proposer's state back to the accepted prefix of
  * ctx[0 .. n_ctx) (the committed tokens). Its KV cache then holds only committed
  * tokens at contiguous positions (checked in SD_CHECKS builds).
@@ -70,11 +79,15 @@ void sd_proposer_free(sd_proposer *p); /* NULL accepted */
  * LLM proposer over draft model m (not owned). sp: the session (its n_ctx may be
  * smaller than the target's: drafting stops gracefully near that limit). samp: the
  * sampling settings (the same as the target's, so q and p are warped alike). seed:
- * the draft's own RNG stream (independent of the verifier's).
+ * the draft's own RNG stream (use sd_rng_stream_seed(seed, 1)).
+ * n_vocab_target: the target's vocabulary size (0 = the draft's). The two may differ
+ * by up to SD_VOCAB_MAX_SIZE_DIFF ids (as llama.cpp allows): q rows then have
+ * n_vocab_target entries, the draft only proposes ids both models have (q = 0 for the
+ * rest), and it proposes nothing while the context holds an id the draft lacks.
  */
 int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
-                         const sd_sampling_params *samp, uint64_t seed, sd_proposer **out,
-                         sd_error *err);
+                         const sd_sampling_params *samp, uint64_t seed, int32_t n_vocab_target,
+                         sd_proposer **out, sd_error *err);
 
 #ifdef __cplusplus
 }

@@ -764,7 +764,8 @@ static int one_run(ab_ctx *a, int pi, uint64_t seed, int32_t k, int32_t *out, si
     sd_proposer *prop = NULL;
     int rc = SD_OK;
     if (k > 0)
-        rc = sd_proposer_llm_init(a->dm, &a->dsp, &gp.samp, seed ^ 0x9E3779B97F4A7C15ull, &prop,
+        rc = sd_proposer_llm_init(a->dm, &a->dsp, &gp.samp, sd_rng_stream_seed(seed, 1),
+                                  sd_model_hparams(a->tm)->n_vocab, &prop,
                                   err);
     /* Empty the target's KV cache: each run prefills its prompt from scratch. */
     if (!rc) rc = sd_scorer_sync(a->scorer, a->prompt_ids[pi], 1, err);

@@ -16,10 +16,14 @@ sd_gen_params sd_gen_default_params(void) {
 
 const char *sd_stop_reason_str(sd_stop_reason r) {
     switch (r) {
-    case SD_STOP_NONE: return "none";
-    case SD_STOP_EOS: return "eos";
-    case SD_STOP_MAX_TOKENS: return "max_tokens";
-    case SD_STOP_CONTEXT: return "context";
+    case SD_STOP_NONE:
+        return "none";
+    case SD_STOP_EOS:
+        return "eos";
+    case SD_STOP_MAX_TOKENS:
+        return "max_tokens";
+    case SD_STOP_CONTEXT:
+        return "context";
     }
     return "unknown";
 }
@@ -43,10 +47,10 @@ double sd_stats_itl_ms(const sd_gen_stats *s) {
 
 /* Buffers of one generation, all allocated before the loop. */
 typedef struct gen_buffers {
-    int32_t *ctx;     /* [n_prompt + n_predict] committed tokens */
-    float *logits;    /* [SD_MAX_DRAFT + 1, n_vocab] target rows */
-    float *probs;     /* [SD_MAX_DRAFT + 1, n_vocab] warped target rows */
-    float *residual;  /* [n_vocab] */
+    int32_t *ctx;      /* [n_prompt + n_predict] committed tokens */
+    float *logits;     /* [SD_MAX_DRAFT + 1, n_vocab] target rows */
+    float *probs;      /* [SD_MAX_DRAFT + 1, n_vocab] warped target rows */
+    float *residual;   /* [n_vocab] */
     int32_t *iscratch; /* [n_vocab] */
 } gen_buffers;
 
@@ -77,9 +81,8 @@ static int gen_buffers_init(gen_buffers *b, int32_t n_ctx, int32_t n_vocab, sd_e
 }
 
 /* One verification: fills res from the target rows and the proposal. */
-static int verify_step(const sd_gen_params *gp, const sd_proposal *prop, int32_t k,
-                       int32_t n_vocab, gen_buffers *b, sd_rng *rng, sd_verify_result *res,
-                       sd_error *err) {
+static int verify_step(const sd_gen_params *gp, const sd_proposal *prop, int32_t k, int32_t n_vocab,
+                       gen_buffers *b, sd_rng *rng, sd_verify_result *res, sd_error *err) {
     if (gp->samp.temp <= 0.0f)
         return sd_verify_greedy(prop->tokens, k, b->logits, n_vocab, res, err);
     for (int32_t i = 0; i <= k; i++) {
@@ -87,13 +90,13 @@ static int verify_step(const sd_gen_params *gp, const sd_proposal *prop, int32_t
                          b->probs + (size_t)i * n_vocab, b->iscratch, err);
         if (rc) return rc;
     }
-    return sd_verify_sample(prop->tokens, k, prop->probs, b->probs, n_vocab, rng, b->residual,
-                            res, err);
+    return sd_verify_sample(prop->tokens, k, prop->probs, b->probs, n_vocab, rng, b->residual, res,
+                            err);
 }
 
 int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, int32_t n_prompt,
-                int32_t eos, const sd_gen_params *gp, sd_token_cb cb, void *user,
-                int32_t *out, int32_t cap_out, sd_gen_stats *st, sd_error *err) {
+                int32_t eos, const sd_gen_params *gp, sd_token_cb cb, void *user, int32_t *out,
+                int32_t cap_out, sd_gen_stats *st, sd_error *err) {
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
     const int32_t n_ctx_max = sd_scorer_n_ctx(target);
@@ -103,14 +106,17 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
         return sd_errorf(err, SD_ERR_ARG, "generate: n_predict %d must be >= 1 and <= %d",
                          gp->n_predict, cap_out);
     if (draft && (gp->n_draft < 1 || gp->n_draft > SD_MAX_DRAFT))
-        return sd_errorf(err, SD_ERR_ARG, "generate: draft tokens %d outside [1, %d]",
-                         gp->n_draft, SD_MAX_DRAFT);
+        return sd_errorf(err, SD_ERR_ARG, "generate: draft tokens %d outside [1, %d]", gp->n_draft,
+                         SD_MAX_DRAFT);
     if (n_prompt > n_ctx_max)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "prompt of %d tokens does not fit the context of %d tokens", n_prompt,
                          n_ctx_max);
+    /* At most n_ctx_max + 1 tokens are ever committed (the last is never fed back). */
+    int64_t cap_ctx = (int64_t)n_prompt + gp->n_predict;
+    if (cap_ctx > (int64_t)n_ctx_max + 1) cap_ctx = (int64_t)n_ctx_max + 1;
     gen_buffers b;
-    int rc = gen_buffers_init(&b, n_prompt + gp->n_predict, n_vocab, err);
+    int rc = gen_buffers_init(&b, (int32_t)cap_ctx, n_vocab, err);
     if (rc) return rc;
     sd_rng rng;
     sd_rng_seed(&rng, gp->seed);
@@ -119,6 +125,7 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
 
     const double t0 = sd_time_ms();
     rc = sd_scorer_sync(target, b.ctx, n_ctx, err); /* prefill */
+    if (!rc && draft) rc = sd_proposer_prefill(draft, b.ctx, n_ctx, err);
     if (rc) goto done;
     st->t_prefill_ms = sd_time_ms() - t0;
 
@@ -140,6 +147,12 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
             st->t_draft_ms += sd_time_ms() - t;
             if (rc) goto done;
             k = prop.n;
+            if (k > 0 && prop.n_vocab != n_vocab) {
+                rc = sd_errorf(err, SD_ERR_MISMATCH,
+                               "draft proposal rows have %d entries, the target vocabulary %d",
+                               prop.n_vocab, n_vocab);
+                goto done;
+            }
         }
         double t = sd_time_ms();
         rc = sd_scorer_score(target, b.ctx, n_ctx, prop.tokens, k, b.logits, err);
@@ -161,7 +174,8 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
         }
 
         st->n_drafted += k;
-        for (int32_t i = 0; i < k; i++) st->drafted_at[i]++;
+        for (int32_t i = 0; i < k; i++)
+            st->drafted_at[i]++;
         const int32_t first_new = n_ctx;
         for (int32_t i = 0; i < res.n_tokens; i++) {
             if (res.tokens[i] == eos) {
@@ -186,8 +200,7 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
         if (n_new > 0 && cb && cb(user, b.ctx + first_new, n_new)) break;
         if (st->stop == SD_STOP_EOS) break;
     }
-    if (st->stop == SD_STOP_NONE && st->n_generated >= gp->n_predict)
-        st->stop = SD_STOP_MAX_TOKENS;
+    if (st->stop == SD_STOP_NONE && st->n_generated >= gp->n_predict) st->stop = SD_STOP_MAX_TOKENS;
     rc = SD_OK;
 done:
     st->t_total_ms = sd_time_ms() - t0;

@@ -76,6 +76,14 @@ static int is_pow2(uint64_t x) {
 
 /* Bytes of a tensor of type t and shape ne[n_dims]; -1 on bad shape or overflow. */
 static int tensor_nbytes(uint32_t type, uint32_t n_dims, const int64_t *ne, size_t *out) {
+    /* The element count itself must fit in an int64 (as ggml checks), also when a
+     * zero dimension makes the byte size 0: callers multiply dimensions freely. */
+    uint64_t elems = 1;
+    for (uint32_t d = 0; d < n_dims; d++) {
+        if (ne[d] < 0) return -1;
+        if (ne[d] != 0 && elems > (uint64_t)INT64_MAX / (uint64_t)ne[d]) return -1;
+        elems *= (uint64_t)ne[d];
+    }
     size_t n;
     if (sd_type_row_bytes((sd_type)type, ne[0], &n) != 0) return -1;
     for (uint32_t d = 1; d < n_dims; d++) {

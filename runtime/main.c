@@ -45,36 +45,35 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 static void print_help(FILE *f) {
-    fprintf(f,
-            "usage: specdec <command> [options]\n"
-            "\n"
-            "commands:\n"
-            "  generate   speculative (or target-alone) generation\n"
-            "  convert    CKPT.bin TOKENIZER.bin OUT.gguf   llama2.c checkpoint -> GGUF (f32)\n"
-            "  quantize   IN.gguf OUT.gguf q8_0|q4_0        quantized copy of a GGUF model\n"
-            "  info       FILE.gguf                         architecture, sizes, types, vocab\n"
-            "  tokenize   -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)   print token ids\n"
-            "  bench      A/B benchmark, target alone vs speculative (--kernels: bandwidth)\n"
-            "  synth      -o DIR [--preset P --type T --noise S]  synthetic target/draft pair\n"
-            "\n"
-            "generate options (llama.cpp spellings in parentheses):\n"
-            "  --config FILE            JSON pair config (flags override it)\n"
-            "  --target FILE   (-m, --model)         target GGUF\n"
-            "  --draft FILE    (-md, --model-draft)  draft GGUF\n"
-            "  --no-draft               target alone (the A side of an A/B run)\n"
-            "  --prompt TEXT   (-p)     prompt text\n"
-            "  --prompt-file F (-f)     read the prompt from a file\n"
-            "  --max-tokens N  (-n, --n-predict)    tokens to generate (default 128)\n"
-            "  --draft-tokens K (-k, --draft-max)   tokens drafted per step, 1..16 (default 4)\n"
-            "  --temp T                 temperature, 0 = greedy (default 0.8)\n"
-            "  --top-k N                top-k, 0 = off (default 40)\n"
-            "  --top-p P                top-p, 1 = off (default 0.95)\n"
-            "  --seed S        (-s)     RNG seed (default 42)\n"
-            "  --threads N     (-t)     threads, 0 = all cores (default 0)\n"
-            "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
-            "  --no-bos                 do not prepend BOS to the prompt\n"
-            "  --kv-type f32|f16        KV-cache element type (default f32)\n"
-            "  --json                   print one JSON object on stdout instead of text\n");
+    fprintf(f, "usage: specdec <command> [options]\n"
+               "\n"
+               "commands:\n"
+               "  generate   speculative (or target-alone) generation\n"
+               "  convert    CKPT.bin TOKENIZER.bin OUT.gguf   llama2.c checkpoint -> GGUF (f32)\n"
+               "  quantize   IN.gguf OUT.gguf q8_0|q4_0        quantized copy of a GGUF model\n"
+               "  info       FILE.gguf                         architecture, sizes, types, vocab\n"
+               "  tokenize   -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)   print token ids\n"
+               "  bench      A/B benchmark, target alone vs speculative (--kernels: bandwidth)\n"
+               "  synth      -o DIR [--preset P --type T --noise S]  synthetic target/draft pair\n"
+               "\n"
+               "generate options (llama.cpp spellings in parentheses):\n"
+               "  --config FILE            JSON pair config (flags override it)\n"
+               "  --target FILE   (-m, --model)         target GGUF\n"
+               "  --draft FILE    (-md, --model-draft)  draft GGUF\n"
+               "  --no-draft               target alone (the A side of an A/B run)\n"
+               "  --prompt TEXT   (-p)     prompt text\n"
+               "  --prompt-file F (-f)     read the prompt from a file\n"
+               "  --max-tokens N  (-n, --n-predict)    tokens to generate (default 128)\n"
+               "  --draft-tokens K (-k, --draft-max)   tokens drafted per step, 1..16 (default 4)\n"
+               "  --temp T                 temperature, 0 = greedy (default 0.8)\n"
+               "  --top-k N                top-k, 0 = off (default 40)\n"
+               "  --top-p P                top-p, 1 = off (default 0.95)\n"
+               "  --seed S        (-s)     RNG seed (default 42)\n"
+               "  --threads N     (-t)     threads, 0 = all cores (default 0)\n"
+               "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
+               "  --no-bos                 do not prepend BOS to the prompt\n"
+               "  --kv-type f32|f16        KV-cache element type (default f32)\n"
+               "  --json                   print one JSON object on stdout instead of text\n");
 }
 
 /* ---- strict number parsing ---- */
@@ -231,13 +230,25 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
     int o;
     while ((o = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
         switch (o) {
-        case OPT_CONFIG: c->config = optarg; break;
+        case OPT_CONFIG:
+            c->config = optarg;
+            break;
         case 'm':
-        case OPT_TARGET: c->target = optarg; break;
-        case OPT_DRAFT: c->draft = optarg; break;
-        case OPT_NO_DRAFT: c->no_draft = 1; break;
-        case 'p': c->prompt = optarg; break;
-        case 'f': c->prompt_file = optarg; break;
+        case OPT_TARGET:
+            c->target = optarg;
+            break;
+        case OPT_DRAFT:
+            c->draft = optarg;
+            break;
+        case OPT_NO_DRAFT:
+            c->no_draft = 1;
+            break;
+        case 'p':
+            c->prompt = optarg;
+            break;
+        case 'f':
+            c->prompt_file = optarg;
+            break;
         case 'n':
             if (parse_i64(optarg, -1, INT32_MAX / 2, &c->n) || c->n == 0)
                 return usage_error("-n/--max-tokens: expected an integer >= 1 (or -1: until "
@@ -282,16 +293,24 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
                 return usage_error("-c/--ctx-size: expected an integer >= 0, found '%s'", optarg);
             c->has_ctx = 1;
             break;
-        case OPT_JSON: c->json = 1; break;
-        case OPT_NO_BOS: c->no_bos = 1; break;
+        case OPT_JSON:
+            c->json = 1;
+            break;
+        case OPT_NO_BOS:
+            c->no_bos = 1;
+            break;
         case OPT_KV_TYPE:
             if (strcmp(optarg, "f32") && strcmp(optarg, "f16"))
                 return usage_error("--kv-type: expected f32 or f16, found '%s'", optarg);
             c->kv_type = optarg;
             break;
-        case 'h': print_help(stdout); return -1;
-        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: return usage_error("unknown option '%s'", argv[optind - 1]);
+        case 'h':
+            print_help(stdout);
+            return -1;
+        case ':':
+            return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default:
+            return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
@@ -325,8 +344,8 @@ static int stream_tokens(void *user, const int32_t *tokens, int32_t n) {
 static void print_stats(const sd_gen_stats *st, int with_draft, int32_t k) {
     FILE *f = stderr;
     fprintf(f, "\n\n");
-    fprintf(f, "generated       %d tokens (prompt %d), stop: %s\n", st->n_generated,
-            st->n_prompt, sd_stop_reason_str(st->stop));
+    fprintf(f, "generated       %d tokens (prompt %d), stop: %s\n", st->n_generated, st->n_prompt,
+            sd_stop_reason_str(st->stop));
     fprintf(f, "target passes   %d\n", st->n_target_passes);
     if (with_draft) {
         fprintf(f, "drafted         %d (K = %d)\n", st->n_drafted, k);
@@ -334,12 +353,11 @@ static void print_stats(const sd_gen_stats *st, int with_draft, int32_t k) {
         fprintf(f, "acceptance rate %.3f   (accepted / drafted)\n", sd_stats_acceptance_rate(st));
         fprintf(f, "per position   ");
         for (int32_t i = 0; i < k; i++)
-            fprintf(f, " %.3f", st->drafted_at[i] ? (double)st->accepted_at[i] / st->drafted_at[i]
-                                                  : 0.0);
+            fprintf(f, " %.3f",
+                    st->drafted_at[i] ? (double)st->accepted_at[i] / st->drafted_at[i] : 0.0);
         fprintf(f, "   (accepted / drafted at draft position i)\n");
     }
-    fprintf(f, "tokens/pass     %.3f   (emitted / target passes)\n",
-            sd_stats_tokens_per_pass(st));
+    fprintf(f, "tokens/pass     %.3f   (emitted / target passes)\n", sd_stats_tokens_per_pass(st));
     fprintf(f, "speed           %.2f tokens/s (decode, prefill excluded)\n",
             sd_stats_tokens_per_s(st));
     fprintf(f, "TTFT            %.2f ms\n", st->ttft_ms);
@@ -384,7 +402,8 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n) {
     size_t len;
     unsigned lo = 0x80, hi = 0xBF;
     if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
         len = 3;
         if (c == 0xE0) lo = 0xA0;
@@ -423,19 +442,20 @@ static char *utf8_sanitize(const char *in, size_t n, size_t *out_len) {
     return out;
 }
 
-static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n,
-                      const sd_gen_stats *st, int32_t k, sd_error *err) {
+static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, const sd_gen_stats *st,
+                      int32_t k, sd_error *err) {
     char *text = NULL;
     size_t text_len = 0;
     int rc = pieces_text(vocab, toks, n, &text, &text_len, err);
     if (rc) return rc;
     json_t *ids = json_array();
-    for (int32_t i = 0; i < n; i++) json_array_append_new(ids, json_integer(toks[i]));
+    for (int32_t i = 0; i < n; i++)
+        json_array_append_new(ids, json_integer(toks[i]));
     json_t *ppa = json_array();
     for (int32_t i = 0; i < k; i++)
-        json_array_append_new(ppa, json_real(st->drafted_at[i] ? (double)st->accepted_at[i] /
-                                                                     st->drafted_at[i]
-                                                               : 0.0));
+        json_array_append_new(
+            ppa,
+            json_real(st->drafted_at[i] ? (double)st->accepted_at[i] / st->drafted_at[i] : 0.0));
     json_t *stats = json_pack(
         "{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
         "n_prompt", st->n_prompt, "n_generated", st->n_generated, "n_target_passes",
@@ -451,8 +471,8 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n,
     free(text);
     text = clean;
     if (!text) return sd_errorf(err, SD_ERR_OOM, "out of memory building the output text");
-    json_t *root = json_pack("{s:s%, s:o, s:o}", "text", text, text_len, "tokens", ids,
-                             "stats", stats);
+    json_t *root =
+        json_pack("{s:s%, s:o, s:o}", "text", text, text_len, "tokens", ids, "stats", stats);
     free(text);
     if (!root) return sd_errorf(err, SD_ERR_OOM, "json: cannot build output");
     char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
@@ -509,7 +529,8 @@ static int cmd_generate(int argc, char **argv) {
     if (c.draft && !c.no_draft) {
         /* llama.cpp's old `--draft N` was a token count; here --draft is a file. */
         const char *d = c.draft;
-        while (*d >= '0' && *d <= '9') d++;
+        while (*d >= '0' && *d <= '9')
+            d++;
         if (*d == '\0' && access(c.draft, F_OK) != 0) {
             exit_code = usage_error("--draft takes the draft model file, found '%s' (for the "
                                     "number of draft tokens use -k/--draft-max)",
@@ -559,8 +580,8 @@ static int cmd_generate(int argc, char **argv) {
         sd_session_params dsp = sp;
         const int32_t dctx = sd_model_hparams(dm)->n_ctx_train;
         if (dsp.n_ctx > dctx) dsp.n_ctx = dctx; /* drafting stops near the draft's limit */
-        if ((rc = sd_proposer_llm_init(dm, &dsp, &gp.samp, gp.seed ^ 0x9E3779B97F4A7C15ull, &prop,
-                                       &err)))
+        if ((rc = sd_proposer_llm_init(dm, &dsp, &gp.samp, sd_rng_stream_seed(gp.seed, 1),
+                                       th->n_vocab, &prop, &err)))
             goto done;
     }
 
@@ -580,6 +601,8 @@ static int cmd_generate(int argc, char **argv) {
     }
     /* -n -1: until EOS or the context is full (one more than fits, so the stop is "context"). */
     if (c.has_n && c.n == -1) gp.n_predict = ctx - (int32_t)n_ids + 2;
+    /* No more than ctx - n_ids + 1 tokens can ever be emitted: size nothing beyond that. */
+    if (gp.n_predict > ctx - (int32_t)n_ids + 2) gp.n_predict = ctx - (int32_t)n_ids + 2;
     if (gp.n_predict < 1) gp.n_predict = 1;
     if (c.no_draft && (c.draft || cfg.draft))
         fprintf(stderr, "specdec: --no-draft: ignoring the draft model, target alone\n");
@@ -622,7 +645,8 @@ done:
 /* ---- convert / quantize ---- */
 
 static int cmd_convert(int argc, char **argv) {
-    if (argc != 4) return usage_error("%s", "usage: specdec convert CKPT.bin TOKENIZER.bin OUT.gguf");
+    if (argc != 4)
+        return usage_error("%s", "usage: specdec convert CKPT.bin TOKENIZER.bin OUT.gguf");
     sd_error err = {0};
     if (sd_convert_llama2c(argv[1], argv[2], argv[3], &err)) return fail(&err);
     fprintf(stderr, "specdec: wrote %s\n", argv[3]);
@@ -656,9 +680,8 @@ static int cmd_info(int argc, char **argv) {
     if (sd_gguf_get_str(g, "general.architecture", &arch, &arch_len, NULL) == SD_OK)
         printf("architecture    %.*s\n", (int)arch_len, arch);
     static const char *keys[] = {
-        "llama.context_length",         "llama.embedding_length",
-        "llama.block_count",            "llama.feed_forward_length",
-        "llama.attention.head_count",   "llama.attention.head_count_kv",
+        "llama.context_length",       "llama.embedding_length",     "llama.block_count",
+        "llama.feed_forward_length",  "llama.attention.head_count", "llama.attention.head_count_kv",
         "llama.rope.dimension_count",
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
@@ -716,17 +739,28 @@ static int cmd_tokenize(int argc, char **argv) {
     optind = 1;
     while ((o = getopt_long(argc, argv, ":m:p:f:", opts, NULL)) != -1) {
         switch (o) {
-        case 'm': model = optarg; break;
-        case 'p': text = optarg; break;
-        case 'f': file = optarg; break;
-        case OPT_NO_BOS: no_bos = 1; break;
-        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: return usage_error("unknown option '%s'", argv[optind - 1]);
+        case 'm':
+            model = optarg;
+            break;
+        case 'p':
+            text = optarg;
+            break;
+        case 'f':
+            file = optarg;
+            break;
+        case OPT_NO_BOS:
+            no_bos = 1;
+            break;
+        case ':':
+            return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default:
+            return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
     if (!model) return usage_error("%s", "tokenize: -m FILE.gguf is required");
-    if (!!text == !!file) return usage_error("%s", "tokenize: give exactly one of -p TEXT or -f FILE");
+    if (!!text == !!file)
+        return usage_error("%s", "tokenize: give exactly one of -p TEXT or -f FILE");
     sd_error err = {0};
     char *buf = NULL;
     size_t len = 0;
@@ -744,7 +778,8 @@ static int cmd_tokenize(int argc, char **argv) {
     if (!rc) rc = sd_vocab_load(g, &v, &err);
     if (!rc) rc = sd_vocab_tokenize(v, text, len, !no_bos && sd_vocab_add_bos(v), &ids, &n, &err);
     if (!rc) {
-        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        for (size_t i = 0; i < n; i++)
+            printf(i ? " %d" : "%d", ids[i]);
         printf("\n");
     }
     free(ids);

@@ -5,19 +5,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sched.h>
 #include <unistd.h>
 
 const char *sd_status_str(sd_status st) {
     switch (st) {
-    case SD_OK: return "ok";
-    case SD_ERR_IO: return "io error";
-    case SD_ERR_FORMAT: return "format error";
-    case SD_ERR_UNSUPPORTED: return "unsupported";
-    case SD_ERR_OOM: return "out of memory";
-    case SD_ERR_ARG: return "bad argument";
-    case SD_ERR_MISMATCH: return "mismatch";
-    case SD_ERR_CONTEXT: return "context full";
-    case SD_ERR_CONFIG: return "config error";
+    case SD_OK:
+        return "ok";
+    case SD_ERR_IO:
+        return "io error";
+    case SD_ERR_FORMAT:
+        return "format error";
+    case SD_ERR_UNSUPPORTED:
+        return "unsupported";
+    case SD_ERR_OOM:
+        return "out of memory";
+    case SD_ERR_ARG:
+        return "bad argument";
+    case SD_ERR_MISMATCH:
+        return "mismatch";
+    case SD_ERR_CONTEXT:
+        return "context full";
+    case SD_ERR_CONFIG:
+        return "config error";
     }
     return "unknown status";
 }
@@ -66,6 +76,13 @@ double sd_time_ms(void) {
 }
 
 int sd_n_cores(void) {
+    /* The cores this process may run on (taskset, cgroup cpusets), not all online ones:
+     * more threads than cores makes spin-waiting OpenMP threads fight each other. */
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }

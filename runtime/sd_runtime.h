@@ -74,7 +74,7 @@ void sd_check_failed(const char *file, int line, const char *cond, const char *m
 /* Monotonic wall clock in milliseconds (CLOCK_MONOTONIC). */
 double sd_time_ms(void);
 
-/* Number of online CPU cores (>= 1). */
+/* Number of CPU cores this process may run on (its affinity mask; >= 1). */
 int sd_n_cores(void);
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
 /* The target scorer: one batched verification pass per speculative step. */
 #include "target/sd_target.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 struct sd_scorer {
@@ -8,8 +9,7 @@ struct sd_scorer {
     sd_session *sess;
 };
 
-int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **out,
-                   sd_error *err) {
+int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **out, sd_error *err) {
     *out = NULL;
     if (p->n_batch < SD_MAX_DRAFT + 1)
         return sd_errorf(err, SD_ERR_ARG, "scorer: n_batch %d is smaller than %d (max draft + 1)",
@@ -32,8 +32,12 @@ void sd_scorer_free(sd_scorer *s) {
     free(s);
 }
 
-const sd_model *sd_scorer_model(const sd_scorer *s) { return s->model; }
-int32_t sd_scorer_n_ctx(const sd_scorer *s) { return sd_session_n_ctx(s->sess); }
+const sd_model *sd_scorer_model(const sd_scorer *s) {
+    return s->model;
+}
+int32_t sd_scorer_n_ctx(const sd_scorer *s) {
+    return sd_session_n_ctx(s->sess);
+}
 
 int sd_scorer_sync(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
     if (n_ctx < 1) return sd_errorf(err, SD_ERR_ARG, "scorer: empty context");
@@ -47,14 +51,21 @@ int sd_scorer_score(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32
                          SD_MAX_DRAFT);
     if ((int64_t)n_ctx + k > sd_session_n_ctx(s->sess))
         return sd_errorf(err, SD_ERR_CONTEXT,
-                         "target context full: %d committed + %d drafted tokens exceed %d",
-                         n_ctx, k, sd_session_n_ctx(s->sess));
+                         "target context full: %d committed + %d drafted tokens exceed %d", n_ctx,
+                         k, sd_session_n_ctx(s->sess));
     int rc = sd_scorer_sync(s, ctx, n_ctx, err);
     if (rc) return rc;
     int32_t batch[SD_MAX_DRAFT + 1];
     batch[0] = ctx[n_ctx - 1];
-    for (int32_t i = 0; i < k; i++) batch[i + 1] = draft[i];
-    return sd_session_eval(s->sess, batch, k + 1, logits, k + 1, err);
+    for (int32_t i = 0; i < k; i++)
+        batch[i + 1] = draft[i];
+    rc = sd_session_eval(s->sess, batch, k + 1, logits, k + 1, err);
+    if (rc && err) {
+        char msg[SD_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        sd_errorf(err, (sd_status)rc, "%s: target: %s", sd_model_path(s->model), msg);
+    }
+    return rc;
 }
 
 void sd_scorer_commit(sd_scorer *s, const int32_t *ctx, int32_t n_ctx) {

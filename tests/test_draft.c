@@ -77,7 +77,7 @@ Test(draft, q_is_the_sampled_distribution) {
         sd_proposer *p = NULL;
         sd_session_params sp = sd_session_default_params();
         const uint64_t seed = 1234 + c;
-        cr_assert_eq(sd_proposer_llm_init(m, &sp, &cases[c], seed, &p, &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_proposer_llm_init(m, &sp, &cases[c], seed, 0, &p, &err), 0, "%s", err.msg);
         int32_t ctx[64] = {1, 10, 11, 12};
         int32_t n_ctx = 4;
         int draws = 0;
@@ -106,7 +106,7 @@ Test(draft, stops_gracefully_at_its_context_limit) {
     sp.n_ctx = 16;
     sd_sampling_params samp = {0.0f, 0, 1.0f};
     sd_proposer *p = NULL;
-    cr_assert_eq(sd_proposer_llm_init(m, &sp, &samp, 1, &p, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_proposer_llm_init(m, &sp, &samp, 1, 0, &p, &err), 0, "%s", err.msg);
     int32_t ctx[32];
     for (int i = 0; i < 32; i++) ctx[i] = 3 + i;
     /* With n_ctx committed tokens the draft cache needs n_ctx - 1 + k positions. */

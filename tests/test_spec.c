@@ -17,8 +17,12 @@
 
 static char g_dir[1024];
 
-static void setup(void) { cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0); }
-static void teardown(void) { tu_rmdir(g_dir); }
+static void setup(void) {
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
+}
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
 
 TestSuite(spec, .init = setup, .fini = teardown, .timeout = 600);
 
@@ -38,11 +42,12 @@ static void pair_open(pair *p, const char *target, const char *draft,
     cr_assert_eq(sd_scorer_init(p->tm, &sp, &p->scorer, &err), 0, "%s", err.msg);
     if (draft) {
         cr_assert_eq(sd_model_load(draft, &p->dm, &err), 0, "%s", err.msg);
-        cr_assert_eq(sd_vocab_check_pair(sd_model_vocab(p->tm), target, sd_model_vocab(p->dm),
-                                         draft, &err),
+        cr_assert_eq(
+            sd_vocab_check_pair(sd_model_vocab(p->tm), target, sd_model_vocab(p->dm), draft, &err),
+            0, "%s", err.msg);
+        cr_assert_eq(sd_proposer_llm_init(p->dm, &sp, samp, seed, sd_model_hparams(p->tm)->n_vocab,
+                                          &p->prop, &err),
                      0, "%s", err.msg);
-        cr_assert_eq(sd_proposer_llm_init(p->dm, &sp, samp, seed, &p->prop, &err), 0, "%s",
-                     err.msg);
     }
 }
 
@@ -85,8 +90,7 @@ static void check_stats_consistent(const sd_gen_stats *st, int32_t k) {
 
 /* Greedy speculative == greedy target alone for K = 1..8 on several prompts. */
 static void greedy_equal(const char *target, const char *draft, int32_t n_predict,
-                         const int32_t prompts[][4], int n_prompts, int32_t eos,
-                         double *acc_out) {
+                         const int32_t prompts[][4], int n_prompts, int32_t eos, double *acc_out) {
     sd_sampling_params samp = sd_sampling_default_params();
     samp.temp = 0.0f;
     pair p;
@@ -103,8 +107,8 @@ static void greedy_equal(const char *target, const char *draft, int32_t n_predic
             cr_assert_eq(n_got, n_ref, "prompt %d, K=%d: %d tokens vs %d target-alone", pi, k,
                          n_got, n_ref);
             for (int32_t i = 0; i < n_ref; i++)
-                cr_assert_eq(got[i], ref[i], "prompt %d, K=%d: token %d is %d, target-alone %d",
-                             pi, k, i, got[i], ref[i]);
+                cr_assert_eq(got[i], ref[i], "prompt %d, K=%d: token %d is %d, target-alone %d", pi,
+                             k, i, got[i], ref[i]);
             check_stats_consistent(&st, k);
             drafted += st.n_drafted;
             accepted += st.n_accepted;
@@ -231,9 +235,9 @@ Test(spec, first_token_distribution_with_and_without_draft) {
             gp.seed = 1000003ull * (uint64_t)i + (uint64_t)use_draft;
             int32_t out[5];
             sd_gen_stats st;
-            cr_assert_eq(sd_generate(pr.scorer, pr.prop, prompt, 4, -1, &gp, NULL, NULL, out, 5,
-                                     &st, &err),
-                         0, "%s", err.msg);
+            cr_assert_eq(
+                sd_generate(pr.scorer, pr.prop, prompt, 4, -1, &gp, NULL, NULL, out, 5, &st, &err),
+                0, "%s", err.msg);
             cr_assert_geq(out[0], 0);
             cr_assert_lt(out[0], n_vocab);
             counts[out[0]]++;
@@ -265,8 +269,8 @@ Test(spec, first_token_distribution_with_and_without_draft) {
         double crit = chi2_crit_1e4(cells - 1);
         cr_log_info("draft=%d: chi2 = %.2f, df = %d, critical(1e-4) = %.2f, acceptance %.3f",
                     use_draft, stat, cells - 1, crit, drafted ? (double)accepted / drafted : 0.0);
-        cr_assert_lt(stat, crit, "draft=%d: chi-square %.2f >= %.2f (df %d)", use_draft, stat,
-                     crit, cells - 1);
+        cr_assert_lt(stat, crit, "draft=%d: chi-square %.2f >= %.2f (df %d)", use_draft, stat, crit,
+                     cells - 1);
         if (use_draft) cr_assert_gt(drafted, 0);
     }
 }
@@ -288,9 +292,9 @@ Test(spec, greedy_equals_target_alone_stories260k) {
     for (int i = 0; i < 3; i++) {
         int32_t *ids = NULL;
         size_t n = 0;
-        cr_assert_eq(sd_vocab_tokenize(sd_model_vocab(m), texts[i], strlen(texts[i]), 1, &ids, &n,
-                                       &err),
-                     0, "%s", err.msg);
+        cr_assert_eq(
+            sd_vocab_tokenize(sd_model_vocab(m), texts[i], strlen(texts[i]), 1, &ids, &n, &err), 0,
+            "%s", err.msg);
         cr_assert_geq(n, 4);
         memcpy(prompts[i], ids, sizeof prompts[i]); /* BOS + the first 3 tokens */
         free(ids);
@@ -301,4 +305,46 @@ Test(spec, greedy_equals_target_alone_stories260k) {
     greedy_equal(t, d, 64, (const int32_t(*)[4])prompts, 3, eos, &acc);
     cr_log_info("stories260K f32 target, q4_0 draft: greedy acceptance %.3f", acc);
     cr_assert_gt(acc, 0.3);
+}
+
+/* Draft and target vocabularies may differ in size by up to 128 ids (llama.cpp's rule):
+ * the draft proposes only ids both have, q rows span the target's vocabulary, and a
+ * context holding an id the draft lacks pauses drafting. Greedy output still equals
+ * target-alone output, and sampled runs stay in bounds (checked under ASan in CI). */
+Test(spec, vocab_sizes_may_differ) {
+    char t[2048], d_small[2048], d_big[2048];
+    tu_llama_spec s = tu_llama_default_spec();
+    s.n_vocab = 160;
+    cr_assert_eq(tu_make_llama(tu_path(t, sizeof t, g_dir, "t.gguf"), &s), 0);
+    s.n_vocab = 100;
+    cr_assert_eq(tu_make_llama(tu_path(d_small, sizeof d_small, g_dir, "ds.gguf"), &s), 0);
+    s.n_vocab = 220;
+    cr_assert_eq(tu_make_llama(tu_path(d_big, sizeof d_big, g_dir, "db.gguf"), &s), 0);
+    const char *drafts[2] = {d_small, d_big};
+    for (int di = 0; di < 2; di++) {
+        greedy_equal(t, drafts[di], 32, k_prompts, 2, -1, NULL);
+        sd_sampling_params samp = {1.0f, 0, 1.0f};
+        pair p;
+        pair_open(&p, t, drafts[di], &samp, 5, 0);
+        for (int run = 0; run < 20; run++) {
+            sd_gen_params gp = sd_gen_default_params();
+            gp.n_predict = 40;
+            gp.n_draft = 4;
+            gp.samp = samp;
+            gp.seed = (uint64_t)run;
+            int32_t out[40];
+            sd_gen_stats st;
+            sd_error err = {0};
+            cr_assert_eq(sd_generate(p.scorer, p.prop, k_prompts[1], 4, -1, &gp, NULL, NULL, out,
+                                     40, &st, &err),
+                         0, "%s", err.msg);
+            cr_assert_eq(st.n_generated, 40);
+            for (int i = 0; i < 40; i++) {
+                cr_assert_geq(out[i], 0);
+                cr_assert_lt(out[i], 160);
+            }
+            check_stats_consistent(&st, 4);
+        }
+        pair_close(&p);
+    }
 }

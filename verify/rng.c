@@ -19,6 +19,14 @@ void sd_rng_seed(sd_rng *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) r->s[i] = splitmix64_next(&x);
 }
 
+uint64_t sd_rng_stream_seed(uint64_t seed, uint64_t stream) {
+    if (stream == 0) return seed;
+    uint64_t x = stream * UINT64_C(0xd1b54a32d192ed03);
+    uint64_t h = splitmix64_next(&x);
+    x = seed ^ h;
+    return splitmix64_next(&x);
+}
+
 uint64_t sd_rng_next_u64(sd_rng *r) {
     uint64_t *s = r->s;
     const uint64_t result = rotl64(s[1] * 5, 7) * 9;

@@ -45,6 +45,10 @@ void sd_rng_seed(sd_rng *r, uint64_t seed);
 uint64_t sd_rng_next_u64(sd_rng *r);
 /* Uniform double in [0, 1) with 53 random bits: (sd_rng_next_u64(r) >> 11) * 2^-53. */
 double sd_rng_uniform(sd_rng *r);
+/* Seed of an independent stream derived from a user seed: stream 0 is the verifier's,
+ * stream 1 the draft's. Mixes both through splitmix64 so no two streams share state
+ * words (a plain seed ^ constant can alias splitmix64's own counter). */
+uint64_t sd_rng_stream_seed(uint64_t seed, uint64_t stream);
 
 /* Index of the largest logit; lowest index on ties; NaN entries never win. n >= 1. */
 int32_t sd_argmax(const float *x, int32_t n);
@@ -59,7 +63,8 @@ int32_t sd_argmax(const float *x, int32_t n);
  *   logits  : float [n_vocab]
  *   probs   : float [n_vocab] (out)
  *   scratch : int32 [n_vocab] work space
- * Logits of -inf get probability 0; if any logit is +inf the mass is shared by the +inf
+ * Logits of -inf get probability 0 (a row that is -inf everywhere becomes uniform, the
+ * limit of equal logits); if any logit is +inf the mass is shared by the +inf
  * entries (the limit of the softmax). top_p <= 0 keeps the single best token.
  * Errors: SD_ERR_ARG if n_vocab < 1, a logit is NaN, temp is NaN or +-inf, top_p is
  * NaN, or a pointer is NULL.
