@@ -13,11 +13,12 @@
  *   conversion, d = dw * dx, acc = fma(float(p), d, acc). dpbusd wants unsigned x signed:
  *   weights are the unsigned operand (Q4_0 nibbles q, Q8_0 w + 128) and the offset
  *   (8 or 128 times the lane's sum of x) is an activation property, precomputed with the
- *   packed activations as the dpbusd starting value. Activations are packed once per call
- *   per thread into aligned scratch ([group][octet][token], 384 bytes each); without
- *   scratch memory each octet is packed on the stack instead (same values, same bits).
- *   Each (row, token) runs the same instructions in the same order in any group, so
- *   results do not depend on n_tok / grouping / r0 / r1.
+ *   packed activations as the dpbusd starting value. The packed activations are part B of
+ *   the prepared activations (sd_quant.h), written once per matmul by
+ *   sd_quantize_activations (avx512_pack_row) into caller-provided memory:
+ *   [group][octet][token] of SD_XOCT bytes each; the kernels only read them and allocate
+ *   nothing. Each (row, token) runs the same instructions in the same order in any
+ *   group, so results do not depend on n_tok / grouping / r0 / r1.
  * Activation Q8_0 quantization (sd_quantize_activations): vectorized, byte-identical to
  *   the scalar reference.
  * F32 / F16 / BF16 x F32: two 16-lane FMA accumulators per token (32 columns per step),
@@ -28,7 +29,6 @@
 #if defined(__x86_64__)
 
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define SD_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -57,7 +57,7 @@ SD_T SD_INL float hsum16(__m512 v) {
  * of V_k is elements [8k, 8k + 8) of block b. So 32-bit lanes 2b and 2b + 1 only ever
  * see block b, and the four VNNI dot products of an octet accumulate into one vector:
  * per lane the exact sum of 16 products of one block. Weights and activations use the
- * same layout (weights rearranged in registers, activations packed once per call).
+ * same layout (weights rearranged in registers, activations packed once per matmul).
  */
 
 /* V0..V3 (signed int8) of 8 Q8_0 blocks b[0..7]: a 4 x 8 qword transpose. */
@@ -152,7 +152,7 @@ SD_T SD_INL void w_oct_tail(const void *wr, int64_t i, int64_t nv, const int kin
 }
 
 /* Pack one activation octet (Q8_0 blocks xb[0..nv), nv <= 8, absent blocks are 0) to
- * out[SD_XOCT], 64-byte aligned: V0..V3 (signed x), then the int32 lane correction
+ * out[SD_XOCT] (64-byte aligned when the prepared buffer is): V0..V3 (signed x), then the int32 lane correction
  * corr = -c * (sum of the 16 x of the lane) with c = 128 (Q8_0 weights stored as
  * w + 128) or 8 (Q4_0: q - 8), then the scales as floats (lanes 2b, 2b+1 = dx_b). */
 SD_T SD_INL void x_oct(const sd_block_q8_0 *xb, int64_t nv, const int kind, uint8_t *out) {
@@ -168,13 +168,13 @@ SD_T SD_INL void x_oct(const sd_block_q8_0 *xb, int64_t nv, const int kind, uint
     __m512i sx = _mm512_setzero_si512();
     _Pragma("GCC unroll 4")
     for (int k = 0; k < 4; k++) {
-        _mm512_store_si512((__m512i *)(out + 64 * k), v[k]);
+        _mm512_storeu_si512((__m512i *)(out + 64 * k), v[k]);
         sx = _mm512_dpbusd_epi32(sx, ones, v[k]); /* sum of x per lane */
     }
     const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
                                           _mm512_slli_epi32(sx, kind == 8 ? 7 : 3));
-    _mm512_store_si512((__m512i *)(out + 256), corr);
-    _mm512_store_ps((float *)(out + 320), oct_scales((const unsigned char *)xb, sizeof *xb));
+    _mm512_storeu_si512((__m512i *)(out + 256), corr);
+    _mm512_storeu_ps((float *)(out + 320), oct_scales((const unsigned char *)xb, sizeof *xb));
 }
 
 /* One octet for nt tokens; xp: the octet's packed activations of the nt tokens, one
@@ -186,23 +186,21 @@ SD_T SD_INL void q_oct(const __m512i v[4], __m512 dw, const int nt, const uint8_
     _Pragma("GCC unroll 16")
     for (int t = 0; t < nt; t++) {
         const uint8_t *x = xp + (size_t)t * SD_XOCT;
-        __m512i p = _mm512_load_si512((const __m512i *)(x + 256));
-        p = _mm512_dpbusd_epi32(p, v[0], _mm512_load_si512((const __m512i *)(x + 0)));
-        p = _mm512_dpbusd_epi32(p, v[1], _mm512_load_si512((const __m512i *)(x + 64)));
-        p = _mm512_dpbusd_epi32(p, v[2], _mm512_load_si512((const __m512i *)(x + 128)));
-        p = _mm512_dpbusd_epi32(p, v[3], _mm512_load_si512((const __m512i *)(x + 192)));
-        const __m512 d = _mm512_mul_ps(dw, _mm512_load_ps((const float *)(x + 320)));
+        __m512i p = _mm512_loadu_si512((const __m512i *)(x + 256));
+        p = _mm512_dpbusd_epi32(p, v[0], _mm512_loadu_si512((const __m512i *)(x + 0)));
+        p = _mm512_dpbusd_epi32(p, v[1], _mm512_loadu_si512((const __m512i *)(x + 64)));
+        p = _mm512_dpbusd_epi32(p, v[2], _mm512_loadu_si512((const __m512i *)(x + 128)));
+        p = _mm512_dpbusd_epi32(p, v[3], _mm512_loadu_si512((const __m512i *)(x + 192)));
+        const __m512 d = _mm512_mul_ps(dw, _mm512_loadu_ps((const float *)(x + 320)));
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[t]);
     }
 }
 
 /* res[t] = dot(weight row wr, activation row t), t < nt. Packed activations xp:
- * [octet][token][SD_XOCT]. If xq1 != NULL (no scratch memory; nt == 1) each octet is
- * packed on the fly from the Q8_0 row xq1 into a stack buffer instead: same values. */
+ * [octet][token][SD_XOCT]. */
 SD_T SD_INL void qgroup(const void *wr, int64_t nb, const int kind, const int nt,
-                        const uint8_t *xp, const sd_block_q8_0 *xq1, float *res) {
+                        const uint8_t *xp, float *res) {
     __m512 acc[SD_QNT];
-    _Alignas(64) uint8_t one[SD_XOCT];
     _Pragma("GCC unroll 16")
     for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     __m512i v[4];
@@ -210,22 +208,12 @@ SD_T SD_INL void qgroup(const void *wr, int64_t nb, const int kind, const int nt
     int64_t i = 0;
     for (; i + 8 <= nb; i += 8) {
         w_oct(wr, i, kind, v, &dw);
-        if (xq1) {
-            x_oct(xq1 + i, 8, kind, one);
-            q_oct(v, dw, 1, one, acc);
-        } else {
-            q_oct(v, dw, nt, xp, acc);
-            xp += (size_t)nt * SD_XOCT;
-        }
+        q_oct(v, dw, nt, xp, acc);
+        xp += (size_t)nt * SD_XOCT;
     }
     if (i < nb) {
         w_oct_tail(wr, i, nb - i, kind, v, &dw);
-        if (xq1) {
-            x_oct(xq1 + i, nb - i, kind, one);
-            q_oct(v, dw, 1, one, acc);
-        } else {
-            q_oct(v, dw, nt, xp, acc);
-        }
+        q_oct(v, dw, nt, xp, acc);
     }
     _Pragma("GCC unroll 16")
     for (int t = 0; t < nt; t++) res[t] = hsum16(acc[t]);
@@ -234,7 +222,7 @@ SD_T SD_INL void qgroup(const void *wr, int64_t nb, const int kind, const int nt
 #define SD_QG(K, NT)                                                                       \
     SD_T static void qgroup_##K##_##NT(const void *wr, int64_t nb, const uint8_t *xp,     \
                                        float *res) {                                       \
-        qgroup(wr, nb, K, NT, xp, NULL, res);                                              \
+        qgroup(wr, nb, K, NT, xp, res);                                                    \
     }
 #define SD_QG_ALL(K)                                                                       \
     SD_QG(K, 1) SD_QG(K, 2) SD_QG(K, 3) SD_QG(K, 4) SD_QG(K, 5) SD_QG(K, 6) SD_QG(K, 7)   \
@@ -252,68 +240,61 @@ typedef void (*qgroup_fn)(const void *, int64_t, const uint8_t *, float *);
 static const qgroup_fn k_qgroup8[SD_QNT] = SD_QG_TAB(8);
 static const qgroup_fn k_qgroup4[SD_QNT] = SD_QG_TAB(4);
 
-/* Tokens are processed in ng groups of near-equal size (<= SD_QNT); the packed
- * activations of group g start at scratch offset b0 * n_oct * SD_XOCT. */
-SD_T SD_INL void qrows(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                       float *y, int64_t ldy, int64_t r0, int64_t r1, const int kind,
-                       const int noscratch) {
-    const int64_t nb = n / 32, no = (nb + 7) / 8;
-    const sd_block_q8_0 *xb = (const sd_block_q8_0 *)xq;
+/* Tokens are processed in ng = ceil(n_tok / SD_QNT) groups of near-equal size: group g
+ * is tokens [n_tok * g / ng, n_tok * (g + 1) / ng); its packed activations start at
+ * part-B offset b0 * n_oct * SD_XOCT, [octet][token in group]. */
+static void group_of(int64_t n_tok, int64_t b, int64_t *b0, int64_t *nt) {
     const int64_t ng = (n_tok + SD_QNT - 1) / SD_QNT;
-    float res[SD_QNT];
-    uint8_t *buf =
-        no > 0 && !noscratch ? aligned_alloc(64, (size_t)(n_tok * no) * SD_XOCT) : NULL;
-    if (!buf) { /* no scratch (or n == 0): one token at a time, packed on the fly */
-        for (int64_t r = r0; r < r1; r++) {
-            const void *wr = (const char *)w + (size_t)r * wrb;
-            for (int64_t b = 0; b < n_tok; b++) {
-                qgroup(wr, nb, kind, 1, NULL, xb + b * nb, res);
-                y[b * ldy + r] = res[0];
-            }
-        }
-        return;
+    int64_t g = b * ng / n_tok; /* near the answer; exact after the fix-ups */
+    while (n_tok * (g + 1) / ng <= b) g++;
+    while (n_tok * g / ng > b) g--;
+    *b0 = n_tok * g / ng;
+    *nt = n_tok * (g + 1) / ng - *b0;
+}
+
+static size_t avx512_pack_tok_bytes(int64_t n_cols) {
+    return (size_t)((n_cols / 32 + 7) / 8) * SD_XOCT;
+}
+
+/* Part B for row b of a batch of n_tok: its octets at [group][octet][token]. */
+SD_T static void avx512_pack_row(sd_type wt, const sd_block_q8_0 *xr, int64_t n, int64_t n_tok,
+                                 int64_t b, void *pb) {
+    const int kind = wt == SD_TYPE_Q8_0 ? 8 : 4;
+    const int64_t nb = n / 32, no = (nb + 7) / 8;
+    int64_t b0, nt;
+    group_of(n_tok, b, &b0, &nt);
+    uint8_t *gp = (uint8_t *)pb + (size_t)(b0 * no) * SD_XOCT;
+    for (int64_t o = 0; o < no; o++) {
+        const int64_t nv = nb - 8 * o < 8 ? nb - 8 * o : 8;
+        x_oct(xr + 8 * o, nv, kind, gp + (size_t)(o * nt + (b - b0)) * SD_XOCT);
     }
-    for (int64_t g = 0; g < ng; g++) {
-        const int64_t b0 = n_tok * g / ng, b1 = n_tok * (g + 1) / ng, nt = b1 - b0;
-        uint8_t *gp = buf + (size_t)(b0 * no) * SD_XOCT;
-        for (int64_t o = 0; o < no; o++) {
-            const int64_t nv = nb - 8 * o < 8 ? nb - 8 * o : 8;
-            for (int64_t t = 0; t < nt; t++)
-                x_oct(xb + (b0 + t) * nb + 8 * o, nv, kind, gp + (size_t)(o * nt + t) * SD_XOCT);
-        }
-    }
+}
+
+SD_T SD_INL void qrows(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
+                       float *y, int64_t ldy, int64_t r0, int64_t r1, const int kind) {
+    const int64_t nb = n / 32, no = (nb + 7) / 8;
+    const int64_t ng = (n_tok + SD_QNT - 1) / SD_QNT;
+    const uint8_t *pb = (const uint8_t *)xq + sd_act_pack_offset(n_tok, n);
     const qgroup_fn *tab = kind == 8 ? k_qgroup8 : k_qgroup4;
+    float res[SD_QNT];
     for (int64_t r = r0; r < r1; r++) {
         const void *wr = (const char *)w + (size_t)r * wrb;
         for (int64_t g = 0; g < ng; g++) {
             const int64_t b0 = n_tok * g / ng, b1 = n_tok * (g + 1) / ng;
-            tab[b1 - b0 - 1](wr, nb, buf + (size_t)(b0 * no) * SD_XOCT, res);
+            tab[b1 - b0 - 1](wr, nb, pb + (size_t)(b0 * no) * SD_XOCT, res);
             for (int64_t b = b0; b < b1; b++) y[b * ldy + r] = res[b - b0];
         }
     }
-    free(buf);
 }
 
 SD_T static void avx512_q8_0(const void *w, size_t wrb, int64_t n, const void *xq,
                              int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 8, 0);
+    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 8);
 }
 
 SD_T static void avx512_q4_0(const void *w, size_t wrb, int64_t n, const void *xq,
                              int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 4, 0);
-}
-
-SD_T static void avx512_q8_0_noscratch(const void *w, size_t wrb, int64_t n, const void *xq,
-                                       int64_t n_tok, float *y, int64_t ldy, int64_t r0,
-                                       int64_t r1) {
-    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 8, 1);
-}
-
-SD_T static void avx512_q4_0_noscratch(const void *w, size_t wrb, int64_t n, const void *xq,
-                                       int64_t n_tok, float *y, int64_t ldy, int64_t r0,
-                                       int64_t r1) {
-    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 4, 1);
+    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 4);
 }
 
 /* Q8_0 quantization of an activation row, byte-identical to quant.c's reference
@@ -451,16 +432,8 @@ const sd_kernel_set sd_kernels_avx512 = {
     .q8_0 = avx512_q8_0,
     .q4_0 = avx512_q4_0,
     .quant_q8_0 = avx512_quant_q8_0,
-};
-
-const sd_kernel_set sd_kernels_avx512_noscratch = {
-    .name = "avx512",
-    .f32 = avx512_f32,
-    .f16 = avx512_f16,
-    .bf16 = avx512_bf16,
-    .q8_0 = avx512_q8_0_noscratch,
-    .q4_0 = avx512_q4_0_noscratch,
-    .quant_q8_0 = avx512_quant_q8_0,
+    .pack_tok_bytes = avx512_pack_tok_bytes,
+    .pack_row = avx512_pack_row,
 };
 
 #else  /* !__x86_64__ */

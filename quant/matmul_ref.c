@@ -1,6 +1,7 @@
 /*
  * quant/matmul_ref.c: scalar reference row kernels (the specification the SIMD sets are
- * tested against), activation preparation, and the kernel-set dispatch.
+ * tested against), activation preparation (sizes and layout: sd_quant.h), and the
+ * kernel-set dispatch.
  *
  * Dot products (shapes: weight row of n_cols elements, activation row of n_cols):
  *   F32/F16/BF16 weights x F32 activations: sum over j of (double)w[j] * (double)x[j],
@@ -122,19 +123,69 @@ const sd_kernel_set sd_kernels_scalar = {
 /* Activations                                                                          */
 /* ---------------------------------------------------------------------------------- */
 
-/* Q8_0 rows go through the active kernel set's quantizer when it has one (bytes
- * identical to the reference, tested); everything else through sd_quantize_row. */
-void sd_quantize_activations(sd_type wt, const float *x, int64_t n_tok, int64_t n, void *out) {
-    const sd_type vt = sd_vec_dot_type(wt);
-    const size_t rb = x_row_bytes(wt, n);
-    void (*q8)(const float *, void *, int64_t) =
-        vt == SD_TYPE_Q8_0 ? sd_kernel_set_active()->quant_q8_0 : NULL;
-    for (int64_t b = 0; b < n_tok; b++) {
-        if (q8)
-            q8(x + b * n, (char *)out + (size_t)b * rb, n);
-        else
-            sd_quantize_row(vt, x + b * n, (char *)out + (size_t)b * rb, n);
+static int is_weight_type(sd_type wt) {
+    return wt == SD_TYPE_F32 || wt == SD_TYPE_F16 || wt == SD_TYPE_BF16 ||
+           wt == SD_TYPE_Q8_0 || wt == SD_TYPE_Q4_0;
+}
+
+/* Part A (n_tok rows of sd_vec_dot_type(wt)), then for Q8_0-dot types and a set with a
+ * packed form, part B at the next multiple of 64 (sd_act_pack_offset). */
+int sd_kernel_act_bytes(const sd_kernel_set *ks, sd_type wt, int64_t n_tok, int64_t n_cols,
+                        size_t *out) {
+    size_t rb, a, b, tot;
+    if (!is_weight_type(wt) || n_tok < 0 || n_cols < 0) return -1;
+    if (sd_type_row_bytes(sd_vec_dot_type(wt), n_cols, &rb) != 0) return -1;
+    if (__builtin_mul_overflow((size_t)n_tok, rb, &a)) return -1;
+    if (sd_vec_dot_type(wt) != SD_TYPE_Q8_0 || !ks->pack_tok_bytes) {
+        *out = a;
+        return 0;
     }
+    if (__builtin_add_overflow(a, (size_t)63, &a)) return -1;
+    a &= ~(size_t)63;
+    if (__builtin_mul_overflow((size_t)n_tok, ks->pack_tok_bytes(n_cols), &b) ||
+        __builtin_add_overflow(a, b, &tot))
+        return -1;
+    *out = tot;
+    return 0;
+}
+
+/* Q8_0 rows go through the set's quantizer when it has one (bytes identical to the
+ * reference, tested), then its packer; everything else through sd_quantize_row. */
+void sd_kernel_prepare_rows(const sd_kernel_set *ks, sd_type wt, const float *x, int64_t n_tok,
+                            int64_t n_cols, int64_t b0, int64_t b1, void *out) {
+    const sd_type vt = sd_vec_dot_type(wt);
+    const size_t rb = x_row_bytes(wt, n_cols);
+    if (vt != SD_TYPE_Q8_0) {
+        for (int64_t b = b0; b < b1; b++)
+            sd_quantize_row(vt, x + b * n_cols, (char *)out + (size_t)b * rb, n_cols);
+        return;
+    }
+    void *pb = ks->pack_row ? (char *)out + sd_act_pack_offset(n_tok, n_cols) : NULL;
+    for (int64_t b = b0; b < b1; b++) {
+        sd_block_q8_0 *xr = (sd_block_q8_0 *)((char *)out + (size_t)b * rb);
+        if (ks->quant_q8_0)
+            ks->quant_q8_0(x + b * n_cols, xr, n_cols);
+        else
+            sd_quantize_row(SD_TYPE_Q8_0, x + b * n_cols, xr, n_cols);
+        if (pb) ks->pack_row(wt, xr, n_cols, n_tok, b, pb);
+    }
+}
+
+int sd_activations_bytes(sd_type wt, int64_t n_tok, int64_t n_cols, size_t *out) {
+    return sd_kernel_act_bytes(sd_kernel_set_active(), wt, n_tok, n_cols, out);
+}
+
+void sd_quantize_activations_rows(sd_type wt, const float *x, int64_t n_tok, int64_t n_cols,
+                                  int64_t b0, int64_t b1, void *out) {
+    if (b0 < 0) b0 = 0;
+    if (b1 > n_tok) b1 = n_tok;
+    if (b1 <= b0) return;
+    sd_kernel_prepare_rows(sd_kernel_set_active(), wt, x, n_tok, n_cols, b0, b1, out);
+}
+
+void sd_quantize_activations(sd_type wt, const float *x, int64_t n_tok, int64_t n_cols,
+                             void *out) {
+    sd_quantize_activations_rows(wt, x, n_tok, n_cols, 0, n_tok, out);
 }
 
 /* ---------------------------------------------------------------------------------- */

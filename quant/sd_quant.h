@@ -87,27 +87,65 @@ void sd_dequantize_row(sd_type t, const void *x, float *y, int64_t n);
 sd_type sd_vec_dot_type(sd_type t);
 
 /*
- * Prepare activations: x[n_tok, n] float -> out, in the layout sd_matmul expects for
- * weights of type wt (a copy for F32-dot types, Q8_0 rows otherwise). out must hold
- * n_tok * row_bytes(sd_vec_dot_type(wt), n) bytes. Row b of out depends only on row
- * b of x.
+ * Prepared activations: what sd_matmul_rows reads. The caller allocates them (the CPU
+ * backend once, at init, sized with sd_activations_bytes for its largest batch and row;
+ * the matmul path itself never allocates). Layout for weights of type wt, a batch of
+ * n_tok rows of n_cols:
+ *   F32-dot types (F32/F16/BF16 weights): n_tok rows of n_cols floats (a copy of x).
+ *   Q8_0-dot types (Q8_0/Q4_0 weights):
+ *     part A, at offset 0: n_tok Q8_0 rows of n_cols (row stride
+ *       sd_type_row_bytes(SD_TYPE_Q8_0, n_cols)), bytes identical to
+ *       sd_quantize_row(SD_TYPE_Q8_0, ...) of each row: the reference layout, all that
+ *       the scalar and AVX2 kernels (and sd_matmul_rows_ref) read;
+ *     part B (only when the kernel set in use is "avx512"): at the next multiple of 64
+ *       bytes after part A, the same values rearranged for the AVX-512 kernels (octets
+ *       of 8 blocks, grouped per up to 16 tokens of THIS batch, with per-block scales as
+ *       floats and the weight-type-dependent integer correction). Its arrangement
+ *       depends on n_tok, so a prepared batch is only valid for a call with the same
+ *       n_tok (not for a slice of its rows) and the same wt as it was prepared for.
+ * Every byte of row b (in either part) depends only on row b of x and on n_tok, wt.
  */
-void sd_quantize_activations(sd_type wt, const float *x, int64_t n_tok, int64_t n, void *out);
+
+/* Bytes of prepared activations for n_tok rows of n_cols, weights of type wt, in the
+ * layout of the kernel set in use. Returns -1 (and leaves *out) for an unsupported wt,
+ * n_tok < 0, n_cols < 0, n_cols not a multiple of 32 for Q8_0-dot types, or overflow;
+ * else 0. Monotone in n_tok and n_cols (a buffer sized for the largest serves all). */
+int sd_activations_bytes(sd_type wt, int64_t n_tok, int64_t n_cols, size_t *out);
+
+/*
+ * Prepare activations: x[n_tok, n_cols] float -> out, the layout above, for weights of
+ * type wt. out must hold sd_activations_bytes(wt, n_tok, n_cols) bytes; 64-byte
+ * alignment is recommended (the AVX-512 part is read in 64-byte vectors). Allocates
+ * nothing.
+ */
+void sd_quantize_activations(sd_type wt, const float *x, int64_t n_tok, int64_t n_cols,
+                             void *out);
+
+/* The part of sd_quantize_activations that belongs to rows [b0, b1) of the same batch
+ * (x is still the whole x[n_tok, n_cols]; only its rows b0..b1-1 are read): calls on
+ * disjoint row ranges covering [0, n_tok), e.g. one per thread, write exactly what one
+ * sd_quantize_activations call writes, and may run concurrently. */
+void sd_quantize_activations_rows(sd_type wt, const float *x, int64_t n_tok, int64_t n_cols,
+                                  int64_t b0, int64_t b1, void *out);
 
 /*
  * y[b, r] = dot(W[r, :], X[b, :]) for r in [r0, r1) and b in [0, n_tok).
  *   w      : weight matrix, n_rows rows of type wt, each w_row_bytes bytes, row-major
- *   xq     : activations prepared by sd_quantize_activations, n_tok rows of n_cols
+ *   xq     : activations prepared by sd_quantize_activations for this wt and exactly
+ *            this n_tok (read only; never written, so threads may share it)
  *   y      : float [n_tok, ldy]; row b, column r is y[b * ldy + r]
  * Each weight row is read once per call for all n_tok activation rows. Uses the
- * fastest kernel for this CPU (chosen once). Single-threaded: callers split [r0, r1)
- * across threads.
+ * fastest kernel for this CPU (chosen once). Allocates nothing. Single-threaded:
+ * callers split [r0, r1) across threads.
  */
 void sd_matmul_rows(sd_type wt, const void *w, size_t w_row_bytes, int64_t n_cols,
                     const void *xq, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
                     int64_t r1);
 
-/* Same, forced to the scalar reference kernels (the test oracle). */
+/* Same, forced to the scalar reference kernels (the test oracle). xq: either the
+ * reference layout (n_tok rows of sd_vec_dot_type(wt), row stride
+ * sd_type_row_bytes(sd_vec_dot_type(wt), n_cols), e.g. made by sd_quantize_row) or
+ * anything sd_quantize_activations made (it reads part A only). */
 void sd_matmul_rows_ref(sd_type wt, const void *w, size_t w_row_bytes, int64_t n_cols,
                         const void *xq, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
                         int64_t r1);

@@ -9,8 +9,10 @@
  *   get_rows : W typed [rows, cols], ids int32 [n_tok] (each < rows)
  *              -> Y [n_tok, cols]                       (dequantized embedding lookup)
  *   matmul   : W typed [rows, cols], X [n_tok, cols] -> Y [n_tok, rows],
- *              Y[b, r] = dot(W[r, :], X[b, :]); X is first converted to the activation
- *              type of W (sd_vec_dot_type). Y must not alias X.
+ *              Y[b, r] = dot(W[r, :], X[b, :]); X is first converted once per call to
+ *              the activation type of W (sd_vec_dot_type), in the prepared layout of
+ *              sd_quantize_activations, into scratch sized at init (sd_backend_params:
+ *              sd_activations_bytes for n_batch rows of max_cols). Y must not alias X.
  *   rmsnorm  : X [n_tok, n], w [n] -> Y [n_tok, n], y = x / sqrt(mean(x^2) + eps) * w
  *              (Y may alias X)
  *   rope     : X [n_tok, n_head * head_dim] rotated in place: in every head, pairs
@@ -44,7 +46,8 @@
  * 1.1B-shape decode step 0.2-0.3 s passive vs 0.3-3 s default on a loaded 2-core box).
  *
  * Memory: pointers passed to ops are backend memory. For the CPU backend that is host
- * memory; a device backend will add buffer allocation entries to this table.
+ * memory; a device backend will add buffer allocation entries to this table. Ops
+ * allocate nothing: all scratch is allocated by the backend's init.
  */
 #ifndef SD_BACKEND_H
 #define SD_BACKEND_H

@@ -27,7 +27,7 @@ typedef struct sd_backend_cpu {
     int64_t max_cols;
     int32_t n_ctx;
     double par_min_work; /* see SD_CPU_PAR_MIN_WORK */
-    void *xq;        /* quantized activations: n_batch rows of max_cols */
+    void *xq;        /* prepared activations (sd_activations_bytes), n_batch rows of max_cols */
     size_t xq_bytes;
     float *scores;   /* attention scores: n_threads x SD_ATT_HB rows of n_ctx */
     const struct att_kernels *att; /* attention kernels (kernels_pick) */
@@ -56,14 +56,14 @@ static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32
                        float *y) {
     sd_backend_cpu *c = cpu_of(be);
     const int64_t rows = w->rows, cols = w->cols;
-    size_t xrow = 0;
-    int rc = sd_type_row_bytes(sd_vec_dot_type(w->type), cols, &xrow);
+    size_t need = 0;
+    int rc = sd_activations_bytes(w->type, n_tok, cols, &need);
     (void)rc;
+    (void)need;
     SD_CHECK(rc == 0, "matmul: bad activation row size");
-    SD_CHECK(n_tok >= 1 && n_tok <= c->n_batch && cols <= c->max_cols &&
-                 (size_t)n_tok * xrow <= c->xq_bytes,
+    SD_CHECK(n_tok >= 1 && n_tok <= c->n_batch && cols <= c->max_cols && need <= c->xq_bytes,
              "matmul: shape exceeds the scratch sized at init");
-    uint8_t *xq = c->xq;
+    void *xq = c->xq;
     const double work = (double)rows * (double)cols * (double)n_tok;
     /* About SD_CPU_CHUNKS_PER_THREAD chunks per thread, at least SD_CPU_MIN_CHUNK_ROWS rows. */
     int64_t chunk = rows / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
@@ -71,9 +71,9 @@ static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32
 #pragma omp parallel num_threads(c->n_threads) if (c->n_threads > 1 && work >= c->par_min_work)
     {
         const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        /* Prepared once per matmul (sd_quant.h layout), token rows split over threads. */
         const int64_t t0 = n_tok * tid / nth, t1 = n_tok * (tid + 1) / nth;
-        if (t1 > t0)
-            sd_quantize_activations(w->type, x + t0 * cols, t1 - t0, cols, xq + (size_t)t0 * xrow);
+        sd_quantize_activations_rows(w->type, x, n_tok, cols, t0, t1, xq);
 #pragma omp barrier
         /* Rows in chunks handed out dynamically: a thread that shares its core with other
          * work (or starts late) takes fewer chunks instead of holding up the others.
@@ -513,11 +513,19 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
         return sd_errorf(err, SD_ERR_ARG, "cpu backend: bad parameters");
     int32_t nt = p->n_threads ? p->n_threads : sd_n_cores();
     if (nt > SD_CPU_MAX_THREADS) nt = SD_CPU_MAX_THREADS;
-    /* Activation rows: at most 4 bytes per element (F32; Q8_0 is 34/32 bytes). */
-    size_t xq_bytes, sc_len, sc_bytes;
-    if (sd_mul_size((size_t)p->n_batch, (size_t)p->max_cols, &xq_bytes) ||
-        sd_mul_size(xq_bytes, sizeof(float), &xq_bytes) ||
-        sd_mul_size((size_t)nt * SD_ATT_HB, (size_t)p->n_ctx, &sc_len) ||
+    /* Prepared activations: the largest sd_activations_bytes over the weight types for
+     * n_batch rows of max_cols (rounded up to a whole Q8_0 block; sizes are monotone). */
+    static const sd_type wts[] = {SD_TYPE_F32, SD_TYPE_F16, SD_TYPE_BF16, SD_TYPE_Q8_0,
+                                  SD_TYPE_Q4_0};
+    const int64_t cols_q = (p->max_cols + SD_QK8_0 - 1) / SD_QK8_0 * SD_QK8_0;
+    size_t xq_bytes = 0, sc_len, sc_bytes;
+    for (size_t i = 0; i < sizeof wts / sizeof wts[0]; i++) {
+        size_t b;
+        if (sd_activations_bytes(wts[i], p->n_batch, cols_q, &b) != 0)
+            return sd_errorf(err, SD_ERR_OOM, "cpu backend: scratch size overflows");
+        if (b > xq_bytes) xq_bytes = b;
+    }
+    if (sd_mul_size((size_t)nt * SD_ATT_HB, (size_t)p->n_ctx, &sc_len) ||
         sd_mul_size(sc_len, sizeof(float), &sc_bytes))
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: scratch size overflows");
     sd_backend_cpu *c = calloc(1, sizeof *c);

@@ -930,6 +930,80 @@ Test(backend, matmul_and_get_rows_all_types) {
     }
 }
 
+/* The matmul at the limits its scratch was sized for (n_batch tokens, max_cols columns,
+ * many row chunks), with 1..3 threads: activations are prepared once per call into the
+ * backend's scratch; results are bit-identical to sd_matmul_rows on activations
+ * prepared by sd_quantize_activations, whatever the thread count, and row b of a batch
+ * equals the same row alone. A max_cols that is not a multiple of 32 is accepted. */
+Test(backend, matmul_full_scratch_threads) {
+    setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
+    const sd_type types[] = {SD_TYPE_Q8_0, SD_TYPE_Q4_0, SD_TYPE_F32};
+    const int64_t rows = 300, cols = 512;
+    const int32_t n_batch = 16;
+    uint64_t rng = 7;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const sd_type t = types[ti];
+        size_t rb, xb;
+        cr_assert_eq(sd_type_row_bytes(t, cols, &rb), 0);
+        uint8_t *wd = malloc(rb * rows);
+        float *tmp = malloc(cols * sizeof(float));
+        for (int64_t r = 0; r < rows; r++) {
+            fill(tmp, cols, &rng, 1.0f);
+            sd_quantize_row(t, tmp, wd + r * rb, cols);
+        }
+        sd_weight w = {t, rows, cols, rb, wd};
+        float *x = malloc((size_t)n_batch * cols * sizeof(float));
+        fill(x, (size_t)n_batch * cols, &rng, 2.0f);
+        cr_assert_eq(sd_activations_bytes(t, n_batch, cols, &xb), 0);
+        void *xq = NULL;
+        cr_assert_eq(posix_memalign(&xq, 64, xb), 0);
+        sd_quantize_activations(t, x, n_batch, cols, xq);
+        float *want = malloc((size_t)n_batch * rows * sizeof(float));
+        sd_matmul_rows(t, wd, rb, cols, xq, n_batch, want, rows, 0, rows);
+        for (int32_t nt = 1; nt <= 3; nt++) {
+            sd_backend_params bp = {nt, n_batch, cols, 32};
+            sd_backend *be = NULL;
+            sd_error err = {0};
+            cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
+            float *y = galloc((size_t)n_batch * rows);
+            be->ops->matmul(be, &w, x, n_batch, y);
+            gcheck(y, (size_t)n_batch * rows, "matmul");
+            cr_expect(memcmp(y, want, (size_t)n_batch * rows * sizeof(float)) == 0,
+                      "%s, %d threads: backend != sd_matmul_rows", sd_type_name(t), nt);
+            float *y1 = galloc(rows);
+            for (int32_t b = 0; b < n_batch; b += 5) {
+                be->ops->matmul(be, &w, x + (size_t)b * cols, 1, y1);
+                cr_expect(memcmp(y1, want + (size_t)b * rows, rows * sizeof(float)) == 0,
+                          "%s, %d threads: row %d alone differs", sd_type_name(t), nt, b);
+            }
+            free(y);
+            free(y1);
+            sd_backend_free(be);
+        }
+        free(wd); free(tmp); free(x); free(xq); free(want);
+    }
+    /* max_cols not a multiple of 32 (F32 models may have such rows) */
+    sd_backend_params bp = {2, 4, 100, 8};
+    sd_backend *be = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
+    float wf[3 * 100], x[4 * 100], *y = galloc(4 * 3);
+    fill(wf, 300, &rng, 1.0f);
+    fill(x, 400, &rng, 1.0f);
+    sd_weight w = {SD_TYPE_F32, 3, 100, 400, wf};
+    be->ops->matmul(be, &w, x, 4, y);
+    gcheck(y, 12, "matmul f32 100");
+    for (int b = 0; b < 4; b++)
+        for (int r = 0; r < 3; r++) {
+            double d = 0;
+            for (int c = 0; c < 100; c++) d += (double)wf[r * 100 + c] * x[b * 100 + c];
+            cr_expect(fabs(y[b * 3 + r] - d) <= 1e-4, "f32 100: %g vs %g", y[b * 3 + r], d);
+        }
+    free(y);
+    sd_backend_free(be);
+    unsetenv("SD_CPU_PAR_MIN_WORK");
+}
+
 Test(backend, elementwise_norm_rope_softmax) {
     sd_backend *be = cpu_backend(2);
     uint64_t rng = 7;

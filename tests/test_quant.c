@@ -61,6 +61,24 @@ static size_t row_bytes(sd_type t, int64_t n) {
     return rb;
 }
 
+/* n bytes (at least 1), 64-byte aligned */
+static void *xalloc(size_t n) {
+    void *p = aligned_alloc(64, (n + 64) / 64 * 64);
+    cr_assert_not_null(p);
+    return p;
+}
+
+/* x[n_tok, n] prepared by kernel set ks for weights of type t (as sd_quantize_activations
+ * does with the active set), in a fresh 64-byte aligned buffer (free()). */
+static unsigned char *prep(const sd_kernel_set *ks, sd_type t, const float *x, int64_t n_tok,
+                           int64_t n) {
+    size_t bytes = 0;
+    cr_assert_eq(sd_kernel_act_bytes(ks, t, n_tok, n, &bytes), 0);
+    unsigned char *q = xalloc(bytes);
+    sd_kernel_prepare_rows(ks, t, x, n_tok, n, 0, n_tok, q);
+    return q;
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* types                                                                                */
 /* ---------------------------------------------------------------------------------- */
@@ -375,11 +393,13 @@ Test(quant_zero, all_zero_blocks) {
         const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
         if (!ks) continue;
         float xa[96] = {0};
-        unsigned char xq[96 * 4];
         float out[2] = {1.0f, 1.0f};
-        sd_quantize_activations(SD_TYPE_Q8_0, xa, 1, 96, xq);
+        unsigned char *xq = prep(ks, SD_TYPE_Q8_0, xa, 1, 96);
         sd_kernel_for_type(ks, SD_TYPE_Q8_0)(q8, sizeof q8, 96, xq, 1, out, 1, 0, 1);
+        free(xq);
+        xq = prep(ks, SD_TYPE_Q4_0, xa, 1, 96);
         sd_kernel_for_type(ks, SD_TYPE_Q4_0)(q4, sizeof q4, 96, xq, 1, out + 1, 1, 0, 1);
+        free(xq);
         cr_assert(out[0] == 0.0f && out[1] == 0.0f, "%s: %g %g", ks->name, out[0], out[1]);
     }
 }
@@ -450,7 +470,8 @@ Test(quant_activations, layout) {
     enum { T = 3, N = 96 };
     float x[T * N];
     for (int j = 0; j < T * N; j++) x[j] = rng_f(&s) * 3.0f;
-    unsigned char got[T * N * 4], want[T * 102];
+    _Alignas(64) unsigned char got[4096];
+    unsigned char want[T * 102];
     sd_quantize_activations(SD_TYPE_Q4_0, x, T, N, got);
     for (int b = 0; b < T; b++) sd_quantize_row(SD_TYPE_Q8_0, x + b * N, want + b * 102, N);
     cr_assert_eq(memcmp(got, want, T * 102), 0);
@@ -460,6 +481,82 @@ Test(quant_activations, layout) {
     cr_assert_eq(memcmp(got, x, sizeof x), 0);
     sd_quantize_activations(SD_TYPE_BF16, x, T, N, got);
     cr_assert_eq(memcmp(got, x, sizeof x), 0);
+}
+
+/* The prepared layout (sd_quant.h) for every kernel set: its size; part A is the
+ * reference Q8_0 rows (F32-dot: a copy); nothing is written past the size; preparing
+ * disjoint row ranges (as the backend's threads do) writes what one call writes; sizes
+ * are monotone; bad shapes and overflow are refused. */
+Test(quant_activations, prepared_layout) {
+    uint64_t s = 5150;
+    static const int64_t toks[] = {1, 2, 5, 9, 16, 17, 33};
+    static const int64_t cols[] = {32, 96, 256, 288, 1024};
+    for (size_t si = 0; si < N_SETS; si++) {
+        const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
+        if (!ks) continue;
+        for (size_t ti = 0; ti < N_TYPES; ti++) {
+            const sd_type t = k_types[ti];
+            const int q = sd_vec_dot_type(t) == SD_TYPE_Q8_0;
+            for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
+                for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
+                    const int64_t n_tok = toks[k], n = cols[c];
+                    const size_t rb = row_bytes(sd_vec_dot_type(t), n);
+                    size_t bytes = 0, want_bytes = (size_t)n_tok * rb;
+                    if (q && ks->pack_tok_bytes)
+                        want_bytes = ((want_bytes + 63) & ~(size_t)63) +
+                                     (size_t)n_tok * ks->pack_tok_bytes(n);
+                    cr_assert_eq(sd_kernel_act_bytes(ks, t, n_tok, n, &bytes), 0);
+                    cr_assert_eq(bytes, want_bytes, "%s %s", ks->name, sd_type_name(t));
+                    size_t b2 = 0; /* monotone */
+                    cr_assert_eq(sd_kernel_act_bytes(ks, t, n_tok + 1, n + 32, &b2), 0);
+                    cr_assert_geq(b2, bytes);
+                    float *x = malloc(sizeof(float) * (size_t)(n_tok * n));
+                    for (int64_t j = 0; j < n_tok * n; j++) x[j] = rng_f(&s) * 5.0f;
+                    unsigned char *one = xalloc(bytes + 64), *split = xalloc(bytes + 64);
+                    memset(one, 0xA5, bytes + 64);
+                    memset(split, 0xA5, bytes + 64);
+                    sd_kernel_prepare_rows(ks, t, x, n_tok, n, 0, n_tok, one);
+                    for (int64_t j = 0; j < 64; j++)
+                        cr_assert_eq(one[bytes + (size_t)j], 0xA5, "%s wrote past the size",
+                                     ks->name);
+                    unsigned char *want = malloc(rb);
+                    for (int64_t b = 0; b < n_tok; b++) {
+                        sd_quantize_row(sd_vec_dot_type(t), x + b * n, want, n);
+                        cr_assert_eq(memcmp(one + (size_t)b * rb, want, rb), 0,
+                                     "%s %s: part A row %lld differs from the reference",
+                                     ks->name, sd_type_name(t), (long long)b);
+                    }
+                    free(want);
+                    /* three ranges, prepared in reverse order */
+                    const int64_t c1 = (int64_t)(rng_next(&s) % (uint64_t)(n_tok + 1));
+                    const int64_t c2 = c1 + (int64_t)(rng_next(&s) % (uint64_t)(n_tok - c1 + 1));
+                    sd_kernel_prepare_rows(ks, t, x, n_tok, n, c2, n_tok, split);
+                    sd_kernel_prepare_rows(ks, t, x, n_tok, n, c1, c2, split);
+                    sd_kernel_prepare_rows(ks, t, x, n_tok, n, 0, c1, split);
+                    cr_assert_eq(memcmp(one, split, bytes + 64), 0,
+                                 "%s %s n_tok=%lld n=%lld: split preparation differs", ks->name,
+                                 sd_type_name(t), (long long)n_tok, (long long)n);
+                    free(x);
+                    free(one);
+                    free(split);
+                }
+            }
+            size_t b = 12345;
+            cr_assert_eq(sd_kernel_act_bytes(ks, t, 0, 64, &b), 0);
+            cr_assert_eq(b, 0);
+            cr_assert_eq(sd_kernel_act_bytes(ks, t, -1, 64, &b), -1);
+            cr_assert_eq(sd_kernel_act_bytes(ks, t, 1, -32, &b), -1);
+            cr_assert_eq(sd_kernel_act_bytes(ks, t, INT64_MAX / 2, 1 << 20, &b), -1);
+            if (q) cr_assert_eq(sd_kernel_act_bytes(ks, t, 1, 33, &b), -1);
+        }
+        size_t b;
+        cr_assert_eq(sd_kernel_act_bytes(ks, (sd_type)3, 1, 64, &b), -1);
+    }
+    /* the public face is the active set */
+    size_t a = 0, b = 0;
+    cr_assert_eq(sd_activations_bytes(SD_TYPE_Q4_0, 7, 320, &a), 0);
+    cr_assert_eq(sd_kernel_act_bytes(sd_kernel_set_active(), SD_TYPE_Q4_0, 7, 320, &b), 0);
+    cr_assert_eq(a, b);
 }
 
 /* Every kernel set's SIMD Q8_0 activation quantizer gives the reference's bytes: random
@@ -597,7 +694,8 @@ typedef struct {
     int64_t rows, n, n_tok;
     size_t wrb;
     void *w;
-    unsigned char *xq;
+    float *x;              /* [n_tok, n] */
+    unsigned char *xq;     /* x prepared by sd_quantize_activations (the active set) */
     double *exact, *absum; /* [n_tok * rows] */
 } problem;
 
@@ -609,10 +707,11 @@ static problem make_problem(uint64_t *s, sd_type t, int64_t rows, int64_t n, int
     float *x = malloc(sizeof(float) * (size_t)(n_tok * n) + 1);
     cr_assert_not_null(x);
     for (int64_t j = 0; j < n_tok * n; j++) x[j] = rng_f(s) * 4.0f;
-    p.xq = malloc((size_t)n_tok * row_bytes(sd_vec_dot_type(t), n) + 1);
-    cr_assert_not_null(p.xq);
+    size_t xb = 0;
+    cr_assert_eq(sd_activations_bytes(t, n_tok, n, &xb), 0);
+    p.xq = xalloc(xb);
     sd_quantize_activations(t, x, n_tok, n, p.xq);
-    free(x);
+    p.x = x;
     p.exact = malloc(sizeof(double) * (size_t)(n_tok * rows));
     p.absum = malloc(sizeof(double) * (size_t)(n_tok * rows));
     for (int64_t b = 0; b < n_tok; b++)
@@ -632,6 +731,7 @@ static problem make_problem(uint64_t *s, sd_type t, int64_t rows, int64_t n, int
 
 static void free_problem(problem *p) {
     free(p->w);
+    free(p->x);
     free(p->xq);
     free(p->exact);
     free(p->absum);
@@ -656,7 +756,9 @@ static void check_kernel_vs_exact(const sd_kernel_set *ks, problem *p) {
     float *y = malloc(sizeof(float) * (size_t)(p->n_tok * ldy));
     cr_assert_not_null(y);
     for (int64_t i = 0; i < p->n_tok * ldy; i++) y[i] = -12345.0f; /* sentinel */
-    sd_kernel_for_type(ks, p->t)(p->w, p->wrb, p->n, p->xq, p->n_tok, y, ldy, 0, p->rows);
+    unsigned char *xq = prep(ks, p->t, p->x, p->n_tok, p->n);
+    sd_kernel_for_type(ks, p->t)(p->w, p->wrb, p->n, xq, p->n_tok, y, ldy, 0, p->rows);
+    free(xq);
     for (int64_t b = 0; b < p->n_tok; b++) {
         for (int64_t r = 0; r < p->rows; r++) {
             const double got = y[b * ldy + r], want = p->exact[b * p->rows + r];
@@ -730,11 +832,22 @@ Test(quant_kernels, simd_vs_ref) {
         problem p = make_problem(&s, t, rows, n, n_tok, 0);
         float *yr = malloc(sizeof(float) * (size_t)(rows * n_tok));
         float *ys = malloc(sizeof(float) * (size_t)(rows * n_tok));
-        sd_matmul_rows_ref(t, p.w, p.wrb, n, p.xq, n_tok, yr, rows, 0, rows);
+        /* the oracle on the plain reference layout == on the active set's layout */
+        const size_t xrb = row_bytes(sd_vec_dot_type(t), n);
+        unsigned char *plain = malloc((size_t)n_tok * xrb);
+        for (int64_t b = 0; b < n_tok; b++)
+            sd_quantize_row(sd_vec_dot_type(t), p.x + b * n, plain + (size_t)b * xrb, n);
+        sd_matmul_rows_ref(t, p.w, p.wrb, n, plain, n_tok, yr, rows, 0, rows);
+        sd_matmul_rows_ref(t, p.w, p.wrb, n, p.xq, n_tok, ys, rows, 0, rows);
+        cr_assert_eq(memcmp(yr, ys, sizeof(float) * (size_t)(rows * n_tok)), 0,
+                     "%s: ref on the prepared layout != ref on plain rows", sd_type_name(t));
+        free(plain);
         for (size_t si = 1; si < N_SETS; si++) {
             const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
             if (!ks) continue;
-            sd_kernel_for_type(ks, t)(p.w, p.wrb, n, p.xq, n_tok, ys, rows, 0, rows);
+            unsigned char *xq = prep(ks, t, p.x, n_tok, n);
+            sd_kernel_for_type(ks, t)(p.w, p.wrb, n, xq, n_tok, ys, rows, 0, rows);
+            free(xq);
             for (int64_t i = 0; i < rows * n_tok; i++) {
                 const double bound = 2.0 * err_bound(ks, t, n, p.absum[i]);
                 cr_assert(fabs((double)ys[i] - yr[i]) <= bound, "%s %s [%lld]: %.9g vs ref %.9g",
@@ -748,7 +861,9 @@ Test(quant_kernels, simd_vs_ref) {
 }
 
 /* The batch-invariance contract, bit-exact, for every kernel set: one call with n_tok
- * rows == n_tok single-token calls == any split of [0, rows) into ranges. */
+ * rows == n_tok single-token calls (each token prepared alone, as a decode step does) ==
+ * any split of [0, rows) into ranges == a slice of the tokens prepared as its own batch
+ * (in a buffer that is not 64-byte aligned). */
 Test(quant_kernels, batch_invariance_bitexact) {
     uint64_t s = 4321;
     static const int64_t toks[] = {9, 17, 4, 5, 8, 16, 33, 2};
@@ -761,43 +876,39 @@ Test(quant_kernels, batch_invariance_bitexact) {
                                         : (int64_t)(1 + rng_next(&s) % 300);
             const int64_t rows = 1 + (int64_t)(rng_next(&s) % 41);
             problem p = make_problem(&s, t, rows, n, n_tok, 0);
-            const size_t xrb = row_bytes(sd_vec_dot_type(t), n);
             float *yb = malloc(sizeof(float) * (size_t)(rows * n_tok));
             float *y1 = malloc(sizeof(float) * (size_t)(rows * n_tok));
             for (size_t si = 0; si < N_SETS; si++) {
                 const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
                 if (!ks) continue;
                 sd_rows_kernel kern = sd_kernel_for_type(ks, t);
-                kern(p.w, p.wrb, n, p.xq, n_tok, yb, rows, 0, rows);
+                unsigned char *xq = prep(ks, t, p.x, n_tok, n);
+                kern(p.w, p.wrb, n, xq, n_tok, yb, rows, 0, rows);
+                free(xq);
                 /* single tokens, rows split at two random points */
                 const int64_t c1 = (int64_t)(rng_next(&s) % (uint64_t)(rows + 1));
                 const int64_t c2 = c1 + (int64_t)(rng_next(&s) % (uint64_t)(rows - c1 + 1));
                 memset(y1, 0xFF, sizeof(float) * (size_t)(rows * n_tok));
                 for (int64_t b = 0; b < n_tok; b++) {
-                    const void *xb = p.xq + (size_t)b * xrb;
+                    unsigned char *xb = prep(ks, t, p.x + b * n, 1, n);
                     kern(p.w, p.wrb, n, xb, 1, y1 + b * rows, rows, 0, c1);
                     kern(p.w, p.wrb, n, xb, 1, y1 + b * rows, rows, c1, c2);
                     kern(p.w, p.wrb, n, xb, 1, y1 + b * rows, rows, c2, rows);
+                    free(xb);
                 }
                 cr_assert_eq(memcmp(yb, y1, sizeof(float) * (size_t)(rows * n_tok)), 0,
                              "%s %s n=%lld rows=%lld n_tok=%lld: batched != single", ks->name,
                              sd_type_name(t), (long long)n, (long long)rows, (long long)n_tok);
-#if defined(__x86_64__)
-                /* the AVX-512 no-scratch path (octets packed on the stack) == packed path */
-                if (ks == &sd_kernels_avx512) {
-                    memset(y1, 0xFF, sizeof(float) * (size_t)(rows * n_tok));
-                    sd_kernel_for_type(&sd_kernels_avx512_noscratch, t)(p.w, p.wrb, n, p.xq, n_tok,
-                                                                      y1, rows, 0, rows);
-                    cr_assert_eq(memcmp(yb, y1, sizeof(float) * (size_t)(rows * n_tok)), 0,
-                                 "avx512 %s n=%lld n_tok=%lld: no-scratch path differs",
-                                 sd_type_name(t), (long long)n, (long long)n_tok);
-                }
-#endif
-                /* a middle slice of tokens (offset activation pointer) in one call */
+                /* a middle slice of tokens as its own batch, at a misaligned address */
                 const int64_t b0 = n_tok / 3, nt2 = n_tok - b0 - 1;
                 if (nt2 > 0) {
+                    size_t bytes = 0;
+                    cr_assert_eq(sd_kernel_act_bytes(ks, t, nt2, n, &bytes), 0);
+                    unsigned char *buf = xalloc(bytes + 8);
+                    sd_kernel_prepare_rows(ks, t, p.x + b0 * n, nt2, n, 0, nt2, buf + 8);
                     memset(y1, 0xFF, sizeof(float) * (size_t)(rows * n_tok));
-                    kern(p.w, p.wrb, n, p.xq + (size_t)b0 * xrb, nt2, y1, rows, 0, rows);
+                    kern(p.w, p.wrb, n, buf + 8, nt2, y1, rows, 0, rows);
+                    free(buf);
                     cr_assert_eq(memcmp(yb + b0 * rows, y1, sizeof(float) * (size_t)(rows * nt2)),
                                  0, "%s %s: token slice differs", ks->name, sd_type_name(t));
                 }
