@@ -65,14 +65,11 @@
 #include "target/sd_target.h"
 #include "verify/sd_verify.h"
 
-#define EXIT_USAGE 2
-#define MAX_KS     16
+#define MAX_KS 16
+#define HINT   "see 'specdec bench --help'"
 
 static int usage(const char *fmt, const char *arg) {
-    fprintf(stderr, "specdec: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see 'specdec bench --help')\n");
-    return EXIT_USAGE;
+    return sd_cli_usage(HINT, fmt, arg);
 }
 
 static void bench_help(FILE *f) {
@@ -159,26 +156,6 @@ static void dvec_free(dvec *d) {
     memset(d, 0, sizeof *d);
 }
 
-static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_f64(const char *s, double lo, double hi, double *out) {
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || *end || !(v >= lo && v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
 /* "1,2,4,8" -> ks; returns the count or -1. */
 static int parse_k_list(const char *s, int32_t *ks) {
     int n = 0;
@@ -188,7 +165,7 @@ static int parse_k_list(const char *s, int32_t *ks) {
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         int64_t k;
-        if (n >= MAX_KS || parse_i64(tok, 1, SD_MAX_DRAFT, &k)) return -1;
+        if (n >= MAX_KS || sd_cli_parse_i64(tok, 1, SD_MAX_DRAFT, &k)) return -1;
         ks[n++] = (int32_t)k;
     }
     return n > 0 ? n : -1;
@@ -304,25 +281,17 @@ static int time_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t n, 
 /* ---------------------------------------------------------------- options */
 
 typedef struct bench_cli {
-    const char *config, *target, *draft, *prompt, *prompt_file, *json, *kv_type;
-    int kernels, no_bos, has_k, has_n, has_temp, has_top_k, has_top_p, has_seed, has_threads,
-        has_ctx;
+    sd_cli_gen_opts g; /* the generation flags; -n, -k and --seed are bench's own */
+    const char *json;
+    int kernels;
     int32_t ks[MAX_KS];
-    int n_ks;
-    int64_t runs, n, top_k, seed, threads, ctx, warmup, reps, bw_mib, pos, prefill;
-    double temp, top_p;
+    int n_ks; /* 0: -k and --k-list absent */
+    int64_t runs, warmup, reps, bw_mib, pos, prefill;
 } bench_cli;
 
 enum {
-    OPT_CONFIG = 1000,
-    OPT_TARGET,
-    OPT_DRAFT,
-    OPT_RUNS,
+    OPT_RUNS = SD_CLI_OPT_OWN,
     OPT_KLIST,
-    OPT_TEMP,
-    OPT_TOP_K,
-    OPT_TOP_P,
-    OPT_NO_BOS,
     OPT_WARMUP,
     OPT_REPS,
     OPT_JSON,
@@ -330,32 +299,78 @@ enum {
     OPT_BW,
     OPT_POS,
     OPT_PREFILL,
-    OPT_KV_TYPE,
 };
+
+static int bench_option(int o, const char *arg, void *user) {
+    bench_cli *c = user;
+    switch (o) {
+    case OPT_RUNS:
+        if (sd_cli_parse_i64(arg, 1, 100000, &c->runs))
+            return usage("--runs: expected an integer >= 1, found '%s'", arg);
+        break;
+    case OPT_KLIST:
+        if ((c->n_ks = parse_k_list(arg, c->ks)) < 0)
+            return usage("--k-list: expected up to 16 comma-separated integers in [1, 16], "
+                         "found '%s'",
+                         arg);
+        break;
+    case 'k':
+        if (sd_cli_parse_i64(arg, 1, SD_MAX_DRAFT, &c->g.k))
+            return usage("-k: expected an integer in [1, 16], found '%s'", arg);
+        c->ks[0] = (int32_t)c->g.k;
+        c->n_ks = 1;
+        c->g.has_k = 1;
+        break;
+    case 'n':
+        if (sd_cli_parse_i64(arg, 1, INT32_MAX / 4, &c->g.n))
+            return usage("-n/--max-tokens: expected an integer >= 1, found '%s'", arg);
+        c->g.has_n = 1;
+        break;
+    case 's': /* run i uses seed S + i */
+        if (sd_cli_parse_i64(arg, 0, INT64_MAX / 2, &c->g.seed))
+            return usage("--seed: expected an integer >= 0, found '%s'", arg);
+        c->g.has_seed = 1;
+        break;
+    case OPT_WARMUP:
+        if (sd_cli_parse_i64(arg, 0, 1000, &c->warmup))
+            return usage("--warmup: expected an integer >= 0, found '%s'", arg);
+        break;
+    case OPT_REPS:
+        if (sd_cli_parse_i64(arg, 1, 100000, &c->reps))
+            return usage("--reps: expected an integer >= 1, found '%s'", arg);
+        break;
+    case OPT_JSON:
+        c->json = arg;
+        break;
+    case OPT_KERNELS:
+        c->kernels = 1;
+        break;
+    case OPT_BW:
+        if (sd_cli_parse_i64(arg, 1, 1 << 20, &c->bw_mib))
+            return usage("--bw-mib: expected an integer >= 1, found '%s'", arg);
+        break;
+    case OPT_POS:
+        if (sd_cli_parse_i64(arg, 0, INT32_MAX / 2, &c->pos))
+            return usage("--pos: expected an integer >= 0, found '%s'", arg);
+        break;
+    case OPT_PREFILL:
+        if (sd_cli_parse_i64(arg, 1, 1 << 16, &c->prefill))
+            return usage("--prefill: expected an integer >= 1, found '%s'", arg);
+        break;
+    case 'h':
+        bench_help(stdout);
+        return -1;
+    default:
+        return SD_CLI_PASS;
+    }
+    return 0;
+}
 
 static int parse_bench(int argc, char **argv, bench_cli *c) {
     static const struct option opts[] = {
-        {"config", required_argument, 0, OPT_CONFIG},
-        {"target", required_argument, 0, OPT_TARGET},
-        {"model", required_argument, 0, OPT_TARGET},
-        {"draft", required_argument, 0, OPT_DRAFT},
-        {"model-draft", required_argument, 0, OPT_DRAFT},
-        {"prompt", required_argument, 0, 'p'},
-        {"prompt-file", required_argument, 0, 'f'},
-        {"file", required_argument, 0, 'f'},
+        SD_CLI_GEN_LONGOPTS,
         {"runs", required_argument, 0, OPT_RUNS},
         {"k-list", required_argument, 0, OPT_KLIST},
-        {"draft-tokens", required_argument, 0, 'k'},
-        {"draft-max", required_argument, 0, 'k'},
-        {"max-tokens", required_argument, 0, 'n'},
-        {"n-predict", required_argument, 0, 'n'},
-        {"temp", required_argument, 0, OPT_TEMP},
-        {"top-k", required_argument, 0, OPT_TOP_K},
-        {"top-p", required_argument, 0, OPT_TOP_P},
-        {"seed", required_argument, 0, 's'},
-        {"threads", required_argument, 0, 't'},
-        {"ctx-size", required_argument, 0, 'c'},
-        {"no-bos", no_argument, 0, OPT_NO_BOS},
         {"warmup", required_argument, 0, OPT_WARMUP},
         {"reps", required_argument, 0, OPT_REPS},
         {"json", required_argument, 0, OPT_JSON},
@@ -363,8 +378,6 @@ static int parse_bench(int argc, char **argv, bench_cli *c) {
         {"bw-mib", required_argument, 0, OPT_BW},
         {"pos", required_argument, 0, OPT_POS},
         {"prefill", required_argument, 0, OPT_PREFILL},
-        {"kv-type", required_argument, 0, OPT_KV_TYPE},
-        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     memset(c, 0, sizeof *c);
@@ -374,127 +387,7 @@ static int parse_bench(int argc, char **argv, bench_cli *c) {
     c->bw_mib = 1024;
     c->pos = 128;
     c->prefill = 128;
-    opterr = 0;
-    optind = 1;
-    int o;
-    while ((o = getopt_long(argc, argv, ":m:p:f:n:k:s:t:c:h", opts, NULL)) != -1) {
-        switch (o) {
-        case OPT_CONFIG:
-            c->config = optarg;
-            break;
-        case 'm':
-        case OPT_TARGET:
-            c->target = optarg;
-            break;
-        case OPT_DRAFT:
-            c->draft = optarg;
-            break;
-        case 'p':
-            c->prompt = optarg;
-            break;
-        case 'f':
-            c->prompt_file = optarg;
-            break;
-        case OPT_RUNS:
-            if (parse_i64(optarg, 1, 100000, &c->runs))
-                return usage("--runs: expected an integer >= 1, found '%s'", optarg);
-            break;
-        case OPT_KLIST:
-            if ((c->n_ks = parse_k_list(optarg, c->ks)) < 0)
-                return usage("--k-list: expected up to 16 comma-separated integers in [1, 16], "
-                             "found '%s'",
-                             optarg);
-            c->has_k = 1;
-            break;
-        case 'k': {
-            int64_t k;
-            if (parse_i64(optarg, 1, SD_MAX_DRAFT, &k))
-                return usage("-k: expected an integer in [1, 16], found '%s'", optarg);
-            c->ks[0] = (int32_t)k;
-            c->n_ks = 1;
-            c->has_k = 1;
-            break;
-        }
-        case 'n':
-            if (parse_i64(optarg, 1, INT32_MAX / 4, &c->n))
-                return usage("-n/--max-tokens: expected an integer >= 1, found '%s'", optarg);
-            c->has_n = 1;
-            break;
-        case OPT_TEMP:
-            if (parse_f64(optarg, 0.0, 1e6, &c->temp))
-                return usage("--temp: expected a number >= 0, found '%s'", optarg);
-            c->has_temp = 1;
-            break;
-        case OPT_TOP_K:
-            if (parse_i64(optarg, 0, INT32_MAX, &c->top_k))
-                return usage("--top-k: expected an integer >= 0, found '%s'", optarg);
-            c->has_top_k = 1;
-            break;
-        case OPT_TOP_P:
-            if (parse_f64(optarg, 1e-9, 1.0, &c->top_p))
-                return usage("--top-p: expected a number in (0, 1], found '%s'", optarg);
-            c->has_top_p = 1;
-            break;
-        case 's':
-            if (parse_i64(optarg, 0, INT64_MAX / 2, &c->seed))
-                return usage("--seed: expected an integer >= 0, found '%s'", optarg);
-            c->has_seed = 1;
-            break;
-        case 't':
-            if (parse_i64(optarg, 0, 1024, &c->threads))
-                return usage("-t/--threads: expected an integer in [0, 1024], found '%s'", optarg);
-            c->has_threads = 1;
-            break;
-        case 'c':
-            if (parse_i64(optarg, 0, INT32_MAX, &c->ctx))
-                return usage("-c/--ctx-size: expected an integer >= 0, found '%s'", optarg);
-            c->has_ctx = 1;
-            break;
-        case OPT_NO_BOS:
-            c->no_bos = 1;
-            break;
-        case OPT_WARMUP:
-            if (parse_i64(optarg, 0, 1000, &c->warmup))
-                return usage("--warmup: expected an integer >= 0, found '%s'", optarg);
-            break;
-        case OPT_REPS:
-            if (parse_i64(optarg, 1, 100000, &c->reps))
-                return usage("--reps: expected an integer >= 1, found '%s'", optarg);
-            break;
-        case OPT_JSON:
-            c->json = optarg;
-            break;
-        case OPT_KERNELS:
-            c->kernels = 1;
-            break;
-        case OPT_BW:
-            if (parse_i64(optarg, 1, 1 << 20, &c->bw_mib))
-                return usage("--bw-mib: expected an integer >= 1, found '%s'", optarg);
-            break;
-        case OPT_POS:
-            if (parse_i64(optarg, 0, INT32_MAX / 2, &c->pos))
-                return usage("--pos: expected an integer >= 0, found '%s'", optarg);
-            break;
-        case OPT_PREFILL:
-            if (parse_i64(optarg, 1, 1 << 16, &c->prefill))
-                return usage("--prefill: expected an integer >= 1, found '%s'", optarg);
-            break;
-        case OPT_KV_TYPE:
-            if (strcmp(optarg, "f32") && strcmp(optarg, "f16"))
-                return usage("--kv-type: expected f32 or f16, found '%s'", optarg);
-            c->kv_type = optarg;
-            break;
-        case 'h':
-            bench_help(stdout);
-            return -1;
-        case ':':
-            return usage("option '%s' needs a value", argv[optind - 1]);
-        default:
-            return usage("unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) return usage("unexpected argument '%s'", argv[optind]);
-    return 0;
+    return sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, bench_option, c);
 }
 
 /* ---------------------------------------------------------------- kernels mode */
@@ -546,16 +439,16 @@ static void model_params(const sd_model *m, double *params, size_t *embd_bytes, 
     *params = p;
 }
 
-static int kernels_model(const char *role, const sd_model *m, const bench_cli *c, int threads,
-                         double bw, json_t *jmodels, sd_error *err) {
+static int kernels_model(const char *role, const sd_model *m, const bench_cli *c,
+                         const sd_cli_pair *p, double bw, json_t *jmodels, sd_error *err) {
     const sd_hparams *hp = sd_model_hparams(m);
     const int32_t n_verify_max = SD_MAX_DRAFT + 1;
     int32_t n_pre = (int32_t)c->prefill;
     int32_t pos = (int32_t)c->pos;
     sd_session_params sp = sd_session_default_params();
-    sp.n_threads = threads;
+    sp.n_threads = p->threads;
     sp.n_ctx = hp->n_ctx_train;
-    sp.kv_type = c->kv_type && !strcmp(c->kv_type, "f16") ? SD_TYPE_F16 : SD_TYPE_F32;
+    sp.kv_type = p->kv_type && !strcmp(p->kv_type, "f16") ? SD_TYPE_F16 : SD_TYPE_F32;
     if (n_pre > sp.n_ctx) n_pre = sp.n_ctx;
     if (pos + n_verify_max > sp.n_ctx) pos = sp.n_ctx - n_verify_max;
     if (pos < 0) return sd_errorf(err, SD_ERR_ARG, "bench: context of %s is too short", role);
@@ -651,13 +544,12 @@ done:
     return rc;
 }
 
-static int run_kernels(const bench_cli *c, const char *target, const char *draft, int threads,
-                       sd_error *err) {
+static int run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
     sd_model *tm = NULL, *dm = NULL;
     json_t *root = NULL, *jmodels = json_array();
-    int rc = sd_model_load(target, &tm, err);
-    if (!rc && draft) rc = sd_model_load(draft, &dm, err);
-    const int nth = threads > 0 ? threads : sd_n_cores();
+    int rc = sd_model_load(p->target, &tm, err);
+    if (!rc && p->draft) rc = sd_model_load(p->draft, &dm, err);
+    const int nth = p->threads > 0 ? p->threads : sd_n_cores();
     const int bw_reps = (int)(c->reps < 10 ? 10 : c->reps);
     double bw = 0, bw_before = 0, bw_after = 0;
     if (!rc) {
@@ -672,9 +564,9 @@ static int run_kernels(const bench_cli *c, const char *target, const char *draft
         printf("machine: %d cores, %d threads, kernels %s, memory read bandwidth %.2f GB/s "
                "(best of threaded sums over %lld MiB)\n",
                sd_n_cores(), nth, sd_quant_kernels_name(), bw, (long long)c->bw_mib);
-        rc = kernels_model("target", tm, c, threads, bw, jmodels, err);
+        rc = kernels_model("target", tm, c, p, bw, jmodels, err);
     }
-    if (!rc && dm) rc = kernels_model("draft", dm, c, threads, bw, jmodels, err);
+    if (!rc && dm) rc = kernels_model("draft", dm, c, p, bw, jmodels, err);
     if (!rc) rc = measure_bandwidth(c->bw_mib, nth, bw_reps, &bw_after, err);
     if (!rc) {
         bw = bw_after > bw_before ? bw_after : bw_before;
@@ -744,10 +636,7 @@ static void side_free(side_acc *s) {
 
 typedef struct ab_ctx {
     const bench_cli *c;
-    sd_model *tm, *dm;
-    sd_scorer *scorer;
-    sd_session_params sp, dsp;
-    sd_gen_params gp;
+    const sd_cli_pair *p;
     int32_t **prompt_ids;
     int32_t *n_prompt_ids;
     int n_prompts;
@@ -758,21 +647,20 @@ typedef struct ab_ctx {
 /* One generation; draft K = 0 for target alone. Fills st and the accumulators. */
 static int one_run(ab_ctx *a, int pi, uint64_t seed, int32_t k, int32_t *out, side_acc *acc,
                    sd_gen_stats *st, sd_error *err) {
-    sd_gen_params gp = a->gp;
+    sd_gen_params gp = a->p->gp;
     gp.seed = seed;
     gp.n_draft = k > 0 ? k : gp.n_draft;
     sd_proposer *prop = NULL;
     int rc = SD_OK;
     if (k > 0)
-        rc = sd_proposer_llm_init(a->dm, &a->dsp, &gp.samp, sd_rng_stream_seed(seed, 1),
-                                  sd_model_hparams(a->tm)->n_vocab, &prop,
-                                  err);
+        rc = sd_proposer_llm_init(a->p->dm, &a->p->dsp, &gp.samp, sd_rng_stream_seed(seed, 1),
+                                  sd_model_hparams(a->p->tm)->n_vocab, &prop, err);
     /* Empty the target's KV cache: each run prefills its prompt from scratch. */
-    if (!rc) rc = sd_scorer_sync(a->scorer, a->prompt_ids[pi], 1, err);
+    if (!rc) rc = sd_scorer_sync(a->p->scorer, a->prompt_ids[pi], 1, err);
     dvec scratch = {0};
     itl_rec rec = {0, 0, acc ? &acc->itl : &scratch, 0};
     if (!rc)
-        rc = sd_generate(a->scorer, prop, a->prompt_ids[pi], a->n_prompt_ids[pi], a->eos, &gp,
+        rc = sd_generate(a->p->scorer, prop, a->prompt_ids[pi], a->n_prompt_ids[pi], a->eos, &gp,
                          itl_cb, &rec, out, gp.n_predict, st, err);
     sd_proposer_free(prop);
     dvec_free(&scratch);
@@ -839,61 +727,41 @@ static double predicted_speedup(double a, int32_t k, double c, double v) {
     return (1.0 - pow(a, k + 1)) / ((1.0 - a) * den);
 }
 
-static int run_ab(const bench_cli *c, const sd_config *cfg, const char *target, const char *draft,
-                  int threads, int32_t ctx, char **prompts, int n_prompts, sd_error *err) {
+static int run_ab(const bench_cli *c, sd_cli_pair *p, char **prompts, int n_prompts,
+                  sd_error *err) {
     ab_ctx a = {0};
     a.c = c;
+    a.p = p;
     json_t *jruns = json_array(), *jsum = json_array(), *root = NULL;
     sd_session *ts = NULL, *ds = NULL;
     int32_t *fill = NULL;
     float *logits = NULL;
-    int rc = sd_model_load(target, &a.tm, err);
-    if (!rc) rc = sd_model_load(draft, &a.dm, err);
-    if (!rc)
-        rc = sd_vocab_check_pair(sd_model_vocab(a.tm), target, sd_model_vocab(a.dm), draft, err);
+    int rc = sd_cli_pair_load(&c->g, p, err);
     if (rc) goto done;
-    const sd_hparams *th = sd_model_hparams(a.tm);
-    const sd_vocab *vocab = sd_model_vocab(a.tm);
-    if (ctx == 0 || ctx > th->n_ctx_train) ctx = th->n_ctx_train;
-    a.sp = sd_session_default_params();
-    a.sp.n_ctx = ctx;
-    a.sp.n_threads = threads;
-    a.sp.kv_type = c->kv_type && !strcmp(c->kv_type, "f16") ? SD_TYPE_F16 : SD_TYPE_F32;
-    a.dsp = a.sp;
-    if (a.dsp.n_ctx > sd_model_hparams(a.dm)->n_ctx_train)
-        a.dsp.n_ctx = sd_model_hparams(a.dm)->n_ctx_train;
-    a.gp = sd_gen_default_params();
-    a.gp.samp.temp = 0.0f; /* greedy unless asked */
-    if (cfg->has_max_tokens) a.gp.n_predict = cfg->max_tokens;
-    if (cfg->has_temp) a.gp.samp.temp = cfg->temp;
-    if (cfg->has_top_k) a.gp.samp.top_k = cfg->top_k;
-    if (cfg->has_top_p) a.gp.samp.top_p = cfg->top_p;
-    if (cfg->has_seed) a.gp.seed = cfg->seed;
-    if (c->has_n) a.gp.n_predict = (int32_t)c->n;
-    if (c->has_temp) a.gp.samp.temp = (float)c->temp;
-    if (c->has_top_k) a.gp.samp.top_k = (int32_t)c->top_k;
-    if (c->has_top_p) a.gp.samp.top_p = (float)c->top_p;
-    if (c->has_seed) a.gp.seed = (uint64_t)c->seed;
-    const int greedy = a.gp.samp.temp <= 0.0f;
+    const char *target = p->target, *draft = p->draft;
+    const int threads = p->threads;
+    const int32_t ctx = p->ctx;
+    const sd_hparams *th = sd_model_hparams(p->tm);
+    const sd_vocab *vocab = sd_model_vocab(p->tm);
+    const int greedy = p->gp.samp.temp <= 0.0f;
     int32_t ks[MAX_KS];
     int n_ks = c->n_ks;
     memcpy(ks, c->ks, sizeof ks);
-    if (!c->has_k) {
-        ks[0] = cfg->has_draft_tokens ? cfg->draft_tokens : 4;
+    if (n_ks == 0) {
+        ks[0] = p->cfg.has_draft_tokens ? p->cfg.draft_tokens : 4;
         n_ks = 1;
     }
-    if ((rc = sd_scorer_init(a.tm, &a.sp, &a.scorer, err))) goto done;
     a.eos = sd_vocab_eos(vocab);
     a.n_prompts = n_prompts;
     a.prompt_ids = calloc((size_t)n_prompts, sizeof *a.prompt_ids);
     a.n_prompt_ids = calloc((size_t)n_prompts, sizeof *a.n_prompt_ids);
-    a.out_a = malloc((size_t)a.gp.n_predict * sizeof(int32_t));
-    a.out_b = malloc((size_t)a.gp.n_predict * sizeof(int32_t));
+    a.out_a = malloc((size_t)p->gp.n_predict * sizeof(int32_t));
+    a.out_b = malloc((size_t)p->gp.n_predict * sizeof(int32_t));
     if (!a.prompt_ids || !a.n_prompt_ids || !a.out_a || !a.out_b) {
         rc = sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
         goto done;
     }
-    const int add_bos = !c->no_bos && sd_vocab_add_bos(vocab);
+    const int add_bos = !c->g.no_bos && sd_vocab_add_bos(vocab);
     int32_t max_prompt = 0;
     for (int i = 0; i < n_prompts; i++) {
         size_t n = 0;
@@ -911,8 +779,8 @@ static int run_ab(const bench_cli *c, const sd_config *cfg, const char *target, 
 
     /* Step costs c and v, measured before the runs on sessions of their own. */
     const int32_t n_vocab = th->n_vocab;
-    int32_t pos = a.n_prompt_ids[0] + a.gp.n_predict / 2;
-    if (pos + SD_MAX_DRAFT + 1 > a.dsp.n_ctx) pos = a.dsp.n_ctx - SD_MAX_DRAFT - 1;
+    int32_t pos = a.n_prompt_ids[0] + p->gp.n_predict / 2;
+    if (pos + SD_MAX_DRAFT + 1 > p->dsp.n_ctx) pos = p->dsp.n_ctx - SD_MAX_DRAFT - 1;
     if (pos < 1) pos = 1;
     fill = malloc((size_t)(pos + SD_MAX_DRAFT + 1) * sizeof *fill);
     logits = malloc((size_t)(SD_MAX_DRAFT + 1) * (size_t)n_vocab * sizeof(float));
@@ -921,11 +789,11 @@ static int run_ab(const bench_cli *c, const sd_config *cfg, const char *target, 
         goto done;
     }
     make_fill(fill, pos + SD_MAX_DRAFT + 1, a.prompt_ids[0], a.n_prompt_ids[0], n_vocab);
-    sd_session_params tsp = a.sp, dsp = a.dsp;
+    sd_session_params tsp = p->sp, dsp = p->dsp;
     tsp.n_ctx = dsp.n_ctx = pos + SD_MAX_DRAFT + 1;
     tsp.n_batch = dsp.n_batch = SD_MAX_DRAFT + 1;
-    if ((rc = sd_session_init(a.tm, &tsp, &ts, err))) goto done;
-    if ((rc = sd_session_init(a.dm, &dsp, &ds, err))) goto done;
+    if ((rc = sd_session_init(p->tm, &tsp, &ts, err))) goto done;
+    if ((rc = sd_session_init(p->dm, &dsp, &ds, err))) goto done;
     const int reps = (int)c->reps;
     double t_tstep, t_dstep, t_ver[MAX_KS];
     fprintf(stderr, "specdec bench: timing decode steps and verification passes at position %d\n",
@@ -945,16 +813,16 @@ static int run_ab(const bench_cli *c, const sd_config *cfg, const char *target, 
         fprintf(stderr, "specdec bench: warm-up %lld/%lld\n", (long long)w + 1,
                 (long long)c->warmup);
         const int pi = (int)(w % n_prompts);
-        if ((rc = one_run(&a, pi, a.gp.seed + (uint64_t)w, 0, a.out_a, NULL, &st_a, err)) ||
-            (rc = one_run(&a, pi, a.gp.seed + (uint64_t)w, ks[0], a.out_b, NULL, &st_b, err)))
+        if ((rc = one_run(&a, pi, p->gp.seed + (uint64_t)w, 0, a.out_a, NULL, &st_a, err)) ||
+            (rc = one_run(&a, pi, p->gp.seed + (uint64_t)w, ks[0], a.out_b, NULL, &st_b, err)))
             goto done;
     }
 
     printf("target %s (%.1f MiB), draft %s (%.1f MiB), %d threads, %s sampling, n = %d, "
            "%lld runs per K, %d prompts\n",
-           target, sd_model_weight_bytes(a.tm) / 1048576.0, draft,
-           sd_model_weight_bytes(a.dm) / 1048576.0, threads > 0 ? threads : sd_n_cores(),
-           greedy ? "greedy" : "random", a.gp.n_predict, (long long)c->runs, n_prompts);
+           target, sd_model_weight_bytes(p->tm) / 1048576.0, draft,
+           sd_model_weight_bytes(p->dm) / 1048576.0, threads > 0 ? threads : sd_n_cores(),
+           greedy ? "greedy" : "random", p->gp.n_predict, (long long)c->runs, n_prompts);
     printf("step costs at position %d: target decode %.3f ms, draft decode %.3f ms (c = %.4f)\n",
            pos, t_tstep, t_dstep, cost_c);
     printf("%3s %22s %22s %7s %7s %6s %6s %6s %15s %15s %6s %s\n", "K", "target tok/s",
@@ -968,7 +836,7 @@ static int run_ab(const bench_cli *c, const sd_config *cfg, const char *target, 
         int match_k = 1;
         for (int64_t r = 0; r < c->runs && !rc; r++) {
             const int pi = (int)(r % n_prompts);
-            const uint64_t seed = a.gp.seed + (uint64_t)r;
+            const uint64_t seed = p->gp.seed + (uint64_t)r;
             fprintf(stderr, "specdec bench: K=%d run %lld/%lld (prompt %d)\n", k, (long long)r + 1,
                     (long long)c->runs, pi);
             if ((rc = one_run(&a, pi, seed, 0, a.out_a, &sa, &st_a, err))) break;
@@ -1045,14 +913,14 @@ static int run_ab(const bench_cli *c, const sd_config *cfg, const char *target, 
             "{s:s,s:s,s:s,s:I,s:I,s:{s:i,s:i,s:s},s:{s:i,s:f,s:i,s:f,s:I,s:I,s:i,s:o,s:i,s:I,"
             "s:I,s:i,s:s},s:{s:i,s:o,s:o,s:o},s:o,s:O,s:O}",
             "mode", "ab", "target", target, "draft", draft, "target_weight_bytes",
-            (json_int_t)sd_model_weight_bytes(a.tm), "draft_weight_bytes",
-            (json_int_t)sd_model_weight_bytes(a.dm), "machine", "n_cores", sd_n_cores(), "threads",
+            (json_int_t)sd_model_weight_bytes(p->tm), "draft_weight_bytes",
+            (json_int_t)sd_model_weight_bytes(p->dm), "machine", "n_cores", sd_n_cores(), "threads",
             threads > 0 ? threads : sd_n_cores(), "kernels", sd_quant_kernels_name(), "params",
-            "n_predict", a.gp.n_predict, "temp", (double)a.gp.samp.temp, "top_k", a.gp.samp.top_k,
-            "top_p", (double)a.gp.samp.top_p, "seed", (json_int_t)a.gp.seed, "runs",
-            (json_int_t)c->runs, "n_prompts", n_prompts, "k_list", kl, "ctx", ctx, "warmup",
+            "n_predict", p->gp.n_predict, "temp", (double)p->gp.samp.temp, "top_k",
+            p->gp.samp.top_k, "top_p", (double)p->gp.samp.top_p, "seed", (json_int_t)p->gp.seed,
+            "runs", (json_int_t)c->runs, "n_prompts", n_prompts, "k_list", kl, "ctx", ctx, "warmup",
             (json_int_t)c->warmup, "reps", (json_int_t)c->reps, "max_prompt_tokens", max_prompt,
-            "kv_type", c->kv_type ? c->kv_type : "f32", "costs", "pos", pos, "t_target_step_ms",
+            "kv_type", p->kv_type ? p->kv_type : "f32", "costs", "pos", pos, "t_target_step_ms",
             jnum(t_tstep), "t_draft_step_ms", jnum(t_dstep), "c", jnum(cost_c), "greedy_match",
             greedy ? json_boolean(all_match) : json_null(), "summary", jsum, "runs", jruns);
         rc = root ? write_json(root, c->json, err)
@@ -1073,9 +941,6 @@ done:
     free(a.n_prompt_ids);
     free(a.out_a);
     free(a.out_b);
-    sd_scorer_free(a.scorer);
-    sd_model_free(a.dm);
-    sd_model_free(a.tm);
     return rc;
 }
 
@@ -1091,57 +956,51 @@ int sd_cmd_bench(int argc, char **argv) {
     int prc = parse_bench(argc, argv, &c);
     if (prc) return prc < 0 ? EXIT_SUCCESS : prc;
     sd_error err = {0};
-    sd_config cfg = {0};
+    sd_cli_pair p = {0};
+    p.gp = sd_gen_default_params();
+    p.gp.samp.temp = 0.0f; /* greedy unless asked */
     char **prompts = NULL;
     int n_prompts = 0, own_prompts = 0;
     int rc = SD_OK, code = EXIT_FAILURE;
-    if (c.config && (rc = sd_config_load(c.config, &cfg, &err))) goto done;
-    const char *target = c.target ? c.target : cfg.target;
-    const char *draft = c.draft ? c.draft : cfg.draft;
-    const int threads = (int)(c.has_threads ? c.threads : (cfg.has_threads ? cfg.threads : 0));
-    const int32_t ctx = (int32_t)(c.has_ctx ? c.ctx : (cfg.has_ctx_size ? cfg.ctx_size : 0));
-    if (!c.kv_type) c.kv_type = cfg.kv_type;
-    if (!target) {
+    if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
+    if (!p.target) {
         code = usage("%s", "bench: no target model: pass --target FILE (-m) or --config FILE");
         goto done;
     }
     if (c.kernels) {
-        rc = run_kernels(&c, target, draft, threads, &err);
+        rc = run_kernels(&c, &p, &err);
         if (!rc) code = EXIT_SUCCESS;
         goto done;
     }
-    if (!draft) {
+    if (!p.draft) {
         code = usage("%s", "bench: no draft model: pass --draft FILE (-md) or --config FILE");
         goto done;
     }
-    if (c.prompt && c.prompt_file) {
+    if (c.g.prompt && c.g.prompt_file) {
         code = usage("%s", "bench: give either --prompt or --prompt-file, not both");
         goto done;
     }
-    if (c.prompt_file) {
-        if ((rc = read_prompts(c.prompt_file, &prompts, &n_prompts, &err))) goto done;
+    if (c.g.prompt_file) {
+        if ((rc = read_prompts(c.g.prompt_file, &prompts, &n_prompts, &err))) goto done;
         own_prompts = 1;
-    } else if (c.prompt || cfg.prompt) {
+    } else if (c.g.prompt || p.cfg.prompt) {
         static char *one[1];
-        one[0] = (char *)(c.prompt ? c.prompt : cfg.prompt);
+        one[0] = (char *)(c.g.prompt ? c.g.prompt : p.cfg.prompt);
         prompts = one;
         n_prompts = 1;
     } else {
         prompts = (char **)k_default_prompts;
         n_prompts = (int)(sizeof k_default_prompts / sizeof k_default_prompts[0]);
     }
-    rc = run_ab(&c, &cfg, target, draft, threads, ctx, prompts, n_prompts, &err);
+    rc = run_ab(&c, &p, prompts, n_prompts, &err);
     if (!rc) code = EXIT_SUCCESS;
 done:
-    if (rc) {
-        fprintf(stderr, "specdec: %s\n", err.msg[0] ? err.msg : sd_status_str(err.status));
-        code = EXIT_FAILURE;
-    }
+    if (rc) code = sd_cli_fail(&err);
     if (own_prompts) {
         for (int i = 0; i < n_prompts; i++)
             free(prompts[i]);
         free(prompts);
     }
-    sd_config_free(&cfg);
+    sd_cli_pair_free(&p);
     return code;
 }

@@ -9,10 +9,8 @@
  *
  * Errors print one line "specdec: <what>" to stderr and exit 1 (2 for usage errors).
  */
-#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,18 +28,10 @@
 #include "target/sd_target.h"
 #include "verify/sd_verify.h"
 
-#define EXIT_USAGE 2
-
-static int fail(const sd_error *err) {
-    fprintf(stderr, "specdec: %s\n", err->msg[0] ? err->msg : sd_status_str(err->status));
-    return EXIT_FAILURE;
-}
+#define HINT "see 'specdec --help'"
 
 static int usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "specdec: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see 'specdec --help')\n");
-    return EXIT_USAGE;
+    return sd_cli_usage(HINT, fmt, arg);
 }
 
 static void print_help(FILE *f) {
@@ -76,62 +66,6 @@ static void print_help(FILE *f) {
                "  --json                   print one JSON object on stdout instead of text\n");
 }
 
-/* ---- strict number parsing ---- */
-
-static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_f32(const char *s, float lo, float hi, float *out) {
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || *end || !(v >= lo && v <= hi)) return -1;
-    *out = (float)v;
-    return 0;
-}
-
-/* Read a whole file into a NUL-terminated malloc'd buffer. */
-static int read_file(const char *path, char **out, size_t *len, sd_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_errorf(err, SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-        if (cap - n - 1 == 0) {
-            char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return sd_errorf(err, SD_ERR_OOM, "%s: out of memory reading file", path);
-    if (bad) {
-        free(buf);
-        return sd_errorf(err, SD_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return SD_OK;
-}
-
 /* llama.cpp's multi-letter short flags (-md) are rewritten to their long forms. */
 static void rewrite_aliases(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -140,181 +74,41 @@ static void rewrite_aliases(int argc, char **argv) {
     }
 }
 
-/*
- * getopt would read llama.cpp's multi-letter single-dash flags that we do not know
- * (-ngl 99, -fa, -cd 256) as a short flag with a glued value (-n "gl"). Reject them by
- * name instead. Values of options that take one are skipped (a prompt may start with
- * '-'). Returns 0 or a usage-error exit status.
- */
-static int reject_unknown_single_dash(int argc, char **argv, const char *shortopts,
-                                      const struct option *longopts) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--")) break;
-        if (a[0] != '-' || a[1] == '\0') continue;
-        int takes_value = 0;
-        if (a[1] == '-') {
-            if (strchr(a, '=')) continue;
-            for (const struct option *o = longopts; o->name; o++)
-                if (!strcmp(a + 2, o->name)) takes_value = o->has_arg == required_argument;
-        } else if (a[2] == '\0') {
-            const char *c = strchr(shortopts, a[1]);
-            takes_value = c && c[1] == ':';
-        } else if ((a[1] >= 'a' && a[1] <= 'z') || (a[1] >= 'A' && a[1] <= 'Z')) {
-            if (a[2] >= '0' && a[2] <= '9') continue; /* -n5, -t2: glued numbers are fine */
-            return usage_error("unknown option '%s'", a);
-        }
-        if (takes_value) i++;
-    }
-    return 0;
-}
-
 /* ---- generate ---- */
 
-enum {
-    OPT_CONFIG = 1000,
-    OPT_TARGET,
-    OPT_DRAFT,
-    OPT_NO_DRAFT,
-    OPT_TEMP,
-    OPT_TOP_K,
-    OPT_TOP_P,
-    OPT_JSON,
-    OPT_NO_BOS,
-    OPT_HELP,
-    OPT_KV_TYPE,
-};
+enum { OPT_NO_DRAFT = SD_CLI_OPT_OWN, OPT_JSON };
 
 typedef struct gen_cli {
-    const char *config, *target, *draft, *prompt, *prompt_file;
-    int no_draft, json, no_bos;
-    const char *kv_type;
-    int has_n, has_k, has_temp, has_top_k, has_top_p, has_seed, has_threads, has_ctx;
-    int64_t n, k, top_k, seed, threads, ctx;
-    float temp, top_p;
+    sd_cli_gen_opts g;
+    int no_draft, json;
 } gen_cli;
+
+static int generate_option(int o, const char *arg, void *user) {
+    gen_cli *c = user;
+    switch (o) {
+    case OPT_NO_DRAFT:
+        c->no_draft = 1;
+        return 0;
+    case OPT_JSON:
+        c->json = 1;
+        return 0;
+    case 'h':
+        print_help(stdout);
+        return -1;
+    default:
+        return SD_CLI_PASS;
+    }
+}
 
 static int parse_generate(int argc, char **argv, gen_cli *c) {
     static const struct option opts[] = {
-        {"config", required_argument, 0, OPT_CONFIG},
-        {"target", required_argument, 0, OPT_TARGET},
-        {"model", required_argument, 0, OPT_TARGET},
-        {"draft", required_argument, 0, OPT_DRAFT},
-        {"model-draft", required_argument, 0, OPT_DRAFT},
+        SD_CLI_GEN_LONGOPTS,
         {"no-draft", no_argument, 0, OPT_NO_DRAFT},
-        {"prompt", required_argument, 0, 'p'},
-        {"prompt-file", required_argument, 0, 'f'},
-        {"file", required_argument, 0, 'f'},
-        {"max-tokens", required_argument, 0, 'n'},
-        {"n-predict", required_argument, 0, 'n'},
-        {"draft-tokens", required_argument, 0, 'k'},
-        {"draft-max", required_argument, 0, 'k'},
-        {"temp", required_argument, 0, OPT_TEMP},
-        {"top-k", required_argument, 0, OPT_TOP_K},
-        {"top-p", required_argument, 0, OPT_TOP_P},
-        {"seed", required_argument, 0, 's'},
-        {"threads", required_argument, 0, 't'},
-        {"ctx-size", required_argument, 0, 'c'},
         {"json", no_argument, 0, OPT_JSON},
-        {"no-bos", no_argument, 0, OPT_NO_BOS},
-        {"kv-type", required_argument, 0, OPT_KV_TYPE},
-        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    memset(c, 0, sizeof *c);
-    static const char shortopts[] = ":m:p:f:n:k:s:t:c:h";
-    int bad = reject_unknown_single_dash(argc, argv, shortopts, opts);
-    if (bad) return bad;
-    opterr = 0;
-    optind = 1;
-    int o;
-    while ((o = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
-        switch (o) {
-        case OPT_CONFIG:
-            c->config = optarg;
-            break;
-        case 'm':
-        case OPT_TARGET:
-            c->target = optarg;
-            break;
-        case OPT_DRAFT:
-            c->draft = optarg;
-            break;
-        case OPT_NO_DRAFT:
-            c->no_draft = 1;
-            break;
-        case 'p':
-            c->prompt = optarg;
-            break;
-        case 'f':
-            c->prompt_file = optarg;
-            break;
-        case 'n':
-            if (parse_i64(optarg, -1, INT32_MAX / 2, &c->n) || c->n == 0)
-                return usage_error("-n/--max-tokens: expected an integer >= 1 (or -1: until "
-                                   "EOS or the context is full), found '%s'",
-                                   optarg);
-            c->has_n = 1;
-            break;
-        case 'k':
-            if (parse_i64(optarg, 1, SD_MAX_DRAFT, &c->k))
-                return usage_error("-k/--draft-tokens: expected an integer in [1, 16], found '%s'",
-                                   optarg);
-            c->has_k = 1;
-            break;
-        case OPT_TEMP:
-            if (parse_f32(optarg, 0.0f, 1e6f, &c->temp))
-                return usage_error("--temp: expected a number >= 0, found '%s'", optarg);
-            c->has_temp = 1;
-            break;
-        case OPT_TOP_K:
-            if (parse_i64(optarg, 0, INT32_MAX, &c->top_k))
-                return usage_error("--top-k: expected an integer >= 0, found '%s'", optarg);
-            c->has_top_k = 1;
-            break;
-        case OPT_TOP_P:
-            if (parse_f32(optarg, 1e-9f, 1.0f, &c->top_p))
-                return usage_error("--top-p: expected a number in (0, 1], found '%s'", optarg);
-            c->has_top_p = 1;
-            break;
-        case 's':
-            if (parse_i64(optarg, 0, INT64_MAX, &c->seed))
-                return usage_error("-s/--seed: expected an integer >= 0, found '%s'", optarg);
-            c->has_seed = 1;
-            break;
-        case 't':
-            if (parse_i64(optarg, 0, 1024, &c->threads))
-                return usage_error("-t/--threads: expected an integer in [0, 1024], found '%s'",
-                                   optarg);
-            c->has_threads = 1;
-            break;
-        case 'c':
-            if (parse_i64(optarg, 0, INT32_MAX, &c->ctx))
-                return usage_error("-c/--ctx-size: expected an integer >= 0, found '%s'", optarg);
-            c->has_ctx = 1;
-            break;
-        case OPT_JSON:
-            c->json = 1;
-            break;
-        case OPT_NO_BOS:
-            c->no_bos = 1;
-            break;
-        case OPT_KV_TYPE:
-            if (strcmp(optarg, "f32") && strcmp(optarg, "f16"))
-                return usage_error("--kv-type: expected f32 or f16, found '%s'", optarg);
-            c->kv_type = optarg;
-            break;
-        case 'h':
-            print_help(stdout);
-            return -1;
-        case ':':
-            return usage_error("option '%s' needs a value", argv[optind - 1]);
-        default:
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
-    return 0;
+    c->no_draft = c->json = 0;
+    return sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, generate_option, c);
 }
 
 typedef struct stream_ctx {
@@ -483,110 +277,62 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, con
     return SD_OK;
 }
 
-/* Prefix an error about a model named by a config file with the config and its key. */
-static void note_config_key(sd_error *err, const char *cfg_path, const char *key) {
-    char msg[SD_ERROR_MSG_MAX];
-    snprintf(msg, sizeof msg, "%s", err->msg);
-    sd_errorf(err, err->status, "%s: key '%s': %s", cfg_path, key, msg);
-}
-
 static int cmd_generate(int argc, char **argv) {
     gen_cli c;
     int prc = parse_generate(argc, argv, &c);
     if (prc) return prc < 0 ? EXIT_SUCCESS : prc;
 
     sd_error err = {0};
-    sd_config cfg = {0};
-    sd_model *tm = NULL, *dm = NULL;
-    sd_scorer *scorer = NULL;
+    sd_cli_pair p = {0};
+    p.gp = sd_gen_default_params();
     sd_proposer *prop = NULL;
     char *prompt_buf = NULL;
     int32_t *prompt_ids = NULL, *out = NULL;
     int rc = SD_OK, exit_code = EXIT_FAILURE;
 
-    if (c.config && (rc = sd_config_load(c.config, &cfg, &err))) goto done;
-    const char *target = c.target ? c.target : cfg.target;
-    const char *draft = c.no_draft ? NULL : (c.draft ? c.draft : cfg.draft);
-    if (!target) {
+    if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
+    if (c.no_draft) p.draft = NULL;
+    if (!p.target) {
         exit_code = usage_error("%s", "no target model: pass --target FILE (-m) or --config FILE");
         goto done;
     }
-    sd_gen_params gp = sd_gen_default_params();
-    if (cfg.has_max_tokens) gp.n_predict = cfg.max_tokens;
-    if (cfg.has_draft_tokens) gp.n_draft = cfg.draft_tokens;
-    if (cfg.has_temp) gp.samp.temp = cfg.temp;
-    if (cfg.has_top_k) gp.samp.top_k = cfg.top_k;
-    if (cfg.has_top_p) gp.samp.top_p = cfg.top_p;
-    if (cfg.has_seed) gp.seed = cfg.seed;
-    if (c.has_n) gp.n_predict = (int32_t)c.n;
-    if (c.has_k) gp.n_draft = (int32_t)c.k;
-    if (c.has_temp) gp.samp.temp = c.temp;
-    if (c.has_top_k) gp.samp.top_k = (int32_t)c.top_k;
-    if (c.has_top_p) gp.samp.top_p = c.top_p;
-    if (c.has_seed) gp.seed = (uint64_t)c.seed;
-    int32_t threads = c.has_threads ? (int32_t)c.threads : (cfg.has_threads ? cfg.threads : 0);
-    int32_t ctx = c.has_ctx ? (int32_t)c.ctx : (cfg.has_ctx_size ? cfg.ctx_size : 0);
-    if (c.draft && !c.no_draft) {
+    sd_gen_params *gp = &p.gp;
+    if (c.g.draft && !c.no_draft) {
         /* llama.cpp's old `--draft N` was a token count; here --draft is a file. */
-        const char *d = c.draft;
+        const char *d = c.g.draft;
         while (*d >= '0' && *d <= '9')
             d++;
-        if (*d == '\0' && access(c.draft, F_OK) != 0) {
+        if (*d == '\0' && access(c.g.draft, F_OK) != 0) {
             exit_code = usage_error("--draft takes the draft model file, found '%s' (for the "
                                     "number of draft tokens use -k/--draft-max)",
-                                    c.draft);
+                                    c.g.draft);
             goto done;
         }
     }
 
     const char *prompt = NULL;
     size_t prompt_len = 0;
-    if (c.prompt && c.prompt_file) {
+    if (c.g.prompt && c.g.prompt_file) {
         exit_code = usage_error("%s", "give either --prompt or --prompt-file, not both");
         goto done;
     }
-    if (c.prompt_file) {
-        if ((rc = read_file(c.prompt_file, &prompt_buf, &prompt_len, &err))) goto done;
+    if (c.g.prompt_file) {
+        if ((rc = sd_cli_read_file(c.g.prompt_file, &prompt_buf, &prompt_len, &err))) goto done;
         prompt = prompt_buf;
     } else {
-        prompt = c.prompt ? c.prompt : (cfg.prompt ? cfg.prompt : "");
+        prompt = c.g.prompt ? c.g.prompt : (p.cfg.prompt ? p.cfg.prompt : "");
         prompt_len = strlen(prompt);
     }
 
-    if ((rc = sd_model_load(target, &tm, &err))) {
-        if (!c.target) note_config_key(&err, c.config, "target");
+    if ((rc = sd_cli_pair_load(&c.g, &p, &err))) goto done;
+    const int32_t ctx = p.ctx;
+    const sd_vocab *vocab = sd_model_vocab(p.tm);
+    if (p.dm && (rc = sd_proposer_llm_init(p.dm, &p.dsp, &gp->samp, sd_rng_stream_seed(gp->seed, 1),
+                                           sd_model_hparams(p.tm)->n_vocab, &prop, &err)))
         goto done;
-    }
-    const sd_hparams *th = sd_model_hparams(tm);
-    const sd_vocab *vocab = sd_model_vocab(tm);
-    if (ctx == 0 || ctx > th->n_ctx_train) {
-        if (ctx > th->n_ctx_train)
-            fprintf(stderr, "specdec: --ctx-size %d exceeds %s's training context %d; using %d\n",
-                    ctx, target, th->n_ctx_train, th->n_ctx_train);
-        ctx = th->n_ctx_train;
-    }
-    sd_session_params sp = sd_session_default_params();
-    sp.n_ctx = ctx;
-    sp.n_threads = threads;
-    const char *kv_type = c.kv_type ? c.kv_type : cfg.kv_type;
-    sp.kv_type = kv_type && !strcmp(kv_type, "f16") ? SD_TYPE_F16 : SD_TYPE_F32;
-    if ((rc = sd_scorer_init(tm, &sp, &scorer, &err))) goto done;
-    if (draft) {
-        if ((rc = sd_model_load(draft, &dm, &err))) {
-            if (!c.draft) note_config_key(&err, c.config, "draft");
-            goto done;
-        }
-        if ((rc = sd_vocab_check_pair(vocab, target, sd_model_vocab(dm), draft, &err))) goto done;
-        sd_session_params dsp = sp;
-        const int32_t dctx = sd_model_hparams(dm)->n_ctx_train;
-        if (dsp.n_ctx > dctx) dsp.n_ctx = dctx; /* drafting stops near the draft's limit */
-        if ((rc = sd_proposer_llm_init(dm, &dsp, &gp.samp, sd_rng_stream_seed(gp.seed, 1),
-                                       th->n_vocab, &prop, &err)))
-            goto done;
-    }
 
     size_t n_ids = 0;
-    int add_bos = !c.no_bos && sd_vocab_add_bos(vocab);
+    int add_bos = !c.g.no_bos && sd_vocab_add_bos(vocab);
     if ((rc = sd_vocab_tokenize(vocab, prompt, prompt_len, add_bos, &prompt_ids, &n_ids, &err)))
         goto done;
     if (n_ids == 0) {
@@ -600,17 +346,17 @@ static int cmd_generate(int argc, char **argv) {
         goto done;
     }
     /* -n -1: until EOS or the context is full (one more than fits, so the stop is "context"). */
-    if (c.has_n && c.n == -1) gp.n_predict = ctx - (int32_t)n_ids + 2;
+    if (c.g.has_n && c.g.n == -1) gp->n_predict = ctx - (int32_t)n_ids + 2;
     /* No more than ctx - n_ids + 1 tokens can ever be emitted: size nothing beyond that. */
-    if (gp.n_predict > ctx - (int32_t)n_ids + 2) gp.n_predict = ctx - (int32_t)n_ids + 2;
-    if (gp.n_predict < 1) gp.n_predict = 1;
-    if (c.no_draft && (c.draft || cfg.draft))
+    if (gp->n_predict > ctx - (int32_t)n_ids + 2) gp->n_predict = ctx - (int32_t)n_ids + 2;
+    if (gp->n_predict < 1) gp->n_predict = 1;
+    if (c.no_draft && (c.g.draft || p.cfg.draft))
         fprintf(stderr, "specdec: --no-draft: ignoring the draft model, target alone\n");
-    else if (!draft)
+    else if (!p.draft)
         fprintf(stderr, "specdec: no draft model (-md FILE): generating with the target alone\n");
-    out = malloc((size_t)gp.n_predict * sizeof(int32_t));
+    out = malloc((size_t)gp->n_predict * sizeof(int32_t));
     if (!out) {
-        rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
+        rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp->n_predict);
         goto done;
     }
     stream_ctx sc = {vocab, NULL, 0};
@@ -619,26 +365,23 @@ static int cmd_generate(int argc, char **argv) {
         fwrite(prompt, 1, prompt_len, stdout);
         fflush(stdout);
     }
-    rc = sd_generate(scorer, prop, prompt_ids, (int32_t)n_ids, sd_vocab_eos(vocab), &gp,
-                     c.json ? NULL : stream_tokens, &sc, out, gp.n_predict, &st, &err);
+    rc = sd_generate(p.scorer, prop, prompt_ids, (int32_t)n_ids, sd_vocab_eos(vocab), gp,
+                     c.json ? NULL : stream_tokens, &sc, out, gp->n_predict, &st, &err);
     free(sc.buf);
     if (rc) goto done;
     if (st.stop == SD_STOP_CONTEXT)
         fprintf(stderr, "\nspecdec: stopped at the context limit of %d tokens\n", ctx);
-    const int32_t k_shown = prop ? gp.n_draft : 0;
+    const int32_t k_shown = prop ? gp->n_draft : 0;
     if (c.json && (rc = print_json(vocab, out, st.n_generated, &st, k_shown, &err))) goto done;
     print_stats(&st, prop != NULL, k_shown);
     exit_code = EXIT_SUCCESS;
 done:
-    if (rc) exit_code = fail(&err);
+    if (rc) exit_code = sd_cli_fail(&err);
     free(out);
     free(prompt_ids);
     free(prompt_buf);
     sd_proposer_free(prop);
-    sd_scorer_free(scorer);
-    sd_model_free(dm);
-    sd_model_free(tm);
-    sd_config_free(&cfg);
+    sd_cli_pair_free(&p);
     return exit_code;
 }
 
@@ -648,7 +391,7 @@ static int cmd_convert(int argc, char **argv) {
     if (argc != 4)
         return usage_error("%s", "usage: specdec convert CKPT.bin TOKENIZER.bin OUT.gguf");
     sd_error err = {0};
-    if (sd_convert_llama2c(argv[1], argv[2], argv[3], &err)) return fail(&err);
+    if (sd_convert_llama2c(argv[1], argv[2], argv[3], &err)) return sd_cli_fail(&err);
     fprintf(stderr, "specdec: wrote %s\n", argv[3]);
     return EXIT_SUCCESS;
 }
@@ -659,7 +402,7 @@ static int cmd_quantize(int argc, char **argv) {
     if (sd_type_from_name(argv[3], &t) || (t != SD_TYPE_Q8_0 && t != SD_TYPE_Q4_0))
         return usage_error("quantize: type must be q8_0 or q4_0, found '%s'", argv[3]);
     sd_error err = {0};
-    if (sd_quantize_file(argv[1], argv[2], t, stderr, &err)) return fail(&err);
+    if (sd_quantize_file(argv[1], argv[2], t, stderr, &err)) return sd_cli_fail(&err);
     fprintf(stderr, "specdec: wrote %s\n", argv[2]);
     return EXIT_SUCCESS;
 }
@@ -670,7 +413,7 @@ static int cmd_info(int argc, char **argv) {
     if (argc != 2) return usage_error("%s", "usage: specdec info FILE.gguf");
     sd_error err = {0};
     sd_gguf *g = NULL;
-    if (sd_gguf_open(argv[1], &g, &err)) return fail(&err);
+    if (sd_gguf_open(argv[1], &g, &err)) return sd_cli_fail(&err);
     printf("file            %s\n", argv[1]);
     printf("gguf version    %u, alignment %u, %lld metadata keys, %lld tensors\n",
            sd_gguf_version(g), sd_gguf_alignment(g), (long long)sd_gguf_n_kv(g),
@@ -729,9 +472,9 @@ static int cmd_info(int argc, char **argv) {
 
 static int cmd_tokenize(int argc, char **argv) {
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"prompt", required_argument, 0, 'p'},
-        {"file", required_argument, 0, 'f'},    {"prompt-file", required_argument, 0, 'f'},
-        {"no-bos", no_argument, 0, OPT_NO_BOS}, {0, 0, 0, 0},
+        {"model", required_argument, 0, 'm'},          {"prompt", required_argument, 0, 'p'},
+        {"file", required_argument, 0, 'f'},           {"prompt-file", required_argument, 0, 'f'},
+        {"no-bos", no_argument, 0, SD_CLI_OPT_NO_BOS}, {0, 0, 0, 0},
     };
     const char *model = NULL, *text = NULL, *file = NULL;
     int no_bos = 0, o;
@@ -748,7 +491,7 @@ static int cmd_tokenize(int argc, char **argv) {
         case 'f':
             file = optarg;
             break;
-        case OPT_NO_BOS:
+        case SD_CLI_OPT_NO_BOS:
             no_bos = 1;
             break;
         case ':':
@@ -765,7 +508,7 @@ static int cmd_tokenize(int argc, char **argv) {
     char *buf = NULL;
     size_t len = 0;
     if (file) {
-        if (read_file(file, &buf, &len, &err)) return fail(&err);
+        if (sd_cli_read_file(file, &buf, &len, &err)) return sd_cli_fail(&err);
         text = buf;
     } else {
         len = strlen(text);
@@ -786,13 +529,13 @@ static int cmd_tokenize(int argc, char **argv) {
     sd_vocab_free(v);
     sd_gguf_close(g);
     free(buf);
-    return rc ? fail(&err) : EXIT_SUCCESS;
+    return rc ? sd_cli_fail(&err) : EXIT_SUCCESS;
 }
 
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         print_help(argc < 2 ? stderr : stdout);
-        return argc < 2 ? EXIT_USAGE : EXIT_SUCCESS;
+        return argc < 2 ? SD_EXIT_USAGE : EXIT_SUCCESS;
     }
     rewrite_aliases(argc, argv);
     const char *cmd = argv[1];

@@ -22,7 +22,6 @@
  * Output (stdout), one "key value" per line:
  *   file, model, stories, tokens (predicted), ctx, nll (nats/token, %.9f), perplexity.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -36,59 +35,10 @@
 #define PPL_SEPARATOR "<|endoftext|>"
 #define PPL_MAX_BATCH 512
 
+#define PPL_HINT "usage: specdec perplexity -m FILE.gguf -f TEXT [--ctx N] [-t N]"
+
 static int ppl_usage(const char *fmt, const char *arg) {
-    fprintf(stderr, "specdec: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (usage: specdec perplexity -m FILE.gguf -f TEXT [--ctx N] [-t N])\n");
-    return 2;
-}
-
-static int ppl_fail(const sd_error *err) {
-    fprintf(stderr, "specdec: %s\n", err->msg[0] ? err->msg : sd_status_str(err->status));
-    return 1;
-}
-
-static int ppl_parse_int(const char *s, long lo, long hi, long *out) {
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
-static int ppl_read_file(const char *path, char **out, size_t *len, sd_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_errorf(err, SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (cap - n < 2) {
-            char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return sd_errorf(err, SD_ERR_OOM, "%s: out of memory reading file", path);
-    if (bad) {
-        free(buf);
-        return sd_errorf(err, SD_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return SD_OK;
+    return sd_cli_usage(PPL_HINT, fmt, arg);
 }
 
 static int ppl_blank(const char *s, size_t n) {
@@ -100,8 +50,8 @@ static int ppl_blank(const char *s, size_t n) {
 }
 
 typedef struct ppl_acc {
-    double nll;     /* summed NLL */
-    int64_t n_tok;  /* predicted tokens */
+    double nll;    /* summed NLL */
+    int64_t n_tok; /* predicted tokens */
     int64_t n_story;
 } ppl_acc;
 
@@ -126,7 +76,8 @@ static int ppl_score(sd_session *s, const int32_t *ids, int32_t n, int32_t ctx, 
                 for (int32_t v = 1; v < n_vocab; v++)
                     if (row[v] > mx) mx = row[v];
                 double sum = 0.0;
-                for (int32_t v = 0; v < n_vocab; v++) sum += exp((double)row[v] - (double)mx);
+                for (int32_t v = 0; v < n_vocab; v++)
+                    sum += exp((double)row[v] - (double)mx);
                 acc->nll += (double)mx + log(sum) - (double)row[ids[p + 1]];
                 acc->n_tok++;
             }
@@ -139,26 +90,33 @@ static int ppl_score(sd_session *s, const int32_t *ids, int32_t n, int32_t ctx, 
 
 int sd_cmd_perplexity(int argc, char **argv) {
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"file", required_argument, 0, 'f'},
-        {"ctx", required_argument, 0, 'c'},     {"ctx-size", required_argument, 0, 'c'},
-        {"threads", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
+        {"model", required_argument, 0, 'm'},
+        {"file", required_argument, 0, 'f'},
+        {"ctx", required_argument, 0, 'c'},
+        {"ctx-size", required_argument, 0, 'c'},
+        {"threads", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *model_path = NULL, *text_path = NULL;
-    long ctx_arg = 0, threads = 0;
+    int64_t ctx_arg = 0, threads = 0;
     int o;
     opterr = 0;
     optind = 1;
     while ((o = getopt_long(argc, argv, ":m:f:c:t:h", opts, NULL)) != -1) {
         switch (o) {
-        case 'm': model_path = optarg; break;
-        case 'f': text_path = optarg; break;
+        case 'm':
+            model_path = optarg;
+            break;
+        case 'f':
+            text_path = optarg;
+            break;
         case 'c':
-            if (ppl_parse_int(optarg, 2, INT32_MAX, &ctx_arg))
+            if (sd_cli_parse_i64(optarg, 2, INT32_MAX, &ctx_arg))
                 return ppl_usage("--ctx: expected an integer >= 2, found '%s'", optarg);
             break;
         case 't':
-            if (ppl_parse_int(optarg, 0, 1024, &threads))
+            if (sd_cli_parse_i64(optarg, 0, 1024, &threads))
                 return ppl_usage("-t/--threads: expected an integer in [0, 1024], found '%s'",
                                  optarg);
             break;
@@ -168,8 +126,10 @@ int sd_cmd_perplexity(int argc, char **argv) {
                    "  lines '" PPL_SEPARATOR "'), each with BOS, in windows of N tokens\n"
                    "  (default: the model's context) overlapping by one token\n");
             return 0;
-        case ':': return ppl_usage("option '%s' needs a value", argv[optind - 1]);
-        default: return ppl_usage("unknown option '%s'", argv[optind - 1]);
+        case ':':
+            return ppl_usage("option '%s' needs a value", argv[optind - 1]);
+        default:
+            return ppl_usage("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind < argc) return ppl_usage("unexpected argument '%s'", argv[optind]);
@@ -185,7 +145,7 @@ int sd_cmd_perplexity(int argc, char **argv) {
     size_t text_len = 0;
     ppl_acc acc = {0, 0, 0};
     int rc;
-    if ((rc = ppl_read_file(text_path, &text, &text_len, &err))) goto done;
+    if ((rc = sd_cli_read_file(text_path, &text, &text_len, &err))) goto done;
     if ((rc = sd_model_load(model_path, &m, &err))) goto done;
     const sd_hparams *hp = sd_model_hparams(m);
     const sd_vocab *voc = sd_model_vocab(m);
@@ -269,5 +229,5 @@ done:
     free(text);
     sd_session_free(s);
     sd_model_free(m);
-    return rc ? ppl_fail(&err) : 0;
+    return rc ? sd_cli_fail(&err) : 0;
 }

@@ -78,7 +78,7 @@
 #include "runtime/sd_gguf.h"
 #include "runtime/sd_runtime.h"
 
-#define EXIT_USAGE 2
+#define HINT "see 'specdec synth --help'"
 
 typedef struct shape {
     int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
@@ -710,23 +710,21 @@ int sd_cmd_synth(int argc, char **argv) {
             pr = NULL;
             for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
                 if (!strcmp(optarg, k_presets[i].name)) pr = &k_presets[i];
-            if (!pr) {
-                fprintf(stderr,
-                        "specdec: --preset: expected tinyllama, small or tiny, found '%s'\n",
-                        optarg);
-                return EXIT_USAGE;
-            }
+            if (!pr)
+                return sd_cli_usage(NULL, "--preset: expected tinyllama, small or tiny, found '%s'",
+                                    optarg);
             break;
         }
         case O_TYPE:
         case O_DTYPE: {
             sd_type tt;
             if (sd_type_from_name(optarg, &tt) || (tt != SD_TYPE_F16 && tt != SD_TYPE_Q8_0 &&
-                                                   tt != SD_TYPE_Q4_0 && tt != SD_TYPE_F32)) {
-                fprintf(stderr, "specdec: --%s: expected f16, q8_0 or q4_0, found '%s'\n",
-                        o == O_TYPE ? "type" : "draft-type", optarg);
-                return EXIT_USAGE;
-            }
+                                                   tt != SD_TYPE_Q4_0 && tt != SD_TYPE_F32))
+                return sd_cli_usage(NULL,
+                                    o == O_TYPE
+                                        ? "--type: expected f16, q8_0 or q4_0, found '%s'"
+                                        : "--draft-type: expected f16, q8_0 or q4_0, found '%s'",
+                                    optarg);
             if (o == O_TYPE)
                 type = tt;
             else
@@ -734,30 +732,22 @@ int sd_cmd_synth(int argc, char **argv) {
             break;
         }
         case O_NOISE:
-            errno = 0;
-            noise = strtod(optarg, &end);
-            if (errno || *end || !*optarg || !(noise >= 1e-4 && noise <= 10.0)) {
-                fprintf(stderr, "specdec: --noise: expected a number in [0.0001, 10], found '%s'\n",
-                        optarg);
-                return EXIT_USAGE;
-            }
+            if (sd_cli_parse_f64(optarg, 1e-4, 10.0, &noise))
+                return sd_cli_usage(NULL, "--noise: expected a number in [0.0001, 10], found '%s'",
+                                    optarg);
             break;
         case O_SEED:
             errno = 0;
             seed = strtoull(optarg, &end, 10);
-            if (errno || *end || !*optarg || optarg[0] == '-') {
-                fprintf(stderr, "specdec: --seed: expected an integer >= 0, found '%s'\n", optarg);
-                return EXIT_USAGE;
-            }
+            if (errno || *end || !*optarg || optarg[0] == '-')
+                return sd_cli_usage(NULL, "--seed: expected an integer >= 0, found '%s'", optarg);
             break;
         case O_ONLY:
             want_t = !strcmp(optarg, "target") || !strcmp(optarg, "both");
             want_d = !strcmp(optarg, "draft") || !strcmp(optarg, "both");
-            if (!want_t && !want_d) {
-                fprintf(stderr, "specdec: --only: expected target, draft or both, found '%s'\n",
-                        optarg);
-                return EXIT_USAGE;
-            }
+            if (!want_t && !want_d)
+                return sd_cli_usage(NULL, "--only: expected target, draft or both, found '%s'",
+                                    optarg);
             break;
         case 'o':
             out_dir = optarg;
@@ -766,24 +756,13 @@ int sd_cmd_synth(int argc, char **argv) {
             synth_help(stdout);
             return EXIT_SUCCESS;
         case ':':
-            fprintf(stderr, "specdec: option '%s' needs a value (see 'specdec synth --help')\n",
-                    argv[optind - 1]);
-            return EXIT_USAGE;
+            return sd_cli_usage(HINT, "option '%s' needs a value", argv[optind - 1]);
         default:
-            fprintf(stderr, "specdec: unknown option '%s' (see 'specdec synth --help')\n",
-                    argv[optind - 1]);
-            return EXIT_USAGE;
+            return sd_cli_usage(HINT, "unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "specdec: unexpected argument '%s' (see 'specdec synth --help')\n",
-                argv[optind]);
-        return EXIT_USAGE;
-    }
-    if (!out_dir) {
-        fprintf(stderr, "specdec: synth: -o DIR is required (see 'specdec synth --help')\n");
-        return EXIT_USAGE;
-    }
+    if (optind < argc) return sd_cli_usage(HINT, "unexpected argument '%s'", argv[optind]);
+    if (!out_dir) return sd_cli_usage(HINT, "%s", "synth: -o DIR is required");
     if (!has_dtype) dtype = type;
 
     sd_error err = {0};
@@ -833,10 +812,7 @@ int sd_cmd_synth(int argc, char **argv) {
     }
     free(c.draft_layer);
     vocab_free(&v);
-    if (rc) {
-        fprintf(stderr, "specdec: %s\n", err.msg[0] ? err.msg : sd_status_str(err.status));
-        return EXIT_FAILURE;
-    }
+    if (rc) return sd_cli_fail(&err);
     fprintf(stderr, "specdec synth: wrote %s%s%s%s%s\n", want_d ? dpath : "",
             want_d && want_t ? ", " : "", want_t ? tpath : "", want_t && want_d ? ", " : "",
             want_t && want_d ? cpath : "");

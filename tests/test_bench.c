@@ -24,19 +24,12 @@ static char g_dir[1024];
 static char g_t[2048], g_d[2048], g_prompts[2048];
 
 static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
+    cr_assert_eq(tu_write_file(path, text, strlen(text)), 0, "cannot write %s", path);
 }
 
 static void setup(void) {
     cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
-    tu_llama_spec s = tu_llama_default_spec();
-    cr_assert_eq(tu_make_llama(tu_path(g_t, sizeof g_t, g_dir, "t.gguf"), &s), 0);
-    s.wtype = SD_TYPE_Q8_0;
-    s.noise = 0.3f;
-    cr_assert_eq(tu_make_llama(tu_path(g_d, sizeof g_d, g_dir, "d.gguf"), &s), 0);
+    cr_assert_eq(tu_make_test_pair(g_dir, g_t, sizeof g_t, g_d, sizeof g_d), 0);
     write_file(tu_path(g_prompts, sizeof g_prompts, g_dir, "prompts.txt"),
                "t5t6t7\n\nt10t11t12t13\n");
 }

@@ -16,21 +16,16 @@ static char g_t[2048], g_d[2048];
 
 static void setup(void) {
     cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
-    tu_llama_spec s = tu_llama_default_spec();
-    cr_assert_eq(tu_make_llama(tu_path(g_t, sizeof g_t, g_dir, "t.gguf"), &s), 0);
-    s.wtype = SD_TYPE_Q8_0;
-    s.noise = 0.3f;
-    cr_assert_eq(tu_make_llama(tu_path(g_d, sizeof g_d, g_dir, "d.gguf"), &s), 0);
+    cr_assert_eq(tu_make_test_pair(g_dir, g_t, sizeof g_t, g_d, sizeof g_d), 0);
 }
-static void teardown(void) { tu_rmdir(g_dir); }
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
 
 TestSuite(cli, .init = setup, .fini = teardown, .timeout = 300);
 
 static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
+    cr_assert_eq(tu_write_file(path, text, strlen(text)), 0, "cannot write %s", path);
 }
 
 /* Run `specdec ARGS`; assert a failing exit, one stderr line starting "specdec: " and
@@ -65,28 +60,28 @@ Test(cli, not_a_gguf) {
     expect_error(args, "junk.gguf");
 }
 
-Test(cli, bad_json_config) {
+/* `generate --config DIR/name` with the given JSON fails naming `needle`. */
+static void expect_config_error(const char *name, const char *json, const char *needle) {
     char p[2048], args[4096];
-    tu_path(p, sizeof p, g_dir, "bad.json");
-    write_file(p, "{ \"target\": \"t.gguf\", \n  \"draft_tokens\": 4,, }\n");
+    tu_path(p, sizeof p, g_dir, name);
+    write_file(p, json);
     snprintf(args, sizeof args, "generate --config %s", p);
-    expect_error(args, "bad.json:2");
+    expect_error(args, needle);
+}
+
+Test(cli, bad_json_config) {
+    expect_config_error("bad.json", "{ \"target\": \"t.gguf\", \n  \"draft_tokens\": 4,, }\n",
+                        "bad.json:2");
 }
 
 Test(cli, unknown_config_key) {
-    char p[2048], args[4096];
-    tu_path(p, sizeof p, g_dir, "unk.json");
-    write_file(p, "{ \"target\": \"t.gguf\", \"draft_tokenz\": 4 }\n");
-    snprintf(args, sizeof args, "generate --config %s", p);
-    expect_error(args, "draft_tokenz");
+    expect_config_error("unk.json", "{ \"target\": \"t.gguf\", \"draft_tokenz\": 4 }\n",
+                        "draft_tokenz");
 }
 
 Test(cli, config_value_out_of_range) {
-    char p[2048], args[4096];
-    tu_path(p, sizeof p, g_dir, "range.json");
-    write_file(p, "{ \"target\": \"t.gguf\", \"draft_tokens\": 0 }\n");
-    snprintf(args, sizeof args, "generate --config %s", p);
-    expect_error(args, "draft_tokens");
+    expect_config_error("range.json", "{ \"target\": \"t.gguf\", \"draft_tokens\": 0 }\n",
+                        "draft_tokens");
 }
 
 Test(cli, vocab_mismatch) {
@@ -132,14 +127,23 @@ Test(cli, bad_flags) {
 /* --json: one object with the fixed keys; llama.cpp aliases; greedy spec == no-draft. */
 Test(cli, json_output_and_aliases) {
     char cmd[8192];
-    const char *keys[] = {"n_generated",    "n_target_passes", "n_drafted",
-                          "n_accepted",     "acceptance_rate", "tokens_per_pass",
-                          "per_position_acceptance", "tokens_per_s", "ttft_ms",
-                          "itl_ms",         "t_draft_ms",      "t_verify_ms",
+    const char *keys[] = {"n_generated",
+                          "n_target_passes",
+                          "n_drafted",
+                          "n_accepted",
+                          "acceptance_rate",
+                          "tokens_per_pass",
+                          "per_position_acceptance",
+                          "tokens_per_s",
+                          "ttft_ms",
+                          "itl_ms",
+                          "t_draft_ms",
+                          "t_verify_ms",
                           "t_sample_ms"};
     char *outs[2] = {NULL, NULL};
     for (int no_draft = 0; no_draft <= 1; no_draft++) {
-        snprintf(cmd, sizeof cmd, "%s generate -m %s -md %s %s -p t5t6 -n 24 --draft-max 3 "
+        snprintf(cmd, sizeof cmd,
+                 "%s generate -m %s -md %s %s -p t5t6 -n 24 --draft-max 3 "
                  "--temp 0 -s 5 -t 1 -c 64 --json",
                  SD_BINARY, g_t, g_d, no_draft ? "--no-draft" : "");
         char *out = NULL, *err = NULL;
@@ -158,8 +162,10 @@ Test(cli, json_output_and_aliases) {
         cr_assert_eq(json_integer_value(json_object_get(st, "n_generated")),
                      (json_int_t)json_array_size(toks));
         cr_assert_eq(json_array_size(toks), 24);
-        if (!no_draft) cr_assert_gt(json_integer_value(json_object_get(st, "n_drafted")), 0);
-        else cr_assert_eq(json_integer_value(json_object_get(st, "n_drafted")), 0);
+        if (!no_draft)
+            cr_assert_gt(json_integer_value(json_object_get(st, "n_drafted")), 0);
+        else
+            cr_assert_eq(json_integer_value(json_object_get(st, "n_drafted")), 0);
         outs[no_draft] = json_dumps(toks, JSON_COMPACT);
         json_decref(root);
         free(out);

@@ -8,7 +8,6 @@
  * (run under -DSD_SANITIZE=ON too).
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,63 +16,36 @@
 
 #include "quant/sd_quant.h"
 #include "runtime/sd_gguf.h"
+#include "testutil.h"
 
 /* ---------------------------------------------------------------- temp directory */
 
-static char g_dir[256];
+static char g_dir[1024];
 
 static void setup_dir(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/sd_test_gguf_XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp failed");
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0, "mkdtemp failed");
 }
 
 static void teardown_dir(void) {
-    DIR *d = opendir(g_dir);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d)) != NULL) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(g_dir);
+    tu_rmdir(g_dir);
 }
 
 static void tpath(char *out, size_t n, const char *name) {
-    snprintf(out, n, "%s/%s", g_dir, name);
+    tu_path(out, n, g_dir, name);
 }
 
 static void write_file(const char *path, const void *buf, size_t n) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    if (n) cr_assert_eq(fwrite(buf, 1, n, f), n);
-    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(tu_write_file(path, buf, n), 0, "cannot write %s", path);
 }
 
 static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)sz + 1);
-    cr_assert_eq(fread(b, 1, (size_t)sz, f), (size_t)sz);
-    fclose(f);
-    *n = (size_t)sz;
+    uint8_t *b = tu_read_file(path, n);
+    cr_assert_not_null(b, "cannot read %s", path);
     return b;
 }
 
 static int n_files_in_dir(void) {
-    DIR *d = opendir(g_dir);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-    closedir(d);
-    return n;
+    return tu_count_files(g_dir);
 }
 
 /* ---------------------------------------------------------------- round trip */

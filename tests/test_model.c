@@ -14,7 +14,6 @@
  *  - KV rollback, bad inputs, bad files, and sd_kv itself.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +26,7 @@
 #include "quant/sd_quant.h"
 #include "runtime/sd_gguf.h"
 #include "runtime/sd_model.h"
+#include "testutil.h"
 
 #define PYTHON "/usr/bin/python3"
 #define REF_TOL 1e-4
@@ -213,27 +213,15 @@ static void write_model(const char *path, const spec *sp) {
 
 /* ------------------------------------------------------------ temp dirs */
 
-static char g_dir[64];
+static char g_dir[1024];
 
 static void make_dir(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/sd_test_model_XXXXXX");
-    cr_assert(mkdtemp(g_dir), "mkdtemp failed");
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0, "mkdtemp failed");
 }
 
 static void remove_dir(void) {
     if (!g_dir[0]) return;
-    DIR *d = opendir(g_dir);
-    if (d) {
-        struct dirent *e;
-        char p[512];
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(g_dir);
+    tu_rmdir(g_dir);
     g_dir[0] = '\0';
 }
 
@@ -241,8 +229,7 @@ TestSuite(model, .init = make_dir, .fini = remove_dir, .timeout = 600);
 TestSuite(kv);
 
 static const char *model_path(const char *name, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s/%s", g_dir, name);
-    return buf;
+    return tu_path(buf, cap, g_dir, name);
 }
 
 static sd_model *load_ok(const char *path) {

@@ -41,6 +41,42 @@ char *tu_path(char *buf, size_t cap, const char *dir, const char *name) {
     return buf;
 }
 
+int tu_count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+int tu_write_file(const char *path, const void *buf, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int bad = n && fwrite(buf, 1, n, f) != n;
+    bad |= fclose(f) != 0;
+    return bad ? -1 : 0;
+}
+
+unsigned char *tu_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    long sz = -1;
+    if (fseek(f, 0, SEEK_END) == 0) sz = ftell(f);
+    unsigned char *b = sz >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)sz + 1) : NULL;
+    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (!b) return NULL;
+    b[sz] = '\0';
+    *n = (size_t)sz;
+    return b;
+}
+
 tu_llama_spec tu_llama_default_spec(void) {
     tu_llama_spec s = {0};
     s.n_vocab = 96;
@@ -66,7 +102,9 @@ static uint64_t sm64(uint64_t *x) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-static double unif(uint64_t *x) { return ((sm64(x) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static double unif(uint64_t *x) {
+    return ((sm64(x) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
 static double normal(uint64_t *x) {
     double u1 = unif(x), u2 = unif(x);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
@@ -79,8 +117,8 @@ typedef struct tbuf {
 
 /* Fill a [rows, cols] tensor of type t (norms: t = F32 and values near 1). */
 static int add_tensor(sd_gguf_writer *w, tbuf *keep, int *n_keep, const char *name, int64_t rows,
-                      int64_t cols, sd_type t, int is_norm, const tu_llama_spec *s,
-                      uint64_t *rng, uint64_t *nrng) {
+                      int64_t cols, sd_type t, int is_norm, const tu_llama_spec *s, uint64_t *rng,
+                      uint64_t *nrng) {
     size_t row_bytes;
     if (sd_type_row_bytes(t, cols, &row_bytes)) return -1;
     size_t nbytes = row_bytes * (size_t)rows;
@@ -132,14 +170,19 @@ int tu_make_llama(const char *path, const tu_llama_spec *s) {
     int32_t *types = calloc((size_t)s->n_vocab, sizeof *types);
     for (int32_t i = 0; i < s->n_vocab; i++) {
         toks[i] = malloc(32);
-        if (i == 0) strcpy(toks[i], "<unk>");
-        else if (i == 1) strcpy(toks[i], "<s>");
-        else if (i == 2) strcpy(toks[i], "</s>");
-        else snprintf(toks[i], 32, "%.16s%d", s->tok_prefix ? s->tok_prefix : "t", i);
+        if (i == 0)
+            strcpy(toks[i], "<unk>");
+        else if (i == 1)
+            strcpy(toks[i], "<s>");
+        else if (i == 2)
+            strcpy(toks[i], "</s>");
+        else
+            snprintf(toks[i], 32, "%.16s%d", s->tok_prefix ? s->tok_prefix : "t", i);
         types[i] = i == 0 ? 2 : (i < 3 ? 3 : 1);
         scores[i] = -(float)i;
     }
-    sd_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)s->n_vocab);
+    sd_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks,
+                        (uint64_t)s->n_vocab);
     sd_gguf_set_arr(w, "tokenizer.ggml.scores", SD_GGUF_F32, scores, (uint64_t)s->n_vocab);
     sd_gguf_set_arr(w, "tokenizer.ggml.token_type", SD_GGUF_I32, types, (uint64_t)s->n_vocab);
     sd_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
@@ -156,10 +199,10 @@ int tu_make_llama(const char *path, const tu_llama_spec *s) {
             int64_t rows, cols;
             int norm;
         } t[9] = {
-            {"attn_norm", 1, s->n_embd, 1}, {"attn_q", s->n_embd, s->n_embd, 0},
-            {"attn_k", kv_dim, s->n_embd, 0}, {"attn_v", kv_dim, s->n_embd, 0},
+            {"attn_norm", 1, s->n_embd, 1},           {"attn_q", s->n_embd, s->n_embd, 0},
+            {"attn_k", kv_dim, s->n_embd, 0},         {"attn_v", kv_dim, s->n_embd, 0},
             {"attn_output", s->n_embd, s->n_embd, 0}, {"ffn_norm", 1, s->n_embd, 1},
-            {"ffn_gate", s->n_ff, s->n_embd, 0}, {"ffn_down", s->n_embd, s->n_ff, 0},
+            {"ffn_gate", s->n_ff, s->n_embd, 0},      {"ffn_down", s->n_embd, s->n_ff, 0},
             {"ffn_up", s->n_ff, s->n_embd, 0},
         };
         for (int i = 0; i < 9 && !rc; i++) {
@@ -180,13 +223,23 @@ int tu_make_llama(const char *path, const tu_llama_spec *s) {
         rc = -1;
     }
     sd_gguf_writer_free(w);
-    for (int i = 0; i < n_keep; i++) free(keep[i].data);
+    for (int i = 0; i < n_keep; i++)
+        free(keep[i].data);
     free(keep);
-    for (int32_t i = 0; i < s->n_vocab; i++) free(toks[i]);
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        free(toks[i]);
     free(toks);
     free(scores);
     free(types);
     return rc ? -1 : 0;
+}
+
+int tu_make_test_pair(const char *dir, char *t, size_t tcap, char *d, size_t dcap) {
+    tu_llama_spec s = tu_llama_default_spec();
+    if (tu_make_llama(tu_path(t, tcap, dir, "t.gguf"), &s)) return -1;
+    s.wtype = SD_TYPE_Q8_0;
+    s.noise = 0.3f;
+    return tu_make_llama(tu_path(d, dcap, dir, "d.gguf"), &s);
 }
 
 int tu_make_stories_pair(const char *dir) {
@@ -247,9 +300,13 @@ int tu_run(const char *cmd, char **out, char **err) {
     char *e = ef ? slurp(ef) : NULL;
     if (ef) fclose(ef);
     unlink(errpath);
-    if (out) *out = o;
-    else free(o);
-    if (err) *err = e;
-    else free(e);
+    if (out)
+        *out = o;
+    else
+        free(o);
+    if (err)
+        *err = e;
+    else
+        free(e);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

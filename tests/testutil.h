@@ -14,6 +14,12 @@ int tu_mkdtemp(char *buf, size_t cap);
 void tu_rmdir(const char *dir);
 /* dir + "/" + name into buf (asserts it fits). Returns buf. */
 char *tu_path(char *buf, size_t cap, const char *dir, const char *name);
+/* Plain files directly in dir (not "." and ".."), or -1. */
+int tu_count_files(const char *dir);
+/* Write n bytes to path (created or truncated). 0, or -1. */
+int tu_write_file(const char *path, const void *buf, size_t n);
+/* The whole of path, malloc'd, with a NUL after it (not counted in *n); NULL on error. */
+unsigned char *tu_read_file(const char *path, size_t *n);
 
 /* A random llama model. Weights ~ N(0, 1/sqrt(fan_in)) from `seed`; when noise > 0
  * each weight w becomes w + noise * N(0, 1/sqrt(fan_in)) drawn from noise_seed, so a
@@ -25,14 +31,19 @@ typedef struct tu_llama_spec {
     uint64_t seed;
     float noise;
     uint64_t noise_seed;
-    sd_type wtype; /* type of the 2-D weight matrices (F32, F16, BF16, Q8_0, Q4_0) */
-    int tied;      /* 1: no output.weight (token_embd is the classifier) */
+    sd_type wtype;          /* type of the 2-D weight matrices (F32, F16, BF16, Q8_0, Q4_0) */
+    int tied;               /* 1: no output.weight (token_embd is the classifier) */
     const char *tok_prefix; /* text of normal tokens: prefix + id (default "t") */
 } tu_llama_spec;
 
 tu_llama_spec tu_llama_default_spec(void);
 /* Write the model to path. 0 on success (prints the error to stderr otherwise). */
 int tu_make_llama(const char *path, const tu_llama_spec *spec);
+
+/* The tests' random pair: dir/t.gguf, tu_llama_default_spec() in F32, and dir/d.gguf,
+ * the same model in Q8_0 with noise 0.3 (vocabularies pair, acceptance is partial).
+ * Paths into t and d. 0 on success. */
+int tu_make_test_pair(const char *dir, char *t, size_t tcap, char *d, size_t dcap);
 
 /* Convert ../shared/data/models/stories260K.bin into dir/stories260K-f32.gguf and
  * quantize it to dir/stories260K-q4_0.gguf and -q8_0.gguf. Returns 1 if made, 0 if
