@@ -45,6 +45,7 @@ static void print_help(FILE *f) {
                "  tokenize   -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)   print token ids\n"
                "  bench      A/B benchmark, target alone vs speculative (--kernels: bandwidth)\n"
                "  synth      -o DIR [--preset P --type T --noise S]  synthetic target/draft pair\n"
+               "  perplexity -m FILE.gguf -f TEXT [--ctx N]   mean NLL (nats/token) over stories\n"
                "\n"
                "generate options (llama.cpp spellings in parentheses):\n"
                "  --config FILE            JSON pair config (flags override it)\n"
