@@ -348,3 +348,68 @@ Test(spec, vocab_sizes_may_differ) {
         pair_close(&p);
     }
 }
+
+/* Stops: an EOS that falls inside accepted blocks, a draft whose context is shorter than
+ * the target's (drafting pauses, the target finishes alone) and the target's context
+ * limit. For each K the speculative run must emit exactly the target-alone tokens and
+ * stop for the same reason. */
+Test(spec, eos_and_context_limits_match_target_alone) {
+    char t[2048], d[2048];
+    tu_llama_spec s = tu_llama_default_spec();
+    s.n_ctx = 48;
+    cr_assert_eq(tu_make_llama(tu_path(t, sizeof t, g_dir, "t.gguf"), &s), 0);
+    s.noise = 0.2f;
+    s.n_ctx = 20; /* the draft's own context: shorter than the target's */
+    cr_assert_eq(tu_make_llama(tu_path(d, sizeof d, g_dir, "d.gguf"), &s), 0);
+    sd_error err = {0};
+    sd_sampling_params samp = {0.0f, 0, 1.0f};
+    sd_model *tm = NULL, *dm = NULL;
+    cr_assert_eq(sd_model_load(t, &tm, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_model_load(d, &dm, &err), 0, "%s", err.msg);
+    sd_session_params tsp = sd_session_default_params();
+    sd_session_params dsp = sd_session_default_params(); /* n_ctx 0: the draft's 20 */
+    sd_scorer *sc = NULL;
+    cr_assert_eq(sd_scorer_init(tm, &tsp, &sc, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_scorer_n_ctx(sc), 48);
+    const int32_t prompt[4] = {1, 17, 18, 19};
+    int32_t ref[64], got[64];
+    sd_gen_stats st_ref, st;
+    sd_gen_params gp = sd_gen_default_params();
+    gp.samp = samp;
+    gp.n_predict = 64; /* more than fits: the context limit stops it */
+    /* Target alone without EOS: runs to the context limit (48 - 4 + 1 tokens). */
+    cr_assert_eq(sd_generate(sc, NULL, prompt, 4, -1, &gp, NULL, NULL, ref, 64, &st_ref, &err), 0,
+                 "%s", err.msg);
+    cr_assert_eq(st_ref.stop, SD_STOP_CONTEXT);
+    cr_assert_eq(st_ref.n_generated, 48 - 4 + 1);
+    /* EOS candidates: ids that target-alone emits at different places. */
+    const int32_t eos_ids[3] = {ref[3], ref[12], -1};
+    for (int e = 0; e < 3; e++) {
+        const int32_t eos = eos_ids[e];
+        cr_assert_eq(sd_generate(sc, NULL, prompt, 4, eos, &gp, NULL, NULL, ref, 64, &st_ref, &err),
+                     0, "%s", err.msg);
+        for (int32_t k = 1; k <= 8; k++) {
+            sd_proposer *prop = NULL;
+            cr_assert_eq(sd_proposer_llm_init(dm, &dsp, &samp, 3, 0, &prop, &err), 0, "%s",
+                         err.msg);
+            gp.n_draft = k;
+            cr_assert_eq(sd_generate(sc, prop, prompt, 4, eos, &gp, NULL, NULL, got, 64, &st, &err),
+                         0, "%s", err.msg);
+            cr_assert_eq(st.stop, st_ref.stop, "eos %d K=%d: stop %s, target alone %s", eos, k,
+                         sd_stop_reason_str(st.stop), sd_stop_reason_str(st_ref.stop));
+            cr_assert_eq(st.n_generated, st_ref.n_generated, "eos %d K=%d", eos, k);
+            cr_assert_arr_eq(got, ref, (size_t)st.n_generated * sizeof(int32_t), "eos %d K=%d", eos,
+                             k);
+            for (int32_t i = 0; i < st.n_generated; i++)
+                cr_assert_neq(got[i], eos);
+            check_stats_consistent(&st, k);
+            /* Past the draft's context (20) only the target runs: fewer drafted tokens
+             * than passes * K whenever generation went beyond it. */
+            if (st.n_generated + 4 > 21) cr_assert_lt(st.n_drafted, st.n_target_passes * k);
+            sd_proposer_free(prop);
+        }
+    }
+    sd_scorer_free(sc);
+    sd_model_free(dm);
+    sd_model_free(tm);
+}
