@@ -40,8 +40,8 @@ typedef struct sd_proposer_ops {
     /* See sd_proposer_prefill. */
     int (*prefill)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, sd_error *err);
     /* See sd_proposer_propose. */
-    int (*propose)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t k,
-                   sd_proposal *out, sd_error *err);
+    int (*propose)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t k, sd_proposal *out,
+                   sd_error *err);
     /* See sd_proposer_commit. */
     void (*commit)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx);
     void (*free)(sd_proposer *p);

@@ -6,8 +6,8 @@
 
 /* Upper bounds on the sizes a cache accepts (far above any model we run). */
 #define SD_KV_MAX_LAYER 4096
-#define SD_KV_MAX_CTX (1 << 24)
-#define SD_KV_MAX_DIM (1 << 20)
+#define SD_KV_MAX_CTX   (1 << 24)
+#define SD_KV_MAX_DIM   (1 << 20)
 
 struct sd_kv {
     int32_t n_layer;
@@ -30,12 +30,14 @@ static void *kv_alloc(size_t bytes) {
 int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
     *out = NULL;
     if (!p || p->n_layer <= 0 || p->n_ctx <= 0 || p->kv_dim <= 0)
-        return sd_errorf(err, SD_ERR_ARG, "kv cache: sizes must be positive (n_layer %d, n_ctx %d, kv_dim %d)",
+        return sd_errorf(err, SD_ERR_ARG,
+                         "kv cache: sizes must be positive (n_layer %d, n_ctx %d, kv_dim %d)",
                          p ? p->n_layer : 0, p ? p->n_ctx : 0, p ? p->kv_dim : 0);
     if (p->n_layer > SD_KV_MAX_LAYER || p->n_ctx > SD_KV_MAX_CTX || p->kv_dim > SD_KV_MAX_DIM)
-        return sd_errorf(err, SD_ERR_ARG,
-                         "kv cache: sizes out of range (n_layer %d <= %d, n_ctx %d <= %d, kv_dim %d <= %d)",
-                         p->n_layer, SD_KV_MAX_LAYER, p->n_ctx, SD_KV_MAX_CTX, p->kv_dim, SD_KV_MAX_DIM);
+        return sd_errorf(
+            err, SD_ERR_ARG,
+            "kv cache: sizes out of range (n_layer %d <= %d, n_ctx %d <= %d, kv_dim %d <= %d)",
+            p->n_layer, SD_KV_MAX_LAYER, p->n_ctx, SD_KV_MAX_CTX, p->kv_dim, SD_KV_MAX_DIM);
     if (p->type != SD_TYPE_F32 && p->type != SD_TYPE_F16)
         return sd_errorf(err, SD_ERR_ARG, "kv cache: element type %s (%d), expected f32 or f16",
                          sd_type_name((uint32_t)p->type), (int)p->type);
@@ -44,8 +46,9 @@ int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
     if (sd_mul_size((size_t)p->kv_dim, elem, &row_bytes) ||
         sd_mul_size(row_bytes, (size_t)p->n_ctx, &layer_len) ||
         sd_mul_size(layer_len, (size_t)p->n_layer, &bytes))
-        return sd_errorf(err, SD_ERR_OOM, "kv cache: size overflows (n_layer %d, n_ctx %d, kv_dim %d)",
-                         p->n_layer, p->n_ctx, p->kv_dim);
+        return sd_errorf(err, SD_ERR_OOM,
+                         "kv cache: size overflows (n_layer %d, n_ctx %d, kv_dim %d)", p->n_layer,
+                         p->n_ctx, p->kv_dim);
     sd_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return sd_errorf(err, SD_ERR_OOM, "kv cache: out of memory");
     kv->n_layer = p->n_layer;
@@ -75,11 +78,21 @@ void sd_kv_free(sd_kv *kv) {
     free(kv);
 }
 
-int32_t sd_kv_n(const sd_kv *kv) { return kv->n; }
-int32_t sd_kv_capacity(const sd_kv *kv) { return kv->n_ctx; }
-sd_type sd_kv_type(const sd_kv *kv) { return kv->type; }
-int32_t sd_kv_dim(const sd_kv *kv) { return kv->kv_dim; }
-size_t sd_kv_row_bytes(const sd_kv *kv) { return kv->row_bytes; }
+int32_t sd_kv_n(const sd_kv *kv) {
+    return kv->n;
+}
+int32_t sd_kv_capacity(const sd_kv *kv) {
+    return kv->n_ctx;
+}
+sd_type sd_kv_type(const sd_kv *kv) {
+    return kv->type;
+}
+int32_t sd_kv_dim(const sd_kv *kv) {
+    return kv->kv_dim;
+}
+size_t sd_kv_row_bytes(const sd_kv *kv) {
+    return kv->row_bytes;
+}
 
 int sd_kv_reserve(const sd_kv *kv, int32_t m, sd_error *err) {
     if (m < 0) return sd_errorf(err, SD_ERR_ARG, "kv cache: cannot reserve %d positions", m);

@@ -35,9 +35,9 @@ typedef struct sd_kv sd_kv;
 
 typedef struct sd_kv_params {
     int32_t n_layer;
-    int32_t n_ctx;   /* capacity in positions */
-    int32_t kv_dim;  /* n_head_kv * head_dim */
-    sd_type type;    /* element type: SD_TYPE_F32 (0, the default) or SD_TYPE_F16 */
+    int32_t n_ctx;  /* capacity in positions */
+    int32_t kv_dim; /* n_head_kv * head_dim */
+    sd_type type;   /* element type: SD_TYPE_F32 (0, the default) or SD_TYPE_F16 */
 } sd_kv_params;
 
 /* Allocate a cache (n_layer * n_ctx * kv_dim * 2 elements of p->type, overflow-checked).

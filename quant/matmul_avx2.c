@@ -28,9 +28,9 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define SD_T __attribute__((target("avx2,fma,f16c")))
+#define SD_T   __attribute__((target("avx2,fma,f16c")))
 #define SD_INL static inline __attribute__((always_inline))
-#define SD_NT 4 /* tokens per tile */
+#define SD_NT  4 /* tokens per tile */
 
 SD_T SD_INL float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -39,7 +39,9 @@ SD_T SD_INL float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-SD_T SD_INL float h2f(uint16_t h) { return _cvtsh_ss(h); }
+SD_T SD_INL float h2f(uint16_t h) {
+    return _cvtsh_ss(h);
+}
 
 /* ---------------------------------------------------------------------------------- */
 /* Q8_0 / Q4_0 weights x Q8_0 activations                                               */
@@ -65,18 +67,16 @@ SD_T SD_INL uint16_t load_wd(const void *wr, int64_t i, const int kind) {
 }
 
 /* res[t] = dot(weight row wr, activation row xs[t]) for t < nt; nb blocks of 32. */
-SD_T SD_INL void qdot_tile(const void *wr, const sd_block_q8_0 *const *xs, const int nt,
-                           int64_t nb, const int kind, float *res) {
+SD_T SD_INL void qdot_tile(const void *wr, const sd_block_q8_0 *const *xs, const int nt, int64_t nb,
+                           const int kind, float *res) {
     __m256 acc[SD_NT];
-    _Pragma("GCC unroll 4")
-    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t i = 0; i < nb; i++) {
         const __m256i w = load_wq(wr, i, kind);
         const __m256i aw = _mm256_sign_epi8(w, w); /* |w| as u8 (-128 -> 128) */
         const float dw = h2f(load_wd(wr, i, kind));
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < nt; t++) {
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)xs[t][i].qs);
             const __m256i sx = _mm256_sign_epi8(x, w); /* x * sign(w) */
             const __m256i p16 = _mm256_maddubs_epi16(aw, sx);
@@ -85,8 +85,7 @@ SD_T SD_INL void qdot_tile(const void *wr, const sd_block_q8_0 *const *xs, const
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), d, acc[t]);
         }
     }
-    _Pragma("GCC unroll 4")
-    for (int t = 0; t < nt; t++) res[t] = hsum8(acc[t]);
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) res[t] = hsum8(acc[t]);
 }
 
 SD_T SD_INL void qrows(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
@@ -102,7 +101,8 @@ SD_T SD_INL void qrows(const void *w, size_t wrb, int64_t n, const void *xq, int
             for (int t = 0; t < SD_NT; t++)
                 xs[t] = (const sd_block_q8_0 *)((const char *)xq + (size_t)(b + t) * xrb);
             qdot_tile(wr, xs, SD_NT, nb, kind, res);
-            for (int t = 0; t < SD_NT; t++) y[(b + t) * ldy + r] = res[t];
+            for (int t = 0; t < SD_NT; t++)
+                y[(b + t) * ldy + r] = res[t];
         }
         for (; b < n_tok; b++) {
             xs[0] = (const sd_block_q8_0 *)((const char *)xq + (size_t)b * xrb);
@@ -146,27 +146,25 @@ SD_T SD_INL float load_w1(const void *wr, int64_t j, const int kind) {
 SD_T SD_INL void fdot_tile(const void *wr, const float *const *xs, const int nt, int64_t n,
                            const int kind, float *res) {
     __m256 a0[SD_NT], a1[SD_NT];
-    _Pragma("GCC unroll 4")
-    for (int t = 0; t < nt; t++) a0[t] = a1[t] = _mm256_setzero_ps();
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a0[t] = a1[t] = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) {
         const __m256 w0 = load_w8(wr, j, kind), w1 = load_w8(wr, j + 8, kind);
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < nt; t++) {
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
             a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs[t] + j), a0[t]);
             a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs[t] + j + 8), a1[t]);
         }
     }
     if (j + 8 <= n) {
         const __m256 w0 = load_w8(wr, j, kind);
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < nt; t++) a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs[t] + j), a0[t]);
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a0[t] =
+            _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs[t] + j), a0[t]);
         j += 8;
     }
-    _Pragma("GCC unroll 4")
-    for (int t = 0; t < nt; t++) {
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
         float s = hsum8(_mm256_add_ps(a0[t], a1[t]));
-        for (int64_t k = j; k < n; k++) s = __builtin_fmaf(load_w1(wr, k, kind), xs[t][k], s);
+        for (int64_t k = j; k < n; k++)
+            s = __builtin_fmaf(load_w1(wr, k, kind), xs[t][k], s);
         res[t] = s;
     }
 }
@@ -179,9 +177,11 @@ SD_T SD_INL void frows(const void *w, size_t wrb, int64_t n, const void *xq, int
         const void *wr = (const char *)w + (size_t)r * wrb;
         int64_t b = 0;
         for (; b + SD_NT <= n_tok; b += SD_NT) {
-            for (int t = 0; t < SD_NT; t++) xs[t] = (const float *)xq + (b + t) * n;
+            for (int t = 0; t < SD_NT; t++)
+                xs[t] = (const float *)xq + (b + t) * n;
             fdot_tile(wr, xs, SD_NT, n, kind, res);
-            for (int t = 0; t < SD_NT; t++) y[(b + t) * ldy + r] = res[t];
+            for (int t = 0; t < SD_NT; t++)
+                y[(b + t) * ldy + r] = res[t];
         }
         for (; b < n_tok; b++) {
             xs[0] = (const float *)xq + b * n;

@@ -31,9 +31,9 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define SD_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define SD_T   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define SD_INL static inline __attribute__((always_inline))
-#define SD_NT 4 /* tokens per tile */
+#define SD_NT  4 /* tokens per tile */
 
 SD_T SD_INL float hsum16(__m512 v) {
     const __m256 lo = _mm512_castps512_ps256(v);
@@ -49,8 +49,8 @@ SD_T SD_INL float hsum16(__m512 v) {
 /* Q8_0 / Q4_0 weights x Q8_0 activations                                               */
 /* ---------------------------------------------------------------------------------- */
 
-#define SD_QNT 16    /* most tokens per group: one pass over a weight row feeds them all */
-#define SD_XOCT 384  /* packed activation bytes per token per octet (8 blocks) */
+#define SD_QNT  16  /* most tokens per group: one pass over a weight row feeds them all */
+#define SD_XOCT 384 /* packed activation bytes per token per octet (8 blocks) */
 
 /*
  * Octet layout. 8 blocks (256 elements) are held in 4 vectors V0..V3: qword b (b = 0..7)
@@ -63,8 +63,7 @@ SD_T SD_INL float hsum16(__m512 v) {
 /* V0..V3 (signed int8) of 8 Q8_0 blocks b[0..7]: a 4 x 8 qword transpose. */
 SD_T SD_INL void oct_q8(const sd_block_q8_0 *b, __m512i v[4]) {
     __m512i z[4];
-    _Pragma("GCC unroll 4")
-    for (int j = 0; j < 4; j++) /* z_j = [block 2j | block 2j+1] */
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) /* z_j = [block 2j | block 2j+1] */
         z[j] = _mm512_inserti64x4(
             _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[2 * j].qs)),
             _mm256_loadu_si256((const __m256i *)b[2 * j + 1].qs), 1);
@@ -92,8 +91,10 @@ SD_T SD_INL void oct_q4(const sd_block_q4_0 *b, __m512i v[4]) {
     z0 = _mm512_inserti32x4(z0, SD_LQ(3), 3);
     z1 = _mm512_inserti32x4(z1, SD_LQ(7), 3);
 #undef SD_LQ
-    const __m512i r0 = _mm512_permutex2var_epi64(z0, _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), z1);
-    const __m512i r1 = _mm512_permutex2var_epi64(z0, _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1), z1);
+    const __m512i r0 =
+        _mm512_permutex2var_epi64(z0, _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), z1);
+    const __m512i r1 =
+        _mm512_permutex2var_epi64(z0, _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1), z1);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     v[0] = _mm512_and_si512(r0, m4);
     v[1] = _mm512_and_si512(r1, m4);
@@ -104,8 +105,7 @@ SD_T SD_INL void oct_q4(const sd_block_q4_0 *b, __m512i v[4]) {
 /* The 8 fp16 scales d[0..7] (stride bytes apart) as floats, lanes 2b and 2b+1 = d[b]. */
 SD_T SD_INL __m512 oct_scales(const unsigned char *d, size_t stride) {
     uint64_t lo = 0, hi = 0;
-    _Pragma("GCC unroll 4")
-    for (int j = 0; j < 4; j++) {
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
         uint16_t a, c;
         memcpy(&a, d + (size_t)j * stride, 2);
         memcpy(&c, d + (size_t)(4 + j) * stride, 2);
@@ -124,8 +124,7 @@ SD_T SD_INL void w_oct(const void *wr, int64_t i, const int kind, __m512i v[4], 
         const sd_block_q8_0 *b = (const sd_block_q8_0 *)wr + i;
         oct_q8(b, v);
         const __m512i s = _mm512_set1_epi8((char)0x80);
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < 4; k++) v[k] = _mm512_xor_si512(v[k], s);
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) v[k] = _mm512_xor_si512(v[k], s);
         *dw = oct_scales((const unsigned char *)b, sizeof *b);
     } else {
         const sd_block_q4_0 *b = (const sd_block_q4_0 *)wr + i;
@@ -136,8 +135,8 @@ SD_T SD_INL void w_oct(const void *wr, int64_t i, const int kind, __m512i v[4], 
 
 /* A last, partial octet (nv < 8 blocks from i): copied to zeroed blocks, so absent
  * blocks have q = 0 (Q4_0), w = 0 (Q8_0) and scale +0; their activations are 0 too. */
-SD_T SD_INL void w_oct_tail(const void *wr, int64_t i, int64_t nv, const int kind,
-                            __m512i v[4], __m512 *dw) {
+SD_T SD_INL void w_oct_tail(const void *wr, int64_t i, int64_t nv, const int kind, __m512i v[4],
+                            __m512 *dw) {
     if (kind == 8) {
         sd_block_q8_0 tmp[8];
         memset(tmp, 0, sizeof tmp);
@@ -152,9 +151,9 @@ SD_T SD_INL void w_oct_tail(const void *wr, int64_t i, int64_t nv, const int kin
 }
 
 /* Pack one activation octet (Q8_0 blocks xb[0..nv), nv <= 8, absent blocks are 0) to
- * out[SD_XOCT] (64-byte aligned when the prepared buffer is): V0..V3 (signed x), then the int32 lane correction
- * corr = -c * (sum of the 16 x of the lane) with c = 128 (Q8_0 weights stored as
- * w + 128) or 8 (Q4_0: q - 8), then the scales as floats (lanes 2b, 2b+1 = dx_b). */
+ * out[SD_XOCT] (64-byte aligned when the prepared buffer is): V0..V3 (signed x), then the int32
+ * lane correction corr = -c * (sum of the 16 x of the lane) with c = 128 (Q8_0 weights stored as w
+ * + 128) or 8 (Q4_0: q - 8), then the scales as floats (lanes 2b, 2b+1 = dx_b). */
 SD_T SD_INL void x_oct(const sd_block_q8_0 *xb, int64_t nv, const int kind, uint8_t *out) {
     sd_block_q8_0 tmp[8];
     if (nv < 8) {
@@ -166,13 +165,12 @@ SD_T SD_INL void x_oct(const sd_block_q8_0 *xb, int64_t nv, const int kind, uint
     oct_q8(xb, v);
     const __m512i ones = _mm512_set1_epi8(1);
     __m512i sx = _mm512_setzero_si512();
-    _Pragma("GCC unroll 4")
-    for (int k = 0; k < 4; k++) {
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
         _mm512_storeu_si512((__m512i *)(out + 64 * k), v[k]);
         sx = _mm512_dpbusd_epi32(sx, ones, v[k]); /* sum of x per lane */
     }
-    const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                          _mm512_slli_epi32(sx, kind == 8 ? 7 : 3));
+    const __m512i corr =
+        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sx, kind == 8 ? 7 : 3));
     _mm512_storeu_si512((__m512i *)(out + 256), corr);
     _mm512_storeu_ps((float *)(out + 320), oct_scales((const unsigned char *)xb, sizeof *xb));
 }
@@ -183,8 +181,7 @@ SD_T SD_INL void x_oct(const sd_block_q8_0 *xb, int64_t nv, const int kind, uint
  * acc = fma(float(p), dw * dx, acc). The weight-side work is shared by all tokens. */
 SD_T SD_INL void q_oct(const __m512i v[4], __m512 dw, const int nt, const uint8_t *xp,
                        __m512 *acc) {
-    _Pragma("GCC unroll 16")
-    for (int t = 0; t < nt; t++) {
+    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) {
         const uint8_t *x = xp + (size_t)t * SD_XOCT;
         __m512i p = _mm512_loadu_si512((const __m512i *)(x + 256));
         p = _mm512_dpbusd_epi32(p, v[0], _mm512_loadu_si512((const __m512i *)(x + 0)));
@@ -198,11 +195,10 @@ SD_T SD_INL void q_oct(const __m512i v[4], __m512 dw, const int nt, const uint8_
 
 /* res[t] = dot(weight row wr, activation row t), t < nt. Packed activations xp:
  * [octet][token][SD_XOCT]. */
-SD_T SD_INL void qgroup(const void *wr, int64_t nb, const int kind, const int nt,
-                        const uint8_t *xp, float *res) {
+SD_T SD_INL void qgroup(const void *wr, int64_t nb, const int kind, const int nt, const uint8_t *xp,
+                        float *res) {
     __m512 acc[SD_QNT];
-    _Pragma("GCC unroll 16")
-    for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     __m512i v[4];
     __m512 dw;
     int64_t i = 0;
@@ -215,28 +211,30 @@ SD_T SD_INL void qgroup(const void *wr, int64_t nb, const int kind, const int nt
         w_oct_tail(wr, i, nb - i, kind, v, &dw);
         q_oct(v, dw, nt, xp, acc);
     }
-    _Pragma("GCC unroll 16")
-    for (int t = 0; t < nt; t++) res[t] = hsum16(acc[t]);
+    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) res[t] = hsum16(acc[t]);
 }
 
-#define SD_QG(K, NT)                                                                       \
-    SD_T static void qgroup_##K##_##NT(const void *wr, int64_t nb, const uint8_t *xp,     \
-                                       float *res) {                                       \
-        qgroup(wr, nb, K, NT, xp, res);                                                    \
+#define SD_QG(K, NT)                                                                               \
+    SD_T static void qgroup_##K##_##NT(const void *wr, int64_t nb, const uint8_t *xp,              \
+                                       float *res) {                                               \
+        qgroup(wr, nb, K, NT, xp, res);                                                            \
     }
-#define SD_QG_ALL(K)                                                                       \
-    SD_QG(K, 1) SD_QG(K, 2) SD_QG(K, 3) SD_QG(K, 4) SD_QG(K, 5) SD_QG(K, 6) SD_QG(K, 7)   \
-    SD_QG(K, 8) SD_QG(K, 9) SD_QG(K, 10) SD_QG(K, 11) SD_QG(K, 12) SD_QG(K, 13)           \
-    SD_QG(K, 14) SD_QG(K, 15) SD_QG(K, 16)
+#define SD_QG_ALL(K)                                                                               \
+    SD_QG(K, 1)                                                                                    \
+    SD_QG(K, 2) SD_QG(K, 3) SD_QG(K, 4) SD_QG(K, 5) SD_QG(K, 6) SD_QG(K, 7) SD_QG(K, 8)            \
+        SD_QG(K, 9) SD_QG(K, 10) SD_QG(K, 11) SD_QG(K, 12) SD_QG(K, 13) SD_QG(K, 14) SD_QG(K, 15)  \
+            SD_QG(K, 16)
 SD_QG_ALL(8)
 SD_QG_ALL(4)
 
 typedef void (*qgroup_fn)(const void *, int64_t, const uint8_t *, float *);
-#define SD_QG_TAB(K)                                                                       \
-    {qgroup_##K##_1, qgroup_##K##_2, qgroup_##K##_3, qgroup_##K##_4, qgroup_##K##_5,      \
-     qgroup_##K##_6, qgroup_##K##_7, qgroup_##K##_8, qgroup_##K##_9, qgroup_##K##_10,     \
-     qgroup_##K##_11, qgroup_##K##_12, qgroup_##K##_13, qgroup_##K##_14, qgroup_##K##_15, \
-     qgroup_##K##_16}
+#define SD_QG_TAB(K)                                                                               \
+    {                                                                                              \
+        qgroup_##K##_1, qgroup_##K##_2, qgroup_##K##_3, qgroup_##K##_4, qgroup_##K##_5,            \
+            qgroup_##K##_6, qgroup_##K##_7, qgroup_##K##_8, qgroup_##K##_9, qgroup_##K##_10,       \
+            qgroup_##K##_11, qgroup_##K##_12, qgroup_##K##_13, qgroup_##K##_14, qgroup_##K##_15,   \
+            qgroup_##K##_16                                                                        \
+    }
 static const qgroup_fn k_qgroup8[SD_QNT] = SD_QG_TAB(8);
 static const qgroup_fn k_qgroup4[SD_QNT] = SD_QG_TAB(4);
 
@@ -246,8 +244,10 @@ static const qgroup_fn k_qgroup4[SD_QNT] = SD_QG_TAB(4);
 static void group_of(int64_t n_tok, int64_t b, int64_t *b0, int64_t *nt) {
     const int64_t ng = (n_tok + SD_QNT - 1) / SD_QNT;
     int64_t g = b * ng / n_tok; /* near the answer; exact after the fix-ups */
-    while (n_tok * (g + 1) / ng <= b) g++;
-    while (n_tok * g / ng > b) g--;
+    while (n_tok * (g + 1) / ng <= b)
+        g++;
+    while (n_tok * g / ng > b)
+        g--;
     *b0 = n_tok * g / ng;
     *nt = n_tok * (g + 1) / ng - *b0;
 }
@@ -282,18 +282,19 @@ SD_T SD_INL void qrows(const void *w, size_t wrb, int64_t n, const void *xq, int
         for (int64_t g = 0; g < ng; g++) {
             const int64_t b0 = n_tok * g / ng, b1 = n_tok * (g + 1) / ng;
             tab[b1 - b0 - 1](wr, nb, pb + (size_t)(b0 * no) * SD_XOCT, res);
-            for (int64_t b = b0; b < b1; b++) y[b * ldy + r] = res[b - b0];
+            for (int64_t b = b0; b < b1; b++)
+                y[b * ldy + r] = res[b - b0];
         }
     }
 }
 
-SD_T static void avx512_q8_0(const void *w, size_t wrb, int64_t n, const void *xq,
-                             int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+SD_T static void avx512_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
+                             float *y, int64_t ldy, int64_t r0, int64_t r1) {
     qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 8);
 }
 
-SD_T static void avx512_q4_0(const void *w, size_t wrb, int64_t n, const void *xq,
-                             int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+SD_T static void avx512_q4_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
+                             float *y, int64_t ldy, int64_t r0, int64_t r1) {
     qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 4);
 }
 
@@ -326,8 +327,7 @@ SD_T static void avx512_quant_q8_0(const float *x, void *vy, int64_t n) {
         y[i].d = sd_fp32_to_fp16(d);
         const __m512 vid = _mm512_set1_ps(id);
         __m512i q[2];
-        _Pragma("GCC unroll 2")
-        for (int h = 0; h < 2; h++) {
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
             const __m512 v = _mm512_mul_ps(h ? b : a, vid);
             __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
             const __m512 f = _mm512_abs_ps(_mm512_sub_ps(v, r));
@@ -358,14 +358,12 @@ SD_T SD_INL __m512 load_w16(const void *wr, int64_t j, __mmask16 m, const int ki
 SD_T SD_INL void fdot_tile(const void *wr, const float *const *xs, const int nt, int64_t n,
                            const int kind, float *res) {
     __m512 a0[SD_NT], a1[SD_NT];
-    _Pragma("GCC unroll 4")
-    for (int t = 0; t < nt; t++) a0[t] = a1[t] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a0[t] = a1[t] = _mm512_setzero_ps();
     const __mmask16 all = (__mmask16)0xFFFF;
     int64_t j = 0;
     for (; j + 32 <= n; j += 32) {
         const __m512 w0 = load_w16(wr, j, all, kind), w1 = load_w16(wr, j + 16, all, kind);
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < nt; t++) {
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
             a0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[t] + j), a0[t]);
             a1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[t] + j + 16), a1[t]);
         }
@@ -374,19 +372,17 @@ SD_T SD_INL void fdot_tile(const void *wr, const float *const *xs, const int nt,
     if (rem > 0) {
         const __mmask16 m0 = rem >= 16 ? all : (__mmask16)((1u << rem) - 1u);
         const __m512 w0 = load_w16(wr, j, m0, kind);
-        _Pragma("GCC unroll 4")
-        for (int t = 0; t < nt; t++)
-            a0[t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, xs[t] + j), a0[t]);
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a0[t] =
+            _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, xs[t] + j), a0[t]);
         if (rem > 16) {
             const __mmask16 m1 = (__mmask16)((1u << (rem - 16)) - 1u);
             const __m512 w1 = load_w16(wr, j + 16, m1, kind);
-            _Pragma("GCC unroll 4")
-            for (int t = 0; t < nt; t++)
-                a1[t] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, xs[t] + j + 16), a1[t]);
+            _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a1[t] =
+                _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, xs[t] + j + 16), a1[t]);
         }
     }
-    _Pragma("GCC unroll 4")
-    for (int t = 0; t < nt; t++) res[t] = hsum16(_mm512_add_ps(a0[t], a1[t]));
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) res[t] =
+        hsum16(_mm512_add_ps(a0[t], a1[t]));
 }
 
 SD_T SD_INL void frows(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
@@ -397,9 +393,11 @@ SD_T SD_INL void frows(const void *w, size_t wrb, int64_t n, const void *xq, int
         const void *wr = (const char *)w + (size_t)r * wrb;
         int64_t b = 0;
         for (; b + SD_NT <= n_tok; b += SD_NT) {
-            for (int t = 0; t < SD_NT; t++) xs[t] = (const float *)xq + (b + t) * n;
+            for (int t = 0; t < SD_NT; t++)
+                xs[t] = (const float *)xq + (b + t) * n;
             fdot_tile(wr, xs, SD_NT, n, kind, res);
-            for (int t = 0; t < SD_NT; t++) y[(b + t) * ldy + r] = res[t];
+            for (int t = 0; t < SD_NT; t++)
+                y[(b + t) * ldy + r] = res[t];
         }
         for (; b < n_tok; b++) {
             xs[0] = (const float *)xq + b * n;
@@ -419,8 +417,8 @@ SD_T static void avx512_f16(const void *w, size_t wrb, int64_t n, const void *xq
     frows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 1);
 }
 
-SD_T static void avx512_bf16(const void *w, size_t wrb, int64_t n, const void *xq,
-                             int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
+SD_T static void avx512_bf16(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
+                             float *y, int64_t ldy, int64_t r0, int64_t r1) {
     frows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 2);
 }
 

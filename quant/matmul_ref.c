@@ -27,47 +27,50 @@ static size_t x_row_bytes(sd_type wt, int64_t n_cols) {
     return rb;
 }
 
-static void ref_f32(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                    float *y, int64_t ldy, int64_t r0, int64_t r1) {
+static void ref_f32(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
+                    int64_t ldy, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const float *wr = (const float *)((const char *)w + (size_t)r * wrb);
         for (int64_t b = 0; b < n_tok; b++) {
             const float *xr = (const float *)xq + b * n;
             double s = 0.0;
-            for (int64_t j = 0; j < n; j++) s += (double)wr[j] * (double)xr[j];
+            for (int64_t j = 0; j < n; j++)
+                s += (double)wr[j] * (double)xr[j];
             y[b * ldy + r] = (float)s;
         }
     }
 }
 
-static void ref_f16(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                    float *y, int64_t ldy, int64_t r0, int64_t r1) {
+static void ref_f16(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
+                    int64_t ldy, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *wr = (const uint16_t *)((const char *)w + (size_t)r * wrb);
         for (int64_t b = 0; b < n_tok; b++) {
             const float *xr = (const float *)xq + b * n;
             double s = 0.0;
-            for (int64_t j = 0; j < n; j++) s += (double)sd_fp16_to_fp32(wr[j]) * (double)xr[j];
+            for (int64_t j = 0; j < n; j++)
+                s += (double)sd_fp16_to_fp32(wr[j]) * (double)xr[j];
             y[b * ldy + r] = (float)s;
         }
     }
 }
 
-static void ref_bf16(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                     float *y, int64_t ldy, int64_t r0, int64_t r1) {
+static void ref_bf16(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
+                     int64_t ldy, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *wr = (const uint16_t *)((const char *)w + (size_t)r * wrb);
         for (int64_t b = 0; b < n_tok; b++) {
             const float *xr = (const float *)xq + b * n;
             double s = 0.0;
-            for (int64_t j = 0; j < n; j++) s += (double)sd_bf16_to_fp32(wr[j]) * (double)xr[j];
+            for (int64_t j = 0; j < n; j++)
+                s += (double)sd_bf16_to_fp32(wr[j]) * (double)xr[j];
             y[b * ldy + r] = (float)s;
         }
     }
 }
 
-static void ref_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                     float *y, int64_t ldy, int64_t r0, int64_t r1) {
+static void ref_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
+                     int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = n / SD_QK8_0;
     const size_t xrb = x_row_bytes(SD_TYPE_Q8_0, n);
     for (int64_t r = r0; r < r1; r++) {
@@ -77,7 +80,8 @@ static void ref_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, int64
             float sumf = 0.0f;
             for (int64_t i = 0; i < nb; i++) {
                 int32_t isum = 0;
-                for (int j = 0; j < SD_QK8_0; j++) isum += (int32_t)wr[i].qs[j] * xr[i].qs[j];
+                for (int j = 0; j < SD_QK8_0; j++)
+                    isum += (int32_t)wr[i].qs[j] * xr[i].qs[j];
                 const float d = sd_fp16_to_fp32(wr[i].d) * sd_fp16_to_fp32(xr[i].d);
                 sumf += (float)isum * d;
             }
@@ -86,8 +90,8 @@ static void ref_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, int64
     }
 }
 
-static void ref_q4_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                     float *y, int64_t ldy, int64_t r0, int64_t r1) {
+static void ref_q4_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
+                     int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = n / SD_QK4_0;
     const size_t xrb = x_row_bytes(SD_TYPE_Q4_0, n);
     for (int64_t r = r0; r < r1; r++) {
@@ -124,8 +128,8 @@ const sd_kernel_set sd_kernels_scalar = {
 /* ---------------------------------------------------------------------------------- */
 
 static int is_weight_type(sd_type wt) {
-    return wt == SD_TYPE_F32 || wt == SD_TYPE_F16 || wt == SD_TYPE_BF16 ||
-           wt == SD_TYPE_Q8_0 || wt == SD_TYPE_Q4_0;
+    return wt == SD_TYPE_F32 || wt == SD_TYPE_F16 || wt == SD_TYPE_BF16 || wt == SD_TYPE_Q8_0 ||
+           wt == SD_TYPE_Q4_0;
 }
 
 /* Part A (n_tok rows of sd_vec_dot_type(wt)), then for Q8_0-dot types and a set with a
@@ -183,8 +187,7 @@ void sd_quantize_activations_rows(sd_type wt, const float *x, int64_t n_tok, int
     sd_kernel_prepare_rows(sd_kernel_set_active(), wt, x, n_tok, n_cols, b0, b1, out);
 }
 
-void sd_quantize_activations(sd_type wt, const float *x, int64_t n_tok, int64_t n_cols,
-                             void *out) {
+void sd_quantize_activations(sd_type wt, const float *x, int64_t n_tok, int64_t n_cols, void *out) {
     sd_quantize_activations_rows(wt, x, n_tok, n_cols, 0, n_tok, out);
 }
 
@@ -194,12 +197,18 @@ void sd_quantize_activations(sd_type wt, const float *x, int64_t n_tok, int64_t 
 
 sd_rows_kernel sd_kernel_for_type(const sd_kernel_set *ks, sd_type wt) {
     switch (wt) {
-    case SD_TYPE_F32: return ks->f32;
-    case SD_TYPE_F16: return ks->f16;
-    case SD_TYPE_BF16: return ks->bf16;
-    case SD_TYPE_Q8_0: return ks->q8_0;
-    case SD_TYPE_Q4_0: return ks->q4_0;
-    default: return NULL;
+    case SD_TYPE_F32:
+        return ks->f32;
+    case SD_TYPE_F16:
+        return ks->f16;
+    case SD_TYPE_BF16:
+        return ks->bf16;
+    case SD_TYPE_Q8_0:
+        return ks->q8_0;
+    case SD_TYPE_Q4_0:
+        return ks->q4_0;
+    default:
+        return NULL;
     }
 }
 
@@ -260,11 +269,12 @@ const sd_kernel_set *sd_kernel_set_active(void) {
     return g_kernels;
 }
 
-const char *sd_quant_kernels_name(void) { return sd_kernel_set_active()->name; }
+const char *sd_quant_kernels_name(void) {
+    return sd_kernel_set_active()->name;
+}
 
-void sd_matmul_rows(sd_type wt, const void *w, size_t w_row_bytes, int64_t n_cols,
-                    const void *xq, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
-                    int64_t r1) {
+void sd_matmul_rows(sd_type wt, const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
+                    int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     if (r1 <= r0 || n_tok <= 0) return;
     sd_rows_kernel k = sd_kernel_for_type(sd_kernel_set_active(), wt);
     if (k) k(w, w_row_bytes, n_cols, xq, n_tok, y, ldy, r0, r1);

@@ -25,19 +25,27 @@ int sd_type_supported(uint32_t t) {
     case SD_TYPE_F16:
     case SD_TYPE_Q4_0:
     case SD_TYPE_Q8_0:
-    case SD_TYPE_BF16: return 1;
-    default: return 0;
+    case SD_TYPE_BF16:
+        return 1;
+    default:
+        return 0;
     }
 }
 
 const char *sd_type_name(uint32_t t) {
     switch (t) {
-    case SD_TYPE_F32: return "f32";
-    case SD_TYPE_F16: return "f16";
-    case SD_TYPE_Q4_0: return "q4_0";
-    case SD_TYPE_Q8_0: return "q8_0";
-    case SD_TYPE_BF16: return "bf16";
-    default: return "unknown";
+    case SD_TYPE_F32:
+        return "f32";
+    case SD_TYPE_F16:
+        return "f16";
+    case SD_TYPE_Q4_0:
+        return "q4_0";
+    case SD_TYPE_Q8_0:
+        return "q8_0";
+    case SD_TYPE_BF16:
+        return "bf16";
+    default:
+        return "unknown";
     }
 }
 
@@ -58,21 +66,31 @@ int64_t sd_type_block_elems(sd_type t) {
     switch (t) {
     case SD_TYPE_F32:
     case SD_TYPE_F16:
-    case SD_TYPE_BF16: return 1;
-    case SD_TYPE_Q4_0: return SD_QK4_0;
-    case SD_TYPE_Q8_0: return SD_QK8_0;
-    default: return 0;
+    case SD_TYPE_BF16:
+        return 1;
+    case SD_TYPE_Q4_0:
+        return SD_QK4_0;
+    case SD_TYPE_Q8_0:
+        return SD_QK8_0;
+    default:
+        return 0;
     }
 }
 
 size_t sd_type_block_bytes(sd_type t) {
     switch (t) {
-    case SD_TYPE_F32: return 4;
-    case SD_TYPE_F16: return 2;
-    case SD_TYPE_BF16: return 2;
-    case SD_TYPE_Q4_0: return sizeof(sd_block_q4_0);
-    case SD_TYPE_Q8_0: return sizeof(sd_block_q8_0);
-    default: return 0;
+    case SD_TYPE_F32:
+        return 4;
+    case SD_TYPE_F16:
+        return 2;
+    case SD_TYPE_BF16:
+        return 2;
+    case SD_TYPE_Q4_0:
+        return sizeof(sd_block_q4_0);
+    case SD_TYPE_Q8_0:
+        return sizeof(sd_block_q8_0);
+    default:
+        return 0;
     }
 }
 
@@ -124,7 +142,7 @@ uint16_t sd_fp32_to_fp16(float f) {
         return (uint16_t)(sign | 0x7c00u);
     }
     if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-    if (ax < 0x38800000u) {                                     /* below 2^-14: subnormal */
+    if (ax < 0x38800000u) {                                   /* below 2^-14: subnormal */
         if (ax <= 0x33000000u) return sign; /* <= 2^-25: rounds (ties-to-even) to 0 */
         uint32_t e = ax >> 23;              /* 102..112 */
         uint32_t m = (ax & 0x7fffffu) | 0x800000u;
@@ -141,7 +159,9 @@ uint16_t sd_fp32_to_fp16(float f) {
     return (uint16_t)(sign | h);
 }
 
-float sd_bf16_to_fp32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+float sd_bf16_to_fp32(uint16_t h) {
+    return bits_f32((uint32_t)h << 16);
+}
 
 uint16_t sd_fp32_to_bf16(float f) {
     uint32_t x = f32_bits(f);
@@ -166,7 +186,8 @@ static void quantize_row_q8_0(const float *x, sd_block_q8_0 *y, int64_t n) {
     for (int64_t i = 0; i < nb; i++) {
         const float *xb = x + i * SD_QK8_0;
         float amax = 0.0f;
-        for (int j = 0; j < SD_QK8_0; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < SD_QK8_0; j++)
+            amax = fmaxf(amax, fabsf(xb[j]));
         const float d = amax / ((1 << 7) - 1);
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = sd_fp32_to_fp16(d);
@@ -205,41 +226,55 @@ static void quantize_row_q4_0(const float *x, sd_block_q4_0 *y, int64_t n) {
 
 void sd_quantize_row(sd_type t, const float *x, void *y, int64_t n) {
     switch (t) {
-    case SD_TYPE_F32: memcpy(y, x, (size_t)n * sizeof(float)); break;
+    case SD_TYPE_F32:
+        memcpy(y, x, (size_t)n * sizeof(float));
+        break;
     case SD_TYPE_F16: {
         uint16_t *o = y;
-        for (int64_t i = 0; i < n; i++) o[i] = sd_fp32_to_fp16(x[i]);
+        for (int64_t i = 0; i < n; i++)
+            o[i] = sd_fp32_to_fp16(x[i]);
         break;
     }
     case SD_TYPE_BF16: {
         uint16_t *o = y;
-        for (int64_t i = 0; i < n; i++) o[i] = sd_fp32_to_bf16(x[i]);
+        for (int64_t i = 0; i < n; i++)
+            o[i] = sd_fp32_to_bf16(x[i]);
         break;
     }
-    case SD_TYPE_Q8_0: quantize_row_q8_0(x, y, n); break;
-    case SD_TYPE_Q4_0: quantize_row_q4_0(x, y, n); break;
-    default: break;
+    case SD_TYPE_Q8_0:
+        quantize_row_q8_0(x, y, n);
+        break;
+    case SD_TYPE_Q4_0:
+        quantize_row_q4_0(x, y, n);
+        break;
+    default:
+        break;
     }
 }
 
 void sd_dequantize_row(sd_type t, const void *x, float *y, int64_t n) {
     switch (t) {
-    case SD_TYPE_F32: memcpy(y, x, (size_t)n * sizeof(float)); break;
+    case SD_TYPE_F32:
+        memcpy(y, x, (size_t)n * sizeof(float));
+        break;
     case SD_TYPE_F16: {
         const uint16_t *h = x;
-        for (int64_t i = 0; i < n; i++) y[i] = sd_fp16_to_fp32(h[i]);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = sd_fp16_to_fp32(h[i]);
         break;
     }
     case SD_TYPE_BF16: {
         const uint16_t *h = x;
-        for (int64_t i = 0; i < n; i++) y[i] = sd_bf16_to_fp32(h[i]);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = sd_bf16_to_fp32(h[i]);
         break;
     }
     case SD_TYPE_Q8_0: {
         const sd_block_q8_0 *b = x;
         for (int64_t i = 0; i < n / SD_QK8_0; i++) {
             const float d = sd_fp16_to_fp32(b[i].d);
-            for (int j = 0; j < SD_QK8_0; j++) y[i * SD_QK8_0 + j] = (float)b[i].qs[j] * d;
+            for (int j = 0; j < SD_QK8_0; j++)
+                y[i * SD_QK8_0 + j] = (float)b[i].qs[j] * d;
         }
         break;
     }
@@ -254,14 +289,17 @@ void sd_dequantize_row(sd_type t, const void *x, float *y, int64_t n) {
         }
         break;
     }
-    default: break;
+    default:
+        break;
     }
 }
 
 sd_type sd_vec_dot_type(sd_type t) {
     switch (t) {
     case SD_TYPE_Q4_0:
-    case SD_TYPE_Q8_0: return SD_TYPE_Q8_0;
-    default: return SD_TYPE_F32;
+    case SD_TYPE_Q8_0:
+        return SD_TYPE_Q8_0;
+    default:
+        return SD_TYPE_F32;
     }
 }

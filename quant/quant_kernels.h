@@ -21,9 +21,8 @@
 
 #include "quant/sd_quant.h"
 
-typedef void (*sd_rows_kernel)(const void *w, size_t w_row_bytes, int64_t n_cols,
-                               const void *xq, int64_t n_tok, float *y, int64_t ldy,
-                               int64_t r0, int64_t r1);
+typedef void (*sd_rows_kernel)(const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
+                               int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
 typedef struct sd_kernel_set {
     const char *name; /* "scalar", "avx2", "avx512" */
@@ -37,8 +36,8 @@ typedef struct sd_kernel_set {
      * (xr: its Q8_0 blocks) of a batch of n_tok rows, for weights of type wt, into the
      * part B that starts at pb. */
     size_t (*pack_tok_bytes)(int64_t n_cols);
-    void (*pack_row)(sd_type wt, const sd_block_q8_0 *xr, int64_t n_cols, int64_t n_tok,
-                     int64_t b, void *pb);
+    void (*pack_row)(sd_type wt, const sd_block_q8_0 *xr, int64_t n_cols, int64_t n_tok, int64_t b,
+                     void *pb);
 } sd_kernel_set;
 
 /* Offset of part B: part A (n_tok Q8_0 rows of n_cols) rounded up to 64 bytes. Only

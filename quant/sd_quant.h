@@ -41,7 +41,7 @@ typedef enum sd_type {
 #define SD_QK8_0 32
 
 typedef struct sd_block_q4_0 {
-    uint16_t d;                /* fp16 scale */
+    uint16_t d;               /* fp16 scale */
     uint8_t qs[SD_QK4_0 / 2]; /* nibbles */
 } sd_block_q4_0;
 
@@ -118,8 +118,7 @@ int sd_activations_bytes(sd_type wt, int64_t n_tok, int64_t n_cols, size_t *out)
  * alignment is recommended (the AVX-512 part is read in 64-byte vectors). Allocates
  * nothing.
  */
-void sd_quantize_activations(sd_type wt, const float *x, int64_t n_tok, int64_t n_cols,
-                             void *out);
+void sd_quantize_activations(sd_type wt, const float *x, int64_t n_tok, int64_t n_cols, void *out);
 
 /* The part of sd_quantize_activations that belongs to rows [b0, b1) of the same batch
  * (x is still the whole x[n_tok, n_cols]; only its rows b0..b1-1 are read): calls on
@@ -138,9 +137,8 @@ void sd_quantize_activations_rows(sd_type wt, const float *x, int64_t n_tok, int
  * fastest kernel for this CPU (chosen once). Allocates nothing. Single-threaded:
  * callers split [r0, r1) across threads.
  */
-void sd_matmul_rows(sd_type wt, const void *w, size_t w_row_bytes, int64_t n_cols,
-                    const void *xq, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
-                    int64_t r1);
+void sd_matmul_rows(sd_type wt, const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
+                    int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
 /* Same, forced to the scalar reference kernels (the test oracle). xq: either the
  * reference layout (n_tok rows of sd_vec_dot_type(wt), row stride

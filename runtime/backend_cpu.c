@@ -15,10 +15,10 @@
  * The environment variable SD_CPU_PAR_MIN_WORK, read once at init, overrides it: the
  * tests set it to 0 so that tiny models exercise the threaded paths. */
 #define SD_CPU_PAR_MIN_WORK 131072
-#define SD_CPU_MAX_THREADS 1024
+#define SD_CPU_MAX_THREADS  1024
 /* Matmul rows are handed to threads in chunks (see cpu_matmul). */
 #define SD_CPU_CHUNKS_PER_THREAD 16
-#define SD_CPU_MIN_CHUNK_ROWS 16
+#define SD_CPU_MIN_CHUNK_ROWS    16
 
 typedef struct sd_backend_cpu {
     sd_backend base;
@@ -27,13 +27,15 @@ typedef struct sd_backend_cpu {
     int64_t max_cols;
     int32_t n_ctx;
     double par_min_work; /* see SD_CPU_PAR_MIN_WORK */
-    void *xq;        /* prepared activations (sd_activations_bytes), n_batch rows of max_cols */
+    void *xq;            /* prepared activations (sd_activations_bytes), n_batch rows of max_cols */
     size_t xq_bytes;
-    float *scores;   /* attention scores: n_threads x SD_ATT_HB rows of n_ctx */
+    float *scores;                 /* attention scores: n_threads x SD_ATT_HB rows of n_ctx */
     const struct att_kernels *att; /* attention kernels (kernels_pick) */
 } sd_backend_cpu;
 
-static sd_backend_cpu *cpu_of(sd_backend *be) { return (sd_backend_cpu *)be; }
+static sd_backend_cpu *cpu_of(sd_backend *be) {
+    return (sd_backend_cpu *)be;
+}
 
 static void cpu_free(sd_backend *be) {
     sd_backend_cpu *c = cpu_of(be);
@@ -91,14 +93,17 @@ static void cpu_rmsnorm(sd_backend *be, const float *x, const float *w, int32_t 
                         float eps, float *y) {
     sd_backend_cpu *c = cpu_of(be);
     const double work = (double)n_tok * (double)n;
-#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (c->n_threads > 1 && work >= c->par_min_work)
+#pragma omp parallel for num_threads(c->n_threads)                                                 \
+    schedule(static) if (c->n_threads > 1 && work >= c->par_min_work)
     for (int32_t t = 0; t < n_tok; t++) {
         const float *xr = x + (size_t)t * (size_t)n;
         float *yr = y + (size_t)t * (size_t)n;
         float ss = 0.0f;
-        for (int32_t i = 0; i < n; i++) ss += xr[i] * xr[i];
+        for (int32_t i = 0; i < n; i++)
+            ss += xr[i] * xr[i];
         const float scale = 1.0f / sqrtf(ss / (float)n + eps);
-        for (int32_t i = 0; i < n; i++) yr[i] = (xr[i] * scale) * w[i];
+        for (int32_t i = 0; i < n; i++)
+            yr[i] = (xr[i] * scale) * w[i];
     }
 }
 
@@ -154,7 +159,7 @@ static void cpu_kv_store(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0,
  * of nh, the span split, the batch size or the thread count. Levels: scalar (the
  * reference), AVX2+FMA+F16C, AVX-512F; chosen at backend init (see kernels_pick).
  */
-#define SD_ATT_HB 8   /* query heads per block (accumulators kept in registers) */
+#define SD_ATT_HB    8  /* query heads per block (accumulators kept in registers) */
 #define SD_ATT_CHUNK 64 /* scalar path: K/V elements converted at a time */
 
 typedef void (*att_scores_fn)(const float *q, int32_t nh, int32_t hd, const void *k, size_t stride,
@@ -172,15 +177,15 @@ typedef struct att_kernels {
 static void row_to_f32(const void *row, sd_type t, int32_t d0, int32_t n, float *dst) {
     if (t == SD_TYPE_F16) {
         const uint16_t *r = (const uint16_t *)row + d0;
-        for (int32_t i = 0; i < n; i++) dst[i] = sd_fp16_to_fp32(r[i]);
+        for (int32_t i = 0; i < n; i++)
+            dst[i] = sd_fp16_to_fp32(r[i]);
     } else {
         memcpy(dst, (const float *)row + d0, (size_t)n * sizeof(float));
     }
 }
 
-static void att_scores_scalar(const float *q, int32_t nh, int32_t hd, const void *k,
-                              size_t stride, sd_type kt, int32_t span, float scale, float *sc,
-                              size_t scs) {
+static void att_scores_scalar(const float *q, int32_t nh, int32_t hd, const void *k, size_t stride,
+                              sd_type kt, int32_t span, float scale, float *sc, size_t scs) {
     float kc[SD_ATT_CHUNK];
     for (int32_t j = 0; j < span; j++) {
         const void *kr = (const uint8_t *)k + (size_t)j * stride;
@@ -191,11 +196,13 @@ static void att_scores_scalar(const float *q, int32_t nh, int32_t hd, const void
             for (int32_t h = 0; h < nh; h++) {
                 const float *qh = q + (size_t)h * (size_t)hd + d0;
                 float s = acc[h];
-                for (int32_t i = 0; i < n; i++) s += qh[i] * kc[i];
+                for (int32_t i = 0; i < n; i++)
+                    s += qh[i] * kc[i];
                 acc[h] = s;
             }
         }
-        for (int32_t h = 0; h < nh; h++) sc[(size_t)h * scs + (size_t)j] = acc[h] * scale;
+        for (int32_t h = 0; h < nh; h++)
+            sc[(size_t)h * scs + (size_t)j] = acc[h] * scale;
     }
 }
 
@@ -210,7 +217,8 @@ static void att_vsum_scalar(const float *sc, size_t scs, int32_t nh, int32_t hd,
             for (int32_t h = 0; h < nh; h++) {
                 const float w = sc[(size_t)h * scs + (size_t)j];
                 float *oh = out + (size_t)h * (size_t)hd + d0;
-                for (int32_t i = 0; i < n; i++) oh[i] += w * vc[i];
+                for (int32_t i = 0; i < n; i++)
+                    oh[i] += w * vc[i];
             }
         }
     }
@@ -251,15 +259,18 @@ SD_T2 static void att_scores_avx2(const float *q, int32_t nh, int32_t hd, const 
     for (int32_t j = 0; j < span; j++) {
         const void *kr = (const uint8_t *)k + (size_t)j * stride;
         __m256 acc[SD_ATT_HB];
-        for (int32_t h = 0; h < nh; h++) acc[h] = _mm256_setzero_ps();
+        for (int32_t h = 0; h < nh; h++)
+            acc[h] = _mm256_setzero_ps();
         for (int32_t d = 0; d < d8; d += 8) {
             const __m256 kv = ld8(kr, kt, d);
             for (int32_t h = 0; h < nh; h++)
-                acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * (size_t)hd + d), kv, acc[h]);
+                acc[h] =
+                    _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * (size_t)hd + d), kv, acc[h]);
         }
         for (int32_t h = 0; h < nh; h++) {
             float s = hsum8(acc[h]);
-            for (int32_t d = d8; d < hd; d++) s += q[(size_t)h * (size_t)hd + d] * elem(kr, kt, d);
+            for (int32_t d = d8; d < hd; d++)
+                s += q[(size_t)h * (size_t)hd + d] * elem(kr, kt, d);
             sc[(size_t)h * scs + (size_t)j] = s * scale;
         }
     }
@@ -270,13 +281,16 @@ SD_T2 static void att_vsum_avx2(const float *sc, size_t scs, int32_t nh, int32_t
     const int32_t d8 = hd & ~7;
     for (int32_t d = 0; d < d8; d += 8) {
         __m256 acc[SD_ATT_HB];
-        for (int32_t h = 0; h < nh; h++) acc[h] = _mm256_loadu_ps(out + (size_t)h * (size_t)hd + d);
+        for (int32_t h = 0; h < nh; h++)
+            acc[h] = _mm256_loadu_ps(out + (size_t)h * (size_t)hd + d);
         for (int32_t j = 0; j < span; j++) {
             const __m256 vv = ld8((const uint8_t *)v + (size_t)j * stride, vt, d);
             for (int32_t h = 0; h < nh; h++)
-                acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(sc[(size_t)h * scs + (size_t)j]), vv, acc[h]);
+                acc[h] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(sc[(size_t)h * scs + (size_t)j]), vv, acc[h]);
         }
-        for (int32_t h = 0; h < nh; h++) _mm256_storeu_ps(out + (size_t)h * (size_t)hd + d, acc[h]);
+        for (int32_t h = 0; h < nh; h++)
+            _mm256_storeu_ps(out + (size_t)h * (size_t)hd + d, acc[h]);
     }
     for (int32_t j = 0; j < span; j++) {
         const void *vr = (const uint8_t *)v + (size_t)j * stride;
@@ -300,24 +314,26 @@ SD_T5 static inline __m512 ld16(const void *row, sd_type t, int32_t d) {
 /* AVX-512: chunks of 16, then one chunk of 8 (ymm), then scalar; per (head, key) the
  * score is hsum(16-lane acc) + hsum(8-lane acc) + tail, in that order. */
 SD_T5 static void att_scores_avx512(const float *q, int32_t nh, int32_t hd, const void *k,
-                                    size_t stride, sd_type kt, int32_t span, float scale,
-                                    float *sc, size_t scs) {
+                                    size_t stride, sd_type kt, int32_t span, float scale, float *sc,
+                                    size_t scs) {
     const int32_t d16 = hd & ~15, d8 = hd & ~7;
     for (int32_t j = 0; j < span; j++) {
         const void *kr = (const uint8_t *)k + (size_t)j * stride;
         __m512 acc[SD_ATT_HB];
-        for (int32_t h = 0; h < nh; h++) acc[h] = _mm512_setzero_ps();
+        for (int32_t h = 0; h < nh; h++)
+            acc[h] = _mm512_setzero_ps();
         for (int32_t d = 0; d < d16; d += 16) {
             const __m512 kv = ld16(kr, kt, d);
             for (int32_t h = 0; h < nh; h++)
-                acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)h * (size_t)hd + d), kv, acc[h]);
+                acc[h] =
+                    _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)h * (size_t)hd + d), kv, acc[h]);
         }
         for (int32_t h = 0; h < nh; h++) {
             const float *qh = q + (size_t)h * (size_t)hd;
             float s = _mm512_reduce_add_ps(acc[h]);
-            if (d8 > d16)
-                s += hsum8(_mm256_mul_ps(_mm256_loadu_ps(qh + d16), ld8(kr, kt, d16)));
-            for (int32_t d = d8; d < hd; d++) s += qh[d] * elem(kr, kt, d);
+            if (d8 > d16) s += hsum8(_mm256_mul_ps(_mm256_loadu_ps(qh + d16), ld8(kr, kt, d16)));
+            for (int32_t d = d8; d < hd; d++)
+                s += qh[d] * elem(kr, kt, d);
             sc[(size_t)h * scs + (size_t)j] = s * scale;
         }
     }
@@ -329,23 +345,29 @@ SD_T5 static void att_vsum_avx512(const float *sc, size_t scs, int32_t nh, int32
     const int32_t d16 = hd & ~15, d8 = hd & ~7;
     for (int32_t d = 0; d < d16; d += 16) {
         __m512 acc[SD_ATT_HB];
-        for (int32_t h = 0; h < nh; h++) acc[h] = _mm512_loadu_ps(out + (size_t)h * (size_t)hd + d);
+        for (int32_t h = 0; h < nh; h++)
+            acc[h] = _mm512_loadu_ps(out + (size_t)h * (size_t)hd + d);
         for (int32_t j = 0; j < span; j++) {
             const __m512 vv = ld16((const uint8_t *)v + (size_t)j * stride, vt, d);
             for (int32_t h = 0; h < nh; h++)
-                acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(sc[(size_t)h * scs + (size_t)j]), vv, acc[h]);
+                acc[h] =
+                    _mm512_fmadd_ps(_mm512_set1_ps(sc[(size_t)h * scs + (size_t)j]), vv, acc[h]);
         }
-        for (int32_t h = 0; h < nh; h++) _mm512_storeu_ps(out + (size_t)h * (size_t)hd + d, acc[h]);
+        for (int32_t h = 0; h < nh; h++)
+            _mm512_storeu_ps(out + (size_t)h * (size_t)hd + d, acc[h]);
     }
     if (d8 > d16) {
         __m256 acc[SD_ATT_HB];
-        for (int32_t h = 0; h < nh; h++) acc[h] = _mm256_loadu_ps(out + (size_t)h * (size_t)hd + d16);
+        for (int32_t h = 0; h < nh; h++)
+            acc[h] = _mm256_loadu_ps(out + (size_t)h * (size_t)hd + d16);
         for (int32_t j = 0; j < span; j++) {
             const __m256 vv = ld8((const uint8_t *)v + (size_t)j * stride, vt, d16);
             for (int32_t h = 0; h < nh; h++)
-                acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(sc[(size_t)h * scs + (size_t)j]), vv, acc[h]);
+                acc[h] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(sc[(size_t)h * scs + (size_t)j]), vv, acc[h]);
         }
-        for (int32_t h = 0; h < nh; h++) _mm256_storeu_ps(out + (size_t)h * (size_t)hd + d16, acc[h]);
+        for (int32_t h = 0; h < nh; h++)
+            _mm256_storeu_ps(out + (size_t)h * (size_t)hd + d16, acc[h]);
     }
     for (int32_t j = 0; j < span; j++) {
         const void *vr = (const uint8_t *)v + (size_t)j * stride;
@@ -372,9 +394,11 @@ static const att_kernels *att_by_name(const char *name) {
     if (strcmp(name, "scalar") == 0) return &att_scalar;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+    const int avx2 =
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     if (strcmp(name, "avx2") == 0) return avx2 ? &att_avx2 : NULL;
-    if (strcmp(name, "avx512") == 0) return avx2 && __builtin_cpu_supports("avx512f") ? &att_avx512 : NULL;
+    if (strcmp(name, "avx512") == 0)
+        return avx2 && __builtin_cpu_supports("avx512f") ? &att_avx512 : NULL;
 #endif
     return NULL;
 }
@@ -413,7 +437,8 @@ static void attend_block(const att_kernels *ak, const float *q, int32_t nh, sd_k
     for (int32_t h = 0; h < nh; h++) {
         float *s = sc + (size_t)h * scs;
         float mx = s[0];
-        for (int32_t j = 1; j < n_keys; j++) mx = s[j] > mx ? s[j] : mx;
+        for (int32_t j = 1; j < n_keys; j++)
+            mx = s[j] > mx ? s[j] : mx;
         float sum = 0.0f;
         for (int32_t j = 0; j < n_keys; j++) {
             s[j] = expf(s[j] - mx);
@@ -430,7 +455,8 @@ static void attend_block(const att_kernels *ak, const float *q, int32_t nh, sd_k
         j += span;
     }
     for (int32_t h = 0; h < nh; h++)
-        for (int32_t d = 0; d < head_dim; d++) out[(size_t)h * (size_t)head_dim + d] *= inv[h];
+        for (int32_t d = 0; d < head_dim; d++)
+            out[(size_t)h * (size_t)head_dim + d] *= inv[h];
 }
 
 static void cpu_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t layer, int32_t pos0,
@@ -455,7 +481,8 @@ static void cpu_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t lay
             const int32_t t = (int32_t)(it / ((int64_t)n_head_kv * n_blk));
             const int32_t r = (int32_t)(it % ((int64_t)n_head_kv * n_blk));
             const int32_t g = r / n_blk, h0 = g * group + (r % n_blk) * SD_ATT_HB;
-            const int32_t nh = g * group + group - h0 < SD_ATT_HB ? g * group + group - h0 : SD_ATT_HB;
+            const int32_t nh =
+                g * group + group - h0 < SD_ATT_HB ? g * group + group - h0 : SD_ATT_HB;
             const size_t off = ((size_t)t * (size_t)n_head + (size_t)h0) * (size_t)head_dim;
             attend_block(ak, q + off, nh, kv, layer, pos0 + t + 1, g, head_dim, scale, sc, scs,
                          out + off);
@@ -468,20 +495,23 @@ static void cpu_softmax(sd_backend *be, float *x, int32_t n_rows, int32_t n) {
     for (int32_t r = 0; r < n_rows; r++) {
         float *xr = x + (size_t)r * (size_t)n;
         float mx = xr[0];
-        for (int32_t i = 1; i < n; i++) mx = xr[i] > mx ? xr[i] : mx;
+        for (int32_t i = 1; i < n; i++)
+            mx = xr[i] > mx ? xr[i] : mx;
         float sum = 0.0f;
         for (int32_t i = 0; i < n; i++) {
             xr[i] = expf(xr[i] - mx);
             sum += xr[i];
         }
         const float inv = 1.0f / sum;
-        for (int32_t i = 0; i < n; i++) xr[i] *= inv;
+        for (int32_t i = 0; i < n; i++)
+            xr[i] *= inv;
     }
 }
 
 static void cpu_swiglu(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
     sd_backend_cpu *c = cpu_of(be);
-#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (c->n_threads > 1 && (double)n >= c->par_min_work)
+#pragma omp parallel for num_threads(c->n_threads)                                                 \
+    schedule(static) if (c->n_threads > 1 && (double)n >= c->par_min_work)
     for (int64_t i = 0; i < n; i++) {
         const float gi = g[i];
         y[i] = (gi / (1.0f + expf(-gi))) * u[i];
@@ -490,7 +520,8 @@ static void cpu_swiglu(sd_backend *be, const float *g, const float *u, int64_t n
 
 static void cpu_add(sd_backend *be, float *y, const float *x, int64_t n) {
     (void)be;
-    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
 }
 
 static const sd_backend_ops cpu_ops = {

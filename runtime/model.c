@@ -15,27 +15,27 @@
 #include "runtime/sd_gguf.h"
 
 /* Bounds on hyperparameters (well above any llama we run; they keep sizes sane). */
-#define SD_MAX_EMBD (1 << 16)
-#define SD_MAX_LAYER 1024
-#define SD_MAX_HEAD 1024
-#define SD_MAX_FF (1 << 18)
-#define SD_MAX_VOCAB (1 << 21)
-#define SD_MAX_CTX (1 << 24)
-#define SD_MAX_BATCH (1 << 16)
-#define SD_DEFAULT_N_BATCH 512
-#define SD_DEFAULT_RMS_EPS 1e-5f
+#define SD_MAX_EMBD          (1 << 16)
+#define SD_MAX_LAYER         1024
+#define SD_MAX_HEAD          1024
+#define SD_MAX_FF            (1 << 18)
+#define SD_MAX_VOCAB         (1 << 21)
+#define SD_MAX_CTX           (1 << 24)
+#define SD_MAX_BATCH         (1 << 16)
+#define SD_DEFAULT_N_BATCH   512
+#define SD_DEFAULT_RMS_EPS   1e-5f
 #define SD_DEFAULT_ROPE_BASE 10000.0f
 
 typedef struct sd_layer {
     const float *attn_norm; /* [n_embd] */
     const float *ffn_norm;  /* [n_embd] */
-    sd_weight wq;     /* [n_embd, n_embd] */
-    sd_weight wk;     /* [kv_dim, n_embd] */
-    sd_weight wv;     /* [kv_dim, n_embd] */
-    sd_weight wo;     /* [n_embd, n_embd] */
-    sd_weight w_gate; /* [n_ff, n_embd] */
-    sd_weight w_down; /* [n_embd, n_ff] */
-    sd_weight w_up;   /* [n_ff, n_embd] */
+    sd_weight wq;           /* [n_embd, n_embd] */
+    sd_weight wk;           /* [kv_dim, n_embd] */
+    sd_weight wv;           /* [kv_dim, n_embd] */
+    sd_weight wo;           /* [n_embd, n_embd] */
+    sd_weight w_gate;       /* [n_ff, n_embd] */
+    sd_weight w_down;       /* [n_embd, n_ff] */
+    sd_weight w_up;         /* [n_ff, n_embd] */
 } sd_layer;
 
 struct sd_model {
@@ -43,12 +43,12 @@ struct sd_model {
     sd_gguf *g;
     sd_vocab *vocab;
     sd_hparams hp;
-    sd_weight tok_embd;        /* [n_vocab, n_embd] */
-    sd_weight output;          /* [n_vocab, n_embd]; == tok_embd when tied */
+    sd_weight tok_embd; /* [n_vocab, n_embd] */
+    sd_weight output;   /* [n_vocab, n_embd]; == tok_embd when tied */
     int tied;
-    const float *output_norm;  /* [n_embd] */
-    float *norms;              /* owned copies: (2 * n_layer + 1) rows of n_embd */
-    sd_layer *layers;          /* [n_layer] */
+    const float *output_norm; /* [n_embd] */
+    float *norms;             /* owned copies: (2 * n_layer + 1) rows of n_embd */
+    sd_layer *layers;         /* [n_layer] */
     size_t weight_bytes;
 };
 
@@ -59,16 +59,16 @@ struct sd_session {
     int32_t n_ctx;
     int32_t n_batch;
     int32_t *tokens; /* [n_ctx]: ids whose K/V the cache holds, [0, n_past) valid */
-    float *buf;  /* one block holding every scratch array below */
-    float *x;    /* [n_batch, n_embd] residual stream */
-    float *xn;   /* [n_batch, n_embd] normed input */
-    float *q;    /* [n_batch, n_embd] */
-    float *k;    /* [n_batch, kv_dim] */
-    float *v;    /* [n_batch, kv_dim] */
-    float *att;  /* [n_batch, n_embd] attention output */
-    float *proj; /* [n_batch, n_embd] output projections */
-    float *gate; /* [n_batch, n_ff] */
-    float *up;   /* [n_batch, n_ff] */
+    float *buf;      /* one block holding every scratch array below */
+    float *x;        /* [n_batch, n_embd] residual stream */
+    float *xn;       /* [n_batch, n_embd] normed input */
+    float *q;        /* [n_batch, n_embd] */
+    float *k;        /* [n_batch, kv_dim] */
+    float *v;        /* [n_batch, kv_dim] */
+    float *att;      /* [n_batch, n_embd] attention output */
+    float *proj;     /* [n_batch, n_embd] output projections */
+    float *gate;     /* [n_batch, n_ff] */
+    float *up;       /* [n_batch, n_ff] */
 };
 
 /* ---------------------------------------------------------------- loading */
@@ -79,8 +79,9 @@ static int hp_int(const sd_gguf *g, const char *path, const char *key, int requi
     int rc = required ? sd_gguf_get_i64(g, key, &v, err) : sd_gguf_get_i64_opt(g, key, &v, err);
     if (rc != SD_OK) return rc;
     if (v < lo || v > hi)
-        return sd_errorf(err, SD_ERR_FORMAT, "%s: metadata key '%s' = %lld is out of range [%lld, %lld]",
-                         path, key, (long long)v, (long long)lo, (long long)hi);
+        return sd_errorf(err, SD_ERR_FORMAT,
+                         "%s: metadata key '%s' = %lld is out of range [%lld, %lld]", path, key,
+                         (long long)v, (long long)lo, (long long)hi);
     *out = (int32_t)v;
     return SD_OK;
 }
@@ -104,22 +105,25 @@ static int load_hparams(const sd_gguf *g, const char *path, sd_hparams *hp, sd_e
     if (rc != SD_OK) return rc;
     if (arch_len != 5 || memcmp(arch, "llama", 5) != 0)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: metadata key 'general.architecture' is '%.*s', expected 'llama'", path,
-                         (int)(arch_len > 64 ? 64 : arch_len), arch);
+                         "%s: metadata key 'general.architecture' is '%.*s', expected 'llama'",
+                         path, (int)(arch_len > 64 ? 64 : arch_len), arch);
     memset(hp, 0, sizeof *hp);
-    if ((rc = hp_int(g, path, "llama.context_length", 1, 0, 1, SD_MAX_CTX, &hp->n_ctx_train, err)) ||
+    if ((rc =
+             hp_int(g, path, "llama.context_length", 1, 0, 1, SD_MAX_CTX, &hp->n_ctx_train, err)) ||
         (rc = hp_int(g, path, "llama.embedding_length", 1, 0, 1, SD_MAX_EMBD, &hp->n_embd, err)) ||
         (rc = hp_int(g, path, "llama.block_count", 1, 0, 1, SD_MAX_LAYER, &hp->n_layer, err)) ||
         (rc = hp_int(g, path, "llama.feed_forward_length", 1, 0, 1, SD_MAX_FF, &hp->n_ff, err)) ||
-        (rc = hp_int(g, path, "llama.attention.head_count", 1, 0, 1, SD_MAX_HEAD, &hp->n_head, err)))
+        (rc =
+             hp_int(g, path, "llama.attention.head_count", 1, 0, 1, SD_MAX_HEAD, &hp->n_head, err)))
         return rc;
     if ((rc = hp_int(g, path, "llama.attention.head_count_kv", 0, hp->n_head, 1, SD_MAX_HEAD,
                      &hp->n_head_kv, err)))
         return rc;
     if (hp->n_embd % hp->n_head != 0)
-        return sd_errorf(err, SD_ERR_FORMAT,
-                         "%s: llama.embedding_length %d is not a multiple of llama.attention.head_count %d",
-                         path, hp->n_embd, hp->n_head);
+        return sd_errorf(
+            err, SD_ERR_FORMAT,
+            "%s: llama.embedding_length %d is not a multiple of llama.attention.head_count %d",
+            path, hp->n_embd, hp->n_head);
     if (hp->n_head % hp->n_head_kv != 0)
         return sd_errorf(err, SD_ERR_FORMAT,
                          "%s: llama.attention.head_count %d is not a multiple of "
@@ -181,8 +185,9 @@ static int get_matrix(sd_model *m, const char *name, int64_t rows, int64_t cols,
                          m->path, name, (long long)cols, sd_type_name(t->type),
                          (long long)sd_type_block_elems(type));
     if (sd_mul_size(row_bytes, (size_t)t->ne[1], &total) || total != t->nbytes)
-        return sd_errorf(err, SD_ERR_FORMAT, "%s: tensor '%s': %zu data bytes, expected %lld rows x %zu",
-                         m->path, name, t->nbytes, (long long)t->ne[1], row_bytes);
+        return sd_errorf(err, SD_ERR_FORMAT,
+                         "%s: tensor '%s': %zu data bytes, expected %lld rows x %zu", m->path, name,
+                         t->nbytes, (long long)t->ne[1], row_bytes);
     const size_t align = type == SD_TYPE_F32 ? 4 : 2;
     if ((uintptr_t)t->data % align != 0)
         return sd_errorf(err, SD_ERR_FORMAT, "%s: tensor '%s': data is not %zu-byte aligned",
@@ -202,10 +207,10 @@ static int get_norm(sd_model *m, const char *name, int64_t n, float *dst, sd_err
     int rc = find_tensor(m, name, &t, err);
     if (rc != SD_OK) return rc;
     if (t->n_dims != 1 || t->ne[0] != n)
-        return sd_errorf(err, SD_ERR_FORMAT,
-                         "%s: tensor '%s': shape ne {%lld, %lld} (%u dims), expected [%lld] (1 dim)",
-                         m->path, name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims,
-                         (long long)n);
+        return sd_errorf(
+            err, SD_ERR_FORMAT,
+            "%s: tensor '%s': shape ne {%lld, %lld} (%u dims), expected [%lld] (1 dim)", m->path,
+            name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)n);
     if (t->type != SD_TYPE_F32)
         return sd_errorf(err, SD_ERR_UNSUPPORTED, "%s: tensor '%s': type %s, norms must be f32",
                          m->path, name, sd_type_name(t->type));
@@ -225,8 +230,9 @@ static int load_tensors(sd_model *m, sd_error *err) {
 
     if ((rc = get_matrix(m, "token_embd.weight", -1, n_embd, &m->tok_embd, err))) return rc;
     if (m->tok_embd.rows > SD_MAX_VOCAB)
-        return sd_errorf(err, SD_ERR_FORMAT, "%s: tensor 'token_embd.weight': %lld rows (vocabulary) > %d",
-                         m->path, (long long)m->tok_embd.rows, SD_MAX_VOCAB);
+        return sd_errorf(err, SD_ERR_FORMAT,
+                         "%s: tensor 'token_embd.weight': %lld rows (vocabulary) > %d", m->path,
+                         (long long)m->tok_embd.rows, SD_MAX_VOCAB);
     m->hp.n_vocab = (int32_t)m->tok_embd.rows;
 
     size_t n_norm_rows = (size_t)hp->n_layer * 2 + 1;
@@ -243,8 +249,8 @@ static int load_tensors(sd_model *m, sd_error *err) {
             int64_t rows, cols;
             sd_weight *w;
         } mats[] = {
-            {"attn_q", n_embd, n_embd, &L->wq},       {"attn_k", kv_dim, n_embd, &L->wk},
-            {"attn_v", kv_dim, n_embd, &L->wv},       {"attn_output", n_embd, n_embd, &L->wo},
+            {"attn_q", n_embd, n_embd, &L->wq},         {"attn_k", kv_dim, n_embd, &L->wk},
+            {"attn_v", kv_dim, n_embd, &L->wv},         {"attn_output", n_embd, n_embd, &L->wo},
             {"ffn_gate", hp->n_ff, n_embd, &L->w_gate}, {"ffn_down", n_embd, hp->n_ff, &L->w_down},
             {"ffn_up", hp->n_ff, n_embd, &L->w_up},
         };
@@ -309,11 +315,21 @@ void sd_model_free(sd_model *m) {
     free(m);
 }
 
-const sd_hparams *sd_model_hparams(const sd_model *m) { return &m->hp; }
-const sd_vocab *sd_model_vocab(const sd_model *m) { return m->vocab; }
-const char *sd_model_path(const sd_model *m) { return m->path; }
-size_t sd_model_weight_bytes(const sd_model *m) { return m->weight_bytes; }
-const sd_gguf *sd_model_gguf(const sd_model *m) { return m->g; }
+const sd_hparams *sd_model_hparams(const sd_model *m) {
+    return &m->hp;
+}
+const sd_vocab *sd_model_vocab(const sd_model *m) {
+    return m->vocab;
+}
+const char *sd_model_path(const sd_model *m) {
+    return m->path;
+}
+size_t sd_model_weight_bytes(const sd_model *m) {
+    return m->weight_bytes;
+}
+const sd_gguf *sd_model_gguf(const sd_model *m) {
+    return m->g;
+}
 
 /* ---------------------------------------------------------------- sessions */
 
@@ -333,7 +349,8 @@ int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **
     const sd_hparams *hp = &m->hp;
     const int32_t n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
     if (n_ctx < 1 || n_ctx > SD_MAX_CTX)
-        return sd_errorf(err, SD_ERR_ARG, "session: n_ctx %d out of range [1, %d]", p->n_ctx, SD_MAX_CTX);
+        return sd_errorf(err, SD_ERR_ARG, "session: n_ctx %d out of range [1, %d]", p->n_ctx,
+                         SD_MAX_CTX);
     if (p->n_batch < 1 || p->n_batch > SD_MAX_BATCH)
         return sd_errorf(err, SD_ERR_ARG, "session: n_batch %d out of range [1, %d]", p->n_batch,
                          SD_MAX_BATCH);
@@ -377,7 +394,8 @@ int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **
         void *buf = NULL;
         if (posix_memalign(&buf, 64, bytes) != 0) buf = NULL;
         s->buf = buf;
-        if (!s->buf) rc = sd_errorf(err, SD_ERR_OOM, "session: out of memory (%zu bytes of scratch)", bytes);
+        if (!s->buf)
+            rc = sd_errorf(err, SD_ERR_OOM, "session: out of memory (%zu bytes of scratch)", bytes);
     }
     if (rc != SD_OK) {
         sd_session_free(s);
@@ -409,11 +427,12 @@ void sd_session_free(sd_session *s) {
     free(s);
 }
 
-int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits,
-                    int32_t n_out, sd_error *err) {
+int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits, int32_t n_out,
+                    sd_error *err) {
     if (!s) return sd_errorf(err, SD_ERR_ARG, "eval: session is NULL");
     if (n < 1 || n > s->n_batch)
-        return sd_errorf(err, SD_ERR_ARG, "eval: %d tokens, expected 1..%d (n_batch)", n, s->n_batch);
+        return sd_errorf(err, SD_ERR_ARG, "eval: %d tokens, expected 1..%d (n_batch)", n,
+                         s->n_batch);
     if (!tokens) return sd_errorf(err, SD_ERR_ARG, "eval: tokens is NULL");
     if (n_out < 0 || n_out > n)
         return sd_errorf(err, SD_ERR_ARG, "eval: n_out %d, expected 0..%d", n_out, n);
@@ -467,14 +486,24 @@ int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logi
     return SD_OK;
 }
 
-int32_t sd_session_n_past(const sd_session *s) { return sd_kv_n(s->kv); }
-int32_t sd_session_n_ctx(const sd_session *s) { return s->n_ctx; }
-int32_t sd_session_n_batch(const sd_session *s) { return s->n_batch; }
-const int32_t *sd_session_tokens(const sd_session *s) { return s->tokens; }
+int32_t sd_session_n_past(const sd_session *s) {
+    return sd_kv_n(s->kv);
+}
+int32_t sd_session_n_ctx(const sd_session *s) {
+    return s->n_ctx;
+}
+int32_t sd_session_n_batch(const sd_session *s) {
+    return s->n_batch;
+}
+const int32_t *sd_session_tokens(const sd_session *s) {
+    return s->tokens;
+}
 
 int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
     if (!s) return sd_errorf(err, SD_ERR_ARG, "truncate: session is NULL");
     return sd_kv_truncate(s->kv, n_keep, err);
 }
 
-const sd_model *sd_session_model(const sd_session *s) { return s->m; }
+const sd_model *sd_session_model(const sd_session *s) {
+    return s->m;
+}

@@ -109,10 +109,10 @@ int sd_quantize_file(const char *in_path, const char *out_path, sd_type type, FI
                             t->name, t->ne[0], sd_type_block_elems(type));
             }
         }
-        if (log && !warned_requant && dst != src &&
-            (src == SD_TYPE_Q8_0 || src == SD_TYPE_Q4_0)) {
-            fprintf(log, "%s: note: requantizing %s -> %s adds the errors of both (quantize from "
-                         "f32 or f16 for the best copy)\n",
+        if (log && !warned_requant && dst != src && (src == SD_TYPE_Q8_0 || src == SD_TYPE_Q4_0)) {
+            fprintf(log,
+                    "%s: note: requantizing %s -> %s adds the errors of both (quantize from "
+                    "f32 or f16 for the best copy)\n",
                     in_path, sd_type_name(src), sd_type_name(dst));
             warned_requant = 1;
         }

@@ -33,8 +33,8 @@ typedef struct sd_config {
     char *draft;
     char *prompt;
     const char *kv_type; /* static string "f32"/"f16", or NULL */
-    int has_draft_tokens, has_max_tokens, has_temp, has_top_k, has_top_p, has_seed,
-        has_threads, has_ctx_size;
+    int has_draft_tokens, has_max_tokens, has_temp, has_top_k, has_top_p, has_seed, has_threads,
+        has_ctx_size;
     int32_t draft_tokens, max_tokens, top_k, threads, ctx_size;
     float temp, top_p;
     uint64_t seed;

@@ -86,8 +86,8 @@ typedef int (*sd_token_cb)(void *user, const int32_t *tokens, int32_t n);
  * context during generation is not an error: stop = SD_STOP_CONTEXT.
  */
 int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, int32_t n_prompt,
-                int32_t eos, const sd_gen_params *gp, sd_token_cb cb, void *user,
-                int32_t *out, int32_t cap_out, sd_gen_stats *stats, sd_error *err);
+                int32_t eos, const sd_gen_params *gp, sd_token_cb cb, void *user, int32_t *out,
+                int32_t cap_out, sd_gen_stats *stats, sd_error *err);
 
 #ifdef __cplusplus
 }

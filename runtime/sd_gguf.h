@@ -47,17 +47,17 @@ typedef enum sd_gguf_vtype {
     SD_GGUF_F64 = 12,
 } sd_gguf_vtype;
 
-#define SD_GGUF_MAX_DIMS 4
+#define SD_GGUF_MAX_DIMS          4
 #define SD_GGUF_DEFAULT_ALIGNMENT 32
 
 /* A tensor as described by the file; data points into the mapping. */
 typedef struct sd_gguf_tensor {
-    const char *name;               /* NUL-terminated copy owned by the sd_gguf */
-    uint32_t type;                  /* ggml type id (see quant/sd_quant.h) */
-    uint32_t n_dims;                /* 1..4 */
-    int64_t ne[SD_GGUF_MAX_DIMS];   /* unused dims are 1 */
-    const void *data;               /* into the mmap */
-    size_t nbytes;                  /* checked against the file size */
+    const char *name;             /* NUL-terminated copy owned by the sd_gguf */
+    uint32_t type;                /* ggml type id (see quant/sd_quant.h) */
+    uint32_t n_dims;              /* 1..4 */
+    int64_t ne[SD_GGUF_MAX_DIMS]; /* unused dims are 1 */
+    const void *data;             /* into the mmap */
+    size_t nbytes;                /* checked against the file size */
 } sd_gguf_tensor;
 
 typedef struct sd_gguf sd_gguf;
@@ -93,8 +93,7 @@ int sd_gguf_get_u32(const sd_gguf *g, const char *key, uint32_t *out, sd_error *
 int sd_gguf_get_f32(const sd_gguf *g, const char *key, float *out, sd_error *err);
 int sd_gguf_get_bool(const sd_gguf *g, const char *key, int *out, sd_error *err);
 /* String value: pointer into the mapping (NOT NUL-terminated) and its length. */
-int sd_gguf_get_str(const sd_gguf *g, const char *key, const char **s, size_t *len,
-                    sd_error *err);
+int sd_gguf_get_str(const sd_gguf *g, const char *key, const char **s, size_t *len, sd_error *err);
 int sd_gguf_get_i64_opt(const sd_gguf *g, const char *key, int64_t *out, sd_error *err);
 int sd_gguf_get_u32_opt(const sd_gguf *g, const char *key, uint32_t *out, sd_error *err);
 int sd_gguf_get_f32_opt(const sd_gguf *g, const char *key, float *out, sd_error *err);
@@ -136,8 +135,8 @@ int sd_gguf_set_str(sd_gguf_writer *w, const char *key, const char *v);
  * host (little-endian) layout, copied. SD_ERR_ARG for string/array/unknown types. */
 int sd_gguf_set_scalar(sd_gguf_writer *w, const char *key, sd_gguf_vtype type, const void *v);
 /* Numeric array: n elements of elem_type, packed, copied from data. */
-int sd_gguf_set_arr(sd_gguf_writer *w, const char *key, sd_gguf_vtype elem_type,
-                    const void *data, uint64_t n);
+int sd_gguf_set_arr(sd_gguf_writer *w, const char *key, sd_gguf_vtype elem_type, const void *data,
+                    uint64_t n);
 /* String array: n NUL-terminated strings, copied. */
 int sd_gguf_set_arr_str(sd_gguf_writer *w, const char *key, const char *const *v, uint64_t n);
 /* Copy every metadata entry of an open file (used by `specdec quantize`). */

@@ -81,8 +81,7 @@ sd_session_params sd_session_default_params(void);
 
 /* Allocate KV cache and scratch for p (all buffers sized here; eval allocates
  * nothing). Errors: SD_ERR_ARG (including a kv_type other than F32 / F16), SD_ERR_OOM. */
-int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
-                    sd_error *err);
+int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **out, sd_error *err);
 void sd_session_free(sd_session *s); /* NULL accepted */
 
 /*
@@ -97,8 +96,8 @@ void sd_session_free(sd_session *s); /* NULL accepted */
  * Errors: SD_ERR_ARG (bad token id, n out of range), SD_ERR_CONTEXT (n_past + n >
  * n_ctx). On error the session is unchanged.
  */
-int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits,
-                    int32_t n_out, sd_error *err);
+int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits, int32_t n_out,
+                    sd_error *err);
 
 /* Committed positions in the KV cache. */
 int32_t sd_session_n_past(const sd_session *s);

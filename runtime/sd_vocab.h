@@ -56,8 +56,8 @@ int sd_vocab_token_type(const sd_vocab *v, int32_t id);
  * prepended. *ids is malloc'd (caller frees), *n_ids set. Empty text gives no tokens
  * (only BOS if requested). Errors: SD_ERR_OOM.
  */
-int sd_vocab_tokenize(const sd_vocab *v, const char *text, size_t len, int add_bos,
-                      int32_t **ids, size_t *n_ids, sd_error *err);
+int sd_vocab_tokenize(const sd_vocab *v, const char *text, size_t len, int add_bos, int32_t **ids,
+                      size_t *n_ids, sd_error *err);
 
 /*
  * Decode one token to the bytes it stands for (llama.cpp token_to_piece with

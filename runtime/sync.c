@@ -5,7 +5,8 @@ int32_t sd_session_keep_prefix(sd_session *s, const int32_t *ctx, int32_t n) {
     const int32_t *cached = sd_session_tokens(s);
     const int32_t n_cached = sd_session_n_past(s);
     int32_t keep = 0;
-    while (keep < n_cached && keep < n && cached[keep] == ctx[keep]) keep++;
+    while (keep < n_cached && keep < n && cached[keep] == ctx[keep])
+        keep++;
     if (keep < n_cached) {
         /* keep <= n_past, so truncation cannot fail. */
         int rc = sd_session_truncate(s, keep, NULL);

@@ -51,14 +51,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEY_MODEL "tokenizer.ggml.model"
-#define KEY_TOKENS "tokenizer.ggml.tokens"
-#define KEY_SCORES "tokenizer.ggml.scores"
-#define KEY_TYPES "tokenizer.ggml.token_type"
-#define KEY_BOS "tokenizer.ggml.bos_token_id"
-#define KEY_EOS "tokenizer.ggml.eos_token_id"
-#define KEY_UNK "tokenizer.ggml.unknown_token_id"
-#define KEY_ADD_BOS "tokenizer.ggml.add_bos_token"
+#define KEY_MODEL      "tokenizer.ggml.model"
+#define KEY_TOKENS     "tokenizer.ggml.tokens"
+#define KEY_SCORES     "tokenizer.ggml.scores"
+#define KEY_TYPES      "tokenizer.ggml.token_type"
+#define KEY_BOS        "tokenizer.ggml.bos_token_id"
+#define KEY_EOS        "tokenizer.ggml.eos_token_id"
+#define KEY_UNK        "tokenizer.ggml.unknown_token_id"
+#define KEY_ADD_BOS    "tokenizer.ggml.add_bos_token"
 #define KEY_ADD_PREFIX "tokenizer.ggml.add_space_prefix"
 
 enum {
@@ -76,18 +76,18 @@ static const char SPACE_ESC[3] = {'\xe2', '\x96', '\x81'};
 
 struct sd_vocab {
     int32_t n;
-    char *arena;      /* all token texts, each NUL-terminated */
-    size_t *off;      /* text of id i: arena + off[i], len[i] bytes */
+    char *arena; /* all token texts, each NUL-terminated */
+    size_t *off; /* text of id i: arena + off[i], len[i] bytes */
     uint32_t *len;
     float *score;
-    uint8_t *type;    /* TT_*; values outside 1..6 stored as 0 */
-    int32_t *ht;      /* open addressing, -1 = empty */
+    uint8_t *type; /* TT_*; values outside 1..6 stored as 0 */
+    int32_t *ht;   /* open addressing, -1 = empty */
     size_t ht_mask;
     uint32_t max_len; /* longest token text */
     int32_t byte_tok[256];
     int32_t bos, eos, unk;
     int add_bos, add_space_prefix;
-    int32_t *user;    /* user-defined token ids, longest text first */
+    int32_t *user; /* user-defined token ids, longest text first */
     int32_t n_user;
 };
 
@@ -102,7 +102,9 @@ static uint64_t hash_bytes(const char *s, size_t n) {
     return h ^ (h >> 29);
 }
 
-static const char *tok_text(const sd_vocab *v, int32_t id) { return v->arena + v->off[id]; }
+static const char *tok_text(const sd_vocab *v, int32_t id) {
+    return v->arena + v->off[id];
+}
 
 /* id of the token whose text is s[0..n), or -1. */
 static int32_t lookup(const sd_vocab *v, const char *s, size_t n) {
@@ -132,8 +134,7 @@ void sd_vocab_free(sd_vocab *v) {
 
 /* Optional special id: absent -> keep *id (the llama default, disabled if out of
  * range); present -> must be < n (negative means none). */
-static int load_special(const sd_gguf *g, const char *key, int32_t n, int32_t *id,
-                        sd_error *err) {
+static int load_special(const sd_gguf *g, const char *key, int32_t n, int32_t *id, sd_error *err) {
     if (sd_gguf_find_key(g, key) < 0) {
         if (*id >= n) *id = -1;
         return SD_OK;
@@ -206,8 +207,8 @@ int sd_vocab_load(const sd_gguf *g, sd_vocab **out, sd_error *err) {
         return sd_errorf(err, SD_ERR_FORMAT, "%s: metadata key '%s' must be an array of strings",
                          path, KEY_TOKENS);
     if (n64 == 0 || n64 > (uint64_t)INT32_MAX / 4)
-        return sd_errorf(err, SD_ERR_FORMAT, "%s: metadata key '%s' has %" PRIu64 " tokens",
-                         path, KEY_TOKENS, n64);
+        return sd_errorf(err, SD_ERR_FORMAT, "%s: metadata key '%s' has %" PRIu64 " tokens", path,
+                         KEY_TOKENS, n64);
     int32_t n = (int32_t)n64;
 
     sd_gguf_vtype score_t = SD_GGUF_F32, type_t = SD_GGUF_I32;
@@ -244,8 +245,8 @@ int sd_vocab_load(const sd_gguf *g, sd_vocab **out, sd_error *err) {
         if (l == 0) l = 24;
         if (l > UINT32_MAX / 2) {
             sd_vocab_free(v);
-            return sd_errorf(err, SD_ERR_FORMAT, "%s: '%s'[%d] is %zu bytes long", path,
-                             KEY_TOKENS, (int)i, l);
+            return sd_errorf(err, SD_ERR_FORMAT, "%s: '%s'[%d] is %zu bytes long", path, KEY_TOKENS,
+                             (int)i, l);
         }
         if (sd_add_size(total, l + 1, &total) != 0) goto oom;
     }
@@ -284,7 +285,8 @@ int sd_vocab_load(const sd_gguf *g, sd_vocab **out, sd_error *err) {
 
     /* Hash table, load factor <= 1/2. */
     size_t cap = 16;
-    while (cap < 2 * (size_t)n) cap *= 2;
+    while (cap < 2 * (size_t)n)
+        cap *= 2;
     v->ht = malloc(cap * sizeof *v->ht);
     if (!v->ht) goto oom;
     memset(v->ht, 0xff, cap * sizeof *v->ht);
@@ -295,8 +297,8 @@ int sd_vocab_load(const sd_gguf *g, sd_vocab **out, sd_error *err) {
             int32_t j = v->ht[h];
             if (v->len[j] == v->len[i] && memcmp(tok_text(v, j), tok_text(v, i), v->len[i]) == 0) {
                 int rc2 = sd_errorf(err, SD_ERR_FORMAT,
-                                    "%s: '%s': duplicate token text '%.64s' at ids %d and %d",
-                                    path, KEY_TOKENS, tok_text(v, i), (int)j, (int)i);
+                                    "%s: '%s': duplicate token text '%.64s' at ids %d and %d", path,
+                                    KEY_TOKENS, tok_text(v, i), (int)j, (int)i);
                 sd_vocab_free(v);
                 return rc2;
             }
@@ -331,7 +333,8 @@ int sd_vocab_load(const sd_gguf *g, sd_vocab **out, sd_error *err) {
 
     /* User-defined tokens, longest first (llama.cpp sorts cache_special_tokens by text
      * length with std::sort, so its order among equal lengths is unspecified; we use id). */
-    for (int32_t i = 0; i < n; i++) v->n_user += v->type[i] == TT_USER_DEFINED;
+    for (int32_t i = 0; i < n; i++)
+        v->n_user += v->type[i] == TT_USER_DEFINED;
     if (v->n_user) {
         v->user = malloc((size_t)v->n_user * sizeof *v->user);
         len_id *tmp = malloc((size_t)v->n_user * sizeof *tmp);
@@ -343,7 +346,8 @@ int sd_vocab_load(const sd_gguf *g, sd_vocab **out, sd_error *err) {
         for (int32_t i = 0; i < n; i++)
             if (v->type[i] == TT_USER_DEFINED) tmp[k++] = (len_id){v->len[i], i};
         qsort(tmp, (size_t)v->n_user, sizeof *tmp, cmp_len_id);
-        for (k = 0; k < v->n_user; k++) v->user[k] = tmp[k].id;
+        for (k = 0; k < v->n_user; k++)
+            v->user[k] = tmp[k].id;
         free(tmp);
     }
 
@@ -357,11 +361,21 @@ oom:
 
 /* ------------------------------------------------------------------ accessors */
 
-int32_t sd_vocab_n_tokens(const sd_vocab *v) { return v->n; }
-int32_t sd_vocab_bos(const sd_vocab *v) { return v->bos; }
-int32_t sd_vocab_eos(const sd_vocab *v) { return v->eos; }
-int32_t sd_vocab_unk(const sd_vocab *v) { return v->unk; }
-int sd_vocab_add_bos(const sd_vocab *v) { return v->add_bos; }
+int32_t sd_vocab_n_tokens(const sd_vocab *v) {
+    return v->n;
+}
+int32_t sd_vocab_bos(const sd_vocab *v) {
+    return v->bos;
+}
+int32_t sd_vocab_eos(const sd_vocab *v) {
+    return v->eos;
+}
+int32_t sd_vocab_unk(const sd_vocab *v) {
+    return v->unk;
+}
+int sd_vocab_add_bos(const sd_vocab *v) {
+    return v->add_bos;
+}
 const char *sd_vocab_model_name(const sd_vocab *v) {
     (void)v;
     return "llama";
@@ -539,10 +553,11 @@ done:
 
 /* Tokenize one raw fragment: optional " " prefix, escape spaces, SPM. *scratch is a
  * reusable buffer. */
-static int encode_fragment(const sd_vocab *v, const char *t, size_t len, int prefix,
-                           char **scratch, size_t *scratch_cap, ids_buf *out, sd_error *err) {
+static int encode_fragment(const sd_vocab *v, const char *t, size_t len, int prefix, char **scratch,
+                           size_t *scratch_cap, ids_buf *out, sd_error *err) {
     size_t n_sp = prefix ? 1 : 0;
-    for (size_t i = 0; i < len; i++) n_sp += t[i] == ' ';
+    for (size_t i = 0; i < len; i++)
+        n_sp += t[i] == ' ';
     size_t need;
     if (sd_mul_size(n_sp, 2, &need) || sd_add_size(need, len, &need) ||
         sd_add_size(need, prefix ? 1 : 0, &need))
@@ -631,8 +646,8 @@ static int partition_user(const sd_vocab *v, const char *text, size_t len, frag_
     return 0;
 }
 
-int sd_vocab_tokenize(const sd_vocab *v, const char *text, size_t len, int add_bos,
-                      int32_t **ids, size_t *n_ids, sd_error *err) {
+int sd_vocab_tokenize(const sd_vocab *v, const char *text, size_t len, int add_bos, int32_t **ids,
+                      size_t *n_ids, sd_error *err) {
     *ids = NULL;
     *n_ids = 0;
     ids_buf out = {NULL, 0, 0};
@@ -652,8 +667,8 @@ int sd_vocab_tokenize(const sd_vocab *v, const char *text, size_t len, int add_b
                 continue;
             }
             rc = encode_fragment(v, text + fb.p[f].off, fb.p[f].len,
-                                 v->add_space_prefix && prev_special, &scratch, &scratch_cap,
-                                 &out, err);
+                                 v->add_space_prefix && prev_special, &scratch, &scratch_cap, &out,
+                                 err);
             if (rc != SD_OK) goto done;
             prev_special = 0;
         }
@@ -724,7 +739,8 @@ static size_t piece(const sd_vocab *v, int32_t id, char *buf, size_t cap, int ls
     case TT_BYTE: {
         /* llama.cpp: strtol(text.substr(3, 2), 16) */
         int b = 0;
-        for (size_t i = 3; i < 5 && i < tl && hexval(t[i]) >= 0; i++) b = b * 16 + hexval(t[i]);
+        for (size_t i = 3; i < 5 && i < tl && hexval(t[i]) >= 0; i++)
+            b = b * 16 + hexval(t[i]);
         char c = (char)b;
         if (lstrip && c == ' ') return 0;
         if (cap > 0) buf[0] = c;
@@ -748,8 +764,10 @@ int sd_vocab_detokenize(const sd_vocab *v, const int32_t *ids, size_t n_ids, cha
     size_t total = 0;
     for (size_t i = 0; i < n_ids; i++) {
         if (ids[i] < 0 || ids[i] >= v->n)
-            return sd_errorf(err, SD_ERR_ARG, "detokenize: token id %d at position %zu is out of "
-                             "range (%d tokens)", (int)ids[i], i, (int)v->n);
+            return sd_errorf(err, SD_ERR_ARG,
+                             "detokenize: token id %d at position %zu is out of "
+                             "range (%d tokens)",
+                             (int)ids[i], i, (int)v->n);
         /* upper bound: a piece is never longer than the token text (+1 for bytes) */
         if (sd_add_size(total, (size_t)v->len[ids[i]] + 1, &total))
             return sd_errorf(err, SD_ERR_OOM, "detokenize: out of memory");
@@ -773,8 +791,10 @@ static void render(const sd_vocab *v, int32_t id, char *buf, size_t cap) {
     size_t k = 0;
     for (uint32_t i = 0; i < v->len[id] && k + 5 < cap; i++) {
         unsigned char c = (unsigned char)t[i];
-        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", c);
-        else buf[k++] = (char)c;
+        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\')
+            k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", c);
+        else
+            buf[k++] = (char)c;
     }
     buf[k] = '\0';
 }
@@ -782,7 +802,8 @@ static void render(const sd_vocab *v, int32_t id, char *buf, size_t cap) {
 int sd_vocab_check_pair(const sd_vocab *target, const char *target_path, const sd_vocab *draft,
                         const char *draft_path, sd_error *err) {
     const char *tp = target_path ? target_path : "target", *dp = draft_path ? draft_path : "draft";
-#define MISMATCH(...) sd_errorf(err, SD_ERR_MISMATCH, "draft vocabulary does not match target: " __VA_ARGS__)
+#define MISMATCH(...)                                                                              \
+    sd_errorf(err, SD_ERR_MISMATCH, "draft vocabulary does not match target: " __VA_ARGS__)
     /* model type: both are "llama" (the only kind sd_vocab_load accepts) */
     if (target->bos != draft->bos)
         return MISMATCH("%s has BOS id %d, %s has BOS id %d", tp, (int)target->bos, dp,

@@ -26,8 +26,7 @@ typedef struct sd_scorer sd_scorer;
  * >= SD_MAX_DRAFT + 1 (prompts longer than n_batch are prefilled in chunks).
  * Errors: as sd_session_init.
  */
-int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **out,
-                   sd_error *err);
+int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **out, sd_error *err);
 void sd_scorer_free(sd_scorer *s); /* NULL accepted */
 
 const sd_model *sd_scorer_model(const sd_scorer *s);

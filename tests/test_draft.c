@@ -20,7 +20,9 @@ static void setup(void) {
     s.wtype = SD_TYPE_Q8_0;
     cr_assert_eq(tu_make_llama(tu_path(g_model, sizeof g_model, g_dir, "d.gguf"), &s), 0);
 }
-static void teardown(void) { tu_rmdir(g_dir); }
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
 
 TestSuite(draft, .init = setup, .fini = teardown, .timeout = 120);
 
@@ -40,7 +42,8 @@ static void check_proposal(const sd_model *m, const sd_sampling_params *samp, ui
     cr_assert_eq(sd_session_eval(s, ctx, n_ctx, logits, 1, &err), 0, "%s", err.msg);
     sd_rng rng;
     sd_rng_seed(&rng, seed);
-    for (int i = 0; i < n_calls_before; i++) sd_rng_uniform(&rng);
+    for (int i = 0; i < n_calls_before; i++)
+        sd_rng_uniform(&rng);
     for (int32_t i = 0; i < prop->n; i++) {
         cr_assert_eq(sd_warp(samp, logits, n_vocab, q, scratch, &err), 0, "%s", err.msg);
         const float *got = prop->probs + (size_t)i * n_vocab;
@@ -71,8 +74,8 @@ Test(draft, q_is_the_sampled_distribution) {
     sd_error err = {0};
     sd_model *m = NULL;
     cr_assert_eq(sd_model_load(g_model, &m, &err), 0, "%s", err.msg);
-    const sd_sampling_params cases[] = {{1.0f, 0, 1.0f}, {0.7f, 5, 1.0f}, {1.3f, 0, 0.6f},
-                                        {0.9f, 12, 0.8f}, {0.0f, 0, 1.0f}};
+    const sd_sampling_params cases[] = {
+        {1.0f, 0, 1.0f}, {0.7f, 5, 1.0f}, {1.3f, 0, 0.6f}, {0.9f, 12, 0.8f}, {0.0f, 0, 1.0f}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         sd_proposer *p = NULL;
         sd_session_params sp = sd_session_default_params();
@@ -89,7 +92,8 @@ Test(draft, q_is_the_sampled_distribution) {
             if (cases[c].temp > 0.0f) draws += prop.n;
             /* Accept a varying prefix, then a token of our own (a "correction"). */
             int32_t acc = step % 4;
-            for (int32_t i = 0; i < acc; i++) ctx[n_ctx++] = prop.tokens[i];
+            for (int32_t i = 0; i < acc; i++)
+                ctx[n_ctx++] = prop.tokens[i];
             ctx[n_ctx++] = 3 + step;
             sd_proposer_commit(p, ctx, n_ctx);
         }
@@ -108,12 +112,13 @@ Test(draft, stops_gracefully_at_its_context_limit) {
     sd_proposer *p = NULL;
     cr_assert_eq(sd_proposer_llm_init(m, &sp, &samp, 1, 0, &p, &err), 0, "%s", err.msg);
     int32_t ctx[32];
-    for (int i = 0; i < 32; i++) ctx[i] = 3 + i;
+    for (int i = 0; i < 32; i++)
+        ctx[i] = 3 + i;
     /* With n_ctx committed tokens the draft cache needs n_ctx - 1 + k positions. */
     for (int32_t n_ctx = 10; n_ctx <= 20; n_ctx++) {
         sd_proposal prop;
-        cr_assert_eq(sd_proposer_propose(p, ctx, n_ctx, 4, &prop, &err), 0, "n_ctx %d: %s",
-                     n_ctx, err.msg);
+        cr_assert_eq(sd_proposer_propose(p, ctx, n_ctx, 4, &prop, &err), 0, "n_ctx %d: %s", n_ctx,
+                     err.msg);
         int32_t room = 16 - n_ctx + 1;
         int32_t want = room < 0 ? 0 : (room < 4 ? room : 4);
         cr_assert_eq(prop.n, want, "n_ctx %d: drafted %d, expected %d", n_ctx, prop.n, want);

@@ -28,7 +28,7 @@
 #include "runtime/sd_model.h"
 #include "testutil.h"
 
-#define PYTHON "/usr/bin/python3"
+#define PYTHON  "/usr/bin/python3"
 #define REF_TOL 1e-4
 
 /* ------------------------------------------------------------ model writing */
@@ -41,10 +41,10 @@ typedef struct spec {
     int32_t n_rot;          /* 0: key absent (default head_dim) */
     int32_t n_vocab_tokens; /* tokens in the vocabulary (normally n_vocab) */
     uint32_t types[W_COUNT];
-    int tied;               /* no output.weight */
+    int tied; /* no output.weight */
     uint32_t norm_type;
-    const char *omit;       /* tensor left out */
-    const char *bad_shape;  /* tensor written with one extra row */
+    const char *omit;      /* tensor left out */
+    const char *bad_shape; /* tensor written with one extra row */
     uint64_t seed;
 } spec;
 
@@ -60,7 +60,8 @@ static spec spec_default(void) {
     s.n_ff = 48;
     s.n_ctx_train = 64;
     s.n_vocab_tokens = 64;
-    for (int i = 0; i < W_COUNT; i++) s.types[i] = SD_TYPE_F32;
+    for (int i = 0; i < W_COUNT; i++)
+        s.types[i] = SD_TYPE_F32;
     s.norm_type = SD_TYPE_F32;
     s.seed = 0x9e3779b97f4a7c15ull;
     return s;
@@ -70,7 +71,8 @@ static spec spec_default(void) {
 static spec spec_uniform(uint32_t t, int tied) {
     spec s = spec_default();
     s.n_ff = 64;
-    for (int i = 0; i < W_COUNT; i++) s.types[i] = t;
+    for (int i = 0; i < W_COUNT; i++)
+        s.types[i] = t;
     s.tied = tied;
     return s;
 }
@@ -114,25 +116,28 @@ static void add_matrix(sd_gguf_writer *w, bufs *b, const spec *sp, const char *n
     if (sp->omit && strcmp(sp->omit, name) == 0) return;
     if (sp->bad_shape && strcmp(sp->bad_shape, name) == 0) rows += 1;
     size_t rb;
-    cr_assert_eq(sd_type_row_bytes((sd_type)type, cols, &rb), 0, "%s: cols %lld", name, (long long)cols);
+    cr_assert_eq(sd_type_row_bytes((sd_type)type, cols, &rb), 0, "%s: cols %lld", name,
+                 (long long)cols);
     float *tmp = malloc((size_t)cols * sizeof(float));
     uint8_t *data = keep(b, rb * (size_t)rows);
     for (int64_t r = 0; r < rows; r++) {
-        for (int64_t c = 0; c < cols; c++) tmp[c] = rng_unif(rng) * scale;
+        for (int64_t c = 0; c < cols; c++)
+            tmp[c] = rng_unif(rng) * scale;
         sd_quantize_row((sd_type)type, tmp, data + (size_t)r * rb, cols);
     }
     free(tmp);
     int64_t ne[2] = {cols, rows};
     sd_error err = {0};
-    cr_assert_eq(sd_gguf_add_tensor(w, name, type, 2, ne, data, rb * (size_t)rows, &err), SD_OK, "%s",
-                 err.msg);
+    cr_assert_eq(sd_gguf_add_tensor(w, name, type, 2, ne, data, rb * (size_t)rows, &err), SD_OK,
+                 "%s", err.msg);
 }
 
 static void add_norm(sd_gguf_writer *w, bufs *b, const spec *sp, const char *name, int64_t n,
                      uint64_t *rng) {
     if (sp->omit && strcmp(sp->omit, name) == 0) return;
     float *tmp = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) tmp[i] = 1.0f + 0.25f * rng_unif(rng);
+    for (int64_t i = 0; i < n; i++)
+        tmp[i] = 1.0f + 0.25f * rng_unif(rng);
     size_t rb;
     cr_assert_eq(sd_type_row_bytes((sd_type)sp->norm_type, n, &rb), 0);
     void *data = keep(b, rb);
@@ -140,7 +145,8 @@ static void add_norm(sd_gguf_writer *w, bufs *b, const spec *sp, const char *nam
     free(tmp);
     int64_t ne[1] = {n};
     sd_error err = {0};
-    cr_assert_eq(sd_gguf_add_tensor(w, name, sp->norm_type, 1, ne, data, rb, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_gguf_add_tensor(w, name, sp->norm_type, 1, ne, data, rb, &err), SD_OK, "%s",
+                 err.msg);
 }
 
 static void write_model(const char *path, const spec *sp) {
@@ -166,22 +172,29 @@ static void write_model(const char *path, const spec *sp) {
     int32_t *types = malloc((size_t)nt * sizeof(int32_t));
     for (int32_t i = 0; i < nt; i++) {
         toks[i] = malloc(16);
-        if (i == 0) snprintf(toks[i], 16, "<unk>");
-        else if (i == 1) snprintf(toks[i], 16, "<s>");
-        else if (i == 2) snprintf(toks[i], 16, "</s>");
-        else snprintf(toks[i], 16, "\xe2\x96\x81t%d", i);
+        if (i == 0)
+            snprintf(toks[i], 16, "<unk>");
+        else if (i == 1)
+            snprintf(toks[i], 16, "<s>");
+        else if (i == 2)
+            snprintf(toks[i], 16, "</s>");
+        else
+            snprintf(toks[i], 16, "\xe2\x96\x81t%d", i);
         scores[i] = i < 3 ? 0.0f : -(float)i;
         types[i] = i == 0 ? 2 : (i < 3 ? 3 : 1);
     }
     sd_gguf_set_str(w, "tokenizer.ggml.model", "llama");
-    cr_assert_eq(sd_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)nt), SD_OK);
+    cr_assert_eq(
+        sd_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, (uint64_t)nt),
+        SD_OK);
     sd_gguf_set_arr(w, "tokenizer.ggml.scores", SD_GGUF_F32, scores, (uint64_t)nt);
     sd_gguf_set_arr(w, "tokenizer.ggml.token_type", SD_GGUF_I32, types, (uint64_t)nt);
     sd_gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
     sd_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
     sd_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
 
-    const int64_t E = sp->n_embd, KV = (int64_t)sp->n_head_kv * (sp->n_embd / sp->n_head), F = sp->n_ff;
+    const int64_t E = sp->n_embd, KV = (int64_t)sp->n_head_kv * (sp->n_embd / sp->n_head),
+                  F = sp->n_ff;
     const float se = 1.0f / sqrtf((float)E), sf = 1.0f / sqrtf((float)F);
     char name[64];
     add_matrix(w, &b, sp, "token_embd.weight", sp->types[W_EMBD], sp->n_vocab, E, 1.0f, &rng);
@@ -199,13 +212,16 @@ static void write_model(const char *path, const spec *sp) {
 #undef NAME
     }
     add_norm(w, &b, sp, "output_norm.weight", E, &rng);
-    if (!sp->tied) add_matrix(w, &b, sp, "output.weight", sp->types[W_OUT], sp->n_vocab, E, 2.0f * se, &rng);
+    if (!sp->tied)
+        add_matrix(w, &b, sp, "output.weight", sp->types[W_OUT], sp->n_vocab, E, 2.0f * se, &rng);
 
     sd_error err = {0};
     cr_assert_eq(sd_gguf_writer_write(w, path, &err), SD_OK, "%s", err.msg);
     sd_gguf_writer_free(w);
-    for (int i = 0; i < b.n; i++) free(b.p[i]);
-    for (int32_t i = 0; i < nt; i++) free(toks[i]);
+    for (int i = 0; i < b.n; i++)
+        free(b.p[i]);
+    for (int32_t i = 0; i < nt; i++)
+        free(toks[i]);
     free(toks);
     free(scores);
     free(types);
@@ -240,8 +256,8 @@ static sd_model *load_ok(const char *path) {
     return m;
 }
 
-static sd_session *session_new_kv(const sd_model *m, int32_t n_ctx, int32_t n_batch, int32_t n_threads,
-                                  sd_type kv_type) {
+static sd_session *session_new_kv(const sd_model *m, int32_t n_ctx, int32_t n_batch,
+                                  int32_t n_threads, sd_type kv_type) {
     sd_session_params p = sd_session_default_params();
     p.n_ctx = n_ctx;
     p.n_batch = n_batch;
@@ -253,7 +269,8 @@ static sd_session *session_new_kv(const sd_model *m, int32_t n_ctx, int32_t n_ba
     return s;
 }
 
-static sd_session *session_new(const sd_model *m, int32_t n_ctx, int32_t n_batch, int32_t n_threads) {
+static sd_session *session_new(const sd_model *m, int32_t n_ctx, int32_t n_batch,
+                               int32_t n_threads) {
     return session_new_kv(m, n_ctx, n_batch, n_threads, SD_TYPE_F32);
 }
 
@@ -271,14 +288,18 @@ static int have_numpy(void) {
 }
 
 /* Runs scripts/ref_forward.py; fills ref[n, n_vocab]. */
-static void run_ref(const char *path, const int32_t *toks, int32_t n, int32_t n_vocab, double *ref) {
+static void run_ref(const char *path, const int32_t *toks, int32_t n, int32_t n_vocab,
+                    double *ref) {
     char cmd[4096];
-    int off = snprintf(cmd, sizeof cmd, PYTHON " '%s/scripts/ref_forward.py' '%s'", SD_SOURCE_DIR, path);
-    for (int32_t i = 0; i < n; i++) off += snprintf(cmd + off, sizeof cmd - (size_t)off, " %d", toks[i]);
+    int off =
+        snprintf(cmd, sizeof cmd, PYTHON " '%s/scripts/ref_forward.py' '%s'", SD_SOURCE_DIR, path);
+    for (int32_t i = 0; i < n; i++)
+        off += snprintf(cmd + off, sizeof cmd - (size_t)off, " %d", toks[i]);
     FILE *f = popen(cmd, "r");
     cr_assert(f, "popen failed: %s", cmd);
     for (int64_t i = 0; i < (int64_t)n * n_vocab; i++)
-        cr_assert_eq(fscanf(f, "%lf", &ref[i]), 1, "ref_forward.py output short at %lld: %s", (long long)i, cmd);
+        cr_assert_eq(fscanf(f, "%lf", &ref[i]), 1, "ref_forward.py output short at %lld: %s",
+                     (long long)i, cmd);
     int st = pclose(f);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ref_forward.py failed: %s", cmd);
 }
@@ -318,8 +339,8 @@ static void check_against_ref(const spec *sp, const char *label) {
     run_ref(path, k_tokens, N_TOKENS, nv, ref);
     double e = rel_err_max_norm(logits, ref, N_TOKENS, nv);
     cr_log_info("%s: relative error (max norm) %.3g", label, e);
-    cr_expect(e <= REF_TOL, "%s: logits differ from ref_forward.py: max|c-r|/max|r| = %.3g > %g", label, e,
-              REF_TOL);
+    cr_expect(e <= REF_TOL, "%s: logits differ from ref_forward.py: max|c-r|/max|r| = %.3g > %g",
+              label, e, REF_TOL);
     free(logits);
     free(ref);
     sd_session_free(s);
@@ -342,7 +363,8 @@ Test(model, matches_reference_types) {
         for (int tied = 0; tied < 2; tied++) {
             spec sp = spec_uniform(types[i], tied);
             char label[64];
-            snprintf(label, sizeof label, "%s_%s.gguf", sd_type_name(types[i]), tied ? "tied" : "untied");
+            snprintf(label, sizeof label, "%s_%s.gguf", sd_type_name(types[i]),
+                     tied ? "tied" : "untied");
             check_against_ref(&sp, label);
         }
     }
@@ -369,25 +391,32 @@ static void check_batch_invariance_kv(const spec *sp, const char *label, sd_type
 
     for (int32_t nt = 1; nt <= 2; nt++) {
         sd_session *s1 = session_new_kv(m, 32, 16, nt, kv_type);
-        for (int32_t i = 0; i < P; i++) eval_ok(s1, prompt + i, 1, single + (size_t)i * nv, 1);
-        for (int32_t i = 0; i < KMAX; i++) eval_ok(s1, draft + i, 1, single + (size_t)(P + i) * nv, 1);
-        if (nt == 1) memcpy(single1, single, (size_t)(P + KMAX) * row);
-        else cr_expect(memcmp(single1, single, (size_t)(P + KMAX) * row) == 0, "%s: 2 threads != 1 thread", label);
+        for (int32_t i = 0; i < P; i++)
+            eval_ok(s1, prompt + i, 1, single + (size_t)i * nv, 1);
+        for (int32_t i = 0; i < KMAX; i++)
+            eval_ok(s1, draft + i, 1, single + (size_t)(P + i) * nv, 1);
+        if (nt == 1)
+            memcpy(single1, single, (size_t)(P + KMAX) * row);
+        else
+            cr_expect(memcmp(single1, single, (size_t)(P + KMAX) * row) == 0,
+                      "%s: 2 threads != 1 thread", label);
 
         sd_session *s2 = session_new_kv(m, 32, 16, nt, kv_type);
         eval_ok(s2, prompt, P, batch, P);
-        cr_expect(memcmp(batch, single, (size_t)P * row) == 0, "%s: prefill of %d != single decodes (%d threads)",
-                  label, P, nt);
+        cr_expect(memcmp(batch, single, (size_t)P * row) == 0,
+                  "%s: prefill of %d != single decodes (%d threads)", label, P, nt);
         for (int32_t k1 = 1; k1 <= KMAX; k1++) {
             eval_ok(s2, draft, k1, batch, k1);
             cr_expect(memcmp(batch, single + (size_t)P * nv, (size_t)k1 * row) == 0,
-                      "%s: verification of %d tokens != %d single decodes (%d threads)", label, k1, k1, nt);
+                      "%s: verification of %d tokens != %d single decodes (%d threads)", label, k1,
+                      k1, nt);
             sd_error err = {0};
             cr_assert_eq(sd_session_truncate(s2, P, &err), SD_OK, "%s", err.msg);
         }
         /* Partial outputs: only the last n_out rows. */
         eval_ok(s2, draft, KMAX, batch, 3);
-        cr_expect(memcmp(batch, single + (size_t)(P + KMAX - 3) * nv, 3 * row) == 0, "%s: n_out = 3", label);
+        cr_expect(memcmp(batch, single + (size_t)(P + KMAX - 3) * nv, 3 * row) == 0,
+                  "%s: n_out = 3", label);
         sd_session_free(s1);
         sd_session_free(s2);
     }
@@ -477,7 +506,7 @@ Test(model, batch_equals_single_decode_f16_kv) {
  * the reference at REF_TOL, which it does not meet.
  */
 #define F16_KV_TOL_FLOAT 5e-3
-#define F16_KV_TOL_Q8 5e-2
+#define F16_KV_TOL_Q8    5e-2
 Test(model, f16_kv_close_to_f32_kv) {
     struct {
         const char *label;
@@ -505,14 +534,15 @@ Test(model, f16_kv_close_to_f32_kv) {
         eval_ok(s32, k_tokens + 5, N_TOKENS - 5, l32 + (size_t)5 * nv, N_TOKENS - 5);
         eval_ok(s16, k_tokens, 5, l16, 5);
         eval_ok(s16, k_tokens + 5, N_TOKENS - 5, l16 + (size_t)5 * nv, N_TOKENS - 5);
-        for (size_t j = 0; j < len; j++) r[j] = l32[j];
+        for (size_t j = 0; j < len; j++)
+            r[j] = l32[j];
         double e = rel_err_max_norm(l16, r, N_TOKENS, nv);
-        cr_log_info("%s: F16 KV vs F32 KV relative error (max norm) %.3g (bound %g)", cases[i].label, e,
-                    cases[i].tol);
-        cr_expect(e <= cases[i].tol, "%s: F16 KV logits differ from F32 KV: %.3g > %g", cases[i].label, e,
-                  cases[i].tol);
-        cr_expect(memcmp(l16, l32, len * sizeof(float)) != 0, "%s: F16 KV gave F32 KV logits (not in use?)",
-                  cases[i].label);
+        cr_log_info("%s: F16 KV vs F32 KV relative error (max norm) %.3g (bound %g)",
+                    cases[i].label, e, cases[i].tol);
+        cr_expect(e <= cases[i].tol, "%s: F16 KV logits differ from F32 KV: %.3g > %g",
+                  cases[i].label, e, cases[i].tol);
+        cr_expect(memcmp(l16, l32, len * sizeof(float)) != 0,
+                  "%s: F16 KV gave F32 KV logits (not in use?)", cases[i].label);
         free(l32);
         free(l16);
         free(r);
@@ -529,7 +559,8 @@ Test(model, rollback_is_exact) {
     write_model(model_path("rb.gguf", path, sizeof path), &sp);
     sd_model *m = load_ok(path);
     const int32_t nv = sd_model_hparams(m)->n_vocab;
-    const int32_t prompt[] = {1, 9, 30, 4}, rejected[] = {11, 12, 13, 14, 15}, accepted[] = {20, 21, 22};
+    const int32_t prompt[] = {1, 9, 30, 4}, rejected[] = {11, 12, 13, 14, 15},
+                  accepted[] = {20, 21, 22};
     float *a = malloc((size_t)3 * nv * sizeof(float)), *b = malloc((size_t)3 * nv * sizeof(float));
     float *junk = malloc((size_t)5 * nv * sizeof(float));
 
@@ -571,7 +602,8 @@ Test(model, bad_inputs_leave_session_unchanged) {
     write_model(model_path("bad_in.gguf", path, sizeof path), &sp);
     sd_model *m = load_ok(path);
     const int32_t nv = sd_model_hparams(m)->n_vocab;
-    float *lg = malloc((size_t)8 * nv * sizeof(float)), *ref = malloc((size_t)8 * nv * sizeof(float));
+    float *lg = malloc((size_t)8 * nv * sizeof(float)),
+          *ref = malloc((size_t)8 * nv * sizeof(float));
     sd_error err = {0};
 
     sd_session_params p = sd_session_default_params();
@@ -631,8 +663,10 @@ static void expect_load_error(const spec *sp, const char *label, int status, con
     int rc = sd_model_load(path, &m, &err);
     cr_expect_eq(rc, status, "%s: status %d (%s), expected %d", label, rc, err.msg, status);
     cr_expect_null(m);
-    cr_expect(strstr(err.msg, needle) != NULL, "%s: error '%s' does not name '%s'", label, err.msg, needle);
-    cr_expect(strstr(err.msg, label) != NULL, "%s: error '%s' does not name the file", label, err.msg);
+    cr_expect(strstr(err.msg, needle) != NULL, "%s: error '%s' does not name '%s'", label, err.msg,
+              needle);
+    cr_expect(strstr(err.msg, label) != NULL, "%s: error '%s' does not name the file", label,
+              err.msg);
 }
 
 Test(model, load_errors_name_the_culprit) {
@@ -822,21 +856,24 @@ Test(kv, f16_rows) {
 
 #include "runtime/backend.h"
 
-#define GUARD 16
+#define GUARD     16
 #define GUARD_VAL 12345.678f
 
 /* float [n] plus GUARD sentinel floats after it. */
 static float *galloc(size_t n) {
     float *p = malloc((n + GUARD) * sizeof(float));
     cr_assert(p);
-    for (size_t i = 0; i < n + GUARD; i++) p[i] = GUARD_VAL;
+    for (size_t i = 0; i < n + GUARD; i++)
+        p[i] = GUARD_VAL;
     return p;
 }
 static void gcheck(const float *p, size_t n, const char *what) {
-    for (size_t i = n; i < n + GUARD; i++) cr_assert_eq(p[i], GUARD_VAL, "%s: wrote past the end", what);
+    for (size_t i = n; i < n + GUARD; i++)
+        cr_assert_eq(p[i], GUARD_VAL, "%s: wrote past the end", what);
 }
 static void fill(float *p, size_t n, uint64_t *rng, float scale) {
-    for (size_t i = 0; i < n; i++) p[i] = rng_unif(rng) * scale;
+    for (size_t i = 0; i < n; i++)
+        p[i] = rng_unif(rng) * scale;
 }
 static void expect_close(const float *c, const double *r, size_t n, double tol, const char *what) {
     double dmax = 0, rmax = 0;
@@ -845,7 +882,8 @@ static void expect_close(const float *c, const double *r, size_t n, double tol, 
         if (!(d <= dmax)) dmax = d;
         if (fabs(r[i]) > rmax) rmax = fabs(r[i]);
     }
-    cr_expect(dmax <= tol * (rmax > 0 ? rmax : 1), "%s: max|c-r| %.3g vs max|r| %.3g", what, dmax, rmax);
+    cr_expect(dmax <= tol * (rmax > 0 ? rmax : 1), "%s: max|c-r| %.3g vs max|r| %.3g", what, dmax,
+              rmax);
 }
 
 static sd_backend *cpu_backend(int32_t n_threads) {
@@ -895,7 +933,8 @@ Test(backend, matmul_and_get_rows_all_types) {
             for (int32_t b = 0; b < n_tok; b++)
                 for (int64_t r = 0; r < rows; r++) {
                     double s = 0;
-                    for (int64_t c = 0; c < cols; c++) s += (double)wf[r * cols + c] * xa[b * cols + c];
+                    for (int64_t c = 0; c < cols; c++)
+                        s += (double)wf[r * cols + c] * xa[b * cols + c];
                     ref[b * rows + r] = s;
                 }
             gcheck(y, n_tok * rows, "matmul");
@@ -903,15 +942,26 @@ Test(backend, matmul_and_get_rows_all_types) {
             /* Row b of a batch == the same row alone. */
             float *y1 = galloc(rows);
             be->ops->matmul(be, &w, x + 3 * cols, 1, y1);
-            cr_expect(memcmp(y1, y + 3 * rows, rows * sizeof(float)) == 0, "%s: batch row != single", sd_type_name(t));
+            cr_expect(memcmp(y1, y + 3 * rows, rows * sizeof(float)) == 0,
+                      "%s: batch row != single", sd_type_name(t));
 
             int32_t ids[3] = {36, 0, 17};
             float *g = galloc(3 * cols);
             be->ops->get_rows(be, &w, ids, 3, g);
             gcheck(g, 3 * cols, "get_rows");
             for (int i = 0; i < 3; i++)
-                cr_expect(memcmp(g + i * cols, wf + ids[i] * cols, cols * sizeof(float)) == 0, "get_rows %s", sd_type_name(t));
-            free(wd); free(tmp); free(wf); free(x); free(xa); free(xq); free(y); free(ref); free(y1); free(g);
+                cr_expect(memcmp(g + i * cols, wf + ids[i] * cols, cols * sizeof(float)) == 0,
+                          "get_rows %s", sd_type_name(t));
+            free(wd);
+            free(tmp);
+            free(wf);
+            free(x);
+            free(xa);
+            free(xq);
+            free(y);
+            free(ref);
+            free(y1);
+            free(g);
         }
         sd_backend_free(be);
     }
@@ -967,7 +1017,11 @@ Test(backend, matmul_full_scratch_threads) {
             free(y1);
             sd_backend_free(be);
         }
-        free(wd); free(tmp); free(x); free(xq); free(want);
+        free(wd);
+        free(tmp);
+        free(x);
+        free(xq);
+        free(want);
     }
     /* max_cols not a multiple of 32 (F32 models may have such rows) */
     sd_backend_params bp = {2, 4, 100, 8};
@@ -983,7 +1037,8 @@ Test(backend, matmul_full_scratch_threads) {
     for (int b = 0; b < 4; b++)
         for (int r = 0; r < 3; r++) {
             double d = 0;
-            for (int c = 0; c < 100; c++) d += (double)wf[r * 100 + c] * x[b * 100 + c];
+            for (int c = 0; c < 100; c++)
+                d += (double)wf[r * 100 + c] * x[b * 100 + c];
             cr_expect(fabs(y[b * 3 + r] - d) <= 1e-4, "f32 100: %g vs %g", y[b * 3 + r], d);
         }
     free(y);
@@ -1002,8 +1057,10 @@ Test(backend, elementwise_norm_rope_softmax) {
     be->ops->rmsnorm(be, x, w, n_tok, n, 1e-5f, y);
     for (int32_t t = 0; t < n_tok; t++) {
         double ss = 0;
-        for (int i = 0; i < n; i++) ss += (double)x[t * n + i] * x[t * n + i];
-        for (int i = 0; i < n; i++) ref[t * n + i] = x[t * n + i] / sqrt(ss / n + 1e-5) * w[i];
+        for (int i = 0; i < n; i++)
+            ss += (double)x[t * n + i] * x[t * n + i];
+        for (int i = 0; i < n; i++)
+            ref[t * n + i] = x[t * n + i] / sqrt(ss / n + 1e-5) * w[i];
     }
     gcheck(y, n_tok * n, "rmsnorm");
     expect_close(y, ref, n_tok * n, 1e-6, "rmsnorm");
@@ -1019,7 +1076,8 @@ Test(backend, elementwise_norm_rope_softmax) {
                 if (d < 8) {
                     int i = d / 2;
                     double th = (5 + t) * pow(10000.0, -2.0 * i / 8);
-                    v = d % 2 == 0 ? xr[d] * cos(th) - xr[d + 1] * sin(th) : xr[d - 1] * sin(th) + xr[d] * cos(th);
+                    v = d % 2 == 0 ? xr[d] * cos(th) - xr[d + 1] * sin(th)
+                                   : xr[d - 1] * sin(th) + xr[d] * cos(th);
                 }
                 ref[t * n + h * 12 + d] = v;
             }
@@ -1030,24 +1088,31 @@ Test(backend, elementwise_norm_rope_softmax) {
     be->ops->softmax(be, y, n_tok, n);
     for (int32_t t = 0; t < n_tok; t++) {
         double mx = -1e30, s = 0;
-        for (int i = 0; i < n; i++) mx = fmax(mx, x[t * n + i]);
-        for (int i = 0; i < n; i++) s += exp(x[t * n + i] - mx);
-        for (int i = 0; i < n; i++) ref[t * n + i] = exp(x[t * n + i] - mx) / s;
+        for (int i = 0; i < n; i++)
+            mx = fmax(mx, x[t * n + i]);
+        for (int i = 0; i < n; i++)
+            s += exp(x[t * n + i] - mx);
+        for (int i = 0; i < n; i++)
+            ref[t * n + i] = exp(x[t * n + i] - mx) / s;
     }
     gcheck(y, n_tok * n, "softmax");
     expect_close(y, ref, n_tok * n, 1e-6, "softmax");
 
     be->ops->swiglu(be, x, x + n, n, y);
-    for (int i = 0; i < n; i++) ref[i] = x[i] / (1 + exp(-(double)x[i])) * x[n + i];
+    for (int i = 0; i < n; i++)
+        ref[i] = x[i] / (1 + exp(-(double)x[i])) * x[n + i];
     gcheck(y, n_tok * n, "swiglu");
     expect_close(y, ref, n, 1e-6, "swiglu");
 
     memcpy(y, x, n * sizeof(float));
     be->ops->add(be, y, x + n, n);
-    for (int i = 0; i < n; i++) ref[i] = (double)x[i] + x[n + i];
+    for (int i = 0; i < n; i++)
+        ref[i] = (double)x[i] + x[n + i];
     gcheck(y, n_tok * n, "add");
     expect_close(y, ref, n, 1e-7, "add");
-    free(x); free(w); free(y);
+    free(x);
+    free(w);
+    free(y);
     sd_backend_free(be);
 }
 
@@ -1062,8 +1127,8 @@ static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, 
     const int32_t kv_dim = n_head_kv * hd, n_ctx = 32, qdim = n_head * hd;
     const int32_t pos0 = 6, n_tok = 4, n_pos = pos0 + n_tok;
     char what[128];
-    snprintf(what, sizeof what, "attention %s kv %s heads %d/%d hd %d", kname, sd_type_name(kv_type), n_head,
-             n_head_kv, hd);
+    snprintf(what, sizeof what, "attention %s kv %s heads %d/%d hd %d", kname,
+             sd_type_name(kv_type), n_head, n_head_kv, hd);
     uint64_t rng = 99 + (uint64_t)hd * 31 + (uint64_t)n_head;
     sd_kv *kv = NULL;
     sd_error err = {0};
@@ -1073,12 +1138,14 @@ static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, 
     fill(k, n_pos * kv_dim, &rng, 2.0f);
     fill(v, n_pos * kv_dim, &rng, 1.0f);
     /* What the cache holds. */
-    float *kh = malloc(n_pos * kv_dim * sizeof(float)), *vh = malloc(n_pos * kv_dim * sizeof(float));
+    float *kh = malloc(n_pos * kv_dim * sizeof(float)),
+          *vh = malloc(n_pos * kv_dim * sizeof(float));
     for (int32_t i = 0; i < n_pos * kv_dim; i++) {
         kh[i] = kv_type == SD_TYPE_F16 ? sd_fp16_to_fp32(sd_fp32_to_fp16(k[i])) : k[i];
         vh[i] = kv_type == SD_TYPE_F16 ? sd_fp16_to_fp32(sd_fp32_to_fp16(v[i])) : v[i];
     }
-    float *q = galloc(n_tok * qdim), *o = galloc(n_tok * qdim), *o1 = galloc(qdim), *first = galloc(n_tok * qdim);
+    float *q = galloc(n_tok * qdim), *o = galloc(n_tok * qdim), *o1 = galloc(qdim),
+          *first = galloc(n_tok * qdim);
     fill(q, n_tok * qdim, &rng, 2.0f / sqrtf((float)hd) * 3.0f);
     double *ref = malloc(n_tok * qdim * sizeof(double));
     for (int32_t t = 0; t < n_tok; t++)
@@ -1087,14 +1154,17 @@ static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, 
             double sc[64], mx = -1e30, s = 0;
             for (int32_t j = 0; j <= p; j++) {
                 double d = 0;
-                for (int i = 0; i < hd; i++) d += (double)q[(t * n_head + h) * hd + i] * kh[j * kv_dim + g * hd + i];
+                for (int i = 0; i < hd; i++)
+                    d += (double)q[(t * n_head + h) * hd + i] * kh[j * kv_dim + g * hd + i];
                 sc[j] = d / sqrt(hd);
                 mx = fmax(mx, sc[j]);
             }
-            for (int32_t j = 0; j <= p; j++) s += (sc[j] = exp(sc[j] - mx));
+            for (int32_t j = 0; j <= p; j++)
+                s += (sc[j] = exp(sc[j] - mx));
             for (int i = 0; i < hd; i++) {
                 double a = 0;
-                for (int32_t j = 0; j <= p; j++) a += sc[j] / s * vh[j * kv_dim + g * hd + i];
+                for (int32_t j = 0; j <= p; j++)
+                    a += sc[j] / s * vh[j * kv_dim + g * hd + i];
                 ref[(t * n_head + h) * hd + i] = a;
             }
         }
@@ -1107,9 +1177,11 @@ static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, 
         for (int32_t j = 0; j < n_pos; j++) { /* the cache holds the rounded values */
             float row[256];
             sd_dequantize_row(kv_type, sd_kv_k(kv, 1, j), row, kv_dim);
-            cr_assert(memcmp(row, kh + j * kv_dim, kv_dim * sizeof(float)) == 0, "%s: K row %d", what, j);
+            cr_assert(memcmp(row, kh + j * kv_dim, kv_dim * sizeof(float)) == 0, "%s: K row %d",
+                      what, j);
             sd_dequantize_row(kv_type, sd_kv_v(kv, 1, j), row, kv_dim);
-            cr_assert(memcmp(row, vh + j * kv_dim, kv_dim * sizeof(float)) == 0, "%s: V row %d", what, j);
+            cr_assert(memcmp(row, vh + j * kv_dim, kv_dim * sizeof(float)) == 0, "%s: V row %d",
+                      what, j);
         }
         be->ops->attention(be, q, kv, 1, pos0, n_tok, n_head, n_head_kv, hd, o);
         gcheck(o, n_tok * qdim, what);
@@ -1117,13 +1189,25 @@ static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, 
         for (int32_t t = 0; t < n_tok; t++) { /* query t alone (position pos0 + t) == row t */
             be->ops->attention(be, q + t * qdim, kv, 1, pos0 + t, 1, n_head, n_head_kv, hd, o1);
             gcheck(o1, qdim, what);
-            cr_expect(memcmp(o1, o + t * qdim, qdim * sizeof(float)) == 0, "%s: batch row %d != single", what, t);
+            cr_expect(memcmp(o1, o + t * qdim, qdim * sizeof(float)) == 0,
+                      "%s: batch row %d != single", what, t);
         }
-        if (nt == 1) memcpy(first, o, n_tok * qdim * sizeof(float));
-        else cr_expect(memcmp(first, o, n_tok * qdim * sizeof(float)) == 0, "%s: 2 threads != 1 thread", what);
+        if (nt == 1)
+            memcpy(first, o, n_tok * qdim * sizeof(float));
+        else
+            cr_expect(memcmp(first, o, n_tok * qdim * sizeof(float)) == 0,
+                      "%s: 2 threads != 1 thread", what);
         sd_backend_free(be);
     }
-    free(k); free(v); free(kh); free(vh); free(q); free(o); free(o1); free(first); free(ref);
+    free(k);
+    free(v);
+    free(kh);
+    free(vh);
+    free(q);
+    free(o);
+    free(o1);
+    free(first);
+    free(ref);
     sd_kv_free(kv);
 }
 
@@ -1131,7 +1215,8 @@ Test(backend, attention_causal_gqa) {
     setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
     const char *levels[] = {"scalar", "avx2", "avx512"};
     const int32_t shapes[][3] = {/* n_head, n_head_kv, head_dim */
-                                 {4, 2, 8}, {4, 4, 8}, {8, 1, 24}, {24, 2, 24}, {16, 2, 64}, {4, 1, 37}, {2, 2, 3}};
+                                 {4, 2, 8},   {4, 4, 8},  {8, 1, 24}, {24, 2, 24},
+                                 {16, 2, 64}, {4, 1, 37}, {2, 2, 3}};
     int ran = 0;
     sd_backend *probe = cpu_backend(1);
     for (size_t li = 0; li < 3; li++) {
@@ -1142,8 +1227,8 @@ Test(backend, attention_causal_gqa) {
         ran++;
         for (int kt = 0; kt < 2; kt++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-                check_attention(levels[li], kt ? SD_TYPE_F16 : SD_TYPE_F32, shapes[si][0], shapes[si][1],
-                                shapes[si][2]);
+                check_attention(levels[li], kt ? SD_TYPE_F16 : SD_TYPE_F32, shapes[si][0],
+                                shapes[si][1], shapes[si][2]);
     }
     cr_expect_eq(sd_backend_cpu_set_kernels(probe, "sse9"), -1);
     cr_expect(ran >= 1);
@@ -1154,7 +1239,9 @@ Test(backend, attention_causal_gqa) {
 Test(backend, attention_kernels_default) {
     sd_backend *be = cpu_backend(1);
     const char *name = sd_backend_cpu_kernels(be);
-    cr_expect(strcmp(name, "scalar") == 0 || strcmp(name, "avx2") == 0 || strcmp(name, "avx512") == 0, "%s", name);
+    cr_expect(strcmp(name, "scalar") == 0 || strcmp(name, "avx2") == 0 ||
+                  strcmp(name, "avx512") == 0,
+              "%s", name);
     /* Never above the matmul kernels (SD_KERNELS lowers both). */
     const char *order[] = {"scalar", "avx2", "avx512"};
     int la = -1, lq = -1;

@@ -34,7 +34,9 @@ static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
 }
 
 /* uniform in [-1, 1) */
-static float rng_f(uint64_t *s) { return (float)((double)(rng_next(s) >> 11) * 0x1p-52 - 1.0); }
+static float rng_f(uint64_t *s) {
+    return (float)((double)(rng_next(s) >> 11) * 0x1p-52 - 1.0);
+}
 
 static uint32_t fbits(float f) {
     uint32_t u;
@@ -89,8 +91,8 @@ Test(quant_types, names_and_sizes) {
     cr_assert_eq(sd_type_supported(2), 1);
     cr_assert_eq(sd_type_supported(8), 1);
     cr_assert_eq(sd_type_supported(30), 1);
-    cr_assert_eq(sd_type_supported(3), 0);   /* Q4_1 */
-    cr_assert_eq(sd_type_supported(12), 0);  /* Q4_K */
+    cr_assert_eq(sd_type_supported(3), 0);  /* Q4_1 */
+    cr_assert_eq(sd_type_supported(12), 0); /* Q4_K */
     cr_assert_eq(sd_type_supported(9999), 0);
     cr_assert_str_eq(sd_type_name(SD_TYPE_F32), "f32");
     cr_assert_str_eq(sd_type_name(SD_TYPE_F16), "f16");
@@ -158,29 +160,29 @@ Test(quant_fp16, known_vectors) {
         {1.0f, 0x3C00},
         {-2.0f, 0xC000},
         {0.5f, 0x3800},
-        {0.1f, 0x2E66},           /* 0.0999755859375 */
-        {65504.0f, 0x7BFF},       /* max finite */
-        {65505.0f, 0x7BFF},       /* rounds down */
-        {65519.99f, 0x7BFF},      /* just below the tie */
-        {65520.0f, 0x7C00},       /* tie: 0x7BFF is odd -> up -> inf */
-        {-1e6f, 0xFC00},          /* overflow -> -inf */
+        {0.1f, 0x2E66},      /* 0.0999755859375 */
+        {65504.0f, 0x7BFF},  /* max finite */
+        {65505.0f, 0x7BFF},  /* rounds down */
+        {65519.99f, 0x7BFF}, /* just below the tie */
+        {65520.0f, 0x7C00},  /* tie: 0x7BFF is odd -> up -> inf */
+        {-1e6f, 0xFC00},     /* overflow -> -inf */
         {INFINITY, 0x7C00},
         {-INFINITY, 0xFC00},
-        {0x1p-14f, 0x0400},       /* min normal */
-        {0x1p-24f, 0x0001},       /* min subnormal */
+        {0x1p-14f, 0x0400}, /* min normal */
+        {0x1p-24f, 0x0001}, /* min subnormal */
         {-0x1p-24f, 0x8001},
-        {0x3FFp-24f, 0x03FF},     /* max subnormal */
-        {0x1p-25f, 0x0000},       /* tie between 0 and 2^-24 -> even (0) */
-        {0x1.000002p-25f, 0x0001},/* just above the tie */
-        {0x3p-25f, 0x0002},       /* 1.5 * 2^-24: tie between 1 and 2 -> 2 */
-        {0x5p-25f, 0x0002},       /* 2.5 * 2^-24: tie between 2 and 3 -> 2 */
-        {0x7FFp-25f, 0x0400},     /* 1023.5 * 2^-24: tie -> 1024 = min normal */
-        {1e-10f, 0x0000},         /* underflow */
-        {1.0f + 0x1p-11f, 0x3C00},/* tie between 0x3C00 and 0x3C01 -> even */
-        {1.0f + 0x3p-11f, 0x3C02},/* tie between 0x3C01 and 0x3C02 -> even */
-        {1.0f + 0x1.2p-11f, 0x3C01},     /* just above the tie */
-        {2048.0f + 1.0f, 0x6800}, /* 2049: tie between 2048 and 2050 -> 2048 */
-        {2048.0f + 3.0f, 0x6802}, /* 2051: tie between 2050 and 2052 -> 2052 */
+        {0x3FFp-24f, 0x03FF},        /* max subnormal */
+        {0x1p-25f, 0x0000},          /* tie between 0 and 2^-24 -> even (0) */
+        {0x1.000002p-25f, 0x0001},   /* just above the tie */
+        {0x3p-25f, 0x0002},          /* 1.5 * 2^-24: tie between 1 and 2 -> 2 */
+        {0x5p-25f, 0x0002},          /* 2.5 * 2^-24: tie between 2 and 3 -> 2 */
+        {0x7FFp-25f, 0x0400},        /* 1023.5 * 2^-24: tie -> 1024 = min normal */
+        {1e-10f, 0x0000},            /* underflow */
+        {1.0f + 0x1p-11f, 0x3C00},   /* tie between 0x3C00 and 0x3C01 -> even */
+        {1.0f + 0x3p-11f, 0x3C02},   /* tie between 0x3C01 and 0x3C02 -> even */
+        {1.0f + 0x1.2p-11f, 0x3C01}, /* just above the tie */
+        {2048.0f + 1.0f, 0x6800},    /* 2049: tie between 2048 and 2050 -> 2048 */
+        {2048.0f + 3.0f, 0x6802},    /* 2051: tie between 2050 and 2052 -> 2052 */
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         uint16_t h = sd_fp32_to_fp16(v[i].f);
@@ -306,7 +308,8 @@ Test(quant_q8_0, hand_bytes_unit_scale) {
     float x[32];
     x[0] = 127.0f;
     x[1] = -127.0f;
-    for (int j = 2; j < 32; j++) x[j] = (float)((j - 16) * 4) + 0.25f;
+    for (int j = 2; j < 32; j++)
+        x[j] = (float)((j - 16) * 4) + 0.25f;
     x[2] = 2.5f;  /* roundf: ties away from zero -> 3 (not rint's 2) */
     x[3] = -0.5f; /* -> -1 */
     sd_block_q8_0 b;
@@ -320,7 +323,8 @@ Test(quant_q8_0, hand_bytes_unit_scale) {
     cr_assert_eq(b.qs[1], -127);
     cr_assert_eq(b.qs[2], 3);
     cr_assert_eq(b.qs[3], -1);
-    for (int j = 4; j < 32; j++) cr_assert_eq(b.qs[j], (j - 16) * 4, "q[%d]=%d", j, b.qs[j]);
+    for (int j = 4; j < 32; j++)
+        cr_assert_eq(b.qs[j], (j - 16) * 4, "q[%d]=%d", j, b.qs[j]);
 }
 
 Test(quant_q8_0, hand_bytes_small_scale) {
@@ -333,8 +337,10 @@ Test(quant_q8_0, hand_bytes_small_scale) {
     sd_quantize_row(SD_TYPE_Q8_0, x, &b, 32);
     cr_assert_eq(b.d, 0x2408, "d=0x%04X", b.d);
     const int8_t want[6] = {127, -95, 16, 6, -2, 0};
-    for (int j = 0; j < 6; j++) cr_assert_eq(b.qs[j], want[j], "q[%d]=%d", j, b.qs[j]);
-    for (int j = 6; j < 32; j++) cr_assert_eq(b.qs[j], 0);
+    for (int j = 0; j < 6; j++)
+        cr_assert_eq(b.qs[j], want[j], "q[%d]=%d", j, b.qs[j]);
+    for (int j = 6; j < 32; j++)
+        cr_assert_eq(b.qs[j], 0);
 }
 
 Test(quant_q4_0, hand_bytes) {
@@ -342,8 +348,10 @@ Test(quant_q4_0, hand_bytes) {
      * q = min(15, (int)(x + 8.5)). Low half x[j] = j - 8 -> q = j; high half
      * x[16 + k] = 7.3 - k -> trunc(15.8 - k) = 15 - k. Byte j = q[j] | q[j+16] << 4. */
     float x[32];
-    for (int j = 0; j < 16; j++) x[j] = (float)(j - 8);
-    for (int k = 0; k < 16; k++) x[16 + k] = 7.3f - (float)k;
+    for (int j = 0; j < 16; j++)
+        x[j] = (float)(j - 8);
+    for (int k = 0; k < 16; k++)
+        x[16 + k] = 7.3f - (float)k;
     sd_block_q4_0 b;
     sd_quantize_row(SD_TYPE_Q4_0, x, &b, 32);
     cr_assert_eq(b.d, 0x3C00, "d=0x%04X", b.d);
@@ -353,8 +361,10 @@ Test(quant_q4_0, hand_bytes) {
     /* Positive max, first one wins on a magnitude tie: x[0] = +8 and x[16] = -8 ->
      * max = +8, d = -1 (0xBC00), id = -1: x[0] -> 0.5 -> 0; x[16] -> 16.5 -> 16 ->
      * clamped to 15. Low half x[j] = 8 - j -> q = j; high x[16+k] = -(7.3 - k) -> 15 - k */
-    for (int j = 0; j < 16; j++) x[j] = (float)(8 - j);
-    for (int k = 0; k < 16; k++) x[16 + k] = -(7.3f - (float)k);
+    for (int j = 0; j < 16; j++)
+        x[j] = (float)(8 - j);
+    for (int k = 0; k < 16; k++)
+        x[16 + k] = -(7.3f - (float)k);
     x[16] = -8.0f;
     sd_quantize_row(SD_TYPE_Q4_0, x, &b, 32);
     cr_assert_eq(b.d, 0xBC00, "d=0x%04X", b.d);
@@ -368,7 +378,8 @@ Test(quant_q4_0, hand_bytes) {
 
 Test(quant_zero, all_zero_blocks) {
     float x[96] = {0};
-    for (int j = 64; j < 96; j++) x[j] = (float)(j - 80) * 0.01f; /* third block nonzero */
+    for (int j = 64; j < 96; j++)
+        x[j] = (float)(j - 80) * 0.01f; /* third block nonzero */
     x[40] = -0.0f;
     sd_block_q8_0 q8[3];
     sd_block_q4_0 q4[3];
@@ -378,15 +389,20 @@ Test(quant_zero, all_zero_blocks) {
         cr_assert_eq(q8[i].d, 0);
         /* ggml: d = max / -8 = 0 / -8 = -0.0 -> fp16 0x8000; x * 0 + 8.5 -> q = 8 */
         cr_assert_eq(q4[i].d, 0x8000, "q4 zero block d=0x%04X (ggml writes -0)", q4[i].d);
-        for (int j = 0; j < 32; j++) cr_assert_eq(q8[i].qs[j], 0);
-        for (int j = 0; j < 16; j++) cr_assert_eq(q4[i].qs[j], 0x88, "q4 zero -> 8|8<<4");
+        for (int j = 0; j < 32; j++)
+            cr_assert_eq(q8[i].qs[j], 0);
+        for (int j = 0; j < 16; j++)
+            cr_assert_eq(q4[i].qs[j], 0x88, "q4 zero -> 8|8<<4");
     }
     float y[96];
     sd_dequantize_row(SD_TYPE_Q8_0, q8, y, 96);
-    for (int j = 0; j < 64; j++) cr_assert(y[j] == 0.0f && !isnan(y[j]));
-    for (int j = 64; j < 96; j++) cr_assert(!isnan(y[j]) && fabsf(y[j] - x[j]) < 2e-3f);
+    for (int j = 0; j < 64; j++)
+        cr_assert(y[j] == 0.0f && !isnan(y[j]));
+    for (int j = 64; j < 96; j++)
+        cr_assert(!isnan(y[j]) && fabsf(y[j] - x[j]) < 2e-3f);
     sd_dequantize_row(SD_TYPE_Q4_0, q4, y, 96);
-    for (int j = 0; j < 64; j++) cr_assert(y[j] == 0.0f && !isnan(y[j]));
+    for (int j = 0; j < 64; j++)
+        cr_assert(y[j] == 0.0f && !isnan(y[j]));
 
     /* zero activations through every kernel: exactly 0, never NaN */
     for (size_t si = 0; si < N_SETS; si++) {
@@ -415,7 +431,8 @@ Test(quant_roundtrip, bounds) {
     static unsigned char buf[N * 4];
     for (int trial = 0; trial < 20; trial++) {
         const float scale = ldexpf(1.0f, (int)(rng_next(&s) % 30) - 15);
-        for (int j = 0; j < N; j++) x[j] = rng_f(&s) * scale;
+        for (int j = 0; j < N; j++)
+            x[j] = rng_f(&s) * scale;
         if (trial % 5 == 0) x[trial] = scale * 1.5f; /* an outlier */
 
         /* Q8_0: |x - q*dh| <= dh/2 (rounding at scale d) + 127*|d - dh| (fp16 scale) */
@@ -423,13 +440,14 @@ Test(quant_roundtrip, bounds) {
         sd_dequantize_row(SD_TYPE_Q8_0, buf, y, N);
         for (int i = 0; i < N / 32; i++) {
             float amax = 0;
-            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[i * 32 + j]));
+            for (int j = 0; j < 32; j++)
+                amax = fmaxf(amax, fabsf(x[i * 32 + j]));
             const double d = amax / 127.0;
             const double dh = sd_fp16_to_fp32(((sd_block_q8_0 *)buf)[i].d);
             const double bound = 0.5 * d + 127.0 * fabs(d - dh) + 1e-6 * amax;
             for (int j = i * 32; j < i * 32 + 32; j++)
-                cr_assert(fabs((double)x[j] - y[j]) <= bound, "q8_0 [%d]: %g vs %g (d=%g)", j,
-                          x[j], y[j], d);
+                cr_assert(fabs((double)x[j] - y[j]) <= bound, "q8_0 [%d]: %g vs %g (d=%g)", j, x[j],
+                          y[j], d);
         }
         /* Q4_0: d = max/-8; elements at most d/2 away except the clamped one (-max at
          * q = 16 -> 15) which is at most |d| away; plus 8*|d - dh| for the fp16 scale */
@@ -445,8 +463,8 @@ Test(quant_roundtrip, bounds) {
                 const double xi = x[j] / d; /* in [-8, 8] */
                 const double base = xi <= 7.5 ? 0.5 * fabs(d) : fabs(d);
                 const double bound = base + 8.0 * fabs(d - dh) + 1e-6 * amax;
-                cr_assert(fabs((double)x[j] - y[j]) <= bound, "q4_0 [%d]: %g vs %g (d=%g)", j,
-                          x[j], y[j], d);
+                cr_assert(fabs((double)x[j] - y[j]) <= bound, "q4_0 [%d]: %g vs %g (d=%g)", j, x[j],
+                          y[j], d);
             }
         }
         /* F16 / BF16: relative half-ulp */
@@ -469,11 +487,13 @@ Test(quant_activations, layout) {
     uint64_t s = 11;
     enum { T = 3, N = 96 };
     float x[T * N];
-    for (int j = 0; j < T * N; j++) x[j] = rng_f(&s) * 3.0f;
+    for (int j = 0; j < T * N; j++)
+        x[j] = rng_f(&s) * 3.0f;
     _Alignas(64) unsigned char got[4096];
     unsigned char want[T * 102];
     sd_quantize_activations(SD_TYPE_Q4_0, x, T, N, got);
-    for (int b = 0; b < T; b++) sd_quantize_row(SD_TYPE_Q8_0, x + b * N, want + b * 102, N);
+    for (int b = 0; b < T; b++)
+        sd_quantize_row(SD_TYPE_Q8_0, x + b * N, want + b * 102, N);
     cr_assert_eq(memcmp(got, want, T * 102), 0);
     sd_quantize_activations(SD_TYPE_Q8_0, x, T, N, got);
     cr_assert_eq(memcmp(got, want, T * 102), 0);
@@ -511,7 +531,8 @@ Test(quant_activations, prepared_layout) {
                     cr_assert_eq(sd_kernel_act_bytes(ks, t, n_tok + 1, n + 32, &b2), 0);
                     cr_assert_geq(b2, bytes);
                     float *x = malloc(sizeof(float) * (size_t)(n_tok * n));
-                    for (int64_t j = 0; j < n_tok * n; j++) x[j] = rng_f(&s) * 5.0f;
+                    for (int64_t j = 0; j < n_tok * n; j++)
+                        x[j] = rng_f(&s) * 5.0f;
                     unsigned char *one = xalloc(bytes + 64), *split = xalloc(bytes + 64);
                     memset(one, 0xA5, bytes + 64);
                     memset(split, 0xA5, bytes + 64);
@@ -523,8 +544,8 @@ Test(quant_activations, prepared_layout) {
                     for (int64_t b = 0; b < n_tok; b++) {
                         sd_quantize_row(sd_vec_dot_type(t), x + b * n, want, n);
                         cr_assert_eq(memcmp(one + (size_t)b * rb, want, rb), 0,
-                                     "%s %s: part A row %lld differs from the reference",
-                                     ks->name, sd_type_name(t), (long long)b);
+                                     "%s %s: part A row %lld differs from the reference", ks->name,
+                                     sd_type_name(t), (long long)b);
                     }
                     free(want);
                     /* three ranges, prepared in reverse order */
@@ -577,7 +598,8 @@ Test(quant_activations, simd_q8_0_bit_exact) {
                 float *xb = x + 32 * i;
                 const int kind = (int)(rng_next(&s) % 10);
                 const float scale = ldexpf(1.0f, (int)(rng_next(&s) % 60) - 40);
-                for (int j = 0; j < 32; j++) xb[j] = rng_f(&s) * scale;
+                for (int j = 0; j < 32; j++)
+                    xb[j] = rng_f(&s) * scale;
                 switch (kind) {
                 case 0: /* amax 127 -> d = 1: x = +-k.5 are exact roundf ties */
                     for (int j = 0; j < 32; j++)
@@ -597,15 +619,22 @@ Test(quant_activations, simd_q8_0_bit_exact) {
                     xb[0] = -127.0f;
                     break;
                 case 3: /* subnormals */
-                    for (int j = 0; j < 32; j++) xb[j] = rng_f(&s) * 0x1p-130f;
+                    for (int j = 0; j < 32; j++)
+                        xb[j] = rng_f(&s) * 0x1p-130f;
                     break;
                 case 4: /* d beyond the fp16 range (stored as inf) */
-                    for (int j = 0; j < 32; j++) xb[j] = rng_f(&s) * 1e7f;
+                    for (int j = 0; j < 32; j++)
+                        xb[j] = rng_f(&s) * 1e7f;
                     xb[9] = 3e38f;
                     break;
-                case 5: xb[rng_next(&s) % 32] = NAN; break;
-                case 6: xb[rng_next(&s) % 32] = (rng_next(&s) & 1) ? INFINITY : -INFINITY; break;
-                default: break;
+                case 5:
+                    xb[rng_next(&s) % 32] = NAN;
+                    break;
+                case 6:
+                    xb[rng_next(&s) % 32] = (rng_next(&s) & 1) ? INFINITY : -INFINITY;
+                    break;
+                default:
+                    break;
                 }
             }
             memset(got, 0xAB, sizeof got);
@@ -636,7 +665,8 @@ static void *make_weights(uint64_t *s, sd_type t, int64_t rows, int64_t n, size_
             const size_t bb = sd_type_block_bytes(t);
             for (int64_t i = 0; i < n / 32; i++) {
                 unsigned char *blk = wr + (size_t)i * bb;
-                for (size_t k = 2; k < bb; k++) blk[k] = (unsigned char)rng_next(s);
+                for (size_t k = 2; k < bb; k++)
+                    blk[k] = (unsigned char)rng_next(s);
                 uint16_t d = sd_fp32_to_fp16(ldexpf(rng_f(s), -(int)(rng_next(s) % 8)));
                 if (rng_next(s) % 16 == 0) d = 0; /* an all-zero-scale block */
                 memcpy(blk, &d, 2);
@@ -644,7 +674,8 @@ static void *make_weights(uint64_t *s, sd_type t, int64_t rows, int64_t n, size_
         } else {
             float *tmp = malloc(sizeof(float) * (size_t)n + 1);
             cr_assert_not_null(tmp);
-            for (int64_t j = 0; j < n; j++) tmp[j] = rng_f(s) * 2.0f;
+            for (int64_t j = 0; j < n; j++)
+                tmp[j] = rng_f(s) * 2.0f;
             sd_quantize_row(t, tmp, wr, n);
             free(tmp);
         }
@@ -662,8 +693,12 @@ static double w_elem(sd_type t, const unsigned char *wr, int64_t j) {
         memcpy(&f, wr + 4 * j, 4);
         return f;
     }
-    case SD_TYPE_F16: memcpy(&h, wr + 2 * j, 2); return sd_fp16_to_fp32(h);
-    case SD_TYPE_BF16: memcpy(&h, wr + 2 * j, 2); return bitsf((uint32_t)h << 16);
+    case SD_TYPE_F16:
+        memcpy(&h, wr + 2 * j, 2);
+        return sd_fp16_to_fp32(h);
+    case SD_TYPE_BF16:
+        memcpy(&h, wr + 2 * j, 2);
+        return bitsf((uint32_t)h << 16);
     case SD_TYPE_Q8_0: {
         const unsigned char *blk = wr + 34 * (j / 32);
         memcpy(&h, blk, 2);
@@ -676,7 +711,9 @@ static double w_elem(sd_type t, const unsigned char *wr, int64_t j) {
         const int q = k < 16 ? (blk[2 + k] & 0xF) : (blk[2 + k - 16] >> 4);
         return (double)sd_fp16_to_fp32(h) * (double)(q - 8);
     }
-    default: cr_assert_fail("type"); return 0;
+    default:
+        cr_assert_fail("type");
+        return 0;
     }
 }
 
@@ -706,7 +743,8 @@ static problem make_problem(uint64_t *s, sd_type t, int64_t rows, int64_t n, int
     p.w = make_weights(s, t, rows, n, p.wrb);
     float *x = malloc(sizeof(float) * (size_t)(n_tok * n) + 1);
     cr_assert_not_null(x);
-    for (int64_t j = 0; j < n_tok * n; j++) x[j] = rng_f(s) * 4.0f;
+    for (int64_t j = 0; j < n_tok * n; j++)
+        x[j] = rng_f(s) * 4.0f;
     size_t xb = 0;
     cr_assert_eq(sd_activations_bytes(t, n_tok, n, &xb), 0);
     p.xq = xalloc(xb);
@@ -745,9 +783,12 @@ static void free_problem(problem *p) {
 static double err_bound(const sd_kernel_set *ks, sd_type t, int64_t n, double absum) {
     const double u = 0x1p-24;
     double k;
-    if (t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_0) k = (double)(n / 32) + 12.0;
-    else if (ks == &sd_kernels_scalar) k = 1.0 + (double)n * 0x1p-29;
-    else k = (double)n / 16.0 + 12.0;
+    if (t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_0)
+        k = (double)(n / 32) + 12.0;
+    else if (ks == &sd_kernels_scalar)
+        k = 1.0 + (double)n * 0x1p-29;
+    else
+        k = (double)n / 16.0 + 12.0;
     return k * u * absum + 1e-30;
 }
 
@@ -755,7 +796,8 @@ static void check_kernel_vs_exact(const sd_kernel_set *ks, problem *p) {
     const int64_t ldy = p->rows + 3;
     float *y = malloc(sizeof(float) * (size_t)(p->n_tok * ldy));
     cr_assert_not_null(y);
-    for (int64_t i = 0; i < p->n_tok * ldy; i++) y[i] = -12345.0f; /* sentinel */
+    for (int64_t i = 0; i < p->n_tok * ldy; i++)
+        y[i] = -12345.0f; /* sentinel */
     unsigned char *xq = prep(ks, p->t, p->x, p->n_tok, p->n);
     sd_kernel_for_type(ks, p->t)(p->w, p->wrb, p->n, xq, p->n_tok, y, ldy, 0, p->rows);
     free(xq);
@@ -767,8 +809,8 @@ static void check_kernel_vs_exact(const sd_kernel_set *ks, problem *p) {
                       "%s %s n=%lld rows=%lld n_tok=%lld: y[%lld,%lld]=%.9g want %.9g "
                       "(err %.3g > bound %.3g)",
                       ks->name, sd_type_name(p->t), (long long)p->n, (long long)p->rows,
-                      (long long)p->n_tok, (long long)b, (long long)r, got, want,
-                      fabs(got - want), bound);
+                      (long long)p->n_tok, (long long)b, (long long)r, got, want, fabs(got - want),
+                      bound);
         }
         for (int64_t r = p->rows; r < ldy; r++)
             cr_assert_eq(y[b * ldy + r], -12345.0f, "%s wrote outside [r0, r1)", ks->name);
@@ -776,7 +818,9 @@ static void check_kernel_vs_exact(const sd_kernel_set *ks, problem *p) {
     free(y);
 }
 
-static int64_t pick(uint64_t *s, const int64_t *v, size_t nv) { return v[rng_next(s) % nv]; }
+static int64_t pick(uint64_t *s, const int64_t *v, size_t nv) {
+    return v[rng_next(s) % nv];
+}
 
 Test(quant_kernels, all_sets_vs_exact) {
     uint64_t s = 1234;

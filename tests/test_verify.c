@@ -41,12 +41,14 @@ static const double CHI2_CRIT_1E4[8] = {
  * p == 0 must have count 0 (asserted) and do not count towards df. */
 static double chi_square(const long *counts, const float *p, long n, int *df_out) {
     double psum = 0.0;
-    for (int i = 0; i < V8; i++) psum += p[i];
+    for (int i = 0; i < V8; i++)
+        psum += p[i];
     double stat = 0.0;
     int support = 0;
     for (int i = 0; i < V8; i++) {
         if (p[i] == 0.0f) {
-            cr_assert_eq(counts[i], 0, "token %d has p = 0 but was emitted %ld times", i, counts[i]);
+            cr_assert_eq(counts[i], 0, "token %d has p = 0 but was emitted %ld times", i,
+                         counts[i]);
             continue;
         }
         support++;
@@ -73,7 +75,8 @@ static double randn(sd_rng *r) {
 }
 
 static void fill_rows(float *dst, const float *row, int rows, int n) {
-    for (int i = 0; i < rows; i++) memcpy(dst + (size_t)i * n, row, (size_t)n * sizeof *row);
+    for (int i = 0; i < rows; i++)
+        memcpy(dst + (size_t)i * n, row, (size_t)n * sizeof *row);
 }
 
 /* (logit, id) pair sorted by logit descending, id ascending: the reference ranking. */
@@ -105,7 +108,8 @@ static int ref_warp(const float *logits, int n, float temp, int top_k, float top
     int k = (top_k > 0 && top_k < n) ? top_k : n;
     const double mx = r[0].l;
     double sum = 0.0;
-    for (int j = 0; j < k; j++) sum += exp(((double)r[j].l - mx) / (double)temp);
+    for (int j = 0; j < k; j++)
+        sum += exp(((double)r[j].l - mx) / (double)temp);
     int m = k;
     if (top_p < 1.0f) {
         double cum = 0.0;
@@ -118,9 +122,12 @@ static int ref_warp(const float *logits, int n, float temp, int top_k, float top
         }
     }
     double kept = 0.0;
-    for (int j = 0; j < m; j++) kept += exp(((double)r[j].l - mx) / (double)temp);
-    for (int i = 0; i < n; i++) out[i] = 0.0;
-    for (int j = 0; j < m; j++) out[r[j].id] = exp(((double)r[j].l - mx) / (double)temp) / kept;
+    for (int j = 0; j < m; j++)
+        kept += exp(((double)r[j].l - mx) / (double)temp);
+    for (int i = 0; i < n; i++)
+        out[i] = 0.0;
+    for (int j = 0; j < m; j++)
+        out[r[j].id] = exp(((double)r[j].l - mx) / (double)temp) / kept;
     free(r);
     return m;
 }
@@ -136,20 +143,26 @@ typedef struct pq_pair {
 } pq_pair;
 
 static const pq_pair PAIRS[] = {
-    {"generic", {0.30f, 0.20f, 0.15f, 0.10f, 0.10f, 0.08f, 0.05f, 0.02f},
+    {"generic",
+     {0.30f, 0.20f, 0.15f, 0.10f, 0.10f, 0.08f, 0.05f, 0.02f},
      {0.05f, 0.10f, 0.20f, 0.25f, 0.05f, 0.15f, 0.10f, 0.10f}},
-    {"q zero where p > 0", {0.30f, 0.20f, 0.15f, 0.10f, 0.10f, 0.08f, 0.05f, 0.02f},
+    {"q zero where p > 0",
+     {0.30f, 0.20f, 0.15f, 0.10f, 0.10f, 0.08f, 0.05f, 0.02f},
      {0.40f, 0.30f, 0.20f, 0.10f, 0.0f, 0.0f, 0.0f, 0.0f}},
-    {"p zero where q > 0", {0.50f, 0.30f, 0.20f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f},
+    {"p zero where q > 0",
+     {0.50f, 0.30f, 0.20f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f},
      {0.125f, 0.125f, 0.125f, 0.125f, 0.125f, 0.125f, 0.125f, 0.125f}},
-    {"p == q", {0.30f, 0.20f, 0.15f, 0.10f, 0.10f, 0.08f, 0.05f, 0.02f},
+    {"p == q",
+     {0.30f, 0.20f, 0.15f, 0.10f, 0.10f, 0.08f, 0.05f, 0.02f},
      {0.30f, 0.20f, 0.15f, 0.10f, 0.10f, 0.08f, 0.05f, 0.02f}},
-    {"disjoint supports", {0.0f, 0.0f, 0.0f, 0.0f, 0.40f, 0.30f, 0.20f, 0.10f},
+    {"disjoint supports",
+     {0.0f, 0.0f, 0.0f, 0.0f, 0.40f, 0.30f, 0.20f, 0.10f},
      {0.25f, 0.25f, 0.25f, 0.25f, 0.0f, 0.0f, 0.0f, 0.0f}},
-    {"mixed zeros", {0.10f, 0.0f, 0.30f, 0.0f, 0.20f, 0.15f, 0.25f, 0.0f},
+    {"mixed zeros",
+     {0.10f, 0.0f, 0.30f, 0.0f, 0.20f, 0.15f, 0.25f, 0.0f},
      {0.0f, 0.20f, 0.30f, 0.10f, 0.10f, 0.0f, 0.20f, 0.10f}},
 };
-#define N_PAIRS ((int)(sizeof PAIRS / sizeof PAIRS[0]))
+#define N_PAIRS  ((int)(sizeof PAIRS / sizeof PAIRS[0]))
 #define N_TRIALS 200000L
 
 /* How verification is done in a run: the real sd_verify_sample, or a deliberately
@@ -197,7 +210,8 @@ static void run_steps(const pq_pair *pq, int k, verifier which, uint64_t seed, d
     memset(c, 0, sizeof *c);
     for (long t = 0; t < N_TRIALS; t++) {
         int32_t draft[SD_MAX_DRAFT];
-        for (int i = 0; i < k; i++) draft[i] = sd_sample(q + i * V8, V8, sd_rng_uniform(&draft_rng));
+        for (int i = 0; i < k; i++)
+            draft[i] = sd_sample(q + i * V8, V8, sd_rng_uniform(&draft_rng));
         sd_verify_result res;
         if (which == VERIFY_REAL) {
             sd_error err = {0};
@@ -212,7 +226,8 @@ static void run_steps(const pq_pair *pq, int k, verifier which, uint64_t seed, d
         for (int j = 0; j < res.n_tokens; j++) {
             const int32_t tok = res.tokens[j];
             cr_assert(tok >= 0 && tok < V8, "token %d out of range", tok);
-            if (j < res.n_accepted) cr_assert_eq(tok, draft[j], "accepted token differs from draft");
+            if (j < res.n_accepted)
+                cr_assert_eq(tok, draft[j], "accepted token differs from draft");
             c->pos[j][tok]++;
             c->n_pos[j]++;
             if (c->n_stream < N_TRIALS) {
@@ -267,8 +282,12 @@ static void distribution_test(int k) {
     }
 }
 
-Test(verify_distribution, k1_matches_target) { distribution_test(1); }
-Test(verify_distribution, k3_matches_target) { distribution_test(3); }
+Test(verify_distribution, k1_matches_target) {
+    distribution_test(1);
+}
+Test(verify_distribution, k3_matches_target) {
+    distribution_test(3);
+}
 
 /* Expected acceptance rate sum_x min(p, q) for "generic": 0.60. A loose check that
  * acceptance is not broken in the other direction (accepting too little). */
@@ -288,11 +307,12 @@ Test(verify_distribution, negative_control_sampling_from_q_fails) {
     sd_rng rng;
     sd_rng_seed(&rng, 4242);
     long counts[V8] = {0};
-    for (long t = 0; t < N_TRIALS; t++) counts[sd_sample(pq->q, V8, sd_rng_uniform(&rng))]++;
+    for (long t = 0; t < N_TRIALS; t++)
+        counts[sd_sample(pq->q, V8, sd_rng_uniform(&rng))]++;
     int df = 0;
     const double stat = chi_square(counts, pq->p, N_TRIALS, &df);
-    fprintf(stderr, "  chi2 negative control (samples from q vs p): df=%d stat=%.1f crit=%.2f\n", df,
-            stat, CHI2_CRIT_1E4[df]);
+    fprintf(stderr, "  chi2 negative control (samples from q vs p): df=%d stat=%.1f crit=%.2f\n",
+            df, stat, CHI2_CRIT_1E4[df]);
     cr_assert(stat > CHI2_CRIT_1E4[df], "sampling from q passed the test (chi2 %.2f)", stat);
 }
 
@@ -302,9 +322,11 @@ Test(verify_distribution, negative_control_resample_from_p_fails) {
     run_steps(&PAIRS[0], 1, VERIFY_BUG_RESAMPLE_FROM_P, 99, c);
     int df = 0;
     const double stat = chi_square(c->pos[0], PAIRS[0].p, c->n_pos[0], &df);
-    fprintf(stderr, "  chi2 negative control (resample from p on rejection): df=%d stat=%.1f crit=%.2f\n",
+    fprintf(stderr,
+            "  chi2 negative control (resample from p on rejection): df=%d stat=%.1f crit=%.2f\n",
             df, stat, CHI2_CRIT_1E4[df]);
-    cr_assert(stat > CHI2_CRIT_1E4[df], "the resample-from-p bug passed the test (chi2 %.2f)", stat);
+    cr_assert(stat > CHI2_CRIT_1E4[df], "the resample-from-p bug passed the test (chi2 %.2f)",
+              stat);
     free(c);
 }
 
@@ -322,17 +344,19 @@ Test(verify_sample, draft_equals_target_accepts_everything) {
     sd_rng_seed(&gen, 1);
     sd_rng_seed(&draft_rng, 2);
     sd_rng_seed(&verify_rng, 3);
-    const sd_sampling_params configs[3] = {
-        {1.0f, 0, 1.0f}, {0.8f, 40, 0.95f}, {0.5f, 0, 0.9f}};
+    const sd_sampling_params configs[3] = {{1.0f, 0, 1.0f}, {0.8f, 40, 0.95f}, {0.5f, 0, 0.9f}};
     for (int step = 0; step < STEPS; step++) {
         const sd_sampling_params sp = configs[step % 3];
-        for (int i = 0; i < (K + 1) * N; i++) logits[i] = (float)(3.0 * randn(&gen));
+        for (int i = 0; i < (K + 1) * N; i++)
+            logits[i] = (float)(3.0 * randn(&gen));
         for (int i = 0; i <= K; i++) {
             sd_error err = {0};
-            cr_assert_eq(sd_warp(&sp, logits + i * N, N, p + i * N, iscratch, &err), SD_OK, "%s", err.msg);
+            cr_assert_eq(sd_warp(&sp, logits + i * N, N, p + i * N, iscratch, &err), SD_OK, "%s",
+                         err.msg);
         }
         int32_t draft[K];
-        for (int i = 0; i < K; i++) draft[i] = sd_sample(p + i * N, N, sd_rng_uniform(&draft_rng));
+        for (int i = 0; i < K; i++)
+            draft[i] = sd_sample(p + i * N, N, sd_rng_uniform(&draft_rng));
         sd_verify_result res;
         sd_error err = {0};
         /* q == p: the same rows serve as draft and target probabilities. */
@@ -358,16 +382,19 @@ Test(verify_sample, draft_equals_target_accepts_everything) {
 #define V6 6
 
 static void one_hot(float *row, int id) {
-    for (int i = 0; i < V6; i++) row[i] = i == id ? 1.0f : 0.0f;
+    for (int i = 0; i < V6; i++)
+        row[i] = i == id ? 1.0f : 0.0f;
 }
 
 static void uniform_row(float *row) {
-    for (int i = 0; i < V6; i++) row[i] = 1.0f / V6;
+    for (int i = 0; i < V6; i++)
+        row[i] = 1.0f / V6;
 }
 
 Test(verify_sample, all_accepted_then_bonus) {
     float q[3 * V6], p[4 * V6], scratch[V6];
-    for (int i = 0; i < 3; i++) uniform_row(q + i * V6);
+    for (int i = 0; i < 3; i++)
+        uniform_row(q + i * V6);
     one_hot(p + 0 * V6, 3);
     one_hot(p + 1 * V6, 1);
     one_hot(p + 2 * V6, 4);
@@ -381,14 +408,17 @@ Test(verify_sample, all_accepted_then_bonus) {
         cr_assert_eq(res.n_accepted, 3);
         cr_assert_eq(res.n_tokens, 4);
         const int32_t want[4] = {3, 1, 4, 5};
-        for (int i = 0; i < 4; i++) cr_assert_eq(res.tokens[i], want[i]);
+        for (int i = 0; i < 4; i++)
+            cr_assert_eq(res.tokens[i], want[i]);
     }
 }
 
 Test(verify_sample, none_accepted_correction_from_residual) {
     float q[3 * V6], p[4 * V6], scratch[V6];
-    for (int i = 0; i < 3; i++) uniform_row(q + i * V6);
-    for (int i = 0; i < 4; i++) one_hot(p + i * V6, 2);
+    for (int i = 0; i < 3; i++)
+        uniform_row(q + i * V6);
+    for (int i = 0; i < 4; i++)
+        one_hot(p + i * V6, 2);
     const int32_t draft[3] = {0, 2, 2}; /* p(0) = 0 on row 0: always rejected */
     for (uint64_t seed = 0; seed < 50; seed++) {
         sd_rng rng;
@@ -403,7 +433,8 @@ Test(verify_sample, none_accepted_correction_from_residual) {
 
 Test(verify_sample, some_accepted) {
     float q[3 * V6], p[4 * V6], scratch[V6];
-    for (int i = 0; i < 3; i++) uniform_row(q + i * V6);
+    for (int i = 0; i < 3; i++)
+        uniform_row(q + i * V6);
     one_hot(p + 0 * V6, 3);
     one_hot(p + 1 * V6, 3);
     one_hot(p + 2 * V6, 4);
@@ -466,10 +497,12 @@ static void seeded_run(uint64_t seed, int32_t *out, int steps) {
     sd_rng_seed(&verify_rng, seed + 1);
     for (int s = 0; s < steps; s++) {
         int32_t draft[K];
-        for (int i = 0; i < K; i++) draft[i] = sd_sample(q + i * V8, V8, sd_rng_uniform(&draft_rng));
+        for (int i = 0; i < K; i++)
+            draft[i] = sd_sample(q + i * V8, V8, sd_rng_uniform(&draft_rng));
         sd_verify_result res;
         cr_assert_eq(sd_verify_sample(draft, K, q, p, V8, &verify_rng, scratch, &res, NULL), SD_OK);
-        for (int j = 0; j <= K; j++) out[s * (K + 1) + j] = j < res.n_tokens ? res.tokens[j] : -1;
+        for (int j = 0; j <= K; j++)
+            out[s * (K + 1) + j] = j < res.n_tokens ? res.tokens[j] : -1;
     }
 }
 
@@ -488,8 +521,10 @@ Test(verify_sample, seeded_runs_are_deterministic) {
 
 Test(verify_sample, bad_arguments_are_rejected) {
     float q[SD_MAX_DRAFT * V6], p[(SD_MAX_DRAFT + 2) * V6], scratch[V6];
-    for (int i = 0; i < SD_MAX_DRAFT; i++) uniform_row(q + i * V6);
-    for (int i = 0; i < SD_MAX_DRAFT + 2; i++) uniform_row(p + i * V6);
+    for (int i = 0; i < SD_MAX_DRAFT; i++)
+        uniform_row(q + i * V6);
+    for (int i = 0; i < SD_MAX_DRAFT + 2; i++)
+        uniform_row(p + i * V6);
     int32_t draft[SD_MAX_DRAFT + 1] = {0};
     sd_rng rng, before;
     sd_rng_seed(&rng, 9);
@@ -553,10 +588,10 @@ Test(verify_greedy, bad_arguments_are_rejected) {
 Test(verify_greedy, accepted_prefix_and_correction) {
     /* argmax per row: 2, 4, 1, 0 */
     const float logits[4 * V6] = {
-        0.1f, 0.2f, 3.0f, -1.0f, 0.0f, 0.5f,  /* row 0 */
-        0.0f, 0.0f, 0.0f, 0.0f, 9.0f, 8.9f,   /* row 1 */
-        -5.0f, 7.0f, 6.0f, 6.5f, 1.0f, 1.0f,  /* row 2 */
-        2.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f,   /* row 3 (bonus) */
+        0.1f,  0.2f, 3.0f, -1.0f, 0.0f, 0.5f, /* row 0 */
+        0.0f,  0.0f, 0.0f, 0.0f,  9.0f, 8.9f, /* row 1 */
+        -5.0f, 7.0f, 6.0f, 6.5f,  1.0f, 1.0f, /* row 2 */
+        2.0f,  1.0f, 1.0f, 1.0f,  1.0f, 1.0f, /* row 3 (bonus) */
     };
     sd_verify_result res;
     const int32_t all[3] = {2, 4, 1};
@@ -589,7 +624,8 @@ Test(verify_greedy, ties_go_to_lowest_id) {
     sd_verify_result res;
     const int32_t d3[1] = {3};
     cr_assert_eq(sd_verify_greedy(d3, 1, logits, V6, &res, NULL), SD_OK);
-    cr_assert(res.n_accepted == 0 && res.tokens[0] == 1, "tie must resolve to id 1, got %d", res.tokens[0]);
+    cr_assert(res.n_accepted == 0 && res.tokens[0] == 1, "tie must resolve to id 1, got %d",
+              res.tokens[0]);
     const int32_t d1[1] = {1};
     cr_assert_eq(sd_verify_greedy(d1, 1, logits, V6, &res, NULL), SD_OK);
     cr_assert(res.n_accepted == 1 && res.tokens[0] == 1 && res.tokens[1] == 0);
@@ -608,12 +644,14 @@ Test(verify_greedy, matches_sampling_with_temp0_rows) {
     sd_rng_seed(&rng, 9);
     const sd_sampling_params greedy = {0.0f, 40, 0.9f};
     for (int trial = 0; trial < 200; trial++) {
-        for (int i = 0; i < (K + 1) * N; i++) tl[i] = (float)(int)(4.0 * randn(&gen)); /* ties */
+        for (int i = 0; i < (K + 1) * N; i++)
+            tl[i] = (float)(int)(4.0 * randn(&gen)); /* ties */
         int32_t draft[K];
         for (int i = 0; i < K; i++) {
             /* draft agrees with the target's logits on a random prefix */
             const int agree = sd_rng_uniform(&gen) < 0.7;
-            for (int j = 0; j < N; j++) dl[i * N + j] = agree ? tl[i * N + j] : (float)randn(&gen);
+            for (int j = 0; j < N; j++)
+                dl[i * N + j] = agree ? tl[i * N + j] : (float)randn(&gen);
             cr_assert_eq(sd_warp(&greedy, dl + i * N, N, q + i * N, iscratch, NULL), SD_OK);
             draft[i] = sd_sample(q + i * N, N, sd_rng_uniform(&rng));
             cr_assert_eq(draft[i], sd_argmax(dl + i * N, N));
@@ -625,7 +663,8 @@ Test(verify_greedy, matches_sampling_with_temp0_rows) {
         cr_assert_eq(sd_verify_sample(draft, K, q, p, N, &rng, scratch, &b, NULL), SD_OK);
         cr_assert_eq(a.n_accepted, b.n_accepted);
         cr_assert_eq(a.n_tokens, b.n_tokens);
-        for (int j = 0; j < a.n_tokens; j++) cr_assert_eq(a.tokens[j], b.tokens[j]);
+        for (int j = 0; j < a.n_tokens; j++)
+            cr_assert_eq(a.tokens[j], b.tokens[j]);
     }
 }
 
@@ -644,7 +683,8 @@ static void assert_sums_to_one(const float *probs, int n) {
 /* sd_warp vs the double reference: same kept set, values within 1e-6, sum 1 within 1e-5.
  * A kept entry whose probability is below float's range (< 1e-30 in the reference,
  * e.g. at temp 0.05) is 0 in sd_warp: that is underflow, not a dropped token. */
-static void compare_to_ref(const sd_sampling_params *sp, const float *logits, int n, const char *what) {
+static void compare_to_ref(const sd_sampling_params *sp, const float *logits, int n,
+                           const char *what) {
     float *probs = malloc(sizeof(float) * (size_t)n);
     int32_t *scratch = malloc(sizeof(int32_t) * (size_t)n);
     double *ref = malloc(sizeof(double) * (size_t)n);
@@ -661,7 +701,8 @@ static void compare_to_ref(const sd_sampling_params *sp, const float *logits, in
         }
         cr_assert((probs[i] != 0.0f) == (ref[i] != 0.0),
                   "%s (temp %g top_k %d top_p %g): id %d kept %d, reference %d", what,
-                  (double)sp->temp, sp->top_k, (double)sp->top_p, i, probs[i] != 0.0f, ref[i] != 0.0);
+                  (double)sp->temp, sp->top_k, (double)sp->top_p, i, probs[i] != 0.0f,
+                  ref[i] != 0.0);
         cr_assert(fabs((double)probs[i] - ref[i]) <= 1e-6, "%s: probs[%d] = %.9g, reference %.9g",
                   what, i, (double)probs[i], ref[i]);
     }
@@ -680,7 +721,8 @@ Test(warp, temperature_matches_double_softmax) {
     sd_rng_seed(&gen, 31);
     const float temps[] = {0.05f, 0.3f, 0.7f, 1.0f, 1.5f, 10.0f};
     for (size_t t = 0; t < sizeof temps / sizeof temps[0]; t++) {
-        for (int i = 0; i < N; i++) logits[i] = (float)(2.0 * randn(&gen) + 20.0);
+        for (int i = 0; i < N; i++)
+            logits[i] = (float)(2.0 * randn(&gen) + 20.0);
         const sd_sampling_params sp = {temps[t], 0, 1.0f};
         compare_to_ref(&sp, logits, N, "temperature");
     }
@@ -690,14 +732,18 @@ Test(warp, no_ranking_when_top_k_and_top_p_are_off) {
     enum { N = 300 };
     static float logits[N], probs[N];
     static int32_t scratch[N];
-    for (int i = 0; i < N; i++) logits[i] = (float)(i % 17) * 0.1f;
-    for (int i = 0; i < N; i++) scratch[i] = -7;
+    for (int i = 0; i < N; i++)
+        logits[i] = (float)(i % 17) * 0.1f;
+    for (int i = 0; i < N; i++)
+        scratch[i] = -7;
     const sd_sampling_params sp = {0.9f, 0, 1.0f};
     cr_assert_eq(sd_warp(&sp, logits, N, probs, scratch, NULL), SD_OK);
-    for (int i = 0; i < N; i++) cr_assert_eq(scratch[i], -7, "scratch touched: no sort expected");
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(scratch[i], -7, "scratch touched: no sort expected");
     const sd_sampling_params sp2 = {0.9f, N + 5, 1.5f}; /* top_k >= n and top_p > 1 are off too */
     cr_assert_eq(sd_warp(&sp2, logits, N, probs, scratch, NULL), SD_OK);
-    for (int i = 0; i < N; i++) cr_assert_eq(scratch[i], -7, "scratch touched: no sort expected");
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(scratch[i], -7, "scratch touched: no sort expected");
     assert_sums_to_one(probs, N);
 }
 
@@ -707,18 +753,21 @@ Test(warp, top_k_keeps_exactly_k_with_ties_by_id) {
     enum { N = 25 };
     float logits[N], probs[N];
     int32_t scratch[N];
-    for (int i = 0; i < N; i++) logits[i] = (float)(i % 5);
+    for (int i = 0; i < N; i++)
+        logits[i] = (float)(i % 5);
     logits[19] = logits[24] = 0.0f; /* two fewer 4s: 4s at ids 4, 9, 14 only */
     const sd_sampling_params sp = {1.0f, 7, 1.0f};
     cr_assert_eq(sd_warp(&sp, logits, N, probs, scratch, NULL), SD_OK);
     const int keep[7] = {4, 9, 14, 3, 8, 13, 18};
     int nz = 0;
-    for (int i = 0; i < N; i++) nz += probs[i] > 0.0f;
+    for (int i = 0; i < N; i++)
+        nz += probs[i] > 0.0f;
     cr_assert_eq(nz, 7);
     const double z = 3.0 * exp(4.0) + 4.0 * exp(3.0);
     for (int j = 0; j < 7; j++) {
         const double want = exp(logits[keep[j]]) / z;
-        cr_assert(fabs(probs[keep[j]] - want) <= 1e-6, "id %d: %g vs %g", keep[j], (double)probs[keep[j]], want);
+        cr_assert(fabs(probs[keep[j]] - want) <= 1e-6, "id %d: %g vs %g", keep[j],
+                  (double)probs[keep[j]], want);
     }
     assert_sums_to_one(probs, N);
 }
@@ -749,7 +798,8 @@ Test(warp, top_p_keeps_smallest_prefix_reaching_p) {
     cr_assert_eq(sd_warp(&sp, logits, 5, probs, scratch, NULL), SD_OK);
     const float want[5] = {0.2f / 0.85f, 0.0f, 0.5f / 0.85f, 0.0f, 0.15f / 0.85f};
     for (int i = 0; i < 5; i++)
-        cr_assert(fabs(probs[i] - want[i]) <= 1e-6, "probs[%d] = %g, want %g", i, (double)probs[i], (double)want[i]);
+        cr_assert(fabs(probs[i] - want[i]) <= 1e-6, "probs[%d] = %g, want %g", i, (double)probs[i],
+                  (double)want[i]);
     cr_assert(probs[1] == 0.0f && probs[3] == 0.0f);
 
     const sd_sampling_params tiny = {1.0f, 0, 0.0f}; /* top_p 0: keep only the best */
@@ -760,7 +810,8 @@ Test(warp, top_p_keeps_smallest_prefix_reaching_p) {
     const float flat[4] = {1.0f, 1.0f, 1.0f, 1.0f};
     const sd_sampling_params sp6 = {1.0f, 0, 0.6f};
     cr_assert_eq(sd_warp(&sp6, flat, 4, probs, scratch, NULL), SD_OK);
-    for (int i = 0; i < 3; i++) cr_assert(fabs(probs[i] - 1.0 / 3.0) <= 1e-6);
+    for (int i = 0; i < 3; i++)
+        cr_assert(fabs(probs[i] - 1.0 / 3.0) <= 1e-6);
     cr_assert_eq(probs[3], 0.0f);
 }
 
@@ -795,7 +846,8 @@ Test(warp, top_p_on_equal_logits_keeps_lowest_ids) {
     enum { N = 10000 };
     static float logits[N], probs[N];
     static int32_t scratch[N];
-    for (int i = 0; i < N; i++) logits[i] = -2.5f;
+    for (int i = 0; i < N; i++)
+        logits[i] = -2.5f;
     const float top_ps[2] = {0.25f, 0.3f};
     const int want[2] = {2500, 3001};
     for (int t = 0; t < 2; t++) {
@@ -825,7 +877,8 @@ Test(warp, greedy_is_one_hot_at_argmax) {
     for (int t = 0; t < 3; t++) {
         const sd_sampling_params sp = {temps[t], 3, 0.5f};
         cr_assert_eq(sd_warp(&sp, logits, 6, probs, scratch, NULL), SD_OK);
-        for (int i = 0; i < 6; i++) cr_assert_eq(probs[i], i == 1 ? 1.0f : 0.0f);
+        for (int i = 0; i < 6; i++)
+            cr_assert_eq(probs[i], i == 1 ? 1.0f : 0.0f);
     }
 }
 
@@ -835,10 +888,12 @@ Test(warp, infinities) {
     const sd_sampling_params sp = {0.7f, 0, 1.0f};
     const float neg[4] = {-INFINITY, 1.0f, -INFINITY, 1.0f};
     cr_assert_eq(sd_warp(&sp, neg, 4, probs, scratch, NULL), SD_OK);
-    cr_assert(probs[0] == 0.0f && probs[2] == 0.0f && fabs(probs[1] - 0.5) < 1e-7 && fabs(probs[3] - 0.5) < 1e-7);
+    cr_assert(probs[0] == 0.0f && probs[2] == 0.0f && fabs(probs[1] - 0.5) < 1e-7 &&
+              fabs(probs[3] - 0.5) < 1e-7);
     const float all_neg[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
     cr_assert_eq(sd_warp(&sp, all_neg, 4, probs, scratch, NULL), SD_OK);
-    for (int i = 0; i < 4; i++) cr_assert_eq(probs[i], 0.25f);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(probs[i], 0.25f);
     const float pos[4] = {1.0f, INFINITY, 3.0f, INFINITY};
     const sd_sampling_params spk = {0.7f, 3, 0.9f};
     cr_assert_eq(sd_warp(&spk, pos, 4, probs, scratch, NULL), SD_OK);
@@ -855,7 +910,8 @@ Test(warp, bad_arguments) {
     cr_assert_eq(err.status, SD_ERR_ARG);
     cr_assert(strstr(err.msg, "logit[2] is NaN") != NULL, "%s", err.msg);
     const sd_sampling_params greedy = {0.0f, 0, 1.0f};
-    cr_assert_eq(sd_warp(&greedy, logits, 4, probs, scratch, NULL), SD_ERR_ARG, "NaN must fail greedy too");
+    cr_assert_eq(sd_warp(&greedy, logits, 4, probs, scratch, NULL), SD_ERR_ARG,
+                 "NaN must fail greedy too");
     logits[2] = 0.5f;
     cr_assert_eq(sd_warp(&sp, logits, 0, probs, scratch, &err), SD_ERR_ARG);
     const sd_sampling_params nan_temp = {NAN, 0, 1.0f}, inf_temp = {INFINITY, 0, 1.0f},

@@ -16,7 +16,7 @@
 #include "tests/testutil.h"
 
 #define VOCAB_DIR SD_SHARED_DATA "/vocab"
-#define SPM_GGUF VOCAB_DIR "/ggml-vocab-llama-spm.gguf"
+#define SPM_GGUF  VOCAB_DIR "/ggml-vocab-llama-spm.gguf"
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -37,7 +37,9 @@ static char *read_all(const char *path, size_t *len) {
     return b;
 }
 
-static int shared_present(void) { return access(SPM_GGUF, R_OK) == 0; }
+static int shared_present(void) {
+    return access(SPM_GGUF, R_OK) == 0;
+}
 
 static void skip_without_shared(void) {
     if (!shared_present())
@@ -200,8 +202,10 @@ Test(vocab_spm, decode_roundtrip) {
         cr_assert_eq(sd_vocab_detokenize(v, vs[i].ids, vs[i].n_ids, &s, &sl, &err), SD_OK, "%s",
                      err.msg);
         cr_assert_eq(strlen(s), sl);
-        if (sl == vs[i].inp_len && memcmp(s, vs[i].inp, sl) == 0) pass++;
-        else cr_log_error("vector %zu: decoded '%s', expected '%s'", i, s, vs[i].inp);
+        if (sl == vs[i].inp_len && memcmp(s, vs[i].inp, sl) == 0)
+            pass++;
+        else
+            cr_log_error("vector %zu: decoded '%s', expected '%s'", i, s, vs[i].inp);
         free(s);
     }
     cr_log_info("llama-spm decode: %zu/%zu vectors pass", pass, n);
@@ -255,7 +259,8 @@ Test(vocab_spm, bos_and_pieces) {
     /* Control-token text is plain text (parse_special = false): "<s>" is not id 1. */
     cr_assert_eq(sd_vocab_tokenize(v, "<s>", 3, 0, &ids, &n, &err), SD_OK);
     cr_assert_gt(n, 1);
-    for (size_t i = 0; i < n; i++) cr_assert_neq(ids[i], 1);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_neq(ids[i], 1);
     free(ids);
 
     int32_t bad = 40000;
@@ -271,7 +276,8 @@ Test(vocab_spm, long_text_roundtrip, .timeout = 60) {
     char *txt = read_all(SD_SHARED_DATA "/tinystories/valid.txt", &len);
     if (!txt) cr_skip_test("tinystories/valid.txt missing");
     if (len > 200000) len = 200000;
-    while (len > 0 && ((unsigned char)txt[len] & 0xC0) == 0x80) len--; /* whole chars */
+    while (len > 0 && ((unsigned char)txt[len] & 0xC0) == 0x80)
+        len--; /* whole chars */
     int32_t *ids;
     size_t n;
     sd_error err = {0};
@@ -320,7 +326,8 @@ Test(vocab_spm, bytes_roundtrip) {
     cr_assert_eq(sd_vocab_tokenize(v, "\xDF x", 3, 0, &ids, &n, &err), SD_OK);
     int32_t want[] = {29871, 3 + 0xDF, 3 + 0xE2, 3 + 0x96, 3 + 0x81, 29916};
     cr_assert_eq(n, 6);
-    for (size_t i = 0; i < n; i++) cr_assert_eq(ids[i], want[i], "id %zu: %d", i, (int)ids[i]);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ids[i], want[i], "id %zu: %d", i, (int)ids[i]);
     free(ids);
     sd_vocab_free(v);
 }
@@ -363,12 +370,12 @@ static void rm_tmp(void) {
 #define N_TINY (3 + 256 + 6)
 typedef struct tiny_opts {
     int omit_tokens, omit_scores, short_scores, short_types;
-    int32_t change_id;        /* -1: none */
+    int32_t change_id; /* -1: none */
     const char *change_text;
-    int32_t bos;              /* -1: key absent */
-    int32_t n_extra;          /* extra tokens appended */
+    int32_t bos;     /* -1: key absent */
+    int32_t n_extra; /* extra tokens appended */
     const char *model;
-    int user_defined;         /* id N_TINY (needs n_extra >= 1) is "<U>", type 4 */
+    int user_defined; /* id N_TINY (needs n_extra >= 1) is "<U>", type 4 */
 } tiny_opts;
 
 static tiny_opts tiny_default(void) {
@@ -380,8 +387,14 @@ static tiny_opts tiny_default(void) {
 }
 
 static void write_tiny(const char *name, tiny_opts o, char *path_out, size_t cap) {
-    static const char *pieces[6] = {"\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "ab",
-                                    "\xe2\x96\x81" "a"};
+    static const char *pieces[6] = {"\xe2\x96\x81",
+                                    "a",
+                                    "b",
+                                    "ab",
+                                    "\xe2\x96\x81"
+                                    "ab",
+                                    "\xe2\x96\x81"
+                                    "a"};
     int32_t n = N_TINY + o.n_extra;
     char **texts = calloc((size_t)n, sizeof *texts);
     float *scores = calloc((size_t)n, sizeof *scores);
@@ -389,12 +402,18 @@ static void write_tiny(const char *name, tiny_opts o, char *path_out, size_t cap
     for (int32_t i = 0; i < n; i++) {
         texts[i] = malloc(32);
         types[i] = 1;
-        if (i == 0) strcpy(texts[i], "<unk>"), types[i] = 2;
-        else if (i == 1) strcpy(texts[i], "<s>"), types[i] = 3;
-        else if (i == 2) strcpy(texts[i], "</s>"), types[i] = 3;
-        else if (i < 259) snprintf(texts[i], 32, "<0x%02X>", i - 3), types[i] = 6;
-        else if (i < N_TINY) strcpy(texts[i], pieces[i - 259]), scores[i] = (float)-(i - 259);
-        else snprintf(texts[i], 32, "extra%d", i);
+        if (i == 0)
+            strcpy(texts[i], "<unk>"), types[i] = 2;
+        else if (i == 1)
+            strcpy(texts[i], "<s>"), types[i] = 3;
+        else if (i == 2)
+            strcpy(texts[i], "</s>"), types[i] = 3;
+        else if (i < 259)
+            snprintf(texts[i], 32, "<0x%02X>", i - 3), types[i] = 6;
+        else if (i < N_TINY)
+            strcpy(texts[i], pieces[i - 259]), scores[i] = (float)-(i - 259);
+        else
+            snprintf(texts[i], 32, "extra%d", i);
     }
     if (o.change_id >= 0) strcpy(texts[o.change_id], o.change_text);
     if (o.user_defined) {
@@ -407,20 +426,25 @@ static void write_tiny(const char *name, tiny_opts o, char *path_out, size_t cap
     cr_assert_eq(sd_gguf_set_str(w, "tokenizer.ggml.model", o.model), SD_OK);
     if (!o.omit_tokens)
         cr_assert_eq(sd_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)texts,
-                                         (uint64_t)n), SD_OK);
+                                         (uint64_t)n),
+                     SD_OK);
     if (!o.omit_scores)
         cr_assert_eq(sd_gguf_set_arr(w, "tokenizer.ggml.scores", SD_GGUF_F32, scores,
-                                     (uint64_t)(n - (o.short_scores ? 1 : 0))), SD_OK);
+                                     (uint64_t)(n - (o.short_scores ? 1 : 0))),
+                     SD_OK);
     cr_assert_eq(sd_gguf_set_arr(w, "tokenizer.ggml.token_type", SD_GGUF_I32, types,
-                                 (uint64_t)(n - (o.short_types ? 1 : 0))), SD_OK);
-    if (o.bos >= 0) cr_assert_eq(sd_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)o.bos), SD_OK);
+                                 (uint64_t)(n - (o.short_types ? 1 : 0))),
+                 SD_OK);
+    if (o.bos >= 0)
+        cr_assert_eq(sd_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)o.bos), SD_OK);
     cr_assert_eq(sd_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2), SD_OK);
     cr_assert_eq(sd_gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0), SD_OK);
     tu_path(path_out, cap, tmpdir, name);
     sd_error err = {0};
     cr_assert_eq(sd_gguf_writer_write(w, path_out, &err), SD_OK, "%s", err.msg);
     sd_gguf_writer_free(w);
-    for (int32_t i = 0; i < n; i++) free(texts[i]);
+    for (int32_t i = 0; i < n; i++)
+        free(texts[i]);
     free(texts);
     free(scores);
     free(types);
@@ -476,7 +500,8 @@ Test(vocab_files, user_defined_tokens) {
     cr_assert_eq(sd_vocab_tokenize(v, "a<U>b", 5, 0, &ids, &n, &err), SD_OK);
     int32_t want[] = {264, N_TINY, 259, 261}; /* "▁a" "<U>" "▁" "b" */
     cr_assert_eq(n, 4);
-    for (size_t i = 0; i < n; i++) cr_assert_eq(ids[i], want[i], "id %zu: %d", i, (int)ids[i]);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ids[i], want[i], "id %zu: %d", i, (int)ids[i]);
     char *s;
     size_t sl;
     cr_assert_eq(sd_vocab_detokenize(v, ids, n, &s, &sl, &err), SD_OK);

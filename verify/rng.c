@@ -10,13 +10,16 @@ static uint64_t splitmix64_next(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl64(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 void sd_rng_seed(sd_rng *r, uint64_t seed) {
     uint64_t x = seed;
     /* splitmix64 is a bijection on its counter, so the four words are never all zero
      * (the one state xoshiro must avoid). */
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64_next(&x);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64_next(&x);
 }
 
 uint64_t sd_rng_stream_seed(uint64_t seed, uint64_t stream) {

@@ -95,8 +95,8 @@ typedef struct sd_verify_result {
  * Errors: SD_ERR_ARG (k out of range, draft id out of [0, n_vocab), n_vocab < 1, NULL
  * pointer, a NaN logit in a row that is read). On error *res is not written.
  */
-int sd_verify_greedy(const int32_t *draft, int32_t k, const float *target_logits,
-                     int32_t n_vocab, sd_verify_result *res, sd_error *err);
+int sd_verify_greedy(const int32_t *draft, int32_t k, const float *target_logits, int32_t n_vocab,
+                     sd_verify_result *res, sd_error *err);
 
 /*
  * Speculative sampling verification (see top of file).

@@ -15,7 +15,8 @@ static int check_draft(const char *fn, const int32_t *draft, int32_t k, int32_t 
     if (n_vocab < 1) {
         return sd_errorf(err, SD_ERR_ARG, "%s: n_vocab = %d, expected >= 1", fn, (int)n_vocab);
     }
-    if (k > 0 && !draft) return sd_errorf(err, SD_ERR_ARG, "%s: draft is NULL with k = %d", fn, (int)k);
+    if (k > 0 && !draft)
+        return sd_errorf(err, SD_ERR_ARG, "%s: draft is NULL with k = %d", fn, (int)k);
     for (int32_t i = 0; i < k; i++) {
         if (draft[i] < 0 || draft[i] >= n_vocab) {
             return sd_errorf(err, SD_ERR_ARG, "%s: draft[%d] = %d, expected a token id in [0, %d)",
@@ -35,9 +36,10 @@ static int32_t argmax_checked(const float *x, int32_t n) {
     return best;
 }
 
-int sd_verify_greedy(const int32_t *draft, int32_t k, const float *target_logits,
-                     int32_t n_vocab, sd_verify_result *res, sd_error *err) {
-    if (!target_logits || !res) return sd_errorf(err, SD_ERR_ARG, "sd_verify_greedy: NULL argument");
+int sd_verify_greedy(const int32_t *draft, int32_t k, const float *target_logits, int32_t n_vocab,
+                     sd_verify_result *res, sd_error *err) {
+    if (!target_logits || !res)
+        return sd_errorf(err, SD_ERR_ARG, "sd_verify_greedy: NULL argument");
     int st = check_draft("sd_verify_greedy", draft, k, n_vocab, err);
     if (st != SD_OK) return st;
 
@@ -104,8 +106,8 @@ int sd_verify_sample(const int32_t *draft, int32_t k, const float *q, const floa
          * rows, where rejection is impossible in exact arithmetic): draw from p. */
         const int32_t t = any ? sd_sample(scratch, n_vocab, uc) : sd_sample(pi, n_vocab, uc);
         if (t < 0) {
-            return sd_errorf(err, SD_ERR_ARG, "sd_verify_sample: target row %d has no positive entry",
-                             (int)i);
+            return sd_errorf(err, SD_ERR_ARG,
+                             "sd_verify_sample: target row %d has no positive entry", (int)i);
         }
         r.tokens[r.n_accepted] = t;
         r.n_tokens = r.n_accepted + 1;

@@ -33,7 +33,7 @@ static void sift_down(int32_t *h, int32_t n, int32_t i, const float *l) {
         int32_t c = 2 * i + 1;
         if (c >= n) break;
         if (c + 1 < n && ranks_before(l, h[c], h[c + 1])) c++; /* the weaker child */
-        if (ranks_before(l, h[c], x)) break;                     /* x is weaker: done */
+        if (ranks_before(l, h[c], x)) break;                   /* x is weaker: done */
         h[i] = h[c];
         i = c;
     }
@@ -42,8 +42,10 @@ static void sift_down(int32_t *h, int32_t n, int32_t i, const float *l) {
 
 /* Write into idx[0 .. m) the m best-ranked token ids of l[0 .. n), best first. 1 <= m <= n. */
 static void select_top(const float *l, int32_t n, int32_t m, int32_t *idx) {
-    for (int32_t i = 0; i < m; i++) idx[i] = i;
-    for (int32_t i = m / 2 - 1; i >= 0; i--) sift_down(idx, m, i, l);
+    for (int32_t i = 0; i < m; i++)
+        idx[i] = i;
+    for (int32_t i = m / 2 - 1; i >= 0; i--)
+        sift_down(idx, m, i, l);
     /* Ids arrive in increasing order, so a newcomer ties with the weakest kept entry
      * only from behind: it displaces it only on a strictly larger logit. */
     float thr = l[idx[0]];
@@ -118,7 +120,8 @@ static inline float median3(float a, float b, float c) {
  * result is deterministic); each round strictly shrinks the candidates.
  */
 static void top_p_partition(const float *l, int32_t n, double target, float *w, int32_t *ids) {
-    for (int32_t i = 0; i < n; i++) ids[i] = i;
+    for (int32_t i = 0; i < n; i++)
+        ids[i] = i;
     int32_t lo = 0, hi = n;
     double acc = 0.0;
     uint64_t h = UINT64_C(0x9e3779b97f4a7c15);
@@ -190,7 +193,8 @@ static void top_p_partition(const float *l, int32_t n, double target, float *w, 
         }
     }
     const double inv = 1.0 / kept; /* kept >= 1: the row maximum is kept */
-    for (int32_t j = 0; j < n; j++) w[j] = (float)((double)w[j] * inv);
+    for (int32_t j = 0; j < n; j++)
+        w[j] = (float)((double)w[j] * inv);
 }
 
 int sd_warp(const sd_sampling_params *sp, const float *logits, int32_t n_vocab, float *probs,
@@ -238,14 +242,16 @@ int sd_warp(const sd_sampling_params *sp, const float *logits, int32_t n_vocab, 
             sum += (double)w;
         }
         const double inv = 1.0 / sum; /* sum >= 1: the maximum has weight 1 */
-        for (int32_t i = 0; i < n_vocab; i++) probs[i] = (float)((double)probs[i] * inv);
+        for (int32_t i = 0; i < n_vocab; i++)
+            probs[i] = (float)((double)probs[i] * inv);
         return SD_OK;
     }
 
     if (k < n_vocab) { /* top-k, then top-p within the k survivors */
         select_top(logits, n_vocab, k, scratch);
         double sum_k = 0.0;
-        for (int32_t j = 0; j < k; j++) sum_k += (double)weight(logits[scratch[j]], mx, temp);
+        for (int32_t j = 0; j < k; j++)
+            sum_k += (double)weight(logits[scratch[j]], mx, temp);
         int32_t m = k;
         double kept = sum_k;
         if (top_p_on) {
