@@ -1,7 +1,6 @@
 /* LLM proposer: a small llama model run autoregressively with its own KV cache. */
 #include "draft/sd_draft.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct llm_proposer {
@@ -21,9 +20,8 @@ typedef struct llm_proposer {
 /* Name the draft model in an error from the session or the warp. */
 static int draft_error(const llm_proposer *p, int rc, sd_error *err) {
     if (rc == SD_OK || !err) return rc;
-    char msg[SD_ERROR_MSG_MAX];
-    snprintf(msg, sizeof msg, "%s", err->msg);
-    return sd_errorf(err, (sd_status)rc, "%s: draft: %s", sd_model_path(p->model), msg);
+    sd_error_prefix(err, "%s: draft", sd_model_path(p->model));
+    return rc;
 }
 
 /* 1 if every id of ctx[0 .. n) is one the draft can evaluate. */

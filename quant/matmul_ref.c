@@ -27,46 +27,46 @@ static size_t x_row_bytes(sd_type wt, int64_t n_cols) {
     return rb;
 }
 
-static void ref_f32(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
-                    int64_t ldy, int64_t r0, int64_t r1) {
+/* Element j of a float-type weight row as a double. */
+static double ref_elem(sd_type t, const void *row, int64_t j) {
+    switch (t) {
+    case SD_TYPE_F16:
+        return (double)sd_fp16_to_fp32(((const uint16_t *)row)[j]);
+    case SD_TYPE_BF16:
+        return (double)sd_bf16_to_fp32(((const uint16_t *)row)[j]);
+    default:
+        return (double)((const float *)row)[j];
+    }
+}
+
+/* F32/F16/BF16 weights against F32 activations, accumulated in double: the oracle. */
+static void ref_float(sd_type t, const void *w, size_t wrb, int64_t n, const void *xq,
+                      int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
-        const float *wr = (const float *)((const char *)w + (size_t)r * wrb);
+        const void *wr = (const char *)w + (size_t)r * wrb;
         for (int64_t b = 0; b < n_tok; b++) {
             const float *xr = (const float *)xq + b * n;
             double s = 0.0;
             for (int64_t j = 0; j < n; j++)
-                s += (double)wr[j] * (double)xr[j];
+                s += ref_elem(t, wr, j) * (double)xr[j];
             y[b * ldy + r] = (float)s;
         }
     }
+}
+
+static void ref_f32(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
+                    int64_t ldy, int64_t r0, int64_t r1) {
+    ref_float(SD_TYPE_F32, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
 }
 
 static void ref_f16(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
                     int64_t ldy, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; r++) {
-        const uint16_t *wr = (const uint16_t *)((const char *)w + (size_t)r * wrb);
-        for (int64_t b = 0; b < n_tok; b++) {
-            const float *xr = (const float *)xq + b * n;
-            double s = 0.0;
-            for (int64_t j = 0; j < n; j++)
-                s += (double)sd_fp16_to_fp32(wr[j]) * (double)xr[j];
-            y[b * ldy + r] = (float)s;
-        }
-    }
+    ref_float(SD_TYPE_F16, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
 }
 
 static void ref_bf16(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
                      int64_t ldy, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; r++) {
-        const uint16_t *wr = (const uint16_t *)((const char *)w + (size_t)r * wrb);
-        for (int64_t b = 0; b < n_tok; b++) {
-            const float *xr = (const float *)xq + b * n;
-            double s = 0.0;
-            for (int64_t j = 0; j < n; j++)
-                s += (double)sd_bf16_to_fp32(wr[j]) * (double)xr[j];
-            y[b * ldy + r] = (float)s;
-        }
-    }
+    ref_float(SD_TYPE_BF16, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
 }
 
 static void ref_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,

@@ -242,9 +242,7 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
 
 /* Prefix an error about a model named by a config file with the config and its key. */
 static void note_config_key(sd_error *err, const char *cfg_path, const char *key) {
-    char msg[SD_ERROR_MSG_MAX];
-    snprintf(msg, sizeof msg, "%s", err->msg);
-    sd_errorf(err, err->status, "%s: key '%s': %s", cfg_path, key, msg);
+    sd_error_prefix(err, "%s: key '%s'", cfg_path, key);
 }
 
 int sd_cli_pair_load(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err) {

@@ -1,7 +1,6 @@
 /* The speculative generation loop (see sd_generate.h). */
 #include "runtime/sd_generate.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,10 +165,7 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
         st->t_sample_ms += sd_time_ms() - t;
         if (rc) {
             /* Name the model: a NaN logit here means corrupt weights in that file. */
-            char msg[SD_ERROR_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
-            sd_errorf(err, (sd_status)rc, "%s: verification failed: %s",
-                      sd_model_path(sd_scorer_model(target)), msg);
+            sd_error_prefix(err, "%s: verification failed", sd_model_path(sd_scorer_model(target)));
             goto done;
         }
 

@@ -43,6 +43,20 @@ int sd_errorf(sd_error *err, sd_status st, const char *fmt, ...) {
     return (int)st;
 }
 
+int sd_error_prefix(sd_error *err, const char *fmt, ...) {
+    if (!err) return SD_OK;
+    char old[SD_ERROR_MSG_MAX], prefix[SD_ERROR_MSG_MAX];
+    snprintf(old, sizeof old, "%s", err->msg);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    /* Too long: the end of the old message is cut (the record stays one line). */
+    if (snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old) >= (int)sizeof err->msg)
+        err->msg[sizeof err->msg - 1] = '\0';
+    return (int)err->status;
+}
+
 void sd_error_clear(sd_error *err) {
     if (err) {
         err->status = SD_OK;

@@ -51,6 +51,13 @@ const char *sd_status_str(sd_status st);
 int sd_errorf(sd_error *err, sd_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/*
+ * Add context in front of a recorded error: err->msg becomes "<prefix>: <old msg>"
+ * (printf-style prefix, truncated safely); the status is kept. Returns err->status
+ * (SD_OK if err is NULL), so `return sd_error_prefix(err, "%s", path);` works.
+ */
+int sd_error_prefix(sd_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Clear an error record to SD_OK / "". err may be NULL. */
 void sd_error_clear(sd_error *err);
 

@@ -1,7 +1,6 @@
 /* The target scorer: one batched verification pass per speculative step. */
 #include "target/sd_target.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 struct sd_scorer {
@@ -61,9 +60,7 @@ int sd_scorer_score(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32
         batch[i + 1] = draft[i];
     rc = sd_session_eval(s->sess, batch, k + 1, logits, k + 1, err);
     if (rc && err) {
-        char msg[SD_ERROR_MSG_MAX];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        sd_errorf(err, (sd_status)rc, "%s: target: %s", sd_model_path(s->model), msg);
+        sd_error_prefix(err, "%s: target", sd_model_path(s->model));
     }
     return rc;
 }
