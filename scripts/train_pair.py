@@ -23,11 +23,11 @@ earlier ones left in --work):
             protocol of `specdec perplexity` (below); with --check, also runs
             `specdec perplexity` on the GGUF files and compares (|diff| < 1e-3).
 
-Architecture = what runtime/model.c implements (llama2.c's model.py): RMSNorm (eps
+Architecture = what runtime/model/model.c implements (llama2.c's model.py): RMSNorm (eps
 1e-5), RoPE on adjacent pairs (2i, 2i+1) with theta = pos * 10000^(-2i/head_dim)
 (llama2.c's view_as_complex form), GQA (KV head g serves query heads g*rep ..
 g*rep+rep-1), SwiGLU FFN w2(silu(w1 x) * w3 x), no biases, classifier tied to the token
-embedding. Exported weights go to GGUF unchanged (runtime/convert.c: no Q/K permute).
+embedding. Exported weights go to GGUF unchanged (runtime/convert/llama2c.c: no Q/K permute).
 
 Training data: each story becomes [BOS] + tokens + [EOS]. An epoch shuffles the stories,
 concatenates them into one stream and cuts rows of seq_len + 1 tokens overlapping by one;
@@ -35,7 +35,7 @@ attention is masked to stay inside one story and RoPE positions restart at 0 at 
 story start and at each row start (a row that begins mid-story is like the later
 windows of the perplexity protocol). Targets that cross a story boundary are ignored.
 
-Perplexity protocol (same as runtime/perplexity.c): each valid story is tokenized with
+Perplexity protocol (same as runtime/cli/perplexity.c): each valid story is tokenized with
 BOS (no EOS); a story of n tokens t[0..n) is scored in windows of ctx tokens that
 overlap by one: window [s, e) with e = min(n, s + ctx), evaluated from position 0 on an
 empty cache, predicts t[s+1 .. e) from the logits at [s .. e-1); the next window starts

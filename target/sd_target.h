@@ -11,8 +11,8 @@
 
 #include <stdint.h>
 
-#include "runtime/sd_model.h"
-#include "runtime/sd_runtime.h"
+#include "runtime/model/sd_model.h"
+#include "runtime/base/sd_base.h"
 #include "verify/sd_verify.h"
 
 #ifdef __cplusplus

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/sd_gguf.h"
-#include "runtime/sd_model.h"
-#include "runtime/sd_vocab.h"
+#include "runtime/gguf/sd_gguf.h"
+#include "runtime/model/sd_model.h"
+#include "runtime/tokenizer/sd_vocab.h"
 #include "testutil.h"
 
 static char g_dir[1024];

@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "quant/sd_quant.h"
-#include "runtime/sd_convert.h"
-#include "runtime/sd_gguf.h"
+#include "runtime/convert/sd_convert.h"
+#include "runtime/gguf/sd_gguf.h"
 #include "testutil.h"
 
 #define CKPT SD_SHARED_DATA "/models/stories260K.bin"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "draft/sd_draft.h"
-#include "runtime/sd_model.h"
+#include "runtime/model/sd_model.h"
 #include "testutil.h"
 
 static char g_dir[1024], g_model[2048];

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "quant/sd_quant.h"
-#include "runtime/sd_gguf.h"
+#include "runtime/gguf/sd_gguf.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- temp directory */

@@ -24,8 +24,8 @@
 
 #include "kv/sd_kv.h"
 #include "quant/sd_quant.h"
-#include "runtime/sd_gguf.h"
-#include "runtime/sd_model.h"
+#include "runtime/gguf/sd_gguf.h"
+#include "runtime/model/sd_model.h"
 #include "testutil.h"
 
 #define PYTHON  "/usr/bin/python3"
@@ -854,7 +854,7 @@ Test(kv, f16_rows) {
 
 /* ------------------------------------------------------------ backend ops vs naive double */
 
-#include "runtime/backend.h"
+#include "runtime/backend/sd_backend.h"
 
 #define GUARD     16
 #define GUARD_VAL 12345.678f

@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #include "draft/sd_draft.h"
-#include "runtime/sd_generate.h"
-#include "runtime/sd_model.h"
-#include "runtime/sd_vocab.h"
+#include "runtime/engine/sd_engine.h"
+#include "runtime/model/sd_model.h"
+#include "runtime/tokenizer/sd_vocab.h"
 #include "target/sd_target.h"
 #include "testutil.h"
 

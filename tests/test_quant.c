@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/quant_kernels.h"
+#include "quant/cpu/kernels.h"
 #include "quant/sd_quant.h"
 
 #if defined(__x86_64__)

@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "draft/sd_draft.h"
-#include "runtime/sd_generate.h"
-#include "runtime/sd_model.h"
+#include "runtime/engine/sd_engine.h"
+#include "runtime/model/sd_model.h"
 #include "target/sd_target.h"
 #include "testutil.h"
 

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/sd_gguf.h"
-#include "runtime/sd_vocab.h"
+#include "runtime/gguf/sd_gguf.h"
+#include "runtime/tokenizer/sd_vocab.h"
 #include "tests/testutil.h"
 
 #define VOCAB_DIR SD_SHARED_DATA "/vocab"

@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/sd_convert.h"
-#include "runtime/sd_gguf.h"
+#include "runtime/convert/sd_convert.h"
+#include "runtime/gguf/sd_gguf.h"
 
 int tu_mkdtemp(char *buf, size_t cap) {
     const char *t = getenv("TMPDIR");

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "runtime/sd_runtime.h"
+#include "runtime/base/sd_base.h"
 
 #ifdef __cplusplus
 extern "C" {

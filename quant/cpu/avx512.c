@@ -24,7 +24,7 @@
  * F32 / F16 / BF16 x F32: two 16-lane FMA accumulators per token (32 columns per step),
  *   masked loads for the tail; F16 via vcvtph2ps, BF16 via zero-extend + shift 16.
  */
-#include "quant/quant_kernels.h"
+#include "quant/cpu/kernels.h"
 
 #if defined(__x86_64__)
 

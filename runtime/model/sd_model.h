@@ -24,8 +24,8 @@
 #include <stdint.h>
 
 #include "quant/sd_quant.h"
-#include "runtime/sd_runtime.h"
-#include "runtime/sd_vocab.h"
+#include "runtime/base/sd_base.h"
+#include "runtime/tokenizer/sd_vocab.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -10,7 +10,7 @@
  *     per block i an exact int32 dot isum_i = sum_j qw[j] * qx[j] (qw - 8 for Q4_0),
  *     then sumf += (float)isum_i * (d_w_i * d_x_i) in float, blocks in order.
  */
-#include "quant/quant_kernels.h"
+#include "quant/cpu/kernels.h"
 
 #include <pthread.h>
 #include <stdlib.h>

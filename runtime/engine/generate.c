@@ -1,5 +1,5 @@
 /* The speculative generation loop (see sd_generate.h). */
-#include "runtime/sd_generate.h"
+#include "runtime/engine/sd_engine.h"
 
 #include <stdlib.h>
 #include <string.h>

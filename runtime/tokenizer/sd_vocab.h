@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/sd_gguf.h"
-#include "runtime/sd_runtime.h"
+#include "runtime/gguf/sd_gguf.h"
+#include "runtime/base/sd_base.h"
 
 #ifdef __cplusplus
 extern "C" {

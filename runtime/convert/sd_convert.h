@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "quant/sd_quant.h"
-#include "runtime/sd_runtime.h"
+#include "runtime/base/sd_base.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -4,7 +4,7 @@
  * products, sums of squares, softmax sums) runs in a fixed order inside one thread, so
  * results never depend on the batch size, the thread count or which thread ran them.
  */
-#include "runtime/backend.h"
+#include "runtime/backend/sd_backend.h"
 
 #include <math.h>
 #include <omp.h>

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "quant/sd_quant.h"
-#include "runtime/sd_cli.h"
-#include "runtime/sd_vocab.h"
+#include "runtime/cli/cli.h"
+#include "runtime/tokenizer/sd_vocab.h"
 
 /* ---- messages, numbers, files ---- */
 

@@ -43,7 +43,7 @@
  * rejected. llama.cpp's text-based attribute fixups (e.g. forcing "<|im_end|>" to
  * control) are not applied: they do not concern SPM llama vocabularies.
  */
-#include "runtime/sd_vocab.h"
+#include "runtime/tokenizer/sd_vocab.h"
 
 #include <inttypes.h>
 #include <limits.h>

@@ -12,13 +12,13 @@
  * independent, so they are spread over OpenMP threads; the result does not depend on
  * the thread count.
  */
-#include "runtime/sd_convert.h"
+#include "runtime/convert/sd_convert.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/sd_gguf.h"
+#include "runtime/gguf/sd_gguf.h"
 
 /* llama.cpp's llama_ftype for a file whose matrices are of type t. */
 static uint32_t ftype_of(sd_type t) {

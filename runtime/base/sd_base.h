@@ -9,8 +9,8 @@
  * on bad input (assertions guard only our own invariants, see SD_CHECKS).
  * Two tiers as in SQLite/ggml: sd_status for the kind, sd_error.msg for the detail.
  */
-#ifndef SD_RUNTIME_H
-#define SD_RUNTIME_H
+#ifndef SD_BASE_H
+#define SD_BASE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -87,4 +87,4 @@ int sd_n_cores(void);
 #ifdef __cplusplus
 }
 #endif
-#endif /* SD_RUNTIME_H */
+#endif /* SD_BASE_H */

@@ -28,9 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/sd_cli.h"
-#include "runtime/sd_model.h"
-#include "runtime/sd_vocab.h"
+#include "runtime/cli/cli.h"
+#include "runtime/model/sd_model.h"
+#include "runtime/tokenizer/sd_vocab.h"
 
 #define PPL_SEPARATOR "<|endoftext|>"
 #define PPL_MAX_BATCH 512

@@ -2,7 +2,7 @@
  * Llama model loading (validation of a distrusted GGUF) and the forward pass
  * (sd_session_eval). All compute goes through the backend ops table (backend.h).
  */
-#include "runtime/sd_model.h"
+#include "runtime/model/sd_model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,8 +11,8 @@
 
 #include "kv/sd_kv.h"
 #include "quant/sd_quant.h"
-#include "runtime/backend.h"
-#include "runtime/sd_gguf.h"
+#include "runtime/backend/sd_backend.h"
+#include "runtime/gguf/sd_gguf.h"
 
 /* Bounds on hyperparameters (well above any llama we run; they keep sizes sane). */
 #define SD_MAX_EMBD          (1 << 16)

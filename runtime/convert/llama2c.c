@@ -42,7 +42,7 @@
  *   Wq x / Wk x from the checkpoint equals NORM RoPE on the same products computed from
  *   the GGUF tensors, and differs once the HF permutation is applied.
  */
-#include "runtime/sd_convert.h"
+#include "runtime/convert/sd_convert.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,7 +56,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/sd_gguf.h"
+#include "runtime/gguf/sd_gguf.h"
 
 /* Sanity limits on the header (far above any llama2.c model; they keep the size
  * arithmetic and the tensor shapes sane). */

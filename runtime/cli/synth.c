@@ -74,9 +74,9 @@
 #include <unistd.h>
 
 #include "quant/sd_quant.h"
-#include "runtime/sd_cli.h"
-#include "runtime/sd_gguf.h"
-#include "runtime/sd_runtime.h"
+#include "runtime/cli/cli.h"
+#include "runtime/gguf/sd_gguf.h"
+#include "runtime/base/sd_base.h"
 
 #define HINT "see 'specdec synth --help'"
 

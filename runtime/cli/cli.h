@@ -24,10 +24,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/sd_config.h"
-#include "runtime/sd_generate.h"
-#include "runtime/sd_model.h"
-#include "runtime/sd_runtime.h"
+#include "runtime/cli/config.h"
+#include "runtime/engine/sd_engine.h"
+#include "runtime/model/sd_model.h"
+#include "runtime/base/sd_base.h"
 #include "target/sd_target.h"
 
 #ifdef __cplusplus

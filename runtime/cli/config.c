@@ -1,5 +1,5 @@
 /* JSON pair configs (see sd_config.h), parsed with jansson. */
-#include "runtime/sd_config.h"
+#include "runtime/cli/config.h"
 
 #include <jansson.h>
 #include <stdlib.h>

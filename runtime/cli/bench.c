@@ -56,12 +56,12 @@
 
 #include "draft/sd_draft.h"
 #include "quant/sd_quant.h"
-#include "runtime/sd_cli.h"
-#include "runtime/sd_config.h"
-#include "runtime/sd_generate.h"
-#include "runtime/sd_gguf.h"
-#include "runtime/sd_model.h"
-#include "runtime/sd_vocab.h"
+#include "runtime/cli/cli.h"
+#include "runtime/cli/config.h"
+#include "runtime/engine/sd_engine.h"
+#include "runtime/gguf/sd_gguf.h"
+#include "runtime/model/sd_model.h"
+#include "runtime/tokenizer/sd_vocab.h"
 #include "target/sd_target.h"
 #include "verify/sd_verify.h"
 

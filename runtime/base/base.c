@@ -1,4 +1,4 @@
-#include "runtime/sd_runtime.h"
+#include "runtime/base/sd_base.h"
 
 #include <stdarg.h>
 #include <stdio.h>

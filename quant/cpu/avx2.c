@@ -21,7 +21,7 @@
  *   step, one 8-column step, then a scalar fmaf tail; weights converted in registers
  *   (vcvtph2ps for F16, zero-extend + shift left 16 for BF16).
  */
-#include "quant/quant_kernels.h"
+#include "quant/cpu/kernels.h"
 
 #if defined(__x86_64__)
 

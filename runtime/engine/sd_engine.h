@@ -13,13 +13,13 @@
  * there, and accepted tokens after it are not counted as accepted. The draft length of
  * the last steps is capped so that a step never emits more than the -n budget left.
  */
-#ifndef SD_GENERATE_H
-#define SD_GENERATE_H
+#ifndef SD_ENGINE_H
+#define SD_ENGINE_H
 
 #include <stdint.h>
 
 #include "draft/sd_draft.h"
-#include "runtime/sd_runtime.h"
+#include "runtime/base/sd_base.h"
 #include "target/sd_target.h"
 #include "verify/sd_verify.h"
 
@@ -92,4 +92,4 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
 #ifdef __cplusplus
 }
 #endif
-#endif /* SD_GENERATE_H */
+#endif /* SD_ENGINE_H */

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/sd_runtime.h"
+#include "runtime/base/sd_base.h"
 
 #ifdef __cplusplus
 extern "C" {

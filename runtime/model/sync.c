@@ -1,5 +1,5 @@
 /* Keeping a session's KV cache in step with a committed context. */
-#include "runtime/sd_model.h"
+#include "runtime/model/sd_model.h"
 
 int32_t sd_session_keep_prefix(sd_session *s, const int32_t *ctx, int32_t n) {
     const int32_t *cached = sd_session_tokens(s);

@@ -17,12 +17,12 @@
  * Any other key, or a value of the wrong type or range, is an error naming the file
  * and the key.
  */
-#ifndef SD_CONFIG_H
-#define SD_CONFIG_H
+#ifndef SD_CLI_CONFIG_H
+#define SD_CLI_CONFIG_H
 
 #include <stdint.h>
 
-#include "runtime/sd_runtime.h"
+#include "runtime/base/sd_base.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,4 +48,4 @@ void sd_config_free(sd_config *cfg); /* frees the strings; NULL accepted */
 #ifdef __cplusplus
 }
 #endif
-#endif /* SD_CONFIG_H */
+#endif /* SD_CLI_CONFIG_H */

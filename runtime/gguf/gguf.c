@@ -17,7 +17,7 @@
  *
  * All numbers are little-endian on disk; specdec targets little-endian hosts only.
  */
-#include "runtime/sd_gguf.h"
+#include "runtime/gguf/sd_gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -57,7 +57,7 @@
 
 #include "kv/sd_kv.h"
 #include "quant/sd_quant.h"
-#include "runtime/sd_runtime.h"
+#include "runtime/base/sd_base.h"
 
 #ifdef __cplusplus
 extern "C" {
