@@ -18,7 +18,8 @@ struct sd_kv {
     size_t row_bytes; /* kv_dim * element size */
     size_t layer_len; /* bytes per layer: n_ctx * row_bytes */
     uint8_t *k;       /* [n_layer, n_ctx, kv_dim] */
-    uint8_t *v;       /* [n_layer, n_ctx, kv_dim] */
+    uint8_t *v;       /* [n_layer, n_ctx, kv_dim], right after k */
+    void *owned;      /* storage allocated here, or NULL */
 };
 
 static void *kv_alloc(size_t bytes) {
@@ -27,8 +28,9 @@ static void *kv_alloc(size_t bytes) {
     return p;
 }
 
-int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
-    *out = NULL;
+/* Checks p and computes the row and layer sizes and the total storage bytes. */
+static int kv_sizes(const sd_kv_params *p, size_t *row_bytes, size_t *layer_len, size_t *total,
+                    sd_error *err) {
     if (!p || p->n_layer <= 0 || p->n_ctx <= 0 || p->kv_dim <= 0)
         return sd_errorf(err, SD_ERR_ARG,
                          "kv cache: sizes must be positive (n_layer %d, n_ctx %d, kv_dim %d)",
@@ -42,13 +44,26 @@ int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
         return sd_errorf(err, SD_ERR_ARG, "kv cache: element type %s (%d), expected f32 or f16",
                          sd_type_name((uint32_t)p->type), (int)p->type);
     const size_t elem = p->type == SD_TYPE_F16 ? sizeof(uint16_t) : sizeof(float);
-    size_t row_bytes, layer_len, bytes;
-    if (sd_mul_size((size_t)p->kv_dim, elem, &row_bytes) ||
-        sd_mul_size(row_bytes, (size_t)p->n_ctx, &layer_len) ||
-        sd_mul_size(layer_len, (size_t)p->n_layer, &bytes))
+    size_t bytes;
+    if (sd_mul_size((size_t)p->kv_dim, elem, row_bytes) ||
+        sd_mul_size(*row_bytes, (size_t)p->n_ctx, layer_len) ||
+        sd_mul_size(*layer_len, (size_t)p->n_layer, &bytes) || sd_mul_size(bytes, 2, total))
         return sd_errorf(err, SD_ERR_OOM,
                          "kv cache: size overflows (n_layer %d, n_ctx %d, kv_dim %d)", p->n_layer,
                          p->n_ctx, p->kv_dim);
+    return SD_OK;
+}
+
+int sd_kv_storage_bytes(const sd_kv_params *p, size_t *out, sd_error *err) {
+    size_t row_bytes, layer_len;
+    return kv_sizes(p, &row_bytes, &layer_len, out, err);
+}
+
+int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
+    *out = NULL;
+    size_t row_bytes, layer_len, total;
+    int rc = kv_sizes(p, &row_bytes, &layer_len, &total, err);
+    if (rc) return rc;
     sd_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return sd_errorf(err, SD_ERR_OOM, "kv cache: out of memory");
     kv->n_layer = p->n_layer;
@@ -58,23 +73,26 @@ int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
     kv->type = p->type;
     kv->row_bytes = row_bytes;
     kv->layer_len = layer_len;
-    kv->k = kv_alloc(bytes);
-    kv->v = kv_alloc(bytes);
-    if (!kv->k || !kv->v) {
-        sd_kv_free(kv);
-        return sd_errorf(err, SD_ERR_OOM, "kv cache: out of memory (2 x %zu bytes)", bytes);
+    uint8_t *base = p->storage;
+    if (!base) {
+        /* Zeroed, so that reads of never-written rows (a bug) are at least deterministic. */
+        kv->owned = kv_alloc(total);
+        if (!kv->owned) {
+            free(kv);
+            return sd_errorf(err, SD_ERR_OOM, "kv cache: out of memory (%zu bytes)", total);
+        }
+        memset(kv->owned, 0, total);
+        base = kv->owned;
     }
-    /* Zero so that reads of never-written rows (a bug) are at least deterministic. */
-    memset(kv->k, 0, bytes);
-    memset(kv->v, 0, bytes);
+    kv->k = base;
+    kv->v = base + total / 2;
     *out = kv;
     return SD_OK;
 }
 
 void sd_kv_free(sd_kv *kv) {
     if (!kv) return;
-    free(kv->k);
-    free(kv->v);
+    free(kv->owned);
     free(kv);
 }
 

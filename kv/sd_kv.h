@@ -1,5 +1,9 @@
 /*
- * KV cache: per model session, all layers, one sequence (seq 0) for now.
+ * kv/: the KV cache bookkeeping, per model session, all layers, one sequence (seq 0) for
+ * now. Owns the committed length and, when it allocated it, the storage. May include
+ * runtime/base and quant (element types) only. The storage may be backend memory (a
+ * device address): this part only computes row addresses and never dereferences the
+ * storage it was given.
  *
  * Layout today: per layer, K and V are contiguous [n_ctx, kv_dim] rows of the cache's
  * element type (kv_dim = n_head_kv * head_dim), so position p of layer l is one row.
@@ -38,10 +42,18 @@ typedef struct sd_kv_params {
     int32_t n_ctx;  /* capacity in positions */
     int32_t kv_dim; /* n_head_kv * head_dim */
     sd_type type;   /* element type: SD_TYPE_F32 (0, the default) or SD_TYPE_F16 */
+    /* Storage of sd_kv_storage_bytes(p) bytes (K rows of every layer, then V rows), e.g. a
+     * backend buffer, not owned, zeroed by its owner; NULL: the cache allocates (zeroed)
+     * host memory itself. */
+    void *storage;
 } sd_kv_params;
 
-/* Allocate a cache (n_layer * n_ctx * kv_dim * 2 elements of p->type, overflow-checked).
- * Errors: SD_ERR_ARG (non-positive sizes, a type other than F32 / F16), SD_ERR_OOM. */
+/* Bytes of storage a cache for p needs (2 * n_layer * n_ctx * kv_dim elements of p->type,
+ * overflow-checked). Errors: as sd_kv_init. */
+int sd_kv_storage_bytes(const sd_kv_params *p, size_t *out, sd_error *err);
+
+/* Make a cache over p->storage (or allocated host memory). Errors: SD_ERR_ARG
+ * (non-positive or too large sizes, a type other than F32 / F16), SD_ERR_OOM. */
 int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err);
 void sd_kv_free(sd_kv *kv); /* NULL accepted */
 

@@ -744,11 +744,11 @@ Test(model, hparams_and_accessors) {
 Test(kv, init_rejects_bad_sizes) {
     sd_kv *kv = NULL;
     sd_error err = {0};
-    sd_kv_params p = {0, 4, 8, SD_TYPE_F32};
+    sd_kv_params p = {0, 4, 8, SD_TYPE_F32, NULL};
     cr_expect_eq(sd_kv_init(&p, &kv, &err), SD_ERR_ARG);
-    p = (sd_kv_params){2, 0, 8, SD_TYPE_F32};
+    p = (sd_kv_params){2, 0, 8, SD_TYPE_F32, NULL};
     cr_expect_eq(sd_kv_init(&p, &kv, &err), SD_ERR_ARG);
-    p = (sd_kv_params){2, 4, -1, SD_TYPE_F32};
+    p = (sd_kv_params){2, 4, -1, SD_TYPE_F32, NULL};
     cr_expect_eq(sd_kv_init(&p, &kv, &err), SD_ERR_ARG);
     cr_expect_null(kv);
     sd_kv_free(NULL);
@@ -757,7 +757,7 @@ Test(kv, init_rejects_bad_sizes) {
 Test(kv, reserve_commit_truncate) {
     sd_kv *kv = NULL;
     sd_error err = {0};
-    sd_kv_params p = {3, 10, 6, SD_TYPE_F32};
+    sd_kv_params p = {3, 10, 6, SD_TYPE_F32, NULL};
     cr_assert_eq(sd_kv_init(&p, &kv, &err), SD_OK, "%s", err.msg);
     cr_expect_eq(sd_kv_n(kv), 0);
     cr_expect_eq(sd_kv_capacity(kv), 10);
@@ -786,7 +786,7 @@ Test(kv, reserve_commit_truncate) {
 Test(kv, rows_are_distinct_and_spans_contiguous) {
     sd_kv *kv = NULL;
     sd_error err = {0};
-    sd_kv_params p = {2, 5, 4, SD_TYPE_F32};
+    sd_kv_params p = {2, 5, 4, SD_TYPE_F32, NULL};
     cr_assert_eq(sd_kv_init(&p, &kv, &err), SD_OK);
     for (int32_t l = 0; l < 2; l++)
         for (int32_t pos = 0; pos < 5; pos++) {
@@ -815,7 +815,7 @@ Test(kv, rows_are_distinct_and_spans_contiguous) {
 Test(kv, f16_rows) {
     sd_kv *kv = NULL;
     sd_error err = {0};
-    sd_kv_params p = {2, 5, 6, SD_TYPE_F16};
+    sd_kv_params p = {2, 5, 6, SD_TYPE_F16, NULL};
     cr_assert_eq(sd_kv_init(&p, &kv, &err), SD_OK, "%s", err.msg);
     cr_expect_eq(sd_kv_type(kv), SD_TYPE_F16);
     cr_expect_eq(sd_kv_dim(kv), 6);
@@ -887,7 +887,7 @@ static void expect_close(const float *c, const double *r, size_t n, double tol, 
 }
 
 static sd_backend *cpu_backend(int32_t n_threads) {
-    sd_backend_params bp = {n_threads, 8, 256, 32};
+    sd_backend_params bp = {n_threads, 8, 256, 32, 0};
     sd_backend *be = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
@@ -998,7 +998,7 @@ Test(backend, matmul_full_scratch_threads) {
         float *want = malloc((size_t)n_batch * rows * sizeof(float));
         sd_matmul_rows(t, wd, rb, cols, xq, n_batch, want, rows, 0, rows);
         for (int32_t nt = 1; nt <= 3; nt++) {
-            sd_backend_params bp = {nt, n_batch, cols, 32};
+            sd_backend_params bp = {nt, n_batch, cols, 32, 0};
             sd_backend *be = NULL;
             sd_error err = {0};
             cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
@@ -1024,7 +1024,7 @@ Test(backend, matmul_full_scratch_threads) {
         free(want);
     }
     /* max_cols not a multiple of 32 (F32 models may have such rows) */
-    sd_backend_params bp = {2, 4, 100, 8};
+    sd_backend_params bp = {2, 4, 100, 8, 0};
     sd_backend *be = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
@@ -1132,7 +1132,7 @@ static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, 
     uint64_t rng = 99 + (uint64_t)hd * 31 + (uint64_t)n_head;
     sd_kv *kv = NULL;
     sd_error err = {0};
-    sd_kv_params kp = {2, n_ctx, kv_dim, kv_type};
+    sd_kv_params kp = {2, n_ctx, kv_dim, kv_type, NULL};
     cr_assert_eq(sd_kv_init(&kp, &kv, &err), SD_OK, "%s", err.msg);
     float *k = malloc(n_pos * kv_dim * sizeof(float)), *v = malloc(n_pos * kv_dim * sizeof(float));
     fill(k, n_pos * kv_dim, &rng, 2.0f);

@@ -1,18 +1,35 @@
 /*
- * Compute backend: a table of function pointers (as ggml-backend's ggml_backend_i) with
- * a CPU implementation (backend_cpu.c). The forward pass (model.c) calls only these
- * ops, so a CUDA backend can be added by implementing the same table; draft/, target/
- * and verify/ never see it.
+ * runtime/backend: the compute backend, a table of function pointers (as ggml-backend's
+ * ggml_backend_i) with a CPU implementation (cpu/) and, in CUDA builds, a CUDA one
+ * (cuda/). The forward pass (runtime/model) calls only these ops, so draft/, target/ and
+ * verify/ never see a backend. Owns: the memory it allocates (buffers), its threads, its
+ * scratch. May include: runtime/base, quant (element types, CPU kernels), kv (cache
+ * bookkeeping). Must not include the model, the engine, the CLI.
+ *
+ * Memory. Every pointer an op takes for weights, activations or the KV cache is a
+ * *backend address*: the host address of CPU memory for the CPU backend, a device
+ * address for a device backend. The forward pass only does arithmetic on backend
+ * addresses (row offsets), never dereferences them; it gets them from buffers the
+ * backend allocates and owns (sd_buffer): weights are uploaded (device) or mapped in
+ * place (CPU: the mmap'd GGUF, no copy), the KV cache storage, activations and scratch
+ * are allocated zeroed, and host data crosses only through write (host -> backend) and
+ * read (backend -> host, e.g. the logits rows the verifier needs). Arguments documented
+ * as "host" (token ids, positions, norm epsilon...) are host values. A backend whose
+ * memory is host memory says so (caps.host_memory): the forward pass may then hand it
+ * host buffers directly (the logits rows are written in place, no copy).
+ *
+ * Errors. Ops return nothing: a device backend records the first failure of an op (a
+ * launch error, an illegal address) and returns it from the next sync or read, with the
+ * call and the code in the message. The CPU backend's ops cannot fail.
  *
  * Op shapes (row-major; [rows, cols]; float unless stated; n_tok >= 1 tokens at
  * positions pos0 .. pos0 + n_tok - 1):
- *   get_rows : W typed [rows, cols], ids int32 [n_tok] (each < rows)
+ *   get_rows : W typed [rows, cols], ids int32 [n_tok] host (each < rows)
  *              -> Y [n_tok, cols]                       (dequantized embedding lookup)
  *   matmul   : W typed [rows, cols], X [n_tok, cols] -> Y [n_tok, rows],
  *              Y[b, r] = dot(W[r, :], X[b, :]); X is first converted once per call to
- *              the activation type of W (sd_vec_dot_type), in the prepared layout of
- *              sd_quantize_activations, into scratch sized at init (sd_backend_params:
- *              sd_activations_bytes for n_batch rows of max_cols). Y must not alias X.
+ *              the activation type of W (sd_vec_dot_type), into scratch sized at init
+ *              (sd_backend_params: n_batch rows of max_cols). Y must not alias X.
  *   rmsnorm  : X [n_tok, n], w [n] -> Y [n_tok, n], y = x / sqrt(mean(x^2) + eps) * w
  *              (Y may alias X)
  *   rope     : X [n_tok, n_head * head_dim] rotated in place: in every head, pairs
@@ -24,30 +41,20 @@
  *              -> O [n_tok, n_head * head_dim]. Query t (position p = pos0 + t) sees
  *              keys [0, p] (causal); head h reads KV head h / (n_head / n_head_kv) (GQA);
  *              scores scaled by 1/sqrt(head_dim), softmax over keys. F16 rows are
- *              converted to f32 as they are read. The CPU backend reads each K/V row
- *              once for all (up to 8) query heads that share its KV head.
+ *              converted to f32 as they are read.
  *   softmax  : X [n_rows, n] in place, per row
  *   swiglu   : G [n], U [n] -> Y [n], y = silu(g) * u (Y may alias G or U)
  *   add      : Y [n] += X [n]
+ *   copy     : Y [n] = X [n] (floats; Y must not overlap X)
  *
  * Determinism contract (what makes batched verification bit-identical to single-token
  * decoding): every output element is computed by the same arithmetic in the same order
- * whatever n_tok, pos0 and the thread count: ops split work across threads only by
- * whole output rows / (token, head) pairs, never inside a reduction.
+ * whatever n_tok, pos0 and the thread count: ops split work only by whole output rows /
+ * (token, head) pairs, never inside a reduction. tests/test_backend.c checks every op
+ * of every backend built against the scalar reference, and batch == single bit for bit.
  *
- * CPU threading: ops below SD_CPU_PAR_MIN_WORK multiply-adds (backend_cpu.c) stay on
- * the calling thread (so tiny models such as stories260K never pay for a fork/join);
- * the environment variable of that name, read at init, overrides the threshold (the
- * tests set 0 to exercise the threaded paths on tiny models). Larger ops run as one
- * OpenMP parallel region each; matmul rows are handed out in chunks (dynamic
- * schedule), attention in (token, KV head, head block) items. libgomp's default wait
- * policy spins between regions; on a machine whose cores are shared with other busy
- * processes, OMP_WAIT_POLICY=passive is much faster with 2+ threads (measured: a
- * 1.1B-shape decode step 0.2-0.3 s passive vs 0.3-3 s default on a loaded 2-core box).
- *
- * Memory: pointers passed to ops are backend memory. For the CPU backend that is host
- * memory; a device backend will add buffer allocation entries to this table. Ops
- * allocate nothing: all scratch is allocated by the backend's init.
+ * Ops allocate nothing: all scratch is allocated by the backend's init, all memory the
+ * forward pass uses by buffer_alloc before the first eval.
  */
 #ifndef SD_BACKEND_H
 #define SD_BACKEND_H
@@ -63,7 +70,8 @@
 extern "C" {
 #endif
 
-/* A typed weight matrix [rows, cols] (GGUF ne = {cols, rows}), rows contiguous. */
+/* A typed weight matrix [rows, cols] (GGUF ne = {cols, rows}), rows contiguous; data is a
+ * backend address. */
 typedef struct sd_weight {
     sd_type type;
     int64_t rows;
@@ -74,9 +82,48 @@ typedef struct sd_weight {
 
 typedef struct sd_backend sd_backend;
 
+/* What a buffer holds (a device backend may place them differently). */
+typedef enum sd_buffer_usage {
+    SD_BUFFER_WEIGHTS = 0, /* read-only model data */
+    SD_BUFFER_KV = 1,      /* KV cache storage */
+    SD_BUFFER_COMPUTE = 2, /* activations and scratch */
+    SD_BUFFER_OUTPUT = 3,  /* results the host reads back (logits) */
+} sd_buffer_usage;
+
+/* Backend memory. Allocated and owned by the backend `be`; freed with sd_buffer_free
+ * before the backend. A backend may extend it (its struct starts with this one). */
+typedef struct sd_buffer {
+    sd_backend *be;
+    void *addr;  /* backend address of byte 0 */
+    size_t size; /* bytes */
+    sd_buffer_usage usage;
+} sd_buffer;
+
+typedef struct sd_backend_caps {
+    int host_memory; /* 1: backend addresses are host addresses (the CPU backend) */
+} sd_backend_caps;
+
 typedef struct sd_backend_ops {
     const char *name;
     void (*free)(sd_backend *be);
+
+    /* ---- memory (see the top of this file) ---- */
+    /* bytes zeroed bytes (bytes may be 0: a valid empty buffer). SD_ERR_OOM names what did
+     * not fit. */
+    int (*buffer_alloc)(sd_backend *be, size_t bytes, sd_buffer_usage usage, sd_buffer **out,
+                        sd_error *err);
+    /* Weights: a buffer holding host[0 .. bytes). The CPU backend maps it in place (no
+     * copy: host must outlive the buffer); a device backend uploads a copy. */
+    int (*buffer_from_host)(sd_backend *be, const void *host, size_t bytes, sd_buffer **out,
+                            sd_error *err);
+    void (*buffer_free)(sd_backend *be, sd_buffer *buf);
+    /* host -> backend address dst (bytes), backend -> host; both wait for queued ops. */
+    int (*write)(sd_backend *be, void *dst, const void *host_src, size_t bytes, sd_error *err);
+    int (*read)(sd_backend *be, void *host_dst, const void *src, size_t bytes, sd_error *err);
+    /* Wait for queued ops; returns the first error an op recorded since the last sync. */
+    int (*sync)(sd_backend *be, sd_error *err);
+
+    /* ---- ops (shapes at the top of this file) ---- */
     void (*get_rows)(sd_backend *be, const sd_weight *w, const int32_t *ids, int32_t n_tok,
                      float *y);
     void (*matmul)(sd_backend *be, const sd_weight *w, const float *x, int32_t n_tok, float *y);
@@ -92,22 +139,33 @@ typedef struct sd_backend_ops {
     void (*softmax)(sd_backend *be, float *x, int32_t n_rows, int32_t n);
     void (*swiglu)(sd_backend *be, const float *g, const float *u, int64_t n, float *y);
     void (*add)(sd_backend *be, float *y, const float *x, int64_t n);
+    void (*copy)(sd_backend *be, float *y, const float *x, int64_t n);
 } sd_backend_ops;
 
 /* Every backend struct starts with this header. */
 struct sd_backend {
     const sd_backend_ops *ops;
+    sd_backend_caps caps;
+    sd_device device;
 };
 
 /* What a backend must size its scratch for (all allocation happens at init). */
 typedef struct sd_backend_params {
-    int32_t n_threads; /* 0 = all cores */
+    int32_t n_threads; /* CPU: 0 = all cores this process may use */
     int32_t n_batch;   /* most tokens per op call */
     int64_t max_cols;  /* widest matmul input row */
     int32_t n_ctx;     /* most keys one attention query sees */
+    int32_t device_id; /* device backends: which device (0 = the first) */
 } sd_backend_params;
 
-/* CPU backend (OpenMP). Errors: SD_ERR_ARG (non-positive sizes), SD_ERR_OOM. */
+/*
+ * Make a backend for device dev. Errors: SD_ERR_ARG (non-positive sizes),
+ * SD_ERR_UNSUPPORTED (a device this build or machine lacks, e.g. SD_DEVICE_CUDA in a
+ * build without CUDA or with no GPU present: the message says which), SD_ERR_OOM.
+ */
+int sd_backend_init(sd_device dev, const sd_backend_params *p, sd_backend **out, sd_error *err);
+
+/* CPU backend. Errors: SD_ERR_ARG (non-positive sizes), SD_ERR_OOM. */
 int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *err);
 /* Threads the CPU backend uses (after resolving 0 = all cores). */
 int32_t sd_backend_cpu_n_threads(const sd_backend *be);
@@ -119,9 +177,18 @@ const char *sd_backend_cpu_kernels(const sd_backend *be);
  * changes nothing, if the name is unknown or this CPU cannot run them. */
 int sd_backend_cpu_set_kernels(sd_backend *be, const char *name);
 
-/* Free any backend. NULL accepted. */
+/* Free any backend (its buffers must be freed first). NULL accepted. */
 static inline void sd_backend_free(sd_backend *be) {
     if (be) be->ops->free(be);
+}
+
+/* Buffer helpers (NULL accepted by sd_buffer_free). */
+static inline int sd_buffer_alloc(sd_backend *be, size_t bytes, sd_buffer_usage usage,
+                                  sd_buffer **out, sd_error *err) {
+    return be->ops->buffer_alloc(be, bytes, usage, out, err);
+}
+static inline void sd_buffer_free(sd_buffer *buf) {
+    if (buf) buf->be->ops->buffer_free(buf->be, buf);
 }
 
 #ifdef __cplusplus

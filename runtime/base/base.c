@@ -83,6 +83,16 @@ void sd_check_failed(const char *file, int line, const char *cond, const char *m
 }
 #endif
 
+const char *sd_device_name(sd_device d) {
+    switch (d) {
+    case SD_DEVICE_CPU:
+        return "cpu";
+    case SD_DEVICE_CUDA:
+        return "cuda";
+    }
+    return "unknown";
+}
+
 double sd_time_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -1,5 +1,7 @@
 /*
- * specdec runtime base: status codes, the error record, and checked-size helpers.
+ * runtime/base: the bottom of the library. Status codes, the error record, checked-size
+ * helpers, the clock, the core count and the device enum. Owns nothing; includes no other
+ * part (every part may include it).
  *
  * Every library function that can fail returns an int status (SD_OK == 0) and, when
  * the caller passes a non-NULL sd_error, fills it with one line naming the file, the
@@ -77,6 +79,17 @@ void sd_check_failed(const char *file, int line, const char *cond, const char *m
 #else
 #define SD_CHECK(cond, msg) ((void)0)
 #endif
+
+/* The compute device a session runs its forward pass on (runtime/backend picks the
+ * backend). SD_DEVICE_CUDA needs a build with CUDA (SD_CUDA=ON); otherwise creating a
+ * session on it fails with SD_ERR_UNSUPPORTED. */
+typedef enum sd_device {
+    SD_DEVICE_CPU = 0,
+    SD_DEVICE_CUDA = 1,
+} sd_device;
+
+/* "cpu", "cuda"; "unknown" otherwise. */
+const char *sd_device_name(sd_device d);
 
 /* Monotonic wall clock in milliseconds (CLOCK_MONOTONIC). */
 double sd_time_ms(void);

@@ -619,6 +619,12 @@ const char *sd_gguf_path(const sd_gguf *g) {
 uint32_t sd_gguf_version(const sd_gguf *g) {
     return g->version;
 }
+void sd_gguf_data(const sd_gguf *g, const void **base, size_t *bytes) {
+    const size_t ds = g->data_start < g->size ? g->data_start : g->size;
+    *base = g->map + ds;
+    *bytes = g->size - ds;
+}
+
 uint32_t sd_gguf_alignment(const sd_gguf *g) {
     return g->alignment;
 }

@@ -1,5 +1,9 @@
 /*
- * GGUF v3 reader (mmap) and writer. Format: ggml's docs/gguf.md.
+ * runtime/gguf: the GGUF v3 reader (mmap) and writer, and the one table of llama-family
+ * metadata keys and tensor names (as llama.cpp's llama-arch) that the model loader, the
+ * converters, synth and the test helpers share. Owns the mapping of an open file. May
+ * include runtime/base and quant (tensor sizes per element type) only.
+ * Format: ggml's docs/gguf.md.
  *
  *   header   : magic "GGUF" (4 bytes), uint32 version (3; 2 also read), uint64 n_tensors,
  *              uint64 n_kv
@@ -75,6 +79,9 @@ void sd_gguf_close(sd_gguf *g);
 const char *sd_gguf_path(const sd_gguf *g);
 uint32_t sd_gguf_version(const sd_gguf *g);
 uint32_t sd_gguf_alignment(const sd_gguf *g);
+/* The data section [*base, *base + *bytes): every tensor's data lies inside it (a device
+ * backend uploads this range once). */
+void sd_gguf_data(const sd_gguf *g, const void **base, size_t *bytes);
 
 /* Metadata. Keys are looked up by exact name; -1 when absent. */
 int64_t sd_gguf_n_kv(const sd_gguf *g);
@@ -156,6 +163,114 @@ int sd_gguf_add_tensor(sd_gguf_writer *w, const char *name, uint32_t type, uint3
  * Errors: SD_ERR_IO naming the path.
  */
 int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *err);
+
+/* ---- llama-family architectures (runtime/gguf/arch.c) ----
+ * Keys and tensor names follow llama.cpp's llama-arch.cpp (LLM_KV_*, LLM_TENSOR_*). What
+ * differs between architectures is held in one place, the sd_arch rows. */
+
+/* Per-architecture metadata keys: the name is "<arch>.<suffix>". */
+typedef enum sd_arch_key {
+    SD_KEY_CONTEXT_LENGTH,        /* <arch>.context_length */
+    SD_KEY_EMBEDDING_LENGTH,      /* <arch>.embedding_length */
+    SD_KEY_BLOCK_COUNT,           /* <arch>.block_count */
+    SD_KEY_FEED_FORWARD_LENGTH,   /* <arch>.feed_forward_length */
+    SD_KEY_HEAD_COUNT,            /* <arch>.attention.head_count */
+    SD_KEY_HEAD_COUNT_KV,         /* <arch>.attention.head_count_kv */
+    SD_KEY_RMS_EPS,               /* <arch>.attention.layer_norm_rms_epsilon */
+    SD_KEY_KEY_LENGTH,            /* <arch>.attention.key_length (head dim of K) */
+    SD_KEY_VALUE_LENGTH,          /* <arch>.attention.value_length */
+    SD_KEY_SLIDING_WINDOW,        /* <arch>.attention.sliding_window */
+    SD_KEY_ROPE_FREQ_BASE,        /* <arch>.rope.freq_base */
+    SD_KEY_ROPE_DIMENSION_COUNT,  /* <arch>.rope.dimension_count */
+    SD_KEY_ROPE_SCALING_TYPE,     /* <arch>.rope.scaling.type */
+    SD_KEY_ROPE_SCALING_FACTOR,   /* <arch>.rope.scaling.factor */
+    SD_KEY_ROPE_SCALING_ORIG_CTX, /* <arch>.rope.scaling.original_context_length */
+    SD_KEY_VOCAB_SIZE,            /* <arch>.vocab_size */
+    SD_KEY_COUNT
+} sd_arch_key;
+
+/* Architecture-independent keys. */
+#define SD_KEY_GENERAL_ARCHITECTURE "general.architecture"
+#define SD_KEY_GENERAL_NAME         "general.name"
+#define SD_KEY_GENERAL_FILE_TYPE    "general.file_type"
+#define SD_KEY_GENERAL_ALIGNMENT    "general.alignment"
+#define SD_KEY_TOKENIZER_MODEL      "tokenizer.ggml.model"
+#define SD_KEY_TOKENIZER_PRE        "tokenizer.ggml.pre"
+#define SD_KEY_TOKENIZER_TOKENS     "tokenizer.ggml.tokens"
+#define SD_KEY_TOKENIZER_SCORES     "tokenizer.ggml.scores"
+#define SD_KEY_TOKENIZER_TOKEN_TYPE "tokenizer.ggml.token_type"
+#define SD_KEY_TOKENIZER_MERGES     "tokenizer.ggml.merges"
+#define SD_KEY_TOKENIZER_BOS_ID     "tokenizer.ggml.bos_token_id"
+#define SD_KEY_TOKENIZER_EOS_ID     "tokenizer.ggml.eos_token_id"
+#define SD_KEY_TOKENIZER_UNK_ID     "tokenizer.ggml.unknown_token_id"
+#define SD_KEY_TOKENIZER_ADD_BOS    "tokenizer.ggml.add_bos_token"
+#define SD_KEY_TOKENIZER_ADD_EOS    "tokenizer.ggml.add_eos_token"
+#define SD_KEY_TOKENIZER_ADD_SPACE  "tokenizer.ggml.add_space_prefix"
+#define SD_KEY_TOKENIZER_CHAT_TMPL  "tokenizer.chat_template"
+
+/* The name of key k for architecture arch, written into buf (cap >= 96 always fits an
+ * architecture name of up to 32 bytes). Returns buf. */
+const char *sd_arch_key_name(sd_arch_key k, const char *arch, char *buf, size_t cap);
+
+/* Tensors. Per-layer ones are "blk.<layer>.<name>"; the rest have no prefix. */
+typedef enum sd_arch_tensor {
+    SD_TENSOR_TOKEN_EMBD,  /* token_embd.weight   [n_vocab, n_embd] */
+    SD_TENSOR_OUTPUT_NORM, /* output_norm.weight  [n_embd] */
+    SD_TENSOR_OUTPUT,      /* output.weight       [n_vocab, n_embd] (absent: tied) */
+    SD_TENSOR_ROPE_FREQS,  /* rope_freqs.weight   [n_rot / 2] (Llama 3 frequency factors) */
+    SD_TENSOR_ATTN_NORM,   /* blk.N.attn_norm.weight   [n_embd] */
+    SD_TENSOR_ATTN_Q,      /* blk.N.attn_q.weight      [n_head * head_dim, n_embd] */
+    SD_TENSOR_ATTN_K,      /* blk.N.attn_k.weight      [n_head_kv * head_dim, n_embd] */
+    SD_TENSOR_ATTN_V,      /* blk.N.attn_v.weight      [n_head_kv * head_dim, n_embd] */
+    SD_TENSOR_ATTN_Q_BIAS, /* blk.N.attn_q.bias        [n_head * head_dim] (qwen2) */
+    SD_TENSOR_ATTN_K_BIAS, /* blk.N.attn_k.bias        [n_head_kv * head_dim] (qwen2) */
+    SD_TENSOR_ATTN_V_BIAS, /* blk.N.attn_v.bias        [n_head_kv * head_dim] (qwen2) */
+    SD_TENSOR_ATTN_OUT,    /* blk.N.attn_output.weight [n_embd, n_head * head_dim] */
+    SD_TENSOR_FFN_NORM,    /* blk.N.ffn_norm.weight    [n_embd] */
+    SD_TENSOR_FFN_GATE,    /* blk.N.ffn_gate.weight    [n_ff, n_embd] */
+    SD_TENSOR_FFN_DOWN,    /* blk.N.ffn_down.weight    [n_embd, n_ff] */
+    SD_TENSOR_FFN_UP,      /* blk.N.ffn_up.weight      [n_ff, n_embd] */
+    SD_TENSOR_COUNT
+} sd_arch_tensor;
+
+/* 1 if tensor t is per layer ("blk.N." prefix). */
+int sd_arch_tensor_per_layer(sd_arch_tensor t);
+/* Name of tensor t (of layer `layer` when per layer) into buf (cap >= 64). Returns buf. */
+const char *sd_arch_tensor_name(sd_arch_tensor t, int32_t layer, char *buf, size_t cap);
+
+/* What distinguishes an architecture (one row per supported "general.architecture"). */
+typedef struct sd_arch {
+    const char *name;   /* "llama", ... */
+    int qkv_bias;       /* 1: attn_q/k/v carry a bias (qwen2) */
+    int sliding_window; /* 1: may declare attention.sliding_window (mistral-style) */
+} sd_arch;
+
+/* The row for an architecture name of len bytes (not NUL-terminated), or NULL. */
+const sd_arch *sd_arch_find(const char *name, size_t len);
+/* The supported names, comma-separated, for error messages ("llama, ..."). */
+const char *sd_arch_supported(void);
+
+/* Everything a writer needs for the metadata of a llama-family model with a SentencePiece
+ * ("llama") vocabulary: the architecture keys, then the tokenizer arrays and ids. Used
+ * by `specdec convert`, `specdec synth` and the test helpers. */
+typedef struct sd_llm_meta {
+    const char *arch;  /* "llama" */
+    const char *name;  /* general.name, or NULL */
+    int32_t file_type; /* general.file_type (llama_ftype); < 0: not written */
+    int32_t n_ctx, n_embd, n_layer, n_ff, n_head, n_head_kv;
+    int32_t n_rot; /* rope.dimension_count; 0: not written (default head_dim) */
+    float rms_eps, rope_base;
+    int32_t n_vocab; /* > 0: also written as <arch>.vocab_size */
+    int write_vocab_size;
+    const char *const *tokens;              /* [n_vocab] token texts */
+    const float *scores;                    /* [n_vocab] */
+    const int32_t *token_type;              /* [n_vocab] */
+    int32_t bos, eos, unk;                  /* < 0: not written */
+    int add_bos, add_eos, add_space_prefix; /* < 0: not written */
+} sd_llm_meta;
+
+/* Write m into w. Returns SD_OK, SD_ERR_OOM, or SD_ERR_ARG (no arch, NULL arrays). */
+int sd_gguf_set_llm_meta(sd_gguf_writer *w, const sd_llm_meta *m);
 
 #ifdef __cplusplus
 }

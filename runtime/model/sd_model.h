@@ -1,7 +1,10 @@
 /*
- * Llama model: immutable weights from an mmap'd GGUF (sd_model) and run state
- * (sd_session: KV cache + scratch buffers, allocated once for n_ctx and n_batch).
- * Weights apart from run state, as llama.cpp's llama_model / llama_context.
+ * runtime/model: a llama-family model, immutable weights from an mmap'd GGUF (sd_model,
+ * runtime/model/load.c), and run state (sd_session, runtime/model/forward.c: a backend,
+ * the weights on it, the KV cache and scratch, all allocated once for n_ctx and n_batch).
+ * Weights apart from run state, as llama.cpp's llama_model / llama_context. Owns: the
+ * GGUF mapping, the vocabulary, per session its backend and buffers. May include
+ * runtime/base, runtime/gguf, runtime/tokenizer, runtime/backend, quant, kv.
  *
  * Architecture "llama" (Touvron et al. 2023; llama.cpp llm_build_llama): token
  * embedding, n_layer blocks of
@@ -11,10 +14,11 @@
  * GQA: n_head query heads share n_head_kv K/V heads. RoPE: "normal" (adjacent pairs
  * (2i, 2i+1) rotated by theta = pos * base^(-2i/n_rot)), as llama.cpp LLAMA_ROPE_TYPE_NORM
  * after the converters' Q/K permutation.
- * GGUF keys: llama.context_length, llama.embedding_length, llama.block_count,
- * llama.feed_forward_length, llama.attention.head_count, llama.attention.head_count_kv,
- * llama.attention.layer_norm_rms_epsilon, llama.rope.freq_base (default 10000),
- * llama.rope.dimension_count (default head_dim). Tensors: token_embd.weight,
+ * GGUF keys and tensor names: the architecture table of runtime/gguf (sd_arch_key,
+ * sd_arch_tensor): <arch>.context_length, .embedding_length, .block_count,
+ * .feed_forward_length, .attention.head_count, .attention.head_count_kv,
+ * .attention.layer_norm_rms_epsilon, .rope.freq_base (default 10000),
+ * .rope.dimension_count (default head_dim). Tensors: token_embd.weight,
  * blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,ffn_gate,ffn_down,ffn_up}
  * .weight, output_norm.weight, output.weight (optional).
  */
@@ -25,6 +29,7 @@
 
 #include "quant/sd_quant.h"
 #include "runtime/base/sd_base.h"
+#include "runtime/gguf/sd_gguf.h"
 #include "runtime/tokenizer/sd_vocab.h"
 
 #ifdef __cplusplus
@@ -75,14 +80,52 @@ typedef struct sd_session_params {
      * tests/test_model.c). Batched evaluation stays bit-identical to single-token
      * evaluation with either type. 0 (a zeroed struct) is F32. */
     sd_type kv_type;
+    sd_device device;  /* where the forward pass runs (SD_DEVICE_CPU, the default) */
+    int32_t n_outputs; /* most logits rows one eval returns; 0 = n_batch */
 } sd_session_params;
 
 sd_session_params sd_session_default_params(void);
 
-/* Allocate KV cache and scratch for p (all buffers sized here; eval allocates
- * nothing). Errors: SD_ERR_ARG (including a kv_type other than F32 / F16), SD_ERR_OOM. */
+/* Make the backend for p->device, put the weights on it (CPU: mapped in place, no copy;
+ * a device: uploaded once), and allocate KV cache and scratch for p (all buffers sized
+ * here; eval allocates nothing). Errors: SD_ERR_ARG (including a kv_type other than F32 /
+ * F16), SD_ERR_UNSUPPORTED (a device this build lacks), SD_ERR_OOM (naming what did not
+ * fit). */
 int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **out, sd_error *err);
 void sd_session_free(sd_session *s); /* NULL accepted */
+
+/*
+ * A batch of tokens for one forward pass (as llama.cpp's llama_batch), so several
+ * sequences and tree drafts can come without another face change. Today's sessions hold
+ * one sequence: every seq_id must be 0 and positions must continue the cache
+ * (n_past + i); anything else is SD_ERR_UNSUPPORTED, named.
+ *   token  : int32 [n_tokens], each in [0, n_vocab)
+ *   pos    : int32 [n_tokens] positions, or NULL for n_past, n_past + 1, ...
+ *   seq_id : int32 [n_tokens] sequence ids, or NULL for all 0
+ *   logits : int8 [n_tokens], non-zero = return this token's logits row; NULL = only the
+ *            last token's
+ */
+typedef struct sd_batch {
+    int32_t n_tokens;
+    const int32_t *token;
+    const int32_t *pos;
+    const int32_t *seq_id;
+    const int8_t *logits;
+} sd_batch;
+
+/* The batch over tokens[0 .. n) with default positions and sequence, returning the
+ * logits of the last token (set .logits to choose others). */
+sd_batch sd_batch_of(const int32_t *tokens, int32_t n);
+
+/*
+ * Run the forward pass over a batch (1 .. n_batch tokens), appending their K/V to the
+ * cache. logits: float [n_wanted, n_vocab] host memory, row j = the j-th token (in batch
+ * order) whose logits flag is set; NULL when none is wanted. n_wanted <= n_outputs.
+ * Same contract as sd_session_eval (one code path), of which it is the general form.
+ * Errors: SD_ERR_ARG, SD_ERR_UNSUPPORTED (see sd_batch), SD_ERR_CONTEXT, and a device
+ * backend's errors. On error the session is unchanged.
+ */
+int sd_session_decode(sd_session *s, const sd_batch *b, float *logits, sd_error *err);
 
 /*
  * Run the forward pass over n new tokens at positions [n_past, n_past + n), appending
@@ -91,8 +134,8 @@ void sd_session_free(sd_session *s); /* NULL accepted */
  * the logits of every position are bit-identical to evaluating the tokens one by one.
  *   tokens : int32 [n], each in [0, n_vocab)
  *   n      : 1 .. n_batch
- *   logits : float [n_out, n_vocab] for the LAST n_out positions (n_out in 0..n), or
- *            NULL when n_out == 0
+ *   logits : float [n_out, n_vocab] for the LAST n_out positions (n_out in
+ *            0..min(n, n_outputs)), or NULL when n_out == 0
  * Errors: SD_ERR_ARG (bad token id, n out of range), SD_ERR_CONTEXT (n_past + n >
  * n_ctx). On error the session is unchanged.
  */
@@ -103,6 +146,9 @@ int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logi
 int32_t sd_session_n_past(const sd_session *s);
 int32_t sd_session_n_ctx(const sd_session *s);
 int32_t sd_session_n_batch(const sd_session *s);
+int32_t sd_session_n_outputs(const sd_session *s);
+/* The device the session runs on. */
+sd_device sd_session_device(const sd_session *s);
 /* Roll back to n_keep positions (see sd_kv_truncate). */
 int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err);
 const sd_model *sd_session_model(const sd_session *s);

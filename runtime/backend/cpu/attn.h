@@ -1,0 +1,64 @@
+/*
+ * runtime/backend/cpu/attn.h: PRIVATE to the CPU backend. The attention kernels, one
+ * file per instruction set (attn_ref.c scalar reference, attn_avx2.c, attn_avx512.c),
+ * and the driver (attention.c) that runs them over the KV cache.
+ *
+ * Attention kernels. One call handles a block of nh <= SD_ATT_HB query heads of one
+ * token that share one KV head, so every K/V row of that KV head is read once for all
+ * of them (GQA: n_head / n_head_kv heads share a KV head). Two kernels per level:
+ *   scores: sc[h * scs + j] = dot(q_h, k_j) * scale     for j in [0, span)
+ *   vsum  : out_h[d] += sc[h * scs + j] * v_j[d]          for j = 0, 1, .. span - 1
+ * k_j / v_j: row j of a span (rows `stride` bytes apart) at the KV head's offset, F32
+ * or F16 (converted to f32 in registers). The value computed for one (head, key) or
+ * (head, d) is a fixed function of that head's q / weights and the K/V rows, with a
+ * fixed accumulation order (d ascending in fixed-width chunks, keys ascending): never
+ * of nh, the span split, the batch size or the thread count. Levels: scalar (the
+ * reference), AVX2+FMA+F16C, AVX-512F; chosen at backend init (sd_cpu_att_pick).
+ */
+#ifndef SD_BACKEND_CPU_ATTN_H
+#define SD_BACKEND_CPU_ATTN_H
+
+#include <string.h>
+
+#include "kv/sd_kv.h"
+#include "quant/sd_quant.h"
+
+#define SD_ATT_HB    8  /* query heads per block (accumulators kept in registers) */
+#define SD_ATT_CHUNK 64 /* scalar path: K/V elements converted at a time */
+
+typedef void (*att_scores_fn)(const float *q, int32_t nh, int32_t hd, const void *k, size_t stride,
+                              sd_type kt, int32_t span, float scale, float *sc, size_t scs);
+typedef void (*att_vsum_fn)(const float *sc, size_t scs, int32_t nh, int32_t hd, const void *v,
+                            size_t stride, sd_type vt, int32_t span, float *out);
+
+typedef struct sd_att_kernels {
+    const char *name;
+    att_scores_fn scores;
+    att_vsum_fn vsum;
+} sd_att_kernels;
+
+extern const sd_att_kernels sd_att_scalar;
+#if defined(__x86_64__)
+extern const sd_att_kernels sd_att_avx2;
+extern const sd_att_kernels sd_att_avx512;
+#endif
+
+/* The kernels called `name` ("scalar", "avx2", "avx512") if this CPU runs them, else NULL. */
+const sd_att_kernels *sd_cpu_att_by_name(const char *name);
+/* The best level this CPU runs, never above the matmul kernels' level (so SD_KERNELS,
+ * which lowers that, lowers this too). */
+const sd_att_kernels *sd_cpu_att_pick(void);
+
+/* Heads [h0, h0 + nh) (nh <= SD_ATT_HB) of one query row, all sharing KV head g, over keys
+ * [0, n_keys) of layer `layer`. q, out: the rows of head h0 (heads head_dim apart).
+ * sc: scratch [SD_ATT_HB, scs], scs >= n_keys. */
+void sd_cpu_attend_block(const sd_att_kernels *ak, const float *q, int32_t nh, sd_kv *kv,
+                         int32_t layer, int32_t n_keys, int32_t g, int32_t head_dim, float scale,
+                         float *sc, size_t scs, float *out);
+
+/* Scalar tail element d of a K/V row. */
+static inline float sd_att_elem(const void *row, sd_type t, int32_t d) {
+    return t == SD_TYPE_F16 ? sd_fp16_to_fp32(((const uint16_t *)row)[d]) : ((const float *)row)[d];
+}
+
+#endif /* SD_BACKEND_CPU_ATTN_H */

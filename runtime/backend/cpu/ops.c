@@ -1,0 +1,376 @@
+/*
+ * CPU backend: the ops table over host memory. OpenMP over chunks of output rows /
+ * (token, KV head, head block) items; see sd_backend.h for op shapes and the determinism
+ * contract. Attention kernels per instruction set: attn.h. Buffers are host memory
+ * (64-byte aligned, zeroed); weights are mapped in place (buffer_from_host copies nothing). Every
+ * reduction (dot products, sums of squares, softmax sums) runs in a fixed order inside one thread,
+ * so results never depend on the batch size, the thread count or which thread ran them.
+ */
+#include "runtime/backend/sd_backend.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/backend/cpu/attn.h"
+
+/* Below this many multiply-adds an op stays on the calling thread (the `if` clause).
+ * The environment variable SD_CPU_PAR_MIN_WORK, read once at init, overrides it: the
+ * tests set it to 0 so that tiny models exercise the threaded paths. */
+#define SD_CPU_PAR_MIN_WORK 131072
+#define SD_CPU_MAX_THREADS  1024
+/* Matmul rows are handed to threads in chunks (see cpu_matmul). */
+#define SD_CPU_CHUNKS_PER_THREAD 16
+#define SD_CPU_MIN_CHUNK_ROWS    16
+
+typedef struct sd_backend_cpu {
+    sd_backend base;
+    int32_t n_threads;
+    int32_t n_batch;
+    int64_t max_cols;
+    int32_t n_ctx;
+    double par_min_work; /* see SD_CPU_PAR_MIN_WORK */
+    void *xq;            /* prepared activations (sd_activations_bytes), n_batch rows of max_cols */
+    size_t xq_bytes;
+    float *scores;             /* attention scores: n_threads x SD_ATT_HB rows of n_ctx */
+    const sd_att_kernels *att; /* attention kernels (sd_cpu_att_pick) */
+} sd_backend_cpu;
+
+static sd_backend_cpu *cpu_of(sd_backend *be) {
+    return (sd_backend_cpu *)be;
+}
+
+static void cpu_free(sd_backend *be) {
+    sd_backend_cpu *c = cpu_of(be);
+    if (!c) return;
+    free(c->xq);
+    free(c->scores);
+    free(c);
+}
+
+/* ---- memory: host memory; backend addresses are host addresses ---- */
+
+typedef struct cpu_buffer {
+    sd_buffer base;
+    int owned; /* 1: addr was allocated here (freed with the buffer) */
+} cpu_buffer;
+
+static int cpu_buffer_new(sd_backend *be, void *addr, size_t bytes, sd_buffer_usage usage,
+                          int owned, sd_buffer **out, sd_error *err) {
+    cpu_buffer *b = calloc(1, sizeof *b);
+    if (!b) {
+        if (owned) free(addr);
+        return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (buffer record)");
+    }
+    b->base.be = be;
+    b->base.addr = addr;
+    b->base.size = bytes;
+    b->base.usage = usage;
+    b->owned = owned;
+    *out = &b->base;
+    return SD_OK;
+}
+
+static int cpu_buffer_alloc(sd_backend *be, size_t bytes, sd_buffer_usage usage, sd_buffer **out,
+                            sd_error *err) {
+    *out = NULL;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu bytes)", bytes);
+    memset(p, 0, bytes ? bytes : 64);
+    return cpu_buffer_new(be, p, bytes, usage, 1, out, err);
+}
+
+static int cpu_buffer_from_host(sd_backend *be, const void *host, size_t bytes, sd_buffer **out,
+                                sd_error *err) {
+    *out = NULL;
+    /* Mapped in place: the weights stay in the caller's (mmap'd) memory, read-only. */
+    return cpu_buffer_new(be, (void *)host, bytes, SD_BUFFER_WEIGHTS, 0, out, err);
+}
+
+static void cpu_buffer_free(sd_backend *be, sd_buffer *buf) {
+    (void)be;
+    if (!buf) return;
+    cpu_buffer *b = (cpu_buffer *)buf;
+    if (b->owned) free(b->base.addr);
+    free(b);
+}
+
+static int cpu_write(sd_backend *be, void *dst, const void *src, size_t bytes, sd_error *err) {
+    (void)be;
+    (void)err;
+    if (bytes) memmove(dst, src, bytes);
+    return SD_OK;
+}
+
+static int cpu_read(sd_backend *be, void *dst, const void *src, size_t bytes, sd_error *err) {
+    return cpu_write(be, dst, src, bytes, err);
+}
+
+static int cpu_sync(sd_backend *be, sd_error *err) {
+    (void)be;
+    (void)err;
+    return SD_OK; /* ops run synchronously and cannot fail */
+}
+
+/* ---- ops ---- */
+
+static void cpu_get_rows(sd_backend *be, const sd_weight *w, const int32_t *ids, int32_t n_tok,
+                         float *y) {
+    for (int32_t t = 0; t < n_tok; t++) {
+        SD_CHECK(ids[t] >= 0 && ids[t] < w->rows, "get_rows: id out of range");
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)ids[t] * w->row_bytes;
+        sd_dequantize_row(w->type, row, y + (size_t)t * (size_t)w->cols, w->cols);
+    }
+}
+
+static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32_t n_tok,
+                       float *y) {
+    sd_backend_cpu *c = cpu_of(be);
+    const int64_t rows = w->rows, cols = w->cols;
+    size_t need = 0;
+    int rc = sd_activations_bytes(w->type, n_tok, cols, &need);
+    (void)rc;
+    (void)need;
+    SD_CHECK(rc == 0, "matmul: bad activation row size");
+    SD_CHECK(n_tok >= 1 && n_tok <= c->n_batch && cols <= c->max_cols && need <= c->xq_bytes,
+             "matmul: shape exceeds the scratch sized at init");
+    void *xq = c->xq;
+    const double work = (double)rows * (double)cols * (double)n_tok;
+    /* About SD_CPU_CHUNKS_PER_THREAD chunks per thread, at least SD_CPU_MIN_CHUNK_ROWS rows. */
+    int64_t chunk = rows / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
+    if (chunk < SD_CPU_MIN_CHUNK_ROWS) chunk = SD_CPU_MIN_CHUNK_ROWS;
+#pragma omp parallel num_threads(c->n_threads) if (c->n_threads > 1 && work >= c->par_min_work)
+    {
+        const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        /* Prepared once per matmul (sd_quant.h layout), token rows split over threads. */
+        const int64_t t0 = n_tok * tid / nth, t1 = n_tok * (tid + 1) / nth;
+        sd_quantize_activations_rows(w->type, x, n_tok, cols, t0, t1, xq);
+#pragma omp barrier
+        /* Rows in chunks handed out dynamically: a thread that shares its core with other
+         * work (or starts late) takes fewer chunks instead of holding up the others.
+         * Which thread computes a row never changes its value. */
+        const int64_t n_chunks = (rows + chunk - 1) / chunk;
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t ci = 0; ci < n_chunks; ci++) {
+            const int64_t r0 = ci * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+            sd_matmul_rows(w->type, w->data, w->row_bytes, cols, xq, n_tok, y, rows, r0, r1);
+        }
+    }
+}
+
+static void cpu_rmsnorm(sd_backend *be, const float *x, const float *w, int32_t n_tok, int32_t n,
+                        float eps, float *y) {
+    sd_backend_cpu *c = cpu_of(be);
+    const double work = (double)n_tok * (double)n;
+#pragma omp parallel for num_threads(c->n_threads)                                                 \
+    schedule(static) if (c->n_threads > 1 && work >= c->par_min_work)
+    for (int32_t t = 0; t < n_tok; t++) {
+        const float *xr = x + (size_t)t * (size_t)n;
+        float *yr = y + (size_t)t * (size_t)n;
+        float ss = 0.0f;
+        for (int32_t i = 0; i < n; i++)
+            ss += xr[i] * xr[i];
+        const float scale = 1.0f / sqrtf(ss / (float)n + eps);
+        for (int32_t i = 0; i < n; i++)
+            yr[i] = (xr[i] * scale) * w[i];
+    }
+}
+
+static void cpu_rope(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int32_t n_head,
+                     int32_t head_dim, int32_t n_rot, float base) {
+    const size_t row = (size_t)n_head * (size_t)head_dim;
+    for (int32_t t = 0; t < n_tok; t++) {
+        const float pos = (float)(pos0 + t);
+        float *xr = x + (size_t)t * row;
+        for (int32_t i = 0; i < n_rot / 2; i++) {
+            const float freq = powf(base, -(float)(2 * i) / (float)n_rot);
+            const float theta = pos * freq;
+            const float cs = cosf(theta), sn = sinf(theta);
+            for (int32_t h = 0; h < n_head; h++) {
+                float *p = xr + (size_t)h * (size_t)head_dim + 2 * (size_t)i;
+                const float x0 = p[0], x1 = p[1];
+                p[0] = x0 * cs - x1 * sn;
+                p[1] = x0 * sn + x1 * cs;
+            }
+        }
+    }
+}
+
+static void cpu_kv_store(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0, int32_t n_tok,
+                         int32_t kv_dim, const float *k, const float *v) {
+    (void)be;
+    SD_CHECK(kv_dim == sd_kv_dim(kv), "kv_store: kv_dim differs from the cache's");
+    const sd_type t = sd_kv_type(kv);
+    for (int32_t tk = 0; tk < n_tok; tk++) {
+        void *kd = sd_kv_k(kv, layer, pos0 + tk);
+        void *vd = sd_kv_v(kv, layer, pos0 + tk);
+        const float *ks = k + (size_t)tk * (size_t)kv_dim, *vs = v + (size_t)tk * (size_t)kv_dim;
+        if (t == SD_TYPE_F16) { /* round to nearest even (the reference conversion) */
+            sd_quantize_row(SD_TYPE_F16, ks, kd, kv_dim);
+            sd_quantize_row(SD_TYPE_F16, vs, vd, kv_dim);
+        } else {
+            memcpy(kd, ks, (size_t)kv_dim * sizeof(float));
+            memcpy(vd, vs, (size_t)kv_dim * sizeof(float));
+        }
+    }
+}
+
+static void cpu_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t layer, int32_t pos0,
+                          int32_t n_tok, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                          float *out) {
+    sd_backend_cpu *c = cpu_of(be);
+    SD_CHECK(pos0 + n_tok <= c->n_ctx, "attention: more keys than the scratch sized at init");
+    SD_CHECK(n_head_kv * head_dim == sd_kv_dim(kv), "attention: kv_dim differs from the cache's");
+    const sd_att_kernels *ak = c->att;
+    const int32_t group = n_head / n_head_kv;
+    const int32_t n_blk = (group + SD_ATT_HB - 1) / SD_ATT_HB; /* head blocks per KV head */
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    const int64_t n_items = (int64_t)n_tok * n_head_kv * n_blk;
+    const size_t scs = (size_t)c->n_ctx;
+    const double work = (double)n_tok * n_head * (double)(pos0 + n_tok) * (double)head_dim * 2.0;
+#pragma omp parallel num_threads(c->n_threads) if (c->n_threads > 1 && work >= c->par_min_work)
+    {
+        float *sc = c->scores + (size_t)omp_get_thread_num() * (size_t)SD_ATT_HB * scs;
+        /* Dynamic: later tokens of a batch see more keys, and a thread may start late. */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < n_items; it++) {
+            const int32_t t = (int32_t)(it / ((int64_t)n_head_kv * n_blk));
+            const int32_t r = (int32_t)(it % ((int64_t)n_head_kv * n_blk));
+            const int32_t g = r / n_blk, h0 = g * group + (r % n_blk) * SD_ATT_HB;
+            const int32_t nh =
+                g * group + group - h0 < SD_ATT_HB ? g * group + group - h0 : SD_ATT_HB;
+            const size_t off = ((size_t)t * (size_t)n_head + (size_t)h0) * (size_t)head_dim;
+            sd_cpu_attend_block(ak, q + off, nh, kv, layer, pos0 + t + 1, g, head_dim, scale, sc,
+                                scs, out + off);
+        }
+    }
+}
+
+static void cpu_softmax(sd_backend *be, float *x, int32_t n_rows, int32_t n) {
+    (void)be;
+    for (int32_t r = 0; r < n_rows; r++) {
+        float *xr = x + (size_t)r * (size_t)n;
+        float mx = xr[0];
+        for (int32_t i = 1; i < n; i++)
+            mx = xr[i] > mx ? xr[i] : mx;
+        float sum = 0.0f;
+        for (int32_t i = 0; i < n; i++) {
+            xr[i] = expf(xr[i] - mx);
+            sum += xr[i];
+        }
+        const float inv = 1.0f / sum;
+        for (int32_t i = 0; i < n; i++)
+            xr[i] *= inv;
+    }
+}
+
+static void cpu_swiglu(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
+    sd_backend_cpu *c = cpu_of(be);
+#pragma omp parallel for num_threads(c->n_threads)                                                 \
+    schedule(static) if (c->n_threads > 1 && (double)n >= c->par_min_work)
+    for (int64_t i = 0; i < n; i++) {
+        const float gi = g[i];
+        y[i] = (gi / (1.0f + expf(-gi))) * u[i];
+    }
+}
+
+static void cpu_add(sd_backend *be, float *y, const float *x, int64_t n) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+static void cpu_copy(sd_backend *be, float *y, const float *x, int64_t n) {
+    (void)be;
+    memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+static const sd_backend_ops cpu_ops = {
+    .name = "cpu",
+    .free = cpu_free,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_from_host = cpu_buffer_from_host,
+    .buffer_free = cpu_buffer_free,
+    .write = cpu_write,
+    .read = cpu_read,
+    .sync = cpu_sync,
+    .get_rows = cpu_get_rows,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .softmax = cpu_softmax,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .copy = cpu_copy,
+};
+
+int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *err) {
+    *out = NULL;
+    if (!p || p->n_threads < 0 || p->n_batch < 1 || p->max_cols < 1 || p->n_ctx < 1)
+        return sd_errorf(err, SD_ERR_ARG, "cpu backend: bad parameters");
+    int32_t nt = p->n_threads ? p->n_threads : sd_n_cores();
+    if (nt > SD_CPU_MAX_THREADS) nt = SD_CPU_MAX_THREADS;
+    /* Prepared activations: the largest sd_activations_bytes over the weight types for
+     * n_batch rows of max_cols (rounded up to a whole Q8_0 block; sizes are monotone). */
+    static const sd_type wts[] = {SD_TYPE_F32, SD_TYPE_F16, SD_TYPE_BF16, SD_TYPE_Q8_0,
+                                  SD_TYPE_Q4_0};
+    const int64_t cols_q = (p->max_cols + SD_QK8_0 - 1) / SD_QK8_0 * SD_QK8_0;
+    size_t xq_bytes = 0, sc_len, sc_bytes;
+    for (size_t i = 0; i < sizeof wts / sizeof wts[0]; i++) {
+        size_t b;
+        if (sd_activations_bytes(wts[i], p->n_batch, cols_q, &b) != 0)
+            return sd_errorf(err, SD_ERR_OOM, "cpu backend: scratch size overflows");
+        if (b > xq_bytes) xq_bytes = b;
+    }
+    if (sd_mul_size((size_t)nt * SD_ATT_HB, (size_t)p->n_ctx, &sc_len) ||
+        sd_mul_size(sc_len, sizeof(float), &sc_bytes))
+        return sd_errorf(err, SD_ERR_OOM, "cpu backend: scratch size overflows");
+    sd_backend_cpu *c = calloc(1, sizeof *c);
+    if (!c) return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory");
+    c->base.ops = &cpu_ops;
+    c->base.caps.host_memory = 1;
+    c->base.device = SD_DEVICE_CPU;
+    c->n_threads = nt;
+    c->n_batch = p->n_batch;
+    c->max_cols = p->max_cols;
+    c->n_ctx = p->n_ctx;
+    c->par_min_work = SD_CPU_PAR_MIN_WORK;
+    const char *env = getenv("SD_CPU_PAR_MIN_WORK");
+    if (env && *env) {
+        char *end = NULL;
+        double v = strtod(env, &end);
+        if (end && *end == '\0' && v >= 0.0) c->par_min_work = v;
+    }
+    c->att = sd_cpu_att_pick();
+    c->xq_bytes = xq_bytes;
+    if (posix_memalign(&c->xq, 64, xq_bytes) != 0) c->xq = NULL;
+    void *sc = NULL;
+    if (posix_memalign(&sc, 64, sc_bytes) != 0) sc = NULL;
+    c->scores = sc;
+    if (!c->xq || !c->scores) {
+        cpu_free(&c->base);
+        return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu + %zu bytes)", xq_bytes,
+                         sc_bytes);
+    }
+    *out = &c->base;
+    return SD_OK;
+}
+
+int32_t sd_backend_cpu_n_threads(const sd_backend *be) {
+    return ((const sd_backend_cpu *)be)->n_threads;
+}
+
+const char *sd_backend_cpu_kernels(const sd_backend *be) {
+    return ((const sd_backend_cpu *)be)->att->name;
+}
+
+int sd_backend_cpu_set_kernels(sd_backend *be, const char *name) {
+    const sd_att_kernels *k = sd_cpu_att_by_name(name);
+    if (!k) return -1;
+    cpu_of(be)->att = k;
+    return 0;
+}

@@ -1,0 +1,378 @@
+/*
+ * runtime/model/forward.c: sessions (a backend, the weights on it, the KV cache and
+ * scratch in backend buffers) and the forward pass (sd_session_decode). All compute goes
+ * through the backend ops table (runtime/backend/sd_backend.h); this file only does
+ * arithmetic on backend addresses and never dereferences them.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/sd_kv.h"
+#include "runtime/backend/sd_backend.h"
+#include "runtime/model/model_impl.h"
+
+/* The weights as the backend sees them: the same matrices with backend addresses. */
+typedef struct sd_layer_dev {
+    const float *attn_norm, *ffn_norm;
+    sd_weight wq, wk, wv, wo, w_gate, w_down, w_up;
+} sd_layer_dev;
+
+struct sd_session {
+    const sd_model *m;
+    sd_backend *be;
+    sd_kv *kv;
+    int32_t n_ctx;
+    int32_t n_batch;
+    int32_t n_outputs;
+    /* Backend buffers. */
+    sd_buffer *b_weights; /* the GGUF data section: mapped (CPU) or uploaded */
+    sd_buffer *b_norms;   /* the model's norm vectors */
+    sd_buffer *b_kv;      /* KV cache storage */
+    sd_buffer *b_act;     /* every scratch array below */
+    sd_buffer *b_logits;  /* [n_outputs, n_vocab], only when the backend is not host memory */
+    /* Weights on the backend. */
+    sd_weight tok_embd, output;
+    const float *output_norm;
+    sd_layer_dev *layers; /* [n_layer] (host array of backend addresses) */
+    /* Host state. */
+    int32_t *tokens;   /* [n_ctx]: ids whose K/V the cache holds, [0, n_past) valid */
+    int32_t *out_rows; /* [n_batch]: batch indices of the wanted logits rows (scratch) */
+    /* Scratch, backend addresses inside b_act. */
+    float *x;    /* [n_batch, n_embd] residual stream */
+    float *xn;   /* [n_batch, n_embd] normed input */
+    float *q;    /* [n_batch, n_embd] */
+    float *k;    /* [n_batch, kv_dim] */
+    float *v;    /* [n_batch, kv_dim] */
+    float *att;  /* [n_batch, n_embd] attention output */
+    float *proj; /* [n_batch, n_embd] output projections */
+    float *gate; /* [n_batch, n_ff] */
+    float *up;   /* [n_batch, n_ff] */
+};
+
+sd_session_params sd_session_default_params(void) {
+    sd_session_params p;
+    memset(&p, 0, sizeof p);
+    p.n_ctx = 0;
+    p.n_batch = SD_DEFAULT_N_BATCH;
+    p.n_threads = 0;
+    p.kv_type = SD_TYPE_F32;
+    p.device = SD_DEVICE_CPU;
+    p.n_outputs = 0;
+    return p;
+}
+
+/* Backend address of host address h inside the region [base, ...) that buffer b holds. */
+static const void *dev_addr(const sd_buffer *b, const void *base, const void *h) {
+    return (const uint8_t *)b->addr + ((const uint8_t *)h - (const uint8_t *)base);
+}
+
+static sd_weight dev_weight(const sd_buffer *b, const void *base, const sd_weight *w) {
+    sd_weight d = *w;
+    d.data = dev_addr(b, base, w->data);
+    return d;
+}
+
+/* Put the weights on the backend: the whole GGUF data section in one buffer (mapped in
+ * place by the CPU backend, uploaded once by a device backend) and the norm copies. */
+static int place_weights(sd_session *s, sd_error *err) {
+    const sd_model *m = s->m;
+    const void *base;
+    size_t bytes;
+    sd_gguf_data(m->g, &base, &bytes);
+    int rc = s->be->ops->buffer_from_host(s->be, base, bytes, &s->b_weights, err);
+    if (rc) return sd_error_prefix(err, "%s: weights", m->path);
+    rc = s->be->ops->buffer_from_host(s->be, m->norms, m->norms_bytes, &s->b_norms, err);
+    if (rc) return sd_error_prefix(err, "%s: norm weights", m->path);
+    const int32_t n_layer = m->hp.n_layer;
+    s->layers = calloc((size_t)n_layer, sizeof *s->layers);
+    if (!s->layers) return sd_errorf(err, SD_ERR_OOM, "session: out of memory (layers)");
+    for (int32_t l = 0; l < n_layer; l++) {
+        const sd_layer *L = &m->layers[l];
+        sd_layer_dev *D = &s->layers[l];
+        D->attn_norm = dev_addr(s->b_norms, m->norms, L->attn_norm);
+        D->ffn_norm = dev_addr(s->b_norms, m->norms, L->ffn_norm);
+        D->wq = dev_weight(s->b_weights, base, &L->wq);
+        D->wk = dev_weight(s->b_weights, base, &L->wk);
+        D->wv = dev_weight(s->b_weights, base, &L->wv);
+        D->wo = dev_weight(s->b_weights, base, &L->wo);
+        D->w_gate = dev_weight(s->b_weights, base, &L->w_gate);
+        D->w_down = dev_weight(s->b_weights, base, &L->w_down);
+        D->w_up = dev_weight(s->b_weights, base, &L->w_up);
+    }
+    s->tok_embd = dev_weight(s->b_weights, base, &m->tok_embd);
+    s->output = dev_weight(s->b_weights, base, &m->output);
+    s->output_norm = dev_addr(s->b_norms, m->norms, m->output_norm);
+    return SD_OK;
+}
+
+/* Scratch: 5 arrays of n_embd, 2 of kv_dim, 2 of n_ff per token, in one buffer. */
+static int alloc_scratch(sd_session *s, sd_error *err) {
+    const sd_hparams *hp = &s->m->hp;
+    const size_t n_embd = (size_t)hp->n_embd, n_ff = (size_t)hp->n_ff;
+    const size_t kv_dim = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    const size_t nb = (size_t)s->n_batch;
+    size_t per_tok, a, b, c, total, bytes;
+    if (sd_mul_size(n_embd, 5, &a) || sd_mul_size(kv_dim, 2, &b) || sd_mul_size(n_ff, 2, &c) ||
+        sd_add_size(a, b, &per_tok) || sd_add_size(per_tok, c, &per_tok) ||
+        sd_mul_size(per_tok, nb, &total) || sd_mul_size(total, sizeof(float), &bytes))
+        return sd_errorf(err, SD_ERR_OOM, "session: scratch size overflows (n_batch %d)",
+                         s->n_batch);
+    int rc = sd_buffer_alloc(s->be, bytes, SD_BUFFER_COMPUTE, &s->b_act, err);
+    if (rc) return sd_error_prefix(err, "%s: session scratch", s->m->path);
+    float *q = s->b_act->addr;
+    s->x = q, q += nb * n_embd;
+    s->xn = q, q += nb * n_embd;
+    s->q = q, q += nb * n_embd;
+    s->att = q, q += nb * n_embd;
+    s->proj = q, q += nb * n_embd;
+    s->k = q, q += nb * kv_dim;
+    s->v = q, q += nb * kv_dim;
+    s->gate = q, q += nb * n_ff;
+    s->up = q, q += nb * n_ff;
+    SD_CHECK((size_t)(q - (float *)s->b_act->addr) == total, "session scratch layout");
+    if (s->be->caps.host_memory) return SD_OK; /* logits are written to the caller's rows */
+    size_t lb;
+    if (sd_mul_size((size_t)s->n_outputs, (size_t)hp->n_vocab, &lb) ||
+        sd_mul_size(lb, sizeof(float), &lb))
+        return sd_errorf(err, SD_ERR_OOM, "session: logits size overflows");
+    rc = sd_buffer_alloc(s->be, lb, SD_BUFFER_OUTPUT, &s->b_logits, err);
+    return rc ? sd_error_prefix(err, "%s: logits rows", s->m->path) : SD_OK;
+}
+
+static int alloc_kv(sd_session *s, sd_type kv_type, sd_error *err) {
+    const sd_hparams *hp = &s->m->hp;
+    sd_kv_params kp = {hp->n_layer, s->n_ctx, hp->n_head_kv * hp->head_dim, kv_type, NULL};
+    size_t bytes;
+    int rc = sd_kv_storage_bytes(&kp, &bytes, err);
+    if (!rc) rc = sd_buffer_alloc(s->be, bytes, SD_BUFFER_KV, &s->b_kv, err);
+    if (rc) return sd_error_prefix(err, "%s: KV cache (n_ctx %d)", s->m->path, s->n_ctx);
+    kp.storage = s->b_kv->addr;
+    return sd_kv_init(&kp, &s->kv, err);
+}
+
+int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
+                    sd_error *err) {
+    *out = NULL;
+    if (!m || !p) return sd_errorf(err, SD_ERR_ARG, "session: model or params is NULL");
+    const sd_hparams *hp = &m->hp;
+    const int32_t n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
+    if (n_ctx < 1 || n_ctx > SD_MAX_CTX)
+        return sd_errorf(err, SD_ERR_ARG, "session: n_ctx %d out of range [1, %d]", p->n_ctx,
+                         SD_MAX_CTX);
+    if (p->n_batch < 1 || p->n_batch > SD_MAX_BATCH)
+        return sd_errorf(err, SD_ERR_ARG, "session: n_batch %d out of range [1, %d]", p->n_batch,
+                         SD_MAX_BATCH);
+    if (p->n_threads < 0)
+        return sd_errorf(err, SD_ERR_ARG, "session: n_threads %d is negative", p->n_threads);
+    if (p->n_outputs < 0)
+        return sd_errorf(err, SD_ERR_ARG, "session: n_outputs %d is negative", p->n_outputs);
+    if (p->kv_type != SD_TYPE_F32 && p->kv_type != SD_TYPE_F16)
+        return sd_errorf(err, SD_ERR_ARG, "session: kv_type %s (%d), expected f32 or f16",
+                         sd_type_name((uint32_t)p->kv_type), (int)p->kv_type);
+    sd_session *s = calloc(1, sizeof *s);
+    if (!s) return sd_errorf(err, SD_ERR_OOM, "session: out of memory");
+    s->m = m;
+    s->n_ctx = n_ctx;
+    /* A batch never holds more than the context, nor returns more rows than it holds. */
+    s->n_batch = p->n_batch < n_ctx ? p->n_batch : n_ctx;
+    s->n_outputs = p->n_outputs && p->n_outputs < s->n_batch ? p->n_outputs : s->n_batch;
+    sd_backend_params bp = {0};
+    bp.n_threads = p->n_threads;
+    bp.n_batch = s->n_batch;
+    bp.max_cols = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+    bp.n_ctx = n_ctx;
+    int rc = sd_backend_init(p->device, &bp, &s->be, err);
+    if (rc == SD_OK) rc = place_weights(s, err);
+    if (rc == SD_OK) rc = alloc_kv(s, p->kv_type, err);
+    if (rc == SD_OK) rc = alloc_scratch(s, err);
+    if (rc == SD_OK) {
+        s->tokens = calloc((size_t)n_ctx, sizeof(int32_t));
+        s->out_rows = calloc((size_t)s->n_batch, sizeof(int32_t));
+        if (!s->tokens || !s->out_rows)
+            rc = sd_errorf(err, SD_ERR_OOM, "session: out of memory (token mirror)");
+    }
+    if (rc != SD_OK) {
+        sd_session_free(s);
+        return rc;
+    }
+    *out = s;
+    return SD_OK;
+}
+
+void sd_session_free(sd_session *s) {
+    if (!s) return;
+    sd_kv_free(s->kv);
+    sd_buffer_free(s->b_logits);
+    sd_buffer_free(s->b_act);
+    sd_buffer_free(s->b_kv);
+    sd_buffer_free(s->b_norms);
+    sd_buffer_free(s->b_weights);
+    sd_backend_free(s->be);
+    free(s->layers);
+    free(s->tokens);
+    free(s->out_rows);
+    free(s);
+}
+
+sd_batch sd_batch_of(const int32_t *tokens, int32_t n) {
+    sd_batch b;
+    memset(&b, 0, sizeof b);
+    b.n_tokens = n;
+    b.token = tokens;
+    return b;
+}
+
+/* Validate a batch against the session; fills s->out_rows and *n_want. The wanted rows
+ * are those flagged in b->logits, or, when n_last >= 0, the last n_last rows. */
+static int check_batch(sd_session *s, const sd_batch *b, int32_t n_last, const float *logits,
+                       int32_t *n_want, sd_error *err) {
+    const int32_t n = b->n_tokens, n_vocab = s->m->hp.n_vocab, n_past = sd_kv_n(s->kv);
+    if (n < 1 || n > s->n_batch)
+        return sd_errorf(err, SD_ERR_ARG, "eval: %d tokens, expected 1..%d (n_batch)", n,
+                         s->n_batch);
+    if (!b->token) return sd_errorf(err, SD_ERR_ARG, "eval: tokens is NULL");
+    int32_t w = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (b->token[i] < 0 || b->token[i] >= n_vocab)
+            return sd_errorf(err, SD_ERR_ARG, "eval: token %d at index %d is out of range [0, %d)",
+                             b->token[i], i, n_vocab);
+        if (b->seq_id && b->seq_id[i] != 0)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "eval: batch index %d has sequence id %d: sessions hold one "
+                             "sequence (id 0) for now",
+                             i, b->seq_id[i]);
+        if (b->pos && b->pos[i] != n_past + i)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "eval: batch index %d has position %d, expected %d (positions "
+                             "must continue the cache contiguously for now)",
+                             i, b->pos[i], n_past + i);
+        const int want =
+            n_last >= 0 ? i >= n - n_last : (b->logits ? b->logits[i] != 0 : i == n - 1);
+        if (want) s->out_rows[w++] = i;
+    }
+    if (w > s->n_outputs)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "eval: %d logits rows wanted, expected at most %d "
+                         "(n_outputs)",
+                         w, s->n_outputs);
+    if (w > 0 && !logits) return sd_errorf(err, SD_ERR_ARG, "eval: logits is NULL");
+    *n_want = w;
+    return SD_OK;
+}
+
+/* The transformer blocks over n tokens at pos0 (residual stream s->x). */
+static void run_layers(sd_session *s, int32_t n, int32_t pos0) {
+    const sd_hparams *hp = &s->m->hp;
+    sd_backend *be = s->be;
+    const sd_backend_ops *op = be->ops;
+    const int32_t n_embd = hp->n_embd, kv_dim = hp->n_head_kv * hp->head_dim;
+    const int64_t nx = (int64_t)n * n_embd;
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const sd_layer_dev *L = &s->layers[l];
+        op->rmsnorm(be, s->x, L->attn_norm, n, n_embd, hp->rms_eps, s->xn);
+        op->matmul(be, &L->wq, s->xn, n, s->q);
+        op->matmul(be, &L->wk, s->xn, n, s->k);
+        op->matmul(be, &L->wv, s->xn, n, s->v);
+        op->rope(be, s->q, n, pos0, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_base);
+        op->rope(be, s->k, n, pos0, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_base);
+        op->kv_store(be, s->kv, l, pos0, n, kv_dim, s->k, s->v);
+        op->attention(be, s->q, s->kv, l, pos0, n, hp->n_head, hp->n_head_kv, hp->head_dim, s->att);
+        op->matmul(be, &L->wo, s->att, n, s->proj);
+        op->add(be, s->x, s->proj, nx);
+
+        op->rmsnorm(be, s->x, L->ffn_norm, n, n_embd, hp->rms_eps, s->xn);
+        op->matmul(be, &L->w_gate, s->xn, n, s->gate);
+        op->matmul(be, &L->w_up, s->xn, n, s->up);
+        op->swiglu(be, s->gate, s->up, (int64_t)n * hp->n_ff, s->gate);
+        op->matmul(be, &L->w_down, s->gate, n, s->proj);
+        op->add(be, s->x, s->proj, nx);
+    }
+}
+
+/* The classifier over the wanted rows (s->out_rows[0 .. w)) into host logits. Each row
+ * is normed on its own (row-independent), gathered into s->xn, then one matmul. */
+static int run_output(sd_session *s, int32_t n, int32_t w, float *logits, sd_error *err) {
+    const sd_hparams *hp = &s->m->hp;
+    sd_backend *be = s->be;
+    const size_t n_embd = (size_t)hp->n_embd;
+    if (w == 0) return SD_OK;
+    const int32_t first = s->out_rows[0];
+    if (s->out_rows[w - 1] == n - 1 && first == n - w) {
+        /* The common case: the last w rows (decode, verification, perplexity windows). */
+        be->ops->rmsnorm(be, s->x + (size_t)first * n_embd, s->output_norm, w, hp->n_embd,
+                         hp->rms_eps, s->xn);
+    } else {
+        for (int32_t j = 0; j < w; j++)
+            be->ops->rmsnorm(be, s->x + (size_t)s->out_rows[j] * n_embd, s->output_norm, 1,
+                             hp->n_embd, hp->rms_eps, s->xn + (size_t)j * n_embd);
+    }
+    if (be->caps.host_memory) {
+        be->ops->matmul(be, &s->output, s->xn, w, logits);
+        return be->ops->sync(be, err);
+    }
+    float *dl = s->b_logits->addr;
+    be->ops->matmul(be, &s->output, s->xn, w, dl);
+    return be->ops->read(be, logits, dl, (size_t)w * (size_t)hp->n_vocab * sizeof(float), err);
+}
+
+static int decode(sd_session *s, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
+    int32_t w = 0;
+    int rc = check_batch(s, b, n_last, logits, &w, err);
+    if (rc != SD_OK) return rc;
+    const int32_t n = b->n_tokens;
+    rc = sd_kv_reserve(s->kv, n, err);
+    if (rc != SD_OK) return rc;
+
+    /* The rows [pos0, pos0 + n) written below are beyond the committed range until
+     * sd_kv_commit, so a failure (a device error) leaves the session unchanged. */
+    const int32_t pos0 = sd_kv_n(s->kv);
+    s->be->ops->get_rows(s->be, &s->tok_embd, b->token, n, s->x);
+    run_layers(s, n, pos0);
+    rc = w > 0 ? run_output(s, n, w, logits, err) : s->be->ops->sync(s->be, err);
+    if (rc != SD_OK) return sd_error_prefix(err, "%s: forward pass", s->m->path);
+    memcpy(s->tokens + pos0, b->token, (size_t)n * sizeof(int32_t));
+    sd_kv_commit(s->kv, n);
+    return SD_OK;
+}
+
+int sd_session_decode(sd_session *s, const sd_batch *b, float *logits, sd_error *err) {
+    if (!s || !b) return sd_errorf(err, SD_ERR_ARG, "eval: session or batch is NULL");
+    return decode(s, b, -1, logits, err);
+}
+
+int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits, int32_t n_out,
+                    sd_error *err) {
+    if (!s) return sd_errorf(err, SD_ERR_ARG, "eval: session is NULL");
+    if (n_out < 0 || n_out > n)
+        return sd_errorf(err, SD_ERR_ARG, "eval: n_out %d, expected 0..%d", n_out, n);
+    const sd_batch b = sd_batch_of(tokens, n);
+    return decode(s, &b, n_out, logits, err);
+}
+
+int32_t sd_session_n_past(const sd_session *s) {
+    return sd_kv_n(s->kv);
+}
+int32_t sd_session_n_ctx(const sd_session *s) {
+    return s->n_ctx;
+}
+int32_t sd_session_n_batch(const sd_session *s) {
+    return s->n_batch;
+}
+int32_t sd_session_n_outputs(const sd_session *s) {
+    return s->n_outputs;
+}
+sd_device sd_session_device(const sd_session *s) {
+    return s->be->device;
+}
+const int32_t *sd_session_tokens(const sd_session *s) {
+    return s->tokens;
+}
+
+int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
+    if (!s) return sd_errorf(err, SD_ERR_ARG, "truncate: session is NULL");
+    return sd_kv_truncate(s->kv, n_keep, err);
+}
+
+const sd_model *sd_session_model(const sd_session *s) {
+    return s->m;
+}

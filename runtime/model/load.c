@@ -1,0 +1,290 @@
+/*
+ * runtime/model/load.c: loading a llama-family model from a distrusted GGUF: the
+ * architecture and hyperparameters (keys from the table of runtime/gguf), every
+ * tensor's presence, type, shape and size, and the vocabulary. Errors name the file and
+ * the key or tensor.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/sd_quant.h"
+#include "runtime/gguf/sd_gguf.h"
+#include "runtime/model/model_impl.h"
+
+static int hp_int(const sd_gguf *g, const char *path, const char *key, int required, int64_t def,
+                  int64_t lo, int64_t hi, int32_t *out, sd_error *err) {
+    int64_t v = def;
+    int rc = required ? sd_gguf_get_i64(g, key, &v, err) : sd_gguf_get_i64_opt(g, key, &v, err);
+    if (rc != SD_OK) return rc;
+    if (v < lo || v > hi)
+        return sd_errorf(err, SD_ERR_FORMAT,
+                         "%s: metadata key '%s' = %lld is out of range [%lld, %lld]", path, key,
+                         (long long)v, (long long)lo, (long long)hi);
+    *out = (int32_t)v;
+    return SD_OK;
+}
+
+static int hp_float(const sd_gguf *g, const char *path, const char *key, float def, float lo,
+                    float hi, float *out, sd_error *err) {
+    float v = def;
+    int rc = sd_gguf_get_f32_opt(g, key, &v, err);
+    if (rc != SD_OK) return rc;
+    if (!isfinite(v) || !(v > lo) || !(v <= hi))
+        return sd_errorf(err, SD_ERR_FORMAT, "%s: metadata key '%s' = %g is out of range (%g, %g]",
+                         path, key, (double)v, (double)lo, (double)hi);
+    *out = v;
+    return SD_OK;
+}
+
+static int load_hparams(const sd_gguf *g, const char *path, sd_hparams *hp, sd_error *err) {
+    const char *arch = NULL;
+    size_t arch_len = 0;
+    int rc = sd_gguf_get_str(g, SD_KEY_GENERAL_ARCHITECTURE, &arch, &arch_len, err);
+    if (rc != SD_OK) return rc;
+    const sd_arch *ar = sd_arch_find(arch, arch_len);
+    if (!ar)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: metadata key '" SD_KEY_GENERAL_ARCHITECTURE
+                         "' is '%.*s', expected one of: %s",
+                         path, (int)(arch_len > 64 ? 64 : arch_len), arch, sd_arch_supported());
+    memset(hp, 0, sizeof *hp);
+    char k[96];
+    const char *a = ar->name;
+#define KEY(id) sd_arch_key_name((id), a, k, sizeof k)
+    if ((rc = hp_int(g, path, KEY(SD_KEY_CONTEXT_LENGTH), 1, 0, 1, SD_MAX_CTX, &hp->n_ctx_train,
+                     err)) ||
+        (rc = hp_int(g, path, KEY(SD_KEY_EMBEDDING_LENGTH), 1, 0, 1, SD_MAX_EMBD, &hp->n_embd,
+                     err)) ||
+        (rc = hp_int(g, path, KEY(SD_KEY_BLOCK_COUNT), 1, 0, 1, SD_MAX_LAYER, &hp->n_layer, err)) ||
+        (rc = hp_int(g, path, KEY(SD_KEY_FEED_FORWARD_LENGTH), 1, 0, 1, SD_MAX_FF, &hp->n_ff,
+                     err)) ||
+        (rc = hp_int(g, path, KEY(SD_KEY_HEAD_COUNT), 1, 0, 1, SD_MAX_HEAD, &hp->n_head, err)))
+        return rc;
+    if ((rc = hp_int(g, path, KEY(SD_KEY_HEAD_COUNT_KV), 0, hp->n_head, 1, SD_MAX_HEAD,
+                     &hp->n_head_kv, err)))
+        return rc;
+    if (hp->n_embd % hp->n_head != 0) {
+        char k2[96];
+        return sd_errorf(err, SD_ERR_FORMAT, "%s: %s %d is not a multiple of %s %d", path,
+                         KEY(SD_KEY_EMBEDDING_LENGTH), hp->n_embd,
+                         sd_arch_key_name(SD_KEY_HEAD_COUNT, a, k2, sizeof k2), hp->n_head);
+    }
+    if (hp->n_head % hp->n_head_kv != 0) {
+        char k2[96];
+        return sd_errorf(err, SD_ERR_FORMAT, "%s: %s %d is not a multiple of %s %d", path,
+                         KEY(SD_KEY_HEAD_COUNT), hp->n_head,
+                         sd_arch_key_name(SD_KEY_HEAD_COUNT_KV, a, k2, sizeof k2), hp->n_head_kv);
+    }
+    hp->head_dim = hp->n_embd / hp->n_head;
+    if ((rc = hp_int(g, path, KEY(SD_KEY_ROPE_DIMENSION_COUNT), 0, hp->head_dim, 2, hp->head_dim,
+                     &hp->n_rot, err)))
+        return rc;
+    if (hp->n_rot % 2 != 0)
+        return sd_errorf(err, SD_ERR_FORMAT, "%s: %s %d is odd", path,
+                         KEY(SD_KEY_ROPE_DIMENSION_COUNT), hp->n_rot);
+    if ((rc = hp_float(g, path, KEY(SD_KEY_RMS_EPS), SD_DEFAULT_RMS_EPS, 0.0f, 1.0f, &hp->rms_eps,
+                       err)) ||
+        (rc = hp_float(g, path, KEY(SD_KEY_ROPE_FREQ_BASE), SD_DEFAULT_ROPE_BASE, 0.0f, 1e12f,
+                       &hp->rope_base, err)))
+        return rc;
+#undef KEY
+    return SD_OK;
+}
+
+static int find_tensor(const sd_model *m, const char *name, const sd_gguf_tensor **out,
+                       sd_error *err) {
+    *out = sd_gguf_find_tensor(m->g, name);
+    if (!*out) return sd_errorf(err, SD_ERR_FORMAT, "%s: missing tensor '%s'", m->path, name);
+    return SD_OK;
+}
+
+/* Check a weight matrix [rows, cols] (GGUF ne {cols, rows}); rows < 0: any row count. */
+static int get_matrix(sd_model *m, const char *name, int64_t rows, int64_t cols, sd_weight *w,
+                      sd_error *err) {
+    const sd_gguf_tensor *t;
+    int rc = find_tensor(m, name, &t, err);
+    if (rc != SD_OK) return rc;
+    if (t->n_dims != 2 || t->ne[0] != cols || (rows >= 0 && t->ne[1] != rows)) {
+        if (rows >= 0)
+            return sd_errorf(err, SD_ERR_FORMAT,
+                             "%s: tensor '%s': shape ne {%lld, %lld, %lld, %lld} (%u dims), "
+                             "expected [rows, cols] = [%lld, %lld] (ne {%lld, %lld})",
+                             m->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                             (long long)t->ne[2], (long long)t->ne[3], t->n_dims, (long long)rows,
+                             (long long)cols, (long long)cols, (long long)rows);
+        return sd_errorf(err, SD_ERR_FORMAT,
+                         "%s: tensor '%s': shape ne {%lld, %lld, %lld, %lld} (%u dims), expected "
+                         "2 dims with row length ne[0] = %lld",
+                         m->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                         (long long)t->ne[2], (long long)t->ne[3], t->n_dims, (long long)cols);
+    }
+    if (!sd_type_supported(t->type))
+        return sd_errorf(err, SD_ERR_UNSUPPORTED, "%s: tensor '%s': unsupported type %u", m->path,
+                         name, t->type);
+    if (t->ne[1] < 1)
+        return sd_errorf(err, SD_ERR_FORMAT, "%s: tensor '%s': no rows", m->path, name);
+    const sd_type type = (sd_type)t->type;
+    size_t row_bytes, total;
+    if (sd_type_row_bytes(type, cols, &row_bytes) != 0)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: tensor '%s': row length %lld is not a multiple of the %s block size "
+                         "%lld",
+                         m->path, name, (long long)cols, sd_type_name(t->type),
+                         (long long)sd_type_block_elems(type));
+    if (sd_mul_size(row_bytes, (size_t)t->ne[1], &total) || total != t->nbytes)
+        return sd_errorf(err, SD_ERR_FORMAT,
+                         "%s: tensor '%s': %zu data bytes, expected %lld rows x %zu", m->path, name,
+                         t->nbytes, (long long)t->ne[1], row_bytes);
+    const size_t align = type == SD_TYPE_F32 ? 4 : 2;
+    if ((uintptr_t)t->data % align != 0)
+        return sd_errorf(err, SD_ERR_FORMAT, "%s: tensor '%s': data is not %zu-byte aligned",
+                         m->path, name, align);
+    w->type = type;
+    w->rows = t->ne[1];
+    w->cols = cols;
+    w->row_bytes = row_bytes;
+    w->data = t->data;
+    m->weight_bytes += t->nbytes;
+    return SD_OK;
+}
+
+/* A norm vector [n] of type F32, copied (unaligned-safe) to dst. */
+static int get_norm(sd_model *m, const char *name, int64_t n, float *dst, sd_error *err) {
+    const sd_gguf_tensor *t;
+    int rc = find_tensor(m, name, &t, err);
+    if (rc != SD_OK) return rc;
+    if (t->n_dims != 1 || t->ne[0] != n)
+        return sd_errorf(
+            err, SD_ERR_FORMAT,
+            "%s: tensor '%s': shape ne {%lld, %lld} (%u dims), expected [%lld] (1 dim)", m->path,
+            name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)n);
+    if (t->type != SD_TYPE_F32)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED, "%s: tensor '%s': type %s, norms must be f32",
+                         m->path, name, sd_type_name(t->type));
+    if (t->nbytes != (size_t)n * sizeof(float))
+        return sd_errorf(err, SD_ERR_FORMAT, "%s: tensor '%s': %zu data bytes, expected %zu",
+                         m->path, name, t->nbytes, (size_t)n * sizeof(float));
+    memcpy(dst, t->data, t->nbytes);
+    m->weight_bytes += t->nbytes;
+    return SD_OK;
+}
+
+static int load_tensors(sd_model *m, sd_error *err) {
+    const sd_hparams *hp = &m->hp;
+    const int64_t n_embd = hp->n_embd, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    char name[96];
+    int rc;
+
+    if ((rc = get_matrix(m, sd_arch_tensor_name(SD_TENSOR_TOKEN_EMBD, 0, name, sizeof name), -1,
+                         n_embd, &m->tok_embd, err)))
+        return rc;
+    if (m->tok_embd.rows > SD_MAX_VOCAB)
+        return sd_errorf(err, SD_ERR_FORMAT, "%s: tensor '%s': %lld rows (vocabulary) > %d",
+                         m->path, name, (long long)m->tok_embd.rows, SD_MAX_VOCAB);
+    m->hp.n_vocab = (int32_t)m->tok_embd.rows;
+
+    size_t n_norm_rows = (size_t)hp->n_layer * 2 + 1;
+    m->norms_bytes = n_norm_rows * (size_t)n_embd * sizeof(float);
+    m->norms = malloc(m->norms_bytes);
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->norms || !m->layers) return sd_errorf(err, SD_ERR_OOM, "%s: out of memory", m->path);
+
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        sd_layer *L = &m->layers[l];
+        float *an = m->norms + (size_t)(2 * l) * (size_t)n_embd;
+        float *fn = an + n_embd;
+        const struct {
+            sd_arch_tensor t;
+            int64_t rows, cols;
+            sd_weight *w;
+        } mats[] = {
+            {SD_TENSOR_ATTN_Q, n_embd, n_embd, &L->wq},
+            {SD_TENSOR_ATTN_K, kv_dim, n_embd, &L->wk},
+            {SD_TENSOR_ATTN_V, kv_dim, n_embd, &L->wv},
+            {SD_TENSOR_ATTN_OUT, n_embd, n_embd, &L->wo},
+            {SD_TENSOR_FFN_GATE, hp->n_ff, n_embd, &L->w_gate},
+            {SD_TENSOR_FFN_DOWN, n_embd, hp->n_ff, &L->w_down},
+            {SD_TENSOR_FFN_UP, hp->n_ff, n_embd, &L->w_up},
+        };
+        if ((rc = get_norm(m, sd_arch_tensor_name(SD_TENSOR_ATTN_NORM, l, name, sizeof name),
+                           n_embd, an, err)))
+            return rc;
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            sd_arch_tensor_name(mats[i].t, l, name, sizeof name);
+            if ((rc = get_matrix(m, name, mats[i].rows, mats[i].cols, mats[i].w, err))) return rc;
+        }
+        if ((rc = get_norm(m, sd_arch_tensor_name(SD_TENSOR_FFN_NORM, l, name, sizeof name), n_embd,
+                           fn, err)))
+            return rc;
+        L->attn_norm = an;
+        L->ffn_norm = fn;
+    }
+    float *on = m->norms + (size_t)(2 * hp->n_layer) * (size_t)n_embd;
+    if ((rc = get_norm(m, sd_arch_tensor_name(SD_TENSOR_OUTPUT_NORM, 0, name, sizeof name), n_embd,
+                       on, err)))
+        return rc;
+    m->output_norm = on;
+    if (sd_gguf_find_tensor(m->g, sd_arch_tensor_name(SD_TENSOR_OUTPUT, 0, name, sizeof name))) {
+        if ((rc = get_matrix(m, name, hp->n_vocab, n_embd, &m->output, err))) return rc;
+        m->tied = 0;
+    } else {
+        m->output = m->tok_embd;
+        m->tied = 1;
+    }
+    return SD_OK;
+}
+
+int sd_model_load(const char *path, sd_model **out, sd_error *err) {
+    *out = NULL;
+    if (!path) return sd_errorf(err, SD_ERR_ARG, "model path is NULL");
+    sd_model *m = calloc(1, sizeof *m);
+    if (!m) return sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
+    m->path = strdup(path);
+    if (!m->path) {
+        free(m);
+        return sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
+    }
+    int rc = sd_gguf_open(path, &m->g, err);
+    if (rc == SD_OK) rc = load_hparams(m->g, m->path, &m->hp, err);
+    if (rc == SD_OK) rc = load_tensors(m, err);
+    if (rc == SD_OK) rc = sd_vocab_load(m->g, &m->vocab, err);
+    if (rc == SD_OK && sd_vocab_n_tokens(m->vocab) != m->hp.n_vocab)
+        rc = sd_errorf(err, SD_ERR_FORMAT,
+                       "%s: tokenizer.ggml.tokens has %d tokens but tensor 'token_embd.weight' has "
+                       "%d rows",
+                       m->path, sd_vocab_n_tokens(m->vocab), m->hp.n_vocab);
+    if (rc != SD_OK) {
+        sd_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return SD_OK;
+}
+
+void sd_model_free(sd_model *m) {
+    if (!m) return;
+    sd_vocab_free(m->vocab);
+    sd_gguf_close(m->g);
+    free(m->layers);
+    free(m->norms);
+    free(m->path);
+    free(m);
+}
+
+const sd_hparams *sd_model_hparams(const sd_model *m) {
+    return &m->hp;
+}
+const sd_vocab *sd_model_vocab(const sd_model *m) {
+    return m->vocab;
+}
+const char *sd_model_path(const sd_model *m) {
+    return m->path;
+}
+size_t sd_model_weight_bytes(const sd_model *m) {
+    return m->weight_bytes;
+}
+const sd_gguf *sd_model_gguf(const sd_model *m) {
+    return m->g;
+}
