@@ -82,6 +82,12 @@ static void llm_commit(sd_proposer *base, const int32_t *ctx, int32_t n_ctx) {
     (void)kept;
 }
 
+static void llm_reset(sd_proposer *base, const sd_sampling_params *samp, uint64_t seed) {
+    llm_proposer *p = (llm_proposer *)base;
+    p->samp = *samp;
+    sd_rng_seed(&p->rng, seed);
+}
+
 static void llm_free(sd_proposer *base) {
     llm_proposer *p = (llm_proposer *)base;
     sd_session_free(p->sess);
@@ -91,7 +97,14 @@ static void llm_free(sd_proposer *base) {
     free(p);
 }
 
-static const sd_proposer_ops llm_ops = {"llm", llm_prefill, llm_propose, llm_commit, llm_free};
+static const sd_proposer_ops llm_ops = {
+    .name = "llm",
+    .prefill = llm_prefill,
+    .propose = llm_propose,
+    .commit = llm_commit,
+    .reset = llm_reset,
+    .free = llm_free,
+};
 
 int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
                          const sd_sampling_params *samp, uint64_t seed, int32_t n_vocab_target,

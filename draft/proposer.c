@@ -22,3 +22,7 @@ void sd_proposer_commit(sd_proposer *p, const int32_t *ctx, int32_t n_ctx) {
 void sd_proposer_free(sd_proposer *p) {
     if (p) p->ops->free(p);
 }
+
+void sd_proposer_reset(sd_proposer *p, const sd_sampling_params *samp, uint64_t seed) {
+    if (p->ops->reset) p->ops->reset(p, samp, seed);
+}

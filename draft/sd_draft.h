@@ -17,7 +17,7 @@
 
 #include "runtime/model/sd_model.h"
 #include "runtime/base/sd_base.h"
-#include "verify/sd_verify.h"
+#include "verify/sd_sample.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +44,8 @@ typedef struct sd_proposer_ops {
                    sd_error *err);
     /* See sd_proposer_commit. */
     void (*commit)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx);
+    /* See sd_proposer_reset (NULL: nothing to reset). */
+    void (*reset)(sd_proposer *p, const sd_sampling_params *samp, uint64_t seed);
     void (*free)(sd_proposer *p);
 } sd_proposer_ops;
 
@@ -74,6 +76,10 @@ int sd_proposer_prefill(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, sd_er
  */
 void sd_proposer_commit(sd_proposer *p, const int32_t *ctx, int32_t n_ctx);
 void sd_proposer_free(sd_proposer *p); /* NULL accepted */
+
+/* Before a new generation: use sampling settings samp and restart the proposer's RNG
+ * from seed (its KV cache is kept: the next propose reuses the common prefix). */
+void sd_proposer_reset(sd_proposer *p, const sd_sampling_params *samp, uint64_t seed);
 
 /*
  * LLM proposer over draft model m (not owned). sp: the session (its n_ctx may be

@@ -13,7 +13,7 @@
 
 #include "runtime/model/sd_model.h"
 #include "runtime/base/sd_base.h"
-#include "verify/sd_verify.h"
+#include "verify/sd_sample.h"
 
 #ifdef __cplusplus
 extern "C" {

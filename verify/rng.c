@@ -1,7 +1,7 @@
 /* verify/rng.c: the caller-owned RNG (xoshiro256**, seeded through splitmix64).
  * Reference: Blackman & Vigna, https://prng.di.unimi.it/ (xoshiro256starstar.c,
  * splitmix64.c). No global state: every stream is an sd_rng the caller owns. */
-#include "verify/sd_verify.h"
+#include "verify/sd_sample.h"
 
 static uint64_t splitmix64_next(uint64_t *x) {
     uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));

@@ -1,5 +1,5 @@
 /* verify/sample.c: default sampling parameters, argmax and the inverse-CDF draw. */
-#include "verify/sd_verify.h"
+#include "verify/sd_sample.h"
 
 sd_sampling_params sd_sampling_default_params(void) {
     sd_sampling_params sp;

@@ -16,7 +16,7 @@
  * nondecreasing function of the logit, so this is "most probable first" with ties broken
  * towards the lower id, and it is the same order for every temperature.
  */
-#include "verify/sd_verify.h"
+#include "verify/sd_sample.h"
 
 #include <math.h>
 #include <string.h>

@@ -22,6 +22,7 @@
 #define SD_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "runtime/cli/config.h"
@@ -34,9 +35,17 @@
 extern "C" {
 #endif
 
+int sd_cmd_generate(int argc, char **argv); /* runtime/cli/cmd_generate.c */
+int sd_cmd_convert(int argc, char **argv);  /* runtime/cli/cmd_model.c */
+int sd_cmd_quantize(int argc, char **argv); /* runtime/cli/cmd_model.c */
+int sd_cmd_info(int argc, char **argv);     /* runtime/cli/cmd_model.c */
+int sd_cmd_tokenize(int argc, char **argv); /* runtime/cli/cmd_model.c */
 int sd_cmd_synth(int argc, char **argv);
 int sd_cmd_bench(int argc, char **argv);
 int sd_cmd_perplexity(int argc, char **argv);
+
+/* The options of `specdec generate` (its --help; also part of `specdec --help`). */
+void sd_cli_generate_help(FILE *f);
 
 /* ---- messages, numbers, files ---- */
 
@@ -122,28 +131,24 @@ int sd_cli_gen_parse(int argc, char **argv, const struct option *longopts, const
                      sd_cli_gen_opts *g, int (*own)(int id, const char *arg, void *user),
                      void *user);
 
-/* A target/draft pair: the flags merged over the config, then the loaded models. */
+/* A target/draft pair: the flags merged over the config (sd_cli_pair_resolve), then the
+ * engine that loads and pairs them (sd_cli_pair_load). */
 typedef struct sd_cli_pair {
-    sd_config cfg;              /* the --config file (all unset without one) */
-    const char *target, *draft; /* flag, else config; NULL: none */
-    int32_t threads;            /* flag, else config, else 0 (all cores) */
-    int32_t ctx;                /* flag, else config, else 0; sd_cli_pair_load resolves it */
-    const char *kv_type;        /* flag, else config, else NULL (f32) */
-    sd_gen_params gp;           /* in: the command's defaults; out: config, then flags */
-    sd_model *tm, *dm;          /* sd_cli_pair_load: dm NULL when draft is NULL */
-    sd_session_params sp, dsp;  /* target's; draft's (n_ctx capped at its context) */
-    sd_scorer *scorer;          /* over tm with sp */
+    sd_config cfg;       /* the --config file (all unset without one) */
+    sd_engine_params ep; /* in: ep.gen holds the command's defaults; out: flags over config */
+    const char *kv_type; /* "f32"/"f16" as given (flag, else config), or NULL */
+    sd_engine *engine;   /* sd_cli_pair_load */
+    char target_origin[320], draft_origin[320];
 } sd_cli_pair;
 
-/* Load g->config (if any) into p->cfg and merge. Set p->gp to the defaults first. */
+/* Load g->config (if any) into p->cfg and merge: p->ep gets the target, draft, threads,
+ * context, KV type and generation settings (flag, else config, else p->ep's default). */
 int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err);
 
-/* Load p->target and (when set) p->draft, check that their vocabularies pair, resolve
- * p->ctx (0 or above the target's training context: that context, with a note on
- * stderr), fill p->sp and p->dsp, and make p->scorer. Load errors of a model that the
- * config named are prefixed "CFG: key 'K': ". */
+/* Make p->engine from p->ep (load errors of a model the config named are prefixed
+ * "CFG: key 'K': "); notes (a capped context) go to stderr. */
 int sd_cli_pair_load(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err);
-void sd_cli_pair_free(sd_cli_pair *p); /* scorer, models, config */
+void sd_cli_pair_free(sd_cli_pair *p); /* engine, config */
 
 #ifdef __cplusplus
 }

@@ -219,12 +219,14 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
         int rc = sd_config_load(g->config, cfg, err);
         if (rc) return rc;
     }
-    p->target = g->target ? g->target : cfg->target;
-    p->draft = g->draft ? g->draft : cfg->draft;
-    p->threads = (int32_t)(g->has_threads ? g->threads : (cfg->has_threads ? cfg->threads : 0));
-    p->ctx = (int32_t)(g->has_ctx ? g->ctx : (cfg->has_ctx_size ? cfg->ctx_size : 0));
+    sd_engine_params *ep = &p->ep;
+    ep->target = g->target ? g->target : cfg->target;
+    ep->draft = g->draft ? g->draft : cfg->draft;
+    ep->n_threads = (int32_t)(g->has_threads ? g->threads : (cfg->has_threads ? cfg->threads : 0));
+    ep->n_ctx = (int32_t)(g->has_ctx ? g->ctx : (cfg->has_ctx_size ? cfg->ctx_size : 0));
     p->kv_type = g->kv_type ? g->kv_type : cfg->kv_type;
-    sd_gen_params *gp = &p->gp;
+    ep->kv_type = p->kv_type && !strcmp(p->kv_type, "f16") ? SD_TYPE_F16 : SD_TYPE_F32;
+    sd_gen_params *gp = &ep->gen;
     if (cfg->has_max_tokens) gp->n_predict = cfg->max_tokens;
     if (cfg->has_draft_tokens) gp->n_draft = cfg->draft_tokens;
     if (cfg->has_temp) gp->samp.temp = cfg->temp;
@@ -237,52 +239,32 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     if (g->has_top_k) gp->samp.top_k = (int32_t)g->top_k;
     if (g->has_top_p) gp->samp.top_p = (float)g->top_p;
     if (g->has_seed) gp->seed = (uint64_t)g->seed;
+    /* A model path that came from the config: its load errors name the config's key. */
+    if (!g->target && cfg->target) {
+        snprintf(p->target_origin, sizeof p->target_origin, "%s: key 'target'", g->config);
+        ep->target_origin = p->target_origin;
+    }
+    if (!g->draft && cfg->draft) {
+        snprintf(p->draft_origin, sizeof p->draft_origin, "%s: key 'draft'", g->config);
+        ep->draft_origin = p->draft_origin;
+    }
     return SD_OK;
 }
 
-/* Prefix an error about a model named by a config file with the config and its key. */
-static void note_config_key(sd_error *err, const char *cfg_path, const char *key) {
-    sd_error_prefix(err, "%s: key '%s'", cfg_path, key);
+static void log_note(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "specdec: %s\n", line);
 }
 
 int sd_cli_pair_load(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err) {
-    int rc = sd_model_load(p->target, &p->tm, err);
-    if (rc) {
-        if (!g->target) note_config_key(err, g->config, "target");
-        return rc;
-    }
-    const int32_t n_ctx_train = sd_model_hparams(p->tm)->n_ctx_train;
-    if (p->ctx == 0 || p->ctx > n_ctx_train) {
-        if (p->ctx > n_ctx_train)
-            fprintf(stderr, "specdec: --ctx-size %d exceeds %s's training context %d; using %d\n",
-                    p->ctx, p->target, n_ctx_train, n_ctx_train);
-        p->ctx = n_ctx_train;
-    }
-    p->sp = sd_session_default_params();
-    p->sp.n_ctx = p->ctx;
-    p->sp.n_threads = p->threads;
-    p->sp.kv_type = p->kv_type && !strcmp(p->kv_type, "f16") ? SD_TYPE_F16 : SD_TYPE_F32;
-    p->dsp = p->sp;
-    if (p->draft) {
-        if ((rc = sd_model_load(p->draft, &p->dm, err))) {
-            if (!g->draft) note_config_key(err, g->config, "draft");
-            return rc;
-        }
-        if ((rc = sd_vocab_check_pair(sd_model_vocab(p->tm), p->target, sd_model_vocab(p->dm),
-                                      p->draft, err)))
-            return rc;
-        const int32_t dctx = sd_model_hparams(p->dm)->n_ctx_train;
-        if (p->dsp.n_ctx > dctx) p->dsp.n_ctx = dctx; /* drafting stops near the draft's limit */
-    }
-    return sd_scorer_init(p->tm, &p->sp, &p->scorer, err);
+    (void)g;
+    p->ep.log = log_note;
+    return sd_engine_init(&p->ep, &p->engine, err);
 }
 
 void sd_cli_pair_free(sd_cli_pair *p) {
     if (!p) return;
-    sd_scorer_free(p->scorer);
-    sd_model_free(p->dm);
-    sd_model_free(p->tm);
+    sd_engine_free(p->engine);
+    p->engine = NULL;
     sd_config_free(&p->cfg);
-    p->scorer = NULL;
-    p->dm = p->tm = NULL;
 }

@@ -6,10 +6,12 @@
 
 sd_gen_params sd_gen_default_params(void) {
     sd_gen_params p;
+    memset(&p, 0, sizeof p);
     p.n_predict = 128;
     p.n_draft = 4;
     p.samp = sd_sampling_default_params();
     p.seed = 42;
+    p.n_stop_ids = 0;
     return p;
 }
 
@@ -77,6 +79,13 @@ static int gen_buffers_init(gen_buffers *b, int32_t n_ctx, int32_t n_vocab, sd_e
         return sd_errorf(err, SD_ERR_OOM, "generate: out of memory");
     }
     return SD_OK;
+}
+
+/* 1 if t is one of gp's extra stop ids. */
+static int is_stop(const sd_gen_params *gp, int32_t t) {
+    for (int32_t i = 0; i < gp->n_stop_ids && i < SD_MAX_STOP_IDS; i++)
+        if (gp->stop_ids[i] == t) return 1;
+    return 0;
 }
 
 /* One verification: fills res from the target rows and the proposal. */
@@ -174,7 +183,7 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
             st->drafted_at[i]++;
         const int32_t first_new = n_ctx;
         for (int32_t i = 0; i < res.n_tokens; i++) {
-            if (res.tokens[i] == eos) {
+            if (res.tokens[i] == eos || is_stop(gp, res.tokens[i])) {
                 st->stop = SD_STOP_EOS;
                 break;
             }

@@ -1,4 +1,13 @@
 /*
+ * runtime/engine: the library's top, the face a CLI, a server or a binding uses.
+ *   - sd_engine (engine.c): loads a target and (optionally) a draft, checks that they
+ *     pair (vocabulary, runtime/tokenizer's sd_vocab_check_pair), resolves the context
+ *     sizes (the target's training context by default; the draft's context capped at
+ *     its own), and makes the scorer and the proposer;
+ *   - sd_generate (generate.c): the generation loop, and its statistics.
+ * Owns the models, sessions and proposer of an engine. May include every library part
+ * (never the CLI).
+ *
  * The speculative generation loop:
  *   tokenizer -> draft (propose K) -> target (one verification pass, K + 1 rows)
  *   -> verify (accept a prefix + one correction/bonus) -> commit -> detokenize.
@@ -27,11 +36,17 @@
 extern "C" {
 #endif
 
+#define SD_MAX_STOP_IDS 16
+
 typedef struct sd_gen_params {
     int32_t n_predict;       /* most tokens to emit (>= 1) */
     int32_t n_draft;         /* K: tokens drafted per step, 1 .. SD_MAX_DRAFT */
     sd_sampling_params samp; /* applied to both target and draft rows */
     uint64_t seed;           /* verifier RNG seed */
+    /* Token ids that end generation besides eos (end-of-turn tokens such as <|im_end|>),
+     * not emitted. */
+    int32_t stop_ids[SD_MAX_STOP_IDS];
+    int32_t n_stop_ids;
 } sd_gen_params;
 
 sd_gen_params sd_gen_default_params(void);
@@ -88,6 +103,62 @@ typedef int (*sd_token_cb)(void *user, const int32_t *tokens, int32_t n);
 int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, int32_t n_prompt,
                 int32_t eos, const sd_gen_params *gp, sd_token_cb cb, void *user, int32_t *out,
                 int32_t cap_out, sd_gen_stats *stats, sd_error *err);
+
+/* ---- the engine: a loaded, paired target and draft ---- */
+
+typedef struct sd_engine sd_engine;
+
+typedef struct sd_engine_params {
+    const char *target; /* target GGUF path (required) */
+    const char *draft;  /* draft GGUF path, or NULL: target alone */
+    /* Prefixes for load errors of each model, naming where the path came from (e.g.
+     * "pair.json: key 'target'"), or NULL. */
+    const char *target_origin, *draft_origin;
+    int32_t n_ctx;          /* 0: the target's training context; above it: capped, with a note */
+    int32_t n_threads;      /* 0: all cores this process may use */
+    sd_type kv_type;        /* SD_TYPE_F32 (0) or SD_TYPE_F16 */
+    sd_device device;       /* target's device */
+    sd_device device_draft; /* draft's device */
+    sd_gen_params gen;      /* defaults for sd_engine_generate */
+    /* Notes for the user (a context that was capped, ...): one line each, no newline. */
+    void (*log)(void *user, const char *line);
+    void *log_user;
+} sd_engine_params;
+
+/* target NULL, target alone, n_ctx 0, all cores, F32 KV cache, CPU, sd_gen_default_params. */
+sd_engine_params sd_engine_default_params(void);
+
+/*
+ * Load p->target (and p->draft), check that they pair, resolve the contexts and make the
+ * scorer (and the proposer). Errors: each model's load errors (prefixed with its origin
+ * when given), SD_ERR_MISMATCH (the vocabularies do not pair: both files named),
+ * SD_ERR_ARG (no target), SD_ERR_OOM.
+ */
+int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err);
+void sd_engine_free(sd_engine *e); /* NULL accepted */
+
+const sd_model *sd_engine_target(const sd_engine *e);
+const sd_model *sd_engine_draft(const sd_engine *e); /* NULL: target alone */
+const sd_vocab *sd_engine_vocab(const sd_engine *e); /* the target's */
+sd_scorer *sd_engine_scorer(sd_engine *e);
+sd_proposer *sd_engine_proposer(sd_engine *e);     /* NULL: target alone */
+int32_t sd_engine_n_ctx(const sd_engine *e);       /* target context in use */
+int32_t sd_engine_n_ctx_draft(const sd_engine *e); /* 0 without a draft */
+const sd_engine_params *sd_engine_params_of(const sd_engine *e);
+/* The session parameters the engine made the target's (draft = 0) or the draft's
+ * (draft = 1) session with (e.g. for a benchmark's own sessions of the same models). */
+sd_session_params sd_engine_session_params(const sd_engine *e, int draft);
+
+/*
+ * Generate after prompt[0 .. n_prompt) with gp (NULL: the engine's p->gen): the
+ * proposer is reset to gp's sampling and the draft stream of gp->seed
+ * (sd_rng_stream_seed(seed, 1)); gp->n_draft == 0 or no draft model: target alone.
+ * Generation stops at the target's EOS and at gp's stop ids. Arguments and errors as
+ * sd_generate.
+ */
+int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
+                       int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
+                       sd_gen_stats *stats, sd_error *err);
 
 #ifdef __cplusplus
 }

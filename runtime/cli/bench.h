@@ -1,0 +1,62 @@
+/*
+ * runtime/cli/bench.h: PRIVATE to the bench command (bench.c: options and dispatch;
+ * bench_kernels.c: --kernels; bench_ab.c: the A/B runs): the options and the small
+ * statistics / JSON helpers they share.
+ */
+#ifndef SD_CLI_BENCH_H
+#define SD_CLI_BENCH_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/cli/cli.h"
+#include "runtime/model/sd_model.h"
+
+#define MAX_KS 16
+
+typedef struct bench_cli {
+    sd_cli_gen_opts g; /* the generation flags; -n, -k and --seed are bench's own */
+    const char *json;
+    int kernels;
+    int32_t ks[MAX_KS];
+    int n_ks; /* 0: -k and --k-list absent */
+    int64_t runs, warmup, reps, bw_mib, pos, prefill;
+} bench_cli;
+
+/* Usage error with bench's hint; returns SD_EXIT_USAGE. */
+int bench_usage(const char *fmt, const char *arg);
+
+/* p-quantile (linear interpolation between order statistics) of x[0..n); 0 if n == 0. */
+double bench_quantile(const double *x, size_t n, double p);
+double bench_min(const double *x, size_t n);
+double bench_max(const double *x, size_t n);
+
+/* A growable vector of doubles. */
+typedef struct bench_dvec {
+    double *v;
+    size_t n, cap;
+} bench_dvec;
+int bench_dvec_push(bench_dvec *d, double x); /* 0, or -1 on OOM */
+void bench_dvec_free(bench_dvec *d);
+
+/* JSON helpers: a real (null for NaN/inf); {median, min, max}; {p50, p90}; write a
+ * document atomically to path. */
+json_t *bench_jnum(double x);
+json_t *bench_jstats3(const double *x, size_t n);
+json_t *bench_jpct(const double *x, size_t n);
+int bench_write_json(json_t *root, const char *path, sd_error *err);
+
+/* ctx[0 .. n): the prompt, then a deterministic filler of valid ids. */
+void bench_make_fill(int32_t *ctx, int32_t n, const int32_t *prompt, int32_t n_prompt,
+                     int32_t n_vocab);
+/* Median ms over reps of evaluating ctx[pos .. pos + n) after the cache holds ctx[0 .. pos)
+ * (logits for all n rows into logits). */
+int bench_time_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t n, int reps,
+                    float *logits, double *ms, sd_error *err);
+
+/* The two modes. */
+int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err);
+int bench_run_ab(const bench_cli *c, sd_cli_pair *p, char **prompts, int n_prompts, sd_error *err);
+
+#endif /* SD_CLI_BENCH_H */

@@ -1,0 +1,237 @@
+/*
+ * specdec bench --kernels: bandwidth, decode step, verification-pass cost and prefill of
+ * each model of a pair (see bench.c for the options).
+ *
+ * Kernels mode
+ *   specdec bench --kernels -m TARGET [-md DRAFT] [-t N] [--bw-mib M] [--pos P]
+ *                 [--prefill N] [--reps N] [--json FILE]
+ *   memory read bandwidth  multi-threaded sum over an M MiB buffer (default 1024), best
+ *                          of --reps
+ *   per model              weight bytes (sd_model_weight_bytes) and a decode step at
+ *                          position P (median): achieved GB/s = weight bytes / step
+ *                          time, beside the bandwidth; the verification pass for
+ *                          K+1 = 1..17 tokens relative to one decode step; prefill of N
+ *                          tokens from an empty cache with logits for every token:
+ *                          tokens/s and GFLOP/s = 2 * params * N / time (params: every
+ *                          matrix a token passes through, classifier included, the
+ *                          embedding lookup and attention scores excluded).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "quant/sd_quant.h"
+#include "runtime/cli/bench.h"
+#include "runtime/gguf/sd_gguf.h"
+#include "runtime/model/sd_model.h"
+#include "verify/sd_sample.h"
+
+/* Best-of-reps read bandwidth (GB/s, 1e9 bytes) of a threaded sum over mib MiB. */
+static int measure_bandwidth(int64_t mib, int threads, int reps, double *gbps, sd_error *err) {
+    const size_t n = (size_t)mib * (1u << 20) / sizeof(uint64_t);
+    uint64_t *buf = aligned_alloc(64, n * sizeof(uint64_t));
+    if (!buf) return sd_errorf(err, SD_ERR_OOM, "bench: cannot allocate %lld MiB", (long long)mib);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i * 0x9E3779B97F4A7C15ull; /* first touch */
+    double best = 0.0;
+    volatile uint64_t sink = 0;
+    for (int r = 0; r < reps; r++) {
+        uint64_t sum = 0;
+        const double t0 = sd_time_ms();
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : sum)
+        for (size_t i = 0; i < n; i++)
+            sum += buf[i];
+        const double dt = (sd_time_ms() - t0) * 1e-3;
+        sink += sum;
+        const double g = (double)n * sizeof(uint64_t) / dt / 1e9;
+        if (g > best) best = g;
+    }
+    (void)sink;
+    free(buf);
+    *gbps = best;
+    return SD_OK;
+}
+
+/* Matrix parameters one token passes through: every 2-D tensor but the embedding
+ * (counted once more when it is the tied classifier). Also the embedding's bytes. */
+static void model_params(const sd_model *m, double *params, size_t *embd_bytes, int *tied) {
+    const sd_gguf *g = sd_model_gguf(m);
+    double p = 0;
+    *embd_bytes = 0;
+    *tied = sd_gguf_find_tensor(g, "output.weight") == NULL;
+    for (int64_t i = 0; i < sd_gguf_n_tensors(g); i++) {
+        const sd_gguf_tensor *t = sd_gguf_tensor_at(g, i);
+        const double ne = (double)t->ne[0] * (double)t->ne[1];
+        if (!strcmp(t->name, "token_embd.weight")) {
+            *embd_bytes = t->nbytes;
+            if (*tied) p += ne;
+        } else if (t->n_dims >= 2) {
+            p += ne;
+        }
+    }
+    *params = p;
+}
+
+static int kernels_model(const char *role, const sd_model *m, const bench_cli *c,
+                         const sd_cli_pair *p, double bw, json_t *jmodels, sd_error *err) {
+    const sd_hparams *hp = sd_model_hparams(m);
+    const int32_t n_verify_max = SD_MAX_DRAFT + 1;
+    int32_t n_pre = (int32_t)c->prefill;
+    int32_t pos = (int32_t)c->pos;
+    sd_session_params sp = sd_session_default_params();
+    sp.n_threads = p->ep.n_threads;
+    sp.n_ctx = hp->n_ctx_train;
+    sp.kv_type = p->ep.kv_type;
+    if (n_pre > sp.n_ctx) n_pre = sp.n_ctx;
+    if (pos + n_verify_max > sp.n_ctx) pos = sp.n_ctx - n_verify_max;
+    if (pos < 0) return sd_errorf(err, SD_ERR_ARG, "bench: context of %s is too short", role);
+    sp.n_batch = n_pre > n_verify_max ? n_pre : n_verify_max;
+    sd_session *s = NULL;
+    int rc = sd_session_init(m, &sp, &s, err);
+    if (rc) return rc;
+    const int32_t n_fill = pos + (n_pre > n_verify_max ? n_pre : n_verify_max);
+    int32_t *ctx = malloc((size_t)n_fill * sizeof *ctx);
+    float *logits = malloc((size_t)sp.n_batch * (size_t)hp->n_vocab * sizeof(float));
+    if (!ctx || !logits) {
+        rc = sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
+        goto done;
+    }
+    const int32_t bos = 1 < hp->n_vocab ? 1 : 0;
+    bench_make_fill(ctx, n_fill, &bos, 1, hp->n_vocab);
+    const int reps = (int)c->reps;
+    double params;
+    size_t embd_bytes;
+    int tied;
+    model_params(m, &params, &embd_bytes, &tied);
+    const size_t wbytes = sd_model_weight_bytes(m);
+    /* A decode step reads one embedding row, not the table (unless it is the classifier). */
+    const size_t streamed = tied ? wbytes : wbytes - embd_bytes;
+    fprintf(stderr, "specdec bench: %s: decode and verification passes at position %d\n", role,
+            pos);
+    double t1 = 0;
+    json_t *jver = json_array();
+    printf("\n%s %s: %.1f M matrix params, weights %.1f MiB (%.1f MiB streamed per step)\n", role,
+           sd_model_path(m), params / 1e6, wbytes / 1048576.0, streamed / 1048576.0);
+    printf("  K+1  verify ms  x decode step\n");
+    for (int32_t n = 1; n <= n_verify_max && !rc; n++) {
+        double ms;
+        rc = bench_time_eval(s, ctx, pos, n, reps, logits, &ms, err);
+        if (rc) break;
+        if (n == 1) t1 = ms;
+        printf("  %3d  %9.3f  %6.2f\n", n, ms, ms / t1);
+        json_array_append_new(jver, json_pack("{s:i,s:o,s:o}", "n_tokens", n, "ms", bench_jnum(ms),
+                                              "rel_decode", bench_jnum(ms / t1)));
+    }
+    if (rc) {
+        json_decref(jver);
+        goto done;
+    }
+    fprintf(stderr, "specdec bench: %s: prefill of %d tokens\n", role, n_pre);
+    double pre_ms = 0;
+    {
+        const int pre_reps = reps < 3 ? reps : 3;
+        double *t = malloc((size_t)pre_reps * sizeof *t);
+        if (!t) rc = sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
+        for (int r = 0; r < pre_reps && !rc; r++) {
+            rc = sd_session_truncate(s, 0, err);
+            const double t0 = sd_time_ms();
+            if (!rc) rc = sd_session_eval(s, ctx, n_pre, logits, n_pre, err);
+            t[r] = sd_time_ms() - t0;
+        }
+        if (!rc) pre_ms = bench_quantile(t, (size_t)pre_reps, 0.5);
+        free(t);
+    }
+    if (rc) {
+        json_decref(jver);
+        goto done;
+    }
+    const double dec_gbps = wbytes / (t1 * 1e-3) / 1e9;
+    const double str_gbps = streamed / (t1 * 1e-3) / 1e9;
+    const double pre_tps = n_pre / (pre_ms * 1e-3);
+    const double gflops = 2.0 * params * n_pre / (pre_ms * 1e-3) / 1e9;
+    printf("  decode step %.3f ms: %.2f GB/s of weights (%.2f GB/s streamed), %.0f%% of "
+           "%.2f GB/s\n",
+           t1, dec_gbps, str_gbps, 100.0 * str_gbps / bw, bw);
+    printf("  prefill %d tokens: %.3f ms, %.1f tokens/s, %.2f GFLOP/s (2 * params * tokens)\n",
+           n_pre, pre_ms, pre_tps, gflops);
+    json_t *rel = json_object();
+    for (int32_t n = 5; n <= n_verify_max; n += 4) {
+        char key[8];
+        snprintf(key, sizeof key, "%d", n);
+        json_object_set(rel, key,
+                        json_object_get(json_array_get(jver, (size_t)n - 1), "rel_decode"));
+    }
+    json_array_append_new(
+        jmodels,
+        json_pack("{s:s,s:s,s:I,s:I,s:o,s:i,s:o,s:o,s:o,s:o,s:o,s:o,s:{s:i,s:o,s:o,s:o}}", "role",
+                  role, "path", sd_model_path(m), "weight_bytes", (json_int_t)wbytes,
+                  "streamed_bytes", (json_int_t)streamed, "params", bench_jnum(params), "pos", pos,
+                  "decode_ms", bench_jnum(t1), "decode_gbps", bench_jnum(dec_gbps),
+                  "decode_gbps_streamed", bench_jnum(str_gbps), "fraction_of_bandwidth",
+                  bench_jnum(str_gbps / bw), "verify", jver, "verify_rel_decode", rel, "prefill",
+                  "n_tokens", n_pre, "ms", bench_jnum(pre_ms), "tokens_per_s", bench_jnum(pre_tps),
+                  "gflops", bench_jnum(gflops)));
+done:
+    free(ctx);
+    free(logits);
+    sd_session_free(s);
+    return rc;
+}
+
+int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
+    sd_model *tm = NULL, *dm = NULL;
+    json_t *root = NULL, *jmodels = json_array();
+    int rc = sd_model_load(p->ep.target, &tm, err);
+    if (!rc && p->ep.draft) rc = sd_model_load(p->ep.draft, &dm, err);
+    const int nth = p->ep.n_threads > 0 ? p->ep.n_threads : sd_n_cores();
+    const int bw_reps = (int)(c->reps < 10 ? 10 : c->reps);
+    double bw = 0, bw_before = 0, bw_after = 0;
+    if (!rc) {
+        fprintf(stderr, "specdec bench: memory read bandwidth (%lld MiB, %d threads)\n",
+                (long long)c->bw_mib, nth);
+        rc = measure_bandwidth(c->bw_mib, nth, bw_reps, &bw_before, err);
+        bw = bw_before;
+    }
+    /* Fractions use the bandwidth measured before the models; it is measured again after
+     * them and the JSON reports the best of both (a shared machine makes either low). */
+    if (!rc) {
+        printf("machine: %d cores, %d threads, kernels %s, memory read bandwidth %.2f GB/s "
+               "(best of threaded sums over %lld MiB)\n",
+               sd_n_cores(), nth, sd_quant_kernels_name(), bw, (long long)c->bw_mib);
+        rc = kernels_model("target", tm, c, p, bw, jmodels, err);
+    }
+    if (!rc && dm) rc = kernels_model("draft", dm, c, p, bw, jmodels, err);
+    if (!rc) rc = measure_bandwidth(c->bw_mib, nth, bw_reps, &bw_after, err);
+    if (!rc) {
+        bw = bw_after > bw_before ? bw_after : bw_before;
+        printf("\nmemory read bandwidth: %.2f GB/s before, %.2f GB/s after the models; best %.2f\n",
+               bw_before, bw_after, bw);
+        for (size_t i = 0; i < json_array_size(jmodels); i++) {
+            json_t *mo = json_array_get(jmodels, i);
+            const double g = json_real_value(json_object_get(mo, "decode_gbps_streamed"));
+            json_object_set_new(mo, "fraction_of_bandwidth", bench_jnum(g / bw));
+            printf("%s decode: %.2f GB/s streamed = %.0f%% of %.2f GB/s\n",
+                   json_string_value(json_object_get(mo, "role")), g, 100.0 * g / bw, bw);
+        }
+    }
+    if (!rc && c->json) {
+        root = json_pack(
+            "{s:s,s:{s:i,s:i,s:s,s:o,s:o,s:o,s:I},s:O}", "mode", "kernels", "machine", "n_cores",
+            sd_n_cores(), "threads", nth, "kernels", sd_quant_kernels_name(), "mem_read_gbps",
+            bench_jnum(bw), "mem_read_gbps_before", bench_jnum(bw_before), "mem_read_gbps_after",
+            bench_jnum(bw_after), "mem_buffer_mib", (json_int_t)c->bw_mib, "models", jmodels);
+        rc = root ? bench_write_json(root, c->json, err)
+                  : sd_errorf(err, SD_ERR_OOM, "bench: cannot build JSON");
+    }
+    json_decref(root);
+    json_decref(jmodels);
+    sd_model_free(dm);
+    sd_model_free(tm);
+    return rc;
+}

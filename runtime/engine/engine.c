@@ -1,0 +1,136 @@
+/* runtime/engine/engine.c: loading and pairing a target and a draft (see sd_engine.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/engine/sd_engine.h"
+
+struct sd_engine {
+    sd_engine_params p;
+    sd_model *tm, *dm;
+    sd_scorer *scorer;
+    sd_proposer *prop;
+    int32_t n_ctx, n_ctx_draft;
+    sd_session_params sp, dsp;
+};
+
+sd_engine_params sd_engine_default_params(void) {
+    sd_engine_params p;
+    memset(&p, 0, sizeof p);
+    p.kv_type = SD_TYPE_F32;
+    p.device = p.device_draft = SD_DEVICE_CPU;
+    p.gen = sd_gen_default_params();
+    return p;
+}
+
+static void note(const sd_engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(const sd_engine *e, const char *fmt, ...) {
+    if (!e->p.log) return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    e->p.log(e->p.log_user, line);
+}
+
+static int load(const char *path, const char *origin, sd_model **out, sd_error *err) {
+    int rc = sd_model_load(path, out, err);
+    if (rc && origin) sd_error_prefix(err, "%s", origin);
+    return rc;
+}
+
+int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
+    *out = NULL;
+    if (!p || !p->target) return sd_errorf(err, SD_ERR_ARG, "engine: no target model");
+    sd_engine *e = calloc(1, sizeof *e);
+    if (!e) return sd_errorf(err, SD_ERR_OOM, "engine: out of memory");
+    e->p = *p;
+    int rc = load(p->target, p->target_origin, &e->tm, err);
+    if (rc) goto fail;
+    const int32_t n_train = sd_model_hparams(e->tm)->n_ctx_train;
+    e->n_ctx = p->n_ctx;
+    if (e->n_ctx <= 0 || e->n_ctx > n_train) {
+        if (e->n_ctx > n_train)
+            note(e, "--ctx-size %d exceeds %s's training context %d; using %d", e->n_ctx, p->target,
+                 n_train, n_train);
+        e->n_ctx = n_train;
+    }
+    sd_session_params sp = sd_session_default_params();
+    sp.n_ctx = e->n_ctx;
+    sp.n_threads = p->n_threads;
+    sp.kv_type = p->kv_type;
+    sp.device = p->device;
+    sd_session_params dsp = sp;
+    dsp.device = p->device_draft;
+    if (p->draft) {
+        if ((rc = load(p->draft, p->draft_origin, &e->dm, err))) goto fail;
+        if ((rc = sd_vocab_check_pair(sd_model_vocab(e->tm), p->target, sd_model_vocab(e->dm),
+                                      p->draft, err)))
+            goto fail;
+        const int32_t dctx = sd_model_hparams(e->dm)->n_ctx_train;
+        if (dsp.n_ctx > dctx) dsp.n_ctx = dctx; /* drafting stops near the draft's limit */
+        e->n_ctx_draft = dsp.n_ctx;
+    }
+    e->sp = sp;
+    e->dsp = dsp;
+    if ((rc = sd_scorer_init(e->tm, &sp, &e->scorer, err))) goto fail;
+    if (e->dm &&
+        (rc = sd_proposer_llm_init(e->dm, &dsp, &p->gen.samp, sd_rng_stream_seed(p->gen.seed, 1),
+                                   sd_model_hparams(e->tm)->n_vocab, &e->prop, err)))
+        goto fail;
+    *out = e;
+    return SD_OK;
+fail:
+    sd_engine_free(e);
+    return rc;
+}
+
+void sd_engine_free(sd_engine *e) {
+    if (!e) return;
+    sd_proposer_free(e->prop);
+    sd_scorer_free(e->scorer);
+    sd_model_free(e->dm);
+    sd_model_free(e->tm);
+    free(e);
+}
+
+const sd_model *sd_engine_target(const sd_engine *e) {
+    return e->tm;
+}
+const sd_model *sd_engine_draft(const sd_engine *e) {
+    return e->dm;
+}
+const sd_vocab *sd_engine_vocab(const sd_engine *e) {
+    return sd_model_vocab(e->tm);
+}
+sd_scorer *sd_engine_scorer(sd_engine *e) {
+    return e->scorer;
+}
+sd_proposer *sd_engine_proposer(sd_engine *e) {
+    return e->prop;
+}
+int32_t sd_engine_n_ctx(const sd_engine *e) {
+    return e->n_ctx;
+}
+int32_t sd_engine_n_ctx_draft(const sd_engine *e) {
+    return e->n_ctx_draft;
+}
+const sd_engine_params *sd_engine_params_of(const sd_engine *e) {
+    return &e->p;
+}
+
+sd_session_params sd_engine_session_params(const sd_engine *e, int draft) {
+    return draft ? e->dsp : e->sp;
+}
+
+int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
+                       int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
+                       sd_gen_stats *stats, sd_error *err) {
+    if (!gp) gp = &e->p.gen;
+    sd_proposer *prop = gp->n_draft > 0 ? e->prop : NULL;
+    if (prop) sd_proposer_reset(prop, &gp->samp, sd_rng_stream_seed(gp->seed, 1));
+    return sd_generate(e->scorer, prop, prompt, n_prompt, sd_vocab_eos(sd_model_vocab(e->tm)), gp,
+                       cb, user, out, cap_out, stats, err);
+}
