@@ -4,9 +4,11 @@
 usage: ref_forward.py MODEL.gguf TOKEN [TOKEN ...]
 
 Parses the GGUF file itself (struct + numpy; no `gguf` package), dequantizes the
-weights (F32, F16, BF16, Q8_0, Q4_0), runs the llama forward pass over the tokens at
-positions 0..n-1 in float64 and prints the logits: one line per position, n_vocab
-numbers each ('%.17g').
+weights (F32, F16, BF16, Q8_0, Q4_0), runs the llama-family forward pass over the tokens
+at positions 0..n-1 in float64 and prints the logits: one line per position, n_vocab
+numbers each ('%.17g'). Architectures: "llama" (RoPE on adjacent pairs; optional Llama 3
+frequency factors rope_freqs.weight and linear rope scaling) and "qwen2" (biases on Q, K,
+V; RoPE on pairs (i, i + n_rot/2), GPT-NeoX style).
 
 Activations entering a matmul with Q8_0/Q4_0 weights are rounded through Q8_0 first
 (ggml's quantize_row_q8_0_ref: d = amax/127 stored as fp16, q = round(x/d) half away
@@ -144,33 +146,48 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps) * w
 
 
-def rope(x, n_head, head_dim, n_rot, base, pos):
-    # x [n_tok, n_head * head_dim]; adjacent pairs (2i, 2i+1), i < n_rot/2.
+def rope(x, n_head, head_dim, n_rot, base, pos, neox=False, freq_scale=1.0, factors=None):
+    # x [n_tok, n_head * head_dim]; pairs (2i, 2i+1) or, neox, (i, i + n_rot/2), i < n_rot/2,
+    # by theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i.
     x = x.reshape(len(pos), n_head, head_dim).copy()
     i = np.arange(n_rot // 2)
-    theta = pos[:, None].astype(np.float64) * base ** (-2.0 * i / n_rot)  # [n_tok, n_rot/2]
+    freq = base ** (-2.0 * i / n_rot)
+    if factors is not None:
+        freq = freq / factors
+    theta = (pos[:, None].astype(np.float64) * freq_scale) * freq  # [n_tok, n_rot/2]
     c = np.cos(theta)[:, None, :]
     s = np.sin(theta)[:, None, :]
-    x0 = x[:, :, 0:n_rot:2].copy()
-    x1 = x[:, :, 1:n_rot:2].copy()
-    x[:, :, 0:n_rot:2] = x0 * c - x1 * s
-    x[:, :, 1:n_rot:2] = x0 * s + x1 * c
+    if neox:
+        a, b = slice(0, n_rot // 2), slice(n_rot // 2, n_rot)
+    else:
+        a, b = slice(0, n_rot, 2), slice(1, n_rot, 2)
+    x0 = x[:, :, a].copy()
+    x1 = x[:, :, b].copy()
+    x[:, :, a] = x0 * c - x1 * s
+    x[:, :, b] = x0 * s + x1 * c
     return x.reshape(len(pos), n_head * head_dim)
 
 
 def forward(kv, tensors, tokens):
-    if kv.get("general.architecture") != "llama":
-        raise ValueError("architecture is not llama")
-    n_embd = int(kv["llama.embedding_length"])
-    n_layer = int(kv["llama.block_count"])
-    n_ff = int(kv["llama.feed_forward_length"])
-    n_head = int(kv["llama.attention.head_count"])
-    n_head_kv = int(kv.get("llama.attention.head_count_kv", n_head))
-    eps = float(kv.get("llama.attention.layer_norm_rms_epsilon", 1e-5))
-    base = float(kv.get("llama.rope.freq_base", 10000.0))
+    arch = kv.get("general.architecture")
+    if arch not in ("llama", "qwen2"):
+        raise ValueError("architecture %r is not llama or qwen2" % arch)
+    A = arch + "."
+    n_embd = int(kv[A + "embedding_length"])
+    n_layer = int(kv[A + "block_count"])
+    n_ff = int(kv[A + "feed_forward_length"])
+    n_head = int(kv[A + "attention.head_count"])
+    n_head_kv = int(kv.get(A + "attention.head_count_kv", n_head))
+    eps = float(kv.get(A + "attention.layer_norm_rms_epsilon", 1e-5))
+    base = float(kv.get(A + "rope.freq_base", 10000.0))
     head_dim = n_embd // n_head
-    n_rot = int(kv.get("llama.rope.dimension_count", head_dim))
+    n_rot = int(kv.get(A + "rope.dimension_count", head_dim))
     kv_dim = n_head_kv * head_dim
+    neox = arch == "qwen2"
+    freq_scale = 1.0
+    if kv.get(A + "rope.scaling.type", "none") == "linear":
+        freq_scale = 1.0 / float(kv.get(A + "rope.scaling.factor", 1.0))
+    factors = tensors["rope_freqs.weight"][1] if "rope_freqs.weight" in tensors else None
     ne, emb, _ = tensors["token_embd.weight"]
     n_vocab = ne[1]
     emb = emb.reshape(n_vocab, n_embd)
@@ -179,6 +196,7 @@ def forward(kv, tensors, tokens):
     x = emb[np.array(tokens)].copy()
     group = n_head // n_head_kv
     mask = np.triu(np.full((n, n), -np.inf), 1)
+    R = dict(n_rot=n_rot, base=base, pos=pos, neox=neox, freq_scale=freq_scale, factors=factors)
     for l in range(n_layer):
         def W(name, rows, cols):
             return Weight(tensors, "blk.%d.%s.weight" % (l, name), rows, cols)
@@ -186,10 +204,15 @@ def forward(kv, tensors, tokens):
         def norm(name):
             return tensors["blk.%d.%s.weight" % (l, name)][1]
 
+        def bias(name):
+            return tensors["blk.%d.%s.bias" % (l, name)][1] if neox else 0.0
+
         h = rmsnorm(x, norm("attn_norm"), eps)
-        q = rope(W("attn_q", n_embd, n_embd)(h), n_head, head_dim, n_rot, base, pos)
-        k = rope(W("attn_k", kv_dim, n_embd)(h), n_head_kv, head_dim, n_rot, base, pos)
-        v = W("attn_v", kv_dim, n_embd)(h)
+        q = W("attn_q", n_embd, n_embd)(h) + bias("attn_q")
+        k = W("attn_k", kv_dim, n_embd)(h) + bias("attn_k")
+        v = W("attn_v", kv_dim, n_embd)(h) + bias("attn_v")
+        q = rope(q, n_head, head_dim, **R)
+        k = rope(k, n_head_kv, head_dim, **R)
         att = np.zeros((n, n_embd))
         for hd in range(n_head):
             g = hd // group

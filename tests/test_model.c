@@ -46,6 +46,10 @@ typedef struct spec {
     const char *omit;      /* tensor left out */
     const char *bad_shape; /* tensor written with one extra row */
     uint64_t seed;
+    int rope_freqs;           /* write rope_freqs.weight (Llama 3 frequency factors) */
+    float rope_linear;        /* > 0: rope.scaling.type linear with this factor */
+    int32_t sliding_window;   /* > 0: attention.sliding_window */
+    const char *rope_scaling; /* rope.scaling.type to write verbatim (an unsupported one) */
 } spec;
 
 static spec spec_default(void) {
@@ -155,15 +159,27 @@ static void write_model(const char *path, const spec *sp) {
     bufs b = {.n = 0};
     uint64_t rng = sp->seed;
     cr_assert_eq(sd_gguf_set_str(w, "general.architecture", sp->arch), SD_OK);
-    sd_gguf_set_u32(w, "llama.context_length", (uint32_t)sp->n_ctx_train);
-    sd_gguf_set_u32(w, "llama.embedding_length", (uint32_t)sp->n_embd);
-    sd_gguf_set_u32(w, "llama.block_count", (uint32_t)sp->n_layer);
-    sd_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)sp->n_ff);
-    sd_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)sp->n_head);
-    sd_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)sp->n_head_kv);
-    sd_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    sd_gguf_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    if (sp->n_rot) sd_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)sp->n_rot);
+    /* Keys from the architecture table; an unknown architecture gets llama's. */
+    const char *ka = sd_arch_find(sp->arch, strlen(sp->arch)) ? sp->arch : "llama";
+    char k[96];
+#define KEY(id) sd_arch_key_name((id), ka, k, sizeof k)
+    sd_gguf_set_u32(w, KEY(SD_KEY_CONTEXT_LENGTH), (uint32_t)sp->n_ctx_train);
+    sd_gguf_set_u32(w, KEY(SD_KEY_EMBEDDING_LENGTH), (uint32_t)sp->n_embd);
+    sd_gguf_set_u32(w, KEY(SD_KEY_BLOCK_COUNT), (uint32_t)sp->n_layer);
+    sd_gguf_set_u32(w, KEY(SD_KEY_FEED_FORWARD_LENGTH), (uint32_t)sp->n_ff);
+    sd_gguf_set_u32(w, KEY(SD_KEY_HEAD_COUNT), (uint32_t)sp->n_head);
+    sd_gguf_set_u32(w, KEY(SD_KEY_HEAD_COUNT_KV), (uint32_t)sp->n_head_kv);
+    sd_gguf_set_f32(w, KEY(SD_KEY_RMS_EPS), 1e-5f);
+    sd_gguf_set_f32(w, KEY(SD_KEY_ROPE_FREQ_BASE), 10000.0f);
+    if (sp->n_rot) sd_gguf_set_u32(w, KEY(SD_KEY_ROPE_DIMENSION_COUNT), (uint32_t)sp->n_rot);
+    if (sp->rope_linear > 0) {
+        sd_gguf_set_str(w, KEY(SD_KEY_ROPE_SCALING_TYPE), "linear");
+        sd_gguf_set_f32(w, KEY(SD_KEY_ROPE_SCALING_FACTOR), sp->rope_linear);
+    }
+    if (sp->rope_scaling) sd_gguf_set_str(w, KEY(SD_KEY_ROPE_SCALING_TYPE), sp->rope_scaling);
+    if (sp->sliding_window)
+        sd_gguf_set_u32(w, KEY(SD_KEY_SLIDING_WINDOW), (uint32_t)sp->sliding_window);
+#undef KEY
 
     /* Synthetic vocabulary: <unk>, <s>, </s>, then distinct normal tokens. */
     int32_t nt = sp->n_vocab_tokens;
@@ -201,6 +217,13 @@ static void write_model(const char *path, const spec *sp) {
     for (int32_t l = 0; l < sp->n_layer; l++) {
 #define NAME(s) (snprintf(name, sizeof name, "blk.%d." s ".weight", l), name)
         add_norm(w, &b, sp, NAME("attn_norm"), E, &rng);
+        if (!strcmp(sp->arch, "qwen2")) { /* biases on Q, K, V (values ~ 1 + 0.25 u) */
+#define BIAS(s) (snprintf(name, sizeof name, "blk.%d." s ".bias", l), name)
+            add_norm(w, &b, sp, BIAS("attn_q"), E, &rng);
+            add_norm(w, &b, sp, BIAS("attn_k"), KV, &rng);
+            add_norm(w, &b, sp, BIAS("attn_v"), KV, &rng);
+#undef BIAS
+        }
         add_matrix(w, &b, sp, NAME("attn_q"), sp->types[W_Q], E, E, 3.0f * se, &rng);
         add_matrix(w, &b, sp, NAME("attn_k"), sp->types[W_K], KV, E, 3.0f * se, &rng);
         add_matrix(w, &b, sp, NAME("attn_v"), sp->types[W_V], KV, E, 1.5f * se, &rng);
@@ -212,6 +235,10 @@ static void write_model(const char *path, const spec *sp) {
 #undef NAME
     }
     add_norm(w, &b, sp, "output_norm.weight", E, &rng);
+    if (sp->rope_freqs) { /* factors in [0.75, 1.25] (add_norm's values), n_rot / 2 of them */
+        const int32_t n_rot = sp->n_rot ? sp->n_rot : sp->n_embd / sp->n_head;
+        add_norm(w, &b, sp, "rope_freqs.weight", n_rot / 2, &rng);
+    }
     if (!sp->tied)
         add_matrix(w, &b, sp, "output.weight", sp->types[W_OUT], sp->n_vocab, E, 2.0f * se, &rng);
 
@@ -354,6 +381,59 @@ Test(model, matches_reference_f32) {
     sp.tied = 1;
     sp.n_rot = 4; /* partial rotary dims */
     check_against_ref(&sp, "f32_tied_rot4.gguf");
+}
+
+static void check_batch_invariance(const spec *sp, const char *label);
+static void expect_load_error(const spec *sp, const char *label, int status, const char *needle);
+
+/* Architectures against the reference: qwen2 (Q/K/V biases, NEOX RoPE, F32 and Q8_0,
+ * partial rotary dims), Llama 3 frequency factors (rope_freqs.weight) and linear RoPE
+ * scaling; batched == single decodes for each. */
+Test(model, matches_reference_architectures) {
+    if (!have_numpy()) cr_skip_test("needs " PYTHON " with numpy (apt install python3-numpy)");
+    spec sp = spec_default();
+    sp.arch = "qwen2";
+    check_against_ref(&sp, "qwen2_f32.gguf");
+    check_batch_invariance(&sp, "qwen2_f32_batch.gguf");
+    sp = spec_uniform(SD_TYPE_Q8_0, 1);
+    sp.arch = "qwen2";
+    sp.n_rot = 4;
+    check_against_ref(&sp, "qwen2_q8_rot4.gguf");
+    sp = spec_default();
+    sp.rope_freqs = 1;
+    check_against_ref(&sp, "llama3_freqs.gguf");
+    check_batch_invariance(&sp, "llama3_freqs_batch.gguf");
+    sp.rope_linear = 4.0f;
+    check_against_ref(&sp, "llama_linear4_freqs.gguf");
+}
+
+/* A sliding window smaller than the context is refused (naming the key), one at least as
+ * large as the context is fine; YaRN-style scalings and unknown architectures are named. */
+Test(model, architecture_limits) {
+    spec sp = spec_default();
+    sp.sliding_window = 16;
+    char path[256];
+    write_model(model_path("window.gguf", path, sizeof path), &sp);
+    sd_model *m = load_ok(path);
+    sd_session_params p = sd_session_default_params();
+    sd_session *s = NULL;
+    sd_error err = {0};
+    cr_expect_eq(sd_session_init(m, &p, &s, &err), SD_ERR_UNSUPPORTED);
+    cr_expect(strstr(err.msg, "llama.attention.sliding_window") != NULL, "%s", err.msg);
+    p.n_ctx = 16;
+    cr_expect_eq(sd_session_init(m, &p, &s, &err), SD_OK, "%s", err.msg);
+    sd_session_free(s);
+    sd_model_free(m);
+    sp = spec_default();
+    sp.rope_scaling = "yarn";
+    expect_load_error(&sp, "yarn.gguf", SD_ERR_UNSUPPORTED, "llama.rope.scaling.type");
+    sp = spec_default();
+    sp.arch = "falcon";
+    expect_load_error(&sp, "falcon.gguf", SD_ERR_UNSUPPORTED, "llama, qwen2");
+    sp = spec_default();
+    sp.arch = "qwen2";
+    sp.omit = "blk.1.attn_k.bias";
+    expect_load_error(&sp, "qwen2_nobias.gguf", SD_ERR_FORMAT, "blk.1.attn_k.bias");
 }
 
 Test(model, matches_reference_types) {
@@ -850,405 +930,4 @@ Test(kv, f16_rows) {
     p.type = SD_TYPE_BF16;
     cr_expect_eq(sd_kv_init(&p, &kv, &err), SD_ERR_ARG);
     cr_expect_null(kv);
-}
-
-/* ------------------------------------------------------------ backend ops vs naive double */
-
-#include "runtime/backend/sd_backend.h"
-
-#define GUARD     16
-#define GUARD_VAL 12345.678f
-
-/* float [n] plus GUARD sentinel floats after it. */
-static float *galloc(size_t n) {
-    float *p = malloc((n + GUARD) * sizeof(float));
-    cr_assert(p);
-    for (size_t i = 0; i < n + GUARD; i++)
-        p[i] = GUARD_VAL;
-    return p;
-}
-static void gcheck(const float *p, size_t n, const char *what) {
-    for (size_t i = n; i < n + GUARD; i++)
-        cr_assert_eq(p[i], GUARD_VAL, "%s: wrote past the end", what);
-}
-static void fill(float *p, size_t n, uint64_t *rng, float scale) {
-    for (size_t i = 0; i < n; i++)
-        p[i] = rng_unif(rng) * scale;
-}
-static void expect_close(const float *c, const double *r, size_t n, double tol, const char *what) {
-    double dmax = 0, rmax = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs(c[i] - r[i]);
-        if (!(d <= dmax)) dmax = d;
-        if (fabs(r[i]) > rmax) rmax = fabs(r[i]);
-    }
-    cr_expect(dmax <= tol * (rmax > 0 ? rmax : 1), "%s: max|c-r| %.3g vs max|r| %.3g", what, dmax,
-              rmax);
-}
-
-static sd_backend *cpu_backend(int32_t n_threads) {
-    sd_backend_params bp = {n_threads, 8, 256, 32, 0};
-    sd_backend *be = NULL;
-    sd_error err = {0};
-    cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
-    return be;
-}
-
-TestSuite(backend, .timeout = 120);
-
-Test(backend, matmul_and_get_rows_all_types) {
-    setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
-    const sd_type types[] = {SD_TYPE_F32, SD_TYPE_F16, SD_TYPE_BF16, SD_TYPE_Q8_0, SD_TYPE_Q4_0};
-    const int64_t rows = 37, cols = 64;
-    const int32_t n_tok = 5;
-    uint64_t rng = 42;
-    for (int nt = 1; nt <= 2; nt++) {
-        sd_backend *be = cpu_backend(nt);
-        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-            sd_type t = types[ti];
-            size_t rb;
-            cr_assert_eq(sd_type_row_bytes(t, cols, &rb), 0);
-            uint8_t *wd = malloc(rb * rows);
-            float *tmp = malloc(cols * sizeof(float)), *wf = malloc(rows * cols * sizeof(float));
-            for (int64_t r = 0; r < rows; r++) {
-                fill(tmp, cols, &rng, 1.0f);
-                sd_quantize_row(t, tmp, wd + r * rb, cols);
-                sd_dequantize_row(t, wd + r * rb, wf + r * cols, cols);
-            }
-            sd_weight w = {t, rows, cols, rb, wd};
-            float *x = galloc(n_tok * cols), *xa = malloc(n_tok * cols * sizeof(float));
-            fill(x, n_tok * cols, &rng, 2.0f);
-            /* What the activations become for this weight type. */
-            sd_type vt = sd_vec_dot_type(t);
-            size_t vrb;
-            cr_assert_eq(sd_type_row_bytes(vt, cols, &vrb), 0);
-            uint8_t *xq = malloc(vrb);
-            for (int32_t b = 0; b < n_tok; b++) {
-                sd_quantize_row(vt, x + b * cols, xq, cols);
-                sd_dequantize_row(vt, xq, xa + b * cols, cols);
-            }
-            float *y = galloc(n_tok * rows);
-            double *ref = malloc(n_tok * rows * sizeof(double));
-            be->ops->matmul(be, &w, x, n_tok, y);
-            for (int32_t b = 0; b < n_tok; b++)
-                for (int64_t r = 0; r < rows; r++) {
-                    double s = 0;
-                    for (int64_t c = 0; c < cols; c++)
-                        s += (double)wf[r * cols + c] * xa[b * cols + c];
-                    ref[b * rows + r] = s;
-                }
-            gcheck(y, n_tok * rows, "matmul");
-            expect_close(y, ref, n_tok * rows, 1e-5, sd_type_name(t));
-            /* Row b of a batch == the same row alone. */
-            float *y1 = galloc(rows);
-            be->ops->matmul(be, &w, x + 3 * cols, 1, y1);
-            cr_expect(memcmp(y1, y + 3 * rows, rows * sizeof(float)) == 0,
-                      "%s: batch row != single", sd_type_name(t));
-
-            int32_t ids[3] = {36, 0, 17};
-            float *g = galloc(3 * cols);
-            be->ops->get_rows(be, &w, ids, 3, g);
-            gcheck(g, 3 * cols, "get_rows");
-            for (int i = 0; i < 3; i++)
-                cr_expect(memcmp(g + i * cols, wf + ids[i] * cols, cols * sizeof(float)) == 0,
-                          "get_rows %s", sd_type_name(t));
-            free(wd);
-            free(tmp);
-            free(wf);
-            free(x);
-            free(xa);
-            free(xq);
-            free(y);
-            free(ref);
-            free(y1);
-            free(g);
-        }
-        sd_backend_free(be);
-    }
-}
-
-/* The matmul at the limits its scratch was sized for (n_batch tokens, max_cols columns,
- * many row chunks), with 1..3 threads: activations are prepared once per call into the
- * backend's scratch; results are bit-identical to sd_matmul_rows on activations
- * prepared by sd_quantize_activations, whatever the thread count, and row b of a batch
- * equals the same row alone. A max_cols that is not a multiple of 32 is accepted. */
-Test(backend, matmul_full_scratch_threads) {
-    setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
-    const sd_type types[] = {SD_TYPE_Q8_0, SD_TYPE_Q4_0, SD_TYPE_F32};
-    const int64_t rows = 300, cols = 512;
-    const int32_t n_batch = 16;
-    uint64_t rng = 7;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const sd_type t = types[ti];
-        size_t rb, xb;
-        cr_assert_eq(sd_type_row_bytes(t, cols, &rb), 0);
-        uint8_t *wd = malloc(rb * rows);
-        float *tmp = malloc(cols * sizeof(float));
-        for (int64_t r = 0; r < rows; r++) {
-            fill(tmp, cols, &rng, 1.0f);
-            sd_quantize_row(t, tmp, wd + r * rb, cols);
-        }
-        sd_weight w = {t, rows, cols, rb, wd};
-        float *x = malloc((size_t)n_batch * cols * sizeof(float));
-        fill(x, (size_t)n_batch * cols, &rng, 2.0f);
-        cr_assert_eq(sd_activations_bytes(t, n_batch, cols, &xb), 0);
-        void *xq = NULL;
-        cr_assert_eq(posix_memalign(&xq, 64, xb), 0);
-        sd_quantize_activations(t, x, n_batch, cols, xq);
-        float *want = malloc((size_t)n_batch * rows * sizeof(float));
-        sd_matmul_rows(t, wd, rb, cols, xq, n_batch, want, rows, 0, rows);
-        for (int32_t nt = 1; nt <= 3; nt++) {
-            sd_backend_params bp = {nt, n_batch, cols, 32, 0};
-            sd_backend *be = NULL;
-            sd_error err = {0};
-            cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
-            float *y = galloc((size_t)n_batch * rows);
-            be->ops->matmul(be, &w, x, n_batch, y);
-            gcheck(y, (size_t)n_batch * rows, "matmul");
-            cr_expect(memcmp(y, want, (size_t)n_batch * rows * sizeof(float)) == 0,
-                      "%s, %d threads: backend != sd_matmul_rows", sd_type_name(t), nt);
-            float *y1 = galloc(rows);
-            for (int32_t b = 0; b < n_batch; b += 5) {
-                be->ops->matmul(be, &w, x + (size_t)b * cols, 1, y1);
-                cr_expect(memcmp(y1, want + (size_t)b * rows, rows * sizeof(float)) == 0,
-                          "%s, %d threads: row %d alone differs", sd_type_name(t), nt, b);
-            }
-            free(y);
-            free(y1);
-            sd_backend_free(be);
-        }
-        free(wd);
-        free(tmp);
-        free(x);
-        free(xq);
-        free(want);
-    }
-    /* max_cols not a multiple of 32 (F32 models may have such rows) */
-    sd_backend_params bp = {2, 4, 100, 8, 0};
-    sd_backend *be = NULL;
-    sd_error err = {0};
-    cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
-    float wf[3 * 100], x[4 * 100], *y = galloc(4 * 3);
-    fill(wf, 300, &rng, 1.0f);
-    fill(x, 400, &rng, 1.0f);
-    sd_weight w = {SD_TYPE_F32, 3, 100, 400, wf};
-    be->ops->matmul(be, &w, x, 4, y);
-    gcheck(y, 12, "matmul f32 100");
-    for (int b = 0; b < 4; b++)
-        for (int r = 0; r < 3; r++) {
-            double d = 0;
-            for (int c = 0; c < 100; c++)
-                d += (double)wf[r * 100 + c] * x[b * 100 + c];
-            cr_expect(fabs(y[b * 3 + r] - d) <= 1e-4, "f32 100: %g vs %g", y[b * 3 + r], d);
-        }
-    free(y);
-    sd_backend_free(be);
-    unsetenv("SD_CPU_PAR_MIN_WORK");
-}
-
-Test(backend, elementwise_norm_rope_softmax) {
-    sd_backend *be = cpu_backend(2);
-    uint64_t rng = 7;
-    const int32_t n_tok = 3, n = 24;
-    float *x = galloc(n_tok * n), *w = galloc(n), *y = galloc(n_tok * n);
-    double ref[3 * 24];
-    fill(x, n_tok * n, &rng, 3.0f);
-    fill(w, n, &rng, 1.0f);
-    be->ops->rmsnorm(be, x, w, n_tok, n, 1e-5f, y);
-    for (int32_t t = 0; t < n_tok; t++) {
-        double ss = 0;
-        for (int i = 0; i < n; i++)
-            ss += (double)x[t * n + i] * x[t * n + i];
-        for (int i = 0; i < n; i++)
-            ref[t * n + i] = x[t * n + i] / sqrt(ss / n + 1e-5) * w[i];
-    }
-    gcheck(y, n_tok * n, "rmsnorm");
-    expect_close(y, ref, n_tok * n, 1e-6, "rmsnorm");
-
-    /* rope: 2 heads of 12, n_rot 8, positions 5..7 */
-    memcpy(y, x, n_tok * n * sizeof(float));
-    be->ops->rope(be, y, n_tok, 5, 2, 12, 8, 10000.0f);
-    for (int32_t t = 0; t < n_tok; t++)
-        for (int h = 0; h < 2; h++)
-            for (int d = 0; d < 12; d++) {
-                const float *xr = x + t * n + h * 12;
-                double v = xr[d];
-                if (d < 8) {
-                    int i = d / 2;
-                    double th = (5 + t) * pow(10000.0, -2.0 * i / 8);
-                    v = d % 2 == 0 ? xr[d] * cos(th) - xr[d + 1] * sin(th)
-                                   : xr[d - 1] * sin(th) + xr[d] * cos(th);
-                }
-                ref[t * n + h * 12 + d] = v;
-            }
-    gcheck(y, n_tok * n, "rope");
-    expect_close(y, ref, n_tok * n, 1e-5, "rope");
-
-    memcpy(y, x, n_tok * n * sizeof(float));
-    be->ops->softmax(be, y, n_tok, n);
-    for (int32_t t = 0; t < n_tok; t++) {
-        double mx = -1e30, s = 0;
-        for (int i = 0; i < n; i++)
-            mx = fmax(mx, x[t * n + i]);
-        for (int i = 0; i < n; i++)
-            s += exp(x[t * n + i] - mx);
-        for (int i = 0; i < n; i++)
-            ref[t * n + i] = exp(x[t * n + i] - mx) / s;
-    }
-    gcheck(y, n_tok * n, "softmax");
-    expect_close(y, ref, n_tok * n, 1e-6, "softmax");
-
-    be->ops->swiglu(be, x, x + n, n, y);
-    for (int i = 0; i < n; i++)
-        ref[i] = x[i] / (1 + exp(-(double)x[i])) * x[n + i];
-    gcheck(y, n_tok * n, "swiglu");
-    expect_close(y, ref, n, 1e-6, "swiglu");
-
-    memcpy(y, x, n * sizeof(float));
-    be->ops->add(be, y, x + n, n);
-    for (int i = 0; i < n; i++)
-        ref[i] = (double)x[i] + x[n + i];
-    gcheck(y, n_tok * n, "add");
-    expect_close(y, ref, n, 1e-7, "add");
-    free(x);
-    free(w);
-    free(y);
-    sd_backend_free(be);
-}
-
-/* Attention of every kernel level this CPU runs, for F32 and F16 caches, head sizes that
- * exercise every chunk width (8: one 8-lane chunk; 24: 16 + 8; 64: 4 x 16; 37: 2 x 16 +
- * a scalar tail of 5; 3: scalar only) and GQA groups of 1, 2, 8 and 12 (two head blocks):
- * against a float64 reference computed from the values the cache holds (rounded to
- * binary16 for F16), within 1e-5 relative (max norm); a query alone == its row in the
- * batch (memcmp); 2 threads == 1 thread (memcmp). */
-static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, int32_t n_head_kv,
-                            int32_t hd) {
-    const int32_t kv_dim = n_head_kv * hd, n_ctx = 32, qdim = n_head * hd;
-    const int32_t pos0 = 6, n_tok = 4, n_pos = pos0 + n_tok;
-    char what[128];
-    snprintf(what, sizeof what, "attention %s kv %s heads %d/%d hd %d", kname,
-             sd_type_name(kv_type), n_head, n_head_kv, hd);
-    uint64_t rng = 99 + (uint64_t)hd * 31 + (uint64_t)n_head;
-    sd_kv *kv = NULL;
-    sd_error err = {0};
-    sd_kv_params kp = {2, n_ctx, kv_dim, kv_type, NULL};
-    cr_assert_eq(sd_kv_init(&kp, &kv, &err), SD_OK, "%s", err.msg);
-    float *k = malloc(n_pos * kv_dim * sizeof(float)), *v = malloc(n_pos * kv_dim * sizeof(float));
-    fill(k, n_pos * kv_dim, &rng, 2.0f);
-    fill(v, n_pos * kv_dim, &rng, 1.0f);
-    /* What the cache holds. */
-    float *kh = malloc(n_pos * kv_dim * sizeof(float)),
-          *vh = malloc(n_pos * kv_dim * sizeof(float));
-    for (int32_t i = 0; i < n_pos * kv_dim; i++) {
-        kh[i] = kv_type == SD_TYPE_F16 ? sd_fp16_to_fp32(sd_fp32_to_fp16(k[i])) : k[i];
-        vh[i] = kv_type == SD_TYPE_F16 ? sd_fp16_to_fp32(sd_fp32_to_fp16(v[i])) : v[i];
-    }
-    float *q = galloc(n_tok * qdim), *o = galloc(n_tok * qdim), *o1 = galloc(qdim),
-          *first = galloc(n_tok * qdim);
-    fill(q, n_tok * qdim, &rng, 2.0f / sqrtf((float)hd) * 3.0f);
-    double *ref = malloc(n_tok * qdim * sizeof(double));
-    for (int32_t t = 0; t < n_tok; t++)
-        for (int32_t h = 0; h < n_head; h++) {
-            int32_t g = h / (n_head / n_head_kv), p = pos0 + t;
-            double sc[64], mx = -1e30, s = 0;
-            for (int32_t j = 0; j <= p; j++) {
-                double d = 0;
-                for (int i = 0; i < hd; i++)
-                    d += (double)q[(t * n_head + h) * hd + i] * kh[j * kv_dim + g * hd + i];
-                sc[j] = d / sqrt(hd);
-                mx = fmax(mx, sc[j]);
-            }
-            for (int32_t j = 0; j <= p; j++)
-                s += (sc[j] = exp(sc[j] - mx));
-            for (int i = 0; i < hd; i++) {
-                double a = 0;
-                for (int32_t j = 0; j <= p; j++)
-                    a += sc[j] / s * vh[j * kv_dim + g * hd + i];
-                ref[(t * n_head + h) * hd + i] = a;
-            }
-        }
-    for (int nt = 1; nt <= 2; nt++) {
-        sd_backend *be = cpu_backend(nt);
-        cr_assert_eq(sd_backend_cpu_set_kernels(be, kname), 0, "%s", what);
-        cr_assert_str_eq(sd_backend_cpu_kernels(be), kname);
-        be->ops->kv_store(be, kv, 1, 0, pos0, kv_dim, k, v);
-        be->ops->kv_store(be, kv, 1, pos0, n_tok, kv_dim, k + pos0 * kv_dim, v + pos0 * kv_dim);
-        for (int32_t j = 0; j < n_pos; j++) { /* the cache holds the rounded values */
-            float row[256];
-            sd_dequantize_row(kv_type, sd_kv_k(kv, 1, j), row, kv_dim);
-            cr_assert(memcmp(row, kh + j * kv_dim, kv_dim * sizeof(float)) == 0, "%s: K row %d",
-                      what, j);
-            sd_dequantize_row(kv_type, sd_kv_v(kv, 1, j), row, kv_dim);
-            cr_assert(memcmp(row, vh + j * kv_dim, kv_dim * sizeof(float)) == 0, "%s: V row %d",
-                      what, j);
-        }
-        be->ops->attention(be, q, kv, 1, pos0, n_tok, n_head, n_head_kv, hd, o);
-        gcheck(o, n_tok * qdim, what);
-        expect_close(o, ref, n_tok * qdim, 1e-5, what);
-        for (int32_t t = 0; t < n_tok; t++) { /* query t alone (position pos0 + t) == row t */
-            be->ops->attention(be, q + t * qdim, kv, 1, pos0 + t, 1, n_head, n_head_kv, hd, o1);
-            gcheck(o1, qdim, what);
-            cr_expect(memcmp(o1, o + t * qdim, qdim * sizeof(float)) == 0,
-                      "%s: batch row %d != single", what, t);
-        }
-        if (nt == 1)
-            memcpy(first, o, n_tok * qdim * sizeof(float));
-        else
-            cr_expect(memcmp(first, o, n_tok * qdim * sizeof(float)) == 0,
-                      "%s: 2 threads != 1 thread", what);
-        sd_backend_free(be);
-    }
-    free(k);
-    free(v);
-    free(kh);
-    free(vh);
-    free(q);
-    free(o);
-    free(o1);
-    free(first);
-    free(ref);
-    sd_kv_free(kv);
-}
-
-Test(backend, attention_causal_gqa) {
-    setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
-    const char *levels[] = {"scalar", "avx2", "avx512"};
-    const int32_t shapes[][3] = {/* n_head, n_head_kv, head_dim */
-                                 {4, 2, 8},   {4, 4, 8},  {8, 1, 24}, {24, 2, 24},
-                                 {16, 2, 64}, {4, 1, 37}, {2, 2, 3}};
-    int ran = 0;
-    sd_backend *probe = cpu_backend(1);
-    for (size_t li = 0; li < 3; li++) {
-        if (sd_backend_cpu_set_kernels(probe, levels[li]) != 0) {
-            cr_log_warn("attention kernels '%s': not supported by this CPU, skipped", levels[li]);
-            continue;
-        }
-        ran++;
-        for (int kt = 0; kt < 2; kt++)
-            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-                check_attention(levels[li], kt ? SD_TYPE_F16 : SD_TYPE_F32, shapes[si][0],
-                                shapes[si][1], shapes[si][2]);
-    }
-    cr_expect_eq(sd_backend_cpu_set_kernels(probe, "sse9"), -1);
-    cr_expect(ran >= 1);
-    sd_backend_free(probe);
-}
-
-/* The default attention kernels: a known level, never above the matmul kernels. */
-Test(backend, attention_kernels_default) {
-    sd_backend *be = cpu_backend(1);
-    const char *name = sd_backend_cpu_kernels(be);
-    cr_expect(strcmp(name, "scalar") == 0 || strcmp(name, "avx2") == 0 ||
-                  strcmp(name, "avx512") == 0,
-              "%s", name);
-    /* Never above the matmul kernels (SD_KERNELS lowers both). */
-    const char *order[] = {"scalar", "avx2", "avx512"};
-    int la = -1, lq = -1;
-    for (int i = 0; i < 3; i++) {
-        if (!strcmp(name, order[i])) la = i;
-        if (!strcmp(sd_quant_kernels_name(), order[i])) lq = i;
-    }
-    cr_expect(la <= lq, "attention %s above matmul %s", name, sd_quant_kernels_name());
-    sd_backend_free(be);
 }

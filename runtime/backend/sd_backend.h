@@ -32,8 +32,11 @@
  *              (sd_backend_params: n_batch rows of max_cols). Y must not alias X.
  *   rmsnorm  : X [n_tok, n], w [n] -> Y [n_tok, n], y = x / sqrt(mean(x^2) + eps) * w
  *              (Y may alias X)
- *   rope     : X [n_tok, n_head * head_dim] rotated in place: in every head, pairs
- *              (2i, 2i+1) for i < n_rot/2 by theta = pos * base^(-2i/n_rot)
+ *   rope     : X [n_tok, n_head * head_dim] rotated in place (sd_rope): in every head,
+ *              for i < n_rot/2 the pair (2i, 2i+1) (SD_ROPE_NORM, llama) or (i, i + n_rot/2)
+ *              (SD_ROPE_NEOX, qwen2) by theta = ((pos * freq_scale) * base^(-2i/n_rot))
+ *              / factor_i (factor_i = 1 without frequency factors)
+ *   add_bias : Y [n_tok, n] += b [n] (every row)
  *   kv_store : K, V [n_tok, kv_dim] -> KV cache rows of layer l at positions
  *              pos0 .. pos0 + n_tok - 1 (must be reserved), converted to the cache's
  *              element type (F32: copied; F16: rounded to nearest even)
@@ -81,6 +84,22 @@ typedef struct sd_weight {
 } sd_weight;
 
 typedef struct sd_backend sd_backend;
+
+/* Rotary position embedding (Su et al. 2021, "RoFormer"), as llama.cpp's ggml_rope_ext
+ * without YaRN: the rotated pairs (mode), the base, linear position scaling and optional
+ * per-frequency factors (Llama 3's rope_freqs.weight). */
+typedef enum sd_rope_mode {
+    SD_ROPE_NORM = 0, /* adjacent pairs (2i, 2i+1) (llama after the converters' Q/K permute) */
+    SD_ROPE_NEOX = 2, /* pairs (i, i + n_rot/2) (GPT-NeoX; qwen2) */
+} sd_rope_mode;
+
+typedef struct sd_rope {
+    int32_t n_rot; /* rotated dimensions per head (even, <= head_dim) */
+    sd_rope_mode mode;
+    float base;           /* <arch>.rope.freq_base */
+    float freq_scale;     /* 1 / <arch>.rope.scaling.factor for linear scaling; 1 = none */
+    const float *factors; /* [n_rot / 2] backend address, or NULL (all 1) */
+} sd_rope;
 
 /* What a buffer holds (a device backend may place them differently). */
 typedef enum sd_buffer_usage {
@@ -130,7 +149,8 @@ typedef struct sd_backend_ops {
     void (*rmsnorm)(sd_backend *be, const float *x, const float *w, int32_t n_tok, int32_t n,
                     float eps, float *y);
     void (*rope)(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int32_t n_head,
-                 int32_t head_dim, int32_t n_rot, float base);
+                 int32_t head_dim, const sd_rope *r);
+    void (*add_bias)(sd_backend *be, float *y, const float *b, int32_t n_tok, int32_t n);
     void (*kv_store)(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0, int32_t n_tok,
                      int32_t kv_dim, const float *k, const float *v);
     void (*attention)(sd_backend *be, const float *q, sd_kv *kv, int32_t layer, int32_t pos0,

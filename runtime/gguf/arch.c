@@ -48,7 +48,8 @@ static const struct {
 
 /* The supported architectures: everything that differs between them is in this table. */
 static const sd_arch k_arch[] = {
-    {"llama", 0, 0},
+    {"llama", 0, 0}, /* Llama 1-3, Mistral 7B-style, SmolLM, TinyLlama, llama2.c */
+    {"qwen2", 1, 1}, /* Qwen2, Qwen2.5 */
 };
 
 const char *sd_arch_key_name(sd_arch_key k, const char *arch, char *buf, size_t cap) {
@@ -78,7 +79,7 @@ const sd_arch *sd_arch_find(const char *name, size_t len) {
 }
 
 const char *sd_arch_supported(void) {
-    return "llama";
+    return "llama, qwen2";
 }
 
 int sd_gguf_set_llm_meta(sd_gguf_writer *w, const sd_llm_meta *m) {

@@ -240,9 +240,9 @@ const char *sd_arch_tensor_name(sd_arch_tensor t, int32_t layer, char *buf, size
 
 /* What distinguishes an architecture (one row per supported "general.architecture"). */
 typedef struct sd_arch {
-    const char *name;   /* "llama", ... */
-    int qkv_bias;       /* 1: attn_q/k/v carry a bias (qwen2) */
-    int sliding_window; /* 1: may declare attention.sliding_window (mistral-style) */
+    const char *name; /* "llama", "qwen2" */
+    int qkv_bias;     /* 1: attn_q/k/v carry a bias (qwen2) */
+    int rope_neox;    /* 1: RoPE rotates pairs (i, i + n_rot/2) (llama.cpp LLAMA_ROPE_TYPE_NEOX) */
 } sd_arch;
 
 /* The row for an architecture name of len bytes (not NUL-terminated), or NULL. */

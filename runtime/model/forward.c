@@ -14,6 +14,7 @@
 /* The weights as the backend sees them: the same matrices with backend addresses. */
 typedef struct sd_layer_dev {
     const float *attn_norm, *ffn_norm;
+    const float *bq, *bk, *bv; /* NULL without biases */
     sd_weight wq, wk, wv, wo, w_gate, w_down, w_up;
 } sd_layer_dev;
 
@@ -33,6 +34,7 @@ struct sd_session {
     /* Weights on the backend. */
     sd_weight tok_embd, output;
     const float *output_norm;
+    sd_rope rope;         /* factors: a backend address */
     sd_layer_dev *layers; /* [n_layer] (host array of backend addresses) */
     /* Host state. */
     int32_t *tokens;   /* [n_ctx]: ids whose K/V the cache holds, [0, n_past) valid */
@@ -91,6 +93,11 @@ static int place_weights(sd_session *s, sd_error *err) {
         sd_layer_dev *D = &s->layers[l];
         D->attn_norm = dev_addr(s->b_norms, m->norms, L->attn_norm);
         D->ffn_norm = dev_addr(s->b_norms, m->norms, L->ffn_norm);
+        if (L->bq) {
+            D->bq = dev_addr(s->b_norms, m->norms, L->bq);
+            D->bk = dev_addr(s->b_norms, m->norms, L->bk);
+            D->bv = dev_addr(s->b_norms, m->norms, L->bv);
+        }
         D->wq = dev_weight(s->b_weights, base, &L->wq);
         D->wk = dev_weight(s->b_weights, base, &L->wk);
         D->wv = dev_weight(s->b_weights, base, &L->wv);
@@ -102,6 +109,12 @@ static int place_weights(sd_session *s, sd_error *err) {
     s->tok_embd = dev_weight(s->b_weights, base, &m->tok_embd);
     s->output = dev_weight(s->b_weights, base, &m->output);
     s->output_norm = dev_addr(s->b_norms, m->norms, m->output_norm);
+    const sd_hparams *hp = &m->hp;
+    s->rope.n_rot = hp->n_rot;
+    s->rope.mode = hp->rope_neox ? SD_ROPE_NEOX : SD_ROPE_NORM;
+    s->rope.base = hp->rope_base;
+    s->rope.freq_scale = hp->rope_freq_scale;
+    s->rope.factors = m->rope_factors ? dev_addr(s->b_norms, m->norms, m->rope_factors) : NULL;
     return SD_OK;
 }
 
@@ -169,6 +182,15 @@ int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **
     if (p->kv_type != SD_TYPE_F32 && p->kv_type != SD_TYPE_F16)
         return sd_errorf(err, SD_ERR_ARG, "session: kv_type %s (%d), expected f32 or f16",
                          sd_type_name((uint32_t)p->kv_type), (int)p->kv_type);
+    if (hp->sliding_window > 0 && n_ctx > hp->sliding_window) {
+        char k[96];
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: %s = %d is smaller than the context %d: attention beyond the window "
+                         "would differ from the model's (no sliding-window attention here); use "
+                         "--ctx-size %d or less",
+                         m->path, sd_arch_key_name(SD_KEY_SLIDING_WINDOW, hp->arch, k, sizeof k),
+                         hp->sliding_window, n_ctx, hp->sliding_window);
+    }
     sd_session *s = calloc(1, sizeof *s);
     if (!s) return sd_errorf(err, SD_ERR_OOM, "session: out of memory");
     s->m = m;
@@ -273,8 +295,13 @@ static void run_layers(sd_session *s, int32_t n, int32_t pos0) {
         op->matmul(be, &L->wq, s->xn, n, s->q);
         op->matmul(be, &L->wk, s->xn, n, s->k);
         op->matmul(be, &L->wv, s->xn, n, s->v);
-        op->rope(be, s->q, n, pos0, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_base);
-        op->rope(be, s->k, n, pos0, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_base);
+        if (L->bq) {
+            op->add_bias(be, s->q, L->bq, n, n_embd);
+            op->add_bias(be, s->k, L->bk, n, kv_dim);
+            op->add_bias(be, s->v, L->bv, n, kv_dim);
+        }
+        op->rope(be, s->q, n, pos0, hp->n_head, hp->head_dim, &s->rope);
+        op->rope(be, s->k, n, pos0, hp->n_head_kv, hp->head_dim, &s->rope);
         op->kv_store(be, s->kv, l, pos0, n, kv_dim, s->k, s->v);
         op->attention(be, s->q, s->kv, l, pos0, n, hp->n_head, hp->n_head_kv, hp->head_dim, s->att);
         op->matmul(be, &L->wo, s->att, n, s->proj);

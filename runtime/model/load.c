@@ -38,6 +38,32 @@ static int hp_float(const sd_gguf *g, const char *path, const char *key, float d
     return SD_OK;
 }
 
+/* <arch>.rope.scaling.type / .factor: "none" (or absent) and "linear" are supported;
+ * Llama 3's frequency factors come as the tensor rope_freqs.weight instead. */
+static int load_rope_scaling(const sd_gguf *g, const char *path, const char *arch, sd_hparams *hp,
+                             sd_error *err) {
+    char k[96];
+    const char *type = NULL;
+    size_t len = 0;
+    hp->rope_freq_scale = 1.0f;
+    sd_arch_key_name(SD_KEY_ROPE_SCALING_TYPE, arch, k, sizeof k);
+    if (sd_gguf_find_key(g, k) < 0) return SD_OK;
+    int rc = sd_gguf_get_str(g, k, &type, &len, err);
+    if (rc) return rc;
+    if (len == 4 && !memcmp(type, "none", 4)) return SD_OK;
+    if (!(len == 6 && !memcmp(type, "linear", 6)))
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: metadata key '%s' is '%.*s', expected 'none' or 'linear' (YaRN and "
+                         "other scalings are not supported)",
+                         path, k, (int)(len > 32 ? 32 : len), type);
+    float factor = 1.0f;
+    if ((rc = hp_float(g, path, sd_arch_key_name(SD_KEY_ROPE_SCALING_FACTOR, arch, k, sizeof k),
+                       1.0f, 0.0f, 1e6f, &factor, err)))
+        return rc;
+    hp->rope_freq_scale = 1.0f / factor;
+    return SD_OK;
+}
+
 static int load_hparams(const sd_gguf *g, const char *path, sd_hparams *hp, sd_error *err) {
     const char *arch = NULL;
     size_t arch_len = 0;
@@ -89,6 +115,24 @@ static int load_hparams(const sd_gguf *g, const char *path, sd_hparams *hp, sd_e
         (rc = hp_float(g, path, KEY(SD_KEY_ROPE_FREQ_BASE), SD_DEFAULT_ROPE_BASE, 0.0f, 1e12f,
                        &hp->rope_base, err)))
         return rc;
+    hp->arch = ar->name;
+    hp->qkv_bias = ar->qkv_bias;
+    hp->rope_neox = ar->rope_neox;
+    /* A K/V head size other than n_embd / n_head (Gemma, Qwen3) is not supported. */
+    int32_t klen = hp->head_dim, vlen = hp->head_dim;
+    if ((rc = hp_int(g, path, KEY(SD_KEY_KEY_LENGTH), 0, hp->head_dim, 1, 1 << 16, &klen, err)) ||
+        (rc = hp_int(g, path, KEY(SD_KEY_VALUE_LENGTH), 0, hp->head_dim, 1, 1 << 16, &vlen, err)))
+        return rc;
+    if (klen != hp->head_dim || vlen != hp->head_dim)
+        return sd_errorf(
+            err, SD_ERR_UNSUPPORTED,
+            "%s: %s %d differs from the head size n_embd / n_head = %d (not supported)", path,
+            KEY(klen != hp->head_dim ? SD_KEY_KEY_LENGTH : SD_KEY_VALUE_LENGTH),
+            klen != hp->head_dim ? klen : vlen, hp->head_dim);
+    if ((rc = hp_int(g, path, KEY(SD_KEY_SLIDING_WINDOW), 0, 0, 0, SD_MAX_CTX, &hp->sliding_window,
+                     err)))
+        return rc;
+    if ((rc = load_rope_scaling(g, path, a, hp, err))) return rc;
 #undef KEY
     return SD_OK;
 }
@@ -150,8 +194,9 @@ static int get_matrix(sd_model *m, const char *name, int64_t rows, int64_t cols,
     return SD_OK;
 }
 
-/* A norm vector [n] of type F32, copied (unaligned-safe) to dst. */
-static int get_norm(sd_model *m, const char *name, int64_t n, float *dst, sd_error *err) {
+/* A vector [n] of type F32 (a norm, a bias, rope factors), copied (unaligned-safe) to
+ * dst. */
+static int get_vec(sd_model *m, const char *name, int64_t n, float *dst, sd_error *err) {
     const sd_gguf_tensor *t;
     int rc = find_tensor(m, name, &t, err);
     if (rc != SD_OK) return rc;
@@ -161,7 +206,7 @@ static int get_norm(sd_model *m, const char *name, int64_t n, float *dst, sd_err
             "%s: tensor '%s': shape ne {%lld, %lld} (%u dims), expected [%lld] (1 dim)", m->path,
             name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)n);
     if (t->type != SD_TYPE_F32)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED, "%s: tensor '%s': type %s, norms must be f32",
+        return sd_errorf(err, SD_ERR_UNSUPPORTED, "%s: tensor '%s': type %s, vectors must be f32",
                          m->path, name, sd_type_name(t->type));
     if (t->nbytes != (size_t)n * sizeof(float))
         return sd_errorf(err, SD_ERR_FORMAT, "%s: tensor '%s': %zu data bytes, expected %zu",
@@ -185,15 +230,19 @@ static int load_tensors(sd_model *m, sd_error *err) {
                          m->path, name, (long long)m->tok_embd.rows, SD_MAX_VOCAB);
     m->hp.n_vocab = (int32_t)m->tok_embd.rows;
 
-    size_t n_norm_rows = (size_t)hp->n_layer * 2 + 1;
-    m->norms_bytes = n_norm_rows * (size_t)n_embd * sizeof(float);
+    /* Every 1-D vector in one owned block: per layer attn_norm, ffn_norm [n_embd] and the
+     * Q/K/V biases [n_embd + 2 kv_dim] (qwen2), then output_norm, then the rope factors. */
+    const size_t per_layer =
+        2 * (size_t)n_embd + (hp->qkv_bias ? (size_t)(n_embd + 2 * kv_dim) : 0);
+    const size_t n_rope = (size_t)hp->n_rot / 2;
+    m->norms_bytes = ((size_t)hp->n_layer * per_layer + (size_t)n_embd + n_rope) * sizeof(float);
     m->norms = malloc(m->norms_bytes);
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->norms || !m->layers) return sd_errorf(err, SD_ERR_OOM, "%s: out of memory", m->path);
 
     for (int32_t l = 0; l < hp->n_layer; l++) {
         sd_layer *L = &m->layers[l];
-        float *an = m->norms + (size_t)(2 * l) * (size_t)n_embd;
+        float *an = m->norms + (size_t)l * per_layer;
         float *fn = an + n_embd;
         const struct {
             sd_arch_tensor t;
@@ -208,22 +257,47 @@ static int load_tensors(sd_model *m, sd_error *err) {
             {SD_TENSOR_FFN_DOWN, n_embd, hp->n_ff, &L->w_down},
             {SD_TENSOR_FFN_UP, hp->n_ff, n_embd, &L->w_up},
         };
-        if ((rc = get_norm(m, sd_arch_tensor_name(SD_TENSOR_ATTN_NORM, l, name, sizeof name),
-                           n_embd, an, err)))
+        if ((rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_NORM, l, name, sizeof name), n_embd,
+                          an, err)))
             return rc;
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
             sd_arch_tensor_name(mats[i].t, l, name, sizeof name);
             if ((rc = get_matrix(m, name, mats[i].rows, mats[i].cols, mats[i].w, err))) return rc;
         }
-        if ((rc = get_norm(m, sd_arch_tensor_name(SD_TENSOR_FFN_NORM, l, name, sizeof name), n_embd,
-                           fn, err)))
+        if ((rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_FFN_NORM, l, name, sizeof name), n_embd,
+                          fn, err)))
             return rc;
         L->attn_norm = an;
         L->ffn_norm = fn;
+        if (hp->qkv_bias) {
+            float *bq = fn + n_embd, *bk = bq + n_embd, *bv = bk + kv_dim;
+            if ((rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_Q_BIAS, l, name, sizeof name),
+                              n_embd, bq, err)) ||
+                (rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_K_BIAS, l, name, sizeof name),
+                              kv_dim, bk, err)) ||
+                (rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_V_BIAS, l, name, sizeof name),
+                              kv_dim, bv, err)))
+                return rc;
+            L->bq = bq;
+            L->bk = bk;
+            L->bv = bv;
+        }
     }
-    float *on = m->norms + (size_t)(2 * hp->n_layer) * (size_t)n_embd;
-    if ((rc = get_norm(m, sd_arch_tensor_name(SD_TENSOR_OUTPUT_NORM, 0, name, sizeof name), n_embd,
-                       on, err)))
+    float *on = m->norms + (size_t)hp->n_layer * per_layer;
+    if (sd_gguf_find_tensor(m->g,
+                            sd_arch_tensor_name(SD_TENSOR_ROPE_FREQS, 0, name, sizeof name))) {
+        float *rf = on + n_embd;
+        if ((rc = get_vec(m, name, (int64_t)n_rope, rf, err))) return rc;
+        for (size_t i = 0; i < n_rope; i++)
+            if (!(rf[i] > 0.0f) || !isfinite(rf[i]))
+                return sd_errorf(err, SD_ERR_FORMAT,
+                                 "%s: tensor '%s': factor %zu is %g, expected a finite value > 0",
+                                 m->path, name, i, (double)rf[i]);
+        m->rope_factors = rf;
+        m->hp.has_rope_factors = 1;
+    }
+    if ((rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_OUTPUT_NORM, 0, name, sizeof name), n_embd,
+                      on, err)))
         return rc;
     m->output_norm = on;
     if (sd_gguf_find_tensor(m->g, sd_arch_tensor_name(SD_TENSOR_OUTPUT, 0, name, sizeof name))) {

@@ -23,15 +23,16 @@
 
 /* One block. Matrices and norms are host addresses (the mmap, resp. m->norms). */
 typedef struct sd_layer {
-    const float *attn_norm; /* [n_embd] */
-    const float *ffn_norm;  /* [n_embd] */
-    sd_weight wq;           /* [n_embd, n_embd] */
-    sd_weight wk;           /* [kv_dim, n_embd] */
-    sd_weight wv;           /* [kv_dim, n_embd] */
-    sd_weight wo;           /* [n_embd, n_embd] */
-    sd_weight w_gate;       /* [n_ff, n_embd] */
-    sd_weight w_down;       /* [n_embd, n_ff] */
-    sd_weight w_up;         /* [n_ff, n_embd] */
+    const float *attn_norm;    /* [n_embd] */
+    const float *ffn_norm;     /* [n_embd] */
+    sd_weight wq;              /* [n_embd, n_embd] */
+    sd_weight wk;              /* [kv_dim, n_embd] */
+    sd_weight wv;              /* [kv_dim, n_embd] */
+    sd_weight wo;              /* [n_embd, n_embd] */
+    sd_weight w_gate;          /* [n_ff, n_embd] */
+    sd_weight w_down;          /* [n_embd, n_ff] */
+    sd_weight w_up;            /* [n_ff, n_embd] */
+    const float *bq, *bk, *bv; /* [n_embd], [kv_dim], [kv_dim] biases (qwen2), or NULL */
 } sd_layer;
 
 struct sd_model {
@@ -42,8 +43,9 @@ struct sd_model {
     sd_weight tok_embd; /* [n_vocab, n_embd] */
     sd_weight output;   /* [n_vocab, n_embd]; == tok_embd when tied */
     int tied;
-    const float *output_norm; /* [n_embd] */
-    float *norms;             /* owned copies: (2 * n_layer + 1) rows of n_embd */
+    const float *output_norm;  /* [n_embd] */
+    const float *rope_factors; /* [n_rot / 2] (rope_freqs.weight), or NULL */
+    float *norms;              /* owned copies of every 1-D vector (norms, biases, factors) */
     size_t norms_bytes;
     sd_layer *layers; /* [n_layer] */
     size_t weight_bytes;

@@ -14,6 +14,10 @@
  * GQA: n_head query heads share n_head_kv K/V heads. RoPE: "normal" (adjacent pairs
  * (2i, 2i+1) rotated by theta = pos * base^(-2i/n_rot)), as llama.cpp LLAMA_ROPE_TYPE_NORM
  * after the converters' Q/K permutation.
+ * Architectures (runtime/gguf's table holds what differs): "llama" (also Llama 3: rope
+ * frequency factors rope_freqs.weight, linear rope scaling; mistral-style files: a
+ * sliding window that is not smaller than the context), and "qwen2" (biases on Q, K, V;
+ * NEOX-style RoPE pairs (i, i + n_rot/2), as llama.cpp's LLAMA_ROPE_TYPE_NEOX).
  * GGUF keys and tensor names: the architecture table of runtime/gguf (sd_arch_key,
  * sd_arch_tensor): <arch>.context_length, .embedding_length, .block_count,
  * .feed_forward_length, .attention.head_count, .attention.head_count_kv,
@@ -48,6 +52,12 @@ typedef struct sd_hparams {
     int32_t n_rot;
     float rms_eps;
     float rope_base;
+    float rope_freq_scale;  /* 1 / <arch>.rope.scaling.factor (linear scaling); 1 = none */
+    int rope_neox;          /* 1: NEOX-style pairs (qwen2), 0: adjacent pairs (llama) */
+    int has_rope_factors;   /* rope_freqs.weight present (Llama 3 frequency factors) */
+    int qkv_bias;           /* attn_q/k/v carry biases (qwen2) */
+    int32_t sliding_window; /* <arch>.attention.sliding_window; 0 = none */
+    const char *arch;       /* "llama", "qwen2" (static string) */
 } sd_hparams;
 
 typedef struct sd_model sd_model;

@@ -179,22 +179,37 @@ static void cpu_rmsnorm(sd_backend *be, const float *x, const float *w, int32_t 
 }
 
 static void cpu_rope(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int32_t n_head,
-                     int32_t head_dim, int32_t n_rot, float base) {
+                     int32_t head_dim, const sd_rope *r) {
+    (void)be;
     const size_t row = (size_t)n_head * (size_t)head_dim;
+    const int32_t half = r->n_rot / 2;
+    /* Offsets of the two elements of pair i: (2i, 2i+1) or (i, i + n_rot/2). */
+    const size_t step = r->mode == SD_ROPE_NEOX ? 1 : 2;
+    const size_t other = r->mode == SD_ROPE_NEOX ? (size_t)half : 1;
     for (int32_t t = 0; t < n_tok; t++) {
-        const float pos = (float)(pos0 + t);
+        const float pos = (float)(pos0 + t) * r->freq_scale;
         float *xr = x + (size_t)t * row;
-        for (int32_t i = 0; i < n_rot / 2; i++) {
-            const float freq = powf(base, -(float)(2 * i) / (float)n_rot);
-            const float theta = pos * freq;
+        for (int32_t i = 0; i < half; i++) {
+            const float freq = powf(r->base, -(float)(2 * i) / (float)r->n_rot);
+            float theta = pos * freq;
+            if (r->factors) theta /= r->factors[i];
             const float cs = cosf(theta), sn = sinf(theta);
             for (int32_t h = 0; h < n_head; h++) {
-                float *p = xr + (size_t)h * (size_t)head_dim + 2 * (size_t)i;
-                const float x0 = p[0], x1 = p[1];
+                float *p = xr + (size_t)h * (size_t)head_dim + step * (size_t)i;
+                const float x0 = p[0], x1 = p[other];
                 p[0] = x0 * cs - x1 * sn;
-                p[1] = x0 * sn + x1 * cs;
+                p[other] = x0 * sn + x1 * cs;
             }
         }
+    }
+}
+
+static void cpu_add_bias(sd_backend *be, float *y, const float *b, int32_t n_tok, int32_t n) {
+    (void)be;
+    for (int32_t t = 0; t < n_tok; t++) {
+        float *yr = y + (size_t)t * (size_t)n;
+        for (int32_t i = 0; i < n; i++)
+            yr[i] += b[i];
     }
 }
 
@@ -300,6 +315,7 @@ static const sd_backend_ops cpu_ops = {
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
+    .add_bias = cpu_add_bias,
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .softmax = cpu_softmax,
