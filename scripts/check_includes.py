@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""The include rules of specdec's parts (README.md, "Layout"), checked.
+
+usage: python3 scripts/check_includes.py [ROOT]
+
+Every project include ("dir/file.h") of every .c/.h/.cu/.cuh file in a library part must
+be the part's own file or a face the part may use; a private header (a part's internal
+header, e.g. quant/cpu/kernels.h) may only be included from its own folder (and from
+tests). The CLI (runtime/cli) and the tests may include any face, and nothing in the
+library may include the CLI. Prints one line per violation and exits 1 if there is any.
+"""
+import os
+import re
+import sys
+
+# Faces: the one public header of each part.
+FACE = {
+    "base": "runtime/base/sd_base.h",
+    "gguf": "runtime/gguf/sd_gguf.h",
+    "tokenizer": "runtime/tokenizer/sd_vocab.h",
+    "model": "runtime/model/sd_model.h",
+    "backend": "runtime/backend/sd_backend.h",
+    "engine": "runtime/engine/sd_engine.h",
+    "convert": "runtime/convert/sd_convert.h",
+    "quant": "quant/sd_quant.h",
+    "kv": "kv/sd_kv.h",
+    "draft": "draft/sd_draft.h",
+    "target": "target/sd_target.h",
+    "sample": "verify/sd_sample.h",
+    "verify": "verify/sd_verify.h",
+}
+
+# Part folder -> the faces it may include (besides its own files).
+ALLOWED = {
+    "runtime/base": [],
+    "quant": ["base"],
+    "kv": ["base", "quant"],
+    "runtime/gguf": ["base", "quant"],
+    "runtime/tokenizer": ["base", "gguf"],
+    "runtime/backend": ["base", "quant", "kv"],
+    "runtime/model": ["base", "gguf", "tokenizer", "backend", "quant", "kv"],
+    "verify": ["base", "sample"],
+    "draft": ["base", "model", "sample"],
+    "target": ["base", "model", "sample"],
+    "runtime/convert": ["base", "gguf", "quant", "tokenizer"],
+    "runtime/engine": ["base", "gguf", "tokenizer", "model", "quant", "kv", "draft", "target",
+                       "sample", "verify"],
+}
+# Folders free to include any face (not library parts).
+FREE = ["runtime/cli", "tests"]
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def part_of(path):
+    """The longest ALLOWED/FREE folder that contains path."""
+    best = None
+    for folder in list(ALLOWED) + FREE:
+        if path == folder or path.startswith(folder + "/"):
+            if best is None or len(folder) > len(best):
+                best = folder
+    return best
+
+
+def main(argv):
+    root = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+    root = os.path.abspath(root)
+    faces = set(FACE.values())
+    bad = []
+    n_files = 0
+    for top in list(ALLOWED) + FREE:
+        base = os.path.join(root, top)
+        for dirpath, _, files in os.walk(base):
+            for f in sorted(files):
+                if not f.endswith((".c", ".h", ".cu", ".cuh")):
+                    continue
+                full = os.path.join(dirpath, f)
+                rel = os.path.relpath(full, root)
+                part = part_of(rel)
+                if part != top:
+                    continue  # visited through its own (deeper) part
+                n_files += 1
+                with open(full, encoding="utf-8", errors="replace") as fh:
+                    for lineno, line in enumerate(fh, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        inc = m.group(1)
+                        if "/" not in inc:
+                            inc = os.path.relpath(os.path.join(os.path.dirname(rel), inc))
+                        why = check(part, inc, faces)
+                        if why:
+                            bad.append("%s:%d: includes %s: %s" % (rel, lineno, inc, why))
+    for b in bad:
+        print(b)
+    if not n_files:
+        print("check_includes: no source files found under %s" % root)
+        return 1
+    if bad:
+        print("check_includes: %d violation(s) in %d files" % (len(bad), n_files))
+        return 1
+    print("check_includes: %d files follow the include rules" % n_files)
+    return 0
+
+
+def check(part, inc, faces):
+    inc_part = part_of(inc)
+    if inc_part == "runtime/cli" and part != "runtime/cli":
+        return "the library must not include the CLI"
+    if part in FREE:
+        # Tests may include private headers for white-box tests; the CLI only faces.
+        if part == "tests" or inc in faces or inc_part == part:
+            return None
+        return "the CLI may include faces only (%s is private to %s)" % (inc, inc_part)
+    if inc_part == part:
+        return None  # own files, private headers included
+    if inc in faces:
+        allowed = [FACE[k] for k in ALLOWED[part]]
+        if inc in allowed:
+            return None
+        return "%s may include only %s" % (part, ", ".join(allowed) or "no other part")
+    return "private to %s" % (inc_part or "an unknown folder")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
