@@ -153,18 +153,6 @@ int tu_make_llama(const char *path, const tu_llama_spec *s) {
     int n_keep = 0, rc = 0;
     uint64_t rng = s->seed * 0x1234567ull + 17, nrng = s->noise_seed * 0x7654321ull + 5;
     const int64_t head_dim = s->n_embd / s->n_head, kv_dim = head_dim * s->n_head_kv;
-    sd_gguf_set_str(w, "general.architecture", "llama");
-    sd_gguf_set_str(w, "general.name", "random-test-llama");
-    sd_gguf_set_u32(w, "llama.context_length", (uint32_t)s->n_ctx);
-    sd_gguf_set_u32(w, "llama.embedding_length", (uint32_t)s->n_embd);
-    sd_gguf_set_u32(w, "llama.block_count", (uint32_t)s->n_layer);
-    sd_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)s->n_ff);
-    sd_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)s->n_head);
-    sd_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)s->n_head_kv);
-    sd_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    sd_gguf_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    sd_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)head_dim);
-    sd_gguf_set_str(w, "tokenizer.ggml.model", "llama");
     char **toks = calloc((size_t)s->n_vocab, sizeof *toks);
     float *scores = calloc((size_t)s->n_vocab, sizeof *scores);
     int32_t *types = calloc((size_t)s->n_vocab, sizeof *types);
@@ -181,14 +169,31 @@ int tu_make_llama(const char *path, const tu_llama_spec *s) {
         types[i] = i == 0 ? 2 : (i < 3 ? 3 : 1);
         scores[i] = -(float)i;
     }
-    sd_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks,
-                        (uint64_t)s->n_vocab);
-    sd_gguf_set_arr(w, "tokenizer.ggml.scores", SD_GGUF_F32, scores, (uint64_t)s->n_vocab);
-    sd_gguf_set_arr(w, "tokenizer.ggml.token_type", SD_GGUF_I32, types, (uint64_t)s->n_vocab);
-    sd_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    sd_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    sd_gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    sd_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
+    const sd_llm_meta meta = {
+        .arch = "llama",
+        .name = "random-test-llama",
+        .file_type = -1,
+        .n_ctx = s->n_ctx,
+        .n_embd = s->n_embd,
+        .n_layer = s->n_layer,
+        .n_ff = s->n_ff,
+        .n_head = s->n_head,
+        .n_head_kv = s->n_head_kv,
+        .n_rot = (int32_t)head_dim,
+        .rms_eps = 1e-5f,
+        .rope_base = 10000.0f,
+        .n_vocab = s->n_vocab,
+        .tokens = (const char *const *)toks,
+        .scores = scores,
+        .token_type = types,
+        .bos = 1,
+        .eos = 2,
+        .unk = 0,
+        .add_bos = 1,
+        .add_eos = -1,
+        .add_space_prefix = -1,
+    };
+    if (sd_gguf_set_llm_meta(w, &meta) != SD_OK) rc = -1;
 
     char name[64];
     rc |= add_tensor(w, keep, &n_keep, "token_embd.weight", s->n_vocab, s->n_embd, s->wtype, 0, s,

@@ -571,28 +571,32 @@ static int write_model(const synth_ctx *c, const char *preset_name, int is_targe
     snprintf(name, sizeof name, "specdec-synth-%s-%s", preset_name, is_target ? "target" : "draft");
     if (!rc) {
         int e = 0;
-        e |= sd_gguf_set_str(w, "general.architecture", "llama");
-        e |= sd_gguf_set_str(w, "general.name", name);
-        e |= sd_gguf_set_u32(w, "llama.context_length", (uint32_t)s->n_ctx);
-        e |= sd_gguf_set_u32(w, "llama.embedding_length", (uint32_t)s->n_embd);
-        e |= sd_gguf_set_u32(w, "llama.block_count", (uint32_t)s->n_layer);
-        e |= sd_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)s->n_ff);
-        e |= sd_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)s->n_head);
-        e |= sd_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)s->n_head_kv);
         /* The target's eps is the draft's scaled like its mean square (see the top). */
-        e |= sd_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon",
-                             is_target ? (float)(1e-5 * c->d.n_embd / c->t.n_embd) : 1e-5f);
-        e |= sd_gguf_set_f32(w, "llama.rope.freq_base", 10000.0f);
-        e |= sd_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)hd);
-        e |= sd_gguf_set_str(w, "tokenizer.ggml.model", "llama");
-        e |= sd_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->text,
-                                 (uint64_t)v->n);
-        e |= sd_gguf_set_arr(w, "tokenizer.ggml.scores", SD_GGUF_F32, v->score, (uint64_t)v->n);
-        e |= sd_gguf_set_arr(w, "tokenizer.ggml.token_type", SD_GGUF_I32, v->type, (uint64_t)v->n);
-        e |= sd_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-        e |= sd_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-        e |= sd_gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-        e |= sd_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
+        const sd_llm_meta meta = {
+            .arch = "llama",
+            .name = name,
+            .file_type = -1,
+            .n_ctx = s->n_ctx,
+            .n_embd = s->n_embd,
+            .n_layer = s->n_layer,
+            .n_ff = s->n_ff,
+            .n_head = s->n_head,
+            .n_head_kv = s->n_head_kv,
+            .n_rot = hd,
+            .rms_eps = is_target ? (float)(1e-5 * c->d.n_embd / c->t.n_embd) : 1e-5f,
+            .rope_base = 10000.0f,
+            .n_vocab = v->n,
+            .tokens = (const char *const *)v->text,
+            .scores = v->score,
+            .token_type = v->type,
+            .bos = 1,
+            .eos = 2,
+            .unk = 0,
+            .add_bos = 1,
+            .add_eos = -1,
+            .add_space_prefix = -1,
+        };
+        e |= sd_gguf_set_llm_meta(w, &meta);
         e |= sd_gguf_set_str(w, "specdec.synth.preset", preset_name);
         e |= sd_gguf_set_str(w, "specdec.synth.role", is_target ? "target" : "draft");
         e |= sd_gguf_set_scalar(w, "specdec.synth.seed", SD_GGUF_U64, &c->seed);

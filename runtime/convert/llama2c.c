@@ -366,31 +366,32 @@ int sd_convert_llama2c(const char *ckpt_path, const char *tok_path, const char *
     }
     char name[256];
     model_name(ckpt_path, name, sizeof name);
-    int ws = 0; /* writer setter statuses, OR-ed: only SD_ERR_OOM is possible */
-    ws |= sd_gguf_set_str(w, "general.architecture", "llama");
-    ws |= sd_gguf_set_str(w, "general.name", name);
-    ws |= sd_gguf_set_u32(w, "general.file_type", 0); /* LLAMA_FTYPE_ALL_F32 */
-    ws |= sd_gguf_set_u32(w, "llama.context_length", (uint32_t)c.seq_len);
-    ws |= sd_gguf_set_u32(w, "llama.embedding_length", (uint32_t)c.dim);
-    ws |= sd_gguf_set_u32(w, "llama.block_count", (uint32_t)c.n_layers);
-    ws |= sd_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)c.hidden_dim);
-    ws |= sd_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)c.n_heads);
-    ws |= sd_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c.n_kv_heads);
-    ws |= sd_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    ws |= sd_gguf_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    ws |= sd_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)head);
-    ws |= sd_gguf_set_u32(w, "llama.vocab_size", (uint32_t)vocab);
-    ws |= sd_gguf_set_str(w, "tokenizer.ggml.model", "llama");
-    ws |= sd_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)voc.tokens,
-                              (uint64_t)voc.n);
-    ws |= sd_gguf_set_arr(w, "tokenizer.ggml.scores", SD_GGUF_F32, voc.scores, (uint64_t)voc.n);
-    ws |= sd_gguf_set_arr(w, "tokenizer.ggml.token_type", SD_GGUF_I32, voc.types, (uint64_t)voc.n);
-    ws |= sd_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    ws |= sd_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    ws |= sd_gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    ws |= sd_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", 1);
-    ws |= sd_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", 0);
-    ws |= sd_gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", 1);
+    const sd_llm_meta meta = {
+        .arch = "llama",
+        .name = name,
+        .file_type = 0, /* LLAMA_FTYPE_ALL_F32 */
+        .n_ctx = c.seq_len,
+        .n_embd = c.dim,
+        .n_layer = c.n_layers,
+        .n_ff = c.hidden_dim,
+        .n_head = c.n_heads,
+        .n_head_kv = c.n_kv_heads,
+        .n_rot = head,
+        .rms_eps = 1e-5f,
+        .rope_base = 10000.0f,
+        .n_vocab = voc.n,
+        .write_vocab_size = 1,
+        .tokens = (const char *const *)voc.tokens,
+        .scores = voc.scores,
+        .token_type = voc.types,
+        .bos = 1,
+        .eos = 2,
+        .unk = 0,
+        .add_bos = 1,
+        .add_eos = 0,
+        .add_space_prefix = 1,
+    };
+    const int ws = sd_gguf_set_llm_meta(w, &meta);
     if (ws) {
         st = sd_errorf(err, SD_ERR_OOM, "%s: metadata: out of memory", out_path);
         goto out;
