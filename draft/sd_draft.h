@@ -1,5 +1,8 @@
 /*
- * draft/: proposers. A proposer looks at the committed context and proposes up to k
+ * draft/: proposers. Owns each proposer's state (an LLM draft's session and KV cache, its
+ * RNG stream). May include runtime/base, runtime/model and verify/sd_sample.h (sampling,
+ * never the verifier, never a backend).
+ * A proposer looks at the committed context and proposes up to k
  * tokens, each with the probability row it was drawn from (the q of speculative
  * sampling: the warped draft distribution over the full vocabulary, after temperature,
  * top-k and top-p, exactly the row the token was sampled from).

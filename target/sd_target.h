@@ -1,5 +1,7 @@
 /*
- * target/: the scorer. Wraps the target model's session and keeps its KV cache in
+ * target/: the scorer. Owns the target's session. May include runtime/base, runtime/model
+ * and verify/sd_sample.h (for SD_MAX_DRAFT).
+ * Wraps the target model's session and keeps its KV cache in
  * step with the committed context: the cache holds every committed token except the
  * last, so one verification pass evaluates [last committed, draft_1 .. draft_K] and
  * returns K + 1 logits rows: row i scores the token after draft_1..draft_i (row 0

@@ -1,7 +1,8 @@
 /*
- * Model file conversion: llama2.c checkpoint + tokenizer -> GGUF (F32), and GGUF ->
- * quantized GGUF (Q8_0 / Q4_0). Both write atomically through the GGUF writer, so a
- * failure never leaves a partial output file.
+ * runtime/convert: model file conversion: llama2.c checkpoint + tokenizer -> GGUF (F32),
+ * and GGUF -> quantized GGUF. Both write atomically through the GGUF writer, so a failure
+ * never leaves a partial output file. Owns nothing beyond a call. May include
+ * runtime/base, runtime/gguf, runtime/tokenizer and quant.
  */
 #ifndef SD_CONVERT_H
 #define SD_CONVERT_H
