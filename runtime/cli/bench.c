@@ -761,11 +761,11 @@ static int run_ab(const bench_cli *c, sd_cli_pair *p, char **prompts, int n_prom
         rc = sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
         goto done;
     }
-    const int add_bos = !c->g.no_bos && sd_vocab_add_bos(vocab);
+    const unsigned tok_flags = c->g.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL;
     int32_t max_prompt = 0;
     for (int i = 0; i < n_prompts; i++) {
         size_t n = 0;
-        if ((rc = sd_vocab_tokenize(vocab, prompts[i], strlen(prompts[i]), add_bos,
+        if ((rc = sd_vocab_tokenize(vocab, prompts[i], strlen(prompts[i]), tok_flags,
                                     &a.prompt_ids[i], &n, err)))
             goto done;
         if (n == 0 || n + 1 > (size_t)ctx) {
