@@ -402,3 +402,35 @@ Test(round_trip, codepoints_falcon, .timeout = 600) {
 Test(round_trip, codepoints_starcoder, .timeout = 600) {
     codepoint_round_trip("starcoder", 0);
 }
+
+/* ------------------------------------------------------------------ long inputs */
+
+/* 200 KB of stories and a 64 KB word with no pre-tokenizer split round-trip through the
+ * BPE merging (qwen2: no clean_spaces, so decode(encode(x)) == x); the timeout only
+ * guards against a hang: speed is measured by scripts/bench_tokenize.sh. */
+Test(long_input, bpe_round_trip, .timeout = 300) {
+    sd_vocab *v = load_named("qwen2");
+    size_t len = 0;
+    char *txt = (char *)tu_read_file(SD_SHARED_DATA "/tinystories/valid.txt", &len);
+    if (!txt) cr_skip_test("tinystories/valid.txt missing (needs ../shared/data)");
+    if (len > 200000) len = 200000;
+    while (len > 0 && ((unsigned char)txt[len] & 0xC0) == 0x80)
+        len--; /* whole characters */
+    const size_t word = 65536;
+    txt = realloc(txt, len + word + 1);
+    for (size_t i = 0; i < word; i++)
+        txt[len + i] = "abcab"[i % 5];
+    len += word;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    sd_error err = {0};
+    cr_assert_eq(sd_vocab_tokenize(v, txt, len, 0, &ids, &n, &err), SD_OK, "%s", err.msg);
+    cr_assert_gt(n, 200000 / 8);
+    char *s = detok(v, ids, n, 0);
+    cr_assert_eq(strlen(s), len);
+    cr_assert(memcmp(s, txt, len) == 0, "round trip differs");
+    free(s);
+    free(ids);
+    free(txt);
+    sd_vocab_free(v);
+}

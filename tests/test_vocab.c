@@ -706,8 +706,8 @@ Test(vocab_bpe, special_tokens) {
     cr_assert_eq(n_eog, 2);
     cr_assert_eq(eog[0], BPE_EOT);
     cr_assert_eq(eog[1], BPE_IM_END);
-    /* eot: no key; the lowest id among llama.cpp's end-of-turn texts */
-    cr_assert_eq(sd_vocab_eot(v), BPE_EOT);
+    /* eot: no key; <|im_end|> comes before <|endoftext|> in llama.cpp's end-of-turn list */
+    cr_assert_eq(sd_vocab_eot(v), BPE_IM_END);
     /* decoding: control "" unless unparse_special; user-defined always as written */
     int32_t seq[] = {BPE_IM_ST, 't', BPE_IM_END, BPE_USER};
     expect_text(v, seq, 4, 0, "t<U>");
@@ -912,4 +912,27 @@ Test(vocab_bpe, pairing) {
     cr_assert_not_null(strstr(err.msg, "tokenizer model 'gpt2'"), "%s", err.msg);
     sd_vocab_free(d);
     sd_vocab_free(t);
+}
+
+/* clean_spaces (gpt-2 and most BPE vocabularies), from llama.cpp's rules: a space before
+ * ? ! . , goes; " ' " becomes "'" (and the space after it is no longer a space for the
+ * next rule); a space before 's 'm 're 've goes, not before 't 'd 'll. */
+Test(vocab_bpe, clean_spaces) {
+    sd_vocab *v = bpe_load(bpe_default());
+    static const char *const cases[][2] = {
+        {"x , y . z ! w ?", "x, y. z! w?"},
+        {" ' ' ", "'' "},
+        {"a 's b 'm c 're d 've e 't f 'd g 'll", "a's b'm c're d've e 't f 'd g 'll"},
+        {"  ,", " ,"},
+        {"' '", "' '"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *in = cases[c][0];
+        int32_t ids[64];
+        size_t n = strlen(in);
+        for (size_t i = 0; i < n; i++)
+            ids[i] = (unsigned char)in[i]; /* id b is byte b's character */
+        expect_text(v, ids, n, 0, cases[c][1]);
+    }
+    sd_vocab_free(v);
 }

@@ -71,36 +71,59 @@ static void merge_insert(sd_vocab *v, int32_t left, int32_t right, int32_t rank,
     }
 }
 
-/* Parse rule i: "left right" split at the first space after byte 0 (llama.cpp). */
-static int parse_merge(sd_vocab *v, const char *s, size_t l, int32_t i, char *scratch,
+/* One merge line being loaded: "left right" split at the first space after byte 0
+ * (llama.cpp), the hashes of left, right and left + right. */
+typedef struct merge_line {
+    const char *s, *right; /* right == NULL: no space (malformed) */
+    size_t l, ll, rl;
+    uint64_t h[3];
+} merge_line;
+
+static void split_merge(const sd_vocab *v, merge_line *m) {
+    m->right = m->l > 1 ? memchr(m->s + 1, ' ', m->l - 1) : NULL;
+    if (!m->right) return;
+    m->ll = (size_t)(m->right - m->s);
+    m->right++;
+    m->rl = m->l - m->ll - 1;
+    const uint64_t hl = vocab_hash_more(VOCAB_HASH_INIT, m->s, m->ll);
+    m->h[0] = vocab_hash_end(hl);
+    m->h[1] = vocab_hash(m->right, m->rl);
+    m->h[2] = vocab_hash_end(vocab_hash_more(hl, m->right, m->rl));
+    for (int k = 0; k < 3; k++) /* the table is far larger than the caches */
+        __builtin_prefetch(&v->ht[m->h[k] & v->ht_mask]);
+}
+
+/* Rule i's ids, or the error naming it. */
+static int parse_merge(const sd_vocab *v, const merge_line *ml, int32_t i, char *scratch,
                        merge_rule *m, sd_error *err) {
     char shown[96];
-    const char *sp = l > 1 ? memchr(s + 1, ' ', l - 1) : NULL;
-    if (!sp) {
-        vocab_render(s, l, shown, sizeof shown);
+    if (!ml->right) {
+        vocab_render(ml->s, ml->l, shown, sizeof shown);
         return sd_errorf(err, SD_ERR_FORMAT,
                          "%s: '%s'[%d] = '%s' is malformed (expected 'left right')", v->path,
                          KEY_MERGES, (int)i, shown);
     }
-    const size_t ll = (size_t)(sp - s), rl = l - ll - 1;
-    m->left = vocab_lookup(v, s, ll);
-    m->right = vocab_lookup(v, sp + 1, rl);
+    m->left = vocab_lookup_hashed(v, ml->s, ml->ll, ml->h[0]);
+    m->right = vocab_lookup_hashed(v, ml->right, ml->rl, ml->h[1]);
     m->result = -1;
-    if (m->left >= 0 && m->right >= 0 && ll + rl <= v->max_len) {
-        memcpy(scratch, s, ll);
-        memcpy(scratch + ll, sp + 1, rl);
-        m->result = vocab_lookup(v, scratch, ll + rl);
+    if (m->left >= 0 && m->right >= 0 && ml->ll + ml->rl <= v->max_len) {
+        memcpy(scratch, ml->s, ml->ll);
+        memcpy(scratch + ml->ll, ml->right, ml->rl);
+        m->result = vocab_lookup_hashed(v, scratch, ml->ll + ml->rl, ml->h[2]);
     }
     if (m->left < 0 || m->right < 0 || m->result < 0) {
         const char *what = m->left < 0    ? "its left side"
                            : m->right < 0 ? "its right side"
                                           : "the merged text";
-        vocab_render(s, l, shown, sizeof shown);
+        vocab_render(ml->s, ml->l, shown, sizeof shown);
         return sd_errorf(err, SD_ERR_FORMAT, "%s: '%s'[%d] = '%s': %s is not a token", v->path,
                          KEY_MERGES, (int)i, shown, what);
     }
     return SD_OK;
 }
+
+/* Rules in batches: hash and prefetch a batch's table slots, then look them up. */
+#define MERGE_BATCH 32
 
 int bpe_load_merges(sd_vocab *v, const sd_gguf *g, sd_error *err) {
     const int64_t kv = sd_gguf_find_key(g, KEY_MERGES);
@@ -133,24 +156,28 @@ int bpe_load_merges(sd_vocab *v, const sd_gguf *g, sd_error *err) {
     for (size_t i = 0; i < cap; i++)
         v->mt[i].key = UINT64_MAX;
     v->mt_mask = cap - 1;
-    for (int32_t i = 0; i < n; i++) {
-        const char *s;
-        size_t l;
-        if (sd_gguf_arr_str(g, kv, (uint64_t)i, &s, &l) != SD_OK) {
-            rc = sd_errorf(err, SD_ERR_FORMAT, "%s: cannot read '%s'[%d]", v->path, KEY_MERGES,
-                           (int)i);
-            break;
+    merge_line batch[MERGE_BATCH];
+    for (int32_t i0 = 0; i0 < n && rc == SD_OK; i0 += MERGE_BATCH) {
+        const int32_t nb = n - i0 < MERGE_BATCH ? n - i0 : MERGE_BATCH;
+        for (int32_t k = 0; k < nb && rc == SD_OK; k++) {
+            merge_line *ml = &batch[k];
+            if (sd_gguf_arr_str(g, kv, (uint64_t)(i0 + k), &ml->s, &ml->l) != SD_OK)
+                rc = sd_errorf(err, SD_ERR_FORMAT, "%s: cannot read '%s'[%d]", v->path, KEY_MERGES,
+                               (int)(i0 + k));
+            else
+                split_merge(v, ml);
         }
-        if ((rc = parse_merge(v, s, l, i, scratch, &v->merges[i], err)) != SD_OK) break;
-        merge_insert(v, v->merges[i].left, v->merges[i].right, i, v->merges[i].result);
+        for (int32_t k = 0; k < nb && rc == SD_OK; k++) {
+            merge_rule *m = &v->merges[i0 + k];
+            if ((rc = parse_merge(v, &batch[k], i0 + k, scratch, m, err)) != SD_OK) break;
+            merge_insert(v, m->left, m->right, i0 + k, m->result);
+        }
     }
     free(scratch);
     v->n_merges = n;
     return rc;
 }
 
-/* Every normal token of a byte-level BPE vocabulary is GPT-2 text (llama.cpp would decode
- * another character to "[UNK_BYTE_...]"); tokens the fixups made control are exempt. */
 int bpe_check_alphabet(const sd_vocab *v, sd_error *err) {
     if (v->type != SD_VOCAB_BPE) return SD_OK;
     for (int32_t i = 0; i < v->n; i++) {

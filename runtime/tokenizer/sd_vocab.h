@@ -72,9 +72,11 @@ sd_vocab_type sd_vocab_get_type(const sd_vocab *v);
 const char *sd_vocab_model_name(const sd_vocab *v); /* "llama" or "gpt2" */
 const char *sd_vocab_pre_name(const sd_vocab *v);   /* tokenizer.ggml.pre, "" if absent */
 int32_t sd_vocab_n_merges(const sd_vocab *v);       /* 0 for SPM */
-/* Special ids; -1 if none. eot: tokenizer.ggml.eot_token_id, else the lowest id whose
- * text is one of llama.cpp's end-of-turn texts (<|eot_id|>, <|im_end|>, <|end|>,
- * <end_of_turn>, <|endoftext|>, ...; llama.cpp takes the first in hash order). */
+/* Special ids; -1 if none. eot: tokenizer.ggml.eot_token_id, else the token of the first
+ * of llama.cpp's end-of-turn texts the vocabulary has, in this order: <|eot_id|>
+ * <|im_end|> <|end|> <end_of_turn> <|endoftext|> <|end_of_text|> <EOT> _<EOT> [EOT]
+ * <｜end▁of▁sentence｜> <end_of_utterance> (llama.cpp takes the first in its hash map's
+ * order); eom likewise <|eom_id|>. For stopping generation use sd_vocab_is_eog. */
 int32_t sd_vocab_bos(const sd_vocab *v);
 int32_t sd_vocab_eos(const sd_vocab *v);
 int32_t sd_vocab_eot(const sd_vocab *v);

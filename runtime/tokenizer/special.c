@@ -6,7 +6,9 @@
  * order:
  *   1. EOT, EOM and the six FIM ids that the file does not set are found by text (lists
  *      below); each token found is made CONTROL. llama.cpp takes the first match in its
- *      hash map's iteration order; we take the lowest id.
+ *      hash map's iteration order (unspecified); we take the first text of the list that
+ *      the vocabulary has, so Llama 3's EOT is <|eot_id|> (not <|end_of_text|>) and
+ *      Qwen's <|im_end|> (not <|endoftext|>).
  *   2. The EOG (end-of-generation) set: the FIM pad/repo/sep ids, every token whose text is
  *      in EOG_TEXTS (each made CONTROL), the gpt-oss hack (<|channel|> <|message|>
  *      <|start|> <|constrain|> become USER_DEFINED), then eos, eot, eom; then the two
@@ -119,14 +121,13 @@ static int32_t find_text(const sd_vocab *v, const char *s) {
     return vocab_lookup(v, s, strlen(s));
 }
 
-/* Lowest id whose text is in the list, or -1. */
+/* The token of the first text of the list the vocabulary has, or -1. */
 static int32_t first_of(const sd_vocab *v, const char *const *texts, size_t n) {
-    int32_t best = -1;
     for (size_t i = 0; i < n; i++) {
         int32_t id = find_text(v, texts[i]);
-        if (id >= 0 && (best < 0 || id < best)) best = id;
+        if (id >= 0) return id;
     }
-    return best;
+    return -1;
 }
 
 static void detect(sd_vocab *v, int32_t *id, const char *const *texts, size_t n) {

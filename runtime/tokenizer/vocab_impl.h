@@ -109,7 +109,21 @@ static inline const char *vocab_text(const sd_vocab *v, int32_t id) {
     return v->arena + v->off[id];
 }
 int32_t vocab_lookup(const sd_vocab *v, const char *s, size_t n);
+/* The hash of the table (FNV-1a 64, then h ^ h >> 29), in steps so that the hash of a
+ * concatenation continues the hash of its first part; and a lookup with it precomputed. */
+#define VOCAB_HASH_INIT 1469598103934665603ull
+static inline uint64_t vocab_hash_more(uint64_t h, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+static inline uint64_t vocab_hash_end(uint64_t h) {
+    return h ^ (h >> 29);
+}
 uint64_t vocab_hash(const char *s, size_t n);
+int32_t vocab_lookup_hashed(const sd_vocab *v, const char *s, size_t n, uint64_t h);
 /* s[0..n) for a one-line message: control bytes, quotes, backslashes and invalid UTF-8 as
  * \xNN, cut with "..." to fit cap (NUL-terminated). */
 void vocab_render(const char *s, size_t n, char *buf, size_t cap);
