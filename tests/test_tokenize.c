@@ -434,3 +434,35 @@ Test(long_input, bpe_round_trip, .timeout = 300) {
     free(txt);
     sd_vocab_free(v);
 }
+
+/* ------------------------------------------------------------------ pairing */
+
+Test(pairing, shared_vocabularies) {
+    const char *names[] = {"llama-spm",    "gpt-2",  "llama-bpe", "qwen2",
+                           "deepseek-llm", "falcon", "starcoder"};
+    sd_vocab *v[7];
+    for (int i = 0; i < 7; i++)
+        v[i] = load_named(names[i]);
+    sd_error err = {0};
+    for (int i = 0; i < 7; i++)
+        cr_assert_eq(sd_vocab_check_pair(v[i], "t.gguf", v[i], "d.gguf", &err), SD_OK, "%s: %s",
+                     names[i], err.msg);
+    /* every pair of different files differs, and the message names both */
+    for (int i = 0; i < 7; i++)
+        for (int j = 0; j < 7; j++) {
+            if (i == j) continue;
+            sd_error_clear(&err);
+            cr_assert_eq(sd_vocab_check_pair(v[i], names[i], v[j], names[j], &err), SD_ERR_MISMATCH,
+                         "%s vs %s", names[i], names[j]);
+            cr_assert_not_null(strstr(err.msg, names[i]), "%s", err.msg);
+            cr_assert_not_null(strstr(err.msg, names[j]), "%s", err.msg);
+            cr_assert_null(strchr(err.msg, '\n'), "%s", err.msg);
+        }
+    cr_assert_eq(sd_vocab_check_pair(v[2], "llama-bpe.gguf", v[3], "qwen2.gguf", &err),
+                 SD_ERR_MISMATCH);
+    cr_assert_str_eq(err.msg, "draft vocabulary does not match target: llama-bpe.gguf has "
+                              "pre-tokenizer 'llama-bpe', qwen2.gguf has 'qwen2' "
+                              "(tokenizer.ggml.pre)");
+    for (int i = 0; i < 7; i++)
+        sd_vocab_free(v[i]);
+}

@@ -341,17 +341,19 @@ typedef struct pass {
     cls k;
 } pass;
 
-#define GPT2                                                                                       \
-    { PASS_GPT2, SH_ONE, CLS_CRLF }
-#define MATCH_(s, k)                                                                               \
-    { PASS_MATCH, s, k }
+/* The pass lists of llama.cpp's llm_tokenizer_bpe (the regexes in comments). */
+static const pass GPT2 = {PASS_GPT2, SH_ONE, CLS_CRLF};
+
+static pass match(shape sh, cls k) {
+    return (pass){PASS_MATCH, sh, k};
+}
 
 static size_t passes_of(pre_type pre, pass *p) {
     size_t n = 0;
     switch (pre) {
     case PRE_NONE:
     case PRE_GPT2:
-        p[n++] = (pass)GPT2;
+        p[n++] = GPT2;
         break;
     case PRE_LLAMA3:
         p[n++] = (pass){PASS_LLAMA3, SH_ONE, CLS_CRLF};
@@ -360,27 +362,27 @@ static size_t passes_of(pre_type pre, pass *p) {
         p[n++] = (pass){PASS_QWEN2, SH_ONE, CLS_CRLF};
         break;
     case PRE_STARCODER: /* \p{N}, gpt2 */
-        p[n++] = (pass)MATCH_(SH_ONE, CLS_NUMBER);
-        p[n++] = (pass)GPT2;
+        p[n++] = match(SH_ONE, CLS_NUMBER);
+        p[n++] = GPT2;
         break;
     case PRE_FALCON: /* [\p{P}\$\+<=>\^~\|`]+, gpt2, [0-9][0-9][0-9] */
-        p[n++] = (pass)MATCH_(SH_RUN, CLS_PUNCT_BT);
-        p[n++] = (pass)GPT2;
-        p[n++] = (pass)MATCH_(SH_DIGITS3, CLS_CRLF);
+        p[n++] = match(SH_RUN, CLS_PUNCT_BT);
+        p[n++] = GPT2;
+        p[n++] = match(SH_DIGITS3, CLS_CRLF);
         break;
     case PRE_DEFAULT: /* [\p{P}\$\+<=>\^~\|]+, gpt2, \p{N}+, [0-9][0-9][0-9] */
-        p[n++] = (pass)MATCH_(SH_RUN, CLS_PUNCT);
-        p[n++] = (pass)GPT2;
-        p[n++] = (pass)MATCH_(SH_RUN, CLS_NUMBER);
-        p[n++] = (pass)MATCH_(SH_DIGITS3, CLS_CRLF);
+        p[n++] = match(SH_RUN, CLS_PUNCT);
+        p[n++] = GPT2;
+        p[n++] = match(SH_RUN, CLS_NUMBER);
+        p[n++] = match(SH_DIGITS3, CLS_CRLF);
         break;
     case PRE_DEEPSEEK_LLM: /* [\r\n], \s?[letters]+, \s?[punct]+, \s+$, [cjk]+, \p{N}+ */
-        p[n++] = (pass)MATCH_(SH_ONE, CLS_CRLF);
-        p[n++] = (pass)MATCH_(SH_WS_OPT_RUN, CLS_DS_LETTERS);
-        p[n++] = (pass)MATCH_(SH_WS_OPT_RUN, CLS_DS_PUNCT);
-        p[n++] = (pass)MATCH_(SH_WS_TO_END, CLS_CRLF);
-        p[n++] = (pass)MATCH_(SH_RUN, CLS_DS_CJK);
-        p[n++] = (pass)MATCH_(SH_RUN, CLS_NUMBER);
+        p[n++] = match(SH_ONE, CLS_CRLF);
+        p[n++] = match(SH_WS_OPT_RUN, CLS_DS_LETTERS);
+        p[n++] = match(SH_WS_OPT_RUN, CLS_DS_PUNCT);
+        p[n++] = match(SH_WS_TO_END, CLS_CRLF);
+        p[n++] = match(SH_RUN, CLS_DS_CJK);
+        p[n++] = match(SH_RUN, CLS_NUMBER);
         break;
     }
     return n;

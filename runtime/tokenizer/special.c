@@ -165,8 +165,9 @@ static void set_remove(id_set *s, int32_t id) {
 }
 
 static int set_has_text(const sd_vocab *v, const id_set *s, const char *text, int32_t *id) {
+    const size_t tl = strlen(text);
     for (int32_t i = 0; i < s->n; i++)
-        if (strcmp(vocab_text(v, s->p[i]), text) == 0) {
+        if (v->len[s->p[i]] == tl && memcmp(vocab_text(v, s->p[i]), text, tl) == 0) {
             if (id) *id = s->p[i];
             return 1;
         }
