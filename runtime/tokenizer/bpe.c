@@ -98,7 +98,7 @@ static int parse_merge(const sd_vocab *v, const merge_line *ml, int32_t i, char 
                        merge_rule *m, sd_error *err) {
     char shown[96];
     if (!ml->right) {
-        vocab_render(ml->s, ml->l, shown, sizeof shown);
+        sd_text_render(ml->s, ml->l, shown, sizeof shown);
         return sd_errorf(err, SD_ERR_FORMAT,
                          "%s: '%s'[%d] = '%s' is malformed (expected 'left right')", v->path,
                          KEY_MERGES, (int)i, shown);
@@ -115,7 +115,7 @@ static int parse_merge(const sd_vocab *v, const merge_line *ml, int32_t i, char 
         const char *what = m->left < 0    ? "its left side"
                            : m->right < 0 ? "its right side"
                                           : "the merged text";
-        vocab_render(ml->s, ml->l, shown, sizeof shown);
+        sd_text_render(ml->s, ml->l, shown, sizeof shown);
         return sd_errorf(err, SD_ERR_FORMAT, "%s: '%s'[%d] = '%s': %s is not a token", v->path,
                          KEY_MERGES, (int)i, shown, what);
     }
@@ -189,7 +189,7 @@ int bpe_check_alphabet(const sd_vocab *v, sd_error *err) {
             sd_utf8_decode_lenient(t + k, l, cp); /* valid UTF-8: checked in load_texts */
             if (sd_gpt2_cp_to_byte(cp[0]) < 0) {
                 char shown[96];
-                vocab_render(t, v->len[i], shown, sizeof shown);
+                sd_text_render(t, v->len[i], shown, sizeof shown);
                 return sd_errorf(err, SD_ERR_FORMAT,
                                  "%s: '%s'[%d] '%s' is a normal token of a byte-level BPE "
                                  "vocabulary but U+%04X is not a GPT-2 byte character",

@@ -3,6 +3,9 @@
  */
 #include "runtime/tokenizer/unicode.h"
 
+#include <stdio.h>
+#include <string.h>
+
 unsigned sd_ucd_flags_of(uint32_t cp) {
     if (cp > 0x10FFFF) return SD_UCD_UNASSIGNED;
     /* last range whose start is <= cp (sd_ucd_start[0] == 0) */
@@ -150,4 +153,26 @@ int sd_gpt2_cp_to_byte(uint32_t cp) {
     if (cp < 0x100 + 67) return (int)(cp - 0x100 - 33 + 0x7F);
     if (cp == 0x100 + 67) return 0xAD;
     return -1;
+}
+
+void sd_text_render(const char *s, size_t n, char *buf, size_t cap) {
+    size_t k = 0, i = 0;
+    while (i < n && k + 8 < cap) {
+        size_t bad = 0;
+        int r = sd_utf8_check((const unsigned char *)s + i, n - i, &bad);
+        unsigned char c = (unsigned char)s[i];
+        if (r > 1) { /* a valid multi-byte character: as is */
+            memcpy(buf + k, s + i, (size_t)r);
+            k += (size_t)r;
+            i += (size_t)r;
+            continue;
+        }
+        if (r == 1 && c >= 0x20 && c != 0x7f && c != '\\' && c != '\'')
+            buf[k++] = (char)c;
+        else
+            k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", c);
+        i++;
+    }
+    if (i < n && k + 4 <= cap) memcpy(buf + k, "...", 3), k += 3;
+    buf[k < cap ? k : cap - 1] = '\0';
 }

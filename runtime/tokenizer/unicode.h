@@ -9,7 +9,8 @@
  *   encoding (unicode_cpt_to_utf8).
  * - The GPT-2 byte <-> code point mapping of byte-level BPE (bytes_to_unicode() of
  *   OpenAI's GPT-2 encoder.py, llama.cpp's unicode_byte_to_utf8).
- * - Strict UTF-8 validation (RFC 3629) for token texts and the streaming detokenizer.
+ * - Strict UTF-8 validation (RFC 3629) for token texts and the streaming detokenizer, and
+ *   a one-line rendering of arbitrary bytes for error messages.
  */
 #ifndef SD_TOKENIZER_UNICODE_H
 #define SD_TOKENIZER_UNICODE_H
@@ -64,6 +65,10 @@ int sd_utf8_check(const unsigned char *s, size_t n, size_t *bad);
 
 /* 1 if s[0..n) is entirely valid UTF-8; else 0 and *at = offset of the first bad byte. */
 int sd_utf8_valid(const char *s, size_t n, size_t *at);
+
+/* s[0..n) for a one-line message: control bytes, quotes, backslashes and invalid UTF-8 as
+ * \xNN, cut with "..." to fit cap (NUL-terminated). */
+void sd_text_render(const char *s, size_t n, char *buf, size_t cap);
 
 /* GPT-2 byte mapping: the code point standing for byte b, and the inverse (-1 if cp
  * stands for no byte). Printable bytes ! .. ~, U+00A1 .. U+00AC, U+00AE .. U+00FF map

@@ -64,28 +64,6 @@ int32_t vocab_lookup(const sd_vocab *v, const char *s, size_t n) {
     return vocab_lookup_hashed(v, s, n, vocab_hash(s, n));
 }
 
-void vocab_render(const char *s, size_t n, char *buf, size_t cap) {
-    size_t k = 0, i = 0;
-    while (i < n && k + 8 < cap) {
-        size_t bad = 0;
-        int r = sd_utf8_check((const unsigned char *)s + i, n - i, &bad);
-        unsigned char c = (unsigned char)s[i];
-        if (r > 1) { /* a valid multi-byte character: as is */
-            memcpy(buf + k, s + i, (size_t)r);
-            k += (size_t)r;
-            i += (size_t)r;
-            continue;
-        }
-        if (r == 1 && c >= 0x20 && c != 0x7f && c != '\\' && c != '\'')
-            buf[k++] = (char)c;
-        else
-            k += (size_t)snprintf(buf + k, cap - k, "\\x%02x", c);
-        i++;
-    }
-    if (i < n && k + 4 <= cap) memcpy(buf + k, "...", 3), k += 3;
-    buf[k < cap ? k : cap - 1] = '\0';
-}
-
 void sd_vocab_free(sd_vocab *v) {
     if (!v) return;
     free(v->path);
@@ -236,7 +214,7 @@ static int build_hash(sd_vocab *v, sd_error *err) {
             if (v->len[j] == v->len[i] &&
                 memcmp(vocab_text(v, j), vocab_text(v, i), v->len[i]) == 0) {
                 char t[96];
-                vocab_render(vocab_text(v, i), v->len[i], t, sizeof t);
+                sd_text_render(vocab_text(v, i), v->len[i], t, sizeof t);
                 return sd_errorf(err, SD_ERR_FORMAT,
                                  "%s: '%s': duplicate token text '%s' at ids %d and %d", v->path,
                                  KEY_TOKENS, t, (int)j, (int)i);
@@ -533,7 +511,7 @@ static void render(const sd_vocab *v, int32_t id, char *buf, size_t cap) {
     if (id < 0 || id >= v->n)
         snprintf(buf, cap, "%s", id < 0 ? "(none)" : "(out of range)");
     else
-        vocab_render(vocab_text(v, id), v->len[id], buf, cap);
+        sd_text_render(vocab_text(v, id), v->len[id], buf, cap);
 }
 
 #define MISMATCH(...)                                                                              \

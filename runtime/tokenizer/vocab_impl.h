@@ -124,9 +124,6 @@ static inline uint64_t vocab_hash_end(uint64_t h) {
 }
 uint64_t vocab_hash(const char *s, size_t n);
 int32_t vocab_lookup_hashed(const sd_vocab *v, const char *s, size_t n, uint64_t h);
-/* s[0..n) for a one-line message: control bytes, quotes, backslashes and invalid UTF-8 as
- * \xNN, cut with "..." to fit cap (NUL-terminated). */
-void vocab_render(const char *s, size_t n, char *buf, size_t cap);
 
 /* special.c: llama.cpp's text-based special-token detection (sets eot/eom/fim ids when
  * the file has none, ORs CONTROL into the tokens found, collects the EOG set), then the
