@@ -100,7 +100,9 @@ static int32_t *tokenize(const sd_model *m, const char *text, int32_t *n) {
     sd_error err = {0};
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    cr_assert_eq(sd_vocab_tokenize(sd_model_vocab(m), text, strlen(text), 1, &ids, &n_ids, &err), 0,
+    cr_assert_eq(sd_vocab_tokenize(sd_model_vocab(m), text, strlen(text), SD_VOCAB_ADD_SPECIAL, &ids,
+                                   &n_ids, &err),
+                 0,
                  "%s", err.msg);
     *n = (int32_t)n_ids;
     return ids;

@@ -293,7 +293,9 @@ Test(spec, greedy_equals_target_alone_stories260k) {
         int32_t *ids = NULL;
         size_t n = 0;
         cr_assert_eq(
-            sd_vocab_tokenize(sd_model_vocab(m), texts[i], strlen(texts[i]), 1, &ids, &n, &err), 0,
+            sd_vocab_tokenize(sd_model_vocab(m), texts[i], strlen(texts[i]), SD_VOCAB_ADD_SPECIAL,
+                              &ids, &n, &err),
+            0,
             "%s", err.msg);
         cr_assert_geq(n, 4);
         memcpy(prompts[i], ids, sizeof prompts[i]); /* BOS + the first 3 tokens */

@@ -200,10 +200,10 @@ static int ab_prepare(ab_ctx *a, char **prompts, int n_prompts, sd_error *err) {
     a->out_b = malloc((size_t)p->ep.gen.n_predict * sizeof(int32_t));
     if (!a->prompt_ids || !a->n_prompt_ids || !a->out_a || !a->out_b)
         return sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
-    const int add_bos = !c->g.no_bos && sd_vocab_add_bos(vocab);
+    const unsigned tok_flags = c->g.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL;
     for (int i = 0; i < n_prompts; i++) {
         size_t n = 0;
-        if ((rc = sd_vocab_tokenize(vocab, prompts[i], strlen(prompts[i]), add_bos,
+        if ((rc = sd_vocab_tokenize(vocab, prompts[i], strlen(prompts[i]), tok_flags,
                                     &a->prompt_ids[i], &n, err)))
             return rc;
         if (n == 0 || n + 1 > (size_t)ctx)

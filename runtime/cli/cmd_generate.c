@@ -64,14 +64,14 @@ typedef struct stream_ctx {
 static int stream_tokens(void *user, const int32_t *tokens, int32_t n) {
     stream_ctx *s = user;
     for (int32_t i = 0; i < n; i++) {
-        int len = sd_vocab_token_to_piece(s->vocab, tokens[i], s->buf, s->cap);
+        int len = sd_vocab_token_to_piece(s->vocab, tokens[i], 0, s->buf, s->cap);
         if (len < 0) continue;
         if ((size_t)len > s->cap) {
             char *nb = realloc(s->buf, (size_t)len);
             if (!nb) return 1;
             s->buf = nb;
             s->cap = (size_t)len;
-            sd_vocab_token_to_piece(s->vocab, tokens[i], s->buf, s->cap);
+            sd_vocab_token_to_piece(s->vocab, tokens[i], 0, s->buf, s->cap);
         }
         fwrite(s->buf, 1, (size_t)len, stdout);
     }
@@ -111,7 +111,7 @@ static int pieces_text(const sd_vocab *vocab, const int32_t *toks, int32_t n, ch
     size_t cap = 256, len = 0;
     char *buf = malloc(cap);
     for (int32_t i = 0; buf && i < n; i++) {
-        int m = sd_vocab_token_to_piece(vocab, toks[i], buf + len, cap - len);
+        int m = sd_vocab_token_to_piece(vocab, toks[i], 0, buf + len, cap - len);
         if (m < 0) continue;
         if ((size_t)m >= cap - len) {
             size_t ncap = (len + (size_t)m) * 2 + 1;
@@ -123,7 +123,7 @@ static int pieces_text(const sd_vocab *vocab, const int32_t *toks, int32_t n, ch
             }
             buf = nb;
             cap = ncap;
-            sd_vocab_token_to_piece(vocab, toks[i], buf + len, cap - len);
+            sd_vocab_token_to_piece(vocab, toks[i], 0, buf + len, cap - len);
         }
         len += (size_t)m;
     }
@@ -296,8 +296,8 @@ int sd_cmd_generate(int argc, char **argv) {
     if (!with_draft) gp.n_draft = 0;
 
     size_t n_ids = 0;
-    int add_bos = !c.g.no_bos && sd_vocab_add_bos(vocab);
-    if ((rc = sd_vocab_tokenize(vocab, prompt, prompt_len, add_bos, &prompt_ids, &n_ids, &err)))
+    const unsigned tok_flags = c.g.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL;
+    if ((rc = sd_vocab_tokenize(vocab, prompt, prompt_len, tok_flags, &prompt_ids, &n_ids, &err)))
         goto done;
     if (n_ids == 0) {
         rc = sd_errorf(&err, SD_ERR_ARG, "empty prompt and no BOS token: nothing to condition on");

@@ -151,7 +151,7 @@ int sd_cmd_tokenize(int argc, char **argv) {
     size_t n = 0;
     int rc = sd_gguf_open(model, &g, &err);
     if (!rc) rc = sd_vocab_load(g, &v, &err);
-    if (!rc) rc = sd_vocab_tokenize(v, text, len, !no_bos && sd_vocab_add_bos(v), &ids, &n, &err);
+    if (!rc) rc = sd_vocab_tokenize(v, text, len, no_bos ? 0 : SD_VOCAB_ADD_SPECIAL, &ids, &n, &err);
     if (!rc) {
         for (size_t i = 0; i < n; i++)
             printf(i ? " %d" : "%d", ids[i]);

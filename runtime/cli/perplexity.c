@@ -166,7 +166,8 @@ int sd_cmd_perplexity(int argc, char **argv) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for logits");
         goto done;
     }
-    const int add_bos = sd_vocab_bos(voc) >= 0;
+    /* BOS (and EOS) as the vocabulary asks, as llama.cpp's perplexity */
+    const unsigned tok_flags = SD_VOCAB_ADD_SPECIAL;
 
     /* Walk the lines; a separator line ends the story that started after the last one. */
     size_t story0 = 0, pos = 0;
@@ -193,7 +194,7 @@ int sd_cmd_perplexity(int argc, char **argv) {
             const size_t len = story_end > story0 ? story_end - story0 : 0;
             if (len > 0 && !ppl_blank(text + story0, len)) {
                 size_t n_ids = 0;
-                if ((rc = sd_vocab_tokenize(voc, text + story0, len, add_bos, &ids, &n_ids, &err)))
+                if ((rc = sd_vocab_tokenize(voc, text + story0, len, tok_flags, &ids, &n_ids, &err)))
                     goto done;
                 if (n_ids > (size_t)INT32_MAX) {
                     rc = sd_errorf(&err, SD_ERR_ARG, "%s: story %lld is too long", text_path,
