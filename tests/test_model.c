@@ -1221,7 +1221,8 @@ Test(backend, attention_causal_gqa) {
     sd_backend *probe = cpu_backend(1);
     for (size_t li = 0; li < 3; li++) {
         if (sd_backend_cpu_set_kernels(probe, levels[li]) != 0) {
-            cr_log_warn("attention kernels '%s': not supported by this CPU, skipped", levels[li]);
+            /* A note, not a warning: Criterion 2.4 exits 1 after any cr_log_warn. */
+            cr_log_info("attention kernels '%s': not supported by this CPU, skipped", levels[li]);
             continue;
         }
         ran++;

@@ -12,6 +12,19 @@
 #include "runtime/convert/sd_convert.h"
 #include "runtime/gguf/sd_gguf.h"
 
+const char *tu_shared_data(void) {
+    const char *d = getenv("SD_SHARED_DATA");
+    return d && *d ? d : SD_SHARED_DATA_DEFAULT;
+}
+
+const char *tu_shared(const char *rel) {
+    static char bufs[8][4096];
+    static unsigned next;
+    char *b = bufs[next++ % 8];
+    tu_path(b, sizeof bufs[0], tu_shared_data(), rel);
+    return b;
+}
+
 int tu_mkdtemp(char *buf, size_t cap) {
     const char *t = getenv("TMPDIR");
     if (!t || !*t) t = "/tmp";
@@ -243,8 +256,8 @@ int tu_make_test_pair(const char *dir, char *t, size_t tcap, char *d, size_t dca
 }
 
 int tu_make_stories_pair(const char *dir) {
-    const char *ckpt = SD_SHARED_DATA "/models/stories260K.bin";
-    const char *tok = SD_SHARED_DATA "/models/tok512.bin";
+    const char *ckpt = tu_shared("models/stories260K.bin");
+    const char *tok = tu_shared("models/tok512.bin");
     if (access(ckpt, R_OK) || access(tok, R_OK)) return 0;
     char f32[4096], q4[4096], q8[4096];
     tu_path(f32, sizeof f32, dir, "stories260K-f32.gguf");

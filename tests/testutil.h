@@ -8,6 +8,15 @@
 
 #include "quant/sd_quant.h"
 
+/* The shared test data folder: $SD_SHARED_DATA when set and not empty, else the
+ * compiled-in ../shared/data beside the checkout (SD_SHARED_DATA_DEFAULT). Tests that
+ * need it skip with cr_skip_test when a file is absent, so a user's clone (or
+ * SD_SHARED_DATA=/no/such/folder) passes. */
+const char *tu_shared_data(void);
+/* tu_shared_data() + "/" + rel, in one of 8 static buffers used in turn (so a few can be
+ * live in one expression; tests are single-threaded). */
+const char *tu_shared(const char *rel);
+
 /* Make a fresh temporary folder (mkdtemp under $TMPDIR or /tmp) into buf. 0 on success. */
 int tu_mkdtemp(char *buf, size_t cap);
 /* Remove a folder and the plain files directly in it. */
@@ -45,7 +54,7 @@ int tu_make_llama(const char *path, const tu_llama_spec *spec);
  * Paths into t and d. 0 on success. */
 int tu_make_test_pair(const char *dir, char *t, size_t tcap, char *d, size_t dcap);
 
-/* Convert ../shared/data/models/stories260K.bin into dir/stories260K-f32.gguf and
+/* Convert tu_shared("models/stories260K.bin") into dir/stories260K-f32.gguf and
  * quantize it to dir/stories260K-q4_0.gguf and -q8_0.gguf. Returns 1 if made, 0 if
  * the shared data is absent (caller skips), -1 on error. */
 int tu_make_stories_pair(const char *dir);
