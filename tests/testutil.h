@@ -43,6 +43,7 @@ typedef struct tu_llama_spec {
     sd_type wtype;          /* type of the 2-D weight matrices (F32, F16, BF16, Q8_0, Q4_0) */
     int tied;               /* 1: no output.weight (token_embd is the classifier) */
     const char *tok_prefix; /* text of normal tokens: prefix + id (default "t") */
+    int nan_output_norm;    /* 1: every output_norm weight is NaN (non-finite logits) */
 } tu_llama_spec;
 
 tu_llama_spec tu_llama_default_spec(void);
@@ -58,6 +59,11 @@ int tu_make_test_pair(const char *dir, char *t, size_t tcap, char *d, size_t dca
  * quantize it to dir/stories260K-q4_0.gguf and -q8_0.gguf. Returns 1 if made, 0 if
  * the shared data is absent (caller skips), -1 on error. */
 int tu_make_stories_pair(const char *dir);
+
+/* A small llama2.c checkpoint (karpathy/llama2.c legacy format: 7 int32 header, then
+ * float32 weights; dim 64, hidden 96, 2 layers, 4 heads, 2 KV heads, 6 tokens, seq 8,
+ * shared classifier) and its tokenizer file at ckpt and tok. 0, or -1. */
+int tu_make_llama2c(const char *ckpt, const char *tok);
 
 /* Run a shell command line; stdout and stderr captured (malloc'd, NUL-terminated;
  * pass NULL to discard). Returns the exit status (or -1). */

@@ -101,24 +101,13 @@ void bench_dvec_free(bench_dvec *d) {
     memset(d, 0, sizeof *d);
 }
 
-/* "1,2,4,8" -> ks; returns the count or -1. */
-
-/* Read prompts, one a line (empty lines skipped, a trailing '\r' dropped). */
-
 int bench_write_json(json_t *root, const char *path, sd_error *err) {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return sd_errorf(err, SD_ERR_ARG, "%.200s...: path too long", path);
-    if (json_dump_file(root, tmp, JSON_INDENT(1) | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(8))) {
-        unlink(tmp);
-        return sd_errorf(err, SD_ERR_IO, "%s: cannot write JSON", path);
-    }
-    if (rename(tmp, path)) {
-        unlink(tmp);
-        return sd_errorf(err, SD_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp,
-                         strerror(errno));
-    }
-    return SD_OK;
+    char *text = json_dumps(root, JSON_INDENT(1) | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(8));
+    if (!text) return sd_errorf(err, SD_ERR_OOM, "%s: cannot build JSON", path);
+    size_t len = strlen(text);
+    int rc = sd_cli_write_file_atomic(path, text, len, err);
+    free(text);
+    return rc;
 }
 
 /* JSON number that stays valid for NaN / inf (-> null). */

@@ -62,6 +62,35 @@ int sd_cli_parse_f64(const char *s, double lo, double hi, double *out);
 /* A whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). */
 int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err);
 
+/* ---- outputs (runtime/cli/outfile.c) ---- */
+
+/* Install the handlers that remove the armed temporary file on SIGINT, SIGTERM, SIGHUP,
+ * SIGQUIT, SIGPIPE and SIGXFSZ and then end the process as the signal would (signals
+ * the parent ignores stay ignored). Once, at start. */
+void sd_cli_signals_install(void);
+/* Arm: a fatal signal removes sd_gguf_temp_path(out_path), the temporary the writers
+ * use for out_path, until sd_cli_temp_disarm. One at a time. */
+void sd_cli_temp_arm(const char *out_path);
+void sd_cli_temp_disarm(void);
+
+/* Before any work: path may be replaced (sd_gguf_check_output: absent or a regular
+ * file, none of the inputs), is writable if it exists, and its folder takes a new file
+ * (the temporary is created and removed). 0, or an error naming path. */
+int sd_cli_check_output(const char *path, const char *const *inputs, size_t n_inputs,
+                        sd_error *err);
+/* Write text[0 .. len) to path atomically (temporary, fsync, rename; armed for
+ * signals; the temporary removed on every error). */
+int sd_cli_write_file_atomic(const char *path, const char *text, size_t len, sd_error *err);
+
+/* Flush stdout: 0 if everything written so far got there, else 1 after printing
+ * "specdec: stdout: write error: ..." on stderr. */
+int sd_cli_stdout_failed(void);
+/* At exit: for a command that succeeded, flush and close stdout and turn a failure into
+ * EXIT_FAILURE with one line on stderr; a failed command's status is kept. */
+int sd_cli_finish_stdout(int exit_code);
+/* Progress lines go to stderr only when it is a terminal. */
+int sd_cli_progress_on(void);
+
 /* ---- generation flags shared by generate and bench ---- */
 
 /*

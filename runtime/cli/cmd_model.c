@@ -23,7 +23,10 @@ int sd_cmd_convert(int argc, char **argv) {
     if (argc != 4)
         return usage_error("%s", "usage: specdec convert CKPT.bin TOKENIZER.bin OUT.gguf");
     sd_error err = {0};
-    if (sd_convert_llama2c(argv[1], argv[2], argv[3], &err)) return sd_cli_fail(&err);
+    sd_cli_temp_arm(argv[3]); /* a fatal signal removes the temporary */
+    int rc = sd_convert_llama2c(argv[1], argv[2], argv[3], &err);
+    sd_cli_temp_disarm();
+    if (rc) return sd_cli_fail(&err);
     fprintf(stderr, "specdec: wrote %s\n", argv[3]);
     return EXIT_SUCCESS;
 }
@@ -34,7 +37,10 @@ int sd_cmd_quantize(int argc, char **argv) {
     if (sd_type_from_name(argv[3], &t) || (t != SD_TYPE_Q8_0 && t != SD_TYPE_Q4_0))
         return usage_error("quantize: type must be q8_0 or q4_0, found '%s'", argv[3]);
     sd_error err = {0};
-    if (sd_quantize_file(argv[1], argv[2], t, stderr, &err)) return sd_cli_fail(&err);
+    sd_cli_temp_arm(argv[2]); /* a fatal signal removes the temporary */
+    int rc = sd_quantize_file(argv[1], argv[2], t, stderr, &err);
+    sd_cli_temp_disarm();
+    if (rc) return sd_cli_fail(&err);
     fprintf(stderr, "specdec: wrote %s\n", argv[2]);
     return EXIT_SUCCESS;
 }

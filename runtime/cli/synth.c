@@ -614,7 +614,9 @@ static int write_model(const synth_ctx *c, const char *preset_name, int is_targe
     fprintf(stderr, "\n");
     if (!rc) {
         fprintf(stderr, "specdec synth: writing %s\n", path);
+        sd_cli_temp_arm(path); /* a fatal signal removes the temporary */
         rc = sd_gguf_writer_write(w, path, err);
+        sd_cli_temp_disarm();
     }
     sd_gguf_writer_free(w);
     for (int i = 0; i < mo.n_bufs; i++)
@@ -642,23 +644,6 @@ static int check_shapes(const shape *t, const shape *d, sd_error *err) {
         d->n_head / d->n_head_kv > t->n_head / t->n_head_kv || t->n_embd % t->n_head ||
         d->n_embd % d->n_head || d->n_embd % 32 || d->n_ff % 32 || t->n_embd % 32 || t->n_ff % 32)
         return sd_errorf(err, SD_ERR_ARG, "synth: draft shape does not embed in the target shape");
-    return SD_OK;
-}
-
-static int write_text_atomic(const char *path, const char *text, sd_error *err) {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return sd_errorf(err, SD_ERR_ARG, "%.200s...: path too long", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return sd_errorf(err, SD_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    int bad = fputs(text, f) < 0;
-    bad |= fflush(f) != 0;
-    bad |= fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path)) {
-        unlink(tmp);
-        return sd_errorf(err, SD_ERR_IO, "%s: write failed", path);
-    }
     return SD_OK;
 }
 
@@ -808,7 +793,7 @@ int sd_cmd_synth(int argc, char **argv) {
                  "  \"temp\": 0\n"
                  "}\n",
                  pr->name, sd_type_name(type), sd_type_name(dtype), noise, seed);
-        rc = write_text_atomic(cpath, json, &err);
+        rc = sd_cli_write_file_atomic(cpath, json, strlen(json), &err);
     }
     free(c.draft_layer);
     vocab_free(&v);

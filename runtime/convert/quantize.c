@@ -72,8 +72,10 @@ int sd_quantize_file(const char *in_path, const char *out_path, sd_type type, FI
                          "q4_0, found type id %d",
                          (int)type);
     sd_gguf *g = NULL;
-    int st = sd_gguf_open(in_path, &g, err);
+    /* Never write over the input or a non-regular file (checked again at write). */
+    int st = sd_gguf_check_output(out_path, &in_path, 1, err);
     if (st) return st;
+    if ((st = sd_gguf_open(in_path, &g, err))) return st;
     if (sd_gguf_n_tensors(g) == 0) {
         sd_gguf_close(g);
         return sd_errorf(err, SD_ERR_FORMAT,
