@@ -240,8 +240,8 @@ static int ab_costs(ab_ctx *a, sd_error *err) {
     if (!rc) rc = sd_session_init(dm, &dsp, &ds, err);
     const int reps = (int)a->c->reps;
     if (!rc)
-        fprintf(stderr,
-                "specdec bench: timing decode steps and verification passes at position %d\n", pos);
+        sd_cli_progress(
+            "specdec bench: timing decode steps and verification passes at position %d\n", pos);
     if (!rc) rc = bench_time_eval(ts, fill, pos, 1, reps, logits, &a->t_tstep, err);
     if (!rc) rc = bench_time_eval(ds, fill, pos, 1, reps, logits, &a->t_dstep, err);
     for (int ki = 0; ki < a->n_ks && !rc; ki++)
@@ -267,8 +267,8 @@ static int ab_one_k(ab_ctx *a, int ki, sd_error *err) {
     for (int64_t r = 0; r < c->runs && !rc; r++) {
         const int pi = (int)(r % a->n_prompts);
         const uint64_t seed = g0->seed + (uint64_t)r;
-        fprintf(stderr, "specdec bench: K=%d run %lld/%lld (prompt %d)\n", k, (long long)r + 1,
-                (long long)c->runs, pi);
+        sd_cli_progress("specdec bench: K=%d run %lld/%lld (prompt %d)\n", k, (long long)r + 1,
+                        (long long)c->runs, pi);
         if ((rc = one_run(a, pi, seed, 0, a->out_a, &sa, &st_a, err))) break;
         if ((rc = one_run(a, pi, seed, k, a->out_b, &sb, &st_b, err))) break;
         const double ta = sd_stats_tokens_per_s(&st_a), tb = sd_stats_tokens_per_s(&st_b);
@@ -312,7 +312,9 @@ static int ab_one_k(ab_ctx *a, int ki, sd_error *err) {
         printf("%3d %22s %22s %7.3f %7.3f %6.3f %6.3f %6.3f %15s %15s %6.4f %s\n", k, ta, tb,
                sp_med, pred, acc, acc_pass, v, tt, ti, cost_c,
                greedy ? (match_k ? "yes" : "NO") : "-");
-        fflush(stdout);
+        if (fflush(stdout) != 0 || ferror(stdout))
+            rc =
+                sd_errorf(err, SD_ERR_IO, "stdout: write error: %s", strerror(errno ? errno : EIO));
         json_t *sum = json_pack(
             "{s:i,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "k", k, "target",
             side_json(&sa, 0, k), "spec", side_json(&sb, 1, k), "speedup",
@@ -369,8 +371,8 @@ int bench_run_ab(const bench_cli *c, sd_cli_pair *p, char **prompts, int n_promp
     const sd_gen_params *g0 = &p->ep.gen;
     /* Warm-up pairs (not recorded). */
     for (int64_t w = 0; w < c->warmup && !rc; w++) {
-        fprintf(stderr, "specdec bench: warm-up %lld/%lld\n", (long long)w + 1,
-                (long long)c->warmup);
+        sd_cli_progress("specdec bench: warm-up %lld/%lld\n", (long long)w + 1,
+                        (long long)c->warmup);
         sd_gen_stats st;
         const int pi = (int)(w % n_prompts);
         rc = one_run(&a, pi, g0->seed + (uint64_t)w, 0, a.out_a, NULL, &st, err);

@@ -88,8 +88,10 @@ int sd_cli_stdout_failed(void);
 /* At exit: for a command that succeeded, flush and close stdout and turn a failure into
  * EXIT_FAILURE with one line on stderr; a failed command's status is kept. */
 int sd_cli_finish_stdout(int exit_code);
-/* Progress lines go to stderr only when it is a terminal. */
+/* Progress lines go to stderr only when it is a terminal (sd_cli_progress_on); a pipe
+ * or a file gets only results, notes and errors. */
 int sd_cli_progress_on(void);
+void sd_cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- generation flags shared by generate and bench ---- */
 

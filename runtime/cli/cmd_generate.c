@@ -3,6 +3,7 @@
  * (runtime/engine), streaming the text to stdout and the statistics to stderr, or one
  * JSON object (--json).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -59,7 +60,19 @@ typedef struct stream_ctx {
     const sd_vocab *vocab;
     char *buf;
     size_t cap;
+    int oom;       /* a piece buffer could not grow */
+    int write_err; /* errno of a failed write to stdout (generation stops), or 0 */
 } stream_ctx;
+
+/* Write bytes to stdout and flush; on failure remember errno (EIO if none). 0 or -1. */
+static int stream_write(stream_ctx *s, const void *p, size_t n) {
+    errno = 0;
+    if ((n && fwrite(p, 1, n, stdout) != n) || fflush(stdout) != 0) {
+        s->write_err = errno ? errno : EIO;
+        return -1;
+    }
+    return 0;
+}
 
 static int stream_tokens(void *user, const int32_t *tokens, int32_t n) {
     stream_ctx *s = user;
@@ -68,14 +81,13 @@ static int stream_tokens(void *user, const int32_t *tokens, int32_t n) {
         if (len < 0) continue;
         if ((size_t)len > s->cap) {
             char *nb = realloc(s->buf, (size_t)len);
-            if (!nb) return 1;
+            if (!nb) return s->oom = 1;
             s->buf = nb;
             s->cap = (size_t)len;
             sd_vocab_token_to_piece(s->vocab, tokens[i], s->buf, s->cap);
         }
-        fwrite(s->buf, 1, (size_t)len, stdout);
+        if (stream_write(s, s->buf, (size_t)len)) return 1; /* stop: the output is lost */
     }
-    fflush(stdout);
     return 0;
 }
 
@@ -216,8 +228,11 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, con
     char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(root);
     if (!s) return sd_errorf(err, SD_ERR_OOM, "json: cannot build output");
-    puts(s);
+    errno = 0;
+    const int bad = puts(s) < 0 || fflush(stdout) != 0;
     free(s);
+    if (bad)
+        return sd_errorf(err, SD_ERR_IO, "stdout: write error: %s", strerror(errno ? errno : EIO));
     return SD_OK;
 }
 
@@ -323,15 +338,18 @@ int sd_cmd_generate(int argc, char **argv) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
         goto done;
     }
-    stream_ctx sc = {vocab, NULL, 0};
+    stream_ctx sc = {vocab, NULL, 0, 0, 0};
     sd_gen_stats st;
-    if (!c.json) {
-        fwrite(prompt, 1, prompt_len, stdout);
-        fflush(stdout);
-    }
-    rc = sd_engine_generate(e, &gp, prompt_ids, (int32_t)n_ids, c.json ? NULL : stream_tokens, &sc,
-                            out, gp.n_predict, &st, &err);
+    if (!c.json && stream_write(&sc, prompt, prompt_len) == 0)
+        rc = sd_engine_generate(e, &gp, prompt_ids, (int32_t)n_ids, c.json ? NULL : stream_tokens,
+                                &sc, out, gp.n_predict, &st, &err);
+    else if (c.json)
+        rc = sd_engine_generate(e, &gp, prompt_ids, (int32_t)n_ids, NULL, NULL, out, gp.n_predict,
+                                &st, &err);
     free(sc.buf);
+    if (!rc && sc.write_err)
+        rc = sd_errorf(&err, SD_ERR_IO, "stdout: write error: %s", strerror(sc.write_err));
+    if (!rc && sc.oom) rc = sd_errorf(&err, SD_ERR_OOM, "out of memory streaming the output");
     if (rc) goto done;
     if (st.stop == SD_STOP_CONTEXT)
         fprintf(stderr, "\nspecdec: stopped at the context limit of %d tokens\n", ctx);

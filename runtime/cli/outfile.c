@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,4 +137,12 @@ int sd_cli_finish_stdout(int exit_code) {
 
 int sd_cli_progress_on(void) {
     return isatty(STDERR_FILENO);
+}
+
+void sd_cli_progress(const char *fmt, ...) {
+    if (!sd_cli_progress_on()) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
 }

@@ -600,20 +600,18 @@ static int write_model(const synth_ctx *c, const char *preset_name, int is_targe
         rc = oom_if(e, err);
     }
     const double t0 = sd_time_ms();
-    const int tty = isatty(2);
     if (!rc) rc = gen_tensor(c, is_target, T_EMBD, 0, t, w, &mo, err);
     for (int l = 0; l < s->n_layer && !rc; l++) {
         for (tkind k = T_ATTN_NORM; k <= T_UP && !rc; k++)
             rc = gen_tensor(c, is_target, k, l, t, w, &mo, err);
-        if (tty || l + 1 == s->n_layer)
-            fprintf(stderr, "%sspecdec synth: %s: layer %d/%d (%.1f s)", tty ? "\r" : "", path,
-                    l + 1, s->n_layer, (sd_time_ms() - t0) * 1e-3);
+        sd_cli_progress("\rspecdec synth: %s: layer %d/%d (%.1f s)", path, l + 1, s->n_layer,
+                        (sd_time_ms() - t0) * 1e-3);
     }
     if (!rc) rc = gen_tensor(c, is_target, T_OUT_NORM, 0, t, w, &mo, err);
     if (!rc) rc = gen_tensor(c, is_target, T_OUT, 0, t, w, &mo, err);
-    fprintf(stderr, "\n");
+    sd_cli_progress("\n");
     if (!rc) {
-        fprintf(stderr, "specdec synth: writing %s\n", path);
+        sd_cli_progress("specdec synth: writing %s\n", path);
         sd_cli_temp_arm(path); /* a fatal signal removes the temporary */
         rc = sd_gguf_writer_write(w, path, err);
         sd_cli_temp_disarm();
