@@ -57,8 +57,8 @@ typedef struct ppl_acc {
 
 /* Score one story's tokens ids[0 .. n) by the window protocol above. logits: float
  * [n_batch, n_vocab] scratch. */
-static int ppl_score(sd_session *s, const int32_t *ids, int32_t n, int32_t ctx, int32_t n_vocab,
-                     float *logits, ppl_acc *acc, sd_error *err) {
+static int ppl_score(sd_session *s, const char *model_path, const int32_t *ids, int32_t n,
+                     int32_t ctx, int32_t n_vocab, float *logits, ppl_acc *acc, sd_error *err) {
     const int32_t n_batch = sd_session_n_batch(s);
     int32_t st = 0;
     for (;;) {
@@ -78,7 +78,14 @@ static int ppl_score(sd_session *s, const int32_t *ids, int32_t n, int32_t ctx, 
                 double sum = 0.0;
                 for (int32_t v = 0; v < n_vocab; v++)
                     sum += exp((double)row[v] - (double)mx);
-                acc->nll += (double)mx + log(sum) - (double)row[ids[p + 1]];
+                /* A NaN or +inf anywhere in the row, or -inf at the token, makes it non-finite. */
+                const double nll = (double)mx + log(sum) - (double)row[ids[p + 1]];
+                if (!isfinite(nll))
+                    return sd_errorf(err, SD_ERR_FORMAT,
+                                     "%s: non-finite logits at position %d of story %lld (NLL "
+                                     "%g): the model's weights hold NaN or inf",
+                                     model_path, p, (long long)acc->n_story, nll);
+                acc->nll += nll;
                 acc->n_tok++;
             }
         }
@@ -200,7 +207,8 @@ int sd_cmd_perplexity(int argc, char **argv) {
                                    (long long)acc.n_story);
                     goto done;
                 }
-                if ((rc = ppl_score(s, ids, (int32_t)n_ids, ctx, n_vocab, logits, &acc, &err)))
+                if ((rc = ppl_score(s, model_path, ids, (int32_t)n_ids, ctx, n_vocab, logits, &acc,
+                                    &err)))
                     goto done;
                 free(ids);
                 ids = NULL;
