@@ -39,7 +39,8 @@ static void bench_help(FILE *f) {
                "  --kv-type f32|f16      KV-cache element type (default: the config's, else f32)\n"
                "  --warmup N             untimed A/B pairs before measuring (default 1)\n"
                "  --reps N               repetitions of each timed step (default 9)\n"
-               "  --json FILE            write per-run records and the summary as JSON\n"
+               "  --json FILE            write per-run records and the summary as JSON (checked\n"
+               "                         writable, a regular file or absent, before the runs)\n"
                "  --kernels              kernels mode: also --bw-mib M (default 1024),\n"
                "                         --pos P (default 128), --prefill N (default 128)\n");
 }
@@ -108,6 +109,32 @@ int bench_write_json(json_t *root, const char *path, sd_error *err) {
     int rc = sd_cli_write_file_atomic(path, text, len, err);
     free(text);
     return rc;
+}
+
+int bench_suspect(int32_t k, double speedup, double predicted, double v, char *why, size_t cap) {
+    size_t n = 0;
+    why[0] = '\0';
+    char part[3][160];
+    int np = 0;
+    if (isfinite(speedup) && speedup > (double)(k + 1))
+        snprintf(part[np++], sizeof part[0],
+                 "speedup %.2f above K + 1 = %d (the most one target pass can give)", speedup,
+                 k + 1);
+    if (isfinite(v) && v < BENCH_V_MIN)
+        snprintf(part[np++], sizeof part[0],
+                 "v = %.3f: a %d-token verification pass measured cheaper than one decode step "
+                 "(below %.2f)",
+                 v, k + 1, BENCH_V_MIN);
+    if (isfinite(speedup) && isfinite(predicted) && speedup > 0 && predicted > 0 &&
+        (speedup > BENCH_PRED_FACTOR * predicted || predicted > BENCH_PRED_FACTOR * speedup))
+        snprintf(part[np++], sizeof part[0],
+                 "measured speedup %.2f is %.2fx the predicted %.2f (more than %.0fx off)", speedup,
+                 speedup / predicted, predicted, BENCH_PRED_FACTOR);
+    for (int i = 0; i < np && n + 1 < cap; i++) {
+        int w = snprintf(why + n, cap - n, "%s%s", i ? "; " : "", part[i]);
+        n += w > 0 ? (size_t)w : 0; /* snprintf truncates and terminates past cap */
+    }
+    return np > 0;
 }
 
 /* JSON number that stays valid for NaN / inf (-> null). */
@@ -341,6 +368,9 @@ int sd_cmd_bench(int argc, char **argv) {
             bench_usage("%s", "bench: no target model: pass --target FILE (-m) or --config FILE");
         goto done;
     }
+    /* The output must be writable before the benchmark, not found unwritable after it. */
+    const char *inputs[4] = {p.ep.target, p.ep.draft, c.g.config, c.g.prompt_file};
+    if (c.json && (rc = sd_cli_check_output(c.json, inputs, 4, &err))) goto done;
     if (c.kernels) {
         rc = bench_run_kernels(&c, &p, &err);
         if (!rc) code = EXIT_SUCCESS;
