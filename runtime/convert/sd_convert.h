@@ -50,6 +50,13 @@ int sd_convert_llama2c(const char *ckpt_path, const char *tok_path, const char *
 int sd_quantize_file(const char *in_path, const char *out_path, sd_type type, FILE *log,
                      sd_error *err);
 
+/* Progress of sd_quantize_file_progress: after each tensor, (done, total, its name). */
+typedef void (*sd_convert_progress)(void *user, int64_t done, int64_t total, const char *name);
+
+/* sd_quantize_file with a progress callback (may be NULL). */
+int sd_quantize_file_progress(const char *in_path, const char *out_path, sd_type type, FILE *log,
+                              sd_convert_progress progress, void *user, sd_error *err);
+
 #ifdef __cplusplus
 }
 #endif
