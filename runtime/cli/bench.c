@@ -42,7 +42,12 @@ static void bench_help(FILE *f) {
                "  --json FILE            write per-run records and the summary as JSON (checked\n"
                "                         writable, a regular file or absent, before the runs)\n"
                "  --kernels              kernels mode: also --bw-mib M (default 1024),\n"
-               "                         --pos P (default 128), --prefill N (default 128)\n");
+               "                         --pos P (default 128), --prefill N (default 128)\n"
+               "  generate's other flags (--threads-force, -ctk/-ctv, -cd, --ignore-eos, -e,\n"
+               "  --log-disable) and its handling of llama.cpp flags apply too.\n"
+               "A row is marked suspect (table and JSON) when its figures are outside what the\n"
+               "model allows: speedup above K + 1, v below 0.9, or the measured speedup more\n"
+               "than 2x off the predicted one (a busy machine: rerun).\n");
 }
 
 int bench_usage(const char *fmt, const char *arg) {
@@ -323,6 +328,7 @@ static int bench_option(int o, const char *arg, void *user) {
 static int parse_bench(int argc, char **argv, bench_cli *c) {
     static const struct option opts[] = {
         SD_CLI_GEN_LONGOPTS,
+        SD_CLI_EXTRA_LONGOPTS,
         {"runs", required_argument, 0, OPT_RUNS},
         {"k-list", required_argument, 0, OPT_KLIST},
         {"warmup", required_argument, 0, OPT_WARMUP},
@@ -351,6 +357,39 @@ static const char *k_default_prompts[] = {
     "def fibonacci(n):",
 };
 
+static void free_prompts(char **v, int n) {
+    for (int i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* The prompts, each malloc'd: --prompt-file (one a line), --prompt or the config's, else
+ * the defaults; escapes processed with -e. */
+static int get_prompts(const bench_cli *c, const sd_cli_pair *p, char ***out, int *n_out,
+                       sd_error *err) {
+    char **v = NULL;
+    int n = 0, rc = SD_OK;
+    if (c->g.prompt_file) {
+        if ((rc = read_prompts(c->g.prompt_file, &v, &n, err))) return rc;
+    } else {
+        const char *one = c->g.prompt ? c->g.prompt : p->cfg.prompt;
+        const int nd = (int)(sizeof k_default_prompts / sizeof k_default_prompts[0]);
+        const int want = one ? 1 : nd;
+        if (!(v = calloc((size_t)want, sizeof *v)))
+            return sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
+        for (; n < want; n++)
+            if (!(v[n] = strdup(one ? one : k_default_prompts[n]))) {
+                free_prompts(v, n);
+                return sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
+            }
+    }
+    for (int i = 0; c->g.escape && i < n; i++)
+        sd_cli_unescape(v[i], strlen(v[i]));
+    *out = v;
+    *n_out = n;
+    return SD_OK;
+}
+
 int sd_cmd_bench(int argc, char **argv) {
     bench_cli c;
     int prc = parse_bench(argc, argv, &c);
@@ -360,7 +399,7 @@ int sd_cmd_bench(int argc, char **argv) {
     p.ep = sd_engine_default_params();
     p.ep.gen.samp.temp = 0.0f; /* greedy unless asked */
     char **prompts = NULL;
-    int n_prompts = 0, own_prompts = 0;
+    int n_prompts = 0;
     int rc = SD_OK, code = EXIT_FAILURE;
     if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
     if (!p.ep.target) {
@@ -384,27 +423,12 @@ int sd_cmd_bench(int argc, char **argv) {
         code = bench_usage("%s", "bench: give either --prompt or --prompt-file, not both");
         goto done;
     }
-    if (c.g.prompt_file) {
-        if ((rc = read_prompts(c.g.prompt_file, &prompts, &n_prompts, &err))) goto done;
-        own_prompts = 1;
-    } else if (c.g.prompt || p.cfg.prompt) {
-        static char *one[1];
-        one[0] = (char *)(c.g.prompt ? c.g.prompt : p.cfg.prompt);
-        prompts = one;
-        n_prompts = 1;
-    } else {
-        prompts = (char **)k_default_prompts;
-        n_prompts = (int)(sizeof k_default_prompts / sizeof k_default_prompts[0]);
-    }
+    if ((rc = get_prompts(&c, &p, &prompts, &n_prompts, &err))) goto done;
     rc = bench_run_ab(&c, &p, prompts, n_prompts, &err);
     if (!rc) code = EXIT_SUCCESS;
 done:
     if (rc) code = sd_cli_fail(&err);
-    if (own_prompts) {
-        for (int i = 0; i < n_prompts; i++)
-            free(prompts[i]);
-        free(prompts);
-    }
+    free_prompts(prompts, n_prompts);
     sd_cli_pair_free(&p);
     return code;
 }

@@ -56,6 +56,12 @@ void sd_cli_generate_help(FILE *f);
 int sd_cli_usage(const char *hint, const char *fmt, const char *arg);
 /* Print "specdec: <err's message>" on stderr; returns EXIT_FAILURE. */
 int sd_cli_fail(const sd_error *err);
+/* A thread count for the models: n (0 = all cores) unless it exceeds sd_n_cores(), the
+ * cores this process may use; then, unless force, one note on stderr and the core
+ * count (more threads than cores wait for each other at every barrier: ~400x slower
+ * measured on a 1.1B model with 64 threads on 2 cores). */
+int32_t sd_cli_cap_threads(int64_t n, int force);
+
 /* Strict numbers: all of s, in [lo, hi]. 0, or -1 (out untouched). */
 int sd_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int sd_cli_parse_f64(const char *s, double lo, double hi, double *out);
@@ -143,13 +149,85 @@ typedef struct sd_cli_gen_opts {
     int has_n, has_k, has_temp, has_top_k, has_top_p, has_seed, has_threads, has_ctx;
     int64_t n, k, top_k, seed, threads, ctx;
     double temp, top_p;
+    /* The flags of runtime/cli/cli_flags.c (SD_CLI_EXTRA_LONGOPTS). */
+    int threads_force;                       /* --threads-force: keep -t above the cores */
+    const char *cache_type_k, *cache_type_v; /* -ctk / -ctv: "f32", "f16" or NULL */
+    int has_ctx_draft;                       /* -cd/--ctx-size-draft N */
+    int64_t ctx_draft;
+    int ignore_eos;        /* --ignore-eos */
+    int escape;            /* -e/--escape: process \n, \t, ... in the prompt */
+    int log_disable;       /* --log-disable: no notes or statistics */
+    int no_display_prompt; /* --no-display-prompt: do not echo the prompt */
 } sd_cli_gen_opts;
 
 /* What a command's own-option callback returns for an option it leaves to the shared
  * parser. */
 #define SD_CLI_PASS (-2)
 
+/* ---- llama.cpp spellings (runtime/cli/cli_flags.c) ----
+ *
+ * Flags that map to what specdec has, shared by generate and bench (ids between the
+ * shared group's and SD_CLI_OPT_OWN; a command's table lists SD_CLI_EXTRA_LONGOPTS
+ * after SD_CLI_GEN_LONGOPTS):
+ *   --threads-force           keep --threads above the cores this process may use
+ *   -ctk/--cache-type-k T     KV-cache element type, f32 or f16 (K and V share it: -ctk,
+ *   -ctv/--cache-type-v T     -ctv and --kv-type must agree)
+ *   -cd/--ctx-size-draft N    the draft's context (0: the target's)
+ *   --ignore-eos              EOS is never emitted (its logit is -inf)
+ *   -e/--escape, --no-escape  process \n \t \r \\ \' \" \xHH ... in the prompt (default
+ *                             off, unlike llama.cpp: a prompt is taken as written)
+ *   --log-disable             no notes or statistics on stderr (errors still are)
+ *   --no-display-prompt       generate does not echo the prompt
+ */
+enum {
+    SD_CLI_OPT_THREADS_FORCE = 1050,
+    SD_CLI_OPT_CACHE_TYPE_K,
+    SD_CLI_OPT_CACHE_TYPE_V,
+    SD_CLI_OPT_CTX_DRAFT,
+    SD_CLI_OPT_IGNORE_EOS,
+    SD_CLI_OPT_ESCAPE,
+    SD_CLI_OPT_NO_ESCAPE,
+    SD_CLI_OPT_LOG_DISABLE,
+    SD_CLI_OPT_NO_DISPLAY_PROMPT,
+};
+
+/* clang-format off */
+#define SD_CLI_EXTRA_LONGOPTS                                          \
+    {"threads-force", no_argument, 0, SD_CLI_OPT_THREADS_FORCE},       \
+    {"cache-type-k", required_argument, 0, SD_CLI_OPT_CACHE_TYPE_K},   \
+    {"cache-type-v", required_argument, 0, SD_CLI_OPT_CACHE_TYPE_V},   \
+    {"ctx-size-draft", required_argument, 0, SD_CLI_OPT_CTX_DRAFT},    \
+    {"ignore-eos", no_argument, 0, SD_CLI_OPT_IGNORE_EOS},             \
+    {"escape", no_argument, 0, SD_CLI_OPT_ESCAPE},                     \
+    {"no-escape", no_argument, 0, SD_CLI_OPT_NO_ESCAPE},               \
+    {"log-disable", no_argument, 0, SD_CLI_OPT_LOG_DISABLE},           \
+    {"no-display-prompt", no_argument, 0, SD_CLI_OPT_NO_DISPLAY_PROMPT}
+/* clang-format on */
+
+/* What sd_cli_extra_option returns for an id that is not one of this group. */
+#define SD_CLI_NOT_SHARED (-3)
+
 struct option;
+/*
+ * Before getopt: rewrite llama.cpp's aliases (-md, -ctk, -ctv, -cd, -e) to long options
+ * the command has; drop llama.cpp flags that have no meaning here (each with one note on
+ * stderr, or silently when it names what specdec always does; the table and what each
+ * means is in cli_flags.c) with their values; reject other multi-letter single-dash
+ * flags by name. Values of the command's options are skipped (a prompt may start with
+ * '-'). argv is compacted in place (*argc updated). 0 or a usage exit status.
+ */
+int sd_cli_prescan(int *argc, char **argv, const char *shortopts, const struct option *longopts,
+                   const char *hint);
+/* One flag of SD_CLI_EXTRA_LONGOPTS into *g: 0, a usage status or SD_CLI_NOT_SHARED. */
+int sd_cli_extra_option(int id, const char *arg, sd_cli_gen_opts *g);
+/* After parsing: -ctk, -ctv and --kv-type must agree; g->kv_type becomes the one type.
+ * 0 or a usage status. */
+int sd_cli_extra_finish(sd_cli_gen_opts *g);
+/* Process the escapes of s[0 .. n) in place as llama.cpp's --escape does: \n \t \r \a
+ * \b \f \v \\ \' \" \? and \xH or \xHH; any other backslash is kept. Returns the new
+ * length (s is NUL-terminated there when it shrank). */
+size_t sd_cli_unescape(char *s, size_t n);
+
 /*
  * Parse argv[1 .. argc) into *g (zeroed first; hint kept). Multi-letter single-dash
  * flags that are not known (llama.cpp's -ngl 99, -fa) are rejected by name. Each option

@@ -41,14 +41,6 @@ static void print_help(FILE *f) {
     sd_cli_generate_help(f);
 }
 
-/* llama.cpp's multi-letter short flags (-md) are rewritten to their long forms. */
-static void rewrite_aliases(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--")) break;
-        if (!strcmp(argv[i], "-md")) argv[i] = "--model-draft";
-    }
-}
-
 static int dispatch(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "generate")) return sd_cmd_generate(argc - 1, argv + 1);
@@ -73,7 +65,6 @@ int main(int argc, char **argv) {
     }
     /* A fatal signal removes the temporary file being written (runtime/cli/outfile.c). */
     sd_cli_signals_install();
-    rewrite_aliases(argc, argv);
     /* Everything written to stdout must have got there (a full disk, /dev/full). */
     return sd_cli_finish_stdout(dispatch(argc, argv));
 }

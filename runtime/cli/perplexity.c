@@ -102,6 +102,7 @@ static int ppl_score(sd_session *s, const char *model_path, const int32_t *ids, 
 typedef struct ppl_opts {
     const char *model_path, *text_path;
     int64_t ctx, threads;
+    int threads_force;
 } ppl_opts;
 
 static void ppl_help(FILE *f) {
@@ -112,8 +113,13 @@ static void ppl_help(FILE *f) {
                "  -m, --model FILE         the model\n"
                "  -f, --file TEXT          the text\n"
                "  -c, --ctx, --ctx-size N  window (context) size, >= 2\n"
-               "  -t, --threads N          threads, 0 = all cores (default 0)\n");
+               "  -t, --threads N          threads, 0 = all cores (default 0)\n"
+               "  --threads-force          keep -t above the cores this process may use\n"
+               "  llama.cpp flags with no meaning here (-b, -ub, -fa, --mlock, ...) are\n"
+               "  ignored with a note\n");
 }
+
+enum { PPL_OPT_THREADS_FORCE = 1000 };
 
 /* 0, -1 (help printed: exit 0) or a usage exit status. */
 static int ppl_parse(int argc, char **argv, ppl_opts *o) {
@@ -123,11 +129,13 @@ static int ppl_parse(int argc, char **argv, ppl_opts *o) {
         {"ctx", required_argument, 0, 'c'},
         {"ctx-size", required_argument, 0, 'c'},
         {"threads", required_argument, 0, 't'},
+        {"threads-force", no_argument, 0, PPL_OPT_THREADS_FORCE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
-    int c;
+    int c = sd_cli_prescan(&argc, argv, ":m:f:c:t:h", opts, PPL_HINT);
+    if (c) return c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":m:f:c:t:h", opts, NULL)) != -1) {
@@ -146,6 +154,9 @@ static int ppl_parse(int argc, char **argv, ppl_opts *o) {
             if (sd_cli_parse_i64(optarg, 0, 1024, &o->threads))
                 return ppl_usage("-t/--threads: expected an integer in [0, 1024], found '%s'",
                                  optarg);
+            break;
+        case PPL_OPT_THREADS_FORCE:
+            o->threads_force = 1;
             break;
         case 'h':
             ppl_help(stdout);
@@ -189,6 +200,12 @@ static int ppl_story(ppl_run *r, const char *text, size_t len, ppl_acc *acc, sd_
     return rc;
 }
 
+static void ppl_progress(const ppl_run *r, const ppl_acc *acc, size_t done, size_t total) {
+    sd_cli_progress("\rspecdec perplexity: %lld stories, %lld tokens, %.0f%% of %s",
+                    (long long)acc->n_story, (long long)acc->n_tok,
+                    total ? 100.0 * (double)done / (double)total : 100.0, r->o->text_path);
+}
+
 /* Walk the lines of text; a separator line ends the story that started after the last
  * one (the story is [story0, separator) less the newline that ends its last line). */
 static int ppl_text(ppl_run *r, const char *text, size_t text_len, ppl_acc *acc, sd_error *err) {
@@ -203,9 +220,7 @@ static int ppl_text(ppl_run *r, const char *text, size_t text_len, ppl_acc *acc,
             const size_t story_end = pos > story0 ? pos - 1 : story0;
             rc = ppl_story(r, text + story0, story_end - story0, acc, err);
             story0 = next;
-            sd_cli_progress("\rspecdec perplexity: %lld stories, %lld tokens, %.0f%% of %s",
-                            (long long)acc->n_story, (long long)acc->n_tok,
-                            100.0 * (double)next / (double)text_len, r->o->text_path);
+            ppl_progress(r, acc, next, text_len);
         }
         pos = next;
     }
@@ -213,6 +228,7 @@ static int ppl_text(ppl_run *r, const char *text, size_t text_len, ppl_acc *acc,
     if (!rc && story0 < text_len) {
         const size_t end = text[text_len - 1] == '\n' ? text_len - 1 : text_len;
         rc = ppl_story(r, text + story0, end > story0 ? end - story0 : 0, acc, err);
+        ppl_progress(r, acc, text_len, text_len);
     }
     sd_cli_progress("\n");
     return rc;
@@ -264,7 +280,7 @@ int sd_cmd_perplexity(int argc, char **argv) {
     sd_session_params sp = sd_session_default_params();
     sp.n_ctx = r.ctx;
     sp.n_batch = r.ctx < PPL_MAX_BATCH ? r.ctx : PPL_MAX_BATCH;
-    sp.n_threads = (int32_t)o.threads;
+    sp.n_threads = sd_cli_cap_threads(o.threads, o.threads_force);
     if ((rc = sd_session_init(m, &sp, &r.s, &err))) goto done;
     r.n_vocab = hp->n_vocab;
     r.logits = malloc((size_t)sp.n_batch * (size_t)r.n_vocab * sizeof(float));

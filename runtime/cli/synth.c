@@ -650,7 +650,7 @@ static void synth_help(FILE *f) {
             "usage: specdec synth [options] -o DIR\n"
             "  writes DIR/target.gguf, DIR/draft.gguf and DIR/pair.json (a config for\n"
             "  generate/bench): a llama draft with seeded random weights and a target that\n"
-            "  is a grown copy of it plus noise (see runtime/synth.c)\n"
+            "  is a grown copy of it plus noise (see runtime/cli/synth.c)\n"
             "  --preset P     tinyllama (target 1.1B: dim 2048, 22 layers, 32 heads, 4 KV,\n"
             "                 FFN 5632, vocab 32000, ctx 2048; draft 58M: dim 512, 8 layers,\n"
             "                 8 heads, 4 KV, FFN 1536), small (199M / 19.5M), tiny (tests)\n"
