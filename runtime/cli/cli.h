@@ -1,22 +1,26 @@
 /*
- * Sub-commands of the specdec CLI that live in their own files. Each takes the
- * arguments after "specdec" (argv[0] is the command name) and returns the process exit
- * status: 0 ok, 1 error (one line "specdec: ..." on stderr), 2 usage error.
+ * runtime/cli: the specdec program (not part of the library; built as specdec_cli so
+ * tests can call its pieces, main.c alone is the executable). May include every face.
+ * Each command takes the arguments after "specdec" (argv[0] is the command name) and
+ * returns the process exit status: 0 ok, 1 error (one line "specdec: ..." on stderr),
+ * 2 usage error. `specdec CMD --help` prints each command's options.
  *
- *   specdec synth  (runtime/synth.c)  llama-shaped GGUF pairs of real shapes with seeded
- *                                     random weights: a draft and a target that is a
- *                                     grown copy of it plus noise (--noise dials how
- *                                     often they agree)
- *   specdec bench  (runtime/bench.c)  A/B benchmark (target alone vs speculative, ABAB,
- *                                     same seeds) with measured vs predicted speedup;
- *                                     --kernels: bandwidth, verification-pass cost,
- *                                     prefill throughput
- *   specdec perplexity (runtime/perplexity.c)  mean NLL (nats/token) and perplexity of
- *                                     a model over the stories of a text file
+ *   generate    cmd_generate.c   speculative (or target-alone) generation
+ *   convert     cmd_model.c      llama2.c checkpoint -> GGUF
+ *   quantize    cmd_model.c      a quantized copy of a GGUF model
+ *   info        cmd_model.c      what a GGUF file holds
+ *   tokenize    cmd_tokenize.c   token ids (or "id -> 'piece'" lines) of a text
+ *   bench       bench.c          A/B benchmark (target alone vs speculative, ABAB, same
+ *               bench_ab.c       seeds) with measured vs predicted speedup; --kernels
+ *               bench_kernels.c  (bandwidth, verification-pass cost, prefill)
+ *   synth       synth.c          llama-shaped GGUF pairs of real shapes with seeded
+ *               synth_weights.c  random weights (a target that grows a draft + noise)
+ *   perplexity  perplexity.c     mean NLL (nats/token) and perplexity over stories
  *
- * Below them, the pieces the commands share (runtime/cli_common.c): messages, strict
- * number parsing, reading a file, and the generation flags of `generate` and `bench`
- * with their merge over a pair config and the loading of the pair.
+ * Below them, the pieces the commands share: messages, strict numbers, reading a file,
+ * the generation flags of generate and bench with their merge over a pair config and
+ * the loading of the pair (cli_common.c; configs: config.c); llama.cpp's spellings
+ * (cli_flags.c); output files, signals and stdout (outfile.c).
  */
 #ifndef SD_CLI_H
 #define SD_CLI_H
