@@ -3,7 +3,7 @@
  * quantized GGUF (Q8_0 / Q4_0). Both write atomically through the GGUF writer, so a
  * failure never leaves a partial output file, and both refuse, before any work, an
  * output that is not a regular file (a device, FIFO, symlink, folder) or that is the
- * same file as an input (sd_gguf_check_output: SD_ERR_ARG naming both).
+ * same file as an input (sd_gguf_check_output: SD_ERR_IO / SD_ERR_ARG naming them).
  */
 #ifndef SD_CONVERT_H
 #define SD_CONVERT_H

@@ -161,8 +161,8 @@ int sd_gguf_add_tensor(sd_gguf_writer *w, const char *name, uint32_t type, uint3
  * Write the file: to the temporary sd_gguf_temp_path(path) (created new: O_EXCL,
  * O_NOFOLLOW), fsync, then rename onto path, so a failure never leaves a partial file
  * at path and the temporary is removed on every error. path must pass
- * sd_gguf_check_output (absent or a regular file). Errors: SD_ERR_ARG (path is not a
- * regular file), SD_ERR_IO naming the path.
+ * sd_gguf_check_output (absent or a regular file). Errors: SD_ERR_IO naming the path
+ * (also when it is not a regular file).
  */
 int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *err);
 
@@ -173,9 +173,10 @@ int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *er
  * character or block device (/dev/full), FIFO, socket or folder is refused, since
  * renaming a new file over it would destroy it. And it must not be the same file
  * (st_dev and st_ino: a hard link or another spelling, "./a.gguf", included) as any of
- * inputs[0 .. n_inputs) (NULL entries skipped). Errors: SD_ERR_ARG, one line naming
- * path (and the input), e.g. "/dev/full: is a character device, not a regular file:
- * refusing to replace it".
+ * inputs[0 .. n_inputs) (NULL entries skipped). Errors, one line naming path: SD_ERR_IO
+ * when it is not a regular file ("/dev/full: is a character device, not a regular
+ * file: refusing to replace it") or cannot be checked; SD_ERR_ARG when it is an input
+ * (naming the input too).
  */
 int sd_gguf_check_output(const char *path, const char *const *inputs, size_t n_inputs,
                          sd_error *err);
