@@ -1,24 +1,54 @@
 #!/usr/bin/env bash
 # The test command: build Release and ASan+UBSan, run every Criterion test in both.
 # Usage: bash scripts/test.sh [release|sanitize|all]   (default: all)
+#
+# Every run builds the tests (-DSD_BUILD_TESTS=ON, whatever an earlier configure such as
+# scripts/demo.sh cached), checks that ctest knows one test per tests/test_*.c and fails
+# when none ran (--no-tests=error). The Release tests run twice: with the shared data
+# (../shared/data, or $SD_SHARED_DATA if set) and with SD_SHARED_DATA pointing at a
+# folder that does not exist, as in a user's clone; tests that need the data skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which="${1:-all}"
 jobs="$(nproc 2>/dev/null || echo 2)"
 
-run() { # name, cmake args...
-    local dir="build-$1"; shift
-    cmake -S . -B "$dir" "$@" >/dev/null
+# Criterion 2.4 exits 1 after any cr_log_warn: a test that skips says so with cr_skip_test.
+if grep -nE 'cr_log_warn *\(' tests/*.c >&2; then
+    echo "scripts/test.sh: tests must not call cr_log_warn (use cr_skip_test or cr_log_info)" >&2
+    exit 1
+fi
+
+# ctest over build folder $1 (label $2): every test file must be registered and run.
+run_tests() {
+    local dir="$1" label="$2"
+    local want have
+    want="$(find tests -maxdepth 1 -name 'test_*.c' | wc -l)"
+    have="$(ctest --test-dir "$dir" -N | sed -n 's/^Total Tests: *//p')"
+    if [ "$want" -eq 0 ] || [ "${have:-0}" != "$want" ]; then
+        echo "scripts/test.sh: $dir registers ${have:-0} tests, tests/ has $want test files" >&2
+        exit 1
+    fi
+    echo "scripts/test.sh: $label: $have tests"
+    ctest --test-dir "$dir" --output-on-failure --no-tests=error
+}
+
+build() { # name, cmake args...
+    local dir="build-$1"
+    shift
+    cmake -S . -B "$dir" -DSD_BUILD_TESTS=ON "$@" >/dev/null
     cmake --build "$dir" -j "$jobs"
-    ctest --test-dir "$dir" --output-on-failure
 }
 
 if [ "$which" = all ] || [ "$which" = release ]; then
-    run release -DCMAKE_BUILD_TYPE=Release
+    build release -DCMAKE_BUILD_TYPE=Release
+    run_tests build-release "release, shared data: ${SD_SHARED_DATA:-../shared/data}"
+    SD_SHARED_DATA="$PWD/build-release/no-shared-data" \
+        run_tests build-release "release, shared data absent (SD_SHARED_DATA=build-release/no-shared-data)"
 fi
 if [ "$which" = all ] || [ "$which" = sanitize ]; then
     # halt_on_error: a sanitizer report fails the test; detect_leaks: every allocation freed.
     export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-    run sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSD_SANITIZE=ON
+    build sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSD_SANITIZE=ON
+    run_tests build-sanitize "sanitize, shared data: ${SD_SHARED_DATA:-../shared/data}"
 fi

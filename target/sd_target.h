@@ -49,7 +49,8 @@ int sd_scorer_sync(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, sd_error *er
  *   draft  : int32 [k], 0 <= k <= SD_MAX_DRAFT (k = 0 is a plain decode step)
  *   logits : float [k + 1, n_vocab] (out)
  * Errors: SD_ERR_CONTEXT when n_ctx + k exceeds the context (state unchanged except a
- * possible rollback to the common prefix), SD_ERR_ARG.
+ * possible rollback to the common prefix), SD_ERR_ARG, SD_ERR_FORMAT when a logit of the
+ * k + 1 rows is NaN or inf (message names the model: its weights are corrupt).
  */
 int sd_scorer_score(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32_t *draft,
                     int32_t k, float *logits, sd_error *err);

@@ -1,7 +1,9 @@
 /* The target scorer: one batched verification pass per speculative step. */
 #include "target/sd_target.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct sd_scorer {
     const sd_model *model;
@@ -43,6 +45,22 @@ int sd_scorer_sync(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, sd_error *er
     return sd_session_sync(s->sess, ctx, n_ctx - 1, err);
 }
 
+/* Index of the first non-finite value (NaN, +-inf) of x[0 .. n), or -1. An OR over
+ * "exponent bits all ones" first (branch-free, vectorizes: ~n/8 cycles), the scan for
+ * the index only when there is one. */
+static int64_t first_non_finite(const float *x, size_t n) {
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (u & 0x7F800000u) == 0x7F800000u;
+    }
+    if (!bad) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return (int64_t)i;
+    return -1;
+}
+
 int sd_scorer_score(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32_t *draft,
                     int32_t k, float *logits, sd_error *err) {
     if (k < 0 || k > SD_MAX_DRAFT)
@@ -62,7 +80,17 @@ int sd_scorer_score(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32
     if (rc && err) {
         sd_error_prefix(err, "%s: target", sd_model_path(s->model));
     }
-    return rc;
+    if (rc) return rc;
+    /* Every row the verifier reads: a NaN would pass as token 0 (argmax) or as noise. */
+    const int32_t n_vocab = sd_model_hparams(s->model)->n_vocab;
+    const int64_t bad = first_non_finite(logits, (size_t)(k + 1) * (size_t)n_vocab);
+    if (bad >= 0)
+        return sd_errorf(err, SD_ERR_FORMAT,
+                         "%s: target: logit %lld of row %lld is %g: non-finite logits (the "
+                         "model's weights hold NaN or inf)",
+                         sd_model_path(s->model), (long long)(bad % n_vocab),
+                         (long long)(bad / n_vocab), (double)logits[bad]);
+    return SD_OK;
 }
 
 void sd_scorer_commit(sd_scorer *s, const int32_t *ctx, int32_t n_ctx) {

@@ -22,8 +22,8 @@
 #include "runtime/gguf/sd_gguf.h"
 #include "testutil.h"
 
-#define CKPT SD_SHARED_DATA "/models/stories260K.bin"
-#define TOK  SD_SHARED_DATA "/models/tok512.bin"
+#define CKPT tu_shared("models/stories260K.bin")
+#define TOK  tu_shared("models/tok512.bin")
 
 static char g_dir[1024];
 

@@ -17,7 +17,7 @@
 #include "runtime/tokenizer/sd_vocab.h"
 #include "tests/testutil.h"
 
-#define VOCAB_DIR SD_SHARED_DATA "/vocab"
+#define VOCAB_DIR tu_shared("vocab")
 
 static sd_vocab *load_named(const char *name) {
     char path[1024];

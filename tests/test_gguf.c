@@ -695,7 +695,7 @@ Test(gguf, every_prefix_of_written_file_fails) {
 
 /* Real llama.cpp vocab files (written by gguf-py) open and index their token arrays. */
 Test(gguf, llama_cpp_vocab_file) {
-    const char *p = SD_SHARED_DATA "/vocab/ggml-vocab-llama-spm.gguf";
+    const char *p = tu_shared("vocab/ggml-vocab-llama-spm.gguf");
     if (access(p, R_OK) != 0) cr_skip_test("%s not present (shared data absent)", p);
     sd_gguf *g = NULL;
     sd_error err = {0};

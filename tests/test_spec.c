@@ -279,7 +279,8 @@ Test(spec, first_token_distribution_with_and_without_draft) {
 Test(spec, greedy_equals_target_alone_stories260k) {
     int made = tu_make_stories_pair(g_dir);
     cr_assert_neq(made, -1);
-    if (made == 0) cr_skip_test("../shared/data/models/stories260K.bin absent: skipped");
+    if (made == 0)
+        cr_skip_test("%s absent (shared data): skipped", tu_shared("models/stories260K.bin"));
     char t[2048], d[2048];
     tu_path(t, sizeof t, g_dir, "stories260K-f32.gguf");
     tu_path(d, sizeof d, g_dir, "stories260K-q4_0.gguf");

@@ -27,7 +27,7 @@
 #include "runtime/tokenizer/sd_vocab.h"
 #include "tests/testutil.h"
 
-#define VOCAB_DIR SD_SHARED_DATA "/vocab"
+#define VOCAB_DIR tu_shared("vocab")
 
 static void vocab_path(char *buf, size_t cap, const char *name) {
     snprintf(buf, cap, "%s/ggml-vocab-%s.gguf", VOCAB_DIR, name);
@@ -411,7 +411,7 @@ Test(round_trip, codepoints_starcoder, .timeout = 600) {
 Test(long_input, bpe_round_trip, .timeout = 300) {
     sd_vocab *v = load_named("qwen2");
     size_t len = 0;
-    char *txt = (char *)tu_read_file(SD_SHARED_DATA "/tinystories/valid.txt", &len);
+    char *txt = (char *)tu_read_file(tu_shared("tinystories/valid.txt"), &len);
     if (!txt) cr_skip_test("tinystories/valid.txt missing (needs ../shared/data)");
     if (len > 200000) len = 200000;
     while (len > 0 && ((unsigned char)txt[len] & 0xC0) == 0x80)

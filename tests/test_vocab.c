@@ -18,8 +18,8 @@
 #include "runtime/tokenizer/sd_vocab.h"
 #include "tests/testutil.h"
 
-#define VOCAB_DIR SD_SHARED_DATA "/vocab"
-#define SPM_GGUF  VOCAB_DIR "/ggml-vocab-llama-spm.gguf"
+#define VOCAB_DIR tu_shared("vocab")
+#define SPM_GGUF  tu_shared("vocab/ggml-vocab-llama-spm.gguf")
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -46,7 +46,8 @@ static int shared_present(void) {
 
 static void skip_without_shared(void) {
     if (!shared_present())
-        cr_skip_test("shared test data not found at %s (the vocab vectors need ../shared/data)",
+        cr_skip_test("shared test data not found at %s (the vocab vectors need ../shared/data "
+                     "or $SD_SHARED_DATA)",
                      SPM_GGUF);
 }
 
@@ -175,7 +176,7 @@ Test(vocab_spm, long_text_roundtrip, .timeout = 60) {
     skip_without_shared();
     sd_vocab *v = load_vocab_file(SPM_GGUF);
     size_t len = 0;
-    char *txt = read_all(SD_SHARED_DATA "/tinystories/valid.txt", &len);
+    char *txt = read_all(tu_shared("tinystories/valid.txt"), &len);
     if (!txt) cr_skip_test("tinystories/valid.txt missing");
     if (len > 200000) len = 200000;
     while (len > 0 && ((unsigned char)txt[len] & 0xC0) == 0x80)

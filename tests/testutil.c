@@ -12,6 +12,19 @@
 #include "runtime/convert/sd_convert.h"
 #include "runtime/gguf/sd_gguf.h"
 
+const char *tu_shared_data(void) {
+    const char *d = getenv("SD_SHARED_DATA");
+    return d && *d ? d : SD_SHARED_DATA_DEFAULT;
+}
+
+const char *tu_shared(const char *rel) {
+    static char bufs[8][4096];
+    static unsigned next;
+    char *b = bufs[next++ % 8];
+    tu_path(b, sizeof bufs[0], tu_shared_data(), rel);
+    return b;
+}
+
 int tu_mkdtemp(char *buf, size_t cap) {
     const char *t = getenv("TMPDIR");
     if (!t || !*t) t = "/tmp";
@@ -219,6 +232,11 @@ int tu_make_llama(const char *path, const tu_llama_spec *s) {
     if (!rc)
         rc |= add_tensor(w, keep, &n_keep, "output_norm.weight", 1, s->n_embd, SD_TYPE_F32, 1, s,
                          &rng, &nrng);
+    if (!rc && s->nan_output_norm) {
+        float *g = keep[n_keep - 1].data;
+        for (int32_t i = 0; i < s->n_embd; i++)
+            g[i] = NAN;
+    }
     if (!rc && !s->tied)
         rc |= add_tensor(w, keep, &n_keep, "output.weight", s->n_vocab, s->n_embd, s->wtype, 0, s,
                          &rng, &nrng);
@@ -248,8 +266,8 @@ int tu_make_test_pair(const char *dir, char *t, size_t tcap, char *d, size_t dca
 }
 
 int tu_make_stories_pair(const char *dir) {
-    const char *ckpt = SD_SHARED_DATA "/models/stories260K.bin";
-    const char *tok = SD_SHARED_DATA "/models/tok512.bin";
+    const char *ckpt = tu_shared("models/stories260K.bin");
+    const char *tok = tu_shared("models/tok512.bin");
     if (access(ckpt, R_OK) || access(tok, R_OK)) return 0;
     char f32[4096], q4[4096], q8[4096];
     tu_path(f32, sizeof f32, dir, "stories260K-f32.gguf");
@@ -263,6 +281,39 @@ int tu_make_stories_pair(const char *dir) {
         return -1;
     }
     return 1;
+}
+
+int tu_make_llama2c(const char *ckpt, const char *tok) {
+    const int32_t dim = 64, hid = 96, L = 2, nh = 4, nkv = 2, vocab = 6, seq = 8;
+    const int32_t hdr[7] = {dim, hid, L, nh, nkv, vocab, seq};
+    const size_t head = (size_t)(dim / nh), kv = head * (size_t)nkv;
+    /* embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2, w3, rms_final, freq re + im */
+    const size_t n =
+        (size_t)vocab * dim +
+        (size_t)L * (dim + 2 * (size_t)dim * dim + 2 * kv * dim + dim + 3 * (size_t)hid * dim) +
+        dim + (size_t)seq * head;
+    FILE *f = fopen(ckpt, "wb");
+    if (!f) return -1;
+    int bad = fwrite(hdr, sizeof hdr, 1, f) != 1;
+    uint64_t rng = 7;
+    for (size_t i = 0; i < n && !bad; i++) {
+        float v = (float)(0.1 * normal(&rng));
+        bad = fwrite(&v, 4, 1, f) != 1;
+    }
+    bad |= fclose(f) != 0;
+    static const char *toks[6] = {"<unk>", "\n<s>\n", "\n</s>\n", " a", " b", "c"};
+    f = bad ? NULL : fopen(tok, "wb");
+    if (!f) return -1;
+    const int32_t max_len = 7;
+    bad = fwrite(&max_len, 4, 1, f) != 1;
+    for (int i = 0; i < vocab && !bad; i++) {
+        const float score = -(float)i;
+        const int32_t len = (int32_t)strlen(toks[i]);
+        bad = fwrite(&score, 4, 1, f) != 1 || fwrite(&len, 4, 1, f) != 1 ||
+              fwrite(toks[i], 1, (size_t)len, f) != (size_t)len;
+    }
+    bad |= fclose(f) != 0;
+    return bad ? -1 : 0;
 }
 
 static char *slurp(FILE *f) {

@@ -8,6 +8,15 @@
 
 #include "quant/sd_quant.h"
 
+/* The shared test data folder: $SD_SHARED_DATA when set and not empty, else the
+ * compiled-in ../shared/data beside the checkout (SD_SHARED_DATA_DEFAULT). Tests that
+ * need it skip with cr_skip_test when a file is absent, so a user's clone (or
+ * SD_SHARED_DATA=/no/such/folder) passes. */
+const char *tu_shared_data(void);
+/* tu_shared_data() + "/" + rel, in one of 8 static buffers used in turn (so a few can be
+ * live in one expression; tests are single-threaded). */
+const char *tu_shared(const char *rel);
+
 /* Make a fresh temporary folder (mkdtemp under $TMPDIR or /tmp) into buf. 0 on success. */
 int tu_mkdtemp(char *buf, size_t cap);
 /* Remove a folder and the plain files directly in it. */
@@ -34,6 +43,7 @@ typedef struct tu_llama_spec {
     sd_type wtype;          /* type of the 2-D weight matrices (F32, F16, BF16, Q8_0, Q4_0) */
     int tied;               /* 1: no output.weight (token_embd is the classifier) */
     const char *tok_prefix; /* text of normal tokens: prefix + id (default "t") */
+    int nan_output_norm;    /* 1: every output_norm weight is NaN (non-finite logits) */
 } tu_llama_spec;
 
 tu_llama_spec tu_llama_default_spec(void);
@@ -45,10 +55,15 @@ int tu_make_llama(const char *path, const tu_llama_spec *spec);
  * Paths into t and d. 0 on success. */
 int tu_make_test_pair(const char *dir, char *t, size_t tcap, char *d, size_t dcap);
 
-/* Convert ../shared/data/models/stories260K.bin into dir/stories260K-f32.gguf and
+/* Convert tu_shared("models/stories260K.bin") into dir/stories260K-f32.gguf and
  * quantize it to dir/stories260K-q4_0.gguf and -q8_0.gguf. Returns 1 if made, 0 if
  * the shared data is absent (caller skips), -1 on error. */
 int tu_make_stories_pair(const char *dir);
+
+/* A small llama2.c checkpoint (karpathy/llama2.c legacy format: 7 int32 header, then
+ * float32 weights; dim 64, hidden 96, 2 layers, 4 heads, 2 KV heads, 6 tokens, seq 8,
+ * shared classifier) and its tokenizer file at ckpt and tok. 0, or -1. */
+int tu_make_llama2c(const char *ckpt, const char *tok);
 
 /* Run a shell command line; stdout and stderr captured (malloc'd, NUL-terminated;
  * pass NULL to discard). Returns the exit status (or -1). */

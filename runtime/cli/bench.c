@@ -39,9 +39,15 @@ static void bench_help(FILE *f) {
                "  --kv-type f32|f16      KV-cache element type (default: the config's, else f32)\n"
                "  --warmup N             untimed A/B pairs before measuring (default 1)\n"
                "  --reps N               repetitions of each timed step (default 9)\n"
-               "  --json FILE            write per-run records and the summary as JSON\n"
+               "  --json FILE            write per-run records and the summary as JSON (checked\n"
+               "                         writable, a regular file or absent, before the runs)\n"
                "  --kernels              kernels mode: also --bw-mib M (default 1024),\n"
-               "                         --pos P (default 128), --prefill N (default 128)\n");
+               "                         --pos P (default 128), --prefill N (default 128)\n"
+               "  generate's other flags (--threads-force, -ctk/-ctv, -cd, --ignore-eos, -e,\n"
+               "  --log-disable) and its handling of llama.cpp flags apply too.\n"
+               "A row is marked suspect (table and JSON) when its figures are outside what the\n"
+               "model allows: speedup above K + 1, v below 0.9, or the measured speedup more\n"
+               "than 2x off the predicted one (a busy machine: rerun).\n");
 }
 
 int bench_usage(const char *fmt, const char *arg) {
@@ -101,24 +107,39 @@ void bench_dvec_free(bench_dvec *d) {
     memset(d, 0, sizeof *d);
 }
 
-/* "1,2,4,8" -> ks; returns the count or -1. */
-
-/* Read prompts, one a line (empty lines skipped, a trailing '\r' dropped). */
-
 int bench_write_json(json_t *root, const char *path, sd_error *err) {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return sd_errorf(err, SD_ERR_ARG, "%.200s...: path too long", path);
-    if (json_dump_file(root, tmp, JSON_INDENT(1) | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(8))) {
-        unlink(tmp);
-        return sd_errorf(err, SD_ERR_IO, "%s: cannot write JSON", path);
+    char *text = json_dumps(root, JSON_INDENT(1) | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(8));
+    if (!text) return sd_errorf(err, SD_ERR_OOM, "%s: cannot build JSON", path);
+    size_t len = strlen(text);
+    int rc = sd_cli_write_file_atomic(path, text, len, err);
+    free(text);
+    return rc;
+}
+
+int bench_suspect(int32_t k, double speedup, double predicted, double v, char *why, size_t cap) {
+    size_t n = 0;
+    why[0] = '\0';
+    char part[3][160];
+    int np = 0;
+    if (isfinite(speedup) && speedup > (double)(k + 1))
+        snprintf(part[np++], sizeof part[0],
+                 "speedup %.2f above K + 1 = %d (the most one target pass can give)", speedup,
+                 k + 1);
+    if (isfinite(v) && v < BENCH_V_MIN)
+        snprintf(part[np++], sizeof part[0],
+                 "v = %.3f: a %d-token verification pass measured cheaper than one decode step "
+                 "(below %.2f)",
+                 v, k + 1, BENCH_V_MIN);
+    if (isfinite(speedup) && isfinite(predicted) && speedup > 0 && predicted > 0 &&
+        (speedup > BENCH_PRED_FACTOR * predicted || predicted > BENCH_PRED_FACTOR * speedup))
+        snprintf(part[np++], sizeof part[0],
+                 "measured speedup %.2f is %.2fx the predicted %.2f (more than %.0fx off)", speedup,
+                 speedup / predicted, predicted, BENCH_PRED_FACTOR);
+    for (int i = 0; i < np && n + 1 < cap; i++) {
+        int w = snprintf(why + n, cap - n, "%s%s", i ? "; " : "", part[i]);
+        n += w > 0 ? (size_t)w : 0; /* snprintf truncates and terminates past cap */
     }
-    if (rename(tmp, path)) {
-        unlink(tmp);
-        return sd_errorf(err, SD_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp,
-                         strerror(errno));
-    }
-    return SD_OK;
+    return np > 0;
 }
 
 /* JSON number that stays valid for NaN / inf (-> null). */
@@ -307,6 +328,7 @@ static int bench_option(int o, const char *arg, void *user) {
 static int parse_bench(int argc, char **argv, bench_cli *c) {
     static const struct option opts[] = {
         SD_CLI_GEN_LONGOPTS,
+        SD_CLI_EXTRA_LONGOPTS,
         {"runs", required_argument, 0, OPT_RUNS},
         {"k-list", required_argument, 0, OPT_KLIST},
         {"warmup", required_argument, 0, OPT_WARMUP},
@@ -335,6 +357,39 @@ static const char *k_default_prompts[] = {
     "def fibonacci(n):",
 };
 
+static void free_prompts(char **v, int n) {
+    for (int i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* The prompts, each malloc'd: --prompt-file (one a line), --prompt or the config's, else
+ * the defaults; escapes processed with -e. */
+static int get_prompts(const bench_cli *c, const sd_cli_pair *p, char ***out, int *n_out,
+                       sd_error *err) {
+    char **v = NULL;
+    int n = 0, rc = SD_OK;
+    if (c->g.prompt_file) {
+        if ((rc = read_prompts(c->g.prompt_file, &v, &n, err))) return rc;
+    } else {
+        const char *one = c->g.prompt ? c->g.prompt : p->cfg.prompt;
+        const int nd = (int)(sizeof k_default_prompts / sizeof k_default_prompts[0]);
+        const int want = one ? 1 : nd;
+        if (!(v = calloc((size_t)want, sizeof *v)))
+            return sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
+        for (; n < want; n++)
+            if (!(v[n] = strdup(one ? one : k_default_prompts[n]))) {
+                free_prompts(v, n);
+                return sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
+            }
+    }
+    for (int i = 0; c->g.escape && i < n; i++)
+        sd_cli_unescape(v[i], strlen(v[i]));
+    *out = v;
+    *n_out = n;
+    return SD_OK;
+}
+
 int sd_cmd_bench(int argc, char **argv) {
     bench_cli c;
     int prc = parse_bench(argc, argv, &c);
@@ -344,7 +399,7 @@ int sd_cmd_bench(int argc, char **argv) {
     p.ep = sd_engine_default_params();
     p.ep.gen.samp.temp = 0.0f; /* greedy unless asked */
     char **prompts = NULL;
-    int n_prompts = 0, own_prompts = 0;
+    int n_prompts = 0;
     int rc = SD_OK, code = EXIT_FAILURE;
     if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
     if (!p.ep.target) {
@@ -352,6 +407,9 @@ int sd_cmd_bench(int argc, char **argv) {
             bench_usage("%s", "bench: no target model: pass --target FILE (-m) or --config FILE");
         goto done;
     }
+    /* The output must be writable before the benchmark, not found unwritable after it. */
+    const char *inputs[4] = {p.ep.target, p.ep.draft, c.g.config, c.g.prompt_file};
+    if (c.json && (rc = sd_cli_check_output(c.json, inputs, 4, &err))) goto done;
     if (c.kernels) {
         rc = bench_run_kernels(&c, &p, &err);
         if (!rc) code = EXIT_SUCCESS;
@@ -365,27 +423,12 @@ int sd_cmd_bench(int argc, char **argv) {
         code = bench_usage("%s", "bench: give either --prompt or --prompt-file, not both");
         goto done;
     }
-    if (c.g.prompt_file) {
-        if ((rc = read_prompts(c.g.prompt_file, &prompts, &n_prompts, &err))) goto done;
-        own_prompts = 1;
-    } else if (c.g.prompt || p.cfg.prompt) {
-        static char *one[1];
-        one[0] = (char *)(c.g.prompt ? c.g.prompt : p.cfg.prompt);
-        prompts = one;
-        n_prompts = 1;
-    } else {
-        prompts = (char **)k_default_prompts;
-        n_prompts = (int)(sizeof k_default_prompts / sizeof k_default_prompts[0]);
-    }
+    if ((rc = get_prompts(&c, &p, &prompts, &n_prompts, &err))) goto done;
     rc = bench_run_ab(&c, &p, prompts, n_prompts, &err);
     if (!rc) code = EXIT_SUCCESS;
 done:
     if (rc) code = sd_cli_fail(&err);
-    if (own_prompts) {
-        for (int i = 0; i < n_prompts; i++)
-            free(prompts[i]);
-        free(prompts);
-    }
+    free_prompts(prompts, n_prompts);
     sd_cli_pair_free(&p);
     return code;
 }

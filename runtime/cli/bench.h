@@ -55,6 +55,22 @@ void bench_make_fill(int32_t *ctx, int32_t n, const int32_t *prompt, int32_t n_p
 int bench_time_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t n, int reps,
                     float *logits, double *ms, sd_error *err);
 
+/*
+ * Figures outside what the model of speculative decoding allows, which only a busy or
+ * unsteady machine produces (the timings of the two sides are then not comparable):
+ *   - speedup above K + 1: a target pass emits at most K + 1 tokens and costs at least
+ *     one decode step (v >= 1), so the speedup is at most (K + 1) / v <= K + 1;
+ *   - v below BENCH_V_MIN: a (K+1)-token verification pass measured cheaper than one
+ *     decode step beyond timing noise (it does strictly more work);
+ *   - measured speedup more than BENCH_PRED_FACTOR times off the predicted one (above or
+ *     below), the prediction being from the same run's a, c and v.
+ * Non-finite figures are not judged. Returns 1 (reasons "; "-joined into why[cap]) or 0
+ * (why = "").
+ */
+#define BENCH_V_MIN       0.9
+#define BENCH_PRED_FACTOR 2.0
+int bench_suspect(int32_t k, double speedup, double predicted, double v, char *why, size_t cap);
+
 /* The two modes. */
 int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err);
 int bench_run_ab(const bench_cli *c, sd_cli_pair *p, char **prompts, int n_prompts, sd_error *err);

@@ -240,8 +240,8 @@ static int ab_costs(ab_ctx *a, sd_error *err) {
     if (!rc) rc = sd_session_init(dm, &dsp, &ds, err);
     const int reps = (int)a->c->reps;
     if (!rc)
-        fprintf(stderr,
-                "specdec bench: timing decode steps and verification passes at position %d\n", pos);
+        sd_cli_progress(
+            "specdec bench: timing decode steps and verification passes at position %d\n", pos);
     if (!rc) rc = bench_time_eval(ts, fill, pos, 1, reps, logits, &a->t_tstep, err);
     if (!rc) rc = bench_time_eval(ds, fill, pos, 1, reps, logits, &a->t_dstep, err);
     for (int ki = 0; ki < a->n_ks && !rc; ki++)
@@ -253,34 +253,39 @@ static int ab_costs(ab_ctx *a, sd_error *err) {
     return rc;
 }
 
-/* All runs of one K (ki-th of the list): a table row and a summary record. */
-static int ab_one_k(ab_ctx *a, int ki, sd_error *err) {
+/* What the runs of one K gather. */
+typedef struct k_runs {
+    side_acc sa, sb;   /* A (target alone) and B (speculative) */
+    bench_dvec ratios; /* per-pair tok/s ratios B / A */
+    int match;         /* every greedy B run emitted its A run's tokens */
+} k_runs;
+
+/* The ABAB runs of one K (ki-th of the list), each pair recorded in a->jruns. */
+static int ab_k_runs(ab_ctx *a, int ki, k_runs *kr, sd_error *err) {
     const bench_cli *c = a->c;
     const sd_gen_params *g0 = &a->p->ep.gen;
     const int greedy = g0->samp.temp <= 0.0f;
     const int32_t k = a->ks[ki];
-    const double cost_c = a->t_dstep / a->t_tstep;
-    side_acc sa = {0}, sb = {0};
-    bench_dvec ratios = {0};
     sd_gen_stats st_a, st_b;
-    int match_k = 1, rc = SD_OK;
+    int rc = SD_OK;
+    kr->match = 1;
     for (int64_t r = 0; r < c->runs && !rc; r++) {
         const int pi = (int)(r % a->n_prompts);
         const uint64_t seed = g0->seed + (uint64_t)r;
-        fprintf(stderr, "specdec bench: K=%d run %lld/%lld (prompt %d)\n", k, (long long)r + 1,
-                (long long)c->runs, pi);
-        if ((rc = one_run(a, pi, seed, 0, a->out_a, &sa, &st_a, err))) break;
-        if ((rc = one_run(a, pi, seed, k, a->out_b, &sb, &st_b, err))) break;
+        sd_cli_progress("specdec bench: K=%d run %lld/%lld (prompt %d)\n", k, (long long)r + 1,
+                        (long long)c->runs, pi);
+        if ((rc = one_run(a, pi, seed, 0, a->out_a, &kr->sa, &st_a, err))) break;
+        if ((rc = one_run(a, pi, seed, k, a->out_b, &kr->sb, &st_b, err))) break;
         const double ta = sd_stats_tokens_per_s(&st_a), tb = sd_stats_tokens_per_s(&st_b);
         const double ratio = ta > 0 ? tb / ta : NAN;
-        if (bench_dvec_push(&ratios, ratio)) {
+        if (bench_dvec_push(&kr->ratios, ratio)) {
             rc = sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
             break;
         }
         int match = st_a.n_generated == st_b.n_generated &&
                     !memcmp(a->out_a, a->out_b, (size_t)st_a.n_generated * sizeof(int32_t));
         if (greedy && !match) {
-            match_k = 0;
+            kr->match = 0;
             fprintf(stderr,
                     "specdec bench: K=%d run %lld: speculative tokens differ from "
                     "target-alone tokens (greedy)\n",
@@ -293,39 +298,73 @@ static int ab_one_k(ab_ctx *a, int ki, sd_error *err) {
         json_array_append_new(a->jruns, ra);
         json_array_append_new(a->jruns, rb);
     }
+    return rc;
+}
+
+/* "median [min,max]" of x[0 .. n) into buf. */
+static void fmt_range(char *buf, size_t cap, const bench_dvec *x) {
+    snprintf(buf, cap, "%.2f [%.2f,%.2f]", bench_quantile(x->v, x->n, 0.5), bench_min(x->v, x->n),
+             bench_max(x->v, x->n));
+}
+
+/* "p50/p90" of x[0 .. n) into buf. */
+static void fmt_pct(char *buf, size_t cap, const bench_dvec *x) {
+    snprintf(buf, cap, "%.1f/%.1f", bench_quantile(x->v, x->n, 0.5),
+             bench_quantile(x->v, x->n, 0.9));
+}
+
+/* The table row of one K (with its plausibility flag, the reasons on the next line)
+ * and its summary record. */
+static int ab_k_report(ab_ctx *a, int ki, const k_runs *kr, sd_error *err) {
+    const int greedy = a->p->ep.gen.samp.temp <= 0.0f;
+    const int32_t k = a->ks[ki];
+    const side_acc *sa = &kr->sa, *sb = &kr->sb;
+    const double cost_c = a->t_dstep / a->t_tstep;
+    const double acc = sb->n_drafted ? (double)sb->n_accepted / sb->n_drafted : 0.0;
+    const double acc_pass = sb->n_passes ? (double)sb->n_accepted / sb->n_passes : 0.0;
+    const double v = a->t_ver[ki] / a->t_tstep;
+    const double pred = predicted_speedup(acc, k, cost_c, v);
+    const double sp_med = bench_quantile(kr->ratios.v, kr->ratios.n, 0.5);
+    char why[512];
+    const int suspect = bench_suspect(k, sp_med, pred, v, why, sizeof why);
+    char ta[64], tb[64], tt[64], ti[64];
+    fmt_range(ta, sizeof ta, &sa->tps);
+    fmt_range(tb, sizeof tb, &sb->tps);
+    fmt_pct(tt, sizeof tt, &sb->ttft);
+    fmt_pct(ti, sizeof ti, &sb->itl);
+    printf("%3d %22s %22s %7.3f %7.3f %6.3f %6.3f %6.3f %15s %15s %6.4f %5s %s\n", k, ta, tb,
+           sp_med, pred, acc, acc_pass, v, tt, ti, cost_c,
+           greedy ? (kr->match ? "yes" : "NO") : "-", suspect ? "YES" : "-");
+    if (suspect) printf("    K=%d suspect: %s\n", k, why);
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout))
+        return sd_errorf(err, SD_ERR_IO, "stdout: write error: %s", strerror(errno ? errno : EIO));
+    json_t *sum = json_pack(
+        "{s:i,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:b,s:o}", "k", k, "target",
+        side_json(sa, 0, k), "spec", side_json(sb, 1, k), "speedup",
+        bench_jstats3(kr->ratios.v, kr->ratios.n), "predicted_speedup", bench_jnum(pred),
+        "acceptance_rate", bench_jnum(acc), "mean_accepted_per_pass", bench_jnum(acc_pass), "c",
+        bench_jnum(cost_c), "v", bench_jnum(v), "t_target_step_ms", bench_jnum(a->t_tstep),
+        "t_draft_step_ms", bench_jnum(a->t_dstep), "t_verify_pass_ms", bench_jnum(a->t_ver[ki]),
+        "greedy_match", greedy ? json_boolean(kr->match) : json_null(), "suspect", suspect,
+        "suspect_reason", suspect ? json_string(why) : json_null());
+    if (!sum) return sd_errorf(err, SD_ERR_OOM, "bench: cannot build JSON");
+    json_array_append_new(a->jsum, sum);
+    return SD_OK;
+}
+
+/* All runs of one K (ki-th of the list): a table row and a summary record. */
+static int ab_one_k(ab_ctx *a, int ki, sd_error *err) {
+    k_runs kr;
+    memset(&kr, 0, sizeof kr);
+    int rc = ab_k_runs(a, ki, &kr, err);
     if (!rc) {
-        a->all_match &= match_k;
-        const double acc = sb.n_drafted ? (double)sb.n_accepted / sb.n_drafted : 0.0;
-        const double acc_pass = sb.n_passes ? (double)sb.n_accepted / sb.n_passes : 0.0;
-        const double v = a->t_ver[ki] / a->t_tstep;
-        const double pred = predicted_speedup(acc, k, cost_c, v);
-        const double sp_med = bench_quantile(ratios.v, ratios.n, 0.5);
-        char ta[64], tb[64], tt[64], ti[64];
-        snprintf(ta, sizeof ta, "%.2f [%.2f,%.2f]", bench_quantile(sa.tps.v, sa.tps.n, 0.5),
-                 bench_min(sa.tps.v, sa.tps.n), bench_max(sa.tps.v, sa.tps.n));
-        snprintf(tb, sizeof tb, "%.2f [%.2f,%.2f]", bench_quantile(sb.tps.v, sb.tps.n, 0.5),
-                 bench_min(sb.tps.v, sb.tps.n), bench_max(sb.tps.v, sb.tps.n));
-        snprintf(tt, sizeof tt, "%.1f/%.1f", bench_quantile(sb.ttft.v, sb.ttft.n, 0.5),
-                 bench_quantile(sb.ttft.v, sb.ttft.n, 0.9));
-        snprintf(ti, sizeof ti, "%.1f/%.1f", bench_quantile(sb.itl.v, sb.itl.n, 0.5),
-                 bench_quantile(sb.itl.v, sb.itl.n, 0.9));
-        printf("%3d %22s %22s %7.3f %7.3f %6.3f %6.3f %6.3f %15s %15s %6.4f %s\n", k, ta, tb,
-               sp_med, pred, acc, acc_pass, v, tt, ti, cost_c,
-               greedy ? (match_k ? "yes" : "NO") : "-");
-        fflush(stdout);
-        json_t *sum = json_pack(
-            "{s:i,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "k", k, "target",
-            side_json(&sa, 0, k), "spec", side_json(&sb, 1, k), "speedup",
-            bench_jstats3(ratios.v, ratios.n), "predicted_speedup", bench_jnum(pred),
-            "acceptance_rate", bench_jnum(acc), "mean_accepted_per_pass", bench_jnum(acc_pass), "c",
-            bench_jnum(cost_c), "v", bench_jnum(v), "t_target_step_ms", bench_jnum(a->t_tstep),
-            "t_draft_step_ms", bench_jnum(a->t_dstep), "t_verify_pass_ms", bench_jnum(a->t_ver[ki]),
-            "greedy_match", greedy ? json_boolean(match_k) : json_null());
-        json_array_append_new(a->jsum, sum);
+        a->all_match &= kr.match;
+        rc = ab_k_report(a, ki, &kr, err);
     }
-    side_free(&sa);
-    side_free(&sb);
-    bench_dvec_free(&ratios);
+    side_free(&kr.sa);
+    side_free(&kr.sb);
+    bench_dvec_free(&kr.ratios);
     return rc;
 }
 
@@ -369,8 +408,8 @@ int bench_run_ab(const bench_cli *c, sd_cli_pair *p, char **prompts, int n_promp
     const sd_gen_params *g0 = &p->ep.gen;
     /* Warm-up pairs (not recorded). */
     for (int64_t w = 0; w < c->warmup && !rc; w++) {
-        fprintf(stderr, "specdec bench: warm-up %lld/%lld\n", (long long)w + 1,
-                (long long)c->warmup);
+        sd_cli_progress("specdec bench: warm-up %lld/%lld\n", (long long)w + 1,
+                        (long long)c->warmup);
         sd_gen_stats st;
         const int pi = (int)(w % n_prompts);
         rc = one_run(&a, pi, g0->seed + (uint64_t)w, 0, a.out_a, NULL, &st, err);
@@ -387,9 +426,9 @@ int bench_run_ab(const bench_cli *c, sd_cli_pair *p, char **prompts, int n_promp
         printf("step costs at position %d: target decode %.3f ms, draft decode %.3f ms (c = "
                "%.4f)\n",
                a.pos, a.t_tstep, a.t_dstep, a.t_dstep / a.t_tstep);
-        printf("%3s %22s %22s %7s %7s %6s %6s %6s %15s %15s %6s %s\n", "K", "target tok/s",
+        printf("%3s %22s %22s %7s %7s %6s %6s %6s %15s %15s %6s %5s %s\n", "K", "target tok/s",
                "spec tok/s", "speedup", "predict", "accept", "acc/ps", "v", "TTFT p50/p90 ms",
-               "ITL p50/p90 ms", "c", "match");
+               "ITL p50/p90 ms", "c", "match", "suspect");
     }
     for (int ki = 0; ki < a.n_ks && !rc; ki++)
         rc = ab_one_k(&a, ki, err);
@@ -399,6 +438,9 @@ int bench_run_ab(const bench_cli *c, sd_cli_pair *p, char **prompts, int n_promp
                    a.all_match ? "equals" : "DIFFERS FROM");
         printf("speedup: median of per-pair tok/s ratios; predict: (1 - a^(K+1)) / ((1 - a)(K "
                "c + v)) with a = accept\n");
+        printf("suspect: speedup above K + 1, v below %.2f, or speedup more than %.0fx off the "
+               "prediction (a busy machine; rerun)\n",
+               BENCH_V_MIN, BENCH_PRED_FACTOR);
     }
     if (!rc && c->json) {
         root = ab_json(&a);

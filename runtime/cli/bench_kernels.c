@@ -112,8 +112,8 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
     const size_t wbytes = sd_model_weight_bytes(m);
     /* A decode step reads one embedding row, not the table (unless it is the classifier). */
     const size_t streamed = tied ? wbytes : wbytes - embd_bytes;
-    fprintf(stderr, "specdec bench: %s: decode and verification passes at position %d\n", role,
-            pos);
+    sd_cli_progress("specdec bench: %s: decode and verification passes at position %d\n", role,
+                    pos);
     double t1 = 0;
     json_t *jver = json_array();
     printf("\n%s %s: %.1f M matrix params, weights %.1f MiB (%.1f MiB streamed per step)\n", role,
@@ -132,7 +132,7 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
         json_decref(jver);
         goto done;
     }
-    fprintf(stderr, "specdec bench: %s: prefill of %d tokens\n", role, n_pre);
+    sd_cli_progress("specdec bench: %s: prefill of %d tokens\n", role, n_pre);
     double pre_ms = 0;
     {
         const int pre_reps = reps < 3 ? reps : 3;
@@ -193,8 +193,8 @@ int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
     const int bw_reps = (int)(c->reps < 10 ? 10 : c->reps);
     double bw = 0, bw_before = 0, bw_after = 0;
     if (!rc) {
-        fprintf(stderr, "specdec bench: memory read bandwidth (%lld MiB, %d threads)\n",
-                (long long)c->bw_mib, nth);
+        sd_cli_progress("specdec bench: memory read bandwidth (%lld MiB, %d threads)\n",
+                        (long long)c->bw_mib, nth);
         rc = measure_bandwidth(c->bw_mib, nth, bw_reps, &bw_before, err);
         bw = bw_before;
     }

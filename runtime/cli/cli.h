@@ -1,22 +1,26 @@
 /*
- * Sub-commands of the specdec CLI that live in their own files. Each takes the
- * arguments after "specdec" (argv[0] is the command name) and returns the process exit
- * status: 0 ok, 1 error (one line "specdec: ..." on stderr), 2 usage error.
+ * runtime/cli: the specdec program (not part of the library; built as specdec_cli so
+ * tests can call its pieces, main.c alone is the executable). May include every face.
+ * Each command takes the arguments after "specdec" (argv[0] is the command name) and
+ * returns the process exit status: 0 ok, 1 error (one line "specdec: ..." on stderr),
+ * 2 usage error. `specdec CMD --help` prints each command's options.
  *
- *   specdec synth  (runtime/synth.c)  llama-shaped GGUF pairs of real shapes with seeded
- *                                     random weights: a draft and a target that is a
- *                                     grown copy of it plus noise (--noise dials how
- *                                     often they agree)
- *   specdec bench  (runtime/bench.c)  A/B benchmark (target alone vs speculative, ABAB,
- *                                     same seeds) with measured vs predicted speedup;
- *                                     --kernels: bandwidth, verification-pass cost,
- *                                     prefill throughput
- *   specdec perplexity (runtime/perplexity.c)  mean NLL (nats/token) and perplexity of
- *                                     a model over the stories of a text file
+ *   generate    cmd_generate.c   speculative (or target-alone) generation
+ *   convert     cmd_model.c      llama2.c checkpoint -> GGUF
+ *   quantize    cmd_model.c      a quantized copy of a GGUF model
+ *   info        cmd_model.c      what a GGUF file holds
+ *   tokenize    cmd_tokenize.c   token ids (or "id -> 'piece'" lines) of a text
+ *   bench       bench.c          A/B benchmark (target alone vs speculative, ABAB, same
+ *               bench_ab.c       seeds) with measured vs predicted speedup; --kernels
+ *               bench_kernels.c  (bandwidth, verification-pass cost, prefill)
+ *   synth       synth.c          llama-shaped GGUF pairs of real shapes with seeded
+ *               synth_weights.c  random weights (a target that grows a draft + noise)
+ *   perplexity  perplexity.c     mean NLL (nats/token) and perplexity over stories
  *
- * Below them, the pieces the commands share (runtime/cli_common.c): messages, strict
- * number parsing, reading a file, and the generation flags of `generate` and `bench`
- * with their merge over a pair config and the loading of the pair.
+ * Below them, the pieces the commands share: messages, strict numbers, reading a file,
+ * the generation flags of generate and bench with their merge over a pair config and
+ * the loading of the pair (cli_common.c; configs: config.c); llama.cpp's spellings
+ * (cli_flags.c); output files, signals and stdout (outfile.c).
  */
 #ifndef SD_CLI_H
 #define SD_CLI_H
@@ -56,11 +60,48 @@ void sd_cli_generate_help(FILE *f);
 int sd_cli_usage(const char *hint, const char *fmt, const char *arg);
 /* Print "specdec: <err's message>" on stderr; returns EXIT_FAILURE. */
 int sd_cli_fail(const sd_error *err);
+/* A thread count for the models: n (0 = all cores) unless it exceeds sd_n_cores(), the
+ * cores this process may use; then, unless force, one note on stderr and the core
+ * count (more threads than cores wait for each other at every barrier: ~400x slower
+ * measured on a 1.1B model with 64 threads on 2 cores). */
+int32_t sd_cli_cap_threads(int64_t n, int force);
+
 /* Strict numbers: all of s, in [lo, hi]. 0, or -1 (out untouched). */
 int sd_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int sd_cli_parse_f64(const char *s, double lo, double hi, double *out);
 /* A whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). */
 int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err);
+
+/* ---- outputs (runtime/cli/outfile.c) ---- */
+
+/* Install the handlers that remove the armed temporary file on SIGINT, SIGTERM, SIGHUP,
+ * SIGQUIT, SIGPIPE and SIGXFSZ and then end the process as the signal would (signals
+ * the parent ignores stay ignored). Once, at start. */
+void sd_cli_signals_install(void);
+/* Arm: a fatal signal removes sd_gguf_temp_path(out_path), the temporary the writers
+ * use for out_path, until sd_cli_temp_disarm. One at a time. */
+void sd_cli_temp_arm(const char *out_path);
+void sd_cli_temp_disarm(void);
+
+/* Before any work: path may be replaced (sd_gguf_check_output: absent or a regular
+ * file, none of the inputs), is writable if it exists, and its folder takes a new file
+ * (the temporary is created and removed). 0, or an error naming path. */
+int sd_cli_check_output(const char *path, const char *const *inputs, size_t n_inputs,
+                        sd_error *err);
+/* Write text[0 .. len) to path atomically (temporary, fsync, rename; armed for
+ * signals; the temporary removed on every error). */
+int sd_cli_write_file_atomic(const char *path, const char *text, size_t len, sd_error *err);
+
+/* Flush stdout: 0 if everything written so far got there, else 1 after printing
+ * "specdec: stdout: write error: ..." on stderr. */
+int sd_cli_stdout_failed(void);
+/* At exit: for a command that succeeded, flush and close stdout and turn a failure into
+ * EXIT_FAILURE with one line on stderr; a failed command's status is kept. */
+int sd_cli_finish_stdout(int exit_code);
+/* Progress lines go to stderr only when it is a terminal (sd_cli_progress_on); a pipe
+ * or a file gets only results, notes and errors. */
+int sd_cli_progress_on(void);
+void sd_cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- generation flags shared by generate and bench ---- */
 
@@ -112,13 +153,85 @@ typedef struct sd_cli_gen_opts {
     int has_n, has_k, has_temp, has_top_k, has_top_p, has_seed, has_threads, has_ctx;
     int64_t n, k, top_k, seed, threads, ctx;
     double temp, top_p;
+    /* The flags of runtime/cli/cli_flags.c (SD_CLI_EXTRA_LONGOPTS). */
+    int threads_force;                       /* --threads-force: keep -t above the cores */
+    const char *cache_type_k, *cache_type_v; /* -ctk / -ctv: "f32", "f16" or NULL */
+    int has_ctx_draft;                       /* -cd/--ctx-size-draft N */
+    int64_t ctx_draft;
+    int ignore_eos;        /* --ignore-eos */
+    int escape;            /* -e/--escape: process \n, \t, ... in the prompt */
+    int log_disable;       /* --log-disable: no notes or statistics */
+    int no_display_prompt; /* --no-display-prompt: do not echo the prompt */
 } sd_cli_gen_opts;
 
 /* What a command's own-option callback returns for an option it leaves to the shared
  * parser. */
 #define SD_CLI_PASS (-2)
 
+/* ---- llama.cpp spellings (runtime/cli/cli_flags.c) ----
+ *
+ * Flags that map to what specdec has, shared by generate and bench (ids between the
+ * shared group's and SD_CLI_OPT_OWN; a command's table lists SD_CLI_EXTRA_LONGOPTS
+ * after SD_CLI_GEN_LONGOPTS):
+ *   --threads-force           keep --threads above the cores this process may use
+ *   -ctk/--cache-type-k T     KV-cache element type, f32 or f16 (K and V share it: -ctk,
+ *   -ctv/--cache-type-v T     -ctv and --kv-type must agree)
+ *   -cd/--ctx-size-draft N    the draft's context (0: the target's)
+ *   --ignore-eos              EOS is never emitted (its logit is -inf)
+ *   -e/--escape, --no-escape  process \n \t \r \\ \' \" \xHH ... in the prompt (default
+ *                             off, unlike llama.cpp: a prompt is taken as written)
+ *   --log-disable             no notes or statistics on stderr (errors still are)
+ *   --no-display-prompt       generate does not echo the prompt
+ */
+enum {
+    SD_CLI_OPT_THREADS_FORCE = 1050,
+    SD_CLI_OPT_CACHE_TYPE_K,
+    SD_CLI_OPT_CACHE_TYPE_V,
+    SD_CLI_OPT_CTX_DRAFT,
+    SD_CLI_OPT_IGNORE_EOS,
+    SD_CLI_OPT_ESCAPE,
+    SD_CLI_OPT_NO_ESCAPE,
+    SD_CLI_OPT_LOG_DISABLE,
+    SD_CLI_OPT_NO_DISPLAY_PROMPT,
+};
+
+/* clang-format off */
+#define SD_CLI_EXTRA_LONGOPTS                                          \
+    {"threads-force", no_argument, 0, SD_CLI_OPT_THREADS_FORCE},       \
+    {"cache-type-k", required_argument, 0, SD_CLI_OPT_CACHE_TYPE_K},   \
+    {"cache-type-v", required_argument, 0, SD_CLI_OPT_CACHE_TYPE_V},   \
+    {"ctx-size-draft", required_argument, 0, SD_CLI_OPT_CTX_DRAFT},    \
+    {"ignore-eos", no_argument, 0, SD_CLI_OPT_IGNORE_EOS},             \
+    {"escape", no_argument, 0, SD_CLI_OPT_ESCAPE},                     \
+    {"no-escape", no_argument, 0, SD_CLI_OPT_NO_ESCAPE},               \
+    {"log-disable", no_argument, 0, SD_CLI_OPT_LOG_DISABLE},           \
+    {"no-display-prompt", no_argument, 0, SD_CLI_OPT_NO_DISPLAY_PROMPT}
+/* clang-format on */
+
+/* What sd_cli_extra_option returns for an id that is not one of this group. */
+#define SD_CLI_NOT_SHARED (-3)
+
 struct option;
+/*
+ * Before getopt: rewrite llama.cpp's aliases (-md, -ctk, -ctv, -cd, -e) to long options
+ * the command has; drop llama.cpp flags that have no meaning here (each with one note on
+ * stderr, or silently when it names what specdec always does; the table and what each
+ * means is in cli_flags.c) with their values; reject other multi-letter single-dash
+ * flags by name. Values of the command's options are skipped (a prompt may start with
+ * '-'). argv is compacted in place (*argc updated). 0 or a usage exit status.
+ */
+int sd_cli_prescan(int *argc, char **argv, const char *shortopts, const struct option *longopts,
+                   const char *hint);
+/* One flag of SD_CLI_EXTRA_LONGOPTS into *g: 0, a usage status or SD_CLI_NOT_SHARED. */
+int sd_cli_extra_option(int id, const char *arg, sd_cli_gen_opts *g);
+/* After parsing: -ctk, -ctv and --kv-type must agree; g->kv_type becomes the one type.
+ * 0 or a usage status. */
+int sd_cli_extra_finish(sd_cli_gen_opts *g);
+/* Process the escapes of s[0 .. n) in place as llama.cpp's --escape does: \n \t \r \a
+ * \b \f \v \\ \' \" \? and \xH or \xHH; any other backslash is kept. Returns the new
+ * length (s is NUL-terminated there when it shrank). */
+size_t sd_cli_unescape(char *s, size_t n);
+
 /*
  * Parse argv[1 .. argc) into *g (zeroed first; hint kept). Multi-letter single-dash
  * flags that are not known (llama.cpp's -ngl 99, -fa) are rejected by name. Each option

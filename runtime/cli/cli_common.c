@@ -24,6 +24,16 @@ int sd_cli_fail(const sd_error *err) {
     return EXIT_FAILURE;
 }
 
+int32_t sd_cli_cap_threads(int64_t n, int force) {
+    const int cores = sd_n_cores();
+    if (n <= cores || force) return (int32_t)n;
+    fprintf(stderr,
+            "specdec: %lld threads is more than the %d cores this process may use (they would "
+            "wait for each other and run far slower); using %d (--threads-force keeps %lld)\n",
+            (long long)n, cores, cores, (long long)n);
+    return cores;
+}
+
 int sd_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     if (!s || !*s) return -1;
     errno = 0;
@@ -79,38 +89,7 @@ int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err) {
 
 /* ---- generation flags ---- */
 
-/*
- * getopt would read llama.cpp's multi-letter single-dash flags that we do not know
- * (-ngl 99, -fa, -cd 256) as a short flag with a glued value (-n "gl"). Reject them by
- * name instead. Values of options that take one are skipped (a prompt may start with
- * '-'). Returns 0 or a usage-error exit status.
- */
-static int reject_unknown_single_dash(int argc, char **argv, const char *shortopts,
-                                      const struct option *longopts, const char *hint) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--")) break;
-        if (a[0] != '-' || a[1] == '\0') continue;
-        int takes_value = 0;
-        if (a[1] == '-') {
-            if (strchr(a, '=')) continue;
-            for (const struct option *o = longopts; o->name; o++)
-                if (!strcmp(a + 2, o->name)) takes_value = o->has_arg == required_argument;
-        } else if (a[2] == '\0') {
-            const char *c = strchr(shortopts, a[1]);
-            takes_value = c && c[1] == ':';
-        } else if ((a[1] >= 'a' && a[1] <= 'z') || (a[1] >= 'A' && a[1] <= 'Z')) {
-            if (a[2] >= '0' && a[2] <= '9') continue; /* -n5, -t2: glued numbers are fine */
-            return sd_cli_usage(hint, "unknown option '%s'", a);
-        }
-        if (takes_value) i++;
-    }
-    return 0;
-}
-
-#define NOT_SHARED (-3)
-
-/* One shared flag: 0, a usage exit status, or NOT_SHARED. */
+/* One shared flag: 0, a usage exit status, or SD_CLI_NOT_SHARED. */
 static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
     const char *h = g->hint;
     switch (o) {
@@ -184,7 +163,7 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
         g->kv_type = arg;
         break;
     default:
-        return NOT_SHARED;
+        return sd_cli_extra_option(o, arg, g);
     }
     return 0;
 }
@@ -194,7 +173,7 @@ int sd_cli_gen_parse(int argc, char **argv, const struct option *longopts, const
                      void *user) {
     memset(g, 0, sizeof *g);
     g->hint = hint;
-    int rc = reject_unknown_single_dash(argc, argv, SD_CLI_GEN_SHORTOPTS, longopts, hint);
+    int rc = sd_cli_prescan(&argc, argv, SD_CLI_GEN_SHORTOPTS, longopts, hint);
     if (rc) return rc;
     opterr = 0;
     optind = 1;
@@ -203,11 +182,12 @@ int sd_cli_gen_parse(int argc, char **argv, const struct option *longopts, const
         if (o == ':') return sd_cli_usage(hint, "option '%s' needs a value", argv[optind - 1]);
         rc = own(o, optarg, user);
         if (rc == SD_CLI_PASS) rc = gen_option(o, optarg, g);
-        if (rc == NOT_SHARED) return sd_cli_usage(hint, "unknown option '%s'", argv[optind - 1]);
+        if (rc == SD_CLI_NOT_SHARED)
+            return sd_cli_usage(hint, "unknown option '%s'", argv[optind - 1]);
         if (rc) return rc;
     }
     if (optind < argc) return sd_cli_usage(hint, "unexpected argument '%s'", argv[optind]);
-    return 0;
+    return sd_cli_extra_finish(g);
 }
 
 /* ---- the pair ---- */
@@ -222,8 +202,10 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     sd_engine_params *ep = &p->ep;
     ep->target = g->target ? g->target : cfg->target;
     ep->draft = g->draft ? g->draft : cfg->draft;
-    ep->n_threads = (int32_t)(g->has_threads ? g->threads : (cfg->has_threads ? cfg->threads : 0));
+    ep->n_threads = sd_cli_cap_threads(
+        g->has_threads ? g->threads : (cfg->has_threads ? cfg->threads : 0), g->threads_force);
     ep->n_ctx = (int32_t)(g->has_ctx ? g->ctx : (cfg->has_ctx_size ? cfg->ctx_size : 0));
+    ep->n_ctx_draft = g->has_ctx_draft ? (int32_t)g->ctx_draft : 0;
     p->kv_type = g->kv_type ? g->kv_type : cfg->kv_type;
     ep->kv_type = p->kv_type && !strcmp(p->kv_type, "f16") ? SD_TYPE_F16 : SD_TYPE_F32;
     sd_gen_params *gp = &ep->gen;
@@ -239,6 +221,7 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     if (g->has_top_k) gp->samp.top_k = (int32_t)g->top_k;
     if (g->has_top_p) gp->samp.top_p = (float)g->top_p;
     if (g->has_seed) gp->seed = (uint64_t)g->seed;
+    gp->ignore_eos = g->ignore_eos;
     /* A model path that came from the config: its load errors name the config's key. */
     if (!g->target && cfg->target) {
         snprintf(p->target_origin, sizeof p->target_origin, "%s: key 'target'", g->config);
@@ -257,8 +240,7 @@ static void log_note(void *user, const char *line) {
 }
 
 int sd_cli_pair_load(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err) {
-    (void)g;
-    p->ep.log = log_note;
+    p->ep.log = g->log_disable ? NULL : log_note;
     return sd_engine_init(&p->ep, &p->engine, err);
 }
 

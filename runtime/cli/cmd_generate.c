@@ -3,6 +3,7 @@
  * (runtime/engine), streaming the text to stdout and the statistics to stderr, or one
  * JSON object (--json).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -47,6 +48,7 @@ static int generate_option(int o, const char *arg, void *user) {
 static int parse_generate(int argc, char **argv, gen_cli *c) {
     static const struct option opts[] = {
         SD_CLI_GEN_LONGOPTS,
+        SD_CLI_EXTRA_LONGOPTS,
         {"no-draft", no_argument, 0, OPT_NO_DRAFT},
         {"json", no_argument, 0, OPT_JSON},
         {0, 0, 0, 0},
@@ -59,7 +61,19 @@ typedef struct stream_ctx {
     const sd_vocab *vocab;
     char *buf;
     size_t cap;
+    int oom;       /* a piece buffer could not grow */
+    int write_err; /* errno of a failed write to stdout (generation stops), or 0 */
 } stream_ctx;
+
+/* Write bytes to stdout and flush; on failure remember errno (EIO if none). 0 or -1. */
+static int stream_write(stream_ctx *s, const void *p, size_t n) {
+    errno = 0;
+    if ((n && fwrite(p, 1, n, stdout) != n) || fflush(stdout) != 0) {
+        s->write_err = errno ? errno : EIO;
+        return -1;
+    }
+    return 0;
+}
 
 static int stream_tokens(void *user, const int32_t *tokens, int32_t n) {
     stream_ctx *s = user;
@@ -68,14 +82,13 @@ static int stream_tokens(void *user, const int32_t *tokens, int32_t n) {
         if (len < 0) continue;
         if ((size_t)len > s->cap) {
             char *nb = realloc(s->buf, (size_t)len);
-            if (!nb) return 1;
+            if (!nb) return s->oom = 1;
             s->buf = nb;
             s->cap = (size_t)len;
             sd_vocab_token_to_piece(s->vocab, tokens[i], 0, s->buf, s->cap);
         }
-        fwrite(s->buf, 1, (size_t)len, stdout);
+        if (stream_write(s, s->buf, (size_t)len)) return 1; /* stop: the output is lost */
     }
-    fflush(stdout);
     return 0;
 }
 
@@ -216,8 +229,11 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, con
     char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(root);
     if (!s) return sd_errorf(err, SD_ERR_OOM, "json: cannot build output");
-    puts(s);
+    errno = 0;
+    const int bad = puts(s) < 0 || fflush(stdout) != 0;
     free(s);
+    if (bad)
+        return sd_errorf(err, SD_ERR_IO, "stdout: write error: %s", strerror(errno ? errno : EIO));
     return SD_OK;
 }
 
@@ -239,7 +255,99 @@ void sd_cli_generate_help(FILE *f) {
                "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
                "  --no-bos                 do not prepend BOS to the prompt\n"
                "  --kv-type f32|f16        KV-cache element type (default f32)\n"
-               "  --json                   print one JSON object on stdout instead of text\n");
+               "  --json                   print one JSON object on stdout instead of text\n"
+               "  --threads-force          keep --threads above the cores this process may use\n"
+               "                           (otherwise capped at them, with a note)\n"
+               "  -ctk, -ctv T (--cache-type-k, --cache-type-v)  KV-cache type f32|f16: one\n"
+               "                           type for K and V (they must agree with --kv-type)\n"
+               "  -cd N (--ctx-size-draft) the draft's context, 0 = the target's\n"
+               "  --ignore-eos             never emit EOS (its logit is -inf): run to -n\n"
+               "  -e (--escape)            process \\n \\t \\r \\\\ \\' \\\" \\xHH in the prompt\n"
+               "                           (--no-escape: as written, the default)\n"
+               "  --no-display-prompt      do not echo the prompt before the text\n"
+               "  --log-disable            no notes or statistics on stderr (errors still)\n"
+               "llama.cpp flags with no meaning here (-fa, -b, -ub, --mlock, --no-mmap, --numa,\n"
+               "-tb, -td, -C, -Cr, --prio, --poll, --no-warmup, -co, --no-perf, -cnv, -np, -cb,\n"
+               "-kvu, --context-shift) are ignored with a one-line note; -no-cnv, --simple-io\n"
+               "and --no-context-shift name what specdec always does and are accepted.\n");
+}
+
+/* Usage errors the parser cannot see: no target, --draft N, two prompts. 0 or a status. */
+static int gen_check_args(const gen_cli *c, const sd_cli_pair *p) {
+    if (!p->ep.target)
+        return usage_error("%s", "no target model: pass --target FILE (-m) or --config FILE");
+    if (c->g.draft && !c->no_draft) {
+        /* llama.cpp's old `--draft N` was a token count; here --draft is a file. */
+        const char *d = c->g.draft;
+        while (*d >= '0' && *d <= '9')
+            d++;
+        if (*d == '\0' && access(c->g.draft, F_OK) != 0)
+            return usage_error("--draft takes the draft model file, found '%s' (for the "
+                               "number of draft tokens use -k/--draft-max)",
+                               c->g.draft);
+    }
+    if (c->g.prompt && c->g.prompt_file)
+        return usage_error("%s", "give either --prompt or --prompt-file, not both");
+    return 0;
+}
+
+/* The prompt (from --prompt-file, --prompt or the config; escapes processed with -e)
+ * into a malloc'd *buf of *len bytes. */
+static int gen_prompt(const gen_cli *c, const sd_cli_pair *p, char **buf, size_t *len,
+                      sd_error *err) {
+    if (c->g.prompt_file) {
+        int rc = sd_cli_read_file(c->g.prompt_file, buf, len, err);
+        if (rc) return rc;
+    } else {
+        const char *s = c->g.prompt ? c->g.prompt : (p->cfg.prompt ? p->cfg.prompt : "");
+        if (!(*buf = strdup(s))) return sd_errorf(err, SD_ERR_OOM, "out of memory for the prompt");
+        *len = strlen(s);
+    }
+    if (c->g.escape) *len = sd_cli_unescape(*buf, *len);
+    return SD_OK;
+}
+
+/* Tokenize the prompt (BOS unless --no-bos) and size gp->n_predict to what the context
+ * can ever emit. */
+static int gen_tokenize(const gen_cli *c, sd_engine *e, const char *prompt, size_t len,
+                        int32_t **ids, size_t *n_ids, sd_gen_params *gp, sd_error *err) {
+    const int32_t ctx = sd_engine_n_ctx(e);
+    const sd_vocab *vocab = sd_engine_vocab(e);
+    const unsigned tok_flags = c->g.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL;
+    int rc = sd_vocab_tokenize(vocab, prompt, len, tok_flags, ids, n_ids, err);
+    if (rc) return rc;
+    if (*n_ids == 0)
+        return sd_errorf(err, SD_ERR_ARG, "empty prompt and no BOS token: nothing to condition on");
+    if (*n_ids > (size_t)ctx)
+        return sd_errorf(err, SD_ERR_CONTEXT,
+                         "prompt is %zu tokens, longer than the context of %d tokens (--ctx-size)",
+                         *n_ids, ctx);
+    /* -n -1: until EOS or the context is full (one more than fits, so the stop is "context"). */
+    if (c->g.has_n && c->g.n == -1) gp->n_predict = ctx - (int32_t)*n_ids + 2;
+    /* No more than ctx - n_ids + 1 tokens can ever be emitted: size nothing beyond that. */
+    if (gp->n_predict > ctx - (int32_t)*n_ids + 2) gp->n_predict = ctx - (int32_t)*n_ids + 2;
+    if (gp->n_predict < 1) gp->n_predict = 1;
+    return SD_OK;
+}
+
+/* Generate into out[gp->n_predict], streaming the prompt (unless --no-display-prompt)
+ * and the text in text mode; a failed write to stdout stops it and is the error. */
+static int gen_run(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, const char *prompt,
+                   size_t prompt_len, const int32_t *ids, size_t n_ids, int32_t *out,
+                   sd_gen_stats *st, sd_error *err) {
+    stream_ctx sc = {sd_engine_vocab(e), NULL, 0, 0, 0};
+    int rc = SD_OK;
+    if (c->json)
+        rc =
+            sd_engine_generate(e, gp, ids, (int32_t)n_ids, NULL, NULL, out, gp->n_predict, st, err);
+    else if (c->g.no_display_prompt || stream_write(&sc, prompt, prompt_len) == 0)
+        rc = sd_engine_generate(e, gp, ids, (int32_t)n_ids, stream_tokens, &sc, out, gp->n_predict,
+                                st, err);
+    free(sc.buf);
+    if (!rc && sc.write_err)
+        rc = sd_errorf(err, SD_ERR_IO, "stdout: write error: %s", strerror(sc.write_err));
+    if (!rc && sc.oom) rc = sd_errorf(err, SD_ERR_OOM, "out of memory streaming the output");
+    return rc;
 }
 
 int sd_cmd_generate(int argc, char **argv) {
@@ -250,100 +358,48 @@ int sd_cmd_generate(int argc, char **argv) {
     sd_error err = {0};
     sd_cli_pair p = {0};
     p.ep = sd_engine_default_params();
-    char *prompt_buf = NULL;
+    char *prompt = NULL;
+    size_t prompt_len = 0, n_ids = 0;
     int32_t *prompt_ids = NULL, *out = NULL;
     int rc = SD_OK, exit_code = EXIT_FAILURE;
+    const int notes = !c.g.log_disable;
 
     if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
     if (c.no_draft) p.ep.draft = NULL;
-    if (!p.ep.target) {
-        exit_code = usage_error("%s", "no target model: pass --target FILE (-m) or --config FILE");
-        goto done;
-    }
-    sd_gen_params gp = p.ep.gen;
-    if (c.g.draft && !c.no_draft) {
-        /* llama.cpp's old `--draft N` was a token count; here --draft is a file. */
-        const char *d = c.g.draft;
-        while (*d >= '0' && *d <= '9')
-            d++;
-        if (*d == '\0' && access(c.g.draft, F_OK) != 0) {
-            exit_code = usage_error("--draft takes the draft model file, found '%s' (for the "
-                                    "number of draft tokens use -k/--draft-max)",
-                                    c.g.draft);
-            goto done;
-        }
-    }
-
-    const char *prompt = NULL;
-    size_t prompt_len = 0;
-    if (c.g.prompt && c.g.prompt_file) {
-        exit_code = usage_error("%s", "give either --prompt or --prompt-file, not both");
-        goto done;
-    }
-    if (c.g.prompt_file) {
-        if ((rc = sd_cli_read_file(c.g.prompt_file, &prompt_buf, &prompt_len, &err))) goto done;
-        prompt = prompt_buf;
-    } else {
-        prompt = c.g.prompt ? c.g.prompt : (p.cfg.prompt ? p.cfg.prompt : "");
-        prompt_len = strlen(prompt);
-    }
-
+    if ((exit_code = gen_check_args(&c, &p))) goto done;
+    exit_code = EXIT_FAILURE;
+    if ((rc = gen_prompt(&c, &p, &prompt, &prompt_len, &err))) goto done;
     if ((rc = sd_cli_pair_load(&c.g, &p, &err))) goto done;
     sd_engine *e = p.engine;
-    const int32_t ctx = sd_engine_n_ctx(e);
-    const sd_vocab *vocab = sd_engine_vocab(e);
+    sd_gen_params gp = p.ep.gen;
     const int with_draft = sd_engine_proposer(e) != NULL;
     if (!with_draft) gp.n_draft = 0;
-
-    size_t n_ids = 0;
-    const unsigned tok_flags = c.g.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL;
-    if ((rc = sd_vocab_tokenize(vocab, prompt, prompt_len, tok_flags, &prompt_ids, &n_ids, &err)))
-        goto done;
-    if (n_ids == 0) {
-        rc = sd_errorf(&err, SD_ERR_ARG, "empty prompt and no BOS token: nothing to condition on");
-        goto done;
-    }
-    if (n_ids > (size_t)ctx) {
-        rc = sd_errorf(&err, SD_ERR_CONTEXT,
-                       "prompt is %zu tokens, longer than the context of %d tokens (--ctx-size)",
-                       n_ids, ctx);
-        goto done;
-    }
-    /* -n -1: until EOS or the context is full (one more than fits, so the stop is "context"). */
-    if (c.g.has_n && c.g.n == -1) gp.n_predict = ctx - (int32_t)n_ids + 2;
-    /* No more than ctx - n_ids + 1 tokens can ever be emitted: size nothing beyond that. */
-    if (gp.n_predict > ctx - (int32_t)n_ids + 2) gp.n_predict = ctx - (int32_t)n_ids + 2;
-    if (gp.n_predict < 1) gp.n_predict = 1;
-    if (c.no_draft && (c.g.draft || p.cfg.draft))
+    if ((rc = gen_tokenize(&c, e, prompt, prompt_len, &prompt_ids, &n_ids, &gp, &err))) goto done;
+    if (notes && c.no_draft && (c.g.draft || p.cfg.draft))
         fprintf(stderr, "specdec: --no-draft: ignoring the draft model, target alone\n");
-    else if (!with_draft)
+    else if (notes && !with_draft)
         fprintf(stderr, "specdec: no draft model (-md FILE): generating with the target alone\n");
     out = malloc((size_t)gp.n_predict * sizeof(int32_t));
     if (!out) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
         goto done;
     }
-    stream_ctx sc = {vocab, NULL, 0};
     sd_gen_stats st;
-    if (!c.json) {
-        fwrite(prompt, 1, prompt_len, stdout);
-        fflush(stdout);
-    }
-    rc = sd_engine_generate(e, &gp, prompt_ids, (int32_t)n_ids, c.json ? NULL : stream_tokens, &sc,
-                            out, gp.n_predict, &st, &err);
-    free(sc.buf);
-    if (rc) goto done;
-    if (st.stop == SD_STOP_CONTEXT)
-        fprintf(stderr, "\nspecdec: stopped at the context limit of %d tokens\n", ctx);
+    if ((rc = gen_run(&c, e, &gp, prompt, prompt_len, prompt_ids, n_ids, out, &st, &err)))
+        goto done;
+    if (notes && st.stop == SD_STOP_CONTEXT)
+        fprintf(stderr, "\nspecdec: stopped at the context limit of %d tokens\n",
+                sd_engine_n_ctx(e));
     const int32_t k_shown = with_draft ? gp.n_draft : 0;
-    if (c.json && (rc = print_json(vocab, out, st.n_generated, &st, k_shown, &err))) goto done;
-    print_stats(&st, with_draft, k_shown);
+    if (c.json && (rc = print_json(sd_engine_vocab(e), out, st.n_generated, &st, k_shown, &err)))
+        goto done;
+    if (notes) print_stats(&st, with_draft, k_shown);
     exit_code = EXIT_SUCCESS;
 done:
     if (rc) exit_code = sd_cli_fail(&err);
     free(out);
     free(prompt_ids);
-    free(prompt_buf);
+    free(prompt);
     sd_cli_pair_free(&p);
     return exit_code;
 }

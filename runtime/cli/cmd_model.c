@@ -1,8 +1,9 @@
 /*
- * The model-file commands of the specdec CLI: convert (llama2.c -> GGUF), quantize,
- * info and tokenize.
+ * The model-file commands of the specdec CLI: convert (llama2.c -> GGUF), quantize and
+ * info (tokenize: cmd_tokenize.c). Outputs are written only over regular files, never
+ * over an input (runtime/convert checks), and their temporary is removed by a fatal
+ * signal (armed here).
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,22 +20,65 @@ static int usage_error(const char *fmt, const char *arg) {
     return sd_cli_usage(HINT, fmt, arg);
 }
 
+/* A single argument -h / --help. */
+static int wants_help(int argc, char **argv) {
+    return argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
+}
+
+static const char k_convert_help[] =
+    "usage: specdec convert CKPT.bin TOKENIZER.bin OUT.gguf\n"
+    "  a llama2.c checkpoint (export.py legacy format) and its tokenizer.bin -> a GGUF\n"
+    "  model (architecture llama, SentencePiece vocabulary, F32). OUT is written\n"
+    "  atomically; it must be a new or regular file, not one of the inputs.\n";
+
+static const char k_quantize_help[] =
+    "usage: specdec quantize IN.gguf OUT.gguf q8_0|q4_0\n"
+    "  a copy of IN with its 2-D weight matrices in TYPE (rows whose length is not a\n"
+    "  multiple of the block stay F16; norms F32), as llama-quantize. OUT is written\n"
+    "  atomically; it must be a new or regular file, not IN.\n";
+
+static const char k_info_help[] = "usage: specdec info FILE.gguf\n"
+                                  "  GGUF version, architecture and hyper-parameters, tensor\n"
+                                  "  types and sizes, vocabulary\n";
+
+/* Quantize progress on a terminal: the tensor count, rewritten in place. */
+static void quantize_progress(void *user, int64_t done, int64_t total, const char *name) {
+    (void)user;
+    sd_cli_progress("\rspecdec quantize: tensor %lld/%lld %-40.40s", (long long)done,
+                    (long long)total, name);
+    if (done == total) sd_cli_progress("\n");
+}
+
 int sd_cmd_convert(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(k_convert_help, stdout);
+        return EXIT_SUCCESS;
+    }
     if (argc != 4)
         return usage_error("%s", "usage: specdec convert CKPT.bin TOKENIZER.bin OUT.gguf");
     sd_error err = {0};
-    if (sd_convert_llama2c(argv[1], argv[2], argv[3], &err)) return sd_cli_fail(&err);
+    sd_cli_temp_arm(argv[3]); /* a fatal signal removes the temporary */
+    int rc = sd_convert_llama2c(argv[1], argv[2], argv[3], &err);
+    sd_cli_temp_disarm();
+    if (rc) return sd_cli_fail(&err);
     fprintf(stderr, "specdec: wrote %s\n", argv[3]);
     return EXIT_SUCCESS;
 }
 
 int sd_cmd_quantize(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(k_quantize_help, stdout);
+        return EXIT_SUCCESS;
+    }
     if (argc != 4) return usage_error("%s", "usage: specdec quantize IN.gguf OUT.gguf q8_0|q4_0");
     sd_type t;
     if (sd_type_from_name(argv[3], &t) || (t != SD_TYPE_Q8_0 && t != SD_TYPE_Q4_0))
         return usage_error("quantize: type must be q8_0 or q4_0, found '%s'", argv[3]);
     sd_error err = {0};
-    if (sd_quantize_file(argv[1], argv[2], t, stderr, &err)) return sd_cli_fail(&err);
+    sd_cli_temp_arm(argv[2]); /* a fatal signal removes the temporary */
+    int rc = sd_quantize_file_progress(argv[1], argv[2], t, stderr, quantize_progress, NULL, &err);
+    sd_cli_temp_disarm();
+    if (rc) return sd_cli_fail(&err);
     fprintf(stderr, "specdec: wrote %s\n", argv[2]);
     return EXIT_SUCCESS;
 }
@@ -42,6 +86,10 @@ int sd_cmd_quantize(int argc, char **argv) {
 /* ---- info ---- */
 
 int sd_cmd_info(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        fputs(k_info_help, stdout);
+        return EXIT_SUCCESS;
+    }
     if (argc != 2) return usage_error("%s", "usage: specdec info FILE.gguf");
     sd_error err = {0};
     sd_gguf *g = NULL;
@@ -98,68 +146,4 @@ int sd_cmd_info(int argc, char **argv) {
     }
     sd_gguf_close(g);
     return EXIT_SUCCESS;
-}
-
-/* ---- tokenize ---- */
-
-int sd_cmd_tokenize(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},          {"prompt", required_argument, 0, 'p'},
-        {"file", required_argument, 0, 'f'},           {"prompt-file", required_argument, 0, 'f'},
-        {"no-bos", no_argument, 0, SD_CLI_OPT_NO_BOS}, {0, 0, 0, 0},
-    };
-    const char *model = NULL, *text = NULL, *file = NULL;
-    int no_bos = 0, o;
-    opterr = 0;
-    optind = 1;
-    while ((o = getopt_long(argc, argv, ":m:p:f:", opts, NULL)) != -1) {
-        switch (o) {
-        case 'm':
-            model = optarg;
-            break;
-        case 'p':
-            text = optarg;
-            break;
-        case 'f':
-            file = optarg;
-            break;
-        case SD_CLI_OPT_NO_BOS:
-            no_bos = 1;
-            break;
-        case ':':
-            return usage_error("option '%s' needs a value", argv[optind - 1]);
-        default:
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
-    if (!model) return usage_error("%s", "tokenize: -m FILE.gguf is required");
-    if (!!text == !!file)
-        return usage_error("%s", "tokenize: give exactly one of -p TEXT or -f FILE");
-    sd_error err = {0};
-    char *buf = NULL;
-    size_t len = 0;
-    if (file) {
-        if (sd_cli_read_file(file, &buf, &len, &err)) return sd_cli_fail(&err);
-        text = buf;
-    } else {
-        len = strlen(text);
-    }
-    sd_gguf *g = NULL;
-    sd_vocab *v = NULL;
-    int32_t *ids = NULL;
-    size_t n = 0;
-    int rc = sd_gguf_open(model, &g, &err);
-    if (!rc) rc = sd_vocab_load(g, &v, &err);
-    if (!rc) rc = sd_vocab_tokenize(v, text, len, no_bos ? 0 : SD_VOCAB_ADD_SPECIAL, &ids, &n, &err);
-    if (!rc) {
-        for (size_t i = 0; i < n; i++)
-            printf(i ? " %d" : "%d", ids[i]);
-        printf("\n");
-    }
-    free(ids);
-    sd_vocab_free(v);
-    sd_gguf_close(g);
-    free(buf);
-    return rc ? sd_cli_fail(&err) : EXIT_SUCCESS;
 }

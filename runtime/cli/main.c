@@ -6,6 +6,7 @@
  *   specdec quantize  IN.gguf OUT.gguf q8_0|q4_0
  *   specdec info      FILE.gguf
  *   specdec tokenize  -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)
+ *   specdec --version
  *
  * Errors print one line "specdec: <what>" to stderr and exit 1 (2 for usage errors).
  * Each command lives in its own file (runtime/cli/cli.h lists them); this one dispatches.
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "runtime/cli/cli.h"
+#include "sd_version.h" /* generated at build time (scripts/version.cmake) */
 
 #define HINT "see 'specdec --help'"
 
@@ -23,7 +25,8 @@ static int usage_error(const char *fmt, const char *arg) {
 }
 
 static void print_help(FILE *f) {
-    fprintf(f, "usage: specdec <command> [options]\n"
+    fprintf(f, "usage: specdec <command> [options]   (specdec <command> --help: its options;\n"
+               "                                      specdec --version)\n"
                "\n"
                "commands:\n"
                "  generate   speculative (or target-alone) generation\n"
@@ -38,20 +41,7 @@ static void print_help(FILE *f) {
     sd_cli_generate_help(f);
 }
 
-/* llama.cpp's multi-letter short flags (-md) are rewritten to their long forms. */
-static void rewrite_aliases(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--")) break;
-        if (!strcmp(argv[i], "-md")) argv[i] = "--model-draft";
-    }
-}
-
-int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        print_help(argc < 2 ? stderr : stdout);
-        return argc < 2 ? SD_EXIT_USAGE : EXIT_SUCCESS;
-    }
-    rewrite_aliases(argc, argv);
+static int dispatch(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "generate")) return sd_cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "convert")) return sd_cmd_convert(argc - 1, argv + 1);
@@ -62,4 +52,19 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "synth")) return sd_cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return sd_cmd_perplexity(argc - 1, argv + 1);
     return usage_error("unknown command '%s'", cmd);
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version"))) {
+        printf("specdec %s\n", SD_VERSION_STRING);
+        return sd_cli_finish_stdout(EXIT_SUCCESS);
+    }
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        print_help(argc < 2 ? stderr : stdout);
+        return argc < 2 ? SD_EXIT_USAGE : sd_cli_finish_stdout(EXIT_SUCCESS);
+    }
+    /* A fatal signal removes the temporary file being written (runtime/cli/outfile.c). */
+    sd_cli_signals_install();
+    /* Everything written to stdout must have got there (a full disk, /dev/full). */
+    return sd_cli_finish_stdout(dispatch(argc, argv));
 }

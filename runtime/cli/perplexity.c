@@ -19,8 +19,12 @@
  * logsumexp(l) - l[t], computed in double from the float logits; the mean is over all
  * predicted tokens of all stories.
  *
+ * A --ctx beyond the model's training context is capped at it, with a note on stderr
+ * (as generate does): positions the model never saw would score nonsense.
+ *
  * Output (stdout), one "key value" per line:
  *   file, model, stories, tokens (predicted), ctx, nll (nats/token, %.9f), perplexity.
+ * Progress (stories scored, share of the text) goes to stderr when it is a terminal.
  */
 #include <getopt.h>
 #include <math.h>
@@ -57,8 +61,8 @@ typedef struct ppl_acc {
 
 /* Score one story's tokens ids[0 .. n) by the window protocol above. logits: float
  * [n_batch, n_vocab] scratch. */
-static int ppl_score(sd_session *s, const int32_t *ids, int32_t n, int32_t ctx, int32_t n_vocab,
-                     float *logits, ppl_acc *acc, sd_error *err) {
+static int ppl_score(sd_session *s, const char *model_path, const int32_t *ids, int32_t n,
+                     int32_t ctx, int32_t n_vocab, float *logits, ppl_acc *acc, sd_error *err) {
     const int32_t n_batch = sd_session_n_batch(s);
     int32_t st = 0;
     for (;;) {
@@ -78,7 +82,14 @@ static int ppl_score(sd_session *s, const int32_t *ids, int32_t n, int32_t ctx, 
                 double sum = 0.0;
                 for (int32_t v = 0; v < n_vocab; v++)
                     sum += exp((double)row[v] - (double)mx);
-                acc->nll += (double)mx + log(sum) - (double)row[ids[p + 1]];
+                /* A NaN or +inf anywhere in the row, or -inf at the token, makes it non-finite. */
+                const double nll = (double)mx + log(sum) - (double)row[ids[p + 1]];
+                if (!isfinite(nll))
+                    return sd_errorf(err, SD_ERR_FORMAT,
+                                     "%s: non-finite logits at position %d of story %lld (NLL "
+                                     "%g): the model's weights hold NaN or inf",
+                                     model_path, p, (long long)acc->n_story, nll);
+                acc->nll += nll;
                 acc->n_tok++;
             }
         }
@@ -88,44 +99,68 @@ static int ppl_score(sd_session *s, const int32_t *ids, int32_t n, int32_t ctx, 
     return SD_OK;
 }
 
-int sd_cmd_perplexity(int argc, char **argv) {
+typedef struct ppl_opts {
+    const char *model_path, *text_path;
+    int64_t ctx, threads;
+    int threads_force;
+} ppl_opts;
+
+static void ppl_help(FILE *f) {
+    fprintf(f, "usage: specdec perplexity -m FILE.gguf -f TEXT [--ctx N] [-t N]\n"
+               "  mean NLL (nats/token) and perplexity over the stories of TEXT (split at\n"
+               "  lines '" PPL_SEPARATOR "'), each with BOS, in windows of N tokens\n"
+               "  (default and most: the model's training context) overlapping by one token\n"
+               "  -m, --model FILE         the model\n"
+               "  -f, --file TEXT          the text\n"
+               "  -c, --ctx, --ctx-size N  window (context) size, >= 2\n"
+               "  -t, --threads N          threads, 0 = all cores (default 0)\n"
+               "  --threads-force          keep -t above the cores this process may use\n"
+               "  llama.cpp flags with no meaning here (-b, -ub, -fa, --mlock, ...) are\n"
+               "  ignored with a note\n");
+}
+
+enum { PPL_OPT_THREADS_FORCE = 1000 };
+
+/* 0, -1 (help printed: exit 0) or a usage exit status. */
+static int ppl_parse(int argc, char **argv, ppl_opts *o) {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},
         {"file", required_argument, 0, 'f'},
         {"ctx", required_argument, 0, 'c'},
         {"ctx-size", required_argument, 0, 'c'},
         {"threads", required_argument, 0, 't'},
+        {"threads-force", no_argument, 0, PPL_OPT_THREADS_FORCE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char *model_path = NULL, *text_path = NULL;
-    int64_t ctx_arg = 0, threads = 0;
-    int o;
+    memset(o, 0, sizeof *o);
+    int c = sd_cli_prescan(&argc, argv, ":m:f:c:t:h", opts, PPL_HINT);
+    if (c) return c;
     opterr = 0;
     optind = 1;
-    while ((o = getopt_long(argc, argv, ":m:f:c:t:h", opts, NULL)) != -1) {
-        switch (o) {
+    while ((c = getopt_long(argc, argv, ":m:f:c:t:h", opts, NULL)) != -1) {
+        switch (c) {
         case 'm':
-            model_path = optarg;
+            o->model_path = optarg;
             break;
         case 'f':
-            text_path = optarg;
+            o->text_path = optarg;
             break;
         case 'c':
-            if (sd_cli_parse_i64(optarg, 2, INT32_MAX, &ctx_arg))
+            if (sd_cli_parse_i64(optarg, 2, INT32_MAX, &o->ctx))
                 return ppl_usage("--ctx: expected an integer >= 2, found '%s'", optarg);
             break;
         case 't':
-            if (sd_cli_parse_i64(optarg, 0, 1024, &threads))
+            if (sd_cli_parse_i64(optarg, 0, 1024, &o->threads))
                 return ppl_usage("-t/--threads: expected an integer in [0, 1024], found '%s'",
                                  optarg);
             break;
+        case PPL_OPT_THREADS_FORCE:
+            o->threads_force = 1;
+            break;
         case 'h':
-            printf("usage: specdec perplexity -m FILE.gguf -f TEXT [--ctx N] [-t N]\n"
-                   "  mean NLL (nats/token) and perplexity over the stories of TEXT (split at\n"
-                   "  lines '" PPL_SEPARATOR "'), each with BOS, in windows of N tokens\n"
-                   "  (default: the model's context) overlapping by one token\n");
-            return 0;
+            ppl_help(stdout);
+            return -1;
         case ':':
             return ppl_usage("option '%s' needs a value", argv[optind - 1]);
         default:
@@ -133,102 +168,137 @@ int sd_cmd_perplexity(int argc, char **argv) {
         }
     }
     if (optind < argc) return ppl_usage("unexpected argument '%s'", argv[optind]);
-    if (!model_path) return ppl_usage("%s", "perplexity: -m FILE.gguf is required");
-    if (!text_path) return ppl_usage("%s", "perplexity: -f TEXT is required");
+    if (!o->model_path) return ppl_usage("%s", "perplexity: -m FILE.gguf is required");
+    if (!o->text_path) return ppl_usage("%s", "perplexity: -f TEXT is required");
+    return 0;
+}
 
-    sd_error err = {0};
-    sd_model *m = NULL;
-    sd_session *s = NULL;
-    char *text = NULL;
-    float *logits = NULL;
+/* What scoring the text needs: the session, its logits scratch, the vocabulary. */
+typedef struct ppl_run {
+    const ppl_opts *o;
+    const sd_vocab *voc;
+    sd_session *s;
+    float *logits; /* [n_batch, n_vocab] */
+    int32_t ctx, n_vocab;
+    unsigned tok_flags; /* BOS (and EOS) as the vocabulary asks, as llama.cpp's perplexity */
+} ppl_run;
+
+/* Tokenize and score one story text[0 .. len) (skipped when blank). */
+static int ppl_story(ppl_run *r, const char *text, size_t len, ppl_acc *acc, sd_error *err) {
+    if (len == 0 || ppl_blank(text, len)) return SD_OK;
     int32_t *ids = NULL;
-    size_t text_len = 0;
-    ppl_acc acc = {0, 0, 0};
-    int rc;
-    if ((rc = sd_cli_read_file(text_path, &text, &text_len, &err))) goto done;
-    if ((rc = sd_model_load(model_path, &m, &err))) goto done;
-    const sd_hparams *hp = sd_model_hparams(m);
-    const sd_vocab *voc = sd_model_vocab(m);
-    const int32_t ctx = ctx_arg ? (int32_t)ctx_arg : hp->n_ctx_train;
-    if (ctx < 2) {
-        rc = sd_errorf(&err, SD_ERR_ARG, "%s: context %d is too short to score anything",
-                       model_path, ctx);
-        goto done;
-    }
-    sd_session_params sp = sd_session_default_params();
-    sp.n_ctx = ctx;
-    sp.n_batch = ctx < PPL_MAX_BATCH ? ctx : PPL_MAX_BATCH;
-    sp.n_threads = (int32_t)threads;
-    if ((rc = sd_session_init(m, &sp, &s, &err))) goto done;
-    const int32_t n_vocab = hp->n_vocab;
-    logits = malloc((size_t)sp.n_batch * (size_t)n_vocab * sizeof(float));
-    if (!logits) {
-        rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for logits");
-        goto done;
-    }
-    /* BOS (and EOS) as the vocabulary asks, as llama.cpp's perplexity */
-    const unsigned tok_flags = SD_VOCAB_ADD_SPECIAL;
+    size_t n_ids = 0;
+    int rc = sd_vocab_tokenize(r->voc, text, len, r->tok_flags, &ids, &n_ids, err);
+    if (!rc && n_ids > (size_t)INT32_MAX)
+        rc = sd_errorf(err, SD_ERR_ARG, "%s: story %lld is too long", r->o->text_path,
+                       (long long)acc->n_story);
+    if (!rc)
+        rc = ppl_score(r->s, r->o->model_path, ids, (int32_t)n_ids, r->ctx, r->n_vocab, r->logits,
+                       acc, err);
+    free(ids);
+    if (!rc) acc->n_story++;
+    return rc;
+}
 
-    /* Walk the lines; a separator line ends the story that started after the last one. */
+static void ppl_progress(const ppl_run *r, const ppl_acc *acc, size_t done, size_t total) {
+    sd_cli_progress("\rspecdec perplexity: %lld stories, %lld tokens, %.0f%% of %s",
+                    (long long)acc->n_story, (long long)acc->n_tok,
+                    total ? 100.0 * (double)done / (double)total : 100.0, r->o->text_path);
+}
+
+/* Walk the lines of text; a separator line ends the story that started after the last
+ * one (the story is [story0, separator) less the newline that ends its last line). */
+static int ppl_text(ppl_run *r, const char *text, size_t text_len, ppl_acc *acc, sd_error *err) {
+    const size_t sep_len = strlen(PPL_SEPARATOR);
     size_t story0 = 0, pos = 0;
-    for (;;) {
-        const int at_end = pos >= text_len;
-        size_t story_end = 0; /* exclusive end of a finished story, when one is finished */
-        int finished = 0;
-        size_t next = pos;
-        if (!at_end) {
-            const char *nl = memchr(text + pos, '\n', text_len - pos);
-            const size_t line_end = nl ? (size_t)(nl - text) : text_len;
-            next = nl ? line_end + 1 : text_len;
-            if (line_end - pos == strlen(PPL_SEPARATOR) &&
-                !memcmp(text + pos, PPL_SEPARATOR, strlen(PPL_SEPARATOR))) {
-                /* The story is [story0, pos) less the newline that ends its last line. */
-                story_end = pos > story0 ? pos - 1 : story0;
-                finished = 1;
-            }
-        } else {
-            story_end = text_len > story0 && text[text_len - 1] == '\n' ? text_len - 1 : text_len;
-            finished = 1;
-        }
-        if (finished) {
-            const size_t len = story_end > story0 ? story_end - story0 : 0;
-            if (len > 0 && !ppl_blank(text + story0, len)) {
-                size_t n_ids = 0;
-                if ((rc = sd_vocab_tokenize(voc, text + story0, len, tok_flags, &ids, &n_ids, &err)))
-                    goto done;
-                if (n_ids > (size_t)INT32_MAX) {
-                    rc = sd_errorf(&err, SD_ERR_ARG, "%s: story %lld is too long", text_path,
-                                   (long long)acc.n_story);
-                    goto done;
-                }
-                if ((rc = ppl_score(s, ids, (int32_t)n_ids, ctx, n_vocab, logits, &acc, &err)))
-                    goto done;
-                free(ids);
-                ids = NULL;
-                acc.n_story++;
-            }
+    int rc = SD_OK;
+    while (!rc && pos < text_len) {
+        const char *nl = memchr(text + pos, '\n', text_len - pos);
+        const size_t line_end = nl ? (size_t)(nl - text) : text_len;
+        const size_t next = nl ? line_end + 1 : text_len;
+        if (line_end - pos == sep_len && !memcmp(text + pos, PPL_SEPARATOR, sep_len)) {
+            const size_t story_end = pos > story0 ? pos - 1 : story0;
+            rc = ppl_story(r, text + story0, story_end - story0, acc, err);
             story0 = next;
+            ppl_progress(r, acc, next, text_len);
         }
-        if (at_end) break;
         pos = next;
     }
-    if (acc.n_tok == 0) {
-        rc = sd_errorf(&err, SD_ERR_ARG, "%s: no token to predict (empty file?)", text_path);
-        goto done;
+    /* The last story: up to the end, less a final newline. */
+    if (!rc && story0 < text_len) {
+        const size_t end = text[text_len - 1] == '\n' ? text_len - 1 : text_len;
+        rc = ppl_story(r, text + story0, end > story0 ? end - story0 : 0, acc, err);
+        ppl_progress(r, acc, text_len, text_len);
     }
-    const double mean = acc.nll / (double)acc.n_tok;
-    printf("file        %s\n", text_path);
-    printf("model       %s\n", model_path);
-    printf("stories     %lld\n", (long long)acc.n_story);
-    printf("tokens      %lld\n", (long long)acc.n_tok);
+    sd_cli_progress("\n");
+    return rc;
+}
+
+/* The context to score with: --ctx, capped at the training context with a note. */
+static int32_t ppl_context(const ppl_opts *o, int32_t n_train) {
+    if (o->ctx <= 0) return n_train;
+    if (o->ctx > n_train) {
+        fprintf(stderr, "specdec: --ctx %lld exceeds %s's training context %d; using %d\n",
+                (long long)o->ctx, o->model_path, n_train, n_train);
+        return n_train;
+    }
+    return (int32_t)o->ctx;
+}
+
+static void ppl_print(const ppl_opts *o, const ppl_acc *acc, int32_t ctx) {
+    const double mean = acc->nll / (double)acc->n_tok;
+    printf("file        %s\n", o->text_path);
+    printf("model       %s\n", o->model_path);
+    printf("stories     %lld\n", (long long)acc->n_story);
+    printf("tokens      %lld\n", (long long)acc->n_tok);
     printf("ctx         %d\n", ctx);
     printf("nll         %.9f nats/token\n", mean);
     printf("perplexity  %.6f\n", exp(mean));
+}
+
+int sd_cmd_perplexity(int argc, char **argv) {
+    ppl_opts o;
+    int prc = ppl_parse(argc, argv, &o);
+    if (prc) return prc < 0 ? EXIT_SUCCESS : prc;
+    sd_error err = {0};
+    sd_model *m = NULL;
+    char *text = NULL;
+    size_t text_len = 0;
+    ppl_acc acc = {0, 0, 0};
+    ppl_run r = {&o, NULL, NULL, NULL, 0, 0, 0};
+    int rc;
+    if ((rc = sd_cli_read_file(o.text_path, &text, &text_len, &err))) goto done;
+    if ((rc = sd_model_load(o.model_path, &m, &err))) goto done;
+    const sd_hparams *hp = sd_model_hparams(m);
+    r.voc = sd_model_vocab(m);
+    r.ctx = ppl_context(&o, hp->n_ctx_train);
+    if (r.ctx < 2) {
+        rc = sd_errorf(&err, SD_ERR_ARG, "%s: context %d is too short to score anything",
+                       o.model_path, r.ctx);
+        goto done;
+    }
+    sd_session_params sp = sd_session_default_params();
+    sp.n_ctx = r.ctx;
+    sp.n_batch = r.ctx < PPL_MAX_BATCH ? r.ctx : PPL_MAX_BATCH;
+    sp.n_threads = sd_cli_cap_threads(o.threads, o.threads_force);
+    if ((rc = sd_session_init(m, &sp, &r.s, &err))) goto done;
+    r.n_vocab = hp->n_vocab;
+    r.logits = malloc((size_t)sp.n_batch * (size_t)r.n_vocab * sizeof(float));
+    if (!r.logits) {
+        rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for logits");
+        goto done;
+    }
+    r.tok_flags = SD_VOCAB_ADD_SPECIAL;
+    if ((rc = ppl_text(&r, text, text_len, &acc, &err))) goto done;
+    if (acc.n_tok == 0) {
+        rc = sd_errorf(&err, SD_ERR_ARG, "%s: no token to predict (empty file?)", o.text_path);
+        goto done;
+    }
+    ppl_print(&o, &acc, r.ctx);
 done:
-    free(ids);
-    free(logits);
+    free(r.logits);
     free(text);
-    sd_session_free(s);
+    sd_session_free(r.s);
     sd_model_free(m);
     return rc ? sd_cli_fail(&err) : 0;
 }

@@ -330,8 +330,11 @@ int sd_convert_llama2c(const char *ckpt_path, const char *tok_path, const char *
     mapped ck = {0};
     tok_vocab voc = {0};
     sd_gguf_writer *w = NULL;
-    int st = map_file(ckpt_path, &ck, err);
+    /* Never write over an input or a non-regular file (checked again at write). */
+    const char *inputs[2] = {ckpt_path, tok_path};
+    int st = sd_gguf_check_output(out_path, inputs, 2, err);
     if (st) return st;
+    if ((st = map_file(ckpt_path, &ck, err))) return st;
     ck_config c;
     if (ck.size < sizeof c) {
         st = sd_errorf(err, SD_ERR_FORMAT,

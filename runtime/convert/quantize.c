@@ -66,14 +66,21 @@ static int convert_rows(sd_type st, const uint8_t *src, size_t src_row, sd_type 
 
 int sd_quantize_file(const char *in_path, const char *out_path, sd_type type, FILE *log,
                      sd_error *err) {
+    return sd_quantize_file_progress(in_path, out_path, type, log, NULL, NULL, err);
+}
+
+int sd_quantize_file_progress(const char *in_path, const char *out_path, sd_type type, FILE *log,
+                              sd_convert_progress progress, void *user, sd_error *err) {
     if (!sd_type_supported((uint32_t)type))
         return sd_errorf(err, SD_ERR_ARG,
                          "quantize: type: expected one of f32, f16, bf16, q8_0, "
                          "q4_0, found type id %d",
                          (int)type);
     sd_gguf *g = NULL;
-    int st = sd_gguf_open(in_path, &g, err);
+    /* Never write over the input or a non-regular file (checked again at write). */
+    int st = sd_gguf_check_output(out_path, &in_path, 1, err);
     if (st) return st;
+    if ((st = sd_gguf_open(in_path, &g, err))) return st;
     if (sd_gguf_n_tensors(g) == 0) {
         sd_gguf_close(g);
         return sd_errorf(err, SD_ERR_FORMAT,
@@ -140,6 +147,7 @@ int sd_quantize_file(const char *in_path, const char *out_path, sd_type type, FI
             goto out;
         in_bytes += t->nbytes;
         out_bytes += nbytes;
+        if (progress) progress(user, i + 1, nt, t->name);
     }
     if ((st = sd_gguf_writer_write(w, out_path, err))) goto out;
     if (log)

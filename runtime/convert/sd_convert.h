@@ -1,8 +1,10 @@
 /*
  * runtime/convert: model file conversion: llama2.c checkpoint + tokenizer -> GGUF (F32),
  * and GGUF -> quantized GGUF. Both write atomically through the GGUF writer, so a failure
- * never leaves a partial output file. Owns nothing beyond a call. May include
- * runtime/base, runtime/gguf, runtime/tokenizer and quant.
+ * never leaves a partial output file, and both refuse, before any work, an output that is
+ * not a regular file (a device, FIFO, symlink, folder) or that is the same file as an
+ * input (sd_gguf_check_output: SD_ERR_IO / SD_ERR_ARG naming them). Owns nothing beyond a
+ * call. May include runtime/base, runtime/gguf, runtime/tokenizer and quant.
  */
 #ifndef SD_CONVERT_H
 #define SD_CONVERT_H
@@ -48,6 +50,13 @@ int sd_convert_llama2c(const char *ckpt_path, const char *tok_path, const char *
  */
 int sd_quantize_file(const char *in_path, const char *out_path, sd_type type, FILE *log,
                      sd_error *err);
+
+/* Progress of sd_quantize_file_progress: after each tensor, (done, total, its name). */
+typedef void (*sd_convert_progress)(void *user, int64_t done, int64_t total, const char *name);
+
+/* sd_quantize_file with a progress callback (may be NULL). */
+int sd_quantize_file_progress(const char *in_path, const char *out_path, sd_type type, FILE *log,
+                              sd_convert_progress progress, void *user, sd_error *err);
 
 #ifdef __cplusplus
 }

@@ -70,6 +70,10 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
                                       p->draft, err)))
             goto fail;
         const int32_t dctx = sd_model_hparams(e->dm)->n_ctx_train;
+        if (p->n_ctx_draft > 0) dsp.n_ctx = p->n_ctx_draft;
+        if (p->n_ctx_draft > dctx)
+            note(e, "--ctx-size-draft %d exceeds %s's training context %d; using %d",
+                 p->n_ctx_draft, p->draft, dctx, dctx);
         if (dsp.n_ctx > dctx) dsp.n_ctx = dctx; /* drafting stops near the draft's limit */
         e->n_ctx_draft = dsp.n_ctx;
     }

@@ -1,6 +1,7 @@
 /* The speculative generation loop (see sd_generate.h). */
 #include "runtime/engine/sd_engine.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,6 +167,9 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
         rc = sd_scorer_score(target, b.ctx, n_ctx, prop.tokens, k, b.logits, err);
         st->t_verify_ms += sd_time_ms() - t;
         if (rc) goto done;
+        if (gp->ignore_eos && eos >= 0 && eos < n_vocab)
+            for (int32_t i = 0; i <= k; i++)
+                b.logits[(size_t)i * n_vocab + eos] = -INFINITY;
         st->n_target_passes++;
 
         t = sd_time_ms();

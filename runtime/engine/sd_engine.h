@@ -47,6 +47,10 @@ typedef struct sd_gen_params {
      * not emitted. */
     int32_t stop_ids[SD_MAX_STOP_IDS];
     int32_t n_stop_ids;
+    /* 1: the target's EOS is never emitted (its logit is -inf in every target row, as
+     * llama.cpp's --ignore-eos), so generation runs to n_predict or the context. The
+     * output follows the target's distribution conditioned on "not EOS". */
+    int ignore_eos;
 } sd_gen_params;
 
 sd_gen_params sd_gen_default_params(void);
@@ -120,6 +124,9 @@ typedef struct sd_engine_params {
     sd_device device;       /* target's device */
     sd_device device_draft; /* draft's device */
     sd_gen_params gen;      /* defaults for sd_engine_generate */
+    /* The draft's context: 0 = the target's (n_ctx as resolved); either way capped at the
+     * draft's training context (with a note when asked beyond it). */
+    int32_t n_ctx_draft;
     /* Notes for the user (a context that was capped, ...): one line each, no newline. */
     void (*log)(void *user, const char *line);
     void *log_user;

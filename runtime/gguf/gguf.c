@@ -1137,16 +1137,16 @@ int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *er
         align = a;
     }
 
+    int st = sd_gguf_check_output(path, NULL, 0, err);
+    if (st) return st;
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 32);
     if (!tmp) return sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    sd_gguf_temp_path(path, tmp, plen + 32);
+    int fd = sd_gguf_temp_create(path, tmp, err);
     if (fd < 0) {
-        int e = errno;
-        int st = sd_errorf(err, SD_ERR_IO, "%s: create %s: %s", path, tmp, strerror(e));
         free(tmp);
-        return st;
+        return err ? err->status : SD_ERR_IO;
     }
     wout o = {fdopen(fd, "wb"), 0, 0};
     if (!o.f) {
