@@ -1,6 +1,7 @@
 /* LLM proposer: a small llama model run autoregressively with its own KV cache. */
 #include "draft/sd_draft.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 typedef struct llm_proposer {
@@ -15,7 +16,30 @@ typedef struct llm_proposer {
     float *logits;         /* [n_vocab] */
     float *probs;          /* [SD_MAX_DRAFT, n_vocab_out] */
     int32_t *warp_scratch; /* [n_vocab] */
+    float p_min;           /* confidence cut-off (0: off) */
+    int32_t n_min;         /* drafts at least this many before the cut-off applies */
 } llm_proposer;
+
+/* Top probability of softmax(l[0 .. n)) at temperature 1, in double: 1 / sum exp(l - max).
+ * The greedy confidence (the warped greedy row is one-hot). */
+static double top_softmax(const float *l, int32_t n) {
+    float mx = l[0];
+    for (int32_t i = 1; i < n; i++)
+        if (l[i] > mx) mx = l[i];
+    if (isinf(mx)) return 1.0; /* +inf: its mass is shared by the +inf entries */
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        sum += exp((double)l[i] - (double)mx);
+    return sum > 0.0 ? 1.0 / sum : 1.0;
+}
+
+/* Top entry of a warped row. */
+static double top_prob(const float *q, int32_t n) {
+    float mx = 0.0f;
+    for (int32_t i = 0; i < n; i++)
+        if (q[i] > mx) mx = q[i];
+    return mx;
+}
 
 /* Name the draft model in an error from the session or the warp. */
 static int draft_error(const llm_proposer *p, int rc, sd_error *err) {
@@ -67,12 +91,26 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
         if (rc) return draft_error(p, rc, err);
         for (int32_t v = p->n_common; v < n_out; v++)
             q[v] = 0.0f;
-        tok = p->samp.temp <= 0.0f ? sd_argmax(q, p->n_common)
-                                   : sd_sample(q, p->n_common, sd_rng_uniform(&p->rng));
+        const int greedy = p->samp.temp <= 0.0f;
+        tok =
+            greedy ? sd_argmax(q, p->n_common) : sd_sample(q, p->n_common, sd_rng_uniform(&p->rng));
+        /* Confidence cut-off (llama.cpp's --draft-p-min): stop before a token the draft
+         * is unsure of, once n_min tokens are drafted. */
+        if (p->p_min > 0.0f && i >= p->n_min) {
+            const double conf =
+                greedy ? top_softmax(p->logits, p->n_common) : top_prob(q, p->n_common);
+            if (conf < (double)p->p_min) break;
+        }
         out->tokens[i] = tok;
         out->n = i + 1;
     }
     return SD_OK;
+}
+
+static void llm_set_cutoff(sd_proposer *base, float p_min, int32_t n_min) {
+    llm_proposer *p = (llm_proposer *)base;
+    p->p_min = p_min > 0.0f ? p_min : 0.0f;
+    p->n_min = n_min > 0 ? n_min : 0;
 }
 
 static void llm_commit(sd_proposer *base, const int32_t *ctx, int32_t n_ctx) {
@@ -103,6 +141,7 @@ static const sd_proposer_ops llm_ops = {
     .propose = llm_propose,
     .commit = llm_commit,
     .reset = llm_reset,
+    .set_cutoff = llm_set_cutoff,
     .free = llm_free,
 };
 
