@@ -1,4 +1,4 @@
-/* The speculative generation loop (see sd_generate.h). */
+/* The speculative generation loop (see sd_engine.h). */
 #include "runtime/engine/sd_engine.h"
 
 #include <stdlib.h>
@@ -12,6 +12,12 @@ sd_gen_params sd_gen_default_params(void) {
     p.samp = sd_sampling_default_params();
     p.seed = 42;
     p.n_stop_ids = 0;
+    p.draft_type = SD_DRAFT_AUTO;
+    p.k_policy = SD_K_FIXED;
+    p.draft_p_min = 0.0f;
+    p.draft_min = 0;
+    p.k_trace = NULL;
+    p.k_trace_cap = 0;
     return p;
 }
 
@@ -31,6 +37,20 @@ const char *sd_stop_reason_str(sd_stop_reason r) {
 
 double sd_stats_acceptance_rate(const sd_gen_stats *s) {
     return s->n_drafted > 0 ? (double)s->n_accepted / s->n_drafted : 0.0;
+}
+
+double sd_stats_accept_at(const sd_gen_stats *s, int32_t i) {
+    if (i < 0 || i >= SD_MAX_DRAFT || s->drafted_at[i] == 0) return 0.0;
+    return (double)s->accepted_at[i] / s->drafted_at[i];
+}
+
+double sd_stats_mean_k(const sd_gen_stats *s) {
+    int64_t n = 0, sum = 0;
+    for (int32_t k = 0; k <= SD_MAX_DRAFT; k++) {
+        n += s->k_hist[k];
+        sum += (int64_t)k * s->k_hist[k];
+    }
+    return n > 0 ? (double)sum / (double)n : 0.0;
 }
 
 double sd_stats_tokens_per_pass(const sd_gen_stats *s) {
@@ -98,6 +118,8 @@ static int verify_step(const sd_gen_params *gp, const sd_proposal *prop, int32_t
                          b->probs + (size_t)i * n_vocab, b->iscratch, err);
         if (rc) return rc;
     }
+    if (k > 0 && prop->one_hot) /* q = point masses: exact verification without rows */
+        return sd_verify_onehot(prop->tokens, k, b->probs, n_vocab, rng, res, err);
     return sd_verify_sample(prop->tokens, k, prop->probs, b->probs, n_vocab, rng, b->residual, res,
                             err);
 }
@@ -131,6 +153,14 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
     memcpy(b.ctx, prompt, (size_t)n_prompt * sizeof(int32_t));
     int32_t n_ctx = n_prompt;
 
+    sd_adaptive ctl;
+    const int adaptive = draft && gp->k_policy == SD_K_ADAPTIVE;
+    if (adaptive) {
+        sd_adaptive_params ap = sd_adaptive_default_params();
+        ap.k_max = gp->n_draft;
+        if ((rc = sd_adaptive_init(&ctl, &ap, err))) goto done_early;
+    }
+
     const double t0 = sd_time_ms();
     rc = sd_scorer_sync(target, b.ctx, n_ctx, err); /* prefill */
     if (!rc && draft) rc = sd_proposer_prefill(draft, b.ctx, n_ctx, err);
@@ -142,17 +172,36 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
             st->stop = SD_STOP_CONTEXT;
             break;
         }
-        /* Cap K so one step never emits past the budget or the context. */
-        int32_t k = draft ? gp->n_draft : 0;
+        /* The policy's K (0: a target-alone pass), capped so one step never emits past
+         * the budget or the context. */
+        const int was_off = adaptive && sd_adaptive_is_off(&ctl);
+        int32_t k = draft ? (adaptive ? sd_adaptive_next_k(&ctl) : gp->n_draft) : 0;
+        const int off_pass = was_off && k == 0;
         const int32_t budget = gp->n_predict - st->n_generated - 1;
         if (k > budget) k = budget;
         if (k > n_ctx_max - n_ctx) k = n_ctx_max - n_ctx;
+        if (k < 0) k = 0;
+        if (gp->k_trace && st->n_target_passes < gp->k_trace_cap)
+            gp->k_trace[st->n_target_passes] = (uint8_t)k;
+        st->k_hist[k]++;
         sd_proposal prop = {0};
         prop.n_vocab = n_vocab;
+        double t_draft = 0.0;
         if (k > 0) {
             double t = sd_time_ms();
+            if (was_off) {
+                /* A probe after target-alone passes: the draft catches up on the tokens
+                 * it skipped first, timed apart so the controller's per-token draft cost
+                 * stays the cost of drafting. */
+                rc = sd_proposer_prefill(draft, b.ctx, n_ctx, err);
+                const double t1 = sd_time_ms();
+                st->t_draft_ms += t1 - t;
+                t = t1;
+                if (rc) goto done;
+            }
             rc = sd_proposer_propose(draft, b.ctx, n_ctx, k, &prop, err);
-            st->t_draft_ms += sd_time_ms() - t;
+            t_draft = sd_time_ms() - t;
+            st->t_draft_ms += t_draft;
             if (rc) goto done;
             k = prop.n;
             if (k > 0 && prop.n_vocab != n_vocab) {
@@ -162,7 +211,8 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
                 goto done;
             }
         }
-        double t = sd_time_ms();
+        const double t_pass0 = sd_time_ms();
+        double t = t_pass0;
         rc = sd_scorer_score(target, b.ctx, n_ctx, prop.tokens, k, b.logits, err);
         st->t_verify_ms += sd_time_ms() - t;
         if (rc) goto done;
@@ -178,7 +228,12 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
             goto done;
         }
 
+        const int lookup = k > 0 && prop.one_hot;
         st->n_drafted += k;
+        if (lookup) {
+            st->n_passes_lookup++;
+            st->n_drafted_lookup += k;
+        }
         for (int32_t i = 0; i < k; i++)
             st->drafted_at[i]++;
         const int32_t first_new = n_ctx;
@@ -192,11 +247,18 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
             if (i < res.n_accepted) {
                 st->n_accepted++;
                 st->accepted_at[i]++;
+                if (lookup) st->n_accepted_lookup++;
             }
         }
         /* KV commit: both caches roll back to the committed tokens. */
         sd_scorer_commit(target, b.ctx, n_ctx);
         if (draft) sd_proposer_commit(draft, b.ctx, n_ctx);
+        const double t_pass = sd_time_ms() - t_pass0;
+        if (off_pass) {
+            st->n_off_passes++;
+            st->t_off_ms += t_pass;
+        }
+        if (adaptive) sd_adaptive_observe(&ctl, k, res.n_accepted, t_draft, t_pass);
         const int32_t n_new = n_ctx - first_new;
         if (n_new > 0 && st->t_first_ms == 0.0) {
             st->t_first_ms = sd_time_ms() - t0;
@@ -209,6 +271,11 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
     rc = SD_OK;
 done:
     st->t_total_ms = sd_time_ms() - t0;
+    if (adaptive) {
+        st->n_switch_off = ctl.n_switch_off;
+        st->n_probes = ctl.n_probes;
+    }
+done_early:
     gen_buffers_free(&b);
     return rc;
 }
