@@ -47,6 +47,7 @@ static int generate_option(int o, const char *arg, void *user) {
 static int parse_generate(int argc, char **argv, gen_cli *c) {
     static const struct option opts[] = {
         SD_CLI_GEN_LONGOPTS,
+        SD_CLI_DRAFT_LONGOPTS,
         {"no-draft", no_argument, 0, OPT_NO_DRAFT},
         {"json", no_argument, 0, OPT_JSON},
         {0, 0, 0, 0},
@@ -79,21 +80,45 @@ static int stream_tokens(void *user, const int32_t *tokens, int32_t n) {
     return 0;
 }
 
-static void print_stats(const sd_gen_stats *st, int with_draft, int32_t k) {
+/* "0:12 1:3 4:30": the passes of each K chosen, zero counts left out. */
+static void format_k_hist(const sd_gen_stats *st, char *buf, size_t cap) {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int32_t k = 0; k <= SD_MAX_DRAFT && o < cap; k++)
+        if (st->k_hist[k])
+            o += (size_t)snprintf(buf + o, cap - o, "%s%d:%d", o ? " " : "", k, st->k_hist[k]);
+}
+
+static void print_stats(const sd_gen_stats *st, const sd_gen_params *gp, int with_draft,
+                        int32_t k) {
     FILE *f = stderr;
     fprintf(f, "\n\n");
     fprintf(f, "generated       %d tokens (prompt %d), stop: %s\n", st->n_generated, st->n_prompt,
             sd_stop_reason_str(st->stop));
     fprintf(f, "target passes   %d\n", st->n_target_passes);
     if (with_draft) {
-        fprintf(f, "drafted         %d (K = %d)\n", st->n_drafted, k);
+        const int adaptive = gp->k_policy == SD_K_ADAPTIVE;
+        fprintf(f, "drafted         %d (%s, K = %d%s", st->n_drafted,
+                sd_draft_type_name(gp->draft_type), k, adaptive ? " at most, adaptive" : "");
+        if (gp->draft_p_min > 0.0f)
+            fprintf(f, ", p-min %.2f after %d", (double)gp->draft_p_min, gp->draft_min);
+        fprintf(f, ")\n");
         fprintf(f, "accepted        %d\n", st->n_accepted);
         fprintf(f, "acceptance rate %.3f   (accepted / drafted)\n", sd_stats_acceptance_rate(st));
         fprintf(f, "per position   ");
         for (int32_t i = 0; i < k; i++)
-            fprintf(f, " %.3f",
-                    st->drafted_at[i] ? (double)st->accepted_at[i] / st->drafted_at[i] : 0.0);
+            fprintf(f, " %.3f", sd_stats_accept_at(st, i));
         fprintf(f, "   (accepted / drafted at draft position i)\n");
+        char hist[256];
+        format_k_hist(st, hist, sizeof hist);
+        fprintf(f, "K chosen        %s   (K:passes; mean %.2f; 0 = target alone)\n", hist,
+                sd_stats_mean_k(st));
+        if (adaptive)
+            fprintf(f, "speculation off %d passes, %.2f ms (switched off %d times, %d probes)\n",
+                    st->n_off_passes, st->t_off_ms, st->n_switch_off, st->n_probes);
+        if (st->n_passes_lookup)
+            fprintf(f, "n-gram lookup   %d passes, %d drafted, %d accepted\n", st->n_passes_lookup,
+                    st->n_drafted_lookup, st->n_accepted_lookup);
     }
     fprintf(f, "tokens/pass     %.3f   (emitted / target passes)\n", sd_stats_tokens_per_pass(st));
     fprintf(f, "speed           %.2f tokens/s (decode, prefill excluded)\n",
@@ -180,8 +205,34 @@ static char *utf8_sanitize(const char *in, size_t n, size_t *out_len) {
     return out;
 }
 
+/* The drafting part of the JSON stats: policy, K histogram and trace, auto-off, lookup. */
+static void json_drafting(json_t *stats, const sd_gen_stats *st, const sd_gen_params *gp,
+                          int with_draft) {
+    json_t *hist = json_array();
+    for (int32_t k = 0; k <= SD_MAX_DRAFT; k++)
+        json_array_append_new(hist, json_integer(st->k_hist[k]));
+    json_t *trace = json_array();
+    for (int32_t i = 0; gp->k_trace && i < st->n_target_passes && i < gp->k_trace_cap; i++)
+        json_array_append_new(trace, json_integer(gp->k_trace[i]));
+    json_object_set_new(stats, "draft_type",
+                        json_string(with_draft ? sd_draft_type_name(gp->draft_type) : "none"));
+    json_object_set_new(stats, "draft_policy", json_string(sd_k_policy_name(gp->k_policy)));
+    json_object_set_new(stats, "draft_p_min", json_real(gp->draft_p_min));
+    json_object_set_new(stats, "draft_min", json_integer(gp->draft_min));
+    json_object_set_new(stats, "k_hist", hist);
+    json_object_set_new(stats, "k_trace", trace);
+    json_object_set_new(stats, "mean_k", json_real(sd_stats_mean_k(st)));
+    json_object_set_new(stats, "n_off_passes", json_integer(st->n_off_passes));
+    json_object_set_new(stats, "t_off_ms", json_real(st->t_off_ms));
+    json_object_set_new(stats, "n_switch_off", json_integer(st->n_switch_off));
+    json_object_set_new(stats, "n_probes", json_integer(st->n_probes));
+    json_object_set_new(stats, "n_passes_lookup", json_integer(st->n_passes_lookup));
+    json_object_set_new(stats, "n_drafted_lookup", json_integer(st->n_drafted_lookup));
+    json_object_set_new(stats, "n_accepted_lookup", json_integer(st->n_accepted_lookup));
+}
+
 static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, const sd_gen_stats *st,
-                      int32_t k, sd_error *err) {
+                      const sd_gen_params *gp, int with_draft, int32_t k, sd_error *err) {
     char *text = NULL;
     size_t text_len = 0;
     int rc = pieces_text(vocab, toks, n, &text, &text_len, err);
@@ -191,9 +242,7 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, con
         json_array_append_new(ids, json_integer(toks[i]));
     json_t *ppa = json_array();
     for (int32_t i = 0; i < k; i++)
-        json_array_append_new(
-            ppa,
-            json_real(st->drafted_at[i] ? (double)st->accepted_at[i] / st->drafted_at[i] : 0.0));
+        json_array_append_new(ppa, json_real(sd_stats_accept_at(st, i)));
     json_t *stats = json_pack(
         "{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
         "n_prompt", st->n_prompt, "n_generated", st->n_generated, "n_target_passes",
@@ -203,6 +252,7 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, con
         sd_stats_tokens_per_s(st), "ttft_ms", st->ttft_ms, "itl_ms", sd_stats_itl_ms(st),
         "t_prefill_ms", st->t_prefill_ms, "t_draft_ms", st->t_draft_ms, "t_verify_ms",
         st->t_verify_ms, "t_sample_ms", st->t_sample_ms, "stop", sd_stop_reason_str(st->stop));
+    if (stats) json_drafting(stats, st, gp, with_draft);
     /* jansson needs valid UTF-8: a byte-fallback token or a character cut at -n can
      * leave a partial sequence; such bytes become U+FFFD, as a text decoder would. */
     char *clean = utf8_sanitize(text, text_len, &text_len);
@@ -239,7 +289,19 @@ void sd_cli_generate_help(FILE *f) {
                "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
                "  --no-bos                 do not prepend BOS to the prompt\n"
                "  --kv-type f32|f16        KV-cache element type (default f32)\n"
-               "  --json                   print one JSON object on stdout instead of text\n");
+               "  --json                   print one JSON object on stdout instead of text\n"
+               "drafting:\n"
+               "  --draft-type T  (--spec-type)  none|llm|ngram|ngram+llm (default: llm with a\n"
+               "                           draft model, else none); llama.cpp's draft-simple,\n"
+               "                           ngram-simple; ngram needs no draft model\n"
+               "  --draft-policy P         fixed (K every pass) or adaptive (K chosen each pass,\n"
+               "                           target alone while drafting does not pay; default)\n"
+               "  --draft-p-min P (--spec-draft-p-min)  LLM draft stops below this top\n"
+               "                           probability, 0 = off (default 0.75, llama.cpp's)\n"
+               "  --draft-min N   (--draft-n-min)  tokens drafted before the cut-off (default 1)\n"
+               "  --ngram-min N, --ngram-max N     n-gram sizes matched, 1..16 (default 1, 4);\n"
+               "                           --spec-ngram-size-n N sets both (llama.cpp)\n"
+               "  --lookup-cache FILE      n-gram cache kept across runs (read, then updated)\n");
 }
 
 int sd_cmd_generate(int argc, char **argv) {
@@ -252,8 +314,15 @@ int sd_cmd_generate(int argc, char **argv) {
     p.ep = sd_engine_default_params();
     char *prompt_buf = NULL;
     int32_t *prompt_ids = NULL, *out = NULL;
+    uint8_t *k_trace = NULL;
     int rc = SD_OK, exit_code = EXIT_FAILURE;
 
+    /* generate's drafting defaults: the adaptive policy, llama.cpp's --draft-p-min, and
+     * one token drafted before the cut-off applies (whether drafting pays at all is the
+     * controller's call; the cut-off only says how far to go). */
+    p.ep.gen.k_policy = SD_K_ADAPTIVE;
+    p.ep.gen.draft_p_min = 0.75f;
+    p.ep.gen.draft_min = 1;
     if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
     if (c.no_draft) p.ep.draft = NULL;
     if (!p.ep.target) {
@@ -292,7 +361,14 @@ int sd_cmd_generate(int argc, char **argv) {
     sd_engine *e = p.engine;
     const int32_t ctx = sd_engine_n_ctx(e);
     const sd_vocab *vocab = sd_engine_vocab(e);
-    const int with_draft = sd_engine_proposer(e) != NULL;
+    if (c.no_draft) gp.draft_type = SD_DRAFT_NONE;
+    const sd_proposer *prop = sd_engine_proposer_of(e, gp.draft_type);
+    if (!prop && (gp.draft_type == SD_DRAFT_LLM || gp.draft_type == SD_DRAFT_NGRAM_LLM)) {
+        exit_code = usage_error("--draft-type %s needs a draft model: pass --draft FILE (-md)",
+                                sd_draft_type_name(gp.draft_type));
+        goto done;
+    }
+    const int with_draft = prop != NULL;
     if (!with_draft) gp.n_draft = 0;
 
     size_t n_ids = 0;
@@ -316,10 +392,15 @@ int sd_cmd_generate(int argc, char **argv) {
     if (gp.n_predict < 1) gp.n_predict = 1;
     if (c.no_draft && (c.g.draft || p.cfg.draft))
         fprintf(stderr, "specdec: --no-draft: ignoring the draft model, target alone\n");
-    else if (!with_draft)
-        fprintf(stderr, "specdec: no draft model (-md FILE): generating with the target alone\n");
+    else if (!with_draft && gp.draft_type == SD_DRAFT_AUTO)
+        fprintf(stderr, "specdec: no draft model (-md FILE, or --draft-type ngram): generating "
+                        "with the target alone\n");
     out = malloc((size_t)gp.n_predict * sizeof(int32_t));
-    if (!out) {
+    /* Passes <= tokens + 1 (a last pass may emit only EOS). */
+    k_trace = malloc((size_t)gp.n_predict + 1);
+    gp.k_trace = k_trace;
+    gp.k_trace_cap = k_trace ? gp.n_predict + 1 : 0;
+    if (!out || !k_trace) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
         goto done;
     }
@@ -336,12 +417,15 @@ int sd_cmd_generate(int argc, char **argv) {
     if (st.stop == SD_STOP_CONTEXT)
         fprintf(stderr, "\nspecdec: stopped at the context limit of %d tokens\n", ctx);
     const int32_t k_shown = with_draft ? gp.n_draft : 0;
-    if (c.json && (rc = print_json(vocab, out, st.n_generated, &st, k_shown, &err))) goto done;
-    print_stats(&st, with_draft, k_shown);
+    if (c.json &&
+        (rc = print_json(vocab, out, st.n_generated, &st, &gp, with_draft, k_shown, &err)))
+        goto done;
+    print_stats(&st, &gp, with_draft, k_shown);
     exit_code = EXIT_SUCCESS;
 done:
     if (rc) exit_code = sd_cli_fail(&err);
     free(out);
+    free(k_trace);
     free(prompt_ids);
     free(prompt_buf);
     sd_cli_pair_free(&p);
