@@ -1,0 +1,699 @@
+/*
+ * tests/test_ngram.c: the n-gram / prompt-lookup proposer (draft/ngram.c), the two-
+ * proposer chain, one-hot verification (verify/sd_verify_onehot) and greedy equality of
+ * every draft type and K policy with the target alone.
+ *
+ *   - proposals are checked against an independent brute-force reference (a backward
+ *     scan of the context, O(N n) per lookup): matches found, the longest n-gram
+ *     preferred, the most recent occurrence preferred, the periodic continuation, and
+ *     nothing read past the context (sentinels after it never appear);
+ *   - rollback: random appends, rollbacks to random prefixes and context switches,
+ *     each followed by a proposal that must equal the reference's (this also drives the
+ *     index's table rebuild);
+ *   - one-hot verification: the emitted tokens follow p (chi-square, false-alarm rate
+ *     1e-4 per test), acceptance is p(x), and it is token for token sd_verify_sample
+ *     with explicit one-hot q rows; negative controls (resample from p on rejection;
+ *     always accept) must fail the same test;
+ *   - greedy: n-gram, ngram+llm and the LLM draft, fixed K = 1..8 and adaptive, equal
+ *     target-alone output on random pairs and on the shipped TinyStories pair.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "draft/sd_draft.h"
+#include "runtime/engine/sd_engine.h"
+#include "runtime/model/sd_model.h"
+#include "runtime/tokenizer/sd_vocab.h"
+#include "target/sd_target.h"
+#include "testutil.h"
+#include "verify/sd_verify.h"
+
+static char g_dir[1024];
+
+static void setup(void) {
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
+}
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
+
+TestSuite(ngram, .init = setup, .fini = teardown, .timeout = 600);
+TestSuite(onehot, .timeout = 600);
+TestSuite(ngram_greedy, .init = setup, .fini = teardown, .timeout = 900);
+
+/* ------------------------------------------------------------------------------------ */
+/* Reference lookup                                                                      */
+
+/*
+ * Brute force: for n = n_max down to n_min (n <= N - 1 so an earlier occurrence can
+ * exist), scan j = N - 1 down to n for t[j - n .. j) == t[N - n .. N); the first hit is
+ * the most recent occurrence of the longest n-gram. The proposal is the sequence
+ * e = t extended periodically (e[m] = e[m - (N - j)] for m >= N), e[j .. j + k).
+ * Returns the match length (0: none) and writes k tokens.
+ */
+static int32_t ref_lookup(const int32_t *t, int32_t N, int32_t n_min, int32_t n_max, int32_t k,
+                          int32_t *out) {
+    for (int32_t n = n_max; n >= n_min; n--) {
+        if (n > N - 1) continue;
+        for (int32_t j = N - 1; j >= n; j--) {
+            int eq = 1;
+            for (int32_t i = 0; i < n && eq; i++)
+                eq = t[j - n + i] == t[N - n + i];
+            if (!eq) continue;
+            int32_t *e = malloc((size_t)(N + k) * sizeof *e);
+            cr_assert(e);
+            memcpy(e, t, (size_t)N * sizeof *e);
+            for (int32_t m = N; m < N + k; m++)
+                e[m] = e[m - (N - j)];
+            memcpy(out, e + j, (size_t)k * sizeof *out);
+            free(e);
+            return n;
+        }
+    }
+    return 0;
+}
+
+static sd_proposer *make_ngram(int32_t n_min, int32_t n_max, int32_t n_ctx) {
+    sd_ngram_params p = sd_ngram_default_params();
+    p.n_min = n_min;
+    p.n_max = n_max;
+    p.n_ctx = n_ctx;
+    sd_proposer *prop = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_ngram_init(&p, 1000, &prop, &err), 0, "%s", err.msg);
+    return prop;
+}
+
+/* Propose with k and compare with the reference (tokens and match length). */
+static void expect_ref(sd_proposer *p, const int32_t *t, int32_t n, int32_t n_min, int32_t n_max,
+                       int32_t k, const char *what) {
+    sd_proposal prop;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_propose(p, t, n, k, &prop, &err), 0, "%s", err.msg);
+    int32_t want[SD_MAX_DRAFT];
+    const int32_t m = ref_lookup(t, n, n_min, n_max, k, want);
+    cr_assert_eq(sd_proposer_ngram_last_match(p), m, "%s: match length %d, reference %d", what,
+                 sd_proposer_ngram_last_match(p), m);
+    cr_assert_eq(prop.n, m ? k : 0, "%s: %d tokens proposed, reference %d", what, prop.n,
+                 m ? k : 0);
+    cr_assert(prop.one_hot && prop.probs == NULL, "%s: n-gram proposals are one-hot", what);
+    for (int32_t i = 0; i < prop.n; i++)
+        cr_assert_eq(prop.tokens[i], want[i], "%s: token %d is %d, reference %d", what, i,
+                     prop.tokens[i], want[i]);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Proposer                                                                              */
+
+Test(ngram, match_found_and_followed) {
+    sd_proposer *p = make_ngram(1, 4, 64);
+    /* ... 5 6 7 [8 9] ... 5 6 7 -> 8 9 5 6 */
+    const int32_t t[] = {1, 5, 6, 7, 8, 9, 2, 3, 5, 6, 7};
+    sd_proposal prop;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_propose(p, t, 11, 4, &prop, &err), 0, "%s", err.msg);
+    cr_assert_eq(prop.n, 4);
+    cr_assert_eq(sd_proposer_ngram_last_match(p), 3);
+    const int32_t want[] = {8, 9, 2, 3};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(prop.tokens[i], want[i], "token %d: %d, want %d", i, prop.tokens[i], want[i]);
+    expect_ref(p, t, 11, 1, 4, 4, "match");
+    /* No repeated token at all: no proposal. */
+    const int32_t u[] = {1, 2, 3, 4, 5};
+    cr_assert_eq(sd_proposer_propose(p, u, 5, 4, &prop, &err), 0);
+    cr_assert_eq(prop.n, 0);
+    cr_assert_eq(sd_proposer_ngram_last_match(p), 0);
+    sd_proposer_free(p);
+}
+
+Test(ngram, longest_match_preferred) {
+    /* Last 1-gram "20" occurs most recently before 31; the last 2-gram "10 20" only
+     * before 30: n_max >= 2 proposes 30, n_max = 1 proposes 31. */
+    const int32_t t[] = {10, 20, 30, 11, 20, 31, 12, 10, 20};
+    sd_proposal prop;
+    sd_error err = {0};
+    sd_proposer *p = make_ngram(1, 4, 64);
+    cr_assert_eq(sd_proposer_propose(p, t, 9, 1, &prop, &err), 0);
+    cr_assert_eq(prop.n, 1);
+    cr_assert_eq(prop.tokens[0], 30);
+    cr_assert_eq(sd_proposer_ngram_last_match(p), 2);
+    sd_proposer_free(p);
+    p = make_ngram(1, 1, 64);
+    cr_assert_eq(sd_proposer_propose(p, t, 9, 1, &prop, &err), 0);
+    cr_assert_eq(prop.tokens[0], 31);
+    cr_assert_eq(sd_proposer_ngram_last_match(p), 1);
+    sd_proposer_free(p);
+    /* n_min = 3: the 2-gram is too short, no proposal. */
+    p = make_ngram(3, 4, 64);
+    cr_assert_eq(sd_proposer_propose(p, t, 9, 1, &prop, &err), 0);
+    cr_assert_eq(prop.n, 0);
+    sd_proposer_free(p);
+}
+
+Test(ngram, most_recent_occurrence_preferred) {
+    const int32_t t[] = {10, 20, 30, 10, 20, 31, 10, 20, 32, 4, 10, 20};
+    sd_proposal prop;
+    sd_error err = {0};
+    sd_proposer *p = make_ngram(2, 2, 64);
+    cr_assert_eq(sd_proposer_propose(p, t, 12, 2, &prop, &err), 0);
+    cr_assert_eq(prop.n, 2);
+    cr_assert_eq(prop.tokens[0], 32);
+    cr_assert_eq(prop.tokens[1], 4);
+    /* Growing the context one token at a time keeps the newest occurrence. */
+    for (int32_t n = 3; n <= 12; n++)
+        expect_ref(p, t, n, 2, 2, 3, "growing");
+    sd_proposer_free(p);
+}
+
+Test(ngram, no_proposal_past_the_context) {
+    /* The buffer continues past n_ctx with sentinels that must never be proposed. */
+    int32_t buf[32];
+    for (int i = 0; i < 32; i++)
+        buf[i] = 999;
+    const int32_t t[] = {1, 2, 3, 1, 2};
+    memcpy(buf, t, sizeof t);
+    sd_proposer *p = make_ngram(1, 4, 64);
+    sd_proposal prop;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_propose(p, buf, 5, 6, &prop, &err), 0);
+    /* "1 2" -> 3 1 2, then the period 3 repeats: 3 1 2 3 1 2. */
+    const int32_t want[] = {3, 1, 2, 3, 1, 2};
+    cr_assert_eq(prop.n, 6);
+    for (int i = 0; i < 6; i++) {
+        cr_assert_neq(prop.tokens[i], 999, "token %d read past the context", i);
+        cr_assert_eq(prop.tokens[i], want[i]);
+    }
+    /* A run of one token: the continuation repeats it. */
+    const int32_t r[] = {4, 7, 7, 7};
+    memcpy(buf, r, sizeof r);
+    cr_assert_eq(sd_proposer_propose(p, buf, 4, 5, &prop, &err), 0);
+    cr_assert_eq(prop.n, 5);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(prop.tokens[i], 7);
+    /* One token of context: nothing earlier to match. */
+    cr_assert_eq(sd_proposer_propose(p, buf, 1, 4, &prop, &err), 0);
+    cr_assert_eq(prop.n, 0);
+    /* A context beyond the proposer's capacity: no proposal, no read beyond it. */
+    sd_proposer *small = make_ngram(1, 4, 8);
+    int32_t big[16];
+    for (int i = 0; i < 16; i++)
+        big[i] = i % 3;
+    cr_assert_eq(sd_proposer_propose(small, big, 16, 4, &prop, &err), 0);
+    cr_assert_eq(prop.n, 0);
+    cr_assert_eq(sd_proposer_propose(small, big, 8, 4, &prop, &err), 0);
+    cr_assert_eq(prop.n, 4);
+    sd_proposer_free(small);
+    sd_proposer_free(p);
+}
+
+/* A tiny xorshift for the random sequences (the test's own, not the library's RNG). */
+static uint32_t rnd(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (uint32_t)(*s >> 11);
+}
+
+/* Random appends, rollbacks (commit with a shorter or diverging context) and context
+ * switches; after each, the proposal equals the reference's. A small capacity and a
+ * large alphabet make dead keys pile up, so the table is rebuilt many times. */
+static void rollback_run(int32_t n_min, int32_t n_max, int32_t alphabet, int32_t cap, uint64_t seed,
+                         int steps) {
+    sd_proposer *p = make_ngram(n_min, n_max, cap);
+    int32_t *t = malloc((size_t)cap * sizeof *t);
+    cr_assert(t);
+    int32_t n = 1;
+    t[0] = 1;
+    uint64_t s = seed;
+    for (int step = 0; step < steps; step++) {
+        const uint32_t op = rnd(&s) % 10;
+        if (op < 6) { /* append 1..6 tokens (a verification step) */
+            const int32_t m = 1 + (int32_t)(rnd(&s) % 6);
+            for (int32_t i = 0; i < m && n < cap; i++)
+                t[n++] = (int32_t)(rnd(&s) % (uint32_t)alphabet);
+        } else if (op < 9) { /* roll back to a random prefix, then diverge */
+            n = 1 + (int32_t)(rnd(&s) % (uint32_t)n);
+            if (n < cap && rnd(&s) % 2) t[n++] = alphabet + (int32_t)(rnd(&s) % 5);
+        } else { /* a new context sharing only the first token */
+            n = 1 + (int32_t)(rnd(&s) % (uint32_t)(cap / 2));
+            for (int32_t i = 1; i < n; i++)
+                t[i] = (int32_t)(rnd(&s) % (uint32_t)alphabet);
+        }
+        if (rnd(&s) % 2) sd_proposer_commit(p, t, n);
+        char what[64];
+        snprintf(what, sizeof what, "seed %llu step %d (n = %d)", (unsigned long long)seed, step,
+                 n);
+        expect_ref(p, t, n, n_min, n_max, 1 + (int32_t)(rnd(&s) % SD_MAX_DRAFT), what);
+    }
+    free(t);
+    sd_proposer_free(p);
+}
+
+Test(ngram, rollback_matches_a_fresh_index) {
+    rollback_run(1, 4, 4, 256, 11, 3000);  /* many matches, long ones */
+    rollback_run(2, 3, 12, 128, 12, 3000); /* fewer */
+    rollback_run(1, 16, 3, 96, 13, 2000);  /* the largest n */
+    rollback_run(1, 2, 400, 48, 14, 4000); /* mostly new keys: rebuilds */
+}
+
+Test(ngram, parameters_checked) {
+    const struct {
+        int32_t n_min, n_max, n_ctx;
+        const char *word;
+    } bad[] = {{0, 4, 64, "n_min"}, {1, 0, 64, "n_max"},   {1, 17, 64, "n_max"},
+               {5, 4, 64, "n_min"}, {17, 17, 64, "n_max"}, {1, 4, 0, "n_ctx"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sd_ngram_params p = {bad[i].n_min, bad[i].n_max, bad[i].n_ctx};
+        sd_error err = {0};
+        sd_proposer *prop = (sd_proposer *)&err; /* must be reset to NULL */
+        cr_assert_eq(sd_proposer_ngram_init(&p, 100, &prop, &err), SD_ERR_ARG,
+                     "n_min %d n_max %d n_ctx %d accepted", bad[i].n_min, bad[i].n_max,
+                     bad[i].n_ctx);
+        cr_assert_null(prop);
+        cr_assert(strstr(err.msg, bad[i].word), "'%s' does not name %s", err.msg, bad[i].word);
+    }
+}
+
+/* The chain asks the n-gram first and the second proposer only when it has no match. */
+typedef struct fixed_proposer {
+    sd_proposer base;
+    int calls, commits;
+} fixed_proposer;
+
+static int fixed_propose(sd_proposer *b, const int32_t *ctx, int32_t n_ctx, int32_t k,
+                         sd_proposal *out, sd_error *err) {
+    (void)ctx;
+    (void)n_ctx;
+    (void)err;
+    fixed_proposer *f = (fixed_proposer *)b;
+    f->calls++;
+    for (int32_t i = 0; i < k; i++)
+        out->tokens[i] = 77;
+    out->n = k;
+    out->n_vocab = 1000;
+    out->one_hot = 1;
+    return SD_OK;
+}
+static void fixed_commit(sd_proposer *b, const int32_t *ctx, int32_t n_ctx) {
+    (void)ctx;
+    (void)n_ctx;
+    ((fixed_proposer *)b)->commits++;
+}
+static void fixed_free(sd_proposer *b) {
+    (void)b;
+}
+static const sd_proposer_ops fixed_ops = {
+    .name = "fixed", .propose = fixed_propose, .commit = fixed_commit, .free = fixed_free};
+
+Test(ngram, chain_falls_back_when_no_match) {
+    sd_proposer *ng = make_ngram(1, 4, 64);
+    fixed_proposer f = {{&fixed_ops}, 0, 0};
+    sd_proposer *chain = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_chain_init(ng, &f.base, "ngram+fixed", &chain, &err), 0, "%s",
+                 err.msg);
+    cr_assert_str_eq(sd_proposer_name(chain), "ngram+fixed");
+    const int32_t t[] = {1, 2, 3, 1, 2};
+    sd_proposal prop;
+    cr_assert_eq(sd_proposer_propose(chain, t, 5, 2, &prop, &err), 0);
+    cr_assert_eq(prop.tokens[0], 3); /* the n-gram's */
+    cr_assert_eq(f.calls, 0);
+    cr_assert_eq(sd_proposer_propose(chain, t, 3, 2, &prop, &err), 0); /* 1 2 3: no match */
+    cr_assert_eq(prop.tokens[0], 77);
+    cr_assert_eq(f.calls, 1);
+    sd_proposer_commit(chain, t, 4);
+    cr_assert_eq(f.commits, 1);
+    sd_proposer_free(chain);
+    cr_assert_eq(sd_proposer_chain_init(ng, NULL, "x", &chain, &err), SD_ERR_ARG);
+    sd_proposer_free(chain); /* NULL after the failed init */
+    sd_proposer_free(ng);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* One-hot verification                                                                  */
+
+#define V8       8
+#define N_TRIALS 200000L
+
+/* Upper critical values of chi-square at false-alarm rate 1e-4 by degrees of freedom
+ * (scipy.stats.chi2.isf(1e-4, df); as in tests/test_verify.c). */
+static const double CHI2_CRIT_1E4[8] = {
+    0.0, 15.1367, 18.4207, 21.1075, 23.5127, 25.7448, 27.8563, 29.8775,
+};
+
+/* Pearson chi-square of counts against p; p == 0 must have count 0. */
+static double chi_square(const long *counts, const float *p, long n, int *df) {
+    double stat = 0.0, psum = 0.0;
+    int support = 0;
+    for (int i = 0; i < V8; i++)
+        psum += p[i];
+    for (int i = 0; i < V8; i++) {
+        if (p[i] == 0.0f) {
+            cr_assert_eq(counts[i], 0, "token %d has p = 0 but was emitted %ld times", i,
+                         counts[i]);
+            continue;
+        }
+        support++;
+        const double e = (double)n * p[i] / psum, d = (double)counts[i] - e;
+        stat += d * d / e;
+    }
+    *df = support - 1;
+    return stat;
+}
+
+static const float P_ROWS[3][V8] = {
+    {0.30f, 0.20f, 0.15f, 0.10f, 0.10f, 0.08f, 0.05f, 0.02f},
+    {0.05f, 0.05f, 0.50f, 0.10f, 0.10f, 0.05f, 0.10f, 0.05f},
+    {0.10f, 0.0f, 0.30f, 0.0f, 0.20f, 0.15f, 0.25f, 0.0f},
+};
+
+typedef enum { REAL, BUG_RESAMPLE_FROM_P, BUG_ALWAYS_ACCEPT } onehot_impl;
+
+static void verify_once(onehot_impl impl, const int32_t *draft, int k, const float *p, sd_rng *rng,
+                        sd_verify_result *res) {
+    if (impl == REAL) {
+        sd_error err = {0};
+        cr_assert_eq(sd_verify_onehot(draft, k, p, V8, rng, res, &err), 0, "%s", err.msg);
+        return;
+    }
+    res->n_accepted = 0;
+    for (int i = 0; i < k; i++) {
+        const double u = sd_rng_uniform(rng);
+        if (impl == BUG_ALWAYS_ACCEPT || u < p[i * V8 + draft[i]]) {
+            res->tokens[res->n_accepted++] = draft[i];
+            continue;
+        }
+        res->tokens[res->n_accepted] = sd_sample(p + i * V8, V8, sd_rng_uniform(rng));
+        res->n_tokens = res->n_accepted + 1;
+        return;
+    }
+    res->tokens[k] = sd_sample(p + k * V8, V8, sd_rng_uniform(rng));
+    res->n_tokens = k + 1;
+}
+
+/* N_TRIALS steps drafting `draft` (fixed tokens: q is one-hot) against rows p of
+ * P_ROWS[row_of[j]]; returns the worst chi2 / critical ratio over the emitted positions
+ * with enough samples, and the acceptance rate of position 0 in *acc0. */
+static double onehot_trial(onehot_impl impl, const int32_t *draft, int k, const int *row_of,
+                           uint64_t seed, double *acc0, int expect_pass) {
+    float p[(SD_MAX_DRAFT + 1) * V8];
+    for (int j = 0; j <= k; j++)
+        memcpy(p + j * V8, P_ROWS[row_of[j]], sizeof P_ROWS[0]);
+    static long counts[SD_MAX_DRAFT + 1][V8];
+    long n_pos[SD_MAX_DRAFT + 1] = {0};
+    memset(counts, 0, sizeof counts);
+    long acc_first = 0;
+    sd_rng rng;
+    sd_rng_seed(&rng, seed);
+    for (long t = 0; t < N_TRIALS; t++) {
+        sd_verify_result res;
+        verify_once(impl, draft, k, p, &rng, &res);
+        cr_assert_eq(res.n_tokens, res.n_accepted + 1);
+        acc_first += res.n_accepted > 0;
+        for (int j = 0; j < res.n_tokens; j++) {
+            if (j < res.n_accepted) cr_assert_eq(res.tokens[j], draft[j]);
+            counts[j][res.tokens[j]]++;
+            n_pos[j]++;
+        }
+    }
+    *acc0 = (double)acc_first / N_TRIALS;
+    double worst = 0.0;
+    for (int j = 0; j <= k; j++) {
+        if (n_pos[j] < 20000) continue;
+        int df;
+        const double stat = chi_square(counts[j], p + j * V8, n_pos[j], &df);
+        fprintf(stderr, "  one-hot chi2 k=%d position %d: n=%ld df=%d stat=%.2f crit=%.2f\n", k, j,
+                n_pos[j], df, stat, CHI2_CRIT_1E4[df]);
+        if (expect_pass)
+            cr_expect(stat < CHI2_CRIT_1E4[df], "k=%d position %d: chi2 %.2f >= %.2f", k, j, stat,
+                      CHI2_CRIT_1E4[df]);
+        if (stat / CHI2_CRIT_1E4[df] > worst) worst = stat / CHI2_CRIT_1E4[df];
+    }
+    return worst;
+}
+
+Test(onehot, emitted_tokens_follow_p) {
+    /* k = 1 with a likely, an unlikely and an impossible (p = 0) draft token. */
+    const int32_t drafts[] = {0, 7, 1};
+    const int drows[] = {0, 0, 2};
+    for (int d = 0; d < 3; d++) {
+        const int rows[] = {drows[d], 1};
+        double acc;
+        onehot_trial(REAL, &drafts[d], 1, rows, 100 + (uint64_t)d, &acc, 1);
+        const double px = P_ROWS[drows[d]][drafts[d]];
+        /* Binomial sd <= sqrt(0.25 / 2e5) = 0.0011; 5 sd. */
+        cr_assert(fabs(acc - px) < 0.0056, "draft %d: acceptance %.4f, expected p(x) = %.3f",
+                  drafts[d], acc, px);
+    }
+    /* k = 3, different rows per position. */
+    const int32_t draft3[] = {2, 2, 4};
+    const int rows3[] = {1, 1, 2, 0};
+    double acc;
+    onehot_trial(REAL, draft3, 3, rows3, 7, &acc, 1);
+}
+
+Test(onehot, negative_controls_fail) {
+    const int32_t draft[] = {0};
+    const int rows[] = {0, 0};
+    double acc;
+    double worst = onehot_trial(BUG_RESAMPLE_FROM_P, draft, 1, rows, 5, &acc, 0);
+    cr_assert(worst > 1.0, "resampling from p on rejection passed the test (ratio %.2f)", worst);
+    worst = onehot_trial(BUG_ALWAYS_ACCEPT, draft, 1, rows, 6, &acc, 0);
+    cr_assert(worst > 1.0, "always accepting passed the test (ratio %.2f)", worst);
+}
+
+/* sd_verify_onehot is speculative sampling with q = delta_x: the same tokens as
+ * sd_verify_sample given explicit one-hot rows and the same RNG stream. */
+Test(onehot, equals_general_sampler_with_one_hot_rows) {
+    enum { V = 50 };
+    sd_rng g;
+    sd_rng_seed(&g, 99);
+    float p[(SD_MAX_DRAFT + 1) * V], q[SD_MAX_DRAFT * V], scratch[V];
+    for (int trial = 0; trial < 20000; trial++) {
+        const int k = trial % (SD_MAX_DRAFT + 1);
+        for (int j = 0; j <= k; j++) {
+            double sum = 0.0;
+            for (int v = 0; v < V; v++) {
+                const double u = sd_rng_uniform(&g);
+                p[j * V + v] = (v % 7 == 3 && trial % 3 == 0) ? 0.0f : (float)(u * u * u);
+                sum += p[j * V + v];
+            }
+            for (int v = 0; v < V; v++)
+                p[j * V + v] = (float)(p[j * V + v] / sum);
+        }
+        int32_t draft[SD_MAX_DRAFT];
+        memset(q, 0, sizeof q);
+        for (int i = 0; i < k; i++) {
+            draft[i] = (int32_t)(sd_rng_next_u64(&g) % V);
+            q[i * V + draft[i]] = 1.0f;
+        }
+        sd_rng r1, r2;
+        sd_rng_seed(&r1, (uint64_t)trial);
+        sd_rng_seed(&r2, (uint64_t)trial);
+        sd_verify_result a, b;
+        sd_error err = {0};
+        cr_assert_eq(sd_verify_onehot(draft, k, p, V, &r1, &a, &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_verify_sample(draft, k, q, p, V, &r2, scratch, &b, &err), 0, "%s", err.msg);
+        cr_assert_eq(a.n_tokens, b.n_tokens, "trial %d", trial);
+        cr_assert_eq(a.n_accepted, b.n_accepted, "trial %d", trial);
+        for (int i = 0; i < a.n_tokens; i++)
+            cr_assert_eq(a.tokens[i], b.tokens[i], "trial %d token %d", trial, i);
+        cr_assert_eq(sd_rng_next_u64(&r1), sd_rng_next_u64(&r2), "trial %d: draws differ", trial);
+    }
+}
+
+Test(onehot, bad_arguments) {
+    float p[2 * V8];
+    memcpy(p, P_ROWS[0], sizeof P_ROWS[0]);
+    memcpy(p + V8, P_ROWS[0], sizeof P_ROWS[0]);
+    sd_rng rng;
+    sd_rng_seed(&rng, 1);
+    sd_verify_result res;
+    sd_error err = {0};
+    const int32_t bad_id[] = {8};
+    cr_assert_eq(sd_verify_onehot(bad_id, 1, p, V8, &rng, &res, &err), SD_ERR_ARG);
+    cr_assert(strstr(err.msg, "draft[0]"), "%s", err.msg);
+    const int32_t ok[] = {1};
+    cr_assert_eq(sd_verify_onehot(ok, SD_MAX_DRAFT + 1, p, V8, &rng, &res, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_verify_onehot(ok, 1, NULL, V8, &rng, &res, &err), SD_ERR_ARG);
+    float zero[2 * V8] = {0};
+    cr_assert_eq(sd_verify_onehot(ok, 1, zero, V8, &rng, &res, &err), SD_ERR_ARG);
+    cr_assert(strstr(err.msg, "no positive entry"), "%s", err.msg);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Greedy equality                                                                       */
+
+typedef struct gen_pair {
+    sd_model *tm, *dm;
+    sd_scorer *scorer;
+    sd_proposer *llm, *ngram, *chain;
+} gen_pair;
+
+static void gen_pair_open(gen_pair *g, const char *target, const char *draft) {
+    memset(g, 0, sizeof *g);
+    sd_error err = {0};
+    cr_assert_eq(sd_model_load(target, &g->tm, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_model_load(draft, &g->dm, &err), 0, "%s", err.msg);
+    sd_session_params sp = sd_session_default_params();
+    sp.n_threads = 1;
+    sd_sampling_params samp = sd_sampling_default_params();
+    samp.temp = 0.0f;
+    const int32_t n_vocab = sd_model_hparams(g->tm)->n_vocab;
+    cr_assert_eq(sd_scorer_init(g->tm, &sp, &g->scorer, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_proposer_llm_init(g->dm, &sp, &samp, 3, n_vocab, &g->llm, &err), 0, "%s",
+                 err.msg);
+    sd_ngram_params np = sd_ngram_default_params();
+    np.n_ctx = sd_scorer_n_ctx(g->scorer) + 1;
+    cr_assert_eq(sd_proposer_ngram_init(&np, n_vocab, &g->ngram, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_proposer_chain_init(g->ngram, g->llm, "ngram+llm", &g->chain, &err), 0, "%s",
+                 err.msg);
+}
+
+static void gen_pair_close(gen_pair *g) {
+    sd_proposer_free(g->chain);
+    sd_proposer_free(g->ngram);
+    sd_proposer_free(g->llm);
+    sd_scorer_free(g->scorer);
+    sd_model_free(g->dm);
+    sd_model_free(g->tm);
+}
+
+static int32_t gen(gen_pair *g, sd_proposer *prop, sd_k_policy pol, int32_t k, float p_min,
+                   const int32_t *prompt, int32_t n_prompt, int32_t eos, int32_t n_predict,
+                   int32_t *out, sd_gen_stats *st) {
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = n_predict;
+    gp.n_draft = k;
+    gp.samp.temp = 0.0f;
+    gp.k_policy = pol;
+    if (prop) sd_proposer_set_cutoff(prop, p_min, 1);
+    sd_error err = {0};
+    cr_assert_eq(sd_generate(g->scorer, prop, prompt, n_prompt, eos, &gp, NULL, NULL, out,
+                             n_predict, st, &err),
+                 0, "%s", err.msg);
+    return st->n_generated;
+}
+
+/* Every draft type, K = 1..8 fixed and adaptive (K <= 8), with and without the
+ * confidence cut-off: the tokens of target alone. Returns the n-gram acceptance. */
+static double greedy_all(gen_pair *g, const int32_t *prompt, int32_t n_prompt, int32_t eos,
+                         int32_t n_predict, const char *name) {
+    int32_t *ref = malloc((size_t)n_predict * sizeof *ref);
+    int32_t *got = malloc((size_t)n_predict * sizeof *got);
+    cr_assert(ref && got);
+    sd_gen_stats st;
+    const int32_t n_ref =
+        gen(g, NULL, SD_K_FIXED, 0, 0, prompt, n_prompt, eos, n_predict, ref, &st);
+    sd_proposer *props[] = {g->ngram, g->chain, g->llm};
+    const char *names[] = {"ngram", "ngram+llm", "llm"};
+    int64_t drafted = 0, accepted = 0;
+    for (int pi = 0; pi < 3; pi++)
+        for (int pol = 0; pol <= 1; pol++)
+            for (int32_t k = 1; k <= 8; k++)
+                for (int cut = 0; cut <= 1; cut++) {
+                    if (pol == SD_K_ADAPTIVE && k % 4 != 0) continue; /* k_max 4, 8 */
+                    const int32_t n = gen(g, props[pi], (sd_k_policy)pol, k, cut ? 0.6f : 0.0f,
+                                          prompt, n_prompt, eos, n_predict, got, &st);
+                    cr_assert_eq(n, n_ref, "%s %s %s K=%d p-min %d: %d tokens, target alone %d",
+                                 name, names[pi], pol ? "adaptive" : "fixed", k, cut, n, n_ref);
+                    for (int32_t i = 0; i < n; i++)
+                        cr_assert_eq(got[i], ref[i],
+                                     "%s %s %s K=%d p-min %d: token %d is %d, target alone %d",
+                                     name, names[pi], pol ? "adaptive" : "fixed", k, cut, i, got[i],
+                                     ref[i]);
+                    int64_t h = 0;
+                    for (int32_t j = 0; j <= SD_MAX_DRAFT; j++)
+                        h += st.k_hist[j];
+                    cr_assert_eq(h, st.n_target_passes, "K histogram covers every pass");
+                    if (pi == 0) {
+                        cr_assert_eq(st.n_drafted_lookup, st.n_drafted);
+                        cr_assert_eq(st.n_accepted_lookup, st.n_accepted);
+                        drafted += st.n_drafted;
+                        accepted += st.n_accepted;
+                    }
+                }
+    free(ref);
+    free(got);
+    return drafted ? (double)accepted / drafted : 0.0;
+}
+
+Test(ngram_greedy, random_pairs) {
+    char t[2048], d[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    gen_pair g;
+    gen_pair_open(&g, t, d);
+    /* Prompts with repeats (the lookup finds matches at once) and without. */
+    const int32_t prompts[3][12] = {{1, 5, 9, 13, 5, 9, 13, 5, 9, 13, 5, 9},
+                                    {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50},
+                                    {1, 90, 3, 77, 90, 3, 60, 61, 90, 3, 77, 90}};
+    double acc = 0.0;
+    for (int pi = 0; pi < 3; pi++) {
+        char name[32];
+        snprintf(name, sizeof name, "prompt %d", pi);
+        acc += greedy_all(&g, prompts[pi], 12, -1, 64, name);
+    }
+    fprintf(stderr, "  random pair: n-gram greedy acceptance %.3f (mean of 3 prompts)\n", acc / 3);
+    cr_assert_gt(acc, 0.0, "the n-gram never had an accepted token: the test proves little");
+    gen_pair_close(&g);
+}
+
+Test(ngram_greedy, shipped_tinystories_pair) {
+    const char *tp = SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf";
+    const char *dp = SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf";
+    if (access(tp, R_OK) || access(dp, R_OK))
+        cr_skip_test("the shipped TinyStories pair (models/) is absent");
+    gen_pair g;
+    gen_pair_open(&g, tp, dp);
+    const sd_vocab *vocab = sd_model_vocab(g.tm);
+    const char *texts[] = {
+        "Once upon a time",
+        "Lily had a red ball. She liked to play with the red ball in the park. One day, Lily",
+        "Rewrite the story: Tom saw a big dog. The dog was brown. Tom gave the dog a bone. "
+        "Story: Tom saw",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        sd_error err = {0};
+        cr_assert_eq(sd_vocab_tokenize(vocab, texts[i], strlen(texts[i]), 1, &ids, &n, &err), 0,
+                     "%s", err.msg);
+        char name[64];
+        snprintf(name, sizeof name, "'%.20s...'", texts[i]);
+        const double acc = greedy_all(&g, ids, (int32_t)n, sd_vocab_eos(vocab), 96, name);
+        fprintf(stderr, "  tinystories %s: n-gram greedy acceptance %.3f\n", name, acc);
+        free(ids);
+    }
+    gen_pair_close(&g);
+}
+
+/* Sampling with one-hot proposals runs and emits valid ids (exactness is the chi-square
+ * test above; this drives the loop's sd_verify_onehot path). */
+Test(ngram_greedy, sampled_generation_with_lookup) {
+    char t[2048], d[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    gen_pair g;
+    gen_pair_open(&g, t, d);
+    const int32_t prompt[] = {1, 5, 9, 13, 5, 9, 13, 5, 9, 13, 5, 9};
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = 64;
+    gp.n_draft = 4;
+    gp.samp.temp = 0.7f;
+    int32_t out[64];
+    sd_gen_stats st;
+    sd_error err = {0};
+    for (int pol = 0; pol <= 1; pol++) {
+        gp.k_policy = (sd_k_policy)pol;
+        cr_assert_eq(
+            sd_generate(g.scorer, g.ngram, prompt, 12, -1, &gp, NULL, NULL, out, 64, &st, &err), 0,
+            "%s", err.msg);
+        cr_assert_eq(st.n_generated, 64);
+        for (int i = 0; i < 64; i++)
+            cr_assert(out[i] >= 0 && out[i] < 96);
+    }
+    gen_pair_close(&g);
+}
