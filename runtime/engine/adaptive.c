@@ -11,15 +11,18 @@ enum { ON = 0, OFF = 1, PROBE = 2 };
 #define SLOPE_PRIOR 0.25
 /* A pass size uses its own running mean from this many samples on; below, the line. */
 #define SIZE_SAMPLES 4
-/* Per-sample forgetting of the line's sums (slowly: costs drift only with the context). */
-#define FIT_FORGET 0.995
-/* A sample above this times the prediction counts as this times the prediction. */
+/* A sample above this times the prediction counts as this times the prediction; a cost
+ * is at most this times its forgetting minimum. */
 #define CLIP 1.5
+/* Per-sample rise of a forgetting minimum (doubles in about 350 samples). */
+#define MIN_FORGET 1.002
 /* Draft cost per token before it is measured, relative to v(1). */
 #define DRAFT_PRIOR 0.1
-/* Recalibrate v(1) with a plain pass when its weight falls below this (about 45 passes
- * at decay 0.9). */
+/* Recalibrate v(1) with a plain pass when its weight falls below this (about 90 passes
+ * at decay 0.95). */
 #define CALIBRATE_W 0.01
+/* Plain passes at the start (one sample of v(1) is at the mercy of a cold cache). */
+#define CALIBRATE_FIRST 3
 
 sd_adaptive_params sd_adaptive_default_params(void) {
     sd_adaptive_params p;
@@ -94,32 +97,51 @@ double sd_adaptive_expected_tokens(const sd_adaptive *a, int32_t k) {
     return expected_tokens(a, k, 0.0);
 }
 
+/* A cost from its running mean and its forgetting minimum: min(mean, CLIP x minimum). */
+static double robust(double mean, double min) {
+    return mean < CLIP * min ? mean : CLIP * min;
+}
+
 double sd_adaptive_pass_ms(const sd_adaptive *a, int32_t n) {
     if (n < 1) n = 1;
     if (n > SD_MAX_DRAFT + 1) n = SD_MAX_DRAFT + 1;
-    if (a->n_ver[n] >= SIZE_SAMPLES) return a->t_ver[n];
+    /* v(1) (the baseline of every speedup: overestimating it would make any draft look
+     * good) always from its own samples; other sizes from 4 samples on. */
+    if (a->n_ver[n] >= SIZE_SAMPLES || (n == 1 && a->n_ver[1] > 0))
+        return robust(a->t_ver[n], a->min_ver[n]);
+    /* Otherwise the weighted least-squares line alpha + beta m through the measured sizes'
+     * values (weight: samples, at most 16). */
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
     int32_t n_sizes = 0, n0 = 0;
-    for (int32_t m = 1; m <= SD_MAX_DRAFT + 1; m++)
-        if (a->n_ver[m] > 0) {
-            n_sizes++;
-            if (!n0) n0 = m;
-        }
+    for (int32_t m = 1; m <= SD_MAX_DRAFT + 1; m++) {
+        if (!(a->n_ver[m] > 0)) continue;
+        const double w = a->n_ver[m] < 16 ? a->n_ver[m] : 16,
+                     y = robust(a->t_ver[m], a->min_ver[m]);
+        sw += w;
+        sx += w * m;
+        sy += w * y;
+        sxx += w * m * m;
+        sxy += w * m * y;
+        n_sizes++;
+        if (!n0) n0 = m;
+    }
     if (n_sizes >= 2) {
-        /* The least-squares line t = alpha + beta n through every (forgotten) sample. */
-        const double den = a->fit[0] * a->fit[3] - a->fit[1] * a->fit[1];
-        double beta = den > 0 ? (a->fit[0] * a->fit[4] - a->fit[1] * a->fit[2]) / den : 0.0;
+        const double den = sw * sxx - sx * sx;
+        double beta = den > 0 ? (sw * sxy - sx * sy) / den : 0.0;
         if (beta < 0) beta = 0; /* a pass never gets cheaper with more rows */
-        const double alpha = (a->fit[2] - beta * a->fit[1]) / a->fit[0];
+        const double alpha = (sy - beta * sx) / sw;
         const double t = alpha + beta * n;
         if (t > 0) return t;
     }
     if (n_sizes >= 1) /* one measured size n0 (or a failed fit: the smallest): prior slope */
-        return a->t_ver[n0] * (1.0 + SLOPE_PRIOR * (n - 1)) / (1.0 + SLOPE_PRIOR * (n0 - 1));
+        return robust(a->t_ver[n0], a->min_ver[n0]) * (1.0 + SLOPE_PRIOR * (n - 1)) /
+               (1.0 + SLOPE_PRIOR * (n0 - 1));
     return 1.0 + SLOPE_PRIOR * (n - 1); /* nothing measured yet (arbitrary unit) */
 }
 
 double sd_adaptive_draft_ms(const sd_adaptive *a) {
-    return a->n_draft > 0 ? a->t_draft : DRAFT_PRIOR * sd_adaptive_pass_ms(a, 1);
+    return a->n_draft > 0 ? robust(a->t_draft, a->min_draft)
+                          : DRAFT_PRIOR * sd_adaptive_pass_ms(a, 1);
 }
 
 static double speedup(const sd_adaptive *a, int32_t k, double floor_prior) {
@@ -162,7 +184,7 @@ int32_t sd_adaptive_next_k(sd_adaptive *a) {
     } else if (a->state != ON) {
         a->state = PROBE;
         k = best_k(a, a->p.prior_accept, NULL);
-    } else if (a->w_ver[1] < CALIBRATE_W) {
+    } else if (a->w_ver[1] < CALIBRATE_W || a->n_ver[1] < CALIBRATE_FIRST) {
         k = 0; /* calibration: measure v(1) (a plain pass costs plain decoding nothing) */
     } else {
         k = best_k(a, 0.0, NULL);
@@ -179,12 +201,19 @@ static void running_mean(double *mean, double *count, double x, double rate) {
     *mean += r * (x - *mean);
 }
 
+/* The forgetting minimum of a cost: it rises by MIN_FORGET per sample (so a real rise in
+ * cost, e.g. a longer context, gets through) and falls to any lower sample. */
+static void forgetting_min(double *min, double count, double x) {
+    *min = count > 0 && *min * MIN_FORGET < x ? *min * MIN_FORGET : x;
+}
+
 /*
- * One pass time of n rows. Once 4 samples are in, a sample above 1.5x the prediction
- * counts as 1.5x the prediction: on a shared machine a preempted pass takes several times
- * its cost, and such spikes would swing the decisions (the estimate is of the work, not
- * of the machine's load); and a size's own mean is used only from 4 samples on, so one
- * unlucky first sample cannot make a K look expensive for good.
+ * One pass time of n rows. On a shared machine a preempted pass takes several times its
+ * cost, and such spikes would swing the decisions (the estimate is of the work, not of
+ * the machine's load), so: a cost is min(running mean, 1.5x its forgetting minimum);
+ * once 4 samples are in, a sample above 1.5x the prediction counts as 1.5x the
+ * prediction; and a size's own mean is used only from 4 samples on, so one unlucky
+ * first sample cannot make a K look expensive for good.
  */
 static void observe_pass(sd_adaptive *a, int32_t n, double t) {
     if (a->n_samples >= SIZE_SAMPLES) {
@@ -192,15 +221,9 @@ static void observe_pass(sd_adaptive *a, int32_t n, double t) {
         if (t > CLIP * pred) t = CLIP * pred;
     }
     a->n_samples++;
+    forgetting_min(&a->min_ver[n], a->n_ver[n], t);
     running_mean(&a->t_ver[n], &a->n_ver[n], t, a->p.timing_rate);
     a->w_ver[n] += 1.0;
-    for (int i = 0; i < 5; i++)
-        a->fit[i] *= FIT_FORGET;
-    a->fit[0] += 1.0;
-    a->fit[1] += n;
-    a->fit[2] += t;
-    a->fit[3] += (double)n * n;
-    a->fit[4] += n * t;
 }
 
 void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, double t_draft_ms,
@@ -221,7 +244,9 @@ void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, 
     if (t_pass_ms >= 0 && isfinite(t_pass_ms)) observe_pass(a, n_drafted + 1, t_pass_ms);
     if (a->k_last > 0 && t_draft_ms >= 0 && isfinite(t_draft_ms)) {
         double td = t_draft_ms / (n_drafted > 0 ? n_drafted : 1);
-        if (a->n_draft >= SIZE_SAMPLES && td > CLIP * a->t_draft) td = CLIP * a->t_draft;
+        if (a->n_draft >= SIZE_SAMPLES && td > CLIP * sd_adaptive_draft_ms(a))
+            td = CLIP * sd_adaptive_draft_ms(a);
+        forgetting_min(&a->min_draft, a->n_draft, td);
         running_mean(&a->t_draft, &a->n_draft, td, p->timing_rate);
     }
     /* Position i is reached when tokens 0 .. i-1 were accepted: i <= n_accepted. */

@@ -168,6 +168,14 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
         sd_proposer_reset(prop, &gp->samp, sd_rng_stream_seed(gp->seed, 1));
         sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
     }
-    return sd_generate(e->scorer, prop, prompt, n_prompt, sd_vocab_eos(sd_model_vocab(e->tm)), gp,
+    sd_gen_params g = *gp;
+    if (g.clock == SD_CLOCK_AUTO) {
+        /* One CPU thread does all the work of a pass: its CPU clock is the pass's cost. */
+        const int one_thread = e->sp.n_threads == 1 || (e->sp.n_threads <= 0 && sd_n_cores() == 1);
+        g.clock = one_thread && e->sp.device == SD_DEVICE_CPU && e->dsp.device == SD_DEVICE_CPU
+                      ? SD_CLOCK_THREAD_CPU
+                      : SD_CLOCK_WALL;
+    }
+    return sd_generate(e->scorer, prop, prompt, n_prompt, sd_vocab_eos(sd_model_vocab(e->tm)), &g,
                        cb, user, out, cap_out, stats, err);
 }

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 sd_gen_params sd_gen_default_params(void) {
     sd_gen_params p;
@@ -16,6 +17,7 @@ sd_gen_params sd_gen_default_params(void) {
     p.k_policy = SD_K_FIXED;
     p.draft_p_min = 0.0f;
     p.draft_min = 0;
+    p.clock = SD_CLOCK_AUTO;
     p.k_trace = NULL;
     p.k_trace_cap = 0;
     return p;
@@ -64,6 +66,14 @@ double sd_stats_tokens_per_s(const sd_gen_stats *s) {
 
 double sd_stats_itl_ms(const sd_gen_stats *s) {
     return s->n_generated > 1 ? (s->t_total_ms - s->t_first_ms) / (s->n_generated - 1) : 0.0;
+}
+
+/* The controller's clock in ms (see sd_pass_clock). */
+static double pass_clock_ms(sd_pass_clock c) {
+    if (c != SD_CLOCK_THREAD_CPU) return sd_time_ms();
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)) return sd_time_ms();
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 /* Buffers of one generation, all allocated before the loop. */
@@ -155,6 +165,8 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
 
     sd_adaptive ctl;
     const int adaptive = draft && gp->k_policy == SD_K_ADAPTIVE;
+    const sd_pass_clock clock =
+        gp->clock == SD_CLOCK_THREAD_CPU ? SD_CLOCK_THREAD_CPU : SD_CLOCK_WALL;
     if (adaptive) {
         sd_adaptive_params ap = sd_adaptive_default_params();
         ap.k_max = gp->n_draft;
@@ -199,9 +211,10 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
                 t = t1;
                 if (rc) goto done;
             }
+            const double c0 = pass_clock_ms(clock);
             rc = sd_proposer_propose(draft, b.ctx, n_ctx, k, &prop, err);
-            t_draft = sd_time_ms() - t;
-            st->t_draft_ms += t_draft;
+            t_draft = pass_clock_ms(clock) - c0; /* on the controller's clock */
+            st->t_draft_ms += sd_time_ms() - t;
             if (rc) goto done;
             k = prop.n;
             if (k > 0 && prop.n_vocab != n_vocab) {
@@ -211,7 +224,7 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
                 goto done;
             }
         }
-        const double t_pass0 = sd_time_ms();
+        const double t_pass0 = sd_time_ms(), c_pass0 = pass_clock_ms(clock);
         double t = t_pass0;
         rc = sd_scorer_score(target, b.ctx, n_ctx, prop.tokens, k, b.logits, err);
         st->t_verify_ms += sd_time_ms() - t;
@@ -258,7 +271,8 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
             st->n_off_passes++;
             st->t_off_ms += t_pass;
         }
-        if (adaptive) sd_adaptive_observe(&ctl, k, res.n_accepted, t_draft, t_pass);
+        if (adaptive)
+            sd_adaptive_observe(&ctl, k, res.n_accepted, t_draft, pass_clock_ms(clock) - c_pass0);
         const int32_t n_new = n_ctx - first_new;
         if (n_new > 0 && st->t_first_ms == 0.0) {
             st->t_first_ms = sd_time_ms() - t0;

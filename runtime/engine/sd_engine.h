@@ -46,36 +46,47 @@ extern "C" {
  *
  * Model (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
  * Decoding", eq. 1 and Thm 3.8, generalised from one acceptance rate alpha to one per
- * draft position): with a_i = P(draft token i accepted | tokens 1 .. i-1 accepted), a pass
- * that drafts K tokens emits on average
- *     E(K) = 1 + sum_{k=1..K} prod_{i<=k} a_i        tokens  (a_i = alpha:
- * (1-alpha^(K+1))/(1-alpha)) and costs T(K) = K c + v(K + 1) milliseconds, c the draft's cost per
- * drafted token and v(n) the cost of a target pass over n rows (verification, warps and sampling
- * included). Plain decoding emits 1 token per v(1). The controller picks K* = argmax_{1 <= K <=
- * k_max} E(K) / T(K)   (ties: the smaller K), whose predicted speedup is S(K*) = E(K*) v(1) /
- * T(K*). Estimates, all online: a_i   decayed counts (factor `decay` per pass, every pass including
- * plain ones, so old evidence fades with time): a_i = (s_i + w0 a_{i-1}) / (n_i + w0), with s_i /
- * n_i the decayed accepted / reached counts of position i, a_0 = prior_accept, w0 = prior_weight
- * (an unexplored position inherits its predecessor's estimate); v(n)  with 4 or more samples of n
- * rows, their running mean (rate timing_rate, a plain average over the first 1 / timing_rate
- * samples; a cost does not drift as acceptance does, so a size keeps its mean); otherwise the
- * least-squares line alpha + beta n through all samples (sums forgotten by 0.995 per sample), or
- * with a single size n0 measured, v(n) = v(n0) (1 + s0 (n - 1)) / (1 + s0 (n0 - 1)), s0 = 0.25;
- * before any sample v(n) = 1 + s0 (n - 1). From the 4th sample on, a sample above 1.5x the
- * prediction counts as 1.5x (preemption spikes on a loaded machine); c     a running mean of draft
- * ms per drafted token (prior 0.1 v(1)). The first pass, and any pass after v(1) has gone
- * unmeasured for about 45 passes, is a plain calibration pass (K = 0): it measures v(1) at no cost
- * to plain decoding.
+ * draft position). With a_i = P(draft token i accepted | tokens 1 .. i-1 accepted), a
+ * pass that drafts K tokens emits on average
+ *     E(K) = 1 + sum_{k=1..K} prod_{i<=k} a_i   tokens
+ * (constant a_i = alpha: (1 - alpha^(K+1)) / (1 - alpha)) and costs
+ *     T(K) = K c + v(K + 1)
+ * with c the draft's cost per drafted token and v(n) the cost of a target pass over n
+ * rows (verification, warps and sampling included); plain decoding emits 1 token per
+ * v(1). The controller picks
+ *     K* = argmax_{1 <= K <= k_max} E(K) / T(K)   (ties: the smaller K),
+ * whose predicted speedup is S(K*) = E(K*) v(1) / T(K*). Estimates, all online:
+ *   a_i: decayed counts (factor `decay` per pass, plain passes included, so old
+ *     evidence fades with time): a_i = (s_i + w0 a_{i-1}) / (n_i + w0), s_i and n_i the
+ *     decayed accepted and reached counts of position i, a_0 = prior_accept,
+ *     w0 = prior_weight (an unexplored position inherits its predecessor's estimate);
+ *   v(n): with 4 or more samples of n rows (v(1): with any), their running mean (rate
+ *     timing_rate; a plain average over the first 1 / timing_rate samples; costs do
+ *     not drift as acceptance does, so a size keeps its mean); otherwise the weighted
+ *     least-squares line alpha + beta n through the measured sizes' values; with a
+ *     single size n0 measured, v(n) = v(n0) (1 + s0 (n - 1)) / (1 + s0 (n0 - 1)),
+ *     s0 = 0.25; before any sample v(n) = 1 + s0 (n - 1). Against preemption spikes
+ *     on a shared machine (positive-only noise), a size's value is at most 1.5x its
+ *     minimum sample (a minimum that rises by 0.2% per sample, so real cost growth
+ *     gets through), and from the 4th sample on a sample above 1.5x the prediction
+ *     counts as 1.5x;
+ *   c: a running mean of draft ms per drafted token, limited the same way (prior
+ *     0.1 v(1)).
+ * The first three passes, and a pass after v(1) has gone unmeasured for about 90
+ * passes, are plain calibration passes (K = 0): they measure v(1) at no cost to plain
+ * decoding.
+ * Times come from the caller (sd_generate: the clock of sd_gen_params.clock).
  *
  * Auto-off (when auto_off): after off_after passes in a row with S(K*) < 1 the
  * controller returns K = 0 (target alone) for `backoff` passes, then one probe pass
  * with the K* of optimistic estimates max(a_i, prior_accept). If the probe had an
- * accepted token and S(K*) >= 1 after it, speculation is back on and backoff returns to
- * backoff_min; otherwise it is off again with backoff doubled (at most backoff_max). So against a
- * draft that never agrees, speculation costs off_after passes at the start plus one probe per
- * back-off window (log2 many): see tests/test_adaptive.c for the bound this gives. The controller
- * only chooses how many tokens are drafted: the output distribution (greedy: the tokens) is the
- * same for every K.
+ * accepted token and S(K*) >= 1 after it, speculation is back on and backoff returns
+ * to backoff_min; otherwise it is off again with backoff doubled (at most
+ * backoff_max). So against a draft that never agrees, speculation costs off_after
+ * passes at the start plus one probe per back-off window (log2 many): see
+ * tests/test_adaptive.c for the bound this gives.
+ * The controller only chooses how many tokens are drafted: the output distribution
+ * (greedy: the tokens) is the same for every K.
  */
 typedef struct sd_adaptive_params {
     int32_t k_max;       /* largest K, 1 .. SD_MAX_DRAFT */
@@ -99,10 +110,10 @@ typedef struct sd_adaptive {
     double t_ver[SD_MAX_DRAFT + 2]; /* running mean ms of a pass of n rows, index n */
     double n_ver[SD_MAX_DRAFT + 2]; /* samples of each, ever */
     double w_ver[SD_MAX_DRAFT + 2]; /* decayed sample weight of each (recent evidence) */
-    double fit[5];                  /* forgotten sums w, n, t, n^2, n t of every sample */
     int32_t n_samples;              /* pass times observed */
     double t_draft, n_draft;        /* running mean ms per drafted token, samples */
-    int state;                      /* 0 on, 1 off, 2 probing */
+    double min_ver[SD_MAX_DRAFT + 2], min_draft; /* forgetting minima of the same */
+    int state;                                   /* 0 on, 1 off, 2 probing */
     int32_t below, countdown, backoff, k_last;
     int32_t n_passes, n_off_passes, n_probes, n_switch_off, n_calibration;
 } sd_adaptive;
@@ -135,6 +146,16 @@ double sd_adaptive_speedup(const sd_adaptive *a, int32_t k);
 int32_t sd_adaptive_best_k(const sd_adaptive *a);
 /* 1 while speculation is switched off (the next pass is target alone or a probe). */
 int sd_adaptive_is_off(const sd_adaptive *a);
+
+/* The clock the generation loop times passes with, for the controller. */
+typedef enum sd_pass_clock {
+    SD_CLOCK_AUTO = 0,   /* sd_engine_generate: THREAD_CPU for a one-thread CPU pair, else
+                            WALL; sd_generate: WALL */
+    SD_CLOCK_WALL,       /* CLOCK_MONOTONIC */
+    SD_CLOCK_THREAD_CPU, /* the calling thread's CPU clock: leaves out the time spent
+                            waiting for a core on a shared machine, which scales every
+                            choice of K alike; right only when this thread does the work */
+} sd_pass_clock;
 
 /* How the generation loop picks K. */
 typedef enum sd_k_policy {
@@ -178,6 +199,7 @@ typedef struct sd_gen_params {
      * stop drafting below draft_p_min (0: off) once draft_min tokens are drafted. */
     float draft_p_min;
     int32_t draft_min;
+    sd_pass_clock clock; /* the adaptive controller's clock */
     /* Optional, caller-owned: k_trace[i] receives the K chosen for pass i (0: target
      * alone), for i < k_trace_cap; stats.n_target_passes tells how many were written. */
     uint8_t *k_trace;
