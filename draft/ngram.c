@@ -307,6 +307,16 @@ int32_t sd_proposer_ngram_last_match(const sd_proposer *p) {
 
 int ngram_proposer_set_cache(sd_proposer *p, const ngram_index *cache) {
     if (!p || p->ops != &ngram_ops) return -1;
-    ((ngram_proposer *)p)->cache = cache;
+    ngram_proposer *np = (ngram_proposer *)p;
+    if (cache && (cache->n_min != np->ix.n_min || cache->n_max != np->ix.n_max)) return -1;
+    np->cache = cache;
     return 0;
+}
+
+int sd_proposer_ngram_set_cache(sd_proposer *p, const sd_ngram_cache *c, sd_error *err) {
+    if (ngram_proposer_set_cache(p, c ? ngram_cache_index(c) : NULL))
+        return sd_errorf(err, SD_ERR_ARG,
+                         "lookup cache: not an n-gram proposer, or its n-gram sizes differ from "
+                         "the cache's");
+    return SD_OK;
 }

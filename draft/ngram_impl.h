@@ -43,7 +43,10 @@ void ngram_index_sync(ngram_index *ix, const int32_t *ctx, int32_t n);
 int32_t ngram_index_lookup(const ngram_index *ix, const int32_t *q, int32_t n_q, int32_t *pos);
 
 /* Attach a lookup cache's index to an n-gram proposer (consulted when the context has
- * no match). -1 if p is not an n-gram proposer. */
+ * no match). -1 if p is not an n-gram proposer or the n-gram sizes differ. */
 int ngram_proposer_set_cache(sd_proposer *p, const ngram_index *cache);
+
+/* The index of a lookup cache (ngram_cache.c). */
+const ngram_index *ngram_cache_index(const sd_ngram_cache *c);
 
 #endif /* SD_NGRAM_IMPL_H */

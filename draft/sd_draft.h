@@ -165,6 +165,69 @@ int sd_proposer_ngram_init(const sd_ngram_params *p, int32_t n_vocab, sd_propose
  */
 int32_t sd_proposer_ngram_last_match(const sd_proposer *p);
 
+/* ---- persistent lookup cache (ngram_cache.c) ---- */
+
+/*
+ * An n-gram cache kept across runs (as llama.cpp's lookup caches): the token sequences
+ * of earlier runs (prompt + output, one "document" each), indexed like the context. An
+ * n-gram proposer with a cache attached looks there when the context has no match,
+ * and proposes what followed the most recent occurrence, up to the end of its document.
+ *
+ * File (little-endian):
+ *   0   8 bytes  magic "SDNGRAM\0"
+ *   8   u32      version (1)
+ *   12  u32      n_vocab of the vocabulary it was made with
+ *   16  u64      vocabulary fingerprint (sd_engine_vocab_fingerprint)
+ *   24  u32      n_docs
+ *   28  u32      0
+ *   32  u64      n_tokens (sum of the document lengths)
+ *   40  u32      doc_len[n_docs]
+ *   ..  i32      tokens[n_tokens] (ids in [0, n_vocab))
+ *   ..  u64      FNV-1a 64 of every byte before it
+ * Written to PATH.tmp.PID, flushed to disk and renamed over PATH, so PATH is either the
+ * old file or the new one, never half of one.
+ */
+typedef struct sd_ngram_cache sd_ngram_cache;
+
+/* Most tokens a cache holds by default (older documents are dropped first). */
+#define SD_NGRAM_CACHE_TOKENS 65536
+
+/* An empty cache for a vocabulary (fingerprint, n_vocab), n-gram sizes of np (its
+ * n_ctx is ignored), at most max_tokens tokens (0: SD_NGRAM_CACHE_TOKENS).
+ * Errors: SD_ERR_ARG, SD_ERR_OOM. */
+int sd_ngram_cache_init(uint64_t fingerprint, int32_t n_vocab, const sd_ngram_params *np,
+                        int64_t max_tokens, sd_ngram_cache **out, sd_error *err);
+
+/*
+ * Load path for the vocabulary (fingerprint, n_vocab). Errors, one line naming the file:
+ * SD_ERR_IO (cannot open or read: a missing file is errno ENOENT, which a caller may
+ * take as "start empty"), SD_ERR_FORMAT (not a cache: bad magic; truncated: expected vs
+ * found bytes; trailing bytes; lengths that do not add up; an id out of range; a bad
+ * checksum), SD_ERR_UNSUPPORTED (another version), SD_ERR_MISMATCH (made with another
+ * vocabulary), SD_ERR_OOM. Documents beyond max_tokens: the newest are kept.
+ */
+int sd_ngram_cache_load(const char *path, uint64_t fingerprint, int32_t n_vocab,
+                        const sd_ngram_params *np, int64_t max_tokens, sd_ngram_cache **out,
+                        sd_error *err);
+
+/* Append a document toks[0 .. n) (ids in [0, n_vocab)); the oldest documents go when the
+ * cache would pass its size. Errors: SD_ERR_ARG (bad id), SD_ERR_OOM; on error the cache
+ * is unchanged. */
+int sd_ngram_cache_add(sd_ngram_cache *c, const int32_t *toks, int32_t n, sd_error *err);
+
+/* Write the cache to path atomically (see the format). path must be a regular file or
+ * absent. Errors: SD_ERR_IO (naming the file), SD_ERR_ARG (not a regular file); on error
+ * path is unchanged and no temporary file is left. */
+int sd_ngram_cache_save(const sd_ngram_cache *c, const char *path, sd_error *err);
+
+int32_t sd_ngram_cache_n_docs(const sd_ngram_cache *c);
+int64_t sd_ngram_cache_n_tokens(const sd_ngram_cache *c);
+void sd_ngram_cache_free(sd_ngram_cache *c); /* NULL accepted */
+
+/* Attach c (not owned; NULL detaches) to the n-gram proposer p. Errors: SD_ERR_ARG if p
+ * is not an n-gram proposer or c's n-gram sizes differ from p's. */
+int sd_proposer_ngram_set_cache(sd_proposer *p, const sd_ngram_cache *c, sd_error *err);
+
 /* ---- two proposers in order (chain.c) ---- */
 
 /*

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "draft/sd_draft.h"
@@ -696,4 +697,265 @@ Test(ngram_greedy, sampled_generation_with_lookup) {
             cr_assert(out[i] >= 0 && out[i] < 96);
     }
     gen_pair_close(&g);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Lookup cache                                                                          */
+
+static sd_ngram_cache *new_cache(uint64_t fp, int32_t n_vocab) {
+    sd_ngram_params np = sd_ngram_default_params();
+    sd_ngram_cache *c = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_ngram_cache_init(fp, n_vocab, &np, 0, &c, &err), 0, "%s", err.msg);
+    return c;
+}
+
+static int load_cache(const char *path, uint64_t fp, int32_t n_vocab, sd_ngram_cache **c,
+                      sd_error *err) {
+    sd_ngram_params np = sd_ngram_default_params();
+    return sd_ngram_cache_load(path, fp, n_vocab, &np, 0, c, err);
+}
+
+Test(ngram, lookup_cache_round_trip_and_proposals) {
+    char path[2048];
+    tu_path(path, sizeof path, g_dir, "cache.bin");
+    sd_ngram_cache *c = new_cache(0x1234, 100);
+    const int32_t doc1[] = {1, 10, 11, 12, 13, 14, 15};
+    const int32_t doc2[] = {1, 20, 21, 22, 23};
+    sd_error err = {0};
+    cr_assert_eq(sd_ngram_cache_add(c, doc1, 7, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_ngram_cache_add(c, doc2, 5, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_ngram_cache_save(c, path, &err), 0, "%s", err.msg);
+    cr_assert_eq(tu_count_files(g_dir), 1, "a temporary file was left behind");
+    sd_ngram_cache_free(c);
+    c = NULL;
+    cr_assert_eq(load_cache(path, 0x1234, 100, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_ngram_cache_n_docs(c), 2);
+    cr_assert_eq(sd_ngram_cache_n_tokens(c), 12);
+    /* A context with no match of its own finds "11 12" in the cache: 13 14 15, then the
+     * document ends (no token of the next document follows). */
+    sd_proposer *p = make_ngram(1, 4, 64);
+    cr_assert_eq(sd_proposer_ngram_set_cache(p, c, &err), 0, "%s", err.msg);
+    const int32_t ctx[] = {1, 50, 11, 12};
+    sd_proposal prop;
+    cr_assert_eq(sd_proposer_propose(p, ctx, 4, 6, &prop, &err), 0);
+    cr_assert_eq(prop.n, 3, "cache continuation: %d tokens, expected 3", prop.n);
+    cr_assert_eq(prop.tokens[0], 13);
+    cr_assert_eq(prop.tokens[2], 15);
+    cr_assert_eq(sd_proposer_ngram_last_match(p), 2);
+    /* The context's own match wins over the cache's. */
+    const int32_t ctx2[] = {1, 11, 40, 2, 11};
+    cr_assert_eq(sd_proposer_propose(p, ctx2, 5, 1, &prop, &err), 0);
+    cr_assert_eq(prop.tokens[0], 40);
+    /* Sizes must agree. */
+    sd_proposer *p2 = make_ngram(2, 3, 64);
+    cr_assert_eq(sd_proposer_ngram_set_cache(p2, c, &err), SD_ERR_ARG);
+    sd_proposer_free(p2);
+    sd_proposer_free(p);
+    sd_ngram_cache_free(c);
+}
+
+Test(ngram, lookup_cache_keeps_the_newest_documents) {
+    sd_ngram_params np = sd_ngram_default_params();
+    sd_ngram_cache *c = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_ngram_cache_init(7, 100, &np, 10, &c, &err), 0, "%s", err.msg);
+    const int32_t a[] = {1, 2, 3, 4}, b[] = {5, 6, 7, 8}, d[] = {9, 10, 11};
+    cr_assert_eq(sd_ngram_cache_add(c, a, 4, &err), 0);
+    cr_assert_eq(sd_ngram_cache_add(c, b, 4, &err), 0);
+    cr_assert_eq(sd_ngram_cache_add(c, d, 3, &err), 0); /* 11 > 10: a goes */
+    cr_assert_eq(sd_ngram_cache_n_docs(c), 2);
+    cr_assert_eq(sd_ngram_cache_n_tokens(c), 7);
+    const int32_t bad[] = {1, 100};
+    cr_assert_eq(sd_ngram_cache_add(c, bad, 2, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_ngram_cache_n_tokens(c), 7, "a rejected document changed the cache");
+    sd_ngram_cache_free(c);
+}
+
+/* Bad files: a one-line error naming the file; nothing is loaded. */
+Test(ngram, lookup_cache_bad_files) {
+    char good[2048], bad[2048];
+    tu_path(good, sizeof good, g_dir, "good.bin");
+    tu_path(bad, sizeof bad, g_dir, "bad.bin");
+    sd_ngram_cache *c = new_cache(42, 100);
+    const int32_t doc[] = {1, 2, 3, 4, 5, 6};
+    sd_error err = {0};
+    cr_assert_eq(sd_ngram_cache_add(c, doc, 6, &err), 0);
+    cr_assert_eq(sd_ngram_cache_save(c, good, &err), 0, "%s", err.msg);
+    sd_ngram_cache_free(c);
+    size_t n = 0;
+    unsigned char *img = tu_read_file(good, &n);
+    cr_assert(img && n == 40 + 4 + 24 + 8, "file of %zu bytes", n);
+    struct {
+        const char *what, *word;
+        size_t len;
+        int byte;          /* -1: no change */
+        unsigned char val; /* the new value of img[byte] */
+        sd_status st;
+    } cases[] = {
+        {"empty", "not a specdec lookup cache", 0, -1, 0, SD_ERR_FORMAT},
+        {"not a cache", "not a specdec lookup cache", 0, -2, 0, SD_ERR_FORMAT},
+        {"header cut", "truncated", 30, -1, 0, SD_ERR_FORMAT},
+        {"tokens cut", "truncated", 60, -1, 0, SD_ERR_FORMAT},
+        {"checksum cut", "truncated", n - 3, -1, 0, SD_ERR_FORMAT},
+        {"trailing bytes", "after its end", n + 5, -1, 0, SD_ERR_FORMAT},
+        {"flipped token", "checksum", n, 50, 9, SD_ERR_FORMAT},
+        {"version", "version", n, 8, 7, SD_ERR_UNSUPPORTED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unsigned char *buf = calloc(1, n + 16);
+        cr_assert(buf);
+        if (cases[i].byte == -2)
+            memcpy(buf, "GGUF\3\0\0\0this is not a lookup cache at all", 40);
+        else
+            memcpy(buf, img, n);
+        if (cases[i].byte >= 0) buf[cases[i].byte] = cases[i].val;
+        const size_t len = cases[i].byte == -2 ? 40 : cases[i].len;
+        cr_assert_eq(tu_write_file(bad, buf, len), 0);
+        free(buf);
+        sd_ngram_cache *got = (sd_ngram_cache *)&err;
+        sd_error e2 = {0};
+        const int rc = load_cache(bad, 42, 100, &got, &e2);
+        cr_assert_eq(rc, (int)cases[i].st, "%s: status %d (%s)", cases[i].what, rc, e2.msg);
+        cr_assert_null(got, "%s: a cache came back", cases[i].what);
+        cr_assert(strstr(e2.msg, bad) && strstr(e2.msg, cases[i].word),
+                  "%s: '%s' should name the file and say '%s'", cases[i].what, e2.msg,
+                  cases[i].word);
+        cr_assert_null(strchr(e2.msg, '\n'), "%s: not one line", cases[i].what);
+    }
+    /* Another vocabulary: size or fingerprint. */
+    sd_ngram_cache *got = NULL;
+    cr_assert_eq(load_cache(good, 43, 100, &got, &err), SD_ERR_MISMATCH);
+    cr_assert(strstr(err.msg, "another vocabulary") && strstr(err.msg, good), "%s", err.msg);
+    cr_assert_eq(load_cache(good, 42, 512, &got, &err), SD_ERR_MISMATCH);
+    /* Missing: SD_ERR_IO with ENOENT (the CLI then starts an empty cache). */
+    char missing[2048];
+    tu_path(missing, sizeof missing, g_dir, "none.bin");
+    cr_assert_eq(load_cache(missing, 42, 100, &got, &err), SD_ERR_IO);
+    free(img);
+}
+
+/* Saving never leaves half a file: a failed save leaves the old file as it was and no
+ * temporary file; a path that is not a regular file is refused. */
+Test(ngram, lookup_cache_save_is_atomic) {
+    char path[2048], sub[2048], in_missing[2048];
+    tu_path(path, sizeof path, g_dir, "cache.bin");
+    sd_ngram_cache *c = new_cache(5, 100);
+    const int32_t doc[] = {1, 2, 3};
+    sd_error err = {0};
+    cr_assert_eq(sd_ngram_cache_add(c, doc, 3, &err), 0);
+    cr_assert_eq(sd_ngram_cache_save(c, path, &err), 0, "%s", err.msg);
+    size_t n0 = 0;
+    unsigned char *before = tu_read_file(path, &n0);
+    /* A directory in the way: refused, nothing written. */
+    tu_path(sub, sizeof sub, g_dir, "adir");
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    cr_assert_eq(sd_ngram_cache_save(c, sub, &err), SD_ERR_ARG);
+    cr_assert(strstr(err.msg, "not a regular file"), "%s", err.msg);
+    rmdir(sub);
+    /* A folder that does not exist: an error naming the file, no temporary file. */
+    tu_path(in_missing, sizeof in_missing, g_dir, "no/such/cache.bin");
+    cr_assert_eq(sd_ngram_cache_save(c, in_missing, &err), SD_ERR_IO);
+    cr_assert(strstr(err.msg, in_missing), "%s", err.msg);
+    cr_assert_eq(tu_count_files(g_dir), 1, "temporary files left behind");
+    size_t n1 = 0;
+    unsigned char *after = tu_read_file(path, &n1);
+    cr_assert(n0 == n1 && !memcmp(before, after, n0), "the good file changed");
+    free(before);
+    free(after);
+    sd_ngram_cache_free(c);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Bad input through the CLI: one line naming the flag, key or file; exit non-zero.      */
+
+static void cli_error(const char *args, const char *word) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s %s", SD_BINARY, args);
+    char *out = NULL, *err = NULL;
+    const int rc = tu_run(cmd, &out, &err);
+    cr_assert_neq(rc, 0, "'%s' succeeded", args);
+    cr_assert(err && strstr(err, word), "'%s': stderr '%s' does not name '%s'", args,
+              err ? err : "", word);
+    const char *nl = strchr(err, '\n');
+    cr_assert(nl && nl[1] == '\0', "'%s': not one line: '%s'", args, err);
+    free(out);
+    free(err);
+}
+
+Test(ngram, cli_bad_input) {
+    char t[2048], d[2048], args[8192], cfg[2048], junk[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    const char *bad[][2] = {
+        {"--draft-type eagle", "--draft-type"},
+        {"--spec-type ngram-mod", "--draft-type"},
+        {"--ngram-min 0", "--ngram-min"},
+        {"--ngram-max 17", "--ngram-max"},
+        {"--ngram-min 5", "--ngram-min"},
+        {"--ngram-min 3 --ngram-max 2", "--ngram-max"},
+        {"--draft-p-min 1.5", "--draft-p-min"},
+        {"--draft-p-min -0.1", "--draft-p-min"},
+        {"--draft-min 17", "--draft-min"},
+        {"--draft-policy sometimes", "--draft-policy"},
+        {"--spec-ngram-size-n 0", "--spec-ngram-size-n"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "generate -m %s -p t5t6 -n 4 %s", t, bad[i][0]);
+        cli_error(args, bad[i][1]);
+    }
+    /* llm without a draft model */
+    snprintf(args, sizeof args, "generate -m %s -p t5t6 -n 4 --draft-type llm", t);
+    cli_error(args, "--draft-type llm");
+    /* config keys */
+    const char *keys[][2] = {{"\"draft_type\": \"eagle\"", "draft_type"},
+                             {"\"ngram_min\": 0", "ngram_min"},
+                             {"\"ngram_min\": 4, \"ngram_max\": 2", "ngram_min"},
+                             {"\"draft_p_min\": 2", "draft_p_min"},
+                             {"\"draft_policy\": 1", "draft_policy"}};
+    tu_path(cfg, sizeof cfg, g_dir, "pair.json");
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char json[4096];
+        snprintf(json, sizeof json, "{\"target\": \"%s\", %s}", t, keys[i][0]);
+        cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
+        snprintf(args, sizeof args, "generate --config %s -p t5t6 -n 4", cfg);
+        cli_error(args, keys[i][1]);
+    }
+    /* lookup caches: not a cache, truncated, another vocabulary */
+    tu_path(junk, sizeof junk, g_dir, "junk.cache");
+    cr_assert_eq(tu_write_file(junk, "hello\n", 6), 0);
+    snprintf(args, sizeof args, "generate -m %s -p t5t6 -n 4 --draft-type ngram --lookup-cache %s",
+             t, junk);
+    cli_error(args, junk);
+    char lc[2048];
+    tu_path(lc, sizeof lc, g_dir, "real.cache");
+    snprintf(args, sizeof args,
+             "%s generate -m %s -p t5t6t7t5t6 -n 8 --draft-type ngram --lookup-cache %s", SD_BINARY,
+             t, lc);
+    cr_assert_eq(tu_run(args, NULL, NULL), 0, "making a cache failed");
+    size_t n = 0;
+    unsigned char *img = tu_read_file(lc, &n);
+    cr_assert(img && n > 48);
+    cr_assert_eq(tu_write_file(junk, img, n - 9), 0);
+    snprintf(args, sizeof args, "generate -m %s -p t5t6 -n 4 --draft-type ngram --lookup-cache %s",
+             t, junk);
+    cli_error(args, "truncated");
+    free(img);
+    /* the draft model has the same vocabulary; a model with another one does not */
+    char other[2048];
+    tu_llama_spec s = tu_llama_default_spec();
+    s.n_vocab = 80;
+    cr_assert_eq(tu_make_llama(tu_path(other, sizeof other, g_dir, "other.gguf"), &s), 0);
+    snprintf(args, sizeof args, "generate -m %s -p t5t6 -n 4 --draft-type ngram --lookup-cache %s",
+             other, lc);
+    cli_error(args, "another vocabulary");
+    /* a good run with the cache: updated, never left as a temporary file */
+    snprintf(args, sizeof args,
+             "%s generate -m %s -p t5t6t7t5t6 -n 8 --draft-type ngram --lookup-cache %s", SD_BINARY,
+             t, lc);
+    cr_assert_eq(tu_run(args, NULL, NULL), 0);
+    size_t n2 = 0;
+    unsigned char *img2 = tu_read_file(lc, &n2);
+    cr_assert(img2 && n2 > n, "the cache did not grow (%zu -> %zu bytes)", n, n2);
+    cr_assert_eq(img2[24], 2, "expected 2 documents after 2 runs, found %d", img2[24]);
+    free(img2);
 }

@@ -3,6 +3,7 @@
  * (runtime/engine), streaming the text to stdout and the statistics to stderr, or one
  * JSON object (--json).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -315,6 +316,7 @@ int sd_cmd_generate(int argc, char **argv) {
     char *prompt_buf = NULL;
     int32_t *prompt_ids = NULL, *out = NULL;
     uint8_t *k_trace = NULL;
+    sd_ngram_cache *cache = NULL;
     int rc = SD_OK, exit_code = EXIT_FAILURE;
 
     /* generate's drafting defaults: the adaptive policy, llama.cpp's --draft-p-min, and
@@ -370,6 +372,23 @@ int sd_cmd_generate(int argc, char **argv) {
     }
     const int with_draft = prop != NULL;
     if (!with_draft) gp.n_draft = 0;
+    if (p.lookup_cache) {
+        /* Read the cache (a missing file starts an empty one) and give it to the n-gram
+         * proposer; after the run it is updated with this prompt and output. */
+        const uint64_t fp = sd_engine_vocab_fingerprint(e);
+        const int32_t nv = sd_model_hparams(sd_engine_target(e))->n_vocab;
+        rc = sd_ngram_cache_load(p.lookup_cache, fp, nv, &p.ep.ngram, 0, &cache, &err);
+        if (rc == SD_ERR_IO && errno == ENOENT) {
+            sd_error_clear(&err);
+            rc = sd_ngram_cache_init(fp, nv, &p.ep.ngram, 0, &cache, &err);
+        }
+        if (!rc)
+            rc = sd_proposer_ngram_set_cache(sd_engine_proposer_of(e, SD_DRAFT_NGRAM), cache, &err);
+        if (rc) goto done;
+        if (gp.draft_type != SD_DRAFT_NGRAM && gp.draft_type != SD_DRAFT_NGRAM_LLM)
+            fprintf(stderr, "specdec: --lookup-cache: only --draft-type ngram and ngram+llm read "
+                            "it; it is still updated\n");
+    }
 
     size_t n_ids = 0;
     int add_bos = !c.g.no_bos && sd_vocab_add_bos(vocab);
@@ -414,6 +433,19 @@ int sd_cmd_generate(int argc, char **argv) {
                             out, gp.n_predict, &st, &err);
     free(sc.buf);
     if (rc) goto done;
+    if (cache) { /* this run becomes a document of the cache: prompt, then output */
+        int32_t *doc = malloc(((size_t)n_ids + (size_t)st.n_generated) * sizeof *doc);
+        if (!doc) {
+            rc = sd_errorf(&err, SD_ERR_OOM, "out of memory updating the lookup cache");
+            goto done;
+        }
+        memcpy(doc, prompt_ids, n_ids * sizeof *doc);
+        memcpy(doc + n_ids, out, (size_t)st.n_generated * sizeof *doc);
+        rc = sd_ngram_cache_add(cache, doc, (int32_t)(n_ids + (size_t)st.n_generated), &err);
+        free(doc);
+        if (!rc) rc = sd_ngram_cache_save(cache, p.lookup_cache, &err);
+        if (rc) goto done;
+    }
     if (st.stop == SD_STOP_CONTEXT)
         fprintf(stderr, "\nspecdec: stopped at the context limit of %d tokens\n", ctx);
     const int32_t k_shown = with_draft ? gp.n_draft : 0;
@@ -429,5 +461,6 @@ done:
     free(prompt_ids);
     free(prompt_buf);
     sd_cli_pair_free(&p);
+    sd_ngram_cache_free(cache); /* after the engine, whose n-gram proposer points at it */
     return exit_code;
 }

@@ -318,6 +318,9 @@ sd_proposer *sd_engine_proposer(sd_engine *e); /* the LLM draft; NULL: no draft 
  * SD_DRAFT_NGRAM_LLM need a draft model (else NULL); SD_DRAFT_NONE: NULL; SD_DRAFT_AUTO:
  * the LLM draft if any. */
 sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t);
+/* FNV-1a 64 of the target vocabulary (its size and every token's text): the lookup
+ * cache's vocabulary fingerprint (sd_ngram_cache_load). */
+uint64_t sd_engine_vocab_fingerprint(const sd_engine *e);
 int32_t sd_engine_n_ctx(const sd_engine *e);       /* target context in use */
 int32_t sd_engine_n_ctx_draft(const sd_engine *e); /* 0 without a draft */
 const sd_engine_params *sd_engine_params_of(const sd_engine *e);
