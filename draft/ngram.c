@@ -258,7 +258,7 @@ static const sd_proposer_ops ngram_ops = {
 
 sd_ngram_params sd_ngram_default_params(void) {
     sd_ngram_params p;
-    p.n_min = 1;
+    p.n_min = 2;
     p.n_max = 4;
     p.n_ctx = 4096;
     return p;

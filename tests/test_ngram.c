@@ -704,6 +704,8 @@ Test(ngram_greedy, sampled_generation_with_lookup) {
 
 static sd_ngram_cache *new_cache(uint64_t fp, int32_t n_vocab) {
     sd_ngram_params np = sd_ngram_default_params();
+    np.n_min = 1; /* as make_ngram(1, 4, ...) */
+    np.n_max = 4;
     sd_ngram_cache *c = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_ngram_cache_init(fp, n_vocab, &np, 0, &c, &err), 0, "%s", err.msg);
@@ -713,6 +715,8 @@ static sd_ngram_cache *new_cache(uint64_t fp, int32_t n_vocab) {
 static int load_cache(const char *path, uint64_t fp, int32_t n_vocab, sd_ngram_cache **c,
                       sd_error *err) {
     sd_ngram_params np = sd_ngram_default_params();
+    np.n_min = 1;
+    np.n_max = 4;
     return sd_ngram_cache_load(path, fp, n_vocab, &np, 0, c, err);
 }
 

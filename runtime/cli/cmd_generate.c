@@ -300,7 +300,7 @@ void sd_cli_generate_help(FILE *f) {
                "  --draft-p-min P (--spec-draft-p-min)  LLM draft stops below this top\n"
                "                           probability, 0 = off (default 0.75, llama.cpp's)\n"
                "  --draft-min N   (--draft-n-min)  tokens drafted before the cut-off (default 1)\n"
-               "  --ngram-min N, --ngram-max N     n-gram sizes matched, 1..16 (default 1, 4);\n"
+               "  --ngram-min N, --ngram-max N     n-gram sizes matched, 1..16 (default 2, 4);\n"
                "                           --spec-ngram-size-n N sets both (llama.cpp)\n"
                "  --lookup-cache FILE      n-gram cache kept across runs (read, then updated)\n");
 }
