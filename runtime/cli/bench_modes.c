@@ -21,8 +21,10 @@
  *             last pass, median: on a shared machine this counts the work, not the
  *             waiting (use it with -t 1 and OMP_WAIT_POLICY=passive)
  *   speedup   median over prompts of the per-prompt ratio to none (wall; cpu)
- *   accept    accepted / drafted; tok/pass: emitted / target passes; mean K over
- *             passes (0: target alone); off: passes with speculation switched off
+ *   accept    accepted / drafted; tok/ps: emitted / target passes; dr/ps: drafted /
+ *             target passes; K: mean K chosen over passes (0: target alone; an n-gram
+ *             without a match drafts nothing for its K); off: passes with speculation
+ *             switched off
  */
 #include <jansson.h>
 #include <math.h>
@@ -211,8 +213,8 @@ static double med(const bench_dvec *d) {
 }
 
 static void print_header(void) {
-    printf("%-9s %-22s %9s %9s %7s %7s %6s %6s %5s %5s %s\n", "category", "draft", "tok/s",
-           "cpu tok/s", "speedup", "cpu sp", "accept", "tok/ps", "K", "off", "match");
+    printf("%-9s %-22s %9s %9s %7s %7s %6s %6s %5s %5s %5s %s\n", "category", "draft", "tok/s",
+           "cpu tok/s", "speedup", "cpu sp", "accept", "tok/ps", "dr/ps", "K", "off", "match");
 }
 
 static void print_row(const char *cat, const variant *v, const cell *c, int greedy) {
@@ -221,10 +223,11 @@ static void print_row(const char *cat, const variant *v, const cell *c, int gree
         kn += c->k_hist[k];
         ks += (int64_t)k * c->k_hist[k];
     }
-    printf("%-9s %-22s %9.1f %9.1f %7.3f %7.3f %6.3f %6.3f %5.2f %4.0f%% %s\n", cat, v->label,
+    printf("%-9s %-22s %9.1f %9.1f %7.3f %7.3f %6.3f %6.3f %5.2f %5.2f %4.0f%% %s\n", cat, v->label,
            med(&c->tps), med(&c->cpu_tps), med(&c->speedup), med(&c->cpu_speedup),
            c->n_drafted ? (double)c->n_accepted / c->n_drafted : 0.0,
-           c->n_passes ? (double)c->n_gen / c->n_passes : 0.0, kn ? (double)ks / kn : 0.0,
+           c->n_passes ? (double)c->n_gen / c->n_passes : 0.0,
+           c->n_passes ? (double)c->n_drafted / c->n_passes : 0.0, kn ? (double)ks / kn : 0.0,
            c->n_passes ? 100.0 * c->n_off / c->n_passes : 0.0,
            greedy ? (c->match ? "yes" : "NO") : "-");
     fflush(stdout);
@@ -385,6 +388,8 @@ int bench_run_modes(const bench_cli *c, sd_cli_pair *p, sd_error *err) {
     if (c->n_prompt_files == 0 && !c->g.prompt)
         return sd_errorf(err, SD_ERR_ARG,
                          "bench --draft-types: give prompt files (-f FILE, repeatable)");
+    if (p->lookup_cache)
+        fprintf(stderr, "specdec bench: ignoring --lookup-cache: every run starts from nothing\n");
     int rc = sd_cli_pair_load(&c->g, p, err);
     if (rc) return rc;
     m.e = p->engine;
@@ -422,7 +427,8 @@ int bench_run_modes(const bench_cli *c, sd_cli_pair *p, sd_error *err) {
             printf("greedy output of every draft type %s target-alone output in every run\n",
                    all_match ? "equals" : "DIFFERS FROM");
         printf("speedup: median of per-prompt ratios to none (wall clock; cpu: process CPU "
-               "time); K: mean K chosen per pass; off: passes with speculation switched off\n");
+               "time); dr/ps: tokens drafted per pass; K: mean K chosen per pass (an n-gram "
+               "without a match drafts none); off: passes with speculation switched off\n");
         if (c->json) {
             json_t *files = json_array();
             for (int f = 0; f < c->n_prompt_files; f++)
