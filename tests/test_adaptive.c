@@ -33,6 +33,7 @@ typedef struct sim {
     double v1, slope;       /* pass cost v(n) = v1 + slope (n - 1) */
     double spike_p;         /* probability that a measured time is multiplied by spike_x */
     double spike_x;
+    double no_match_p; /* probability that a pass drafts nothing (an n-gram without a match) */
 } sim;
 
 static double sim_v(const sim *s, int32_t n) {
@@ -86,17 +87,19 @@ typedef struct run_out {
 static void run(sd_adaptive *ctl, const sim *s, int32_t n, run_out *o, int32_t *trace) {
     memset(o, 0, sizeof *o);
     for (int32_t t = 0; t < n; t++) {
-        const int32_t k = sd_adaptive_next_k(ctl);
-        cr_assert(k >= 0 && k <= ctl->p.k_max, "K = %d outside [0, %d]", k, ctl->p.k_max);
+        const int32_t k_chosen = sd_adaptive_next_k(ctl);
+        cr_assert(k_chosen >= 0 && k_chosen <= ctl->p.k_max, "K = %d outside [0, %d]", k_chosen,
+                  ctl->p.k_max);
+        const int32_t k = s->no_match_p > 0 && uni() < s->no_match_p ? 0 : k_chosen;
         int32_t acc = 0;
         while (acc < k && uni() < s->a[acc])
             acc++;
         const double td = k * s->c, tp = sim_v(s, k + 1);
         o->time += td + tp;
         o->tokens += acc + 1;
-        o->k_count[k]++;
+        o->k_count[k_chosen]++;
         o->spec_passes += k > 0;
-        if (trace) trace[t] = k;
+        if (trace) trace[t] = k_chosen;
         const double noise = s->spike_p > 0 && uni() < s->spike_p ? s->spike_x : 1.0;
         sd_adaptive_observe(ctl, k, acc, td * noise, tp * noise);
     }
@@ -110,7 +113,7 @@ static void start(sd_adaptive *ctl, int32_t k_max) {
 }
 
 static sim const_sim(double a, double c, double v1, double slope) {
-    sim s = {{0}, c, v1, slope, 0.0, 1.0};
+    sim s = {{0}, c, v1, slope, 0.0, 1.0, 0.0};
     for (int i = 0; i < SD_MAX_DRAFT; i++)
         s.a[i] = a;
     return s;
@@ -251,6 +254,33 @@ Test(adaptive, auto_off_and_back_on) {
         s_sum += o.k_count[k] * (k ? true_speedup(&s, k) : 1.0);
     cr_assert_geq(s_sum / 500, 0.95 * best, "back on: mean true speedup %.3f, the best %.3f",
                   s_sum / 500, best);
+}
+
+/* An n-gram draft matches only now and then: a probe without a match is no evidence and
+ * must not double the back-off; once matches agree, speculation comes back on. */
+Test(adaptive, probes_without_a_match_are_repeated) {
+    g_state = 11;
+    sd_adaptive ctl;
+    start(&ctl, 4);
+    sim s = const_sim(0.0, 0.0, 1.0, 0.3); /* free draft, never agrees: switched off */
+    run_out o;
+    run(&ctl, &s, 40, &o, NULL);
+    cr_assert(sd_adaptive_is_off(&ctl));
+    const int32_t backoff = ctl.backoff;
+    /* Count down to the probe, then let it find no match: still probing, back-off kept. */
+    while (sd_adaptive_next_k(&ctl) == 0)
+        sd_adaptive_observe(&ctl, 0, 0, 0.0, 1.0);
+    for (int i = 0; i < 3; i++) {
+        sd_adaptive_observe(&ctl, 0, 0, 0.0, 1.0);
+        cr_assert_gt(sd_adaptive_next_k(&ctl), 0, "an empty probe ended the probing");
+    }
+    cr_assert_eq(ctl.backoff, backoff, "an empty probe doubled the back-off");
+    /* Matches 30% of the time, accepted when they come: back on. */
+    s = const_sim(0.95, 0.0, 1.0, 0.3);
+    s.no_match_p = 0.7;
+    run(&ctl, &s, 600, &o, NULL);
+    cr_assert(!sd_adaptive_is_off(&ctl),
+              "never back on against a draft that agrees when it matches");
 }
 
 /* Throughput of a run of n_tokens against a never-agreeing draft, relative to target

@@ -21,6 +21,8 @@ enum { ON = 0, OFF = 1, PROBE = 2 };
 /* Recalibrate v(1) with a plain pass when its weight falls below this (about 90 passes
  * at decay 0.95). */
 #define CALIBRATE_W 0.01
+/* Probe passes in a row that may draft nothing before the probe counts as failed. */
+#define EMPTY_PROBES 8
 /* Plain passes at the start (one sample of v(1) is at the mercy of a cold cache). */
 #define CALIBRATE_FIRST 3
 
@@ -273,6 +275,11 @@ void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, 
         if (a->countdown > 0) a->countdown--;
         break;
     case PROBE:
+        /* A probe that drafted nothing (an n-gram without a match) says nothing: probe
+         * again, up to EMPTY_PROBES passes in a row (a draft cut to zero tokens each time
+         * still costs its draft step). */
+        if (n_drafted == 0 && ++a->empty_probes < EMPTY_PROBES) break;
+        a->empty_probes = 0;
         /* Back on only if the probe had an accepted token: after a long time off the
          * decayed counts are mostly prior, which alone must not switch speculation on. */
         a->n_probes++;

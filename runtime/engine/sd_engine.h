@@ -79,9 +79,10 @@ extern "C" {
  *
  * Auto-off (when auto_off): after off_after passes in a row with S(K*) < 1 the
  * controller returns K = 0 (target alone) for `backoff` passes, then one probe pass
- * with the K* of optimistic estimates max(a_i, prior_accept). If the probe had an
- * accepted token and S(K*) >= 1 after it, speculation is back on and backoff returns
- * to backoff_min; otherwise it is off again with backoff doubled (at most
+ * with the K* of optimistic estimates max(a_i, prior_accept) (a probe that drafts
+ * nothing, an n-gram without a match, is repeated, up to 8 times). If the probe had
+ * an accepted token and S(K*) >= 1 after it, speculation is back on and backoff
+ * returns to backoff_min; otherwise it is off again with backoff doubled (at most
  * backoff_max). So against a draft that never agrees, speculation costs off_after
  * passes at the start plus one probe per back-off window (log2 many): see
  * tests/test_adaptive.c for the bound this gives.
@@ -114,7 +115,7 @@ typedef struct sd_adaptive {
     double t_draft, n_draft;        /* running mean ms per drafted token, samples */
     double min_ver[SD_MAX_DRAFT + 2], min_draft; /* forgetting minima of the same */
     int state;                                   /* 0 on, 1 off, 2 probing */
-    int32_t below, countdown, backoff, k_last;
+    int32_t below, countdown, backoff, k_last, empty_probes;
     int32_t n_passes, n_off_passes, n_probes, n_switch_off, n_calibration;
 } sd_adaptive;
 
