@@ -146,8 +146,9 @@ static int set_docs(sd_ngram_cache *c, const int32_t *toks, int32_t n, sd_error 
         free(tk);
         return sd_errorf(err, SD_ERR_OOM, "lookup cache: out of memory");
     }
-    memcpy(dl, c->doc_len + first, (size_t)(c->n_docs - first) * sizeof *dl);
-    memcpy(tk, c->toks + (c->n_tokens - kept), (size_t)kept * sizeof *tk);
+    if (c->n_docs > first) /* (no pointer arithmetic on the NULL of an empty cache) */
+        memcpy(dl, c->doc_len + first, (size_t)(c->n_docs - first) * sizeof *dl);
+    if (kept > 0) memcpy(tk, c->toks + (c->n_tokens - kept), (size_t)kept * sizeof *tk);
     if (n > 0) {
         dl[n_docs - 1] = n;
         memcpy(tk + kept, toks, (size_t)n * sizeof *tk);
