@@ -23,6 +23,13 @@ static int chain_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, i
     return sd_proposer_propose(c->second, ctx, n_ctx, k, out, err);
 }
 
+static int chain_catch_up(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t window,
+                          sd_error *err) {
+    chain_proposer *c = (chain_proposer *)base;
+    int rc = sd_proposer_catch_up(c->first, ctx, n_ctx, window, err);
+    return rc ? rc : sd_proposer_catch_up(c->second, ctx, n_ctx, window, err);
+}
+
 static void chain_commit(sd_proposer *base, const int32_t *ctx, int32_t n_ctx) {
     chain_proposer *c = (chain_proposer *)base;
     sd_proposer_commit(c->first, ctx, n_ctx);
@@ -58,6 +65,7 @@ int sd_proposer_chain_init(sd_proposer *first, sd_proposer *second, const char *
         .commit = chain_commit,
         .reset = chain_reset,
         .set_cutoff = chain_set_cutoff,
+        .catch_up = chain_catch_up,
         .free = chain_free,
     };
     c->base.ops = &c->ops;

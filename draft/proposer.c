@@ -17,6 +17,13 @@ int sd_proposer_prefill(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, sd_er
     return p->ops->prefill ? p->ops->prefill(p, ctx, n_ctx, err) : SD_OK;
 }
 
+int sd_proposer_catch_up(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t window,
+                         sd_error *err) {
+    if (n_ctx < 1) return sd_errorf(err, SD_ERR_ARG, "draft: empty context");
+    if (p->ops->catch_up) return p->ops->catch_up(p, ctx, n_ctx, window, err);
+    return sd_proposer_prefill(p, ctx, n_ctx, err);
+}
+
 void sd_proposer_commit(sd_proposer *p, const int32_t *ctx, int32_t n_ctx) {
     p->ops->commit(p, ctx, n_ctx);
 }

@@ -59,6 +59,9 @@ typedef struct sd_proposer_ops {
     void (*reset)(sd_proposer *p, const sd_sampling_params *samp, uint64_t seed);
     /* See sd_proposer_set_cutoff (NULL: the proposer has no confidence). */
     void (*set_cutoff)(sd_proposer *p, float p_min, int32_t n_min);
+    /* See sd_proposer_catch_up (NULL: prefill). */
+    int (*catch_up)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t window,
+                    sd_error *err);
     void (*free)(sd_proposer *p);
 } sd_proposer_ops;
 
@@ -81,6 +84,17 @@ int sd_proposer_propose(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32
  * up by itself. Errors: the model's.
  */
 int sd_proposer_prefill(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, sd_error *err);
+
+/*
+ * After passes without the proposer (speculation switched off): bring it up to
+ * ctx[0 .. n_ctx) with bounded work. window > 0: a proposer more than `window` tokens
+ * behind may restart its context as ctx[0] followed by the last `window` tokens (the LLM
+ * draft does: its later proposals see that shorter context, which changes only how
+ * often they are accepted, never what is emitted); window <= 0: as prefill. Errors: the
+ * model's.
+ */
+int sd_proposer_catch_up(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t window,
+                         sd_error *err);
 
 /*
  * After verification: roll the proposer's state back to the accepted prefix of

@@ -283,6 +283,31 @@ Test(adaptive, probes_without_a_match_are_repeated) {
               "never back on against a draft that agrees when it matches");
 }
 
+/* A pair whose costs rule out a gain even at full acceptance (a draft step 0.4 and a
+ * pass 0.8 more per row, as the shipped TinyStories pair with its LLM draft on this CPU):
+ * off after the first speculative pass, and then probed only every backoff_max passes,
+ * even though the draft agrees every time. */
+Test(adaptive, a_pair_that_cannot_pay_is_switched_off_at_once) {
+    g_state = 12;
+    sd_adaptive ctl;
+    start(&ctl, 8);
+    sim s = const_sim(1.0, 0.4, 1.0, 0.8);
+    static int32_t trace[1200];
+    run_out o;
+    run(&ctl, &s, 1200, &o, trace);
+    cr_assert_lt(sd_adaptive_speedup_bound(&ctl), 1.05);
+    int32_t spec = 0, first = -1;
+    for (int32_t t = 0; t < 1200; t++)
+        if (trace[t] > 0) {
+            spec++;
+            if (first < 0) first = t;
+        }
+    fprintf(stderr, "  cannot pay: first speculative pass %d, %d speculative passes of 1200\n",
+            first, spec);
+    cr_assert_leq(spec, 1 + 1200 / ctl.p.backoff_max + 1, "%d speculative passes", spec);
+    cr_assert_eq(trace[first + 1], 0, "still speculating after the costs were measured");
+}
+
 /* Throughput of a run of n_tokens against a never-agreeing draft, relative to target
  * alone (n_tokens v(1)). */
 static double never_agrees_ratio(double c, double slope, int32_t n_tokens, double spike_p,

@@ -21,6 +21,8 @@ enum { ON = 0, OFF = 1, PROBE = 2 };
 /* Recalibrate v(1) with a plain pass when its weight falls below this (about 90 passes
  * at decay 0.95). */
 #define CALIBRATE_W 0.01
+/* Below this speedup at full acceptance a pair cannot pay: off at once, probes rare. */
+#define HOPELESS_GAIN 1.05
 /* Probe passes in a row that may draft nothing before the probe counts as failed. */
 #define EMPTY_PROBES 8
 /* Plain passes at the start (one sample of v(1) is at the mercy of a cold cache). */
@@ -173,6 +175,25 @@ int32_t sd_adaptive_best_k(const sd_adaptive *a) {
     return best_k(a, 0.0, NULL);
 }
 
+double sd_adaptive_speedup_bound(const sd_adaptive *a) {
+    double best = 0.0;
+    for (int32_t k = 1; k <= a->p.k_max; k++) {
+        const double t = k * sd_adaptive_draft_ms(a) + sd_adaptive_pass_ms(a, k + 1);
+        const double s = t > 0 ? (k + 1) * sd_adaptive_pass_ms(a, 1) / t : 0.0;
+        if (s > best) best = s;
+    }
+    return best;
+}
+
+/* The costs are measured (a draft step and a pass of more than one row), and even
+ * acceptance of every drafted token would gain less than HOPELESS_GAIN. */
+static int hopeless(const sd_adaptive *a) {
+    int multi = 0;
+    for (int32_t m = 2; m <= SD_MAX_DRAFT + 1; m++)
+        multi |= a->n_ver[m] > 0;
+    return multi && a->n_draft > 0 && sd_adaptive_speedup_bound(a) < HOPELESS_GAIN;
+}
+
 int sd_adaptive_is_off(const sd_adaptive *a) {
     return a->state != ON;
 }
@@ -263,6 +284,10 @@ void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, 
     case ON:
         if (a->k_last == 0 || !p->auto_off) break; /* a calibration pass decides nothing */
         a->below = s_best < 1.0 ? a->below + 1 : 0;
+        if (hopeless(a)) {
+            a->backoff = p->backoff_max;
+            a->below = p->off_after;
+        }
         if (a->below >= p->off_after) {
             a->state = OFF;
             a->countdown = a->backoff;
@@ -289,7 +314,8 @@ void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, 
             a->below = 0;
         } else {
             a->state = OFF;
-            a->backoff = a->backoff > p->backoff_max / 2 ? p->backoff_max : 2 * a->backoff;
+            a->backoff =
+                a->backoff > p->backoff_max / 2 || hopeless(a) ? p->backoff_max : 2 * a->backoff;
             a->countdown = a->backoff;
         }
         break;

@@ -68,6 +68,14 @@ double sd_stats_itl_ms(const sd_gen_stats *s) {
     return s->n_generated > 1 ? (s->t_total_ms - s->t_first_ms) / (s->n_generated - 1) : 0.0;
 }
 
+/* A probe's catch-up (sd_proposer_catch_up) is windowed to this many tokens once a full
+ * one has cost more than CATCHUP_BUDGET target-alone passes per token caught up: then
+ * catching up on every token generated while off would cost that fraction of the
+ * time off, whatever the back-off (on the shipped TinyStories pair a draft prefill
+ * token costs about 12% of a target step). */
+#define CATCHUP_WINDOW 16
+#define CATCHUP_BUDGET 0.02
+
 /* The controller's clock in ms (see sd_pass_clock). */
 static double pass_clock_ms(sd_pass_clock c) {
     if (c != SD_CLOCK_THREAD_CPU) return sd_time_ms();
@@ -173,6 +181,8 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
         if ((rc = sd_adaptive_init(&ctl, &ap, err))) goto done_early;
     }
 
+    int32_t n_ctx_drafted = n_ctx; /* the context when the proposer last drafted */
+    int catchup_expensive = 0;
     const double t0 = sd_time_ms();
     rc = sd_scorer_sync(target, b.ctx, n_ctx, err); /* prefill */
     if (!rc && draft) rc = sd_proposer_prefill(draft, b.ctx, n_ctx, err);
@@ -198,19 +208,26 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
         st->k_hist[k]++;
         sd_proposal prop = {0};
         prop.n_vocab = n_vocab;
-        double t_draft = 0.0;
+        double t_draft = 0.0; /* on the controller's clock */
         if (k > 0) {
             double t = sd_time_ms();
             if (was_off) {
                 /* A probe after target-alone passes: the draft catches up on the tokens
                  * it skipped first, timed apart so the controller's per-token draft cost
-                 * stays the cost of drafting. */
-                rc = sd_proposer_prefill(draft, b.ctx, n_ctx, err);
-                const double t1 = sd_time_ms();
+                 * stays the cost of drafting; windowed once that proved expensive. */
+                const int32_t lag = n_ctx - n_ctx_drafted;
+                const int32_t window = catchup_expensive ? CATCHUP_WINDOW : 0;
+                const double c0 = pass_clock_ms(clock);
+                rc = sd_proposer_catch_up(draft, b.ctx, n_ctx, window, err);
+                const double c1 = pass_clock_ms(clock), t1 = sd_time_ms();
+                if (!window && lag >= CATCHUP_WINDOW)
+                    catchup_expensive =
+                        (c1 - c0) / lag > CATCHUP_BUDGET * sd_adaptive_pass_ms(&ctl, 1);
                 st->t_draft_ms += t1 - t;
                 t = t1;
                 if (rc) goto done;
             }
+            n_ctx_drafted = n_ctx;
             const double c0 = pass_clock_ms(clock);
             rc = sd_proposer_propose(draft, b.ctx, n_ctx, k, &prop, err);
             t_draft = pass_clock_ms(clock) - c0; /* on the controller's clock */

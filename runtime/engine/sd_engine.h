@@ -85,7 +85,13 @@ extern "C" {
  * returns to backoff_min; otherwise it is off again with backoff doubled (at most
  * backoff_max). So against a draft that never agrees, speculation costs off_after
  * passes at the start plus one probe per back-off window (log2 many): see
- * tests/test_adaptive.c for the bound this gives.
+ * tests/test_adaptive.c for the bound this gives. A pair whose measured costs rule
+ * out a gain of 5% even if every drafted token were accepted
+ * (sd_adaptive_speedup_bound < 1.05) is switched off at once, and probed only every
+ * backoff_max passes (its costs are re-measured then). Before a probe, sd_generate lets
+ * the proposer catch up on the tokens it skipped (sd_proposer_catch_up), timed apart
+ * from drafting; once a full catch-up has cost more than 2% of a target pass per
+ * token, later ones are windowed to the last 16 tokens, so catching up stays bounded.
  * The controller only chooses how many tokens are drafted: the output distribution
  * (greedy: the tokens) is the same for every K.
  */
@@ -143,6 +149,9 @@ double sd_adaptive_expected_tokens(const sd_adaptive *a, int32_t k);
 double sd_adaptive_pass_ms(const sd_adaptive *a, int32_t n_rows);
 double sd_adaptive_draft_ms(const sd_adaptive *a);
 double sd_adaptive_speedup(const sd_adaptive *a, int32_t k);
+/* max_K (K + 1) v(1) / (K c + v(K + 1)): the speedup if every drafted token were
+ * accepted; no draft of this cost can do better. */
+double sd_adaptive_speedup_bound(const sd_adaptive *a);
 /* argmax_{1..k_max} of S(K) (the smaller K on ties) with the current estimates. */
 int32_t sd_adaptive_best_k(const sd_adaptive *a);
 /* 1 while speculation is switched off (the next pass is target alone or a probe). */
