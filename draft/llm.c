@@ -1,7 +1,9 @@
 /* LLM proposer: a small llama model run autoregressively with its own KV cache. */
 #include "draft/sd_draft.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct llm_proposer {
     sd_proposer base; /* first member: sd_proposer* <-> llm_proposer* */
@@ -15,7 +17,50 @@ typedef struct llm_proposer {
     float *logits;         /* [n_vocab] */
     float *probs;          /* [SD_MAX_DRAFT, n_vocab_out] */
     int32_t *warp_scratch; /* [n_vocab] */
+    float p_min;           /* confidence cut-off (0: off) */
+    int32_t n_min;         /* drafts at least this many before the cut-off applies */
+    /* The draft's view of the context: ctx itself (off == 0), or after a windowed
+     * catch-up ctx[0] followed by ctx[off ..] (its first token, then a recent window). */
+    int32_t off;
+    int32_t *view; /* [n_ctx of the session + 1] */
 } llm_proposer;
+
+/* The context as the draft sees it; *len its length. NULL: it does not fit the draft's
+ * session (no room to draft). A context that no longer reaches past the window start
+ * (a rollback, a new generation) goes back to the full view. */
+static const int32_t *draft_view(llm_proposer *p, const int32_t *ctx, int32_t n, int32_t *len) {
+    if (p->off > 0 && n <= p->off) p->off = 0;
+    if (p->off == 0) {
+        *len = n;
+        return ctx;
+    }
+    *len = 1 + (n - p->off);
+    if (*len > sd_session_n_ctx(p->sess) + 1) return NULL;
+    p->view[0] = ctx[0];
+    memcpy(p->view + 1, ctx + p->off, (size_t)(n - p->off) * sizeof *ctx);
+    return p->view;
+}
+
+/* Top probability of softmax(l[0 .. n)) at temperature 1, in double: 1 / sum exp(l - max).
+ * The greedy confidence (the warped greedy row is one-hot). */
+static double top_softmax(const float *l, int32_t n) {
+    float mx = l[0];
+    for (int32_t i = 1; i < n; i++)
+        if (l[i] > mx) mx = l[i];
+    if (isinf(mx)) return 1.0; /* +inf: its mass is shared by the +inf entries */
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        sum += exp((double)l[i] - (double)mx);
+    return sum > 0.0 ? 1.0 / sum : 1.0;
+}
+
+/* Top entry of a warped row. */
+static double top_prob(const float *q, int32_t n) {
+    float mx = 0.0f;
+    for (int32_t i = 0; i < n; i++)
+        if (q[i] > mx) mx = q[i];
+    return mx;
+}
 
 /* Name the draft model in an error from the session or the warp. */
 static int draft_error(const llm_proposer *p, int rc, sd_error *err) {
@@ -33,10 +78,35 @@ static int draft_knows(const llm_proposer *p, const int32_t *ctx, int32_t n) {
 
 static int llm_prefill(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
     llm_proposer *p = (llm_proposer *)base;
+    p->off = 0; /* the whole prompt */
     int32_t n = n_ctx - 1;
     if (n > sd_session_n_ctx(p->sess)) n = sd_session_n_ctx(p->sess);
     if (n < 1 || !draft_knows(p, ctx, n)) return SD_OK;
     return draft_error(p, sd_session_sync(p->sess, ctx, n, err), err);
+}
+
+/* Catch up on ctx; more than `window` tokens behind (window > 0): restart the view from
+ * ctx[0] and the last `window` tokens before the last one, so the work is bounded. */
+static int llm_catch_up(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t window,
+                        sd_error *err) {
+    llm_proposer *p = (llm_proposer *)base;
+    if (n_ctx < 2) return SD_OK;
+    int32_t len;
+    const int32_t *v = draft_view(p, ctx, n_ctx, &len);
+    if (window > 0) {
+        /* Tokens to evaluate: view[0 .. len - 1) past the cached common prefix. */
+        int32_t common = 0;
+        const int32_t *cached = sd_session_tokens(p->sess);
+        const int32_t n_past = sd_session_n_past(p->sess);
+        while (v && common < n_past && common < len - 1 && cached[common] == v[common])
+            common++;
+        if ((!v || len - 1 - common > window) && n_ctx - 1 - window > 1) {
+            p->off = n_ctx - 1 - window;
+            v = draft_view(p, ctx, n_ctx, &len);
+        }
+    }
+    if (!v || len - 1 > sd_session_n_ctx(p->sess) || !draft_knows(p, v, len - 1)) return SD_OK;
+    return draft_error(p, sd_session_sync(p->sess, v, len - 1, err), err);
 }
 
 static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t k,
@@ -46,6 +116,12 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
     out->n = 0;
     out->n_vocab = n_out;
     out->probs = p->probs;
+    /* The draft's view: ctx, or its first token and a recent window (llm_catch_up). */
+    int32_t n_view;
+    const int32_t *view = draft_view(p, ctx, n_ctx, &n_view);
+    if (!view) return SD_OK; /* does not fit the draft's context */
+    ctx = view;
+    n_ctx = n_view;
     /* Room: the cache will hold ctx[0 .. n_ctx) plus the first k - 1 drafted tokens
      * (the last drafted token is never evaluated). Draft fewer near the limit. */
     const int32_t n_room = sd_session_n_ctx(p->sess) - n_ctx + 1;
@@ -67,16 +143,40 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
         if (rc) return draft_error(p, rc, err);
         for (int32_t v = p->n_common; v < n_out; v++)
             q[v] = 0.0f;
-        tok = p->samp.temp <= 0.0f ? sd_argmax(q, p->n_common)
-                                   : sd_sample(q, p->n_common, sd_rng_uniform(&p->rng));
+        const int greedy = p->samp.temp <= 0.0f;
+        tok =
+            greedy ? sd_argmax(q, p->n_common) : sd_sample(q, p->n_common, sd_rng_uniform(&p->rng));
+        /* Confidence cut-off (llama.cpp's --draft-p-min): stop before a token the draft
+         * is unsure of, once n_min tokens are drafted. */
+        if (p->p_min > 0.0f && i >= p->n_min) {
+            const double conf =
+                greedy ? top_softmax(p->logits, p->n_common) : top_prob(q, p->n_common);
+            if (conf < (double)p->p_min) break;
+        }
         out->tokens[i] = tok;
         out->n = i + 1;
     }
     return SD_OK;
 }
 
+static void llm_set_cutoff(sd_proposer *base, float p_min, int32_t n_min) {
+    llm_proposer *p = (llm_proposer *)base;
+    p->p_min = p_min > 0.0f ? p_min : 0.0f;
+    p->n_min = n_min > 0 ? n_min : 0;
+}
+
 static void llm_commit(sd_proposer *base, const int32_t *ctx, int32_t n_ctx) {
     llm_proposer *p = (llm_proposer *)base;
+    int32_t n_view = 0;
+    const int32_t *view = draft_view(p, ctx, n_ctx, &n_view);
+    if (!view) { /* longer than the draft's context: keep what still matches */
+        view = p->view;
+        n_view = sd_session_n_ctx(p->sess) + 1;
+        memcpy(p->view + 1, ctx + p->off, (size_t)(n_view - 1) * sizeof *ctx);
+        p->view[0] = ctx[0];
+    }
+    ctx = view;
+    n_ctx = n_view;
     int32_t kept = sd_session_keep_prefix(p->sess, ctx, n_ctx);
     SD_CHECK(kept == sd_session_n_past(p->sess), "draft KV cache must hold only committed tokens");
     (void)kept;
@@ -84,6 +184,7 @@ static void llm_commit(sd_proposer *base, const int32_t *ctx, int32_t n_ctx) {
 
 static void llm_reset(sd_proposer *base, const sd_sampling_params *samp, uint64_t seed) {
     llm_proposer *p = (llm_proposer *)base;
+    p->off = 0;
     p->samp = *samp;
     sd_rng_seed(&p->rng, seed);
 }
@@ -94,6 +195,7 @@ static void llm_free(sd_proposer *base) {
     free(p->logits);
     free(p->probs);
     free(p->warp_scratch);
+    free(p->view);
     free(p);
 }
 
@@ -103,6 +205,8 @@ static const sd_proposer_ops llm_ops = {
     .propose = llm_propose,
     .commit = llm_commit,
     .reset = llm_reset,
+    .set_cutoff = llm_set_cutoff,
+    .catch_up = llm_catch_up,
     .free = llm_free,
 };
 
@@ -138,8 +242,14 @@ int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
     }
     int rc = sd_session_init(m, sp, &p->sess, err);
     if (rc) {
+        draft_error(p, rc, err); /* names the model: before p is freed */
         llm_free(&p->base);
-        return draft_error(p, rc, err);
+        return rc;
+    }
+    p->view = malloc(((size_t)sd_session_n_ctx(p->sess) + 1) * sizeof *p->view);
+    if (!p->view) {
+        llm_free(&p->base);
+        return sd_errorf(err, SD_ERR_OOM, "draft: out of memory");
     }
     *out = &p->base;
     return SD_OK;

@@ -4,6 +4,8 @@
 int sd_proposer_propose(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t k,
                         sd_proposal *out, sd_error *err) {
     out->n = 0;
+    out->one_hot = 0;
+    out->probs = NULL;
     if (n_ctx < 1) return sd_errorf(err, SD_ERR_ARG, "draft: empty context");
     if (k < 1 || k > SD_MAX_DRAFT)
         return sd_errorf(err, SD_ERR_ARG, "draft: k = %d outside [1, %d]", k, SD_MAX_DRAFT);
@@ -13,6 +15,13 @@ int sd_proposer_propose(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32
 int sd_proposer_prefill(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
     if (n_ctx < 1) return sd_errorf(err, SD_ERR_ARG, "draft: empty context");
     return p->ops->prefill ? p->ops->prefill(p, ctx, n_ctx, err) : SD_OK;
+}
+
+int sd_proposer_catch_up(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t window,
+                         sd_error *err) {
+    if (n_ctx < 1) return sd_errorf(err, SD_ERR_ARG, "draft: empty context");
+    if (p->ops->catch_up) return p->ops->catch_up(p, ctx, n_ctx, window, err);
+    return sd_proposer_prefill(p, ctx, n_ctx, err);
 }
 
 void sd_proposer_commit(sd_proposer *p, const int32_t *ctx, int32_t n_ctx) {
@@ -25,4 +34,12 @@ void sd_proposer_free(sd_proposer *p) {
 
 void sd_proposer_reset(sd_proposer *p, const sd_sampling_params *samp, uint64_t seed) {
     if (p->ops->reset) p->ops->reset(p, samp, seed);
+}
+
+void sd_proposer_set_cutoff(sd_proposer *p, float p_min, int32_t n_min) {
+    if (p->ops->set_cutoff) p->ops->set_cutoff(p, p_min, n_min);
+}
+
+const char *sd_proposer_name(const sd_proposer *p) {
+    return p->ops->name;
 }

@@ -8,10 +8,17 @@
  * top-k and top-p, exactly the row the token was sampled from).
  * (vLLM spec_decode/interfaces.py SpeculativeProposals: token ids, probs, lengths.)
  *
- * Implementations sit behind a table of function pointers so other drafters (n-gram
- * lookup, EAGLE-style heads) can be added without touching the generation loop.
- * First implementation: a small LLM run autoregressively with its own KV cache; it
- * rolls its cache back to the accepted prefix at the start of the next proposal.
+ * Implementations sit behind a table of function pointers so other drafters (EAGLE-style
+ * heads) can be added without touching the generation loop:
+ *   - llm.c: a small LLM run autoregressively with its own KV cache; it rolls its cache
+ *     back to the accepted prefix at the start of the next proposal, and stops early
+ *     when its confidence falls below a cut-off (sd_proposer_set_cutoff);
+ *   - ngram.c: n-gram / prompt lookup (HF prompt_lookup_num_tokens, vLLM "ngram",
+ *     llama.cpp lookup / ngram-simple): the tokens that followed the most recent earlier
+ *     occurrence of the context's last n tokens. Deterministic, so q is one-hot and the
+ *     proposal carries no rows (sd_proposal.one_hot; verify with sd_verify_onehot);
+ *   - chain.c: two proposers in order (n-gram first, the LLM when the n-gram has no match).
+ * Proposers may include runtime/model, runtime/base and verify/sd_sample.h.
  */
 #ifndef SD_DRAFT_H
 #define SD_DRAFT_H
@@ -28,12 +35,16 @@ extern "C" {
 
 /* A proposal. tokens[0 .. n) are the drafted ids; probs is float [n, n_vocab] (row i
  * is the warped distribution draft token i was drawn from). probs is owned by the
- * proposer and valid until its next propose call. */
+ * proposer and valid until its next propose call.
+ * one_hot = 1: the tokens are a deterministic function of the context (n-gram lookup),
+ * so q_i is the point mass at tokens[i]; probs is then NULL (no [n, n_vocab] rows of
+ * zeros and ones) and the verifier uses sd_verify_onehot. */
 typedef struct sd_proposal {
     int32_t n;
     int32_t n_vocab;
     int32_t tokens[SD_MAX_DRAFT];
     const float *probs;
+    int one_hot;
 } sd_proposal;
 
 typedef struct sd_proposer sd_proposer;
@@ -49,6 +60,11 @@ typedef struct sd_proposer_ops {
     void (*commit)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx);
     /* See sd_proposer_reset (NULL: nothing to reset). */
     void (*reset)(sd_proposer *p, const sd_sampling_params *samp, uint64_t seed);
+    /* See sd_proposer_set_cutoff (NULL: the proposer has no confidence). */
+    void (*set_cutoff)(sd_proposer *p, float p_min, int32_t n_min);
+    /* See sd_proposer_catch_up (NULL: prefill). */
+    int (*catch_up)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t window,
+                    sd_error *err);
     void (*free)(sd_proposer *p);
 } sd_proposer_ops;
 
@@ -73,6 +89,17 @@ int sd_proposer_propose(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32
 int sd_proposer_prefill(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, sd_error *err);
 
 /*
+ * After passes without the proposer (speculation switched off): bring it up to
+ * ctx[0 .. n_ctx) with bounded work. window > 0: a proposer more than `window` tokens
+ * behind may restart its context as ctx[0] followed by the last `window` tokens (the LLM
+ * draft does: its later proposals see that shorter context, which changes only how
+ * often they are accepted, never what is emitted); window <= 0: as prefill. Errors: the
+ * model's.
+ */
+int sd_proposer_catch_up(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t window,
+                         sd_error *err);
+
+/*
  * After verification: roll the proposer's state back to the accepted prefix of
  * ctx[0 .. n_ctx) (the committed tokens). Its KV cache then holds only committed
  * tokens at contiguous positions (checked in SD_CHECKS builds).
@@ -83,6 +110,19 @@ void sd_proposer_free(sd_proposer *p); /* NULL accepted */
 /* Before a new generation: use sampling settings samp and restart the proposer's RNG
  * from seed (its KV cache is kept: the next propose reuses the common prefix). */
 void sd_proposer_reset(sd_proposer *p, const sd_sampling_params *samp, uint64_t seed);
+
+/*
+ * Confidence cut-off (llama.cpp --draft-p-min / --draft-min): a proposer that has a
+ * confidence stops drafting at position i >= n_min when it falls below p_min, without
+ * proposing that token. The LLM's confidence for a token is the top probability of its
+ * row: of softmax(logits) at temperature 1 when greedy (the warped row is one-hot
+ * then), else of the warped row q it samples from. p_min in [0, 1] (0: off, the
+ * default), n_min >= 0 (0: default). Proposers without a confidence (n-gram) ignore it.
+ */
+void sd_proposer_set_cutoff(sd_proposer *p, float p_min, int32_t n_min);
+
+/* The name of p's implementation ("llm", "ngram", "ngram+llm"). */
+const char *sd_proposer_name(const sd_proposer *p);
 
 /*
  * LLM proposer over draft model m (not owned). sp: the session (its n_ctx may be
@@ -97,6 +137,128 @@ void sd_proposer_reset(sd_proposer *p, const sd_sampling_params *samp, uint64_t 
 int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
                          const sd_sampling_params *samp, uint64_t seed, int32_t n_vocab_target,
                          sd_proposer **out, sd_error *err);
+
+/* ---- n-gram / prompt lookup (ngram.c) ---- */
+
+/* Largest n-gram size the lookup proposer indexes. */
+#define SD_NGRAM_MAX 16
+
+typedef struct sd_ngram_params {
+    int32_t n_min; /* shortest n-gram matched, 1 .. n_max */
+    int32_t n_max; /* longest n-gram matched (tried first), n_min .. SD_NGRAM_MAX */
+    int32_t n_ctx; /* most committed tokens indexed (the capacity), >= 1 */
+} sd_ngram_params;
+
+/* n_min 2, n_max 4, n_ctx 4096. llama.cpp's lookup uses 1 .. 4 (LLAMA_NGRAM_MIN/MAX),
+ * vLLM's ngram 5 .. 5, HF's prompt lookup n <= 2. On the shipped TinyStories pair
+ * (greedy, K = 4, scripts/prompts/rewrite.txt) 1-token matches are accepted 13% of the
+ * time and n >= 2 35%, n >= 3 56%, n_max above 4 changes nothing: 2 keeps most of the
+ * matches of 1 without its misses (a compute-bound target pays for every miss). */
+sd_ngram_params sd_ngram_default_params(void);
+
+/* SD_OK, or SD_ERR_ARG naming n_min / n_max / n_ctx and the allowed range. */
+int sd_ngram_check_params(const sd_ngram_params *p, sd_error *err);
+
+/*
+ * N-gram lookup proposer. For the committed context t[0 .. N) it tries n = n_max down
+ * to n_min: the most recent earlier occurrence t[j - n .. j) == t[N - n .. N) (j < N)
+ * gives the proposal t[j], t[j + 1], ... up to k tokens; where that runs into the end of
+ * the context the match is periodic with period N - j (t[N - n .. N) == t[j - n .. j)),
+ * so the proposal continues with its own tokens: nothing is ever read past the
+ * context. Longest match first, then the most recent occurrence. No match: n = 0.
+ * The proposal is one-hot (probs NULL).
+ * Index: a hash table from (n, n-gram) to the last follower position j, with one
+ * "previous position" link per (j, n), updated as tokens are committed: O(n_max) per
+ * committed token, O(n_max) per lookup (plus one O(N) prefix compare per call), and a
+ * rollback (commit or propose with a context that shares only a prefix with the indexed
+ * one) undoes the removed positions exactly, newest first. All memory is allocated
+ * here, for p->n_ctx tokens; tokens past n_ctx are not indexed (no proposal then).
+ * n_vocab: the target's vocabulary (the proposal's row width). Errors: SD_ERR_ARG
+ * (sd_ngram_check_params), SD_ERR_OOM.
+ */
+int sd_proposer_ngram_init(const sd_ngram_params *p, int32_t n_vocab, sd_proposer **out,
+                           sd_error *err);
+
+/*
+ * The longest-match length of the last proposal of an n-gram proposer (0: no match),
+ * or -1 if p is not one. For tests and statistics.
+ */
+int32_t sd_proposer_ngram_last_match(const sd_proposer *p);
+
+/* ---- persistent lookup cache (ngram_cache.c) ---- */
+
+/*
+ * An n-gram cache kept across runs (as llama.cpp's lookup caches): the token sequences
+ * of earlier runs (prompt + output, one "document" each), indexed like the context. An
+ * n-gram proposer with a cache attached looks there when the context has no match,
+ * and proposes what followed the most recent occurrence, up to the end of its document.
+ *
+ * File (little-endian):
+ *   0   8 bytes  magic "SDNGRAM\0"
+ *   8   u32      version (1)
+ *   12  u32      n_vocab of the vocabulary it was made with
+ *   16  u64      vocabulary fingerprint (sd_engine_vocab_fingerprint)
+ *   24  u32      n_docs
+ *   28  u32      0
+ *   32  u64      n_tokens (sum of the document lengths)
+ *   40  u32      doc_len[n_docs]
+ *   ..  i32      tokens[n_tokens] (ids in [0, n_vocab))
+ *   ..  u64      FNV-1a 64 of every byte before it
+ * Written to PATH.tmp.PID, flushed to disk and renamed over PATH, so PATH is either the
+ * old file or the new one, never half of one.
+ */
+typedef struct sd_ngram_cache sd_ngram_cache;
+
+/* Most tokens a cache holds by default (older documents are dropped first). */
+#define SD_NGRAM_CACHE_TOKENS 65536
+
+/* An empty cache for a vocabulary (fingerprint, n_vocab), n-gram sizes of np (its
+ * n_ctx is ignored), at most max_tokens tokens (0: SD_NGRAM_CACHE_TOKENS).
+ * Errors: SD_ERR_ARG, SD_ERR_OOM. */
+int sd_ngram_cache_init(uint64_t fingerprint, int32_t n_vocab, const sd_ngram_params *np,
+                        int64_t max_tokens, sd_ngram_cache **out, sd_error *err);
+
+/*
+ * Load path for the vocabulary (fingerprint, n_vocab). Errors, one line naming the file:
+ * SD_ERR_IO (cannot open or read: a missing file is errno ENOENT, which a caller may
+ * take as "start empty"), SD_ERR_FORMAT (not a cache: bad magic; truncated: expected vs
+ * found bytes; trailing bytes; lengths that do not add up; an id out of range; a bad
+ * checksum), SD_ERR_UNSUPPORTED (another version), SD_ERR_MISMATCH (made with another
+ * vocabulary), SD_ERR_OOM. Documents beyond max_tokens: the newest are kept.
+ */
+int sd_ngram_cache_load(const char *path, uint64_t fingerprint, int32_t n_vocab,
+                        const sd_ngram_params *np, int64_t max_tokens, sd_ngram_cache **out,
+                        sd_error *err);
+
+/* Append a document toks[0 .. n) (ids in [0, n_vocab)); the oldest documents go when the
+ * cache would pass its size. Errors: SD_ERR_ARG (bad id), SD_ERR_OOM; on error the cache
+ * is unchanged. */
+int sd_ngram_cache_add(sd_ngram_cache *c, const int32_t *toks, int32_t n, sd_error *err);
+
+/* Write the cache to path atomically (see the format). path must be a regular file or
+ * absent. Errors: SD_ERR_IO (naming the file), SD_ERR_ARG (not a regular file); on error
+ * path is unchanged and no temporary file is left. */
+int sd_ngram_cache_save(const sd_ngram_cache *c, const char *path, sd_error *err);
+
+int32_t sd_ngram_cache_n_docs(const sd_ngram_cache *c);
+int64_t sd_ngram_cache_n_tokens(const sd_ngram_cache *c);
+void sd_ngram_cache_free(sd_ngram_cache *c); /* NULL accepted */
+
+/* Attach c (not owned; NULL detaches) to the n-gram proposer p. Errors: SD_ERR_ARG if p
+ * is not an n-gram proposer or c's n-gram sizes differ from p's. */
+int sd_proposer_ngram_set_cache(sd_proposer *p, const sd_ngram_cache *c, sd_error *err);
+
+/* ---- two proposers in order (chain.c) ---- */
+
+/*
+ * A proposer that asks `first` and, when it proposes nothing, `second` (e.g. n-gram
+ * lookup first, the LLM draft when there is no match). Both are kept in step: prefill,
+ * commit, reset and set_cutoff go to both. Neither is owned (free them after the
+ * chain). name: the chain's name (static string, e.g. "ngram+llm").
+ * Errors: SD_ERR_ARG (NULL proposer), SD_ERR_OOM.
+ */
+int sd_proposer_chain_init(sd_proposer *first, sd_proposer *second, const char *name,
+                           sd_proposer **out, sd_error *err);
 
 #ifdef __cplusplus
 }

@@ -138,9 +138,9 @@ Test(cli_llama, cache_types) {
 
 Test(cli_llama, ctx_size_draft) {
     char args[4096];
-    snprintf(args, sizeof args, "-md %s -p t5t6 -n 40 -k 3 --temp 0", g_d);
+    snprintf(args, sizeof args, "-md %s -p t5t6 -n 40 -k 3 --temp 0 --draft-policy fixed", g_d);
     json_t *full = gen_json(args, NULL);
-    snprintf(args, sizeof args, "-md %s -p t5t6 -n 40 -k 3 --temp 0 -cd 16", g_d);
+    snprintf(args, sizeof args, "-md %s -p t5t6 -n 40 -k 3 --temp 0 --draft-policy fixed -cd 16", g_d);
     json_t *cut = gen_json(args, NULL);
     char *tf = tokens_of(full), *tc = tokens_of(cut);
     cr_assert_str_eq(tf, tc, "greedy output changed with the draft's context");

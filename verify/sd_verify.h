@@ -67,6 +67,34 @@ int sd_verify_sample(const int32_t *draft, int32_t k, const float *q, const floa
                      int32_t n_vocab, sd_rng *rng, float *scratch, sd_verify_result *res,
                      sd_error *err);
 
+/*
+ * Speculative sampling for a deterministic proposal (n-gram / prompt lookup): each
+ * draft token x_i is a function of the committed context, so its q_i is the point
+ * mass delta_{x_i} and no probability rows exist. Speculative sampling with
+ * q = delta_x (Leviathan et al. 2023 Alg. 1 with that q) reads:
+ *   accept x with probability min(1, p(x) / q(x)) = min(1, p(x) / 1) = p(x);
+ *   on rejection draw from normalize(max(0, p - delta_x)): at x, max(0, p(x) - 1) = 0;
+ *   elsewhere max(0, p(y) - 0) = p(y); so the residual is p with x removed,
+ *   renormalised by 1 - p(x).
+ * The emitted token y then has P(y) = p(x) [y = x] + (1 - p(x)) p(y) / (1 - p(x)) [y != x]
+ * = p(y) for every y: exactly the target's distribution, whatever x is. Induction over
+ * positions (each accepted token is distributed as p_i and the next row is conditioned
+ * on it) makes the whole emitted block follow p, as for the general sampler.
+ *   draft   : int32 [k], 0 <= k <= SD_MAX_DRAFT
+ *   p       : float [k + 1, n_vocab] warped target rows (distributions, as sd_warp makes)
+ *   rng     : caller's RNG; one uniform per acceptance test and one per emitted
+ *             correction/bonus token (the same draws as sd_verify_sample)
+ * Accepts x_i iff u < p_i(x_i), in double: p(x) = 0 never accepts, p(x) = 1 always does.
+ * This is sd_verify_sample with q rows that are one-hot at the draft tokens, draw for
+ * draw and token for token (tests/test_ngram.c checks it), without the rows: O(n_vocab)
+ * per rejected or bonus row, O(1) per accepted token.
+ * Errors: SD_ERR_ARG (k out of range, id out of range, n_vocab < 1, NULL pointer) before
+ * any uniform is drawn; a row that is read but has no positive entry: SD_ERR_ARG with
+ * *res untouched and rng advanced.
+ */
+int sd_verify_onehot(const int32_t *draft, int32_t k, const float *p, int32_t n_vocab, sd_rng *rng,
+                     sd_verify_result *res, sd_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -125,3 +125,73 @@ int sd_verify_sample(const int32_t *draft, int32_t k, const float *q, const floa
     *res = r;
     return SD_OK;
 }
+
+/* Inverse-CDF draw from row[0 .. n) with entry `skip` treated as zero (the residual of
+ * a one-hot proposal): smallest i != skip with sum_{j <= i, j != skip} row[j] > u * total.
+ * Same summation order for total and the running sum, so u < 1 always returns inside
+ * the loop. -1 if no entry other than skip is positive. */
+static int32_t sample_without(const float *row, int32_t n, int32_t skip, double u) {
+    double total = 0.0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < n; i++) {
+        if (i != skip && row[i] > 0.0f) {
+            total += (double)row[i];
+            last = i;
+        }
+    }
+    if (last < 0) return -1;
+    const double target = u * total;
+    double cum = 0.0;
+    for (int32_t i = 0; i <= last; i++) {
+        if (i != skip && row[i] > 0.0f) {
+            cum += (double)row[i];
+            if (cum > target) return i;
+        }
+    }
+    return last;
+}
+
+int sd_verify_onehot(const int32_t *draft, int32_t k, const float *p, int32_t n_vocab, sd_rng *rng,
+                     sd_verify_result *res, sd_error *err) {
+    if (!p || !rng || !res) return sd_errorf(err, SD_ERR_ARG, "sd_verify_onehot: NULL argument");
+    int st = check_draft("sd_verify_onehot", draft, k, n_vocab, err);
+    if (st != SD_OK) return st;
+    const size_t n = (size_t)n_vocab;
+    sd_verify_result r;
+    memset(&r, 0, sizeof r);
+    for (int32_t i = 0; i < k; i++) {
+        const float *pi = p + (size_t)i * n;
+        const int32_t x = draft[i];
+        /* Accept with probability min(1, p(x) / q(x)) = p(x): u < p(x), the test of
+         * sd_verify_sample with q(x) = 1, so both give the same tokens from the same
+         * draws. */
+        const double u = sd_rng_uniform(rng);
+        if (u < (double)pi[x]) {
+            r.tokens[r.n_accepted++] = x;
+            continue;
+        }
+        /* Rejected: the residual max(0, p - delta_x) is p without x. If nothing else is
+         * positive (p(x) just below 1 in float, the rest 0) the residual is empty: draw
+         * from p, as sd_verify_sample does. */
+        const double uc = sd_rng_uniform(rng);
+        int32_t t = sample_without(pi, n_vocab, x, uc);
+        if (t < 0) t = sd_sample(pi, n_vocab, uc);
+        if (t < 0) {
+            return sd_errorf(err, SD_ERR_ARG,
+                             "sd_verify_onehot: target row %d has no positive entry", (int)i);
+        }
+        r.tokens[r.n_accepted] = t;
+        r.n_tokens = r.n_accepted + 1;
+        *res = r;
+        return SD_OK;
+    }
+    const int32_t t = sd_sample(p + (size_t)k * n, n_vocab, sd_rng_uniform(rng));
+    if (t < 0) {
+        return sd_errorf(err, SD_ERR_ARG, "sd_verify_onehot: target row %d has no positive entry",
+                         (int)k);
+    }
+    r.tokens[k] = t;
+    r.n_tokens = k + 1;
+    *res = r;
+    return SD_OK;
+}

@@ -43,6 +43,15 @@ static void bench_help(FILE *f) {
                "                         writable, a regular file or absent, before the runs)\n"
                "  --kernels              kernels mode: also --bw-mib M (default 1024),\n"
                "                         --pos P (default 128), --prefill N (default 128)\n"
+               "  --draft-types LIST     draft types side by side on the same prompts of each\n"
+               "                         -f file (repeatable; a category each, from its first\n"
+               "                         line '# category: NAME' or its name): none, llm,\n"
+               "                         llm-adaptive, ngram, ngram-adaptive, ngram+llm,\n"
+               "                         ngram+llm-adaptive, or all; fixed types run each K of\n"
+               "                         --k-list, adaptive ones K <= the largest; --runs N:\n"
+               "                         prompts per file (default: all); drafting flags as\n"
+               "                         generate's (--draft-p-min applies to adaptive types\n"
+               "                         unless given: fixed types draft K, no cut-off)\n"
                "  generate's other flags (--threads-force, -ctk/-ctv, -cd, --ignore-eos, -e,\n"
                "  --log-disable) and its handling of llama.cpp flags apply too.\n"
                "A row is marked suspect (table and JSON) when its figures are outside what the\n"
@@ -203,18 +212,53 @@ static int parse_k_list(const char *s, int32_t *ks) {
     return n > 0 ? n : -1;
 }
 
-static int read_prompts(const char *path, char ***out, int *n_out, sd_error *err) {
+void bench_free_prompts(char **v, int n) {
+    if (!v) return;
+    for (int i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* The category of a prompt file: its "# category: NAME" first line, else its base name. */
+static char *file_category(const char *path, const char *first_line) {
+    static const char tag[] = "# category:";
+    if (first_line && !strncmp(first_line, tag, sizeof tag - 1)) {
+        const char *s = first_line + sizeof tag - 1;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        size_t n = strlen(s);
+        while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+            n--;
+        if (n > 0) return strndup(s, n);
+    }
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *dot = strrchr(base, '.');
+    return strndup(base, dot && dot > base ? (size_t)(dot - base) : strlen(base));
+}
+
+int bench_read_prompts(const char *path, char ***out, int *n_out, char **category, sd_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return sd_errorf(err, SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char **v = NULL;
-    int n = 0, cap = 0;
-    char *line = NULL;
+    int n = 0, cap = 0, first = 1;
+    char *line = NULL, *cat = NULL;
     size_t lcap = 0;
     ssize_t len;
     int rc = SD_OK;
     while ((len = getline(&line, &lcap, f)) >= 0) {
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
             line[--len] = '\0';
+        if (first) {
+            first = 0;
+            if (!strncmp(line, "# category:", 11)) {
+                if (!(cat = file_category(path, line))) {
+                    rc = sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
+                    break;
+                }
+                continue;
+            }
+        }
         if (len == 0) continue;
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
@@ -235,14 +279,19 @@ static int read_prompts(const char *path, char ***out, int *n_out, sd_error *err
     free(line);
     fclose(f);
     if (!rc && n == 0) rc = sd_errorf(err, SD_ERR_ARG, "%s: no prompts (one a line)", path);
+    if (!rc && !cat && !(cat = file_category(path, NULL)))
+        rc = sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
     if (rc) {
-        for (int i = 0; i < n; i++)
-            free(v[i]);
-        free(v);
+        bench_free_prompts(v, n);
+        free(cat);
         return rc;
     }
     *out = v;
     *n_out = n;
+    if (category)
+        *category = cat;
+    else
+        free(cat);
     return SD_OK;
 }
 
@@ -258,6 +307,7 @@ enum {
     OPT_BW,
     OPT_POS,
     OPT_PREFILL,
+    OPT_DRAFT_TYPES,
 };
 
 static int bench_option(int o, const char *arg, void *user) {
@@ -266,6 +316,16 @@ static int bench_option(int o, const char *arg, void *user) {
     case OPT_RUNS:
         if (sd_cli_parse_i64(arg, 1, 100000, &c->runs))
             return bench_usage("--runs: expected an integer >= 1, found '%s'", arg);
+        c->has_runs = 1;
+        break;
+    case 'f': /* repeatable: the side-by-side mode runs every file (a category each) */
+        if (c->n_prompt_files >= MAX_PROMPT_FILES)
+            return bench_usage("-f/--prompt-file: at most 16 files, found '%s' as the 17th", arg);
+        c->prompt_files[c->n_prompt_files++] = arg;
+        if (!c->g.prompt_file) c->g.prompt_file = arg;
+        break;
+    case OPT_DRAFT_TYPES:
+        if (bench_parse_modes(arg, c)) return SD_EXIT_USAGE;
         break;
     case OPT_KLIST:
         if ((c->n_ks = parse_k_list(arg, c->ks)) < 0)
@@ -329,6 +389,8 @@ static int parse_bench(int argc, char **argv, bench_cli *c) {
     static const struct option opts[] = {
         SD_CLI_GEN_LONGOPTS,
         SD_CLI_EXTRA_LONGOPTS,
+        SD_CLI_DRAFT_LONGOPTS,
+        {"draft-types", required_argument, 0, OPT_DRAFT_TYPES},
         {"runs", required_argument, 0, OPT_RUNS},
         {"k-list", required_argument, 0, OPT_KLIST},
         {"warmup", required_argument, 0, OPT_WARMUP},
@@ -370,7 +432,7 @@ static int get_prompts(const bench_cli *c, const sd_cli_pair *p, char ***out, in
     char **v = NULL;
     int n = 0, rc = SD_OK;
     if (c->g.prompt_file) {
-        if ((rc = read_prompts(c->g.prompt_file, &v, &n, err))) return rc;
+        if ((rc = bench_read_prompts(c->g.prompt_file, &v, &n, NULL, err))) return rc;
     } else {
         const char *one = c->g.prompt ? c->g.prompt : p->cfg.prompt;
         const int nd = (int)(sizeof k_default_prompts / sizeof k_default_prompts[0]);
@@ -412,6 +474,15 @@ int sd_cmd_bench(int argc, char **argv) {
     if (c.json && (rc = sd_cli_check_output(c.json, inputs, 4, &err))) goto done;
     if (c.kernels) {
         rc = bench_run_kernels(&c, &p, &err);
+        if (!rc) code = EXIT_SUCCESS;
+        goto done;
+    }
+    if (c.n_modes > 0) {
+        if (c.g.prompt && c.n_prompt_files) {
+            code = bench_usage("%s", "bench: give either --prompt or --prompt-file, not both");
+            goto done;
+        }
+        rc = bench_run_modes(&c, &p, &err);
         if (!rc) code = EXIT_SUCCESS;
         goto done;
     }

@@ -13,7 +13,9 @@
 #include "runtime/cli/cli.h"
 #include "runtime/model/sd_model.h"
 
-#define MAX_KS 16
+#define MAX_KS           16
+#define MAX_PROMPT_FILES 16
+#define MAX_MODES        16
 
 typedef struct bench_cli {
     sd_cli_gen_opts g; /* the generation flags; -n, -k and --seed are bench's own */
@@ -22,6 +24,13 @@ typedef struct bench_cli {
     int32_t ks[MAX_KS];
     int n_ks; /* 0: -k and --k-list absent */
     int64_t runs, warmup, reps, bw_mib, pos, prefill;
+    int has_runs;
+    /* -f FILE, repeatable (the A/B mode reads the first) */
+    const char *prompt_files[MAX_PROMPT_FILES];
+    int n_prompt_files;
+    /* --draft-types LIST: the side-by-side mode (bench_modes.c); indices into its table */
+    int modes[MAX_MODES];
+    int n_modes;
 } bench_cli;
 
 /* Usage error with bench's hint; returns SD_EXIT_USAGE. */
@@ -71,8 +80,21 @@ int bench_time_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t n, i
 #define BENCH_PRED_FACTOR 2.0
 int bench_suspect(int32_t k, double speedup, double predicted, double v, char *why, size_t cap);
 
-/* The two modes. */
+/*
+ * Prompts of a file, one a line (empty lines skipped, a trailing '\r' dropped). A first
+ * line "# category: NAME" names the file's category (else the file name without folder
+ * and extension): *category is malloc'd. Errors: SD_ERR_IO, SD_ERR_ARG (no prompts).
+ */
+int bench_read_prompts(const char *path, char ***out, int *n_out, char **category, sd_error *err);
+void bench_free_prompts(char **v, int n);
+
+/* --draft-types LIST -> c->modes (names: bench_modes.c). -1 and a usage message if bad. */
+int bench_parse_modes(const char *list, bench_cli *c);
+
+/* The three modes. */
 int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err);
 int bench_run_ab(const bench_cli *c, sd_cli_pair *p, char **prompts, int n_prompts, sd_error *err);
+/* Draft types side by side on the same prompts of each file (bench_modes.c). */
+int bench_run_modes(const bench_cli *c, sd_cli_pair *p, sd_error *err);
 
 #endif /* SD_CLI_BENCH_H */

@@ -403,6 +403,8 @@ int bench_run_ab(const bench_cli *c, sd_cli_pair *p, char **prompts, int n_promp
     a.jruns = json_array();
     a.jsum = json_array();
     json_t *root = NULL;
+    if (p->lookup_cache)
+        fprintf(stderr, "specdec bench: ignoring --lookup-cache: every run starts from nothing\n");
     int rc = ab_prepare(&a, prompts, n_prompts, err);
     if (!rc) rc = ab_costs(&a, err);
     const sd_gen_params *g0 = &p->ep.gen;

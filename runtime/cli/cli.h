@@ -125,6 +125,47 @@ enum {
     SD_CLI_OPT_OWN = 1100, /* first id free for a command's own options */
 };
 
+/*
+ * Drafting flags, shared by generate and bench (a command's table lists
+ * SD_CLI_DRAFT_LONGOPTS after SD_CLI_GEN_LONGOPTS):
+ *   --draft-type none|llm|ngram|ngram+llm   (llama.cpp: --spec-type draft-simple|ngram-simple)
+ *   --ngram-min N, --ngram-max N            n-gram sizes matched, 1 .. 16 (default 2, 4)
+ *   --spec-ngram-size-n N                   llama.cpp's ngram-simple size: min = max = N
+ *   --draft-p-min P                         LLM draft confidence cut-off in [0, 1]
+ *                                           (llama.cpp; also --spec-draft-p-min)
+ *   --draft-min N                           drafted before the cut-off applies, 0 .. 16
+ *                                           (llama.cpp; also --draft-n-min, --spec-draft-n-min)
+ *   --draft-policy fixed|adaptive           fixed K, or the adaptive controller + auto-off
+ *   --lookup-cache FILE                     persistent n-gram cache (read, then updated)
+ */
+enum {
+    SD_CLI_OPT_DRAFT_TYPE = 1020, /* 1020..1049: drafting; 1050..1099: cli_flags.c */
+    SD_CLI_OPT_NGRAM_MIN,
+    SD_CLI_OPT_NGRAM_MAX,
+    SD_CLI_OPT_NGRAM_SIZE_N,
+    SD_CLI_OPT_DRAFT_P_MIN,
+    SD_CLI_OPT_DRAFT_MIN,
+    SD_CLI_OPT_DRAFT_POLICY,
+    SD_CLI_OPT_LOOKUP_CACHE,
+};
+_Static_assert(SD_CLI_OPT_LOOKUP_CACHE < 1050, "drafting option ids run into cli_flags.c's");
+
+/* clang-format off */
+#define SD_CLI_DRAFT_LONGOPTS                                                                      \
+    {"draft-type", required_argument, 0, SD_CLI_OPT_DRAFT_TYPE},                                   \
+    {"spec-type", required_argument, 0, SD_CLI_OPT_DRAFT_TYPE},                                    \
+    {"ngram-min", required_argument, 0, SD_CLI_OPT_NGRAM_MIN},                                     \
+    {"ngram-max", required_argument, 0, SD_CLI_OPT_NGRAM_MAX},                                     \
+    {"spec-ngram-size-n", required_argument, 0, SD_CLI_OPT_NGRAM_SIZE_N},                          \
+    {"draft-p-min", required_argument, 0, SD_CLI_OPT_DRAFT_P_MIN},                                 \
+    {"spec-draft-p-min", required_argument, 0, SD_CLI_OPT_DRAFT_P_MIN},                            \
+    {"draft-min", required_argument, 0, SD_CLI_OPT_DRAFT_MIN},                                     \
+    {"draft-n-min", required_argument, 0, SD_CLI_OPT_DRAFT_MIN},                                   \
+    {"spec-draft-n-min", required_argument, 0, SD_CLI_OPT_DRAFT_MIN},                              \
+    {"draft-policy", required_argument, 0, SD_CLI_OPT_DRAFT_POLICY},                               \
+    {"lookup-cache", required_argument, 0, SD_CLI_OPT_LOOKUP_CACHE}
+/* clang-format on */
+
 #define SD_CLI_GEN_SHORTOPTS ":m:p:f:n:k:s:t:c:h"
 /* Entries of a struct option table (needs <getopt.h>). */
 #define SD_CLI_GEN_LONGOPTS                                                                        \
@@ -162,6 +203,13 @@ typedef struct sd_cli_gen_opts {
     int escape;            /* -e/--escape: process \n, \t, ... in the prompt */
     int log_disable;       /* --log-disable: no notes or statistics */
     int no_display_prompt; /* --no-display-prompt: do not echo the prompt */
+    /* drafting (SD_CLI_DRAFT_LONGOPTS) */
+    int has_draft_type, has_ngram_min, has_ngram_max, has_p_min, has_draft_min, has_policy;
+    sd_draft_type draft_type;
+    sd_k_policy policy;
+    int64_t ngram_min, ngram_max, draft_min;
+    double p_min;
+    const char *lookup_cache;
 } sd_cli_gen_opts;
 
 /* What a command's own-option callback returns for an option it leaves to the shared
@@ -252,10 +300,13 @@ typedef struct sd_cli_pair {
     const char *kv_type; /* "f32"/"f16" as given (flag, else config), or NULL */
     sd_engine *engine;   /* sd_cli_pair_load */
     char target_origin[320], draft_origin[320];
+    const char *lookup_cache; /* flag, else config, or NULL */
 } sd_cli_pair;
 
 /* Load g->config (if any) into p->cfg and merge: p->ep gets the target, draft, threads,
- * context, KV type and generation settings (flag, else config, else p->ep's default). */
+ * context, KV type, generation and drafting settings (flag, else config, else p->ep's
+ * default). Errors: the config's, and SD_ERR_ARG for n-gram sizes with min > max (naming
+ * the flags or keys they came from). */
 int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err);
 
 /* Make p->engine from p->ep (load errors of a model the config named are prefixed

@@ -168,6 +168,64 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
     return 0;
 }
 
+/* One drafting flag (SD_CLI_DRAFT_LONGOPTS): 0, a usage exit status, or SD_CLI_NOT_SHARED. */
+static int draft_option(int o, const char *arg, sd_cli_gen_opts *g) {
+    const char *h = g->hint;
+    switch (o) {
+    case SD_CLI_OPT_DRAFT_TYPE:
+        if (sd_draft_type_parse(arg, &g->draft_type) || g->draft_type == SD_DRAFT_AUTO)
+            return sd_cli_usage(h, "--draft-type: expected " SD_DRAFT_TYPE_NAMES ", found '%s'",
+                                arg);
+        g->has_draft_type = 1;
+        break;
+    case SD_CLI_OPT_NGRAM_MIN:
+    case SD_CLI_OPT_NGRAM_MAX:
+    case SD_CLI_OPT_NGRAM_SIZE_N: {
+        int64_t v;
+        if (sd_cli_parse_i64(arg, 1, SD_NGRAM_MAX, &v))
+            return sd_cli_usage(h,
+                                o == SD_CLI_OPT_NGRAM_MIN   ? "--ngram-min: expected an integer in "
+                                                              "[1, 16], found '%s'"
+                                : o == SD_CLI_OPT_NGRAM_MAX ? "--ngram-max: expected an integer in "
+                                                              "[1, 16], found '%s'"
+                                                            : "--spec-ngram-size-n: expected an "
+                                                              "integer in [1, 16], found '%s'",
+                                arg);
+        if (o != SD_CLI_OPT_NGRAM_MAX) {
+            g->ngram_min = v;
+            g->has_ngram_min = 1;
+        }
+        if (o != SD_CLI_OPT_NGRAM_MIN) {
+            g->ngram_max = v;
+            g->has_ngram_max = 1;
+        }
+        break;
+    }
+    case SD_CLI_OPT_DRAFT_P_MIN:
+        if (sd_cli_parse_f64(arg, 0.0, 1.0, &g->p_min))
+            return sd_cli_usage(h, "--draft-p-min: expected a number in [0, 1], found '%s'", arg);
+        g->has_p_min = 1;
+        break;
+    case SD_CLI_OPT_DRAFT_MIN:
+        if (sd_cli_parse_i64(arg, 0, SD_MAX_DRAFT, &g->draft_min))
+            return sd_cli_usage(h, "--draft-min: expected an integer in [0, 16], found '%s'", arg);
+        g->has_draft_min = 1;
+        break;
+    case SD_CLI_OPT_DRAFT_POLICY:
+        if (sd_k_policy_parse(arg, &g->policy))
+            return sd_cli_usage(h, "--draft-policy: expected fixed or adaptive, found '%s'", arg);
+        g->has_policy = 1;
+        break;
+    case SD_CLI_OPT_LOOKUP_CACHE:
+        if (!*arg) return sd_cli_usage(h, "--lookup-cache: expected a file name, found '%s'", arg);
+        g->lookup_cache = arg;
+        break;
+    default:
+        return SD_CLI_NOT_SHARED;
+    }
+    return 0;
+}
+
 int sd_cli_gen_parse(int argc, char **argv, const struct option *longopts, const char *hint,
                      sd_cli_gen_opts *g, int (*own)(int id, const char *arg, void *user),
                      void *user) {
@@ -182,6 +240,7 @@ int sd_cli_gen_parse(int argc, char **argv, const struct option *longopts, const
         if (o == ':') return sd_cli_usage(hint, "option '%s' needs a value", argv[optind - 1]);
         rc = own(o, optarg, user);
         if (rc == SD_CLI_PASS) rc = gen_option(o, optarg, g);
+        if (rc == SD_CLI_NOT_SHARED) rc = draft_option(o, optarg, g);
         if (rc == SD_CLI_NOT_SHARED)
             return sd_cli_usage(hint, "unknown option '%s'", argv[optind - 1]);
         if (rc) return rc;
@@ -222,6 +281,34 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     if (g->has_top_p) gp->samp.top_p = (float)g->top_p;
     if (g->has_seed) gp->seed = (uint64_t)g->seed;
     gp->ignore_eos = g->ignore_eos;
+    /* Drafting: flag, else config, else the command's default. */
+    if (cfg->has_draft_type) gp->draft_type = cfg->draft_type;
+    if (cfg->has_draft_policy) gp->k_policy = cfg->draft_policy;
+    if (cfg->has_draft_p_min) gp->draft_p_min = cfg->draft_p_min;
+    if (cfg->has_draft_min) gp->draft_min = cfg->draft_min;
+    if (cfg->has_ngram_min) ep->ngram.n_min = cfg->ngram_min;
+    if (cfg->has_ngram_max) ep->ngram.n_max = cfg->ngram_max;
+    if (g->has_draft_type) gp->draft_type = g->draft_type;
+    if (g->has_policy) gp->k_policy = g->policy;
+    if (g->has_p_min) gp->draft_p_min = (float)g->p_min;
+    if (g->has_draft_min) gp->draft_min = (int32_t)g->draft_min;
+    if (g->has_ngram_min) ep->ngram.n_min = (int32_t)g->ngram_min;
+    if (g->has_ngram_max) ep->ngram.n_max = (int32_t)g->ngram_max;
+    p->lookup_cache = g->lookup_cache ? g->lookup_cache : cfg->lookup_cache;
+    if (ep->ngram.n_min > ep->ngram.n_max) {
+        char from_min[300], from_max[300];
+        snprintf(from_min, sizeof from_min, "%s",
+                 g->has_ngram_min ? "--ngram-min"
+                                  : (cfg->has_ngram_min ? "key 'ngram_min'" : "the default"));
+        snprintf(from_max, sizeof from_max, "%s",
+                 g->has_ngram_max ? "--ngram-max"
+                                  : (cfg->has_ngram_max ? "key 'ngram_max'" : "the default"));
+        return sd_errorf(err, SD_ERR_ARG,
+                         "%s%sn-gram sizes: minimum %d (%s) is larger than maximum %d (%s)",
+                         (cfg->has_ngram_min || cfg->has_ngram_max) && g->config ? g->config : "",
+                         (cfg->has_ngram_min || cfg->has_ngram_max) && g->config ? ": " : "",
+                         ep->ngram.n_min, from_min, ep->ngram.n_max, from_max);
+    }
     /* A model path that came from the config: its load errors name the config's key. */
     if (!g->target && cfg->target) {
         snprintf(p->target_origin, sizeof p->target_origin, "%s: key 'target'", g->config);

@@ -49,6 +49,7 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
     static const struct option opts[] = {
         SD_CLI_GEN_LONGOPTS,
         SD_CLI_EXTRA_LONGOPTS,
+        SD_CLI_DRAFT_LONGOPTS,
         {"no-draft", no_argument, 0, OPT_NO_DRAFT},
         {"json", no_argument, 0, OPT_JSON},
         {0, 0, 0, 0},
@@ -92,21 +93,45 @@ static int stream_tokens(void *user, const int32_t *tokens, int32_t n) {
     return 0;
 }
 
-static void print_stats(const sd_gen_stats *st, int with_draft, int32_t k) {
+/* "0:12 1:3 4:30": the passes of each K chosen, zero counts left out. */
+static void format_k_hist(const sd_gen_stats *st, char *buf, size_t cap) {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int32_t k = 0; k <= SD_MAX_DRAFT && o < cap; k++)
+        if (st->k_hist[k])
+            o += (size_t)snprintf(buf + o, cap - o, "%s%d:%d", o ? " " : "", k, st->k_hist[k]);
+}
+
+static void print_stats(const sd_gen_stats *st, const sd_gen_params *gp, int with_draft,
+                        int32_t k) {
     FILE *f = stderr;
     fprintf(f, "\n\n");
     fprintf(f, "generated       %d tokens (prompt %d), stop: %s\n", st->n_generated, st->n_prompt,
             sd_stop_reason_str(st->stop));
     fprintf(f, "target passes   %d\n", st->n_target_passes);
     if (with_draft) {
-        fprintf(f, "drafted         %d (K = %d)\n", st->n_drafted, k);
+        const int adaptive = gp->k_policy == SD_K_ADAPTIVE;
+        fprintf(f, "drafted         %d (%s, K = %d%s", st->n_drafted,
+                sd_draft_type_name(gp->draft_type), k, adaptive ? " at most, adaptive" : "");
+        if (gp->draft_p_min > 0.0f)
+            fprintf(f, ", p-min %.2f after %d", (double)gp->draft_p_min, gp->draft_min);
+        fprintf(f, ")\n");
         fprintf(f, "accepted        %d\n", st->n_accepted);
         fprintf(f, "acceptance rate %.3f   (accepted / drafted)\n", sd_stats_acceptance_rate(st));
         fprintf(f, "per position   ");
         for (int32_t i = 0; i < k; i++)
-            fprintf(f, " %.3f",
-                    st->drafted_at[i] ? (double)st->accepted_at[i] / st->drafted_at[i] : 0.0);
+            fprintf(f, " %.3f", sd_stats_accept_at(st, i));
         fprintf(f, "   (accepted / drafted at draft position i)\n");
+        char hist[256];
+        format_k_hist(st, hist, sizeof hist);
+        fprintf(f, "K chosen        %s   (K:passes; mean %.2f; 0 = target alone)\n", hist,
+                sd_stats_mean_k(st));
+        if (adaptive)
+            fprintf(f, "speculation off %d passes, %.2f ms (switched off %d times, %d probes)\n",
+                    st->n_off_passes, st->t_off_ms, st->n_switch_off, st->n_probes);
+        if (st->n_passes_lookup)
+            fprintf(f, "n-gram lookup   %d passes, %d drafted, %d accepted\n", st->n_passes_lookup,
+                    st->n_drafted_lookup, st->n_accepted_lookup);
     }
     fprintf(f, "tokens/pass     %.3f   (emitted / target passes)\n", sd_stats_tokens_per_pass(st));
     fprintf(f, "speed           %.2f tokens/s (decode, prefill excluded)\n",
@@ -193,8 +218,34 @@ static char *utf8_sanitize(const char *in, size_t n, size_t *out_len) {
     return out;
 }
 
+/* The drafting part of the JSON stats: policy, K histogram and trace, auto-off, lookup. */
+static void json_drafting(json_t *stats, const sd_gen_stats *st, const sd_gen_params *gp,
+                          int with_draft) {
+    json_t *hist = json_array();
+    for (int32_t k = 0; k <= SD_MAX_DRAFT; k++)
+        json_array_append_new(hist, json_integer(st->k_hist[k]));
+    json_t *trace = json_array();
+    for (int32_t i = 0; gp->k_trace && i < st->n_target_passes && i < gp->k_trace_cap; i++)
+        json_array_append_new(trace, json_integer(gp->k_trace[i]));
+    json_object_set_new(stats, "draft_type",
+                        json_string(with_draft ? sd_draft_type_name(gp->draft_type) : "none"));
+    json_object_set_new(stats, "draft_policy", json_string(sd_k_policy_name(gp->k_policy)));
+    json_object_set_new(stats, "draft_p_min", json_real(gp->draft_p_min));
+    json_object_set_new(stats, "draft_min", json_integer(gp->draft_min));
+    json_object_set_new(stats, "k_hist", hist);
+    json_object_set_new(stats, "k_trace", trace);
+    json_object_set_new(stats, "mean_k", json_real(sd_stats_mean_k(st)));
+    json_object_set_new(stats, "n_off_passes", json_integer(st->n_off_passes));
+    json_object_set_new(stats, "t_off_ms", json_real(st->t_off_ms));
+    json_object_set_new(stats, "n_switch_off", json_integer(st->n_switch_off));
+    json_object_set_new(stats, "n_probes", json_integer(st->n_probes));
+    json_object_set_new(stats, "n_passes_lookup", json_integer(st->n_passes_lookup));
+    json_object_set_new(stats, "n_drafted_lookup", json_integer(st->n_drafted_lookup));
+    json_object_set_new(stats, "n_accepted_lookup", json_integer(st->n_accepted_lookup));
+}
+
 static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, const sd_gen_stats *st,
-                      int32_t k, sd_error *err) {
+                      const sd_gen_params *gp, int with_draft, int32_t k, sd_error *err) {
     char *text = NULL;
     size_t text_len = 0;
     int rc = pieces_text(vocab, toks, n, &text, &text_len, err);
@@ -204,9 +255,7 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, con
         json_array_append_new(ids, json_integer(toks[i]));
     json_t *ppa = json_array();
     for (int32_t i = 0; i < k; i++)
-        json_array_append_new(
-            ppa,
-            json_real(st->drafted_at[i] ? (double)st->accepted_at[i] / st->drafted_at[i] : 0.0));
+        json_array_append_new(ppa, json_real(sd_stats_accept_at(st, i)));
     json_t *stats = json_pack(
         "{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
         "n_prompt", st->n_prompt, "n_generated", st->n_generated, "n_target_passes",
@@ -216,6 +265,7 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, con
         sd_stats_tokens_per_s(st), "ttft_ms", st->ttft_ms, "itl_ms", sd_stats_itl_ms(st),
         "t_prefill_ms", st->t_prefill_ms, "t_draft_ms", st->t_draft_ms, "t_verify_ms",
         st->t_verify_ms, "t_sample_ms", st->t_sample_ms, "stop", sd_stop_reason_str(st->stop));
+    if (stats) json_drafting(stats, st, gp, with_draft);
     /* jansson needs valid UTF-8: a byte-fallback token or a character cut at -n can
      * leave a partial sequence; such bytes become U+FFFD, as a text decoder would. */
     char *clean = utf8_sanitize(text, text_len, &text_len);
@@ -246,7 +296,8 @@ void sd_cli_generate_help(FILE *f) {
                "  --prompt TEXT   (-p)     prompt text\n"
                "  --prompt-file F (-f)     read the prompt from a file\n"
                "  --max-tokens N  (-n, --n-predict)    tokens to generate (default 128)\n"
-               "  --draft-tokens K (-k, --draft-max)   tokens drafted per step, 1..16 (default 4)\n"
+               "  --draft-tokens K (-k, --draft-max)   tokens drafted per step, 1..16 (default 4;\n"
+               "                           with --draft-policy adaptive: the most)\n"
                "  --temp T                 temperature, 0 = greedy (default 0.8)\n"
                "  --top-k N                top-k, 0 = off (default 40)\n"
                "  --top-p P                top-p, 1 = off (default 0.95)\n"
@@ -266,6 +317,18 @@ void sd_cli_generate_help(FILE *f) {
                "                           (--no-escape: as written, the default)\n"
                "  --no-display-prompt      do not echo the prompt before the text\n"
                "  --log-disable            no notes or statistics on stderr (errors still)\n"
+               "drafting:\n"
+               "  --draft-type T  (--spec-type)  none|llm|ngram|ngram+llm (default: llm with a\n"
+               "                           draft model, else none); llama.cpp's draft-simple,\n"
+               "                           ngram-simple; ngram needs no draft model\n"
+               "  --draft-policy P         fixed (K every pass) or adaptive (K chosen each pass,\n"
+               "                           target alone while drafting does not pay; default)\n"
+               "  --draft-p-min P (--spec-draft-p-min)  LLM draft stops below this top\n"
+               "                           probability, 0 = off (default 0.75, llama.cpp's)\n"
+               "  --draft-min N   (--draft-n-min)  tokens drafted before the cut-off (default 1)\n"
+               "  --ngram-min N, --ngram-max N     n-gram sizes matched, 1..16 (default 2, 4);\n"
+               "                           --spec-ngram-size-n N sets both (llama.cpp)\n"
+               "  --lookup-cache FILE      n-gram cache kept across runs (read, then updated)\n"
                "llama.cpp flags with no meaning here (-fa, -b, -ub, --mlock, --no-mmap, --numa,\n"
                "-tb, -td, -C, -Cr, --prio, --poll, --no-warmup, -co, --no-perf, -cnv, -np, -cb,\n"
                "-kvu, --context-shift) are ignored with a one-line note; -no-cnv, --simple-io\n"
@@ -350,6 +413,38 @@ static int gen_run(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, cons
     return rc;
 }
 
+/* --lookup-cache: read the cache (a missing file starts an empty one) and give it to the
+ * n-gram proposer; after the run it is updated with this prompt and output. */
+static int gen_open_cache(sd_cli_pair *p, sd_engine *e, sd_draft_type type, sd_ngram_cache **cache,
+                          sd_error *err) {
+    const uint64_t fp = sd_engine_vocab_fingerprint(e);
+    const int32_t nv = sd_model_hparams(sd_engine_target(e))->n_vocab;
+    int rc = sd_ngram_cache_load(p->lookup_cache, fp, nv, &p->ep.ngram, 0, cache, err);
+    if (rc == SD_ERR_IO && errno == ENOENT) {
+        sd_error_clear(err);
+        rc = sd_ngram_cache_init(fp, nv, &p->ep.ngram, 0, cache, err);
+    }
+    if (!rc) rc = sd_proposer_ngram_set_cache(sd_engine_proposer_of(e, SD_DRAFT_NGRAM), *cache, err);
+    if (!rc && type != SD_DRAFT_NGRAM && type != SD_DRAFT_NGRAM_LLM)
+        fprintf(stderr, "specdec: --lookup-cache: only --draft-type ngram and ngram+llm read "
+                        "it; it is still updated\n");
+    return rc;
+}
+
+/* This run becomes a document of the cache (prompt, then output), saved atomically. */
+static int gen_save_cache(const sd_cli_pair *p, sd_ngram_cache *cache, const int32_t *ids,
+                          size_t n_ids, const int32_t *out, const sd_gen_stats *st,
+                          sd_error *err) {
+    int32_t *doc = malloc(((size_t)n_ids + (size_t)st->n_generated) * sizeof *doc);
+    if (!doc) return sd_errorf(err, SD_ERR_OOM, "out of memory updating the lookup cache");
+    memcpy(doc, ids, n_ids * sizeof *doc);
+    memcpy(doc + n_ids, out, (size_t)st->n_generated * sizeof *doc);
+    int rc = sd_ngram_cache_add(cache, doc, (int32_t)(n_ids + (size_t)st->n_generated), err);
+    free(doc);
+    if (!rc) rc = sd_ngram_cache_save(cache, p->lookup_cache, err);
+    return rc;
+}
+
 int sd_cmd_generate(int argc, char **argv) {
     gen_cli c;
     int prc = parse_generate(argc, argv, &c);
@@ -361,9 +456,17 @@ int sd_cmd_generate(int argc, char **argv) {
     char *prompt = NULL;
     size_t prompt_len = 0, n_ids = 0;
     int32_t *prompt_ids = NULL, *out = NULL;
+    uint8_t *k_trace = NULL;
+    sd_ngram_cache *cache = NULL;
     int rc = SD_OK, exit_code = EXIT_FAILURE;
     const int notes = !c.g.log_disable;
 
+    /* generate's drafting defaults: the adaptive policy, llama.cpp's --draft-p-min, and
+     * one token drafted before the cut-off applies (whether drafting pays at all is the
+     * controller's call; the cut-off only says how far to go). */
+    p.ep.gen.k_policy = SD_K_ADAPTIVE;
+    p.ep.gen.draft_p_min = 0.75f;
+    p.ep.gen.draft_min = 1;
     if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
     if (c.no_draft) p.ep.draft = NULL;
     if ((exit_code = gen_check_args(&c, &p))) goto done;
@@ -372,34 +475,51 @@ int sd_cmd_generate(int argc, char **argv) {
     if ((rc = sd_cli_pair_load(&c.g, &p, &err))) goto done;
     sd_engine *e = p.engine;
     sd_gen_params gp = p.ep.gen;
-    const int with_draft = sd_engine_proposer(e) != NULL;
+    if (c.no_draft) gp.draft_type = SD_DRAFT_NONE;
+    const sd_proposer *prop = sd_engine_proposer_of(e, gp.draft_type);
+    if (!prop && (gp.draft_type == SD_DRAFT_LLM || gp.draft_type == SD_DRAFT_NGRAM_LLM)) {
+        exit_code = usage_error("--draft-type %s needs a draft model: pass --draft FILE (-md)",
+                                sd_draft_type_name(gp.draft_type));
+        goto done;
+    }
+    const int with_draft = prop != NULL;
     if (!with_draft) gp.n_draft = 0;
+    if (p.lookup_cache && (rc = gen_open_cache(&p, e, gp.draft_type, &cache, &err))) goto done;
     if ((rc = gen_tokenize(&c, e, prompt, prompt_len, &prompt_ids, &n_ids, &gp, &err))) goto done;
     if (notes && c.no_draft && (c.g.draft || p.cfg.draft))
         fprintf(stderr, "specdec: --no-draft: ignoring the draft model, target alone\n");
-    else if (notes && !with_draft)
-        fprintf(stderr, "specdec: no draft model (-md FILE): generating with the target alone\n");
+    else if (notes && !with_draft && gp.draft_type == SD_DRAFT_AUTO)
+        fprintf(stderr, "specdec: no draft model (-md FILE, or --draft-type ngram): generating "
+                        "with the target alone\n");
     out = malloc((size_t)gp.n_predict * sizeof(int32_t));
-    if (!out) {
+    /* Passes <= tokens + 1 (a last pass may emit only EOS). */
+    k_trace = malloc((size_t)gp.n_predict + 1);
+    gp.k_trace = k_trace;
+    gp.k_trace_cap = k_trace ? gp.n_predict + 1 : 0;
+    if (!out || !k_trace) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
         goto done;
     }
     sd_gen_stats st;
     if ((rc = gen_run(&c, e, &gp, prompt, prompt_len, prompt_ids, n_ids, out, &st, &err)))
         goto done;
+    if (cache && (rc = gen_save_cache(&p, cache, prompt_ids, n_ids, out, &st, &err))) goto done;
     if (notes && st.stop == SD_STOP_CONTEXT)
         fprintf(stderr, "\nspecdec: stopped at the context limit of %d tokens\n",
                 sd_engine_n_ctx(e));
     const int32_t k_shown = with_draft ? gp.n_draft : 0;
-    if (c.json && (rc = print_json(sd_engine_vocab(e), out, st.n_generated, &st, k_shown, &err)))
+    if (c.json && (rc = print_json(sd_engine_vocab(e), out, st.n_generated, &st, &gp, with_draft,
+                                   k_shown, &err)))
         goto done;
-    if (notes) print_stats(&st, with_draft, k_shown);
+    if (notes) print_stats(&st, &gp, with_draft, k_shown);
     exit_code = EXIT_SUCCESS;
 done:
     if (rc) exit_code = sd_cli_fail(&err);
     free(out);
+    free(k_trace);
     free(prompt_ids);
     free(prompt);
     sd_cli_pair_free(&p);
+    sd_ngram_cache_free(cache); /* after the engine, whose n-gram proposer points at it */
     return exit_code;
 }

@@ -100,6 +100,47 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                 rc = sd_errorf(err, SD_ERR_CONFIG,
                                "%s: key 'kv_type': expected \"f32\" or \"f16\", found \"%s\"", path,
                                t);
+        } else if (!strcmp(key, "lookup_cache")) {
+            rc = get_str(path, key, v, err);
+            if (rc) break;
+            free(cfg->lookup_cache);
+            cfg->lookup_cache = resolve_path(path, json_string_value(v));
+            if (!cfg->lookup_cache) rc = sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
+        } else if (!strcmp(key, "draft_type")) {
+            rc = get_str(path, key, v, err);
+            if (rc) break;
+            if (sd_draft_type_parse(json_string_value(v), &cfg->draft_type) ||
+                cfg->draft_type == SD_DRAFT_AUTO)
+                rc = sd_errorf(err, SD_ERR_CONFIG,
+                               "%s: key 'draft_type': expected " SD_DRAFT_TYPE_NAMES
+                               ", found \"%s\"",
+                               path, json_string_value(v));
+            cfg->has_draft_type = 1;
+        } else if (!strcmp(key, "draft_policy")) {
+            rc = get_str(path, key, v, err);
+            if (rc) break;
+            if (sd_k_policy_parse(json_string_value(v), &cfg->draft_policy))
+                rc = sd_errorf(err, SD_ERR_CONFIG,
+                               "%s: key 'draft_policy': expected \"fixed\" or \"adaptive\", "
+                               "found \"%s\"",
+                               path, json_string_value(v));
+            cfg->has_draft_policy = 1;
+        } else if (!strcmp(key, "draft_p_min")) {
+            rc = get_num(path, key, v, 0.0, 1.0, &cfg->draft_p_min, err);
+            cfg->has_draft_p_min = 1;
+        } else if (!strcmp(key, "draft_min")) {
+            rc = get_int(path, key, v, 0, SD_MAX_DRAFT, &i, err);
+            cfg->draft_min = (int32_t)i;
+            cfg->has_draft_min = 1;
+        } else if (!strcmp(key, "ngram_min") || !strcmp(key, "ngram_max")) {
+            rc = get_int(path, key, v, 1, SD_NGRAM_MAX, &i, err);
+            if (key[7] == 'i') {
+                cfg->ngram_min = (int32_t)i;
+                cfg->has_ngram_min = 1;
+            } else {
+                cfg->ngram_max = (int32_t)i;
+                cfg->has_ngram_max = 1;
+            }
         } else if (!strcmp(key, "draft_tokens")) {
             rc = get_int(path, key, v, 1, 16, &i, err);
             cfg->draft_tokens = (int32_t)i;
@@ -134,7 +175,8 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
             rc = sd_errorf(err, SD_ERR_CONFIG,
                            "%s: unknown key '%s' (known: description, target, draft, "
                            "draft_tokens, max_tokens, temp, top_k, top_p, seed, threads, "
-                           "ctx_size, prompt, kv_type)",
+                           "ctx_size, prompt, kv_type, draft_type, draft_policy, draft_p_min, "
+                           "draft_min, ngram_min, ngram_max, lookup_cache)",
                            path, key);
         }
         if (rc) break;
@@ -150,5 +192,6 @@ void sd_config_free(sd_config *cfg) {
     free(cfg->target);
     free(cfg->draft);
     free(cfg->prompt);
-    cfg->target = cfg->draft = cfg->prompt = NULL;
+    free(cfg->lookup_cache);
+    cfg->target = cfg->draft = cfg->prompt = cfg->lookup_cache = NULL;
 }

@@ -14,6 +14,13 @@
  *   "ctx_size"     integer  >= 0 (0 = the target's training context)
  *   "prompt"       string
  *   "kv_type"      string   "f32" or "f16": KV-cache element type
+ *   "draft_type"   string   none, llm, ngram, ngram+llm (llama.cpp: draft-simple, ngram-simple)
+ *   "draft_policy" string   "fixed" or "adaptive" (the K controller with auto-off)
+ *   "draft_p_min"  number   [0, 1]: LLM draft confidence cut-off (0 = off)
+ *   "draft_min"    integer  0 .. 16: tokens drafted before the cut-off applies
+ *   "ngram_min"    integer  1 .. 16: shortest n-gram matched by the lookup proposer
+ *   "ngram_max"    integer  1 .. 16: longest (ngram_min <= ngram_max)
+ *   "lookup_cache" string   persistent n-gram cache file (same path rule as "target")
  * Any other key, or a value of the wrong type or range, is an error naming the file
  * and the key.
  */
@@ -23,6 +30,7 @@
 #include <stdint.h>
 
 #include "runtime/base/sd_base.h"
+#include "runtime/engine/sd_engine.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,6 +46,14 @@ typedef struct sd_config {
     int32_t draft_tokens, max_tokens, top_k, threads, ctx_size;
     float temp, top_p;
     uint64_t seed;
+    /* drafting */
+    char *lookup_cache; /* malloc'd, resolved path, or NULL */
+    int has_draft_type, has_draft_policy, has_draft_p_min, has_draft_min, has_ngram_min,
+        has_ngram_max;
+    sd_draft_type draft_type;
+    sd_k_policy draft_policy;
+    float draft_p_min;
+    int32_t draft_min, ngram_min, ngram_max;
 } sd_config;
 
 /* Parse path into *cfg (zeroed first). Errors: SD_ERR_IO, SD_ERR_CONFIG (bad JSON with

@@ -10,7 +10,9 @@ struct sd_engine {
     sd_engine_params p;
     sd_model *tm, *dm;
     sd_scorer *scorer;
-    sd_proposer *prop;
+    sd_proposer *prop;      /* the LLM draft, or NULL */
+    sd_proposer *ngram;     /* n-gram lookup, always */
+    sd_proposer *ngram_llm; /* chain: ngram then prop, or NULL */
     int32_t n_ctx, n_ctx_draft;
     sd_session_params sp, dsp;
 };
@@ -21,6 +23,7 @@ sd_engine_params sd_engine_default_params(void) {
     p.kv_type = SD_TYPE_F32;
     p.device = p.device_draft = SD_DEVICE_CPU;
     p.gen = sd_gen_default_params();
+    p.ngram = sd_ngram_default_params();
     return p;
 }
 
@@ -44,6 +47,10 @@ static int load(const char *path, const char *origin, sd_model **out, sd_error *
 int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     *out = NULL;
     if (!p || !p->target) return sd_errorf(err, SD_ERR_ARG, "engine: no target model");
+    sd_ngram_params np = p->ngram;
+    np.n_ctx = 1; /* the capacity is set below, from the context */
+    int rc0 = sd_ngram_check_params(&np, err);
+    if (rc0) return rc0;
     sd_engine *e = calloc(1, sizeof *e);
     if (!e) return sd_errorf(err, SD_ERR_OOM, "engine: out of memory");
     e->p = *p;
@@ -84,6 +91,13 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
         (rc = sd_proposer_llm_init(e->dm, &dsp, &p->gen.samp, sd_rng_stream_seed(p->gen.seed, 1),
                                    sd_model_hparams(e->tm)->n_vocab, &e->prop, err)))
         goto fail;
+    /* The n-gram proposer indexes every committed token: at most the context + 1. */
+    np.n_ctx = e->n_ctx + 1;
+    if ((rc = sd_proposer_ngram_init(&np, sd_model_hparams(e->tm)->n_vocab, &e->ngram, err)))
+        goto fail;
+    if (e->prop &&
+        (rc = sd_proposer_chain_init(e->ngram, e->prop, "ngram+llm", &e->ngram_llm, err)))
+        goto fail;
     *out = e;
     return SD_OK;
 fail:
@@ -93,6 +107,8 @@ fail:
 
 void sd_engine_free(sd_engine *e) {
     if (!e) return;
+    sd_proposer_free(e->ngram_llm);
+    sd_proposer_free(e->ngram);
     sd_proposer_free(e->prop);
     sd_scorer_free(e->scorer);
     sd_model_free(e->dm);
@@ -115,6 +131,39 @@ sd_scorer *sd_engine_scorer(sd_engine *e) {
 sd_proposer *sd_engine_proposer(sd_engine *e) {
     return e->prop;
 }
+sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t) {
+    switch (t) {
+    case SD_DRAFT_AUTO:
+    case SD_DRAFT_LLM:
+        return e->prop;
+    case SD_DRAFT_NGRAM:
+        return e->ngram;
+    case SD_DRAFT_NGRAM_LLM:
+        return e->ngram_llm;
+    case SD_DRAFT_NONE:
+        break;
+    }
+    return NULL;
+}
+uint64_t sd_engine_vocab_fingerprint(const sd_engine *e) {
+    const sd_vocab *v = sd_model_vocab(e->tm);
+    const int32_t n = sd_vocab_n_tokens(v);
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (int i = 0; i < 4; i++) {
+        h ^= (uint8_t)((uint32_t)n >> (8 * i));
+        h *= UINT64_C(0x100000001b3);
+    }
+    for (int32_t id = 0; id < n; id++) {
+        const char *t = sd_vocab_token_text(v, id);
+        for (const unsigned char *c = (const unsigned char *)(t ? t : "");; c++) {
+            h ^= *c; /* the text and its NUL, so "a","bc" differs from "ab","c" */
+            h *= UINT64_C(0x100000001b3);
+            if (!*c) break;
+        }
+    }
+    return h;
+}
+
 int32_t sd_engine_n_ctx(const sd_engine *e) {
     return e->n_ctx;
 }
@@ -133,8 +182,23 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err) {
     if (!gp) gp = &e->p.gen;
-    sd_proposer *prop = gp->n_draft > 0 ? e->prop : NULL;
-    if (prop) sd_proposer_reset(prop, &gp->samp, sd_rng_stream_seed(gp->seed, 1));
-    return sd_generate(e->scorer, prop, prompt, n_prompt, sd_vocab_eos(sd_model_vocab(e->tm)), gp,
+    sd_proposer *prop = gp->n_draft > 0 ? sd_engine_proposer_of(e, gp->draft_type) : NULL;
+    if (gp->n_draft > 0 && !prop &&
+        (gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM))
+        return sd_errorf(err, SD_ERR_ARG, "draft type %s needs a draft model (--draft FILE)",
+                         sd_draft_type_name(gp->draft_type));
+    if (prop) {
+        sd_proposer_reset(prop, &gp->samp, sd_rng_stream_seed(gp->seed, 1));
+        sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
+    }
+    sd_gen_params g = *gp;
+    if (g.clock == SD_CLOCK_AUTO) {
+        /* One CPU thread does all the work of a pass: its CPU clock is the pass's cost. */
+        const int one_thread = e->sp.n_threads == 1 || (e->sp.n_threads <= 0 && sd_n_cores() == 1);
+        g.clock = one_thread && e->sp.device == SD_DEVICE_CPU && e->dsp.device == SD_DEVICE_CPU
+                      ? SD_CLOCK_THREAD_CPU
+                      : SD_CLOCK_WALL;
+    }
+    return sd_generate(e->scorer, prop, prompt, n_prompt, sd_vocab_eos(sd_model_vocab(e->tm)), &g,
                        cb, user, out, cap_out, stats, err);
 }

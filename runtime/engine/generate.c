@@ -1,9 +1,10 @@
-/* The speculative generation loop (see sd_generate.h). */
+/* The speculative generation loop (see sd_engine.h). */
 #include "runtime/engine/sd_engine.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 sd_gen_params sd_gen_default_params(void) {
     sd_gen_params p;
@@ -13,6 +14,13 @@ sd_gen_params sd_gen_default_params(void) {
     p.samp = sd_sampling_default_params();
     p.seed = 42;
     p.n_stop_ids = 0;
+    p.draft_type = SD_DRAFT_AUTO;
+    p.k_policy = SD_K_FIXED;
+    p.draft_p_min = 0.0f;
+    p.draft_min = 0;
+    p.clock = SD_CLOCK_AUTO;
+    p.k_trace = NULL;
+    p.k_trace_cap = 0;
     return p;
 }
 
@@ -34,6 +42,20 @@ double sd_stats_acceptance_rate(const sd_gen_stats *s) {
     return s->n_drafted > 0 ? (double)s->n_accepted / s->n_drafted : 0.0;
 }
 
+double sd_stats_accept_at(const sd_gen_stats *s, int32_t i) {
+    if (i < 0 || i >= SD_MAX_DRAFT || s->drafted_at[i] == 0) return 0.0;
+    return (double)s->accepted_at[i] / s->drafted_at[i];
+}
+
+double sd_stats_mean_k(const sd_gen_stats *s) {
+    int64_t n = 0, sum = 0;
+    for (int32_t k = 0; k <= SD_MAX_DRAFT; k++) {
+        n += s->k_hist[k];
+        sum += (int64_t)k * s->k_hist[k];
+    }
+    return n > 0 ? (double)sum / (double)n : 0.0;
+}
+
 double sd_stats_tokens_per_pass(const sd_gen_stats *s) {
     return s->n_target_passes > 0 ? (double)s->n_generated / s->n_target_passes : 0.0;
 }
@@ -45,6 +67,22 @@ double sd_stats_tokens_per_s(const sd_gen_stats *s) {
 
 double sd_stats_itl_ms(const sd_gen_stats *s) {
     return s->n_generated > 1 ? (s->t_total_ms - s->t_first_ms) / (s->n_generated - 1) : 0.0;
+}
+
+/* A probe's catch-up (sd_proposer_catch_up) is windowed to this many tokens once a full
+ * one has cost more than CATCHUP_BUDGET target-alone passes per token caught up: then
+ * catching up on every token generated while off would cost that fraction of the
+ * time off, whatever the back-off (on the shipped TinyStories pair a draft prefill
+ * token costs about 12% of a target step). */
+#define CATCHUP_WINDOW 16
+#define CATCHUP_BUDGET 0.02
+
+/* The controller's clock in ms (see sd_pass_clock). */
+static double pass_clock_ms(sd_pass_clock c) {
+    if (c != SD_CLOCK_THREAD_CPU) return sd_time_ms();
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)) return sd_time_ms();
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 /* Buffers of one generation, all allocated before the loop. */
@@ -99,6 +137,8 @@ static int verify_step(const sd_gen_params *gp, const sd_proposal *prop, int32_t
                          b->probs + (size_t)i * n_vocab, b->iscratch, err);
         if (rc) return rc;
     }
+    if (k > 0 && prop->one_hot) /* q = point masses: exact verification without rows */
+        return sd_verify_onehot(prop->tokens, k, b->probs, n_vocab, rng, res, err);
     return sd_verify_sample(prop->tokens, k, prop->probs, b->probs, n_vocab, rng, b->residual, res,
                             err);
 }
@@ -132,6 +172,18 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
     memcpy(b.ctx, prompt, (size_t)n_prompt * sizeof(int32_t));
     int32_t n_ctx = n_prompt;
 
+    sd_adaptive ctl;
+    const int adaptive = draft && gp->k_policy == SD_K_ADAPTIVE;
+    const sd_pass_clock clock =
+        gp->clock == SD_CLOCK_THREAD_CPU ? SD_CLOCK_THREAD_CPU : SD_CLOCK_WALL;
+    if (adaptive) {
+        sd_adaptive_params ap = sd_adaptive_default_params();
+        ap.k_max = gp->n_draft;
+        if ((rc = sd_adaptive_init(&ctl, &ap, err))) goto done_early;
+    }
+
+    int32_t n_ctx_drafted = n_ctx; /* the context when the proposer last drafted */
+    int catchup_expensive = 0;
     const double t0 = sd_time_ms();
     rc = sd_scorer_sync(target, b.ctx, n_ctx, err); /* prefill */
     if (!rc && draft) rc = sd_proposer_prefill(draft, b.ctx, n_ctx, err);
@@ -143,16 +195,43 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
             st->stop = SD_STOP_CONTEXT;
             break;
         }
-        /* Cap K so one step never emits past the budget or the context. */
-        int32_t k = draft ? gp->n_draft : 0;
+        /* The policy's K (0: a target-alone pass), capped so one step never emits past
+         * the budget or the context. */
+        const int was_off = adaptive && sd_adaptive_is_off(&ctl);
+        int32_t k = draft ? (adaptive ? sd_adaptive_next_k(&ctl) : gp->n_draft) : 0;
+        const int off_pass = was_off && k == 0;
         const int32_t budget = gp->n_predict - st->n_generated - 1;
         if (k > budget) k = budget;
         if (k > n_ctx_max - n_ctx) k = n_ctx_max - n_ctx;
+        if (k < 0) k = 0;
+        if (gp->k_trace && st->n_target_passes < gp->k_trace_cap)
+            gp->k_trace[st->n_target_passes] = (uint8_t)k;
+        st->k_hist[k]++;
         sd_proposal prop = {0};
         prop.n_vocab = n_vocab;
+        double t_draft = 0.0; /* on the controller's clock */
         if (k > 0) {
             double t = sd_time_ms();
+            if (was_off) {
+                /* A probe after target-alone passes: the draft catches up on the tokens
+                 * it skipped first, timed apart so the controller's per-token draft cost
+                 * stays the cost of drafting; windowed once that proved expensive. */
+                const int32_t lag = n_ctx - n_ctx_drafted;
+                const int32_t window = catchup_expensive ? CATCHUP_WINDOW : 0;
+                const double c0 = pass_clock_ms(clock);
+                rc = sd_proposer_catch_up(draft, b.ctx, n_ctx, window, err);
+                const double c1 = pass_clock_ms(clock), t1 = sd_time_ms();
+                if (!window && lag >= CATCHUP_WINDOW)
+                    catchup_expensive =
+                        (c1 - c0) / lag > CATCHUP_BUDGET * sd_adaptive_pass_ms(&ctl, 1);
+                st->t_draft_ms += t1 - t;
+                t = t1;
+                if (rc) goto done;
+            }
+            n_ctx_drafted = n_ctx;
+            const double c0 = pass_clock_ms(clock);
             rc = sd_proposer_propose(draft, b.ctx, n_ctx, k, &prop, err);
+            t_draft = pass_clock_ms(clock) - c0; /* on the controller's clock */
             st->t_draft_ms += sd_time_ms() - t;
             if (rc) goto done;
             k = prop.n;
@@ -163,7 +242,8 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
                 goto done;
             }
         }
-        double t = sd_time_ms();
+        const double t_pass0 = sd_time_ms(), c_pass0 = pass_clock_ms(clock);
+        double t = t_pass0;
         rc = sd_scorer_score(target, b.ctx, n_ctx, prop.tokens, k, b.logits, err);
         st->t_verify_ms += sd_time_ms() - t;
         if (rc) goto done;
@@ -182,7 +262,12 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
             goto done;
         }
 
+        const int lookup = k > 0 && prop.one_hot;
         st->n_drafted += k;
+        if (lookup) {
+            st->n_passes_lookup++;
+            st->n_drafted_lookup += k;
+        }
         for (int32_t i = 0; i < k; i++)
             st->drafted_at[i]++;
         const int32_t first_new = n_ctx;
@@ -196,11 +281,19 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
             if (i < res.n_accepted) {
                 st->n_accepted++;
                 st->accepted_at[i]++;
+                if (lookup) st->n_accepted_lookup++;
             }
         }
         /* KV commit: both caches roll back to the committed tokens. */
         sd_scorer_commit(target, b.ctx, n_ctx);
         if (draft) sd_proposer_commit(draft, b.ctx, n_ctx);
+        const double t_pass = sd_time_ms() - t_pass0;
+        if (off_pass) {
+            st->n_off_passes++;
+            st->t_off_ms += t_pass;
+        }
+        if (adaptive)
+            sd_adaptive_observe(&ctl, k, res.n_accepted, t_draft, pass_clock_ms(clock) - c_pass0);
         const int32_t n_new = n_ctx - first_new;
         if (n_new > 0 && st->t_first_ms == 0.0) {
             st->t_first_ms = sd_time_ms() - t0;
@@ -213,6 +306,11 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
     rc = SD_OK;
 done:
     st->t_total_ms = sd_time_ms() - t0;
+    if (adaptive) {
+        st->n_switch_off = ctl.n_switch_off;
+        st->n_probes = ctl.n_probes;
+    }
+done_early:
     gen_buffers_free(&b);
     return rc;
 }

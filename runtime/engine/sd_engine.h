@@ -38,9 +38,165 @@ extern "C" {
 
 #define SD_MAX_STOP_IDS 16
 
+/* ---- adaptive draft length (adaptive.c) ---- */
+
+/*
+ * The controller that picks the draft length K before each verification pass, and
+ * switches speculation off (target-alone passes) while it does not pay.
+ *
+ * Model (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
+ * Decoding", eq. 1 and Thm 3.8, generalised from one acceptance rate alpha to one per
+ * draft position). With a_i = P(draft token i accepted | tokens 1 .. i-1 accepted), a
+ * pass that drafts K tokens emits on average
+ *     E(K) = 1 + sum_{k=1..K} prod_{i<=k} a_i   tokens
+ * (constant a_i = alpha: (1 - alpha^(K+1)) / (1 - alpha)) and costs
+ *     T(K) = K c + v(K + 1)
+ * with c the draft's cost per drafted token and v(n) the cost of a target pass over n
+ * rows (verification, warps and sampling included); plain decoding emits 1 token per
+ * v(1). The controller picks
+ *     K* = argmax_{1 <= K <= k_max} E(K) / T(K)   (ties: the smaller K),
+ * whose predicted speedup is S(K*) = E(K*) v(1) / T(K*). Estimates, all online:
+ *   a_i: decayed counts (factor `decay` per pass, plain passes included, so old
+ *     evidence fades with time): a_i = (s_i + w0 a_{i-1}) / (n_i + w0), s_i and n_i the
+ *     decayed accepted and reached counts of position i, a_0 = prior_accept,
+ *     w0 = prior_weight (an unexplored position inherits its predecessor's estimate);
+ *   v(n): with 4 or more samples of n rows (v(1): with any), their running mean (rate
+ *     timing_rate; a plain average over the first 1 / timing_rate samples; costs do
+ *     not drift as acceptance does, so a size keeps its mean); otherwise the weighted
+ *     least-squares line alpha + beta n through the measured sizes' values; with a
+ *     single size n0 measured, v(n) = v(n0) (1 + s0 (n - 1)) / (1 + s0 (n0 - 1)),
+ *     s0 = 0.25; before any sample v(n) = 1 + s0 (n - 1). Against preemption spikes
+ *     on a shared machine (positive-only noise), a size's value is at most 1.5x its
+ *     minimum sample (a minimum that rises by 0.2% per sample, so real cost growth
+ *     gets through), and from the 4th sample on a sample above 1.5x the prediction
+ *     counts as 1.5x;
+ *   c: a running mean of draft ms per drafted token, limited the same way (prior
+ *     0.1 v(1)).
+ * The first three passes, and a pass after v(1) has gone unmeasured for about 90
+ * passes, are plain calibration passes (K = 0): they measure v(1) at no cost to plain
+ * decoding.
+ * Times come from the caller (sd_generate: the clock of sd_gen_params.clock).
+ *
+ * Auto-off (when auto_off): after off_after passes in a row with S(K*) < 1 the
+ * controller returns K = 0 (target alone) for `backoff` passes, then one probe pass
+ * with the K* of optimistic estimates max(a_i, prior_accept) (a probe that drafts
+ * nothing, an n-gram without a match, is repeated, up to 8 times). If the probe had
+ * an accepted token and S(K*) >= 1 after it, speculation is back on and backoff
+ * returns to backoff_min; otherwise it is off again with backoff doubled (at most
+ * backoff_max). So against a draft that never agrees, speculation costs off_after
+ * passes at the start plus one probe per back-off window (log2 many): see
+ * tests/test_adaptive.c for the bound this gives. A pair whose measured costs rule
+ * out a gain of 5% even if every drafted token were accepted
+ * (sd_adaptive_speedup_bound < 1.05) is switched off at once, and probed only every
+ * backoff_max passes (its costs are re-measured then). Before a probe, sd_generate lets
+ * the proposer catch up on the tokens it skipped (sd_proposer_catch_up), timed apart
+ * from drafting; once a full catch-up has cost more than 2% of a target pass per
+ * token, later ones are windowed to the last 16 tokens, so catching up stays bounded.
+ * The controller only chooses how many tokens are drafted: the output distribution
+ * (greedy: the tokens) is the same for every K.
+ */
+typedef struct sd_adaptive_params {
+    int32_t k_max;       /* largest K, 1 .. SD_MAX_DRAFT */
+    int auto_off;        /* 1: fall back to target alone while speculation does not pay */
+    double decay;        /* per-pass decay of the acceptance counts, (0, 1); 0.95 */
+    double timing_rate;  /* running-mean rate of the timings, (0, 1]; 0.125 */
+    double prior_accept; /* a_0, in (0, 1); 0.5 */
+    double prior_weight; /* w0 > 0; 1 */
+    int32_t off_after;   /* passes in a row with S < 1 before switching off, >= 1; 3 */
+    int32_t backoff_min; /* plain passes before the first probe, >= 1; 16 */
+    int32_t backoff_max; /* cap of the doubling back-off, >= backoff_min; 512 */
+} sd_adaptive_params;
+
+/* k_max 4, auto_off 1, and the values above. */
+sd_adaptive_params sd_adaptive_default_params(void);
+
+/* The controller state (no allocation; read it through the functions below). */
+typedef struct sd_adaptive {
+    sd_adaptive_params p;
+    double acc_s[SD_MAX_DRAFT], acc_n[SD_MAX_DRAFT]; /* decayed accepted / reached at i */
+    double t_ver[SD_MAX_DRAFT + 2]; /* running mean ms of a pass of n rows, index n */
+    double n_ver[SD_MAX_DRAFT + 2]; /* samples of each, ever */
+    double w_ver[SD_MAX_DRAFT + 2]; /* decayed sample weight of each (recent evidence) */
+    int32_t n_samples;              /* pass times observed */
+    double t_draft, n_draft;        /* running mean ms per drafted token, samples */
+    double min_ver[SD_MAX_DRAFT + 2], min_draft; /* forgetting minima of the same */
+    int state;                                   /* 0 on, 1 off, 2 probing */
+    int32_t below, countdown, backoff, k_last, empty_probes;
+    int32_t n_passes, n_off_passes, n_probes, n_switch_off, n_calibration;
+} sd_adaptive;
+
+/* Start a controller. Errors: SD_ERR_ARG naming the parameter out of range. */
+int sd_adaptive_init(sd_adaptive *a, const sd_adaptive_params *p, sd_error *err);
+
+/* The K for the next pass: 0 = a target-alone pass (speculation off, or calibration),
+ * else 1 .. k_max. The caller may draft fewer (budget, context, no match). */
+int32_t sd_adaptive_next_k(sd_adaptive *a);
+
+/*
+ * Record the pass that followed the last sd_adaptive_next_k:
+ *   n_drafted   tokens actually proposed and verified (0 .. SD_MAX_DRAFT)
+ *   n_accepted  of them accepted (0 .. n_drafted)
+ *   t_draft_ms  time of drafting (0 when none)
+ *   t_pass_ms   time of the target pass over n_drafted + 1 rows, verification included
+ */
+void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, double t_draft_ms,
+                         double t_pass_ms);
+
+/* Current estimates: a_i for position i (1-based, 1 .. SD_MAX_DRAFT), E(K), v(n) in ms,
+ * c in ms, and the predicted speedup S(K) = E(K) v(1) / (K c + v(K + 1)). */
+double sd_adaptive_accept(const sd_adaptive *a, int32_t i);
+double sd_adaptive_expected_tokens(const sd_adaptive *a, int32_t k);
+double sd_adaptive_pass_ms(const sd_adaptive *a, int32_t n_rows);
+double sd_adaptive_draft_ms(const sd_adaptive *a);
+double sd_adaptive_speedup(const sd_adaptive *a, int32_t k);
+/* max_K (K + 1) v(1) / (K c + v(K + 1)): the speedup if every drafted token were
+ * accepted; no draft of this cost can do better. */
+double sd_adaptive_speedup_bound(const sd_adaptive *a);
+/* argmax_{1..k_max} of S(K) (the smaller K on ties) with the current estimates. */
+int32_t sd_adaptive_best_k(const sd_adaptive *a);
+/* 1 while speculation is switched off (the next pass is target alone or a probe). */
+int sd_adaptive_is_off(const sd_adaptive *a);
+
+/* The clock the generation loop times passes with, for the controller. */
+typedef enum sd_pass_clock {
+    SD_CLOCK_AUTO = 0,   /* sd_engine_generate: THREAD_CPU for a one-thread CPU pair, else
+                            WALL; sd_generate: WALL */
+    SD_CLOCK_WALL,       /* CLOCK_MONOTONIC */
+    SD_CLOCK_THREAD_CPU, /* the calling thread's CPU clock: leaves out the time spent
+                            waiting for a core on a shared machine, which scales every
+                            choice of K alike; right only when this thread does the work */
+} sd_pass_clock;
+
+/* How the generation loop picks K. */
+typedef enum sd_k_policy {
+    SD_K_FIXED = 0,    /* K = n_draft every pass */
+    SD_K_ADAPTIVE = 1, /* the controller above, k_max = n_draft, with auto-off */
+} sd_k_policy;
+
+const char *sd_k_policy_name(sd_k_policy p); /* "fixed", "adaptive" */
+/* "fixed" / "adaptive" -> *out; -1 if unknown. */
+int sd_k_policy_parse(const char *s, sd_k_policy *out);
+
+/* Which proposer sd_engine_generate uses. */
+typedef enum sd_draft_type {
+    SD_DRAFT_AUTO = 0,  /* the LLM draft if the engine has a draft model, else none */
+    SD_DRAFT_NONE,      /* target alone */
+    SD_DRAFT_LLM,       /* the draft model */
+    SD_DRAFT_NGRAM,     /* n-gram / prompt lookup (no draft model needed) */
+    SD_DRAFT_NGRAM_LLM, /* n-gram first, the draft model when there is no match */
+} sd_draft_type;
+
+/* "auto", "none", "llm", "ngram", "ngram+llm". */
+const char *sd_draft_type_name(sd_draft_type t);
+/* Our names, plus llama.cpp's --spec-type names that mean the same here: "draft",
+ * "draft-simple" (llm), "ngram-simple" (ngram). -1 if unknown. */
+int sd_draft_type_parse(const char *s, sd_draft_type *out);
+/* The names sd_draft_type_parse accepts, for messages. */
+#define SD_DRAFT_TYPE_NAMES "none, llm, ngram, ngram+llm (llama.cpp: draft-simple, ngram-simple)"
+
 typedef struct sd_gen_params {
-    int32_t n_predict;       /* most tokens to emit (>= 1) */
-    int32_t n_draft;         /* K: tokens drafted per step, 1 .. SD_MAX_DRAFT */
+    int32_t n_predict; /* most tokens to emit (>= 1) */
+    int32_t n_draft;   /* K: tokens drafted per step, 1 .. SD_MAX_DRAFT (adaptive: the most) */
     sd_sampling_params samp; /* applied to both target and draft rows */
     uint64_t seed;           /* verifier RNG seed */
     /* Token ids that end generation besides eos (end-of-turn tokens such as <|im_end|>),
@@ -51,6 +207,17 @@ typedef struct sd_gen_params {
      * llama.cpp's --ignore-eos), so generation runs to n_predict or the context. The
      * output follows the target's distribution conditioned on "not EOS". */
     int ignore_eos;
+    sd_draft_type draft_type; /* sd_engine_generate's proposer (sd_generate takes one) */
+    sd_k_policy k_policy;     /* fixed K or the adaptive controller */
+    /* LLM draft confidence cut-off (sd_proposer_set_cutoff, set by sd_engine_generate):
+     * stop drafting below draft_p_min (0: off) once draft_min tokens are drafted. */
+    float draft_p_min;
+    int32_t draft_min;
+    sd_pass_clock clock; /* the adaptive controller's clock */
+    /* Optional, caller-owned: k_trace[i] receives the K chosen for pass i (0: target
+     * alone), for i < k_trace_cap; stats.n_target_passes tells how many were written. */
+    uint8_t *k_trace;
+    int32_t k_trace_cap;
 } sd_gen_params;
 
 sd_gen_params sd_gen_default_params(void);
@@ -80,10 +247,23 @@ typedef struct sd_gen_stats {
     double ttft_ms;     /* start of prefill to the first emitted token */
     double t_first_ms;  /* time of the first token since start */
     sd_stop_reason stop;
+    /* K over the run: k_hist[k] = passes for which the policy chose K = k (0: a pass of
+     * the target alone: speculation off, calibration or no draft). */
+    int32_t k_hist[SD_MAX_DRAFT + 1];
+    int32_t n_off_passes; /* target-alone passes while the auto-off switch was off */
+    double t_off_ms;      /* their time (target passes and sampling) */
+    int32_t n_switch_off; /* times the switch turned speculation off */
+    int32_t n_probes;     /* re-probe passes while off */
+    /* Passes whose proposal was one-hot (n-gram lookup), and its tokens. */
+    int32_t n_passes_lookup, n_drafted_lookup, n_accepted_lookup;
 } sd_gen_stats;
 
 /* Derived figures (0 when the denominator is 0). */
 double sd_stats_acceptance_rate(const sd_gen_stats *s);
+/* Accepted / drafted at draft position i (0-based). */
+double sd_stats_accept_at(const sd_gen_stats *s, int32_t i);
+/* Mean K over the passes (k_hist). */
+double sd_stats_mean_k(const sd_gen_stats *s);
 double sd_stats_tokens_per_pass(const sd_gen_stats *s);
 /* Emitted tokens per second over the decode phase (prefill excluded). */
 double sd_stats_tokens_per_s(const sd_gen_stats *s);
@@ -127,6 +307,8 @@ typedef struct sd_engine_params {
     /* The draft's context: 0 = the target's (n_ctx as resolved); either way capped at the
      * draft's training context (with a note when asked beyond it). */
     int32_t n_ctx_draft;
+    /* The n-gram lookup proposer's sizes (its n_ctx is the engine's context + 1). */
+    sd_ngram_params ngram;
     /* Notes for the user (a context that was capped, ...): one line each, no newline. */
     void (*log)(void *user, const char *line);
     void *log_user;
@@ -148,7 +330,14 @@ const sd_model *sd_engine_target(const sd_engine *e);
 const sd_model *sd_engine_draft(const sd_engine *e); /* NULL: target alone */
 const sd_vocab *sd_engine_vocab(const sd_engine *e); /* the target's */
 sd_scorer *sd_engine_scorer(sd_engine *e);
-sd_proposer *sd_engine_proposer(sd_engine *e);     /* NULL: target alone */
+sd_proposer *sd_engine_proposer(sd_engine *e); /* the LLM draft; NULL: no draft model */
+/* The proposer of a draft type: SD_DRAFT_NGRAM always exists; SD_DRAFT_LLM and
+ * SD_DRAFT_NGRAM_LLM need a draft model (else NULL); SD_DRAFT_NONE: NULL; SD_DRAFT_AUTO:
+ * the LLM draft if any. */
+sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t);
+/* FNV-1a 64 of the target vocabulary (its size and every token's text): the lookup
+ * cache's vocabulary fingerprint (sd_ngram_cache_load). */
+uint64_t sd_engine_vocab_fingerprint(const sd_engine *e);
 int32_t sd_engine_n_ctx(const sd_engine *e);       /* target context in use */
 int32_t sd_engine_n_ctx_draft(const sd_engine *e); /* 0 without a draft */
 const sd_engine_params *sd_engine_params_of(const sd_engine *e);
@@ -157,11 +346,13 @@ const sd_engine_params *sd_engine_params_of(const sd_engine *e);
 sd_session_params sd_engine_session_params(const sd_engine *e, int draft);
 
 /*
- * Generate after prompt[0 .. n_prompt) with gp (NULL: the engine's p->gen): the
- * proposer is reset to gp's sampling and the draft stream of gp->seed
- * (sd_rng_stream_seed(seed, 1)); gp->n_draft == 0 or no draft model: target alone.
- * Generation stops at the target's EOS and at gp's stop ids. Arguments and errors as
- * sd_generate.
+ * Generate after prompt[0 .. n_prompt) with gp (NULL: the engine's p->gen) and the
+ * proposer of gp->draft_type (sd_engine_proposer_of): it is reset to gp's sampling and
+ * the draft stream of gp->seed (sd_rng_stream_seed(seed, 1)) and gets gp's confidence
+ * cut-off; gp->n_draft == 0 or SD_DRAFT_NONE (or AUTO without a draft model): target
+ * alone. Generation stops at the target's EOS and at gp's stop ids. Arguments and
+ * errors as sd_generate, plus SD_ERR_ARG for a draft type that needs a draft model the
+ * engine does not have.
  */
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,

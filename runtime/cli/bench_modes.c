@@ -1,0 +1,453 @@
+/*
+ * specdec bench --draft-types LIST: draft types side by side on the same prompts.
+ *
+ *   specdec bench --config F --draft-types all -f scripts/prompts/rewrite.txt
+ *                 -f scripts/prompts/stories.txt [-k K | --k-list L] [-n N] [--runs N]
+ *                 [-t N] [--json FILE] [drafting flags]
+ * Types: none (target alone), llm (the draft model, fixed K, no cut-off), llm-adaptive
+ * (K chosen each pass, auto-off, --draft-p-min cut-off), ngram and ngram-adaptive
+ * (prompt lookup, no draft model needed), ngram+llm and ngram+llm-adaptive (lookup
+ * first, the draft model when it has no match). "all": every type the pair allows.
+ * Fixed types run once per K of --k-list (or -k; default the config's K, else 4);
+ * adaptive ones with K at most the largest K.
+ * For each prompt file (its category: the "# category: NAME" first line, else the
+ * file name), for each of its first --runs prompts (default all; run i uses seed S + i),
+ * every variant runs in turn (none first), all through sd_engine_generate with both
+ * caches emptied first; greedy by default, and each run's tokens must equal the none
+ * run's ("match").
+ * Table rows per (category, variant), then over all categories:
+ *   tok/s     emitted tokens / decode time (wall clock, prefill excluded), median
+ *   cpu tok/s tokens after the first pass / process CPU time from the first to the
+ *             last pass, median: on a shared machine this counts the work, not the
+ *             waiting (use it with -t 1 and OMP_WAIT_POLICY=passive)
+ *   speedup   median over prompts of the per-prompt ratio to none (wall; cpu)
+ *   accept    accepted / drafted; tok/ps: emitted / target passes; dr/ps: drafted /
+ *             target passes; K: mean K chosen over passes (0: target alone; an n-gram
+ *             without a match drafts nothing for its K); off: passes with speculation
+ *             switched off
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/cli/bench.h"
+#include "runtime/engine/sd_engine.h"
+#include "runtime/tokenizer/sd_vocab.h"
+
+typedef struct mode_def {
+    const char *name;
+    sd_draft_type type;
+    sd_k_policy policy;
+} mode_def;
+
+static const mode_def k_modes[] = {
+    {"none", SD_DRAFT_NONE, SD_K_FIXED},
+    {"llm", SD_DRAFT_LLM, SD_K_FIXED},
+    {"llm-adaptive", SD_DRAFT_LLM, SD_K_ADAPTIVE},
+    {"ngram", SD_DRAFT_NGRAM, SD_K_FIXED},
+    {"ngram-adaptive", SD_DRAFT_NGRAM, SD_K_ADAPTIVE},
+    {"ngram+llm", SD_DRAFT_NGRAM_LLM, SD_K_FIXED},
+    {"ngram+llm-adaptive", SD_DRAFT_NGRAM_LLM, SD_K_ADAPTIVE},
+};
+#define N_MODE_DEFS  ((int)(sizeof k_modes / sizeof k_modes[0]))
+#define MODE_ALL     (-1)
+#define MAX_VARIANTS (N_MODE_DEFS * MAX_KS)
+
+int bench_parse_modes(const char *list, bench_cli *c) {
+    char buf[512];
+    c->n_modes = 0;
+    if (strlen(list) >= sizeof buf) {
+        bench_usage("--draft-types: list too long: '%.60s...'", list);
+        return -1;
+    }
+    strcpy(buf, list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        int m = -2;
+        if (!strcmp(tok, "all")) m = MODE_ALL;
+        for (int i = 0; i < N_MODE_DEFS; i++)
+            if (!strcmp(tok, k_modes[i].name)) m = i;
+        if (m == -2) {
+            bench_usage("--draft-types: unknown type '%s' (known: none, llm, llm-adaptive, "
+                        "ngram, ngram-adaptive, ngram+llm, ngram+llm-adaptive, all)",
+                        tok);
+            return -1;
+        }
+        for (int i = 0; i < c->n_modes; i++)
+            if (c->modes[i] == m) m = -3; /* a repeat */
+        if (m == -3) continue;
+        if (c->n_modes >= MAX_MODES) {
+            bench_usage("--draft-types: too many types in '%s'", list);
+            return -1;
+        }
+        c->modes[c->n_modes++] = m;
+    }
+    if (c->n_modes == 0) {
+        bench_usage("--draft-types: expected a comma-separated list, found '%s'", list);
+        return -1;
+    }
+    return 0;
+}
+
+static double cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* A variant: a type with its policy and K. */
+typedef struct variant {
+    int mode; /* index into k_modes */
+    int32_t k;
+    char label[48];
+} variant;
+
+typedef struct cell { /* one (category, variant) */
+    bench_dvec tps, cpu_tps, speedup, cpu_speedup;
+    int64_t n_gen, n_passes, n_drafted, n_accepted, n_off, n_runs;
+    int64_t k_hist[SD_MAX_DRAFT + 1];
+    int64_t drafted_at[SD_MAX_DRAFT], accepted_at[SD_MAX_DRAFT];
+    double t_off_ms;
+    int match;
+} cell;
+
+static void cell_free(cell *c) {
+    bench_dvec_free(&c->tps);
+    bench_dvec_free(&c->cpu_tps);
+    bench_dvec_free(&c->speedup);
+    bench_dvec_free(&c->cpu_speedup);
+}
+
+typedef struct cpu_rec {
+    double first; /* CPU ms at the first emitted block */
+    int32_t n_first;
+} cpu_rec;
+
+static int cpu_cb(void *user, const int32_t *tokens, int32_t n) {
+    (void)tokens;
+    cpu_rec *r = user;
+    if (r->n_first == 0) {
+        r->first = cpu_ms();
+        r->n_first = n;
+    }
+    return 0;
+}
+
+typedef struct modes_ctx {
+    const bench_cli *c;
+    sd_cli_pair *p;
+    sd_engine *e;
+    variant vars[MAX_VARIANTS];
+    int n_vars;
+    int greedy;
+    float p_min_adaptive;
+    int32_t draft_min_adaptive;
+    int32_t *out, *ref;
+    json_t *jruns, *jrows;
+} modes_ctx;
+
+/* One run of variant v on prompt ids; fills st, *cpu_tps. */
+static int run_one(modes_ctx *m, const variant *v, const int32_t *ids, int32_t n_ids, uint64_t seed,
+                   int32_t *out, sd_gen_stats *st, double *cpu_tps, sd_error *err) {
+    const mode_def *md = &k_modes[v->mode];
+    sd_gen_params gp = m->p->ep.gen;
+    gp.seed = seed;
+    gp.draft_type = md->type;
+    gp.k_policy = md->policy;
+    gp.n_draft = md->type == SD_DRAFT_NONE ? 0 : v->k;
+    if (md->policy == SD_K_ADAPTIVE) {
+        gp.draft_p_min = m->p_min_adaptive;
+        gp.draft_min = m->draft_min_adaptive;
+    } else if (!m->c->g.has_p_min && !m->p->cfg.has_draft_p_min) {
+        gp.draft_p_min = 0.0f; /* fixed: K every pass unless a cut-off was asked for */
+    }
+    /* Empty every cache: each run prefills its prompt from scratch. */
+    for (int t = SD_DRAFT_LLM; t <= SD_DRAFT_NGRAM; t++) {
+        sd_proposer *pr = sd_engine_proposer_of(m->e, (sd_draft_type)t);
+        if (pr) sd_proposer_commit(pr, ids, 0);
+    }
+    int rc = sd_scorer_sync(sd_engine_scorer(m->e), ids, 1, err);
+    cpu_rec rec = {0, 0};
+    if (!rc)
+        rc = sd_engine_generate(m->e, &gp, ids, n_ids, cpu_cb, &rec, out, gp.n_predict, st, err);
+    const double t_end = cpu_ms();
+    *cpu_tps = rec.n_first && t_end > rec.first && st->n_generated > rec.n_first
+                   ? (st->n_generated - rec.n_first) / ((t_end - rec.first) * 1e-3)
+                   : NAN;
+    return rc;
+}
+
+static void cell_add(cell *c, const sd_gen_stats *st, double tps, double cpu_tps, double sp,
+                     double cpu_sp, int match) {
+    int e = bench_dvec_push(&c->tps, tps) | bench_dvec_push(&c->cpu_tps, cpu_tps) |
+            bench_dvec_push(&c->speedup, sp) | bench_dvec_push(&c->cpu_speedup, cpu_sp);
+    (void)e; /* an OOM here only shortens a statistic */
+    c->n_runs++;
+    c->n_gen += st->n_generated;
+    c->n_passes += st->n_target_passes;
+    c->n_drafted += st->n_drafted;
+    c->n_accepted += st->n_accepted;
+    c->n_off += st->n_off_passes;
+    c->t_off_ms += st->t_off_ms;
+    for (int k = 0; k <= SD_MAX_DRAFT; k++)
+        c->k_hist[k] += st->k_hist[k];
+    for (int i = 0; i < SD_MAX_DRAFT; i++) {
+        c->drafted_at[i] += st->drafted_at[i];
+        c->accepted_at[i] += st->accepted_at[i];
+    }
+    c->match &= match;
+}
+
+static double med(const bench_dvec *d) {
+    /* NaN entries (a run too short for a CPU rate) are left out. */
+    double *x = malloc((d->n ? d->n : 1) * sizeof *x);
+    size_t n = 0;
+    for (size_t i = 0; x && i < d->n; i++)
+        if (isfinite(d->v[i])) x[n++] = d->v[i];
+    const double q = n ? bench_quantile(x, n, 0.5) : NAN;
+    free(x);
+    return q;
+}
+
+static void print_header(void) {
+    printf("%-9s %-22s %9s %9s %7s %7s %6s %6s %5s %5s %5s %s\n", "category", "draft", "tok/s",
+           "cpu tok/s", "speedup", "cpu sp", "accept", "tok/ps", "dr/ps", "K", "off", "match");
+}
+
+static void print_row(const char *cat, const variant *v, const cell *c, int greedy) {
+    int64_t kn = 0, ks = 0;
+    for (int k = 0; k <= SD_MAX_DRAFT; k++) {
+        kn += c->k_hist[k];
+        ks += (int64_t)k * c->k_hist[k];
+    }
+    printf("%-9s %-22s %9.1f %9.1f %7.3f %7.3f %6.3f %6.3f %5.2f %5.2f %4.0f%% %s\n", cat, v->label,
+           med(&c->tps), med(&c->cpu_tps), med(&c->speedup), med(&c->cpu_speedup),
+           c->n_drafted ? (double)c->n_accepted / c->n_drafted : 0.0,
+           c->n_passes ? (double)c->n_gen / c->n_passes : 0.0,
+           c->n_passes ? (double)c->n_drafted / c->n_passes : 0.0, kn ? (double)ks / kn : 0.0,
+           c->n_passes ? 100.0 * c->n_off / c->n_passes : 0.0,
+           greedy ? (c->match ? "yes" : "NO") : "-");
+    fflush(stdout);
+}
+
+static json_t *row_json(const char *cat, const variant *v, const cell *c) {
+    json_t *hist = json_array(), *pp = json_array();
+    for (int k = 0; k <= SD_MAX_DRAFT; k++)
+        json_array_append_new(hist, json_integer(c->k_hist[k]));
+    for (int i = 0; i < v->k; i++)
+        json_array_append_new(
+            pp, bench_jnum(c->drafted_at[i] ? (double)c->accepted_at[i] / c->drafted_at[i] : 0.0));
+    const mode_def *md = &k_modes[v->mode];
+    return json_pack(
+        "{s:s,s:s,s:s,s:s,s:i,s:I,s:o,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:I,s:o,s:o}",
+        "category", cat, "draft", v->label, "draft_type", sd_draft_type_name(md->type), "policy",
+        sd_k_policy_name(md->policy), "k", v->k, "n_runs", (json_int_t)c->n_runs, "tokens_per_s",
+        bench_jstats3(c->tps.v, c->tps.n), "cpu_tokens_per_s", bench_jnum(med(&c->cpu_tps)),
+        "speedup", bench_jstats3(c->speedup.v, c->speedup.n), "cpu_speedup",
+        bench_jnum(med(&c->cpu_speedup)), "n_generated", (json_int_t)c->n_gen, "n_target_passes",
+        (json_int_t)c->n_passes, "n_drafted", (json_int_t)c->n_drafted, "n_accepted",
+        (json_int_t)c->n_accepted, "acceptance_rate",
+        bench_jnum(c->n_drafted ? (double)c->n_accepted / c->n_drafted : 0.0), "tokens_per_pass",
+        bench_jnum(c->n_passes ? (double)c->n_gen / c->n_passes : 0.0), "k_hist", hist,
+        "per_position_acceptance", pp, "n_off_passes", (json_int_t)c->n_off, "t_off_ms",
+        bench_jnum(c->t_off_ms), "greedy_match", json_boolean(c->match));
+}
+
+/* The variants: fixed types per K, adaptive ones with the largest K. */
+static int make_variants(modes_ctx *m, sd_error *err) {
+    const bench_cli *c = m->c;
+    int32_t ks[MAX_KS];
+    int n_ks = c->n_ks;
+    memcpy(ks, c->ks, sizeof ks);
+    if (n_ks == 0) {
+        ks[0] = m->p->cfg.has_draft_tokens ? m->p->cfg.draft_tokens : 4;
+        n_ks = 1;
+    }
+    int32_t k_top = ks[0];
+    for (int i = 1; i < n_ks; i++)
+        if (ks[i] > k_top) k_top = ks[i];
+    int want[N_MODE_DEFS] = {0};
+    const int has_llm = sd_engine_proposer(m->e) != NULL;
+    for (int i = 0; i < c->n_modes; i++) {
+        if (c->modes[i] == MODE_ALL) {
+            for (int j = 0; j < N_MODE_DEFS; j++)
+                want[j] |= has_llm || (k_modes[j].type != SD_DRAFT_LLM &&
+                                       k_modes[j].type != SD_DRAFT_NGRAM_LLM);
+        } else {
+            const mode_def *md = &k_modes[c->modes[i]];
+            if (!has_llm && (md->type == SD_DRAFT_LLM || md->type == SD_DRAFT_NGRAM_LLM))
+                return sd_errorf(err, SD_ERR_ARG,
+                                 "bench: --draft-types %s needs a draft model (--draft FILE)",
+                                 md->name);
+            want[c->modes[i]] = 1;
+        }
+    }
+    want[0] = 1; /* none: the reference of every speedup and match */
+    m->n_vars = 0;
+    for (int j = 0; j < N_MODE_DEFS; j++) {
+        if (!want[j]) continue;
+        const int per_k = j != 0 && k_modes[j].policy == SD_K_FIXED;
+        for (int i = 0; i < (per_k ? n_ks : 1); i++) {
+            variant *v = &m->vars[m->n_vars++];
+            v->mode = j;
+            v->k = j == 0 ? 0 : (per_k ? ks[i] : k_top);
+            if (j == 0)
+                snprintf(v->label, sizeof v->label, "none");
+            else
+                snprintf(v->label, sizeof v->label, "%s K%s%d", k_modes[j].name,
+                         per_k ? "=" : "<=", v->k);
+        }
+    }
+    return SD_OK;
+}
+
+/* All prompts of one file: every variant per prompt; cells[v] accumulate, and all[v]. */
+static int run_file(modes_ctx *m, const char *path, cell *all, sd_error *err) {
+    const bench_cli *c = m->c;
+    char **prompts = NULL, *cat = NULL;
+    int n_prompts = 0;
+    int rc = bench_read_prompts(path, &prompts, &n_prompts, &cat, err);
+    if (rc) return rc;
+    cell cells[MAX_VARIANTS];
+    memset(cells, 0, sizeof cells);
+    for (int v = 0; v < m->n_vars; v++)
+        cells[v].match = 1;
+    const int runs = c->has_runs ? (int)c->runs : n_prompts;
+    const sd_vocab *vocab = sd_engine_vocab(m->e);
+    const int add_bos = !c->g.no_bos && sd_vocab_add_bos(vocab);
+    for (int r = 0; r < runs && !rc; r++) {
+        const int pi = r % n_prompts;
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        rc = sd_vocab_tokenize(vocab, prompts[pi], strlen(prompts[pi]), add_bos, &ids, &n_ids, err);
+        if (!rc && (n_ids == 0 || n_ids + 2 > (size_t)sd_engine_n_ctx(m->e)))
+            rc = sd_errorf(err, SD_ERR_CONTEXT, "%s: prompt %d is %zu tokens (context %d)", path,
+                           pi + 1, n_ids, sd_engine_n_ctx(m->e));
+        const uint64_t seed = m->p->ep.gen.seed + (uint64_t)r;
+        fprintf(stderr, "specdec bench: %s prompt %d/%d (%zu tokens)\n", cat, r + 1, runs, n_ids);
+        double base_tps = NAN, base_cpu = NAN;
+        int32_t n_ref = 0;
+        for (int v = 0; v < m->n_vars && !rc; v++) {
+            sd_gen_stats st;
+            double cpu_tps = NAN;
+            int32_t *out = v == 0 ? m->ref : m->out;
+            rc = run_one(m, &m->vars[v], ids, (int32_t)n_ids, seed, out, &st, &cpu_tps, err);
+            if (rc) break;
+            const double tps = sd_stats_tokens_per_s(&st);
+            if (v == 0) {
+                base_tps = tps;
+                base_cpu = cpu_tps;
+                n_ref = st.n_generated;
+            }
+            const int match =
+                st.n_generated == n_ref && !memcmp(out, m->ref, (size_t)n_ref * sizeof(int32_t));
+            if (m->greedy && !match)
+                fprintf(stderr, "specdec bench: %s prompt %d %s: tokens differ from none\n", cat,
+                        pi + 1, m->vars[v].label);
+            const double sp = base_tps > 0 ? tps / base_tps : NAN;
+            const double cpu_sp = base_cpu > 0 ? cpu_tps / base_cpu : NAN;
+            cell_add(&cells[v], &st, tps, cpu_tps, sp, cpu_sp, !m->greedy || match);
+            cell_add(&all[v], &st, tps, cpu_tps, sp, cpu_sp, !m->greedy || match);
+            json_t *rec = json_pack(
+                "{s:s,s:s,s:i,s:I,s:i,s:i,s:i,s:i,s:i,s:o,s:o,s:o,s:o,s:o,s:i,s:o}", "category",
+                cat, "draft", m->vars[v].label, "prompt_index", pi, "seed", (json_int_t)seed,
+                "n_prompt", st.n_prompt, "n_generated", st.n_generated, "n_target_passes",
+                st.n_target_passes, "n_drafted", st.n_drafted, "n_accepted", st.n_accepted,
+                "tokens_per_s", bench_jnum(tps), "cpu_tokens_per_s", bench_jnum(cpu_tps), "speedup",
+                bench_jnum(sp), "mean_k", bench_jnum(sd_stats_mean_k(&st)), "t_off_ms",
+                bench_jnum(st.t_off_ms), "n_off_passes", st.n_off_passes, "greedy_match",
+                m->greedy ? json_boolean(match) : json_null());
+            if (rec) json_array_append_new(m->jruns, rec);
+        }
+        free(ids);
+    }
+    if (!rc)
+        for (int v = 0; v < m->n_vars; v++) {
+            print_row(cat, &m->vars[v], &cells[v], m->greedy);
+            json_t *row = row_json(cat, &m->vars[v], &cells[v]);
+            if (row) json_array_append_new(m->jrows, row);
+        }
+    for (int v = 0; v < m->n_vars; v++)
+        cell_free(&cells[v]);
+    bench_free_prompts(prompts, n_prompts);
+    free(cat);
+    return rc;
+}
+
+int bench_run_modes(const bench_cli *c, sd_cli_pair *p, sd_error *err) {
+    modes_ctx m;
+    memset(&m, 0, sizeof m);
+    m.c = c;
+    m.p = p;
+    m.greedy = p->ep.gen.samp.temp <= 0.0f;
+    m.p_min_adaptive = c->g.has_p_min || p->cfg.has_draft_p_min ? p->ep.gen.draft_p_min : 0.75f;
+    m.draft_min_adaptive = c->g.has_draft_min || p->cfg.has_draft_min ? p->ep.gen.draft_min : 1;
+    if (c->n_prompt_files == 0 && !c->g.prompt)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "bench --draft-types: give prompt files (-f FILE, repeatable)");
+    if (p->lookup_cache)
+        fprintf(stderr, "specdec bench: ignoring --lookup-cache: every run starts from nothing\n");
+    int rc = sd_cli_pair_load(&c->g, p, err);
+    if (rc) return rc;
+    m.e = p->engine;
+    if ((rc = make_variants(&m, err))) return rc;
+    m.out = malloc((size_t)p->ep.gen.n_predict * sizeof(int32_t));
+    m.ref = malloc((size_t)p->ep.gen.n_predict * sizeof(int32_t));
+    m.jruns = json_array();
+    m.jrows = json_array();
+    cell all[MAX_VARIANTS];
+    memset(all, 0, sizeof all);
+    for (int v = 0; v < m.n_vars; v++)
+        all[v].match = 1;
+    if (!m.out || !m.ref) rc = sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
+    const int threads = p->ep.n_threads > 0 ? p->ep.n_threads : sd_n_cores();
+    if (!rc) {
+        printf("target %s, draft %s, %d threads, %s, n = %d, K %s, p-min %.2f (adaptive types)\n",
+               p->ep.target, p->ep.draft ? p->ep.draft : "(none)", threads,
+               m.greedy ? "greedy" : "sampling", p->ep.gen.n_predict,
+               c->n_ks > 1 ? "per --k-list" : "as labelled", (double)m.p_min_adaptive);
+        print_header();
+    }
+    for (int f = 0; f < c->n_prompt_files && !rc; f++)
+        rc = run_file(&m, c->prompt_files[f], all, err);
+    if (!rc && c->n_prompt_files > 1)
+        for (int v = 0; v < m.n_vars; v++) {
+            print_row("all", &m.vars[v], &all[v], m.greedy);
+            json_t *row = row_json("all", &m.vars[v], &all[v]);
+            if (row) json_array_append_new(m.jrows, row);
+        }
+    if (!rc) {
+        int all_match = 1;
+        for (int v = 0; v < m.n_vars; v++)
+            all_match &= all[v].match;
+        if (m.greedy)
+            printf("greedy output of every draft type %s target-alone output in every run\n",
+                   all_match ? "equals" : "DIFFERS FROM");
+        printf("speedup: median of per-prompt ratios to none (wall clock; cpu: process CPU "
+               "time); dr/ps: tokens drafted per pass; K: mean K chosen per pass (an n-gram "
+               "without a match drafts none); off: passes with speculation switched off\n");
+        if (c->json) {
+            json_t *files = json_array();
+            for (int f = 0; f < c->n_prompt_files; f++)
+                json_array_append_new(files, json_string(c->prompt_files[f]));
+            json_t *root = json_pack(
+                "{s:s,s:s,s:s?,s:i,s:i,s:b,s:f,s:o,s:b,s:O,s:O}", "mode", "draft_types", "target",
+                p->ep.target, "draft", p->ep.draft, "threads", threads, "n_predict",
+                p->ep.gen.n_predict, "greedy", m.greedy, "p_min_adaptive", (double)m.p_min_adaptive,
+                "prompt_files", files, "greedy_match", all_match, "rows", m.jrows, "runs", m.jruns);
+            rc = root ? bench_write_json(root, c->json, err)
+                      : sd_errorf(err, SD_ERR_OOM, "bench: cannot build JSON");
+            json_decref(root);
+        }
+    }
+    for (int v = 0; v < m.n_vars; v++)
+        cell_free(&all[v]);
+    json_decref(m.jruns);
+    json_decref(m.jrows);
+    free(m.out);
+    free(m.ref);
+    return rc;
+}
