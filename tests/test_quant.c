@@ -91,15 +91,23 @@ Test(quant_types, names_and_sizes) {
     cr_assert_eq(sd_type_supported(2), 1);
     cr_assert_eq(sd_type_supported(8), 1);
     cr_assert_eq(sd_type_supported(30), 1);
-    cr_assert_eq(sd_type_supported(3), 0);  /* Q4_1 */
-    cr_assert_eq(sd_type_supported(12), 0); /* Q4_K */
+    cr_assert_eq(sd_type_supported(3), 1);  /* Q4_1 */
+    cr_assert_eq(sd_type_supported(12), 1); /* Q4_K */
+    cr_assert_eq(sd_type_supported(4), 0);  /* Q4_2: removed from ggml */
+    cr_assert_eq(sd_type_supported(9), 0);  /* Q8_1: no kernels here */
+    cr_assert_eq(sd_type_supported(15), 0); /* Q8_K: activations only */
+    cr_assert_eq(sd_type_supported(SD_TYPE_Q8_S), 0);
+    cr_assert_eq(sd_type_supported(16), 0); /* IQ2_XXS */
     cr_assert_eq(sd_type_supported(9999), 0);
     cr_assert_str_eq(sd_type_name(SD_TYPE_F32), "f32");
     cr_assert_str_eq(sd_type_name(SD_TYPE_F16), "f16");
     cr_assert_str_eq(sd_type_name(SD_TYPE_Q4_0), "q4_0");
     cr_assert_str_eq(sd_type_name(SD_TYPE_Q8_0), "q8_0");
     cr_assert_str_eq(sd_type_name(SD_TYPE_BF16), "bf16");
-    cr_assert_str_eq(sd_type_name(7), "unknown");
+    cr_assert_str_eq(sd_type_name(7), "q5_1");
+    cr_assert_str_eq(sd_type_name(14), "q6_k");
+    cr_assert_str_eq(sd_type_name(5), "unknown");
+    cr_assert_str_eq(sd_type_name(SD_TYPE_COUNT), "unknown");
 
     sd_type t = SD_TYPE_F32;
     cr_assert_eq(sd_type_from_name("Q8_0", &t), 0);
@@ -108,20 +116,35 @@ Test(quant_types, names_and_sizes) {
     cr_assert_eq(t, SD_TYPE_BF16);
     cr_assert_eq(sd_type_from_name("F16", &t), 0);
     cr_assert_eq(t, SD_TYPE_F16);
-    cr_assert_eq(sd_type_from_name("q4_1", &t), -1);
+    cr_assert_eq(sd_type_from_name("q4_1", &t), 0);
+    cr_assert_eq(t, SD_TYPE_Q4_1);
+    cr_assert_eq(sd_type_from_name("Q4_K", &t), 0);
+    cr_assert_eq(t, SD_TYPE_Q4_K);
+    t = SD_TYPE_F16;
+    cr_assert_eq(sd_type_from_name("q8_k", &t), -1, "activation-only types are not names");
+    cr_assert_eq(sd_type_from_name("q4_k_m", &t), -1, "a recipe, not a type");
     cr_assert_eq(sd_type_from_name("", &t), -1);
     cr_assert_eq(t, SD_TYPE_F16, "failed parse must not touch *out");
 
     cr_assert_eq(sd_type_block_elems(SD_TYPE_F32), 1);
     cr_assert_eq(sd_type_block_elems(SD_TYPE_Q4_0), 32);
     cr_assert_eq(sd_type_block_elems(SD_TYPE_Q8_0), 32);
-    cr_assert_eq(sd_type_block_elems((sd_type)3), 0);
+    cr_assert_eq(sd_type_block_elems(SD_TYPE_Q4_K), 256);
+    cr_assert_eq(sd_type_block_elems((sd_type)5), 0);
     cr_assert_eq(sd_type_block_bytes(SD_TYPE_F32), 4);
     cr_assert_eq(sd_type_block_bytes(SD_TYPE_F16), 2);
     cr_assert_eq(sd_type_block_bytes(SD_TYPE_BF16), 2);
     cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q4_0), 18);
     cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q8_0), 34);
-    cr_assert_eq(sd_type_block_bytes((sd_type)3), 0);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q4_1), 20);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q5_0), 22);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q5_1), 24);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q2_K), 84);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q3_K), 110);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q4_K), 144);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q5_K), 176);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q6_K), 210);
+    cr_assert_eq(sd_type_block_bytes((sd_type)5), 0);
 
     size_t rb = 12345;
     cr_assert_eq(sd_type_row_bytes(SD_TYPE_Q8_0, 4096, &rb), 0);
@@ -134,7 +157,10 @@ Test(quant_types, names_and_sizes) {
     cr_assert_eq(rb, 0u);
     cr_assert_eq(sd_type_row_bytes(SD_TYPE_Q8_0, 33, &rb), -1);
     cr_assert_eq(sd_type_row_bytes(SD_TYPE_F32, -4, &rb), -1);
-    cr_assert_eq(sd_type_row_bytes((sd_type)3, 32, &rb), -1);
+    cr_assert_eq(sd_type_row_bytes((sd_type)5, 32, &rb), -1);
+    cr_assert_eq(sd_type_row_bytes(SD_TYPE_Q4_K, 4096, &rb), 0);
+    cr_assert_eq(rb, 16u * 144u);
+    cr_assert_eq(sd_type_row_bytes(SD_TYPE_Q4_K, 4096 + 32, &rb), -1, "K-quants: 256 blocks");
     cr_assert_eq(sd_type_row_bytes(SD_TYPE_F32, INT64_MAX, &rb), -1, "overflow");
     cr_assert_eq(sd_type_row_bytes(SD_TYPE_Q8_0, INT64_MAX - 31, &rb), 0, "2^58 - 1 blocks fit");
     cr_assert_eq(rb, (((size_t)1 << 58) - 1u) * 34u);
@@ -522,9 +548,10 @@ Test(quant_activations, prepared_layout) {
                     const int64_t n_tok = toks[k], n = cols[c];
                     const size_t rb = row_bytes(sd_vec_dot_type(t), n);
                     size_t bytes = 0, want_bytes = (size_t)n_tok * rb;
-                    if (q && ks->pack_tok_bytes)
-                        want_bytes = ((want_bytes + 63) & ~(size_t)63) +
-                                     (size_t)n_tok * ks->pack_tok_bytes(n);
+                    const sd_act_pack *pk = sd_kernel_pack_for_type(ks, t);
+                    if (pk)
+                        want_bytes =
+                            ((want_bytes + 63) & ~(size_t)63) + (size_t)n_tok * pk->tok_bytes(n);
                     cr_assert_eq(sd_kernel_act_bytes(ks, t, n_tok, n, &bytes), 0);
                     cr_assert_eq(bytes, want_bytes, "%s %s", ks->name, sd_type_name(t));
                     size_t b2 = 0; /* monotone */
@@ -571,7 +598,8 @@ Test(quant_activations, prepared_layout) {
             if (q) cr_assert_eq(sd_kernel_act_bytes(ks, t, 1, 33, &b), -1);
         }
         size_t b;
-        cr_assert_eq(sd_kernel_act_bytes(ks, (sd_type)3, 1, 64, &b), -1);
+        cr_assert_eq(sd_kernel_act_bytes(ks, (sd_type)5, 1, 64, &b), -1);
+        cr_assert_eq(sd_kernel_act_bytes(ks, SD_TYPE_Q8_K, 1, 256, &b), -1, "not a weight type");
     }
     /* the public face is the active set */
     size_t a = 0, b = 0;
@@ -591,7 +619,7 @@ Test(quant_activations, simd_q8_0_bit_exact) {
     int tested = 0;
     for (size_t si = 0; si < N_SETS; si++) {
         const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
-        if (!ks || !ks->quant_q8_0) continue;
+        if (!ks || !ks->quant[SD_TYPE_Q8_0]) continue;
         tested++;
         for (int trial = 0; trial < 200; trial++) {
             for (int i = 0; i < NB; i++) {
@@ -639,7 +667,7 @@ Test(quant_activations, simd_q8_0_bit_exact) {
             }
             memset(got, 0xAB, sizeof got);
             sd_quantize_row(SD_TYPE_Q8_0, x, want, N);
-            ks->quant_q8_0(x, got, N);
+            ks->quant[SD_TYPE_Q8_0](x, got, N);
             for (int i = 0; i < NB; i++)
                 cr_assert_eq(memcmp(got + 34 * i, want + 34 * i, 34), 0,
                              "%s: block %d of trial %d differs from the reference", ks->name, i,

@@ -1,9 +1,9 @@
 /*
- * quant/matmul_avx2.c: AVX2 + FMA + F16C row kernels (kernel set "avx2").
+ * quant/cpu/avx2.c: AVX2 + FMA + F16C row kernels (kernel set "avx2").
  *
  * Compiled without any global -m flags: each function carries
  * __attribute__((target("avx2,fma,f16c"))) and is only called after the dispatcher
- * (matmul_ref.c) checked the CPU. Non-x86-64 builds compile this file to nothing.
+ * (dispatch.c) checked the CPU. Non-x86-64 builds compile this file to nothing.
  *
  * Loop structure: rows outer; for each row, activation rows in tiles of SD_NT tokens
  * (then single tokens) so one weight block load/decode feeds several tokens. Every
@@ -208,11 +208,15 @@ SD_T static void avx2_bf16(const void *w, size_t wrb, int64_t n, const void *xq,
 
 const sd_kernel_set sd_kernels_avx2 = {
     .name = "avx2",
-    .f32 = avx2_f32,
-    .f16 = avx2_f16,
-    .bf16 = avx2_bf16,
-    .q8_0 = avx2_q8_0,
-    .q4_0 = avx2_q4_0,
+    .lower = &sd_kernels_scalar,
+    .k =
+        {
+            [SD_TYPE_F32] = {avx2_f32, NULL},
+            [SD_TYPE_F16] = {avx2_f16, NULL},
+            [SD_TYPE_BF16] = {avx2_bf16, NULL},
+            [SD_TYPE_Q8_0] = {avx2_q8_0, NULL},
+            [SD_TYPE_Q4_0] = {avx2_q4_0, NULL},
+        },
 };
 
 #else  /* !__x86_64__ */
