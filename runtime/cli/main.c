@@ -3,7 +3,8 @@
  *
  *   specdec generate  [--config F] -m TARGET [-md DRAFT] [-p TEXT | -f FILE] [options]
  *   specdec convert   CKPT.bin TOKENIZER.bin OUT.gguf
- *   specdec quantize  IN.gguf OUT.gguf q8_0|q4_0
+ *   specdec quantize  IN.gguf OUT.gguf TYPE   (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k ... q6_k,
+ *                                              q4_k_m, q5_k_m)
  *   specdec info      FILE.gguf
  *   specdec tokenize  -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)
  *
@@ -40,7 +41,7 @@ static void print_help(FILE *f) {
                "commands:\n"
                "  generate   speculative (or target-alone) generation\n"
                "  convert    CKPT.bin TOKENIZER.bin OUT.gguf   llama2.c checkpoint -> GGUF (f32)\n"
-               "  quantize   IN.gguf OUT.gguf q8_0|q4_0        quantized copy of a GGUF model\n"
+               "  quantize   IN.gguf OUT.gguf TYPE             quantized copy (q8_0, q4_k_m, ...)\n"
                "  info       FILE.gguf                         architecture, sizes, types, vocab\n"
                "  tokenize   -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)   print token ids\n"
                "  bench      A/B benchmark, target alone vs speculative (--kernels: bandwidth)\n"
@@ -398,12 +399,18 @@ static int cmd_convert(int argc, char **argv) {
 }
 
 static int cmd_quantize(int argc, char **argv) {
-    if (argc != 4) return usage_error("%s", "usage: specdec quantize IN.gguf OUT.gguf q8_0|q4_0");
-    sd_type t;
-    if (sd_type_from_name(argv[3], &t) || (t != SD_TYPE_Q8_0 && t != SD_TYPE_Q4_0))
-        return usage_error("quantize: type must be q8_0 or q4_0, found '%s'", argv[3]);
+    if (argc != 4)
+        return usage_error("usage: specdec quantize IN.gguf OUT.gguf TYPE, TYPE one of %s",
+                           sd_quant_recipe_names());
+    sd_quant_recipe r;
+    if (sd_quant_recipe_from_name(argv[3], &r)) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "quantize: TYPE: expected one of %s, found '%%s'",
+                 sd_quant_recipe_names());
+        return usage_error(msg, argv[3]);
+    }
     sd_error err = {0};
-    if (sd_quantize_file(argv[1], argv[2], t, stderr, &err)) return sd_cli_fail(&err);
+    if (sd_quantize_file_recipe(argv[1], argv[2], &r, stderr, &err)) return sd_cli_fail(&err);
     fprintf(stderr, "specdec: wrote %s\n", argv[2]);
     return EXIT_SUCCESS;
 }
