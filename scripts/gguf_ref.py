@@ -14,11 +14,11 @@ llama.cpp project's own Python implementation of the GGUF format and of the ggml
     gguf_ref.py dequant-tensors FILE NAME:ROWS:OUT ...
         the first ROWS rows of tensor NAME of GGUF FILE (read once by gguf.GGUFReader),
         dequantized, as float32 to OUT
-    gguf_ref.py compare FILE REF
-        open GGUF FILE (e.g. written by specdec quantize) and REF (its float source) with
-        gguf.GGUFReader, dequantize every tensor of FILE and print one JSON line per
-        tensor: {"name", "type", "rmse", "max_abs", "ref_rms", "n"} comparing it with REF;
-        then a line {"general.file_type": N}
+    gguf_ref.py compare REF FILE ...
+        open GGUF REF (a float model) and each FILE (e.g. written by specdec quantize from
+        it) with gguf.GGUFReader; for each FILE print {"file": FILE}, then one JSON line
+        per tensor: {"name", "type", "rmse", "max_abs", "ref_rms", "n"} comparing its
+        dequantized values with REF's, then {"general.file_type": N}
 """
 import json
 import sys
@@ -69,24 +69,28 @@ def main(argv):
             part = data[: int(rows)] if data.ndim > 1 else data
             dequantize(part, t.tensor_type).astype("<f4").tofile(dst)
         return 0
-    if cmd == "compare" and len(argv) == 4:
-        f = GGUFReader(argv[2])
-        ref = {t.name: t for t in GGUFReader(argv[3]).tensors}
-        for t in f.tensors:
-            x = dequantize(np.asarray(t.data), t.tensor_type).astype(np.float64).ravel()
-            y = dequantize(np.asarray(ref[t.name].data), ref[t.name].tensor_type)
-            y = y.astype(np.float64).ravel()
-            d = x - y
-            print(json.dumps({
-                "name": t.name,
-                "type": t.tensor_type.name.lower(),
-                "rmse": float(np.sqrt(np.mean(d * d))),
-                "max_abs": float(np.max(np.abs(d))),
-                "ref_rms": float(np.sqrt(np.mean(y * y))),
-                "n": int(x.size),
-            }))
-        ft = f.fields.get("general.file_type")
-        print(json.dumps({"general.file_type": int(ft.parts[ft.data[0]][0]) if ft else None}))
+    if cmd == "compare" and len(argv) >= 4:
+        ref = {}
+        for t in GGUFReader(argv[2]).tensors:
+            y = dequantize(np.asarray(t.data), t.tensor_type)
+            ref[t.name] = y.astype(np.float64).ravel()
+        for path in argv[3:]:
+            f = GGUFReader(path)
+            print(json.dumps({"file": path}))
+            for t in f.tensors:
+                x = dequantize(np.asarray(t.data), t.tensor_type).astype(np.float64).ravel()
+                y = ref[t.name]
+                d = x - y
+                print(json.dumps({
+                    "name": t.name,
+                    "type": t.tensor_type.name.lower(),
+                    "rmse": float(np.sqrt(np.mean(d * d))),
+                    "max_abs": float(np.max(np.abs(d))),
+                    "ref_rms": float(np.sqrt(np.mean(y * y))),
+                    "n": int(x.size),
+                }))
+            ft = f.fields.get("general.file_type")
+            print(json.dumps({"general.file_type": int(ft.parts[ft.data[0]][0]) if ft else None}))
         return 0
     print(__doc__, file=sys.stderr)
     return 2
