@@ -92,7 +92,7 @@ static const sd_type_traits k_traits[SD_TYPE_COUNT] = {
                       sd_to_float_q4_0, sd_from_float_q4_0, sd_first_bad_q4_0},
     [SD_TYPE_Q4_1] = {"q4_1", SD_QK4_1, sizeof(sd_block_q4_1), 2, SD_W, SD_TYPE_Q8_S,
                       sd_to_float_q4_1, sd_from_float_q4_1, sd_first_bad_q4_1},
-    [SD_TYPE_Q5_0] = {"q5_0", SD_QK5_0, sizeof(sd_block_q5_0), 2, SD_W, SD_TYPE_Q8_0,
+    [SD_TYPE_Q5_0] = {"q5_0", SD_QK5_0, sizeof(sd_block_q5_0), 2, SD_W, SD_TYPE_Q8_S,
                       sd_to_float_q5_0, sd_from_float_q5_0, sd_first_bad_q5_0},
     [SD_TYPE_Q5_1] = {"q5_1", SD_QK5_1, sizeof(sd_block_q5_1), 2, SD_W, SD_TYPE_Q8_S,
                       sd_to_float_q5_1, sd_from_float_q5_1, sd_first_bad_q5_1},
@@ -112,7 +112,7 @@ static const sd_type_traits k_traits[SD_TYPE_COUNT] = {
                       sd_to_float_q8_k, sd_from_float_q8_k, NULL},
     [SD_TYPE_BF16] = {"bf16", 1, 2, 2, SD_W, SD_TYPE_F32, bf16_to_float, bf16_from_float,
                       bf16_first_bad},
-    [SD_TYPE_Q8_S] = {"q8_s", SD_QK8_S, sizeof(sd_block_q8_s), 2, SD_A, SD_TYPE_Q8_S,
+    [SD_TYPE_Q8_S] = {"q8_s", SD_QK8_S, sizeof(sd_block_q8_s), 4, SD_A, SD_TYPE_Q8_S,
                       sd_to_float_q8_s, sd_from_float_q8_s, NULL},
 };
 
@@ -332,18 +332,32 @@ void sd_from_float_q8_0(const float *x, void *vy, int64_t n) {
     }
 }
 
-/* Q8_S: Q8_0's bytes plus the exact sum of the 32 quants. */
+/* Q8_S: Q8_0's quants with the float scale, and d * (their sum). A block holding a NaN
+ * or an infinity gets d = ds = NaN and q = 0 (as Q8_0). */
 void sd_from_float_q8_s(const float *x, void *vy, int64_t n) {
     sd_block_q8_s *y = vy;
     for (int64_t i = 0; i < n / SD_QK8_S; i++) {
-        sd_block_q8_0 b;
-        sd_from_float_q8_0(x + i * SD_QK8_S, &b, SD_QK8_S);
+        const float *xb = x + i * SD_QK8_S;
+        float amax = 0.0f;
+        int finite = 1;
+        for (int j = 0; j < SD_QK8_S; j++) {
+            amax = fmaxf(amax, fabsf(xb[j]));
+            finite &= isfinite(xb[j]) != 0;
+        }
+        if (!finite) {
+            y[i].d = y[i].ds = NAN;
+            memset(y[i].qs, 0, sizeof y[i].qs);
+            continue;
+        }
+        const float d = amax / ((1 << 7) - 1);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int s = 0;
-        for (int j = 0; j < SD_QK8_S; j++)
-            s += b.qs[j];
-        y[i].d = b.d;
-        y[i].s = (int16_t)s; /* |s| <= 32 * 128 */
-        memcpy(y[i].qs, b.qs, sizeof b.qs);
+        for (int j = 0; j < SD_QK8_S; j++) {
+            y[i].qs[j] = f_to_i8(roundf(xb[j] * id));
+            s += y[i].qs[j];
+        }
+        y[i].d = d;
+        y[i].ds = d * (float)s;
     }
 }
 
@@ -467,11 +481,9 @@ void sd_to_float_q8_0(const void *x, float *y, int64_t n) {
 
 void sd_to_float_q8_s(const void *x, float *y, int64_t n) {
     const sd_block_q8_s *b = x;
-    for (int64_t i = 0; i < n / SD_QK8_S; i++) {
-        const float d = sd_fp16_to_fp32(b[i].d);
+    for (int64_t i = 0; i < n / SD_QK8_S; i++)
         for (int j = 0; j < SD_QK8_S; j++)
-            y[i * SD_QK8_S + j] = (float)b[i].qs[j] * d;
-    }
+            y[i * SD_QK8_S + j] = (float)b[i].qs[j] * b[i].d;
 }
 
 void sd_to_float_q4_0(const void *x, float *y, int64_t n) {

@@ -34,8 +34,10 @@
  *             (low nibble for k < 2, high for k >= 2), 2 bits from qh[32h + l] >> 2k.
  * Activation (vec-dot) types, never weights (sd_type_supported says no):
  *   Q8_K (15) ggml's block_q8_K: float d, int8 qs[256], int16 bsums[16] (sums of 16 qs).
- *   Q8_S (64, specdec's own, not a ggml id) 32: d, int16 s, int8 qs[32]: x = d * q and
- *             s = the exact sum of the 32 qs (the activation of Q4_1 / Q5_1 weights).
+ *   Q8_S (64, specdec's own, not a ggml id) 32: float d, float ds, int8 qs[32]: x = d * q,
+ *             ds = d * (sum of the qs); the activation of Q4_1 / Q5_0 / Q5_1 weights
+ *             (float scales: no fp16 conversion per block in the kernels; ds: the min
+ *             term of Q4_1 / Q5_1 is m * ds).
  *
  * Reference quantizers (from_float, the specification): Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1
  * reproduce ggml's quantize_row_*_ref operation for operation (bytes identical to
@@ -114,9 +116,9 @@ typedef struct sd_block_q8_0 {
 } sd_block_q8_0;
 
 typedef struct sd_block_q8_s {
-    uint16_t d;          /* fp16 scale, as Q8_0 */
-    int16_t s;           /* sum of qs[0..31] (exact) */
-    int8_t qs[SD_QK8_S]; /* quants */
+    float d;             /* scale: amax / 127, as Q8_0's before its fp16 rounding */
+    float ds;            /* d * (sum of qs[0..31]), one float rounding */
+    int8_t qs[SD_QK8_S]; /* quants, as Q8_0's */
 } sd_block_q8_s;
 
 typedef struct sd_block_q2_k {
@@ -163,7 +165,7 @@ _Static_assert(sizeof(sd_block_q4_1) == 20, "Q4_1 block must be 20 bytes (ggml l
 _Static_assert(sizeof(sd_block_q5_0) == 22, "Q5_0 block must be 22 bytes (ggml layout)");
 _Static_assert(sizeof(sd_block_q5_1) == 24, "Q5_1 block must be 24 bytes (ggml layout)");
 _Static_assert(sizeof(sd_block_q8_0) == 34, "Q8_0 block must be 34 bytes (ggml layout)");
-_Static_assert(sizeof(sd_block_q8_s) == 36, "Q8_S block is 36 bytes");
+_Static_assert(sizeof(sd_block_q8_s) == 40, "Q8_S block is 40 bytes");
 _Static_assert(sizeof(sd_block_q2_k) == 84, "Q2_K block must be 84 bytes (ggml layout)");
 _Static_assert(sizeof(sd_block_q3_k) == 110, "Q3_K block must be 110 bytes (ggml layout)");
 _Static_assert(sizeof(sd_block_q4_k) == 144, "Q4_K block must be 144 bytes (ggml layout)");
@@ -245,7 +247,7 @@ int sd_validate_row(sd_type t, const void *row, int64_t n, int64_t *first_bad);
 
 /*
  * The type activations are converted to before a dot product with weights of type t
- * (the traits' vec_dot_type): Q8_0 for Q4_0 / Q5_0 / Q8_0, Q8_S for Q4_1 / Q5_1, Q8_K
+ * (the traits' vec_dot_type): Q8_0 for Q4_0 / Q8_0, Q8_S for Q4_1 / Q5_0 / Q5_1, Q8_K
  * for the K-quants (integer dot products, as ggml's vec_dot_type), F32 for
  * F32 / F16 / BF16 weights.
  */

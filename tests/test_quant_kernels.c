@@ -219,9 +219,11 @@ static void x_row_exact(sd_type wt, const unsigned char *xq, int64_t n, int64_t 
         } else if (vt == SD_TYPE_Q8_0) {
             const unsigned char *blk = xr + 34 * (j / 32);
             x[j] = h2d(blk) * (int8_t)blk[2 + j % 32];
-        } else if (vt == SD_TYPE_Q8_S) {
-            const unsigned char *blk = xr + 36 * (j / 32);
-            x[j] = h2d(blk) * (int8_t)blk[4 + j % 32];
+        } else if (vt == SD_TYPE_Q8_S) { /* float d, float ds, qs[32] */
+            const unsigned char *blk = xr + 40 * (j / 32);
+            float d;
+            memcpy(&d, blk, 4);
+            x[j] = (double)d * (int8_t)blk[8 + j % 32];
         } else { /* Q8_K: float d, qs[256], bsums[16] */
             const unsigned char *blk = xr + 292 * (j / 256);
             float d;
@@ -417,14 +419,16 @@ Test(quant_activations, layout) {
     }
     cr_assert_eq(sd_vec_dot_type(SD_TYPE_Q4_1), SD_TYPE_Q8_S);
     cr_assert_eq(sd_vec_dot_type(SD_TYPE_Q5_1), SD_TYPE_Q8_S);
-    cr_assert_eq(sd_vec_dot_type(SD_TYPE_Q5_0), SD_TYPE_Q8_0);
+    cr_assert_eq(sd_vec_dot_type(SD_TYPE_Q5_0), SD_TYPE_Q8_S);
+    cr_assert_eq(sd_vec_dot_type(SD_TYPE_Q4_0), SD_TYPE_Q8_0);
     cr_assert_eq(sd_vec_dot_type(SD_TYPE_Q6_K), SD_TYPE_Q8_K);
     cr_assert_eq(sd_vec_dot_type(SD_TYPE_Q2_K), SD_TYPE_Q8_K);
 }
 
-/* The activation types' own invariants: Q8_S = Q8_0 bytes + the exact sum; Q8_K's
- * bsums are the exact sums, |q| <= 127 except... all within int8; a zero block is all
- * zero; a block with a NaN or infinity gets a NaN scale (never a finite one). */
+/* The activation types' own invariants: Q8_S = Q8_0's quants with the unrounded float
+ * scale amax / 127 and ds = d * their sum; Q8_K's bsums are the exact sums and every
+ * value is within half a step; a zero block is all zero; a block with a NaN or an
+ * infinity gets a NaN scale (never a finite one). */
 Test(quant_activations, activation_types) {
     uint64_t s = 8;
     enum { N = 512 };
@@ -441,12 +445,16 @@ Test(quant_activations, activation_types) {
         cr_assert_eq(sd_quantize_row(SD_TYPE_Q8_0, x, q0, N), 0);
         cr_assert_eq(sd_quantize_row(SD_TYPE_Q8_K, x, qk8, N), 0);
         for (int i = 0; i < N / 32; i++) {
-            cr_assert_eq(qs[i].d, q0[i].d);
+            float amax = 0;
+            for (int j = 0; j < 32; j++)
+                amax = fmaxf(amax, fabsf(x[32 * i + j]));
+            cr_assert_eq(qs[i].d, amax / 127.0f);
+            cr_assert_eq(sd_fp32_to_fp16(qs[i].d), q0[i].d);
             cr_assert_eq(memcmp(qs[i].qs, q0[i].qs, 32), 0);
             int sum = 0;
             for (int j = 0; j < 32; j++)
                 sum += qs[i].qs[j];
-            cr_assert_eq(qs[i].s, sum);
+            cr_assert_eq(qs[i].ds, qs[i].d * (float)sum);
         }
         for (int i = 0; i < N / 256; i++) {
             double amax = 0;
@@ -481,7 +489,7 @@ Test(quant_activations, activation_types) {
         sd_quantize_row(SD_TYPE_Q8_0, x, q0, N);
         sd_quantize_row(SD_TYPE_Q8_K, x, qk8, N);
         cr_assert(isnan(sd_fp16_to_fp32(q0[0].d)) && isnan(sd_fp16_to_fp32(q0[9].d)));
-        cr_assert(isnan(sd_fp16_to_fp32(qs[0].d)) && isnan(sd_fp16_to_fp32(qs[9].d)));
+        cr_assert(isnan(qs[0].d) && isnan(qs[9].d) && isnan(qs[9].ds));
         cr_assert(isnan(qk8[0].d) && isnan(qk8[1].d));
         cr_assert(!isnan(sd_fp16_to_fp32(q0[1].d)), "finite blocks stay finite");
     }

@@ -239,79 +239,86 @@ SD_T SD_INL __m256i nibbles32(const uint8_t *qs) {
 
 /* --- 32-element blocks: kind 41 (Q4_1), 50 (Q5_0), 51 (Q5_1) ----------------------- */
 
-/* One decoded chunk of up to 8 blocks: levels (Q5_0: signed q - 16 and |q - 16|;
- * Q4_1 / Q5_1: unsigned q), scales, mins. */
+/* (Q4_0 and Q8_0 keep the 4-token tiles above: for 32-element blocks the per-token
+ * work per block dominates, and grouping measured no faster for them.) The signed kind
+ * (Q5_0: q - 16) uses the sign trick; the unsigned ones (Q4_1, Q5_1: q, plus the min
+ * through the activation sums) use maddubs directly. */
+#define SD_SIGNED(kind) ((kind) == 50)
+
+/* The fp16 pair (d, m) at p (adjacent, as in Q4_1 / Q5_1) as floats, in one conversion. */
+SD_T SD_INL void h2f_pair(const uint16_t *p, float *d, float *m) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+    *d = _mm_cvtss_f32(f);
+    *m = _mm_cvtss_f32(_mm_movehdup_ps(f));
+}
+
+/* Block i of row wr: levels w (and |w| for signed kinds), scale d, min m. */
+SD_T SD_INL void dec_blk32(const void *wr, int64_t i, const int kind, __m256i *w, __m256i *aw,
+                           float *d, float *m) {
+    if (kind == 41) {
+        const sd_block_q4_1 *b = (const sd_block_q4_1 *)wr + i;
+        *w = nibbles32(b->qs);
+        h2f_pair(&b->d, d, m);
+    } else if (kind == 50) {
+        const sd_block_q5_0 *b = (const sd_block_q5_0 *)wr + i;
+        /* q - 16 = nibble - 16 + 16 h: nibble | 0xF0 where the 5th bit is clear */
+        const __m256i hi = _mm256_andnot_si256(bits_to_bytes(b->qh), _mm256_set1_epi8((char)0xF0));
+        *w = _mm256_or_si256(nibbles32(b->qs), hi);
+        *d = h2f(b->d);
+    } else {
+        const sd_block_q5_1 *b = (const sd_block_q5_1 *)wr + i;
+        const __m256i hi = _mm256_and_si256(bits_to_bytes(b->qh), _mm256_set1_epi8(0x10));
+        *w = _mm256_or_si256(nibbles32(b->qs), hi);
+        h2f_pair(&b->d, d, m);
+    }
+    if (SD_SIGNED(kind)) *aw = _mm256_sign_epi8(*w, *w); /* |w| as u8 (-128 -> 128) */
+}
+
+/* One token, one block: the fixed per-block float update of (acc, summ). xr: the
+ * token's activation row (Q8_S: float scale, and d * sum for the min term). */
+SD_T SD_INL void tok_blk32(__m256i w, __m256i aw, float d, float m, const void *xr, int64_t i,
+                           const int kind, __m256 *acc, float *summ) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i p16;
+    const sd_block_q8_s *x = (const sd_block_q8_s *)xr + i;
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
+    if (SD_SIGNED(kind)) { /* |w| * (x * sign(w)): no saturation, |w| <= 16, |x| <= 127 */
+        p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w));
+    } else {
+        p16 = _mm256_maddubs_epi16(w, xv); /* unsigned w <= 31: no saturation */
+        *summ += m * x->ds;
+    }
+    const float dx = x->d;
+    const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+    *acc = _mm256_fmadd_ps(p, _mm256_set1_ps(d * dx), *acc);
+}
+
+/* One decoded chunk of up to 8 blocks. */
 typedef struct {
     __m256i w[8], aw[8];
     float d[8], m[8];
 } chunk32;
 
-SD_T SD_INL void dec_chunk32(const void *wr, int64_t i0, int nbk, const int kind, chunk32 *c) {
-    for (int j = 0; j < nbk; j++) {
-        if (kind == 41) {
-            const sd_block_q4_1 *b = (const sd_block_q4_1 *)wr + i0 + j;
-            c->w[j] = nibbles32(b->qs);
-            c->d[j] = h2f(b->d);
-            c->m[j] = h2f(b->m);
-        } else if (kind == 50) {
-            const sd_block_q5_0 *b = (const sd_block_q5_0 *)wr + i0 + j;
-            /* q - 16 = nibble - 16 + 16 h: nibble | 0xF0 where the 5th bit is clear */
-            const __m256i hi =
-                _mm256_andnot_si256(bits_to_bytes(b->qh), _mm256_set1_epi8((char)0xF0));
-            c->w[j] = _mm256_or_si256(nibbles32(b->qs), hi);
-            c->aw[j] = _mm256_sign_epi8(c->w[j], c->w[j]);
-            c->d[j] = h2f(b->d);
-        } else {
-            const sd_block_q5_1 *b = (const sd_block_q5_1 *)wr + i0 + j;
-            const __m256i hi = _mm256_and_si256(bits_to_bytes(b->qh), _mm256_set1_epi8(0x10));
-            c->w[j] = _mm256_or_si256(nibbles32(b->qs), hi);
-            c->d[j] = h2f(b->d);
-            c->m[j] = h2f(b->m);
-        }
-    }
-}
-
-/* Token state: acc (8 lanes) and, for Q4_1 / Q5_1, the scalar sum of the min terms. */
+/* Token state: two accumulators (8 lanes: even and odd blocks, so consecutive FMAs do
+ * not wait on each other) and, for Q4_1 / Q5_1, the sums of the min terms (same). */
 typedef struct {
-    __m256 acc;
-    float summ;
+    __m256 acc[2];
+    float summ[2];
 } tok32;
 
-/* One token over a decoded chunk: blocks [i0, i0 + nbk) of its activation row xr
- * (Q8_0 for Q5_0, Q8_S for Q4_1 / Q5_1). */
-SD_T SD_INL void tok_chunk32(const chunk32 *c, const void *xr, int64_t i0, int nbk, const int kind,
-                             tok32 *st) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc = st->acc;
-    float summ = st->summ;
-    for (int j = 0; j < nbk; j++) {
-        __m256i p16;
-        float dx;
-        if (kind == 50) {
-            const sd_block_q8_0 *x = (const sd_block_q8_0 *)xr + i0 + j;
-            const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
-            p16 = _mm256_maddubs_epi16(c->aw[j], _mm256_sign_epi8(xv, c->w[j]));
-            dx = h2f(x->d);
-        } else {
-            const sd_block_q8_s *x = (const sd_block_q8_s *)xr + i0 + j;
-            const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
-            p16 = _mm256_maddubs_epi16(c->w[j], xv); /* unsigned w <= 31: no saturation */
-            dx = h2f(x->d);
-            const float md = c->m[j] * dx;
-            summ += md * (float)x->s;
-        }
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-        acc = _mm256_fmadd_ps(p, _mm256_set1_ps(c->d[j] * dx), acc);
-    }
-    st->acc = acc;
-    st->summ = summ;
-}
-
+/*
+ * Groups of up to SD_KG tokens: each chunk of 8 blocks is decoded once, then every
+ * token of the group runs over it. A group of one token (decode) runs the same
+ * per-block update fused with the decode, without the round trip through the chunk:
+ * per token the float operations and their order are identical either way (tok_blk32
+ * per block, in block order), so results are too.
+ */
 SD_T SD_INL void rows32(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
                         float *y, int64_t ldy, int64_t r0, int64_t r1, const int kind) {
     const int64_t nb = n / 32;
-    const size_t xbb = kind == 50 ? sizeof(sd_block_q8_0) : sizeof(sd_block_q8_s);
-    const size_t xrb = (size_t)nb * xbb;
+    const size_t xrb = (size_t)nb * sizeof(sd_block_q8_s);
     tok32 st[SD_KG];
     chunk32 c;
     for (int64_t r = r0; r < r1; r++) {
@@ -319,19 +326,56 @@ SD_T SD_INL void rows32(const void *w, size_t wrb, int64_t n, const void *xq, in
         for (int64_t g0 = 0; g0 < n_tok; g0 += SD_KG) {
             const int nt = (int)(n_tok - g0 < SD_KG ? n_tok - g0 : SD_KG);
             for (int t = 0; t < nt; t++) {
-                st[t].acc = _mm256_setzero_ps();
-                st[t].summ = 0.0f;
+                st[t].acc[0] = st[t].acc[1] = _mm256_setzero_ps();
+                st[t].summ[0] = st[t].summ[1] = 0.0f;
             }
-            for (int64_t i0 = 0; i0 < nb; i0 += 8) {
-                const int nbk = (int)(nb - i0 < 8 ? nb - i0 : 8);
-                dec_chunk32(wr, i0, nbk, kind, &c);
-                for (int t = 0; t < nt; t++)
-                    tok_chunk32(&c, (const char *)xq + (size_t)(g0 + t) * xrb, i0, nbk, kind,
-                                &st[t]);
+            if (nt == 1) { /* decode: fused, blocks in pairs (even -> 0, odd -> 1) */
+                const void *xr = (const char *)xq + (size_t)g0 * xrb;
+                __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+                float s0 = 0.0f, s1 = 0.0f;
+                __m256i wv, awv = _mm256_setzero_si256();
+                float d, m = 0.0f;
+                int64_t i = 0;
+                for (; i + 1 < nb; i += 2) {
+                    dec_blk32(wr, i, kind, &wv, &awv, &d, &m);
+                    tok_blk32(wv, awv, d, m, xr, i, kind, &a0, &s0);
+                    dec_blk32(wr, i + 1, kind, &wv, &awv, &d, &m);
+                    tok_blk32(wv, awv, d, m, xr, i + 1, kind, &a1, &s1);
+                }
+                if (i < nb) {
+                    dec_blk32(wr, i, kind, &wv, &awv, &d, &m);
+                    tok_blk32(wv, awv, d, m, xr, i, kind, &a0, &s0);
+                }
+                st[0].acc[0] = a0, st[0].acc[1] = a1;
+                st[0].summ[0] = s0, st[0].summ[1] = s1;
+            } else {
+                for (int64_t i0 = 0; i0 < nb; i0 += 8) {
+                    const int nbk = (int)(nb - i0 < 8 ? nb - i0 : 8);
+                    for (int j = 0; j < nbk; j++) {
+                        c.m[j] = 0.0f;
+                        c.aw[j] = _mm256_setzero_si256();
+                        dec_blk32(wr, i0 + j, kind, &c.w[j], &c.aw[j], &c.d[j], &c.m[j]);
+                    }
+                    for (int t = 0; t < nt; t++) {
+                        const void *xr = (const char *)xq + (size_t)(g0 + t) * xrb;
+                        __m256 a0 = st[t].acc[0], a1 = st[t].acc[1];
+                        float s0 = st[t].summ[0], s1 = st[t].summ[1];
+                        int j = 0; /* i0 is even: block parity is that of j */
+                        for (; j + 1 < nbk; j += 2) {
+                            tok_blk32(c.w[j], c.aw[j], c.d[j], c.m[j], xr, i0 + j, kind, &a0, &s0);
+                            tok_blk32(c.w[j + 1], c.aw[j + 1], c.d[j + 1], c.m[j + 1], xr,
+                                      i0 + j + 1, kind, &a1, &s1);
+                        }
+                        if (j < nbk)
+                            tok_blk32(c.w[j], c.aw[j], c.d[j], c.m[j], xr, i0 + j, kind, &a0, &s0);
+                        st[t].acc[0] = a0, st[t].acc[1] = a1;
+                        st[t].summ[0] = s0, st[t].summ[1] = s1;
+                    }
+                }
             }
             for (int t = 0; t < nt; t++) {
-                const float s = hsum8(st[t].acc);
-                y[(g0 + t) * ldy + r] = kind == 50 ? s : s + st[t].summ;
+                const float s = hsum8(_mm256_add_ps(st[t].acc[0], st[t].acc[1]));
+                y[(g0 + t) * ldy + r] = SD_SIGNED(kind) ? s : s + (st[t].summ[0] + st[t].summ[1]);
             }
         }
     }

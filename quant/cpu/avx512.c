@@ -223,8 +223,9 @@ SD_T SD_INL void qgroup(const void *wr, int64_t nb, const int kind, const int nt
 #define SD_QG_ALL(K)                                                                               \
     SD_QG(K, 1)                                                                                    \
     SD_QG(K, 2)                                                                                    \
-    SD_QG(K, 3) SD_QG(K, 4) SD_QG(K, 5) SD_QG(K, 6) SD_QG(K, 7) SD_QG(K, 8) SD_QG(K, 9)            \
-        SD_QG(K, 10) SD_QG(K, 11) SD_QG(K, 12) SD_QG(K, 13) SD_QG(K, 14) SD_QG(K, 15) SD_QG(K, 16)
+    SD_QG(K, 3)                                                                                    \
+    SD_QG(K, 4) SD_QG(K, 5) SD_QG(K, 6) SD_QG(K, 7) SD_QG(K, 8) SD_QG(K, 9) SD_QG(K, 10)           \
+        SD_QG(K, 11) SD_QG(K, 12) SD_QG(K, 13) SD_QG(K, 14) SD_QG(K, 15) SD_QG(K, 16)
 SD_QG_ALL(8)
 SD_QG_ALL(4)
 

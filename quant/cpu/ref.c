@@ -9,8 +9,9 @@
  *     isum_i = sum_j qw[j] * qx[j] with qw the signed level (Q8_0 q, Q4_0 q - 8,
  *     Q5_0 q - 16) or the unsigned one (Q4_1, Q5_1), then in float, blocks in order:
  *       sumf += (float)isum_i * (d_w * d_x)
- *     and for Q4_1 / Q5_1 (min m_w, activation Q8_S with the exact sum s_x of its
- *     quants) summ += (m_w * d_x) * (float)s_x; the result is sumf + summ.
+ *     with d_x fp16 (Q8_0, for Q8_0 / Q4_0) or float (Q8_S, for Q5_0 / Q4_1 / Q5_1),
+ *     and for Q4_1 / Q5_1 (min m_w) summ += m_w * ds_x with ds_x = d_x * (sum of the
+ *     block's activation quants) from Q8_S; the result is sumf + summ.
  *   K-quants x Q8_K (ggml_vec_dot_q*_K_q8_K): per super-block the exact int32
  *       P = sum_g sc_g * sum_{j in g} q_j x_j   (g: the 16 groups of 16; 32-element
  *           sub-blocks count as two groups with the same scale)
@@ -137,12 +138,14 @@ static void dec_block32(sd_type t, const void *wr, int64_t i, dec32 *o) {
     }
 }
 
-/* Blocks of type t (32 elements) against Q8_0 (has_min 0) or Q8_S (has_min 1). */
-static void ref_blocks32(sd_type t, int has_min, const void *w, size_t wrb, int64_t n,
-                         const void *xq, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
-                         int64_t r1) {
+/* Blocks of type t (32 elements) against Q8_0 (Q8_0, Q4_0 weights) or Q8_S (Q5_0, and
+ * with the min term Q4_1, Q5_1). */
+static void ref_blocks32(sd_type t, const void *w, size_t wrb, int64_t n, const void *xq,
+                         int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     const int64_t nb = n / 32;
-    const size_t xbb = has_min ? sizeof(sd_block_q8_s) : sizeof(sd_block_q8_0);
+    const int xs = sd_vec_dot_type(t) == SD_TYPE_Q8_S;
+    const int has_min = t == SD_TYPE_Q4_1 || t == SD_TYPE_Q5_1;
+    const size_t xbb = xs ? sizeof(sd_block_q8_s) : sizeof(sd_block_q8_0);
     const size_t xrb = (size_t)nb * xbb;
     float sumf[SD_RT], summ[SD_RT];
     dec32 wd;
@@ -150,22 +153,21 @@ static void ref_blocks32(sd_type t, int has_min, const void *w, size_t wrb, int6
         const void *wr = (const char *)w + (size_t)r * wrb;
         for (int64_t b0 = 0; b0 < n_tok; b0 += SD_RT) {
             const int nt = (int)(n_tok - b0 < SD_RT ? n_tok - b0 : SD_RT);
-            for (int t = 0; t < nt; t++)
-                sumf[t] = summ[t] = 0.0f;
+            for (int k = 0; k < nt; k++)
+                sumf[k] = summ[k] = 0.0f;
             for (int64_t i = 0; i < nb; i++) {
                 dec_block32(t, wr, i, &wd);
                 for (int k = 0; k < nt; k++) {
                     const char *xb = (const char *)xq + (size_t)(b0 + k) * xrb + (size_t)i * xbb;
-                    uint16_t dxh;
-                    memcpy(&dxh, xb, 2);
-                    const int8_t *qx =
-                        has_min ? ((const sd_block_q8_s *)xb)->qs : ((const sd_block_q8_0 *)xb)->qs;
+                    const sd_block_q8_s *x8s = (const sd_block_q8_s *)xb;
+                    const sd_block_q8_0 *x80 = (const sd_block_q8_0 *)xb;
+                    const int8_t *qx = xs ? x8s->qs : x80->qs;
                     int32_t isum = 0;
                     for (int j = 0; j < 32; j++)
                         isum += wd.q[j] * qx[j];
-                    const float dx = sd_fp16_to_fp32(dxh);
+                    const float dx = xs ? x8s->d : sd_fp16_to_fp32(x80->d);
                     sumf[k] += (float)isum * (wd.d * dx);
-                    if (has_min) summ[k] += (wd.m * dx) * (float)((const sd_block_q8_s *)xb)->s;
+                    if (has_min) summ[k] += wd.m * x8s->ds;
                 }
             }
             for (int k = 0; k < nt; k++)
@@ -176,23 +178,23 @@ static void ref_blocks32(sd_type t, int has_min, const void *w, size_t wrb, int6
 
 static void ref_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
                      int64_t ldy, int64_t r0, int64_t r1) {
-    ref_blocks32(SD_TYPE_Q8_0, 0, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
+    ref_blocks32(SD_TYPE_Q8_0, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
 }
 static void ref_q4_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
                      int64_t ldy, int64_t r0, int64_t r1) {
-    ref_blocks32(SD_TYPE_Q4_0, 0, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
+    ref_blocks32(SD_TYPE_Q4_0, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
 }
 static void ref_q5_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
                      int64_t ldy, int64_t r0, int64_t r1) {
-    ref_blocks32(SD_TYPE_Q5_0, 0, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
+    ref_blocks32(SD_TYPE_Q5_0, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
 }
 static void ref_q4_1(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
                      int64_t ldy, int64_t r0, int64_t r1) {
-    ref_blocks32(SD_TYPE_Q4_1, 1, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
+    ref_blocks32(SD_TYPE_Q4_1, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
 }
 static void ref_q5_1(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok, float *y,
                      int64_t ldy, int64_t r0, int64_t r1) {
-    ref_blocks32(SD_TYPE_Q5_1, 1, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
+    ref_blocks32(SD_TYPE_Q5_1, w, wrb, n, xq, n_tok, y, ldy, r0, r1);
 }
 
 /* ---------------------------------------------------------------------------------- */
