@@ -11,6 +11,7 @@
  * "stream": --copies distinct copies cycled so each run reads from DRAM.
  *
  * usage: bench_quant [--rows R] [--cols C] [--reps N] [--copies K] [--types q4_0,q4_k,...]
+ *                    [--ldy-pad P]   (output row stride rows + P; default 0 as the backend)
  */
 #include <math.h>
 #include <stdint.h>
@@ -42,7 +43,7 @@ static float gauss(void) {
 
 int main(int argc, char **argv) {
     int64_t rows = 4096, cols = 4096;
-    int reps = 5, copies = 8;
+    int reps = 5, copies = 8, pad = 0;
     const char *types = "f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--rows")) rows = atoll(argv[i + 1]);
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--copies")) copies = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--types")) types = argv[i + 1];
+        else if (!strcmp(argv[i], "--ldy-pad")) pad = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
@@ -57,7 +59,8 @@ int main(int argc, char **argv) {
     }
     float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
     float *x = malloc(sizeof(float) * (size_t)(17 * cols));
-    float *y = malloc(sizeof(float) * (size_t)(17 * rows));
+    const int64_t ldy = rows + pad; /* y [n_tok, ldy], as the backend's y [n_tok, rows] */
+    float *y = malloc(sizeof(float) * (size_t)(17 * ldy));
     for (int64_t i = 0; i < rows * cols; i++)
         wf[i] = gauss() * 0.02f;
     for (int64_t i = 0; i < 17 * cols; i++)
@@ -101,11 +104,11 @@ int main(int argc, char **argv) {
                 sd_rows_kernel k = sd_kernel_for_type(ks, t);
                 for (int mode = 0; mode < 2; mode++) { /* 0 hot, 1 stream */
                     double best = 1e30;
-                    k(w[0], rb, cols, xq, nt, y, rows, 0, rows); /* warm-up */
+                    k(w[0], rb, cols, xq, nt, y, ldy, 0, rows); /* warm-up */
                     for (int rep = 0; rep < reps; rep++) {
                         const unsigned char *m = w[mode ? (rep % copies) : 0];
                         const double t0 = now_s();
-                        k(m, rb, cols, xq, nt, y, rows, 0, rows);
+                        k(m, rb, cols, xq, nt, y, ldy, 0, rows);
                         const double dt = now_s() - t0;
                         if (dt < best) best = dt;
                     }
