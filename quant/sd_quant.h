@@ -21,10 +21,13 @@
  *   Q2_K (10) scales[16] (low nibble: scale, high nibble: min, per 16 elements), qs[64],
  *             d, dmin: x = d * sc * q - dmin * mn; q (0..3) of element 128h + 32k + l is
  *             bits 2k..2k+1 of qs[32h + l].
- *   Q3_K (11) hmask[32], qs[64], scales[12] (16 6-bit values, see quant.c), d:
- *             x = d * (sc - 32) * (q - 4), q = 2 low bits as Q2_K | bit k of hmask[l] << 2
- *             for element 32k + l.
- *   Q4_K (12) d, dmin, scales[12] (8 6-bit scales and 8 6-bit mins), qs[128]:
+ *   Q3_K (11) hmask[32], qs[64], scales[12], d: x = d * (sc_g - 32) * (q - 4), g =
+ *             element / 16; q = 2 low bits as Q2_K | bit k of hmask[l] << 2 for element
+ *             32k + l; sc_g (6 bits): low 4 bits in scales[g] (g < 8, low nibble) or
+ *             scales[g - 8] (high nibble), high 2 bits at bit 2 (g / 4) of scales[8 + g % 4].
+ *   Q4_K (12) d, dmin, scales[12] (8 6-bit scales sc_s and mins m_s: for s < 4 the low 6
+ *             bits of scales[s] and scales[s + 4]; for s >= 4 the nibbles of scales[s + 4]
+ *             with the top 2 bits of scales[s - 4] / scales[s]), qs[128]:
  *             x = d * sc_s * q - dmin * m_s for sub-block s = element / 32; q of element
  *             64c + l (l < 32) is the low nibble of qs[32c + l], of 64c + 32 + l the high.
  *   Q5_K (13) d, dmin, scales[12], qh[32], qs[128]: as Q4_K, q |= bit s of qh[l] << 4
@@ -46,10 +49,17 @@
  * scales themselves quantized) in our own implementation: the bytes differ from ggml's,
  * the error is comparable (quant/kquants.c).
  *
+ * Activations with a NaN or an infinity: the activation quantizers give that block a
+ * NaN scale (ggml's Q8_0 would round a NaN to q = 0 and hide it), so a non-finite value
+ * always reaches the matmul output. Weights with non-finite scales: not looked for when
+ * a file is loaded (that would read every weight); sd_validate_row finds them, and they
+ * too give non-finite outputs.
+ *
  * Kernels: a scalar reference is the specification; SIMD variants (AVX2+FMA+F16C,
- * AVX-512) are picked once at run time from CPUID. Results of a kernel depend only on
- * its inputs (one weight row, one activation row): never on the batch size, the
- * thread count or the row range, so a batched pass is bit-identical to single passes.
+ * AVX-512) are picked once at run time from CPUID; a type a set has no kernel for runs
+ * the next lower set's. Results of a kernel depend only on its inputs (one weight row,
+ * one activation row): never on the batch size, the thread count or the row range, so
+ * a batched pass is bit-identical to single passes.
  */
 #ifndef SD_QUANT_H
 #define SD_QUANT_H

@@ -20,6 +20,11 @@
  * F32 / F16 / BF16 x F32: two 8-lane FMA accumulators per token over 16 columns per
  *   step, one 8-column step, then a scalar fmaf tail; weights converted in registers
  *   (vcvtph2ps for F16, zero-extend + shift left 16 for BF16).
+ * Q4_1 / Q5_0 / Q5_1 x Q8_S and Q2_K..Q6_K x Q8_K: weights decoded once per row per
+ *   group of up to SD_KG tokens (the comments at "Groups of tokens" below).
+ *
+ * Over 600 lines on purpose: one file per instruction set (quant/cpu/: ref.c, avx2.c,
+ * avx512.c), so every AVX2 kernel of every type is here.
  */
 #include "quant/cpu/kernels.h"
 
