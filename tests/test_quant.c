@@ -18,8 +18,9 @@
 #include "quant/cpu/kernels.h"
 #include "quant/sd_quant.h"
 
+#include "runtime/base/sd_base.h"
+
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -357,8 +358,7 @@ __attribute__((target("f16c"))) static uint16_t hw_fp16(float f) {
 Test(quant_fp16, random_nearest_even) {
     uint64_t s = 42;
 #if defined(__x86_64__)
-    unsigned a, b, c, d;
-    const int have_f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+    const int have_f16c = sd_cpu_features_get()->f16c;
 #endif
     for (int i = 0; i < 200000; i++) {
         /* random sign, exponent in the fp16 range and beyond, random mantissa */
@@ -875,4 +875,37 @@ Test(quant_validate, nonfinite_scales) {
     }
     cr_assert_eq(sd_validate_row(SD_TYPE_Q4_K, "", 100, NULL), -1, "bad length");
     cr_assert_eq(sd_validate_row(SD_TYPE_Q8_K, "", 0, NULL), -1, "activation type");
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* CPU features (runtime/base), as the dispatcher reads them                            */
+/* ---------------------------------------------------------------------------------- */
+
+/* sd_cpu_features_get agrees with the compiler's own CPU detection (which also checks
+ * that the OS saves the registers), is stable, and the kernel sets follow it. */
+Test(quant_cpu, features_and_sets) {
+    const sd_cpu_features *f = sd_cpu_features_get();
+    cr_assert_not_null(f);
+    cr_assert_eq(f, sd_cpu_features_get(), "one table");
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    cr_assert_eq(f->avx2, __builtin_cpu_supports("avx2") != 0);
+    cr_assert_eq(f->fma, __builtin_cpu_supports("fma") != 0);
+    cr_assert_eq(f->avx512f, __builtin_cpu_supports("avx512f") != 0);
+    cr_assert_eq(f->avx512bw, __builtin_cpu_supports("avx512bw") != 0);
+    cr_assert_eq(f->avx512vl, __builtin_cpu_supports("avx512vl") != 0);
+    cr_assert_eq(f->avx512vnni, __builtin_cpu_supports("avx512vnni") != 0);
+    if (f->avx512bw || f->avx512vl || f->avx512vnni || f->avx512_bf16)
+        cr_assert(f->avx512f, "AVX-512 extensions imply AVX512F");
+    cr_assert_eq(sd_kernel_set_by_name("avx2") != NULL, f->avx2 && f->fma && f->f16c);
+    cr_assert_eq(sd_kernel_set_by_name("avx512") != NULL, f->avx2 && f->fma && f->f16c &&
+                                                              f->avx512f && f->avx512bw &&
+                                                              f->avx512vl && f->avx512vnni);
+    cr_log_info("cpu: avx2 %d fma %d f16c %d avx512f %d bw %d vl %d vnni %d bf16 %d amx_tile %d "
+                "amx_int8 %d",
+                f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vl, f->avx512vnni,
+                f->avx512_bf16, f->amx_tile, f->amx_int8);
+#else
+    cr_assert(!f->avx2 && !f->avx512f);
+#endif
 }
