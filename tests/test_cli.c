@@ -121,7 +121,7 @@ Test(cli, bad_flags) {
     snprintf(args, sizeof args, "generate -m %s -p hi --bogus", g_t);
     expect_error(args, "--bogus");
     expect_error("frobnicate", "frobnicate");
-    expect_error("quantize a.gguf b.gguf q3_k", "q3_k");
+    expect_error("quantize a.gguf b.gguf q7_k", "q7_k");
 }
 
 /* --json: one object with the fixed keys; llama.cpp aliases; greedy spec == no-draft. */

@@ -1,10 +1,11 @@
 /*
- * tests/test_quant.c: quant/ — types, fp16/bf16 conversions, the ggml reference
- * quantizers (bytes worked out by hand), round-trip bounds, and every kernel set this
- * CPU can run against an independent double-precision oracle, plus the batch-invariance
- * contract (bit-exact: batched == single-token == any row split).
+ * tests/test_quant.c: quant/ — the traits table (consistency, ggml's sizes), fp16/bf16
+ * conversions, the reference quantizers (bytes worked out by hand), round-trip error
+ * bounds (hard bounds for the 32-element types, RMSE on Gaussian data for the K-quants,
+ * against ggml's figures), row validation. The kernels: tests/test_quant_kernels.c;
+ * gguf-py bit-exactness: tests/test_quant_ref.c.
  *
- * White-box: includes quant/quant_kernels.h (private to quant/) to reach each kernel set.
+ * White-box: includes quant/cpu/kernels.h (private to quant/) to reach each kernel set.
  */
 #include <criterion/criterion.h>
 
@@ -17,8 +18,9 @@
 #include "quant/cpu/kernels.h"
 #include "quant/sd_quant.h"
 
+#include "runtime/base/sd_base.h"
+
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -50,8 +52,10 @@ static float bitsf(uint32_t u) {
     return f;
 }
 
-static const sd_type k_types[] = {SD_TYPE_F32, SD_TYPE_F16, SD_TYPE_BF16, SD_TYPE_Q8_0,
-                                  SD_TYPE_Q4_0};
+static const sd_type k_types[] = {SD_TYPE_F32,  SD_TYPE_F16,  SD_TYPE_BF16, SD_TYPE_Q8_0,
+                                  SD_TYPE_Q4_0, SD_TYPE_Q4_1, SD_TYPE_Q5_0, SD_TYPE_Q5_1,
+                                  SD_TYPE_Q2_K, SD_TYPE_Q3_K, SD_TYPE_Q4_K, SD_TYPE_Q5_K,
+                                  SD_TYPE_Q6_K};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 static const char *const k_sets[] = {"scalar", "avx2", "avx512"};
 #define N_SETS (sizeof k_sets / sizeof k_sets[0])
@@ -91,15 +95,23 @@ Test(quant_types, names_and_sizes) {
     cr_assert_eq(sd_type_supported(2), 1);
     cr_assert_eq(sd_type_supported(8), 1);
     cr_assert_eq(sd_type_supported(30), 1);
-    cr_assert_eq(sd_type_supported(3), 0);  /* Q4_1 */
-    cr_assert_eq(sd_type_supported(12), 0); /* Q4_K */
+    cr_assert_eq(sd_type_supported(3), 1);  /* Q4_1 */
+    cr_assert_eq(sd_type_supported(12), 1); /* Q4_K */
+    cr_assert_eq(sd_type_supported(4), 0);  /* Q4_2: removed from ggml */
+    cr_assert_eq(sd_type_supported(9), 0);  /* Q8_1: no kernels here */
+    cr_assert_eq(sd_type_supported(15), 0); /* Q8_K: activations only */
+    cr_assert_eq(sd_type_supported(SD_TYPE_Q8_S), 0);
+    cr_assert_eq(sd_type_supported(16), 0); /* IQ2_XXS */
     cr_assert_eq(sd_type_supported(9999), 0);
     cr_assert_str_eq(sd_type_name(SD_TYPE_F32), "f32");
     cr_assert_str_eq(sd_type_name(SD_TYPE_F16), "f16");
     cr_assert_str_eq(sd_type_name(SD_TYPE_Q4_0), "q4_0");
     cr_assert_str_eq(sd_type_name(SD_TYPE_Q8_0), "q8_0");
     cr_assert_str_eq(sd_type_name(SD_TYPE_BF16), "bf16");
-    cr_assert_str_eq(sd_type_name(7), "unknown");
+    cr_assert_str_eq(sd_type_name(7), "q5_1");
+    cr_assert_str_eq(sd_type_name(14), "q6_k");
+    cr_assert_str_eq(sd_type_name(5), "unknown");
+    cr_assert_str_eq(sd_type_name(SD_TYPE_COUNT), "unknown");
 
     sd_type t = SD_TYPE_F32;
     cr_assert_eq(sd_type_from_name("Q8_0", &t), 0);
@@ -108,20 +120,35 @@ Test(quant_types, names_and_sizes) {
     cr_assert_eq(t, SD_TYPE_BF16);
     cr_assert_eq(sd_type_from_name("F16", &t), 0);
     cr_assert_eq(t, SD_TYPE_F16);
-    cr_assert_eq(sd_type_from_name("q4_1", &t), -1);
+    cr_assert_eq(sd_type_from_name("q4_1", &t), 0);
+    cr_assert_eq(t, SD_TYPE_Q4_1);
+    cr_assert_eq(sd_type_from_name("Q4_K", &t), 0);
+    cr_assert_eq(t, SD_TYPE_Q4_K);
+    t = SD_TYPE_F16;
+    cr_assert_eq(sd_type_from_name("q8_k", &t), -1, "activation-only types are not names");
+    cr_assert_eq(sd_type_from_name("q4_k_m", &t), -1, "a recipe, not a type");
     cr_assert_eq(sd_type_from_name("", &t), -1);
     cr_assert_eq(t, SD_TYPE_F16, "failed parse must not touch *out");
 
     cr_assert_eq(sd_type_block_elems(SD_TYPE_F32), 1);
     cr_assert_eq(sd_type_block_elems(SD_TYPE_Q4_0), 32);
     cr_assert_eq(sd_type_block_elems(SD_TYPE_Q8_0), 32);
-    cr_assert_eq(sd_type_block_elems((sd_type)3), 0);
+    cr_assert_eq(sd_type_block_elems(SD_TYPE_Q4_K), 256);
+    cr_assert_eq(sd_type_block_elems((sd_type)5), 0);
     cr_assert_eq(sd_type_block_bytes(SD_TYPE_F32), 4);
     cr_assert_eq(sd_type_block_bytes(SD_TYPE_F16), 2);
     cr_assert_eq(sd_type_block_bytes(SD_TYPE_BF16), 2);
     cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q4_0), 18);
     cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q8_0), 34);
-    cr_assert_eq(sd_type_block_bytes((sd_type)3), 0);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q4_1), 20);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q5_0), 22);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q5_1), 24);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q2_K), 84);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q3_K), 110);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q4_K), 144);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q5_K), 176);
+    cr_assert_eq(sd_type_block_bytes(SD_TYPE_Q6_K), 210);
+    cr_assert_eq(sd_type_block_bytes((sd_type)5), 0);
 
     size_t rb = 12345;
     cr_assert_eq(sd_type_row_bytes(SD_TYPE_Q8_0, 4096, &rb), 0);
@@ -134,7 +161,10 @@ Test(quant_types, names_and_sizes) {
     cr_assert_eq(rb, 0u);
     cr_assert_eq(sd_type_row_bytes(SD_TYPE_Q8_0, 33, &rb), -1);
     cr_assert_eq(sd_type_row_bytes(SD_TYPE_F32, -4, &rb), -1);
-    cr_assert_eq(sd_type_row_bytes((sd_type)3, 32, &rb), -1);
+    cr_assert_eq(sd_type_row_bytes((sd_type)5, 32, &rb), -1);
+    cr_assert_eq(sd_type_row_bytes(SD_TYPE_Q4_K, 4096, &rb), 0);
+    cr_assert_eq(rb, 16u * 144u);
+    cr_assert_eq(sd_type_row_bytes(SD_TYPE_Q4_K, 4096 + 32, &rb), -1, "K-quants: 256 blocks");
     cr_assert_eq(sd_type_row_bytes(SD_TYPE_F32, INT64_MAX, &rb), -1, "overflow");
     cr_assert_eq(sd_type_row_bytes(SD_TYPE_Q8_0, INT64_MAX - 31, &rb), 0, "2^58 - 1 blocks fit");
     cr_assert_eq(rb, (((size_t)1 << 58) - 1u) * 34u);
@@ -144,6 +174,99 @@ Test(quant_types, names_and_sizes) {
     cr_assert_eq(sd_vec_dot_type(SD_TYPE_F16), SD_TYPE_F32);
     cr_assert_eq(sd_vec_dot_type(SD_TYPE_BF16), SD_TYPE_F32);
     cr_assert_eq(sd_vec_dot_type(SD_TYPE_F32), SD_TYPE_F32);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* the traits table                                                                     */
+/* ---------------------------------------------------------------------------------- */
+
+/* ggml's type ids, names and sizes (ggml.c type_traits / gguf-py GGML_QUANT_SIZES): facts
+ * the table must reproduce. */
+static const struct {
+    uint32_t id;
+    const char *name;
+    int64_t be;
+    size_t bb;
+    int weight;
+} k_ggml[] = {
+    {0, "f32", 1, 4, 1},       {1, "f16", 1, 2, 1},       {2, "q4_0", 32, 18, 1},
+    {3, "q4_1", 32, 20, 1},    {6, "q5_0", 32, 22, 1},    {7, "q5_1", 32, 24, 1},
+    {8, "q8_0", 32, 34, 1},    {10, "q2_k", 256, 84, 1},  {11, "q3_k", 256, 110, 1},
+    {12, "q4_k", 256, 144, 1}, {13, "q5_k", 256, 176, 1}, {14, "q6_k", 256, 210, 1},
+    {15, "q8_k", 256, 292, 0}, {30, "bf16", 1, 2, 1},
+};
+
+Test(quant_types, traits_table) {
+    int seen = 0;
+    for (uint32_t t = 0; t < SD_TYPE_COUNT + 3; t++) {
+        const sd_type_traits *tr = sd_type_traits_get(t);
+        if (!tr) {
+            cr_assert_eq(sd_type_supported(t), 0);
+            cr_assert_str_eq(sd_type_name(t), "unknown");
+            cr_assert_eq(sd_type_block_elems((sd_type)t), 0);
+            cr_assert_eq(sd_type_block_bytes((sd_type)t), 0);
+            cr_assert_eq(sd_type_align((sd_type)t), 0);
+            float f;
+            cr_assert_eq(sd_dequantize_row((sd_type)t, "", &f, 0), -1);
+            cr_assert_eq(sd_quantize_row((sd_type)t, &f, &f, 0), -1);
+            continue;
+        }
+        seen++;
+        cr_assert_lt(t, SD_TYPE_COUNT);
+        cr_assert(tr->name && *tr->name);
+        for (const char *c = tr->name; *c; c++)
+            cr_assert(*c == '_' || (*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z'), "%s",
+                      tr->name);
+        for (uint32_t u = 0; u < t; u++) /* names are unique */
+            if (sd_type_traits_get(u)) cr_assert_str_neq(sd_type_name(u), tr->name);
+        cr_assert_str_eq(sd_type_name(t), tr->name);
+        cr_assert(tr->block_elems == 1 || tr->block_elems == 32 || tr->block_elems == 256);
+        cr_assert_gt(tr->block_bytes, 0);
+        cr_assert(tr->align == 1 || tr->align == 2 || tr->align == 4, "%s align", tr->name);
+        cr_assert_eq(tr->block_bytes % tr->align, 0, "%s: align must divide the block", tr->name);
+        cr_assert_not_null(tr->to_float, "%s", tr->name);
+        cr_assert_eq(sd_type_supported(t), tr->is_weight != 0);
+        sd_type parsed = (sd_type)999;
+        cr_assert_eq(sd_type_from_name(tr->name, &parsed) == 0, tr->is_weight != 0, "%s", tr->name);
+        if (tr->is_weight) cr_assert_eq(parsed, t);
+        /* the activation type: in the table, writable, its blocks tile the weight's */
+        const sd_type_traits *vt = sd_type_traits_get((uint32_t)tr->vec_dot_type);
+        cr_assert_not_null(vt, "%s: vec_dot_type %d", tr->name, (int)tr->vec_dot_type);
+        cr_assert_not_null(vt->from_float, "%s: activations must be writable", tr->name);
+        cr_assert_eq(sd_vec_dot_type((sd_type)t), tr->vec_dot_type);
+        if (tr->is_weight) {
+            cr_assert_eq(tr->block_elems % vt->block_elems, 0, "%s", tr->name);
+            cr_assert_not_null(tr->first_bad, "%s: weights must be checkable", tr->name);
+            cr_assert_not_null(sd_kernels_scalar.k[t].rows, "%s: no scalar kernel", tr->name);
+            if (tr->from_float)
+                cr_assert_not_null(strstr(sd_type_writable_names(), tr->name), "%s", tr->name);
+        } else {
+            cr_assert_null(strstr(sd_type_writable_names(), tr->name), "%s", tr->name);
+            cr_assert_null(sd_kernels_scalar.k[t].rows);
+        }
+        /* ggml's facts, for the ggml ids */
+        int found = 0;
+        for (size_t k = 0; k < sizeof k_ggml / sizeof k_ggml[0]; k++)
+            if (k_ggml[k].id == t) {
+                found = 1;
+                cr_assert_str_eq(tr->name, k_ggml[k].name);
+                cr_assert_eq(tr->block_elems, k_ggml[k].be, "%s", tr->name);
+                cr_assert_eq(tr->block_bytes, k_ggml[k].bb, "%s", tr->name);
+                cr_assert_eq(tr->is_weight, k_ggml[k].weight, "%s", tr->name);
+            }
+        cr_assert(found || t == SD_TYPE_Q8_S, "type %u (%s) is not a ggml type", t, tr->name);
+    }
+    cr_assert_eq(seen, (int)(sizeof k_ggml / sizeof k_ggml[0]) + 1);
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        cr_assert(sd_type_supported(k_types[ti]));
+    cr_assert_str_eq(sd_type_writable_names(), "f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, "
+                                               "q3_k, q4_k, q5_k, q6_k, bf16");
+    size_t rb;
+    cr_assert_eq(row_bytes(SD_TYPE_Q6_K, 512), 420u);
+    cr_assert_eq(sd_type_row_bytes(SD_TYPE_Q5_K, 200, &rb), -1);
+    cr_assert_eq(sd_type_align(SD_TYPE_F32), 4);
+    cr_assert_eq(sd_type_align(SD_TYPE_Q4_K), 2);
+    cr_assert_eq(sd_type_align(SD_TYPE_Q8_K), 4);
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -235,8 +358,7 @@ __attribute__((target("f16c"))) static uint16_t hw_fp16(float f) {
 Test(quant_fp16, random_nearest_even) {
     uint64_t s = 42;
 #if defined(__x86_64__)
-    unsigned a, b, c, d;
-    const int have_f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+    const int have_f16c = sd_cpu_features_get()->f16c;
 #endif
     for (int i = 0; i < 200000; i++) {
         /* random sign, exponent in the fp16 range and beyond, random mantissa */
@@ -483,517 +605,307 @@ Test(quant_roundtrip, bounds) {
     }
 }
 
-Test(quant_activations, layout) {
-    uint64_t s = 11;
-    enum { T = 3, N = 96 };
-    float x[T * N];
-    for (int j = 0; j < T * N; j++)
-        x[j] = rng_f(&s) * 3.0f;
-    _Alignas(64) unsigned char got[4096];
-    unsigned char want[T * 102];
-    sd_quantize_activations(SD_TYPE_Q4_0, x, T, N, got);
-    for (int b = 0; b < T; b++)
-        sd_quantize_row(SD_TYPE_Q8_0, x + b * N, want + b * 102, N);
-    cr_assert_eq(memcmp(got, want, T * 102), 0);
-    sd_quantize_activations(SD_TYPE_Q8_0, x, T, N, got);
-    cr_assert_eq(memcmp(got, want, T * 102), 0);
-    sd_quantize_activations(SD_TYPE_F16, x, T, N, got);
-    cr_assert_eq(memcmp(got, x, sizeof x), 0);
-    sd_quantize_activations(SD_TYPE_BF16, x, T, N, got);
-    cr_assert_eq(memcmp(got, x, sizeof x), 0);
+/* ---------------------------------------------------------------------------------- */
+/* new 32-element types: bytes by hand                                                  */
+/* ---------------------------------------------------------------------------------- */
+
+Test(quant_q4_1, hand_bytes) {
+    /* x_j = 2 (j % 16) + 1: min 1, max 31 -> d = 30 / 15 = 2 (fp16 0x4000), m = 1
+     * (0x3C00), id = 0.5: q = trunc((x - 1) * 0.5 + 0.5) = j % 16 for both halves */
+    float x[32];
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)(2 * (j % 16) + 1);
+    sd_block_q4_1 b;
+    cr_assert_eq(sd_quantize_row(SD_TYPE_Q4_1, x, &b, 32), 0);
+    cr_assert_eq(b.d, 0x4000, "d=0x%04X", b.d);
+    cr_assert_eq(b.m, 0x3C00, "m=0x%04X", b.m);
+    for (int j = 0; j < 16; j++)
+        cr_assert_eq(b.qs[j], (uint8_t)(j | (j << 4)), "qs[%d]=0x%02X", j, b.qs[j]);
+    float y[32];
+    sd_dequantize_row(SD_TYPE_Q4_1, &b, y, 32);
+    for (int j = 0; j < 32; j++)
+        cr_assert_eq(y[j], x[j]);
 }
 
-/* The prepared layout (sd_quant.h) for every kernel set: its size; part A is the
- * reference Q8_0 rows (F32-dot: a copy); nothing is written past the size; preparing
- * disjoint row ranges (as the backend's threads do) writes what one call writes; sizes
- * are monotone; bad shapes and overflow are refused. */
-Test(quant_activations, prepared_layout) {
-    uint64_t s = 5150;
-    static const int64_t toks[] = {1, 2, 5, 9, 16, 17, 33};
-    static const int64_t cols[] = {32, 96, 256, 288, 1024};
-    for (size_t si = 0; si < N_SETS; si++) {
-        const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
-        if (!ks) continue;
-        for (size_t ti = 0; ti < N_TYPES; ti++) {
-            const sd_type t = k_types[ti];
-            const int q = sd_vec_dot_type(t) == SD_TYPE_Q8_0;
-            for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
-                for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
-                    const int64_t n_tok = toks[k], n = cols[c];
-                    const size_t rb = row_bytes(sd_vec_dot_type(t), n);
-                    size_t bytes = 0, want_bytes = (size_t)n_tok * rb;
-                    if (q && ks->pack_tok_bytes)
-                        want_bytes = ((want_bytes + 63) & ~(size_t)63) +
-                                     (size_t)n_tok * ks->pack_tok_bytes(n);
-                    cr_assert_eq(sd_kernel_act_bytes(ks, t, n_tok, n, &bytes), 0);
-                    cr_assert_eq(bytes, want_bytes, "%s %s", ks->name, sd_type_name(t));
-                    size_t b2 = 0; /* monotone */
-                    cr_assert_eq(sd_kernel_act_bytes(ks, t, n_tok + 1, n + 32, &b2), 0);
-                    cr_assert_geq(b2, bytes);
-                    float *x = malloc(sizeof(float) * (size_t)(n_tok * n));
-                    for (int64_t j = 0; j < n_tok * n; j++)
-                        x[j] = rng_f(&s) * 5.0f;
-                    unsigned char *one = xalloc(bytes + 64), *split = xalloc(bytes + 64);
-                    memset(one, 0xA5, bytes + 64);
-                    memset(split, 0xA5, bytes + 64);
-                    sd_kernel_prepare_rows(ks, t, x, n_tok, n, 0, n_tok, one);
-                    for (int64_t j = 0; j < 64; j++)
-                        cr_assert_eq(one[bytes + (size_t)j], 0xA5, "%s wrote past the size",
-                                     ks->name);
-                    unsigned char *want = malloc(rb);
-                    for (int64_t b = 0; b < n_tok; b++) {
-                        sd_quantize_row(sd_vec_dot_type(t), x + b * n, want, n);
-                        cr_assert_eq(memcmp(one + (size_t)b * rb, want, rb), 0,
-                                     "%s %s: part A row %lld differs from the reference", ks->name,
-                                     sd_type_name(t), (long long)b);
-                    }
-                    free(want);
-                    /* three ranges, prepared in reverse order */
-                    const int64_t c1 = (int64_t)(rng_next(&s) % (uint64_t)(n_tok + 1));
-                    const int64_t c2 = c1 + (int64_t)(rng_next(&s) % (uint64_t)(n_tok - c1 + 1));
-                    sd_kernel_prepare_rows(ks, t, x, n_tok, n, c2, n_tok, split);
-                    sd_kernel_prepare_rows(ks, t, x, n_tok, n, c1, c2, split);
-                    sd_kernel_prepare_rows(ks, t, x, n_tok, n, 0, c1, split);
-                    cr_assert_eq(memcmp(one, split, bytes + 64), 0,
-                                 "%s %s n_tok=%lld n=%lld: split preparation differs", ks->name,
-                                 sd_type_name(t), (long long)n_tok, (long long)n);
-                    free(x);
-                    free(one);
-                    free(split);
-                }
-            }
-            size_t b = 12345;
-            cr_assert_eq(sd_kernel_act_bytes(ks, t, 0, 64, &b), 0);
-            cr_assert_eq(b, 0);
-            cr_assert_eq(sd_kernel_act_bytes(ks, t, -1, 64, &b), -1);
-            cr_assert_eq(sd_kernel_act_bytes(ks, t, 1, -32, &b), -1);
-            cr_assert_eq(sd_kernel_act_bytes(ks, t, INT64_MAX / 2, 1 << 20, &b), -1);
-            if (q) cr_assert_eq(sd_kernel_act_bytes(ks, t, 1, 33, &b), -1);
-        }
-        size_t b;
-        cr_assert_eq(sd_kernel_act_bytes(ks, (sd_type)3, 1, 64, &b), -1);
-    }
-    /* the public face is the active set */
-    size_t a = 0, b = 0;
-    cr_assert_eq(sd_activations_bytes(SD_TYPE_Q4_0, 7, 320, &a), 0);
-    cr_assert_eq(sd_kernel_act_bytes(sd_kernel_set_active(), SD_TYPE_Q4_0, 7, 320, &b), 0);
-    cr_assert_eq(a, b);
+Test(quant_q5_0, hand_bytes) {
+    /* x_j = j - 16: the largest magnitude is x_0 = -16 -> d = -16 / -16 = 1 (0x3C00),
+     * q = trunc(x + 16.5) = j: low nibble j & 15, 5th bit j >> 4 -> qh = 0xFFFF0000 */
+    float x[32];
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)(j - 16);
+    sd_block_q5_0 b;
+    cr_assert_eq(sd_quantize_row(SD_TYPE_Q5_0, x, &b, 32), 0);
+    cr_assert_eq(b.d, 0x3C00, "d=0x%04X", b.d);
+    const uint8_t qh[4] = {0x00, 0x00, 0xFF, 0xFF};
+    cr_assert_eq(memcmp(b.qh, qh, 4), 0, "qh %02X %02X %02X %02X", b.qh[0], b.qh[1], b.qh[2],
+                 b.qh[3]);
+    for (int j = 0; j < 16; j++)
+        cr_assert_eq(b.qs[j], (uint8_t)(j | (j << 4)), "qs[%d]=0x%02X", j, b.qs[j]);
+    float y[32];
+    sd_dequantize_row(SD_TYPE_Q5_0, &b, y, 32);
+    for (int j = 0; j < 32; j++)
+        cr_assert_eq(y[j], x[j]);
 }
 
-/* Every kernel set's SIMD Q8_0 activation quantizer gives the reference's bytes: random
- * rows over many magnitudes, exact roundf ties (+-k.5 at d = 1), zero / -0 blocks, values
- * just below and above .5, subnormals, a scale that overflows fp16, NaN and infinities. */
-Test(quant_activations, simd_q8_0_bit_exact) {
-    uint64_t s = 2024;
-    enum { NB = 64, N = NB * 32 };
-    static float x[N];
-    static unsigned char want[NB * 34], got[NB * 34];
-    int tested = 0;
-    for (size_t si = 0; si < N_SETS; si++) {
-        const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
-        if (!ks || !ks->quant_q8_0) continue;
-        tested++;
-        for (int trial = 0; trial < 200; trial++) {
-            for (int i = 0; i < NB; i++) {
-                float *xb = x + 32 * i;
-                const int kind = (int)(rng_next(&s) % 10);
-                const float scale = ldexpf(1.0f, (int)(rng_next(&s) % 60) - 40);
-                for (int j = 0; j < 32; j++)
-                    xb[j] = rng_f(&s) * scale;
-                switch (kind) {
-                case 0: /* amax 127 -> d = 1: x = +-k.5 are exact roundf ties */
-                    for (int j = 0; j < 32; j++)
-                        xb[j] = (float)((int)(rng_next(&s) % 254) - 127) + 0.5f;
-                    xb[0] = 127.0f;
-                    xb[1] = -0.5f;
-                    xb[2] = 0.5f;
-                    xb[3] = -126.5f;
-                    break;
-                case 1: /* zero block, with a -0 */
-                    memset(xb, 0, 32 * sizeof(float));
-                    xb[5] = -0.0f;
-                    break;
-                case 2: /* around .5 at d = 1 */
-                    for (int j = 1; j < 32; j++)
-                        xb[j] = nextafterf((float)(j % 7) + 0.5f, (j & 1) ? 0.0f : 100.0f);
-                    xb[0] = -127.0f;
-                    break;
-                case 3: /* subnormals */
-                    for (int j = 0; j < 32; j++)
-                        xb[j] = rng_f(&s) * 0x1p-130f;
-                    break;
-                case 4: /* d beyond the fp16 range (stored as inf) */
-                    for (int j = 0; j < 32; j++)
-                        xb[j] = rng_f(&s) * 1e7f;
-                    xb[9] = 3e38f;
-                    break;
-                case 5:
-                    xb[rng_next(&s) % 32] = NAN;
-                    break;
-                case 6:
-                    xb[rng_next(&s) % 32] = (rng_next(&s) & 1) ? INFINITY : -INFINITY;
-                    break;
-                default:
-                    break;
-                }
-            }
-            memset(got, 0xAB, sizeof got);
-            sd_quantize_row(SD_TYPE_Q8_0, x, want, N);
-            ks->quant_q8_0(x, got, N);
-            for (int i = 0; i < NB; i++)
-                cr_assert_eq(memcmp(got + 34 * i, want + 34 * i, 34), 0,
-                             "%s: block %d of trial %d differs from the reference", ks->name, i,
-                             trial);
-        }
-    }
-    cr_log_info("SIMD Q8_0 activation quantizers tested: %d", tested);
+Test(quant_q5_1, hand_bytes) {
+    /* x_j = j / 2 + 1: min 1, max 16.5 -> d = 15.5 / 31 = 0.5 (0x3800), m = 1 (0x3C00),
+     * q = trunc((x - 1) * 2 + 0.5) = j */
+    float x[32];
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)j * 0.5f + 1.0f;
+    sd_block_q5_1 b;
+    cr_assert_eq(sd_quantize_row(SD_TYPE_Q5_1, x, &b, 32), 0);
+    cr_assert_eq(b.d, 0x3800, "d=0x%04X", b.d);
+    cr_assert_eq(b.m, 0x3C00, "m=0x%04X", b.m);
+    const uint8_t qh[4] = {0x00, 0x00, 0xFF, 0xFF};
+    cr_assert_eq(memcmp(b.qh, qh, 4), 0);
+    for (int j = 0; j < 16; j++)
+        cr_assert_eq(b.qs[j], (uint8_t)(j | (j << 4)), "qs[%d]=0x%02X", j, b.qs[j]);
+    float y[32];
+    sd_dequantize_row(SD_TYPE_Q5_1, &b, y, 32);
+    for (int j = 0; j < 32; j++)
+        cr_assert_eq(y[j], x[j]);
+}
+
+/* A K-quant block built by hand decodes as the layout says (Q4_K: scale 2 and min 1 for
+ * sub-block 0, 6-bit values split over scales[0..11]; Q6_K: one scale, q = 32 + 5). */
+Test(quant_k, hand_blocks) {
+    sd_block_q4_k b;
+    memset(&b, 0, sizeof b);
+    b.d = 0x3800;    /* 0.5 */
+    b.dmin = 0x3400; /* 0.25 */
+    b.scales[0] = 2; /* sc_0 = 2 */
+    b.scales[4] = 1; /* m_0 = 1 */
+    /* sub-block 5: sc = 0x2A (low 4 bits in scales[9], high 2 in scales[1] >> 6),
+     * m = 0x15 (low 4 in scales[9] >> 4, high 2 in scales[5] >> 6) */
+    b.scales[9] = 0x5A;
+    b.scales[1] = 0x80;
+    b.scales[5] = 0x40;
+    b.qs[3] = 0x07;          /* element 3 (sub-block 0, low nibble): q = 7 */
+    b.qs[32 * 2 + 4] = 0xB0; /* element 32 * 5 + 4 (sub-block 5, high nibble of chunk 2) */
+    float y[256];
+    sd_dequantize_row(SD_TYPE_Q4_K, &b, y, 256);
+    cr_assert_eq(y[3], 0.5f * 2 * 7 - 0.25f * 1);
+    cr_assert_eq(y[0], -0.25f);
+    cr_assert_eq(y[5 * 32 + 4], 0.5f * 0x2A * 11 - 0.25f * 0x15);
+    cr_assert_eq(y[5 * 32 + 5], -0.25f * 0x15);
+    cr_assert_eq(y[40], 0.0f, "sub-block 1: scale and min 0");
+
+    sd_block_q6_k c;
+    memset(&c, 0, sizeof c);
+    c.d = 0x3C00;
+    c.scales[9] = -3; /* elements 144..159 */
+    /* element 150 = 128 * 1 + 32 * 0 + 22: ql[64 + 22] low nibble, qh[32 + 22] bits 0-1;
+     * q = 37 = 0b100101: low 4 bits 5, high 2 bits 2 */
+    c.ql[64 + 22] = 0x05;
+    c.qh[32 + 22] = 0x02;
+    sd_dequantize_row(SD_TYPE_Q6_K, &c, y, 256);
+    cr_assert_eq(y[150], -3.0f * (37 - 32));
+    cr_assert_eq(y[151], -3.0f * (0 - 32));
+    cr_assert_eq(y[0], 0.0f);
 }
 
 /* ---------------------------------------------------------------------------------- */
-/* kernels                                                                              */
+/* round-trip bounds for the new types                                                  */
 /* ---------------------------------------------------------------------------------- */
 
-/* A random weight matrix of type t, rows of stride wrb >= row bytes. Quantized types
- * get raw random bytes (the full int8 range incl. -128, every nibble) with random
- * fp16 scales, so the kernels see more than the quantizer ever emits. */
-static void *make_weights(uint64_t *s, sd_type t, int64_t rows, int64_t n, size_t wrb) {
-    unsigned char *w = calloc((size_t)rows, wrb);
-    cr_assert_not_null(w);
-    for (int64_t r = 0; r < rows; r++) {
-        unsigned char *wr = w + (size_t)r * wrb;
-        if (t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_0) {
-            const size_t bb = sd_type_block_bytes(t);
-            for (int64_t i = 0; i < n / 32; i++) {
-                unsigned char *blk = wr + (size_t)i * bb;
-                for (size_t k = 2; k < bb; k++)
-                    blk[k] = (unsigned char)rng_next(s);
-                uint16_t d = sd_fp32_to_fp16(ldexpf(rng_f(s), -(int)(rng_next(s) % 8)));
-                if (rng_next(s) % 16 == 0) d = 0; /* an all-zero-scale block */
-                memcpy(blk, &d, 2);
+/* Hard bounds per 32-block: Q4_1 / Q5_1 (d = (max - min) / nmax; |x - y| <= d / 2 plus
+ * the fp16 rounding of d (times q <= nmax) and of the min); Q5_0 as Q4_0 with 16 levels
+ * each side (the clamped element -max at q = 32 -> 31 is a whole step off). */
+Test(quant_roundtrip, bounds_new_32) {
+    uint64_t s = 9;
+    enum { N = 32 * 64 };
+    static float x[N], y[N];
+    static unsigned char buf[N * 4];
+    for (int trial = 0; trial < 20; trial++) {
+        const float scale = ldexpf(1.0f, (int)(rng_next(&s) % 30) - 15);
+        for (int j = 0; j < N; j++)
+            x[j] = rng_f(&s) * scale + (trial % 3 == 0 ? 3.0f * scale : 0.0f);
+        if (trial % 5 == 0) x[trial] = scale * 1.5f;
+        for (int k = 0; k < 2; k++) {
+            const sd_type t = k ? SD_TYPE_Q5_1 : SD_TYPE_Q4_1;
+            const double nmax = k ? 31.0 : 15.0;
+            sd_quantize_row(t, x, buf, N);
+            sd_dequantize_row(t, buf, y, N);
+            for (int i = 0; i < N / 32; i++) {
+                double mn = x[i * 32], mx = x[i * 32];
+                for (int j = 1; j < 32; j++)
+                    mn = fmin(mn, x[i * 32 + j]), mx = fmax(mx, x[i * 32 + j]);
+                const double d = (mx - mn) / nmax;
+                uint16_t dh16, mh16;
+                memcpy(&dh16, buf + (size_t)i * sd_type_block_bytes(t), 2);
+                memcpy(&mh16, buf + (size_t)i * sd_type_block_bytes(t) + 2, 2);
+                const double dh = sd_fp16_to_fp32(dh16), mh = sd_fp16_to_fp32(mh16);
+                const double bound = 0.5 * d * (1 + 1e-6) + nmax * fabs(d - dh) + fabs(mn - mh) +
+                                     1e-6 * fmax(fabs(mn), fabs(mx));
+                for (int j = i * 32; j < i * 32 + 32; j++)
+                    cr_assert(fabs((double)x[j] - y[j]) <= bound, "%s [%d]: %g vs %g (bound %g)",
+                              sd_type_name(t), j, x[j], y[j], bound);
             }
-        } else {
-            float *tmp = malloc(sizeof(float) * (size_t)n + 1);
-            cr_assert_not_null(tmp);
-            for (int64_t j = 0; j < n; j++)
-                tmp[j] = rng_f(s) * 2.0f;
-            sd_quantize_row(t, tmp, wr, n);
-            free(tmp);
         }
-    }
-    return w;
-}
-
-/* exact (double) weight element j of row wr, decoded independently of quant.c's
- * dequantizer (ggml-common.h layouts) */
-static double w_elem(sd_type t, const unsigned char *wr, int64_t j) {
-    uint16_t h;
-    switch (t) {
-    case SD_TYPE_F32: {
-        float f;
-        memcpy(&f, wr + 4 * j, 4);
-        return f;
-    }
-    case SD_TYPE_F16:
-        memcpy(&h, wr + 2 * j, 2);
-        return sd_fp16_to_fp32(h);
-    case SD_TYPE_BF16:
-        memcpy(&h, wr + 2 * j, 2);
-        return bitsf((uint32_t)h << 16);
-    case SD_TYPE_Q8_0: {
-        const unsigned char *blk = wr + 34 * (j / 32);
-        memcpy(&h, blk, 2);
-        return (double)sd_fp16_to_fp32(h) * (double)(int8_t)blk[2 + j % 32];
-    }
-    case SD_TYPE_Q4_0: {
-        const unsigned char *blk = wr + 18 * (j / 32);
-        memcpy(&h, blk, 2);
-        const int k = (int)(j % 32);
-        const int q = k < 16 ? (blk[2 + k] & 0xF) : (blk[2 + k - 16] >> 4);
-        return (double)sd_fp16_to_fp32(h) * (double)(q - 8);
-    }
-    default:
-        cr_assert_fail("type");
-        return 0;
-    }
-}
-
-/* activation element j of prepared row b */
-static double x_elem(sd_type wt, const unsigned char *xq, int64_t n, int64_t b, int64_t j) {
-    if (sd_vec_dot_type(wt) == SD_TYPE_F32) return ((const float *)xq)[b * n + j];
-    const unsigned char *blk = xq + (size_t)b * (size_t)(n / 32) * 34 + 34 * (j / 32);
-    uint16_t h;
-    memcpy(&h, blk, 2);
-    return (double)sd_fp16_to_fp32(h) * (double)(int8_t)blk[2 + j % 32];
-}
-
-typedef struct {
-    sd_type t;
-    int64_t rows, n, n_tok;
-    size_t wrb;
-    void *w;
-    float *x;              /* [n_tok, n] */
-    unsigned char *xq;     /* x prepared by sd_quantize_activations (the active set) */
-    double *exact, *absum; /* [n_tok * rows] */
-} problem;
-
-static problem make_problem(uint64_t *s, sd_type t, int64_t rows, int64_t n, int64_t n_tok,
-                            size_t pad) {
-    problem p = {.t = t, .rows = rows, .n = n, .n_tok = n_tok};
-    p.wrb = row_bytes(t, n) + pad;
-    p.w = make_weights(s, t, rows, n, p.wrb);
-    float *x = malloc(sizeof(float) * (size_t)(n_tok * n) + 1);
-    cr_assert_not_null(x);
-    for (int64_t j = 0; j < n_tok * n; j++)
-        x[j] = rng_f(s) * 4.0f;
-    size_t xb = 0;
-    cr_assert_eq(sd_activations_bytes(t, n_tok, n, &xb), 0);
-    p.xq = xalloc(xb);
-    sd_quantize_activations(t, x, n_tok, n, p.xq);
-    p.x = x;
-    p.exact = malloc(sizeof(double) * (size_t)(n_tok * rows));
-    p.absum = malloc(sizeof(double) * (size_t)(n_tok * rows));
-    for (int64_t b = 0; b < n_tok; b++)
-        for (int64_t r = 0; r < rows; r++) {
-            double e = 0, a = 0;
-            const unsigned char *wr = (const unsigned char *)p.w + (size_t)r * p.wrb;
-            for (int64_t j = 0; j < n; j++) {
-                const double v = w_elem(t, wr, j) * x_elem(t, p.xq, n, b, j);
-                e += v;
-                a += fabs(v);
+        sd_quantize_row(SD_TYPE_Q5_0, x, buf, N);
+        sd_dequantize_row(SD_TYPE_Q5_0, buf, y, N);
+        for (int i = 0; i < N / 32; i++) {
+            float amax = 0, max = 0;
+            for (int j = 0; j < 32; j++)
+                if (amax < fabsf(x[i * 32 + j])) amax = fabsf(x[i * 32 + j]), max = x[i * 32 + j];
+            const double d = max / -16.0;
+            uint16_t dh16;
+            memcpy(&dh16, buf + (size_t)i * 22, 2);
+            const double dh = sd_fp16_to_fp32(dh16);
+            for (int j = i * 32; j < i * 32 + 32; j++) {
+                const double xi = x[j] / d; /* in [-16, 16] */
+                const double base = xi <= 15.5 ? 0.5 * fabs(d) : fabs(d);
+                const double bound = base + 16.0 * fabs(d - dh) + 1e-6 * amax;
+                cr_assert(fabs((double)x[j] - y[j]) <= bound, "q5_0 [%d]: %g vs %g (d=%g)", j, x[j],
+                          y[j], d);
             }
-            p.exact[b * rows + r] = e;
-            p.absum[b * rows + r] = a;
         }
-    return p;
-}
-
-static void free_problem(problem *p) {
-    free(p->w);
-    free(p->x);
-    free(p->xq);
-    free(p->exact);
-    free(p->absum);
-}
-
-/* Error bound vs the exact dot, relative to sum |w_j x_j|:
- *  scalar float types: double accumulation, one rounding -> 2^-24 (+ n 2^-53);
- *  SIMD float types: float FMA accumulation over n/16 steps per lane + 5 hsum adds;
- *  integer-dot types: each block exact, (float)isum * float(dw*dx) (2 roundings) then
- *  a float sum over nb = n/32 blocks (+ 8 hsum adds). */
-static double err_bound(const sd_kernel_set *ks, sd_type t, int64_t n, double absum) {
-    const double u = 0x1p-24;
-    double k;
-    if (t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_0)
-        k = (double)(n / 32) + 12.0;
-    else if (ks == &sd_kernels_scalar)
-        k = 1.0 + (double)n * 0x1p-29;
-    else
-        k = (double)n / 16.0 + 12.0;
-    return k * u * absum + 1e-30;
-}
-
-static void check_kernel_vs_exact(const sd_kernel_set *ks, problem *p) {
-    const int64_t ldy = p->rows + 3;
-    float *y = malloc(sizeof(float) * (size_t)(p->n_tok * ldy));
-    cr_assert_not_null(y);
-    for (int64_t i = 0; i < p->n_tok * ldy; i++)
-        y[i] = -12345.0f; /* sentinel */
-    unsigned char *xq = prep(ks, p->t, p->x, p->n_tok, p->n);
-    sd_kernel_for_type(ks, p->t)(p->w, p->wrb, p->n, xq, p->n_tok, y, ldy, 0, p->rows);
-    free(xq);
-    for (int64_t b = 0; b < p->n_tok; b++) {
-        for (int64_t r = 0; r < p->rows; r++) {
-            const double got = y[b * ldy + r], want = p->exact[b * p->rows + r];
-            const double bound = err_bound(ks, p->t, p->n, p->absum[b * p->rows + r]);
-            cr_assert(fabs(got - want) <= bound,
-                      "%s %s n=%lld rows=%lld n_tok=%lld: y[%lld,%lld]=%.9g want %.9g "
-                      "(err %.3g > bound %.3g)",
-                      ks->name, sd_type_name(p->t), (long long)p->n, (long long)p->rows,
-                      (long long)p->n_tok, (long long)b, (long long)r, got, want, fabs(got - want),
-                      bound);
-        }
-        for (int64_t r = p->rows; r < ldy; r++)
-            cr_assert_eq(y[b * ldy + r], -12345.0f, "%s wrote outside [r0, r1)", ks->name);
     }
+}
+
+/* standard normal (Box-Muller) */
+static float rng_gauss(uint64_t *s) {
+    const double u1 = ((double)(rng_next(s) >> 11) + 0.5) * 0x1p-53;
+    const double u2 = (double)(rng_next(s) >> 11) * 0x1p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/*
+ * RMSE of quantize -> dequantize on N(0, 1) data (1M values, fixed seed), per type,
+ * against a bound 5% above the RMSE of ggml's own quantizer (llama.cpp's
+ * quantize_row_*_ref through ggml_quantize_chunk, measured on 2^20 N(0, 1) values by
+ * `scripts/quant_vs_llamacpp.py rmse`; a 1M-value RMSE varies by ~0.1% between
+ * samples). The 32-element types are byte-identical to ggml (tests/test_quant_ref.c);
+ * the K-quant quantizers are our own implementation of ggml's algorithm, and must be at
+ * least about as good. The lower bound (half) catches a "quantizer" that stores the
+ * input. Deterministic seed: no false alarms.
+ */
+Test(quant_roundtrip, rmse_gaussian_vs_ggml) {
+    static const struct {
+        sd_type t;
+        double ggml; /* ggml's RMSE on N(0, 1) */
+    } k[] = {
+        {SD_TYPE_Q8_0, 0.005359}, {SD_TYPE_Q4_0, 0.086029}, {SD_TYPE_Q4_1, 0.078228},
+        {SD_TYPE_Q5_0, 0.042757}, {SD_TYPE_Q5_1, 0.037871}, {SD_TYPE_Q2_K, 0.296927},
+        {SD_TYPE_Q3_K, 0.151047}, {SD_TYPE_Q4_K, 0.071352}, {SD_TYPE_Q5_K, 0.036130},
+        {SD_TYPE_Q6_K, 0.017737},
+    };
+    uint64_t s = 2718;
+    const int64_t n = 256 * 4096;
+    float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
+    unsigned char *q = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_gauss(&s);
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        cr_assert_eq(sd_quantize_row(k[i].t, x, q, n), 0);
+        cr_assert_eq(sd_dequantize_row(k[i].t, q, y, n), 0);
+        double e = 0;
+        for (int64_t j = 0; j < n; j++)
+            e += ((double)x[j] - y[j]) * ((double)x[j] - y[j]);
+        const double rmse = sqrt(e / (double)n);
+        cr_log_info("%s: RMSE %.5f on N(0,1) (ggml %.5f)", sd_type_name(k[i].t), rmse, k[i].ggml);
+        cr_assert(rmse <= 1.05 * k[i].ggml && rmse >= 0.5 * k[i].ggml,
+                  "%s: RMSE %.5f, ggml's quantizer %.5f", sd_type_name(k[i].t), rmse, k[i].ggml);
+    }
+    free(x);
     free(y);
+    free(q);
 }
 
-static int64_t pick(uint64_t *s, const int64_t *v, size_t nv) {
-    return v[rng_next(s) % nv];
-}
+/* ---------------------------------------------------------------------------------- */
+/* validation                                                                           */
+/* ---------------------------------------------------------------------------------- */
 
-Test(quant_kernels, all_sets_vs_exact) {
-    uint64_t s = 1234;
-    static const int64_t ncols_q[] = {32, 64, 96, 160, 224, 512, 1024};
-    static const int64_t ncols_f[] = {1, 7, 8, 15, 16, 17, 31, 32, 33, 47, 64, 100, 257, 1024};
-    static const int64_t nrows[] = {1, 2, 3, 5, 13, 37};
-    int checked[N_SETS] = {0};
+/* sd_validate_row: finite rows pass; a NaN / inf scale (or element, for float types)
+ * is found, and the index reported is the first element of the first bad block. */
+Test(quant_validate, nonfinite_scales) {
+    uint64_t s = 12;
+    enum { N = 1024 };
+    float x[N];
+    for (int j = 0; j < N; j++)
+        x[j] = rng_f(&s);
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const sd_type t = k_types[ti];
-        const int quantized = t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_0;
-        for (int64_t n_tok = 1; n_tok <= 17; n_tok++) {
-            const int64_t n = quantized ? pick(&s, ncols_q, 7) : pick(&s, ncols_f, 14);
-            const int64_t rows = pick(&s, nrows, 6);
-            const size_t pad = (n_tok % 3 == 0) ? 64 : 0; /* stride > row bytes */
-            problem p = make_problem(&s, t, rows, n, n_tok, pad);
-            for (size_t si = 0; si < N_SETS; si++) {
-                const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
-                if (!ks) continue;
-                check_kernel_vs_exact(ks, &p);
-                checked[si]++;
-            }
-            free_problem(&p);
-        }
-    }
-    cr_assert_gt(checked[0], 0);
-    for (size_t si = 0; si < N_SETS; si++)
-        cr_log_info("kernel set %s: %s (%d problems)", k_sets[si],
-                    checked[si] ? "tested" : "not available on this CPU", checked[si]);
-}
-
-/* A wide case per type (real row lengths) with a few tokens. */
-Test(quant_kernels, wide_rows) {
-    uint64_t s = 99;
-    for (size_t ti = 0; ti < N_TYPES; ti++) {
-        const sd_type t = k_types[ti];
-        const int quantized = t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_0;
-        problem p = make_problem(&s, t, 7, quantized ? 4096 : 4099, 5, 0);
-        for (size_t si = 0; si < N_SETS; si++) {
-            const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
-            if (ks) check_kernel_vs_exact(ks, &p);
-        }
-        free_problem(&p);
-    }
-}
-
-/* SIMD vs the scalar reference directly, on the same inputs. */
-Test(quant_kernels, simd_vs_ref) {
-    uint64_t s = 555;
-    for (size_t ti = 0; ti < N_TYPES; ti++) {
-        const sd_type t = k_types[ti];
-        const int quantized = t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_0;
-        const int64_t n = quantized ? 32 * 11 : 203, rows = 19, n_tok = 6;
-        problem p = make_problem(&s, t, rows, n, n_tok, 0);
-        float *yr = malloc(sizeof(float) * (size_t)(rows * n_tok));
-        float *ys = malloc(sizeof(float) * (size_t)(rows * n_tok));
-        /* the oracle on the plain reference layout == on the active set's layout */
-        const size_t xrb = row_bytes(sd_vec_dot_type(t), n);
-        unsigned char *plain = malloc((size_t)n_tok * xrb);
-        for (int64_t b = 0; b < n_tok; b++)
-            sd_quantize_row(sd_vec_dot_type(t), p.x + b * n, plain + (size_t)b * xrb, n);
-        sd_matmul_rows_ref(t, p.w, p.wrb, n, plain, n_tok, yr, rows, 0, rows);
-        sd_matmul_rows_ref(t, p.w, p.wrb, n, p.xq, n_tok, ys, rows, 0, rows);
-        cr_assert_eq(memcmp(yr, ys, sizeof(float) * (size_t)(rows * n_tok)), 0,
-                     "%s: ref on the prepared layout != ref on plain rows", sd_type_name(t));
-        free(plain);
-        for (size_t si = 1; si < N_SETS; si++) {
-            const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
-            if (!ks) continue;
-            unsigned char *xq = prep(ks, t, p.x, n_tok, n);
-            sd_kernel_for_type(ks, t)(p.w, p.wrb, n, xq, n_tok, ys, rows, 0, rows);
-            free(xq);
-            for (int64_t i = 0; i < rows * n_tok; i++) {
-                const double bound = 2.0 * err_bound(ks, t, n, p.absum[i]);
-                cr_assert(fabs((double)ys[i] - yr[i]) <= bound, "%s %s [%lld]: %.9g vs ref %.9g",
-                          ks->name, sd_type_name(t), (long long)i, ys[i], yr[i]);
-            }
-        }
-        free(yr);
-        free(ys);
-        free_problem(&p);
-    }
-}
-
-/* The batch-invariance contract, bit-exact, for every kernel set: one call with n_tok
- * rows == n_tok single-token calls (each token prepared alone, as a decode step does) ==
- * any split of [0, rows) into ranges == a slice of the tokens prepared as its own batch
- * (in a buffer that is not 64-byte aligned). */
-Test(quant_kernels, batch_invariance_bitexact) {
-    uint64_t s = 4321;
-    static const int64_t toks[] = {9, 17, 4, 5, 8, 16, 33, 2};
-    for (size_t ti = 0; ti < N_TYPES; ti++) {
-        const sd_type t = k_types[ti];
-        const int quantized = t == SD_TYPE_Q8_0 || t == SD_TYPE_Q4_0;
-        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
-            const int64_t n_tok = toks[k];
-            const int64_t n = quantized ? 32 * (int64_t)(1 + rng_next(&s) % 40)
-                                        : (int64_t)(1 + rng_next(&s) % 300);
-            const int64_t rows = 1 + (int64_t)(rng_next(&s) % 41);
-            problem p = make_problem(&s, t, rows, n, n_tok, 0);
-            float *yb = malloc(sizeof(float) * (size_t)(rows * n_tok));
-            float *y1 = malloc(sizeof(float) * (size_t)(rows * n_tok));
-            for (size_t si = 0; si < N_SETS; si++) {
-                const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
-                if (!ks) continue;
-                sd_rows_kernel kern = sd_kernel_for_type(ks, t);
-                unsigned char *xq = prep(ks, t, p.x, n_tok, n);
-                kern(p.w, p.wrb, n, xq, n_tok, yb, rows, 0, rows);
-                free(xq);
-                /* single tokens, rows split at two random points */
-                const int64_t c1 = (int64_t)(rng_next(&s) % (uint64_t)(rows + 1));
-                const int64_t c2 = c1 + (int64_t)(rng_next(&s) % (uint64_t)(rows - c1 + 1));
-                memset(y1, 0xFF, sizeof(float) * (size_t)(rows * n_tok));
-                for (int64_t b = 0; b < n_tok; b++) {
-                    unsigned char *xb = prep(ks, t, p.x + b * n, 1, n);
-                    kern(p.w, p.wrb, n, xb, 1, y1 + b * rows, rows, 0, c1);
-                    kern(p.w, p.wrb, n, xb, 1, y1 + b * rows, rows, c1, c2);
-                    kern(p.w, p.wrb, n, xb, 1, y1 + b * rows, rows, c2, rows);
-                    free(xb);
-                }
-                cr_assert_eq(memcmp(yb, y1, sizeof(float) * (size_t)(rows * n_tok)), 0,
-                             "%s %s n=%lld rows=%lld n_tok=%lld: batched != single", ks->name,
-                             sd_type_name(t), (long long)n, (long long)rows, (long long)n_tok);
-                /* a middle slice of tokens as its own batch, at a misaligned address */
-                const int64_t b0 = n_tok / 3, nt2 = n_tok - b0 - 1;
-                if (nt2 > 0) {
-                    size_t bytes = 0;
-                    cr_assert_eq(sd_kernel_act_bytes(ks, t, nt2, n, &bytes), 0);
-                    unsigned char *buf = xalloc(bytes + 8);
-                    sd_kernel_prepare_rows(ks, t, p.x + b0 * n, nt2, n, 0, nt2, buf + 8);
-                    memset(y1, 0xFF, sizeof(float) * (size_t)(rows * n_tok));
-                    kern(p.w, p.wrb, n, buf + 8, nt2, y1, rows, 0, rows);
-                    free(buf);
-                    cr_assert_eq(memcmp(yb + b0 * rows, y1, sizeof(float) * (size_t)(rows * nt2)),
-                                 0, "%s %s: token slice differs", ks->name, sd_type_name(t));
+        const size_t rb = row_bytes(t, N), bb = sd_type_block_bytes(t);
+        const int64_t be = sd_type_block_elems(t);
+        unsigned char *row = malloc(rb);
+        sd_quantize_row(t, x, row, N);
+        int64_t bad = -7;
+        cr_assert_eq(sd_validate_row(t, row, N, &bad), 0, "%s", sd_type_name(t));
+        cr_assert_eq(bad, -7, "untouched when valid");
+        /* the fp16 (or float) fields at a block: for float types the element itself */
+        static const struct {
+            sd_type t;
+            int off[2];
+        } fields[] = {
+            {SD_TYPE_F16, {0, -1}},    {SD_TYPE_BF16, {0, -1}},  {SD_TYPE_F32, {0, -1}},
+            {SD_TYPE_Q8_0, {0, -1}},   {SD_TYPE_Q4_0, {0, -1}},  {SD_TYPE_Q5_0, {0, -1}},
+            {SD_TYPE_Q4_1, {0, 2}},    {SD_TYPE_Q5_1, {0, 2}},   {SD_TYPE_Q4_K, {0, 2}},
+            {SD_TYPE_Q5_K, {0, 2}},    {SD_TYPE_Q2_K, {80, 82}}, {SD_TYPE_Q3_K, {108, -1}},
+            {SD_TYPE_Q6_K, {208, -1}},
+        };
+        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+            if (fields[f].t != t) continue;
+            for (int k = 0; k < 2 && fields[f].off[k] >= 0; k++) {
+                for (int v = 0; v < 2; v++) { /* NaN, then inf */
+                    unsigned char *cp = malloc(rb);
+                    memcpy(cp, row, rb);
+                    const size_t blk = (size_t)(N / be) / 2 + 1;
+                    unsigned char *at = cp + blk * bb + (size_t)fields[f].off[k];
+                    if (t == SD_TYPE_F32) {
+                        const float bad_f = v ? INFINITY : NAN;
+                        memcpy(at, &bad_f, 4);
+                    } else if (t == SD_TYPE_BF16) {
+                        const uint16_t h = v ? 0x7F80 : 0x7FC0;
+                        memcpy(at, &h, 2);
+                    } else {
+                        const uint16_t h = v ? 0xFC00 : 0x7E01;
+                        memcpy(at, &h, 2);
+                    }
+                    cr_assert_eq(sd_validate_row(t, cp, N, &bad), -1, "%s field %d",
+                                 sd_type_name(t), k);
+                    cr_assert_eq(bad, (int64_t)blk * be, "%s: first bad %lld", sd_type_name(t),
+                                 (long long)bad);
+                    free(cp);
                 }
             }
-            free(yb);
-            free(y1);
-            free_problem(&p);
         }
+        free(row);
     }
+    cr_assert_eq(sd_validate_row(SD_TYPE_Q4_K, "", 100, NULL), -1, "bad length");
+    cr_assert_eq(sd_validate_row(SD_TYPE_Q8_K, "", 0, NULL), -1, "activation type");
 }
 
-/* Public dispatch: the name is one of the sets and sd_matmul_rows uses that set. */
-Test(quant_kernels, dispatch) {
-    const char *name = sd_quant_kernels_name();
-    const sd_kernel_set *ks = sd_kernel_set_by_name(name);
-    cr_assert_not_null(ks, "active set '%s' must be runnable", name);
-    cr_assert_eq(ks, sd_kernel_set_active());
-    const char *force = getenv("SD_KERNELS");
-    if (!force || !*force) { /* the best available */
-        for (size_t si = N_SETS; si-- > 0;) {
-            if (sd_kernel_set_by_name(k_sets[si])) {
-                cr_assert_str_eq(name, k_sets[si]);
-                break;
-            }
-        }
-    }
-    cr_log_info("sd_quant_kernels_name() = %s", name);
-    cr_assert_null(sd_kernel_set_by_name("sse9"));
+/* ---------------------------------------------------------------------------------- */
+/* CPU features (runtime/base), as the dispatcher reads them                            */
+/* ---------------------------------------------------------------------------------- */
 
-    uint64_t s = 77;
-    for (size_t ti = 0; ti < N_TYPES; ti++) {
-        const sd_type t = k_types[ti];
-        const int64_t n = 256, rows = 9, n_tok = 3;
-        problem p = make_problem(&s, t, rows, n, n_tok, 0);
-        float ya[27], yb[27];
-        sd_matmul_rows(t, p.w, p.wrb, n, p.xq, n_tok, ya, rows, 0, rows);
-        sd_kernel_for_type(ks, t)(p.w, p.wrb, n, p.xq, n_tok, yb, rows, 0, rows);
-        cr_assert_eq(memcmp(ya, yb, sizeof ya), 0, "%s", sd_type_name(t));
-        sd_matmul_rows_ref(t, p.w, p.wrb, n, p.xq, n_tok, ya, rows, 0, rows);
-        sd_kernel_for_type(&sd_kernels_scalar, t)(p.w, p.wrb, n, p.xq, n_tok, yb, rows, 0, rows);
-        cr_assert_eq(memcmp(ya, yb, sizeof ya), 0, "ref %s", sd_type_name(t));
-        free_problem(&p);
-    }
+/* sd_cpu_features_get agrees with the compiler's own CPU detection (which also checks
+ * that the OS saves the registers), is stable, and the kernel sets follow it. */
+Test(quant_cpu, features_and_sets) {
+    const sd_cpu_features *f = sd_cpu_features_get();
+    cr_assert_not_null(f);
+    cr_assert_eq(f, sd_cpu_features_get(), "one table");
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    cr_assert_eq(f->avx2, __builtin_cpu_supports("avx2") != 0);
+    cr_assert_eq(f->fma, __builtin_cpu_supports("fma") != 0);
+    cr_assert_eq(f->avx512f, __builtin_cpu_supports("avx512f") != 0);
+    cr_assert_eq(f->avx512bw, __builtin_cpu_supports("avx512bw") != 0);
+    cr_assert_eq(f->avx512vl, __builtin_cpu_supports("avx512vl") != 0);
+    cr_assert_eq(f->avx512vnni, __builtin_cpu_supports("avx512vnni") != 0);
+    if (f->avx512bw || f->avx512vl || f->avx512vnni || f->avx512_bf16)
+        cr_assert(f->avx512f, "AVX-512 extensions imply AVX512F");
+    cr_assert_eq(sd_kernel_set_by_name("avx2") != NULL, f->avx2 && f->fma && f->f16c);
+    cr_assert_eq(sd_kernel_set_by_name("avx512") != NULL, f->avx2 && f->fma && f->f16c &&
+                                                              f->avx512f && f->avx512bw &&
+                                                              f->avx512vl && f->avx512vnni);
+    cr_log_info("cpu: avx2 %d fma %d f16c %d avx512f %d bw %d vl %d vnni %d bf16 %d amx_tile %d "
+                "amx_int8 %d",
+                f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vl, f->avx512vnni,
+                f->avx512_bf16, f->amx_tile, f->amx_int8);
+#else
+    cr_assert(!f->avx2 && !f->avx512f);
+#endif
 }

@@ -1,6 +1,7 @@
 /*
- * quant/matmul_avx512.c: AVX-512 row kernels (kernel set "avx512"; needs AVX-512 F, BW,
- * VL and VNNI plus FMA/F16C, checked by the dispatcher in matmul_ref.c).
+ * quant/cpu/avx512.c: AVX-512 row kernels (kernel set "avx512"; needs AVX-512 F, BW,
+ * VL and VNNI plus FMA/F16C, checked by the dispatcher in dispatch.c). Weight types
+ * without an AVX-512 kernel here fall back to the AVX2 set (kernels.h: `lower`).
  *
  * No global -m flags: functions carry __attribute__((target(...))). Non-x86-64 builds
  * compile this file to nothing.
@@ -221,9 +222,10 @@ SD_T SD_INL void qgroup(const void *wr, int64_t nb, const int kind, const int nt
     }
 #define SD_QG_ALL(K)                                                                               \
     SD_QG(K, 1)                                                                                    \
-    SD_QG(K, 2) SD_QG(K, 3) SD_QG(K, 4) SD_QG(K, 5) SD_QG(K, 6) SD_QG(K, 7) SD_QG(K, 8)            \
-        SD_QG(K, 9) SD_QG(K, 10) SD_QG(K, 11) SD_QG(K, 12) SD_QG(K, 13) SD_QG(K, 14) SD_QG(K, 15)  \
-            SD_QG(K, 16)
+    SD_QG(K, 2)                                                                                    \
+    SD_QG(K, 3)                                                                                    \
+    SD_QG(K, 4) SD_QG(K, 5) SD_QG(K, 6) SD_QG(K, 7) SD_QG(K, 8) SD_QG(K, 9) SD_QG(K, 10)           \
+        SD_QG(K, 11) SD_QG(K, 12) SD_QG(K, 13) SD_QG(K, 14) SD_QG(K, 15) SD_QG(K, 16)
 SD_QG_ALL(8)
 SD_QG_ALL(4)
 
@@ -257,8 +259,9 @@ static size_t avx512_pack_tok_bytes(int64_t n_cols) {
 }
 
 /* Part B for row b of a batch of n_tok: its octets at [group][octet][token]. */
-SD_T static void avx512_pack_row(sd_type wt, const sd_block_q8_0 *xr, int64_t n, int64_t n_tok,
-                                 int64_t b, void *pb) {
+SD_T static void avx512_pack_row(sd_type wt, const void *vxr, int64_t n, int64_t n_tok, int64_t b,
+                                 void *pb) {
+    const sd_block_q8_0 *xr = (const sd_block_q8_0 *)vxr;
     const int kind = wt == SD_TYPE_Q8_0 ? 8 : 4;
     const int64_t nb = n / 32, no = (nb + 7) / 8;
     int64_t b0, nt;
@@ -422,16 +425,21 @@ SD_T static void avx512_bf16(const void *w, size_t wrb, int64_t n, const void *x
     frows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 2);
 }
 
+static const sd_act_pack avx512_pack = {avx512_pack_tok_bytes, avx512_pack_row};
+
+/* Types without an entry here (Q4_1, Q5_0, Q5_1, the K-quants) run the AVX2 kernels. */
 const sd_kernel_set sd_kernels_avx512 = {
     .name = "avx512",
-    .f32 = avx512_f32,
-    .f16 = avx512_f16,
-    .bf16 = avx512_bf16,
-    .q8_0 = avx512_q8_0,
-    .q4_0 = avx512_q4_0,
-    .quant_q8_0 = avx512_quant_q8_0,
-    .pack_tok_bytes = avx512_pack_tok_bytes,
-    .pack_row = avx512_pack_row,
+    .lower = &sd_kernels_avx2,
+    .k =
+        {
+            [SD_TYPE_F32] = {avx512_f32, NULL},
+            [SD_TYPE_F16] = {avx512_f16, NULL},
+            [SD_TYPE_BF16] = {avx512_bf16, NULL},
+            [SD_TYPE_Q8_0] = {avx512_q8_0, &avx512_pack},
+            [SD_TYPE_Q4_0] = {avx512_q4_0, &avx512_pack},
+        },
+    .quant = {[SD_TYPE_Q8_0] = avx512_quant_q8_0},
 };
 
 #else  /* !__x86_64__ */

@@ -15,6 +15,7 @@
 #define SD_BASE_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -96,6 +97,25 @@ double sd_time_ms(void);
 
 /* Number of CPU cores this process may run on (its affinity mask; >= 1). */
 int sd_n_cores(void);
+
+/*
+ * CPU features of this machine, read once from CPUID (and XGETBV for the register state
+ * the OS saves), then read-only: the table every kernel dispatcher consults. Vector
+ * extensions count only when the OS also saves their registers (AVX: XCR0 bits 1-2;
+ * AVX-512: bits 5-7 as well), so a set reported here can be executed. amx_tile and
+ * amx_int8 are the CPUID bits only (whether Linux granted the tile state to this
+ * process, arch_prctl(ARCH_REQ_XCOMP_PERM), is not checked). All false on non-x86-64.
+ * Source: Intel SDM vol. 2A, CPUID leaves 1 and 7; vol. 1 sec. 13.3 (XCR0).
+ */
+typedef struct sd_cpu_features {
+    bool avx2, fma, f16c;                         /* leaf 7 EBX 5; leaf 1 ECX 12, 29 */
+    bool avx512f, avx512bw, avx512vl, avx512vnni; /* leaf 7 EBX 16, 30, 31; ECX 11 */
+    bool avx512_bf16;                             /* leaf 7 sub-leaf 1 EAX 5 */
+    bool amx_tile, amx_int8;                      /* leaf 7 EDX 24, 25 */
+} sd_cpu_features;
+
+/* The features of this CPU (detected once, pthread_once; never NULL, never changes). */
+const sd_cpu_features *sd_cpu_features_get(void);
 
 #ifdef __cplusplus
 }

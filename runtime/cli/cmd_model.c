@@ -32,10 +32,14 @@ static const char k_convert_help[] =
     "  atomically; it must be a new or regular file, not one of the inputs.\n";
 
 static const char k_quantize_help[] =
-    "usage: specdec quantize IN.gguf OUT.gguf q8_0|q4_0\n"
-    "  a copy of IN with its 2-D weight matrices in TYPE (rows whose length is not a\n"
-    "  multiple of the block stay F16; norms F32), as llama-quantize. OUT is written\n"
-    "  atomically; it must be a new or regular file, not IN.\n";
+    "usage: specdec quantize IN.gguf OUT.gguf TYPE\n"
+    "  a copy of IN with its 2-D weight matrices in TYPE: f32, f16, bf16, q8_0, q4_0,\n"
+    "  q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k (all matrices, as llama-quantize\n"
+    "  --pure), or the mixes q4_k_m, q5_k_m (classifier and some attn_v / ffn_down in\n"
+    "  q6_k, as llama-quantize). Rows whose length is not a multiple of the block fall\n"
+    "  back as llama.cpp does (K-quants to q5_0/q5_1/q8_0/q4_0, then f16); norms stay\n"
+    "  f32; a NaN or infinity in IN is refused. OUT is written atomically; it must be a\n"
+    "  new or regular file, not IN.\n";
 
 static const char k_info_help[] = "usage: specdec info FILE.gguf\n"
                                   "  GGUF version, architecture and hyper-parameters, tensor\n"
@@ -70,13 +74,19 @@ int sd_cmd_quantize(int argc, char **argv) {
         fputs(k_quantize_help, stdout);
         return EXIT_SUCCESS;
     }
-    if (argc != 4) return usage_error("%s", "usage: specdec quantize IN.gguf OUT.gguf q8_0|q4_0");
-    sd_type t;
-    if (sd_type_from_name(argv[3], &t) || (t != SD_TYPE_Q8_0 && t != SD_TYPE_Q4_0))
-        return usage_error("quantize: type must be q8_0 or q4_0, found '%s'", argv[3]);
+    if (argc != 4)
+        return usage_error("usage: specdec quantize IN.gguf OUT.gguf TYPE, TYPE one of %s",
+                           sd_quant_recipe_names());
+    sd_quant_recipe r;
+    if (sd_quant_recipe_from_name(argv[3], &r)) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "quantize: TYPE: expected one of %s, found '%%s'",
+                 sd_quant_recipe_names());
+        return usage_error(msg, argv[3]);
+    }
     sd_error err = {0};
     sd_cli_temp_arm(argv[2]); /* a fatal signal removes the temporary */
-    int rc = sd_quantize_file_progress(argv[1], argv[2], t, stderr, quantize_progress, NULL, &err);
+    int rc = sd_quantize_file_recipe(argv[1], argv[2], &r, stderr, quantize_progress, NULL, &err);
     sd_cli_temp_disarm();
     if (rc) return sd_cli_fail(&err);
     fprintf(stderr, "specdec: wrote %s\n", argv[2]);

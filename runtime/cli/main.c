@@ -3,7 +3,8 @@
  *
  *   specdec generate  [--config F] -m TARGET [-md DRAFT] [-p TEXT | -f FILE] [options]
  *   specdec convert   CKPT.bin TOKENIZER.bin OUT.gguf
- *   specdec quantize  IN.gguf OUT.gguf q8_0|q4_0
+ *   specdec quantize  IN.gguf OUT.gguf TYPE   (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k ... q6_k,
+ *                                              q4_k_m, q5_k_m)
  *   specdec info      FILE.gguf
  *   specdec tokenize  -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)
  *   specdec --version
@@ -31,7 +32,7 @@ static void print_help(FILE *f) {
                "commands:\n"
                "  generate   speculative (or target-alone) generation\n"
                "  convert    CKPT.bin TOKENIZER.bin OUT.gguf   llama2.c checkpoint -> GGUF (f32)\n"
-               "  quantize   IN.gguf OUT.gguf q8_0|q4_0        quantized copy of a GGUF model\n"
+               "  quantize   IN.gguf OUT.gguf TYPE             quantized copy (q8_0, q4_k_m, ...)\n"
                "  info       FILE.gguf                         architecture, sizes, types, vocab\n"
                "  tokenize   -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)   print token ids\n"
                "  bench      A/B benchmark, target alone vs speculative (--kernels: bandwidth)\n"

@@ -440,9 +440,9 @@ static int parse(sd_gguf *g, sd_error *err) {
         if ((st = rd_u32(&r, &t->type, f))) break;
         if (!sd_type_supported(t->type)) {
             st = sd_errorf(err, SD_ERR_UNSUPPORTED,
-                           "%s: %s: expected one of f32 (0), f16 (1), q4_0 (2), q8_0 (8), "
-                           "bf16 (30), found type id %" PRIu32,
-                           g->path, f, t->type);
+                           "%s: %s: expected a supported ggml type id (%s), found type id "
+                           "%" PRIu32,
+                           g->path, f, sd_type_writable_names(), t->type);
             break;
         }
         if (tensor_nbytes(t->type, t->n_dims, t->ne, &t->nbytes) != 0) {

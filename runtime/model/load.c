@@ -181,7 +181,7 @@ static int get_matrix(sd_model *m, const char *name, int64_t rows, int64_t cols,
         return sd_errorf(err, SD_ERR_FORMAT,
                          "%s: tensor '%s': %zu data bytes, expected %lld rows x %zu", m->path, name,
                          t->nbytes, (long long)t->ne[1], row_bytes);
-    const size_t align = type == SD_TYPE_F32 ? 4 : 2;
+    const size_t align = sd_type_align(type);
     if ((uintptr_t)t->data % align != 0)
         return sd_errorf(err, SD_ERR_FORMAT, "%s: tensor '%s': data is not %zu-byte aligned",
                          m->path, name, align);

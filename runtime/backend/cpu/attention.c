@@ -1,6 +1,7 @@
 /* runtime/backend/cpu/attention.c: the attention driver over the KV cache (softmax in a
  * fixed order per (token, head)) and the choice of kernel level (see attn.h). */
 #include "runtime/backend/cpu/attn.h"
+#include "runtime/base/sd_base.h"
 
 #include <math.h>
 #include <string.h>
@@ -44,26 +45,14 @@ void sd_cpu_attend_block(const sd_att_kernels *ak, const float *q, int32_t nh, s
             out[(size_t)h * (size_t)head_dim + d] *= inv[h];
 }
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-
-/* F16C: CPUID.1:ECX bit 29 (clang's __builtin_cpu_supports lacks "f16c"). */
-static int cpu_has_f16c(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
-}
-#endif
-
 const sd_att_kernels *sd_cpu_att_by_name(const char *name) {
     if (!name) return NULL;
     if (strcmp(name, "scalar") == 0) return &sd_att_scalar;
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    const int avx2 =
-        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+    const sd_cpu_features *f = sd_cpu_features_get();
+    const int avx2 = f->avx2 && f->fma && f->f16c;
     if (strcmp(name, "avx2") == 0) return avx2 ? &sd_att_avx2 : NULL;
-    if (strcmp(name, "avx512") == 0)
-        return avx2 && __builtin_cpu_supports("avx512f") ? &sd_att_avx512 : NULL;
+    if (strcmp(name, "avx512") == 0) return avx2 && f->avx512f ? &sd_att_avx512 : NULL;
 #endif
     return NULL;
 }

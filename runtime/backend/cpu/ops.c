@@ -331,17 +331,10 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
     int32_t nt = p->n_threads ? p->n_threads : sd_n_cores();
     if (nt > SD_CPU_MAX_THREADS) nt = SD_CPU_MAX_THREADS;
     /* Prepared activations: the largest sd_activations_bytes over the weight types for
-     * n_batch rows of max_cols (rounded up to a whole Q8_0 block; sizes are monotone). */
-    static const sd_type wts[] = {SD_TYPE_F32, SD_TYPE_F16, SD_TYPE_BF16, SD_TYPE_Q8_0,
-                                  SD_TYPE_Q4_0};
-    const int64_t cols_q = (p->max_cols + SD_QK8_0 - 1) / SD_QK8_0 * SD_QK8_0;
+     * n_batch rows of up to max_cols. */
     size_t xq_bytes = 0, sc_len, sc_bytes;
-    for (size_t i = 0; i < sizeof wts / sizeof wts[0]; i++) {
-        size_t b;
-        if (sd_activations_bytes(wts[i], p->n_batch, cols_q, &b) != 0)
-            return sd_errorf(err, SD_ERR_OOM, "cpu backend: scratch size overflows");
-        if (b > xq_bytes) xq_bytes = b;
-    }
+    if (sd_activations_bytes_max(p->n_batch, p->max_cols, &xq_bytes) != 0)
+        return sd_errorf(err, SD_ERR_OOM, "cpu backend: scratch size overflows");
     if (sd_mul_size((size_t)nt * SD_ATT_HB, (size_t)p->n_ctx, &sc_len) ||
         sd_mul_size(sc_len, sizeof(float), &sc_bytes))
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: scratch size overflows");

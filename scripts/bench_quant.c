@@ -1,0 +1,134 @@
+/*
+ * scripts/bench_quant.c: matmul row-kernel throughput per element type and kernel set,
+ * in GB/s of weights streamed (weight bytes read per second), one thread. Not a test:
+ * a benchmark printing one JSON object per line. Built and run by scripts/bench_quant.sh.
+ *
+ * For each type: a [rows x cols] weight matrix (default 4096 x 4096) from N(0, 1) values
+ * through the reference quantizer; activations prepared once; then the kernel of each
+ * available set over all rows, n_tok = 1 (decode) and n_tok = 17 (a verification
+ * batch), repeated; the best of --reps runs is reported (least disturbed by other load).
+ * "hot": the same matrix each run (it may sit in L3: 9.4 MB for Q4_K, 32 MB L3 here);
+ * "stream": --copies distinct copies cycled so each run reads from DRAM.
+ *
+ * usage: bench_quant [--rows R] [--cols C] [--reps N] [--copies K] [--types q4_0,q4_k,...]
+ *                    [--ldy-pad P]   (output row stride rows + P; default 0 as the backend)
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "quant/cpu/kernels.h"
+#include "quant/sd_quant.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t g_s = 1;
+static uint64_t rn(void) {
+    uint64_t z = (g_s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float gauss(void) {
+    const double u1 = ((double)(rn() >> 11) + 0.5) * 0x1p-53, u2 = (double)(rn() >> 11) * 0x1p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+int main(int argc, char **argv) {
+    int64_t rows = 4096, cols = 4096;
+    int reps = 5, copies = 8, pad = 0;
+    const char *types = "f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--rows")) rows = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--cols")) cols = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--copies")) copies = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--types")) types = argv[i + 1];
+        else if (!strcmp(argv[i], "--ldy-pad")) pad = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
+    float *x = malloc(sizeof(float) * (size_t)(17 * cols));
+    const int64_t ldy = rows + pad; /* y [n_tok, ldy], as the backend's y [n_tok, rows] */
+    float *y = malloc(sizeof(float) * (size_t)(17 * ldy));
+    for (int64_t i = 0; i < rows * cols; i++)
+        wf[i] = gauss() * 0.02f;
+    for (int64_t i = 0; i < 17 * cols; i++)
+        x[i] = gauss();
+    char list[512];
+    snprintf(list, sizeof list, "%s", types);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        sd_type t;
+        if (sd_type_from_name(tok, &t)) {
+            fprintf(stderr, "unknown type %s\n", tok);
+            return 2;
+        }
+        size_t rb;
+        if (sd_type_row_bytes(t, cols, &rb)) {
+            fprintf(stderr, "%s: cols %lld not a multiple of its block\n", tok, (long long)cols);
+            return 2;
+        }
+        const size_t mb = rb * (size_t)rows;
+        unsigned char **w = malloc(sizeof *w * (size_t)copies);
+        for (int c = 0; c < copies; c++) {
+            w[c] = aligned_alloc(64, (mb + 63) / 64 * 64);
+            if (c == 0)
+                for (int64_t r = 0; r < rows; r++)
+                    sd_quantize_row(t, wf + r * cols, w[0] + (size_t)r * rb, cols);
+            else
+                memcpy(w[c], w[0], mb);
+        }
+        static const char *const sets[] = {"avx512", "avx2", "scalar"};
+        for (int si = 0; si < 3; si++) {
+            const sd_kernel_set *ks = sd_kernel_set_by_name(sets[si]);
+            if (!ks || (si == 2 && sd_kernel_set_by_name("avx2"))) continue; /* scalar: slow */
+            const sd_kernel_set *own = sd_kernel_owner(ks, t);
+            if (own != ks) continue; /* this set runs a lower set's kernel for t */
+            static const int64_t toks[] = {1, 17};
+            for (int ti = 0; ti < 2; ti++) {
+                const int64_t nt = toks[ti];
+                size_t xb;
+                sd_kernel_act_bytes(ks, t, nt, cols, &xb);
+                void *xq = aligned_alloc(64, (xb + 63) / 64 * 64);
+                sd_kernel_prepare_rows(ks, t, x, nt, cols, 0, nt, xq);
+                sd_rows_kernel k = sd_kernel_for_type(ks, t);
+                for (int mode = 0; mode < 2; mode++) { /* 0 hot, 1 stream */
+                    double best = 1e30;
+                    k(w[0], rb, cols, xq, nt, y, ldy, 0, rows); /* warm-up */
+                    for (int rep = 0; rep < reps; rep++) {
+                        const unsigned char *m = w[mode ? (rep % copies) : 0];
+                        const double t0 = now_s();
+                        k(m, rb, cols, xq, nt, y, ldy, 0, rows);
+                        const double dt = now_s() - t0;
+                        if (dt < best) best = dt;
+                    }
+                    printf("{\"type\": \"%s\", \"set\": \"%s\", \"n_tok\": %lld, \"mode\": \"%s\", "
+                           "\"rows\": %lld, \"cols\": %lld, \"weight_mib\": %.2f, "
+                           "\"ms\": %.3f, \"weight_gbps\": %.2f, \"tok_rows_per_us\": %.1f}\n",
+                           sd_type_name(t), ks->name, (long long)nt, mode ? "stream" : "hot",
+                           (long long)rows, (long long)cols, (double)mb / 1048576.0, best * 1e3,
+                           (double)mb / best * 1e-9, (double)(rows * nt) / best * 1e-6);
+                    fflush(stdout);
+                }
+                free(xq);
+            }
+        }
+        for (int c = 0; c < copies; c++)
+            free(w[c]);
+        free(w);
+    }
+    free(wf);
+    free(x);
+    free(y);
+    return 0;
+}
