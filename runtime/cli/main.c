@@ -64,6 +64,12 @@ static void print_help(FILE *f) {
                "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
                "  --no-bos                 do not prepend BOS to the prompt\n"
                "  --kv-type f32|f16        KV-cache element type (default f32)\n"
+               "  --device cpu|cuda (-dev) where the target runs (default cpu)\n"
+               "  --device-draft D (-devd) where the draft runs (default: --device)\n"
+               "  -ngl N, -ngld N          llama.cpp's GPU layers: N > 0 runs the target (draft)\n"
+               "                           on the GPU, every layer; 0 the CPU\n"
+               "  --tensor-split N (-ts)   split the target over N GPUs (tensor parallel;\n"
+               "                           -ts 1,1 and -sm row, every GPU, mean the same)\n"
                "  --json                   print one JSON object on stdout instead of text\n");
 }
 
@@ -72,6 +78,12 @@ static void rewrite_aliases(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) break;
         if (!strcmp(argv[i], "-md")) argv[i] = "--model-draft";
+        if (!strcmp(argv[i], "-ngl")) argv[i] = "--n-gpu-layers";
+        if (!strcmp(argv[i], "-ngld")) argv[i] = "--n-gpu-layers-draft";
+        if (!strcmp(argv[i], "-ts")) argv[i] = "--tensor-split";
+        if (!strcmp(argv[i], "-sm")) argv[i] = "--split-mode";
+        if (!strcmp(argv[i], "-dev")) argv[i] = "--device";
+        if (!strcmp(argv[i], "-devd")) argv[i] = "--device-draft";
     }
 }
 

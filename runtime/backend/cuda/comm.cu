@@ -48,20 +48,24 @@ static void cuda_comm_free(sd_comm *c) {
 static void cuda_comm_allreduce(sd_comm *c, int32_t rank, float *x, int64_t n) {
     sd_comm_cuda *cc = (sd_comm_cuda *)c;
     sd_cuda_backend *be = cc->be[rank];
-    if (c->n_ranks == 1 || n <= 0 || !sd_cu_enter(be)) return;
+    /* n is the same on every rank (a collective), so these early returns are taken by all. */
+    if (c->n_ranks == 1 || n <= 0) return;
     if (n > cc->max_elems) {
         sd_cu_failf(be, SD_ERR_ARG, "allreduce: %lld floats, the communicator holds %lld",
                     (long long)n, (long long)cc->max_elems);
         return;
     }
 #ifdef SD_HAVE_NCCL
+    /* Issued even when this rank has a pending error (its ops are being skipped): the other
+     * ranks' all-gathers would otherwise wait for it forever. */
+    cudaSetDevice(be->device);
     ncclResult_t r =
         ncclAllGather(x, cc->gather[rank], (size_t)n, ncclFloat, cc->nccl[rank], be->stream);
     if (r != ncclSuccess) {
         sd_cu_failf(be, SD_ERR_IO, "allreduce: ncclAllGather failed: %s", ncclGetErrorString(r));
         return;
     }
-    sd_cu_sum_parts(be, cc->gather[rank], c->n_ranks, n, x);
+    if (sd_cu_enter(be)) sd_cu_sum_parts(be, cc->gather[rank], c->n_ranks, n, x);
 #else
     sd_cu_failf(be, SD_ERR_UNSUPPORTED, "allreduce: built without NCCL");
 #endif
