@@ -76,7 +76,7 @@ Test(device_cli, cuda_init_says_why_it_cannot_run) {
 
 /* Run `specdec ARGS`: exit status, stdout and stderr (malloc'd). */
 static int run(const char *args, char **out, char **err) {
-    char cmd[8192];
+    char cmd[16384];
     snprintf(cmd, sizeof cmd, "%s %s", SD_BINARY, args);
     return tu_run(cmd, out, err);
 }
@@ -150,4 +150,28 @@ Test(device_cli, config_device_key) {
     snprintf(text, sizeof text, "{\"target\": \"%s\", \"device\": \"gpu0\"}", g_t);
     cr_assert_eq(tu_write_file(cfg, text, strlen(text)), 0);
     expect_one_line_error(args, 1, "key 'device': expected \"cpu\" or \"cuda\"");
+}
+
+Test(device_cli, compare_split_against_unsplit_on_cpu) {
+    char args[8400], json[2100], *out = NULL, *err = NULL;
+    tu_path(json, sizeof json, g_dir, "cmp.json");
+    snprintf(args, sizeof args, "compare -m %s --device cpu --tensor-split 2 -n 20 -t 2 --json %s",
+             g_t, json);
+    cr_assert_eq(run(args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "single steps: 0 of 17 positions differ"), "%s", out);
+    size_t len = 0;
+    char *text = (char *)tu_read_file(json, &len);
+    cr_assert_not_null(text);
+    cr_assert(strstr(text, "\"batch_invariant\": true"), "%s", text);
+    cr_assert(strstr(text, "\"top1_agreement\": 1.0"), "%s", text);
+    free(text);
+    free(out);
+    free(err);
+    if (gpu_present()) return;
+    snprintf(args, sizeof args, "compare -m %s -n 4", g_t); /* --device cuda by default */
+#ifdef SD_TEST_CUDA_BUILD
+    expect_one_line_error(args, 1, "no CUDA device found");
+#else
+    expect_one_line_error(args, 1, "built without CUDA");
+#endif
 }

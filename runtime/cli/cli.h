@@ -13,6 +13,9 @@
  *                                     prefill throughput
  *   specdec perplexity (runtime/perplexity.c)  mean NLL (nats/token) and perplexity of
  *                                     a model over the stories of a text file
+ *   specdec compare (runtime/cli/compare.c)  a model's logits on two placements (GPU vs
+ *                                     CPU, split vs unsplit): top-1 agreement, largest
+ *                                     difference, batched == single-token steps
  *
  * Below them, the pieces the commands share (runtime/cli_common.c): messages, strict
  * number parsing, reading a file, and the generation flags of `generate` and `bench`
@@ -37,6 +40,7 @@ extern "C" {
 int sd_cmd_synth(int argc, char **argv);
 int sd_cmd_bench(int argc, char **argv);
 int sd_cmd_perplexity(int argc, char **argv);
+int sd_cmd_compare(int argc, char **argv); /* runtime/cli/compare.c */
 
 /* ---- messages, numbers, files ---- */
 

@@ -46,6 +46,7 @@ static void print_help(FILE *f) {
                "  bench      A/B benchmark, target alone vs speculative (--kernels: bandwidth)\n"
                "  synth      -o DIR [--preset P --type T --noise S]  synthetic target/draft pair\n"
                "  perplexity -m FILE.gguf -f TEXT [--ctx N]   mean NLL (nats/token) over stories\n"
+               "  compare    -m FILE.gguf [--device cuda]    logits on two devices (or split)\n"
                "\n"
                "generate options (llama.cpp spellings in parentheses):\n"
                "  --config FILE            JSON pair config (flags override it)\n"
@@ -560,5 +561,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return sd_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return sd_cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return sd_cmd_perplexity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "compare")) return sd_cmd_compare(argc - 1, argv + 1);
     return usage_error("unknown command '%s'", cmd);
 }
