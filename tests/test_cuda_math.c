@@ -225,7 +225,7 @@ Test(cuda_math, gemv_quant_order_vs_reference) {
         const sd_type t = types[ti];
         for (size_t ni = 0; ni < sizeof nbs / sizeof nbs[0]; ni++) {
             const int nb = nbs[ni], n = nb * 32;
-            uint8_t *w = aligned_alloc(16, (size_t)nb * 34 + 16);
+            uint8_t *w = aligned_alloc(16, ((size_t)nb * 34 + 31) / 16 * 16);
             float *xf = malloc((size_t)n * sizeof(float));
             sd_block_q8_0 *xq = malloc((size_t)nb * sizeof *xq);
             cr_assert(w && xf && xq);

@@ -93,7 +93,7 @@ static int take_error(sd_cuda_backend *c, sd_error *err) {
 
 /* ---- graphs ---- */
 
-static void graphs_off(sd_cuda_backend *c) {
+void sd_cu_graphs_off(sd_cuda_backend *c) {
     c->use_graphs = 0;
     for (int i = 0; i <= SD_CU_GRAPH_MAX_TOK; i++) {
         if (c->exec[i]) cudaGraphExecDestroy(c->exec[i]);
@@ -106,7 +106,7 @@ static void graph_begin(sd_cuda_backend *c, int32_t n_tok) {
         return;
     if (!sd_cu_check(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal),
                      "graph", "cudaStreamBeginCapture")) {
-        graphs_off(c);
+        sd_cu_graphs_off(c);
         return;
     }
     c->capturing = 1;
@@ -122,7 +122,7 @@ static void graph_end(sd_cuda_backend *c) {
     if (!sd_cu_check(c, e, "graph", "cudaStreamEndCapture") || c->failed) {
         if (g) cudaGraphDestroy(g);
         cudaGetLastError();
-        graphs_off(c);
+        sd_cu_graphs_off(c);
         return;
     }
     cudaGraphExec_t *ex = &c->exec[c->cap_tok];
@@ -137,11 +137,12 @@ static void graph_end(sd_cuda_backend *c) {
     if (!*ex && !sd_cu_check(c, cudaGraphInstantiate(ex, g, 0), "graph", "cudaGraphInstantiate")) {
         *ex = NULL;
         cudaGraphDestroy(g);
-        graphs_off(c);
+        sd_cu_graphs_off(c);
         return;
     }
     cudaGraphDestroy(g);
-    if (!sd_cu_check(c, cudaGraphLaunch(*ex, c->stream), "graph", "cudaGraphLaunch")) graphs_off(c);
+    if (!sd_cu_check(c, cudaGraphLaunch(*ex, c->stream), "graph", "cudaGraphLaunch"))
+        sd_cu_graphs_off(c);
 }
 
 /* ---- memory ---- */
@@ -352,7 +353,7 @@ static void cu_free(sd_backend *be) {
         if (g) cudaGraphDestroy(g);
         c->capturing = 0;
     }
-    graphs_off(c);
+    sd_cu_graphs_off(c);
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->blas_ws);

@@ -125,6 +125,8 @@ extern "C" int sd_comm_cuda_init(sd_backend *const *bes, int32_t n, int64_t max_
                              bytes / 1048576.0, devs[r], cudaGetErrorString(e));
         }
     }
+    for (int32_t r = 0; r < n; r++)
+        sd_cu_graphs_off(cc->be[r]);
     ncclResult_t nr = ncclCommInitAll(cc->nccl, n, devs);
     if (nr != ncclSuccess) {
         for (int32_t r = 0; r < n; r++)

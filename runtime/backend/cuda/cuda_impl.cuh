@@ -112,6 +112,10 @@ int sd_cu_blas_check(sd_cuda_backend *c, cublasStatus_t s, const char *op, const
  * backend's device current and returns 1. */
 int sd_cu_enter(sd_cuda_backend *c);
 
+/* Stop capturing decode steps as graphs (for good): after a failed capture, and for the
+ * ranks of a multi-GPU communicator (NCCL calls stay outside graphs). backend.cu. */
+void sd_cu_graphs_off(sd_cuda_backend *c);
+
 /* ---- ops (one file each) ---- */
 
 void sd_cu_get_rows(sd_cuda_backend *c, const sd_weight *w, const int32_t *ids, int32_t n_tok,
