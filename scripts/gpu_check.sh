@@ -57,8 +57,9 @@ if [ "${1:-}" = "--prepare" ]; then
         ldd "$f" | awk '/=> \// {print $3}'
     done | sort -u | while read -r lib; do
         case "$(basename "$lib")" in
-        libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | ld-linux* | libcuda.so* | \
-            libcudart.so* | libcublas* | libnccl* | libstdc++.so* | libgcc_s.so*) ;;
+        libc.so* | libm.so* | libpthread.so* | libdl.so* | librt.so* | libresolv.so* | libnss* | \
+            libutil.so* | ld-linux* | libcuda.so* | libcudart.so* | libcublas* | libnccl* | \
+            libstdc++.so* | libgcc_s.so*) ;; # glibc, the C++ runtime and CUDA: the device's own
         *) cp -L "$lib" "$CARRY/lib/" ;;
         esac
     done
@@ -83,8 +84,9 @@ STEPS="$R/steps.tsv"
 
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
 
-# step NAME TIMEOUT_S CMD...: run with a timeout (never beyond the budget), stdout and stderr
-# to $R/NAME.out / .err, one line in steps.tsv. Returns the command's status.
+# step NAME TIMEOUT_S CMD...: run with a timeout (never beyond the budget) and the library
+# path LDP (set below; only our programs see it), stdout and stderr to $R/NAME.out / .err,
+# one line in steps.tsv. Returns the command's status.
 step() {
     local name="$1" t="$2"
     shift 2
@@ -99,7 +101,7 @@ step() {
     log "$name (timeout ${t}s, ${l}s left)"
     local s0 rc
     s0=$(date +%s)
-    timeout --signal=KILL "$t" "$@" >"$R/$name.out" 2>"$R/$name.err"
+    timeout --signal=KILL "$t" env LD_LIBRARY_PATH="$LDP" "$@" >"$R/$name.out" 2>"$R/$name.err"
     rc=$?
     printf '%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - s0))" >>"$STEPS"
     [ "$rc" -ne 0 ] && log "$name: exit $rc (see $R/$name.err): $(tail -n 2 "$R/$name.err" | tr '\n' ' ')"
@@ -115,30 +117,29 @@ else
     echo "nvidia-smi not found" >"$R/device.csv"
 fi
 
-# Libraries: the CUDA toolkit, and NCCL / cuBLAS from pip wheels if that is where they are.
+# Libraries for our programs (LDP, not exported: python3 and the system tools keep theirs):
+# the CUDA toolkit, and NCCL / cuBLAS from pip wheels if that is where they are.
+LDP="${LD_LIBRARY_PATH:-}"
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$d"
+    [ -d "$d" ] && LDP="$LDP:$d"
 done
-for lib in libnccl.so.2 libcublas.so.13; do
+for lib in libnccl.so.2 libcublas.so.13 libcudart.so.13; do
     if ! ldconfig -p 2>/dev/null | grep -q "$lib"; then
         p=$(find /usr /opt -name "$lib" 2>/dev/null | head -n 1)
-        if [ -n "$p" ]; then
-            d=$(dirname "$p")
-            export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$d"
-        fi
+        [ -n "$p" ] && LDP="$LDP:$(dirname "$p")"
     fi
 done
 
 # The binaries: carried, else built here.
 BIN=""
 if [ -x "$CARRY/bin/specdec" ] &&
-    LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}" "$CARRY/bin/specdec" --help >/dev/null 2>&1; then
-    export LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}"
+    LD_LIBRARY_PATH="$CARRY/lib:$LDP" "$CARRY/bin/specdec" --help >/dev/null 2>&1; then
+    LDP="$CARRY/lib:$LDP"
     BIN="$CARRY/bin"
     echo carried >"$R/build_mode"
     log "using the carried binaries in $CARRY"
 else
-    [ -d "$CARRY" ] && log "carried binaries do not run here: $(LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}" "$CARRY/bin/specdec" --help 2>&1 | head -n 1)"
+    [ -d "$CARRY" ] && log "carried binaries do not run here: $(LD_LIBRARY_PATH="$CARRY/lib:$LDP" "$CARRY/bin/specdec" --help 2>&1 | head -n 1)"
     export PATH="$PATH:/usr/local/cuda/bin"
     TESTS=OFF
     pkg-config --exists criterion 2>/dev/null && TESTS=ON

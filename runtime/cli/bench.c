@@ -601,8 +601,13 @@ static int run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) 
     const int bw_reps = (int)(c->reps < 10 ? 10 : c->reps);
     double bw = 0, bw_before = 0, bw_after = 0;
     if (!rc) {
-        fprintf(stderr, "specdec bench: memory read bandwidth (%lld MiB, %d threads)\n",
-                (long long)c->bw_mib, nth);
+        if (p->device == SD_DEVICE_CPU)
+            fprintf(stderr, "specdec bench: memory read bandwidth (%lld MiB, %d threads)\n",
+                    (long long)c->bw_mib, nth);
+        else
+            fprintf(stderr,
+                    "specdec bench: %s memory bandwidth (device-to-device copy, %lld MiB)\n",
+                    sd_device_name(p->device), (long long)c->bw_mib);
         rc = measure_bw(p, c->bw_mib, nth, bw_reps, &bw_before, err);
         bw = bw_before;
     }
