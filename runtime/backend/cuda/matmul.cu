@@ -19,6 +19,12 @@
  * Y[b, r] is the same bits in a 1-token decode step and in a 17-token verification pass.
  * tests/test_cuda_math.c checks the host emulation of this order against the CPU reference
  * (bit for bit where the orders coincide, within a stated bound elsewhere).
+ *
+ * Not measured yet (no GPU was lent when this was written): each lane reads its quantized
+ * block with 2-byte loads (GGUF blocks of 34 / 18 bytes are only 2-byte aligned). A warp's
+ * 32 blocks are contiguous, so if decode falls short of the HBM roof, the first change to
+ * try is a warp-cooperative 16-byte load of those bytes into shared memory; the reduction
+ * order (and so the bits) would not change.
  */
 #include "runtime/backend/cuda/cuda_impl.cuh"
 #include "runtime/backend/cuda/types.cuh"
