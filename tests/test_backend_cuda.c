@@ -10,8 +10,9 @@
  * Bounds (u = 2^-24): bit-identical where the GPU does the CPU's arithmetic (get_rows, the
  * F16 KV store, copies); matmul on the batch-invariant kernels within 2 (m + 32) u sum|w x|
  * (two summation orders of m terms); on cuBLAS (n_tok >= 18) within 4e-3 sum|w x| (F16
- * operands, TF32 for F32 weights; 1e-2 for BF16, whose activations round to 8 bits) plus, for quantized weights, the CPU's own activation
- * quantization error sum |w_j| d_x / 2; elementwise ops within a few ulp of the value's
+ * operands, TF32 for F32 weights; 1e-2 for BF16, whose activations round to 8 bits)
+ * plus, for quantized weights, the CPU's own activation quantization error
+ * sum |w_j| d_x / 2; elementwise ops within a few ulp of the value's
  * scale (device libm vs glibc; rope 1e-4: theta up to ~100 rad); attention within 1e-4
  * of the output scale; whole-model logits within 1e-3 (float weights) or 2e-2 (Q8_0 / Q4_0,
  * where an activation rounding can flip) of the largest logit.
