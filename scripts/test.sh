@@ -49,6 +49,8 @@ if [ "$which" = all ] || [ "$which" = sanitize ]; then
     # halt_on_error: a sanitizer report fails the test; detect_leaks: every allocation freed.
     export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-    build sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSD_SANITIZE=ON
+    # CPU only: the sanitizers instrument C code, not CUDA kernels, and the Release build
+    # above already compiles, links and tests the CUDA backend wherever nvcc is found.
+    build sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSD_SANITIZE=ON -DSD_CUDA=OFF
     run_tests build-sanitize "sanitize, shared data: ${SD_SHARED_DATA:-../shared/data}"
 fi

@@ -55,6 +55,15 @@
  * whatever n_tok, pos0 and the thread count: ops split work only by whole output rows /
  * (token, head) pairs, never inside a reduction. tests/test_backend.c checks every op
  * of every backend built against the scalar reference, and batch == single bit for bit.
+ * The CUDA backend (cuda/) keeps the contract for every call with n_tok below its cuBLAS
+ * threshold (18 by default: every decode step and verification pass of K + 1 <= 17 tokens
+ * runs its own fixed-order kernels); larger matmuls (prefill) go to cuBLAS, whose
+ * algorithm depends on the shape, so a prefill batch is only close (F16 / TF32 operand
+ * rounding) to the same tokens fed one by one. Its results differ from the CPU backend's
+ * by summation order and device libm (powf, expf...) within float rounding; dequantization,
+ * the Q8_0 activation quantizer, get_rows and F16 KV stores are bit-identical to the CPU.
+ * A device error (a fault, a failed launch) is reported as SD_ERR_IO with the CUDA call
+ * and its message; running out of device memory as SD_ERR_OOM naming the buffer.
  *
  * Ops allocate nothing: all scratch is allocated by the backend's init, all memory the
  * forward pass uses by buffer_alloc before the first eval.
@@ -141,6 +150,9 @@ typedef struct sd_backend_ops {
     int (*read)(sd_backend *be, void *host_dst, const void *src, size_t bytes, sd_error *err);
     /* Wait for queued ops; returns the first error an op recorded since the last sync. */
     int (*sync)(sd_backend *be, sd_error *err);
+    /* 1 if get_rows and matmul have kernels for weights of type t (sessions check every
+     * weight matrix at init, so an unsupported type is a clear error, not a failed op). */
+    int (*supports_type)(const sd_backend *be, sd_type t);
 
     /* ---- ops (shapes at the top of this file) ---- */
     void (*get_rows)(sd_backend *be, const sd_weight *w, const int32_t *ids, int32_t n_tok,
@@ -196,6 +208,47 @@ const char *sd_backend_cpu_kernels(const sd_backend *be);
 /* Use the attention kernels called `name` (tests compare the levels). Returns -1, and
  * changes nothing, if the name is unknown or this CPU cannot run them. */
 int sd_backend_cpu_set_kernels(sd_backend *be, const char *name);
+
+/* Devices of kind dev present: 1 for SD_DEVICE_CPU; for SD_DEVICE_CUDA the GPU count
+ * (SD_ERR_UNSUPPORTED, with the reason, in a build without CUDA or where no GPU or driver
+ * is present; *n = 0 then). */
+int sd_backend_device_count(sd_device dev, int32_t *n, sd_error *err);
+
+/*
+ * Tensor parallelism: a communicator joins n_ranks backends of one device kind, one per
+ * rank, each driven by its own thread (one thread per GPU; the CPU simulates ranks with
+ * threads over CPU backends). Its collective is a sum all-reduce with a FIXED order:
+ *   allreduce(c, rank, x, n): x [n] floats at rank's backend address; when it has run,
+ *   every rank's x holds ((x_0 + x_1) + x_2) + ... (ranks ascending), the same bits on
+ *   every rank and for any n (so it keeps the determinism contract above: a batched pass
+ *   reduces each element exactly as a single-token pass does).
+ * Every rank must call it with the same n, in the same order of calls (a collective).
+ * CPU: blocking, in-process (shared memory and barriers). CUDA: queued on the rank's stream
+ * (NCCL all-gather of the n_ranks parts, then the fixed-order sum; a ring or tree
+ * all-reduce would sum in an order that depends on n), errors recorded as the rank's op
+ * errors; world size 1 needs no NCCL. n <= max_elems given at init.
+ */
+typedef struct sd_comm sd_comm;
+typedef struct sd_comm_ops {
+    void (*free)(sd_comm *c);
+    void (*allreduce)(sd_comm *c, int32_t rank, float *x, int64_t n);
+} sd_comm_ops;
+struct sd_comm {
+    const sd_comm_ops *ops;
+    int32_t n_ranks;
+};
+
+/* A communicator over bes[0 .. n_ranks) (all of one device kind; rank r is bes[r]), for
+ * all-reduces of at most max_elems floats. Errors: SD_ERR_ARG (mixed kinds, n_ranks < 1),
+ * SD_ERR_UNSUPPORTED (CUDA ranks > 1 in a build without NCCL), SD_ERR_OOM, SD_ERR_IO (NCCL). */
+int sd_comm_init(sd_backend *const *bes, int32_t n_ranks, int64_t max_elems, sd_comm **out,
+                 sd_error *err);
+static inline void sd_comm_free(sd_comm *c) {
+    if (c) c->ops->free(c);
+}
+static inline void sd_comm_allreduce(sd_comm *c, int32_t rank, float *x, int64_t n) {
+    c->ops->allreduce(c, rank, x, n);
+}
 
 /* Free any backend (its buffers must be freed first). NULL accepted. */
 static inline void sd_backend_free(sd_backend *be) {

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "quant/sd_quant.h"
+#include "runtime/backend/sd_backend.h"
 #include "runtime/cli/bench.h"
 #include "runtime/gguf/sd_gguf.h"
 #include "runtime/model/sd_model.h"
@@ -58,6 +59,51 @@ static int measure_bandwidth(int64_t mib, int threads, int reps, double *gbps, s
     return SD_OK;
 }
 
+/* Best-of-reps device memory bandwidth (GB/s): a device-to-device copy of mib MiB through
+ * the backend's copy op, counting the bytes read plus the bytes written (each rep: 4
+ * copies, then a sync). */
+static int measure_device_bandwidth(sd_device dev, int64_t mib, int reps, double *gbps,
+                                    sd_error *err) {
+    sd_backend_params bp = {0};
+    bp.n_batch = 1;
+    bp.max_cols = 32;
+    bp.n_ctx = 1;
+    sd_backend *be = NULL;
+    sd_buffer *a = NULL, *b = NULL;
+    const size_t bytes = (size_t)mib << 20;
+    int rc = sd_backend_init(dev, &bp, &be, err);
+    if (!rc) rc = sd_buffer_alloc(be, bytes, SD_BUFFER_COMPUTE, &a, err);
+    if (!rc) rc = sd_buffer_alloc(be, bytes, SD_BUFFER_COMPUTE, &b, err);
+    const int64_t n = (int64_t)(bytes / sizeof(float));
+    double best = 0.0;
+    if (!rc) {
+        be->ops->copy(be, b->addr, a->addr, n); /* warm-up */
+        rc = be->ops->sync(be, err);
+    }
+    for (int r = 0; r < reps && !rc; r++) {
+        const double t0 = sd_time_ms();
+        for (int i = 0; i < 4; i++)
+            be->ops->copy(be, (i & 1) ? a->addr : b->addr, (i & 1) ? b->addr : a->addr, n);
+        rc = be->ops->sync(be, err);
+        const double dt = (sd_time_ms() - t0) * 1e-3;
+        const double g = 4.0 * 2.0 * (double)bytes / dt / 1e9;
+        if (!rc && g > best) best = g;
+    }
+    sd_buffer_free(a);
+    sd_buffer_free(b);
+    sd_backend_free(be);
+    *gbps = best;
+    return rc;
+}
+
+/* The bandwidth decode is measured against: host memory (a threaded read) for the CPU, a
+ * device-to-device copy for a device. */
+static int measure_bw(const sd_cli_pair *p, int64_t mib, int threads, int reps, double *gbps,
+                      sd_error *err) {
+    if (p->ep.device == SD_DEVICE_CPU) return measure_bandwidth(mib, threads, reps, gbps, err);
+    return measure_device_bandwidth(p->ep.device, mib, reps, gbps, err);
+}
+
 /* Matrix parameters one token passes through: every 2-D tensor but the embedding
  * (counted once more when it is the tied classifier). Also the embedding's bytes. */
 static void model_params(const sd_model *m, double *params, size_t *embd_bytes, int *tied) {
@@ -86,6 +132,8 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
     int32_t pos = (int32_t)c->pos;
     sd_session_params sp = sd_session_default_params();
     sp.n_threads = p->ep.n_threads;
+    sp.device = strcmp(role, "draft") ? p->ep.device : p->ep.device_draft;
+    sp.n_split = strcmp(role, "draft") ? p->ep.n_split : 0;
     sp.n_ctx = hp->n_ctx_train;
     sp.kv_type = p->ep.kv_type;
     if (n_pre > sp.n_ctx) n_pre = sp.n_ctx;
@@ -193,21 +241,31 @@ int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
     const int bw_reps = (int)(c->reps < 10 ? 10 : c->reps);
     double bw = 0, bw_before = 0, bw_after = 0;
     if (!rc) {
-        sd_cli_progress("specdec bench: memory read bandwidth (%lld MiB, %d threads)\n",
-                        (long long)c->bw_mib, nth);
-        rc = measure_bandwidth(c->bw_mib, nth, bw_reps, &bw_before, err);
+        if (p->ep.device == SD_DEVICE_CPU)
+            sd_cli_progress("specdec bench: memory read bandwidth (%lld MiB, %d threads)\n",
+                            (long long)c->bw_mib, nth);
+        else
+            sd_cli_progress(
+                "specdec bench: %s memory bandwidth (device-to-device copy, %lld MiB)\n",
+                sd_device_name(p->ep.device), (long long)c->bw_mib);
+        rc = measure_bw(p, c->bw_mib, nth, bw_reps, &bw_before, err);
         bw = bw_before;
     }
     /* Fractions use the bandwidth measured before the models; it is measured again after
      * them and the JSON reports the best of both (a shared machine makes either low). */
     if (!rc) {
-        printf("machine: %d cores, %d threads, kernels %s, memory read bandwidth %.2f GB/s "
-               "(best of threaded sums over %lld MiB)\n",
-               sd_n_cores(), nth, sd_quant_kernels_name(), bw, (long long)c->bw_mib);
+        if (p->ep.device == SD_DEVICE_CPU)
+            printf("machine: %d cores, %d threads, kernels %s, memory read bandwidth %.2f GB/s "
+                   "(best of threaded sums over %lld MiB)\n",
+                   sd_n_cores(), nth, sd_quant_kernels_name(), bw, (long long)c->bw_mib);
+        else
+            printf("device %s: memory bandwidth %.2f GB/s (device-to-device copy of %lld MiB, "
+                   "bytes read + written)\n",
+                   sd_device_name(p->ep.device), bw, (long long)c->bw_mib);
         rc = kernels_model("target", tm, c, p, bw, jmodels, err);
     }
     if (!rc && dm) rc = kernels_model("draft", dm, c, p, bw, jmodels, err);
-    if (!rc) rc = measure_bandwidth(c->bw_mib, nth, bw_reps, &bw_after, err);
+    if (!rc) rc = measure_bw(p, c->bw_mib, nth, bw_reps, &bw_after, err);
     if (!rc) {
         bw = bw_after > bw_before ? bw_after : bw_before;
         printf("\nmemory read bandwidth: %.2f GB/s before, %.2f GB/s after the models; best %.2f\n",
@@ -226,6 +284,14 @@ int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
             sd_n_cores(), "threads", nth, "kernels", sd_quant_kernels_name(), "mem_read_gbps",
             bench_jnum(bw), "mem_read_gbps_before", bench_jnum(bw_before), "mem_read_gbps_after",
             bench_jnum(bw_after), "mem_buffer_mib", (json_int_t)c->bw_mib, "models", jmodels);
+        if (root) {
+            json_t *mach = json_object_get(root, "machine");
+            json_object_set_new(mach, "device", json_string(sd_device_name(p->ep.device)));
+            json_object_set_new(mach, "bandwidth_method",
+                                json_string(p->ep.device == SD_DEVICE_CPU
+                                                ? "threaded read"
+                                                : "device-to-device copy, read + write"));
+        }
         rc = root ? bench_write_json(root, c->json, err)
                   : sd_errorf(err, SD_ERR_OOM, "bench: cannot build JSON");
     }

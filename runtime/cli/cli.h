@@ -45,6 +45,7 @@ int sd_cmd_quantize(int argc, char **argv); /* runtime/cli/cmd_model.c */
 int sd_cmd_info(int argc, char **argv);     /* runtime/cli/cmd_model.c */
 int sd_cmd_tokenize(int argc, char **argv); /* runtime/cli/cmd_model.c */
 int sd_cmd_synth(int argc, char **argv);
+int sd_cmd_compare(int argc, char **argv); /* runtime/cli/compare.c */
 int sd_cmd_bench(int argc, char **argv);
 int sd_cmd_perplexity(int argc, char **argv);
 
@@ -109,9 +110,15 @@ void sd_cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
  *   --config FILE, --target/-m/--model FILE, --draft/-md/--model-draft FILE,
  *   --prompt/-p TEXT, --prompt-file/-f/--file FILE, --max-tokens/-n/--n-predict N,
  *   --draft-tokens/-k/--draft-max K, --temp T, --top-k N, --top-p P, --seed/-s S,
- *   --threads/-t N, --ctx-size/-c N, --no-bos, --kv-type f32|f16, --help/-h.
+ *   --threads/-t N, --ctx-size/-c N, --no-bos, --kv-type f32|f16, --help/-h,
+ *   --device/-dev cpu|cuda, --device-draft/-devd cpu|cuda, --n-gpu-layers/-ngl N and
+ *   --n-gpu-layers-draft/-ngld N (llama.cpp's: N > 0 = every layer on the GPU, N = 0 = the
+ *   CPU; where no GPU can be used, a one-line note and the CPU), --tensor-split/-ts N
+ *   (the target over N GPUs; llama.cpp's list of equal shares such as 1,1 means the same),
+ *   --split-mode/-sm none|row (row: over every GPU; layer is refused).
  * A command's option table starts with SD_CLI_GEN_LONGOPTS and adds its own, with ids
- * from SD_CLI_OPT_OWN on; main.c rewrites -md to --model-draft before parsing.
+ * from SD_CLI_OPT_OWN on; the prescan (cli_flags.c, k_aliases) rewrites llama.cpp's
+ * multi-letter short flags (-md, -ngl, -ngld, -ts, -sm, -dev, -devd) to long forms.
  */
 enum {
     SD_CLI_OPT_CONFIG = 1000,
@@ -122,6 +129,12 @@ enum {
     SD_CLI_OPT_TOP_P,
     SD_CLI_OPT_NO_BOS,
     SD_CLI_OPT_KV_TYPE,
+    SD_CLI_OPT_DEVICE,
+    SD_CLI_OPT_DEVICE_DRAFT,
+    SD_CLI_OPT_NGL,
+    SD_CLI_OPT_NGL_DRAFT,
+    SD_CLI_OPT_TENSOR_SPLIT,
+    SD_CLI_OPT_SPLIT_MODE,
     SD_CLI_OPT_OWN = 1100, /* first id free for a command's own options */
 };
 
@@ -182,7 +195,14 @@ _Static_assert(SD_CLI_OPT_LOOKUP_CACHE < 1050, "drafting option ids run into cli
         {"top-p", required_argument, 0, SD_CLI_OPT_TOP_P}, {"seed", required_argument, 0, 's'},    \
         {"threads", required_argument, 0, 't'}, {"ctx-size", required_argument, 0, 'c'},           \
         {"no-bos", no_argument, 0, SD_CLI_OPT_NO_BOS},                                             \
-        {"kv-type", required_argument, 0, SD_CLI_OPT_KV_TYPE}, {                                   \
+        {"kv-type", required_argument, 0, SD_CLI_OPT_KV_TYPE},                                     \
+        {"device", required_argument, 0, SD_CLI_OPT_DEVICE},                                       \
+        {"device-draft", required_argument, 0, SD_CLI_OPT_DEVICE_DRAFT},                           \
+        {"n-gpu-layers", required_argument, 0, SD_CLI_OPT_NGL},                                    \
+        {"gpu-layers", required_argument, 0, SD_CLI_OPT_NGL},                                      \
+        {"n-gpu-layers-draft", required_argument, 0, SD_CLI_OPT_NGL_DRAFT},                        \
+        {"tensor-split", required_argument, 0, SD_CLI_OPT_TENSOR_SPLIT},                           \
+        {"split-mode", required_argument, 0, SD_CLI_OPT_SPLIT_MODE}, {                             \
         "help", no_argument, 0, 'h'                                                                \
     }
 
@@ -191,6 +211,10 @@ typedef struct sd_cli_gen_opts {
     const char *config, *target, *draft, *prompt, *prompt_file;
     const char *kv_type; /* "f32", "f16" or NULL */
     int no_bos;
+    /* devices: an explicit --device beats -ngl; -1 = not given */
+    int device, device_draft, ngl, ngl_draft;
+    int has_split;
+    int32_t n_split; /* --tensor-split / -sm row (-1: every GPU) */
     int has_n, has_k, has_temp, has_top_k, has_top_p, has_seed, has_threads, has_ctx;
     int64_t n, k, top_k, seed, threads, ctx;
     double temp, top_p;

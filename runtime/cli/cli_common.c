@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "quant/sd_quant.h"
+#include "runtime/backend/sd_backend.h"
 #include "runtime/cli/cli.h"
 #include "runtime/tokenizer/sd_vocab.h"
 
@@ -89,6 +91,51 @@ int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err) {
 
 /* ---- generation flags ---- */
 
+/* "cpu" / "cuda" (llama.cpp's "none" is the CPU, "CUDA0" the first GPU): 0 and *out, or -1. */
+static int parse_device(const char *s, int *out) {
+    if (!strcasecmp(s, "cpu") || !strcasecmp(s, "none")) {
+        *out = SD_DEVICE_CPU;
+        return 0;
+    }
+    if (!strcasecmp(s, "cuda") || !strcasecmp(s, "cuda0") || !strcasecmp(s, "gpu")) {
+        *out = SD_DEVICE_CUDA;
+        return 0;
+    }
+    return -1;
+}
+
+/* --tensor-split: a rank count N, or llama.cpp's list of shares (equal ones only: one
+ * rank per entry). 0 and *n, or -1 with a reason in why. */
+static int parse_split(const char *s, int32_t *n, const char **why) {
+    *why = "expected a number of GPUs N >= 1 or a list of equal shares such as 1,1";
+    if (!strchr(s, ',')) {
+        int64_t v;
+        if (sd_cli_parse_i64(s, 1, 64, &v)) return -1;
+        *n = (int32_t)v;
+        return 0;
+    }
+    char buf[256];
+    if (strlen(s) >= sizeof buf) return -1;
+    strcpy(buf, s);
+    double first = -1.0;
+    int32_t count = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        double v;
+        if (sd_cli_parse_f64(tok, 0.0, 1e9, &v) || v <= 0.0) return -1;
+        if (first < 0.0) first = v;
+        if (v != first) {
+            *why = "only equal shares are supported (tensor parallelism splits every layer "
+                   "evenly, one rank per GPU)";
+            return -1;
+        }
+        if (++count > 64) return -1;
+    }
+    if (count == 0) return -1;
+    *n = count;
+    return 0;
+}
+
 /* One shared flag: 0, a usage exit status, or SD_CLI_NOT_SHARED. */
 static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
     const char *h = g->hint;
@@ -162,6 +209,51 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
             return sd_cli_usage(h, "--kv-type: expected f32 or f16, found '%s'", arg);
         g->kv_type = arg;
         break;
+    case SD_CLI_OPT_DEVICE:
+    case SD_CLI_OPT_DEVICE_DRAFT:
+        if (parse_device(arg, o == SD_CLI_OPT_DEVICE ? &g->device : &g->device_draft))
+            return sd_cli_usage(h,
+                                o == SD_CLI_OPT_DEVICE
+                                    ? "--device: expected cpu or cuda, found '%s'"
+                                    : "--device-draft: expected cpu or cuda, "
+                                      "found '%s'",
+                                arg);
+        break;
+    case SD_CLI_OPT_NGL:
+    case SD_CLI_OPT_NGL_DRAFT: {
+        int64_t v = 1;
+        if (strcmp(arg, "all") && sd_cli_parse_i64(arg, 0, INT32_MAX, &v))
+            return sd_cli_usage(h,
+                                "-ngl: expected a number of layers >= 0 (any N > 0: every "
+                                "layer on the GPU), found '%s'",
+                                arg);
+        *(o == SD_CLI_OPT_NGL ? &g->ngl : &g->ngl_draft) = v > 0;
+        break;
+    }
+    case SD_CLI_OPT_TENSOR_SPLIT: {
+        const char *why;
+        if (parse_split(arg, &g->n_split, &why)) {
+            char fmt[256];
+            snprintf(fmt, sizeof fmt, "--tensor-split: %s; found '%%s'", why);
+            return sd_cli_usage(h, fmt, arg);
+        }
+        g->has_split = 1;
+        break;
+    }
+    case SD_CLI_OPT_SPLIT_MODE:
+        if (!strcmp(arg, "none")) {
+            if (!g->has_split) g->n_split = 0;
+        } else if (!strcmp(arg, "row")) {
+            if (!g->has_split) g->n_split = -1; /* every GPU; --tensor-split sets the count */
+        } else if (!strcmp(arg, "layer")) {
+            return sd_cli_usage(h,
+                                "-sm %s: specdec splits each layer across GPUs (tensor "
+                                "parallelism): use -sm row or --tensor-split N",
+                                arg);
+        } else {
+            return sd_cli_usage(h, "--split-mode: expected none or row, found '%s'", arg);
+        }
+        break;
     default:
         return sd_cli_extra_option(o, arg, g);
     }
@@ -231,6 +323,7 @@ int sd_cli_gen_parse(int argc, char **argv, const struct option *longopts, const
                      void *user) {
     memset(g, 0, sizeof *g);
     g->hint = hint;
+    g->device = g->device_draft = g->ngl = g->ngl_draft = -1;
     int rc = sd_cli_prescan(&argc, argv, SD_CLI_GEN_SHORTOPTS, longopts, hint);
     if (rc) return rc;
     opterr = 0;
@@ -251,6 +344,26 @@ int sd_cli_gen_parse(int argc, char **argv, const struct option *longopts, const
 
 /* ---- the pair ---- */
 
+/* A device from (in order) --device, -ngl, the config's string, the default. -ngl N > 0
+ * asks for the GPU where there is one: without one, a note and the CPU (llama.cpp's -ngl on
+ * a CPU build). */
+static sd_device resolve_device(int flag, int ngl, const char *cfg, sd_device def,
+                                const char *ngl_name) {
+    if (flag >= 0) return (sd_device)flag;
+    if (ngl == 0) return SD_DEVICE_CPU;
+    if (ngl > 0) {
+        int32_t n = 0;
+        sd_error e = {0};
+        if (sd_backend_device_count(SD_DEVICE_CUDA, &n, &e) == SD_OK && n > 0)
+            return SD_DEVICE_CUDA;
+        fprintf(stderr, "specdec: %s: %s; running on the CPU\n", ngl_name, e.msg);
+        return SD_DEVICE_CPU;
+    }
+    int d = (int)def;
+    if (cfg) parse_device(cfg, &d);
+    return (sd_device)d;
+}
+
 int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err) {
     sd_config *cfg = &p->cfg;
     memset(cfg, 0, sizeof *cfg);
@@ -267,6 +380,11 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     ep->n_ctx_draft = g->has_ctx_draft ? (int32_t)g->ctx_draft : 0;
     p->kv_type = g->kv_type ? g->kv_type : cfg->kv_type;
     ep->kv_type = p->kv_type && !strcmp(p->kv_type, "f16") ? SD_TYPE_F16 : SD_TYPE_F32;
+    ep->device = resolve_device(g->device, g->ngl, cfg->device, SD_DEVICE_CPU, "-ngl");
+    ep->device_draft =
+        resolve_device(g->device_draft, g->ngl_draft, cfg->device_draft, ep->device, "-ngld");
+    ep->n_split = g->has_split || g->n_split != 0 ? g->n_split
+                                                  : (cfg->has_tensor_split ? cfg->tensor_split : 0);
     sd_gen_params *gp = &ep->gen;
     if (cfg->has_max_tokens) gp->n_predict = cfg->max_tokens;
     if (cfg->has_draft_tokens) gp->n_draft = cfg->draft_tokens;

@@ -75,8 +75,17 @@ static const ignored_flag k_ignored[] = {
 
 /* llama.cpp's multi-letter (or missing) short flags -> specdec's long options. */
 static const char *const k_aliases[][2] = {
-    {"-md", "--model-draft"},    {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},
-    {"-cd", "--ctx-size-draft"}, {"-e", "--escape"},
+    {"-md", "--model-draft"},
+    {"-ctk", "--cache-type-k"},
+    {"-ctv", "--cache-type-v"},
+    {"-cd", "--ctx-size-draft"},
+    {"-e", "--escape"},
+    {"-ngl", "--n-gpu-layers"},
+    {"-ngld", "--n-gpu-layers-draft"},
+    {"-ts", "--tensor-split"},
+    {"-sm", "--split-mode"},
+    {"-dev", "--device"},
+    {"-devd", "--device-draft"},
 };
 
 static const ignored_flag *find_ignored(const char *a, size_t len) {

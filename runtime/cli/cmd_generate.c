@@ -306,6 +306,18 @@ void sd_cli_generate_help(FILE *f) {
                "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
                "  --no-bos                 do not prepend BOS to the prompt\n"
                "  --kv-type f32|f16        KV-cache element type (default f32)\n"
+               "  --device cpu|cuda (-dev) where the target runs (default cpu)\n"
+               "  --device-draft D (-devd) where the draft runs (default: --device)\n"
+               "  -ngl N, -ngld N          llama.cpp's GPU layers: N > 0 runs the target (draft)\n"
+               "                           on the GPU, every layer; 0 the CPU\n"
+               "  --tensor-split N (-ts)   split the target over N GPUs (tensor parallel;\n"
+               "                           -ts 1,1 and -sm row, every GPU, mean the same)\n"
+               "  --device cpu|cuda (-dev) where the target runs (default cpu)\n"
+               "  --device-draft D (-devd) where the draft runs (default: --device)\n"
+               "  -ngl N, -ngld N          llama.cpp's GPU layers: N > 0 runs the target (draft)\n"
+               "                           on the GPU, every layer; 0 the CPU\n"
+               "  --tensor-split N (-ts)   split the target over N GPUs (tensor parallel;\n"
+               "                           -ts 1,1 and -sm row, every GPU, mean the same)\n"
                "  --json                   print one JSON object on stdout instead of text\n"
                "  --threads-force          keep --threads above the cores this process may use\n"
                "                           (otherwise capped at them, with a note)\n"
@@ -424,7 +436,8 @@ static int gen_open_cache(sd_cli_pair *p, sd_engine *e, sd_draft_type type, sd_n
         sd_error_clear(err);
         rc = sd_ngram_cache_init(fp, nv, &p->ep.ngram, 0, cache, err);
     }
-    if (!rc) rc = sd_proposer_ngram_set_cache(sd_engine_proposer_of(e, SD_DRAFT_NGRAM), *cache, err);
+    if (!rc)
+        rc = sd_proposer_ngram_set_cache(sd_engine_proposer_of(e, SD_DRAFT_NGRAM), *cache, err);
     if (!rc && type != SD_DRAFT_NGRAM && type != SD_DRAFT_NGRAM_LLM)
         fprintf(stderr, "specdec: --lookup-cache: only --draft-type ngram and ngram+llm read "
                         "it; it is still updated\n");
@@ -433,8 +446,7 @@ static int gen_open_cache(sd_cli_pair *p, sd_engine *e, sd_draft_type type, sd_n
 
 /* This run becomes a document of the cache (prompt, then output), saved atomically. */
 static int gen_save_cache(const sd_cli_pair *p, sd_ngram_cache *cache, const int32_t *ids,
-                          size_t n_ids, const int32_t *out, const sd_gen_stats *st,
-                          sd_error *err) {
+                          size_t n_ids, const int32_t *out, const sd_gen_stats *st, sd_error *err) {
     int32_t *doc = malloc(((size_t)n_ids + (size_t)st->n_generated) * sizeof *doc);
     if (!doc) return sd_errorf(err, SD_ERR_OOM, "out of memory updating the lookup cache");
     memcpy(doc, ids, n_ids * sizeof *doc);

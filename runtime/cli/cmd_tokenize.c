@@ -144,7 +144,8 @@ int sd_cmd_tokenize(int argc, char **argv) {
     if (o.file && !(rc = sd_cli_read_file(o.file, &buf, &len, &err))) text = buf;
     if (!rc) rc = sd_gguf_open(o.model, &g, &err);
     if (!rc) rc = sd_vocab_load(g, &v, &err);
-    if (!rc) rc = sd_vocab_tokenize(v, text, len, o.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL, &ids, &n, &err);
+    if (!rc)
+        rc = sd_vocab_tokenize(v, text, len, o.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL, &ids, &n, &err);
     if (!rc) rc = tokenize_print(&o, v, ids, n, &err);
     free(ids);
     sd_vocab_free(v);

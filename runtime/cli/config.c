@@ -100,6 +100,23 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                 rc = sd_errorf(err, SD_ERR_CONFIG,
                                "%s: key 'kv_type': expected \"f32\" or \"f16\", found \"%s\"", path,
                                t);
+        } else if (!strcmp(key, "device") || !strcmp(key, "device_draft")) {
+            rc = get_str(path, key, v, err);
+            if (rc) break;
+            const char *t = json_string_value(v),
+                       **slot = key[6] == '\0' ? &cfg->device : &cfg->device_draft;
+            if (!strcmp(t, "cpu"))
+                *slot = "cpu";
+            else if (!strcmp(t, "cuda"))
+                *slot = "cuda";
+            else
+                rc = sd_errorf(err, SD_ERR_CONFIG,
+                               "%s: key '%s': expected \"cpu\" or \"cuda\", found \"%s\"", path,
+                               key, t);
+        } else if (!strcmp(key, "tensor_split")) {
+            rc = get_int(path, key, v, 0, 64, &i, err);
+            cfg->tensor_split = (int32_t)i;
+            cfg->has_tensor_split = 1;
         } else if (!strcmp(key, "lookup_cache")) {
             rc = get_str(path, key, v, err);
             if (rc) break;
@@ -176,7 +193,8 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                            "%s: unknown key '%s' (known: description, target, draft, "
                            "draft_tokens, max_tokens, temp, top_k, top_p, seed, threads, "
                            "ctx_size, prompt, kv_type, draft_type, draft_policy, draft_p_min, "
-                           "draft_min, ngram_min, ngram_max, lookup_cache)",
+                           "draft_min, ngram_min, ngram_max, lookup_cache, device, device_draft, "
+                           "tensor_split)",
                            path, key);
         }
         if (rc) break;

@@ -21,6 +21,9 @@
  *   "ngram_min"    integer  1 .. 16: shortest n-gram matched by the lookup proposer
  *   "ngram_max"    integer  1 .. 16: longest (ngram_min <= ngram_max)
  *   "lookup_cache" string   persistent n-gram cache file (same path rule as "target")
+ *   "device"       string   "cpu" or "cuda": where the target runs (--device)
+ *   "device_draft" string   "cpu" or "cuda": where the draft runs (default: "device")
+ *   "tensor_split" integer  0 .. 64: the target over N GPUs (0: one device; --tensor-split)
  * Any other key, or a value of the wrong type or range, is an error naming the file
  * and the key.
  */
@@ -41,6 +44,10 @@ typedef struct sd_config {
     char *draft;
     char *prompt;
     const char *kv_type; /* static string "f32"/"f16", or NULL */
+    const char *device;  /* static string "cpu"/"cuda", or NULL */
+    const char *device_draft;
+    int has_tensor_split;
+    int32_t tensor_split;
     int has_draft_tokens, has_max_tokens, has_temp, has_top_k, has_top_p, has_seed, has_threads,
         has_ctx_size;
     int32_t draft_tokens, max_tokens, top_k, threads, ctx_size;

@@ -38,6 +38,7 @@ static void print_help(FILE *f) {
                "  bench      A/B benchmark, target alone vs speculative (--kernels: bandwidth)\n"
                "  synth      -o DIR [--preset P --type T --noise S]  synthetic target/draft pair\n"
                "  perplexity -m FILE.gguf -f TEXT [--ctx N]   mean NLL (nats/token) over stories\n"
+               "  compare    -m FILE.gguf [--device cuda]    logits on two devices (or split)\n"
                "\n");
     sd_cli_generate_help(f);
 }
@@ -52,6 +53,7 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return sd_cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return sd_cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return sd_cmd_perplexity(argc - 1, argv + 1);
+    if (!strcmp(cmd, "compare")) return sd_cmd_compare(argc - 1, argv + 1);
     return usage_error("unknown command '%s'", cmd);
 }
 

@@ -3,7 +3,7 @@
  * weights, for benchmarks that need a TinyLlama-1.1B-sized target without downloading
  * one.
  *
- *   specdec synth [--preset tinyllama|small|tiny] [--type f16|q8_0|q4_0]
+ *   specdec synth [--preset tinyllama|llama7b|small|tiny] [--type f16|q8_0|q4_0]
  *                 [--draft-type T] [--noise S] [--seed N] [--only target|draft|both]
  *                 -o DIR
  * writes DIR/target.gguf, DIR/draft.gguf and DIR/pair.json (a generate/bench config
@@ -15,6 +15,8 @@
  *              draft    512    8     8    4  1536  32000  2048  58.0 M (19x smaller)
  *   small      target  1024   12    16    4  2816  32000  2048   199 M
  *              draft    256    4     4    4   768  32000  2048  19.5 M (10x)
+ *   llama7b    target  4096   32    32   32 11008  32000  4096  6.74 B (LLaMA-2-7B)
+ *              draft   1024    8     8    8  2816  32000  4096   166 M (41x; head_dim 128)
  *   tiny       target   128    4     4    2   384    512   256  0.92 M (for tests)
  *              draft     64    2     2    2   192    512   256  0.15 M
  *
@@ -49,6 +51,7 @@ typedef struct preset {
 
 static const preset k_presets[] = {
     {"tinyllama", {32000, 2048, 22, 32, 4, 5632, 2048}, {32000, 512, 8, 8, 4, 1536, 2048}},
+    {"llama7b", {32000, 4096, 32, 32, 32, 11008, 4096}, {32000, 1024, 8, 8, 8, 2816, 4096}},
     {"small", {32000, 1024, 12, 16, 4, 2816, 2048}, {32000, 256, 4, 4, 4, 768, 2048}},
     {"tiny", {512, 128, 4, 4, 2, 384, 256}, {512, 64, 2, 2, 2, 192, 256}},
 };
@@ -207,7 +210,9 @@ static void synth_help(FILE *f) {
            "  is a grown copy of it plus noise (see runtime/cli/synth.c)\n"
            "  --preset P     tinyllama (target 1.1B: dim 2048, 22 layers, 32 heads, 4 KV,\n"
            "                 FFN 5632, synth_vocab 32000, ctx 2048; draft 58M: dim 512, 8 layers,\n"
-           "                 8 heads, 4 KV, FFN 1536), small (199M / 19.5M), tiny (tests)\n"
+           "                 8 heads, 4 KV, FFN 1536), llama7b (target 6.7B: dim 4096, 32\n"
+           "                 layers, 32 heads, FFN 11008, ctx 4096; draft 166M), small\n"
+           "                 (199M / 19.5M), tiny (tests)\n"
            "                 (default tinyllama)\n"
            "  --type T       f16, q8_0 or q4_0 (or f32) for the weight matrices (default q8_0)\n"
            "  --draft-type T the draft's type (default: --type)\n"
@@ -238,8 +243,8 @@ static int synth_option(int o, const char *arg, synth_opts *s) {
         for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
             if (!strcmp(arg, k_presets[i].name)) s->pr = &k_presets[i];
         if (!s->pr)
-            return sd_cli_usage(NULL, "--preset: expected tinyllama, small or tiny, found '%s'",
-                                arg);
+            return sd_cli_usage(
+                NULL, "--preset: expected tinyllama, llama7b, small or tiny, found '%s'", arg);
         return 0;
     case O_TYPE:
     case O_DTYPE: {

@@ -70,7 +70,8 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     sp.kv_type = p->kv_type;
     sp.device = p->device;
     sd_session_params dsp = sp;
-    dsp.device = p->device_draft;
+    dsp.device = p->device_draft; /* the draft is never split */
+    sp.n_split = p->n_split;
     if (p->draft) {
         if ((rc = load(p->draft, p->draft_origin, &e->dm, err))) goto fail;
         if ((rc = sd_vocab_check_pair(sd_model_vocab(e->tm), p->target, sd_model_vocab(e->dm),

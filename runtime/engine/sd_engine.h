@@ -303,6 +303,7 @@ typedef struct sd_engine_params {
     sd_type kv_type;        /* SD_TYPE_F32 (0) or SD_TYPE_F16 */
     sd_device device;       /* target's device */
     sd_device device_draft; /* draft's device */
+    int32_t n_split;        /* tensor-parallel ranks of the target (0: none; -1: every GPU) */
     sd_gen_params gen;      /* defaults for sd_engine_generate */
     /* The draft's context: 0 = the target's (n_ctx as resolved); either way capped at the
      * draft's training context (with a note when asked beyond it). */

@@ -10,6 +10,7 @@
 #include "kv/sd_kv.h"
 #include "runtime/backend/sd_backend.h"
 #include "runtime/model/model_impl.h"
+#include "runtime/model/tp.h"
 
 /* The weights as the backend sees them: the same matrices with backend addresses. */
 typedef struct sd_layer_dev {
@@ -49,6 +50,10 @@ struct sd_session {
     float *proj; /* [n_batch, n_embd] output projections */
     float *gate; /* [n_batch, n_ff] */
     float *up;   /* [n_batch, n_ff] */
+    /* Tensor parallelism (tp.h): this session's rank (NULL: one device), and on rank 0,
+     * the handle the user holds, the group its decode / truncate / free reach. */
+    sd_tp_rank *tp;
+    sd_tp *group;
 };
 
 sd_session_params sd_session_default_params(void) {
@@ -60,6 +65,7 @@ sd_session_params sd_session_default_params(void) {
     p.kv_type = SD_TYPE_F32;
     p.device = SD_DEVICE_CPU;
     p.n_outputs = 0;
+    p.n_split = 0;
     return p;
 }
 
@@ -80,7 +86,30 @@ static int place_weights(sd_session *s, sd_error *err) {
     const sd_model *m = s->m;
     const void *base;
     size_t bytes;
-    sd_gguf_data(m->g, &base, &bytes);
+    if (m->shard_data) { /* a tensor-parallel shard's own copy (tp.c) */
+        base = m->shard_data;
+        bytes = m->shard_bytes;
+    } else {
+        sd_gguf_data(m->g, &base, &bytes);
+    }
+    const sd_weight *all[2] = {&m->tok_embd, &m->output};
+    for (int i = 0; i < 2; i++)
+        if (!s->be->ops->supports_type(s->be, all[i]->type))
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "%s: %s is %s: no %s kernels for that type (supported here: see "
+                             "README, Supported models)",
+                             m->path, i ? "output.weight" : "token_embd.weight",
+                             sd_type_name((uint32_t)all[i]->type), sd_device_name(s->be->device));
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        const sd_layer *L = &m->layers[l];
+        const sd_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_down, &L->w_up};
+        for (int i = 0; i < 7; i++)
+            if (!s->be->ops->supports_type(s->be, ws[i]->type))
+                return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                                 "%s: layer %d has %s weights: no %s kernels for that type",
+                                 m->path, l, sd_type_name((uint32_t)ws[i]->type),
+                                 sd_device_name(s->be->device));
+    }
     int rc = s->be->ops->buffer_from_host(s->be, base, bytes, &s->b_weights, err);
     if (rc) return sd_error_prefix(err, "%s: weights", m->path);
     rc = s->be->ops->buffer_from_host(s->be, m->norms, m->norms_bytes, &s->b_norms, err);
@@ -163,10 +192,8 @@ static int alloc_kv(sd_session *s, sd_type kv_type, sd_error *err) {
     return sd_kv_init(&kp, &s->kv, err);
 }
 
-int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
-                    sd_error *err) {
-    *out = NULL;
-    if (!m || !p) return sd_errorf(err, SD_ERR_ARG, "session: model or params is NULL");
+static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_rank *tp,
+                        int32_t device_id, sd_session **out, sd_error *err) {
     const sd_hparams *hp = &m->hp;
     const int32_t n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train;
     if (n_ctx < 1 || n_ctx > SD_MAX_CTX)
@@ -203,10 +230,15 @@ int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **
     bp.n_batch = s->n_batch;
     bp.max_cols = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
     bp.n_ctx = n_ctx;
+    bp.device_id = device_id;
     int rc = sd_backend_init(p->device, &bp, &s->be, err);
     if (rc == SD_OK) rc = place_weights(s, err);
     if (rc == SD_OK) rc = alloc_kv(s, p->kv_type, err);
     if (rc == SD_OK) rc = alloc_scratch(s, err);
+    if (rc == SD_OK && tp) {
+        s->tp = tp;
+        rc = sd_tp_rank_bind(tp, s->be, s->n_batch, s->n_outputs, err);
+    }
     if (rc == SD_OK) {
         s->tokens = calloc((size_t)n_ctx, sizeof(int32_t));
         s->out_rows = calloc((size_t)s->n_batch, sizeof(int32_t));
@@ -221,8 +253,33 @@ int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **
     return SD_OK;
 }
 
+int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
+                    sd_error *err) {
+    *out = NULL;
+    if (!m || !p) return sd_errorf(err, SD_ERR_ARG, "session: model or params is NULL");
+    if (p->n_split != 0) return sd_tp_session_init(m, p, out, err);
+    return session_init(m, p, NULL, 0, out, err);
+}
+
+int sd_session_init_rank(const sd_model *m, const sd_session_params *p, sd_tp_rank *r,
+                         int32_t device_id, sd_session **out, sd_error *err) {
+    *out = NULL;
+    return session_init(m, p, r, device_id, out, err);
+}
+
+void sd_session_set_group(sd_session *s, sd_tp *g) {
+    s->group = g;
+}
+
 void sd_session_free(sd_session *s) {
     if (!s) return;
+    if (s->group) { /* the group frees every rank's session, this one included */
+        sd_tp *g = s->group;
+        s->group = NULL;
+        sd_tp_free(g);
+        return;
+    }
+    sd_tp_rank_unbind(s->tp);
     sd_kv_free(s->kv);
     sd_buffer_free(s->b_logits);
     sd_buffer_free(s->b_act);
@@ -305,6 +362,7 @@ static void run_layers(sd_session *s, int32_t n, int32_t pos0) {
         op->kv_store(be, s->kv, l, pos0, n, kv_dim, s->k, s->v);
         op->attention(be, s->q, s->kv, l, pos0, n, hp->n_head, hp->n_head_kv, hp->head_dim, s->att);
         op->matmul(be, &L->wo, s->att, n, s->proj);
+        if (s->tp) sd_tp_allreduce(s->tp, s->proj, nx); /* row-parallel: sum the ranks' parts */
         op->add(be, s->x, s->proj, nx);
 
         op->rmsnorm(be, s->x, L->ffn_norm, n, n_embd, hp->rms_eps, s->xn);
@@ -312,6 +370,7 @@ static void run_layers(sd_session *s, int32_t n, int32_t pos0) {
         op->matmul(be, &L->w_up, s->xn, n, s->up);
         op->swiglu(be, s->gate, s->up, (int64_t)n * hp->n_ff, s->gate);
         op->matmul(be, &L->w_down, s->gate, n, s->proj);
+        if (s->tp) sd_tp_allreduce(s->tp, s->proj, nx);
         op->add(be, s->x, s->proj, nx);
     }
 }
@@ -333,6 +392,8 @@ static int run_output(sd_session *s, int32_t n, int32_t w, float *logits, sd_err
             be->ops->rmsnorm(be, s->x + (size_t)s->out_rows[j] * n_embd, s->output_norm, 1,
                              hp->n_embd, hp->rms_eps, s->xn + (size_t)j * n_embd);
     }
+    if (s->tp) /* this rank's vocabulary columns */
+        return sd_tp_output(s->tp, &s->output, s->xn, w, hp->n_vocab, logits, err);
     if (be->caps.host_memory) {
         be->ops->matmul(be, &s->output, s->xn, w, logits);
         return be->ops->sync(be, err);
@@ -342,7 +403,8 @@ static int run_output(sd_session *s, int32_t n, int32_t w, float *logits, sd_err
     return be->ops->read(be, logits, dl, (size_t)w * (size_t)hp->n_vocab * sizeof(float), err);
 }
 
-static int decode(sd_session *s, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
+static int decode_local(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,
+                        sd_error *err) {
     int32_t w = 0;
     int rc = check_batch(s, b, n_last, logits, &w, err);
     if (rc != SD_OK) return rc;
@@ -353,13 +415,26 @@ static int decode(sd_session *s, const sd_batch *b, int32_t n_last, float *logit
     /* The rows [pos0, pos0 + n) written below are beyond the committed range until
      * sd_kv_commit, so a failure (a device error) leaves the session unchanged. */
     const int32_t pos0 = sd_kv_n(s->kv);
-    s->be->ops->get_rows(s->be, &s->tok_embd, b->token, n, s->x);
+    if (s->tp) /* vocabulary-split embedding (tp.c) */
+        sd_tp_embed(s->tp, &s->tok_embd, b->token, n, s->m->hp.n_embd, s->x);
+    else
+        s->be->ops->get_rows(s->be, &s->tok_embd, b->token, n, s->x);
     run_layers(s, n, pos0);
     rc = w > 0 ? run_output(s, n, w, logits, err) : s->be->ops->sync(s->be, err);
     if (rc != SD_OK) return sd_error_prefix(err, "%s: forward pass", s->m->path);
     memcpy(s->tokens + pos0, b->token, (size_t)n * sizeof(int32_t));
     sd_kv_commit(s->kv, n);
     return SD_OK;
+}
+
+static int decode(sd_session *s, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
+    if (s->group) return sd_tp_decode(s->group, b, n_last, logits, err);
+    return decode_local(s, b, n_last, logits, err);
+}
+
+int sd_session_decode_rank(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,
+                           sd_error *err) {
+    return decode_local(s, b, n_last, logits, err);
 }
 
 int sd_session_decode(sd_session *s, const sd_batch *b, float *logits, sd_error *err) {
@@ -397,9 +472,14 @@ const int32_t *sd_session_tokens(const sd_session *s) {
 
 int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
     if (!s) return sd_errorf(err, SD_ERR_ARG, "truncate: session is NULL");
+    if (s->group) return sd_tp_truncate(s->group, n_keep, err);
+    return sd_kv_truncate(s->kv, n_keep, err);
+}
+
+int sd_session_truncate_rank(sd_session *s, int32_t n_keep, sd_error *err) {
     return sd_kv_truncate(s->kv, n_keep, err);
 }
 
 const sd_model *sd_session_model(const sd_session *s) {
-    return s->m;
+    return s->group ? sd_tp_model(s->group) : s->m;
 }

@@ -49,6 +49,25 @@ struct sd_model {
     size_t norms_bytes;
     sd_layer *layers; /* [n_layer] */
     size_t weight_bytes;
+    /* A tensor-parallel shard (tp.c): its matrices live in this host region (owned by the
+     * group) instead of the GGUF mapping, which place_weights puts on the backend instead;
+     * NULL for a loaded model. */
+    const void *shard_data;
+    size_t shard_bytes;
 };
+
+/* ---- forward.c, for the tensor-parallel group (tp.c) ---- */
+typedef struct sd_tp sd_tp;
+typedef struct sd_tp_rank sd_tp_rank;
+/* A rank's session: sd_session_init over shard model m, on device device_id, with the
+ * hooks of rank r. */
+int sd_session_init_rank(const sd_model *m, const sd_session_params *p, sd_tp_rank *r,
+                         int32_t device_id, sd_session **out, sd_error *err);
+/* sd_session_decode / _truncate of this session alone (not its group). */
+int sd_session_decode_rank(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,
+                           sd_error *err);
+int sd_session_truncate_rank(sd_session *s, int32_t n_keep, sd_error *err);
+/* Make s (rank 0) the handle of group g: its decode / truncate / free reach every rank. */
+void sd_session_set_group(sd_session *s, sd_tp *g);
 
 #endif /* SD_MODEL_IMPL_H */

@@ -92,6 +92,13 @@ typedef struct sd_session_params {
     sd_type kv_type;
     sd_device device;  /* where the forward pass runs (SD_DEVICE_CPU, the default) */
     int32_t n_outputs; /* most logits rows one eval returns; 0 = n_batch */
+    /* Tensor parallelism (runtime/model/tp.h): 0 = one device (the default); N >= 1 = the
+     * model split Megatron-style over N ranks of `device`, one thread each (CUDA: GPUs
+     * 0 .. N-1 over NCCL; CPU: N threads simulating the ranks, n_threads shared among
+     * them); -1 = every device present. n_head_kv must be divisible by N. The logits differ
+     * from one device's by float reassociation of the row-parallel sums; N = 1 is
+     * bit-identical; batched == single-token passes stays bit for bit. */
+    int32_t n_split;
 } sd_session_params;
 
 sd_session_params sd_session_default_params(void);

@@ -108,6 +108,12 @@ static int cpu_read(sd_backend *be, void *dst, const void *src, size_t bytes, sd
     return cpu_write(be, dst, src, bytes, err);
 }
 
+static int cpu_supports_type(const sd_backend *be, sd_type t) {
+    (void)be;
+    const sd_type_traits *tr = sd_type_traits_get((uint32_t)t);
+    return tr && tr->is_weight; /* the scalar kernel set covers every weight type */
+}
+
 static int cpu_sync(sd_backend *be, sd_error *err) {
     (void)be;
     (void)err;
@@ -311,6 +317,7 @@ static const sd_backend_ops cpu_ops = {
     .write = cpu_write,
     .read = cpu_read,
     .sync = cpu_sync,
+    .supports_type = cpu_supports_type,
     .get_rows = cpu_get_rows,
     .matmul = cpu_matmul,
     .rmsnorm = cpu_rmsnorm,

@@ -1,0 +1,34 @@
+/*
+ * runtime/backend/cuda/rmsnorm.cu: Y [n_tok, n] = X / sqrt(mean(X^2) + eps) * w, one block
+ * of SD_CU_NORM_THREADS per row. The sum of squares: thread i accumulates elements i,
+ * i + 256, ... with fma in that order, then the block's fixed tree (sd_cu_block_sum); the
+ * scaling is (x * scale) * w, as the CPU backend. Y may alias X (every thread reads its
+ * elements before the reduction's barriers and writes only its own).
+ */
+#include "runtime/backend/cuda/cuda_impl.cuh"
+
+#define SD_CU_NORM_THREADS 256
+
+__global__ void __launch_bounds__(SD_CU_NORM_THREADS)
+    sd_cu_rmsnorm_k(const float *x, const float *__restrict__ w, int32_t n, float eps, float *y) {
+    __shared__ float red[SD_CU_WARP + 1];
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    float ss = 0.0f;
+    for (int32_t i = threadIdx.x; i < n; i += SD_CU_NORM_THREADS)
+        ss = sd_cu_fma(xr[i], xr[i], ss);
+    ss = sd_cu_block_sum(ss, red);
+    const float scale = sd_cu_div(1.0f, sqrtf(sd_cu_add(sd_cu_div(ss, (float)n), eps)));
+    for (int32_t i = threadIdx.x; i < n; i += SD_CU_NORM_THREADS)
+        yr[i] = sd_cu_mul(sd_cu_mul(xr[i], scale), w[i]);
+}
+
+void sd_cu_rmsnorm(sd_cuda_backend *c, const float *x, const float *w, int32_t n_tok, int32_t n,
+                   float eps, float *y) {
+    if (n_tok < 1 || n < 1) {
+        sd_cu_failf(c, SD_ERR_ARG, "rmsnorm: %d rows of %d", n_tok, n);
+        return;
+    }
+    sd_cu_rmsnorm_k<<<(unsigned)n_tok, SD_CU_NORM_THREADS, 0, c->stream>>>(x, w, n, eps, y);
+    sd_cu_launched(c, "rmsnorm", "rmsnorm");
+}

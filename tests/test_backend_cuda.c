@@ -1,0 +1,580 @@
+/*
+ * tests/test_backend_cuda.c (CTest label "gpu"): every op of the CUDA backend against the
+ * CPU backend on random inputs, the determinism contract on the GPU (a batch of n <= 17
+ * tokens == n single-token calls, bit for bit), error reporting, and whole models: a GPU
+ * session's batched logits equal its single-token logits bit for bit, GPU logits are close
+ * to the CPU's with the same top-1, and greedy speculative output equals target-alone
+ * output on the GPU. Each test skips with one line where no CUDA device can be used (a
+ * build without CUDA, no GPU, no driver): that is what happens in CI.
+ *
+ * Bounds (u = 2^-24): bit-identical where the GPU does the CPU's arithmetic (get_rows, the
+ * F16 KV store, copies); matmul on the batch-invariant kernels within 2 (m + 32) u sum|w x|
+ * (two summation orders of m terms); on cuBLAS (n_tok >= 18) within 4e-3 sum|w x| (F16
+ * operands, TF32 for F32 weights; 1e-2 for BF16, whose activations round to 8 bits)
+ * plus, for quantized weights, the CPU's own activation quantization error
+ * sum |w_j| d_x / 2; elementwise ops within a few ulp of the value's
+ * scale (device libm vs glibc; rope 1e-4: theta up to ~100 rad); attention within 1e-4
+ * of the output scale; whole-model logits within 1e-3 (float weights) or 2e-2 (Q8_0 / Q4_0,
+ * where an activation rounding can flip) of the largest logit.
+ */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "draft/sd_draft.h"
+#include "kv/sd_kv.h"
+#include "quant/sd_quant.h"
+#include "runtime/backend/sd_backend.h"
+#include "runtime/engine/sd_engine.h"
+#include "runtime/model/sd_model.h"
+#include "target/sd_target.h"
+#include "testutil.h"
+
+#define U 0x1p-24
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float rng_f(uint64_t *s) {
+    return (float)((double)(rng_next(s) >> 11) * 0x1p-52 - 1.0);
+}
+
+/* The two backends of a test, with the same parameters. */
+typedef struct duo {
+    sd_backend *cpu, *gpu;
+} duo;
+
+static int duo_open(duo *d, int32_t n_batch, int64_t max_cols, int32_t n_ctx) {
+    sd_backend_params p = {0};
+    p.n_threads = 2;
+    p.n_batch = n_batch;
+    p.max_cols = max_cols;
+    p.n_ctx = n_ctx;
+    sd_error err = {0};
+    memset(d, 0, sizeof *d);
+    int rc = sd_backend_init(SD_DEVICE_CUDA, &p, &d->gpu, &err);
+    if (rc == SD_ERR_UNSUPPORTED) return 0;
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    cr_assert_eq(sd_backend_init(SD_DEVICE_CPU, &p, &d->cpu, &err), 0, "%s", err.msg);
+    return 1;
+}
+
+#define DUO_OR_SKIP(d, nb, mc, nc)                                                                 \
+    do {                                                                                           \
+        if (!duo_open((d), (nb), (mc), (nc))) {                                                    \
+            sd_error e_ = {0};                                                                     \
+            sd_backend_params p_ = {0};                                                            \
+            p_.n_batch = 1, p_.max_cols = 1, p_.n_ctx = 1;                                         \
+            sd_backend *b_ = NULL;                                                                 \
+            sd_backend_init(SD_DEVICE_CUDA, &p_, &b_, &e_);                                        \
+            sd_backend_free(b_);                                                                   \
+            cr_skip_test("no CUDA device to test: %s", e_.msg);                                    \
+        }                                                                                          \
+    } while (0)
+
+static void duo_close(duo *d) {
+    sd_backend_free(d->gpu);
+    sd_backend_free(d->cpu);
+}
+
+/* A buffer on backend be holding host[0 .. bytes) (or zeros when host is NULL). */
+static sd_buffer *put(sd_backend *be, const void *host, size_t bytes) {
+    sd_buffer *b = NULL;
+    sd_error err = {0};
+    cr_assert_eq(be->ops->buffer_alloc(be, bytes, SD_BUFFER_COMPUTE, &b, &err), 0, "%s", err.msg);
+    if (host) cr_assert_eq(be->ops->write(be, b->addr, host, bytes, &err), 0, "%s", err.msg);
+    return b;
+}
+
+static void get(sd_backend *be, void *host, const void *src, size_t bytes) {
+    sd_error err = {0};
+    cr_assert_eq(be->ops->read(be, host, src, bytes, &err), 0, "%s", err.msg);
+}
+
+static uint32_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* A random weight matrix [rows, cols] of type t (host bytes, malloc'd) and its floats. */
+static uint8_t *random_weight(sd_type t, int64_t rows, int64_t cols, uint64_t *s, float **wf,
+                              size_t *row_bytes) {
+    cr_assert_eq(sd_type_row_bytes(t, cols, row_bytes), 0);
+    float *f = malloc((size_t)(rows * cols) * sizeof(float));
+    uint8_t *w = malloc(*row_bytes * (size_t)rows);
+    cr_assert(f && w);
+    for (int64_t i = 0; i < rows * cols; i++)
+        f[i] = rng_f(s) * 0.2f;
+    for (int64_t r = 0; r < rows; r++)
+        sd_quantize_row(t, f + r * cols, w + (size_t)r * *row_bytes, cols);
+    for (int64_t r = 0; r < rows; r++) /* the values the weight really holds */
+        sd_dequantize_row(t, w + (size_t)r * *row_bytes, f + r * cols, cols);
+    *wf = f;
+    return w;
+}
+
+static const sd_type k_types[] = {SD_TYPE_F32, SD_TYPE_F16, SD_TYPE_BF16, SD_TYPE_Q8_0,
+                                  SD_TYPE_Q4_0};
+
+/* ---- get_rows ---- */
+
+Test(cuda_ops, get_rows_bit_identical) {
+    duo d;
+    DUO_OR_SKIP(&d, 8, 256, 16);
+    uint64_t s = 1;
+    const int64_t rows = 50, cols = 256;
+    const int32_t ids[8] = {0, 49, 7, 7, 13, 2, 31, 48};
+    for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
+        const sd_type t = k_types[ti];
+        float *wf;
+        size_t rb;
+        uint8_t *w = random_weight(t, rows, cols, &s, &wf, &rb);
+        sd_buffer *wc = put(d.cpu, w, rb * rows), *wg = put(d.gpu, w, rb * rows);
+        sd_buffer *yc = put(d.cpu, NULL, 8 * cols * 4), *yg = put(d.gpu, NULL, 8 * cols * 4);
+        sd_weight W = {t, rows, cols, rb, wc->addr};
+        d.cpu->ops->get_rows(d.cpu, &W, ids, 8, yc->addr);
+        W.data = wg->addr;
+        d.gpu->ops->get_rows(d.gpu, &W, ids, 8, yg->addr);
+        float got[8 * 256];
+        get(d.gpu, got, yg->addr, sizeof got);
+        const float *ref = yc->addr;
+        for (int i = 0; i < 8 * 256; i++)
+            cr_assert_eq(fbits(got[i]), fbits(ref[i]), "%s element %d: %g vs %g", sd_type_name(t),
+                         i, (double)got[i], (double)ref[i]);
+        sd_buffer_free(wc), sd_buffer_free(wg), sd_buffer_free(yc), sd_buffer_free(yg);
+        free(w), free(wf);
+    }
+    duo_close(&d);
+}
+
+/* ---- matmul ---- */
+
+/* sum_j |w[r, j] x[b, j]| and, for quantized weights, the CPU's activation rounding
+ * sum_j |w[r, j]| d_x(b, block of j) / 2. */
+static void abs_scale(sd_type t, const float *wf, const float *x, int64_t r, int64_t b,
+                      int64_t cols, double *sum_wx, double *act_err) {
+    *sum_wx = 0.0;
+    *act_err = 0.0;
+    for (int64_t j = 0; j < cols; j++)
+        *sum_wx += fabs((double)wf[r * cols + j] * (double)x[b * cols + j]);
+    if (t != SD_TYPE_Q8_0 && t != SD_TYPE_Q4_0) return;
+    for (int64_t j0 = 0; j0 < cols; j0 += 32) {
+        double amax = 0.0, wsum = 0.0;
+        for (int64_t j = j0; j < j0 + 32; j++) {
+            amax = fmax(amax, fabs((double)x[b * cols + j]));
+            wsum += fabs((double)wf[r * cols + j]);
+        }
+        *act_err += wsum * (amax / 127.0) * 0.5 * 1.01;
+    }
+}
+
+static void check_matmul(duo *d, sd_type t, int64_t rows, int64_t cols, int32_t n_tok,
+                         uint64_t *s) {
+    float *wf;
+    size_t rb;
+    uint8_t *w = random_weight(t, rows, cols, s, &wf, &rb);
+    float *x = malloc((size_t)(n_tok * cols) * 4), *got = malloc((size_t)(n_tok * rows) * 4);
+    cr_assert(x && got);
+    for (int64_t i = 0; i < n_tok * cols; i++)
+        x[i] = rng_f(s) * (i % 37 == 0 ? 8.0f : 1.0f);
+    sd_buffer *wc = put(d->cpu, w, rb * rows), *wg = put(d->gpu, w, rb * rows);
+    sd_buffer *xc = put(d->cpu, x, n_tok * cols * 4), *xg = put(d->gpu, x, n_tok * cols * 4);
+    sd_buffer *yc = put(d->cpu, NULL, n_tok * rows * 4), *yg = put(d->gpu, NULL, n_tok * rows * 4);
+    sd_weight W = {t, rows, cols, rb, wc->addr};
+    d->cpu->ops->matmul(d->cpu, &W, xc->addr, n_tok, yc->addr);
+    W.data = wg->addr;
+    d->gpu->ops->matmul(d->gpu, &W, xg->addr, n_tok, yg->addr);
+    get(d->gpu, got, yg->addr, (size_t)(n_tok * rows) * 4);
+    const float *ref = yc->addr;
+    const int gemm = n_tok >= 18;
+    for (int32_t b = 0; b < n_tok; b++)
+        for (int64_t r = 0; r < rows; r++) {
+            double swx, aerr;
+            abs_scale(t, wf, x, r, b, cols, &swx, &aerr);
+            /* cuBLAS: x rounded to F16 (u = 2^-11) or BF16 (2^-8), TF32 for F32 weights */
+            const double g_rel = t == SD_TYPE_BF16 ? 1e-2 : 4e-3;
+            const double tol = gemm ? g_rel * swx + aerr : 2.0 * (double)(cols + 32) * U * swx;
+            const double diff = fabs((double)got[b * rows + r] - (double)ref[b * rows + r]);
+            cr_assert(diff <= tol + 1e-30,
+                      "%s [%lld x %lld] n_tok %d: y[%d, %lld] %.9g vs CPU %.9g", sd_type_name(t),
+                      (long long)rows, (long long)cols, n_tok, b, (long long)r,
+                      (double)got[b * rows + r], (double)ref[b * rows + r]);
+        }
+    if (!gemm) {
+        /* Batch invariance: the same rows one token at a time, bit for bit. */
+        float *one = malloc((size_t)rows * 4);
+        cr_assert(one);
+        for (int32_t b = 0; b < n_tok; b++) {
+            d->gpu->ops->matmul(d->gpu, &W, (const float *)xg->addr + b * cols, 1, yg->addr);
+            get(d->gpu, one, yg->addr, (size_t)rows * 4);
+            for (int64_t r = 0; r < rows; r++)
+                cr_assert_eq(fbits(one[r]), fbits(got[b * rows + r]),
+                             "%s n_tok %d: token %d row %lld alone differs from the batch",
+                             sd_type_name(t), n_tok, b, (long long)r);
+        }
+        free(one);
+    }
+    sd_buffer_free(wc), sd_buffer_free(wg), sd_buffer_free(xc), sd_buffer_free(xg);
+    sd_buffer_free(yc), sd_buffer_free(yg);
+    free(w), free(wf), free(x), free(got);
+}
+
+Test(cuda_ops, matmul_all_types_vs_cpu_and_batch_invariant) {
+    duo d;
+    DUO_OR_SKIP(&d, 40, 1024, 16);
+    uint64_t s = 2;
+    const int32_t toks[] = {1, 2, 3, 5, 8, 9, 17, 18, 40};
+    for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++)
+        for (size_t ni = 0; ni < sizeof toks / sizeof toks[0]; ni++) {
+            check_matmul(&d, k_types[ti], 67, 256, toks[ni], &s);
+            check_matmul(&d, k_types[ti], 40, 1024, toks[ni], &s);
+        }
+    duo_close(&d);
+}
+
+/* ---- elementwise and row ops ---- */
+
+static void check_close(const float *got, const float *ref, int64_t n, double rel, const char *op) {
+    double scale = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs((double)ref[i]));
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(fabs((double)got[i] - (double)ref[i]) <= rel * scale + 1e-30,
+                  "%s element %lld: %.9g vs CPU %.9g", op, (long long)i, (double)got[i],
+                  (double)ref[i]);
+}
+
+Test(cuda_ops, rows_and_elementwise_vs_cpu) {
+    enum { T = 9, N = 384 };
+    duo d;
+    DUO_OR_SKIP(&d, T, N, 64);
+    uint64_t s = 3;
+    float x[T * N], u[T * N], w[N], got[T * N];
+    for (int i = 0; i < T * N; i++) {
+        x[i] = rng_f(&s) * 4.0f;
+        u[i] = rng_f(&s);
+    }
+    for (int i = 0; i < N; i++)
+        w[i] = 1.0f + 0.1f * rng_f(&s);
+    sd_backend *be[2] = {d.cpu, d.gpu};
+    sd_buffer *bx[2], *bu[2], *bw[2], *by[2];
+    for (int k = 0; k < 2; k++) {
+        bx[k] = put(be[k], x, sizeof x);
+        bu[k] = put(be[k], u, sizeof u);
+        bw[k] = put(be[k], w, sizeof w);
+        by[k] = put(be[k], NULL, sizeof x);
+    }
+    /* rmsnorm (out of place, then in place) */
+    for (int k = 0; k < 2; k++)
+        be[k]->ops->rmsnorm(be[k], bx[k]->addr, bw[k]->addr, T, N, 1e-5f, by[k]->addr);
+    get(d.gpu, got, by[1]->addr, sizeof got);
+    check_close(got, by[0]->addr, T * N, (N + 8) * U, "rmsnorm"); /* two orders of N squares */
+    /* rope on a copy (heads of 64, n_rot 64, position 100), both pair layouts */
+    for (int mode = 0; mode < 2; mode++) {
+        for (int k = 0; k < 2; k++) {
+            const sd_rope r = {64, mode ? SD_ROPE_NEOX : SD_ROPE_NORM, 10000.0f, 1.0f, NULL};
+            be[k]->ops->copy(be[k], by[k]->addr, bx[k]->addr, T * N);
+            be[k]->ops->rope(be[k], by[k]->addr, T, 100, N / 64, 64, &r);
+        }
+        get(d.gpu, got, by[1]->addr, sizeof got);
+        /* device powf / cosf / sinf within 2 ulp of glibc's, theta up to ~108 rad */
+        check_close(got, by[0]->addr, T * N, 1e-4, mode ? "rope neox" : "rope");
+    }
+    /* softmax in place on a copy */
+    for (int k = 0; k < 2; k++) {
+        be[k]->ops->copy(be[k], by[k]->addr, bx[k]->addr, T * N);
+        be[k]->ops->softmax(be[k], by[k]->addr, T, N);
+    }
+    get(d.gpu, got, by[1]->addr, sizeof got);
+    check_close(got, by[0]->addr, T * N, (N + 8) * U, "softmax");
+    /* swiglu, add, copy */
+    for (int k = 0; k < 2; k++)
+        be[k]->ops->swiglu(be[k], bx[k]->addr, bu[k]->addr, T * N, by[k]->addr);
+    get(d.gpu, got, by[1]->addr, sizeof got);
+    check_close(got, by[0]->addr, T * N, 8 * U, "swiglu");
+    for (int k = 0; k < 2; k++)
+        be[k]->ops->add(be[k], by[k]->addr, bu[k]->addr, T * N);
+    get(d.gpu, got, by[1]->addr, sizeof got);
+    check_close(got, by[0]->addr, T * N, 8 * U, "add");
+    for (int k = 0; k < 2; k++)
+        be[k]->ops->copy(be[k], by[k]->addr, bu[k]->addr, T * N);
+    get(d.gpu, got, by[1]->addr, sizeof got);
+    cr_assert_eq(memcmp(got, u, sizeof got), 0, "copy");
+    for (int k = 0; k < 2; k++) {
+        sd_buffer_free(bx[k]), sd_buffer_free(bu[k]), sd_buffer_free(bw[k]), sd_buffer_free(by[k]);
+    }
+    duo_close(&d);
+}
+
+/* ---- KV store and attention ---- */
+
+typedef struct kvpair {
+    sd_buffer *buf[2];
+    sd_kv *kv[2];
+} kvpair;
+
+static void kv_open(kvpair *p, duo *d, int32_t n_layer, int32_t n_ctx, int32_t kv_dim, sd_type t) {
+    sd_backend *be[2] = {d->cpu, d->gpu};
+    sd_kv_params kp = {n_layer, n_ctx, kv_dim, t, NULL};
+    size_t bytes;
+    sd_error err = {0};
+    cr_assert_eq(sd_kv_storage_bytes(&kp, &bytes, &err), 0, "%s", err.msg);
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(be[k]->ops->buffer_alloc(be[k], bytes, SD_BUFFER_KV, &p->buf[k], &err), 0,
+                     "%s", err.msg);
+        kp.storage = p->buf[k]->addr;
+        cr_assert_eq(sd_kv_init(&kp, &p->kv[k], &err), 0, "%s", err.msg);
+    }
+}
+
+static void kv_close(kvpair *p) {
+    for (int k = 0; k < 2; k++) {
+        sd_kv_free(p->kv[k]);
+        sd_buffer_free(p->buf[k]);
+    }
+}
+
+static void check_attention(sd_type kvt) {
+    enum { NH = 8, NKV = 2, HD = 64, CTX = 300, L = 2 };
+    const int32_t kv_dim = NKV * HD, qd = NH * HD;
+    duo d;
+    DUO_OR_SKIP(&d, 17, qd, CTX);
+    sd_backend *be[2] = {d.cpu, d.gpu};
+    kvpair kp;
+    kv_open(&kp, &d, L, CTX, kv_dim, kvt);
+    uint64_t s = 4;
+    /* Fill positions [0, 280) of layer 1 with random K/V, 17 rows per store. */
+    float *k = malloc((size_t)CTX * kv_dim * 4), *v = malloc((size_t)CTX * kv_dim * 4);
+    float *q = malloc((size_t)17 * qd * 4), *got = malloc((size_t)17 * qd * 4),
+          *one = malloc((size_t)qd * 4);
+    cr_assert(k && v && q && got && one);
+    for (int i = 0; i < CTX * kv_dim; i++) {
+        k[i] = rng_f(&s) * 2.0f;
+        v[i] = rng_f(&s);
+    }
+    for (int i = 0; i < 17 * qd; i++)
+        q[i] = rng_f(&s) * 2.0f;
+    sd_buffer *bk[2], *bv[2], *bq[2], *bo[2];
+    for (int j = 0; j < 2; j++) {
+        bk[j] = put(be[j], k, (size_t)CTX * kv_dim * 4);
+        bv[j] = put(be[j], v, (size_t)CTX * kv_dim * 4);
+        bq[j] = put(be[j], q, (size_t)17 * qd * 4);
+        bo[j] = put(be[j], NULL, (size_t)17 * qd * 4);
+        for (int32_t p0 = 0; p0 < 280; p0 += 17) {
+            const int32_t n = 280 - p0 < 17 ? 280 - p0 : 17;
+            be[j]->ops->kv_store(be[j], kp.kv[j], 1, p0, n, kv_dim,
+                                 (const float *)bk[j]->addr + (size_t)p0 * kv_dim,
+                                 (const float *)bv[j]->addr + (size_t)p0 * kv_dim);
+        }
+    }
+    /* The stored rows: bit-identical (F32 copies, F16 round to nearest even). */
+    const size_t rb = sd_kv_row_bytes(kp.kv[0]);
+    uint8_t *rows_g = malloc(rb * 280);
+    cr_assert(rows_g);
+    get(d.gpu, rows_g, sd_kv_v(kp.kv[1], 1, 0), rb * 280);
+    cr_assert_eq(memcmp(rows_g, sd_kv_v(kp.kv[0], 1, 0), rb * 280), 0, "kv_store rows differ");
+    free(rows_g);
+    /* Attention of 17 queries at positions 263 .. 279 (keys span 3 chunks of 128). */
+    const int32_t pos0 = 263;
+    for (int j = 0; j < 2; j++)
+        be[j]->ops->attention(be[j], bq[j]->addr, kp.kv[j], 1, pos0, 17, NH, NKV, HD, bo[j]->addr);
+    get(d.gpu, got, bo[1]->addr, (size_t)17 * qd * 4);
+    check_close(got, bo[0]->addr, 17 * qd, 1e-4,
+                kvt == SD_TYPE_F16 ? "attention f16" : "attention f32");
+    /* Each query alone: bit-identical to its row of the batch. */
+    for (int32_t t = 0; t < 17; t++) {
+        be[1]->ops->attention(be[1], (const float *)bq[1]->addr + (size_t)t * qd, kp.kv[1], 1,
+                              pos0 + t, 1, NH, NKV, HD, bo[1]->addr);
+        get(d.gpu, one, bo[1]->addr, (size_t)qd * 4);
+        for (int32_t i = 0; i < qd; i++)
+            cr_assert_eq(fbits(one[i]), fbits(got[(size_t)t * qd + i]),
+                         "attention: query %d alone differs from the batch at %d", t, i);
+    }
+    for (int j = 0; j < 2; j++) {
+        sd_buffer_free(bk[j]), sd_buffer_free(bv[j]), sd_buffer_free(bq[j]), sd_buffer_free(bo[j]);
+    }
+    kv_close(&kp);
+    free(k), free(v), free(q), free(got), free(one);
+    duo_close(&d);
+}
+
+Test(cuda_ops, kv_store_and_attention_f32) {
+    check_attention(SD_TYPE_F32);
+}
+
+Test(cuda_ops, kv_store_and_attention_f16) {
+    check_attention(SD_TYPE_F16);
+}
+
+/* ---- errors ---- */
+
+Test(cuda_ops, errors_are_recorded_and_returned_once) {
+    duo d;
+    DUO_OR_SKIP(&d, 4, 64, 8);
+    sd_error err = {0};
+    sd_buffer *b = put(d.gpu, NULL, 64 * 64 * 4);
+    sd_weight W = {SD_TYPE_F32, 64, 64, 256, b->addr};
+    d.gpu->ops->matmul(d.gpu, &W, b->addr, 5, b->addr); /* 5 > n_batch 4 */
+    int rc = d.gpu->ops->sync(d.gpu, &err);
+    cr_assert_eq(rc, SD_ERR_ARG, "sync after a bad matmul: %d (%s)", rc, err.msg);
+    cr_assert(strstr(err.msg, "matmul") && strstr(err.msg, "n_batch"), "%s", err.msg);
+    sd_error_clear(&err);
+    cr_assert_eq(d.gpu->ops->sync(d.gpu, &err), 0, "the error is returned once: %s", err.msg);
+    /* Out of device memory names the buffer. */
+    sd_buffer *huge = NULL;
+    rc = d.gpu->ops->buffer_alloc(d.gpu, (size_t)1 << 50, SD_BUFFER_KV, &huge, &err);
+    cr_assert_eq(rc, SD_ERR_OOM, "1 PiB: %d (%s)", rc, err.msg);
+    cr_assert(strstr(err.msg, "KV cache"), "%s", err.msg);
+    cr_assert_null(huge);
+    sd_buffer_free(b);
+    duo_close(&d);
+}
+
+/* ---- whole models ---- */
+
+static char g_dir[1024];
+static void setup(void) {
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
+}
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
+
+static int cuda_usable(sd_error *err) {
+    int32_t n = 0;
+    return sd_backend_device_count(SD_DEVICE_CUDA, &n, err) == SD_OK && n > 0;
+}
+
+static void model_checks(sd_type wt, sd_type kvt) {
+    sd_error err = {0};
+    if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
+    char path[1100];
+    tu_llama_spec spec = tu_llama_default_spec();
+    spec.wtype = wt;
+    tu_path(path, sizeof path, g_dir, "m.gguf");
+    cr_assert_eq(tu_make_llama(path, &spec), 0);
+    sd_model *m = NULL;
+    cr_assert_eq(sd_model_load(path, &m, &err), 0, "%s", err.msg);
+    const int32_t nv = sd_model_hparams(m)->n_vocab, n = 17;
+    sd_session_params sp = sd_session_default_params();
+    sp.kv_type = kvt;
+    sp.n_batch = 32;
+    sd_session *cpu = NULL, *gpu = NULL;
+    cr_assert_eq(sd_session_init(m, &sp, &cpu, &err), 0, "%s", err.msg);
+    sp.device = SD_DEVICE_CUDA;
+    cr_assert_eq(sd_session_init(m, &sp, &gpu, &err), 0, "%s", err.msg);
+    int32_t toks[17];
+    for (int i = 0; i < n; i++)
+        toks[i] = 3 + (i * 37) % (nv - 3);
+    float *lc = malloc((size_t)n * nv * 4), *lg = malloc((size_t)n * nv * 4),
+          *l1 = malloc((size_t)nv * 4);
+    cr_assert(lc && lg && l1);
+    cr_assert_eq(sd_session_eval(cpu, toks, n, lc, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_session_eval(gpu, toks, n, lg, n, &err), 0, "%s", err.msg);
+    /* GPU vs CPU: close, same top-1 wherever the CPU's top-2 gap is clear. */
+    for (int i = 0; i < n; i++) {
+        const float *a = lg + (size_t)i * nv, *b = lc + (size_t)i * nv;
+        int ia = 0, ib = 0;
+        double scale = 0, diff = 0;
+        for (int j = 0; j < nv; j++) {
+            if (a[j] > a[ia]) ia = j;
+            if (b[j] > b[ib]) ib = j;
+            scale = fmax(scale, fabs(b[j]));
+            diff = fmax(diff, fabs((double)a[j] - b[j]));
+        }
+        /* float weights: summation order and libm only; quantized: an activation whose
+         * Q8_0 rounding flips moves a logit by about one quantization step */
+        const double tol = (wt == SD_TYPE_Q8_0 || wt == SD_TYPE_Q4_0) ? 2e-2 : 1e-3;
+        cr_assert(diff <= tol * scale + 1e-6,
+                  "%s: token %d: max |GPU - CPU| logit %.3g (scale %.3g)", sd_type_name(wt), i,
+                  diff, scale);
+        float gap = INFINITY;
+        for (int j = 0; j < nv; j++)
+            if (j != ib) gap = fminf(gap, b[ib] - b[j]);
+        if (gap > 2.0 * diff) cr_assert_eq(ia, ib, "token %d: GPU top-1 %d, CPU %d", i, ia, ib);
+    }
+    /* GPU batch == GPU single steps, bit for bit. */
+    cr_assert_eq(sd_session_truncate(gpu, 0, &err), 0, "%s", err.msg);
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(sd_session_eval(gpu, toks + i, 1, l1, 1, &err), 0, "%s", err.msg);
+        cr_assert_eq(memcmp(l1, lg + (size_t)i * nv, (size_t)nv * 4), 0,
+                     "%s kv %s: token %d decoded alone differs from the 17-token batch",
+                     sd_type_name(wt), sd_type_name(kvt), i);
+    }
+    free(lc), free(lg), free(l1);
+    sd_session_free(cpu);
+    sd_session_free(gpu);
+    sd_model_free(m);
+}
+
+TestSuite(cuda_model, .init = setup, .fini = teardown, .timeout = 600);
+
+Test(cuda_model, f32_batch_invariant_and_close_to_cpu) {
+    model_checks(SD_TYPE_F32, SD_TYPE_F32);
+}
+Test(cuda_model, q8_0_f16_kv) {
+    model_checks(SD_TYPE_Q8_0, SD_TYPE_F16);
+}
+Test(cuda_model, q4_0) {
+    model_checks(SD_TYPE_Q4_0, SD_TYPE_F32);
+}
+Test(cuda_model, f16_bf16) {
+    model_checks(SD_TYPE_F16, SD_TYPE_F16);
+    model_checks(SD_TYPE_BF16, SD_TYPE_F32);
+}
+
+/* Greedy speculative == greedy target-alone with target and draft on the GPU, K = 1..8. */
+Test(cuda_model, greedy_speculative_equals_target_alone) {
+    sd_error err = {0};
+    if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
+    char t[1100], dr[1100];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, dr, sizeof dr), 0);
+    sd_model *tm = NULL, *dm = NULL;
+    cr_assert_eq(sd_model_load(t, &tm, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_model_load(dr, &dm, &err), 0, "%s", err.msg);
+    sd_session_params sp = sd_session_default_params();
+    sp.device = SD_DEVICE_CUDA;
+    sd_scorer *sc = NULL;
+    cr_assert_eq(sd_scorer_init(tm, &sp, &sc, &err), 0, "%s", err.msg);
+    sd_sampling_params samp = sd_sampling_default_params();
+    samp.temp = 0.0f;
+    const int32_t prompt[4] = {1, 5, 9, 12}, n_pred = 48;
+    int32_t ref[48], got[48];
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = n_pred;
+    gp.samp.temp = 0.0f;
+    sd_gen_stats st;
+    cr_assert_eq(sd_generate(sc, NULL, prompt, 4, 2, &gp, NULL, NULL, ref, n_pred, &st, &err), 0,
+                 "%s", err.msg);
+    const int32_t n_ref = st.n_generated;
+    for (int dev = 0; dev < 2; dev++) { /* draft on the GPU, then on the CPU */
+        sd_session_params dsp = sd_session_default_params();
+        dsp.device = dev == 0 ? SD_DEVICE_CUDA : SD_DEVICE_CPU;
+        sd_proposer *prop = NULL;
+        cr_assert_eq(
+            sd_proposer_llm_init(dm, &dsp, &samp, 7, sd_model_hparams(tm)->n_vocab, &prop, &err), 0,
+            "%s", err.msg);
+        for (int32_t k = 1; k <= 8; k++) {
+            gp.n_draft = k;
+            cr_assert_eq(
+                sd_generate(sc, prop, prompt, 4, 2, &gp, NULL, NULL, got, n_pred, &st, &err), 0,
+                "%s", err.msg);
+            cr_assert_eq(st.n_generated, n_ref, "K=%d: %d tokens vs %d", k, st.n_generated, n_ref);
+            for (int32_t i = 0; i < n_ref; i++)
+                cr_assert_eq(got[i], ref[i], "K=%d draft on %s: token %d is %d, target-alone %d", k,
+                             dev == 0 ? "cuda" : "cpu", i, got[i], ref[i]);
+        }
+        sd_proposer_free(prop);
+    }
+    sd_scorer_free(sc);
+    sd_model_free(dm);
+    sd_model_free(tm);
+}

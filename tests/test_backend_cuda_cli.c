@@ -1,0 +1,177 @@
+/*
+ * tests/test_backend_cuda_cli.c: the device flags without a GPU (what CI sees): the CUDA
+ * backend's init names why it cannot run ("no CUDA device found (cudaGetDeviceCount: ...)"
+ * in a CUDA build, "built without CUDA" in a CPU build); `--device cuda` fails with that one
+ * line; llama.cpp's `-ngl 99` gives a one-line note and runs on the CPU; `--tensor-split 2
+ * --device cpu` (simulated ranks) runs; unequal `-ts` shares, `-sm layer` and a bad config
+ * "device" are refused with one line. Where a GPU is present the no-GPU cases skip.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/backend/sd_backend.h"
+#include "runtime/model/sd_model.h"
+#include "testutil.h"
+
+static char g_dir[1024];
+static char g_t[2048], g_d[2048];
+
+static void setup(void) {
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
+    cr_assert_eq(tu_make_test_pair(g_dir, g_t, sizeof g_t, g_d, sizeof g_d), 0);
+}
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
+
+TestSuite(device_cli, .init = setup, .fini = teardown, .timeout = 300);
+
+static int gpu_present(void) {
+    int32_t n = 0;
+    return sd_backend_device_count(SD_DEVICE_CUDA, &n, NULL) == SD_OK && n > 0;
+}
+
+/* The reason the CUDA backend gives when it cannot run here. */
+static void check_unavailable_reason(const char *msg) {
+#ifdef SD_TEST_CUDA_BUILD
+    cr_assert(strstr(msg, "no CUDA device found (cudaGetDeviceCount: ") ||
+                  strstr(msg, "cannot run this build's kernels"),
+              "%s", msg);
+#else
+    cr_assert(strstr(msg, "built without CUDA"), "%s", msg);
+#endif
+}
+
+Test(device_cli, cuda_init_says_why_it_cannot_run) {
+    if (gpu_present()) cr_skip_test("a CUDA device is present: nothing to refuse");
+    sd_backend_params p = {0};
+    p.n_batch = 4, p.max_cols = 64, p.n_ctx = 16;
+    sd_backend *be = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_backend_init(SD_DEVICE_CUDA, &p, &be, &err), SD_ERR_UNSUPPORTED, "%s", err.msg);
+    cr_assert_null(be);
+    check_unavailable_reason(err.msg);
+    int32_t n = 7;
+    sd_error_clear(&err);
+    cr_assert_eq(sd_backend_device_count(SD_DEVICE_CUDA, &n, &err), SD_ERR_UNSUPPORTED);
+    cr_assert_eq(n, 0);
+    check_unavailable_reason(err.msg);
+    /* A session on the GPU fails the same way, and leaves nothing behind (LSan). */
+    sd_model *m = NULL;
+    sd_error_clear(&err);
+    cr_assert_eq(sd_model_load(g_t, &m, &err), 0, "%s", err.msg);
+    sd_session_params sp = sd_session_default_params();
+    sp.device = SD_DEVICE_CUDA;
+    sd_session *s = NULL;
+    cr_assert_eq(sd_session_init(m, &sp, &s, &err), SD_ERR_UNSUPPORTED, "%s", err.msg);
+    cr_assert_null(s);
+    check_unavailable_reason(err.msg);
+    sp.n_split = 2; /* a split over GPUs too */
+    cr_assert_eq(sd_session_init(m, &sp, &s, &err), SD_ERR_UNSUPPORTED, "%s", err.msg);
+    cr_assert_null(s);
+    sd_model_free(m);
+}
+
+/* Run `specdec ARGS`: exit status, stdout and stderr (malloc'd). */
+static int run(const char *args, char **out, char **err) {
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s %s", SD_BINARY, args);
+    return tu_run(cmd, out, err);
+}
+
+/* A failing run with one stderr line "specdec: ..." containing needle. */
+static void expect_one_line_error(const char *args, int want_rc, const char *needle) {
+    char *out = NULL, *err = NULL;
+    const int rc = run(args, &out, &err);
+    cr_assert_eq(rc, want_rc, "'%s' exited %d: %s", args, rc, err ? err : "");
+    cr_assert(err && strncmp(err, "specdec: ", 9) == 0, "'%s': stderr '%s'", args, err);
+    const char *nl = strchr(err, '\n');
+    cr_assert(nl && nl[1] == '\0', "'%s': expected one stderr line, got '%s'", args, err);
+    cr_assert(strstr(err, needle), "'%s': '%s' does not mention '%s'", args, err, needle);
+    free(out);
+    free(err);
+}
+
+Test(device_cli, device_cuda_without_gpu_is_one_clear_line) {
+    if (gpu_present()) cr_skip_test("a CUDA device is present: nothing to refuse");
+    char args[4200];
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 2 --device cuda", g_t);
+#ifdef SD_TEST_CUDA_BUILD
+    expect_one_line_error(args, 1, "no CUDA device found");
+#else
+    expect_one_line_error(args, 1, "built without CUDA");
+#endif
+}
+
+Test(device_cli, ngl_without_gpu_notes_and_runs_on_cpu) {
+    if (gpu_present()) cr_skip_test("a CUDA device is present: -ngl uses it");
+    char args[4200], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "generate -m %s -md %s -p hi -n 4 --temp 0 -ngl 99 -ngld 99", g_t,
+             g_d);
+    const int rc = run(args, &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(err, "specdec: -ngl: ") && strstr(err, "; running on the CPU\n"), "%s", err);
+    cr_assert(strstr(err, "specdec: -ngld: "), "%s", err);
+    free(out);
+    free(err);
+}
+
+Test(device_cli, tensor_split_on_cpu_runs_and_bad_splits_are_refused) {
+    char args[4200], *out = NULL, *err = NULL;
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 4 --temp 0 --device cpu --tensor-split 2",
+             g_t);
+    cr_assert_eq(run(args, &out, &err), 0, "%s", err);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 4 -ts 3,1", g_t);
+    expect_one_line_error(args, 2, "only equal shares");
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 4 -sm layer", g_t);
+    expect_one_line_error(args, 2, "-sm row or --tensor-split N");
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 4 --device tpu", g_t);
+    expect_one_line_error(args, 2, "expected cpu or cuda");
+    /* The test model has 2 KV heads: 3 ranks cannot hold whole heads. */
+    snprintf(args, sizeof args, "generate -m %s -p hi -n 4 --device cpu -ts 1,1,1", g_t);
+    expect_one_line_error(args, 1, "n_head_kv 2 is not divisible by 3");
+}
+
+Test(device_cli, config_device_key) {
+    char cfg[2100], args[4200], *out = NULL, *err = NULL;
+    tu_path(cfg, sizeof cfg, g_dir, "c.json");
+    char text[4400];
+    snprintf(text, sizeof text, "{\"target\": \"%s\", \"device\": \"cpu\", \"tensor_split\": 2}",
+             g_t);
+    cr_assert_eq(tu_write_file(cfg, text, strlen(text)), 0);
+    snprintf(args, sizeof args, "generate --config %s -p hi -n 3 --temp 0", cfg);
+    cr_assert_eq(run(args, &out, &err), 0, "%s", err);
+    free(out);
+    free(err);
+    snprintf(text, sizeof text, "{\"target\": \"%s\", \"device\": \"gpu0\"}", g_t);
+    cr_assert_eq(tu_write_file(cfg, text, strlen(text)), 0);
+    expect_one_line_error(args, 1, "key 'device': expected \"cpu\" or \"cuda\"");
+}
+
+Test(device_cli, compare_split_against_unsplit_on_cpu) {
+    char args[8400], json[2100], *out = NULL, *err = NULL;
+    tu_path(json, sizeof json, g_dir, "cmp.json");
+    snprintf(args, sizeof args, "compare -m %s --device cpu --tensor-split 2 -n 20 -t 2 --json %s",
+             g_t, json);
+    cr_assert_eq(run(args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "single steps: 0 of 17 positions differ"), "%s", out);
+    size_t len = 0;
+    char *text = (char *)tu_read_file(json, &len);
+    cr_assert_not_null(text);
+    cr_assert(strstr(text, "\"batch_invariant\": true"), "%s", text);
+    cr_assert(strstr(text, "\"top1_agreement\": 1.0"), "%s", text);
+    free(text);
+    free(out);
+    free(err);
+    if (gpu_present()) return;
+    snprintf(args, sizeof args, "compare -m %s -n 4", g_t); /* --device cuda by default */
+#ifdef SD_TEST_CUDA_BUILD
+    expect_one_line_error(args, 1, "no CUDA device found");
+#else
+    expect_one_line_error(args, 1, "built without CUDA");
+#endif
+}
