@@ -21,11 +21,22 @@ static int usage_error(const char *fmt, const char *arg) {
     return sd_cli_usage(HINT, fmt, arg);
 }
 
-enum { OPT_NO_DRAFT = SD_CLI_OPT_OWN, OPT_JSON };
+enum {
+    OPT_NO_DRAFT = SD_CLI_OPT_OWN,
+    OPT_JSON,
+    OPT_CHAT,
+    OPT_CHAT_TEMPLATE,
+    OPT_SYSTEM,
+    OPT_SPECIAL
+};
 
 typedef struct gen_cli {
     sd_cli_gen_opts g;
     int no_draft, json;
+    int chat;                  /* --chat (-cnv): format the prompt with a chat template */
+    const char *chat_template; /* --chat-template NAME (or Jinja text); NULL: the model's */
+    const char *system;        /* --system (-sys): a system message in chat mode */
+    int special;               /* --special: control-token texts in the prompt are tokens */
 } gen_cli;
 
 static int generate_option(int o, const char *arg, void *user) {
@@ -36,6 +47,19 @@ static int generate_option(int o, const char *arg, void *user) {
         return 0;
     case OPT_JSON:
         c->json = 1;
+        return 0;
+    case OPT_CHAT:
+        c->chat = 1;
+        return 0;
+    case OPT_CHAT_TEMPLATE:
+        c->chat_template = arg;
+        c->chat = 1;
+        return 0;
+    case OPT_SYSTEM:
+        c->system = arg;
+        return 0;
+    case OPT_SPECIAL:
+        c->special = 1;
         return 0;
     case 'h':
         sd_cli_generate_help(stdout);
@@ -52,10 +76,20 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         SD_CLI_DRAFT_LONGOPTS,
         {"no-draft", no_argument, 0, OPT_NO_DRAFT},
         {"json", no_argument, 0, OPT_JSON},
+        {"chat", no_argument, 0, OPT_CHAT},
+        {"conversation", no_argument, 0, OPT_CHAT},
+        {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
+        {"system", required_argument, 0, OPT_SYSTEM},
+        {"system-prompt", required_argument, 0, OPT_SYSTEM},
+        {"special", no_argument, 0, OPT_SPECIAL},
         {0, 0, 0, 0},
     };
-    c->no_draft = c->json = 0;
-    return sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, generate_option, c);
+    memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
+    int rc = sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, generate_option, c);
+    if (!rc && c->system && !c->chat)
+        return usage_error("%s", "--system needs --chat (the system message goes into the chat "
+                                 "template)");
+    return rc;
 }
 
 typedef struct stream_ctx {
@@ -319,6 +353,13 @@ void sd_cli_generate_help(FILE *f) {
                "  --tensor-split N (-ts)   split the target over N GPUs (tensor parallel;\n"
                "                           -ts 1,1 and -sm row, every GPU, mean the same)\n"
                "  --json                   print one JSON object on stdout instead of text\n"
+               "  --chat          (-cnv)   the prompt is a user message in the model's chat\n"
+               "                           template (ChatML, Llama 3, Mistral/Llama 2, ...);\n"
+               "                           generation stops at its end of turn\n"
+               "  --chat-template NAME     a built-in template instead of the model's\n"
+               "  --system TEXT   (-sys)   a system message (with --chat)\n"
+               "  --special                control tokens written in the prompt (<|im_start|>)\n"
+               "                           are tokens, not text\n"
                "  --threads-force          keep --threads above the cores this process may use\n"
                "                           (otherwise capped at them, with a note)\n"
                "  -ctk, -ctv T (--cache-type-k, --cache-type-v)  KV-cache type f32|f16: one\n"
@@ -342,7 +383,7 @@ void sd_cli_generate_help(FILE *f) {
                "                           --spec-ngram-size-n N sets both (llama.cpp)\n"
                "  --lookup-cache FILE      n-gram cache kept across runs (read, then updated)\n"
                "llama.cpp flags with no meaning here (-fa, -b, -ub, --mlock, --no-mmap, --numa,\n"
-               "-tb, -td, -C, -Cr, --prio, --poll, --no-warmup, -co, --no-perf, -cnv, -np, -cb,\n"
+               "-tb, -td, -C, -Cr, --prio, --poll, --no-warmup, -co, --no-perf, -np, -cb,\n"
                "-kvu, --context-shift) are ignored with a one-line note; -no-cnv, --simple-io\n"
                "and --no-context-shift name what specdec always does and are accepted.\n");
 }
@@ -384,12 +425,41 @@ static int gen_prompt(const gen_cli *c, const sd_cli_pair *p, char **buf, size_t
 
 /* Tokenize the prompt (BOS unless --no-bos) and size gp->n_predict to what the context
  * can ever emit. */
+/* --chat: the prompt as the user's message (after --system's) in the chat template
+ * (--chat-template, else the model's tokenizer.chat_template), with the assistant header,
+ * into a malloc'd *out. */
+static int gen_chat_format(const gen_cli *c, const sd_vocab *vocab, const char *path,
+                           const char *prompt, char **out, size_t *out_len, sd_error *err) {
+    const char *tmpl = c->chat_template ? c->chat_template : sd_vocab_chat_template(vocab);
+    if (!tmpl)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: --chat: the model has no tokenizer.chat_template; pass "
+                         "--chat-template NAME (one of %s)",
+                         path, sd_chat_template_names());
+    sd_chat_msg msgs[2];
+    size_t n = 0;
+    if (c->system) msgs[n++] = (sd_chat_msg){"system", c->system};
+    msgs[n++] = (sd_chat_msg){"user", prompt};
+    int rc = sd_chat_apply(tmpl, msgs, n, 1, out, out_len, err);
+    if (rc && !c->chat_template) sd_error_prefix(err, "%s: tokenizer.chat_template", path);
+    return rc;
+}
+
 static int gen_tokenize(const gen_cli *c, sd_engine *e, const char *prompt, size_t len,
                         int32_t **ids, size_t *n_ids, sd_gen_params *gp, sd_error *err) {
     const int32_t ctx = sd_engine_n_ctx(e);
     const sd_vocab *vocab = sd_engine_vocab(e);
-    const unsigned tok_flags = c->g.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL;
-    int rc = sd_vocab_tokenize(vocab, prompt, len, tok_flags, ids, n_ids, err);
+    unsigned tok_flags = c->g.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL;
+    if (c->special || c->chat) tok_flags |= SD_VOCAB_PARSE_SPECIAL;
+    char *chat = NULL;
+    int rc = SD_OK;
+    if (c->chat) {
+        rc =
+            gen_chat_format(c, vocab, sd_model_path(sd_engine_target(e)), prompt, &chat, &len, err);
+        prompt = chat;
+    }
+    if (!rc) rc = sd_vocab_tokenize(vocab, prompt, len, tok_flags, ids, n_ids, err);
+    free(chat);
     if (rc) return rc;
     if (*n_ids == 0)
         return sd_errorf(err, SD_ERR_ARG, "empty prompt and no BOS token: nothing to condition on");
@@ -415,7 +485,8 @@ static int gen_run(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, cons
     if (c->json)
         rc =
             sd_engine_generate(e, gp, ids, (int32_t)n_ids, NULL, NULL, out, gp->n_predict, st, err);
-    else if (c->g.no_display_prompt || stream_write(&sc, prompt, prompt_len) == 0)
+    else if (c->g.no_display_prompt || (stream_write(&sc, prompt, prompt_len) == 0 &&
+                                        (!c->chat || stream_write(&sc, "\n", 1) == 0)))
         rc = sd_engine_generate(e, gp, ids, (int32_t)n_ids, stream_tokens, &sc, out, gp->n_predict,
                                 st, err);
     free(sc.buf);

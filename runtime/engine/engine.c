@@ -193,6 +193,16 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
         sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
     }
     sd_gen_params g = *gp;
+    /* Stop at every end-of-generation token of the vocabulary (<|im_end|>, <|eot_id|>...),
+     * as llama.cpp does, besides EOS and the caller's stop ids. */
+    int32_t n_eog = 0;
+    const int32_t *eog = sd_vocab_eog_ids(sd_model_vocab(e->tm), &n_eog);
+    for (int32_t i = 0; i < n_eog; i++) {
+        int have = 0;
+        for (int32_t j = 0; j < g.n_stop_ids; j++)
+            have |= g.stop_ids[j] == eog[i];
+        if (!have && g.n_stop_ids < SD_MAX_STOP_IDS) g.stop_ids[g.n_stop_ids++] = eog[i];
+    }
     if (g.clock == SD_CLOCK_AUTO) {
         /* One CPU thread does all the work of a pass: its CPU clock is the pass's cost. */
         const int one_thread = e->sp.n_threads == 1 || (e->sp.n_threads <= 0 && sd_n_cores() == 1);

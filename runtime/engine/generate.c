@@ -247,9 +247,14 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
         rc = sd_scorer_score(target, b.ctx, n_ctx, prop.tokens, k, b.logits, err);
         st->t_verify_ms += sd_time_ms() - t;
         if (rc) goto done;
-        if (gp->ignore_eos && eos >= 0 && eos < n_vocab)
-            for (int32_t i = 0; i <= k; i++)
-                b.logits[(size_t)i * n_vocab + eos] = -INFINITY;
+        if (gp->ignore_eos) /* EOS and the stop ids (end of turn) never win, as llama.cpp */
+            for (int32_t i = 0; i <= k; i++) {
+                float *row = b.logits + (size_t)i * n_vocab;
+                if (eos >= 0 && eos < n_vocab) row[eos] = -INFINITY;
+                for (int32_t j = 0; j < gp->n_stop_ids && j < SD_MAX_STOP_IDS; j++)
+                    if (gp->stop_ids[j] >= 0 && gp->stop_ids[j] < n_vocab)
+                        row[gp->stop_ids[j]] = -INFINITY;
+            }
         st->n_target_passes++;
 
         t = sd_time_ms();

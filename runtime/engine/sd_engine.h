@@ -351,7 +351,9 @@ sd_session_params sd_engine_session_params(const sd_engine *e, int draft);
  * proposer of gp->draft_type (sd_engine_proposer_of): it is reset to gp's sampling and
  * the draft stream of gp->seed (sd_rng_stream_seed(seed, 1)) and gets gp's confidence
  * cut-off; gp->n_draft == 0 or SD_DRAFT_NONE (or AUTO without a draft model): target
- * alone. Generation stops at the target's EOS and at gp's stop ids. Arguments and
+ * alone. Generation stops at the target's EOS, at every end-of-generation token of its
+ * vocabulary (sd_vocab_eog_ids: <|im_end|>, <|eot_id|>, ...) and at gp's stop ids; with
+ * gp->ignore_eos none of them is ever emitted (their logits are -inf). Arguments and
  * errors as sd_generate, plus SD_ERR_ARG for a draft type that needs a draft model the
  * engine does not have.
  */
