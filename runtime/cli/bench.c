@@ -32,8 +32,12 @@
  * Kernels mode
  *   specdec bench --kernels -m TARGET [-md DRAFT] [-t N] [--bw-mib M] [--pos P]
  *                 [--prefill N] [--reps N] [--json FILE]
- *   memory read bandwidth  multi-threaded sum over an M MiB buffer (default 1024), best
- *                          of --reps
+ *   memory roof            the best streaming read of an M MiB buffer (default 2048) at
+ *                          1 thread and at N threads (runtime/cli/roof.c: per-thread
+ *                          contiguous slices, widest loads, best of max(10, --reps)
+ *                          passes), measured before and again after the models; the
+ *                          fractions use the best N-thread figure; --no-roof skips it
+ *                          (fractions null; scripts/vs_llamacpp.sh measures it once)
  *   per model              weight bytes (sd_model_weight_bytes) and a decode step at
  *                          position P (median): achieved GB/s = weight bytes / step
  *                          time, beside the bandwidth; the verification pass for
@@ -42,13 +46,17 @@
  *                          tokens/s and GFLOP/s = 2 * params * N / time (params: every
  *                          matrix a token passes through, classifier included, the
  *                          embedding lookup and attention scores excluded).
+ *
+ * Roof mode
+ *   specdec bench --roof [-t N] [--bw-mib M] [--reps N] [--roof-kernel K] [--json FILE]
+ *   the memory roof alone (no model) at 1 thread and at N threads (0 / unset: all cores);
+ *   --roof-kernel avx512|avx2|scalar forces the loads (default: the widest).
  * Tables go to stdout, progress to stderr, --json FILE gets every record.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,8 +102,11 @@ static void bench_help(FILE *f) {
                "  --warmup N             untimed A/B pairs before measuring (default 1)\n"
                "  --reps N               repetitions of each timed step (default 9)\n"
                "  --json FILE            write per-run records and the summary as JSON\n"
-               "  --kernels              kernels mode: also --bw-mib M (default 1024),\n"
-               "                         --pos P (default 128), --prefill N (default 128)\n");
+               "  --kernels              kernels mode: also --bw-mib M (default 2048),\n"
+               "                         --pos P (default 128), --prefill N (default 128)\n"
+               "  --roof                 the memory roof alone (best streaming read at 1 and\n"
+               "                         N threads); --roof-kernel avx512|avx2|scalar;\n"
+               "                         --no-roof: kernels mode without it\n");
 }
 
 /* ---------------------------------------------------------------- small helpers */
@@ -283,7 +294,8 @@ static int time_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t n, 
 typedef struct bench_cli {
     sd_cli_gen_opts g; /* the generation flags; -n, -k and --seed are bench's own */
     const char *json;
-    int kernels;
+    int kernels, roof, no_roof;
+    const char *roof_kernel; /* NULL: the widest loads */
     int32_t ks[MAX_KS];
     int n_ks; /* 0: -k and --k-list absent */
     int64_t runs, warmup, reps, bw_mib, pos, prefill;
@@ -299,6 +311,9 @@ enum {
     OPT_BW,
     OPT_POS,
     OPT_PREFILL,
+    OPT_ROOF,
+    OPT_ROOF_KERNEL,
+    OPT_NO_ROOF,
 };
 
 static int bench_option(int o, const char *arg, void *user) {
@@ -345,8 +360,19 @@ static int bench_option(int o, const char *arg, void *user) {
     case OPT_KERNELS:
         c->kernels = 1;
         break;
+    case OPT_ROOF:
+        c->roof = 1;
+        break;
+    case OPT_NO_ROOF:
+        c->no_roof = 1;
+        break;
+    case OPT_ROOF_KERNEL:
+        if (strcmp(arg, "avx512") && strcmp(arg, "avx2") && strcmp(arg, "scalar"))
+            return usage("--roof-kernel: expected avx512, avx2 or scalar, found '%s'", arg);
+        c->roof_kernel = arg;
+        break;
     case OPT_BW:
-        if (sd_cli_parse_i64(arg, 1, 1 << 20, &c->bw_mib))
+        if (sd_cli_parse_i64(arg, 1, 1 << 24, &c->bw_mib))
             return usage("--bw-mib: expected an integer >= 1, found '%s'", arg);
         break;
     case OPT_POS:
@@ -378,13 +404,16 @@ static int parse_bench(int argc, char **argv, bench_cli *c) {
         {"bw-mib", required_argument, 0, OPT_BW},
         {"pos", required_argument, 0, OPT_POS},
         {"prefill", required_argument, 0, OPT_PREFILL},
+        {"roof", no_argument, 0, OPT_ROOF},
+        {"roof-kernel", required_argument, 0, OPT_ROOF_KERNEL},
+        {"no-roof", no_argument, 0, OPT_NO_ROOF},
         {0, 0, 0, 0},
     };
     memset(c, 0, sizeof *c);
     c->runs = 3;
     c->warmup = 1;
     c->reps = 9;
-    c->bw_mib = 1024;
+    c->bw_mib = 2048;
     c->pos = 128;
     c->prefill = 128;
     return sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, bench_option, c);
@@ -392,31 +421,45 @@ static int parse_bench(int argc, char **argv, bench_cli *c) {
 
 /* ---------------------------------------------------------------- kernels mode */
 
-/* Best-of-reps read bandwidth (GB/s, 1e9 bytes) of a threaded sum over mib MiB. */
-static int measure_bandwidth(int64_t mib, int threads, int reps, double *gbps, sd_error *err) {
-    const size_t n = (size_t)mib * (1u << 20) / sizeof(uint64_t);
-    uint64_t *buf = aligned_alloc(64, n * sizeof(uint64_t));
-    if (!buf) return sd_errorf(err, SD_ERR_OOM, "bench: cannot allocate %lld MiB", (long long)mib);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        buf[i] = i * 0x9E3779B97F4A7C15ull; /* first touch */
-    double best = 0.0;
-    volatile uint64_t sink = 0;
-    for (int r = 0; r < reps; r++) {
-        uint64_t sum = 0;
-        const double t0 = sd_time_ms();
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : sum)
-        for (size_t i = 0; i < n; i++)
-            sum += buf[i];
-        const double dt = (sd_time_ms() - t0) * 1e-3;
-        sink += sum;
-        const double g = (double)n * sizeof(uint64_t) / dt / 1e9;
-        if (g > best) best = g;
-    }
-    (void)sink;
-    free(buf);
-    *gbps = best;
-    return SD_OK;
+/* The roof at 1 thread (skipped when nth == 1) and at nth threads. */
+static int measure_roof(const bench_cli *c, int32_t nth, sd_cli_roof *r1, sd_cli_roof *rn,
+                        sd_error *err) {
+    const int32_t passes = (int32_t)(c->reps < 10 ? 10 : c->reps);
+    fprintf(stderr, "specdec bench: memory roof (%lld MiB, %d passes, 1%s%.0d thread%s)\n",
+            (long long)c->bw_mib, passes, nth > 1 ? " and " : "", nth > 1 ? nth : 0,
+            nth > 1 ? "s" : "");
+    int rc = sd_cli_roof_measure(c->bw_mib, nth, passes, c->roof_kernel, rn, err);
+    if (!rc && nth > 1) rc = sd_cli_roof_measure(c->bw_mib, 1, passes, c->roof_kernel, r1, err);
+    if (!rc && nth == 1) *r1 = *rn;
+    return rc;
+}
+
+static json_t *roof_json(const sd_cli_roof *r) {
+    if (!r->kernel) return json_null(); /* not measured */
+    return json_pack("{s:i,s:o,s:o,s:s,s:I,s:i}", "threads", r->threads, "gbps", jnum(r->gbps),
+                     "gbps_median", jnum(r->gbps_median), "kernel", r->kernel, "buffer_mib",
+                     (json_int_t)(r->bytes >> 20), "passes", r->passes);
+}
+
+static int run_roof(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
+    const int32_t nth = p->threads > 0 ? p->threads : sd_n_cores();
+    sd_cli_roof r1, rn;
+    int rc = measure_roof(c, nth, &r1, &rn, err);
+    if (rc) return rc;
+    printf("memory roof (%s loads, %lld MiB, best / median of %d passes): 1 thread %.2f / %.2f "
+           "GB/s",
+           rn.kernel, (long long)c->bw_mib, rn.passes, r1.gbps, r1.gbps_median);
+    if (nth > 1) printf(", %d threads %.2f / %.2f GB/s", nth, rn.gbps, rn.gbps_median);
+    printf("\n");
+    if (!c->json) return SD_OK;
+    json_t *root =
+        json_pack("{s:s,s:{s:i,s:i,s:s},s:{s:o,s:o}}", "mode", "roof", "machine", "n_cores",
+                  sd_n_cores(), "threads", nth, "kernels", sd_quant_kernels_name(), "roof", "t1",
+                  roof_json(&r1), "tn", roof_json(&rn));
+    rc = root ? write_json(root, c->json, err)
+              : sd_errorf(err, SD_ERR_OOM, "bench: cannot build JSON");
+    json_decref(root);
+    return rc;
 }
 
 /* Matrix parameters one token passes through: every 2-D tensor but the embedding
@@ -516,9 +559,10 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
     const double str_gbps = streamed / (t1 * 1e-3) / 1e9;
     const double pre_tps = n_pre / (pre_ms * 1e-3);
     const double gflops = 2.0 * params * n_pre / (pre_ms * 1e-3) / 1e9;
-    printf("  decode step %.3f ms: %.2f GB/s of weights (%.2f GB/s streamed), %.0f%% of "
-           "%.2f GB/s\n",
-           t1, dec_gbps, str_gbps, 100.0 * str_gbps / bw, bw);
+    printf("  decode step %.3f ms: %.2f GB/s of weights (%.2f GB/s streamed)", t1, dec_gbps,
+           str_gbps);
+    if (isfinite(bw)) printf(", %.0f%% of %.2f GB/s", 100.0 * str_gbps / bw, bw);
+    printf("\n");
     printf("  prefill %d tokens: %.3f ms, %.1f tokens/s, %.2f GFLOP/s (2 * params * tokens)\n",
            n_pre, pre_ms, pre_tps, gflops);
     json_t *rel = json_object();
@@ -549,29 +593,34 @@ static int run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) 
     json_t *root = NULL, *jmodels = json_array();
     int rc = sd_model_load(p->target, &tm, err);
     if (!rc && p->draft) rc = sd_model_load(p->draft, &dm, err);
-    const int nth = p->threads > 0 ? p->threads : sd_n_cores();
-    const int bw_reps = (int)(c->reps < 10 ? 10 : c->reps);
-    double bw = 0, bw_before = 0, bw_after = 0;
+    const int32_t nth = p->threads > 0 ? p->threads : sd_n_cores();
+    const int32_t passes = (int32_t)(c->reps < 10 ? 10 : c->reps);
+    const int roof = !c->no_roof;
+    sd_cli_roof r1 = {0}, rn = {0}, rn_after = {0};
+    double bw = NAN; /* NaN without the roof: fractions become null */
+    if (!rc && roof) rc = measure_roof(c, nth, &r1, &rn, err);
+    /* Fractions use the roof measured before the models; it is measured again after them
+     * and the JSON reports the best of both (a shared machine makes either low). */
     if (!rc) {
-        fprintf(stderr, "specdec bench: memory read bandwidth (%lld MiB, %d threads)\n",
-                (long long)c->bw_mib, nth);
-        rc = measure_bandwidth(c->bw_mib, nth, bw_reps, &bw_before, err);
-        bw = bw_before;
-    }
-    /* Fractions use the bandwidth measured before the models; it is measured again after
-     * them and the JSON reports the best of both (a shared machine makes either low). */
-    if (!rc) {
-        printf("machine: %d cores, %d threads, kernels %s, memory read bandwidth %.2f GB/s "
-               "(best of threaded sums over %lld MiB)\n",
-               sd_n_cores(), nth, sd_quant_kernels_name(), bw, (long long)c->bw_mib);
+        printf("machine: %d cores, %d threads, kernels %s", sd_n_cores(), nth,
+               sd_quant_kernels_name());
+        if (roof) {
+            bw = rn.gbps;
+            printf(", memory roof %.2f GB/s at 1 thread, %.2f GB/s at %d (best streaming read "
+                   "of %lld MiB, %s loads)",
+                   r1.gbps, rn.gbps, nth, (long long)c->bw_mib, rn.kernel);
+        }
+        printf("\n");
         rc = kernels_model("target", tm, c, p, bw, jmodels, err);
     }
     if (!rc && dm) rc = kernels_model("draft", dm, c, p, bw, jmodels, err);
-    if (!rc) rc = measure_bandwidth(c->bw_mib, nth, bw_reps, &bw_after, err);
-    if (!rc) {
-        bw = bw_after > bw_before ? bw_after : bw_before;
-        printf("\nmemory read bandwidth: %.2f GB/s before, %.2f GB/s after the models; best %.2f\n",
-               bw_before, bw_after, bw);
+    if (!rc && roof)
+        rc = sd_cli_roof_measure(c->bw_mib, nth, passes, c->roof_kernel, &rn_after, err);
+    if (!rc && roof) {
+        bw = rn_after.gbps > rn.gbps ? rn_after.gbps : rn.gbps;
+        printf("\nmemory roof at %d threads: %.2f GB/s before, %.2f GB/s after the models; best "
+               "%.2f\n",
+               nth, rn.gbps, rn_after.gbps, bw);
         for (size_t i = 0; i < json_array_size(jmodels); i++) {
             json_t *mo = json_array_get(jmodels, i);
             const double g = json_real_value(json_object_get(mo, "decode_gbps_streamed"));
@@ -581,11 +630,15 @@ static int run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) 
         }
     }
     if (!rc && c->json) {
-        root = json_pack("{s:s,s:{s:i,s:i,s:s,s:o,s:o,s:o,s:I},s:O}", "mode", "kernels", "machine",
-                         "n_cores", sd_n_cores(), "threads", nth, "kernels",
-                         sd_quant_kernels_name(), "mem_read_gbps", jnum(bw), "mem_read_gbps_before",
-                         jnum(bw_before), "mem_read_gbps_after", jnum(bw_after), "mem_buffer_mib",
-                         (json_int_t)c->bw_mib, "models", jmodels);
+        json_t *jroof = roof ? json_pack("{s:o,s:o,s:o}", "t1", roof_json(&r1), "tn",
+                                         roof_json(&rn), "tn_after", roof_json(&rn_after))
+                             : json_null();
+        root =
+            json_pack("{s:s,s:{s:i,s:i,s:s,s:o,s:o,s:o,s:I},s:o,s:O}", "mode", "kernels", "machine",
+                      "n_cores", sd_n_cores(), "threads", nth, "kernels", sd_quant_kernels_name(),
+                      "mem_read_gbps", jnum(bw), "mem_read_gbps_before", jnum(roof ? rn.gbps : NAN),
+                      "mem_read_gbps_after", jnum(roof ? rn_after.gbps : NAN), "mem_buffer_mib",
+                      (json_int_t)c->bw_mib, "roof", jroof, "models", jmodels);
         rc = root ? write_json(root, c->json, err)
                   : sd_errorf(err, SD_ERR_OOM, "bench: cannot build JSON");
     }
@@ -963,6 +1016,11 @@ int sd_cmd_bench(int argc, char **argv) {
     int n_prompts = 0, own_prompts = 0;
     int rc = SD_OK, code = EXIT_FAILURE;
     if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
+    if (c.roof) {
+        rc = run_roof(&c, &p, &err);
+        if (!rc) code = EXIT_SUCCESS;
+        goto done;
+    }
     if (!p.target) {
         code = usage("%s", "bench: no target model: pass --target FILE (-m) or --config FILE");
         goto done;
