@@ -10,7 +10,9 @@
  * (median over batches, and the best batch).
  *
  *   pool_bench --impl serial|pool|omp [--threads T] [--kb KB] [--jobs N] [--batches B]
- *              [--spin US]
+ *              [--spin US] [--split S]
+ *   --split S  pool only: S tasks per thread (default 1: one contiguous slice each; S > 1
+ *              lets a thread that is on time take over more of a late thread's work)
  *   pool_bench --stress       correctness under many threads and tiny jobs (exit 1 on a
  *                             wrong result): the TSan run of scripts/pool_bench.sh tsan
  * OpenMP's wait policy comes from the environment (OMP_WAIT_POLICY, GOMP_SPINCOUNT), so
@@ -27,12 +29,13 @@
 
 #include "runtime/backend/cpu/pool.h"
 
-#define MAX_T 64
+#define MAX_T     64
+#define MAX_PARTS 1024
 
 typedef struct dot_job {
     const float *x, *y;
     int64_t n;
-    double part[MAX_T];
+    double part[MAX_PARTS];
 } dot_job;
 
 static double dot_range(const float *x, const float *y, int64_t b, int64_t e) {
@@ -184,7 +187,7 @@ static int stress(void) {
 
 int main(int argc, char **argv) {
     const char *impl = "pool";
-    int32_t threads = 2, spin = -1;
+    int32_t threads = 2, spin = -1, split = 1;
     long kb = 256, jobs = 2000, batches = 7;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -205,13 +208,16 @@ int main(int argc, char **argv) {
             batches = atol(v);
         else if (!strcmp(a, "--spin"))
             spin = atoi(v);
+        else if (!strcmp(a, "--split"))
+            split = atoi(v);
         else {
             fprintf(stderr, "pool_bench: unknown option %s\n", a);
             return 2;
         }
         i++;
     }
-    if (threads < 1 || threads > MAX_T || kb < 1 || jobs < 1 || batches < 1) {
+    if (threads < 1 || threads > MAX_T || kb < 1 || jobs < 1 || batches < 1 || split < 1 ||
+        threads * split > MAX_PARTS) {
         fprintf(stderr, "pool_bench: bad arguments\n");
         return 2;
     }
@@ -245,12 +251,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     dot_job j = {x, y, n, {0}};
+    const int32_t parts = pool ? threads * split : threads;
     double got = 0;
     for (long b = -1; b < batches; b++) { /* batch -1: warm-up */
         const double t0 = sd_time_ms();
         for (long k = 0; k < jobs; k++) {
             if (pool) {
-                sd_pool_run(pool, threads, dot_task, &j);
+                sd_pool_run(pool, parts, dot_task, &j);
             } else if (threads == 1) {
                 dot_task(&j, 0, 1);
             } else {
@@ -259,16 +266,16 @@ int main(int argc, char **argv) {
                 dot_task(&j, omp_get_thread_num(), omp_get_num_threads());
 #endif
             }
-            got = finish(&j, threads);
+            got = finish(&j, parts);
         }
         if (b >= 0) per[b] = (sd_time_ms() - t0) * 1000.0 / (double)jobs;
     }
     qsort(per, (size_t)batches, sizeof *per, cmp_dbl);
     const char *policy = getenv("OMP_WAIT_POLICY");
     printf("{\"impl\": \"%s\", \"threads\": %d, \"kb\": %ld, \"jobs\": %ld, \"batches\": %ld, "
-           "\"spin_us\": %d, \"omp_wait_policy\": \"%s\", \"us_per_job\": %.3f, "
+           "\"spin_us\": %d, \"split\": %d, \"omp_wait_policy\": \"%s\", \"us_per_job\": %.3f, "
            "\"us_per_job_best\": %.3f, \"ok\": %s}\n",
-           impl, threads, kb, jobs, batches, pool ? spin : -1,
+           impl, threads, kb, jobs, batches, pool ? spin : -1, pool ? split : 1,
            !strcmp(impl, "omp") ? (policy ? policy : "default") : "-", per[batches / 2], per[0],
            got > 0.999 * want && got < 1.001 * want ? "true" : "false");
     sd_pool_free(pool);

@@ -3,7 +3,8 @@
 #
 #   bash scripts/pool_bench.sh [bench]   many small jobs (dot products of 16 KiB .. 4 MiB
 #                                        split over the threads), for serial, the pool at
-#                                        2 threads, OpenMP at 2 threads with the default
+#                                        2 threads (one slice per thread, and 4 tasks per
+#                                        thread), OpenMP at 2 threads with the default
 #                                        wait policy and with OMP_WAIT_POLICY=passive;
 #                                        first on the machine as it is, then with one
 #                                        competing CPU-bound process (`yes > /dev/null`).
@@ -38,23 +39,19 @@ cleanup() { [ -n "$load_pid" ] && kill "$load_pid" 2>/dev/null || true; }
 trap cleanup EXIT
 
 run_set() { # LABEL
-    local label=$1 kb j
+    local label=$1 kb j cfg line
     for kb in 16 256 4096; do
         j=$(jobs_for $kb)
-        for cfg in "serial" "pool" "omp default" "omp passive"; do
-            set -- $cfg
-            local impl=$1 pol=${2:-}
-            local line
-            if [ "$impl" = omp ]; then
-                if [ "$pol" = passive ]; then
-                    line=$(OMP_WAIT_POLICY=passive "$B" --impl omp --threads 2 --kb $kb --jobs $j)
-                else
-                    line=$(env -u OMP_WAIT_POLICY "$B" --impl omp --threads 2 --kb $kb --jobs $j)
-                fi
-            else
-                line=$("$B" --impl "$impl" --threads 2 --kb $kb --jobs $j)
-            fi
-            echo "{\"load\": \"$label\", \"loadavg\": \"$(cut -d' ' -f1 /proc/loadavg)\", ${line#\{}"
+        for cfg in serial pool pool-split4 omp omp-passive; do
+            case $cfg in
+            serial) line=$("$B" --impl serial --kb $kb --jobs $j) ;;
+            pool) line=$("$B" --impl pool --threads 2 --kb $kb --jobs $j) ;;
+            pool-split4) line=$("$B" --impl pool --threads 2 --split 4 --kb $kb --jobs $j) ;;
+            omp) line=$(env -u OMP_WAIT_POLICY "$B" --impl omp --threads 2 --kb $kb --jobs $j) ;;
+            omp-passive)
+                line=$(OMP_WAIT_POLICY=passive "$B" --impl omp --threads 2 --kb $kb --jobs $j) ;;
+            esac
+            echo "{\"load\": \"$label\", \"cfg\": \"$cfg\", \"loadavg\": \"$(cut -d' ' -f1 /proc/loadavg)\", ${line#\{}"
         done
     done
 }
@@ -72,11 +69,14 @@ run_set() { # LABEL
 /usr/bin/python3 - "$out/pool_bench.jsonl" >&2 <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-key = lambda r: (r["load"], r["kb"])
-print(f"{'load':5} {'KiB':>5} {'serial us':>10} {'pool/2 us':>10} {'omp/2 us':>10} "
-      f"{'omp-pass us':>11} {'pool/serial':>11} {'omp/serial':>10} {'omp-p/serial':>12}")
-for k in sorted({key(r) for r in rows}, key=lambda k: (k[0] != "none", k[1])):
-    g = {(r["impl"], r["omp_wait_policy"]): r["us_per_job"] for r in rows if key(r) == k}
-    s, p, o, op = g[("serial", "-")], g[("pool", "-")], g[("omp", "default")], g[("omp", "passive")]
-    print(f"{k[0]:5} {k[1]:5} {s:10.2f} {p:10.2f} {o:10.2f} {op:11.2f} {p/s:11.3f} {o/s:10.3f} {op/s:12.3f}")
+cfgs = ["serial", "pool", "pool-split4", "omp", "omp-passive"]
+print("us per job (median of batches); x = time / serial time (under 1: 2 threads help)")
+print(f"{'load':5} {'KiB':>5} " + " ".join(f"{c:>12}" for c in cfgs) + "  " +
+      " ".join(f"{'x ' + c:>14}" for c in cfgs[1:]))
+for load in ("none", "yes"):
+    for kb in sorted({r["kb"] for r in rows}):
+        g = {r["cfg"]: r["us_per_job"] for r in rows if r["load"] == load and r["kb"] == kb}
+        if "serial" not in g: continue
+        print(f"{load:5} {kb:5} " + " ".join(f"{g[c]:12.2f}" for c in cfgs) + "  " +
+              " ".join(f"{g[c] / g['serial']:14.3f}" for c in cfgs[1:]))
 EOF
