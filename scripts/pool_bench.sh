@@ -32,26 +32,33 @@ fi
 gcc "${cflags[@]}" -O2 -fopenmp "${src[@]}" -o "$out/pool_bench" -lpthread -lm
 B=$out/pool_bench
 jobs_for() { # keep each measurement near 0.1-0.3 s per batch
-    case $1 in 16) echo 20000 ;; 256) echo 4000 ;; *) echo 300 ;; esac
+    case $1 in 16) echo 10000 ;; 256) echo 2000 ;; *) echo 150 ;; esac
 }
 load_pid=""
 cleanup() { [ -n "$load_pid" ] && kill "$load_pid" 2>/dev/null || true; }
 trap cleanup EXIT
 
-run_set() { # LABEL
-    local label=$1 kb j cfg line
+rounds=${POOL_BENCH_ROUNDS:-5}
+run_set() { # LABEL: configurations interleaved (ABCDE ABCDE ...), one line per run
+    local label=$1 kb j cfg line r
     for kb in 16 256 4096; do
         j=$(jobs_for $kb)
-        for cfg in serial pool pool-split4 omp omp-passive; do
-            case $cfg in
-            serial) line=$("$B" --impl serial --kb $kb --jobs $j) ;;
-            pool) line=$("$B" --impl pool --threads 2 --kb $kb --jobs $j) ;;
-            pool-split4) line=$("$B" --impl pool --threads 2 --split 4 --kb $kb --jobs $j) ;;
-            omp) line=$(env -u OMP_WAIT_POLICY "$B" --impl omp --threads 2 --kb $kb --jobs $j) ;;
-            omp-passive)
-                line=$(OMP_WAIT_POLICY=passive "$B" --impl omp --threads 2 --kb $kb --jobs $j) ;;
-            esac
-            echo "{\"load\": \"$label\", \"cfg\": \"$cfg\", \"loadavg\": \"$(cut -d' ' -f1 /proc/loadavg)\", ${line#\{}"
+        for r in $(seq 1 "$rounds"); do
+            for cfg in serial pool pool-split4 omp omp-passive; do
+                case $cfg in
+                serial) line=$("$B" --impl serial --kb $kb --jobs $j --batches 3) ;;
+                pool) line=$("$B" --impl pool --threads 2 --kb $kb --jobs $j --batches 3) ;;
+                pool-split4)
+                    line=$("$B" --impl pool --threads 2 --split 4 --kb $kb --jobs $j --batches 3) ;;
+                omp)
+                    line=$(env -u OMP_WAIT_POLICY "$B" --impl omp --threads 2 --kb $kb --jobs $j \
+                        --batches 3) ;;
+                omp-passive)
+                    line=$(OMP_WAIT_POLICY=passive "$B" --impl omp --threads 2 --kb $kb --jobs $j \
+                        --batches 3) ;;
+                esac
+                echo "{\"load\": \"$label\", \"cfg\": \"$cfg\", \"round\": $r, \"loadavg\": \"$(cut -d' ' -f1 /proc/loadavg)\", ${line#\{}"
+            done
         done
     done
 }
@@ -70,13 +77,18 @@ run_set() { # LABEL
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 cfgs = ["serial", "pool", "pool-split4", "omp", "omp-passive"]
-print("us per job (median of batches); x = time / serial time (under 1: 2 threads help)")
+print("us per job (median over interleaved rounds of the median of 3 batches); "
+      "x = time / serial time (under 1: 2 threads help)")
 print(f"{'load':5} {'KiB':>5} " + " ".join(f"{c:>12}" for c in cfgs) + "  " +
       " ".join(f"{'x ' + c:>14}" for c in cfgs[1:]))
 for load in ("none", "yes"):
     for kb in sorted({r["kb"] for r in rows}):
-        g = {r["cfg"]: r["us_per_job"] for r in rows if r["load"] == load and r["kb"] == kb}
-        if "serial" not in g: continue
+        g = {}
+        for c in cfgs:
+            xs = sorted(r["us_per_job"] for r in rows
+                        if r["load"] == load and r["kb"] == kb and r["cfg"] == c)
+            if xs: g[c] = xs[len(xs) // 2]
+        if len(g) < len(cfgs): continue
         print(f"{load:5} {kb:5} " + " ".join(f"{g[c]:12.2f}" for c in cfgs) + "  " +
               " ".join(f"{g[c] / g['serial']:14.3f}" for c in cfgs[1:]))
 EOF

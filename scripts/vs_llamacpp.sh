@@ -214,7 +214,7 @@ def llama_gen(binp, target, draft, k, t, ctx):
         res["target_error"] = f"llama-completion: rc {rc}: {err.strip()[-200:]}"
     rc, out, err = run([os.path.join(binp, "llama-speculative"), "-m", target, "-md", draft,
                         "-p", opt["prompt"], "-n", str(opt["n"]), "--temp", "0", "-t", str(t),
-                        "-td", str(t), "-c", str(ctx), "-cd", str(ctx),
+                        "-td", str(t), "-c", str(ctx),
                         "--spec-draft-n-max", str(k)])
     m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", err)
     if rc == 0 and m:

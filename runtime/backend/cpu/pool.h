@@ -24,6 +24,18 @@
  * another run of the same pool is in progress (from a task, i.e. nested, or from a
  * second thread) executes all its tasks serially on the calling thread instead of
  * deadlocking.
+ *
+ * How an op uses it (the backend owns one pool, made at init, freed at free):
+ *   typedef struct { const void *w; ...; int64_t rows; } mm_job;
+ *   static void mm_task(void *arg, int32_t ith, int32_t nth) {
+ *       mm_job *j = arg;
+ *       int64_t r0, r1;
+ *       sd_pool_split(j->rows, 4, ith, nth, &r0, &r1);  // whole output rows
+ *       kernel(j, r0, r1);
+ *   }
+ *   sd_pool_run(pool, work >= par_min_work ? 0 : 1, mm_task, &job);
+ * (0: one task per thread; 1: inline on the caller.) For work that is uneven per row
+ * (attention over positions), sd_pool_for(pool, n, chunk, fn, arg) hands out chunks.
  */
 #ifndef SD_BACKEND_CPU_POOL_H
 #define SD_BACKEND_CPU_POOL_H
