@@ -20,9 +20,10 @@
 # llama-speculative-simple, llama-perplexity, llama-tokenize, llama-batched-bench (those
 # the vendored tree defines; llama-cli needs the server build and is not built).
 #
-# Usage: bash scripts/peer_llamacpp.sh [--dir DIR] [--jobs N] [--version V|latest]
+# Usage: bash scripts/peer_llamacpp.sh [--dir DIR] [--jobs N] [--version V|latest] [--noamx]
 #   --version  llama-cpp-python version to fetch (default 0.3.36, whose CHANGELOG names
 #              llama.cpp 0c1e57098); "latest" takes PyPI's newest
+#   --noamx    make the AMX-off build even on a CPU without AMX (to test that path)
 # Idempotent: a finished step is skipped (the download, the unpack; cmake rebuilds only
 # what changed). A build that fails or whose binary crashes on this CPU is reported and
 # the script goes on. Exit 0 when at least one build passed its smoke test; 1 otherwise
@@ -34,12 +35,14 @@ root=$PWD
 dir=build-peer
 jobs=2
 version=0.3.36
+force_noamx=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --dir) dir=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --version) version=$2; shift 2 ;;
-    -h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --noamx) force_noamx=1; shift ;;
+    -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "peer_llamacpp: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -135,7 +138,7 @@ results=()
 v=$(build_one native -DGGML_NATIVE=ON | tail -n1)
 results+=("native|$v")
 say "native: $v"
-if has amx_int8 || has amx_tile; then
+if has amx_int8 || has amx_tile || [ $force_noamx = 1 ]; then
     # Explicit flags from /proc/cpuinfo instead of -march=native, AMX off.
     f=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
     for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 sse4_2:SSE42 avx_vnni:AVX_VNNI \
