@@ -17,7 +17,6 @@
  */
 #include "runtime/backend/cpu/pool.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
