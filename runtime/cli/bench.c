@@ -41,8 +41,11 @@ static void bench_help(FILE *f) {
                "  --reps N               repetitions of each timed step (default 9)\n"
                "  --json FILE            write per-run records and the summary as JSON (checked\n"
                "                         writable, a regular file or absent, before the runs)\n"
-               "  --kernels              kernels mode: also --bw-mib M (default 1024),\n"
+               "  --kernels              kernels mode: also --bw-mib M (default 2048),\n"
                "                         --pos P (default 128), --prefill N (default 128)\n"
+               "  --roof                 the memory roof alone (best streaming read at 1 and\n"
+               "                         N threads); --roof-kernel avx512|avx2|scalar;\n"
+               "                         --no-roof: kernels mode without it\n"
                "  --draft-types LIST     draft types side by side on the same prompts of each\n"
                "                         -f file (repeatable; a category each, from its first\n"
                "                         line '# category: NAME' or its name): none, llm,\n"
@@ -308,6 +311,9 @@ enum {
     OPT_POS,
     OPT_PREFILL,
     OPT_DRAFT_TYPES,
+    OPT_ROOF,
+    OPT_ROOF_KERNEL,
+    OPT_NO_ROOF,
 };
 
 static int bench_option(int o, const char *arg, void *user) {
@@ -364,8 +370,19 @@ static int bench_option(int o, const char *arg, void *user) {
     case OPT_KERNELS:
         c->kernels = 1;
         break;
+    case OPT_ROOF:
+        c->roof = 1;
+        break;
+    case OPT_NO_ROOF:
+        c->no_roof = 1;
+        break;
+    case OPT_ROOF_KERNEL:
+        if (strcmp(arg, "avx512") && strcmp(arg, "avx2") && strcmp(arg, "scalar"))
+            return bench_usage("--roof-kernel: expected avx512, avx2 or scalar, found '%s'", arg);
+        c->roof_kernel = arg;
+        break;
     case OPT_BW:
-        if (sd_cli_parse_i64(arg, 1, 1 << 20, &c->bw_mib))
+        if (sd_cli_parse_i64(arg, 1, 1 << 24, &c->bw_mib))
             return bench_usage("--bw-mib: expected an integer >= 1, found '%s'", arg);
         break;
     case OPT_POS:
@@ -400,13 +417,16 @@ static int parse_bench(int argc, char **argv, bench_cli *c) {
         {"bw-mib", required_argument, 0, OPT_BW},
         {"pos", required_argument, 0, OPT_POS},
         {"prefill", required_argument, 0, OPT_PREFILL},
+        {"roof", no_argument, 0, OPT_ROOF},
+        {"roof-kernel", required_argument, 0, OPT_ROOF_KERNEL},
+        {"no-roof", no_argument, 0, OPT_NO_ROOF},
         {0, 0, 0, 0},
     };
     memset(c, 0, sizeof *c);
     c->runs = 3;
     c->warmup = 1;
     c->reps = 9;
-    c->bw_mib = 1024;
+    c->bw_mib = 2048;
     c->pos = 128;
     c->prefill = 128;
     return sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, bench_option, c);
@@ -464,6 +484,12 @@ int sd_cmd_bench(int argc, char **argv) {
     int n_prompts = 0;
     int rc = SD_OK, code = EXIT_FAILURE;
     if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
+    if (c.roof) {
+        if (c.json && (rc = sd_cli_check_output(c.json, NULL, 0, &err))) goto done;
+        rc = bench_run_roof(&c, &p, &err);
+        if (!rc) code = EXIT_SUCCESS;
+        goto done;
+    }
     if (!p.ep.target) {
         code =
             bench_usage("%s", "bench: no target model: pass --target FILE (-m) or --config FILE");

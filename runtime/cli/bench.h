@@ -20,7 +20,8 @@
 typedef struct bench_cli {
     sd_cli_gen_opts g; /* the generation flags; -n, -k and --seed are bench's own */
     const char *json;
-    int kernels;
+    int kernels, roof, no_roof;
+    const char *roof_kernel; /* NULL: the widest loads */
     int32_t ks[MAX_KS];
     int n_ks; /* 0: -k and --k-list absent */
     int64_t runs, warmup, reps, bw_mib, pos, prefill;
@@ -93,6 +94,8 @@ int bench_parse_modes(const char *list, bench_cli *c);
 
 /* The three modes. */
 int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err);
+/* --roof: the memory roof alone, at 1 and N threads (bench_kernels.c). */
+int bench_run_roof(const bench_cli *c, const sd_cli_pair *p, sd_error *err);
 int bench_run_ab(const bench_cli *c, sd_cli_pair *p, char **prompts, int n_prompts, sd_error *err);
 /* Draft types side by side on the same prompts of each file (bench_modes.c). */
 int bench_run_modes(const bench_cli *c, sd_cli_pair *p, sd_error *err);

@@ -5,8 +5,12 @@
  * Kernels mode
  *   specdec bench --kernels -m TARGET [-md DRAFT] [-t N] [--bw-mib M] [--pos P]
  *                 [--prefill N] [--reps N] [--json FILE]
- *   memory read bandwidth  multi-threaded sum over an M MiB buffer (default 1024), best
- *                          of --reps
+ *   memory roof            the best streaming read of an M MiB buffer (default 2048) at
+ *                          1 thread and at N threads (runtime/cli/roof.c: per-thread
+ *                          contiguous slices, widest loads, best of max(10, --reps)
+ *                          passes), measured before and again after the models; the
+ *                          fractions use the best N-thread figure; --no-roof skips it
+ *                          (fractions null); on a device: a device-to-device copy
  *   per model              weight bytes (sd_model_weight_bytes) and a decode step at
  *                          position P (median): achieved GB/s = weight bytes / step
  *                          time, beside the bandwidth; the verification pass for
@@ -32,31 +36,45 @@
 #include "runtime/model/sd_model.h"
 #include "verify/sd_sample.h"
 
-/* Best-of-reps read bandwidth (GB/s, 1e9 bytes) of a threaded sum over mib MiB. */
-static int measure_bandwidth(int64_t mib, int threads, int reps, double *gbps, sd_error *err) {
-    const size_t n = (size_t)mib * (1u << 20) / sizeof(uint64_t);
-    uint64_t *buf = aligned_alloc(64, n * sizeof(uint64_t));
-    if (!buf) return sd_errorf(err, SD_ERR_OOM, "bench: cannot allocate %lld MiB", (long long)mib);
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        buf[i] = i * 0x9E3779B97F4A7C15ull; /* first touch */
-    double best = 0.0;
-    volatile uint64_t sink = 0;
-    for (int r = 0; r < reps; r++) {
-        uint64_t sum = 0;
-        const double t0 = sd_time_ms();
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : sum)
-        for (size_t i = 0; i < n; i++)
-            sum += buf[i];
-        const double dt = (sd_time_ms() - t0) * 1e-3;
-        sink += sum;
-        const double g = (double)n * sizeof(uint64_t) / dt / 1e9;
-        if (g > best) best = g;
-    }
-    (void)sink;
-    free(buf);
-    *gbps = best;
-    return SD_OK;
+/* The CPU roof at 1 thread (skipped when nth == 1) and at nth threads. */
+static int measure_roof(const bench_cli *c, int32_t nth, sd_cli_roof *r1, sd_cli_roof *rn,
+                        sd_error *err) {
+    const int32_t passes = (int32_t)(c->reps < 10 ? 10 : c->reps);
+    sd_cli_progress("specdec bench: memory roof (%lld MiB, %d passes, 1%s%.0d thread%s)\n",
+                    (long long)c->bw_mib, passes, nth > 1 ? " and " : "", nth > 1 ? nth : 0,
+                    nth > 1 ? "s" : "");
+    int rc = sd_cli_roof_measure(c->bw_mib, nth, passes, c->roof_kernel, rn, err);
+    if (!rc && nth > 1) rc = sd_cli_roof_measure(c->bw_mib, 1, passes, c->roof_kernel, r1, err);
+    if (!rc && nth == 1) *r1 = *rn;
+    return rc;
+}
+
+static json_t *roof_json(const sd_cli_roof *r) {
+    if (!r->kernel) return json_null(); /* not measured */
+    return json_pack("{s:i,s:o,s:o,s:s,s:I,s:i}", "threads", r->threads, "gbps",
+                     bench_jnum(r->gbps), "gbps_median", bench_jnum(r->gbps_median), "kernel",
+                     r->kernel, "buffer_mib", (json_int_t)(r->bytes >> 20), "passes", r->passes);
+}
+
+int bench_run_roof(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
+    const int32_t nth = p->ep.n_threads > 0 ? p->ep.n_threads : sd_n_cores();
+    sd_cli_roof r1, rn;
+    int rc = measure_roof(c, nth, &r1, &rn, err);
+    if (rc) return rc;
+    printf("memory roof (%s loads, %lld MiB, best / median of %d passes): 1 thread %.2f / %.2f "
+           "GB/s",
+           rn.kernel, (long long)c->bw_mib, rn.passes, r1.gbps, r1.gbps_median);
+    if (nth > 1) printf(", %d threads %.2f / %.2f GB/s", nth, rn.gbps, rn.gbps_median);
+    printf("\n");
+    if (!c->json) return SD_OK;
+    json_t *root =
+        json_pack("{s:s,s:{s:i,s:i,s:s},s:{s:o,s:o}}", "mode", "roof", "machine", "n_cores",
+                  sd_n_cores(), "threads", nth, "kernels", sd_quant_kernels_name(), "roof", "t1",
+                  roof_json(&r1), "tn", roof_json(&rn));
+    rc = root ? bench_write_json(root, c->json, err)
+              : sd_errorf(err, SD_ERR_OOM, "bench: cannot build JSON");
+    json_decref(root);
+    return rc;
 }
 
 /* Best-of-reps device memory bandwidth (GB/s): a device-to-device copy of mib MiB through
@@ -94,14 +112,6 @@ static int measure_device_bandwidth(sd_device dev, int64_t mib, int reps, double
     sd_backend_free(be);
     *gbps = best;
     return rc;
-}
-
-/* The bandwidth decode is measured against: host memory (a threaded read) for the CPU, a
- * device-to-device copy for a device. */
-static int measure_bw(const sd_cli_pair *p, int64_t mib, int threads, int reps, double *gbps,
-                      sd_error *err) {
-    if (p->ep.device == SD_DEVICE_CPU) return measure_bandwidth(mib, threads, reps, gbps, err);
-    return measure_device_bandwidth(p->ep.device, mib, reps, gbps, err);
 }
 
 /* Matrix parameters one token passes through: every 2-D tensor but the embedding
@@ -203,9 +213,10 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
     const double str_gbps = streamed / (t1 * 1e-3) / 1e9;
     const double pre_tps = n_pre / (pre_ms * 1e-3);
     const double gflops = 2.0 * params * n_pre / (pre_ms * 1e-3) / 1e9;
-    printf("  decode step %.3f ms: %.2f GB/s of weights (%.2f GB/s streamed), %.0f%% of "
-           "%.2f GB/s\n",
-           t1, dec_gbps, str_gbps, 100.0 * str_gbps / bw, bw);
+    printf("  decode step %.3f ms: %.2f GB/s of weights (%.2f GB/s streamed)", t1, dec_gbps,
+           str_gbps);
+    if (isfinite(bw)) printf(", %.0f%% of %.2f GB/s", 100.0 * str_gbps / bw, bw);
+    printf("\n");
     printf("  prefill %d tokens: %.3f ms, %.1f tokens/s, %.2f GFLOP/s (2 * params * tokens)\n",
            n_pre, pre_ms, pre_tps, gflops);
     json_t *rel = json_object();
@@ -232,44 +243,64 @@ done:
     return rc;
 }
 
+/* The bandwidth decode is measured against, before (*before) and after (*after) the
+ * models: the CPU roof (best streaming read at 1 and nth threads; *r1, *rn) or, on a
+ * device, a device-to-device copy. NaN when --no-roof. */
+typedef struct kern_bw {
+    sd_cli_roof r1, rn, rn_after; /* CPU only */
+    double before, after;
+} kern_bw;
+
+static int kernels_bw(const bench_cli *c, const sd_cli_pair *p, int32_t nth, int after, kern_bw *k,
+                      sd_error *err) {
+    const int32_t passes = (int32_t)(c->reps < 10 ? 10 : c->reps);
+    double *g = after ? &k->after : &k->before;
+    *g = NAN;
+    if (c->no_roof) return SD_OK;
+    if (p->ep.device != SD_DEVICE_CPU) {
+        sd_cli_progress("specdec bench: %s memory bandwidth (device-to-device copy, %lld MiB)\n",
+                        sd_device_name(p->ep.device), (long long)c->bw_mib);
+        return measure_device_bandwidth(p->ep.device, c->bw_mib, passes, g, err);
+    }
+    int rc = after ? sd_cli_roof_measure(c->bw_mib, nth, passes, c->roof_kernel, &k->rn_after, err)
+                   : measure_roof(c, nth, &k->r1, &k->rn, err);
+    if (!rc) *g = after ? k->rn_after.gbps : k->rn.gbps;
+    return rc;
+}
+
 int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
     sd_model *tm = NULL, *dm = NULL;
     json_t *root = NULL, *jmodels = json_array();
     int rc = sd_model_load(p->ep.target, &tm, err);
     if (!rc && p->ep.draft) rc = sd_model_load(p->ep.draft, &dm, err);
-    const int nth = p->ep.n_threads > 0 ? p->ep.n_threads : sd_n_cores();
-    const int bw_reps = (int)(c->reps < 10 ? 10 : c->reps);
-    double bw = 0, bw_before = 0, bw_after = 0;
-    if (!rc) {
-        if (p->ep.device == SD_DEVICE_CPU)
-            sd_cli_progress("specdec bench: memory read bandwidth (%lld MiB, %d threads)\n",
-                            (long long)c->bw_mib, nth);
-        else
-            sd_cli_progress(
-                "specdec bench: %s memory bandwidth (device-to-device copy, %lld MiB)\n",
-                sd_device_name(p->ep.device), (long long)c->bw_mib);
-        rc = measure_bw(p, c->bw_mib, nth, bw_reps, &bw_before, err);
-        bw = bw_before;
-    }
+    const int32_t nth = p->ep.n_threads > 0 ? p->ep.n_threads : sd_n_cores();
+    const int cpu = p->ep.device == SD_DEVICE_CPU;
+    kern_bw k;
+    memset(&k, 0, sizeof k);
     /* Fractions use the bandwidth measured before the models; it is measured again after
      * them and the JSON reports the best of both (a shared machine makes either low). */
+    if (!rc) rc = kernels_bw(c, p, nth, 0, &k, err);
+    double bw = k.before;
     if (!rc) {
-        if (p->ep.device == SD_DEVICE_CPU)
-            printf("machine: %d cores, %d threads, kernels %s, memory read bandwidth %.2f GB/s "
-                   "(best of threaded sums over %lld MiB)\n",
-                   sd_n_cores(), nth, sd_quant_kernels_name(), bw, (long long)c->bw_mib);
-        else
-            printf("device %s: memory bandwidth %.2f GB/s (device-to-device copy of %lld MiB, "
-                   "bytes read + written)\n",
+        printf("machine: %d cores, %d threads, kernels %s", sd_n_cores(), nth,
+               sd_quant_kernels_name());
+        if (cpu && isfinite(bw))
+            printf(", memory roof %.2f GB/s at 1 thread, %.2f GB/s at %d (best streaming read "
+                   "of %lld MiB, %s loads)",
+                   k.r1.gbps, k.rn.gbps, nth, (long long)c->bw_mib, k.rn.kernel);
+        else if (!cpu)
+            printf("; device %s: memory bandwidth %.2f GB/s (device-to-device copy of %lld "
+                   "MiB, bytes read + written)",
                    sd_device_name(p->ep.device), bw, (long long)c->bw_mib);
+        printf("\n");
         rc = kernels_model("target", tm, c, p, bw, jmodels, err);
     }
     if (!rc && dm) rc = kernels_model("draft", dm, c, p, bw, jmodels, err);
-    if (!rc) rc = measure_bw(p, c->bw_mib, nth, bw_reps, &bw_after, err);
-    if (!rc) {
-        bw = bw_after > bw_before ? bw_after : bw_before;
-        printf("\nmemory read bandwidth: %.2f GB/s before, %.2f GB/s after the models; best %.2f\n",
-               bw_before, bw_after, bw);
+    if (!rc) rc = kernels_bw(c, p, nth, 1, &k, err);
+    if (!rc && isfinite(k.before)) {
+        bw = k.after > k.before ? k.after : k.before;
+        printf("\n%s at %d threads: %.2f GB/s before, %.2f GB/s after the models; best %.2f\n",
+               cpu ? "memory roof" : "device bandwidth", nth, k.before, k.after, bw);
         for (size_t i = 0; i < json_array_size(jmodels); i++) {
             json_t *mo = json_array_get(jmodels, i);
             const double g = json_real_value(json_object_get(mo, "decode_gbps_streamed"));
@@ -279,19 +310,18 @@ int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
         }
     }
     if (!rc && c->json) {
-        root = json_pack(
-            "{s:s,s:{s:i,s:i,s:s,s:o,s:o,s:o,s:I},s:O}", "mode", "kernels", "machine", "n_cores",
-            sd_n_cores(), "threads", nth, "kernels", sd_quant_kernels_name(), "mem_read_gbps",
-            bench_jnum(bw), "mem_read_gbps_before", bench_jnum(bw_before), "mem_read_gbps_after",
-            bench_jnum(bw_after), "mem_buffer_mib", (json_int_t)c->bw_mib, "models", jmodels);
-        if (root) {
-            json_t *mach = json_object_get(root, "machine");
-            json_object_set_new(mach, "device", json_string(sd_device_name(p->ep.device)));
-            json_object_set_new(mach, "bandwidth_method",
-                                json_string(p->ep.device == SD_DEVICE_CPU
-                                                ? "threaded read"
-                                                : "device-to-device copy, read + write"));
-        }
+        json_t *jroof = cpu && !c->no_roof
+                            ? json_pack("{s:o,s:o,s:o}", "t1", roof_json(&k.r1), "tn",
+                                        roof_json(&k.rn), "tn_after", roof_json(&k.rn_after))
+                            : json_null();
+        root = json_pack("{s:s,s:{s:i,s:i,s:s,s:o,s:o,s:o,s:I,s:s,s:s},s:o,s:O}", "mode", "kernels",
+                         "machine", "n_cores", sd_n_cores(), "threads", nth, "kernels",
+                         sd_quant_kernels_name(), "mem_read_gbps", bench_jnum(bw),
+                         "mem_read_gbps_before", bench_jnum(k.before), "mem_read_gbps_after",
+                         bench_jnum(k.after), "mem_buffer_mib", (json_int_t)c->bw_mib, "device",
+                         sd_device_name(p->ep.device), "bandwidth_method",
+                         cpu ? "best streaming read" : "device-to-device copy, read + write",
+                         "roof", jroof, "models", jmodels);
         rc = root ? bench_write_json(root, c->json, err)
                   : sd_errorf(err, SD_ERR_OOM, "bench: cannot build JSON");
     }

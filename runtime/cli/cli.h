@@ -15,6 +15,7 @@
  *               bench_kernels.c  (bandwidth, verification-pass cost, prefill)
  *   synth       synth.c          llama-shaped GGUF pairs of real shapes with seeded
  *               synth_weights.c  random weights (a target that grows a draft + noise)
+ *               roof.c           --roof / the roof of --kernels: best streaming read
  *   perplexity  perplexity.c     mean NLL (nats/token) and perplexity over stories
  *
  * Below them, the pieces the commands share: messages, strict numbers, reading a file,
@@ -51,6 +52,27 @@ int sd_cmd_perplexity(int argc, char **argv);
 
 /* The options of `specdec generate` (its --help; also part of `specdec --help`). */
 void sd_cli_generate_help(FILE *f);
+
+/* ---- the memory roof (runtime/cli/roof.c) ---- */
+
+typedef struct sd_cli_roof {
+    int32_t threads, passes;
+    size_t bytes;       /* buffer size */
+    const char *kernel; /* loads used: "avx512", "avx2" or "scalar" (static strings) */
+    double gbps;        /* best pass, 1e9 bytes/s */
+    double gbps_median; /* median pass */
+} sd_cli_roof;
+
+/*
+ * The best streaming read of a mib MiB buffer (huge pages requested) by `threads`
+ * threads, each reading its own contiguous slice with the widest loads the CPU has
+ * (kernel NULL) or the named ones ("avx512", "avx2", "scalar"); best and median of
+ * `passes` timed passes after one untimed pass. Errors: SD_ERR_ARG (ranges: mib 1..2^24,
+ * threads 1..4096, passes >= 1), SD_ERR_UNSUPPORTED (kernel not available), SD_ERR_OOM,
+ * SD_ERR_IO (a thread could not start). Method: the comment at the top of roof.c.
+ */
+int sd_cli_roof_measure(int64_t mib, int32_t threads, int32_t passes, const char *kernel,
+                        sd_cli_roof *out, sd_error *err);
 
 /* ---- messages, numbers, files ---- */
 

@@ -1,0 +1,410 @@
+#!/usr/bin/env bash
+# specdec side by side with llama.cpp (the peer built by scripts/peer_llamacpp.sh) on the
+# SAME GGUF files, alternating the two runtimes (ABAB: specdec, llama.cpp, specdec, ...),
+# and one JSON object with the roof, both runtimes' figures and the ratios, plus a table.
+#
+# Usage: bash scripts/vs_llamacpp.sh [--config PAIR.json]... [options]
+#   --config F      a pair config (generate's keys; paths relative to it); repeatable
+#                   (default: configs/tinystories.json)
+#   --threads L     thread counts, e.g. 1,2 (default: 1 and every core)
+#   -k K            draft length for the speculative runs (default: the config's, else 4)
+#   -n N            tokens per generation (default 128)
+#   --prompt TEXT   prompt of the generations (default "Once upon a time")
+#   --rounds R      ABAB rounds (default 2); figures are the best round of each side
+#   --reps N        repetitions inside one measurement (default 5)
+#   --pos P         KV depth of the decode and verification passes (default 128)
+#   --roof-mib M    roof buffer (default 2048)
+#   --peer DIR      the peer's folder (default build-peer); --no-peer skips it
+#   --json FILE     output (default build-release/vs/vs_llamacpp.json)
+#   --quick         CI size: rounds 1, reps 2, n 32, roof 256 MiB, 1 thread
+#
+# What is compared (each side measured by its own tool, the closest pair of measurements):
+#   decode tok/s at T threads   specdec bench --kernels (decode step at position P, median
+#                               of reps)            vs llama-bench -n 16 -d P (tg16 @ dP)
+#   prefill tok/s, 128 tokens   specdec bench --kernels --prefill 128 (logits for all)
+#                               vs llama-bench -p 128 (pp128; logits for the last token)
+#   verification pass, 2..17    specdec bench --kernels: n tokens at position P, logits for
+#   tokens                      all n          vs llama-bench -p n -d P (pp n @ dP: the same
+#                               batch at the same depth, but logits only for its last token,
+#                               so llama.cpp skips n - 1 rows of the LM head)
+#   speculative vs target alone specdec bench -k K (A/B, greedy, decode tok/s) vs
+#                               llama-speculative --spec-draft-n-max K (decoded t/s) and
+#                               llama-completion (eval tok/s), same prompt, n, threads, temp 0
+# Ratios are specdec speed / llama.cpp speed (> 1: specdec faster); v(n) = pass(n) /
+# decode step of the same runtime; roof fractions use the weights streamed per decode step
+# (specdec's count) x tok/s / the roof at the same threads.
+# The peer step is skipped (fields null, exit 0) when the peer is not built.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+exec python3 - "$@" <<'PYEOF'
+import json, os, re, shlex, subprocess, sys, time
+
+args = sys.argv[1:]
+opt = dict(configs=[], threads=None, k=None, n=128, prompt="Once upon a time", rounds=2, reps=5,
+           pos=128, roof_mib=2048, peer="build-peer", no_peer=False,
+           json="build-release/vs/vs_llamacpp.json", quick=False)
+i = 0
+def need():
+    global i
+    if i + 1 >= len(args):
+        sys.exit(f"vs_llamacpp: {args[i]} needs a value")
+    i += 1
+    return args[i]
+while i < len(args):
+    a = args[i]
+    if a == "--config": opt["configs"].append(need())
+    elif a == "--threads": opt["threads"] = [int(x) for x in need().split(",")]
+    elif a == "-k": opt["k"] = int(need())
+    elif a == "-n": opt["n"] = int(need())
+    elif a == "--prompt": opt["prompt"] = need()
+    elif a == "--rounds": opt["rounds"] = int(need())
+    elif a == "--reps": opt["reps"] = int(need())
+    elif a == "--pos": opt["pos"] = int(need())
+    elif a == "--roof-mib": opt["roof_mib"] = int(need())
+    elif a == "--peer": opt["peer"] = need()
+    elif a == "--no-peer": opt["no_peer"] = True
+    elif a == "--json": opt["json"] = need()
+    elif a == "--quick": opt["quick"] = True
+    elif a in ("-h", "--help"):
+        with open("scripts/vs_llamacpp.sh") as f:
+            for line in f.readlines()[1:40]:
+                if not line.startswith("#"): break
+                print(line[2:].rstrip())
+        sys.exit(0)
+    else:
+        sys.exit(f"vs_llamacpp: unknown option '{a}' (see --help)")
+    i += 1
+if opt["quick"]:
+    opt.update(rounds=1, reps=2, n=32, roof_mib=256)
+    if opt["threads"] is None: opt["threads"] = [1]
+ncores = len(os.sched_getaffinity(0))
+if opt["threads"] is None:
+    opt["threads"] = sorted({1, ncores})
+if not opt["configs"]:
+    opt["configs"] = ["configs/tinystories.json"]
+tmax = max(opt["threads"])
+
+SPECDEC = "build-release/specdec"
+if not os.access(SPECDEC, os.X_OK):
+    sys.exit("vs_llamacpp: build-release/specdec not found: cmake -S . -B build-release "
+             "-DCMAKE_BUILD_TYPE=Release && cmake --build build-release -j2")
+out_dir = os.path.dirname(opt["json"]) or "."
+os.makedirs(out_dir, exist_ok=True)
+work = os.path.join(out_dir, "vs-work")
+os.makedirs(work, exist_ok=True)
+
+def log(msg):
+    print(f"vs_llamacpp: {msg}", file=sys.stderr, flush=True)
+
+def run(cmd, timeout=3600):
+    """Run; return (rc, stdout, stderr). A crash (signal) gives rc < 0."""
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return (-999, "", "timeout")
+    log(f"  {shlex.join(cmd)[:150]}  ({time.time() - t0:.1f} s, rc {p.returncode})")
+    return (p.returncode, p.stdout, p.stderr)
+
+# ---------------------------------------------------------------- the peer
+peer = None
+if not opt["no_peer"]:
+    env_path = os.path.join(opt["peer"], "peer.env")
+    if os.path.isfile(env_path):
+        env = {}
+        for line in open(env_path):
+            m = re.match(r'^([A-Z0-9_]+)=(.*)$', line.strip())
+            if m: env[m.group(1)] = m.group(2).strip('"')
+        builds = []
+        for b in env.get("PEER_BUILDS", "").split():
+            binp, smoke = env.get(f"PEER_{b.upper()}_BIN"), env.get(f"PEER_{b.upper()}_SMOKE")
+            if smoke == "ok" and binp and os.access(os.path.join(binp, "llama-bench"), os.X_OK):
+                builds.append({"name": b, "bin": binp, "smoke": smoke})
+            else:
+                log(f"peer build {b}: {smoke} (not used)")
+        if builds:
+            peer = {"llama_cpp_python": env.get("PEER_LLAMA_CPP_PYTHON"),
+                    "llama_cpp_commit": env.get("PEER_LLAMA_CPP_COMMIT"), "builds": builds}
+    if peer is None:
+        log(f"peer not built ({env_path} missing or no build passed its smoke test): "
+            "llama.cpp figures skipped; build it with bash scripts/peer_llamacpp.sh")
+
+# ---------------------------------------------------------------- helpers
+def best(xs, hi=True):
+    xs = [x for x in xs if isinstance(x, (int, float))]
+    return (max(xs) if hi else min(xs)) if xs else None
+
+def ratio(a, b):
+    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0 else None
+
+def specdec_roof():
+    path = os.path.join(work, "roof.json")
+    rc, _, err = run([SPECDEC, "bench", "--roof", "-t", str(tmax), "--bw-mib",
+                      str(opt["roof_mib"]), "--json", path])
+    if rc != 0:
+        sys.exit(f"vs_llamacpp: specdec bench --roof failed: {err.strip()}")
+    return json.load(open(path))["roof"]
+
+def specdec_kernels(target, t):
+    path = os.path.join(work, "kernels.json")
+    rc, _, err = run([SPECDEC, "bench", "--kernels", "--no-roof", "-m", target, "-t", str(t),
+                      "--reps", str(opt["reps"]), "--pos", str(opt["pos"]), "--prefill", "128",
+                      "--json", path])
+    if rc != 0:
+        log(f"specdec bench --kernels failed: {err.strip()[-300:]}")
+        return None
+    m = json.load(open(path))["models"][0]
+    return {"decode_ms": m["decode_ms"], "decode_tps": 1000.0 / m["decode_ms"],
+            "streamed_bytes": m["streamed_bytes"], "weight_bytes": m["weight_bytes"],
+            "pos": m["pos"],
+            "verify_ms": {str(v["n_tokens"]): v["ms"] for v in m["verify"]},
+            "prefill_tokens": m["prefill"]["n_tokens"],
+            "prefill_tps": m["prefill"]["tokens_per_s"]}
+
+def llama_bench(binp, target, t, pos):
+    """pp128 @ d0; pp 2..17 @ d pos; tg16 @ d pos."""
+    res = {"pp": {}, "tg_tps": None, "tg_ms": None, "prefill_tps": None}
+    b = os.path.join(binp, "llama-bench")
+    common = [b, "-m", target, "-t", str(t), "-r", str(opt["reps"]), "-o", "json"]
+    rc, out, err = run(common + ["-p", "128", "-n", "0"])
+    if rc == 0:
+        for e in json.loads(out):
+            if e["n_prompt"] == 128 and e["n_gen"] == 0: res["prefill_tps"] = e["avg_ts"]
+    else:
+        res["error"] = f"llama-bench pp128: rc {rc}: {err.strip()[-200:]}"
+    rc, out, err = run(common + ["-p", ",".join(str(n) for n in range(2, 18)), "-n", "16",
+                                 "-d", str(pos)])
+    if rc == 0:
+        for e in json.loads(out):
+            if e["n_gen"] > 0:
+                res["tg_tps"] = e["avg_ts"]
+                res["tg_ms"] = 1000.0 / e["avg_ts"]
+            else:
+                res["pp"][str(e["n_prompt"])] = e["avg_ns"] / 1e6
+    else:
+        res["error"] = f"llama-bench pp/tg @ d{pos}: rc {rc}: {err.strip()[-200:]}"
+    return res
+
+def specdec_ab(config, k, t):
+    path = os.path.join(work, "ab.json")
+    rc, _, err = run([SPECDEC, "bench", "--config", config, "-p", opt["prompt"], "-k", str(k),
+                      "-n", str(opt["n"]), "--runs", "3", "--warmup", "1", "-t", str(t),
+                      "--temp", "0", "--json", path])
+    if rc != 0:
+        log(f"specdec bench (A/B) failed: {err.strip()[-300:]}")
+        return None
+    s = json.load(open(path))["summary"][0]
+    return {"target_tps": s["target"]["tokens_per_s"]["median"],
+            "spec_tps": s["spec"]["tokens_per_s"]["median"],
+            "speedup": s["speedup"]["median"], "acceptance": s["acceptance_rate"],
+            "tokens_per_pass": s["spec"]["tokens_per_pass"],
+            "greedy_match": s["greedy_match"]}
+
+def llama_gen(binp, target, draft, k, t, ctx):
+    res = {}
+    rc, out, err = run([os.path.join(binp, "llama-completion"), "-m", target, "-p",
+                        opt["prompt"], "-n", str(opt["n"]), "--temp", "0", "-t", str(t),
+                        "-c", str(ctx), "-no-cnv", "--no-display-prompt"])
+    m = re.search(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs.*?([\d.]+) tokens per second", err)
+    if rc == 0 and m:
+        res["target_tps"] = float(m.group(3))
+        res["target_tokens"] = int(m.group(2))
+    else:
+        res["target_error"] = f"llama-completion: rc {rc}: {err.strip()[-200:]}"
+    rc, out, err = run([os.path.join(binp, "llama-speculative"), "-m", target, "-md", draft,
+                        "-p", opt["prompt"], "-n", str(opt["n"]), "--temp", "0", "-t", str(t),
+                        "-td", str(t), "-c", str(ctx),
+                        "--spec-draft-n-max", str(k)])
+    m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", err)
+    if rc == 0 and m:
+        res["spec_tps"] = float(m.group(3))
+        res["spec_tokens"] = int(m.group(1))
+        md, ma = re.search(r"n_drafted = (\d+)", err), re.search(r"n_accept  = (\d+)", err)
+        if md and ma and int(md.group(1)) > 0:
+            res["acceptance"] = int(ma.group(1)) / int(md.group(1))
+    else:
+        res["spec_error"] = f"llama-speculative: rc {rc}: {err.strip()[-200:]}"
+    return res
+
+# ---------------------------------------------------------------- the runs
+cpu = "?"
+for line in open("/proc/cpuinfo"):
+    if line.startswith("model name"):
+        cpu = line.split(":", 1)[1].strip(); break
+flags = set()
+for line in open("/proc/cpuinfo"):
+    if line.startswith("flags"):
+        flags = set(line.split(":", 1)[1].split()); break
+isa = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
+       if f in flags]
+
+log(f"roof ({opt['roof_mib']} MiB, 1 and {tmax} threads)")
+roofs = [specdec_roof()]
+pairs_out = []
+for cfg_path in opt["configs"]:
+    cfg = json.load(open(cfg_path))
+    base = os.path.dirname(os.path.abspath(cfg_path))
+    target = os.path.normpath(os.path.join(base, cfg["target"]))
+    draft = os.path.normpath(os.path.join(base, cfg["draft"])) if cfg.get("draft") else None
+    k = opt["k"] or cfg.get("draft_tokens") or 4
+    ctx = min(2048, opt["n"] + 64 + len(opt["prompt"]))
+    log(f"pair {cfg_path}: target {target}, draft {draft}, K {k}")
+    rounds = []
+    for r in range(opt["rounds"]):
+        rd = {"specdec": {}, "llamacpp": {}}
+        for t in opt["threads"]:
+            log(f"round {r + 1}/{opt['rounds']}, {t} thread(s): specdec, then llama.cpp")
+            rd["specdec"][f"t{t}"] = specdec_kernels(target, t)
+            pos = (rd["specdec"][f"t{t}"] or {}).get("pos", opt["pos"])
+            for b in (peer or {}).get("builds", []):
+                rd["llamacpp"].setdefault(b["name"], {})[f"t{t}"] = \
+                    llama_bench(b["bin"], target, t, pos)
+        if draft:
+            log(f"round {r + 1}/{opt['rounds']}: speculative, K {k}, {tmax} threads")
+            rd["specdec"]["gen"] = specdec_ab(cfg_path, k, tmax)
+            for b in (peer or {}).get("builds", []):
+                rd["llamacpp"].setdefault(b["name"], {})["gen"] = \
+                    llama_gen(b["bin"], target, draft, k, tmax, ctx)
+        rounds.append(rd)
+
+    # best round of each side
+    sd = {}
+    for t in opt["threads"]:
+        xs = [rd["specdec"][f"t{t}"] for rd in rounds if rd["specdec"].get(f"t{t}")]
+        if not xs: continue
+        o = {"decode_tps": best([x["decode_tps"] for x in xs]),
+             "prefill_tps": best([x["prefill_tps"] for x in xs]),
+             "verify_ms": {n: best([x["verify_ms"][n] for x in xs], hi=False)
+                           for n in xs[0]["verify_ms"]}}
+        o["decode_ms"] = 1000.0 / o["decode_tps"]
+        o["v"] = {n: o["verify_ms"][n] / o["verify_ms"]["1"] for n in o["verify_ms"]}
+        sd[f"t{t}"] = o
+        sd["streamed_bytes"] = xs[0]["streamed_bytes"]
+        sd["weight_bytes"] = xs[0]["weight_bytes"]
+        sd["pos"] = xs[0]["pos"]
+    gens = [rd["specdec"]["gen"] for rd in rounds if rd["specdec"].get("gen")]
+    if gens:
+        sd["gen"] = {"k": k, "threads": tmax,
+                     "target_tps": best([g["target_tps"] for g in gens]),
+                     "spec_tps": best([g["spec_tps"] for g in gens]),
+                     "acceptance": gens[0]["acceptance"],
+                     "tokens_per_pass": gens[0]["tokens_per_pass"],
+                     "greedy_match": all(g["greedy_match"] for g in gens)}
+        sd["gen"]["speedup"] = ratio(sd["gen"]["spec_tps"], sd["gen"]["target_tps"])
+    ll = {}
+    for b in (peer or {}).get("builds", []):
+        lb = {}
+        for t in opt["threads"]:
+            xs = [rd["llamacpp"][b["name"]][f"t{t}"] for rd in rounds]
+            o = {"decode_tps": best([x["tg_tps"] for x in xs]),
+                 "prefill_tps": best([x["prefill_tps"] for x in xs]),
+                 "pass_ms": {n: best([x["pp"].get(n) for x in xs], hi=False)
+                             for n in (str(j) for j in range(2, 18))},
+                 "errors": [x["error"] for x in xs if x.get("error")]}
+            if o["decode_tps"]:
+                o["decode_ms"] = 1000.0 / o["decode_tps"]
+                o["v"] = {n: ratio(o["pass_ms"][n], o["decode_ms"]) for n in o["pass_ms"]}
+            lb[f"t{t}"] = o
+        gl = [rd["llamacpp"][b["name"]].get("gen") for rd in rounds]
+        gl = [g for g in gl if g]
+        if gl:
+            lb["gen"] = {"k": k, "threads": tmax,
+                         "target_tps": best([g.get("target_tps") for g in gl]),
+                         "spec_tps": best([g.get("spec_tps") for g in gl]),
+                         "acceptance": gl[0].get("acceptance"),
+                         "errors": [e for g in gl for e in (g.get("target_error"), g.get("spec_error")) if e]}
+            lb["gen"]["speedup"] = ratio(lb["gen"]["spec_tps"], lb["gen"]["target_tps"])
+        ll[b["name"]] = lb
+    pairs_out.append({"config": cfg_path, "target": target, "draft": draft, "k": k,
+                      "specdec": sd, "llamacpp": ll, "rounds": rounds})
+
+log("roof again")
+roofs.append(specdec_roof())
+roof = {"t1_gbps": best([r["t1"]["gbps"] for r in roofs]),
+        "tn_gbps": best([r["tn"]["gbps"] for r in roofs]), "threads": tmax,
+        "kernel": roofs[0]["tn"]["kernel"], "buffer_mib": opt["roof_mib"], "runs": roofs}
+def roof_at(t):
+    return roof["t1_gbps"] if t == 1 else roof["tn_gbps"] if t == tmax else None
+
+# ---------------------------------------------------------------- ratios and table
+for p in pairs_out:
+    sd, rat = p["specdec"], {}
+    for t in opt["threads"]:
+        s = sd.get(f"t{t}")
+        if not s: continue
+        s["fraction_of_roof"] = ratio(sd["streamed_bytes"] * s["decode_tps"] / 1e9, roof_at(t))
+        for bname, lb in p["llamacpp"].items():
+            l = lb.get(f"t{t}", {})
+            if l.get("decode_tps"):
+                l["fraction_of_roof"] = ratio(sd["streamed_bytes"] * l["decode_tps"] / 1e9,
+                                              roof_at(t))
+            rb = rat.setdefault(bname, {})
+            rb[f"decode_t{t}"] = ratio(s["decode_tps"], l.get("decode_tps"))
+            rb[f"prefill128_t{t}"] = ratio(s["prefill_tps"], l.get("prefill_tps"))
+            rb[f"pass_t{t}"] = {n: ratio(l["pass_ms"].get(n), s["verify_ms"].get(n))
+                                for n in l.get("pass_ms", {})}
+    for bname, lb in p["llamacpp"].items():
+        if sd.get("gen") and lb.get("gen"):
+            rb = rat.setdefault(bname, {})
+            rb["spec_vs_spec"] = ratio(sd["gen"]["spec_tps"], lb["gen"]["spec_tps"])
+            rb["spec_vs_target_alone"] = ratio(sd["gen"]["spec_tps"], lb["gen"]["target_tps"])
+            rb["target_alone"] = ratio(sd["gen"]["target_tps"], lb["gen"]["target_tps"])
+    p["ratios"] = rat
+
+result = {"machine": {"cpu": cpu, "isa": isa, "cores": ncores, "threads": opt["threads"],
+                      "loadavg": open("/proc/loadavg").read().split()[:3]},
+          "peer": peer, "roof": roof,
+          "params": {k2: opt[k2] for k2 in ("n", "prompt", "rounds", "reps", "pos", "roof_mib")},
+          "pairs": pairs_out}
+with open(opt["json"] + ".tmp", "w") as f:
+    json.dump(result, f, indent=1)
+os.replace(opt["json"] + ".tmp", opt["json"])
+
+def f(x, fmt="{:.2f}"):
+    return fmt.format(x) if isinstance(x, (int, float)) else "-"
+print(f"{cpu} ({', '.join(isa)}), {ncores} cores; roof {f(roof['t1_gbps'])} GB/s at 1 thread, "
+      f"{f(roof['tn_gbps'])} GB/s at {tmax} ({roof['kernel']} loads, {opt['roof_mib']} MiB)")
+if peer:
+    print(f"peer: llama.cpp {peer['llama_cpp_commit']} (llama-cpp-python "
+          f"{peer['llama_cpp_python']}), builds {', '.join(b['name'] for b in peer['builds'])}")
+else:
+    print("peer: not built (bash scripts/peer_llamacpp.sh); llama.cpp columns empty")
+for p in pairs_out:
+    sd = p["specdec"]
+    print(f"\n{p['config']}: target {os.path.basename(p['target'])} "
+          f"({f(sd.get('streamed_bytes', 0) / 1e6, '{:.1f}')} MB streamed per step), K {p['k']}")
+    names = list(p["llamacpp"]) or [None]
+    for bname in names:
+        lb = p["llamacpp"].get(bname, {}) if bname else {}
+        rb = p["ratios"].get(bname, {}) if bname else {}
+        tag = f"llama.cpp[{bname}]" if bname else "llama.cpp"
+        print(f"  {'measure':34} {'specdec':>10} {tag:>18} {'ratio':>7}")
+        for t in opt["threads"]:
+            s, l = sd.get(f"t{t}", {}), lb.get(f"t{t}", {})
+            print(f"  {'decode tok/s, ' + str(t) + ' thr':34} {f(s.get('decode_tps')):>10} "
+                  f"{f(l.get('decode_tps')):>18} {f(rb.get(f'decode_t{t}'), '{:.3f}'):>7}")
+            print(f"  {'  fraction of roof':34} {f(s.get('fraction_of_roof'), '{:.3f}'):>10} "
+                  f"{f(l.get('fraction_of_roof'), '{:.3f}'):>18}")
+            print(f"  {'prefill 128 tok/s, ' + str(t) + ' thr':34} {f(s.get('prefill_tps'), '{:.1f}'):>10} "
+                  f"{f(l.get('prefill_tps'), '{:.1f}'):>18} {f(rb.get(f'prefill128_t{t}'), '{:.3f}'):>7}")
+            for n in ("2", "5", "9", "17"):
+                sv, lv = s.get("v", {}).get(n), (l.get("v") or {}).get(n)
+                print(f"  {'pass ' + n + ' tok ms (v), ' + str(t) + ' thr':34} "
+                      f"{f((s.get('verify_ms') or {}).get(n)):>5} ({f(sv)}) "
+                      f"{f((l.get('pass_ms') or {}).get(n)):>11} ({f(lv)}) "
+                      f"{f((rb.get(f'pass_t{t}') or {}).get(n), '{:.3f}'):>7}")
+        if sd.get("gen"):
+            g, lg = sd["gen"], lb.get("gen", {})
+            print(f"  {'target alone tok/s, ' + str(tmax) + ' thr':34} {f(g['target_tps']):>10} "
+                  f"{f(lg.get('target_tps')):>18} {f(rb.get('target_alone'), '{:.3f}'):>7}")
+            print(f"  {'speculative tok/s, K ' + str(p['k']):34} {f(g['spec_tps']):>10} "
+                  f"{f(lg.get('spec_tps')):>18} {f(rb.get('spec_vs_spec'), '{:.3f}'):>7}")
+            print(f"  {'  speedup over own target alone':34} {f(g['speedup'], '{:.3f}'):>10} "
+                  f"{f(lg.get('speedup'), '{:.3f}'):>18}")
+            print(f"  {'  acceptance':34} {f(g['acceptance'], '{:.3f}'):>10} "
+                  f"{f(lg.get('acceptance'), '{:.3f}'):>18}")
+            print(f"  {'  specdec spec / llama.cpp target':34} {'':>10} {'':>18} "
+                  f"{f(rb.get('spec_vs_target_alone'), '{:.3f}'):>7}")
+print(f"\njson: {opt['json']}")
+PYEOF
