@@ -1,6 +1,7 @@
 /*
- * CPU backend: the ops table over host memory. OpenMP over chunks of output rows /
- * (token, KV head, head block) items; see sd_backend.h for op shapes and the determinism
+ * CPU backend: the ops table over host memory. Our own thread pool (pool.h: persistent
+ * workers, a bounded spin then a futex sleep) over chunks of output rows / (token, KV
+ * head, head block) items; see sd_backend.h for op shapes and the determinism
  * contract. Attention kernels per instruction set: attn.h. Buffers are host memory
  * (64-byte aligned, zeroed); weights are mapped in place (buffer_from_host copies nothing). Every
  * reduction (dot products, sums of squares, softmax sums) runs in a fixed order inside one thread,
@@ -9,17 +10,17 @@
 #include "runtime/backend/sd_backend.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/backend/cpu/attn.h"
+#include "runtime/backend/cpu/pool.h"
 
 /* Below this many multiply-adds an op stays on the calling thread (the `if` clause).
  * The environment variable SD_CPU_PAR_MIN_WORK, read once at init, overrides it: the
  * tests set it to 0 so that tiny models exercise the threaded paths. */
 #define SD_CPU_PAR_MIN_WORK 131072
-#define SD_CPU_MAX_THREADS  1024
+#define SD_CPU_MAX_THREADS  SD_POOL_MAX_THREADS
 /* Matmul rows are handed to threads in chunks (see cpu_matmul). */
 #define SD_CPU_CHUNKS_PER_THREAD 16
 #define SD_CPU_MIN_CHUNK_ROWS    16
@@ -27,6 +28,7 @@
 typedef struct sd_backend_cpu {
     sd_backend base;
     int32_t n_threads;
+    sd_pool *pool; /* n_threads threads, the caller included (pool.h) */
     int32_t n_batch;
     int64_t max_cols;
     int32_t n_ctx;
@@ -44,6 +46,7 @@ static sd_backend_cpu *cpu_of(sd_backend *be) {
 static void cpu_free(sd_backend *be) {
     sd_backend_cpu *c = cpu_of(be);
     if (!c) return;
+    sd_pool_free(c->pool);
     free(c->xq);
     free(c->scores);
     free(c);
@@ -131,6 +134,36 @@ static void cpu_get_rows(sd_backend *be, const sd_weight *w, const int32_t *ids,
     }
 }
 
+/* One matmul's work for the pool's tasks. */
+typedef struct mm_job {
+    const sd_weight *w;
+    const float *x;
+    int32_t n_tok;
+    float *y;
+    void *xq;
+    int64_t chunk;
+} mm_job;
+
+static void mm_prepare(void *arg, int32_t ith, int32_t nth) {
+    const mm_job *j = arg;
+    int64_t t0, t1;
+    sd_pool_split(j->n_tok, 1, ith, nth, &t0, &t1);
+    sd_quantize_activations_rows(j->w->type, j->x, j->n_tok, j->w->cols, t0, t1, j->xq);
+}
+
+static void mm_rows(void *arg, int64_t r0, int64_t r1, int32_t ith) {
+    (void)ith;
+    const mm_job *j = arg;
+    sd_matmul_rows(j->w->type, j->w->data, j->w->row_bytes, j->w->cols, j->xq, j->n_tok, j->y,
+                   j->w->rows, r0, r1);
+}
+
+/* About SD_CPU_CHUNKS_PER_THREAD chunks per thread, at least SD_CPU_MIN_CHUNK_ROWS rows. */
+static int64_t chunk_rows(const sd_backend_cpu *c, int64_t rows) {
+    int64_t chunk = rows / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
+    return chunk < SD_CPU_MIN_CHUNK_ROWS ? SD_CPU_MIN_CHUNK_ROWS : chunk;
+}
+
 static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32_t n_tok,
                        float *y) {
     sd_backend_cpu *c = cpu_of(be);
@@ -142,46 +175,52 @@ static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32
     SD_CHECK(rc == 0, "matmul: bad activation row size");
     SD_CHECK(n_tok >= 1 && n_tok <= c->n_batch && cols <= c->max_cols && need <= c->xq_bytes,
              "matmul: shape exceeds the scratch sized at init");
-    void *xq = c->xq;
     const double work = (double)rows * (double)cols * (double)n_tok;
-    /* About SD_CPU_CHUNKS_PER_THREAD chunks per thread, at least SD_CPU_MIN_CHUNK_ROWS rows. */
-    int64_t chunk = rows / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
-    if (chunk < SD_CPU_MIN_CHUNK_ROWS) chunk = SD_CPU_MIN_CHUNK_ROWS;
-#pragma omp parallel num_threads(c->n_threads) if (c->n_threads > 1 && work >= c->par_min_work)
-    {
-        const int64_t tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        /* Prepared once per matmul (sd_quant.h layout), token rows split over threads. */
-        const int64_t t0 = n_tok * tid / nth, t1 = n_tok * (tid + 1) / nth;
-        sd_quantize_activations_rows(w->type, x, n_tok, cols, t0, t1, xq);
-#pragma omp barrier
-        /* Rows in chunks handed out dynamically: a thread that shares its core with other
-         * work (or starts late) takes fewer chunks instead of holding up the others.
-         * Which thread computes a row never changes its value. */
-        const int64_t n_chunks = (rows + chunk - 1) / chunk;
-#pragma omp for schedule(dynamic, 1) nowait
-        for (int64_t ci = 0; ci < n_chunks; ci++) {
-            const int64_t r0 = ci * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
-            sd_matmul_rows(w->type, w->data, w->row_bytes, cols, xq, n_tok, y, rows, r0, r1);
-        }
+    mm_job j = {w, x, n_tok, y, c->xq, chunk_rows(c, rows)};
+    if (c->n_threads == 1 || work < c->par_min_work) {
+        sd_quantize_activations_rows(w->type, x, n_tok, cols, 0, n_tok, c->xq);
+        sd_matmul_rows(w->type, w->data, w->row_bytes, cols, c->xq, n_tok, y, rows, 0, rows);
+        return;
+    }
+    /* Activations prepared once per matmul (sd_quant.h layout), token rows split over the
+     * threads; then the weight rows in chunks handed out dynamically: a thread that shares
+     * its core with other work (or starts late) takes fewer chunks instead of holding up
+     * the others. Which thread computes a row never changes its value. */
+    sd_pool_run(c->pool, 0, mm_prepare, &j);
+    sd_pool_for(c->pool, rows, j.chunk, mm_rows, &j);
+}
+
+typedef struct norm_job {
+    const float *x, *w;
+    int32_t n;
+    float eps;
+    float *y;
+} norm_job;
+
+/* Rows [t0, t1): y = x / sqrt(mean(x^2) + eps) * w, each row's sum in index order. */
+static void norm_rows(void *arg, int64_t t0, int64_t t1, int32_t ith) {
+    (void)ith;
+    const norm_job *j = arg;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xr = j->x + (size_t)t * (size_t)j->n;
+        float *yr = j->y + (size_t)t * (size_t)j->n;
+        float ss = 0.0f;
+        for (int32_t i = 0; i < j->n; i++)
+            ss += xr[i] * xr[i];
+        const float scale = 1.0f / sqrtf(ss / (float)j->n + j->eps);
+        for (int32_t i = 0; i < j->n; i++)
+            yr[i] = (xr[i] * scale) * j->w[i];
     }
 }
 
 static void cpu_rmsnorm(sd_backend *be, const float *x, const float *w, int32_t n_tok, int32_t n,
                         float eps, float *y) {
     sd_backend_cpu *c = cpu_of(be);
-    const double work = (double)n_tok * (double)n;
-#pragma omp parallel for num_threads(c->n_threads)                                                 \
-    schedule(static) if (c->n_threads > 1 && work >= c->par_min_work)
-    for (int32_t t = 0; t < n_tok; t++) {
-        const float *xr = x + (size_t)t * (size_t)n;
-        float *yr = y + (size_t)t * (size_t)n;
-        float ss = 0.0f;
-        for (int32_t i = 0; i < n; i++)
-            ss += xr[i] * xr[i];
-        const float scale = 1.0f / sqrtf(ss / (float)n + eps);
-        for (int32_t i = 0; i < n; i++)
-            yr[i] = (xr[i] * scale) * w[i];
-    }
+    norm_job j = {x, w, n, eps, y};
+    if (c->n_threads == 1 || (double)n_tok * (double)n < c->par_min_work)
+        norm_rows(&j, 0, n_tok, 0);
+    else
+        sd_pool_for(c->pool, n_tok, 0, norm_rows, &j);
 }
 
 static void cpu_rope(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int32_t n_head,
@@ -238,6 +277,33 @@ static void cpu_kv_store(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0,
     }
 }
 
+typedef struct att_job {
+    const sd_backend_cpu *c;
+    const sd_att_kernels *ak;
+    const float *q;
+    sd_kv *kv;
+    int32_t layer, pos0, n_head, n_head_kv, head_dim, group, n_blk;
+    float scale;
+    float *out;
+} att_job;
+
+/* Items [i0, i1) of (token, KV head, head block); participant ith's score scratch. */
+static void att_items(void *arg, int64_t i0, int64_t i1, int32_t ith) {
+    const att_job *j = arg;
+    const size_t scs = (size_t)j->c->n_ctx;
+    float *sc = j->c->scores + (size_t)ith * (size_t)SD_ATT_HB * scs;
+    const int32_t group = j->group, n_blk = j->n_blk;
+    for (int64_t it = i0; it < i1; it++) {
+        const int32_t t = (int32_t)(it / ((int64_t)j->n_head_kv * n_blk));
+        const int32_t r = (int32_t)(it % ((int64_t)j->n_head_kv * n_blk));
+        const int32_t g = r / n_blk, h0 = g * group + (r % n_blk) * SD_ATT_HB;
+        const int32_t nh = g * group + group - h0 < SD_ATT_HB ? g * group + group - h0 : SD_ATT_HB;
+        const size_t off = ((size_t)t * (size_t)j->n_head + (size_t)h0) * (size_t)j->head_dim;
+        sd_cpu_attend_block(j->ak, j->q + off, nh, j->kv, j->layer, j->pos0 + t + 1, g, j->head_dim,
+                            j->scale, sc, scs, j->out + off);
+    }
+}
+
 static void cpu_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t layer, int32_t pos0,
                           int32_t n_tok, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
                           float *out) {
@@ -249,24 +315,14 @@ static void cpu_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t lay
     const int32_t n_blk = (group + SD_ATT_HB - 1) / SD_ATT_HB; /* head blocks per KV head */
     const float scale = 1.0f / sqrtf((float)head_dim);
     const int64_t n_items = (int64_t)n_tok * n_head_kv * n_blk;
-    const size_t scs = (size_t)c->n_ctx;
     const double work = (double)n_tok * n_head * (double)(pos0 + n_tok) * (double)head_dim * 2.0;
-#pragma omp parallel num_threads(c->n_threads) if (c->n_threads > 1 && work >= c->par_min_work)
-    {
-        float *sc = c->scores + (size_t)omp_get_thread_num() * (size_t)SD_ATT_HB * scs;
-        /* Dynamic: later tokens of a batch see more keys, and a thread may start late. */
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t it = 0; it < n_items; it++) {
-            const int32_t t = (int32_t)(it / ((int64_t)n_head_kv * n_blk));
-            const int32_t r = (int32_t)(it % ((int64_t)n_head_kv * n_blk));
-            const int32_t g = r / n_blk, h0 = g * group + (r % n_blk) * SD_ATT_HB;
-            const int32_t nh =
-                g * group + group - h0 < SD_ATT_HB ? g * group + group - h0 : SD_ATT_HB;
-            const size_t off = ((size_t)t * (size_t)n_head + (size_t)h0) * (size_t)head_dim;
-            sd_cpu_attend_block(ak, q + off, nh, kv, layer, pos0 + t + 1, g, head_dim, scale, sc,
-                                scs, out + off);
-        }
-    }
+    att_job j = {c, ak, q, kv, layer, pos0, n_head, n_head_kv, head_dim, group, n_blk, scale, out};
+    /* Dynamic, one item at a time: later tokens of a batch see more keys, and a thread may
+     * start late. */
+    if (c->n_threads == 1 || work < c->par_min_work)
+        att_items(&j, 0, n_items, 0);
+    else
+        sd_pool_for(c->pool, n_items, 1, att_items, &j);
 }
 
 static void cpu_softmax(sd_backend *be, float *x, int32_t n_rows, int32_t n) {
@@ -287,14 +343,27 @@ static void cpu_softmax(sd_backend *be, float *x, int32_t n_rows, int32_t n) {
     }
 }
 
+typedef struct swiglu_job {
+    const float *g, *u;
+    float *y;
+} swiglu_job;
+
+static void swiglu_range(void *arg, int64_t i0, int64_t i1, int32_t ith) {
+    (void)ith;
+    const swiglu_job *j = arg;
+    for (int64_t i = i0; i < i1; i++) {
+        const float gi = j->g[i];
+        j->y[i] = (gi / (1.0f + expf(-gi))) * j->u[i];
+    }
+}
+
 static void cpu_swiglu(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
     sd_backend_cpu *c = cpu_of(be);
-#pragma omp parallel for num_threads(c->n_threads)                                                 \
-    schedule(static) if (c->n_threads > 1 && (double)n >= c->par_min_work)
-    for (int64_t i = 0; i < n; i++) {
-        const float gi = g[i];
-        y[i] = (gi / (1.0f + expf(-gi))) * u[i];
-    }
+    swiglu_job j = {g, u, y};
+    if (c->n_threads == 1 || (double)n < c->par_min_work)
+        swiglu_range(&j, 0, n, 0);
+    else
+        sd_pool_for(c->pool, n, 0, swiglu_range, &j);
 }
 
 static void cpu_add(sd_backend *be, float *y, const float *x, int64_t n) {
@@ -371,6 +440,13 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
         cpu_free(&c->base);
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu + %zu bytes)", xq_bytes,
                          sc_bytes);
+    }
+    sd_pool_params pp = sd_pool_default_params();
+    pp.n_threads = nt;
+    int rc = sd_pool_init(&pp, &c->pool, err);
+    if (rc) {
+        cpu_free(&c->base);
+        return sd_error_prefix(err, "cpu backend: thread pool");
     }
     *out = &c->base;
     return SD_OK;
