@@ -1,5 +1,7 @@
 /*
- * quant/cpu/avx2.c: AVX2 + FMA + F16C row kernels (kernel set "avx2").
+ * quant/cpu/avx2.c: AVX2 + FMA + F16C row kernels (kernel set "avx2"). Over 600 lines on
+ * purpose: one file per instruction set (STYLE.md), so every weight type's AVX2 kernel is
+ * here, each a short section.
  *
  * Compiled without any global -m flags: each function carries
  * __attribute__((target("avx2,fma,f16c"))) and is only called after the dispatcher
