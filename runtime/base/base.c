@@ -101,7 +101,7 @@ double sd_time_ms(void) {
 
 int sd_n_cores(void) {
     /* The cores this process may run on (taskset, cgroup cpusets), not all online ones:
-     * more threads than cores makes spin-waiting OpenMP threads fight each other. */
+     * more threads than cores makes spin-waiting pool workers fight each other. */
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) {
         int n = CPU_COUNT(&set);
