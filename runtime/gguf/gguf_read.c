@@ -441,10 +441,6 @@ static int parse(sd_gguf *g, sd_error *err) {
     if (!st) st = parse_kvs(&r, g, n_kv);
     if (!st) st = index_kvs(g, err);
     if (st) return st;
-    if (n_tensors > 0) {
-        g->t = calloc((size_t)n_tensors, sizeof *g->t); /* bounded above by bytes left / 33 */
-        if (!g->t) return sd_errorf(err, SD_ERR_OOM, "%s: tensor infos: out of memory", g->path);
-    }
     uint64_t *offsets = n_tensors ? calloc((size_t)n_tensors, sizeof *offsets) : NULL;
     if (n_tensors && !offsets)
         return sd_errorf(err, SD_ERR_OOM, "%s: tensor infos: out of memory", g->path);
