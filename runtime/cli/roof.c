@@ -84,7 +84,11 @@ __attribute__((target("avx512f"))) static uint64_t read_avx512(const unsigned ch
         a3 = _mm512_add_epi64(a3, _mm512_load_si512(v + 7));
     }
     a0 = _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3));
-    return (uint64_t)_mm512_reduce_add_epi64(a0);
+    /* Not _mm512_reduce_add_epi64: GCC's version adds signed 64-bit lanes, and the sum of
+     * arbitrary words wraps (undefined behaviour that UBSan reports). */
+    uint64_t o[8];
+    _mm512_storeu_si512((void *)o, a0);
+    return o[0] + o[1] + o[2] + o[3] + o[4] + o[5] + o[6] + o[7];
 }
 #endif
 
