@@ -171,8 +171,10 @@ int32_t ngram_index_lookup(const ngram_index *ix, const int32_t *q, int32_t n_q,
         ngram_slot *s = find_slot((ngram_index *)ix, keys[n - 1], 0);
         int32_t j = s ? s->pos : -1;
         /* The slot holds the most recent follower with this key; a (rare) hash collision
-         * is skipped by walking back to the next older one. */
-        while (j >= 0 && memcmp(ix->toks + j - n, q + n_q - n, (size_t)n * sizeof(int32_t)) != 0)
+         * is skipped by walking back to the next older one (a colliding key of another size
+         * may even point at j < n, which is a mismatch too, never a read before toks). */
+        while (j >= 0 &&
+               (j < n || memcmp(ix->toks + j - n, q + n_q - n, (size_t)n * sizeof(int32_t)) != 0))
             j = ix->prev[(size_t)j * (size_t)ix->n_sizes + (size_t)(n - ix->n_min)];
         if (j >= 0) {
             *pos = j;

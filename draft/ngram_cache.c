@@ -197,7 +197,9 @@ static int read_all(const char *path, unsigned char **out, size_t *len, sd_error
     struct stat st;
     if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
         fclose(f);
-        return sd_errorf(err, SD_ERR_IO, "%s: lookup cache is not a regular file", path);
+        sd_errorf(err, SD_ERR_IO, "%s: lookup cache is not a regular file", path);
+        errno = EINVAL; /* callers read ENOENT as "absent": never leave a stale one */
+        return SD_ERR_IO;
     }
     if ((uint64_t)st.st_size > MAX_FILE) {
         fclose(f);
@@ -215,7 +217,9 @@ static int read_all(const char *path, unsigned char **out, size_t *len, sd_error
     fclose(f);
     if (bad) {
         free(buf);
-        return sd_errorf(err, SD_ERR_IO, "%s: cannot read the lookup cache", path);
+        sd_errorf(err, SD_ERR_IO, "%s: cannot read the lookup cache", path);
+        errno = EIO;
+        return SD_ERR_IO;
     }
     *out = buf;
     *len = n;
@@ -305,21 +309,46 @@ int sd_ngram_cache_load(const char *path, uint64_t fingerprint, int32_t n_vocab,
         }
     }
     if ((rc = sd_ngram_cache_init(fingerprint, n_vocab, np, max_tokens, &c, err))) goto done;
-    /* Documents one at a time (set_docs keeps the newest that fit). */
-    int32_t *doc = malloc(((size_t)n_tokens + 1) * sizeof *doc);
-    if (!doc) {
-        rc = sd_errorf(err, SD_ERR_OOM, "%s: out of memory loading the lookup cache", path);
-        goto done;
+    /* The newest documents that fit in max_tokens together (the newest alone cut to its
+     * last max_tokens tokens), as adding them one by one would keep, indexed once. */
+    {
+        uint32_t first = n_docs;
+        uint64_t kept = 0, skip = 0; /* skip: tokens dropped from the front of doc `first` */
+        while (first > 0) {
+            const uint32_t dl = get_u32(b + HEADER + 4 * (first - 1));
+            if (kept + dl > (uint64_t)c->max_tokens) {
+                if (kept == 0) { /* the newest document alone is too long */
+                    skip = dl - (uint64_t)c->max_tokens;
+                    kept = (uint64_t)c->max_tokens;
+                    first--;
+                }
+                break;
+            }
+            kept += dl;
+            first--;
+        }
+        uint32_t nd = 0;
+        for (uint32_t d = first; d < n_docs; d++)
+            nd += get_u32(b + HEADER + 4 * d) > 0;
+        c->doc_len = malloc(((size_t)nd + 1) * sizeof *c->doc_len);
+        c->toks = malloc(((size_t)kept + 1) * sizeof *c->toks);
+        if (!c->doc_len || !c->toks) {
+            rc = sd_errorf(err, SD_ERR_OOM, "%s: out of memory loading the lookup cache", path);
+            goto done;
+        }
+        const unsigned char *src = tp + 4 * (n_tokens - kept);
+        for (uint64_t i = 0; i < kept; i++)
+            c->toks[i] = (int32_t)get_u32(src + 4 * i);
+        nd = 0;
+        for (uint32_t d = first; d < n_docs; d++) {
+            uint64_t dl = get_u32(b + HEADER + 4 * d);
+            if (d == first) dl -= skip;
+            if (dl > 0) c->doc_len[nd++] = (int32_t)dl;
+        }
+        c->n_docs = (int32_t)nd;
+        c->n_tokens = (int64_t)kept;
+        rc = rebuild_index(c, err);
     }
-    uint64_t o = 0;
-    for (uint32_t d = 0; d < n_docs && !rc; d++) {
-        const uint32_t dl = get_u32(b + HEADER + 4 * d);
-        for (uint32_t i = 0; i < dl; i++)
-            doc[i] = (int32_t)get_u32(tp + 4 * (o + i));
-        o += dl;
-        if (dl > 0) rc = set_docs(c, doc, (int32_t)dl, err);
-    }
-    free(doc);
     if (rc) sd_error_prefix(err, "%s", path);
 done:
     free(b);

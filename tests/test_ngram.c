@@ -18,6 +18,7 @@
  *     target-alone output on random pairs and on the shipped TinyStories pair.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -775,6 +776,63 @@ Test(ngram, lookup_cache_keeps_the_newest_documents) {
     cr_assert_eq(sd_ngram_cache_add(c, bad, 2, &err), SD_ERR_ARG);
     cr_assert_eq(sd_ngram_cache_n_tokens(c), 7, "a rejected document changed the cache");
     sd_ngram_cache_free(c);
+}
+
+/* Loading into a smaller cache keeps exactly what adding the documents one by one would
+ * (the newest that fit, the newest alone cut to its tail), with the same proposals. */
+Test(ngram, lookup_cache_load_keeps_what_adding_keeps) {
+    char path[2048];
+    tu_path(path, sizeof path, g_dir, "docs.bin");
+    sd_ngram_params np = sd_ngram_default_params();
+    np.n_min = 1;
+    np.n_max = 4;
+    sd_error err = {0};
+    sd_ngram_cache *all = new_cache(9, 100);
+    int32_t docs[5][7];
+    const int32_t lens[5] = {3, 5, 2, 7, 4};
+    for (int d = 0; d < 5; d++) {
+        for (int i = 0; i < lens[d]; i++)
+            docs[d][i] = 1 + (d * 7 + i * 3) % 97;
+        cr_assert_eq(sd_ngram_cache_add(all, docs[d], lens[d], &err), 0, "%s", err.msg);
+    }
+    cr_assert_eq(sd_ngram_cache_save(all, path, &err), 0, "%s", err.msg);
+    sd_ngram_cache_free(all);
+    const int64_t caps[] = {3, 4, 6, 11, 12, 13, 21, 100};
+    for (size_t k = 0; k < sizeof caps / sizeof caps[0]; k++) {
+        sd_ngram_cache *one = NULL, *loaded = NULL;
+        cr_assert_eq(sd_ngram_cache_init(9, 100, &np, caps[k], &one, &err), 0, "%s", err.msg);
+        for (int d = 0; d < 5; d++)
+            cr_assert_eq(sd_ngram_cache_add(one, docs[d], lens[d], &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_ngram_cache_load(path, 9, 100, &np, caps[k], &loaded, &err), 0, "%s",
+                     err.msg);
+        cr_assert_eq(sd_ngram_cache_n_docs(loaded), sd_ngram_cache_n_docs(one), "cap %lld",
+                     (long long)caps[k]);
+        cr_assert_eq(sd_ngram_cache_n_tokens(loaded), sd_ngram_cache_n_tokens(one), "cap %lld",
+                     (long long)caps[k]);
+        sd_proposer *pa = make_ngram(1, 4, 64), *pb = make_ngram(1, 4, 64);
+        cr_assert_eq(sd_proposer_ngram_set_cache(pa, one, &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_proposer_ngram_set_cache(pb, loaded, &err), 0, "%s", err.msg);
+        for (int d = 0; d < 5; d++)
+            for (int i = 0; i + 1 < lens[d]; i++) {
+                const int32_t ctx[2] = {99, docs[d][i]};
+                sd_proposal a, b;
+                cr_assert_eq(sd_proposer_propose(pa, ctx, 2, 4, &a, &err), 0);
+                cr_assert_eq(sd_proposer_propose(pb, ctx, 2, 4, &b, &err), 0);
+                cr_assert_eq(a.n, b.n, "cap %lld, doc %d, token %d", (long long)caps[k], d, i);
+                for (int j = 0; j < a.n; j++)
+                    cr_assert_eq(a.tokens[j], b.tokens[j]);
+            }
+        sd_proposer_free(pa);
+        sd_proposer_free(pb);
+        sd_ngram_cache_free(one);
+        sd_ngram_cache_free(loaded);
+    }
+    /* A folder is refused, and never with the ENOENT that means "start an empty cache". */
+    sd_ngram_cache *got = NULL;
+    errno = ENOENT;
+    cr_assert_eq(load_cache(g_dir, 9, 100, &got, &err), SD_ERR_IO);
+    cr_assert_neq(errno, ENOENT, "a folder reads as a missing cache: %s", err.msg);
+    cr_assert(strstr(err.msg, "not a regular file"), "%s", err.msg);
 }
 
 /* Bad files: a one-line error naming the file; nothing is loaded. */

@@ -193,6 +193,9 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
         sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
     }
     sd_gen_params g = *gp;
+    if (g.n_stop_ids < 0 || g.n_stop_ids > SD_MAX_STOP_IDS)
+        return sd_errorf(err, SD_ERR_ARG, "generate: n_stop_ids = %d, expected 0..%d",
+                         (int)g.n_stop_ids, SD_MAX_STOP_IDS);
     /* Stop at every end-of-generation token of the vocabulary (<|im_end|>, <|eot_id|>...),
      * as llama.cpp does, besides EOS and the caller's stop ids. */
     int32_t n_eog = 0;
@@ -201,7 +204,14 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
         int have = 0;
         for (int32_t j = 0; j < g.n_stop_ids; j++)
             have |= g.stop_ids[j] == eog[i];
-        if (!have && g.n_stop_ids < SD_MAX_STOP_IDS) g.stop_ids[g.n_stop_ids++] = eog[i];
+        if (have) continue;
+        if (g.n_stop_ids == SD_MAX_STOP_IDS)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "%s: %d end-of-generation tokens and %d stop ids: more than the %d "
+                             "stop ids generation holds",
+                             sd_model_path(e->tm), (int)n_eog, (int)gp->n_stop_ids,
+                             SD_MAX_STOP_IDS);
+        g.stop_ids[g.n_stop_ids++] = eog[i];
     }
     if (g.clock == SD_CLOCK_AUTO) {
         /* One CPU thread does all the work of a pass: its CPU clock is the pass's cost. */
