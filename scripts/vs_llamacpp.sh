@@ -203,20 +203,30 @@ def specdec_ab(config, k, t):
 
 def llama_gen(binp, target, draft, k, t, ctx):
     res = {}
-    rc, out, err = run([os.path.join(binp, "llama-completion"), "-m", target, "-p",
-                        opt["prompt"], "-n", str(opt["n"]), "--temp", "0", "-t", str(t),
-                        "-c", str(ctx), "-no-cnv", "--no-display-prompt"])
-    m = re.search(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs.*?([\d.]+) tokens per second", err)
+    # llama.cpp's logger is a thread of its own: its last lines (the perf print) are now
+    # and then lost when the process exits, so a run without them is repeated (3 tries).
+    for _ in range(3):
+        rc, out, err = run([os.path.join(binp, "llama-completion"), "-m", target, "-p",
+                            opt["prompt"], "-n", str(opt["n"]), "--temp", "0", "-t", str(t),
+                            "-c", str(ctx), "-no-cnv", "--no-display-prompt"])
+        m = re.search(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs.*?([\d.]+) tokens per second",
+                      err)
+        if rc != 0 or m:
+            break
     if rc == 0 and m:
         res["target_tps"] = float(m.group(3))
         res["target_tokens"] = int(m.group(2))
     else:
         res["target_error"] = f"llama-completion: rc {rc}: {err.strip()[-200:]}"
-    rc, out, err = run([os.path.join(binp, "llama-speculative"), "-m", target, "-md", draft,
-                        "-p", opt["prompt"], "-n", str(opt["n"]), "--temp", "0", "-t", str(t),
-                        "-td", str(t), "-c", str(ctx),
-                        "--spec-draft-n-max", str(k)])
-    m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", err)
+    for _ in range(3):  # the same logger race as above
+        rc, out, err = run([os.path.join(binp, "llama-speculative"), "-m", target, "-md", draft,
+                            "-p", opt["prompt"], "-n", str(opt["n"]), "--temp", "0", "-t",
+                            str(t), "-td", str(t), "-c", str(ctx),
+                            "--spec-draft-n-max", str(k)])
+        m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s",
+                      err)
+        if rc != 0 or (m and re.search(r"n_accept  = (\d+)", err)):
+            break
     if rc == 0 and m:
         res["spec_tps"] = float(m.group(3))
         res["spec_tokens"] = int(m.group(1))
