@@ -10,7 +10,11 @@
  *    the Q4_1 file and on an F16 copy (bounds and why at the test);
  *  - --chat formats the prompt with the model's ChatML template and stops at <|im_end|>;
  *  - greedy speculative output == target-alone output with a draft made from the model
- *    (`specdec quantize ... q4_0`) and with the n-gram proposer, for several K and prompts.
+ *    (`specdec quantize ... q4_0`) and with the n-gram proposer, for several K and prompts;
+ *  - the same with the project's trained draft models/smollm2-draft-q8_0.gguf
+ *    (scripts/train_smollm2_draft.py; a 4-layer dim-128 llama with SmolLM2's tokenizer),
+ *    run through configs/smollm2-135m-pair.json: it loads, pairs, and more than 20% of its
+ *    drafted tokens are accepted (an untrained draft: about 0).
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -261,4 +265,46 @@ Test(smollm2, greedy_speculative_equals_target_alone, .timeout = 1800) {
     }
     unlink(draft);
     tu_rmdir(dir);
+}
+
+#define SMOL_DRAFT SD_SOURCE_DIR "/models/smollm2-draft-q8_0.gguf"
+#define SMOL_PAIR  SD_SOURCE_DIR "/configs/smollm2-135m-pair.json"
+
+Test(smollm2, trained_draft_pairs_and_greedy_equals_target_alone, .timeout = 1800) {
+    need_model();
+    if (access(SMOL_DRAFT, R_OK) != 0)
+        cr_skip_test("%s absent (scripts/train_smollm2_draft.py makes it)", SMOL_DRAFT);
+    if (getenv("SD_SMOL_MODEL") && *getenv("SD_SMOL_MODEL"))
+        cr_skip_test("SD_SMOL_MODEL set: the pair config names the Q4_1 file");
+    static const char *prompts[] = {"'Once upon a time, there was a little dog named Max.'",
+                                    "'Lily and her mom went to the park.'",
+                                    "--chat -p 'Can you tell me a short story about a cat?'"};
+    long drafted = 0, accepted = 0;
+    for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++) {
+        char args[1024];
+        snprintf(args, sizeof args, "-n 48 %s%s", strncmp(prompts[i], "--", 2) ? "-p " : "",
+                 prompts[i]);
+        json_t *ref = run_json(args);
+        char *want = tokens_of(ref);
+        const int ks[] = {2, 5};
+        for (int ki = 0; ki < 2; ki++) {
+            /* the pair config (draft path relative to it); flags after it override it */
+            char a2[1536];
+            snprintf(a2, sizeof a2, "--config %s %s -k %d --draft-policy fixed --draft-p-min 0",
+                     SMOL_PAIR, args, ks[ki]);
+            json_t *spec = run_json(a2);
+            char *got = tokens_of(spec);
+            cr_expect_str_eq(got, want, "prompt %zu K=%d: speculative differs", i, ks[ki]);
+            json_t *st = json_object_get(spec, "stats");
+            drafted += (long)json_integer_value(json_object_get(st, "n_drafted"));
+            accepted += (long)json_integer_value(json_object_get(st, "n_accepted"));
+            free(got);
+            json_decref(spec);
+        }
+        free(want);
+        json_decref(ref);
+    }
+    cr_expect_gt(drafted, 0);
+    /* a distilled draft: far above chance (an untrained one is accepted ~0 times) */
+    cr_expect_gt(accepted * 5, drafted, "trained draft accepted %ld of %ld", accepted, drafted);
 }
