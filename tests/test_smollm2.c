@@ -308,3 +308,63 @@ Test(smollm2, trained_draft_pairs_and_greedy_equals_target_alone, .timeout = 180
     /* a distilled draft: far above chance (an untrained one is accepted ~0 times) */
     cr_expect_gt(accepted * 5, drafted, "trained draft accepted %ld of %ld", accepted, drafted);
 }
+
+/* bench --draft-types: a prompt file of category "chat" holds user messages, formatted with
+ * the model's chat template (as generate --chat); any other category is raw text. The
+ * expected prompt lengths come from specdec tokenize on the template text written here. */
+Test(smollm2, bench_formats_chat_prompts_with_the_template, .timeout = 600) {
+    need_model();
+    char dir[256], chat[320], raw[320], js[320], cmd[2048];
+    cr_assert_eq(tu_mkdtemp(dir, sizeof dir), 0);
+    tu_path(chat, sizeof chat, dir, "chat.txt");
+    tu_path(raw, sizeof raw, dir, "raw.txt");
+    tu_path(js, sizeof js, dir, "b.json");
+    static const char q[] = "What color is the sky?";
+    char body[256];
+    snprintf(body, sizeof body, "# category: chat\n%s\n", q);
+    cr_assert_eq(tu_write_file(chat, body, strlen(body)), 0);
+    snprintf(body, sizeof body, "# category: other\n%s\n", q);
+    cr_assert_eq(tu_write_file(raw, body, strlen(body)), 0);
+    snprintf(cmd, sizeof cmd,
+             "%s bench -m %s --draft-types none -f %s -f %s -n 4 -t 1 --json %s >/dev/null "
+             "2>&1",
+             SD_BINARY, SMOL, chat, raw, js);
+    cr_assert_eq(tu_run(cmd, NULL, NULL), 0, "%s", cmd);
+    json_error_t je;
+    json_t *root = json_load_file(js, 0, &je);
+    cr_assert(root, "%s: %s", js, je.text);
+    long n_chat = -1, n_raw = -1;
+    json_t *runs = json_object_get(root, "runs"), *r;
+    size_t i;
+    json_array_foreach(runs, i, r) {
+        const char *cat = json_string_value(json_object_get(r, "category"));
+        long n = (long)json_integer_value(json_object_get(r, "n_prompt"));
+        if (cat && !strcmp(cat, "chat")) n_chat = n;
+        if (cat && !strcmp(cat, "other")) n_raw = n;
+    }
+    json_decref(root);
+    /* The same counts from the tokenizer: ChatML "<|im_start|>user\n" q "<|im_end|>\n"
+     * "<|im_start|>assistant\n" with control tokens parsed, and q alone. */
+    sd_model *m = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_model_load(SMOL, &m, &err), SD_OK, "%s", err.msg);
+    const sd_vocab *v = sd_model_vocab(m);
+    char tmpl[256];
+    snprintf(tmpl, sizeof tmpl, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", q);
+    int32_t *ids = NULL;
+    size_t n_t = 0, n_q = 0;
+    cr_assert_eq(sd_vocab_tokenize(v, tmpl, strlen(tmpl),
+                                   SD_VOCAB_ADD_SPECIAL | SD_VOCAB_PARSE_SPECIAL, &ids, &n_t, &err),
+                 SD_OK, "%s", err.msg);
+    free(ids);
+    cr_assert_eq(sd_vocab_tokenize(v, q, strlen(q), SD_VOCAB_ADD_SPECIAL, &ids, &n_q, &err), SD_OK,
+                 "%s", err.msg);
+    free(ids);
+    sd_model_free(m);
+    cr_expect_eq(n_chat, (long)n_t, "chat prompt: %ld tokens, the template gives %zu", n_chat, n_t);
+    cr_expect_eq(n_raw, (long)n_q, "raw prompt: %ld tokens, the text gives %zu", n_raw, n_q);
+    unlink(chat);
+    unlink(raw);
+    unlink(js);
+    tu_rmdir(dir);
+}

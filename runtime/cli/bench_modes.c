@@ -14,7 +14,8 @@
  * file name), for each of its first --runs prompts (default all; run i uses seed S + i),
  * every variant runs in turn (none first), all through sd_engine_generate with both
  * caches emptied first; greedy by default, and each run's tokens must equal the none
- * run's ("match").
+ * run's ("match"). Prompts of a file whose category is "chat" are user messages in the
+ * target's chat template (tokenizer.chat_template, as generate --chat), when it has one.
  * Table rows per (category, variant), then over all categories:
  *   tok/s     emitted tokens / decode time (wall clock, prefill excluded), median
  *   cpu tok/s tokens after the first pass / process CPU time from the first to the
@@ -322,7 +323,24 @@ static int run_file(modes_ctx *m, const char *path, cell *all, sd_error *err) {
         const int pi = r % n_prompts;
         int32_t *ids = NULL;
         size_t n_ids = 0;
-        rc = sd_vocab_tokenize(vocab, prompts[pi], strlen(prompts[pi]), add_bos, &ids, &n_ids, err);
+        /* A "chat" file holds user messages: formatted with the model's chat template, as
+         * generate --chat does (raw, a chat model often ends its turn at once). */
+        const char *tmpl = strcmp(cat, "chat") ? NULL : sd_vocab_chat_template(vocab);
+        char *chat = NULL;
+        size_t len = strlen(prompts[pi]);
+        if (tmpl) {
+            const sd_chat_msg msg = {"user", prompts[pi]};
+            rc = sd_chat_apply(tmpl, &msg, 1, 1, &chat, &len, err);
+            if (rc)
+                sd_error_prefix(err, "%s: tokenizer.chat_template",
+                                sd_model_path(sd_engine_target(m->e)));
+        }
+        if (!rc)
+            rc = sd_vocab_tokenize(vocab, chat ? chat : prompts[pi], len,
+                                   (add_bos ? SD_VOCAB_ADD_SPECIAL : 0) |
+                                       (chat ? SD_VOCAB_PARSE_SPECIAL : 0),
+                                   &ids, &n_ids, err);
+        free(chat);
         if (!rc && (n_ids == 0 || n_ids + 2 > (size_t)sd_engine_n_ctx(m->e)))
             rc = sd_errorf(err, SD_ERR_CONTEXT, "%s: prompt %d is %zu tokens (context %d)", path,
                            pi + 1, n_ids, sd_engine_n_ctx(m->e));
