@@ -204,9 +204,9 @@ int sd_detok_push(sd_detok *d, int32_t id, const char **text, size_t *len, sd_er
         return sd_errorf(err, SD_ERR_ARG, "detokenizer: token id %d is out of range (%d tokens)",
                          (int)id, (int)d->v->n);
     size_t pl = piece(d->v, id, d->flags, NULL, 0, 0), need, out_need;
+    /* pend grows to need + 1 so that it is never NULL, even when the first piece is "". */
     if (sd_add_size(d->n_pend, pl, &need) || sd_mul_size(need, 3, &out_need) ||
-        grow(&d->pend, &d->cap_pend, need + 1) ||
-        /* + 1: never NULL, even for "" */ grow(&d->out, &d->cap_out, out_need + 1))
+        grow(&d->pend, &d->cap_pend, need + 1) || grow(&d->out, &d->cap_out, out_need + 1))
         return sd_errorf(err, SD_ERR_OOM, "detokenizer: out of memory");
     piece(d->v, id, d->flags, d->pend + d->n_pend, pl, 0);
     d->n_pend = need;
