@@ -248,6 +248,13 @@ Test(detok, held_back_and_invalid) {
     cr_assert_eq(l, 0);
     sd_detok_free(raw);
     sd_detok_free(rep);
+    /* a control token ("") as the very first push of a new stream: nothing, and no NULL
+     * buffer handed to memmove (UBSan's nonnull check in the sanitizer build) */
+    sd_detok *fresh = NULL;
+    cr_assert_eq(sd_detok_init(v, 0, &fresh, &err), SD_OK);
+    push_expect(fresh, 1, "", 0);
+    push_expect(fresh, 15043, " Hello", 6);
+    sd_detok_free(fresh);
     sd_detok *sp = NULL;
     cr_assert_eq(sd_detok_init(v, SD_VOCAB_UNPARSE_SPECIAL, &sp, &err), SD_OK);
     push_expect(sp, 2, "</s>", 4);
