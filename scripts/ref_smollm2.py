@@ -282,9 +282,9 @@ def model_from_gguf(path):
     return model, hp, reader
 
 
-def torch_setup(seed=0):
+def torch_setup(seed=0, threads=1):
     import torch
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:

@@ -74,17 +74,6 @@ DRAFT_CFG = dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, hidden_dim=384, v
                  ctx=8192, eps=1e-5, rope_base=10000.0, tied=True)
 
 
-def setup_torch(threads, seed):
-    import torch
-    torch.set_num_threads(threads)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass
-    torch.manual_seed(seed)
-    return torch
-
-
 # ---------------------------------------------------------------- prompts
 
 CHAT_SUBJECTS = ["a dog", "a cat", "a rabbit", "a dragon", "a little girl", "a boy", "a robot",
@@ -187,7 +176,7 @@ def generate_batch(torch, model, prompts, gen_len, temps, eos, gen):
 
 
 def cmd_data(a):
-    torch = setup_torch(a.threads, a.seed)
+    torch = R.torch_setup(a.seed, a.threads)
     model, hp, reader = R.model_from_gguf(TARGET)
     tok = R.Tok(reader, TARGET)
     files = ["valid.txt"] if a.split == "val" else ["train_00.txt", "train_01.txt", "train_02.txt"]
@@ -448,7 +437,7 @@ def vocab_subset(text, kd_rows, n_max):
 
 
 def cmd_train(a):
-    torch = setup_torch(a.threads, a.seed)
+    torch = R.torch_setup(a.seed, a.threads)
     import gguf
     reader = gguf.GGUFReader(TARGET)
     tok = R.Tok(reader, TARGET)
@@ -580,7 +569,7 @@ def add_train_args(sub):
 # ---------------------------------------------------------------- export / eval
 
 def cmd_export(a):
-    torch = setup_torch(a.threads, a.seed)
+    torch = R.torch_setup(a.seed, a.threads)
     import gguf
     ck = torch.load(os.path.join(WORK, "draft.pt"))
     c, sd = ck["cfg"], ck["model"]
@@ -621,7 +610,7 @@ def cmd_export(a):
 
 def cmd_eval(a):
     """The exported GGUF through ref_smollm2's reader (checks the file, not the checkpoint)."""
-    torch = setup_torch(a.threads, a.seed)
+    torch = R.torch_setup(a.seed, a.threads)
     import gguf
     model, hp, reader = R.model_from_gguf(a.model)
     tok = R.Tok(gguf.GGUFReader(TARGET), TARGET)

@@ -223,6 +223,22 @@ static char *tokens_of(json_t *j) {
     return json_dumps(json_object_get(j, "tokens"), JSON_COMPACT);
 }
 
+/* generate's arguments for one prompt: "-n 48 -p PROMPT", or PROMPT itself when it is flags
+ * ("--chat -p ..."). */
+static void prompt_args(char *buf, size_t cap, const char *prompt) {
+    snprintf(buf, cap, "-n 48 %s%s", strncmp(prompt, "--", 2) ? "-p " : "", prompt);
+}
+
+/* Run generate with args and expect the tokens `want` (the target-alone run's); `what` names
+ * the run in the failure. The run's JSON is returned (caller frees). */
+static json_t *run_expect_tokens(const char *args, const char *want, const char *what) {
+    json_t *j = run_json(args);
+    char *got = tokens_of(j);
+    cr_expect_str_eq(got, want, "%s: differs from target alone", what);
+    free(got);
+    return j;
+}
+
 Test(smollm2, greedy_speculative_equals_target_alone, .timeout = 1800) {
     need_model();
     char dir[256], draft[320], cmd[1024], *err = NULL;
@@ -235,31 +251,25 @@ Test(smollm2, greedy_speculative_equals_target_alone, .timeout = 1800) {
                                     "'The capital of France is'",
                                     "--chat -p 'Write a haiku about the sea.'"};
     for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++) {
-        char args[1024];
-        snprintf(args, sizeof args, "-n 48 %s%s", strncmp(prompts[i], "--", 2) ? "-p " : "",
-                 prompts[i]);
+        char args[1024], what[64];
+        prompt_args(args, sizeof args, prompts[i]);
         json_t *ref = run_json(args);
         char *want = tokens_of(ref);
         const int ks[] = {1, 3, 6};
         for (int ki = 0; ki < 3; ki++) {
             char a2[1536];
             snprintf(a2, sizeof a2, "%s -md %s -k %d --draft-policy fixed", args, draft, ks[ki]);
-            json_t *spec = run_json(a2);
-            char *got = tokens_of(spec);
-            cr_expect_str_eq(got, want, "prompt %zu K=%d: speculative differs", i, ks[ki]);
+            snprintf(what, sizeof what, "prompt %zu K=%d", i, ks[ki]);
+            json_t *spec = run_expect_tokens(a2, want, what);
             cr_expect_gt(
                 json_integer_value(json_object_get(json_object_get(spec, "stats"), "n_accepted")),
                 0, "the Q4_0 copy never agreed");
-            free(got);
             json_decref(spec);
         }
         char a3[1536];
         snprintf(a3, sizeof a3, "%s --draft-type ngram -k 4", args);
-        json_t *ng = run_json(a3);
-        char *got = tokens_of(ng);
-        cr_expect_str_eq(got, want, "prompt %zu n-gram: differs", i);
-        free(got);
-        json_decref(ng);
+        snprintf(what, sizeof what, "prompt %zu n-gram", i);
+        json_decref(run_expect_tokens(a3, want, what));
         free(want);
         json_decref(ref);
     }
@@ -281,9 +291,8 @@ Test(smollm2, trained_draft_pairs_and_greedy_equals_target_alone, .timeout = 180
                                     "--chat -p 'Can you tell me a short story about a cat?'"};
     long drafted = 0, accepted = 0;
     for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++) {
-        char args[1024];
-        snprintf(args, sizeof args, "-n 48 %s%s", strncmp(prompts[i], "--", 2) ? "-p " : "",
-                 prompts[i]);
+        char args[1024], what[64];
+        prompt_args(args, sizeof args, prompts[i]);
         json_t *ref = run_json(args);
         char *want = tokens_of(ref);
         const int ks[] = {2, 5};
@@ -292,13 +301,11 @@ Test(smollm2, trained_draft_pairs_and_greedy_equals_target_alone, .timeout = 180
             char a2[1536];
             snprintf(a2, sizeof a2, "--config %s %s -k %d --draft-policy fixed --draft-p-min 0",
                      SMOL_PAIR, args, ks[ki]);
-            json_t *spec = run_json(a2);
-            char *got = tokens_of(spec);
-            cr_expect_str_eq(got, want, "prompt %zu K=%d: speculative differs", i, ks[ki]);
+            snprintf(what, sizeof what, "prompt %zu K=%d", i, ks[ki]);
+            json_t *spec = run_expect_tokens(a2, want, what);
             json_t *st = json_object_get(spec, "stats");
             drafted += (long)json_integer_value(json_object_get(st, "n_drafted"));
             accepted += (long)json_integer_value(json_object_get(st, "n_accepted"));
-            free(got);
             json_decref(spec);
         }
         free(want);
