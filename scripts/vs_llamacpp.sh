@@ -107,6 +107,16 @@ def run(cmd, timeout=3600):
     log(f"  {shlex.join(cmd)[:150]}  ({time.time() - t0:.1f} s, rc {p.returncode})")
     return (p.returncode, p.stdout, p.stderr)
 
+def run_logged(cmd, patterns, tries=3):
+    """run() for a llama.cpp tool whose figures are on stderr: its logger is a thread of its
+    own, and its last lines (the perf print) are now and then lost when the process exits,
+    so a successful run missing any of `patterns` is repeated (up to `tries` runs)."""
+    for _ in range(tries):
+        rc, out, err = run(cmd)
+        if rc != 0 or all(re.search(p, err) for p in patterns):
+            break
+    return rc, out, err
+
 # ---------------------------------------------------------------- the peer
 peer = None
 if not opt["no_peer"]:
@@ -203,30 +213,22 @@ def specdec_ab(config, k, t):
 
 def llama_gen(binp, target, draft, k, t, ctx):
     res = {}
-    # llama.cpp's logger is a thread of its own: its last lines (the perf print) are now
-    # and then lost when the process exits, so a run without them is repeated (3 tries).
-    for _ in range(3):
-        rc, out, err = run([os.path.join(binp, "llama-completion"), "-m", target, "-p",
-                            opt["prompt"], "-n", str(opt["n"]), "--temp", "0", "-t", str(t),
-                            "-c", str(ctx), "-no-cnv", "--no-display-prompt"])
-        m = re.search(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs.*?([\d.]+) tokens per second",
-                      err)
-        if rc != 0 or m:
-            break
+    rc, out, err = run_logged([os.path.join(binp, "llama-completion"), "-m", target, "-p",
+                               opt["prompt"], "-n", str(opt["n"]), "--temp", "0", "-t", str(t),
+                               "-c", str(ctx), "-no-cnv", "--no-display-prompt"],
+                              [r"eval time =\s*[\d.]+ ms /\s*\d+ runs"])
+    m = re.search(r"eval time =\s*([\d.]+) ms /\s*(\d+) runs.*?([\d.]+) tokens per second", err)
     if rc == 0 and m:
         res["target_tps"] = float(m.group(3))
         res["target_tokens"] = int(m.group(2))
     else:
         res["target_error"] = f"llama-completion: rc {rc}: {err.strip()[-200:]}"
-    for _ in range(3):  # the same logger race as above
-        rc, out, err = run([os.path.join(binp, "llama-speculative"), "-m", target, "-md", draft,
-                            "-p", opt["prompt"], "-n", str(opt["n"]), "--temp", "0", "-t",
-                            str(t), "-td", str(t), "-c", str(ctx),
-                            "--spec-draft-n-max", str(k)])
-        m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s",
-                      err)
-        if rc != 0 or (m and re.search(r"n_accept  = (\d+)", err)):
-            break
+    rc, out, err = run_logged([os.path.join(binp, "llama-speculative"), "-m", target, "-md",
+                               draft, "-p", opt["prompt"], "-n", str(opt["n"]), "--temp", "0",
+                               "-t", str(t), "-td", str(t), "-c", str(ctx),
+                               "--spec-draft-n-max", str(k)],
+                              [r"decoded\s+\d+ tokens in", r"n_accept  = \d+"])
+    m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", err)
     if rc == 0 and m:
         res["spec_tps"] = float(m.group(3))
         res["spec_tokens"] = int(m.group(1))

@@ -183,6 +183,9 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err) {
     if (!gp) gp = &e->p.gen;
+    if (gp->n_stop_ids < 0 || gp->n_stop_ids > SD_MAX_STOP_IDS)
+        return sd_errorf(err, SD_ERR_ARG, "generate: n_stop_ids = %d, expected 0..%d",
+                         (int)gp->n_stop_ids, SD_MAX_STOP_IDS);
     sd_proposer *prop = gp->n_draft > 0 ? sd_engine_proposer_of(e, gp->draft_type) : NULL;
     if (gp->n_draft > 0 && !prop &&
         (gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM))
@@ -193,9 +196,6 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
         sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
     }
     sd_gen_params g = *gp;
-    if (g.n_stop_ids < 0 || g.n_stop_ids > SD_MAX_STOP_IDS)
-        return sd_errorf(err, SD_ERR_ARG, "generate: n_stop_ids = %d, expected 0..%d",
-                         (int)g.n_stop_ids, SD_MAX_STOP_IDS);
     /* Stop at every end-of-generation token of the vocabulary (<|im_end|>, <|eot_id|>...),
      * as llama.cpp does, besides EOS and the caller's stop ids. */
     int32_t n_eog = 0;
