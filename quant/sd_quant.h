@@ -56,10 +56,11 @@
  * too give non-finite outputs.
  *
  * Kernels: a scalar reference is the specification; SIMD variants (AVX2+FMA+F16C,
- * AVX-512) are picked once at run time from CPUID; a type a set has no kernel for runs
- * the next lower set's. Results of a kernel depend only on its inputs (one weight row,
- * one activation row): never on the batch size, the thread count or the row range, so
- * a batched pass is bit-identical to single passes.
+ * AVX-512 VNNI) are picked once at run time from CPUID and compute exactly its
+ * arithmetic in its order, so every kernel set gives the same bits for every type (the
+ * same GGUF gives the same text on every x86 machine). Results depend only on one
+ * weight row and one activation row: never on the batch size, the thread count or the
+ * row range, so a batched pass is bit-identical to single passes.
  */
 #ifndef SD_QUANT_H
 #define SD_QUANT_H
@@ -264,23 +265,22 @@ int sd_validate_row(sd_type t, const void *row, int64_t n, int64_t *first_bad);
 sd_type sd_vec_dot_type(sd_type t);
 
 /*
- * Prepared activations: what sd_matmul_rows reads. The caller allocates them (the CPU
- * backend once, at init, sized with sd_activations_bytes_max for its largest batch and
- * row; the matmul path itself never allocates). Layout for weights of type wt, a batch
- * of n_tok rows of n_cols:
+ * Prepared activations: what sd_matmul_rows and sd_matmul_packed read. The caller
+ * allocates them (the CPU backend once, at init, sized with sd_activations_bytes_max for
+ * its largest batch and row; the matmul path itself never allocates). Layout for weights
+ * of type wt, a batch of n_tok rows of n_cols:
  *   part A, at offset 0: n_tok rows of sd_vec_dot_type(wt) (row stride
  *     sd_type_row_bytes(sd_vec_dot_type(wt), n_cols)), bytes identical to
  *     sd_quantize_row(sd_vec_dot_type(wt), ...) of each row (F32: a copy of x): the
- *     reference layout, all that the scalar and AVX2 kernels (and sd_matmul_rows_ref)
- *     read;
- *   part B (only for the weight types whose kernel in the set in use has a packed
- *     form: today Q8_0 and Q4_0 in the "avx512" set): at the next multiple of 64 bytes
- *     after part A, the same values rearranged for that kernel (for avx512: octets of 8
- *     blocks, grouped per up to 16 tokens of THIS batch, with per-block scales as
- *     floats and the weight-type-dependent integer correction). Its arrangement depends
- *     on n_tok, so a prepared batch is only valid for a call with the same n_tok (not
- *     for a slice of its rows) and the same wt as it was prepared for.
- * Every byte of row b (in either part) depends only on row b of x and on n_tok, wt.
+ *     reference layout, all that the GGUF-row kernels (and sd_matmul_rows_ref) read;
+ *   part B (only where the kernel set in use has a packed kernel for wt and the type has
+ *     packed activations: the 32-element types, Q4_K, Q5_K): at the next multiple of 64
+ *     bytes after part A, n_tok rows of per-block values the packed kernels read
+ *     (quant/pack_impl.h: the float scales and the integer offset corrections of the
+ *     32-element types, the 32-element group sums of Q4_K / Q5_K).
+ * Every byte of row b (in either part) depends only on row b of x and on wt; part B's
+ * offset depends on n_tok, so a prepared batch is only valid for a call with the same
+ * n_tok (not for a slice of its rows) and the same wt as it was prepared for.
  */
 
 /* Bytes of prepared activations for n_tok rows of n_cols, weights of type wt, in the
@@ -332,12 +332,57 @@ void sd_matmul_rows_ref(sd_type wt, const void *w, size_t w_row_bytes, int64_t n
                         const void *xq, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
                         int64_t r1);
 
-/* Name of the kernel set in use for this CPU: "scalar", "avx2", "avx512" (a type the
- * set has no kernel for runs the next lower set's: the K-quants run AVX2 kernels in
- * the "avx512" set). */
+/*
+ * Packed weights. The SIMD kernel sets run quantized weights in a packed layout: rows in
+ * groups of SD_PACK_ROWS, the quants of the 16 rows of a group interleaved 4 bytes at a
+ * time so that one vector lane is one row, the fp16 scales of a block side by side
+ * (quant/pack_impl.h describes it byte by byte). Packing changes where bytes are, never
+ * what is computed: sd_matmul_packed gives exactly the bits of sd_matmul_rows_ref on the
+ * same GGUF rows. The CPU backend packs each weight matrix once, at session init, into
+ * memory it owns, when sd_matmul_packed_available says the kernels in use have a packed
+ * kernel for its type.
+ */
+#define SD_PACK_ROWS 16
+
+/* 1 if the kernel set in use runs weights of type wt packed (every quantized weight type
+ * under "avx2" and "avx512"; none under "scalar", nor for float types), else 0. */
+int sd_matmul_packed_available(sd_type wt);
+
+/* Bytes of a packed [rows, cols] matrix of type wt: ceil(rows / 16) groups. -1 for a
+ * type without a packed layout (float types, activation types), rows < 0, cols not a
+ * multiple of the block, or overflow; else 0 and *out set. */
+int sd_pack_bytes(sd_type wt, int64_t rows, int64_t cols, size_t *out);
+
+/* Pack groups [g0, g1) (rows [16 g0, 16 g1), rows past `rows` as zeros) of W [rows, cols]
+ * of type wt (GGUF rows, w_row_bytes apart) into out, which holds sd_pack_bytes(wt, rows,
+ * cols) bytes; out should be 64-byte aligned (the kernels read 64-byte vectors). Calls on
+ * disjoint group ranges may run concurrently. */
+void sd_pack_groups(sd_type wt, const void *w, size_t w_row_bytes, int64_t rows, int64_t cols,
+                    int64_t g0, int64_t g1, void *out);
+
+/* The inverse: groups [g0, g1) of a packed matrix back to GGUF rows (w_row_bytes apart;
+ * rows past `rows` are not written). For tests and tools. */
+void sd_unpack_groups(sd_type wt, const void *packed, int64_t rows, int64_t cols, int64_t g0,
+                      int64_t g1, void *w, size_t w_row_bytes);
+
+/*
+ * y[b, r] = dot(W[r, :], X[b, :]) for the rows r < rows of groups [g0, g1) (r in
+ * [16 g0, min(16 g1, rows))) and b in [0, n_tok), W packed by sd_pack_groups.
+ *   xq : activations prepared by sd_quantize_activations for this wt and this n_tok
+ *   y  : float [n_tok, ldy]; row b, column r is y[b * ldy + r]
+ * Bit-identical to sd_matmul_rows_ref on the unpacked rows. Does nothing if the kernels
+ * in use have no packed kernel for wt (check sd_matmul_packed_available). Allocates
+ * nothing. Single-threaded: callers split the groups across threads.
+ */
+void sd_matmul_packed(sd_type wt, const void *wp, int64_t rows, int64_t n_cols, const void *xq,
+                      int64_t n_tok, float *y, int64_t ldy, int64_t g0, int64_t g1);
+
+/* Name of the kernel set in use for this CPU: "scalar", "avx2", "avx512" (lowered, never
+ * raised, by the environment variable SD_KERNELS). */
 const char *sd_quant_kernels_name(void);
-/* Name of the kernel set that actually runs weights of type wt ("avx2" for Q4_K under
- * the "avx512" set), or "none" for a type that is not a weight type. */
+/* Name of the kernel set that runs weights of type wt in GGUF rows ("scalar" for the
+ * quantized types: the SIMD sets run them packed), or "none" for a type that is not a
+ * weight type. */
 const char *sd_quant_kernel_name_for(sd_type wt);
 
 #ifdef __cplusplus

@@ -5,12 +5,14 @@
  *
  * For each type: a [rows x cols] weight matrix (default 4096 x 4096) from N(0, 1) values
  * through the reference quantizer; activations prepared once; then the kernel of each
- * available set over all rows, n_tok = 1 (decode) and n_tok = 17 (a verification
- * batch), repeated; the best of --reps runs is reported (least disturbed by other load).
+ * available set over all rows (the packed kernel on a packed copy where the set has one,
+ * as the CPU backend runs it), for each n_tok of --toks (default 1,2,5,9,17), repeated;
+ * the best of --reps runs is reported (least disturbed by other load).
  * "hot": the same matrix each run (it may sit in L3: 9.4 MB for Q4_K, 32 MB L3 here);
  * "stream": --copies distinct copies cycled so each run reads from DRAM.
  *
  * usage: bench_quant [--rows R] [--cols C] [--reps N] [--copies K] [--types q4_0,q4_k,...]
+ *                    [--toks 1,2,5,9,17] [--sets avx512,avx2]
  *                    [--ldy-pad P]   (output row stride rows + P; default 0 as the backend)
  */
 #include <math.h>
@@ -21,6 +23,7 @@
 #include <time.h>
 
 #include "quant/cpu/kernels.h"
+#include "quant/pack_impl.h"
 #include "quant/sd_quant.h"
 
 static double now_s(void) {
@@ -45,29 +48,56 @@ int main(int argc, char **argv) {
     int64_t rows = 4096, cols = 4096;
     int reps = 5, copies = 8, pad = 0;
     const char *types = "f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k";
+    const char *toks_arg = "1,2,5,9,17", *sets_arg = "avx512,avx2";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--rows")) rows = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--cols")) cols = atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--copies")) copies = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--types")) types = argv[i + 1];
-        else if (!strcmp(argv[i], "--ldy-pad")) pad = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--rows"))
+            rows = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--cols"))
+            cols = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--copies"))
+            copies = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--types"))
+            types = argv[i + 1];
+        else if (!strcmp(argv[i], "--ldy-pad"))
+            pad = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--toks"))
+            toks_arg = argv[i + 1];
+        else if (!strcmp(argv[i], "--sets"))
+            sets_arg = argv[i + 1];
         else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
         }
     }
     float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
-    float *x = malloc(sizeof(float) * (size_t)(17 * cols));
+    int64_t toks[32];
+    int n_toks = 0, max_tok = 1;
+    {
+        char tl[256];
+        snprintf(tl, sizeof tl, "%s", toks_arg);
+        for (char *t = strtok(tl, ","); t && n_toks < 32; t = strtok(NULL, ",")) {
+            toks[n_toks] = atoll(t);
+            if (toks[n_toks] < 1 || toks[n_toks] > 512) {
+                fprintf(stderr, "--toks: %s out of range 1..512\n", t);
+                return 2;
+            }
+            if (toks[n_toks] > max_tok) max_tok = (int)toks[n_toks];
+            n_toks++;
+        }
+    }
+    float *x = malloc(sizeof(float) * (size_t)(max_tok * cols));
     const int64_t ldy = rows + pad; /* y [n_tok, ldy], as the backend's y [n_tok, rows] */
-    float *y = malloc(sizeof(float) * (size_t)(17 * ldy));
+    float *y = malloc(sizeof(float) * (size_t)(max_tok * ldy));
     for (int64_t i = 0; i < rows * cols; i++)
         wf[i] = gauss() * 0.02f;
-    for (int64_t i = 0; i < 17 * cols; i++)
+    for (int64_t i = 0; i < max_tok * cols; i++)
         x[i] = gauss();
     char list[512];
     snprintf(list, sizeof list, "%s", types);
-    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+    char *ts = NULL;
+    for (char *tok = strtok_r(list, ",", &ts); tok; tok = strtok_r(NULL, ",", &ts)) {
         sd_type t;
         if (sd_type_from_name(tok, &t)) {
             fprintf(stderr, "unknown type %s\n", tok);
@@ -79,23 +109,30 @@ int main(int argc, char **argv) {
             return 2;
         }
         const size_t mb = rb * (size_t)rows;
+        size_t pb = 0;
+        const int packable = sd_pack_bytes(t, rows, cols, &pb) == 0;
+        const size_t alloc = packable && pb > mb ? pb : mb;
         unsigned char **w = malloc(sizeof *w * (size_t)copies);
+        unsigned char **wp = malloc(sizeof *wp * (size_t)copies);
         for (int c = 0; c < copies; c++) {
-            w[c] = aligned_alloc(64, (mb + 63) / 64 * 64);
+            w[c] = aligned_alloc(64, (alloc + 63) / 64 * 64);
+            wp[c] = packable ? aligned_alloc(64, (alloc + 63) / 64 * 64) : NULL;
             if (c == 0)
                 for (int64_t r = 0; r < rows; r++)
                     sd_quantize_row(t, wf + r * cols, w[0] + (size_t)r * rb, cols);
             else
                 memcpy(w[c], w[0], mb);
+            if (packable) sd_pack_groups(t, w[c], rb, rows, cols, 0, (rows + 15) / 16, wp[c]);
         }
-        static const char *const sets[] = {"avx512", "avx2", "scalar"};
-        for (int si = 0; si < 3; si++) {
-            const sd_kernel_set *ks = sd_kernel_set_by_name(sets[si]);
-            if (!ks || (si == 2 && sd_kernel_set_by_name("avx2"))) continue; /* scalar: slow */
-            const sd_kernel_set *own = sd_kernel_owner(ks, t);
-            if (own != ks) continue; /* this set runs a lower set's kernel for t */
-            static const int64_t toks[] = {1, 17};
-            for (int ti = 0; ti < 2; ti++) {
+        char sl[128];
+        snprintf(sl, sizeof sl, "%s", sets_arg);
+        char *ss = NULL;
+        for (char *sn = strtok_r(sl, ",", &ss); sn; sn = strtok_r(NULL, ",", &ss)) {
+            const sd_kernel_set *ks = sd_kernel_set_by_name(sn);
+            if (!ks) continue;
+            sd_packed_kernel pk = sd_kernel_packed_for_type(ks, t);
+            if (!pk && sd_kernel_owner(ks, t) != ks) continue; /* a lower set's kernel */
+            for (int ti = 0; ti < n_toks; ti++) {
                 const int64_t nt = toks[ti];
                 size_t xb;
                 sd_kernel_act_bytes(ks, t, nt, cols, &xb);
@@ -104,25 +141,32 @@ int main(int argc, char **argv) {
                 sd_rows_kernel k = sd_kernel_for_type(ks, t);
                 for (int mode = 0; mode < 2; mode++) { /* 0 hot, 1 stream */
                     double best = 1e30;
-                    k(w[0], rb, cols, xq, nt, y, ldy, 0, rows); /* warm-up */
-                    for (int rep = 0; rep < reps; rep++) {
-                        const unsigned char *m = w[mode ? (rep % copies) : 0];
+                    for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up */
+                        const int c = mode && rep >= 0 ? rep % copies : 0;
                         const double t0 = now_s();
-                        k(m, rb, cols, xq, nt, y, ldy, 0, rows);
+                        if (pk)
+                            pk(wp[c], rows, cols, xq, nt, y, ldy, 0, (rows + 15) / 16);
+                        else
+                            k(w[c], rb, cols, xq, nt, y, ldy, 0, rows);
                         const double dt = now_s() - t0;
-                        if (dt < best) best = dt;
+                        if (rep >= 0 && dt < best) best = dt;
                     }
-                    printf("{\"type\": \"%s\", \"set\": \"%s\", \"n_tok\": %lld, \"mode\": \"%s\", "
-                           "\"rows\": %lld, \"cols\": %lld, \"weight_mib\": %.2f, "
-                           "\"ms\": %.3f, \"weight_gbps\": %.2f, \"tok_rows_per_us\": %.1f}\n",
-                           sd_type_name(t), ks->name, (long long)nt, mode ? "stream" : "hot",
-                           (long long)rows, (long long)cols, (double)mb / 1048576.0, best * 1e3,
-                           (double)mb / best * 1e-9, (double)(rows * nt) / best * 1e-6);
+                    printf(
+                        "{\"type\": \"%s\", \"set\": \"%s\", \"packed\": %s, \"n_tok\": %lld, "
+                        "\"mode\": \"%s\", \"rows\": %lld, \"cols\": %lld, \"weight_mib\": %.2f, "
+                        "\"ms\": %.3f, \"weight_gbps\": %.2f, \"tok_rows_per_us\": %.1f}\n",
+                        sd_type_name(t), ks->name, pk ? "true" : "false", (long long)nt,
+                        mode ? "stream" : "hot", (long long)rows, (long long)cols,
+                        (double)mb / 1048576.0, best * 1e3, (double)mb / best * 1e-9,
+                        (double)(rows * nt) / best * 1e-6);
                     fflush(stdout);
                 }
                 free(xq);
             }
         }
+        for (int c = 0; c < copies; c++)
+            free(wp[c]);
+        free(wp);
         for (int c = 0; c < copies; c++)
             free(w[c]);
         free(w);

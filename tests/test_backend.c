@@ -156,7 +156,7 @@ static void check_matmul(sd_device d) {
             sd_quantize_row(t, tmp, wd + r * rb, cols);
             sd_dequantize_row(t, wd + r * rb, wf + r * cols, cols);
         }
-        const sd_weight w = {t, rows, cols, rb, dev_weights(&D, wd, rb * rows)};
+        const sd_weight w = {t, rows, cols, rb, dev_weights(&D, wd, rb * rows), SD_LAYOUT_ROWS};
         float *x = malloc(max_tok * cols * sizeof(float)), *xa = malloc(max_tok * cols * 4);
         fill(x, max_tok * cols, &rng, 2.0f);
         const sd_type vt = sd_vec_dot_type(t);
@@ -517,7 +517,7 @@ Test(backend, cpu_matmul_and_get_rows_all_types) {
                 sd_quantize_row(t, tmp, wd + r * rb, cols);
                 sd_dequantize_row(t, wd + r * rb, wf + r * cols, cols);
             }
-            sd_weight w = {t, rows, cols, rb, wd};
+            sd_weight w = {t, rows, cols, rb, wd, SD_LAYOUT_ROWS};
             float *x = galloc(n_tok * cols), *xa = malloc(n_tok * cols * sizeof(float));
             fill(x, n_tok * cols, &rng, 2.0f);
             /* What the activations become for this weight type. */
@@ -590,7 +590,7 @@ Test(backend, cpu_matmul_full_scratch_threads) {
             fill(tmp, cols, &rng, 1.0f);
             sd_quantize_row(t, tmp, wd + r * rb, cols);
         }
-        sd_weight w = {t, rows, cols, rb, wd};
+        sd_weight w = {t, rows, cols, rb, wd, SD_LAYOUT_ROWS};
         float *x = malloc((size_t)n_batch * cols * sizeof(float));
         fill(x, (size_t)n_batch * cols, &rng, 2.0f);
         cr_assert_eq(sd_activations_bytes(t, n_batch, cols, &xb), 0);
@@ -633,7 +633,7 @@ Test(backend, cpu_matmul_full_scratch_threads) {
     float wf[3 * 100], x[4 * 100], *y = galloc(4 * 3);
     fill(wf, 300, &rng, 1.0f);
     fill(x, 400, &rng, 1.0f);
-    sd_weight w = {SD_TYPE_F32, 3, 100, 400, wf};
+    sd_weight w = {SD_TYPE_F32, 3, 100, 400, wf, SD_LAYOUT_ROWS};
     be->ops->matmul(be, &w, x, 4, y);
     gcheck(y, 12, "matmul f32 100");
     for (int b = 0; b < 4; b++)
@@ -646,6 +646,91 @@ Test(backend, cpu_matmul_full_scratch_threads) {
     free(y);
     sd_backend_free(be);
     unsetenv("SD_CPU_PAR_MIN_WORK");
+}
+
+/* prepare_weight packs every quantized matrix the kernels in use run packed (and leaves
+ * float ones in GGUF rows); matmul on the packed copy == sd_matmul_rows_ref on the GGUF
+ * rows, bit for bit, at 1 and 2 threads and batch sizes 1..17 (rows not a multiple of
+ * 16); matmul_multi of three matrices == three matmul calls; the backend's packing
+ * statistics count what it packed. */
+Test(backend, cpu_packed_weights_and_matmul_multi) {
+    setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
+    uint64_t rng = 4242;
+    const int64_t rows[3] = {37, 16, 21}, cols = 512;
+    const sd_type types[] = {SD_TYPE_F32,  SD_TYPE_F16,  SD_TYPE_BF16, SD_TYPE_Q8_0, SD_TYPE_Q4_0,
+                             SD_TYPE_Q4_1, SD_TYPE_Q5_0, SD_TYPE_Q5_1, SD_TYPE_Q2_K, SD_TYPE_Q3_K,
+                             SD_TYPE_Q4_K, SD_TYPE_Q5_K, SD_TYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const sd_type t = types[ti];
+        size_t rb = 0;
+        cr_assert_eq(sd_type_row_bytes(t, cols, &rb), 0);
+        void *wd[3];
+        sd_weight W[3];
+        for (int i = 0; i < 3; i++) {
+            float *wf = malloc(sizeof(float) * (size_t)(rows[i] * cols));
+            fill(wf, rows[i] * cols, &rng, 1.0f);
+            wd[i] = malloc(rb * (size_t)rows[i]);
+            for (int64_t r = 0; r < rows[i]; r++)
+                cr_assert_eq(sd_quantize_row(t, wf + r * cols, (char *)wd[i] + r * rb, cols), 0);
+            free(wf);
+        }
+        for (int nt = 1; nt <= 2; nt++) {
+            sd_backend_params bp = {nt, 17, cols, 32, 0};
+            sd_backend *be = NULL;
+            sd_error err = {0};
+            cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
+            for (int i = 0; i < 3; i++) {
+                W[i] = (sd_weight){t, rows[i], cols, rb, wd[i], SD_LAYOUT_ROWS};
+                cr_assert_eq(be->ops->prepare_weight(be, &W[i], &err), SD_OK, "%s", err.msg);
+                cr_assert_eq(W[i].layout,
+                             sd_matmul_packed_available(t) ? SD_LAYOUT_PACKED : SD_LAYOUT_ROWS,
+                             "%s", sd_type_name(t));
+            }
+            int32_t np = 0;
+            size_t pbytes = 0, want_bytes = 0;
+            double ms = 0;
+            sd_backend_cpu_packed_stats(be, &np, &pbytes, &ms);
+            for (int i = 0; i < 3 && W[0].layout == SD_LAYOUT_PACKED; i++) {
+                size_t b = 0;
+                cr_assert_eq(sd_pack_bytes(t, rows[i], cols, &b), 0);
+                want_bytes += b;
+            }
+            cr_assert_eq(np, W[0].layout == SD_LAYOUT_PACKED ? 3 : 0);
+            cr_assert_eq(pbytes, want_bytes);
+            for (int32_t n_tok = 1; n_tok <= 17; n_tok += 4) {
+                float *x = galloc(n_tok * cols);
+                fill(x, n_tok * cols, &rng, 2.0f);
+                float *y[3], *ym[3], *want = malloc(sizeof(float) * 64 * (size_t)n_tok);
+                for (int i = 0; i < 3; i++) {
+                    y[i] = galloc(n_tok * rows[i]);
+                    ym[i] = galloc(n_tok * rows[i]);
+                    be->ops->matmul(be, &W[i], x, n_tok, y[i]);
+                    size_t xb = 0;
+                    cr_assert_eq(sd_activations_bytes(t, n_tok, cols, &xb), 0);
+                    void *xq = malloc(xb);
+                    sd_quantize_activations(t, x, n_tok, cols, xq);
+                    sd_matmul_rows_ref(t, wd[i], rb, cols, xq, n_tok, want, rows[i], 0, rows[i]);
+                    free(xq);
+                    cr_assert(memcmp(y[i], want, sizeof(float) * (size_t)(n_tok * rows[i])) == 0,
+                              "%s, %d threads, n_tok %d: matmul != the scalar reference",
+                              sd_type_name(t), nt, n_tok);
+                }
+                const sd_weight *ws[3] = {&W[0], &W[1], &W[2]};
+                be->ops->matmul_multi(be, ws, 3, x, n_tok, ym);
+                for (int i = 0; i < 3; i++) {
+                    cr_assert(memcmp(y[i], ym[i], sizeof(float) * (size_t)(n_tok * rows[i])) == 0,
+                              "%s: matmul_multi matrix %d != matmul", sd_type_name(t), i);
+                    free(y[i]);
+                    free(ym[i]);
+                }
+                free(want);
+                free(x);
+            }
+            sd_backend_free(be);
+        }
+        for (int i = 0; i < 3; i++)
+            free(wd[i]);
+    }
 }
 
 Test(backend, cpu_elementwise_norm_rope_softmax) {
@@ -724,7 +809,8 @@ Test(backend, cpu_elementwise_norm_rope_softmax) {
  * a scalar tail of 5; 3: scalar only) and GQA groups of 1, 2, 8 and 12 (two head blocks):
  * against a float64 reference computed from the values the cache holds (rounded to
  * binary16 for F16), within 1e-5 relative (max norm); a query alone == its row in the
- * batch (memcmp); 2 threads == 1 thread (memcmp). */
+ * batch (memcmp); 2 threads == 1 thread (memcmp); every level == the scalar level
+ * (memcmp: attn.h fixes the arithmetic). */
 static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, int32_t n_head_kv,
                             int32_t hd) {
     const int32_t kv_dim = n_head_kv * hd, n_ctx = 32, qdim = n_head * hd;
@@ -800,6 +886,13 @@ static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, 
         else
             cr_expect(memcmp(first, o, n_tok * qdim * sizeof(float)) == 0,
                       "%s: 2 threads != 1 thread", what);
+        sd_backend_free(be);
+    }
+    if (strcmp(kname, "scalar") != 0) { /* the same bits as the scalar reference */
+        sd_backend *be = cpu_backend(1);
+        cr_assert_eq(sd_backend_cpu_set_kernels(be, "scalar"), 0);
+        be->ops->attention(be, q, kv, 1, pos0, n_tok, n_head, n_head_kv, hd, o);
+        cr_expect(memcmp(first, o, n_tok * qdim * sizeof(float)) == 0, "%s: != scalar level", what);
         sd_backend_free(be);
     }
     free(k);

@@ -6,11 +6,14 @@
  *   - every kernel against an exact double-precision dot of the weights and
  *     activations, both decoded here independently of quant/ from the ggml layouts
  *     (error bound from the kernel's float operation count);
- *   - every SIMD level against the scalar oracle on odd shapes (rows not a multiple of
- *     any chunk, n_tok 1..17);
+ *   - every SIMD level BIT FOR BIT against the scalar oracle on odd shapes (rows not a
+ *     multiple of any chunk or of the 16-row groups, n_tok 1..17): quantized types through
+ *     the sets' packed kernels on weights packed here (quant/pack_impl.h), float types
+ *     through their row kernels;
+ *   - the packed layout: pack -> unpack gives the GGUF rows back, padding rows are zero;
  *   - batch == single bit for bit (and any row split, and a slice of the tokens);
- *   - per-type fallback (the avx512 set runs AVX2 kernels for types it lacks) and the
- *     public dispatch; non-finite activations reach the output (never rounded away).
+ *   - per-type fallback and the public dispatch (sd_matmul_rows, sd_matmul_packed);
+ *     non-finite activations reach the output (never rounded away).
  * White-box: includes quant/cpu/kernels.h (private to quant/) to reach each set.
  */
 #include <criterion/criterion.h>
@@ -21,6 +24,7 @@
 #include <string.h>
 
 #include "quant/cpu/kernels.h"
+#include "quant/pack_impl.h"
 #include "quant/sd_quant.h"
 
 /* ---------------------------------------------------------------------------------- */
@@ -341,21 +345,44 @@ static void free_problem(problem *p) {
     free(p->absum);
 }
 
+/* Runs kernel set ks on W (GGUF rows, wrb apart) for rows [r0, r1) of `rows`: its packed
+ * kernel when it has one for t (W packed here, the groups covering [r0, r1) run into a
+ * scratch matrix, then rows [r0, r1) copied to y), else its rows kernel. Writes y only in
+ * rows [r0, r1), as a rows kernel does. */
+static void run_set(const sd_kernel_set *ks, sd_type t, const void *w, size_t wrb, int64_t rows,
+                    int64_t n, const void *xq, int64_t n_tok, float *y, int64_t ldy, int64_t r0,
+                    int64_t r1) {
+    sd_packed_kernel pk = sd_kernel_packed_for_type(ks, t);
+    if (!pk) {
+        sd_kernel_for_type(ks, t)(w, wrb, n, xq, n_tok, y, ldy, r0, r1);
+        return;
+    }
+    if (r1 <= r0) return;
+    size_t pb = 0;
+    cr_assert_eq(sd_pack_bytes(t, rows, n, &pb), 0);
+    void *wp = xalloc(pb);
+    sd_pack_groups(t, w, wrb, rows, n, 0, (rows + 15) / 16, wp);
+    float *tmp = malloc(sizeof(float) * (size_t)(n_tok * rows) + 1);
+    pk(wp, rows, n, xq, n_tok, tmp, rows, r0 / 16, (r1 + 15) / 16);
+    for (int64_t b = 0; b < n_tok; b++)
+        memcpy(y + b * ldy + r0, tmp + b * rows + r0, sizeof(float) * (size_t)(r1 - r0));
+    free(tmp);
+    free(wp);
+}
+
 /* Error bound vs the exact dot, relative to sum (|a_j| + |b_j|) |x_j|:
- *  scalar float types: double accumulation, one rounding -> 2^-24 (+ n 2^-53);
- *  SIMD float types: float FMA accumulation over n/16 steps per lane + 5 hsum adds;
+ *  float types: 32 FMA partial sums of n/32 steps each, then a 5-level tree;
  *  integer-dot types: each block's integer exact, then per block (32) or super-block
  *  (256) a few float roundings (int -> float, d_w * d_x, the product, the min term)
  *  and a float sum over the blocks (+ 8 hsum adds). */
 static double err_bound(const sd_kernel_set *ks, sd_type t, int64_t n, double absum) {
     const double u = 0x1p-24;
     double k;
+    (void)ks;
     if (sd_type_block_elems(t) > 1)
         k = 3.0 * (double)(n / sd_type_block_elems(t)) + 16.0;
-    else if (ks == &sd_kernels_scalar)
-        k = 1.0 + (double)n * 0x1p-29;
     else
-        k = (double)n / 16.0 + 12.0;
+        k = (double)n / 32.0 + 8.0;
     return k * u * absum + 1e-30;
 }
 
@@ -366,7 +393,7 @@ static void check_kernel_vs_exact(const sd_kernel_set *ks, problem *p) {
     for (int64_t i = 0; i < p->n_tok * ldy; i++)
         y[i] = -12345.0f; /* sentinel */
     unsigned char *xq = prep(ks, p->t, p->x, p->n_tok, p->n);
-    sd_kernel_for_type(ks, p->t)(p->w, p->wrb, p->n, xq, p->n_tok, y, ldy, 0, p->rows);
+    run_set(ks, p->t, p->w, p->wrb, p->rows, p->n, xq, p->n_tok, y, ldy, 0, p->rows);
     free(xq);
     for (int64_t b = 0; b < p->n_tok; b++) {
         for (int64_t r = 0; r < p->rows; r++) {
@@ -514,10 +541,9 @@ Test(quant_activations, prepared_layout) {
                     const int64_t n_tok = toks[k], n = b * mult[c];
                     const size_t rb = row_bytes(vt, n);
                     size_t bytes = 0, want_bytes = (size_t)n_tok * rb;
-                    const sd_act_pack *pk = sd_kernel_pack_for_type(ks, t);
-                    if (pk)
-                        want_bytes =
-                            ((want_bytes + 63) & ~(size_t)63) + (size_t)n_tok * pk->tok_bytes(n);
+                    const size_t tb =
+                        sd_kernel_packed_for_type(ks, t) ? sd_pack_act_tok_bytes(t, n) : 0;
+                    if (tb) want_bytes = ((want_bytes + 63) & ~(size_t)63) + (size_t)n_tok * tb;
                     cr_assert_eq(sd_kernel_act_bytes(ks, t, n_tok, n, &bytes), 0);
                     cr_assert_eq(bytes, want_bytes, "%s %s", ks->name, sd_type_name(t));
                     size_t b2 = 0; /* monotone */
@@ -710,14 +736,20 @@ Test(quant_kernels, wide_rows) {
     }
 }
 
-/* SIMD vs the scalar reference directly, on the same inputs: odd shapes (rows not a
- * multiple of anything, block counts not a multiple of a chunk), n_tok 1..17. */
-Test(quant_kernels, simd_vs_ref) {
+/* Every SIMD set against the scalar reference, BIT FOR BIT, on the same inputs: odd
+ * shapes (rows not a multiple of 16 or of anything else, block counts not a multiple of
+ * a chunk), n_tok 1..17, weights with random scales (and the activations of each set's
+ * own preparation, which must not matter: part A is the reference's bytes). */
+Test(quant_kernels, simd_vs_ref_bitexact) {
     uint64_t s = 555;
+    int tested = 0;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const sd_type t = k_types[ti];
         for (int64_t n_tok = 1; n_tok <= 17; n_tok++) {
-            const int64_t n = qk(t) == 1 ? 203 : qk(t) == 32 ? 32 * 11 : 256 * 3, rows = 19;
+            const int64_t n = qk(t) == 1    ? 203 + 64 * (n_tok % 3)
+                              : qk(t) == 32 ? 32 * (11 + n_tok % 4)
+                                            : 256 * (1 + n_tok % 3);
+            const int64_t rows = 19 + 7 * (n_tok % 5);
             problem p = make_problem(&s, t, rows, n, n_tok, 0);
             float *yr = malloc(sizeof(float) * (size_t)(rows * n_tok));
             float *ys = malloc(sizeof(float) * (size_t)(rows * n_tok));
@@ -735,19 +767,88 @@ Test(quant_kernels, simd_vs_ref) {
                 const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
                 if (!ks) continue;
                 unsigned char *xq = prep(ks, t, p.x, n_tok, n);
-                sd_kernel_for_type(ks, t)(p.w, p.wrb, n, xq, n_tok, ys, rows, 0, rows);
+                memset(ys, 0xEE, sizeof(float) * (size_t)(rows * n_tok));
+                run_set(ks, t, p.w, p.wrb, rows, n, xq, n_tok, ys, rows, 0, rows);
                 free(xq);
-                for (int64_t i = 0; i < rows * n_tok; i++) {
-                    const double bound = 2.0 * err_bound(ks, t, n, p.absum[i]);
-                    cr_assert(fabs((double)ys[i] - yr[i]) <= bound,
-                              "%s %s n_tok=%lld [%lld]: %.9g vs ref %.9g", ks->name,
-                              sd_type_name(t), (long long)n_tok, (long long)i, ys[i], yr[i]);
-                }
+                for (int64_t i = 0; i < rows * n_tok; i++)
+                    cr_assert(memcmp(&ys[i], &yr[i], sizeof(float)) == 0,
+                              "%s %s n=%lld rows=%lld n_tok=%lld [%lld]: %.9g vs ref %.9g "
+                              "(bits differ)",
+                              ks->name, sd_type_name(t), (long long)n, (long long)rows,
+                              (long long)n_tok, (long long)i, ys[i], yr[i]);
+                tested++;
             }
             free(yr);
             free(ys);
             free_problem(&p);
         }
+    }
+    cr_log_info("SIMD vs scalar, bit for bit: %d (set, type, n_tok) cases", tested);
+}
+
+/* The packed layout round-trips: pack -> unpack gives back every GGUF row (rows not a
+ * multiple of 16 included); padding rows of the last group pack as zeros (they unpack
+ * to all-zero blocks); two disjoint group ranges packed separately equal one call; the
+ * size is that of the layout (pack_impl.h); bad shapes and unpackable types refused. */
+Test(quant_pack, round_trip) {
+    uint64_t s = 8080;
+    static const int64_t nrows[] = {1, 15, 16, 17, 33, 48};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const sd_type t = k_types[ti];
+        const sd_pack_layout *L = sd_pack_layout_of(t);
+        size_t pb = 0;
+        if (qk(t) == 1) {
+            cr_assert_null(L);
+            cr_assert_eq(sd_pack_bytes(t, 16, 64, &pb), -1, "float types have no packed layout");
+            continue;
+        }
+        cr_assert_not_null(L);
+        cr_assert_eq(L->main % 64, 0, "%s: main part not a multiple of 64", sd_type_name(t));
+        cr_assert_eq(L->blk_bytes, sd_type_block_bytes(t));
+        size_t seg = 0;
+        for (int k = 0; k < L->n_segs; k++) {
+            cr_assert_eq(L->seg[k].dst, 16 * seg);
+            seg += L->seg[k].len;
+        }
+        cr_assert_eq(16 * (seg + 2 * (size_t)L->n_fields), 16 * L->blk_bytes,
+                     "%s: segments + fields must hold every byte of the block", sd_type_name(t));
+        for (size_t k = 0; k < sizeof nrows / sizeof nrows[0]; k++) {
+            const int64_t rows = nrows[k], n = qk(t) * (1 + (int64_t)(rng_next(&s) % 5));
+            const size_t rb = row_bytes(t, n);
+            unsigned char *w = malloc(rb * (size_t)rows);
+            for (size_t j = 0; j < rb * (size_t)rows; j++)
+                w[j] = (unsigned char)rng_next(&s);
+            cr_assert_eq(sd_pack_bytes(t, rows, n, &pb), 0);
+            const int64_t ng = (rows + 15) / 16;
+            cr_assert_eq(pb, (size_t)ng * sd_pack_group_stride(L, n));
+            unsigned char *a = xalloc(pb), *b = xalloc(pb);
+            memset(a, 0x5A, pb);
+            memset(b, 0xA5, pb);
+            sd_pack_groups(t, w, rb, rows, n, 0, ng, a);
+            const int64_t cut = (int64_t)(rng_next(&s) % (uint64_t)(ng + 1));
+            sd_pack_groups(t, w, rb, rows, n, cut, ng, b);
+            sd_pack_groups(t, w, rb, rows, n, 0, cut, b);
+            cr_assert_eq(memcmp(a, b, pb), 0, "%s: split packing differs", sd_type_name(t));
+            unsigned char *back = malloc(rb * 16 * (size_t)ng);
+            memset(back, 0x33, rb * 16 * (size_t)ng);
+            sd_unpack_groups(t, a, 16 * ng, n, 0, ng, back, rb);
+            cr_assert_eq(memcmp(back, w, rb * (size_t)rows), 0, "%s rows=%lld: round trip differs",
+                         sd_type_name(t), (long long)rows);
+            for (size_t j = rb * (size_t)rows; j < rb * 16 * (size_t)ng; j++)
+                cr_assert_eq(back[j], 0, "%s: padding row byte not zero", sd_type_name(t));
+            free(back);
+            free(a);
+            free(b);
+            free(w);
+        }
+        cr_assert_eq(sd_pack_bytes(t, -1, qk(t), &pb), -1);
+        cr_assert_eq(sd_pack_bytes(t, 16, qk(t) + 16, &pb), -1);
+        cr_assert_eq(sd_pack_bytes(t, INT64_MAX / 2, qk(t) * 1024, &pb), -1);
+    }
+    cr_assert_eq(sd_pack_bytes(SD_TYPE_Q8_K, 16, 256, &(size_t){0}), -1);
+    for (uint32_t q = 0; q < (1u << 12); q++) { /* the qh bit permutation is a bijection */
+        const uint32_t v = (uint32_t)rng_next(&s) ^ q;
+        cr_assert_eq(sd_unpack_qh5(sd_pack_qh5(v)), v);
     }
 }
 
@@ -773,9 +874,8 @@ Test(quant_kernels, batch_invariance_bitexact) {
             for (size_t si = 0; si < N_SETS; si++) {
                 const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
                 if (!ks) continue;
-                sd_rows_kernel kern = sd_kernel_for_type(ks, t);
                 unsigned char *xq = prep(ks, t, p.x, n_tok, n);
-                kern(p.w, p.wrb, n, xq, n_tok, yb, rows, 0, rows);
+                run_set(ks, t, p.w, p.wrb, rows, n, xq, n_tok, yb, rows, 0, rows);
                 free(xq);
                 /* single tokens, rows split at two random points */
                 const int64_t c1 = (int64_t)(rng_next(&s) % (uint64_t)(rows + 1));
@@ -783,9 +883,9 @@ Test(quant_kernels, batch_invariance_bitexact) {
                 memset(y1, 0xFF, sizeof(float) * (size_t)(rows * n_tok));
                 for (int64_t bb = 0; bb < n_tok; bb++) {
                     unsigned char *xb = prep(ks, t, p.x + bb * n, 1, n);
-                    kern(p.w, p.wrb, n, xb, 1, y1 + bb * rows, rows, 0, c1);
-                    kern(p.w, p.wrb, n, xb, 1, y1 + bb * rows, rows, c1, c2);
-                    kern(p.w, p.wrb, n, xb, 1, y1 + bb * rows, rows, c2, rows);
+                    run_set(ks, t, p.w, p.wrb, rows, n, xb, 1, y1 + bb * rows, rows, 0, c1);
+                    run_set(ks, t, p.w, p.wrb, rows, n, xb, 1, y1 + bb * rows, rows, c1, c2);
+                    run_set(ks, t, p.w, p.wrb, rows, n, xb, 1, y1 + bb * rows, rows, c2, rows);
                     free(xb);
                 }
                 cr_assert_eq(memcmp(yb, y1, sizeof(float) * (size_t)(rows * n_tok)), 0,
@@ -799,7 +899,7 @@ Test(quant_kernels, batch_invariance_bitexact) {
                     unsigned char *buf = xalloc(bytes + 8);
                     sd_kernel_prepare_rows(ks, t, p.x + b0 * n, nt2, n, 0, nt2, buf + 8);
                     memset(y1, 0xFF, sizeof(float) * (size_t)(rows * n_tok));
-                    kern(p.w, p.wrb, n, buf + 8, nt2, y1, rows, 0, rows);
+                    run_set(ks, t, p.w, p.wrb, rows, n, buf + 8, nt2, y1, rows, 0, rows);
                     free(buf);
                     cr_assert_eq(memcmp(yb + b0 * rows, y1, sizeof(float) * (size_t)(rows * nt2)),
                                  0, "%s %s: token slice differs", ks->name, sd_type_name(t));
@@ -833,10 +933,10 @@ Test(quant_kernels, zero_blocks) {
             for (int j = 0; j < N; j++)
                 x[j] = rng_f(&s);
             unsigned char *xq = prep(ks, t, zero, 1, N);
-            sd_kernel_for_type(ks, t)(w, row_bytes(t, N), N, xq, 1, out, 1, 0, 1);
+            run_set(ks, t, w, row_bytes(t, N), 1, N, xq, 1, out, 1, 0, 1);
             free(xq);
             xq = prep(ks, t, x, 1, N);
-            sd_kernel_for_type(ks, t)(w, row_bytes(t, N), N, xq, 1, out + 1, 1, 0, 1);
+            run_set(ks, t, w, row_bytes(t, N), 1, N, xq, 1, out + 1, 1, 0, 1);
             free(xq);
             cr_assert(out[0] == 0.0f && out[1] == 0.0f, "%s %s: %g %g", ks->name, sd_type_name(t),
                       out[0], out[1]);
@@ -868,7 +968,7 @@ Test(quant_kernels, nonfinite_activations_propagate) {
                 x[77] = k ? INFINITY : NAN;
                 float y[ROWS];
                 unsigned char *xq = prep(ks, t, x, 1, N);
-                sd_kernel_for_type(ks, t)(w, rb, N, xq, 1, y, ROWS, 0, ROWS);
+                run_set(ks, t, w, rb, ROWS, N, xq, 1, y, ROWS, 0, ROWS);
                 free(xq);
                 for (int r = 0; r < ROWS; r++)
                     cr_assert(!isfinite(y[r]), "%s %s: %s activation gave a finite %g", ks->name,
@@ -880,28 +980,37 @@ Test(quant_kernels, nonfinite_activations_propagate) {
     }
 }
 
-/* Per-type fallback: a set runs its own kernel where it has one and the next lower
- * set's where it has none; the scalar set has every weight type. */
+/* Per-type fallback: the scalar set has a rows kernel for every weight type and no
+ * packed kernels; the SIMD sets have packed kernels for every quantized type and rows
+ * kernels for the float types (quantized GGUF rows fall back to the scalar reference). */
 Test(quant_kernels, fallback_tables) {
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const sd_type t = k_types[ti];
         cr_assert_not_null(sd_kernels_scalar.k[t].rows, "scalar lacks %s", sd_type_name(t));
+        cr_assert_null(sd_kernels_scalar.k[t].packed);
         cr_assert_eq(sd_kernel_owner(&sd_kernels_scalar, t), &sd_kernels_scalar);
 #if defined(__x86_64__)
-        cr_assert_not_null(sd_kernels_avx2.k[t].rows, "avx2 lacks %s", sd_type_name(t));
-        const sd_kernel_set *o = sd_kernel_owner(&sd_kernels_avx512, t);
-        cr_assert_eq(o, sd_kernels_avx512.k[t].rows ? &sd_kernels_avx512 : &sd_kernels_avx2, "%s",
-                     sd_type_name(t));
-        cr_assert_eq(sd_kernel_for_type(&sd_kernels_avx512, t), o->k[t].rows);
+        const sd_kernel_set *simd[2] = {&sd_kernels_avx2, &sd_kernels_avx512};
+        for (int k = 0; k < 2; k++) {
+            if (qk(t) == 1) {
+                cr_assert_not_null(simd[k]->k[t].rows, "%s lacks %s", simd[k]->name,
+                                   sd_type_name(t));
+                cr_assert_null(sd_kernel_packed_for_type(simd[k], t));
+                cr_assert_eq(sd_kernel_owner(simd[k], t), simd[k]);
+            } else {
+                cr_assert_not_null(simd[k]->k[t].packed, "%s has no packed %s", simd[k]->name,
+                                   sd_type_name(t));
+                cr_assert_eq(sd_kernel_packed_for_type(simd[k], t), simd[k]->k[t].packed);
+                cr_assert_eq(sd_kernel_owner(simd[k], t), &sd_kernels_scalar);
+            }
+        }
 #endif
     }
-#if defined(__x86_64__)
-    cr_assert_eq(sd_kernel_owner(&sd_kernels_avx512, SD_TYPE_Q4_K), &sd_kernels_avx2);
-    cr_assert_eq(sd_kernel_owner(&sd_kernels_avx512, SD_TYPE_Q4_0), &sd_kernels_avx512);
-    cr_assert_null(sd_kernel_pack_for_type(&sd_kernels_avx512, SD_TYPE_Q6_K));
-#endif
     for (uint32_t t = 0; t < SD_TYPE_COUNT; t++)
-        if (!sd_type_supported(t)) cr_assert_null(sd_kernel_for_type(&sd_kernels_scalar, t));
+        if (!sd_type_supported(t)) {
+            cr_assert_null(sd_kernel_for_type(&sd_kernels_scalar, t));
+            cr_assert_null(sd_kernel_packed_for_type(sd_kernel_set_active(), t));
+        }
     cr_assert_null(sd_kernel_for_type(&sd_kernels_scalar, SD_TYPE_COUNT));
 }
 
@@ -937,6 +1046,17 @@ Test(quant_kernels, dispatch) {
         sd_matmul_rows_ref(t, p.w, p.wrb, n, p.xq, n_tok, ya, rows, 0, rows);
         sd_kernel_for_type(&sd_kernels_scalar, t)(p.w, p.wrb, n, p.xq, n_tok, yb, rows, 0, rows);
         cr_assert_eq(memcmp(ya, yb, sizeof ya), 0, "ref %s", sd_type_name(t));
+        cr_assert_eq(sd_matmul_packed_available(t), sd_kernel_packed_for_type(ks, t) != NULL);
+        if (sd_matmul_packed_available(t)) { /* public packed path == the reference */
+            size_t pb = 0;
+            cr_assert_eq(sd_pack_bytes(t, rows, n, &pb), 0);
+            void *wp = xalloc(pb);
+            sd_pack_groups(t, p.w, p.wrb, rows, n, 0, 1, wp);
+            memset(yb, 0, sizeof yb);
+            sd_matmul_packed(t, wp, rows, n, p.xq, n_tok, yb, rows, 0, 1);
+            cr_assert_eq(memcmp(ya, yb, sizeof ya), 0, "packed %s", sd_type_name(t));
+            free(wp);
+        }
         free_problem(&p);
     }
 }

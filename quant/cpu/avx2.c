@@ -1,32 +1,19 @@
 /*
- * quant/cpu/avx2.c: AVX2 + FMA + F16C row kernels (kernel set "avx2"). Over 600 lines on
- * purpose: one file per instruction set (STYLE.md), so every weight type's AVX2 kernel is
- * here, each a short section.
+ * quant/cpu/avx2.c: AVX2 + FMA + F16C kernels (kernel set "avx2"). Compiled without any
+ * global -m flags: each function carries __attribute__((target("avx2,fma,f16c"))) and
+ * is only called after the dispatcher (dispatch.c) checked the CPU. Non-x86-64 builds
+ * compile this file to nothing.
  *
- * Compiled without any global -m flags: each function carries
- * __attribute__((target("avx2,fma,f16c"))) and is only called after the dispatcher
- * (dispatch.c) checked the CPU. Non-x86-64 builds compile this file to nothing.
+ * Packed kernels (every quantized weight type; layout: quant/pack_impl.h): the same
+ * per-row arithmetic as the AVX-512 set and the scalar reference (kernels.h), on 8-row
+ * halves of each 16-row group: the low 32 bytes of every 64-byte vector of the layout
+ * hold rows 0..7, the high 32 bytes rows 8..15, and the tails' fp16 fields 8 + 8. The
+ * 4-byte dot product of a lane is maddubs (unsigned weights x signed activations, pairs
+ * in int16: no saturation, the unsigned levels are <= 63) then madd with 1; Q8_0 weights
+ * are signed and use the sign trick, maddubs(|w|, sign(x, w)) (|w| <= 128, |x| <= 127).
  *
- * Loop structure: rows outer; for each row, activation rows in tiles of SD_NT tokens
- * (then single tokens) so one weight block load/decode feeds several tokens. Every
- * (row, token) pair has its own accumulators and the exact same instruction sequence
- * whatever tile it is in, so results are independent of n_tok / r0 / r1.
- *
- * Q8_0 x Q8_0 and Q4_0 x Q8_0 (ggml_vec_dot_q8_0_q8_0 / _q4_0_q8_0, AVX2 path):
- *   per 32-element block: signed int8 products summed with the sign trick
- *   maddubs(|w|, sign(x, w)) -> 16 x i16 (no saturation: |w| <= 128, |x| <= 127),
- *   madd with 1 -> 8 x i32 (exact), converted to float and accumulated as
- *   acc = fma(float(p), d_w * d_x, acc); finally a fixed horizontal sum.
- *   Q4_0 nibbles are unpacked to int8 (q - 8), low nibbles -> elements 0..15, high
- *   nibbles -> 16..31 (ggml-common.h block_q4_0).
- * F32 / F16 / BF16 x F32: two 8-lane FMA accumulators per token over 16 columns per
- *   step, one 8-column step, then a scalar fmaf tail; weights converted in registers
- *   (vcvtph2ps for F16, zero-extend + shift left 16 for BF16).
- * Q4_1 / Q5_0 / Q5_1 x Q8_S and Q2_K..Q6_K x Q8_K: weights decoded once per row per
- *   group of up to SD_KG tokens (the comments at "Groups of tokens" below).
- *
- * Over 600 lines on purpose: one file per instruction set (quant/cpu/: ref.c, avx2.c,
- * avx512.c), so every AVX2 kernel of every type is here.
+ * F32 / F16 / BF16 x F32 (GGUF rows): four 8-lane FMA accumulators per token (lanes =
+ * columns mod 32, the reference's 32 partial sums), a masked tail, the reference's tree.
  */
 #include "quant/cpu/kernels.h"
 
@@ -35,145 +22,439 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "quant/pack_impl.h"
+
 #define SD_T   __attribute__((target("avx2,fma,f16c")))
 #define SD_INL static inline __attribute__((always_inline))
-#define SD_NT  4 /* tokens per tile */
+#define SD_NT  4 /* float kernels: tokens per tile */
+#define SD_PT  4 /* packed kernels: most tokens per tile */
 
-SD_T SD_INL float hsum8(__m256 v) {
+typedef __m256i v8i;
+typedef __m256 v8f;
+
+SD_T SD_INL v8i bc4(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+SD_T SD_INL v8f bcf(const void *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_ps(v);
+}
+
+SD_T SD_INL v8i ld(const uint8_t *p) {
+    return _mm256_loadu_si256((const __m256i *)(const void *)p);
+}
+
+/* 8 fp16 at p as floats. */
+SD_T SD_INL v8f ldh(const uint8_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+/* a | (b & c) */
+SD_T SD_INL v8i or_and(v8i a, v8i b, v8i c) {
+    return _mm256_or_si256(a, _mm256_and_si256(b, c));
+}
+
+SD_T SD_INL v8i shl(v8i v, const int s) {
+    return s >= 0 ? _mm256_slli_epi32(v, s) : _mm256_srli_epi32(v, -s);
+}
+
+SD_T SD_INL v8i pair16(v8i a, v8i b) {
+    return _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
+}
+
+/* s + the 4-byte dot products of unsigned w[0..n) with the activation bytes x[0 .. 4n). */
+SD_T SD_INL v8i dot4n(v8i s, const v8i *w, const int n, const uint8_t *x) {
+    const v8i one = _mm256_set1_epi16(1);
+    _Pragma("GCC unroll 8") for (int k = 0; k < n; k++) s =
+        _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(w[k], bc4(x + 4 * k)), one));
+    return s;
+}
+
+/* Signed weights w (|w[k]| in aw[k]) with the sign trick. */
+SD_T SD_INL v8i dot4n_signed(v8i s, const v8i *w, const v8i *aw, const int n, const uint8_t *x) {
+    const v8i one = _mm256_set1_epi16(1);
+    _Pragma("GCC unroll 8") for (int k = 0; k < n; k++) s = _mm256_add_epi32(
+        s, _mm256_madd_epi16(_mm256_maddubs_epi16(aw[k], _mm256_sign_epi8(bc4(x + 4 * k), w[k])),
+                             one));
+    return s;
+}
+
+/* Lanes < n of mask vectors for _mm256_maskstore_ps. */
+SD_T SD_INL v8i lanes_lt(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* Packed kernels: the driver                                                           */
+/* ---------------------------------------------------------------------------------- */
+
+/* One tile: nt tokens over one 8-row half (ho = 0 or 32: its byte offset in every
+ * 64-byte vector; its fp16 fields at ho / 2 in every 32-byte tail field). n_rows: rows
+ * of the half that exist (1..8). */
+typedef void (*tile_fn)(const uint8_t *gp, int64_t nb, int ho, const uint8_t *xa, size_t sa,
+                        const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows);
+
+SD_T SD_INL void run_packed(sd_type wt, const tile_fn *tab, const void *wp, int64_t rows, int64_t n,
+                            const void *xq, int64_t n_tok, float *y, int64_t ldy, int64_t g0,
+                            int64_t g1) {
+    const sd_pack_layout *L = sd_pack_layout_of(wt);
+    const int64_t nb = n / L->blk;
+    const size_t gs = sd_pack_group_stride(L, n);
+    size_t sa = 0;
+    (void)sd_type_row_bytes(sd_vec_dot_type(wt), n, &sa);
+    const uint8_t *xa = (const uint8_t *)xq;
+    const uint8_t *xb = xa + sd_act_partb_offset(wt, n_tok, n);
+    const size_t sb = sd_pack_act_tok_bytes(wt, n);
+    const int64_t ntile = (n_tok + SD_PT - 1) / SD_PT;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *gp = (const uint8_t *)wp + (size_t)g * gs;
+        for (int half = 0; half < 2; half++) {
+            const int64_t left = rows - 16 * g - 8 * half;
+            if (left <= 0) break;
+            for (int64_t k = 0; k < ntile; k++) {
+                const int64_t t0 = n_tok * k / ntile, t1 = n_tok * (k + 1) / ntile;
+                tab[t1 - t0 - 1](gp, nb, 32 * half, xa + (size_t)t0 * sa, sa, xb + (size_t)t0 * sb,
+                                 sb, y + t0 * ldy + 16 * g + 8 * half, ldy,
+                                 left >= 8 ? 8 : (int)left);
+            }
+        }
+    }
+}
+
+SD_T SD_INL void store_rows(float *y, v8f v, int n_rows) {
+    if (n_rows == 8)
+        _mm256_storeu_ps(y, v);
+    else
+        _mm256_maskstore_ps(y, lanes_lt(n_rows), v);
+}
+
+#define SD_TILE_FN(NAME, BODY, KIND, NT)                                                           \
+    SD_T static void NAME##_##NT(const uint8_t *gp, int64_t nb, int ho, const uint8_t *xa,         \
+                                 size_t sa, const uint8_t *xb, size_t sb, float *y, int64_t ldy,   \
+                                 int n_rows) {                                                     \
+        BODY(gp, nb, ho, xa, sa, xb, sb, y, ldy, n_rows, KIND, NT);                                \
+    }
+#define SD_TILES(NAME, BODY, KIND)                                                                 \
+    SD_TILE_FN(NAME, BODY, KIND, 1)                                                                \
+    SD_TILE_FN(NAME, BODY, KIND, 2)                                                                \
+    SD_TILE_FN(NAME, BODY, KIND, 3)                                                                \
+    SD_TILE_FN(NAME, BODY, KIND, 4)                                                                \
+    static const tile_fn NAME##_tab[SD_PT] = {NAME##_1, NAME##_2, NAME##_3, NAME##_4};             \
+    SD_T static void NAME(const void *wp, int64_t rows, int64_t n, const void *xq, int64_t n_tok,  \
+                          float *y, int64_t ldy, int64_t g0, int64_t g1) {                         \
+        run_packed(KIND##_TYPE, NAME##_tab, wp, rows, n, xq, n_tok, y, ldy, g0, g1);               \
+    }
+
+/* ---------------------------------------------------------------------------------- */
+/* Packed 32-element blocks                                                             */
+/* ---------------------------------------------------------------------------------- */
+
+enum { K8 = 8, K4 = 4, K50 = 50, K41 = 41, K51 = 51 };
+#define K8_TYPE  SD_TYPE_Q8_0
+#define K4_TYPE  SD_TYPE_Q4_0
+#define K50_TYPE SD_TYPE_Q5_0
+#define K41_TYPE SD_TYPE_Q4_1
+#define K51_TYPE SD_TYPE_Q5_1
+
+SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, int ho, const uint8_t *xa, size_t sa,
+                        const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
+                        const int kind, const int nt) {
+    const size_t main = kind == K8 ? 512 : (kind == K50 || kind == K51) ? 320 : 256;
+    const int has_min = kind == K41 || kind == K51, has_h = kind == K50 || kind == K51;
+    const size_t tail = has_min ? 64 : 32;
+    const size_t xbb = (kind == K8 || kind == K4) ? sizeof(sd_block_q8_0) : sizeof(sd_block_q8_s);
+    const size_t qoff = (kind == K8 || kind == K4) ? 2 : 8;
+    const uint8_t *tl = gp + (size_t)nb * main + ho / 2;
+    const v8i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    v8f acc[SD_PT], sm[SD_PT];
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t] = sm[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *mp = gp + (size_t)i * main + ho;
+        v8i w[8], aw[8];
+        if (kind == K8) {
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                w[k] = ld(mp + 64 * k);
+                aw[k] = _mm256_sign_epi8(w[k], w[k]);
+            }
+        } else {
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+                const v8i v = ld(mp + 64 * k);
+                w[k] = _mm256_and_si256(v, m4);
+                w[4 + k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            }
+        }
+        if (has_h) {
+            const v8i h = ld(mp + 256);
+            _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) w[c] =
+                or_and(w[c], shl(h, 4 - c), b4);
+        }
+        const v8f dw = ldh(tl + (size_t)i * tail);
+        const v8f dm = has_min ? ldh(tl + (size_t)i * tail + 32) : dw;
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
+            const uint8_t *xr = xa + (size_t)t * sa + (size_t)i * xbb;
+            const sd_xblk *xk = (const sd_xblk *)(xb + (size_t)t * sb) + i;
+            const v8i s = kind == K8 ? dot4n_signed(_mm256_setzero_si256(), w, aw, 8, xr + qoff)
+                                     : dot4n(_mm256_set1_epi32(xk->corr), w, 8, xr + qoff);
+            const v8f d = _mm256_mul_ps(dw, _mm256_set1_ps(xk->d));
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), d));
+            if (has_min) sm[t] = _mm256_add_ps(sm[t], _mm256_mul_ps(dm, bcf(xr + 4)));
+        }
+    }
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++)
+        store_rows(y + t * ldy, has_min ? _mm256_add_ps(acc[t], sm[t]) : acc[t], n_rows);
+}
+
+SD_TILES(p_q8_0, tile32, K8)
+SD_TILES(p_q4_0, tile32, K4)
+SD_TILES(p_q5_0, tile32, K50)
+SD_TILES(p_q4_1, tile32, K41)
+SD_TILES(p_q5_1, tile32, K51)
+
+/* ---------------------------------------------------------------------------------- */
+/* Packed K-quants x Q8_K                                                               */
+/* ---------------------------------------------------------------------------------- */
+
+enum { KQ2 = 2, KQ3 = 3, KQ4 = 4, KQ5 = 5, KQ6 = 6 };
+#define KQ2_TYPE SD_TYPE_Q2_K
+#define KQ3_TYPE SD_TYPE_Q3_K
+#define KQ4_TYPE SD_TYPE_Q4_K
+#define KQ5_TYPE SD_TYPE_Q5_K
+#define KQ6_TYPE SD_TYPE_Q6_K
+
+#define XK 292 /* bytes of a Q8_K block: d at 0, qs at 4, bsums at 260 */
+
+SD_T SD_INL void kfinish(v8f *acc, const v8i *P, const v8i *M, const uint8_t *xa, size_t sa,
+                         int64_t i, v8f dw, v8f dmn, const int has_min, const int nt) {
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
+        const v8f xd = bcf(xa + (size_t)t * sa + (size_t)i * XK);
+        acc[t] =
+            _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_mul_ps(xd, dw), _mm256_cvtepi32_ps(P[t])));
+        if (has_min)
+            acc[t] = _mm256_sub_ps(acc[t],
+                                   _mm256_mul_ps(_mm256_mul_ps(xd, dmn), _mm256_cvtepi32_ps(M[t])));
+    }
+}
+
+/* int16-pair dot products of coefficient pairs pc[0..n) with the int16 pairs at b. */
+SD_T SD_INL v8i pairdot(const v8i *pc, const int n, const uint8_t *b) {
+    v8i c = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8") for (int j = 0; j < n; j++) c =
+        _mm256_add_epi32(c, _mm256_madd_epi16(pc[j], bc4(b + 4 * j)));
+    return c;
+}
+
+SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, int ho, const uint8_t *xa, size_t sa,
+                          const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
+                          const int kind, const int nt) {
+    const int five = kind == KQ5;
+    const size_t main = five ? 2752 : 2240, qso = five ? 704 : 192;
+    const uint8_t *tl = gp + (size_t)nb * main + ho / 2;
+    const v8i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    const v8i m63 = _mm256_set1_epi32(63), m15 = _mm256_set1_epi32(15), m3 = _mm256_set1_epi32(3);
+    v8f acc[SD_PT];
+    v8i P[SD_PT], M[SD_PT];
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *mp = gp + (size_t)i * main + ho;
+        const v8i S0 = ld(mp), S1 = ld(mp + 64), S2 = ld(mp + 128);
+        v8i sc[8], mn[8];
+        _Pragma("GCC unroll 4") for (int s = 0; s < 4; s++) {
+            sc[s] = _mm256_and_si256(_mm256_srli_epi32(S0, 8 * s), m63);
+            mn[s] = _mm256_and_si256(_mm256_srli_epi32(S1, 8 * s), m63);
+            sc[4 + s] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32(S2, 8 * s), m15),
+                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(S0, 8 * s + 6), m3), 4));
+            mn[4 + s] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32(S2, 8 * s + 4), m15),
+                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(S1, 8 * s + 6), m3), 4));
+        }
+        v8i mp2[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) mp2[j] =
+            pair16(mn[2 * j], mn[2 * j + 1]);
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) P[t] = _mm256_setzero_si256();
+        for (int s = 0; s < 8; s++) {
+            v8i w[8];
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                const v8i q = ld(mp + qso + 64 * (8 * (s >> 1) + k));
+                w[k] = _mm256_and_si256((s & 1) ? _mm256_srli_epi16(q, 4) : q, m4);
+                if (five) w[k] = or_and(w[k], shl(ld(mp + 192 + 64 * k), 4 - s), b4);
+            }
+            _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
+                const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * s;
+                const v8i d = dot4n(_mm256_setzero_si256(), w, 8, x);
+                P[t] = _mm256_add_epi32(P[t], _mm256_mullo_epi32(d, sc[s]));
+            }
+        }
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) M[t] =
+            pairdot(mp2, 4, xb + (size_t)t * sb + (size_t)i * 16);
+        kfinish(acc, P, M, xa, sa, i, ldh(tl + (size_t)i * 64), ldh(tl + (size_t)i * 64 + 32), 1,
+                nt);
+    }
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, int ho, const uint8_t *xa, size_t sa,
+                           const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
+                           const int kind, const int nt) {
+    (void)xb;
+    (void)sb;
+    const size_t main = kind == KQ2 ? 1280 : kind == KQ3 ? 1728 : 3328;
+    const size_t tail = kind == KQ2 ? 64 : 32;
+    const uint8_t *tl = gp + (size_t)nb * main + ho / 2;
+    const v8i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+    const v8i b2 = _mm256_set1_epi8(0x04), b45 = _mm256_set1_epi8(0x30);
+    const v8i m15 = _mm256_set1_epi32(15), m3 = _mm256_set1_epi32(3);
+    v8f acc[SD_PT];
+    v8i P[SD_PT], M[SD_PT];
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *mp = gp + (size_t)i * main + ho;
+        v8i sc[16], pc[8];
+        if (kind == KQ2) {
+            v8i mn[16];
+            _Pragma("GCC unroll 16") for (int g = 0; g < 16; g++) {
+                const v8i s = _mm256_srli_epi32(ld(mp + 64 * (g >> 2)), 8 * (g & 3));
+                sc[g] = _mm256_and_si256(s, m15);
+                mn[g] = _mm256_and_si256(_mm256_srli_epi32(s, 4), m15);
+            }
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] =
+                pair16(mn[2 * j], mn[2 * j + 1]);
+        } else if (kind == KQ3) {
+            const uint8_t *sp = mp + 1536;
+            const v8i S2 = ld(sp + 128);
+            _Pragma("GCC unroll 16") for (int j = 0; j < 16; j++) {
+                const v8i lo =
+                    j < 8 ? _mm256_and_si256(_mm256_srli_epi32(ld(sp + 64 * (j >> 2)), 8 * (j & 3)),
+                                             m15)
+                          : _mm256_and_si256(_mm256_srli_epi32(ld(sp + 64 * ((j - 8) >> 2)),
+                                                               8 * ((j - 8) & 3) + 4),
+                                             m15);
+                const v8i hi =
+                    _mm256_and_si256(_mm256_srli_epi32(S2, 8 * (j & 3) + 2 * (j >> 2)), m3);
+                sc[j] = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
+                                         _mm256_set1_epi32(32));
+            }
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] =
+                pair16(sc[2 * j], sc[2 * j + 1]);
+        } else {
+            _Pragma("GCC unroll 16") for (int g = 0; g < 16; g++) sc[g] = _mm256_srai_epi32(
+                _mm256_slli_epi32(ld(mp + 3072 + 64 * (g >> 2)), 24 - 8 * (g & 3)), 24);
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] =
+                pair16(sc[2 * j], sc[2 * j + 1]);
+        }
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) P[t] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            for (int k = 0; k < 4; k++) {
+                v8i w[8];
+                _Pragma("GCC unroll 8") for (int kk = 0; kk < 8; kk++) {
+                    if (kind == KQ6) {
+                        const v8i q = ld(mp + 64 * (16 * h + 8 * (k & 1) + kk));
+                        const v8i nib = _mm256_and_si256(k < 2 ? q : _mm256_srli_epi16(q, 4), m4);
+                        w[kk] = or_and(nib, shl(ld(mp + 2048 + 64 * (8 * h + kk)), 4 - 2 * k), b45);
+                    } else {
+                        const size_t qo = kind == KQ2 ? 256 : 512;
+                        w[kk] = _mm256_and_si256(
+                            _mm256_srli_epi32(ld(mp + qo + 64 * (8 * h + kk)), 2 * k), m2);
+                        if (kind == KQ3)
+                            w[kk] = or_and(w[kk], shl(ld(mp + 64 * kk), 2 - (4 * h + k)), b2);
+                    }
+                }
+                const int g = 8 * h + 2 * k;
+                _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
+                    const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 128 * h + 32 * k;
+                    const v8i da = dot4n(_mm256_setzero_si256(), w, 4, x);
+                    const v8i db = dot4n(_mm256_setzero_si256(), w + 4, 4, x + 16);
+                    P[t] =
+                        _mm256_add_epi32(P[t], _mm256_add_epi32(_mm256_mullo_epi32(da, sc[g]),
+                                                                _mm256_mullo_epi32(db, sc[g + 1])));
+                }
+            }
+        }
+        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
+            const v8i c = pairdot(pc, 8, xa + (size_t)t * sa + (size_t)i * XK + 260);
+            if (kind == KQ2)
+                M[t] = c;
+            else
+                P[t] = _mm256_sub_epi32(P[t], _mm256_slli_epi32(c, kind == KQ3 ? 2 : 5));
+        }
+        kfinish(acc, P, M, xa, sa, i, ldh(tl + (size_t)i * tail),
+                kind == KQ2 ? ldh(tl + (size_t)i * tail + 32) : _mm256_setzero_ps(), kind == KQ2,
+                nt);
+    }
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) store_rows(y + t * ldy, acc[t], n_rows);
+}
+
+SD_TILES(p_q2_k, tile_k236, KQ2)
+SD_TILES(p_q3_k, tile_k236, KQ3)
+SD_TILES(p_q4_k, tile_k45, KQ4)
+SD_TILES(p_q5_k, tile_k45, KQ5)
+SD_TILES(p_q6_k, tile_k236, KQ6)
+
+/* ---------------------------------------------------------------------------------- */
+/* F32 / F16 / BF16 weights x F32 activations. kind: 0 f32, 1 f16, 2 bf16              */
+/* ---------------------------------------------------------------------------------- */
+
+SD_T SD_INL float hsum8(v8f v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
     return _mm_cvtss_f32(s);
 }
 
-SD_T SD_INL float h2f(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-/* ---------------------------------------------------------------------------------- */
-/* Q8_0 / Q4_0 weights x Q8_0 activations                                               */
-/* ---------------------------------------------------------------------------------- */
-
-/* 32 signed int8 weights of block i (Q8_0 as is, Q4_0 as q - 8). kind: 8 or 4. */
-SD_T SD_INL __m256i load_wq(const void *wr, int64_t i, const int kind) {
-    if (kind == 8) {
-        const sd_block_q8_0 *b = (const sd_block_q8_0 *)wr + i;
-        return _mm256_loadu_si256((const __m256i *)b->qs);
-    } else {
-        const sd_block_q4_0 *b = (const sd_block_q4_0 *)wr + i;
-        const __m128i raw = _mm_loadu_si128((const __m128i *)b->qs);
-        const __m256i m4 = _mm256_set1_epi8(0x0F);
-        const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-        return _mm256_sub_epi8(_mm256_and_si256(both, m4), _mm256_set1_epi8(8));
+/* 8 weights from column j; lanes >= m (m < 8) read nothing and are 0. */
+SD_T SD_INL v8f load_w8(const void *wr, int64_t j, int m, const int kind) {
+    if (m >= 8) {
+        if (kind == 0) return _mm256_loadu_ps((const float *)wr + j);
+        const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)wr + j));
+        if (kind == 1) return _mm256_cvtph_ps(h);
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
-}
-
-SD_T SD_INL uint16_t load_wd(const void *wr, int64_t i, const int kind) {
-    if (kind == 8) return ((const sd_block_q8_0 *)wr)[i].d;
-    return ((const sd_block_q4_0 *)wr)[i].d;
-}
-
-/* res[t] = dot(weight row wr, activation row xs[t]) for t < nt; nb blocks of 32. */
-SD_T SD_INL void qdot_tile(const void *wr, const sd_block_q8_0 *const *xs, const int nt, int64_t nb,
-                           const int kind, float *res) {
-    __m256 acc[SD_NT];
-    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t i = 0; i < nb; i++) {
-        const __m256i w = load_wq(wr, i, kind);
-        const __m256i aw = _mm256_sign_epi8(w, w); /* |w| as u8 (-128 -> 128) */
-        const float dw = h2f(load_wd(wr, i, kind));
-        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
-            const __m256i x = _mm256_loadu_si256((const __m256i *)xs[t][i].qs);
-            const __m256i sx = _mm256_sign_epi8(x, w); /* x * sign(w) */
-            const __m256i p16 = _mm256_maddubs_epi16(aw, sx);
-            const __m256i p32 = _mm256_madd_epi16(p16, ones);
-            const __m256 d = _mm256_set1_ps(dw * h2f(xs[t][i].d));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), d, acc[t]);
-        }
-    }
-    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) res[t] = hsum8(acc[t]);
-}
-
-SD_T SD_INL void qrows(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                       float *y, int64_t ldy, int64_t r0, int64_t r1, const int kind) {
-    const int64_t nb = n / 32;
-    const size_t xrb = (size_t)nb * sizeof(sd_block_q8_0);
-    const sd_block_q8_0 *xs[SD_NT];
-    float res[SD_NT];
-    for (int64_t r = r0; r < r1; r++) {
-        const void *wr = (const char *)w + (size_t)r * wrb;
-        int64_t b = 0;
-        for (; b + SD_NT <= n_tok; b += SD_NT) {
-            for (int t = 0; t < SD_NT; t++)
-                xs[t] = (const sd_block_q8_0 *)((const char *)xq + (size_t)(b + t) * xrb);
-            qdot_tile(wr, xs, SD_NT, nb, kind, res);
-            for (int t = 0; t < SD_NT; t++)
-                y[(b + t) * ldy + r] = res[t];
-        }
-        for (; b < n_tok; b++) {
-            xs[0] = (const sd_block_q8_0 *)((const char *)xq + (size_t)b * xrb);
-            qdot_tile(wr, xs, 1, nb, kind, res);
-            y[b * ldy + r] = res[0];
-        }
-    }
-}
-
-SD_T static void avx2_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                           float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 8);
-}
-
-SD_T static void avx2_q4_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                           float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 4);
-}
-
-/* ---------------------------------------------------------------------------------- */
-/* F32 / F16 / BF16 weights x F32 activations. kind: 0 f32, 1 f16, 2 bf16              */
-/* ---------------------------------------------------------------------------------- */
-
-SD_T SD_INL __m256 load_w8(const void *wr, int64_t j, const int kind) {
-    if (kind == 0) return _mm256_loadu_ps((const float *)wr + j);
-    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)wr + j));
+    if (m <= 0) return _mm256_setzero_ps();
+    if (kind == 0) return _mm256_maskload_ps((const float *)wr + j, lanes_lt(m));
+    uint16_t tmp[8] = {0};
+    memcpy(tmp, (const uint16_t *)wr + j, (size_t)m * 2);
+    const __m128i h = _mm_loadu_si128((const __m128i *)tmp);
     if (kind == 1) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-SD_T SD_INL float load_w1(const void *wr, int64_t j, const int kind) {
-    if (kind == 0) return ((const float *)wr)[j];
-    const uint16_t h = ((const uint16_t *)wr)[j];
-    if (kind == 1) return h2f(h);
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+SD_T SD_INL v8f load_x8(const float *x, int64_t j, int m) {
+    if (m >= 8) return _mm256_loadu_ps(x + j);
+    if (m <= 0) return _mm256_setzero_ps();
+    return _mm256_maskload_ps(x + j, lanes_lt(m));
 }
 
+/* Four accumulators a[0..3] per token: lanes 8q + l accumulate the columns j = 32 s + 8 q
+ * + l, the reference's partial sums p[8q + l]; then (a0 + a2) + (a1 + a3) and hsum8: the
+ * tree s = 16, 8, 4, 2, 1. */
 SD_T SD_INL void fdot_tile(const void *wr, const float *const *xs, const int nt, int64_t n,
                            const int kind, float *res) {
-    __m256 a0[SD_NT], a1[SD_NT];
-    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a0[t] = a1[t] = _mm256_setzero_ps();
+    v8f a[SD_NT][4];
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a[t][0] = a[t][1] = a[t][2] = a[t][3] =
+        _mm256_setzero_ps();
     int64_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        const __m256 w0 = load_w8(wr, j, kind), w1 = load_w8(wr, j + 8, kind);
-        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
-            a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs[t] + j), a0[t]);
-            a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs[t] + j + 8), a1[t]);
+    for (; j + 32 <= n; j += 32) {
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
+            const v8f w = load_w8(wr, j + 8 * q, 8, kind);
+            _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a[t][q] =
+                _mm256_fmadd_ps(w, _mm256_loadu_ps(xs[t] + j + 8 * q), a[t][q]);
         }
     }
-    if (j + 8 <= n) {
-        const __m256 w0 = load_w8(wr, j, kind);
-        _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a0[t] =
-            _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs[t] + j), a0[t]);
-        j += 8;
+    if (j < n) {
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
+            const int m = (int)(n - j - 8 * q);
+            if (m <= 0) break;
+            const v8f w = load_w8(wr, j + 8 * q, m, kind);
+            _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) a[t][q] =
+                _mm256_fmadd_ps(w, load_x8(xs[t], j + 8 * q, m), a[t][q]);
+        }
     }
-    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) {
-        float s = hsum8(_mm256_add_ps(a0[t], a1[t]));
-        for (int64_t k = j; k < n; k++)
-            s = __builtin_fmaf(load_w1(wr, k, kind), xs[t][k], s);
-        res[t] = s;
-    }
+    _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) res[t] =
+        hsum8(_mm256_add_ps(_mm256_add_ps(a[t][0], a[t][2]), _mm256_add_ps(a[t][1], a[t][3])));
 }
 
 SD_T SD_INL void frows(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
@@ -213,399 +494,8 @@ SD_T static void avx2_bf16(const void *w, size_t wrb, int64_t n, const void *xq,
     frows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 2);
 }
 
-/* ---------------------------------------------------------------------------------- */
-/* Groups of tokens: Q4_1 / Q5_0 / Q5_1 and the K-quants                                */
-/* ---------------------------------------------------------------------------------- */
-
-/*
- * These kernels decode a chunk of weights (8 blocks of 32, or one K super-block of 256)
- * once into registers / L1 (w[8] below), then run every token of the group over it; a
- * group is up to SD_KG consecutive tokens (all of a verification batch), so each weight
- * block is unpacked once per row per group. Per token the float operations are fixed:
- * its own accumulator, one update per block (32) or super-block (256) in order, so the
- * result does not depend on the group it is in, on n_tok, r0 or r1.
- */
-#define SD_KG 32 /* most tokens per group */
-
-/* 32 bytes: byte j = 0xFF if bit j of the little-endian 32-bit word at qh is set. */
-SD_T SD_INL __m256i bits_to_bytes(const uint8_t *qh) {
-    uint32_t h;
-    memcpy(&h, qh, 4);
-    const __m256i shuf =
-        _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0);
-    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), shuf);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-}
-
-/* The 32 nibbles of a split-order qs[16]: elements 0..15 low nibbles, 16..31 high. */
-SD_T SD_INL __m256i nibbles32(const uint8_t *qs) {
-    const __m128i raw = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
-}
-
-/* --- 32-element blocks: kind 41 (Q4_1), 50 (Q5_0), 51 (Q5_1) ----------------------- */
-
-/* (Q4_0 and Q8_0 keep the 4-token tiles above: for 32-element blocks the per-token
- * work per block dominates, and grouping measured no faster for them.) The signed kind
- * (Q5_0: q - 16) uses the sign trick; the unsigned ones (Q4_1, Q5_1: q, plus the min
- * through the activation sums) use maddubs directly. */
-#define SD_SIGNED(kind) ((kind) == 50)
-
-/* The fp16 pair (d, m) at p (adjacent, as in Q4_1 / Q5_1) as floats, in one conversion. */
-SD_T SD_INL void h2f_pair(const uint16_t *p, float *d, float *m) {
-    uint32_t u;
-    memcpy(&u, p, 4);
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
-    *d = _mm_cvtss_f32(f);
-    *m = _mm_cvtss_f32(_mm_movehdup_ps(f));
-}
-
-/* Block i of row wr: levels w (and |w| for signed kinds), scale d, min m. */
-SD_T SD_INL void dec_blk32(const void *wr, int64_t i, const int kind, __m256i *w, __m256i *aw,
-                           float *d, float *m) {
-    if (kind == 41) {
-        const sd_block_q4_1 *b = (const sd_block_q4_1 *)wr + i;
-        *w = nibbles32(b->qs);
-        h2f_pair(&b->d, d, m);
-    } else if (kind == 50) {
-        const sd_block_q5_0 *b = (const sd_block_q5_0 *)wr + i;
-        /* q - 16 = nibble - 16 + 16 h: nibble | 0xF0 where the 5th bit is clear */
-        const __m256i hi = _mm256_andnot_si256(bits_to_bytes(b->qh), _mm256_set1_epi8((char)0xF0));
-        *w = _mm256_or_si256(nibbles32(b->qs), hi);
-        *d = h2f(b->d);
-    } else {
-        const sd_block_q5_1 *b = (const sd_block_q5_1 *)wr + i;
-        const __m256i hi = _mm256_and_si256(bits_to_bytes(b->qh), _mm256_set1_epi8(0x10));
-        *w = _mm256_or_si256(nibbles32(b->qs), hi);
-        h2f_pair(&b->d, d, m);
-    }
-    if (SD_SIGNED(kind)) *aw = _mm256_sign_epi8(*w, *w); /* |w| as u8 (-128 -> 128) */
-}
-
-/* One token, one block: the fixed per-block float update of (acc, summ). xr: the
- * token's activation row (Q8_S: float scale, and d * sum for the min term). */
-SD_T SD_INL void tok_blk32(__m256i w, __m256i aw, float d, float m, const void *xr, int64_t i,
-                           const int kind, __m256 *acc, float *summ) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i p16;
-    const sd_block_q8_s *x = (const sd_block_q8_s *)xr + i;
-    const __m256i xv = _mm256_loadu_si256((const __m256i *)x->qs);
-    if (SD_SIGNED(kind)) { /* |w| * (x * sign(w)): no saturation, |w| <= 16, |x| <= 127 */
-        p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, w));
-    } else {
-        p16 = _mm256_maddubs_epi16(w, xv); /* unsigned w <= 31: no saturation */
-        *summ += m * x->ds;
-    }
-    const float dx = x->d;
-    const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-    *acc = _mm256_fmadd_ps(p, _mm256_set1_ps(d * dx), *acc);
-}
-
-/* One decoded chunk of up to 8 blocks. */
-typedef struct {
-    __m256i w[8], aw[8];
-    float d[8], m[8];
-} chunk32;
-
-/* Token state: two accumulators (8 lanes: even and odd blocks, so consecutive FMAs do
- * not wait on each other) and, for Q4_1 / Q5_1, the sums of the min terms (same). */
-typedef struct {
-    __m256 acc[2];
-    float summ[2];
-} tok32;
-
-/*
- * Groups of up to SD_KG tokens: each chunk of 8 blocks is decoded once, then every
- * token of the group runs over it. A group of one token (decode) runs the same
- * per-block update fused with the decode, without the round trip through the chunk:
- * per token the float operations and their order are identical either way (tok_blk32
- * per block, in block order), so results are too.
- */
-SD_T SD_INL void rows32(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                        float *y, int64_t ldy, int64_t r0, int64_t r1, const int kind) {
-    const int64_t nb = n / 32;
-    const size_t xrb = (size_t)nb * sizeof(sd_block_q8_s);
-    tok32 st[SD_KG];
-    chunk32 c;
-    for (int64_t r = r0; r < r1; r++) {
-        const void *wr = (const char *)w + (size_t)r * wrb;
-        for (int64_t g0 = 0; g0 < n_tok; g0 += SD_KG) {
-            const int nt = (int)(n_tok - g0 < SD_KG ? n_tok - g0 : SD_KG);
-            for (int t = 0; t < nt; t++) {
-                st[t].acc[0] = st[t].acc[1] = _mm256_setzero_ps();
-                st[t].summ[0] = st[t].summ[1] = 0.0f;
-            }
-            if (nt == 1) { /* decode: fused, blocks in pairs (even -> 0, odd -> 1) */
-                const void *xr = (const char *)xq + (size_t)g0 * xrb;
-                __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-                float s0 = 0.0f, s1 = 0.0f;
-                __m256i wv, awv = _mm256_setzero_si256();
-                float d, m = 0.0f;
-                int64_t i = 0;
-                for (; i + 1 < nb; i += 2) {
-                    dec_blk32(wr, i, kind, &wv, &awv, &d, &m);
-                    tok_blk32(wv, awv, d, m, xr, i, kind, &a0, &s0);
-                    dec_blk32(wr, i + 1, kind, &wv, &awv, &d, &m);
-                    tok_blk32(wv, awv, d, m, xr, i + 1, kind, &a1, &s1);
-                }
-                if (i < nb) {
-                    dec_blk32(wr, i, kind, &wv, &awv, &d, &m);
-                    tok_blk32(wv, awv, d, m, xr, i, kind, &a0, &s0);
-                }
-                st[0].acc[0] = a0, st[0].acc[1] = a1;
-                st[0].summ[0] = s0, st[0].summ[1] = s1;
-            } else {
-                for (int64_t i0 = 0; i0 < nb; i0 += 8) {
-                    const int nbk = (int)(nb - i0 < 8 ? nb - i0 : 8);
-                    for (int j = 0; j < nbk; j++) {
-                        c.m[j] = 0.0f;
-                        c.aw[j] = _mm256_setzero_si256();
-                        dec_blk32(wr, i0 + j, kind, &c.w[j], &c.aw[j], &c.d[j], &c.m[j]);
-                    }
-                    for (int t = 0; t < nt; t++) {
-                        const void *xr = (const char *)xq + (size_t)(g0 + t) * xrb;
-                        __m256 a0 = st[t].acc[0], a1 = st[t].acc[1];
-                        float s0 = st[t].summ[0], s1 = st[t].summ[1];
-                        int j = 0; /* i0 is even: block parity is that of j */
-                        for (; j + 1 < nbk; j += 2) {
-                            tok_blk32(c.w[j], c.aw[j], c.d[j], c.m[j], xr, i0 + j, kind, &a0, &s0);
-                            tok_blk32(c.w[j + 1], c.aw[j + 1], c.d[j + 1], c.m[j + 1], xr,
-                                      i0 + j + 1, kind, &a1, &s1);
-                        }
-                        if (j < nbk)
-                            tok_blk32(c.w[j], c.aw[j], c.d[j], c.m[j], xr, i0 + j, kind, &a0, &s0);
-                        st[t].acc[0] = a0, st[t].acc[1] = a1;
-                        st[t].summ[0] = s0, st[t].summ[1] = s1;
-                    }
-                }
-            }
-            for (int t = 0; t < nt; t++) {
-                const float s = hsum8(_mm256_add_ps(st[t].acc[0], st[t].acc[1]));
-                y[(g0 + t) * ldy + r] = SD_SIGNED(kind) ? s : s + (st[t].summ[0] + st[t].summ[1]);
-            }
-        }
-    }
-}
-
-SD_T static void avx2_q4_1(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                           float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    rows32(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 41);
-}
-
-SD_T static void avx2_q5_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                           float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    rows32(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 50);
-}
-
-SD_T static void avx2_q5_1(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                           float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    rows32(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 51);
-}
-
-/* --- K-quants x Q8_K: kind 2 (Q2_K), 3 (Q3_K), 4 (Q4_K), 5 (Q5_K), 6 (Q6_K) -------- */
-
-/*
- * One decoded super-block: w[j] the 32 unsigned levels of elements [32j, 32j + 32)
- * (Q3_K: q + 4 in 0..7, Q6_K: q in 0..63, both with the offset taken out through the
- * activation sums), sv[j] the 16 x int16 scales for them (lanes 0..7: group 2j, lanes
- * 8..15: group 2j + 1), mg the 16 x int16 coefficients of the 16 activation group sums
- * (Q2_K / Q4_K / Q5_K: the mins; Q3_K / Q6_K: offset * scale), d and dmin.
- * Per token: P = sum_j madd(maddubs(w[j], x[j]), sv[j]) (exact int32 lanes),
- * M = madd(bsums, mg); types with mins: acc = fma(P, dx d, acc), then
- * acc = fnma(M, dx dmin, acc); offset types: acc = fma(P - M, dx d, acc).
- */
-typedef struct {
-    __m256i w[8], sv[8], mg;
-    float d, dmin;
-} kblock;
-
-/* sv[j] from g16 (16 x int16 per-group scales). */
-SD_T SD_INL void k_scale_vectors(__m256i g16, __m256i *sv) {
-    const __m256i lo = _mm256_permute2x128_si256(g16, g16, 0x00); /* groups 0..7 twice */
-    const __m256i hi = _mm256_permute2x128_si256(g16, g16, 0x11); /* groups 8..15 twice */
-    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
-        /* low lane: int16 #2j (bytes 4j, 4j+1); high lane: #2j+1 */
-        const char a = (char)(4 * j), b = (char)(4 * j + 2);
-        const __m256i ctl = _mm256_setr_epi8(
-            a, (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1), a,
-            (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1), a, (char)(a + 1), b, (char)(b + 1),
-            b, (char)(b + 1), b, (char)(b + 1), b, (char)(b + 1), b, (char)(b + 1), b,
-            (char)(b + 1), b, (char)(b + 1), b, (char)(b + 1));
-        sv[j] = _mm256_shuffle_epi8(lo, ctl);
-        sv[j + 4] = _mm256_shuffle_epi8(hi, ctl);
-    }
-}
-
-/* Q4_K / Q5_K: 8 scales and 8 mins (6 bits) from scales[12] as two 8-byte words each
- * (the bit layout of sd_k4_scale_min, four bytes at a time). */
-SD_T SD_INL void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
-    uint32_t a, b, c;
-    memcpy(&a, s, 4);
-    memcpy(&b, s + 4, 4);
-    memcpy(&c, s + 8, 4);
-    const uint32_t sc_lo = a & 0x3F3F3F3Fu, mn_lo = b & 0x3F3F3F3Fu;
-    const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
-    const uint32_t mn_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
-    *sc = (uint64_t)sc_lo | ((uint64_t)sc_hi << 32);
-    *mn = (uint64_t)mn_lo | ((uint64_t)mn_hi << 32);
-}
-
-/* 8 bytes v0..v7 -> 16 x int16 v0, v0, v1, v1, ..., v7, v7 */
-SD_T SD_INL __m256i dup8_epu8(uint64_t v) {
-    const __m128i x = _mm_cvtsi64_si128((long long)v);
-    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x, x));
-}
-
-SD_T SD_INL void dec_k(const void *wr, int64_t i, const int kind, kblock *o) {
-    const __m256i m2 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0x0F);
-    const __m256i one = _mm256_set1_epi8(1);
-    __m256i g16;
-    if (kind == 4 || kind == 5) {
-        const uint8_t *scales, *qs, *qh = NULL;
-        uint16_t d, dmin;
-        if (kind == 4) {
-            const sd_block_q4_k *b = (const sd_block_q4_k *)wr + i;
-            scales = b->scales, qs = b->qs, d = b->d, dmin = b->dmin;
-        } else {
-            const sd_block_q5_k *b = (const sd_block_q5_k *)wr + i;
-            scales = b->scales, qs = b->qs, qh = b->qh, d = b->d, dmin = b->dmin;
-        }
-        uint64_t sc, mn;
-        k4_scales(scales, &sc, &mn);
-        g16 = dup8_epu8(sc);
-        o->mg = dup8_epu8(mn);
-        o->d = h2f(d);
-        o->dmin = h2f(dmin);
-        __m256i h = kind == 5 ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            __m256i lo = _mm256_and_si256(q, m4),
-                    hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (kind == 5) { /* bit s of qh[l] is the 5th bit of element 32 s + l */
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
-                h = _mm256_srli_epi16(h, 1);
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
-                h = _mm256_srli_epi16(h, 1);
-            }
-            o->w[2 * c] = lo;
-            o->w[2 * c + 1] = hi;
-        }
-    } else if (kind == 6) {
-        const sd_block_q6_k *b = (const sd_block_q6_k *)wr + i;
-        g16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-        o->mg = _mm256_slli_epi16(g16, 5); /* 32 * sc: the offset of q - 32 */
-        o->d = h2f(b->d);
-        o->dmin = 0.0f;
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-            const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4);
-            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4);
-            const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4);
-            const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4);
-            o->w[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), h0);
-            o->w[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), h1);
-            o->w[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), h2);
-            o->w[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3);
-        }
-    } else if (kind == 2) {
-        const sd_block_q2_k *b = (const sd_block_q2_k *)wr + i;
-        const __m128i s = _mm_loadu_si128((const __m128i *)b->scales);
-        const __m128i m4x = _mm_set1_epi8(0x0F);
-        g16 = _mm256_cvtepu8_epi16(_mm_and_si128(s, m4x));
-        o->mg = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), m4x));
-        o->d = h2f(b->d);
-        o->dmin = h2f(b->dmin);
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
-            o->w[4 * h + 0] = _mm256_and_si256(q, m2);
-            o->w[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 2), m2);
-            o->w[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m2);
-            o->w[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(q, 6), m2);
-        }
-    } else { /* kind 3: Q3_K */
-        const sd_block_q3_k *b = (const sd_block_q3_k *)wr + i;
-        uint32_t a, bb, c;
-        memcpy(&a, b->scales, 4);
-        memcpy(&bb, b->scales + 4, 4);
-        memcpy(&c, b->scales + 8, 4);
-        /* scale j (0..15): low 4 bits from byte j (j < 8, low nibble) or j - 8 (high
-         * nibble), 2 high bits from byte 8 + (j & 3) at bit 2 (j >> 2); minus 32 */
-        const uint32_t w0 = (a & 0x0F0F0F0Fu) | ((c & 0x03030303u) << 4);
-        const uint32_t w1 = (bb & 0x0F0F0F0Fu) | (((c >> 2) & 0x03030303u) << 4);
-        const uint32_t w2 = ((a >> 4) & 0x0F0F0F0Fu) | (((c >> 4) & 0x03030303u) << 4);
-        const uint32_t w3 = ((bb >> 4) & 0x0F0F0F0Fu) | (((c >> 6) & 0x03030303u) << 4);
-        const __m128i s =
-            _mm_sub_epi8(_mm_setr_epi32((int)w0, (int)w1, (int)w2, (int)w3), _mm_set1_epi8(32));
-        g16 = _mm256_cvtepi8_epi16(s);
-        o->mg = _mm256_slli_epi16(g16, 2); /* 4 * sc: the offset of q - 4 */
-        o->d = h2f(b->d);
-        o->dmin = 0.0f;
-        __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
-            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), m2);
-                o->w[4 * h + k] =
-                    _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
-                hm = _mm256_srli_epi16(hm, 1);
-            }
-        }
-    }
-    k_scale_vectors(g16, o->sv);
-}
-
-SD_T SD_INL __m256 tok_k(const kblock *kb, const sd_block_q8_k *x, const int kind, __m256 acc) {
-    __m256i p = _mm256_setzero_si256();
-    _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
-        p = _mm256_add_epi32(p, _mm256_madd_epi16(_mm256_maddubs_epi16(kb->w[j], xv), kb->sv[j]));
-    }
-    const __m256i m = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)x->bsums), kb->mg);
-    if (kind == 3 || kind == 6)
-        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(p, m)),
-                               _mm256_set1_ps(x->d * kb->d), acc);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(x->d * kb->d), acc);
-    return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(x->d * kb->dmin), acc);
-}
-
-SD_T SD_INL void rows_k(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                        float *y, int64_t ldy, int64_t r0, int64_t r1, const int kind) {
-    const int64_t nb = n / SD_QK_K;
-    const size_t xrb = (size_t)nb * sizeof(sd_block_q8_k);
-    __m256 acc[SD_KG];
-    kblock kb;
-    for (int64_t r = r0; r < r1; r++) {
-        const void *wr = (const char *)w + (size_t)r * wrb;
-        for (int64_t g0 = 0; g0 < n_tok; g0 += SD_KG) {
-            const int nt = (int)(n_tok - g0 < SD_KG ? n_tok - g0 : SD_KG);
-            const sd_block_q8_k *x0 = (const sd_block_q8_k *)((const char *)xq + (size_t)g0 * xrb);
-            for (int t = 0; t < nt; t++)
-                acc[t] = _mm256_setzero_ps();
-            for (int64_t i = 0; i < nb; i++) {
-                dec_k(wr, i, kind, &kb);
-                for (int t = 0; t < nt; t++)
-                    acc[t] = tok_k(&kb, x0 + (size_t)t * (size_t)nb + i, kind, acc[t]);
-            }
-            for (int t = 0; t < nt; t++)
-                y[(g0 + t) * ldy + r] = hsum8(acc[t]);
-        }
-    }
-}
-
-#define SD_AVX2_K(NAME, KIND)                                                                      \
-    SD_T static void NAME(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,     \
-                          float *y, int64_t ldy, int64_t r0, int64_t r1) {                         \
-        rows_k(w, wrb, n, xq, n_tok, y, ldy, r0, r1, KIND);                                        \
-    }
-SD_AVX2_K(avx2_q2_k, 2)
-SD_AVX2_K(avx2_q3_k, 3)
-SD_AVX2_K(avx2_q4_k, 4)
-SD_AVX2_K(avx2_q5_k, 5)
-SD_AVX2_K(avx2_q6_k, 6)
-
+/* Quantized types run packed (the backend packs their weights at load); in GGUF rows
+ * they run the scalar reference. */
 const sd_kernel_set sd_kernels_avx2 = {
     .name = "avx2",
     .lower = &sd_kernels_scalar,
@@ -614,16 +504,16 @@ const sd_kernel_set sd_kernels_avx2 = {
             [SD_TYPE_F32] = {avx2_f32, NULL},
             [SD_TYPE_F16] = {avx2_f16, NULL},
             [SD_TYPE_BF16] = {avx2_bf16, NULL},
-            [SD_TYPE_Q8_0] = {avx2_q8_0, NULL},
-            [SD_TYPE_Q4_0] = {avx2_q4_0, NULL},
-            [SD_TYPE_Q4_1] = {avx2_q4_1, NULL},
-            [SD_TYPE_Q5_0] = {avx2_q5_0, NULL},
-            [SD_TYPE_Q5_1] = {avx2_q5_1, NULL},
-            [SD_TYPE_Q2_K] = {avx2_q2_k, NULL},
-            [SD_TYPE_Q3_K] = {avx2_q3_k, NULL},
-            [SD_TYPE_Q4_K] = {avx2_q4_k, NULL},
-            [SD_TYPE_Q5_K] = {avx2_q5_k, NULL},
-            [SD_TYPE_Q6_K] = {avx2_q6_k, NULL},
+            [SD_TYPE_Q8_0] = {NULL, p_q8_0},
+            [SD_TYPE_Q4_0] = {NULL, p_q4_0},
+            [SD_TYPE_Q5_0] = {NULL, p_q5_0},
+            [SD_TYPE_Q4_1] = {NULL, p_q4_1},
+            [SD_TYPE_Q5_1] = {NULL, p_q5_1},
+            [SD_TYPE_Q2_K] = {NULL, p_q2_k},
+            [SD_TYPE_Q3_K] = {NULL, p_q3_k},
+            [SD_TYPE_Q4_K] = {NULL, p_q4_k},
+            [SD_TYPE_Q5_K] = {NULL, p_q5_k},
+            [SD_TYPE_Q6_K] = {NULL, p_q6_k},
         },
 };
 

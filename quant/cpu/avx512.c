@@ -1,29 +1,30 @@
 /*
- * quant/cpu/avx512.c: AVX-512 row kernels (kernel set "avx512"; needs AVX-512 F, BW,
- * VL and VNNI plus FMA/F16C, checked by the dispatcher in dispatch.c). Weight types
- * without an AVX-512 kernel here fall back to the AVX2 set (kernels.h: `lower`).
+ * quant/cpu/avx512.c: AVX-512 kernels (kernel set "avx512"; needs AVX-512 F, BW, VL and
+ * VNNI plus AVX2/FMA/F16C, checked by the dispatcher in dispatch.c). No global -m flags:
+ * functions carry __attribute__((target(...))). Non-x86-64 builds compile this file to
+ * nothing.
  *
- * No global -m flags: functions carry __attribute__((target(...))). Non-x86-64 builds
- * compile this file to nothing.
+ * Packed kernels (every quantized weight type; layout: quant/pack_impl.h). One 64-byte
+ * vector holds 4 consecutive quants of each of 16 rows, so one VNNI dpbusd with the 4
+ * matching activation bytes broadcast ({1to16}) adds 4 products to each row's lane: the
+ * 32-bit lane r of every vector is row r, and its arithmetic is exactly that of row r
+ * alone in the scalar reference (ref.c), in the same order:
+ *   32-element blocks: isum (exact int32, started from part B's offset correction, so
+ *     Q8_0 runs as w + 128 and Q4_0 / Q5_0 as their unsigned levels), then per block
+ *     sumf += (float)isum * (d_w * d_x) and, for Q4_1 / Q5_1, summ += m_w * ds_x;
+ *   K-quants: per super-block the exact int32 P (sub-block / group dots times their
+ *     scales, vpmulld; Q3_K / Q6_K with the level offset taken out through the activation
+ *     group sums, vpdpwssd) and M (mins times group sums, vpdpwssd), then
+ *     sumf += (d_x * d) * (float)P, sumf -= (d_x * dmin) * (float)M.
+ * Weights are unpacked once per block per tile of up to SD_PT tokens (a verification
+ * pass of K + 1 <= 8 tokens unpacks each block once); tiles follow each other inside a
+ * group, whose rows stay in L1 / L2. Output: 16 rows per store (masked for the last
+ * group). The bits of (row, token) never depend on n_tok, the tile or the group range.
  *
- * Q8_0 / Q4_0 x Q8_0: rows outer; all tokens of a call in groups of at most SD_QNT (16),
- *   so one pass over a weight row feeds up to 16 tokens, and the weight-side work
- *   (loading, Q4_0 nibble unpacking, scales) is done once per row per group. Blocks go
- *   in octets of 8 (layout at SD_XOCT below): per token and octet 4 VNNI dpbusd into one
- *   vector (per 32-bit lane the exact int dot of 16 elements of one block), one int->float
- *   conversion, d = dw * dx, acc = fma(float(p), d, acc). dpbusd wants unsigned x signed:
- *   weights are the unsigned operand (Q4_0 nibbles q, Q8_0 w + 128) and the offset
- *   (8 or 128 times the lane's sum of x) is an activation property, precomputed with the
- *   packed activations as the dpbusd starting value. The packed activations are part B of
- *   the prepared activations (sd_quant.h), written once per matmul by
- *   sd_quantize_activations (avx512_pack_row) into caller-provided memory:
- *   [group][octet][token] of SD_XOCT bytes each; the kernels only read them and allocate
- *   nothing. Each (row, token) runs the same instructions in the same order in any
- *   group, so results do not depend on n_tok / grouping / r0 / r1.
- * Activation Q8_0 quantization (sd_quantize_activations): vectorized, byte-identical to
- *   the scalar reference.
- * F32 / F16 / BF16 x F32: two 16-lane FMA accumulators per token (32 columns per step),
- *   masked loads for the tail; F16 via vcvtph2ps, BF16 via zero-extend + shift 16.
+ * F32 / F16 / BF16 x F32 (GGUF rows): two 16-lane FMA accumulators per token (lanes =
+ * columns mod 32, the reference's 32 partial sums), masked loads for the tail, the fixed
+ * reduction tree of ref.c (hsum16 of a0 + a1).
+ * Activation Q8_0 quantization: vectorized, byte-identical to the reference.
  */
 #include "quant/cpu/kernels.h"
 
@@ -32,9 +33,12 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "quant/pack_impl.h"
+
 #define SD_T   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define SD_INL static inline __attribute__((always_inline))
-#define SD_NT  4 /* tokens per tile */
+#define SD_NT  4 /* float kernels: tokens per tile */
+#define SD_PT  8 /* packed kernels: most tokens per tile */
 
 SD_T SD_INL float hsum16(__m512 v) {
     const __m256 lo = _mm512_castps512_ps256(v);
@@ -46,260 +50,403 @@ SD_T SD_INL float hsum16(__m512 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* 4 bytes at p (any alignment) in every 32-bit lane. */
+SD_T SD_INL __m512i bc4(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+SD_T SD_INL __m512 bcf(const void *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_ps(v);
+}
+
+SD_T SD_INL __m512i ld(const uint8_t *p) {
+    return _mm512_loadu_si512((const void *)p);
+}
+
+/* 16 fp16 at p as floats. */
+SD_T SD_INL __m512 ldh(const uint8_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+/* a | (b & c): vpternlogd 0xF8. */
+SD_T SD_INL __m512i or_and(__m512i a, __m512i b, __m512i c) {
+    return _mm512_ternarylogic_epi32(a, b, c, 0xF8);
+}
+
+/* 32-bit lanes shifted left by s (right by -s). */
+SD_T SD_INL __m512i shl(__m512i v, const int s) {
+    return s >= 0 ? _mm512_slli_epi32(v, (unsigned)s) : _mm512_srli_epi32(v, (unsigned)-s);
+}
+
+/* int16 pairs (lo = a, hi = b) from int32 lanes a, b in int16 range. */
+SD_T SD_INL __m512i pair16(__m512i a, __m512i b) {
+    return _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16));
+}
+
+/* s + per lane the dot product of the 4 unsigned bytes of w with the 4 signed bytes at x
+ * (broadcast). The broadcast is the instruction's own {1to16} memory operand (GCC does
+ * not fold _mm512_set1_epi32 into vpdpbusd: a separate vpbroadcastd per product). */
+SD_T SD_INL __m512i dpbusd_bc(__m512i s, __m512i w, const uint8_t *x) {
+#if defined(__GNUC__)
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0"
+            : "+v"(s)
+            : "v"(w), "m"(*(const int32_t *)(const void *)x));
+    return s;
+#else
+    return _mm512_dpbusd_epi32(s, w, bc4(x));
+#endif
+}
+
+/* s + per lane the dot product of the int16 pair of w with the int16 pair at x. */
+SD_T SD_INL __m512i dpwssd_bc(__m512i s, __m512i w, const uint8_t *x) {
+#if defined(__GNUC__)
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0"
+            : "+v"(s)
+            : "v"(w), "m"(*(const int32_t *)(const void *)x));
+    return s;
+#else
+    return _mm512_dpwssd_epi32(s, w, bc4(x));
+#endif
+}
+
+/* s + the 4-byte dot products of w[0..n) with the activation bytes x[0 .. 4n). */
+SD_T SD_INL __m512i dot4n(__m512i s, const __m512i *w, const int n, const uint8_t *x) {
+    _Pragma("GCC unroll 8") for (int k = 0; k < n; k++) s = dpbusd_bc(s, w[k], x + 4 * k);
+    return s;
+}
+
 /* ---------------------------------------------------------------------------------- */
-/* Q8_0 / Q4_0 weights x Q8_0 activations                                               */
+/* Packed kernels: the driver                                                           */
 /* ---------------------------------------------------------------------------------- */
 
-#define SD_QNT  16  /* most tokens per group: one pass over a weight row feeds them all */
-#define SD_XOCT 384 /* packed activation bytes per token per octet (8 blocks) */
+/* One tile: nt tokens over one group. xa: part-A row of the tile's first token (rows sa
+ * bytes apart), xb: its part-B row (sb apart), y: output of its first token at the
+ * group's first row. */
+typedef void (*tile_fn)(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
+                        const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 mask);
 
-/*
- * Octet layout. 8 blocks (256 elements) are held in 4 vectors V0..V3: qword b (b = 0..7)
- * of V_k is elements [8k, 8k + 8) of block b. So 32-bit lanes 2b and 2b + 1 only ever
- * see block b, and the four VNNI dot products of an octet accumulate into one vector:
- * per lane the exact sum of 16 products of one block. Weights and activations use the
- * same layout (weights rearranged in registers, activations packed once per matmul).
- */
-
-/* V0..V3 (signed int8) of 8 Q8_0 blocks b[0..7]: a 4 x 8 qword transpose. */
-SD_T SD_INL void oct_q8(const sd_block_q8_0 *b, __m512i v[4]) {
-    __m512i z[4];
-    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) /* z_j = [block 2j | block 2j+1] */
-        z[j] = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[2 * j].qs)),
-            _mm256_loadu_si256((const __m256i *)b[2 * j + 1].qs), 1);
-    const __m512i i1 = _mm512_set_epi64(13, 9, 5, 1, 12, 8, 4, 0);
-    const __m512i i2 = _mm512_set_epi64(15, 11, 7, 3, 14, 10, 6, 2);
-    const __m512i s0 = _mm512_permutex2var_epi64(z[0], i1, z[1]); /* q0 of 0..3, q1 of 0..3 */
-    const __m512i s1 = _mm512_permutex2var_epi64(z[0], i2, z[1]); /* q2, q3 of 0..3 */
-    const __m512i s2 = _mm512_permutex2var_epi64(z[2], i1, z[3]); /* q0, q1 of 4..7 */
-    const __m512i s3 = _mm512_permutex2var_epi64(z[2], i2, z[3]);
-    v[0] = _mm512_shuffle_i64x2(s0, s2, _MM_SHUFFLE(1, 0, 1, 0));
-    v[1] = _mm512_shuffle_i64x2(s0, s2, _MM_SHUFFLE(3, 2, 3, 2));
-    v[2] = _mm512_shuffle_i64x2(s1, s3, _MM_SHUFFLE(1, 0, 1, 0));
-    v[3] = _mm512_shuffle_i64x2(s1, s3, _MM_SHUFFLE(3, 2, 3, 2));
-}
-
-/* V0..V3 (unsigned nibbles q, 0..15) of 8 Q4_0 blocks. Block bytes qs[0..7] hold
- * elements 0..7 (low nibbles) and 16..23 (high), qs[8..15] elements 8..15 and 24..31. */
-SD_T SD_INL void oct_q4(const sd_block_q4_0 *b, __m512i v[4]) {
-#define SD_LQ(k) _mm_loadu_si128((const __m128i *)b[k].qs)
-    __m512i z0 = _mm512_castsi128_si512(SD_LQ(0)), z1 = _mm512_castsi128_si512(SD_LQ(4));
-    z0 = _mm512_inserti32x4(z0, SD_LQ(1), 1); /* immediates: no loop (-O0 builds) */
-    z1 = _mm512_inserti32x4(z1, SD_LQ(5), 1);
-    z0 = _mm512_inserti32x4(z0, SD_LQ(2), 2);
-    z1 = _mm512_inserti32x4(z1, SD_LQ(6), 2);
-    z0 = _mm512_inserti32x4(z0, SD_LQ(3), 3);
-    z1 = _mm512_inserti32x4(z1, SD_LQ(7), 3);
-#undef SD_LQ
-    const __m512i r0 =
-        _mm512_permutex2var_epi64(z0, _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), z1);
-    const __m512i r1 =
-        _mm512_permutex2var_epi64(z0, _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1), z1);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    v[0] = _mm512_and_si512(r0, m4);
-    v[1] = _mm512_and_si512(r1, m4);
-    v[2] = _mm512_and_si512(_mm512_srli_epi16(r0, 4), m4);
-    v[3] = _mm512_and_si512(_mm512_srli_epi16(r1, 4), m4);
-}
-
-/* The 8 fp16 scales d[0..7] (stride bytes apart) as floats, lanes 2b and 2b+1 = d[b]. */
-SD_T SD_INL __m512 oct_scales(const unsigned char *d, size_t stride) {
-    uint64_t lo = 0, hi = 0;
-    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
-        uint16_t a, c;
-        memcpy(&a, d + (size_t)j * stride, 2);
-        memcpy(&c, d + (size_t)(4 + j) * stride, 2);
-        lo |= (uint64_t)a << (16 * j);
-        hi |= (uint64_t)c << (16 * j);
-    }
-    const __m256i dup = _mm256_set_epi16(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    return _mm512_cvtph_ps(_mm256_permutexvar_epi16(
-        dup, _mm256_castsi128_si256(_mm_set_epi64x((long long)hi, (long long)lo))));
-}
-
-/* Weight octet at blocks [i, i + 8) of row wr (all present): V0..V3 as the unsigned
- * dpbusd operand (Q8_0: w + 128 = w ^ 0x80; Q4_0: the nibbles q) and the scales. */
-SD_T SD_INL void w_oct(const void *wr, int64_t i, const int kind, __m512i v[4], __m512 *dw) {
-    if (kind == 8) {
-        const sd_block_q8_0 *b = (const sd_block_q8_0 *)wr + i;
-        oct_q8(b, v);
-        const __m512i s = _mm512_set1_epi8((char)0x80);
-        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) v[k] = _mm512_xor_si512(v[k], s);
-        *dw = oct_scales((const unsigned char *)b, sizeof *b);
-    } else {
-        const sd_block_q4_0 *b = (const sd_block_q4_0 *)wr + i;
-        oct_q4(b, v);
-        *dw = oct_scales((const unsigned char *)b, sizeof *b);
-    }
-}
-
-/* A last, partial octet (nv < 8 blocks from i): copied to zeroed blocks, so absent
- * blocks have q = 0 (Q4_0), w = 0 (Q8_0) and scale +0; their activations are 0 too. */
-SD_T SD_INL void w_oct_tail(const void *wr, int64_t i, int64_t nv, const int kind, __m512i v[4],
-                            __m512 *dw) {
-    if (kind == 8) {
-        sd_block_q8_0 tmp[8];
-        memset(tmp, 0, sizeof tmp);
-        memcpy(tmp, (const sd_block_q8_0 *)wr + i, (size_t)nv * sizeof tmp[0]);
-        w_oct(tmp, 0, 8, v, dw);
-    } else {
-        sd_block_q4_0 tmp[8];
-        memset(tmp, 0, sizeof tmp);
-        memcpy(tmp, (const sd_block_q4_0 *)wr + i, (size_t)nv * sizeof tmp[0]);
-        w_oct(tmp, 0, 4, v, dw);
-    }
-}
-
-/* Pack one activation octet (Q8_0 blocks xb[0..nv), nv <= 8, absent blocks are 0) to
- * out[SD_XOCT] (64-byte aligned when the prepared buffer is): V0..V3 (signed x), then the int32
- * lane correction corr = -c * (sum of the 16 x of the lane) with c = 128 (Q8_0 weights stored as w
- * + 128) or 8 (Q4_0: q - 8), then the scales as floats (lanes 2b, 2b+1 = dx_b). */
-SD_T SD_INL void x_oct(const sd_block_q8_0 *xb, int64_t nv, const int kind, uint8_t *out) {
-    sd_block_q8_0 tmp[8];
-    if (nv < 8) {
-        memset(tmp, 0, sizeof tmp);
-        memcpy(tmp, xb, (size_t)nv * sizeof tmp[0]);
-        xb = tmp;
-    }
-    __m512i v[4];
-    oct_q8(xb, v);
-    const __m512i ones = _mm512_set1_epi8(1);
-    __m512i sx = _mm512_setzero_si512();
-    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-        _mm512_storeu_si512((__m512i *)(out + 64 * k), v[k]);
-        sx = _mm512_dpbusd_epi32(sx, ones, v[k]); /* sum of x per lane */
-    }
-    const __m512i corr =
-        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sx, kind == 8 ? 7 : 3));
-    _mm512_storeu_si512((__m512i *)(out + 256), corr);
-    _mm512_storeu_ps((float *)(out + 320), oct_scales((const unsigned char *)xb, sizeof *xb));
-}
-
-/* One octet for nt tokens; xp: the octet's packed activations of the nt tokens, one
- * after the other. Per token: p = corr + sum_k dpbusd(V_k(w), V_k(x)) = per lane the
- * exact int dot of 16 weights (Q4_0: q - 8) and activations of one block, then
- * acc = fma(float(p), dw * dx, acc). The weight-side work is shared by all tokens. */
-SD_T SD_INL void q_oct(const __m512i v[4], __m512 dw, const int nt, const uint8_t *xp,
-                       __m512 *acc) {
-    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) {
-        const uint8_t *x = xp + (size_t)t * SD_XOCT;
-        __m512i p = _mm512_loadu_si512((const __m512i *)(x + 256));
-        p = _mm512_dpbusd_epi32(p, v[0], _mm512_loadu_si512((const __m512i *)(x + 0)));
-        p = _mm512_dpbusd_epi32(p, v[1], _mm512_loadu_si512((const __m512i *)(x + 64)));
-        p = _mm512_dpbusd_epi32(p, v[2], _mm512_loadu_si512((const __m512i *)(x + 128)));
-        p = _mm512_dpbusd_epi32(p, v[3], _mm512_loadu_si512((const __m512i *)(x + 192)));
-        const __m512 d = _mm512_mul_ps(dw, _mm512_loadu_ps((const float *)(x + 320)));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[t]);
-    }
-}
-
-/* res[t] = dot(weight row wr, activation row t), t < nt. Packed activations xp:
- * [octet][token][SD_XOCT]. */
-SD_T SD_INL void qgroup(const void *wr, int64_t nb, const int kind, const int nt, const uint8_t *xp,
-                        float *res) {
-    __m512 acc[SD_QNT];
-    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
-    __m512i v[4];
-    __m512 dw;
-    int64_t i = 0;
-    for (; i + 8 <= nb; i += 8) {
-        w_oct(wr, i, kind, v, &dw);
-        q_oct(v, dw, nt, xp, acc);
-        xp += (size_t)nt * SD_XOCT;
-    }
-    if (i < nb) {
-        w_oct_tail(wr, i, nb - i, kind, v, &dw);
-        q_oct(v, dw, nt, xp, acc);
-    }
-    _Pragma("GCC unroll 16") for (int t = 0; t < nt; t++) res[t] = hsum16(acc[t]);
-}
-
-#define SD_QG(K, NT)                                                                               \
-    SD_T static void qgroup_##K##_##NT(const void *wr, int64_t nb, const uint8_t *xp,              \
-                                       float *res) {                                               \
-        qgroup(wr, nb, K, NT, xp, res);                                                            \
-    }
-#define SD_QG_ALL(K)                                                                               \
-    SD_QG(K, 1)                                                                                    \
-    SD_QG(K, 2)                                                                                    \
-    SD_QG(K, 3)                                                                                    \
-    SD_QG(K, 4) SD_QG(K, 5) SD_QG(K, 6) SD_QG(K, 7) SD_QG(K, 8) SD_QG(K, 9) SD_QG(K, 10)           \
-        SD_QG(K, 11) SD_QG(K, 12) SD_QG(K, 13) SD_QG(K, 14) SD_QG(K, 15) SD_QG(K, 16)
-SD_QG_ALL(8)
-SD_QG_ALL(4)
-
-typedef void (*qgroup_fn)(const void *, int64_t, const uint8_t *, float *);
-#define SD_QG_TAB(K)                                                                               \
-    {                                                                                              \
-        qgroup_##K##_1, qgroup_##K##_2, qgroup_##K##_3, qgroup_##K##_4, qgroup_##K##_5,            \
-            qgroup_##K##_6, qgroup_##K##_7, qgroup_##K##_8, qgroup_##K##_9, qgroup_##K##_10,       \
-            qgroup_##K##_11, qgroup_##K##_12, qgroup_##K##_13, qgroup_##K##_14, qgroup_##K##_15,   \
-            qgroup_##K##_16                                                                        \
-    }
-static const qgroup_fn k_qgroup8[SD_QNT] = SD_QG_TAB(8);
-static const qgroup_fn k_qgroup4[SD_QNT] = SD_QG_TAB(4);
-
-/* Tokens are processed in ng = ceil(n_tok / SD_QNT) groups of near-equal size: group g
- * is tokens [n_tok * g / ng, n_tok * (g + 1) / ng); its packed activations start at
- * part-B offset b0 * n_oct * SD_XOCT, [octet][token in group]. */
-static void group_of(int64_t n_tok, int64_t b, int64_t *b0, int64_t *nt) {
-    const int64_t ng = (n_tok + SD_QNT - 1) / SD_QNT;
-    int64_t g = b * ng / n_tok; /* near the answer; exact after the fix-ups */
-    while (n_tok * (g + 1) / ng <= b)
-        g++;
-    while (n_tok * g / ng > b)
-        g--;
-    *b0 = n_tok * g / ng;
-    *nt = n_tok * (g + 1) / ng - *b0;
-}
-
-static size_t avx512_pack_tok_bytes(int64_t n_cols) {
-    return (size_t)((n_cols / 32 + 7) / 8) * SD_XOCT;
-}
-
-/* Part B for row b of a batch of n_tok: its octets at [group][octet][token]. */
-SD_T static void avx512_pack_row(sd_type wt, const void *vxr, int64_t n, int64_t n_tok, int64_t b,
-                                 void *pb) {
-    const sd_block_q8_0 *xr = (const sd_block_q8_0 *)vxr;
-    const int kind = wt == SD_TYPE_Q8_0 ? 8 : 4;
-    const int64_t nb = n / 32, no = (nb + 7) / 8;
-    int64_t b0, nt;
-    group_of(n_tok, b, &b0, &nt);
-    uint8_t *gp = (uint8_t *)pb + (size_t)(b0 * no) * SD_XOCT;
-    for (int64_t o = 0; o < no; o++) {
-        const int64_t nv = nb - 8 * o < 8 ? nb - 8 * o : 8;
-        x_oct(xr + 8 * o, nv, kind, gp + (size_t)(o * nt + (b - b0)) * SD_XOCT);
-    }
-}
-
-SD_T SD_INL void qrows(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                       float *y, int64_t ldy, int64_t r0, int64_t r1, const int kind) {
-    const int64_t nb = n / 32, no = (nb + 7) / 8;
-    const int64_t ng = (n_tok + SD_QNT - 1) / SD_QNT;
-    const uint8_t *pb = (const uint8_t *)xq + sd_act_pack_offset(n_tok, n);
-    const qgroup_fn *tab = kind == 8 ? k_qgroup8 : k_qgroup4;
-    float res[SD_QNT];
-    for (int64_t r = r0; r < r1; r++) {
-        const void *wr = (const char *)w + (size_t)r * wrb;
-        for (int64_t g = 0; g < ng; g++) {
-            const int64_t b0 = n_tok * g / ng, b1 = n_tok * (g + 1) / ng;
-            tab[b1 - b0 - 1](wr, nb, pb + (size_t)(b0 * no) * SD_XOCT, res);
-            for (int64_t b = b0; b < b1; b++)
-                y[b * ldy + r] = res[b - b0];
+SD_T SD_INL void run_packed(sd_type wt, const tile_fn *tab, const void *wp, int64_t rows, int64_t n,
+                            const void *xq, int64_t n_tok, float *y, int64_t ldy, int64_t g0,
+                            int64_t g1) {
+    const sd_pack_layout *L = sd_pack_layout_of(wt);
+    const int64_t nb = n / L->blk;
+    const size_t gs = sd_pack_group_stride(L, n);
+    size_t sa = 0;
+    (void)sd_type_row_bytes(sd_vec_dot_type(wt), n, &sa);
+    const uint8_t *xa = (const uint8_t *)xq;
+    const uint8_t *xb = xa + sd_act_partb_offset(wt, n_tok, n);
+    const size_t sb = sd_pack_act_tok_bytes(wt, n);
+    const int64_t ntile = (n_tok + SD_PT - 1) / SD_PT;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *gp = (const uint8_t *)wp + (size_t)g * gs;
+        const int64_t left = rows - 16 * g;
+        const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+        for (int64_t k = 0; k < ntile; k++) {
+            const int64_t t0 = n_tok * k / ntile, t1 = n_tok * (k + 1) / ntile;
+            tab[t1 - t0 - 1](gp, nb, xa + (size_t)t0 * sa, sa, xb + (size_t)t0 * sb, sb,
+                             y + t0 * ldy + 16 * g, ldy, mask);
         }
     }
 }
 
-SD_T static void avx512_q8_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                             float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 8);
+#define SD_TILES(NAME, BODY, KIND)                                                                 \
+    SD_T static void NAME##_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,         \
+                              const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 m) {  \
+        BODY(gp, nb, xa, sa, xb, sb, y, ldy, m, KIND, 1);                                          \
+    }                                                                                              \
+    SD_T static void NAME##_2(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,         \
+                              const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 m) {  \
+        BODY(gp, nb, xa, sa, xb, sb, y, ldy, m, KIND, 2);                                          \
+    }                                                                                              \
+    SD_T static void NAME##_3(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,         \
+                              const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 m) {  \
+        BODY(gp, nb, xa, sa, xb, sb, y, ldy, m, KIND, 3);                                          \
+    }                                                                                              \
+    SD_T static void NAME##_4(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,         \
+                              const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 m) {  \
+        BODY(gp, nb, xa, sa, xb, sb, y, ldy, m, KIND, 4);                                          \
+    }                                                                                              \
+    SD_T static void NAME##_5(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,         \
+                              const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 m) {  \
+        BODY(gp, nb, xa, sa, xb, sb, y, ldy, m, KIND, 5);                                          \
+    }                                                                                              \
+    SD_T static void NAME##_6(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,         \
+                              const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 m) {  \
+        BODY(gp, nb, xa, sa, xb, sb, y, ldy, m, KIND, 6);                                          \
+    }                                                                                              \
+    SD_T static void NAME##_7(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,         \
+                              const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 m) {  \
+        BODY(gp, nb, xa, sa, xb, sb, y, ldy, m, KIND, 7);                                          \
+    }                                                                                              \
+    SD_T static void NAME##_8(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,         \
+                              const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 m) {  \
+        BODY(gp, nb, xa, sa, xb, sb, y, ldy, m, KIND, 8);                                          \
+    }                                                                                              \
+    static const tile_fn NAME##_tab[SD_PT] = {NAME##_1, NAME##_2, NAME##_3, NAME##_4,              \
+                                              NAME##_5, NAME##_6, NAME##_7, NAME##_8};             \
+    SD_T static void NAME(const void *wp, int64_t rows, int64_t n, const void *xq, int64_t n_tok,  \
+                          float *y, int64_t ldy, int64_t g0, int64_t g1) {                         \
+        run_packed(KIND##_TYPE, NAME##_tab, wp, rows, n, xq, n_tok, y, ldy, g0, g1);               \
+    }
+
+/* ---------------------------------------------------------------------------------- */
+/* Packed 32-element blocks: Q8_0, Q4_0, Q5_0 (x Q8_0 / Q8_S), Q4_1, Q5_1 (x Q8_S)      */
+/* ---------------------------------------------------------------------------------- */
+
+enum { K8 = 8, K4 = 4, K50 = 50, K41 = 41, K51 = 51 };
+#define K8_TYPE  SD_TYPE_Q8_0
+#define K4_TYPE  SD_TYPE_Q4_0
+#define K50_TYPE SD_TYPE_Q5_0
+#define K41_TYPE SD_TYPE_Q4_1
+#define K51_TYPE SD_TYPE_Q5_1
+
+SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
+                        const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 mask,
+                        const int kind, const int nt) {
+    const size_t main = kind == K8 ? 512 : (kind == K50 || kind == K51) ? 320 : 256;
+    const int has_min = kind == K41 || kind == K51, has_h = kind == K50 || kind == K51;
+    const size_t tail = has_min ? 64 : 32;
+    const size_t xbb = (kind == K8 || kind == K4) ? sizeof(sd_block_q8_0) : sizeof(sd_block_q8_s);
+    const size_t qoff = (kind == K8 || kind == K4) ? 2 : 8;
+    const uint8_t *tl = gp + (size_t)nb * main;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    __m512 acc[SD_PT], sm[SD_PT];
+    _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = sm[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *mp = gp + (size_t)i * main;
+        __m512i w[8];
+        if (kind == K8) {
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k] =
+                _mm512_xor_si512(ld(mp + 64 * k), _mm512_set1_epi8((char)0x80));
+        } else {
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+                const __m512i v = ld(mp + 64 * k);
+                w[k] = _mm512_and_si512(v, m4);
+                w[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+        }
+        if (has_h) {
+            const __m512i h = ld(mp + 256);
+            _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) w[c] =
+                or_and(w[c], shl(h, 4 - c), b4);
+        }
+        const __m512 dw = ldh(tl + (size_t)i * tail);
+        const __m512 dm = has_min ? ldh(tl + (size_t)i * tail + 32) : dw;
+        _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
+            const uint8_t *xr = xa + (size_t)t * sa + (size_t)i * xbb;
+            const sd_xblk *xk = (const sd_xblk *)(xb + (size_t)t * sb) + i;
+            const __m512i s = dot4n(_mm512_set1_epi32(xk->corr), w, 8, xr + qoff);
+            const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(xk->d));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_cvtepi32_ps(s), d));
+            if (has_min) sm[t] = _mm512_add_ps(sm[t], _mm512_mul_ps(dm, bcf(xr + 4)));
+        }
+    }
+    _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)
+        _mm512_mask_storeu_ps(y + t * ldy, mask, has_min ? _mm512_add_ps(acc[t], sm[t]) : acc[t]);
 }
 
-SD_T static void avx512_q4_0(const void *w, size_t wrb, int64_t n, const void *xq, int64_t n_tok,
-                             float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    qrows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 4);
+SD_TILES(p_q8_0, tile32, K8)
+SD_TILES(p_q4_0, tile32, K4)
+SD_TILES(p_q5_0, tile32, K50)
+SD_TILES(p_q4_1, tile32, K41)
+SD_TILES(p_q5_1, tile32, K51)
+
+/* ---------------------------------------------------------------------------------- */
+/* Packed K-quants x Q8_K                                                               */
+/* ---------------------------------------------------------------------------------- */
+
+enum { KQ2 = 2, KQ3 = 3, KQ4 = 4, KQ5 = 5, KQ6 = 6 };
+#define KQ2_TYPE SD_TYPE_Q2_K
+#define KQ3_TYPE SD_TYPE_Q3_K
+#define KQ4_TYPE SD_TYPE_Q4_K
+#define KQ5_TYPE SD_TYPE_Q5_K
+#define KQ6_TYPE SD_TYPE_Q6_K
+
+#define XK 292 /* bytes of a Q8_K block: d at 0, qs at 4, bsums at 260 */
+
+/* Finish a super-block for nt tokens: acc += (d_x d) P, and for types with mins
+ * acc -= (d_x dmin) M. */
+SD_T SD_INL void kfinish(__m512 *acc, const __m512i *P, const __m512i *M, const uint8_t *xa,
+                         size_t sa, int64_t i, __m512 dw, __m512 dmn, const int has_min,
+                         const int nt) {
+    _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
+        const __m512 xd = bcf(xa + (size_t)t * sa + (size_t)i * XK);
+        acc[t] =
+            _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(xd, dw), _mm512_cvtepi32_ps(P[t])));
+        if (has_min)
+            acc[t] = _mm512_sub_ps(acc[t],
+                                   _mm512_mul_ps(_mm512_mul_ps(xd, dmn), _mm512_cvtepi32_ps(M[t])));
+    }
 }
+
+/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins. */
+SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
+                          const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 mask,
+                          const int kind, const int nt) {
+    const int five = kind == KQ5;
+    const size_t main = five ? 2752 : 2240, qso = five ? 704 : 192;
+    const uint8_t *tl = gp + (size_t)nb * main;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    const __m512i m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15),
+                  m3 = _mm512_set1_epi32(3);
+    __m512 acc[SD_PT];
+    __m512i P[SD_PT], M[SD_PT];
+    _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *mp = gp + (size_t)i * main;
+        const __m512i S0 = ld(mp), S1 = ld(mp + 64), S2 = ld(mp + 128);
+        __m512i sc[8], mn[8];
+        _Pragma("GCC unroll 4") for (int s = 0; s < 4; s++) {
+            sc[s] = _mm512_and_si512(_mm512_srli_epi32(S0, 8 * s), m63);
+            mn[s] = _mm512_and_si512(_mm512_srli_epi32(S1, 8 * s), m63);
+            sc[4 + s] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(S2, 8 * s), m15),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(S0, 8 * s + 6), m3), 4));
+            mn[4 + s] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(S2, 8 * s + 4), m15),
+                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(S1, 8 * s + 6), m3), 4));
+        }
+        __m512i mp2[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) mp2[j] =
+            pair16(mn[2 * j], mn[2 * j + 1]);
+        _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) P[t] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
+            __m512i w[8];
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                const __m512i q = ld(mp + qso + 64 * (8 * (s >> 1) + k));
+                w[k] = _mm512_and_si512((s & 1) ? _mm512_srli_epi16(q, 4) : q, m4);
+                if (five) w[k] = or_and(w[k], shl(ld(mp + 192 + 64 * k), 4 - s), b4);
+            }
+            _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
+                const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * s;
+                const __m512i d = dot4n(_mm512_setzero_si512(), w, 8, x);
+                P[t] = _mm512_add_epi32(P[t], _mm512_mullo_epi32(d, sc[s]));
+            }
+        }
+        _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
+            const uint8_t *b32 = xb + (size_t)t * sb + (size_t)i * 16;
+            __m512i m = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) m =
+                dpwssd_bc(m, mp2[j], b32 + 4 * j);
+            M[t] = m;
+        }
+        kfinish(acc, P, M, xa, sa, i, ldh(tl + (size_t)i * 64), ldh(tl + (size_t)i * 64 + 32), 1,
+                nt);
+    }
+    _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)
+        _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
+}
+
+/* Q2_K / Q3_K / Q6_K: 16 groups of 16; element 128 h + 32 k + l from byte 32 h + l of the
+ * 2-bit plane (Q2_K, Q3_K: bits 2k) or of ql / qh (Q6_K). */
+/* Group g's scale of a K-quant super-block (int32 lanes); mp its main part. */
+SD_T SD_INL __m512i k_scale(const uint8_t *mp, const int kind, const int g) {
+    const __m512i m15 = _mm512_set1_epi32(15);
+    if (kind == KQ2) /* low nibble of scales[g] */
+        return _mm512_and_si512(_mm512_srli_epi32(ld(mp + 64 * (g >> 2)), 8 * (g & 3)), m15);
+    if (kind == KQ6) /* int8 scales[g] */
+        return _mm512_srai_epi32(_mm512_slli_epi32(ld(mp + 3072 + 64 * (g >> 2)), 24 - 8 * (g & 3)),
+                                 24);
+    /* Q3_K: 6 bits (4 from scales[g % 8], low or high nibble; 2 from scales[8 + g % 4]),
+     * minus 32 */
+    const uint8_t *sp = mp + 1536;
+    const int lb = g < 8 ? g : g - 8;
+    const __m512i lo = _mm512_and_si512(
+        _mm512_srli_epi32(ld(sp + 64 * (lb >> 2)), 8 * (lb & 3) + (g < 8 ? 0 : 4)), m15);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(ld(sp + 128), 8 * (g & 3) + 2 * (g >> 2)),
+                                        _mm512_set1_epi32(3));
+    return _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+}
+
+/* The int16 pair (coefficient 2j, 2j + 1) of the group-sum term: the mins (Q2_K: high
+ * nibbles of scales) or the scales (Q3_K, Q6_K: their level offsets). */
+SD_T SD_INL __m512i k_pair(const uint8_t *mp, const int kind, const int j) {
+    if (kind == KQ2) {
+        const __m512i m15 = _mm512_set1_epi32(15);
+        const __m512i s = ld(mp + 64 * (j >> 1));
+        const int b = 8 * (2 * (j & 1));
+        return pair16(_mm512_and_si512(_mm512_srli_epi32(s, b + 4), m15),
+                      _mm512_and_si512(_mm512_srli_epi32(s, b + 12), m15));
+    }
+    return pair16(k_scale(mp, kind, 2 * j), k_scale(mp, kind, 2 * j + 1));
+}
+
+/* Q2_K / Q3_K / Q6_K: 16 groups of 16; element 128 h + 32 k + l from byte 32 h + l of the
+ * 2-bit plane (Q2_K, Q3_K: bits 2k) or of ql / qh (Q6_K). Scales are decoded where they
+ * are used (from L1): kept in registers they would spill. */
+SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
+                           const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 mask,
+                           const int kind, const int nt) {
+    (void)xb;
+    (void)sb;
+    const size_t main = kind == KQ2 ? 1280 : kind == KQ3 ? 1728 : 3328;
+    const size_t tail = kind == KQ2 ? 64 : 32;
+    const uint8_t *tl = gp + (size_t)nb * main;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
+    const __m512i b2 = _mm512_set1_epi8(0x04), b45 = _mm512_set1_epi8(0x30);
+    __m512 acc[SD_PT];
+    __m512i P[SD_PT], M[SD_PT];
+    _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *mp = gp + (size_t)i * main;
+        _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) P[t] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8") for (int hk = 0; hk < 8; hk++) {
+            const int h = hk >> 2, k = hk & 3;
+            __m512i w[8];
+            _Pragma("GCC unroll 8") for (int kk = 0; kk < 8; kk++) {
+                if (kind == KQ6) {
+                    const __m512i q = ld(mp + 64 * (16 * h + 8 * (k & 1) + kk));
+                    const __m512i nib = _mm512_and_si512(k < 2 ? q : _mm512_srli_epi16(q, 4), m4);
+                    w[kk] = or_and(nib, shl(ld(mp + 2048 + 64 * (8 * h + kk)), 4 - 2 * k), b45);
+                } else {
+                    const size_t qo = kind == KQ2 ? 256 : 512;
+                    w[kk] = _mm512_and_si512(
+                        _mm512_srli_epi32(ld(mp + qo + 64 * (8 * h + kk)), 2 * k), m2);
+                    if (kind == KQ3)
+                        w[kk] = or_and(w[kk], shl(ld(mp + 64 * kk), 2 - (4 * h + k)), b2);
+                }
+            }
+            const __m512i sa0 = k_scale(mp, kind, 2 * hk), sa1 = k_scale(mp, kind, 2 * hk + 1);
+            _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
+                const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * hk;
+                const __m512i da = dot4n(_mm512_setzero_si512(), w, 4, x);
+                const __m512i db = dot4n(_mm512_setzero_si512(), w + 4, 4, x + 16);
+                P[t] = _mm512_add_epi32(P[t], _mm512_add_epi32(_mm512_mullo_epi32(da, sa0),
+                                                               _mm512_mullo_epi32(db, sa1)));
+            }
+        }
+        __m512i pc[8];
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] = k_pair(mp, kind, j);
+        _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
+            const uint8_t *bs = xa + (size_t)t * sa + (size_t)i * XK + 260;
+            __m512i c = _mm512_setzero_si512();
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) c = dpwssd_bc(c, pc[j], bs + 4 * j);
+            if (kind == KQ2)
+                M[t] = c;
+            else /* levels stored with the offset (4 or 32) added: take it out */
+                P[t] = _mm512_sub_epi32(P[t], _mm512_slli_epi32(c, kind == KQ3 ? 2 : 5));
+        }
+        kfinish(acc, P, M, xa, sa, i, ldh(tl + (size_t)i * tail),
+                kind == KQ2 ? ldh(tl + (size_t)i * tail + 32) : _mm512_setzero_ps(), kind == KQ2,
+                nt);
+    }
+    _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++)
+        _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
+}
+
+SD_TILES(p_q2_k, tile_k236, KQ2)
+SD_TILES(p_q3_k, tile_k236, KQ3)
+SD_TILES(p_q4_k, tile_k45, KQ4)
+SD_TILES(p_q5_k, tile_k45, KQ5)
+SD_TILES(p_q6_k, tile_k236, KQ6)
+
+/* ---------------------------------------------------------------------------------- */
+/* Activation Q8_0 quantization                                                         */
+/* ---------------------------------------------------------------------------------- */
 
 /* Q8_0 quantization of an activation row, byte-identical to quant.c's reference
  * (ggml quantize_row_q8_0_ref): amax by a max reduction (order-free), d = amax / 127 and
@@ -425,9 +572,8 @@ SD_T static void avx512_bf16(const void *w, size_t wrb, int64_t n, const void *x
     frows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 2);
 }
 
-static const sd_act_pack avx512_pack = {avx512_pack_tok_bytes, avx512_pack_row};
-
-/* Types without an entry here (Q4_1, Q5_0, Q5_1, the K-quants) run the AVX2 kernels. */
+/* Quantized types run packed (the backend packs their weights at load); in GGUF rows
+ * they run the scalar reference (lower sets have no row kernels for them either). */
 const sd_kernel_set sd_kernels_avx512 = {
     .name = "avx512",
     .lower = &sd_kernels_avx2,
@@ -436,8 +582,16 @@ const sd_kernel_set sd_kernels_avx512 = {
             [SD_TYPE_F32] = {avx512_f32, NULL},
             [SD_TYPE_F16] = {avx512_f16, NULL},
             [SD_TYPE_BF16] = {avx512_bf16, NULL},
-            [SD_TYPE_Q8_0] = {avx512_q8_0, &avx512_pack},
-            [SD_TYPE_Q4_0] = {avx512_q4_0, &avx512_pack},
+            [SD_TYPE_Q8_0] = {NULL, p_q8_0},
+            [SD_TYPE_Q4_0] = {NULL, p_q4_0},
+            [SD_TYPE_Q5_0] = {NULL, p_q5_0},
+            [SD_TYPE_Q4_1] = {NULL, p_q4_1},
+            [SD_TYPE_Q5_1] = {NULL, p_q5_1},
+            [SD_TYPE_Q2_K] = {NULL, p_q2_k},
+            [SD_TYPE_Q3_K] = {NULL, p_q3_k},
+            [SD_TYPE_Q4_K] = {NULL, p_q4_k},
+            [SD_TYPE_Q5_K] = {NULL, p_q5_k},
+            [SD_TYPE_Q6_K] = {NULL, p_q6_k},
         },
     .quant = {[SD_TYPE_Q8_0] = avx512_quant_q8_0},
 };

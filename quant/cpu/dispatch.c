@@ -5,6 +5,7 @@
  * have one) and the public matmul entry points.
  */
 #include "quant/cpu/kernels.h"
+#include "quant/pack_impl.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -29,9 +30,11 @@ sd_rows_kernel sd_kernel_for_type(const sd_kernel_set *ks, sd_type wt) {
     return o ? o->k[wt].rows : NULL;
 }
 
-const sd_act_pack *sd_kernel_pack_for_type(const sd_kernel_set *ks, sd_type wt) {
-    const sd_kernel_set *o = sd_kernel_owner(ks, wt);
-    return o ? o->k[wt].pack : NULL;
+sd_packed_kernel sd_kernel_packed_for_type(const sd_kernel_set *ks, sd_type wt) {
+    if ((unsigned)wt >= SD_TYPE_COUNT || !sd_type_supported((uint32_t)wt)) return NULL;
+    for (; ks; ks = ks->lower)
+        if (ks->k[wt].packed) return ks->k[wt].packed;
+    return NULL;
 }
 
 /* The fastest quantizer to activation type vt that set ks (or a lower one) has, else
@@ -46,23 +49,28 @@ static sd_act_quant act_quant(const sd_kernel_set *ks, sd_type vt) {
 /* Activations                                                                          */
 /* ---------------------------------------------------------------------------------- */
 
-/* Part A (n_tok rows of sd_vec_dot_type(wt)), then for a kernel with a packed form,
- * part B at the next multiple of 64. */
+/* Part B bytes per token for set ks: the packed activations when ks has a packed
+ * kernel for wt, else 0. */
+static size_t partb_tok_bytes(const sd_kernel_set *ks, sd_type wt, int64_t n_cols) {
+    return sd_kernel_packed_for_type(ks, wt) ? sd_pack_act_tok_bytes(wt, n_cols) : 0;
+}
+
+/* Part A (n_tok rows of sd_vec_dot_type(wt)), then, where the set has a packed kernel
+ * with packed activations, part B at the next multiple of 64. */
 int sd_kernel_act_bytes(const sd_kernel_set *ks, sd_type wt, int64_t n_tok, int64_t n_cols,
                         size_t *out) {
     size_t rb, a, b, tot;
     if (!sd_kernel_owner(ks, wt) || n_tok < 0 || n_cols < 0) return -1;
     if (sd_type_row_bytes(sd_vec_dot_type(wt), n_cols, &rb) != 0) return -1;
     if (__builtin_mul_overflow((size_t)n_tok, rb, &a)) return -1;
-    const sd_act_pack *pk = sd_kernel_pack_for_type(ks, wt);
-    if (!pk) {
+    const size_t tb = partb_tok_bytes(ks, wt, n_cols);
+    if (tb == 0) {
         *out = a;
         return 0;
     }
     if (__builtin_add_overflow(a, (size_t)63, &a)) return -1;
     a &= ~(size_t)63;
-    if (__builtin_mul_overflow((size_t)n_tok, pk->tok_bytes(n_cols), &b) ||
-        __builtin_add_overflow(a, b, &tot))
+    if (__builtin_mul_overflow((size_t)n_tok, tb, &b) || __builtin_add_overflow(a, b, &tot))
         return -1;
     *out = tot;
     return 0;
@@ -74,12 +82,12 @@ void sd_kernel_prepare_rows(const sd_kernel_set *ks, sd_type wt, const float *x,
     size_t rb = 0;
     (void)sd_type_row_bytes(vt, n_cols, &rb);
     const sd_act_quant q = act_quant(ks, vt);
-    const sd_act_pack *pk = sd_kernel_pack_for_type(ks, wt);
-    void *pb = pk ? (char *)out + sd_act_pack_offset(n_tok, n_cols) : NULL;
+    const size_t tb = partb_tok_bytes(ks, wt, n_cols);
+    char *pb = tb ? (char *)out + sd_act_partb_offset(wt, n_tok, n_cols) : NULL;
     for (int64_t b = b0; b < b1; b++) {
         void *xr = (char *)out + (size_t)b * rb;
         q(x + b * n_cols, xr, n_cols);
-        if (pk) pk->row(wt, xr, n_cols, n_tok, b, pb);
+        if (tb) sd_pack_act_row(wt, xr, n_cols, pb + (size_t)b * tb);
     }
 }
 
@@ -185,6 +193,17 @@ void sd_matmul_rows(sd_type wt, const void *w, size_t w_row_bytes, int64_t n_col
     if (r1 <= r0 || n_tok <= 0) return;
     sd_rows_kernel k = sd_kernel_for_type(sd_kernel_set_active(), wt);
     if (k) k(w, w_row_bytes, n_cols, xq, n_tok, y, ldy, r0, r1);
+}
+
+int sd_matmul_packed_available(sd_type wt) {
+    return sd_kernel_packed_for_type(sd_kernel_set_active(), wt) != NULL;
+}
+
+void sd_matmul_packed(sd_type wt, const void *wp, int64_t rows, int64_t n_cols, const void *xq,
+                      int64_t n_tok, float *y, int64_t ldy, int64_t g0, int64_t g1) {
+    if (g1 <= g0 || n_tok <= 0) return;
+    sd_packed_kernel k = sd_kernel_packed_for_type(sd_kernel_set_active(), wt);
+    if (k) k(wp, rows, n_cols, xq, n_tok, y, ldy, g0, g1);
 }
 
 void sd_matmul_rows_ref(sd_type wt, const void *w, size_t w_row_bytes, int64_t n_cols,

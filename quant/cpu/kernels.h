@@ -2,23 +2,27 @@
  * quant/cpu/kernels.h: PRIVATE to quant/ (and its white-box tests tests/test_quant*.c).
  * Not a part face: other parts use quant/sd_quant.h only.
  *
- * A kernel set is one instruction-set level of the matmul row kernels, as tables
- * indexed by type id. All kernels compute y[b * ldy + r] = dot(W[r, :], X[b, :]) for
- * r in [r0, r1), b in [0, n_tok) with the argument conventions of sd_matmul_rows
- * (quant/sd_quant.h):
- *   w   : weight rows of w_row_bytes bytes each (row r starts at w + r * w_row_bytes)
- *   xq  : activations prepared by sd_kernel_prepare_rows with THIS set, this wt and
- *         this n_tok (sd_quant.h: part A = n_tok rows of sd_vec_dot_type(wt), row
- *         stride sd_type_row_bytes(sd_vec_dot_type(wt), n_cols); part B, the packed
- *         form of the kernel that runs wt, if it has one). Kernels without a packed
- *         form read part A only, so they also accept what any other set prepared.
- * A NULL entry k[t].rows means "this set has no kernel of its own for type t": the set
- * `lower` (the next lower level, which the CPU can run whenever it runs this one) is
- * asked, down to the scalar set, which has every weight type. So a type can have only
- * scalar + AVX2 kernels, and adding a type means one traits row plus kernels.
- * Every set keeps the batch-invariance contract: the value stored for (r, b) is a fixed
- * function of weight row r and activation row b (fixed accumulation order), whatever
- * n_tok, r0, r1 are.
+ * A kernel set is one instruction-set level of the matmul kernels, as tables indexed by
+ * type id. Two kinds of kernel per weight type:
+ *   rows  : weights in GGUF rows, y[b * ldy + r] = dot(W[r, :], X[b, :]) for r in [r0, r1),
+ *           b in [0, n_tok), arguments as sd_matmul_rows (quant/sd_quant.h);
+ *   packed: weights in the packed layout (quant/pack_impl.h), the same dot products for
+ *           the rows of groups [g0, g1) (sd_matmul_packed).
+ * Both read activations prepared by sd_kernel_prepare_rows with this set, this wt and
+ * this n_tok: part A, n_tok rows of sd_vec_dot_type(wt) (row stride
+ * sd_type_row_bytes(sd_vec_dot_type(wt), n_cols)), the reference layout, which rows
+ * kernels read; and where the set has a packed kernel for wt, part B (pack_impl.h,
+ * sd_pack_act_row) at sd_act_partb_offset. Row kernels read part A only, so they
+ * accept what any set prepared.
+ * A NULL entry means "no kernel of that kind here": the set `lower` (the next lower
+ * level, which the CPU can run whenever it runs this one) is asked, down to the scalar
+ * set, which has a rows kernel for every weight type and no packed kernels.
+ *
+ * Every kernel computes, for each (r, b), exactly the arithmetic of the scalar rows
+ * kernel (ref.c: the specification), in the same order: integer block dot products
+ * (exact in any order) and a float part fixed per block or super-block in block order,
+ * vectorized across rows (lanes = rows), never across blocks. So every set gives the
+ * same bits as the scalar reference for every type, n_tok, row range and thread count.
  */
 #ifndef SD_QUANT_KERNELS_H
 #define SD_QUANT_KERNELS_H
@@ -28,18 +32,16 @@
 typedef void (*sd_rows_kernel)(const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
                                int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
 
-/* A packed activation form (part B) of one kernel. tok_bytes: bytes per token for rows
- * of n_cols. row: writes the packed form of row b (xr: its part-A row) of a batch of
- * n_tok rows, for weights of type wt, into the part B that starts at pb. */
-typedef struct sd_act_pack {
-    size_t (*tok_bytes)(int64_t n_cols);
-    void (*row)(sd_type wt, const void *xr, int64_t n_cols, int64_t n_tok, int64_t b, void *pb);
-} sd_act_pack;
+/* A packed kernel (quant/pack_impl.h layout): y[b * ldy + r] for the rows r < rows of
+ * groups [g0, g1) of the packed matrix wp (n_cols columns), b in [0, n_tok); xq: the
+ * activations prepared for this n_tok (part A, then part B at sd_act_partb_offset). */
+typedef void (*sd_packed_kernel)(const void *wp, int64_t rows, int64_t n_cols, const void *xq,
+                                 int64_t n_tok, float *y, int64_t ldy, int64_t g0, int64_t g1);
 
-/* One weight type's kernel in one set. */
+/* One weight type's kernels in one set. */
 typedef struct sd_type_kernel {
-    sd_rows_kernel rows;     /* NULL: use the lower set's */
-    const sd_act_pack *pack; /* NULL: the kernel reads part A only */
+    sd_rows_kernel rows;     /* GGUF row layout; NULL: use the lower set's */
+    sd_packed_kernel packed; /* packed layout; NULL: this set has none for the type */
 } sd_type_kernel;
 
 /* Quantization of one activation row x[n] to a row of an activation type, bytes
@@ -53,11 +55,12 @@ typedef struct sd_kernel_set {
     sd_act_quant quant[SD_TYPE_COUNT]; /* by activation type id; NULL: lower / reference */
 } sd_kernel_set;
 
-/* Offset of part B for Q8_0-dot types: part A (n_tok Q8_0 rows of n_cols) rounded up to
- * 64 bytes. Only for sizes sd_kernel_act_bytes accepted (no overflow check here). */
-static inline size_t sd_act_pack_offset(int64_t n_tok, int64_t n_cols) {
-    return ((size_t)n_tok * (size_t)(n_cols / SD_QK8_0) * sizeof(sd_block_q8_0) + 63u) &
-           ~(size_t)63u;
+/* Bytes of part A (n_tok rows of sd_vec_dot_type(wt), n_cols) rounded up to 64: where
+ * part B starts. Only for sizes sd_kernel_act_bytes accepted (no overflow check here). */
+static inline size_t sd_act_partb_offset(sd_type wt, int64_t n_tok, int64_t n_cols) {
+    size_t rb = 0;
+    (void)sd_type_row_bytes(sd_vec_dot_type(wt), n_cols, &rb);
+    return ((size_t)n_tok * rb + 63u) & ~(size_t)63u;
 }
 
 /* Scalar reference (ref.c): always available, complete. */
@@ -80,8 +83,9 @@ const sd_kernel_set *sd_kernel_owner(const sd_kernel_set *ks, sd_type wt);
 /* The kernel that set ks runs for weight type wt (its own or a lower set's), or NULL
  * for a type that is not a weight type. */
 sd_rows_kernel sd_kernel_for_type(const sd_kernel_set *ks, sd_type wt);
-/* The packed form that kernel reads, or NULL. */
-const sd_act_pack *sd_kernel_pack_for_type(const sd_kernel_set *ks, sd_type wt);
+/* The packed kernel set ks (or a lower set) has for wt, or NULL (none: the weights stay
+ * in GGUF rows). */
+sd_packed_kernel sd_kernel_packed_for_type(const sd_kernel_set *ks, sd_type wt);
 /* sd_activations_bytes / sd_quantize_activations_rows for kernel set ks (the public
  * ones use sd_kernel_set_active()). */
 int sd_kernel_act_bytes(const sd_kernel_set *ks, sd_type wt, int64_t n_tok, int64_t n_cols,

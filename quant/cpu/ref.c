@@ -3,8 +3,11 @@
  * specification the SIMD sets are tested against. Plain C, no intrinsics.
  *
  * Dot products (weight row of n_cols elements, activation row of n_cols):
- *   F32/F16/BF16 weights x F32 activations: sum over j of (double)w[j] * (double)x[j],
- *     accumulated in double in index order, rounded to float once (an accurate oracle).
+ *   F32/F16/BF16 weights x F32 activations (weights converted to float exactly): 32
+ *     partial sums p[l], l = j mod 32, each p[l] = fma(w[j], x[j], p[l]) (one rounding)
+ *     for j ascending, then the fixed tree p[l] += p[l + s] for s = 16, 8, 4, 2, 1
+ *     (l < s), the result p[0]. (What 2 x 16 AVX-512 or 4 x 8 AVX2 lanes compute; the
+ *     columns past n count as w = x = 0, which leaves every p[l] unchanged.)
  *   32-element blocks (ggml_vec_dot_q*_q8_0 / _q8_1): per block i an exact int32 dot
  *     isum_i = sum_j qw[j] * qx[j] with qw the signed level (Q8_0 q, Q4_0 q - 8,
  *     Q5_0 q - 16) or the unsigned one (Q4_1, Q5_1), then in float, blocks in order:
@@ -25,6 +28,7 @@
  */
 #include "quant/cpu/kernels.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "quant/quant_impl.h"
@@ -35,29 +39,32 @@
 /* F32 / F16 / BF16 weights x F32 activations                                           */
 /* ---------------------------------------------------------------------------------- */
 
-/* Element j of a float-type weight row as a double. */
-static double ref_elem(sd_type t, const void *row, int64_t j) {
+/* Element j of a float-type weight row (exact conversion). */
+static float ref_elem(sd_type t, const void *row, int64_t j) {
     switch (t) {
     case SD_TYPE_F16:
-        return (double)sd_fp16_to_fp32(((const uint16_t *)row)[j]);
+        return sd_fp16_to_fp32(((const uint16_t *)row)[j]);
     case SD_TYPE_BF16:
-        return (double)sd_bf16_to_fp32(((const uint16_t *)row)[j]);
+        return sd_bf16_to_fp32(((const uint16_t *)row)[j]);
     default:
-        return (double)((const float *)row)[j];
+        return ((const float *)row)[j];
     }
 }
 
-/* F32/F16/BF16 weights against F32 activations, accumulated in double: the oracle. */
+/* F32/F16/BF16 weights against F32 activations: 32 fused partial sums, fixed tree. */
 static void ref_float(sd_type t, const void *w, size_t wrb, int64_t n, const void *xq,
                       int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         const void *wr = (const char *)w + (size_t)r * wrb;
         for (int64_t b = 0; b < n_tok; b++) {
             const float *xr = (const float *)xq + b * n;
-            double s = 0.0;
+            float p[32] = {0};
             for (int64_t j = 0; j < n; j++)
-                s += ref_elem(t, wr, j) * (double)xr[j];
-            y[b * ldy + r] = (float)s;
+                p[j & 31] = fmaf(ref_elem(t, wr, j), xr[j], p[j & 31]);
+            for (int s = 16; s >= 1; s /= 2)
+                for (int l = 0; l < s; l++)
+                    p[l] += p[l + s];
+            y[b * ldy + r] = p[0];
         }
     }
 }

@@ -30,6 +30,10 @@
  *              Y[b, r] = dot(W[r, :], X[b, :]); X is first converted once per call to
  *              the activation type of W (sd_vec_dot_type), into scratch sized at init
  *              (sd_backend_params: n_batch rows of max_cols). Y must not alias X.
+ *   matmul_multi (optional, NULL: the forward pass calls matmul n_w times): n_w <=
+ *              SD_MATMUL_MULTI_MAX matrices W_i [rows_i, cols] of one input X [n_tok,
+ *              cols] -> Y_i [n_tok, rows_i]: exactly the bits of n_w matmul calls (Q, K,
+ *              V of one layer; gate and up), in one hand-over to the threads.
  *   rmsnorm  : X [n_tok, n], w [n] -> Y [n_tok, n], y = x / sqrt(mean(x^2) + eps) * w
  *              (Y may alias X)
  *   rope     : X [n_tok, n_head * head_dim] rotated in place (sd_rope): in every head,
@@ -82,17 +86,27 @@
 extern "C" {
 #endif
 
-/* A typed weight matrix [rows, cols] (GGUF ne = {cols, rows}), rows contiguous; data is a
- * backend address. */
+/* Where a weight matrix's bytes are. */
+typedef enum sd_weight_layout {
+    SD_LAYOUT_ROWS = 0,   /* GGUF rows: row r at data + r * row_bytes */
+    SD_LAYOUT_PACKED = 1, /* the CPU kernels' packed layout (quant/sd_quant.h, Packed
+                             weights), made by the CPU backend's prepare_weight */
+} sd_weight_layout;
+
+/* A typed weight matrix [rows, cols] (GGUF ne = {cols, rows}); data is a backend address.
+ * Layout SD_LAYOUT_ROWS unless a backend's prepare_weight changed it. */
 typedef struct sd_weight {
     sd_type type;
     int64_t rows;
     int64_t cols;
     size_t row_bytes; /* sd_type_row_bytes(type, cols) */
     const void *data;
+    sd_weight_layout layout;
 } sd_weight;
 
 typedef struct sd_backend sd_backend;
+
+#define SD_MATMUL_MULTI_MAX 4 /* most matrices of one matmul_multi call */
 
 /* Rotary position embedding (Su et al. 2021, "RoFormer"), as llama.cpp's ggml_rope_ext
  * without YaRN: the rotated pairs (mode), the base, linear position scaling and optional
@@ -153,11 +167,18 @@ typedef struct sd_backend_ops {
     /* 1 if get_rows and matmul have kernels for weights of type t (sessions check every
      * weight matrix at init, so an unsupported type is a clear error, not a failed op). */
     int (*supports_type)(const sd_backend *be, sd_type t);
+    /* Optional (NULL: weights stay as placed). Called once per matmul weight (never for
+     * one that get_rows reads) after its buffer is placed: the backend may rewrite it
+     * into its kernels' layout in memory it owns and frees with itself, updating *w
+     * (data, layout). The arithmetic of matmul does not change. Errors: SD_ERR_OOM. */
+    int (*prepare_weight)(sd_backend *be, sd_weight *w, sd_error *err);
 
     /* ---- ops (shapes at the top of this file) ---- */
     void (*get_rows)(sd_backend *be, const sd_weight *w, const int32_t *ids, int32_t n_tok,
                      float *y);
     void (*matmul)(sd_backend *be, const sd_weight *w, const float *x, int32_t n_tok, float *y);
+    void (*matmul_multi)(sd_backend *be, const sd_weight *const *w, int32_t n_w, const float *x,
+                         int32_t n_tok, float *const *y);
     void (*rmsnorm)(sd_backend *be, const float *x, const float *w, int32_t n_tok, int32_t n,
                     float eps, float *y);
     void (*rope)(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int32_t n_head,
@@ -199,6 +220,9 @@ int sd_backend_init(sd_device dev, const sd_backend_params *p, sd_backend **out,
 
 /* CPU backend. Errors: SD_ERR_ARG (non-positive sizes), SD_ERR_OOM. */
 int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *err);
+/* What prepare_weight did on the CPU backend: matrices packed, their bytes, the time it
+ * took (milliseconds, wall clock). */
+void sd_backend_cpu_packed_stats(const sd_backend *be, int32_t *n, size_t *bytes, double *ms);
 /* Threads the CPU backend uses (after resolving 0 = all cores). */
 int32_t sd_backend_cpu_n_threads(const sd_backend *be);
 /* The CPU backend's attention kernels: "scalar", "avx2" (AVX2+FMA+F16C) or "avx512"

@@ -17,7 +17,9 @@
  * For each path against the reference: top-1 agreement (fraction of positions whose
  * argmax is the same), the largest |logit difference| and that over the largest |logit|.
  * Output: a table on stdout, and with --json FILE one object. Exit 1 if the single steps
- * differ from the batch.
+ * differ from the batch. Both print a digest (FNV-1a, 64 bits) of the tested placement's
+ * logits bits on the decode and the prefill path: runs that must agree bit for bit (the
+ * kernel sets, SD_KERNELS=scalar|avx2|avx512; two machines) can be compared by it.
  */
 #include <getopt.h>
 #include <jansson.h>
@@ -84,6 +86,15 @@ static int eval_rows(sd_session *s, const int32_t *toks, int32_t n, int32_t chun
         rc = sd_session_eval(s, toks + i, m, out + (size_t)i * nv, m, err);
     }
     return rc;
+}
+
+/* FNV-1a (64 bits) of the bytes of n floats: a digest of logits bits. */
+static uint64_t logits_digest(const float *x, size_t n) {
+    const unsigned char *p = (const unsigned char *)x;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n * sizeof(float); i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
 }
 
 static json_t *jstats(const cmp_stats *s) {
@@ -210,11 +221,19 @@ int sd_cmd_compare(int argc, char **argv) {
            spf.top1, spf.max_diff, spf.max_rel);
     printf("  single steps: %d of %d positions differ from the batched rows%s\n", n_diff, steps,
            n_diff ? " (DETERMINISM CONTRACT BROKEN)" : " (bit-identical)");
+    char dd[17], dp[17];
+    snprintf(dd, sizeof dd, "%016llx",
+             (unsigned long long)logits_digest(la, (size_t)n * (size_t)nv));
+    snprintf(dp, sizeof dp, "%016llx",
+             (unsigned long long)logits_digest(lp, (size_t)n * (size_t)nv));
+    printf("  logits digest (FNV-1a 64 of the float bits, %s): decode %s, prefill %s\n", what, dd,
+           dp);
     if (c.json) {
-        root = json_pack("{s:s,s:s,s:s,s:i,s:i,s:o,s:o,s:b,s:i}", "model", c.g.target, "device",
-                         what, "reference", ref, "n_tokens", n, "tensor_split", split,
+        root = json_pack("{s:s,s:s,s:s,s:i,s:i,s:o,s:o,s:b,s:i,s:s,s:s}", "model", c.g.target,
+                         "device", what, "reference", ref, "n_tokens", n, "tensor_split", split,
                          "decode_path", jstats(&sd), "prefill_path", jstats(&spf),
-                         "batch_invariant", n_diff == 0, "single_step_rows_differing", n_diff);
+                         "batch_invariant", n_diff == 0, "single_step_rows_differing", n_diff,
+                         "decode_logits_fnv1a64", dd, "prefill_logits_fnv1a64", dp);
         if (!root || json_dump_file(root, c.json, JSON_INDENT(1) | JSON_REAL_PRECISION(8))) {
             rc = sd_errorf(&err, SD_ERR_IO, "%s: cannot write JSON", c.json);
             goto done;

@@ -137,6 +137,21 @@ static int place_weights(sd_session *s, sd_error *err) {
     }
     s->tok_embd = dev_weight(s->b_weights, base, &m->tok_embd);
     s->output = dev_weight(s->b_weights, base, &m->output);
+    /* The matmul weights in the backend's kernel layout, where it has one (the CPU
+     * backend packs quantized matrices for its SIMD kernels); the embedding stays as
+     * placed: get_rows reads it (a tied output matrix gets its own copy). */
+    if (s->be->ops->prepare_weight) {
+        for (int32_t l = 0; l < n_layer; l++) {
+            sd_layer_dev *D = &s->layers[l];
+            sd_weight *ws[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_down, &D->w_up};
+            for (int i = 0; i < 7; i++) {
+                rc = s->be->ops->prepare_weight(s->be, ws[i], err);
+                if (rc) return sd_error_prefix(err, "%s: layer %d weights", m->path, l);
+            }
+        }
+        rc = s->be->ops->prepare_weight(s->be, &s->output, err);
+        if (rc) return sd_error_prefix(err, "%s: output.weight", m->path);
+    }
     s->output_norm = dev_addr(s->b_norms, m->norms, m->output_norm);
     const sd_hparams *hp = &m->hp;
     s->rope.n_rot = hp->n_rot;
@@ -339,6 +354,22 @@ static int check_batch(sd_session *s, const sd_batch *b, int32_t n_last, const f
     return SD_OK;
 }
 
+/* Two or three matrices of one input (w2 NULL: two): one matmul_multi where the backend
+ * has it (one hand-over to its threads), else one matmul each; the same bits either way. */
+static void matmul3(sd_backend *be, const sd_weight *w0, const sd_weight *w1, const sd_weight *w2,
+                    const float *x, int32_t n, float *y0, float *y1, float *y2) {
+    const sd_backend_ops *op = be->ops;
+    if (op->matmul_multi) {
+        const sd_weight *ws[3] = {w0, w1, w2};
+        float *ys[3] = {y0, y1, y2};
+        op->matmul_multi(be, ws, w2 ? 3 : 2, x, n, ys);
+        return;
+    }
+    op->matmul(be, w0, x, n, y0);
+    op->matmul(be, w1, x, n, y1);
+    if (w2) op->matmul(be, w2, x, n, y2);
+}
+
 /* The transformer blocks over n tokens at pos0 (residual stream s->x). */
 static void run_layers(sd_session *s, int32_t n, int32_t pos0) {
     const sd_hparams *hp = &s->m->hp;
@@ -349,9 +380,7 @@ static void run_layers(sd_session *s, int32_t n, int32_t pos0) {
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const sd_layer_dev *L = &s->layers[l];
         op->rmsnorm(be, s->x, L->attn_norm, n, n_embd, hp->rms_eps, s->xn);
-        op->matmul(be, &L->wq, s->xn, n, s->q);
-        op->matmul(be, &L->wk, s->xn, n, s->k);
-        op->matmul(be, &L->wv, s->xn, n, s->v);
+        matmul3(be, &L->wq, &L->wk, &L->wv, s->xn, n, s->q, s->k, s->v);
         if (L->bq) {
             op->add_bias(be, s->q, L->bq, n, n_embd);
             op->add_bias(be, s->k, L->bk, n, kv_dim);
@@ -366,8 +395,7 @@ static void run_layers(sd_session *s, int32_t n, int32_t pos0) {
         op->add(be, s->x, s->proj, nx);
 
         op->rmsnorm(be, s->x, L->ffn_norm, n, n_embd, hp->rms_eps, s->xn);
-        op->matmul(be, &L->w_gate, s->xn, n, s->gate);
-        op->matmul(be, &L->w_up, s->xn, n, s->up);
+        matmul3(be, &L->w_gate, &L->w_up, NULL, s->xn, n, s->gate, s->up, NULL);
         op->swiglu(be, s->gate, s->up, (int64_t)n * hp->n_ff, s->gate);
         op->matmul(be, &L->w_down, s->gate, n, s->proj);
         if (s->tp) sd_tp_allreduce(s->tp, s->proj, nx);

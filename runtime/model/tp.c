@@ -76,6 +76,7 @@ static size_t slice(const sd_weight *w, int64_t r0, int64_t nr, int64_t c0, int6
         out->cols = nc;
         out->row_bytes = rb;
         out->data = dst;
+        out->layout = SD_LAYOUT_ROWS;
     }
     return rb * (size_t)nr;
 }

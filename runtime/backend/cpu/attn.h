@@ -9,11 +9,14 @@
  *   scores: sc[h * scs + j] = dot(q_h, k_j) * scale     for j in [0, span)
  *   vsum  : out_h[d] += sc[h * scs + j] * v_j[d]          for j = 0, 1, .. span - 1
  * k_j / v_j: row j of a span (rows `stride` bytes apart) at the KV head's offset, F32
- * or F16 (converted to f32 in registers). The value computed for one (head, key) or
- * (head, d) is a fixed function of that head's q / weights and the K/V rows, with a
- * fixed accumulation order (d ascending in fixed-width chunks, keys ascending): never
- * of nh, the span split, the batch size or the thread count. Levels: scalar (the
- * reference), AVX2+FMA+F16C, AVX-512F; chosen at backend init (sd_cpu_att_pick).
+ * or F16 (converted to f32 exactly). The arithmetic, the same bits at every level:
+ *   scores: 16 partial sums p[l], l = d mod 16, p[l] = fma(q[d], k[d], p[l]) for d
+ *           ascending (columns past head_dim count as 0: p unchanged), then the tree
+ *           p[l] += p[l + s] for s = 8, 4, 2, 1 (l < s), then p[0] * scale;
+ *   vsum  : out_h[d] = fma(sc[h, j], v_j[d], out_h[d]) for j ascending.
+ * So a value never depends on nh, the span split, the batch size, the thread count or
+ * the instruction set. Levels: scalar (the reference), AVX2+FMA+F16C, AVX-512F; chosen
+ * at backend init (sd_cpu_att_pick).
  */
 #ifndef SD_BACKEND_CPU_ATTN_H
 #define SD_BACKEND_CPU_ATTN_H
@@ -24,7 +27,7 @@
 #include "quant/sd_quant.h"
 
 #define SD_ATT_HB    8  /* query heads per block (accumulators kept in registers) */
-#define SD_ATT_CHUNK 64 /* scalar path: K/V elements converted at a time */
+#define SD_ATT_LANES 16 /* partial sums of a score (the spec above) */
 
 typedef void (*att_scores_fn)(const float *q, int32_t nh, int32_t hd, const void *k, size_t stride,
                               sd_type kt, int32_t span, float scale, float *sc, size_t scs);

@@ -24,6 +24,9 @@
 /* Matmul rows are handed to threads in chunks (see cpu_matmul). */
 #define SD_CPU_CHUNKS_PER_THREAD 16
 #define SD_CPU_MIN_CHUNK_ROWS    16
+/* Activations of at most this many tokens are prepared on the calling thread (cheaper
+ * than a hand-over to the pool and back). */
+#define SD_CPU_PREP_INLINE_TOKENS 8
 
 typedef struct sd_backend_cpu {
     sd_backend base;
@@ -32,9 +35,14 @@ typedef struct sd_backend_cpu {
     int32_t n_batch;
     int64_t max_cols;
     int32_t n_ctx;
-    double par_min_work; /* see SD_CPU_PAR_MIN_WORK */
-    void *xq;            /* prepared activations (sd_activations_bytes), n_batch rows of max_cols */
+    double par_min_work;           /* see SD_CPU_PAR_MIN_WORK */
+    void *xq[SD_MATMUL_MULTI_MAX]; /* prepared activations (sd_activations_bytes), n_batch rows
+                                      of max_cols, one per matrix of a matmul_multi */
     size_t xq_bytes;
+    void **packed; /* weight copies in the packed layout (prepare_weight), owned */
+    int32_t n_packed, cap_packed;
+    size_t packed_bytes;       /* their total size */
+    double packed_ms;          /* time spent packing */
     float *scores;             /* attention scores: n_threads x SD_ATT_HB rows of n_ctx */
     const sd_att_kernels *att; /* attention kernels (sd_cpu_att_pick) */
 } sd_backend_cpu;
@@ -47,7 +55,11 @@ static void cpu_free(sd_backend *be) {
     sd_backend_cpu *c = cpu_of(be);
     if (!c) return;
     sd_pool_free(c->pool);
-    free(c->xq);
+    for (int i = 0; i < SD_MATMUL_MULTI_MAX; i++)
+        free(c->xq[i]);
+    for (int32_t i = 0; i < c->n_packed; i++)
+        free(c->packed[i]);
+    free(c->packed);
     free(c->scores);
     free(c);
 }
@@ -134,60 +146,150 @@ static void cpu_get_rows(sd_backend *be, const sd_weight *w, const int32_t *ids,
     }
 }
 
-/* One matmul's work for the pool's tasks. */
-typedef struct mm_job {
+/* ---- weights in the kernels' packed layout ---- */
+
+typedef struct pack_job {
     const sd_weight *w;
+    void *out;
+} pack_job;
+
+static void pack_range(void *arg, int64_t g0, int64_t g1, int32_t ith) {
+    (void)ith;
+    const pack_job *j = arg;
+    sd_pack_groups(j->w->type, j->w->data, j->w->row_bytes, j->w->rows, j->w->cols, g0, g1, j->out);
+}
+
+/* Quantized weights the kernels in use run packed (sd_matmul_packed_available) get a
+ * packed copy, made by the pool's threads; others stay mapped in place. */
+static int cpu_prepare_weight(sd_backend *be, sd_weight *w, sd_error *err) {
+    sd_backend_cpu *c = cpu_of(be);
+    if (w->layout != SD_LAYOUT_ROWS || !sd_matmul_packed_available(w->type)) return SD_OK;
+    size_t bytes = 0;
+    if (sd_pack_bytes(w->type, w->rows, w->cols, &bytes) != 0)
+        return sd_errorf(err, SD_ERR_OOM, "cpu backend: packed weights [%lld, %lld] overflow",
+                         (long long)w->rows, (long long)w->cols);
+    if (c->n_packed == c->cap_packed) {
+        const int32_t cap = c->cap_packed ? 2 * c->cap_packed : 64;
+        void **np = realloc(c->packed, (size_t)cap * sizeof *np);
+        if (!np) return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (weight list)");
+        c->packed = np;
+        c->cap_packed = cap;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+        return sd_errorf(err, SD_ERR_OOM,
+                         "cpu backend: out of memory packing a %s [%lld, %lld] matrix (%zu bytes)",
+                         sd_type_name((uint32_t)w->type), (long long)w->rows, (long long)w->cols,
+                         bytes);
+    const double t0 = sd_time_ms();
+    pack_job j = {w, p};
+    sd_pool_for(c->pool, (w->rows + SD_PACK_ROWS - 1) / SD_PACK_ROWS, 8, pack_range, &j);
+    c->packed_ms += sd_time_ms() - t0;
+    c->packed_bytes += bytes;
+    c->packed[c->n_packed++] = p;
+    w->data = p;
+    w->layout = SD_LAYOUT_PACKED;
+    return SD_OK;
+}
+
+/* ---- matmul ---- */
+
+/* One matmul_multi's work for the pool's tasks: n_w matrices of one input, each with
+ * its own prepared activations; the work items are the 16-row groups (packed) or the
+ * rows (GGUF rows) of matrix 0, then of matrix 1, ... */
+typedef struct mm_job {
+    const sd_weight *const *w;
+    int32_t n_w;
     const float *x;
     int32_t n_tok;
-    float *y;
-    void *xq;
-    int64_t chunk;
+    float *const *y;
+    void *const *xq;
+    int64_t end[SD_MATMUL_MULTI_MAX]; /* items of matrices 0..i, cumulative */
 } mm_job;
+
+static int64_t mm_items(const sd_weight *w) {
+    return w->layout == SD_LAYOUT_PACKED ? (w->rows + SD_PACK_ROWS - 1) / SD_PACK_ROWS : w->rows;
+}
 
 static void mm_prepare(void *arg, int32_t ith, int32_t nth) {
     const mm_job *j = arg;
-    int64_t t0, t1;
-    sd_pool_split(j->n_tok, 1, ith, nth, &t0, &t1);
-    sd_quantize_activations_rows(j->w->type, j->x, j->n_tok, j->w->cols, t0, t1, j->xq);
+    for (int32_t i = 0; i < j->n_w; i++) {
+        int64_t t0, t1;
+        sd_pool_split(j->n_tok, 1, ith, nth, &t0, &t1);
+        sd_quantize_activations_rows(j->w[i]->type, j->x, j->n_tok, j->w[i]->cols, t0, t1,
+                                     j->xq[i]);
+    }
 }
 
-static void mm_rows(void *arg, int64_t r0, int64_t r1, int32_t ith) {
+/* Items [a, b) of matrix i (relative to its first item). */
+static void mm_run(const mm_job *j, int32_t i, int64_t a, int64_t b) {
+    const sd_weight *w = j->w[i];
+    if (w->layout == SD_LAYOUT_PACKED)
+        sd_matmul_packed(w->type, w->data, w->rows, w->cols, j->xq[i], j->n_tok, j->y[i], w->rows,
+                         a, b);
+    else
+        sd_matmul_rows(w->type, w->data, w->row_bytes, w->cols, j->xq[i], j->n_tok, j->y[i],
+                       w->rows, a, b);
+}
+
+static void mm_items_range(void *arg, int64_t a, int64_t b, int32_t ith) {
     (void)ith;
     const mm_job *j = arg;
-    sd_matmul_rows(j->w->type, j->w->data, j->w->row_bytes, j->w->cols, j->xq, j->n_tok, j->y,
-                   j->w->rows, r0, r1);
+    int64_t start = 0;
+    for (int32_t i = 0; i < j->n_w && a < b; i++) {
+        const int64_t end = j->end[i];
+        if (a < end) {
+            const int64_t e = b < end ? b : end;
+            mm_run(j, i, a - start, e - start);
+            a = e;
+        }
+        start = end;
+    }
 }
 
-/* About SD_CPU_CHUNKS_PER_THREAD chunks per thread, at least SD_CPU_MIN_CHUNK_ROWS rows. */
-static int64_t chunk_rows(const sd_backend_cpu *c, int64_t rows) {
-    int64_t chunk = rows / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
-    return chunk < SD_CPU_MIN_CHUNK_ROWS ? SD_CPU_MIN_CHUNK_ROWS : chunk;
+static void cpu_matmul_multi(sd_backend *be, const sd_weight *const *w, int32_t n_w, const float *x,
+                             int32_t n_tok, float *const *y) {
+    sd_backend_cpu *c = cpu_of(be);
+    SD_CHECK(n_w >= 1 && n_w <= SD_MATMUL_MULTI_MAX, "matmul_multi: bad matrix count");
+    mm_job j = {w, n_w, x, n_tok, y, c->xq, {0}};
+    double work = 0.0;
+    int64_t items = 0;
+    for (int32_t i = 0; i < n_w; i++) {
+        size_t need = 0;
+        int rc = sd_activations_bytes(w[i]->type, n_tok, w[i]->cols, &need);
+        (void)rc;
+        (void)need;
+        SD_CHECK(rc == 0, "matmul: bad activation row size");
+        SD_CHECK(n_tok >= 1 && n_tok <= c->n_batch && w[i]->cols <= c->max_cols &&
+                     need <= c->xq_bytes && w[i]->cols == w[0]->cols,
+                 "matmul: shape exceeds the scratch sized at init");
+        work += (double)w[i]->rows * (double)w[i]->cols * (double)n_tok;
+        items += mm_items(w[i]);
+        j.end[i] = items;
+    }
+    if (c->n_threads == 1 || work < c->par_min_work) {
+        mm_prepare(&j, 0, 1);
+        mm_items_range(&j, 0, items, 0);
+        return;
+    }
+    /* Activations prepared once per matrix (sd_quant.h layout), on the calling thread for
+     * a few tokens, else token rows split over the threads; then the items in chunks
+     * handed out dynamically: a thread that shares its core with other work (or starts
+     * late) takes fewer chunks instead of holding up the others. Which thread computes a
+     * row never changes its value. */
+    if (n_tok <= SD_CPU_PREP_INLINE_TOKENS)
+        mm_prepare(&j, 0, 1);
+    else
+        sd_pool_run(c->pool, 0, mm_prepare, &j);
+    int64_t chunk = items / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
+    const int64_t min_chunk = w[0]->layout == SD_LAYOUT_PACKED ? 1 : SD_CPU_MIN_CHUNK_ROWS;
+    if (chunk < min_chunk) chunk = min_chunk;
+    sd_pool_for(c->pool, items, chunk, mm_items_range, &j);
 }
 
 static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32_t n_tok,
                        float *y) {
-    sd_backend_cpu *c = cpu_of(be);
-    const int64_t rows = w->rows, cols = w->cols;
-    size_t need = 0;
-    int rc = sd_activations_bytes(w->type, n_tok, cols, &need);
-    (void)rc;
-    (void)need;
-    SD_CHECK(rc == 0, "matmul: bad activation row size");
-    SD_CHECK(n_tok >= 1 && n_tok <= c->n_batch && cols <= c->max_cols && need <= c->xq_bytes,
-             "matmul: shape exceeds the scratch sized at init");
-    const double work = (double)rows * (double)cols * (double)n_tok;
-    mm_job j = {w, x, n_tok, y, c->xq, chunk_rows(c, rows)};
-    if (c->n_threads == 1 || work < c->par_min_work) {
-        sd_quantize_activations_rows(w->type, x, n_tok, cols, 0, n_tok, c->xq);
-        sd_matmul_rows(w->type, w->data, w->row_bytes, cols, c->xq, n_tok, y, rows, 0, rows);
-        return;
-    }
-    /* Activations prepared once per matmul (sd_quant.h layout), token rows split over the
-     * threads; then the weight rows in chunks handed out dynamically: a thread that shares
-     * its core with other work (or starts late) takes fewer chunks instead of holding up
-     * the others. Which thread computes a row never changes its value. */
-    sd_pool_run(c->pool, 0, mm_prepare, &j);
-    sd_pool_for(c->pool, rows, j.chunk, mm_rows, &j);
+    cpu_matmul_multi(be, &w, 1, x, n_tok, &y);
 }
 
 typedef struct norm_job {
@@ -387,8 +489,10 @@ static const sd_backend_ops cpu_ops = {
     .read = cpu_read,
     .sync = cpu_sync,
     .supports_type = cpu_supports_type,
+    .prepare_weight = cpu_prepare_weight,
     .get_rows = cpu_get_rows,
     .matmul = cpu_matmul,
+    .matmul_multi = cpu_matmul_multi,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .add_bias = cpu_add_bias,
@@ -432,11 +536,16 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
     }
     c->att = sd_cpu_att_pick();
     c->xq_bytes = xq_bytes;
-    if (posix_memalign(&c->xq, 64, xq_bytes) != 0) c->xq = NULL;
+    int xq_ok = 1;
+    for (int i = 0; i < SD_MATMUL_MULTI_MAX; i++)
+        if (posix_memalign(&c->xq[i], 64, xq_bytes) != 0) {
+            c->xq[i] = NULL;
+            xq_ok = 0;
+        }
     void *sc = NULL;
     if (posix_memalign(&sc, 64, sc_bytes) != 0) sc = NULL;
     c->scores = sc;
-    if (!c->xq || !c->scores) {
+    if (!xq_ok || !c->scores) {
         cpu_free(&c->base);
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu + %zu bytes)", xq_bytes,
                          sc_bytes);
@@ -450,6 +559,13 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
     }
     *out = &c->base;
     return SD_OK;
+}
+
+void sd_backend_cpu_packed_stats(const sd_backend *be, int32_t *n, size_t *bytes, double *ms) {
+    const sd_backend_cpu *c = (const sd_backend_cpu *)be;
+    *n = c->n_packed;
+    *bytes = c->packed_bytes;
+    *ms = c->packed_ms;
 }
 
 int32_t sd_backend_cpu_n_threads(const sd_backend *be) {

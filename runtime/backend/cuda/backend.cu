@@ -381,7 +381,7 @@ static int cu_supports_type(const sd_backend *be, sd_type t) {
     return sd_cu_with_type(t, [](auto) {});
 }
 
-static_assert(sizeof(sd_backend_ops) == 20 * sizeof(void *),
+static_assert(sizeof(sd_backend_ops) == 22 * sizeof(void *),
               "sd_backend_ops changed: update cuda_ops to the new table");
 static const sd_backend_ops cuda_ops = {
     /* .name = */ "cuda",
@@ -393,8 +393,10 @@ static const sd_backend_ops cuda_ops = {
     /* .read = */ cu_read,
     /* .sync = */ cu_sync,
     /* .supports_type = */ cu_supports_type,
+    /* .prepare_weight = */ nullptr,
     /* .get_rows = */ op_get_rows,
     /* .matmul = */ op_matmul,
+    /* .matmul_multi = */ nullptr,
     /* .rmsnorm = */ op_rmsnorm,
     /* .rope = */ op_rope,
     /* .add_bias = */ op_add_bias,
