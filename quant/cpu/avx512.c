@@ -128,10 +128,17 @@ SD_T SD_INL __m512i dot4n(__m512i s, const __m512i *w, const int n, const uint8_
  * group's first row. */
 typedef void (*tile_fn)(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
                         const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 mask);
+/* The same for nt (9..SD_GT) tokens at once: each block unpacked once for all of them,
+ * their accumulators in L1 (the GEMM form: prefill, wide passes). */
+typedef void (*gemm_fn)(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
+                        const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 mask,
+                        int nt);
 
-SD_T SD_INL void run_packed(sd_type wt, const tile_fn *tab, const void *wp, int64_t rows, int64_t n,
-                            const void *xq, int64_t n_tok, float *y, int64_t ldy, int64_t g0,
-                            int64_t g1) {
+#define SD_GT 64 /* GEMM form: most tokens per call */
+
+SD_T SD_INL void run_packed(sd_type wt, const tile_fn *tab, gemm_fn gemm, const void *wp,
+                            int64_t rows, int64_t n, const void *xq, int64_t n_tok, float *y,
+                            int64_t ldy, int64_t g0, int64_t g1) {
     const sd_pack_layout *L = sd_pack_layout_of(wt);
     const int64_t nb = n / L->blk;
     const size_t gs = sd_pack_group_stride(L, n);
@@ -140,15 +147,23 @@ SD_T SD_INL void run_packed(sd_type wt, const tile_fn *tab, const void *wp, int6
     const uint8_t *xa = (const uint8_t *)xq;
     const uint8_t *xb = xa + sd_act_partb_offset(wt, n_tok, n);
     const size_t sb = sd_pack_act_tok_bytes(wt, n);
-    const int64_t ntile = (n_tok + SD_PT - 1) / SD_PT;
+    /* Up to SD_PT tokens: register tiles; more: GEMM calls of near-equal token chunks of at
+     * most SD_GT. Either way each (row, token) gets the same instructions. */
+    const int use_gemm = n_tok > SD_PT;
+    const int64_t per = use_gemm ? SD_GT : SD_PT;
+    const int64_t ntile = (n_tok + per - 1) / per;
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *gp = (const uint8_t *)wp + (size_t)g * gs;
         const int64_t left = rows - 16 * g;
         const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
         for (int64_t k = 0; k < ntile; k++) {
             const int64_t t0 = n_tok * k / ntile, t1 = n_tok * (k + 1) / ntile;
-            tab[t1 - t0 - 1](gp, nb, xa + (size_t)t0 * sa, sa, xb + (size_t)t0 * sb, sb,
-                             y + t0 * ldy + 16 * g, ldy, mask);
+            if (use_gemm)
+                gemm(gp, nb, xa + (size_t)t0 * sa, sa, xb + (size_t)t0 * sb, sb,
+                     y + t0 * ldy + 16 * g, ldy, mask, (int)(t1 - t0));
+            else
+                tab[t1 - t0 - 1](gp, nb, xa + (size_t)t0 * sa, sa, xb + (size_t)t0 * sb, sb,
+                                 y + t0 * ldy + 16 * g, ldy, mask);
         }
     }
 }
@@ -188,9 +203,14 @@ SD_T SD_INL void run_packed(sd_type wt, const tile_fn *tab, const void *wp, int6
     }                                                                                              \
     static const tile_fn NAME##_tab[SD_PT] = {NAME##_1, NAME##_2, NAME##_3, NAME##_4,              \
                                               NAME##_5, NAME##_6, NAME##_7, NAME##_8};             \
+    SD_T static void NAME##_g(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,         \
+                              const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 m,    \
+                              int nt) {                                                            \
+        BODY(gp, nb, xa, sa, xb, sb, y, ldy, m, KIND, nt);                                         \
+    }                                                                                              \
     SD_T static void NAME(const void *wp, int64_t rows, int64_t n, const void *xq, int64_t n_tok,  \
                           float *y, int64_t ldy, int64_t g0, int64_t g1) {                         \
-        run_packed(KIND##_TYPE, NAME##_tab, wp, rows, n, xq, n_tok, y, ldy, g0, g1);               \
+        run_packed(KIND##_TYPE, NAME##_tab, NAME##_g, wp, rows, n, xq, n_tok, y, ldy, g0, g1);     \
     }
 
 /* ---------------------------------------------------------------------------------- */
@@ -214,7 +234,7 @@ SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t
     const size_t qoff = (kind == K8 || kind == K4) ? 2 : 8;
     const uint8_t *tl = gp + (size_t)nb * main;
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
-    __m512 acc[SD_PT], sm[SD_PT];
+    __m512 acc[SD_GT], sm[SD_GT];
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = sm[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
@@ -283,7 +303,20 @@ SD_T SD_INL void kfinish(__m512 *acc, const __m512i *P, const __m512i *M, const 
     }
 }
 
-/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins. */
+/* Q4_K / Q5_K: the 6-bit scale (m = 0) or min (m = 1) of sub-block s, int32 lanes, from
+ * the 12 scale bytes (3 vectors at mp). */
+SD_T SD_INL __m512i k45_scale(const uint8_t *mp, const int m, const int s) {
+    const __m512i S = ld(mp + 64 * m), S2 = ld(mp + 128);
+    if (s < 4) return _mm512_and_si512(_mm512_srli_epi32(S, 8 * s), _mm512_set1_epi32(63));
+    const int j = s - 4;
+    return _mm512_or_si512(
+        _mm512_and_si512(_mm512_srli_epi32(S2, 8 * j + 4 * m), _mm512_set1_epi32(15)),
+        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(S, 8 * j + 6), _mm512_set1_epi32(3)),
+                          4));
+}
+
+/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins (decoded where used, from
+ * L1: kept in registers they would spill). */
 SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
                           const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 mask,
                           const int kind, const int nt) {
@@ -291,28 +324,11 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
     const size_t main = five ? 2752 : 2240, qso = five ? 704 : 192;
     const uint8_t *tl = gp + (size_t)nb * main;
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
-    const __m512i m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15),
-                  m3 = _mm512_set1_epi32(3);
-    __m512 acc[SD_PT];
-    __m512i P[SD_PT], M[SD_PT];
+    __m512 acc[SD_GT];
+    __m512i P[SD_GT], M[SD_GT];
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        const __m512i S0 = ld(mp), S1 = ld(mp + 64), S2 = ld(mp + 128);
-        __m512i sc[8], mn[8];
-        _Pragma("GCC unroll 4") for (int s = 0; s < 4; s++) {
-            sc[s] = _mm512_and_si512(_mm512_srli_epi32(S0, 8 * s), m63);
-            mn[s] = _mm512_and_si512(_mm512_srli_epi32(S1, 8 * s), m63);
-            sc[4 + s] = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi32(S2, 8 * s), m15),
-                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(S0, 8 * s + 6), m3), 4));
-            mn[4 + s] = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi32(S2, 8 * s + 4), m15),
-                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(S1, 8 * s + 6), m3), 4));
-        }
-        __m512i mp2[4];
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) mp2[j] =
-            pair16(mn[2 * j], mn[2 * j + 1]);
         _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) P[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
             __m512i w[8];
@@ -321,12 +337,16 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
                 w[k] = _mm512_and_si512((s & 1) ? _mm512_srli_epi16(q, 4) : q, m4);
                 if (five) w[k] = or_and(w[k], shl(ld(mp + 192 + 64 * k), 4 - s), b4);
             }
+            const __m512i sc = k45_scale(mp, 0, s);
             _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
                 const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * s;
                 const __m512i d = dot4n(_mm512_setzero_si512(), w, 8, x);
-                P[t] = _mm512_add_epi32(P[t], _mm512_mullo_epi32(d, sc[s]));
+                P[t] = _mm512_add_epi32(P[t], _mm512_mullo_epi32(d, sc));
             }
         }
+        __m512i mp2[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) mp2[j] =
+            pair16(k45_scale(mp, 1, 2 * j), k45_scale(mp, 1, 2 * j + 1));
         _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
             const uint8_t *b32 = xb + (size_t)t * sb + (size_t)i * 16;
             __m512i m = _mm512_setzero_si512();
@@ -341,8 +361,6 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
         _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
 }
 
-/* Q2_K / Q3_K / Q6_K: 16 groups of 16; element 128 h + 32 k + l from byte 32 h + l of the
- * 2-bit plane (Q2_K, Q3_K: bits 2k) or of ql / qh (Q6_K). */
 /* Group g's scale of a K-quant super-block (int32 lanes); mp its main part. */
 SD_T SD_INL __m512i k_scale(const uint8_t *mp, const int kind, const int g) {
     const __m512i m15 = _mm512_set1_epi32(15);
@@ -388,8 +406,8 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
     const uint8_t *tl = gp + (size_t)nb * main;
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
     const __m512i b2 = _mm512_set1_epi8(0x04), b45 = _mm512_set1_epi8(0x30);
-    __m512 acc[SD_PT];
-    __m512i P[SD_PT], M[SD_PT];
+    __m512 acc[SD_GT];
+    __m512i P[SD_GT], M[SD_GT];
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
