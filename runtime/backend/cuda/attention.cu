@@ -18,9 +18,10 @@
  * token t's result is the same bits whether it is decoded alone or inside a verification
  * pass (tests/test_cuda_math.c emulates these formulas against a double-precision softmax).
  * Query head h reads KV head h / (n_head / n_head_kv). F16 rows are converted exactly.
- * Tokens go SD_CU_ATT_TOK per launch pair (the partials scratch holds that many). In a
- * captured graph the position comes from the parameter block and the grid covers every
- * chunk of the context (blocks past a token's keys return at once).
+ * Tokens go SD_CU_ATT_TOK per launch pair, and heads as many as the partials scratch holds
+ * (all of a model's: init sizes it for max_cols >= n_head * head_dim). In a captured graph the
+ * position comes from the parameter block and the grid covers every chunk of the context (blocks
+ * past a token's keys return at once).
  */
 #include "runtime/backend/cuda/cuda_impl.cuh"
 
@@ -60,14 +61,14 @@ template <int F16>
 __global__ void __launch_bounds__(SD_CU_ATT_THREADS)
     sd_cu_att_split(const float *__restrict__ q, const uint8_t *__restrict__ kb,
                     const uint8_t *__restrict__ vb, size_t row_bytes, int32_t pos0,
-                    const sd_cu_par *par, int32_t n_head, int32_t group, int32_t hd, float scale,
-                    int32_t nc_cap, int vec, float *__restrict__ po, float *__restrict__ pm,
-                    float *__restrict__ pl) {
+                    const sd_cu_par *par, int32_t h0, int32_t n_head, int32_t nh, int32_t group,
+                    int32_t hd, float scale, int32_t nc_cap, int vec, float *__restrict__ po,
+                    float *__restrict__ pm, float *__restrict__ pl) {
     __shared__ float qs[SD_CU_ATT_MAX_HD];
     __shared__ float p[SD_CU_ATT_CHUNK];
     __shared__ float ov[SD_CU_ATT_THREADS];
     __shared__ float red[SD_CU_WARP + 1];
-    const int32_t c = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
+    const int32_t c = blockIdx.x, hl = blockIdx.y, h = h0 + hl, t = blockIdx.z;
     const int32_t n_keys = sd_cu_pos(pos0, par) + t + 1;
     const int32_t j0 = c * SD_CU_ATT_CHUNK;
     if (j0 >= n_keys) return; /* the whole block: this token sees no key of chunk c */
@@ -98,7 +99,7 @@ __global__ void __launch_bounds__(SD_CU_ATT_THREADS)
     const float e = tid < len ? expf(sd_cu_sub(s, m)) : 0.0f;
     p[tid] = e; /* each thread writes only its own slot; block_sum's barriers publish it */
     const float l = sd_cu_block_sum(e, red);
-    const int64_t slot = ((int64_t)t * n_head + h) * nc_cap + c;
+    const int64_t slot = ((int64_t)t * nh + hl) * nc_cap + c;
     if (hd <= SD_CU_ATT_THREADS) {
         const int32_t G = SD_CU_ATT_THREADS / hd, KG = (SD_CU_ATT_CHUNK + G - 1) / G;
         const int32_t gi = tid / hd, d = tid % hd;
@@ -134,12 +135,13 @@ __global__ void __launch_bounds__(SD_CU_ATT_THREADS)
 
 __global__ void __launch_bounds__(SD_CU_ATT_THREADS)
     sd_cu_att_combine(const float *__restrict__ po, const float *__restrict__ pm,
-                      const float *__restrict__ pl, int32_t pos0, const sd_cu_par *par,
-                      int32_t n_head, int32_t hd, int32_t nc_cap, float *__restrict__ out) {
-    const int32_t h = blockIdx.x, t = blockIdx.y;
+                      const float *__restrict__ pl, int32_t pos0, const sd_cu_par *par, int32_t h0,
+                      int32_t n_head, int32_t nh, int32_t hd, int32_t nc_cap,
+                      float *__restrict__ out) {
+    const int32_t hl = blockIdx.x, h = h0 + hl, t = blockIdx.y;
     const int32_t n_keys = sd_cu_pos(pos0, par) + t + 1;
     const int32_t nc = (n_keys + SD_CU_ATT_CHUNK - 1) / SD_CU_ATT_CHUNK;
-    const int64_t base = ((int64_t)t * n_head + h) * nc_cap;
+    const int64_t base = ((int64_t)t * nh + hl) * nc_cap;
     float mx = pm[base];
     for (int32_t c = 1; c < nc; c++)
         mx = fmaxf(mx, pm[base + c]);
@@ -166,25 +168,34 @@ void sd_cu_attention(sd_cuda_backend *c, const sd_cu_op *op, const sd_cu_par *pa
     const int vec = rb % 16 == 0 && off_align % 16 == 0 &&
                     (uintptr_t)op->a.attention.kb % 16 == 0 && hd % 8 == 0;
     const float scale = sd_cu_div(1.0f, sqrtf((float)hd));
+    /* heads per launch: what the partials hold (>= 1: init sizes them for SD_CU_ATT_MAX_HD) */
+    const size_t per_head = (size_t)SD_CU_ATT_TOK * (size_t)c->att_nc;
+    int32_t hpl = n_head;
+    if ((size_t)hpl * per_head * (size_t)hd > c->att_o_elems)
+        hpl = (int32_t)(c->att_o_elems / (per_head * (size_t)hd));
+    if ((size_t)hpl * per_head > c->att_ml_elems) hpl = (int32_t)(c->att_ml_elems / per_head);
     for (int32_t t0 = 0; t0 < n_tok; t0 += SD_CU_ATT_TOK) {
         const int32_t nt = n_tok - t0 < SD_CU_ATT_TOK ? n_tok - t0 : SD_CU_ATT_TOK;
         const int32_t p0 = pos0 + t0; /* par: t0 == 0 (graph steps have <= ATT_TOK tokens) */
         const int32_t nc = par ? c->att_nc : (p0 + nt + SD_CU_ATT_CHUNK - 1) / SD_CU_ATT_CHUNK;
         const float *qt = op->a.attention.q + (int64_t)t0 * n_head * hd;
-        const dim3 grid((unsigned)nc, (unsigned)n_head, (unsigned)nt);
-        if (f16)
-            sd_cu_att_split<1><<<grid, SD_CU_ATT_THREADS, 0, c->stream>>>(
-                qt, op->a.attention.kb, op->a.attention.vb, rb, p0, par, n_head, group, hd, scale,
-                c->att_nc, vec, c->att_o, c->att_m, c->att_l);
-        else
-            sd_cu_att_split<0><<<grid, SD_CU_ATT_THREADS, 0, c->stream>>>(
-                qt, op->a.attention.kb, op->a.attention.vb, rb, p0, par, n_head, group, hd, scale,
-                c->att_nc, vec, c->att_o, c->att_m, c->att_l);
-        if (!sd_cu_launched(c, "attention", "att_split")) return;
-        sd_cu_att_combine<<<dim3((unsigned)n_head, (unsigned)nt), SD_CU_ATT_THREADS, 0,
-                            c->stream>>>(c->att_o, c->att_m, c->att_l, p0, par, n_head, hd,
-                                         c->att_nc,
-                                         op->a.attention.out + (int64_t)t0 * n_head * hd);
-        if (!sd_cu_launched(c, "attention", "att_combine")) return;
+        float *ot = op->a.attention.out + (int64_t)t0 * n_head * hd;
+        for (int32_t h0 = 0; h0 < n_head; h0 += hpl) {
+            const int32_t nh = n_head - h0 < hpl ? n_head - h0 : hpl;
+            const dim3 grid((unsigned)nc, (unsigned)nh, (unsigned)nt);
+            if (f16)
+                sd_cu_att_split<1><<<grid, SD_CU_ATT_THREADS, 0, c->stream>>>(
+                    qt, op->a.attention.kb, op->a.attention.vb, rb, p0, par, h0, n_head, nh, group,
+                    hd, scale, c->att_nc, vec, c->att_o, c->att_m, c->att_l);
+            else
+                sd_cu_att_split<0><<<grid, SD_CU_ATT_THREADS, 0, c->stream>>>(
+                    qt, op->a.attention.kb, op->a.attention.vb, rb, p0, par, h0, n_head, nh, group,
+                    hd, scale, c->att_nc, vec, c->att_o, c->att_m, c->att_l);
+            if (!sd_cu_launched(c, "attention", "att_split")) return;
+            sd_cu_att_combine<<<dim3((unsigned)nh, (unsigned)nt), SD_CU_ATT_THREADS, 0,
+                                c->stream>>>(c->att_o, c->att_m, c->att_l, p0, par, h0, n_head, nh,
+                                             hd, c->att_nc, ot);
+            if (!sd_cu_launched(c, "attention", "att_combine")) return;
+        }
     }
 }

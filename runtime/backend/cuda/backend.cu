@@ -451,14 +451,17 @@ static int alloc_scratch(sd_cuda_backend *c, sd_error *err) {
         (rc = dev_alloc(c, q_bytes, "matmul scratch (Q8_K activations)", (void **)&c->ak_q, err)) ||
         (rc = dev_alloc(c, fks, "matmul scratch (Q8_K scales)", (void **)&c->ak_d, err)))
         return rc;
-    /* Attention partials: SD_CU_ATT_TOK tokens x n_head x att_nc x head_dim, with
-     * n_head * head_dim <= max_cols and head_dim >= 2 (the loader's n_rot >= 2). */
+    /* Attention partials: SD_CU_ATT_TOK tokens x heads x att_nc x head_dim: every head of a
+     * model (n_head * head_dim <= max_cols, head_dim >= 2); at least one head of
+     * SD_CU_ATT_MAX_HD (attention.cu launches fewer heads at a time for a caller with more). */
     c->att_nc = (c->n_ctx + SD_CU_ATT_CHUNK - 1) / SD_CU_ATT_CHUNK;
-    if (sd_mul_size((size_t)SD_CU_ATT_TOK * (size_t)c->att_nc, (size_t)c->max_cols, &a) ||
+    const size_t att_cols =
+        (size_t)(c->max_cols > SD_CU_ATT_MAX_HD ? c->max_cols : SD_CU_ATT_MAX_HD);
+    if (sd_mul_size((size_t)SD_CU_ATT_TOK * (size_t)c->att_nc, att_cols, &a) ||
         sd_mul_size(a, sizeof(float), &b))
         return sd_errorf(err, SD_ERR_OOM, "cuda backend: attention scratch size overflows");
     c->att_o_elems = a;
-    c->att_ml_elems = (size_t)SD_CU_ATT_TOK * (size_t)c->att_nc * (size_t)(c->max_cols / 2 + 1);
+    c->att_ml_elems = (size_t)SD_CU_ATT_TOK * (size_t)c->att_nc * (att_cols / 2 + 1);
     if ((rc = dev_alloc(c, b, "attention partials", (void **)&c->att_o, err)) ||
         (rc = dev_alloc(c, c->att_ml_elems * sizeof(float), "attention partials (max)",
                         (void **)&c->att_m, err)) ||

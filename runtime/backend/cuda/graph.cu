@@ -9,9 +9,9 @@
  * other record, and every sync point, launches what waits first.
  *
  * Quantize-once: matmul.cu keeps which input its activation scratch holds (act[]); every
- * executed record other than a matmul, and a matmul whose output overlaps a cached input,
- * forgets it, so a conversion is reused only while its input is unchanged (Q, K, V; gate,
- * up).
+ * executed record other than a matmul, a matmul whose output overlaps a cached input, and
+ * every sync point forget it, so a conversion is reused only while its input is unchanged
+ * (Q, K, V; gate, up).
  *
  * Graph steps (SD_CUDA_GRAPHS, on by default): a get_rows of 1..SD_CU_GRAPH_MAX_TOK tokens
  * opens a step; its records are kept, not launched, until the next sync point (read, sync,
@@ -415,6 +415,9 @@ void sd_cu_flush(sd_cuda_backend *c) {
     step_end(c);
     flush_pend(c);
     prof_collect(c);
+    /* What follows a sync point (a write, a buffer freed and its address reused, NCCL
+     * writing x) changes device memory outside the records: no conversion survives it. */
+    act_forget(c);
 }
 
 void sd_cu_graphs_off(sd_cuda_backend *c) {

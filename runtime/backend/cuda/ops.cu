@@ -192,14 +192,11 @@ void sd_cu_op_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t layer
     if (n_tok < 1 || pos0 < 0 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv != 0 ||
         head_dim < 1 || head_dim > SD_CU_ATT_MAX_HD ||
         n_head_kv * head_dim != c->host->kv_dim(kv) || n_keys > c->n_ctx ||
-        n_keys > c->host->kv_capacity(kv) ||
-        (size_t)SD_CU_ATT_TOK * n_head * c->att_nc * head_dim > c->att_o_elems ||
-        (size_t)SD_CU_ATT_TOK * n_head * c->att_nc > c->att_ml_elems) {
+        n_keys > c->host->kv_capacity(kv)) {
         sd_cu_failf(c, SD_ERR_ARG,
                     "attention: %d tokens at position %d, %d heads (%d KV) of %d: outside what "
-                    "init sized (n_ctx %d, max_cols %lld, head_dim <= %d) or the cache",
-                    n_tok, pos0, n_head, n_head_kv, head_dim, c->n_ctx, (long long)c->max_cols,
-                    SD_CU_ATT_MAX_HD);
+                    "init sized (n_ctx %d, head_dim <= %d) or the cache",
+                    n_tok, pos0, n_head, n_head_kv, head_dim, c->n_ctx, SD_CU_ATT_MAX_HD);
         return;
     }
     if (!kv_contiguous(c, kv, n_keys, "attention")) return;
