@@ -74,6 +74,7 @@ int sd_cu_launched(sd_cuda_backend *c, const char *op, const char *kernel) {
     return 1;
 }
 
+#ifdef SD_HAVE_CUBLAS
 int sd_cu_blas_check(sd_cuda_backend *c, cublasStatus_t s, const char *op, const char *call) {
     if (s == CUBLAS_STATUS_SUCCESS) return 1;
     sd_cu_failf(c, s == CUBLAS_STATUS_ALLOC_FAILED ? SD_ERR_OOM : SD_ERR_IO,
@@ -81,6 +82,7 @@ int sd_cu_blas_check(sd_cuda_backend *c, cublasStatus_t s, const char *op, const
                 cublasGetStatusName(s));
     return 0;
 }
+#endif
 
 int sd_cu_enter(sd_cuda_backend *c) {
     if (c->failed) return 0;
@@ -339,7 +341,9 @@ static void cu_free(sd_backend *be) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     sd_cu_prof_write(c);
     sd_cu_graphs_off(c);
+#ifdef SD_HAVE_CUBLAS
     if (c->blas) cublasDestroy(c->blas);
+#endif
     cudaFree(c->blas_ws);
     cudaFree(c->a32_q);
     cudaFree(c->a32_d16);
@@ -492,6 +496,10 @@ static int alloc_scratch(sd_cuda_backend *c, sd_error *err) {
         c->step_ops = (sd_cu_op *)malloc(SD_CU_STEP_MAX_OPS * sizeof *c->step_ops);
         if (!c->step_ops) return sd_errorf(err, SD_ERR_OOM, "cuda backend: out of host memory");
     }
+#ifndef SD_HAVE_CUBLAS
+    c->gemm_min_tok = 0; /* prefill runs on the batch-invariant kernels, 17 tokens a launch */
+    return SD_OK;
+#else
     if (c->gemm_min_tok <= 0 || c->n_batch < c->gemm_min_tok) return SD_OK; /* no cuBLAS path */
     cublasStatus_t s = cublasCreate(&c->blas);
     if (s != CUBLAS_STATUS_SUCCESS) {
@@ -514,6 +522,7 @@ static int alloc_scratch(sd_cuda_backend *c, sd_error *err) {
         (rc = dev_alloc(c, SD_CU_TILE_ELEMS * sizeof(uint16_t), "prefill weight tile (f16)",
                         (void **)&c->wh, err)))
         return rc;
+#endif
     return SD_OK;
 }
 

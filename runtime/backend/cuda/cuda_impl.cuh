@@ -34,8 +34,10 @@
 #define _Static_assert static_assert
 #endif
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
+#ifdef SD_HAVE_CUBLAS
+#include <cublas_v2.h>
+#endif
 #include <stdint.h>
 
 #include "runtime/backend/cuda/sd_cuda.h"
@@ -201,7 +203,11 @@ typedef struct sd_cuda_backend {
     char gpu_name[256];
     int cc_major, cc_minor;
     cudaStream_t stream;
+#ifdef SD_HAVE_CUBLAS
     cublasHandle_t blas; /* NULL when n_batch never reaches the cuBLAS path */
+#else
+    void *blas; /* always NULL: a build without cuBLAS (SD_CUBLAS=OFF) */
+#endif
     void *blas_ws;
 
     int32_t n_batch;
@@ -286,7 +292,9 @@ int sd_cu_check(sd_cuda_backend *c, cudaError_t e, const char *op, const char *c
 /* After a kernel launch: cudaGetLastError (and, with SD_CUDA_SYNC=1 outside a capture, a
  * stream synchronize that attributes asynchronous faults to this op). */
 int sd_cu_launched(sd_cuda_backend *c, const char *op, const char *kernel);
+#ifdef SD_HAVE_CUBLAS
 int sd_cu_blas_check(sd_cuda_backend *c, cublasStatus_t s, const char *op, const char *call);
+#endif
 /* An op's first line: 0 if it must be skipped (an error is pending), else makes the
  * backend's device current and returns 1. */
 int sd_cu_enter(sd_cuda_backend *c);
@@ -350,7 +358,8 @@ void sd_cu_get_rows(sd_cuda_backend *c, const sd_weight *w, const int32_t *ids, 
                     float *y, const sd_cu_par *par);
 int sd_cu_matmul_check(sd_cuda_backend *c, const sd_weight *w, int32_t n_tok);
 void sd_cu_matmul(sd_cuda_backend *c, const sd_weight *w, const float *x, int32_t n_tok, float *y);
-/* The cuBLAS path of matmul (gemm.cu), n_tok >= gemm_min_tok. */
+/* The cuBLAS path of matmul (gemm.cu), n_tok >= gemm_min_tok; never called without cuBLAS
+ * (blas is NULL). */
 void sd_cu_matmul_gemm(sd_cuda_backend *c, const sd_weight *w, const float *x, int32_t n_tok,
                        float *y);
 /* rmsnorm of x (n_tok rows of n); with add != NULL first x += add (written back), the sum

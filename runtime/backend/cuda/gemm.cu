@@ -16,6 +16,8 @@
 #include "runtime/backend/cuda/cuda_impl.cuh"
 #include "runtime/backend/cuda/types.cuh"
 
+#ifdef SD_HAVE_CUBLAS /* a build with SD_CUBLAS=OFF runs prefill on matmul.cu's kernels */
+
 /* x [n] float -> F16 (bf16 = 0) or BF16 (bf16 = 1), round to nearest even. */
 __global__ void sd_cu_to_half(const float *__restrict__ x, int64_t n, int bf16,
                               uint16_t *__restrict__ out) {
@@ -135,3 +137,4 @@ void sd_cu_matmul_gemm(sd_cuda_backend *c, const sd_weight *w, const float *x, i
     });
     (void)ok;
 }
+#endif /* SD_HAVE_CUBLAS */

@@ -145,9 +145,11 @@ static void exec_one(sd_cuda_backend *c, const sd_cu_op *op) {
         sd_cu_get_rows(c, &op->a.get_rows.w, op->a.get_rows.ids, op->n_tok, op->a.get_rows.y, par);
         break;
     case SD_CU_OP_MATMUL:
+#ifdef SD_HAVE_CUBLAS
         if (c->blas && c->gemm_min_tok > 0 && op->n_tok >= c->gemm_min_tok)
             sd_cu_matmul_gemm(c, &op->a.matmul.w, op->a.matmul.x, op->n_tok, op->a.matmul.y);
         else
+#endif
             sd_cu_matmul(c, &op->a.matmul.w, op->a.matmul.x, op->n_tok, op->a.matmul.y);
         act_forget_overlap(c, op);
         break;
