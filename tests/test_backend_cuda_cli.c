@@ -36,6 +36,13 @@ static void teardown(void) {
 
 TestSuite(device_cli, .init = setup, .fini = teardown, .timeout = 300);
 
+/* The program under test: SD_BINARY, or $SD_TEST_SPECDEC (scripts/gpu_check.sh runs these
+ * tests from a carried folder, where the build's path does not exist). */
+static const char *specdec_bin(void) {
+    const char *e = getenv("SD_TEST_SPECDEC");
+    return e && *e ? e : SD_BINARY;
+}
+
 static int gpu_present(void) {
     int32_t n = 0;
     return sd_backend_device_count(SD_DEVICE_CUDA, &n, NULL) == SD_OK && n > 0;
@@ -85,7 +92,7 @@ Test(device_cli, cuda_init_says_why_it_cannot_run) {
 /* Run `specdec ARGS`: exit status, stdout and stderr (malloc'd). */
 static int run(const char *args, char **out, char **err) {
     char cmd[16384];
-    snprintf(cmd, sizeof cmd, "%s %s", SD_BINARY, args);
+    snprintf(cmd, sizeof cmd, "%s %s", specdec_bin(), args);
     return tu_run(cmd, out, err);
 }
 
@@ -236,15 +243,14 @@ Test(device_cli, cpu_session_maps_no_cuda_library) {
     /* Positive control: asking for a CUDA device loads the module and the CUDA runtime. */
     int32_t n = 0;
     sd_backend_device_count(SD_DEVICE_CUDA, &n, NULL);
-    cr_assert(maps_have("libspecdec_cuda.so") && maps_have("libcudart"),
-              "asking for CUDA did not load the module");
+    cr_assert(maps_have("libspecdec_cuda"), "asking for CUDA did not load the module");
 #endif
 }
 
 /* The dynamic loader's trace of `specdec ARGS` (LD_DEBUG=libs) names no CUDA library. */
 static void expect_no_cuda_loaded(const char *args) {
     char cmd[8400], *out = NULL, *err = NULL;
-    snprintf(cmd, sizeof cmd, "LD_DEBUG=libs %s %s", SD_BINARY, args);
+    snprintf(cmd, sizeof cmd, "LD_DEBUG=libs %s %s", specdec_bin(), args);
     const int rc = tu_run(cmd, &out, &err);
     cr_assert_eq(rc, 0, "'%s' exited %d", args, rc);
     cr_assert(err && strstr(err, "libc.so"), "'%s': no loader trace (LD_DEBUG unsupported?)", args);
@@ -260,12 +266,13 @@ Test(device_cli, version_and_cpu_run_load_no_cuda_library) {
     snprintf(args, sizeof args, "generate -m %s -p hi -n 3 --temp 0", g_t);
     expect_no_cuda_loaded(args);
 #ifdef SD_TEST_CUDA_BUILD
-    /* Positive control: --device cuda loads them (whether or not a GPU is there). */
+    /* Positive control: --device cuda loads the module (whether or not a GPU is there; the
+     * CUDA runtime is in it or among its dependencies). */
     char cmd[8400], *err = NULL;
-    snprintf(cmd, sizeof cmd, "LD_DEBUG=libs %s generate -m %s -p hi -n 2 --device cuda", SD_BINARY,
-             g_t);
+    snprintf(cmd, sizeof cmd, "LD_DEBUG=libs %s generate -m %s -p hi -n 2 --device cuda",
+             specdec_bin(), g_t);
     tu_run(cmd, NULL, &err);
-    cr_assert(err && strstr(err, "libspecdec_cuda.so") && strstr(err, "libcudart"),
+    cr_assert(err && strstr(err, "libspecdec_cuda"),
               "--device cuda did not load the module: %.2000s", err ? err : "");
     free(err);
 #endif
@@ -276,7 +283,7 @@ static void expect_module_error(const char *module, const char *needle) {
     char args[8400];
     snprintf(args, sizeof args, "generate -m %s -p hi -n 2 --device cuda", g_t);
     char *out = NULL, *err = NULL, cmd[9000];
-    snprintf(cmd, sizeof cmd, "SD_CUDA_MODULE='%s' %s %s", module, SD_BINARY, args);
+    snprintf(cmd, sizeof cmd, "SD_CUDA_MODULE='%s' %s %s", module, specdec_bin(), args);
     const int rc = tu_run(cmd, &out, &err);
     cr_assert_eq(rc, 1, "module %s: exit %d: %s", module, rc, err ? err : "");
     cr_assert(err && strncmp(err, "specdec: ", 9) == 0, "stderr '%s'", err);
