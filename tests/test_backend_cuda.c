@@ -155,7 +155,7 @@ Test(cuda_ops, get_rows_bit_identical) {
         uint8_t *w = random_weight(t, rows, cols, &s, &wf, &rb);
         sd_buffer *wc = put(d.cpu, w, rb * rows), *wg = put(d.gpu, w, rb * rows);
         sd_buffer *yc = put(d.cpu, NULL, 8 * cols * 4), *yg = put(d.gpu, NULL, 8 * cols * 4);
-        sd_weight W = {t, rows, cols, rb, wc->addr};
+        sd_weight W = {.type = t, .rows = rows, .cols = cols, .row_bytes = rb, .data = wc->addr};
         d.cpu->ops->get_rows(d.cpu, &W, ids, 8, yc->addr);
         W.data = wg->addr;
         d.gpu->ops->get_rows(d.gpu, &W, ids, 8, yg->addr);
@@ -205,7 +205,7 @@ static void check_matmul(duo *d, sd_type t, int64_t rows, int64_t cols, int32_t 
     sd_buffer *wc = put(d->cpu, w, rb * rows), *wg = put(d->gpu, w, rb * rows);
     sd_buffer *xc = put(d->cpu, x, n_tok * cols * 4), *xg = put(d->gpu, x, n_tok * cols * 4);
     sd_buffer *yc = put(d->cpu, NULL, n_tok * rows * 4), *yg = put(d->gpu, NULL, n_tok * rows * 4);
-    sd_weight W = {t, rows, cols, rb, wc->addr};
+    sd_weight W = {.type = t, .rows = rows, .cols = cols, .row_bytes = rb, .data = wc->addr};
     d->cpu->ops->matmul(d->cpu, &W, xc->addr, n_tok, yc->addr);
     W.data = wg->addr;
     d->gpu->ops->matmul(d->gpu, &W, xg->addr, n_tok, yg->addr);
@@ -280,7 +280,7 @@ Test(cuda_ops, short_rows_bit_identical_to_cpu_and_nan_propagates) {
         sd_buffer *wc = put(d.cpu, w, rb * rows), *wg = put(d.gpu, w, rb * rows);
         sd_buffer *xc = put(d.cpu, x, sizeof x), *xg = put(d.gpu, x, sizeof x);
         sd_buffer *yc = put(d.cpu, NULL, sizeof got), *yg = put(d.gpu, NULL, sizeof got);
-        sd_weight W = {t, rows, cols, rb, wc->addr};
+        sd_weight W = {.type = t, .rows = rows, .cols = cols, .row_bytes = rb, .data = wc->addr};
         d.cpu->ops->matmul(d.cpu, &W, xc->addr, n_tok, yc->addr);
         W.data = wg->addr;
         d.gpu->ops->matmul(d.gpu, &W, xg->addr, n_tok, yg->addr);
@@ -331,7 +331,8 @@ Test(cuda_ops, cached_activations_follow_their_input) {
             x2[i] = rng_f(&s) * 3.0f;
         }
         sd_buffer *wg = put(g, w, rb * rows);
-        const sd_weight W = {t, rows, cols, rb, wg->addr};
+        const sd_weight W = {
+            .type = t, .rows = rows, .cols = cols, .row_bytes = rb, .data = wg->addr};
         product(g, &W, x1, r1);
         product(g, &W, x2, r2);
         cr_assert(memcmp(r1, r2, sizeof r1) != 0, "%s: the two inputs give one product",
@@ -592,7 +593,7 @@ Test(cuda_ops, errors_are_recorded_and_returned_once) {
     DUO_OR_SKIP(&d, 4, 64, 8);
     sd_error err = {0};
     sd_buffer *b = put(d.gpu, NULL, 64 * 64 * 4);
-    sd_weight W = {SD_TYPE_F32, 64, 64, 256, b->addr};
+    sd_weight W = {.type = SD_TYPE_F32, .rows = 64, .cols = 64, .row_bytes = 256, .data = b->addr};
     d.gpu->ops->matmul(d.gpu, &W, b->addr, 5, b->addr); /* 5 > n_batch 4 */
     int rc = d.gpu->ops->sync(d.gpu, &err);
     cr_assert_eq(rc, SD_ERR_ARG, "sync after a bad matmul: %d (%s)", rc, err.msg);
