@@ -30,8 +30,9 @@
 #      target alone), test_backend_cuda_cli (module loading, device errors), and
 #      test_backend_cuda's model tests again with SD_CUDA_GRAPHS=0
 #   3. synth pairs (tinyllama: 1.1B target, 58M draft) in Q8_0, and in Q4_K_M (quantize)
-#   4. GPU vs CPU: specdec compare (logits, top-1 agreement, batch == single steps) per pair;
-#      greedy generate on the GPU vs on the CPU, token for token
+#   4. GPU vs CPU: specdec compare (logits, top-1 agreement, batch == single steps) per pair,
+#      and a split over 1 GPU against the unsplit GPU; greedy generate on the GPU vs on the
+#      CPU, token for token
 #   5. bench --kernels per pair: decode tok/s against the HBM roof (device-to-device
 #      copy), v(K+1) for K+1 = 1..17, prefill; Q8_0 again with SD_CUDA_GRAPHS=0
 #   6. per-op CUDA event timings (SD_CUDA_PROFILE) of a greedy generate per pair
@@ -205,6 +206,8 @@ PROMPT="Once upon a time"
 for p in $PAIRS; do
     # 4. GPU vs CPU
     step "compare_$p" 120 "$SD" compare -m "$M/$p/target.gguf" --device "$DEV" -n 64 --json "$R/compare_$p.json"
+    step "compare_${p}_split1" 90 "$SD" compare -m "$M/$p/target.gguf" --device "$DEV" --device-ref "$DEV" \
+        --tensor-split 1 -n 32 --json "$R/compare_${p}_split1.json"
     step "greedy_gpu_$p" 60 "$SD" generate -m "$M/$p/target.gguf" --device "$DEV" -p "$PROMPT" -n 64 \
         --temp 0 --ignore-eos --no-draft --json
     step "greedy_cpu_$p" 90 "$SD" generate -m "$M/$p/target.gguf" --device cpu -p "$PROMPT" -n 64 \
@@ -298,13 +301,23 @@ greedy_json=""
 for p in $PAIRS; do
     g=$(grep -o '"tokens": *\[[^]]*\]' "$R/greedy_gpu_$p.out" 2>/dev/null | head -n 1)
     c=$(grep -o '"tokens": *\[[^]]*\]' "$R/greedy_cpu_$p.out" 2>/dev/null | head -n 1)
-    same=false
+    same=false first=null
     [ -n "$g" ] && [ "$g" = "$c" ] && same=true
+    if ! $same && [ -n "$g" ] && [ -n "$c" ]; then # index of the first differing token
+        IFS=, read -ra ga <<<"$(printf '%s' "$g" | sed 's/.*\[//; s/\].*//')"
+        IFS=, read -ra ca <<<"$(printf '%s' "$c" | sed 's/.*\[//; s/\].*//')"
+        for ((i = 0; i < ${#ga[@]}; i++)); do
+            [ "${ga[$i]}" != "${ca[$i]:-}" ] && first=$i && break
+        done
+    fi
     $same || ok=false
     ab=$(grep -o '"greedy_match": *[a-z]*' "$R/ab_$p.json" 2>/dev/null | head -n 1 | sed 's/.*: *//')
     [ "$ab" = true ] || ok=false
     [ -n "$greedy_json" ] && greedy_json="$greedy_json, "
-    greedy_json="$greedy_json$(json_str "$p"): {\"gpu_equals_cpu\": $same, \"speculative_equals_target_alone\": ${ab:-null}, \"gpu_tokens\": $(json_str "$g"), \"cpu_tokens\": $(json_str "$c")}"
+    # the GPU's batched passes must give the bits of its single steps (compare's check)
+    bi=$(grep -o '"batch_invariant": *[a-z]*' "$R/compare_$p.json" 2>/dev/null | sed 's/.*: *//')
+    [ "$bi" = true ] || ok=false
+    greedy_json="$greedy_json$(json_str "$p"): {\"gpu_equals_cpu\": $same, \"first_difference\": $first, \"speculative_equals_target_alone\": ${ab:-null}, \"gpu_batch_invariant\": ${bi:-null}, \"gpu_tokens\": $(json_str "$g"), \"cpu_tokens\": $(json_str "$c")}"
 done
 
 files_json=""
