@@ -177,7 +177,8 @@ void sd_cu_attention(sd_cuda_backend *c, const sd_cu_op *op, const sd_cu_par *pa
     for (int32_t t0 = 0; t0 < n_tok; t0 += SD_CU_ATT_TOK) {
         const int32_t nt = n_tok - t0 < SD_CU_ATT_TOK ? n_tok - t0 : SD_CU_ATT_TOK;
         const int32_t p0 = pos0 + t0; /* par: t0 == 0 (graph steps have <= ATT_TOK tokens) */
-        const int32_t nc = par ? c->att_nc : (p0 + nt + SD_CU_ATT_CHUNK - 1) / SD_CU_ATT_CHUNK;
+        const int32_t nc =
+            par ? c->cap_att_chunks : (p0 + nt + SD_CU_ATT_CHUNK - 1) / SD_CU_ATT_CHUNK;
         const float *qt = op->a.attention.q + (int64_t)t0 * n_head * hd;
         float *ot = op->a.attention.out + (int64_t)t0 * n_head * hd;
         for (int32_t h0 = 0; h0 < n_head; h0 += hpl) {

@@ -165,7 +165,8 @@ typedef struct sd_cu_graph {
     cudaGraphExec_t exec; /* NULL: free slot */
     sd_cu_op *sig;        /* the records it was captured from [n_ops] */
     int32_t n_ops, n_tok;
-    uint64_t used; /* clock of the last replay */
+    int32_t att_chunks; /* key chunks its attention grids cover: positions < 128 x this */
+    uint64_t used;      /* clock of the last replay */
 } sd_cu_graph;
 
 /* Which activation conversion a scratch holds (the quantize-once cache). */
@@ -256,6 +257,7 @@ typedef struct sd_cuda_backend {
     cudaEvent_t par_ev;
     int par_pending;           /* par_ev marks a copy from h_par not known to be done */
     const sd_cu_par *exec_par; /* while capturing: d_par (kernels read pos0 / ids there) */
+    int32_t cap_att_chunks;    /* while capturing: the key chunks attention grids cover */
     sd_cu_graph graphs[(SD_CU_GRAPH_MAX_TOK + 1) * SD_CU_GRAPHS_PER_NTOK];
     uint64_t graph_clock;
     int32_t graph_fail[SD_CU_GRAPH_MAX_TOK + 1]; /* failed captures per n_tok */

@@ -17,10 +17,11 @@
  * opens a step; its records are kept, not launched, until the next sync point (read, sync,
  * write, a buffer call, NCCL). The step then:
  *   - replays a graph captured earlier from the same records (memcmp of the records,
- *     positions excluded; at most SD_CU_GRAPHS_PER_NTOK graphs per token count, least
- *     recently used replaced): the step's first position and token ids are copied into the
- *     device parameter block (from pinned memory, on the stream) and the graph launched:
- *     one launch for the whole forward pass, no capture, no update;
+ *     positions excluded) whose attention grids cover the step's keys (captured for a
+ *     power-of-two number of 128-key chunks; at most SD_CU_GRAPHS_PER_NTOK graphs per token
+ *     count, least recently used replaced): the step's first position and token ids are copied into
+ * the device parameter block (from pinned memory, on the stream) and the graph launched: one launch
+ * for the whole forward pass, no capture, no update;
  *   - or is captured once (the records launched into cudaStreamBeginCapture with the
  *     kernels reading positions and ids from the parameter block), instantiated, stored and
  *     replayed as above;
@@ -309,7 +310,7 @@ static void graph_slot_free(sd_cu_graph *g) {
 
 /* Capture the step's records into a new graph in a slot for its token count. NULL (and no
  * error recorded) if the capture did not work out. */
-static sd_cu_graph *capture(sd_cuda_backend *c) {
+static sd_cu_graph *capture(sd_cuda_backend *c, int32_t att_chunks) {
     const int32_t nt = c->step_ntok;
     sd_cu_graph *slots = &c->graphs[nt * SD_CU_GRAPHS_PER_NTOK], *g = &slots[0];
     for (int i = 0; i < SD_CU_GRAPHS_PER_NTOK; i++) {
@@ -329,6 +330,7 @@ static sd_cu_graph *capture(sd_cuda_backend *c) {
     }
     act_forget(c);
     c->exec_par = c->d_par;
+    c->cap_att_chunks = att_chunks;
     for (int32_t i = 0; i < c->n_step_ops; i++)
         run_record(c, &c->step_ops[i]);
     flush_pend(c);
@@ -355,6 +357,7 @@ static sd_cu_graph *capture(sd_cuda_backend *c) {
     g->sig = sig;
     g->n_ops = c->n_step_ops;
     g->n_tok = nt;
+    g->att_chunks = att_chunks;
     c->n_captures++;
     return g;
 }
@@ -390,13 +393,22 @@ static void step_end(sd_cuda_backend *c) {
         return;
     }
     const int32_t nt = c->step_ntok;
+    /* Attention grids cover the chunks of the keys this step sees, rounded up to a power of
+     * two (a graph captured at a short context is captured again, a few times per context,
+     * rather than launching the blocks of every chunk of n_ctx at every step). */
+    const int32_t keys = (c->step_pos0 < 0 ? 0 : c->step_pos0) + nt;
+    const int32_t need = (keys + SD_CU_ATT_CHUNK - 1) / SD_CU_ATT_CHUNK;
+    int32_t chunks = 1;
+    while (chunks < need)
+        chunks *= 2;
+    if (chunks > c->att_nc) chunks = c->att_nc;
     sd_cu_graph *slots = &c->graphs[nt * SD_CU_GRAPHS_PER_NTOK], *g = NULL;
     for (int i = 0; i < SD_CU_GRAPHS_PER_NTOK && !g; i++)
-        if (slots[i].exec && slots[i].n_ops == c->n_step_ops &&
+        if (slots[i].exec && slots[i].n_ops == c->n_step_ops && slots[i].att_chunks >= need &&
             same_records(slots[i].sig, c->step_ops, c->n_step_ops))
             g = &slots[i];
     if (!g) {
-        g = capture(c);
+        g = capture(c, chunks);
         if (!g) {
             c->graph_fail[nt]++;
             c->in_step = 1; /* step_drain leaves it */
