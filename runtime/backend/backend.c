@@ -58,8 +58,9 @@ static int try_module(const char *path, const sd_cuda_module **out, sd_error *er
         m->sizeof_host != sizeof(sd_cuda_host)) {
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "device 'cuda': %s is a CUDA backend module of another specdec build "
-                         "(module ABI %u, this program %d): rebuild it with this program",
-                         path, m->abi, SD_CUDA_MODULE_ABI);
+                         "(module ABI %u, this program %d; module built with %s): rebuild it "
+                         "with this program",
+                         path, m->abi, SD_CUDA_MODULE_ABI, m->build ? m->build : "?");
     }
     *out = m;
     return SD_OK;
