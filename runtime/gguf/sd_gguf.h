@@ -82,6 +82,12 @@ uint32_t sd_gguf_alignment(const sd_gguf *g);
 /* The data section [*base, *base + *bytes): every tensor's data lies inside it (a device
  * backend uploads this range once). */
 void sd_gguf_data(const sd_gguf *g, const void **base, size_t *bytes);
+/* A hint that the bytes [p, p + n) of the mapped file will not be read again by this
+ * process soon (e.g. a weight matrix a backend has copied into its own layout): the
+ * whole pages inside the range are dropped from the process (its resident set); a later
+ * read brings them back from the page cache or the file. Ranges outside the file's
+ * mapping are ignored. Never fails. */
+void sd_gguf_advise_unneeded(const sd_gguf *g, const void *p, size_t n);
 
 /* Metadata. Keys are looked up by exact name; -1 when absent. */
 int64_t sd_gguf_n_kv(const sd_gguf *g);

@@ -80,6 +80,19 @@ static sd_weight dev_weight(const sd_buffer *b, const void *base, const sd_weigh
     return d;
 }
 
+/* The backend's prepare_weight for one matrix; when it made its own copy of a matrix the
+ * CPU backend maps in place (packed), the file's pages of the original are released
+ * (sd_gguf_advise_unneeded: they would otherwise count twice in the resident set), unless
+ * another reader (the embedding of a tied classifier) still needs them. */
+static int prepare(sd_session *s, sd_weight *w, sd_error *err) {
+    const void *before = w->data;
+    int rc = s->be->ops->prepare_weight(s->be, w, err);
+    if (rc || w->data == before || !s->be->caps.host_memory || s->m->shard_data) return rc;
+    if (before == s->tok_embd.data) return SD_OK;
+    sd_gguf_advise_unneeded(s->m->g, before, (size_t)w->rows * w->row_bytes);
+    return SD_OK;
+}
+
 /* Put the weights on the backend: the whole GGUF data section in one buffer (mapped in
  * place by the CPU backend, uploaded once by a device backend) and the norm copies. */
 static int place_weights(sd_session *s, sd_error *err) {
@@ -145,11 +158,12 @@ static int place_weights(sd_session *s, sd_error *err) {
             sd_layer_dev *D = &s->layers[l];
             sd_weight *ws[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_down, &D->w_up};
             for (int i = 0; i < 7; i++) {
-                rc = s->be->ops->prepare_weight(s->be, ws[i], err);
+                rc = prepare(s, ws[i], err);
                 if (rc) return sd_error_prefix(err, "%s: layer %d weights", m->path, l);
             }
         }
-        rc = s->be->ops->prepare_weight(s->be, &s->output, err);
+        /* a tied classifier is the embedding, which get_rows still reads in place */
+        rc = prepare(s, &s->output, err);
         if (rc) return sd_error_prefix(err, "%s: output.weight", m->path);
     }
     s->output_norm = dev_addr(s->b_norms, m->norms, m->output_norm);

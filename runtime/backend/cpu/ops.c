@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "runtime/backend/cpu/attn.h"
 #include "runtime/backend/cpu/pool.h"
@@ -94,9 +95,15 @@ static void cpu_free(sd_backend *be) {
 
 /* ---- memory: host memory; backend addresses are host addresses ---- */
 
+/* Buffers of at least this many bytes are anonymous mappings: zero pages from the kernel
+ * on first touch, so a KV cache sized for a long context costs no time and no memory
+ * until its rows are written (a memset would fault in every page at init). */
+#define SD_CPU_MMAP_MIN ((size_t)1 << 20)
+
 typedef struct cpu_buffer {
     sd_buffer base;
-    int owned; /* 1: addr was allocated here (freed with the buffer) */
+    int owned;     /* 1: addr was allocated here (freed with the buffer) */
+    size_t mapped; /* > 0: addr is an anonymous mapping of this many bytes (munmap) */
 } cpu_buffer;
 
 static int cpu_buffer_new(sd_backend *be, void *addr, size_t bytes, sd_buffer_usage usage,
@@ -118,6 +125,19 @@ static int cpu_buffer_new(sd_backend *be, void *addr, size_t bytes, sd_buffer_us
 static int cpu_buffer_alloc(sd_backend *be, size_t bytes, sd_buffer_usage usage, sd_buffer **out,
                             sd_error *err) {
     *out = NULL;
+    if (bytes >= SD_CPU_MMAP_MIN) { /* page-aligned, zero on first touch */
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu bytes)", bytes);
+        int rc = cpu_buffer_new(be, p, bytes, usage, 0, out, err); /* 0: never free()d */
+        if (rc) {
+            munmap(p, bytes);
+            return rc;
+        }
+        ((cpu_buffer *)*out)->owned = 1;
+        ((cpu_buffer *)*out)->mapped = bytes;
+        return SD_OK;
+    }
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu bytes)", bytes);
@@ -136,7 +156,10 @@ static void cpu_buffer_free(sd_backend *be, sd_buffer *buf) {
     (void)be;
     if (!buf) return;
     cpu_buffer *b = (cpu_buffer *)buf;
-    if (b->owned) free(b->base.addr);
+    if (b->mapped)
+        munmap(b->base.addr, b->mapped);
+    else if (b->owned)
+        free(b->base.addr);
     free(b);
 }
 
