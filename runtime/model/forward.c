@@ -423,6 +423,12 @@ int sd_session_set_output_rows(sd_session *s, const int32_t *ids, int32_t n, sd_
     if (s->tp || s->group)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: a trimmed output head on a tensor-parallel session", m->path);
+    /* Whatever happens below, the old trimmed head goes first (on error: the full head). */
+    sd_buffer_free(s->b_head);
+    free(s->head_host);
+    s->b_head = NULL;
+    s->head_host = NULL;
+    s->n_head = 0;
     if (n < 0 || n > n_vocab || (n > 0 && !ids))
         return sd_errorf(err, SD_ERR_ARG, "%s: output rows: n = %d, expected 0 .. %d", m->path, n,
                          n_vocab);
@@ -439,11 +445,6 @@ int sd_session_set_output_rows(sd_session *s, const int32_t *ids, int32_t n, sd_
         seen[ids[j]] = 1;
     }
     free(seen);
-    sd_buffer_free(s->b_head);
-    free(s->head_host);
-    s->b_head = NULL;
-    s->head_host = NULL;
-    s->n_head = 0;
     if (n == 0) return SD_OK;
     const sd_weight *full = &m->output; /* host addresses (the mapping) */
     size_t bytes;
