@@ -175,7 +175,7 @@ uint64_t sd_draft_vocab_fingerprint(const sd_vocab *v);
 
 /*
  * A head file: token ids, most frequent first (scripts/draft_head.py builds one from
- * text the target generates; the shipped ones are in models/). Little-endian:
+ * text the target generates; configs/qwen2.5-coder.head ships). Little-endian:
  *   0   8 bytes  magic "SDHEAD\0\0"
  *   8   u32      version (1)
  *   12  u32      n_vocab of the vocabulary it was made with

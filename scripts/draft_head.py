@@ -5,8 +5,8 @@ a prompt set. `specdec generate --draft-head FILE --draft-head-n N` then makes t
 score only the first N of them (q = 0 elsewhere: exact by construction).
 
   python3 scripts/draft_head.py --config configs/qwen2.5-coder-pair.json \\
-      -f scripts/prompts/coding.txt -f scripts/prompts/code-edit.txt -f scripts/prompts/chat.txt \\
-      -n 256 --temps 0,0.7 -o models/qwen2.5-coder.head
+      -f scripts/prompts/head-build.txt \\
+      -n 128 --temps 0.7 -o configs/qwen2.5-coder.head
 
 The text is generated with the config's pair (speculative decoding: the same tokens as the
 target alone, greedy and Gumbel sampling alike, only faster). Ranking: control tokens first

@@ -617,7 +617,7 @@ Test(adaptive, tinystories_busy_one_thread_trace) {
  * target's pool worker, which then waits for a core (v(2) spikes in 18% of passes, v(1)
  * in 5%; 81% of v(2)'s time is in spikes), so here every fixed K is slower than the
  * target alone, and the controller must mostly stay off: its exploration at the start of
- * a 120-pass generation costs it about 17% (it learns from the spikes it pays for). */
+ * a 120-pass generation costs it about 12% (it learns from the spikes it pays for). */
 Test(adaptive, tinystories_busy_two_threads_trace) {
     int32_t best_k;
     double on, vs_none, tok_per_pass;

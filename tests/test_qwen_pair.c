@@ -25,7 +25,7 @@
 
 #define TARGET SD_SOURCE_DIR "/models/downloaded/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 #define DRAFT  SD_SOURCE_DIR "/models/downloaded/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-#define HEAD   SD_SOURCE_DIR "/models/qwen2.5-coder.head"
+#define HEAD   SD_SOURCE_DIR "/configs/qwen2.5-coder.head"
 
 #ifdef SD_CHECKS
 #define N_TOKENS 8 /* sanitizer / debug builds */

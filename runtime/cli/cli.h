@@ -44,7 +44,7 @@ int sd_cmd_generate(int argc, char **argv); /* runtime/cli/cmd_generate.c */
 int sd_cmd_convert(int argc, char **argv);  /* runtime/cli/cmd_model.c */
 int sd_cmd_quantize(int argc, char **argv); /* runtime/cli/cmd_model.c */
 int sd_cmd_info(int argc, char **argv);     /* runtime/cli/cmd_model.c */
-int sd_cmd_tokenize(int argc, char **argv); /* runtime/cli/cmd_model.c */
+int sd_cmd_tokenize(int argc, char **argv); /* runtime/cli/cmd_tokenize.c */
 int sd_cmd_synth(int argc, char **argv);
 int sd_cmd_compare(int argc, char **argv); /* runtime/cli/compare.c */
 int sd_cmd_bench(int argc, char **argv);

@@ -326,7 +326,8 @@ static void print_passes(const sd_gen_stats *st, const sd_gen_params *gp) {
 }
 
 /* -v: the settings the run uses, before it. */
-static void print_settings(const sd_gen_params *gp, const sd_engine_params *ep) {
+static void print_settings(const sd_gen_params *gp, const sd_engine_params *ep,
+                           const char *proposer) {
     const sd_sampling_params *sp = &gp->samp;
     fprintf(stderr,
             "specdec: sampling: temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g "
@@ -338,8 +339,8 @@ static void print_settings(const sd_gen_params *gp, const sd_engine_params *ep) 
     fprintf(stderr,
             "specdec: drafting: %s, K %d, policy %s, p-min %g after %d, n-gram %d..%d, head %s "
             "(%d ids)\n",
-            sd_draft_type_name(gp->draft_type), gp->n_draft, sd_k_policy_name(gp->k_policy),
-            (double)gp->draft_p_min, gp->draft_min, ep->ngram.n_min, ep->ngram.n_max,
+            proposer, gp->n_draft, sd_k_policy_name(gp->k_policy), (double)gp->draft_p_min,
+            gp->draft_min, ep->ngram.n_min, ep->ngram.n_max,
             ep->draft_head ? ep->draft_head : "full", ep->draft_head ? ep->draft_head_n : 0);
 }
 
@@ -670,7 +671,7 @@ int sd_cmd_generate(int argc, char **argv) {
     }
     if (notes && c.random_seed)
         fprintf(stderr, "specdec: --seed -1: seed %llu\n", (unsigned long long)gp.seed);
-    if (notes && c.verbose) print_settings(&gp, &p.ep);
+    if (notes && c.verbose) print_settings(&gp, &p.ep, prop ? sd_proposer_name(prop) : "none");
     if (!out || !k_trace || (c.verbose && !passes)) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
         goto done;
