@@ -92,6 +92,18 @@ static double greedy_confidence(const float *l, int32_t n, float mx, float p_min
     return sum > 0.0 ? 1.0 / sum : 1.0;
 }
 
+/* Index of the largest of l[0 .. n) (the lowest on ties), or -1 if a logit is NaN: one
+ * pass, as sd_warp's check, so a draft with NaN weights is an error, not token 0. */
+static int32_t argmax_checked(const float *l, int32_t n) {
+    int32_t best = 0;
+    int nan = 0;
+    for (int32_t i = 0; i < n; i++) {
+        nan |= l[i] != l[i];
+        if (l[i] > l[best]) best = i;
+    }
+    return nan ? -1 : best;
+}
+
 /* Top entry of a warped row. */
 static double top_prob(const float *q, int32_t n) {
     float mx = 0.0f;
@@ -157,7 +169,11 @@ static int draft_token(llm_proposer *p, int64_t pos, float *q_out, int32_t *tok,
     const int32_t n = n_row(p);
     const sd_sampling_params *sp = &p->samp;
     if (!(sp->temp > 0.0f)) {
-        const int32_t j = sd_argmax(p->logits, n);
+        const int32_t j = argmax_checked(p->logits, n);
+        if (j < 0)
+            return sd_errorf(err, SD_ERR_ARG,
+                             "a logit is NaN: non-finite logits (the model's weights hold NaN "
+                             "or inf)");
         *tok = id_of(p, j);
         if (conf) *conf = greedy_confidence(p->logits, n, p->logits[j], p->p_min);
         return SD_OK;

@@ -14,9 +14,7 @@
 #define KIND_DRAFT 0
 /* Below this speedup at full acceptance a pair cannot pay: off at once, probes rare. */
 #define HOPELESS 0.8
-/* Far below this, one timing of each cost is evidence enough to switch off. */
-#define HOPELESS_AT_ONCE 0.5
-#define EARLY            1
+#define EARLY    1
 
 /* A timing counts at most this many times its kind's median in the kind's mean. */
 #define SPIKE_CAP 10.0
@@ -260,9 +258,9 @@ static double log_mean_exp(const double *x, int32_t n, double log_med) {
 
 /*
  * One timing x (ms) of a kind, read as x = cost(kind) L(t) (see sd_engine.h): the
- * load moves to the median of the last timings' log x - log cost (kinds whose cost is
- * known), then the kind's cost to the mean of its last x / L. The first timing of each
- * kind is left out (cold caches).
+ * load moves to the median of the last timings' log x - log median(kind) (kinds whose
+ * level is known), then the kind's cost to the mean of its last x / L. The first timing
+ * of each kind is left out (cold caches).
  */
 static void observe_timing(sd_adaptive *a, int32_t kind, double x) {
     if (!(x >= 0.0) || !isfinite(x)) return;
@@ -375,14 +373,8 @@ void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, 
         }
         a->since_calib++;
         if (!p->auto_off || n_drafted == 0) break;
-        const double bound = sd_adaptive_speedup_bound(a); /* at full acceptance */
-        if (bound < HOPELESS_AT_ONCE && kept(a, KIND_DRAFT) && kept(a, 1) && kept(a, kb + 1)) {
-            a->n_switch_off++; /* hopeless by far: no need to wait for min_samples */
-            switch_off(a, p->backoff_max);
-            break;
-        }
-        if (!measured(a, kb)) break;
-        if (bound < HOPELESS) { /* even full acceptance cannot pay */
+        if (!measured(a, kb)) break;                   /* no decision on one or two timings */
+        if (sd_adaptive_speedup_bound(a) < HOPELESS) { /* even full acceptance cannot pay */
             a->n_switch_off++;
             switch_off(a, p->backoff_max);
             break;

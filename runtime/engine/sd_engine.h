@@ -101,7 +101,7 @@ extern "C" {
  * evidence, and backoff returns to backoff_min; otherwise it is off again with backoff
  * doubled (at most backoff_max, where probes continue for as long as the run lasts).
  * A pair whose measured costs rule out a gain even at full acceptance
- * (sd_adaptive_speedup_bound < 0.8; < 0.5: from the first timings kept) goes off at
+ * (sd_adaptive_speedup_bound < 0.8, every cost measured min_samples times) goes off at
  * once, for backoff_max.
  * So one or two unlucky passes never decide anything, and speculation that pays is
  * found again within backoff_max passes after a wrong turn. The controller only
