@@ -1,6 +1,7 @@
 /*
- * draft/ngram_impl.h: PRIVATE to draft/ (ngram.c, ngram_cache.c): the n-gram index the
- * lookup proposer and the lookup cache share. See the top of ngram.c.
+ * draft/ngram_impl.h: PRIVATE to draft/ (ngram.c, ngram_cache.c, head.c): the n-gram
+ * index the lookup proposer and the lookup cache share (see the top of ngram.c), and
+ * the files' checksum.
  */
 #ifndef SD_NGRAM_IMPL_H
 #define SD_NGRAM_IMPL_H
@@ -45,6 +46,12 @@ int32_t ngram_index_lookup(const ngram_index *ix, const int32_t *q, int32_t n_q,
 /* Attach a lookup cache's index to an n-gram proposer (consulted when the context has
  * no match). -1 if p is not an n-gram proposer or the n-gram sizes differ. */
 int ngram_proposer_set_cache(sd_proposer *p, const ngram_index *cache);
+
+/* FNV-1a 64 of p[0 .. n) continuing from h (DRAFT_FNV_OFFSET to start), head.c: the
+ * checksum of the drafters' files and the vocabulary fingerprint. */
+#define DRAFT_FNV_OFFSET UINT64_C(0xcbf29ce484222325)
+#define DRAFT_FNV_PRIME  UINT64_C(0x100000001b3)
+uint64_t draft_fnv1a(uint64_t h, const void *p, size_t n);
 
 /* The index of a lookup cache (ngram_cache.c). */
 const ngram_index *ngram_cache_index(const sd_ngram_cache *c);

@@ -1,6 +1,6 @@
 /*
- * target/: the scorer. Owns the target's session. May include runtime/base, runtime/model
- * and verify/sd_sample.h (for SD_MAX_DRAFT).
+ * target/: the scorer. Owns the target's session. May include runtime/base and
+ * runtime/model (SD_MAX_DRAFT, the longest draft, is runtime/base's).
  * Wraps the target model's session and keeps its KV cache in
  * step with the committed context: the cache holds every committed token except the
  * last, so one verification pass evaluates [last committed, draft_1 .. draft_K] and
@@ -15,7 +15,6 @@
 
 #include "runtime/model/sd_model.h"
 #include "runtime/base/sd_base.h"
-#include "verify/sd_sample.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
 /*
  * runtime/base: the bottom of the library. Status codes, the error record, checked-size
- * helpers, the clock, the core count and the device enum. Owns nothing; includes no other
- * part (every part may include it).
+ * helpers, the clock, the core count, the device enum and the draft-length limit. Owns
+ * nothing; includes no other part (every part may include it).
  *
  * Every library function that can fail returns an int status (SD_OK == 0) and, when
  * the caller passes a non-NULL sd_error, fills it with one line naming the file, the
@@ -35,6 +35,11 @@ typedef enum sd_status {
 } sd_status;
 
 #define SD_ERROR_MSG_MAX 512
+
+/* Longest draft of a speculative step: the proposals, the verification pass over
+ * [last, d1 .. dK] and the verification result are sized for it (draft/, target/,
+ * verify/ and the engine share this one limit). */
+#define SD_MAX_DRAFT 16
 
 /* The error record: status plus one printable line. Zero-initialise before use. */
 typedef struct sd_error {

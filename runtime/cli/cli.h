@@ -44,7 +44,7 @@ int sd_cmd_generate(int argc, char **argv); /* runtime/cli/cmd_generate.c */
 int sd_cmd_convert(int argc, char **argv);  /* runtime/cli/cmd_model.c */
 int sd_cmd_quantize(int argc, char **argv); /* runtime/cli/cmd_model.c */
 int sd_cmd_info(int argc, char **argv);     /* runtime/cli/cmd_model.c */
-int sd_cmd_tokenize(int argc, char **argv); /* runtime/cli/cmd_model.c */
+int sd_cmd_tokenize(int argc, char **argv); /* runtime/cli/cmd_tokenize.c */
 int sd_cmd_synth(int argc, char **argv);
 int sd_cmd_compare(int argc, char **argv); /* runtime/cli/compare.c */
 int sd_cmd_bench(int argc, char **argv);
@@ -88,6 +88,9 @@ int sd_cli_fail(const sd_error *err);
  * count (more threads than cores wait for each other at every barrier: ~400x slower
  * measured on a 1.1B model with 64 threads on 2 cores). */
 int32_t sd_cli_cap_threads(int64_t n, int force);
+
+/* A random seed for --seed -1 (getrandom, else the clock and the pid), in [0, 2^63). */
+uint64_t sd_cli_random_seed(void);
 
 /* Strict numbers: all of s, in [lo, hi]. 0, or -1 (out untouched). */
 int sd_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
@@ -201,7 +204,7 @@ _Static_assert(SD_CLI_OPT_LOOKUP_CACHE < 1050, "drafting option ids run into cli
     {"lookup-cache", required_argument, 0, SD_CLI_OPT_LOOKUP_CACHE}
 /* clang-format on */
 
-#define SD_CLI_GEN_SHORTOPTS ":m:p:f:n:k:s:t:c:h"
+#define SD_CLI_GEN_SHORTOPTS ":m:p:f:n:k:s:t:c:hv"
 /* Entries of a struct option table (needs <getopt.h>). */
 #define SD_CLI_GEN_LONGOPTS                                                                        \
     {"config", required_argument, 0, SD_CLI_OPT_CONFIG},                                           \
@@ -249,6 +252,12 @@ typedef struct sd_cli_gen_opts {
     int escape;            /* -e/--escape: process \n, \t, ... in the prompt */
     int log_disable;       /* --log-disable: no notes or statistics */
     int no_display_prompt; /* --no-display-prompt: do not echo the prompt */
+    /* sampling and the draft head (sd_cli_extra_apply) */
+    int has_spec, has_min_p, has_repeat, has_presence, has_frequency, has_last_n, has_head_n;
+    sd_spec_sampling spec;
+    double min_p, repeat_penalty, presence_penalty, frequency_penalty;
+    int64_t repeat_last_n, head_n;
+    const char *draft_head;
     /* drafting (SD_CLI_DRAFT_LONGOPTS) */
     int has_draft_type, has_ngram_min, has_ngram_max, has_p_min, has_draft_min, has_policy;
     sd_draft_type draft_type;
@@ -276,6 +285,14 @@ typedef struct sd_cli_gen_opts {
  *                             off, unlike llama.cpp: a prompt is taken as written)
  *   --log-disable             no notes or statistics on stderr (errors still are)
  *   --no-display-prompt       generate does not echo the prompt
+ * and the sampling and drafting settings of the real-pair work (merged over the config
+ * by sd_cli_extra_apply):
+ *   --spec-sampling rejection|gumbel  how speculative sampling draws (sd_spec_sampling)
+ *   --min-p P                 min-p in [0, 1] (0: off)
+ *   --repeat-penalty P, --presence-penalty P, --frequency-penalty P, --repeat-last-n N
+ *                             llama.cpp's penalties (1, 0, 0, 64: off), target and draft alike
+ *   --draft-head FILE, --draft-head-n N   the LLM draft scores only the first N ids of the
+ *                             head file (FR-Spec's trimmed head; N 0: all of the file)
  */
 enum {
     SD_CLI_OPT_THREADS_FORCE = 1050,
@@ -287,6 +304,14 @@ enum {
     SD_CLI_OPT_NO_ESCAPE,
     SD_CLI_OPT_LOG_DISABLE,
     SD_CLI_OPT_NO_DISPLAY_PROMPT,
+    SD_CLI_OPT_SPEC_SAMPLING,
+    SD_CLI_OPT_MIN_P,
+    SD_CLI_OPT_REPEAT_PENALTY,
+    SD_CLI_OPT_PRESENCE_PENALTY,
+    SD_CLI_OPT_FREQUENCY_PENALTY,
+    SD_CLI_OPT_REPEAT_LAST_N,
+    SD_CLI_OPT_DRAFT_HEAD,
+    SD_CLI_OPT_DRAFT_HEAD_N,
 };
 
 /* clang-format off */
@@ -299,7 +324,15 @@ enum {
     {"escape", no_argument, 0, SD_CLI_OPT_ESCAPE},                     \
     {"no-escape", no_argument, 0, SD_CLI_OPT_NO_ESCAPE},               \
     {"log-disable", no_argument, 0, SD_CLI_OPT_LOG_DISABLE},           \
-    {"no-display-prompt", no_argument, 0, SD_CLI_OPT_NO_DISPLAY_PROMPT}
+    {"no-display-prompt", no_argument, 0, SD_CLI_OPT_NO_DISPLAY_PROMPT}, \
+    {"spec-sampling", required_argument, 0, SD_CLI_OPT_SPEC_SAMPLING}, \
+    {"min-p", required_argument, 0, SD_CLI_OPT_MIN_P},                 \
+    {"repeat-penalty", required_argument, 0, SD_CLI_OPT_REPEAT_PENALTY}, \
+    {"presence-penalty", required_argument, 0, SD_CLI_OPT_PRESENCE_PENALTY}, \
+    {"frequency-penalty", required_argument, 0, SD_CLI_OPT_FREQUENCY_PENALTY}, \
+    {"repeat-last-n", required_argument, 0, SD_CLI_OPT_REPEAT_LAST_N}, \
+    {"draft-head", required_argument, 0, SD_CLI_OPT_DRAFT_HEAD},       \
+    {"draft-head-n", required_argument, 0, SD_CLI_OPT_DRAFT_HEAD_N}
 /* clang-format on */
 
 /* What sd_cli_extra_option returns for an id that is not one of this group. */
@@ -321,6 +354,10 @@ int sd_cli_extra_option(int id, const char *arg, sd_cli_gen_opts *g);
 /* After parsing: -ctk, -ctv and --kv-type must agree; g->kv_type becomes the one type.
  * 0 or a usage status. */
 int sd_cli_extra_finish(sd_cli_gen_opts *g);
+/* The sampling and draft-head settings of this group into ep (flag, else the config's
+ * key, else ep's default); a draft head named by the config is resolved against its
+ * folder there. */
+void sd_cli_extra_apply(const sd_cli_gen_opts *g, const sd_config *cfg, sd_engine_params *ep);
 /* Process the escapes of s[0 .. n) in place as llama.cpp's --escape does: \n \t \r \a
  * \b \f \v \\ \' \" \? and \xH or \xHH; any other backslash is kept. Returns the new
  * length (s is NUL-terminated there when it shrank). */

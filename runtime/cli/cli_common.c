@@ -413,6 +413,7 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     if (g->has_ngram_min) ep->ngram.n_min = (int32_t)g->ngram_min;
     if (g->has_ngram_max) ep->ngram.n_max = (int32_t)g->ngram_max;
     p->lookup_cache = g->lookup_cache ? g->lookup_cache : cfg->lookup_cache;
+    sd_cli_extra_apply(g, cfg, ep); /* sampling (min-p, penalties, spec) and the draft head */
     if (ep->ngram.n_min > ep->ngram.n_max) {
         char from_min[300], from_max[300];
         snprintf(from_min, sizeof from_min, "%s",

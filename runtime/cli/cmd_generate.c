@@ -28,7 +28,8 @@ enum {
     OPT_CHAT,
     OPT_CHAT_TEMPLATE,
     OPT_SYSTEM,
-    OPT_SPECIAL
+    OPT_SPECIAL,
+    OPT_VERBOSE
 };
 
 typedef struct gen_cli {
@@ -38,6 +39,8 @@ typedef struct gen_cli {
     const char *chat_template; /* --chat-template NAME (or Jinja text); NULL: the model's */
     const char *system;        /* --system (-sys): a system message in chat mode */
     int special;               /* --special: control-token texts in the prompt are tokens */
+    int random_seed;           /* --seed -1: a random seed, printed */
+    int verbose;               /* -v/--verbose: the settings and every pass on stderr */
 } gen_cli;
 
 static int generate_option(int o, const char *arg, void *user) {
@@ -62,6 +65,14 @@ static int generate_option(int o, const char *arg, void *user) {
     case OPT_SPECIAL:
         c->special = 1;
         return 0;
+    case 's': /* llama.cpp's --seed -1: a random seed (the shared parser takes the rest) */
+        if (strcmp(arg, "-1")) return SD_CLI_PASS;
+        c->random_seed = 1;
+        return 0;
+    case 'v':
+    case OPT_VERBOSE:
+        c->verbose = 1;
+        return 0;
     case 'h':
         sd_cli_generate_help(stdout);
         return -1;
@@ -83,14 +94,11 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         {"system", required_argument, 0, OPT_SYSTEM},
         {"system-prompt", required_argument, 0, OPT_SYSTEM},
         {"special", no_argument, 0, OPT_SPECIAL},
+        {"verbose", no_argument, 0, OPT_VERBOSE},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
-    int rc = sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, generate_option, c);
-    if (!rc && c->system && !c->chat)
-        return usage_error("%s", "--system needs --chat (the system message goes into the chat "
-                                 "template)");
-    return rc;
+    return sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, generate_option, c);
 }
 
 typedef struct stream_ctx {
@@ -137,9 +145,17 @@ static void format_k_hist(const sd_gen_stats *st, char *buf, size_t cap) {
             o += (size_t)snprintf(buf + o, cap - o, "%s%d:%d", o ? " " : "", k, st->k_hist[k]);
 }
 
+/* "0.123", or "-" when nothing was drafted there (0 / 0). */
+static const char *ratio_str(int64_t num, int64_t den, char *buf, size_t cap) {
+    if (den <= 0) return "-";
+    snprintf(buf, cap, "%.3f", (double)num / (double)den);
+    return buf;
+}
+
 static void print_stats(const sd_gen_stats *st, const sd_gen_params *gp, int with_draft,
                         int32_t k) {
     FILE *f = stderr;
+    char b[32];
     fprintf(f, "\n\n");
     fprintf(f, "generated       %d tokens (prompt %d), stop: %s\n", st->n_generated, st->n_prompt,
             sd_stop_reason_str(st->stop));
@@ -150,16 +166,18 @@ static void print_stats(const sd_gen_stats *st, const sd_gen_params *gp, int wit
                 sd_draft_type_name(gp->draft_type), k, adaptive ? " at most, adaptive" : "");
         if (gp->draft_p_min > 0.0f)
             fprintf(f, ", p-min %.2f after %d", (double)gp->draft_p_min, gp->draft_min);
+        if (gp->samp.temp > 0.0f) fprintf(f, ", %s sampling", sd_spec_sampling_name(gp->samp.spec));
         fprintf(f, ")\n");
         fprintf(f, "accepted        %d\n", st->n_accepted);
-        fprintf(f, "acceptance rate %.3f   (accepted / drafted)\n", sd_stats_acceptance_rate(st));
+        fprintf(f, "acceptance rate %s   (accepted / drafted)\n",
+                ratio_str(st->n_accepted, st->n_drafted, b, sizeof b));
         fprintf(f, "per position   ");
         for (int32_t i = 0; i < k; i++)
-            fprintf(f, " %.3f", sd_stats_accept_at(st, i));
-        fprintf(f, "   (accepted / drafted at draft position i)\n");
+            fprintf(f, " %s", ratio_str(st->accepted_at[i], st->drafted_at[i], b, sizeof b));
+        fprintf(f, "   (accepted / drafted at draft position i; - = never drafted)\n");
         char hist[256];
         format_k_hist(st, hist, sizeof hist);
-        fprintf(f, "K chosen        %s   (K:passes; mean %.2f; 0 = target alone)\n", hist,
+        fprintf(f, "K drafted       %s   (K:passes; mean %.2f; 0 = target alone)\n", hist,
                 sd_stats_mean_k(st));
         if (adaptive)
             fprintf(f, "speculation off %d passes, %.2f ms (switched off %d times, %d probes)\n",
@@ -168,7 +186,8 @@ static void print_stats(const sd_gen_stats *st, const sd_gen_params *gp, int wit
             fprintf(f, "n-gram lookup   %d passes, %d drafted, %d accepted\n", st->n_passes_lookup,
                     st->n_drafted_lookup, st->n_accepted_lookup);
     }
-    fprintf(f, "tokens/pass     %.3f   (emitted / target passes)\n", sd_stats_tokens_per_pass(st));
+    fprintf(f, "tokens/pass     %s   (emitted, the stop token included / target passes)\n",
+            ratio_str(st->n_generated + st->n_stop_tokens, st->n_target_passes, b, sizeof b));
     fprintf(f, "speed           %.2f tokens/s (decode, prefill excluded)\n",
             sd_stats_tokens_per_s(st));
     fprintf(f, "TTFT            %.2f ms\n", st->ttft_ms);
@@ -277,6 +296,52 @@ static void json_drafting(json_t *stats, const sd_gen_stats *st, const sd_gen_pa
     json_object_set_new(stats, "n_passes_lookup", json_integer(st->n_passes_lookup));
     json_object_set_new(stats, "n_drafted_lookup", json_integer(st->n_drafted_lookup));
     json_object_set_new(stats, "n_accepted_lookup", json_integer(st->n_accepted_lookup));
+    json_object_set_new(stats, "seed", json_integer((json_int_t)gp->seed));
+    json_object_set_new(stats, "spec_sampling", json_string(sd_spec_sampling_name(gp->samp.spec)));
+    if (!gp->pass_trace) return;
+    /* --verbose: every pass as the controller saw it. */
+    json_t *passes = json_array();
+    for (int32_t i = 0; i < st->n_target_passes && i < gp->pass_trace_cap; i++) {
+        const sd_pass_record *r = &gp->pass_trace[i];
+        json_array_append_new(passes, json_pack("{s:i, s:i, s:i, s:i, s:f, s:f}", "k", r->k_chosen,
+                                                "drafted", r->n_drafted, "accepted", r->n_accepted,
+                                                "state", r->state, "t_draft_ms", r->t_draft_ms,
+                                                "t_pass_ms", r->t_pass_ms));
+    }
+    json_object_set_new(stats, "passes", passes);
+}
+
+/* -v: every pass on stderr. */
+static void print_passes(const sd_gen_stats *st, const sd_gen_params *gp) {
+    static const char *const states[] = {"on", "off", "probe"};
+    fprintf(stderr, "pass  K  drafted accepted state  draft ms   pass ms   then: K*  S(K*)  "
+                    "c/v(1) v(K*+1)/v(1)\n");
+    for (int32_t i = 0; i < st->n_target_passes && i < gp->pass_trace_cap; i++) {
+        const sd_pass_record *r = &gp->pass_trace[i];
+        fprintf(stderr, "%4d %2d %8d %8d %-5s %9.3f %9.3f %9d %6.3f %7.3f %7.3f\n", i, r->k_chosen,
+                r->n_drafted, r->n_accepted,
+                r->state >= 0 && r->state <= 2 ? states[r->state] : "?", r->t_draft_ms,
+                r->t_pass_ms, r->k_best, r->speedup, r->c_rel, r->v_rel);
+    }
+}
+
+/* -v: the settings the run uses, before it. */
+static void print_settings(const sd_gen_params *gp, const sd_engine_params *ep,
+                           const char *proposer) {
+    const sd_sampling_params *sp = &gp->samp;
+    fprintf(stderr,
+            "specdec: sampling: temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g "
+            "(last %d), presence %g, frequency %g, %s, seed %llu\n",
+            (double)sp->temp, sp->top_k, (double)sp->top_p, (double)sp->min_p,
+            (double)sp->repeat_penalty, sp->repeat_last_n, (double)sp->presence_penalty,
+            (double)sp->freq_penalty, sd_spec_sampling_name(sp->spec),
+            (unsigned long long)gp->seed);
+    fprintf(stderr,
+            "specdec: drafting: %s, K %d, policy %s, p-min %g after %d, n-gram %d..%d, head %s "
+            "(%d ids)\n",
+            proposer, gp->n_draft, sd_k_policy_name(gp->k_policy), (double)gp->draft_p_min,
+            gp->draft_min, ep->ngram.n_min, ep->ngram.n_max,
+            ep->draft_head ? ep->draft_head : "full", ep->draft_head ? ep->draft_head_n : 0);
 }
 
 static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, const sd_gen_stats *st,
@@ -289,17 +354,19 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, con
     for (int32_t i = 0; i < n; i++)
         json_array_append_new(ids, json_integer(toks[i]));
     json_t *ppa = json_array();
-    for (int32_t i = 0; i < k; i++)
-        json_array_append_new(ppa, json_real(sd_stats_accept_at(st, i)));
+    for (int32_t i = 0; i < k; i++) /* null: never drafted at i */
+        json_array_append_new(ppa, st->drafted_at[i] ? json_real(sd_stats_accept_at(st, i))
+                                                     : json_null());
     json_t *stats = json_pack(
-        "{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
+        "{s:i, s:i, s:i, s:i, s:i, s:o, s:f, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
         "n_prompt", st->n_prompt, "n_generated", st->n_generated, "n_target_passes",
         st->n_target_passes, "n_drafted", st->n_drafted, "n_accepted", st->n_accepted,
-        "acceptance_rate", sd_stats_acceptance_rate(st), "tokens_per_pass",
-        sd_stats_tokens_per_pass(st), "per_position_acceptance", ppa, "tokens_per_s",
-        sd_stats_tokens_per_s(st), "ttft_ms", st->ttft_ms, "itl_ms", sd_stats_itl_ms(st),
-        "t_prefill_ms", st->t_prefill_ms, "t_draft_ms", st->t_draft_ms, "t_verify_ms",
-        st->t_verify_ms, "t_sample_ms", st->t_sample_ms, "stop", sd_stop_reason_str(st->stop));
+        "acceptance_rate", st->n_drafted ? json_real(sd_stats_acceptance_rate(st)) : json_null(),
+        "tokens_per_pass", sd_stats_tokens_per_pass(st), "per_position_acceptance", ppa,
+        "tokens_per_s", sd_stats_tokens_per_s(st), "ttft_ms", st->ttft_ms, "itl_ms",
+        sd_stats_itl_ms(st), "t_prefill_ms", st->t_prefill_ms, "t_draft_ms", st->t_draft_ms,
+        "t_verify_ms", st->t_verify_ms, "t_sample_ms", st->t_sample_ms, "stop",
+        sd_stop_reason_str(st->stop));
     if (stats) json_drafting(stats, st, gp, with_draft);
     /* jansson needs valid UTF-8: a byte-fallback token or a character cut at -n can
      * leave a partial sequence; such bytes become U+FFFD, as a text decoder would. */
@@ -336,7 +403,16 @@ void sd_cli_generate_help(FILE *f) {
                "  --temp T                 temperature, 0 = greedy (default 0.8)\n"
                "  --top-k N                top-k, 0 = off (default 40)\n"
                "  --top-p P                top-p, 1 = off (default 0.95)\n"
-               "  --seed S        (-s)     RNG seed (default 42)\n"
+               "  --seed S        (-s)     seed of every draw (default 42; -1: a random seed,\n"
+               "                           printed)\n"
+               "  --min-p P                min-p: keep tokens with p >= P p_max (0 = off)\n"
+               "  --repeat-penalty P       divide repeated tokens' logits by P (1 = off)\n"
+               "  --presence-penalty P, --frequency-penalty P   subtract P (times the count)\n"
+               "                           from repeated tokens' logits (0 = off)\n"
+               "  --repeat-last-n N        tokens the penalties look back over (64)\n"
+               "  --spec-sampling M        rejection or gumbel (default): how speculative\n"
+               "                           sampling draws; gumbel prints the text target alone\n"
+               "                           prints with the same seed, whatever the draft and K\n"
                "  --threads N     (-t)     threads, 0 = all cores (default 0)\n"
                "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
                "  --no-bos                 do not prepend BOS to the prompt\n"
@@ -365,6 +441,8 @@ void sd_cli_generate_help(FILE *f) {
                "                           (--no-escape: as written, the default)\n"
                "  --no-display-prompt      do not echo the prompt before the text\n"
                "  --log-disable            no notes or statistics on stderr (errors still)\n"
+               "  -v (--verbose)           the settings before the run and every pass after it\n"
+               "                           (with --json: stats.passes)\n"
                "drafting:\n"
                "  --draft-type T  (--spec-type)  none|llm|ngram|ngram+llm (default: llm with a\n"
                "                           draft model, else none); llama.cpp's draft-simple,\n"
@@ -377,6 +455,10 @@ void sd_cli_generate_help(FILE *f) {
                "  --ngram-min N, --ngram-max N     n-gram sizes matched, 1..16 (default 2, 4);\n"
                "                           --spec-ngram-size-n N sets both (llama.cpp)\n"
                "  --lookup-cache FILE      n-gram cache kept across runs (read, then updated)\n"
+               "  --draft-head FILE        the LLM draft scores only the ids of this head file\n"
+               "                           (FR-Spec's trimmed head: exact, cheaper drafting)\n"
+               "  --draft-head-n N         the first N ids of it (0 = all)\n"
+               "  --draft-policy sweep     every K in turn (for recording cost traces with -v)\n"
                "llama.cpp flags with no meaning here (-fa, -b, -ub, --mlock, --no-mmap, --numa,\n"
                "-tb, -td, -C, -Cr, --prio, --poll, --no-warmup, -co, --no-perf, -np, -cb,\n"
                "-kvu, --context-shift) are ignored with a one-line note; -no-cnv, --simple-io\n"
@@ -495,7 +577,7 @@ static int gen_run(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, cons
  * n-gram proposer; after the run it is updated with this prompt and output. */
 static int gen_open_cache(sd_cli_pair *p, sd_engine *e, sd_draft_type type, sd_ngram_cache **cache,
                           sd_error *err) {
-    const uint64_t fp = sd_engine_vocab_fingerprint(e);
+    const uint64_t fp = sd_draft_vocab_fingerprint(sd_engine_vocab(e));
     const int32_t nv = sd_model_hparams(sd_engine_target(e))->n_vocab;
     int rc = sd_ngram_cache_load(p->lookup_cache, fp, nv, &p->ep.ngram, 0, cache, err);
     if (rc == SD_ERR_IO && errno == ENOENT) {
@@ -535,6 +617,7 @@ int sd_cmd_generate(int argc, char **argv) {
     size_t prompt_len = 0, n_ids = 0;
     int32_t *prompt_ids = NULL, *out = NULL;
     uint8_t *k_trace = NULL;
+    sd_pass_record *passes = NULL;
     sd_ngram_cache *cache = NULL;
     int rc = SD_OK, exit_code = EXIT_FAILURE;
     const int notes = !c.g.log_disable;
@@ -547,6 +630,13 @@ int sd_cmd_generate(int argc, char **argv) {
     p.ep.gen.draft_min = 1;
     if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
     if (c.no_draft) p.ep.draft = NULL;
+    if (!c.chat && p.cfg.has_chat) c.chat = p.cfg.chat; /* the config's "chat" */
+    if (c.system && !c.chat) {
+        exit_code = usage_error("%s", "--system needs --chat (the system message goes into the "
+                                      "chat template)");
+        goto done;
+    }
+    if (c.random_seed) p.ep.gen.seed = sd_cli_random_seed();
     if ((exit_code = gen_check_args(&c, &p))) goto done;
     exit_code = EXIT_FAILURE;
     if ((rc = gen_prompt(&c, &p, &prompt, &prompt_len, &err))) goto done;
@@ -574,7 +664,15 @@ int sd_cmd_generate(int argc, char **argv) {
     k_trace = malloc((size_t)gp.n_predict + 1);
     gp.k_trace = k_trace;
     gp.k_trace_cap = k_trace ? gp.n_predict + 1 : 0;
-    if (!out || !k_trace) {
+    if (c.verbose) {
+        passes = malloc(((size_t)gp.n_predict + 1) * sizeof *passes);
+        gp.pass_trace = passes;
+        gp.pass_trace_cap = passes ? gp.n_predict + 1 : 0;
+    }
+    if (notes && c.random_seed)
+        fprintf(stderr, "specdec: --seed -1: seed %llu\n", (unsigned long long)gp.seed);
+    if (notes && c.verbose) print_settings(&gp, &p.ep, prop ? sd_proposer_name(prop) : "none");
+    if (!out || !k_trace || (c.verbose && !passes)) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
         goto done;
     }
@@ -590,11 +688,13 @@ int sd_cmd_generate(int argc, char **argv) {
                                    k_shown, &err)))
         goto done;
     if (notes) print_stats(&st, &gp, with_draft, k_shown);
+    if (notes && c.verbose) print_passes(&st, &gp);
     exit_code = EXIT_SUCCESS;
 done:
     if (rc) exit_code = sd_cli_fail(&err);
     free(out);
     free(k_trace);
+    free(passes);
     free(prompt_ids);
     free(prompt);
     sd_cli_pair_free(&p);

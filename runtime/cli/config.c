@@ -117,6 +117,47 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
             rc = get_int(path, key, v, 0, 64, &i, err);
             cfg->tensor_split = (int32_t)i;
             cfg->has_tensor_split = 1;
+        } else if (!strcmp(key, "chat")) {
+            if (!json_is_boolean(v)) {
+                rc = sd_errorf(err, SD_ERR_CONFIG, "%s: key 'chat': expected true or false", path);
+                break;
+            }
+            cfg->chat = json_is_true(v);
+            cfg->has_chat = 1;
+        } else if (!strcmp(key, "spec_sampling")) {
+            rc = get_str(path, key, v, err);
+            if (rc) break;
+            if (sd_spec_sampling_parse(json_string_value(v), &cfg->spec_sampling))
+                rc = sd_errorf(err, SD_ERR_CONFIG,
+                               "%s: key 'spec_sampling': expected \"rejection\" or \"gumbel\", "
+                               "found \"%s\"",
+                               path, json_string_value(v));
+            cfg->has_spec_sampling = 1;
+        } else if (!strcmp(key, "min_p")) {
+            rc = get_num(path, key, v, 0.0, 1.0, &cfg->min_p, err);
+            cfg->has_min_p = 1;
+        } else if (!strcmp(key, "repeat_penalty")) {
+            rc = get_num(path, key, v, 1e-6, 100.0, &cfg->repeat_penalty, err);
+            cfg->has_repeat_penalty = 1;
+        } else if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty")) {
+            const int pres = key[0] == 'p';
+            rc = get_num(path, key, v, -100.0, 100.0,
+                         pres ? &cfg->presence_penalty : &cfg->frequency_penalty, err);
+            *(pres ? &cfg->has_presence_penalty : &cfg->has_frequency_penalty) = 1;
+        } else if (!strcmp(key, "repeat_last_n")) {
+            rc = get_int(path, key, v, 0, SD_PENALTY_MAX_N, &i, err);
+            cfg->repeat_last_n = (int32_t)i;
+            cfg->has_repeat_last_n = 1;
+        } else if (!strcmp(key, "draft_head")) {
+            rc = get_str(path, key, v, err);
+            if (rc) break;
+            free(cfg->draft_head);
+            cfg->draft_head = resolve_path(path, json_string_value(v));
+            if (!cfg->draft_head) rc = sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
+        } else if (!strcmp(key, "draft_head_n")) {
+            rc = get_int(path, key, v, 0, INT32_MAX, &i, err);
+            cfg->draft_head_n = (int32_t)i;
+            cfg->has_draft_head_n = 1;
         } else if (!strcmp(key, "lookup_cache")) {
             rc = get_str(path, key, v, err);
             if (rc) break;
@@ -194,7 +235,9 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                            "draft_tokens, max_tokens, temp, top_k, top_p, seed, threads, "
                            "ctx_size, prompt, kv_type, draft_type, draft_policy, draft_p_min, "
                            "draft_min, ngram_min, ngram_max, lookup_cache, device, device_draft, "
-                           "tensor_split)",
+                           "tensor_split, chat, spec_sampling, min_p, repeat_penalty, "
+                           "presence_penalty, frequency_penalty, repeat_last_n, draft_head, "
+                           "draft_head_n)",
                            path, key);
         }
         if (rc) break;
@@ -211,5 +254,6 @@ void sd_config_free(sd_config *cfg) {
     free(cfg->draft);
     free(cfg->prompt);
     free(cfg->lookup_cache);
-    cfg->target = cfg->draft = cfg->prompt = cfg->lookup_cache = NULL;
+    free(cfg->draft_head);
+    cfg->target = cfg->draft = cfg->prompt = cfg->lookup_cache = cfg->draft_head = NULL;
 }

@@ -54,6 +54,12 @@ struct sd_session {
      * the handle the user holds, the group its decode / truncate / free reach. */
     sd_tp_rank *tp;
     sd_tp *group;
+    /* A trimmed classifier (sd_session_set_output_rows): n_head rows of output.weight
+     * gathered into head_host (on the backend as b_head); n_head 0: the full head. */
+    int32_t n_head;
+    void *head_host;
+    sd_buffer *b_head;
+    sd_weight head;
 };
 
 sd_session_params sd_session_default_params(void) {
@@ -309,6 +315,8 @@ void sd_session_free(sd_session *s) {
         return;
     }
     sd_tp_rank_unbind(s->tp);
+    sd_buffer_free(s->b_head);
+    free(s->head_host);
     sd_kv_free(s->kv);
     sd_buffer_free(s->b_logits);
     sd_buffer_free(s->b_act);
@@ -436,13 +444,75 @@ static int run_output(sd_session *s, int32_t n, int32_t w, float *logits, sd_err
     }
     if (s->tp) /* this rank's vocabulary columns */
         return sd_tp_output(s->tp, &s->output, s->xn, w, hp->n_vocab, logits, err);
+    /* The full head, or the trimmed one (sd_session_set_output_rows). */
+    const sd_weight *head = s->n_head ? &s->head : &s->output;
+    const size_t n_out = s->n_head ? (size_t)s->n_head : (size_t)hp->n_vocab;
     if (be->caps.host_memory) {
-        be->ops->matmul(be, &s->output, s->xn, w, logits);
+        be->ops->matmul(be, head, s->xn, w, logits);
         return be->ops->sync(be, err);
     }
     float *dl = s->b_logits->addr;
-    be->ops->matmul(be, &s->output, s->xn, w, dl);
-    return be->ops->read(be, logits, dl, (size_t)w * (size_t)hp->n_vocab * sizeof(float), err);
+    be->ops->matmul(be, head, s->xn, w, dl);
+    return be->ops->read(be, logits, dl, (size_t)w * n_out * sizeof(float), err);
+}
+
+/* The classifier rows ids[0 .. n) gathered once into an aligned host copy, put on the
+ * backend like the weights (the CPU maps it in place). */
+int sd_session_set_output_rows(sd_session *s, const int32_t *ids, int32_t n, sd_error *err) {
+    if (!s) return sd_errorf(err, SD_ERR_ARG, "output rows: session is NULL");
+    const sd_model *m = s->m;
+    const int32_t n_vocab = m->hp.n_vocab;
+    if (s->tp || s->group)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a trimmed output head on a tensor-parallel session", m->path);
+    /* Whatever happens below, the old trimmed head goes first (on error: the full head). */
+    sd_buffer_free(s->b_head);
+    free(s->head_host);
+    s->b_head = NULL;
+    s->head_host = NULL;
+    s->n_head = 0;
+    if (n < 0 || n > n_vocab || (n > 0 && !ids))
+        return sd_errorf(err, SD_ERR_ARG, "%s: output rows: n = %d, expected 0 .. %d", m->path, n,
+                         n_vocab);
+    uint8_t *seen = n ? calloc((size_t)n_vocab, 1) : NULL;
+    if (n && !seen) return sd_errorf(err, SD_ERR_OOM, "%s: output rows: out of memory", m->path);
+    for (int32_t j = 0; j < n; j++) {
+        if (ids[j] < 0 || ids[j] >= n_vocab || seen[ids[j]]) {
+            const int32_t bad = ids[j];
+            const int dup = bad >= 0 && bad < n_vocab;
+            free(seen);
+            return sd_errorf(err, SD_ERR_ARG, "%s: output rows: id %d at index %d %s", m->path, bad,
+                             j, dup ? "is repeated" : "is outside the vocabulary");
+        }
+        seen[ids[j]] = 1;
+    }
+    free(seen);
+    if (n == 0) return SD_OK;
+    const sd_weight *full = &m->output; /* host addresses (the mapping) */
+    size_t bytes;
+    if (sd_mul_size((size_t)n, full->row_bytes, &bytes))
+        return sd_errorf(err, SD_ERR_OOM, "%s: output rows: size overflows", m->path);
+    const size_t alloc = (bytes + 63) / 64 * 64;
+    uint8_t *h = aligned_alloc(64, alloc ? alloc : 64);
+    if (!h) return sd_errorf(err, SD_ERR_OOM, "%s: output rows: out of memory", m->path);
+    for (int32_t j = 0; j < n; j++)
+        memcpy(h + (size_t)j * full->row_bytes,
+               (const uint8_t *)full->data + (size_t)ids[j] * full->row_bytes, full->row_bytes);
+    int rc = s->be->ops->buffer_from_host(s->be, h, bytes, &s->b_head, err);
+    if (rc) {
+        free(h);
+        return sd_error_prefix(err, "%s: trimmed output head", m->path);
+    }
+    s->head_host = h;
+    s->head = *full;
+    s->head.rows = n;
+    s->head.data = s->b_head->addr;
+    s->n_head = n;
+    return SD_OK;
+}
+
+int32_t sd_session_n_logits(const sd_session *s) {
+    return s->n_head ? s->n_head : s->m->hp.n_vocab;
 }
 
 static int decode_local(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,

@@ -112,10 +112,11 @@ int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **
 void sd_session_free(sd_session *s); /* NULL accepted */
 
 /*
- * A batch of tokens for one forward pass (as llama.cpp's llama_batch), so several
- * sequences and tree drafts can come without another face change. Today's sessions hold
- * one sequence: every seq_id must be 0 and positions must continue the cache
- * (n_past + i); anything else is SD_ERR_UNSUPPORTED, named.
+ * A batch of tokens for one forward pass (as llama.cpp's llama_batch). The fields for
+ * several sequences and explicit positions are there for planned work (several
+ * sequences; tree drafts would also need a tree attention mask, which this face does not
+ * carry yet). Today's sessions hold one sequence: every seq_id must be 0 and positions
+ * must continue the cache (n_past + i); anything else is SD_ERR_UNSUPPORTED, named.
  *   token  : int32 [n_tokens], each in [0, n_vocab)
  *   pos    : int32 [n_tokens] positions, or NULL for n_past, n_past + 1, ...
  *   seq_id : int32 [n_tokens] sequence ids, or NULL for all 0
@@ -159,6 +160,22 @@ int sd_session_decode(sd_session *s, const sd_batch *b, float *logits, sd_error 
 int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits, int32_t n_out,
                     sd_error *err);
 
+/*
+ * Restrict the classifier to the rows ids[0 .. n) (a trimmed LM head, as FR-Spec's draft:
+ * Zhao et al. 2025, arXiv 2502.14856): afterwards every logits row of sd_session_eval /
+ * sd_session_decode has n entries, entry j being the logit of token ids[j] computed
+ * with the same arithmetic as the full head computes it (each output row is its own
+ * fixed-order dot product). The rows are copied once, here (n x the row bytes of
+ * output.weight); the matmul then streams n rows instead of n_vocab.
+ *   ids : int32 [n], distinct, each in [0, n_vocab); n in 0 .. n_vocab
+ * n = 0 (ids may be NULL) restores the full head. Errors: SD_ERR_ARG (range, a
+ * repeated id), SD_ERR_UNSUPPORTED (a tensor-parallel session), SD_ERR_OOM, a device's
+ * upload error; on error the session keeps its full head.
+ */
+int sd_session_set_output_rows(sd_session *s, const int32_t *ids, int32_t n, sd_error *err);
+/* Entries of a logits row: n_vocab, or the n of sd_session_set_output_rows. */
+int32_t sd_session_n_logits(const sd_session *s);
+
 /* Committed positions in the KV cache. */
 int32_t sd_session_n_past(const sd_session *s);
 int32_t sd_session_n_ctx(const sd_session *s);
@@ -194,7 +211,8 @@ const int32_t *sd_session_tokens(const sd_session *s);
  * Make the cache hold exactly ctx[0 .. n): keep the longest common prefix of the
  * cached tokens and ctx, roll back the rest (O(1), sd_session_truncate), and evaluate
  * ctx[prefix .. n) in chunks of n_batch without logits. n = 0 empties the cache.
- * This is how draft and target catch up after a verification step. (runtime/sync.c)
+ * This is how draft and target catch up after a verification step.
+ * (runtime/model/sync.c)
  * Errors: SD_ERR_CONTEXT (n > n_ctx), SD_ERR_ARG (bad id); on error the cache holds a
  * prefix of ctx.
  */
