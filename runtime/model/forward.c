@@ -507,6 +507,18 @@ int sd_session_set_output_rows(sd_session *s, const int32_t *ids, int32_t n, sd_
     s->head = *full;
     s->head.rows = n;
     s->head.data = s->b_head->addr;
+    s->head.layout = SD_LAYOUT_ROWS;
+    /* In the backend's kernel layout, as every other matmul weight (the CPU packs it). */
+    if (s->be->ops->prepare_weight) {
+        rc = s->be->ops->prepare_weight(s->be, &s->head, err);
+        if (rc) {
+            sd_buffer_free(s->b_head);
+            free(h);
+            s->b_head = NULL;
+            s->head_host = NULL;
+            return sd_error_prefix(err, "%s: trimmed output head", m->path);
+        }
+    }
     s->n_head = n;
     return SD_OK;
 }
