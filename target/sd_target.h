@@ -28,6 +28,8 @@ typedef struct sd_scorer sd_scorer;
  * Errors: as sd_session_init.
  */
 int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **out, sd_error *err);
+/* The target's session (for sd_session_params.share_threads: a draft on its threads). */
+const sd_session *sd_scorer_session(const sd_scorer *s);
 void sd_scorer_free(sd_scorer *s); /* NULL accepted */
 
 const sd_model *sd_scorer_model(const sd_scorer *s);

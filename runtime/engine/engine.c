@@ -98,6 +98,9 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     e->sp = sp;
     e->dsp = dsp;
     if ((rc = sd_scorer_init(e->tm, &sp, &e->scorer, err))) goto fail;
+    /* The draft runs on the target's CPU threads: they take turns, and a second pool's
+     * idle workers would only compete with the first for the cores. */
+    e->dsp.share_threads = dsp.share_threads = sd_scorer_session(e->scorer);
     if (e->dm && (rc = sd_proposer_llm_init(e->dm, &dsp, &p->gen.samp, p->gen.seed,
                                             sd_model_hparams(e->tm)->n_vocab, &e->prop, err)))
         goto fail;

@@ -266,6 +266,9 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     bp.max_cols = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
     bp.n_ctx = n_ctx;
     bp.device_id = device_id;
+    if (p->share_threads && p->device == SD_DEVICE_CPU && !p->share_threads->group &&
+        p->share_threads->be->device == SD_DEVICE_CPU)
+        bp.share_threads = p->share_threads->be;
     int rc = sd_backend_init(p->device, &bp, &s->be, err);
     if (rc == SD_OK) rc = place_weights(s, err);
     if (rc == SD_OK) rc = alloc_kv(s, p->kv_type, err);

@@ -99,6 +99,10 @@ typedef struct sd_session_params {
      * from one device's by float reassociation of the row-parallel sums; N = 1 is
      * bit-identical; batched == single-token passes stays bit for bit. */
     int32_t n_split;
+    /* CPU: run on the thread pool of this other CPU session (a draft beside its target:
+     * they take turns, so one set of workers serves both; see sd_backend_params), which
+     * must be alive when this session is made (either may be freed first). NULL: its own. */
+    const struct sd_session *share_threads;
 } sd_session_params;
 
 sd_session_params sd_session_default_params(void);

@@ -10,6 +10,7 @@
 #include "runtime/backend/sd_backend.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -32,7 +33,8 @@
 typedef struct sd_backend_cpu {
     sd_backend base;
     int32_t n_threads;
-    sd_pool *pool; /* n_threads threads, the caller included (pool.h) */
+    sd_pool *pool;            /* n_threads threads, the caller included (pool.h) */
+    struct pool_share *share; /* the pool's owner record, shared by the backends using it */
     int32_t n_batch;
     int64_t max_cols;
     int32_t n_ctx;
@@ -52,6 +54,20 @@ typedef struct sd_backend_cpu {
 
 static sd_backend_cpu *cpu_of(sd_backend *be) {
     return (sd_backend_cpu *)be;
+}
+
+/* A pool with the number of backends running on it (sd_backend_params.share_threads);
+ * the last one to go frees it. */
+typedef struct pool_share {
+    sd_pool *pool;
+    _Atomic int32_t refs;
+} pool_share;
+
+static void share_release(pool_share *sh) {
+    if (sh && atomic_fetch_sub(&sh->refs, 1) == 1) {
+        sd_pool_free(sh->pool);
+        free(sh);
+    }
 }
 
 /* Per-op timers: t0 = prof_start(c) before an op, prof_end(c, op, t0) after it. */
@@ -83,7 +99,7 @@ void sd_backend_cpu_profile_get(const sd_backend *be, sd_cpu_profile *out) {
 static void cpu_free(sd_backend *be) {
     sd_backend_cpu *c = cpu_of(be);
     if (!c) return;
-    sd_pool_free(c->pool);
+    share_release(c->share);
     for (int i = 0; i < SD_MATMUL_MULTI_MAX; i++)
         free(c->xq[i]);
     for (int32_t i = 0; i < c->n_packed; i++)
@@ -643,7 +659,14 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
     *out = NULL;
     if (!p || p->n_threads < 0 || p->n_batch < 1 || p->max_cols < 1 || p->n_ctx < 1)
         return sd_errorf(err, SD_ERR_ARG, "cpu backend: bad parameters");
-    int32_t nt = p->n_threads ? p->n_threads : sd_n_cores();
+    sd_backend_cpu *other = NULL;
+    if (p->share_threads) {
+        if (p->share_threads->device != SD_DEVICE_CPU)
+            return sd_errorf(err, SD_ERR_ARG, "cpu backend: threads shared with a %s backend",
+                             sd_device_name(p->share_threads->device));
+        other = cpu_of(p->share_threads);
+    }
+    int32_t nt = other ? other->n_threads : p->n_threads ? p->n_threads : sd_n_cores();
     if (nt > SD_CPU_MAX_THREADS) nt = SD_CPU_MAX_THREADS;
     /* Prepared activations: the largest sd_activations_bytes over the weight types for
      * n_batch rows of up to max_cols. */
@@ -685,13 +708,29 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu + %zu bytes)", xq_bytes,
                          sc_bytes);
     }
+    if (other) {
+        c->share = other->share;
+        atomic_fetch_add(&c->share->refs, 1);
+        c->pool = c->share->pool;
+        *out = &c->base;
+        return SD_OK;
+    }
+    pool_share *sh = calloc(1, sizeof *sh);
+    if (!sh) {
+        cpu_free(&c->base);
+        return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory");
+    }
     sd_pool_params pp = sd_pool_default_params();
     pp.n_threads = nt;
-    int rc = sd_pool_init(&pp, &c->pool, err);
+    int rc = sd_pool_init(&pp, &sh->pool, err);
     if (rc) {
+        free(sh);
         cpu_free(&c->base);
         return sd_error_prefix(err, "cpu backend: thread pool");
     }
+    atomic_init(&sh->refs, 1);
+    c->share = sh;
+    c->pool = sh->pool;
     *out = &c->base;
     return SD_OK;
 }
