@@ -14,12 +14,10 @@
 
 #include "draft/ngram_impl.h"
 
-#define MAGIC      "SDNGRAM"
-#define VERSION    1u
-#define HEADER     40u
-#define MAX_FILE   (1u << 30) /* a cache file larger than this is refused */
-#define FNV_OFFSET UINT64_C(0xcbf29ce484222325)
-#define FNV_PRIME  UINT64_C(0x100000001b3)
+#define MAGIC    "SDNGRAM"
+#define VERSION  1u
+#define HEADER   40u
+#define MAX_FILE (1u << 30) /* a cache file larger than this is refused */
 
 struct sd_ngram_cache {
     uint64_t fingerprint;
@@ -31,15 +29,6 @@ struct sd_ngram_cache {
     int64_t n_tokens;
     ngram_index ix;
 };
-
-static uint64_t fnv1a(const unsigned char *p, size_t n) {
-    uint64_t h = FNV_OFFSET;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= FNV_PRIME;
-    }
-    return h;
-}
 
 static void put_u32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++)
@@ -286,7 +275,7 @@ int sd_ngram_cache_load(const char *path, uint64_t fingerprint, int32_t n_vocab,
                        len - (size_t)want, (unsigned long long)want);
         goto done;
     }
-    if (fnv1a(b, len - 8) != get_u64(b + len - 8)) {
+    if (sd_fnv1a64(SD_FNV1A64_INIT, b, len - 8) != get_u64(b + len - 8)) {
         rc = sd_errorf(err, SD_ERR_FORMAT, "%s: lookup cache is corrupt (checksum mismatch)", path);
         goto done;
     }
@@ -380,7 +369,7 @@ int sd_ngram_cache_save(const sd_ngram_cache *c, const char *path, sd_error *err
     unsigned char *tp = b + HEADER + 4 * (size_t)c->n_docs;
     for (int64_t i = 0; i < c->n_tokens; i++)
         put_u32(tp + 4 * (size_t)i, (uint32_t)c->toks[i]);
-    put_u64(b + len - 8, fnv1a(b, len - 8));
+    put_u64(b + len - 8, sd_fnv1a64(SD_FNV1A64_INIT, b, len - 8));
 
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {

@@ -149,18 +149,14 @@ sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t) {
 uint64_t sd_engine_vocab_fingerprint(const sd_engine *e) {
     const sd_vocab *v = sd_model_vocab(e->tm);
     const int32_t n = sd_vocab_n_tokens(v);
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
-    for (int i = 0; i < 4; i++) {
-        h ^= (uint8_t)((uint32_t)n >> (8 * i));
-        h *= UINT64_C(0x100000001b3);
-    }
+    const unsigned char n_le[4] = {(unsigned char)n, (unsigned char)(n >> 8),
+                                   (unsigned char)(n >> 16), (unsigned char)(n >> 24)};
+    uint64_t h = sd_fnv1a64(SD_FNV1A64_INIT, n_le, 4);
     for (int32_t id = 0; id < n; id++) {
         const char *t = sd_vocab_token_text(v, id);
-        for (const unsigned char *c = (const unsigned char *)(t ? t : "");; c++) {
-            h ^= *c; /* the text and its NUL, so "a","bc" differs from "ab","c" */
-            h *= UINT64_C(0x100000001b3);
-            if (!*c) break;
-        }
+        if (!t) t = "";
+        /* the text and its NUL, so "a","bc" differs from "ab","c" */
+        h = sd_fnv1a64(h, t, strlen(t) + 1);
     }
     return h;
 }
