@@ -101,7 +101,7 @@ int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err);
  * SIGQUIT, SIGPIPE and SIGXFSZ and then end the process as the signal would (signals
  * the parent ignores stay ignored). Once, at start. */
 void sd_cli_signals_install(void);
-/* Arm: a fatal signal removes sd_gguf_temp_path(out_path), the temporary the writers
+/* Arm: a fatal signal removes sd_file_temp_path(out_path), the temporary the writers
  * use for out_path, until sd_cli_temp_disarm. One at a time. */
 void sd_cli_temp_arm(const char *out_path);
 void sd_cli_temp_disarm(void);

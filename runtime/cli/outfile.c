@@ -51,7 +51,7 @@ void sd_cli_signals_install(void) {
 void sd_cli_temp_arm(const char *out_path) {
     g_temp_armed = 0;
     atomic_signal_fence(memory_order_seq_cst);
-    if (sd_gguf_temp_path(out_path, g_temp, sizeof g_temp) != 0) return; /* too long: unarmed */
+    if (sd_file_temp_path(out_path, g_temp, sizeof g_temp) != 0) return; /* too long: unarmed */
     atomic_signal_fence(memory_order_seq_cst);
     g_temp_armed = 1;
 }
@@ -72,10 +72,10 @@ int sd_cli_check_output(const char *path, const char *const *inputs, size_t n_in
      * file. Creating (and removing) the temporary proves it, also for root and on
      * read-only mounts where access(2) says little. */
     char tmp[4200];
-    if (sd_gguf_temp_path(path, tmp, sizeof tmp) != 0)
+    if (sd_file_temp_path(path, tmp, sizeof tmp) != 0)
         return sd_errorf(err, SD_ERR_ARG, "%.200s...: path too long", path);
     sd_cli_temp_arm(path);
-    int fd = sd_gguf_temp_create(path, tmp, err); /* err names path and the temporary */
+    int fd = sd_file_temp_create(path, tmp, err); /* err names path and the temporary */
     if (fd >= 0) {
         close(fd);
         unlink(tmp);
@@ -86,30 +86,19 @@ int sd_cli_check_output(const char *path, const char *const *inputs, size_t n_in
 
 int sd_cli_write_file_atomic(const char *path, const char *text, size_t len, sd_error *err) {
     char tmp[4200];
-    if (sd_gguf_temp_path(path, tmp, sizeof tmp) != 0)
+    if (sd_file_temp_path(path, tmp, sizeof tmp) != 0)
         return sd_errorf(err, SD_ERR_ARG, "%.200s...: path too long", path);
     int rc = sd_gguf_check_output(path, NULL, 0, err);
     if (rc) return rc;
     sd_cli_temp_arm(path);
-    int fd = sd_gguf_temp_create(path, tmp, err);
+    int fd = sd_file_temp_create(path, tmp, err);
     if (fd < 0) {
         sd_cli_temp_disarm();
         return SD_ERR_IO;
     }
-    int e = 0;
-    const char *what = "write";
-    for (size_t off = 0; off < len && !e;) {
-        ssize_t n = write(fd, text + off, len - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) e = n < 0 ? errno : EIO;
-        if (n > 0) off += (size_t)n;
-    }
-    if (!e && fsync(fd) != 0) e = errno, what = "fsync";
-    if (close(fd) != 0 && !e) e = errno, what = "close";
-    if (!e && rename(tmp, path) != 0) e = errno, what = "rename";
-    if (e) unlink(tmp);
+    rc = sd_file_temp_commit(fd, tmp, path, sd_file_write_all(fd, text, len), err);
     sd_cli_temp_disarm();
-    return e ? sd_errorf(err, SD_ERR_IO, "%s: %s: %s", path, what, strerror(e)) : SD_OK;
+    return rc;
 }
 
 int sd_cli_stdout_failed(void) {
