@@ -519,7 +519,9 @@ static int gen_save_cache(const sd_cli_pair *p, sd_ngram_cache *cache, const int
     memcpy(doc + n_ids, out, (size_t)st->n_generated * sizeof *doc);
     int rc = sd_ngram_cache_add(cache, doc, (int32_t)(n_ids + (size_t)st->n_generated), err);
     free(doc);
+    sd_cli_temp_arm(p->lookup_cache); /* a fatal signal removes the cache's temporary */
     if (!rc) rc = sd_ngram_cache_save(cache, p->lookup_cache, err);
+    sd_cli_temp_disarm();
     return rc;
 }
 
