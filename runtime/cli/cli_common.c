@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "quant/sd_quant.h"
 #include "runtime/backend/sd_backend.h"
@@ -57,8 +58,16 @@ int sd_cli_parse_f64(const char *s, double lo, double hi, double *out) {
 }
 
 int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_errorf(err, SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    const int is_stdin = !strcmp(path, "-");
+    /* A named file must be a regular one (a FIFO would block, a folder reads as an error). */
+    const int fd = is_stdin ? -1 : sd_file_open_regular(path, err);
+    if (!is_stdin && fd < 0) return SD_ERR_IO;
+    FILE *f = is_stdin ? stdin : fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
+    }
+    if (is_stdin) path = "standard input";
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     while (buf) {
@@ -76,12 +85,15 @@ int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err) {
         n += r;
         if (r == 0) break;
     }
-    int bad = ferror(f);
-    fclose(f);
+    const int bad = ferror(f), e = errno;
+    if (is_stdin)
+        clearerr(stdin);
+    else
+        fclose(f);
     if (!buf) return sd_errorf(err, SD_ERR_OOM, "%s: out of memory reading file", path);
     if (bad) {
         free(buf);
-        return sd_errorf(err, SD_ERR_IO, "%s: read error", path);
+        return sd_errorf(err, SD_ERR_IO, "%s: read error: %s", path, strerror(e ? e : EIO));
     }
     buf[n] = '\0';
     *out = buf;
