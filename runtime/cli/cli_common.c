@@ -171,8 +171,8 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
     case 'n':
         if (sd_cli_parse_i64(arg, -1, INT32_MAX / 2, &g->n) || g->n == 0)
             return sd_cli_usage(h,
-                                "-n/--max-tokens: expected an integer >= 1 (or -1: until "
-                                "EOS or the context is full), found '%s'",
+                                "-n/--max-tokens: expected an integer in [1, 1073741823] (or "
+                                "-1: until EOS or the context is full), found '%s'",
                                 arg);
         g->has_n = 1;
         break;
@@ -184,12 +184,14 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
         break;
     case SD_CLI_OPT_TEMP:
         if (sd_cli_parse_f64(arg, 0.0, 1e6, &g->temp))
-            return sd_cli_usage(h, "--temp: expected a number >= 0, found '%s'", arg);
+            return sd_cli_usage(h, "--temp: expected a number in [0, 1e6] (0 = greedy), found '%s'",
+                                arg);
         g->has_temp = 1;
         break;
     case SD_CLI_OPT_TOP_K:
         if (sd_cli_parse_i64(arg, 0, INT32_MAX, &g->top_k))
-            return sd_cli_usage(h, "--top-k: expected an integer >= 0, found '%s'", arg);
+            return sd_cli_usage(h, "--top-k: expected an integer in [0, 2147483647], found '%s'",
+                                arg);
         g->has_top_k = 1;
         break;
     case SD_CLI_OPT_TOP_P:
@@ -199,7 +201,10 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
         break;
     case 's':
         if (sd_cli_parse_i64(arg, 0, INT64_MAX, &g->seed))
-            return sd_cli_usage(h, "-s/--seed: expected an integer >= 0, found '%s'", arg);
+            return sd_cli_usage(h,
+                                "-s/--seed: expected an integer in [0, 9223372036854775807], "
+                                "found '%s'",
+                                arg);
         g->has_seed = 1;
         break;
     case 't':
@@ -210,7 +215,8 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
         break;
     case 'c':
         if (sd_cli_parse_i64(arg, 0, INT32_MAX, &g->ctx))
-            return sd_cli_usage(h, "-c/--ctx-size: expected an integer >= 0, found '%s'", arg);
+            return sd_cli_usage(
+                h, "-c/--ctx-size: expected an integer in [0, 2147483647], found '%s'", arg);
         g->has_ctx = 1;
         break;
     case SD_CLI_OPT_NO_BOS:
@@ -236,8 +242,8 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
         int64_t v = 1;
         if (strcmp(arg, "all") && sd_cli_parse_i64(arg, 0, INT32_MAX, &v))
             return sd_cli_usage(h,
-                                "-ngl: expected a number of layers >= 0 (any N > 0: every "
-                                "layer on the GPU), found '%s'",
+                                "-ngl: expected a number of layers in [0, 2147483647] (any N > "
+                                "0: every layer on the GPU), found '%s'",
                                 arg);
         *(o == SD_CLI_OPT_NGL ? &g->ngl : &g->ngl_draft) = v > 0;
         break;

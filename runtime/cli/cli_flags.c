@@ -228,7 +228,9 @@ int sd_cli_extra_option(int o, const char *arg, sd_cli_gen_opts *g) {
     }
     case SD_CLI_OPT_CTX_DRAFT:
         if (sd_cli_parse_i64(arg, 0, INT32_MAX, &g->ctx_draft))
-            return sd_cli_usage(h, "-cd/--ctx-size-draft: expected an integer >= 0, found '%s'",
+            return sd_cli_usage(h,
+                                "-cd/--ctx-size-draft: expected an integer in [0, 2147483647], "
+                                "found '%s'",
                                 arg);
         g->has_ctx_draft = 1;
         return 0;

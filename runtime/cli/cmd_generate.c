@@ -552,6 +552,10 @@ int sd_cmd_generate(int argc, char **argv) {
     if ((exit_code = gen_check_args(&c, &p))) goto done;
     exit_code = EXIT_FAILURE;
     if ((rc = gen_prompt(&c, &p, &prompt, &prompt_len, &err))) goto done;
+    /* The lookup cache is rewritten after the run: a path that cannot take it (a missing
+     * folder, a FIFO, a model file) fails now, not after the whole generation. */
+    const char *models[2] = {p.ep.target, p.ep.draft};
+    if (p.lookup_cache && (rc = sd_cli_check_output(p.lookup_cache, models, 2, &err))) goto done;
     if ((rc = sd_cli_pair_load(&c.g, &p, &err))) goto done;
     sd_engine *e = p.engine;
     sd_gen_params gp = p.ep.gen;

@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Resolve a path relative to the folder of the config file. */
 static char *resolve_path(const char *cfg_path, const char *p) {
@@ -50,10 +51,23 @@ static int get_str(const char *path, const char *key, json_t *v, sd_error *err) 
     return SD_OK;
 }
 
+/* A file name: a non-empty string. */
+static int get_path(const char *path, const char *key, json_t *v, sd_error *err) {
+    int rc = get_str(path, key, v, err);
+    if (!rc && json_string_length(v) == 0)
+        rc = sd_errorf(err, SD_ERR_CONFIG, "%s: key '%s': expected a file name, found \"\"", path,
+                       key);
+    return rc;
+}
+
 int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
     memset(cfg, 0, sizeof *cfg);
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    /* A regular file only (a FIFO would block, a folder is not a config). */
+    const int fd = sd_file_open_regular(path, err);
+    if (fd < 0) return SD_ERR_IO;
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    close(fd);
     if (!root) {
         if (jerr.line < 0 || jerr.position == 0)
             return sd_errorf(err, SD_ERR_IO, "%s: cannot read config: %s", path, jerr.text);
@@ -72,7 +86,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
         if (!strcmp(key, "description")) {
             rc = get_str(path, key, v, err);
         } else if (!strcmp(key, "target") || !strcmp(key, "draft")) {
-            rc = get_str(path, key, v, err);
+            rc = get_path(path, key, v, err);
             if (rc) break;
             char *p = resolve_path(path, json_string_value(v));
             if (!p) {
@@ -118,7 +132,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
             cfg->tensor_split = (int32_t)i;
             cfg->has_tensor_split = 1;
         } else if (!strcmp(key, "lookup_cache")) {
-            rc = get_str(path, key, v, err);
+            rc = get_path(path, key, v, err);
             if (rc) break;
             free(cfg->lookup_cache);
             cfg->lookup_cache = resolve_path(path, json_string_value(v));
