@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "runtime/cli/cli.h"
+#include "runtime/engine/sd_engine.h"
 #include "testutil.h"
 
 static char g_dir[1024];
@@ -262,4 +264,42 @@ Test(cli, messages_say_what_is_wrong) {
     snprintf(args, sizeof args, "generate -m %s --draft-type ngram --lookup-cache %s -p hi -n 4",
              g_t, folder);
     expect_error_soon(args, folder);
+}
+
+static void collect_note(void *user, const char *line) {
+    snprintf((char *)user, 512, "%s", line);
+}
+
+/* The library says what is wrong in its own terms (the setting's name in parentheses), and
+ * the CLI shows the flag: neither knows the other's spelling. */
+Test(cli, library_messages_name_settings_the_cli_names_flags) {
+    char note[512] = "";
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = g_t;
+    ep.n_ctx = 100000; /* the test model's training context is 128 */
+    ep.log = collect_note;
+    ep.log_user = note;
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    sd_engine_free(e);
+    cr_assert(strstr(note, "context size 100000 (n_ctx) exceeds"), "note: '%s'", note);
+    cr_assert_null(strstr(note, "--"), "a CLI flag in a library note: '%s'", note);
+
+    char out[256];
+    sd_cli_flag_names("a (n_ctx) b (n_ctx_draft) c (draft) d (template name) (other)", out,
+                      sizeof out);
+    cr_expect_str_eq(out, "a (-c/--ctx-size) b (-cd/--ctx-size-draft) c (-md/--draft FILE) d "
+                          "(--chat-template NAME) (other)");
+    sd_cli_flag_names("(n_ctx)(n_ctx)", out, 10); /* cut to fit, still terminated */
+    cr_expect_eq(strlen(out), 9);
+
+    char cmd[4096], *so = NULL, *se = NULL;
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -c 100000 -p t5 -n 2 --temp 0", SD_BINARY, g_t);
+    cr_assert_eq(tu_run(cmd, &so, &se), 0, "%s", se);
+    cr_expect(strstr(se, "specdec: context size 100000 (-c/--ctx-size) exceeds"), "stderr: %s", se);
+    free(so);
+    free(se);
+    snprintf(cmd, sizeof cmd, "generate -m %s --chat-template '{{ nothing }}' -p hi", g_t);
+    expect_error_soon(cmd, "(--chat-template NAME)");
 }

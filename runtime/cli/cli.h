@@ -81,8 +81,14 @@ int sd_cli_roof_measure(int64_t mib, int32_t threads, int32_t passes, const char
 /* Print "specdec: " + fmt (one %s, given arg) + " (HINT)" (nothing when hint is NULL)
  * and a newline on stderr; returns SD_EXIT_USAGE. */
 int sd_cli_usage(const char *hint, const char *fmt, const char *arg);
-/* Print "specdec: <err's message>" on stderr; returns EXIT_FAILURE. */
+/* Print "specdec: <err's message>" on stderr (the settings it names in the library's
+ * terms shown as flags: sd_cli_flag_names); returns EXIT_FAILURE. */
 int sd_cli_fail(const sd_error *err);
+/* msg with each setting the library names in parentheses replaced by the flag that sets
+ * it: "(n_ctx)" -> "(-c/--ctx-size)", "(n_ctx_draft)" -> "(-cd/--ctx-size-draft)",
+ * "(draft)" -> "(-md/--draft FILE)", "(template name)" -> "(--chat-template NAME)".
+ * Into out[cap], NUL-terminated (cut to fit). */
+void sd_cli_flag_names(const char *msg, char *out, size_t cap);
 /* A thread count for the models: n (0 = all cores) unless it exceeds sd_n_cores(), the
  * cores this process may use; then, unless force, one note on stderr and the core
  * count (more threads than cores wait for each other at every barrier: ~400x slower

@@ -22,8 +22,36 @@ int sd_cli_usage(const char *hint, const char *fmt, const char *arg) {
     return SD_EXIT_USAGE;
 }
 
+/* Library messages name a setting in the library's terms, in parentheses ("(n_ctx)");
+ * the CLI shows the flag that sets it. */
+static const char *const k_param_flags[][2] = {
+    {"(n_ctx)", "(-c/--ctx-size)"},
+    {"(n_ctx_draft)", "(-cd/--ctx-size-draft)"},
+    {"(draft)", "(-md/--draft FILE)"},
+    {"(template name)", "(--chat-template NAME)"},
+};
+
+void sd_cli_flag_names(const char *msg, char *out, size_t cap) {
+    size_t o = 0;
+    for (const char *s = msg; *s && o + 1 < cap;) {
+        size_t j = 0, n = sizeof k_param_flags / sizeof k_param_flags[0];
+        while (j < n && strncmp(s, k_param_flags[j][0], strlen(k_param_flags[j][0])))
+            j++;
+        if (j < n) {
+            o += (size_t)snprintf(out + o, cap - o, "%s", k_param_flags[j][1]);
+            if (o >= cap) o = cap - 1;
+            s += strlen(k_param_flags[j][0]);
+        } else {
+            out[o++] = *s++;
+        }
+    }
+    out[o < cap ? o : cap - 1] = '\0';
+}
+
 int sd_cli_fail(const sd_error *err) {
-    fprintf(stderr, "specdec: %s\n", err->msg[0] ? err->msg : sd_status_str(err->status));
+    char msg[2 * SD_ERROR_MSG_MAX];
+    sd_cli_flag_names(err->msg[0] ? err->msg : sd_status_str(err->status), msg, sizeof msg);
+    fprintf(stderr, "specdec: %s\n", msg);
     return EXIT_FAILURE;
 }
 
@@ -459,7 +487,9 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
 
 static void log_note(void *user, const char *line) {
     (void)user;
-    fprintf(stderr, "specdec: %s\n", line);
+    char msg[1024];
+    sd_cli_flag_names(line, msg, sizeof msg);
+    fprintf(stderr, "specdec: %s\n", msg);
 }
 
 int sd_cli_pair_load(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err) {
