@@ -1,8 +1,7 @@
 /*
  * tests/test_verify.c: verify/ (RNG, warps, inverse-CDF sampling, verification).
  *
- * Follows the rejection-sampler test set of vLLM (tests/samplers/test_rejection_sampler.py,
- * STYLE.md item 10):
+ * Follows the rejection-sampler test set of vLLM (tests/samplers/test_rejection_sampler.py):
  *   - the emitted tokens follow the target distribution p (chi-square), with negative
  *     controls proving the test can fail;
  *   - draft == target gives 100% acceptance and no NaN;

@@ -17,6 +17,7 @@
  *               synth_weights.c  random weights (a target that grows a draft + noise)
  *               roof.c           --roof / the roof of --kernels: best streaming read
  *   perplexity  perplexity.c     mean NLL (nats/token) and perplexity over stories
+ *   compare     compare.c        logits of one model on two devices (or split)
  *
  * Below them, the pieces the commands share: messages, strict numbers, reading a file,
  * the generation flags of generate and bench with their merge over a pair config and
@@ -40,15 +41,15 @@
 extern "C" {
 #endif
 
-int sd_cmd_generate(int argc, char **argv); /* runtime/cli/cmd_generate.c */
-int sd_cmd_convert(int argc, char **argv);  /* runtime/cli/cmd_model.c */
-int sd_cmd_quantize(int argc, char **argv); /* runtime/cli/cmd_model.c */
-int sd_cmd_info(int argc, char **argv);     /* runtime/cli/cmd_model.c */
-int sd_cmd_tokenize(int argc, char **argv); /* runtime/cli/cmd_model.c */
-int sd_cmd_synth(int argc, char **argv);
-int sd_cmd_compare(int argc, char **argv); /* runtime/cli/compare.c */
-int sd_cmd_bench(int argc, char **argv);
-int sd_cmd_perplexity(int argc, char **argv);
+int sd_cmd_generate(int argc, char **argv);   /* runtime/cli/cmd_generate.c */
+int sd_cmd_convert(int argc, char **argv);    /* runtime/cli/cmd_model.c */
+int sd_cmd_quantize(int argc, char **argv);   /* runtime/cli/cmd_model.c */
+int sd_cmd_info(int argc, char **argv);       /* runtime/cli/cmd_model.c */
+int sd_cmd_tokenize(int argc, char **argv);   /* runtime/cli/cmd_tokenize.c */
+int sd_cmd_synth(int argc, char **argv);      /* runtime/cli/synth.c */
+int sd_cmd_compare(int argc, char **argv);    /* runtime/cli/compare.c */
+int sd_cmd_bench(int argc, char **argv);      /* runtime/cli/bench.c */
+int sd_cmd_perplexity(int argc, char **argv); /* runtime/cli/perplexity.c */
 
 /* The options of `specdec generate` (its --help; also part of `specdec --help`). */
 void sd_cli_generate_help(FILE *f);

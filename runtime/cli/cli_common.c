@@ -1,4 +1,4 @@
-/* Pieces the CLI commands share (see sd_cli.h). */
+/* Pieces the CLI commands share (see cli.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* JSON pair configs (see sd_config.h), parsed with jansson. */
+/* JSON pair configs (see config.h), parsed with jansson. */
 #include "runtime/cli/config.h"
 
 #include <jansson.h>
