@@ -140,7 +140,8 @@ Test(cli_llama, ctx_size_draft) {
     char args[4096];
     snprintf(args, sizeof args, "-md %s -p t5t6 -n 40 -k 3 --temp 0 --draft-policy fixed", g_d);
     json_t *full = gen_json(args, NULL);
-    snprintf(args, sizeof args, "-md %s -p t5t6 -n 40 -k 3 --temp 0 --draft-policy fixed -cd 16", g_d);
+    snprintf(args, sizeof args, "-md %s -p t5t6 -n 40 -k 3 --temp 0 --draft-policy fixed -cd 16",
+             g_d);
     json_t *cut = gen_json(args, NULL);
     char *tf = tokens_of(full), *tc = tokens_of(cut);
     cr_assert_str_eq(tf, tc, "greedy output changed with the draft's context");
@@ -274,7 +275,7 @@ Test(cli_llama, meaningless_llama_flags_are_noted) {
 Test(cli_llama, tokenize_pieces) {
     char model[2048], args[8192];
     tu_path(model, sizeof model, SD_SOURCE_DIR "/models", "tinystories-target-q8_0.gguf");
-    if (access(model, R_OK) != 0) cr_skip_test("%s absent (scripts/train_pair.py makes it)", model);
+    tu_need_path(model, "scripts/train_pair.py makes it");
     const char *text = "Once upon a time";
     char *ids = NULL, *pieces = NULL, *err = NULL;
     snprintf(args, sizeof args, "tokenize -m %s -p '%s'", model, text);

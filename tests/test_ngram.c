@@ -648,8 +648,8 @@ Test(ngram_greedy, random_pairs) {
 Test(ngram_greedy, shipped_tinystories_pair) {
     const char *tp = SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf";
     const char *dp = SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf";
-    if (access(tp, R_OK) || access(dp, R_OK))
-        cr_skip_test("the shipped TinyStories pair (models/) is absent");
+    tu_need_path(tp, "the shipped TinyStories pair");
+    tu_need_path(dp, "the shipped TinyStories pair");
     gen_pair g;
     gen_pair_open(&g, tp, dp);
     const sd_vocab *vocab = sd_model_vocab(g.tm);

@@ -37,10 +37,7 @@ static const char *smol_path(void) {
 #define N_POS 2000
 
 static void need_model(void) {
-    if (access(SMOL, R_OK) != 0)
-        cr_skip_test("%s absent: run `bash scripts/get_models.sh` to fetch SmolLM2 (the test "
-                     "is skipped otherwise)",
-                     SMOL);
+    tu_need_path(SMOL, "fetched by `bash scripts/get_models.sh`");
 }
 
 /* An interpreter with torch and gguf for the reference: $SD_TORCH_PYTHON, else
@@ -159,10 +156,11 @@ Test(smollm2, logits_match_the_pytorch_reference, .timeout = 2400) {
                      "install gguf), or set SD_TORCH_PYTHON");
     char ref_script[512];
     snprintf(ref_script, sizeof ref_script, "%s/scripts/ref_smollm2.py", SD_SOURCE_DIR);
-    if (access(ref_script, R_OK) != 0) cr_skip_test("%s absent", ref_script);
+    tu_need_path(ref_script, "the reference script");
+    tu_need_path(tu_shared("tinystories/valid.txt"), "TinyStories text, in ../shared/data");
     size_t len = 0;
     unsigned char *text = tu_read_file(tu_shared("tinystories/valid.txt"), &len);
-    if (!text) cr_skip_test("%s absent (../shared data)", tu_shared("tinystories/valid.txt"));
+    cr_assert_not_null(text);
     sd_model *m = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_model_load(SMOL, &m, &err), SD_OK, "%s", err.msg);
@@ -282,8 +280,7 @@ Test(smollm2, greedy_speculative_equals_target_alone, .timeout = 1800) {
 
 Test(smollm2, trained_draft_pairs_and_greedy_equals_target_alone, .timeout = 1800) {
     need_model();
-    if (access(SMOL_DRAFT, R_OK) != 0)
-        cr_skip_test("%s absent (scripts/train_smollm2_draft.py makes it)", SMOL_DRAFT);
+    tu_need_path(SMOL_DRAFT, "scripts/train_smollm2_draft.py makes it");
     if (getenv("SD_SMOL_MODEL") && *getenv("SD_SMOL_MODEL"))
         cr_skip_test("SD_SMOL_MODEL set: the pair config names the Q4_1 file");
     static const char *prompts[] = {"'Once upon a time, there was a little dog named Max.'",

@@ -34,9 +34,7 @@ static void vocab_path(char *buf, size_t cap, const char *name) {
 }
 
 static void skip_without(const char *path) {
-    if (access(path, R_OK) != 0)
-        cr_skip_test("shared test data not found at %s (the vocab vectors need ../shared/data)",
-                     path);
+    tu_need_path(path, "llama.cpp's vocabularies, in ../shared/data");
 }
 
 static sd_vocab *load_named(const char *name) {
@@ -411,8 +409,9 @@ Test(round_trip, codepoints_starcoder, .timeout = 600) {
 Test(long_input, bpe_round_trip, .timeout = 300) {
     sd_vocab *v = load_named("qwen2");
     size_t len = 0;
+    tu_need_path(tu_shared("tinystories/valid.txt"), "TinyStories text, in ../shared/data");
     char *txt = (char *)tu_read_file(tu_shared("tinystories/valid.txt"), &len);
-    if (!txt) cr_skip_test("tinystories/valid.txt missing (needs ../shared/data)");
+    cr_assert_not_null(txt);
     if (len > 200000) len = 200000;
     while (len > 0 && ((unsigned char)txt[len] & 0xC0) == 0x80)
         len--; /* whole characters */

@@ -40,15 +40,8 @@ static char *read_all(const char *path, size_t *len) {
     return b;
 }
 
-static int shared_present(void) {
-    return access(SPM_GGUF, R_OK) == 0;
-}
-
 static void skip_without_shared(void) {
-    if (!shared_present())
-        cr_skip_test("shared test data not found at %s (the vocab vectors need ../shared/data "
-                     "or $SD_SHARED_DATA)",
-                     SPM_GGUF);
+    tu_need_path(SPM_GGUF, "llama.cpp's vocabularies, in ../shared/data or $SD_SHARED_DATA");
 }
 
 static sd_vocab *load_vocab_file(const char *path) {
@@ -176,8 +169,9 @@ Test(vocab_spm, long_text_roundtrip, .timeout = 60) {
     skip_without_shared();
     sd_vocab *v = load_vocab_file(SPM_GGUF);
     size_t len = 0;
+    tu_need_path(tu_shared("tinystories/valid.txt"), "TinyStories text, in ../shared/data");
     char *txt = read_all(tu_shared("tinystories/valid.txt"), &len);
-    if (!txt) cr_skip_test("tinystories/valid.txt missing");
+    cr_assert_not_null(txt);
     if (len > 200000) len = 200000;
     while (len > 0 && ((unsigned char)txt[len] & 0xC0) == 0x80)
         len--; /* whole chars */

@@ -1,5 +1,7 @@
 #include "testutil.h"
 
+#include <criterion/criterion.h>
+
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +17,10 @@
 const char *tu_shared_data(void) {
     const char *d = getenv("SD_SHARED_DATA");
     return d && *d ? d : SD_SHARED_DATA_DEFAULT;
+}
+
+void tu_need_path(const char *path, const char *why) {
+    if (access(path, R_OK) != 0) cr_skip_test("absent: %s (%s)", path, why);
 }
 
 const char *tu_shared(const char *rel) {

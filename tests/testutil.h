@@ -17,6 +17,14 @@ const char *tu_shared_data(void);
  * live in one expression; tests are single-threaded). */
 const char *tu_shared(const char *rel);
 
+/*
+ * Skip the running test unless path is readable: cr_skip_test("absent: PATH (why)"). Every
+ * test that needs a data file skips through this, so scripts/test.sh can tell a skip for
+ * data that is really absent from one whose data is present (a failure: the test could
+ * have run and did not, e.g. because it looked in the wrong place).
+ */
+void tu_need_path(const char *path, const char *why);
+
 /* Make a fresh temporary folder (mkdtemp under $TMPDIR or /tmp) into buf. 0 on success. */
 int tu_mkdtemp(char *buf, size_t cap);
 /* Remove a folder and the plain files directly in it. */
