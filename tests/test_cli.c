@@ -303,3 +303,12 @@ Test(cli, library_messages_name_settings_the_cli_names_flags) {
     snprintf(cmd, sizeof cmd, "generate -m %s --chat-template '{{ nothing }}' -p hi", g_t);
     expect_error_soon(cmd, "(--chat-template NAME)");
 }
+
+/* A key or value with an escaped newline (found by tests/fuzz/fuzz_config.c): the message
+ * stays one line, the control character shown as \x0A. */
+Test(cli, config_strings_with_control_characters_stay_one_line) {
+    expect_config_error("nl-key.json", "{\"target\": \"t.gguf\", \"draft_tok\\ns\": 4}\n",
+                        "unknown key 'draft_tok\\x0As'");
+    expect_config_error("nl-value.json", "{\"target\": \"t.gguf\", \"kv_type\": \"f3\\n2\"}\n",
+                        "found \"f3\\x0A2\"");
+}
