@@ -348,3 +348,30 @@ Test(cli_llama, progress_only_on_a_terminal) {
     cr_assert(strstr(out, "specdec quantize: tensor 1/"), "no progress on a terminal: %s", out);
     free(out);
 }
+
+/* -cnv and -sys, which --help advertises, are --chat and --system: the same tokens (they
+ * were refused as unknown options). */
+Test(cli_llama, cnv_and_sys_are_chat_and_system) {
+    char *a = NULL, *b = NULL;
+    json_t *ja = gen_json("--temp 0 -n 6 --chat-template chatml -p t5 -cnv -sys 't7 t8'", NULL);
+    json_t *jb =
+        gen_json("--temp 0 -n 6 --chat-template chatml -p t5 --chat --system 't7 t8'", NULL);
+    a = json_dumps(json_object_get(ja, "tokens"), JSON_COMPACT);
+    b = json_dumps(json_object_get(jb, "tokens"), JSON_COMPACT);
+    cr_expect_str_eq(a, b);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(ja, "stats"), "n_prompt")),
+                 json_integer_value(json_object_get(json_object_get(jb, "stats"), "n_prompt")));
+    /* the system message is in the prompt: more tokens than without it */
+    json_t *jc = gen_json("--temp 0 -n 6 --chat-template chatml -p t5 -cnv", NULL);
+    cr_expect_gt(json_integer_value(json_object_get(json_object_get(ja, "stats"), "n_prompt")),
+                 json_integer_value(json_object_get(json_object_get(jc, "stats"), "n_prompt")));
+    free(a);
+    free(b);
+    json_decref(ja);
+    json_decref(jb);
+    json_decref(jc);
+    /* -sys without a chat is still the same usage error as --system */
+    char args[4096];
+    snprintf(args, sizeof args, "generate -m %s -p t5 -sys hello", g_t);
+    cr_expect_eq(run(args, NULL, NULL), SD_EXIT_USAGE);
+}

@@ -1,7 +1,7 @@
 /*
  * llama.cpp's spellings on specdec's command line (see cli.h, "llama.cpp spellings"):
  *   - aliases: llama.cpp's multi-letter single-dash flags rewritten to specdec's long
- *     forms before getopt sees them (-md, -ctk, -ctv, -cd, -e);
+ *     forms before getopt sees them (-md, -ctk, -ctv, -cd, -e, -cnv, -sys, -i, ...);
  *   - flags that map to what specdec has: --cache-type-k/-v (the one KV element type),
  *     --ctx-size-draft, --ignore-eos, --escape/--no-escape, --log-disable,
  *     --no-display-prompt, and specdec's own --threads-force;
@@ -83,6 +83,9 @@ static const char *const k_aliases[][2] = {
     {"-sm", "--split-mode"},
     {"-dev", "--device"},
     {"-devd", "--device-draft"},
+    {"-cnv", "--chat"},
+    {"-sys", "--system"},
+    {"-i", "--interactive"},
 };
 
 static const ignored_flag *find_ignored(const char *a, size_t len) {
