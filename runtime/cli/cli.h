@@ -113,6 +113,18 @@ void sd_cli_signals_install(void);
 void sd_cli_temp_arm(const char *out_path);
 void sd_cli_temp_disarm(void);
 
+/* Ctrl-C as a request to stop (generate: at the next token, with the statistics, the
+ * lookup cache saved and exit status SD_EXIT_INTERRUPTED; the interactive chat: the
+ * current answer). From sd_cli_interrupt_catch on, the first SIGINT sets a flag
+ * (sd_cli_interrupted; system calls restart, SA_RESTART: a wait for input must poll); a
+ * second one before sd_cli_interrupt_clear ends the process as SIGINT does (the armed
+ * temporary removed).
+ * Returns 1 if installed, 0 when SIGINT is ignored (a background job: it stays so). */
+int sd_cli_interrupt_catch(void);
+int sd_cli_interrupted(void);
+void sd_cli_interrupt_clear(void);
+#define SD_EXIT_INTERRUPTED 130 /* 128 + SIGINT, as a shell reports a process Ctrl-C ended */
+
 /* Before any work: path may be replaced (sd_gguf_check_output: absent or a regular
  * file, none of the inputs), is writable if it exists, and its folder takes a new file
  * (the temporary is created and removed). 0, or an error naming path. */
@@ -314,7 +326,8 @@ enum {
 
 struct option;
 /*
- * Before getopt: rewrite llama.cpp's aliases (-md, -ctk, -ctv, -cd, -e) to long options
+ * Before getopt: rewrite llama.cpp's aliases (-md, -ctk, -ctv, -cd, -e, -ngl, -ngld, -ts,
+ * -sm, -dev, -devd, -cnv, -sys, -i) to long options
  * the command has; drop llama.cpp flags that have no meaning here (each with one note on
  * stderr, or silently when it names what specdec always does; the table and what each
  * means is in cli_flags.c) with their values; reject other multi-letter single-dash

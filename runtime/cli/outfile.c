@@ -3,13 +3,14 @@
  * is written, atomic text files, the removal of a temporary when a signal kills the
  * process, and the check that everything written to stdout got there.
  *
- * Global state: the only mutable globals of the CLI are the two below, and they exist
+ * Global state: the only mutable globals of the CLI are the three below, and they exist
  * because a signal handler can reach nothing else. g_temp holds the name of the one
  * temporary file being written (writes are sequential); g_temp_armed says whether the
  * handler must remove it. Only the main thread changes them (sd_cli_temp_arm/disarm),
- * with the flag cleared while the name changes. The handler calls only
- * async-signal-safe functions: unlink(2) and raise(3) (SA_RESETHAND restores the
- * default action first, so raise ends the process as the signal would have).
+ * with the flag cleared while the name changes. g_interrupts counts the SIGINTs since
+ * sd_cli_interrupt_catch (or the last sd_cli_interrupt_clear). The handlers call only
+ * async-signal-safe functions: unlink(2), sigaction(2) and raise(3) (the default action
+ * is restored first, so raise ends the process as the signal would have).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,10 +28,50 @@
 
 static char g_temp[4200];
 static volatile sig_atomic_t g_temp_armed;
+static volatile sig_atomic_t g_interrupts;
 
 static void on_fatal_signal(int sig) {
     if (g_temp_armed) (void)unlink(g_temp);
     (void)raise(sig); /* the default action, restored by SA_RESETHAND */
+}
+
+/* SIGINT while caught: the first asks the command to stop (sd_cli_interrupted); another
+ * before it has stopped ends the process as SIGINT does, temporary removed. */
+static void on_interrupt(int sig) {
+    if (g_interrupts == 0) {
+        g_interrupts = 1;
+        return;
+    }
+    if (g_temp_armed) (void)unlink(g_temp);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    (void)sigaction(sig, &dfl, NULL);
+    (void)raise(sig);
+}
+
+int sd_cli_interrupt_catch(void) {
+    struct sigaction old;
+    /* Ignored by the parent (a background job, nohup): stays ignored. */
+    if (sigaction(SIGINT, NULL, &old) != 0 || old.sa_handler == SIG_IGN) return 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    /* SA_RESTART: writes to stdout and reads go on (an interrupted write to a terminal must
+     * not lose the answer); who waits for input polls (the chat: ppoll). */
+    sa.sa_flags = SA_RESTART;
+    g_interrupts = 0;
+    return sigaction(SIGINT, &sa, NULL) == 0;
+}
+
+int sd_cli_interrupted(void) {
+    return g_interrupts != 0;
+}
+
+void sd_cli_interrupt_clear(void) {
+    g_interrupts = 0;
 }
 
 void sd_cli_signals_install(void) {
