@@ -23,6 +23,18 @@ void tu_need_path(const char *path, const char *why) {
     if (access(path, R_OK) != 0) cr_skip_test("absent: %s (%s)", path, why);
 }
 
+char *tu_llamacpp_vocab(const char *name, char *buf, size_t cap) {
+    const char *env = getenv("SD_LLAMACPP_VOCAB");
+    const char *dirs[3] = {env && *env ? env : NULL, SD_SOURCE_DIR "/models/downloaded/vocab",
+                           tu_shared("vocab")};
+    for (int i = 0; i < 3; i++) {
+        if (!dirs[i]) continue;
+        if ((size_t)snprintf(buf, cap, "%s/ggml-vocab-%s.gguf", dirs[i], name) >= cap) abort();
+        if (access(buf, R_OK) == 0) return buf;
+    }
+    return buf; /* the shared-data path, absent */
+}
+
 const char *tu_shared(const char *rel) {
     static char bufs[8][4096];
     static unsigned next;

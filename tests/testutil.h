@@ -25,6 +25,15 @@ const char *tu_shared(const char *rel);
  */
 void tu_need_path(const char *path, const char *why);
 
+/*
+ * A llama.cpp test vocabulary "ggml-vocab-NAME.gguf" (with its .inp/.out vectors): the
+ * first folder that has it of $SD_LLAMACPP_VOCAB, models/downloaded/vocab/ (where
+ * scripts/get_vocabs.sh puts llama.cpp's models/ folder from llama-cpp-python's sdist) and
+ * tu_shared("vocab"); the last candidate's path when none has it (the caller's
+ * tu_need_path then names it). Into buf[cap]; returns buf.
+ */
+char *tu_llamacpp_vocab(const char *name, char *buf, size_t cap);
+
 /* Make a fresh temporary folder (mkdtemp under $TMPDIR or /tmp) into buf. 0 on success. */
 int tu_mkdtemp(char *buf, size_t cap);
 /* Remove a folder and the plain files directly in it. */

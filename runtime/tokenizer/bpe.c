@@ -170,29 +170,6 @@ int bpe_load_merges(sd_vocab *v, const sd_gguf *g, sd_error *err) {
     return rc;
 }
 
-int bpe_check_alphabet(const sd_vocab *v, sd_error *err) {
-    if (v->type != SD_VOCAB_BPE) return SD_OK;
-    for (int32_t i = 0; i < v->n; i++) {
-        if (v->attr[i] != ATTR_NORMAL) continue;
-        const char *t = vocab_text(v, i);
-        for (size_t k = 0; k < v->len[i];) {
-            size_t l = sd_utf8_lead_len((unsigned char)t[k]);
-            uint32_t cp[4];
-            sd_utf8_decode_lenient(t + k, l, cp); /* valid UTF-8: checked in load_texts */
-            if (sd_gpt2_cp_to_byte(cp[0]) < 0) {
-                char shown[96];
-                sd_text_render(t, v->len[i], shown, sizeof shown);
-                return sd_errorf(err, SD_ERR_FORMAT,
-                                 "%s: '%s'[%d] '%s' is a normal token of a byte-level BPE "
-                                 "vocabulary but U+%04X is not a GPT-2 byte character",
-                                 v->path, KEY_TOKENS, (int)i, shown, (unsigned)cp[0]);
-            }
-            k += l;
-        }
-    }
-    return SD_OK;
-}
-
 /* ------------------------------------------------------------------ merging one word */
 
 typedef struct sym {
