@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "draft/sd_draft.h"
 #include "runtime/convert/sd_convert.h"
 #include "runtime/gguf/sd_gguf.h"
 
@@ -383,4 +384,29 @@ int tu_run(const char *cmd, char **out, char **err) {
     else
         free(e);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+sd_proposer *tu_make_ngram(int32_t n_min, int32_t n_max, int32_t n_ctx, int32_t n_vocab) {
+    sd_ngram_params p = sd_ngram_default_params();
+    p.n_min = n_min;
+    p.n_max = n_max;
+    p.n_ctx = n_ctx;
+    sd_proposer *prop = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_ngram_init(&p, n_vocab, &prop, &err), 0, "%s", err.msg);
+    return prop;
+}
+
+void tu_expect_cli_error(const char *args, const char *word) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s %s", SD_BINARY, args);
+    char *out = NULL, *err = NULL;
+    const int rc = tu_run(cmd, &out, &err);
+    cr_assert_neq(rc, 0, "'%s' succeeded", args);
+    cr_assert(err && strstr(err, word), "'%s': stderr '%s' does not name '%s'", args,
+              err ? err : "", word);
+    const char *nl = strchr(err, '\n');
+    cr_assert(nl && nl[1] == '\0', "'%s': not one line: '%s'", args, err);
+    free(out);
+    free(err);
 }

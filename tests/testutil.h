@@ -82,6 +82,15 @@ int tu_make_stories_pair(const char *dir);
  * shared classifier) and its tokenizer file at ckpt and tok. 0, or -1. */
 int tu_make_llama2c(const char *ckpt, const char *tok);
 
+/* An n-gram proposer (sd_proposer_ngram_init) with sizes n_min .. n_max over a context of
+ * n_ctx tokens of an n_vocab vocabulary (asserts it is made). */
+struct sd_proposer;
+struct sd_proposer *tu_make_ngram(int32_t n_min, int32_t n_max, int32_t n_ctx, int32_t n_vocab);
+
+/* Run `specdec ARGS` and assert it fails (non-zero) with exactly one stderr line that
+ * contains word. */
+void tu_expect_cli_error(const char *args, const char *word);
+
 /* Run a shell command line; stdout and stderr captured (malloc'd, NUL-terminated;
  * pass NULL to discard). Returns the exit status (or -1). */
 int tu_run(const char *cmd, char **out, char **err);
