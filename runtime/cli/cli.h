@@ -99,7 +99,9 @@ int32_t sd_cli_cap_threads(int64_t n, int force);
 /* Strict numbers: all of s, in [lo, hi]. 0, or -1 (out untouched). */
 int sd_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int sd_cli_parse_f64(const char *s, double lo, double hi, double *out);
-/* A whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). */
+/* A whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). "-" is
+ * standard input; a named file must be a regular one (sd_file_open_regular: a FIFO is
+ * refused, not waited on). */
 int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err);
 
 /* ---- outputs (runtime/cli/outfile.c) ---- */
