@@ -9,7 +9,8 @@
 # usage: bash scripts/fuzz.sh [--time SECONDS] [NAME...]
 #   --time S   seconds per target (default 12: the five targets take about a minute)
 #   NAME       gguf, spm, bpe, chat, config (default: all)
-# Needs clang and libclang-rt-14-dev (libFuzzer, the sanitizers) and libomp-dev.
+# Needs clang and libclang-rt-dev (libFuzzer, the sanitizers: the compiler-rt of the default
+# clang) and libomp-dev.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=12
@@ -38,7 +39,7 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 cc="${SD_FUZZ_CC:-clang}"
 if ! command -v "$cc" >/dev/null; then
-    echo "scripts/fuzz.sh: $cc not found (apt-get install clang libclang-rt-14-dev libomp-dev)" >&2
+    echo "scripts/fuzz.sh: $cc not found (apt-get install clang libclang-rt-dev libomp-dev)" >&2
     exit 1
 fi
 jobs="$(nproc 2>/dev/null || echo 2)"
