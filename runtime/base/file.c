@@ -71,7 +71,9 @@ int sd_file_temp_path(const char *path, char *buf, size_t cap) {
 
 /* Remove the temporaries of path ("<base>.tmp.<pid>" in its folder) whose process no
  * longer exists: what a SIGKILL or a power cut left (our own pid's is handled by the
- * caller). A live process's temporary, and anything not a regular file, is kept. */
+ * caller). A live process's temporary, and anything not a regular file, is kept. (A writer
+ * in another PID namespace sharing the folder is not seen: its temporary would go, and its
+ * rename then fail, leaving path as it was.) */
 static void remove_stale_temps(const char *path) {
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
@@ -98,7 +100,7 @@ static void remove_stale_temps(const char *path) {
         errno = 0;
         const long pid = strtol(digits, &end, 10);
         if (errno || end == digits || *end || digits[0] < '1' || digits[0] > '9' || pid <= 0 ||
-            pid == (long)getpid())
+            pid > 0x7fffffffL || pid == (long)getpid())
             continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours */
         char full[8192];
