@@ -15,24 +15,15 @@
 #define HEAD_HEADER  32u
 #define HEAD_MAX     (1u << 26) /* a head file larger than this is refused */
 
-uint64_t draft_fnv1a(uint64_t h, const void *p, size_t n) {
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= c[i];
-        h *= DRAFT_FNV_PRIME;
-    }
-    return h;
-}
-
 uint64_t sd_draft_vocab_fingerprint(const sd_vocab *v) {
     const int32_t n = sd_vocab_n_tokens(v);
     const unsigned char size[4] = {(unsigned char)n, (unsigned char)(n >> 8),
                                    (unsigned char)(n >> 16), (unsigned char)(n >> 24)};
-    uint64_t h = draft_fnv1a(DRAFT_FNV_OFFSET, size, 4);
+    uint64_t h = sd_fnv1a64(SD_FNV1A64_INIT, size, 4);
     for (int32_t id = 0; id < n; id++) {
         const char *t = sd_vocab_token_text(v, id);
         t = t ? t : "";
-        h = draft_fnv1a(h, t, strlen(t) + 1); /* with its NUL: "a","bc" != "ab","c" */
+        h = sd_fnv1a64(h, t, strlen(t) + 1); /* with its NUL: "a","bc" != "ab","c" */
     }
     return h;
 }
@@ -126,7 +117,7 @@ int sd_draft_head_load(const char *path, const sd_vocab *v, int32_t n_max, int32
                        path, len, (unsigned long long)want, n_ids);
         goto done;
     }
-    if (draft_fnv1a(DRAFT_FNV_OFFSET, b, len - 8) != get_u64(b + len - 8)) {
+    if (sd_fnv1a64(SD_FNV1A64_INIT, b, len - 8) != get_u64(b + len - 8)) {
         rc = sd_errorf(err, SD_ERR_FORMAT, "%s: draft head is corrupt (checksum mismatch)", path);
         goto done;
     }

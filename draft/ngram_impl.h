@@ -47,12 +47,6 @@ int32_t ngram_index_lookup(const ngram_index *ix, const int32_t *q, int32_t n_q,
  * no match). -1 if p is not an n-gram proposer or the n-gram sizes differ. */
 int ngram_proposer_set_cache(sd_proposer *p, const ngram_index *cache);
 
-/* FNV-1a 64 of p[0 .. n) continuing from h (DRAFT_FNV_OFFSET to start), head.c: the
- * checksum of the drafters' files and the vocabulary fingerprint. */
-#define DRAFT_FNV_OFFSET UINT64_C(0xcbf29ce484222325)
-#define DRAFT_FNV_PRIME  UINT64_C(0x100000001b3)
-uint64_t draft_fnv1a(uint64_t h, const void *p, size_t n);
-
 /* The index of a lookup cache (ngram_cache.c). */
 const ngram_index *ngram_cache_index(const sd_ngram_cache *c);
 

@@ -277,10 +277,9 @@ Test(spec, first_token_distribution_with_and_without_draft) {
 
 /* The real pair: stories260K (F32) and its own Q4_0 copy from `specdec quantize`. */
 Test(spec, greedy_equals_target_alone_stories260k) {
-    int made = tu_make_stories_pair(g_dir);
-    cr_assert_neq(made, -1);
-    if (made == 0)
-        cr_skip_test("%s absent (shared data): skipped", tu_shared("models/stories260K.bin"));
+    tu_need_path(tu_shared("models/stories260K.bin"), "llama2.c's stories260K, in ../shared/data");
+    tu_need_path(tu_shared("models/tok512.bin"), "llama2.c's tokenizer, in ../shared/data");
+    cr_assert_eq(tu_make_stories_pair(g_dir), 1);
     char t[2048], d[2048];
     tu_path(t, sizeof t, g_dir, "stories260K-f32.gguf");
     tu_path(d, sizeof d, g_dir, "stories260K-q4_0.gguf");

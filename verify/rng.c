@@ -3,12 +3,6 @@
  * splitmix64.c). No global state: every stream is an sd_rng the caller owns. */
 #include "verify/sd_sample.h"
 
-uint64_t sd_mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
 static uint64_t splitmix64_next(uint64_t *x) {
     return sd_mix64(*x += UINT64_C(0x9e3779b97f4a7c15));
 }

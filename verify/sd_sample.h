@@ -109,10 +109,6 @@ double sd_rng_uniform(sd_rng *r);
  * seed ^ constant can alias splitmix64's own counter). */
 uint64_t sd_rng_stream_seed(uint64_t seed, uint64_t stream);
 
-/* splitmix64's output function (Steele, Lea, Flood 2014): a bijection of 64-bit words
- * whose outputs on consecutive inputs pass BigCrush. */
-uint64_t sd_mix64(uint64_t z);
-
 /* ---- keyed draws (keyed.c) ----
  *
  * Every random number of generation is a pure function of (seed, position, purpose,

@@ -17,6 +17,7 @@
  *               synth_weights.c  random weights (a target that grows a draft + noise)
  *               roof.c           --roof / the roof of --kernels: best streaming read
  *   perplexity  perplexity.c     mean NLL (nats/token) and perplexity over stories
+ *   compare     compare.c        logits of one model on two devices (or split)
  *
  * Below them, the pieces the commands share: messages, strict numbers, reading a file,
  * the generation flags of generate and bench with their merge over a pair config and
@@ -40,15 +41,15 @@
 extern "C" {
 #endif
 
-int sd_cmd_generate(int argc, char **argv); /* runtime/cli/cmd_generate.c */
-int sd_cmd_convert(int argc, char **argv);  /* runtime/cli/cmd_model.c */
-int sd_cmd_quantize(int argc, char **argv); /* runtime/cli/cmd_model.c */
-int sd_cmd_info(int argc, char **argv);     /* runtime/cli/cmd_model.c */
-int sd_cmd_tokenize(int argc, char **argv); /* runtime/cli/cmd_tokenize.c */
-int sd_cmd_synth(int argc, char **argv);
-int sd_cmd_compare(int argc, char **argv); /* runtime/cli/compare.c */
-int sd_cmd_bench(int argc, char **argv);
-int sd_cmd_perplexity(int argc, char **argv);
+int sd_cmd_generate(int argc, char **argv);   /* runtime/cli/cmd_generate.c */
+int sd_cmd_convert(int argc, char **argv);    /* runtime/cli/cmd_model.c */
+int sd_cmd_quantize(int argc, char **argv);   /* runtime/cli/cmd_model.c */
+int sd_cmd_info(int argc, char **argv);       /* runtime/cli/cmd_model.c */
+int sd_cmd_tokenize(int argc, char **argv);   /* runtime/cli/cmd_tokenize.c */
+int sd_cmd_synth(int argc, char **argv);      /* runtime/cli/synth.c */
+int sd_cmd_compare(int argc, char **argv);    /* runtime/cli/compare.c */
+int sd_cmd_bench(int argc, char **argv);      /* runtime/cli/bench.c */
+int sd_cmd_perplexity(int argc, char **argv); /* runtime/cli/perplexity.c */
 
 /* The options of `specdec generate` (its --help; also part of `specdec --help`). */
 void sd_cli_generate_help(FILE *f);
@@ -81,8 +82,14 @@ int sd_cli_roof_measure(int64_t mib, int32_t threads, int32_t passes, const char
 /* Print "specdec: " + fmt (one %s, given arg) + " (HINT)" (nothing when hint is NULL)
  * and a newline on stderr; returns SD_EXIT_USAGE. */
 int sd_cli_usage(const char *hint, const char *fmt, const char *arg);
-/* Print "specdec: <err's message>" on stderr; returns EXIT_FAILURE. */
+/* Print "specdec: <err's message>" on stderr (the settings it names in the library's
+ * terms shown as flags: sd_cli_flag_names); returns EXIT_FAILURE. */
 int sd_cli_fail(const sd_error *err);
+/* msg with each setting the library names in parentheses replaced by the flag that sets
+ * it: "(n_ctx)" -> "(-c/--ctx-size)", "(n_ctx_draft)" -> "(-cd/--ctx-size-draft)",
+ * "(draft)" -> "(-md/--draft FILE)", "(template name)" -> "(--chat-template NAME)".
+ * Into out[cap], NUL-terminated (cut to fit). */
+void sd_cli_flag_names(const char *msg, char *out, size_t cap);
 /* A thread count for the models: n (0 = all cores) unless it exceeds sd_n_cores(), the
  * cores this process may use; then, unless force, one note on stderr and the core
  * count (more threads than cores wait for each other at every barrier: ~400x slower
@@ -95,7 +102,9 @@ uint64_t sd_cli_random_seed(void);
 /* Strict numbers: all of s, in [lo, hi]. 0, or -1 (out untouched). */
 int sd_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int sd_cli_parse_f64(const char *s, double lo, double hi, double *out);
-/* A whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). */
+/* A whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). "-" is
+ * standard input; a named file must be a regular one (sd_file_open_regular: a FIFO is
+ * refused, not waited on). */
 int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err);
 
 /* ---- outputs (runtime/cli/outfile.c) ---- */
@@ -104,10 +113,22 @@ int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err);
  * SIGQUIT, SIGPIPE and SIGXFSZ and then end the process as the signal would (signals
  * the parent ignores stay ignored). Once, at start. */
 void sd_cli_signals_install(void);
-/* Arm: a fatal signal removes sd_gguf_temp_path(out_path), the temporary the writers
+/* Arm: a fatal signal removes sd_file_temp_path(out_path), the temporary the writers
  * use for out_path, until sd_cli_temp_disarm. One at a time. */
 void sd_cli_temp_arm(const char *out_path);
 void sd_cli_temp_disarm(void);
+
+/* Ctrl-C as a request to stop (generate: at the next token, with the statistics, the
+ * lookup cache saved and exit status SD_EXIT_INTERRUPTED; the interactive chat: the
+ * current answer). From sd_cli_interrupt_catch on, the first SIGINT sets a flag
+ * (sd_cli_interrupted; system calls restart, SA_RESTART: a wait for input must poll); a
+ * second one before sd_cli_interrupt_clear ends the process as SIGINT does (the armed
+ * temporary removed).
+ * Returns 1 if installed, 0 when SIGINT is ignored (a background job: it stays so). */
+int sd_cli_interrupt_catch(void);
+int sd_cli_interrupted(void);
+void sd_cli_interrupt_clear(void);
+#define SD_EXIT_INTERRUPTED 130 /* 128 + SIGINT, as a shell reports a process Ctrl-C ended */
 
 /* Before any work: path may be replaced (sd_gguf_check_output: absent or a regular
  * file, none of the inputs), is writable if it exists, and its folder takes a new file
@@ -340,7 +361,8 @@ enum {
 
 struct option;
 /*
- * Before getopt: rewrite llama.cpp's aliases (-md, -ctk, -ctv, -cd, -e) to long options
+ * Before getopt: rewrite llama.cpp's aliases (-md, -ctk, -ctv, -cd, -e, -ngl, -ngld, -ts,
+ * -sm, -dev, -devd, -cnv, -sys, -i) to long options
  * the command has; drop llama.cpp flags that have no meaning here (each with one note on
  * stderr, or silently when it names what specdec always does; the table and what each
  * means is in cli_flags.c) with their values; reject other multi-letter single-dash

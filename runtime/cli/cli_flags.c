@@ -1,7 +1,7 @@
 /*
  * llama.cpp's spellings on specdec's command line (see cli.h, "llama.cpp spellings"):
  *   - aliases: llama.cpp's multi-letter single-dash flags rewritten to specdec's long
- *     forms before getopt sees them (-md, -ctk, -ctv, -cd, -e);
+ *     forms before getopt sees them (-md, -ctk, -ctv, -cd, -e, -cnv, -sys, -i, ...);
  *   - flags that map to what specdec has: --cache-type-k/-v (the one KV element type),
  *     --ctx-size-draft, --ignore-eos, --escape/--no-escape, --log-disable,
  *     --no-display-prompt, and specdec's own --threads-force;
@@ -86,6 +86,9 @@ static const char *const k_aliases[][2] = {
     {"-sm", "--split-mode"},
     {"-dev", "--device"},
     {"-devd", "--device-draft"},
+    {"-cnv", "--chat"},
+    {"-sys", "--system"},
+    {"-i", "--interactive"},
 };
 
 static const ignored_flag *find_ignored(const char *a, size_t len) {
@@ -231,7 +234,9 @@ int sd_cli_extra_option(int o, const char *arg, sd_cli_gen_opts *g) {
     }
     case SD_CLI_OPT_CTX_DRAFT:
         if (sd_cli_parse_i64(arg, 0, INT32_MAX, &g->ctx_draft))
-            return sd_cli_usage(h, "-cd/--ctx-size-draft: expected an integer >= 0, found '%s'",
+            return sd_cli_usage(h,
+                                "-cd/--ctx-size-draft: expected an integer in [0, 2147483647], "
+                                "found '%s'",
                                 arg);
         g->has_ctx_draft = 1;
         return 0;

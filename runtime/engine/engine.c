@@ -70,8 +70,8 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     e->n_ctx = p->n_ctx;
     if (e->n_ctx <= 0 || e->n_ctx > n_train) {
         if (e->n_ctx > n_train)
-            note(e, "--ctx-size %d exceeds %s's training context %d; using %d", e->n_ctx, p->target,
-                 n_train, n_train);
+            note(e, "context size %d (n_ctx) exceeds %s's training context %d; using %d", e->n_ctx,
+                 p->target, n_train, n_train);
         e->n_ctx = n_train;
     }
     sd_session_params sp = sd_session_default_params();
@@ -90,7 +90,8 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
         const int32_t dctx = sd_model_hparams(e->dm)->n_ctx_train;
         if (p->n_ctx_draft > 0) dsp.n_ctx = p->n_ctx_draft;
         if (p->n_ctx_draft > dctx)
-            note(e, "--ctx-size-draft %d exceeds %s's training context %d; using %d",
+            note(e,
+                 "draft context size %d (n_ctx_draft) exceeds %s's training context %d; using %d",
                  p->n_ctx_draft, p->draft, dctx, dctx);
         if (dsp.n_ctx > dctx) dsp.n_ctx = dctx; /* drafting stops near the draft's limit */
         e->n_ctx_draft = dsp.n_ctx;
@@ -183,7 +184,8 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
     sd_proposer *prop = gp->n_draft > 0 ? sd_engine_proposer_of(e, gp->draft_type) : NULL;
     if (gp->n_draft > 0 && !prop &&
         (gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM))
-        return sd_errorf(err, SD_ERR_ARG, "draft type %s needs a draft model (--draft FILE)",
+        return sd_errorf(err, SD_ERR_ARG,
+                         "draft type %s needs a draft model (draft): the engine has none",
                          sd_draft_type_name(gp->draft_type));
     if (prop) sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
     sd_gen_params g = *gp;

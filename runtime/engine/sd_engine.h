@@ -20,7 +20,7 @@
  *   per-position i   = accepted at draft position i / drafted at draft position i
  * Counts cover only emitted tokens: an EOS inside an accepted block ends the output
  * there, and accepted tokens after it are not counted as accepted. The draft length of
- * the last steps is capped so that a step never emits more than the -n budget left.
+ * the last steps is capped so that a step never emits more than the n_predict budget left.
  */
 #ifndef SD_ENGINE_H
 #define SD_ENGINE_H

@@ -164,15 +164,16 @@ int sd_gguf_add_tensor(sd_gguf_writer *w, const char *name, uint32_t type, uint3
                        const int64_t *ne, const void *data, size_t nbytes, sd_error *err);
 
 /*
- * Write the file: to the temporary sd_gguf_temp_path(path) (created new: O_EXCL,
- * O_NOFOLLOW), fsync, then rename onto path, so a failure never leaves a partial file
- * at path and the temporary is removed on every error. path must pass
+ * Write the file: to the temporary sd_file_temp_path(path) (runtime/base: created new,
+ * O_EXCL | O_NOFOLLOW, stale temporaries of dead processes removed), fsync, then rename
+ * onto path, so a failure never leaves a partial file at path and the temporary is
+ * removed on every error. path must pass
  * sd_gguf_check_output (absent or a regular file). Errors: SD_ERR_IO naming the path
  * (also when it is not a regular file).
  */
 int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *err);
 
-/* ---- output-path safety (every file specdec writes goes through these) ---- */
+/* ---- output-path safety (every file specdec replaces is checked by this) ---- */
 
 /*
  * May path be replaced by a new file? It must be absent or a regular file: a symlink,
@@ -186,16 +187,6 @@ int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *er
  */
 int sd_gguf_check_output(const char *path, const char *const *inputs, size_t n_inputs,
                          sd_error *err);
-
-/* The temporary name the writers use for path: "<path>.tmp.<pid>" into buf[cap].
- * 0, or -1 if it does not fit. A program that removes temporaries when a signal kills
- * it registers this name before writing (runtime/cli/outfile.c does). */
-int sd_gguf_temp_path(const char *path, char *buf, size_t cap);
-
-/* Create the temporary for path new (O_CREAT | O_EXCL | O_NOFOLLOW, mode 0644): a
- * stale regular file of that name, left by a killed process with the same pid, is
- * removed first. Returns the descriptor, or -1 with err set (SD_ERR_IO naming path). */
-int sd_gguf_temp_create(const char *path, const char *tmp, sd_error *err);
 
 /* ---- llama-family architectures (runtime/gguf/arch.c) ----
  * Keys and tensor names follow llama.cpp's llama-arch.cpp (LLM_KV_*, LLM_TENSOR_*). What

@@ -249,7 +249,7 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: %s = %d is smaller than the context %d: attention beyond the window "
                          "would differ from the model's (no sliding-window attention here); use "
-                         "--ctx-size %d or less",
+                         "a context of %d tokens or less (n_ctx)",
                          m->path, sd_arch_key_name(SD_KEY_SLIDING_WINDOW, hp->arch, k, sizeof k),
                          hp->sliding_window, n_ctx, hp->sliding_window);
     }

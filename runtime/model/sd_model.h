@@ -215,8 +215,7 @@ const int32_t *sd_session_tokens(const sd_session *s);
  * Make the cache hold exactly ctx[0 .. n): keep the longest common prefix of the
  * cached tokens and ctx, roll back the rest (O(1), sd_session_truncate), and evaluate
  * ctx[prefix .. n) in chunks of n_batch without logits. n = 0 empties the cache.
- * This is how draft and target catch up after a verification step.
- * (runtime/model/sync.c)
+ * This is how draft and target catch up after a verification step. (runtime/model/sync.c)
  * Errors: SD_ERR_CONTEXT (n > n_ctx), SD_ERR_ARG (bad id); on error the cache holds a
  * prefix of ctx.
  */
