@@ -356,6 +356,10 @@ int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
     return SD_OK;
 }
 
+const sd_session *sd_proposer_llm_session(const sd_proposer *base) {
+    return base && base->ops == &llm_ops ? ((const llm_proposer *)base)->sess : NULL;
+}
+
 int sd_proposer_llm_set_head(sd_proposer *base, const int32_t *ids, int32_t n, sd_error *err) {
     if (!base || base->ops != &llm_ops)
         return sd_errorf(err, SD_ERR_ARG, "draft head: not an LLM proposer");

@@ -151,6 +151,9 @@ const char *sd_proposer_name(const sd_proposer *p);
 int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
                          const sd_sampling_params *samp, uint64_t seed, int32_t n_vocab_target,
                          sd_proposer **out, sd_error *err);
+/* The LLM draft's session (its weights and threads: sd_session_weights_info); NULL if p
+ * is not an LLM proposer. */
+const sd_session *sd_proposer_llm_session(const sd_proposer *p);
 
 /* ---- the trimmed draft head (FR-Spec: Zhao et al. 2025, arXiv 2502.14856) ---- */
 

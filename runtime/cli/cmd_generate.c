@@ -306,6 +306,19 @@ static void print_passes(const sd_gen_stats *st, const sd_gen_params *gp) {
 }
 
 /* -v: the settings the run uses, before it. */
+/* -v: what the backend did with a model's weights (CPU: packed for its kernels). */
+static void print_weights(const char *role, const sd_session *s) {
+    if (!s) return;
+    const sd_weights_info w = sd_session_weights_info(s);
+    if (w.n_packed)
+        fprintf(stderr,
+                "specdec: %s: %d weight matrices packed for the %s kernels: %.1f MiB beside "
+                "the mapped file, %.0f ms\n",
+                role, w.n_packed, w.kernels, (double)w.packed_bytes / 1048576.0, w.packed_ms);
+    else
+        fprintf(stderr, "specdec: %s: weights used in place (%s)\n", role, w.kernels);
+}
+
 static void print_settings(const sd_gen_params *gp, const sd_engine_params *ep,
                            const char *proposer) {
     const sd_sampling_params *sp = &gp->samp;
@@ -727,7 +740,11 @@ int sd_cmd_generate(int argc, char **argv) {
     }
     if (notes && c.random_seed)
         fprintf(stderr, "specdec: --seed -1: seed %llu\n", (unsigned long long)gp.seed);
-    if (notes && c.verbose) print_settings(&gp, &p.ep, prop ? sd_proposer_name(prop) : "none");
+    if (notes && c.verbose) {
+        print_settings(&gp, &p.ep, prop ? sd_proposer_name(prop) : "none");
+        print_weights("target", sd_scorer_session(sd_engine_scorer(e)));
+        print_weights("draft", sd_proposer_llm_session(sd_engine_proposer(e)));
+    }
     if (!out || !k_trace || (c.verbose && !passes)) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
         goto done;

@@ -10,6 +10,7 @@
 #include "runtime/backend/sd_backend.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,44 @@
  * than a hand-over to the pool and back). */
 #define SD_CPU_PREP_INLINE_TOKENS 8
 
+/* Buffers of at least this many bytes are anonymous mappings: zero pages from the kernel
+ * on first touch, so a KV cache sized for a long context costs no time and no memory
+ * until its rows are written (a memset would fault in every page at init). They are
+ * aligned to 2 MiB and offered to transparent huge pages (MADV_HUGEPAGE; a hint the
+ * kernel may ignore): one fault and one TLB entry per 2 MiB of weights instead of 512. */
+#define SD_CPU_MMAP_MIN ((size_t)1 << 20)
+#define SD_CPU_HUGE     ((size_t)2 << 20)
+
+typedef struct big_mem {
+    void *addr; /* SD_CPU_HUGE-aligned start */
+    void *map;  /* the mapping, for munmap */
+    size_t len; /* of the mapping */
+} big_mem;
+
+/* bytes (> 0) of zeroed anonymous memory, 2 MiB aligned; 0, or -1 (out of memory). */
+static int big_alloc(size_t bytes, big_mem *m) {
+    const int huge = bytes >= SD_CPU_HUGE; /* smaller: a huge page would be mostly waste */
+    size_t len = bytes;
+    if (huge && __builtin_add_overflow(bytes, SD_CPU_HUGE, &len)) return -1;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    uintptr_t a = (uintptr_t)p;
+    if (huge) {
+        a = (a + SD_CPU_HUGE - 1) & ~(uintptr_t)(SD_CPU_HUGE - 1);
+#ifdef MADV_HUGEPAGE
+        (void)madvise((void *)a, bytes & ~(SD_CPU_HUGE - 1), MADV_HUGEPAGE); /* whole pages */
+#endif
+    }
+    m->addr = (void *)a;
+    m->map = p;
+    m->len = len;
+    return 0;
+}
+
+static void big_free(big_mem *m) {
+    if (m->map) munmap(m->map, m->len);
+}
+
 typedef struct sd_backend_cpu {
     sd_backend base;
     int32_t n_threads;
@@ -42,7 +81,7 @@ typedef struct sd_backend_cpu {
     void *xq[SD_MATMUL_MULTI_MAX]; /* prepared activations (sd_activations_bytes), n_batch rows
                                       of max_cols, one per matrix of a matmul_multi */
     size_t xq_bytes;
-    void **packed; /* weight copies in the packed layout (prepare_weight), owned */
+    struct big_mem *packed; /* weight copies in the packed layout (prepare_weight), owned */
     int32_t n_packed, cap_packed;
     size_t packed_bytes; /* their total size */
     double packed_ms;    /* time spent packing */
@@ -103,7 +142,7 @@ static void cpu_free(sd_backend *be) {
     for (int i = 0; i < SD_MATMUL_MULTI_MAX; i++)
         free(c->xq[i]);
     for (int32_t i = 0; i < c->n_packed; i++)
-        free(c->packed[i]);
+        big_free(&c->packed[i]);
     free(c->packed);
     free(c->scores);
     free(c);
@@ -111,15 +150,10 @@ static void cpu_free(sd_backend *be) {
 
 /* ---- memory: host memory; backend addresses are host addresses ---- */
 
-/* Buffers of at least this many bytes are anonymous mappings: zero pages from the kernel
- * on first touch, so a KV cache sized for a long context costs no time and no memory
- * until its rows are written (a memset would fault in every page at init). */
-#define SD_CPU_MMAP_MIN ((size_t)1 << 20)
-
 typedef struct cpu_buffer {
     sd_buffer base;
-    int owned;     /* 1: addr was allocated here (freed with the buffer) */
-    size_t mapped; /* > 0: addr is an anonymous mapping of this many bytes (munmap) */
+    int owned;   /* 1: addr was allocated here (freed with the buffer) */
+    big_mem big; /* big.map != NULL: addr is big.addr (big_alloc) */
 } cpu_buffer;
 
 static int cpu_buffer_new(sd_backend *be, void *addr, size_t bytes, sd_buffer_usage usage,
@@ -141,17 +175,17 @@ static int cpu_buffer_new(sd_backend *be, void *addr, size_t bytes, sd_buffer_us
 static int cpu_buffer_alloc(sd_backend *be, size_t bytes, sd_buffer_usage usage, sd_buffer **out,
                             sd_error *err) {
     *out = NULL;
-    if (bytes >= SD_CPU_MMAP_MIN) { /* page-aligned, zero on first touch */
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED)
+    if (bytes >= SD_CPU_MMAP_MIN) { /* zero on first touch */
+        big_mem m;
+        if (big_alloc(bytes, &m))
             return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu bytes)", bytes);
-        int rc = cpu_buffer_new(be, p, bytes, usage, 0, out, err); /* 0: never free()d */
+        int rc = cpu_buffer_new(be, m.addr, bytes, usage, 0, out, err); /* 0: never free()d */
         if (rc) {
-            munmap(p, bytes);
+            big_free(&m);
             return rc;
         }
         ((cpu_buffer *)*out)->owned = 1;
-        ((cpu_buffer *)*out)->mapped = bytes;
+        ((cpu_buffer *)*out)->big = m;
         return SD_OK;
     }
     void *p = NULL;
@@ -172,8 +206,8 @@ static void cpu_buffer_free(sd_backend *be, sd_buffer *buf) {
     (void)be;
     if (!buf) return;
     cpu_buffer *b = (cpu_buffer *)buf;
-    if (b->mapped)
-        munmap(b->base.addr, b->mapped);
+    if (b->big.map)
+        big_free(&b->big);
     else if (b->owned)
         free(b->base.addr);
     free(b);
@@ -237,23 +271,24 @@ static int cpu_prepare_weight(sd_backend *be, sd_weight *w, sd_error *err) {
                          (long long)w->rows, (long long)w->cols);
     if (c->n_packed == c->cap_packed) {
         const int32_t cap = c->cap_packed ? 2 * c->cap_packed : 64;
-        void **np = realloc(c->packed, (size_t)cap * sizeof *np);
+        big_mem *np = realloc(c->packed, (size_t)cap * sizeof *np);
         if (!np) return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (weight list)");
         c->packed = np;
         c->cap_packed = cap;
     }
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+    big_mem mem;
+    if (big_alloc(bytes ? bytes : 64, &mem))
         return sd_errorf(err, SD_ERR_OOM,
                          "cpu backend: out of memory packing a %s [%lld, %lld] matrix (%zu bytes)",
                          sd_type_name((uint32_t)w->type), (long long)w->rows, (long long)w->cols,
                          bytes);
+    void *p = mem.addr;
     const double t0 = sd_time_ms();
     pack_job j = {w, p};
     sd_pool_for(c->pool, (w->rows + SD_PACK_ROWS - 1) / SD_PACK_ROWS, 8, pack_range, &j);
     c->packed_ms += sd_time_ms() - t0;
     c->packed_bytes += bytes;
-    c->packed[c->n_packed++] = p;
+    c->packed[c->n_packed++] = mem;
     w->data = p;
     w->layout = SD_LAYOUT_PACKED;
     return SD_OK;
