@@ -14,11 +14,14 @@
 #   --reps N        repetitions inside one measurement (default 5)
 #   --pos P         KV depth of the decode and verification passes (default 128)
 #   --roof-mib M    roof buffer (default 2048)
-#   --peer DIR      the peer's folder (default build-peer); --no-peer skips it
+#   --peer DIR      a peer's folder (default build-peer); repeatable: every build of every
+#                   folder is measured (e.g. the llama-cpp-python 0.3.36 build and a newer
+#                   one); --no-peer skips the peers
 #   --json FILE     output (default build-release/vs/vs_llamacpp.json)
 #   --quick         CI size: rounds 1, reps 2, n 32, roof 256 MiB, 1 thread
 #
-# What is compared (each side measured by its own tool, the closest pair of measurements):
+# What is compared, for the target AND the draft file of each pair (each side measured by
+# its own tool, the closest pair of measurements):
 #   decode tok/s at T threads   specdec bench --kernels (decode step at position P, median
 #                               of reps)            vs llama-bench -n 16 -d P (tg16 @ dP)
 #   prefill tok/s, 128 tokens   specdec bench --kernels --prefill 128 (logits for all)
@@ -41,7 +44,7 @@ import json, os, re, shlex, subprocess, sys, time
 
 args = sys.argv[1:]
 opt = dict(configs=[], threads=None, k=None, n=128, prompt="Once upon a time", rounds=2, reps=5,
-           pos=128, roof_mib=2048, peer="build-peer", no_peer=False,
+           pos=128, roof_mib=2048, peers=[], no_peer=False,
            json="build-release/vs/vs_llamacpp.json", quick=False)
 i = 0
 def need():
@@ -61,7 +64,7 @@ while i < len(args):
     elif a == "--reps": opt["reps"] = int(need())
     elif a == "--pos": opt["pos"] = int(need())
     elif a == "--roof-mib": opt["roof_mib"] = int(need())
-    elif a == "--peer": opt["peer"] = need()
+    elif a == "--peer": opt["peers"].append(need())
     elif a == "--no-peer": opt["no_peer"] = True
     elif a == "--json": opt["json"] = need()
     elif a == "--quick": opt["quick"] = True
@@ -82,9 +85,11 @@ if opt["threads"] is None:
     opt["threads"] = sorted({1, ncores})
 if not opt["configs"]:
     opt["configs"] = ["configs/tinystories.json"]
+if not opt["peers"]:
+    opt["peers"] = ["build-peer"]
 tmax = max(opt["threads"])
 
-SPECDEC = "build-release/specdec"
+SPECDEC = os.environ.get("SD_SPECDEC", "build-release/specdec")
 if not os.access(SPECDEC, os.X_OK):
     sys.exit("vs_llamacpp: build-release/specdec not found: cmake -S . -B build-release "
              "-DCMAKE_BUILD_TYPE=Release && cmake --build build-release -j2")
@@ -120,25 +125,33 @@ def run_logged(cmd, patterns, tries=3):
 # ---------------------------------------------------------------- the peer
 peer = None
 if not opt["no_peer"]:
-    env_path = os.path.join(opt["peer"], "peer.env")
-    if os.path.isfile(env_path):
+    builds, versions = [], []
+    for pdir in opt["peers"]:
+        env_path = os.path.join(pdir, "peer.env")
+        if not os.path.isfile(env_path):
+            log(f"peer {pdir}: {env_path} missing (build it with bash scripts/peer_llamacpp.sh)")
+            continue
         env = {}
         for line in open(env_path):
             m = re.match(r'^([A-Z0-9_]+)=(.*)$', line.strip())
             if m: env[m.group(1)] = m.group(2).strip('"')
-        builds = []
+        commit = env.get("PEER_LLAMA_CPP_COMMIT")
+        versions.append({"dir": pdir, "llama_cpp_python": env.get("PEER_LLAMA_CPP_PYTHON"),
+                         "llama_cpp_commit": commit})
         for b in env.get("PEER_BUILDS", "").split():
             binp, smoke = env.get(f"PEER_{b.upper()}_BIN"), env.get(f"PEER_{b.upper()}_SMOKE")
+            name = f"{commit or os.path.basename(pdir)}-{b}"
             if smoke == "ok" and binp and os.access(os.path.join(binp, "llama-bench"), os.X_OK):
-                builds.append({"name": b, "bin": binp, "smoke": smoke})
+                builds.append({"name": name, "bin": binp, "smoke": smoke, "commit": commit})
             else:
-                log(f"peer build {b}: {smoke} (not used)")
-        if builds:
-            peer = {"llama_cpp_python": env.get("PEER_LLAMA_CPP_PYTHON"),
-                    "llama_cpp_commit": env.get("PEER_LLAMA_CPP_COMMIT"), "builds": builds}
+                log(f"peer build {name}: {smoke} (not used)")
+    if builds:
+        peer = {"versions": versions, "builds": builds,
+                "llama_cpp_python": versions[0]["llama_cpp_python"],
+                "llama_cpp_commit": ", ".join(v["llama_cpp_commit"] or "?" for v in versions)}
     if peer is None:
-        log(f"peer not built ({env_path} missing or no build passed its smoke test): "
-            "llama.cpp figures skipped; build it with bash scripts/peer_llamacpp.sh")
+        log("no peer build passed its smoke test: llama.cpp figures skipped; build one with "
+            "bash scripts/peer_llamacpp.sh")
 
 # ---------------------------------------------------------------- helpers
 def best(xs, hi=True):
@@ -262,39 +275,44 @@ for cfg_path in opt["configs"]:
     k = opt["k"] or cfg.get("draft_tokens") or 4
     ctx = min(2048, opt["n"] + 64 + len(opt["prompt"]))
     log(f"pair {cfg_path}: target {target}, draft {draft}, K {k}")
+    models = [("target", target)] + ([("draft", draft)] if draft else [])
     rounds = []
     for r in range(opt["rounds"]):
         rd = {"specdec": {}, "llamacpp": {}}
-        for t in opt["threads"]:
-            log(f"round {r + 1}/{opt['rounds']}, {t} thread(s): specdec, then llama.cpp")
-            rd["specdec"][f"t{t}"] = specdec_kernels(target, t)
-            pos = (rd["specdec"][f"t{t}"] or {}).get("pos", opt["pos"])
-            for b in (peer or {}).get("builds", []):
-                rd["llamacpp"].setdefault(b["name"], {})[f"t{t}"] = \
-                    llama_bench(b["bin"], target, t, pos)
+        for role, path in models:
+            for t in opt["threads"]:
+                log(f"round {r + 1}/{opt['rounds']}, {role}, {t} thread(s): specdec, then llama.cpp")
+                rd["specdec"][f"{role}_t{t}"] = specdec_kernels(path, t)
+                pos = (rd["specdec"][f"{role}_t{t}"] or {}).get("pos", opt["pos"])
+                for bd in (peer or {}).get("builds", []):
+                    rd["llamacpp"].setdefault(bd["name"], {})[f"{role}_t{t}"] = \
+                        llama_bench(bd["bin"], path, t, pos)
         if draft:
             log(f"round {r + 1}/{opt['rounds']}: speculative, K {k}, {tmax} threads")
             rd["specdec"]["gen"] = specdec_ab(cfg_path, k, tmax)
-            for b in (peer or {}).get("builds", []):
-                rd["llamacpp"].setdefault(b["name"], {})["gen"] = \
-                    llama_gen(b["bin"], target, draft, k, tmax, ctx)
+            for bd in (peer or {}).get("builds", []):
+                rd["llamacpp"].setdefault(bd["name"], {})["gen"] = \
+                    llama_gen(bd["bin"], target, draft, k, tmax, ctx)
         rounds.append(rd)
 
-    # best round of each side
+    # best round of each side, per model
     sd = {}
-    for t in opt["threads"]:
-        xs = [rd["specdec"][f"t{t}"] for rd in rounds if rd["specdec"].get(f"t{t}")]
-        if not xs: continue
-        o = {"decode_tps": best([x["decode_tps"] for x in xs]),
-             "prefill_tps": best([x["prefill_tps"] for x in xs]),
-             "verify_ms": {n: best([x["verify_ms"][n] for x in xs], hi=False)
-                           for n in xs[0]["verify_ms"]}}
-        o["decode_ms"] = 1000.0 / o["decode_tps"]
-        o["v"] = {n: o["verify_ms"][n] / o["verify_ms"]["1"] for n in o["verify_ms"]}
-        sd[f"t{t}"] = o
-        sd["streamed_bytes"] = xs[0]["streamed_bytes"]
-        sd["weight_bytes"] = xs[0]["weight_bytes"]
-        sd["pos"] = xs[0]["pos"]
+    for role, path in models:
+        sr = {"file": path}
+        for t in opt["threads"]:
+            xs = [rd["specdec"][f"{role}_t{t}"] for rd in rounds if rd["specdec"].get(f"{role}_t{t}")]
+            if not xs: continue
+            o = {"decode_tps": best([x["decode_tps"] for x in xs]),
+                 "prefill_tps": best([x["prefill_tps"] for x in xs]),
+                 "verify_ms": {n: best([x["verify_ms"][n] for x in xs], hi=False)
+                               for n in xs[0]["verify_ms"]}}
+            o["decode_ms"] = 1000.0 / o["decode_tps"]
+            o["v"] = {n: o["verify_ms"][n] / o["verify_ms"]["1"] for n in o["verify_ms"]}
+            sr[f"t{t}"] = o
+            sr["streamed_bytes"] = xs[0]["streamed_bytes"]
+            sr["weight_bytes"] = xs[0]["weight_bytes"]
+            sr["pos"] = xs[0]["pos"]
+        sd[role] = sr
     gens = [rd["specdec"]["gen"] for rd in rounds if rd["specdec"].get("gen")]
     if gens:
         sd["gen"] = {"k": k, "threads": tmax,
@@ -305,20 +323,23 @@ for cfg_path in opt["configs"]:
                      "greedy_match": all(g["greedy_match"] for g in gens)}
         sd["gen"]["speedup"] = ratio(sd["gen"]["spec_tps"], sd["gen"]["target_tps"])
     ll = {}
-    for b in (peer or {}).get("builds", []):
+    for bd in (peer or {}).get("builds", []):
         lb = {}
-        for t in opt["threads"]:
-            xs = [rd["llamacpp"][b["name"]][f"t{t}"] for rd in rounds]
-            o = {"decode_tps": best([x["tg_tps"] for x in xs]),
-                 "prefill_tps": best([x["prefill_tps"] for x in xs]),
-                 "pass_ms": {n: best([x["pp"].get(n) for x in xs], hi=False)
-                             for n in (str(j) for j in range(2, 18))},
-                 "errors": [x["error"] for x in xs if x.get("error")]}
-            if o["decode_tps"]:
-                o["decode_ms"] = 1000.0 / o["decode_tps"]
-                o["v"] = {n: ratio(o["pass_ms"][n], o["decode_ms"]) for n in o["pass_ms"]}
-            lb[f"t{t}"] = o
-        gl = [rd["llamacpp"][b["name"]].get("gen") for rd in rounds]
+        for role, path in models:
+            lr = {}
+            for t in opt["threads"]:
+                xs = [rd["llamacpp"][bd["name"]][f"{role}_t{t}"] for rd in rounds]
+                o = {"decode_tps": best([x["tg_tps"] for x in xs]),
+                     "prefill_tps": best([x["prefill_tps"] for x in xs]),
+                     "pass_ms": {n: best([x["pp"].get(n) for x in xs], hi=False)
+                                 for n in (str(j) for j in range(2, 18))},
+                     "errors": [x["error"] for x in xs if x.get("error")]}
+                if o["decode_tps"]:
+                    o["decode_ms"] = 1000.0 / o["decode_tps"]
+                    o["v"] = {n: ratio(o["pass_ms"][n], o["decode_ms"]) for n in o["pass_ms"]}
+                lr[f"t{t}"] = o
+            lb[role] = lr
+        gl = [rd["llamacpp"][bd["name"]].get("gen") for rd in rounds]
         gl = [g for g in gl if g]
         if gl:
             lb["gen"] = {"k": k, "threads": tmax,
@@ -327,9 +348,10 @@ for cfg_path in opt["configs"]:
                          "acceptance": gl[0].get("acceptance"),
                          "errors": [e for g in gl for e in (g.get("target_error"), g.get("spec_error")) if e]}
             lb["gen"]["speedup"] = ratio(lb["gen"]["spec_tps"], lb["gen"]["target_tps"])
-        ll[b["name"]] = lb
+        ll[bd["name"]] = lb
     pairs_out.append({"config": cfg_path, "target": target, "draft": draft, "k": k,
-                      "specdec": sd, "llamacpp": ll, "rounds": rounds})
+                      "roles": [m[0] for m in models], "specdec": sd, "llamacpp": ll,
+                      "rounds": rounds})
 
 log("roof again")
 roofs.append(specdec_roof())
@@ -342,20 +364,22 @@ def roof_at(t):
 # ---------------------------------------------------------------- ratios and table
 for p in pairs_out:
     sd, rat = p["specdec"], {}
-    for t in opt["threads"]:
-        s = sd.get(f"t{t}")
-        if not s: continue
-        s["fraction_of_roof"] = ratio(sd["streamed_bytes"] * s["decode_tps"] / 1e9, roof_at(t))
-        for bname, lb in p["llamacpp"].items():
-            l = lb.get(f"t{t}", {})
-            if l.get("decode_tps"):
-                l["fraction_of_roof"] = ratio(sd["streamed_bytes"] * l["decode_tps"] / 1e9,
-                                              roof_at(t))
-            rb = rat.setdefault(bname, {})
-            rb[f"decode_t{t}"] = ratio(s["decode_tps"], l.get("decode_tps"))
-            rb[f"prefill128_t{t}"] = ratio(s["prefill_tps"], l.get("prefill_tps"))
-            rb[f"pass_t{t}"] = {n: ratio(l["pass_ms"].get(n), s["verify_ms"].get(n))
-                                for n in l.get("pass_ms", {})}
+    for role in p["roles"]:
+        sr = sd.get(role, {})
+        for t in opt["threads"]:
+            s_ = sr.get(f"t{t}")
+            if not s_: continue
+            s_["fraction_of_roof"] = ratio(sr["streamed_bytes"] * s_["decode_tps"] / 1e9, roof_at(t))
+            for bname, lb in p["llamacpp"].items():
+                l = lb.get(role, {}).get(f"t{t}", {})
+                if l.get("decode_tps"):
+                    l["fraction_of_roof"] = ratio(sr["streamed_bytes"] * l["decode_tps"] / 1e9,
+                                                  roof_at(t))
+                rb = rat.setdefault(bname, {}).setdefault(role, {})
+                rb[f"decode_t{t}"] = ratio(s_["decode_tps"], l.get("decode_tps"))
+                rb[f"prefill128_t{t}"] = ratio(s_["prefill_tps"], l.get("prefill_tps"))
+                rb[f"pass_t{t}"] = {n: ratio(l["pass_ms"].get(n), s_["verify_ms"].get(n))
+                                    for n in l.get("pass_ms", {})}
     for bname, lb in p["llamacpp"].items():
         if sd.get("gen") and lb.get("gen"):
             rb = rat.setdefault(bname, {})
@@ -384,39 +408,44 @@ else:
     print("peer: not built (bash scripts/peer_llamacpp.sh); llama.cpp columns empty")
 for p in pairs_out:
     sd = p["specdec"]
-    print(f"\n{p['config']}: target {os.path.basename(p['target'])} "
-          f"({f(sd.get('streamed_bytes', 0) / 1e6, '{:.1f}')} MB streamed per step), K {p['k']}")
+    print(f"\n{p['config']}: K {p['k']}")
     names = list(p["llamacpp"]) or [None]
     for bname in names:
         lb = p["llamacpp"].get(bname, {}) if bname else {}
         rb = p["ratios"].get(bname, {}) if bname else {}
         tag = f"llama.cpp[{bname}]" if bname else "llama.cpp"
-        print(f"  {'measure':34} {'specdec':>10} {tag:>18} {'ratio':>7}")
-        for t in opt["threads"]:
-            s, l = sd.get(f"t{t}", {}), lb.get(f"t{t}", {})
-            print(f"  {'decode tok/s, ' + str(t) + ' thr':34} {f(s.get('decode_tps')):>10} "
-                  f"{f(l.get('decode_tps')):>18} {f(rb.get(f'decode_t{t}'), '{:.3f}'):>7}")
-            print(f"  {'  fraction of roof':34} {f(s.get('fraction_of_roof'), '{:.3f}'):>10} "
-                  f"{f(l.get('fraction_of_roof'), '{:.3f}'):>18}")
-            print(f"  {'prefill 128 tok/s, ' + str(t) + ' thr':34} {f(s.get('prefill_tps'), '{:.1f}'):>10} "
-                  f"{f(l.get('prefill_tps'), '{:.1f}'):>18} {f(rb.get(f'prefill128_t{t}'), '{:.3f}'):>7}")
-            for n in ("2", "5", "9", "17"):
-                sv, lv = s.get("v", {}).get(n), (l.get("v") or {}).get(n)
-                print(f"  {'pass ' + n + ' tok ms (v), ' + str(t) + ' thr':34} "
-                      f"{f((s.get('verify_ms') or {}).get(n)):>5} ({f(sv)}) "
-                      f"{f((l.get('pass_ms') or {}).get(n)):>11} ({f(lv)}) "
-                      f"{f((rb.get(f'pass_t{t}') or {}).get(n), '{:.3f}'):>7}")
+        for role in p["roles"]:
+            sr, lr, rr = sd.get(role, {}), lb.get(role, {}), rb.get(role, {})
+            print(f"  {role} {os.path.basename(sr.get('file', ''))} "
+                  f"({f(sr.get('streamed_bytes', 0) / 1e6, '{:.1f}')} MB streamed per step)")
+            print(f"  {'measure':34} {'specdec':>10} {tag:>24} {'ratio':>7}")
+            for t in opt["threads"]:
+                s_, l = sr.get(f"t{t}", {}), lr.get(f"t{t}", {})
+                print(f"  {'decode tok/s, ' + str(t) + ' thr':34} {f(s_.get('decode_tps')):>10} "
+                      f"{f(l.get('decode_tps')):>24} {f(rr.get(f'decode_t{t}'), '{:.3f}'):>7}")
+                print(f"  {'  fraction of roof':34} {f(s_.get('fraction_of_roof'), '{:.3f}'):>10} "
+                      f"{f(l.get('fraction_of_roof'), '{:.3f}'):>24}")
+                print(f"  {'prefill 128 tok/s, ' + str(t) + ' thr':34} "
+                      f"{f(s_.get('prefill_tps'), '{:.1f}'):>10} "
+                      f"{f(l.get('prefill_tps'), '{:.1f}'):>24} "
+                      f"{f(rr.get(f'prefill128_t{t}'), '{:.3f}'):>7}")
+                for n in [str(j) for j in range(2, 18)]:
+                    sv, lv = s_.get("v", {}).get(n), (l.get("v") or {}).get(n)
+                    print(f"  {'pass ' + n + ' tok ms (v), ' + str(t) + ' thr':34} "
+                          f"{f((s_.get('verify_ms') or {}).get(n)):>5} ({f(sv)}) "
+                          f"{f((l.get('pass_ms') or {}).get(n)):>17} ({f(lv)}) "
+                          f"{f((rr.get(f'pass_t{t}') or {}).get(n), '{:.3f}'):>7}")
         if sd.get("gen"):
             g, lg = sd["gen"], lb.get("gen", {})
             print(f"  {'target alone tok/s, ' + str(tmax) + ' thr':34} {f(g['target_tps']):>10} "
-                  f"{f(lg.get('target_tps')):>18} {f(rb.get('target_alone'), '{:.3f}'):>7}")
+                  f"{f(lg.get('target_tps')):>24} {f(rb.get('target_alone'), '{:.3f}'):>7}")
             print(f"  {'speculative tok/s, K ' + str(p['k']):34} {f(g['spec_tps']):>10} "
-                  f"{f(lg.get('spec_tps')):>18} {f(rb.get('spec_vs_spec'), '{:.3f}'):>7}")
+                  f"{f(lg.get('spec_tps')):>24} {f(rb.get('spec_vs_spec'), '{:.3f}'):>7}")
             print(f"  {'  speedup over own target alone':34} {f(g['speedup'], '{:.3f}'):>10} "
-                  f"{f(lg.get('speedup'), '{:.3f}'):>18}")
+                  f"{f(lg.get('speedup'), '{:.3f}'):>24}")
             print(f"  {'  acceptance':34} {f(g['acceptance'], '{:.3f}'):>10} "
-                  f"{f(lg.get('acceptance'), '{:.3f}'):>18}")
-            print(f"  {'  specdec spec / llama.cpp target':34} {'':>10} {'':>18} "
+                  f"{f(lg.get('acceptance'), '{:.3f}'):>24}")
+            print(f"  {'  specdec spec / llama.cpp target':34} {'':>10} {'':>24} "
                   f"{f(rb.get('spec_vs_target_alone'), '{:.3f}'):>7}")
 print(f"\njson: {opt['json']}")
 PYEOF

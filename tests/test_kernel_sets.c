@@ -23,7 +23,7 @@
 #include "quant/sd_quant.h"
 #include "testutil.h"
 
-static const char *const k_sets[] = {"scalar", "avx2", "avx512"};
+static const char *const k_sets[] = {"scalar", "avx2", "avx512", "amx"}; /* amx: opt-in */
 
 /* 1 if this CPU runs kernel set `name` (then SD_KERNELS=name selects it). */
 static int set_runs(const char *name) {

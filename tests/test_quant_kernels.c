@@ -48,8 +48,11 @@ static const sd_type k_types[] = {SD_TYPE_F32,  SD_TYPE_F16,  SD_TYPE_BF16, SD_T
                                   SD_TYPE_Q2_K, SD_TYPE_Q3_K, SD_TYPE_Q4_K, SD_TYPE_Q5_K,
                                   SD_TYPE_Q6_K};
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
-static const char *const k_sets[] = {"scalar", "avx2", "avx512"};
-#define N_SETS (sizeof k_sets / sizeof k_sets[0])
+/* "amx" (opt-in, SD_KERNELS=amx) runs only where the CPU has AMX-INT8 and Linux grants
+ * the tile state; elsewhere sd_kernel_set_by_name says NULL and the tests skip it. */
+static const char *const k_sets[] = {"scalar", "avx2", "avx512", "amx"};
+#define N_SETS    (sizeof k_sets / sizeof k_sets[0])
+#define N_DEFAULT 3 /* the sets the dispatcher picks from by default: scalar, avx2, avx512 */
 
 /* block size of the kernel: columns must be a multiple of it (1 for float types) */
 static int64_t qk(sd_type t) {
@@ -1004,6 +1007,12 @@ Test(quant_kernels, fallback_tables) {
                 cr_assert_eq(sd_kernel_owner(simd[k], t), &sd_kernels_scalar);
             }
         }
+        /* amx: its own packed kernels for every quantized type, the rest from avx512 */
+        cr_assert_eq(sd_kernels_amx.lower, &sd_kernels_avx512);
+        if (qk(t) == 1)
+            cr_assert_eq(sd_kernel_owner(&sd_kernels_amx, t), &sd_kernels_avx512);
+        else
+            cr_assert_not_null(sd_kernels_amx.k[t].packed, "amx has no packed %s", sd_type_name(t));
 #endif
     }
     for (uint32_t t = 0; t < SD_TYPE_COUNT; t++)
@@ -1022,7 +1031,7 @@ Test(quant_kernels, dispatch) {
     cr_assert_eq(ks, sd_kernel_set_active());
     const char *force = getenv("SD_KERNELS");
     if (!force || !*force) { /* the best available */
-        for (size_t si = N_SETS; si-- > 0;) {
+        for (size_t si = N_DEFAULT; si-- > 0;) {
             if (sd_kernel_set_by_name(k_sets[si])) {
                 cr_assert_str_eq(name, k_sets[si]);
                 break;

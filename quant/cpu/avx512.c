@@ -30,94 +30,10 @@
 
 #if defined(__x86_64__)
 
-#include <immintrin.h>
-#include <string.h>
+#include "quant/cpu/x512.h"
 
-#include "quant/pack_impl.h"
-
-#define SD_T   __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-#define SD_INL static inline __attribute__((always_inline))
-#define SD_NT  4 /* float kernels: tokens per tile */
-#define SD_PT  8 /* packed kernels: most tokens per tile */
-
-SD_T SD_INL float hsum16(__m512 v) {
-    const __m256 lo = _mm512_castps512_ps256(v);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    const __m256 s8 = _mm256_add_ps(lo, hi);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
-
-/* 4 bytes at p (any alignment) in every 32-bit lane. */
-SD_T SD_INL __m512i bc4(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
-
-SD_T SD_INL __m512 bcf(const void *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_ps(v);
-}
-
-SD_T SD_INL __m512i ld(const uint8_t *p) {
-    return _mm512_loadu_si512((const void *)p);
-}
-
-/* 16 fp16 at p as floats. */
-SD_T SD_INL __m512 ldh(const uint8_t *p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-}
-
-/* a | (b & c): vpternlogd 0xF8. */
-SD_T SD_INL __m512i or_and(__m512i a, __m512i b, __m512i c) {
-    return _mm512_ternarylogic_epi32(a, b, c, 0xF8);
-}
-
-/* 32-bit lanes shifted left by s (right by -s). */
-SD_T SD_INL __m512i shl(__m512i v, const int s) {
-    return s >= 0 ? _mm512_slli_epi32(v, (unsigned)s) : _mm512_srli_epi32(v, (unsigned)-s);
-}
-
-/* int16 pairs (lo = a, hi = b) from int32 lanes a, b in int16 range. */
-SD_T SD_INL __m512i pair16(__m512i a, __m512i b) {
-    return _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16));
-}
-
-/* s + per lane the dot product of the 4 unsigned bytes of w with the 4 signed bytes at x
- * (broadcast). The broadcast is the instruction's own {1to16} memory operand (GCC does
- * not fold _mm512_set1_epi32 into vpdpbusd: a separate vpbroadcastd per product). */
-SD_T SD_INL __m512i dpbusd_bc(__m512i s, __m512i w, const uint8_t *x) {
-#if defined(__GNUC__)
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0"
-            : "+v"(s)
-            : "v"(w), "m"(*(const int32_t *)(const void *)x));
-    return s;
-#else
-    return _mm512_dpbusd_epi32(s, w, bc4(x));
-#endif
-}
-
-/* s + per lane the dot product of the int16 pair of w with the int16 pair at x. */
-SD_T SD_INL __m512i dpwssd_bc(__m512i s, __m512i w, const uint8_t *x) {
-#if defined(__GNUC__)
-    __asm__("vpdpwssd %2%{1to16%}, %1, %0"
-            : "+v"(s)
-            : "v"(w), "m"(*(const int32_t *)(const void *)x));
-    return s;
-#else
-    return _mm512_dpwssd_epi32(s, w, bc4(x));
-#endif
-}
-
-/* s + the 4-byte dot products of w[0..n) with the activation bytes x[0 .. 4n). */
-SD_T SD_INL __m512i dot4n(__m512i s, const __m512i *w, const int n, const uint8_t *x) {
-    _Pragma("GCC unroll 8") for (int k = 0; k < n; k++) s = dpbusd_bc(s, w[k], x + 4 * k);
-    return s;
-}
+#define SD_NT 4 /* float kernels: tokens per tile */
+#define SD_PT 8 /* packed kernels: most tokens per tile */
 
 /* ---------------------------------------------------------------------------------- */
 /* Packed kernels: the driver                                                           */
@@ -128,10 +44,17 @@ SD_T SD_INL __m512i dot4n(__m512i s, const __m512i *w, const int n, const uint8_
  * group's first row. */
 typedef void (*tile_fn)(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
                         const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 mask);
+/* The same for nt (9..SD_GT) tokens at once: each block unpacked once for all of them,
+ * their accumulators in L1 (the GEMM form: prefill, wide passes). */
+typedef void (*gemm_fn)(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
+                        const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 mask,
+                        int nt);
 
-SD_T SD_INL void run_packed(sd_type wt, const tile_fn *tab, const void *wp, int64_t rows, int64_t n,
-                            const void *xq, int64_t n_tok, float *y, int64_t ldy, int64_t g0,
-                            int64_t g1) {
+#define SD_GT 64 /* GEMM form: most tokens per call */
+
+SD_T SD_INL void run_packed(sd_type wt, const tile_fn *tab, gemm_fn gemm, const void *wp,
+                            int64_t rows, int64_t n, const void *xq, int64_t n_tok, float *y,
+                            int64_t ldy, int64_t g0, int64_t g1) {
     const sd_pack_layout *L = sd_pack_layout_of(wt);
     const int64_t nb = n / L->blk;
     const size_t gs = sd_pack_group_stride(L, n);
@@ -140,15 +63,23 @@ SD_T SD_INL void run_packed(sd_type wt, const tile_fn *tab, const void *wp, int6
     const uint8_t *xa = (const uint8_t *)xq;
     const uint8_t *xb = xa + sd_act_partb_offset(wt, n_tok, n);
     const size_t sb = sd_pack_act_tok_bytes(wt, n);
-    const int64_t ntile = (n_tok + SD_PT - 1) / SD_PT;
+    /* Up to SD_PT tokens: register tiles; more: GEMM calls of near-equal token chunks of at
+     * most SD_GT. Either way each (row, token) gets the same instructions. */
+    const int use_gemm = n_tok > SD_PT;
+    const int64_t per = use_gemm ? SD_GT : SD_PT;
+    const int64_t ntile = (n_tok + per - 1) / per;
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *gp = (const uint8_t *)wp + (size_t)g * gs;
         const int64_t left = rows - 16 * g;
         const __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
         for (int64_t k = 0; k < ntile; k++) {
             const int64_t t0 = n_tok * k / ntile, t1 = n_tok * (k + 1) / ntile;
-            tab[t1 - t0 - 1](gp, nb, xa + (size_t)t0 * sa, sa, xb + (size_t)t0 * sb, sb,
-                             y + t0 * ldy + 16 * g, ldy, mask);
+            if (use_gemm)
+                gemm(gp, nb, xa + (size_t)t0 * sa, sa, xb + (size_t)t0 * sb, sb,
+                     y + t0 * ldy + 16 * g, ldy, mask, (int)(t1 - t0));
+            else
+                tab[t1 - t0 - 1](gp, nb, xa + (size_t)t0 * sa, sa, xb + (size_t)t0 * sb, sb,
+                                 y + t0 * ldy + 16 * g, ldy, mask);
         }
     }
 }
@@ -188,52 +119,35 @@ SD_T SD_INL void run_packed(sd_type wt, const tile_fn *tab, const void *wp, int6
     }                                                                                              \
     static const tile_fn NAME##_tab[SD_PT] = {NAME##_1, NAME##_2, NAME##_3, NAME##_4,              \
                                               NAME##_5, NAME##_6, NAME##_7, NAME##_8};             \
+    SD_T static void NAME##_g(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,         \
+                              const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 m,    \
+                              int nt) {                                                            \
+        BODY(gp, nb, xa, sa, xb, sb, y, ldy, m, KIND, nt);                                         \
+    }                                                                                              \
     SD_T static void NAME(const void *wp, int64_t rows, int64_t n, const void *xq, int64_t n_tok,  \
                           float *y, int64_t ldy, int64_t g0, int64_t g1) {                         \
-        run_packed(KIND##_TYPE, NAME##_tab, wp, rows, n, xq, n_tok, y, ldy, g0, g1);               \
+        run_packed(KIND##_TYPE, NAME##_tab, NAME##_g, wp, rows, n, xq, n_tok, y, ldy, g0, g1);     \
     }
 
 /* ---------------------------------------------------------------------------------- */
 /* Packed 32-element blocks: Q8_0, Q4_0, Q5_0 (x Q8_0 / Q8_S), Q4_1, Q5_1 (x Q8_S)      */
 /* ---------------------------------------------------------------------------------- */
 
-enum { K8 = 8, K4 = 4, K50 = 50, K41 = 41, K51 = 51 };
-#define K8_TYPE  SD_TYPE_Q8_0
-#define K4_TYPE  SD_TYPE_Q4_0
-#define K50_TYPE SD_TYPE_Q5_0
-#define K41_TYPE SD_TYPE_Q4_1
-#define K51_TYPE SD_TYPE_Q5_1
-
 SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
                         const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 mask,
                         const int kind, const int nt) {
-    const size_t main = kind == K8 ? 512 : (kind == K50 || kind == K51) ? 320 : 256;
-    const int has_min = kind == K41 || kind == K51, has_h = kind == K50 || kind == K51;
+    const size_t main = main32(kind);
+    const int has_min = kind == K41 || kind == K51;
     const size_t tail = has_min ? 64 : 32;
     const size_t xbb = (kind == K8 || kind == K4) ? sizeof(sd_block_q8_0) : sizeof(sd_block_q8_s);
     const size_t qoff = (kind == K8 || kind == K4) ? 2 : 8;
     const uint8_t *tl = gp + (size_t)nb * main;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
-    __m512 acc[SD_PT], sm[SD_PT];
+    __m512 acc[SD_GT], sm[SD_GT];
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = sm[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
         __m512i w[8];
-        if (kind == K8) {
-            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k] =
-                _mm512_xor_si512(ld(mp + 64 * k), _mm512_set1_epi8((char)0x80));
-        } else {
-            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-                const __m512i v = ld(mp + 64 * k);
-                w[k] = _mm512_and_si512(v, m4);
-                w[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            }
-        }
-        if (has_h) {
-            const __m512i h = ld(mp + 256);
-            _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) w[c] =
-                or_and(w[c], shl(h, 4 - c), b4);
-        }
+        unpack32(mp, kind, 0, w);
         const __m512 dw = ldh(tl + (size_t)i * tail);
         const __m512 dm = has_min ? ldh(tl + (size_t)i * tail + 32) : dw;
         _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
@@ -259,74 +173,32 @@ SD_TILES(p_q5_1, tile32, K51)
 /* Packed K-quants x Q8_K                                                               */
 /* ---------------------------------------------------------------------------------- */
 
-enum { KQ2 = 2, KQ3 = 3, KQ4 = 4, KQ5 = 5, KQ6 = 6 };
-#define KQ2_TYPE SD_TYPE_Q2_K
-#define KQ3_TYPE SD_TYPE_Q3_K
-#define KQ4_TYPE SD_TYPE_Q4_K
-#define KQ5_TYPE SD_TYPE_Q5_K
-#define KQ6_TYPE SD_TYPE_Q6_K
-
-#define XK 292 /* bytes of a Q8_K block: d at 0, qs at 4, bsums at 260 */
-
-/* Finish a super-block for nt tokens: acc += (d_x d) P, and for types with mins
- * acc -= (d_x dmin) M. */
-SD_T SD_INL void kfinish(__m512 *acc, const __m512i *P, const __m512i *M, const uint8_t *xa,
-                         size_t sa, int64_t i, __m512 dw, __m512 dmn, const int has_min,
-                         const int nt) {
-    _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
-        const __m512 xd = bcf(xa + (size_t)t * sa + (size_t)i * XK);
-        acc[t] =
-            _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(xd, dw), _mm512_cvtepi32_ps(P[t])));
-        if (has_min)
-            acc[t] = _mm512_sub_ps(acc[t],
-                                   _mm512_mul_ps(_mm512_mul_ps(xd, dmn), _mm512_cvtepi32_ps(M[t])));
-    }
-}
-
-/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins. */
+/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins (decoded where used, from
+ * L1: kept in registers they would spill). */
 SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
                           const uint8_t *xb, size_t sb, float *y, int64_t ldy, __mmask16 mask,
                           const int kind, const int nt) {
-    const int five = kind == KQ5;
-    const size_t main = five ? 2752 : 2240, qso = five ? 704 : 192;
+    const size_t main = main_k(kind);
     const uint8_t *tl = gp + (size_t)nb * main;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
-    const __m512i m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15),
-                  m3 = _mm512_set1_epi32(3);
-    __m512 acc[SD_PT];
-    __m512i P[SD_PT], M[SD_PT];
+    __m512 acc[SD_GT];
+    __m512i P[SD_GT], M[SD_GT];
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        const __m512i S0 = ld(mp), S1 = ld(mp + 64), S2 = ld(mp + 128);
-        __m512i sc[8], mn[8];
-        _Pragma("GCC unroll 4") for (int s = 0; s < 4; s++) {
-            sc[s] = _mm512_and_si512(_mm512_srli_epi32(S0, 8 * s), m63);
-            mn[s] = _mm512_and_si512(_mm512_srli_epi32(S1, 8 * s), m63);
-            sc[4 + s] = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi32(S2, 8 * s), m15),
-                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(S0, 8 * s + 6), m3), 4));
-            mn[4 + s] = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi32(S2, 8 * s + 4), m15),
-                _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(S1, 8 * s + 6), m3), 4));
-        }
-        __m512i mp2[4];
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) mp2[j] =
-            pair16(mn[2 * j], mn[2 * j + 1]);
         _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) P[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
             __m512i w[8];
-            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-                const __m512i q = ld(mp + qso + 64 * (8 * (s >> 1) + k));
-                w[k] = _mm512_and_si512((s & 1) ? _mm512_srli_epi16(q, 4) : q, m4);
-                if (five) w[k] = or_and(w[k], shl(ld(mp + 192 + 64 * k), 4 - s), b4);
-            }
+            unpack_k45(mp, kind, s, w);
+            const __m512i sc = k45_scale(mp, 0, s);
             _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
                 const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * s;
                 const __m512i d = dot4n(_mm512_setzero_si512(), w, 8, x);
-                P[t] = _mm512_add_epi32(P[t], _mm512_mullo_epi32(d, sc[s]));
+                P[t] = _mm512_add_epi32(P[t], _mm512_mullo_epi32(d, sc));
             }
         }
+        __m512i mp2[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) mp2[j] =
+            pair16(k45_scale(mp, 1, 2 * j), k45_scale(mp, 1, 2 * j + 1));
         _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
             const uint8_t *b32 = xb + (size_t)t * sb + (size_t)i * 16;
             __m512i m = _mm512_setzero_si512();
@@ -342,40 +214,6 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
 }
 
 /* Q2_K / Q3_K / Q6_K: 16 groups of 16; element 128 h + 32 k + l from byte 32 h + l of the
- * 2-bit plane (Q2_K, Q3_K: bits 2k) or of ql / qh (Q6_K). */
-/* Group g's scale of a K-quant super-block (int32 lanes); mp its main part. */
-SD_T SD_INL __m512i k_scale(const uint8_t *mp, const int kind, const int g) {
-    const __m512i m15 = _mm512_set1_epi32(15);
-    if (kind == KQ2) /* low nibble of scales[g] */
-        return _mm512_and_si512(_mm512_srli_epi32(ld(mp + 64 * (g >> 2)), 8 * (g & 3)), m15);
-    if (kind == KQ6) /* int8 scales[g] */
-        return _mm512_srai_epi32(_mm512_slli_epi32(ld(mp + 3072 + 64 * (g >> 2)), 24 - 8 * (g & 3)),
-                                 24);
-    /* Q3_K: 6 bits (4 from scales[g % 8], low or high nibble; 2 from scales[8 + g % 4]),
-     * minus 32 */
-    const uint8_t *sp = mp + 1536;
-    const int lb = g < 8 ? g : g - 8;
-    const __m512i lo = _mm512_and_si512(
-        _mm512_srli_epi32(ld(sp + 64 * (lb >> 2)), 8 * (lb & 3) + (g < 8 ? 0 : 4)), m15);
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(ld(sp + 128), 8 * (g & 3) + 2 * (g >> 2)),
-                                        _mm512_set1_epi32(3));
-    return _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
-}
-
-/* The int16 pair (coefficient 2j, 2j + 1) of the group-sum term: the mins (Q2_K: high
- * nibbles of scales) or the scales (Q3_K, Q6_K: their level offsets). */
-SD_T SD_INL __m512i k_pair(const uint8_t *mp, const int kind, const int j) {
-    if (kind == KQ2) {
-        const __m512i m15 = _mm512_set1_epi32(15);
-        const __m512i s = ld(mp + 64 * (j >> 1));
-        const int b = 8 * (2 * (j & 1));
-        return pair16(_mm512_and_si512(_mm512_srli_epi32(s, b + 4), m15),
-                      _mm512_and_si512(_mm512_srli_epi32(s, b + 12), m15));
-    }
-    return pair16(k_scale(mp, kind, 2 * j), k_scale(mp, kind, 2 * j + 1));
-}
-
-/* Q2_K / Q3_K / Q6_K: 16 groups of 16; element 128 h + 32 k + l from byte 32 h + l of the
  * 2-bit plane (Q2_K, Q3_K: bits 2k) or of ql / qh (Q6_K). Scales are decoded where they
  * are used (from L1): kept in registers they would spill. */
 SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
@@ -383,33 +221,18 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
                            const int kind, const int nt) {
     (void)xb;
     (void)sb;
-    const size_t main = kind == KQ2 ? 1280 : kind == KQ3 ? 1728 : 3328;
+    const size_t main = main_k(kind);
     const size_t tail = kind == KQ2 ? 64 : 32;
     const uint8_t *tl = gp + (size_t)nb * main;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
-    const __m512i b2 = _mm512_set1_epi8(0x04), b45 = _mm512_set1_epi8(0x30);
-    __m512 acc[SD_PT];
-    __m512i P[SD_PT], M[SD_PT];
+    __m512 acc[SD_GT];
+    __m512i P[SD_GT], M[SD_GT];
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
         _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) P[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (int hk = 0; hk < 8; hk++) {
-            const int h = hk >> 2, k = hk & 3;
             __m512i w[8];
-            _Pragma("GCC unroll 8") for (int kk = 0; kk < 8; kk++) {
-                if (kind == KQ6) {
-                    const __m512i q = ld(mp + 64 * (16 * h + 8 * (k & 1) + kk));
-                    const __m512i nib = _mm512_and_si512(k < 2 ? q : _mm512_srli_epi16(q, 4), m4);
-                    w[kk] = or_and(nib, shl(ld(mp + 2048 + 64 * (8 * h + kk)), 4 - 2 * k), b45);
-                } else {
-                    const size_t qo = kind == KQ2 ? 256 : 512;
-                    w[kk] = _mm512_and_si512(
-                        _mm512_srli_epi32(ld(mp + qo + 64 * (8 * h + kk)), 2 * k), m2);
-                    if (kind == KQ3)
-                        w[kk] = or_and(w[kk], shl(ld(mp + 64 * kk), 2 - (4 * h + k)), b2);
-                }
-            }
+            unpack_k236(mp, kind, hk, w);
             const __m512i sa0 = k_scale(mp, kind, 2 * hk), sa1 = k_scale(mp, kind, 2 * hk + 1);
             _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) {
                 const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * hk;

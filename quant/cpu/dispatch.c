@@ -9,6 +9,10 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #include <string.h>
 #include <strings.h>
 
@@ -137,6 +141,26 @@ static int cpu_runs_avx512(void) {
     const sd_cpu_features *f = sd_cpu_features_get();
     return cpu_runs_avx2() && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
 }
+
+/* Linux hands the AMX tile state (XTILEDATA, XSAVE feature 18) to a process only on
+ * request (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16; Documentation/arch/x86/xstate.rst);
+ * without it the first tile instruction faults. Asked once. */
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+static int g_amx_ok = 0;
+
+static void amx_request(void) {
+#if defined(__linux__)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    g_amx_ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#endif
+}
+
+static int cpu_runs_amx(void) {
+    const sd_cpu_features *f = sd_cpu_features_get();
+    if (!cpu_runs_avx512() || !f->amx_tile || !f->amx_int8) return 0;
+    pthread_once(&g_amx_once, amx_request);
+    return g_amx_ok;
+}
 #endif
 
 const sd_kernel_set *sd_kernel_set_by_name(const char *name) {
@@ -145,6 +169,7 @@ const sd_kernel_set *sd_kernel_set_by_name(const char *name) {
 #if defined(__x86_64__)
     if (strcasecmp(name, "avx2") == 0) return cpu_runs_avx2() ? &sd_kernels_avx2 : NULL;
     if (strcasecmp(name, "avx512") == 0) return cpu_runs_avx512() ? &sd_kernels_avx512 : NULL;
+    if (strcasecmp(name, "amx") == 0) return cpu_runs_amx() ? &sd_kernels_amx : NULL;
 #endif
     return NULL;
 }
@@ -156,6 +181,10 @@ static const sd_kernel_set *g_kernels = &sd_kernels_scalar;
 static void kernels_init(void) {
     static const char *const order[] = {"avx512", "avx2", "scalar"}; /* best first */
     const char *force = getenv("SD_KERNELS");
+    if (force && strcasecmp(force, "amx") == 0 && sd_kernel_set_by_name("amx")) {
+        g_kernels = &sd_kernels_amx; /* opt-in: never chosen by default */
+        return;
+    }
     size_t start = 0;
     if (force && *force) {
         for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)

@@ -70,12 +70,16 @@ extern const sd_kernel_set sd_kernels_scalar;
 extern const sd_kernel_set sd_kernels_avx2;
 /* AVX-512 F/BW/VL/VNNI (+AVX2/FMA/F16C) (avx512.c); lower = avx2. */
 extern const sd_kernel_set sd_kernels_avx512;
+/* AMX-INT8 packed kernels (amx.c); lower = avx512. Off by default: only SD_KERNELS=amx
+ * selects it, where the CPU and the OS allow AMX. */
+extern const sd_kernel_set sd_kernels_amx;
 #endif
 
 /* The set called `name` if it exists and this CPU can run it, else NULL (dispatch.c). */
 const sd_kernel_set *sd_kernel_set_by_name(const char *name);
 /* The set sd_matmul_rows uses: the best this CPU supports, lowered (never raised) by
- * the environment variable SD_KERNELS=scalar|avx2|avx512, read once (pthread_once). */
+ * the environment variable SD_KERNELS=scalar|avx2|avx512, read once (pthread_once);
+ * SD_KERNELS=amx selects the AMX set where it runs (else the default). */
 const sd_kernel_set *sd_kernel_set_active(void);
 /* The set (ks or one below it) whose kernel runs weights of type wt; NULL if wt is not
  * a weight type. */

@@ -174,6 +174,10 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
                     pos);
     double t1 = 0;
     json_t *jver = json_array();
+    const sd_weights_info wi = sd_session_weights_info(s);
+    if (wi.n_packed)
+        printf("\n%s: %d weight matrices packed for the %s kernels: %.1f MiB, %.0f ms", role,
+               wi.n_packed, wi.kernels, (double)wi.packed_bytes / 1048576.0, wi.packed_ms);
     printf("\n%s %s: %.1f M matrix params, weights %.1f MiB (%.1f MiB streamed per step)\n", role,
            sd_model_path(m), params / 1e6, wbytes / 1048576.0, streamed / 1048576.0);
     printf("  K+1  verify ms  x decode step\n");

@@ -623,6 +623,17 @@ int32_t sd_session_n_outputs(const sd_session *s) {
 sd_device sd_session_device(const sd_session *s) {
     return s->be->device;
 }
+
+sd_weights_info sd_session_weights_info(const sd_session *s) {
+    sd_weights_info w;
+    memset(&w, 0, sizeof w);
+    w.kernels = sd_device_name(s->be->device);
+    if (s->be->device == SD_DEVICE_CPU) {
+        sd_backend_cpu_packed_stats(s->be, &w.n_packed, &w.packed_bytes, &w.packed_ms);
+        w.kernels = sd_quant_kernels_name();
+    }
+    return w;
+}
 const int32_t *sd_session_tokens(const sd_session *s) {
     return s->tokens;
 }

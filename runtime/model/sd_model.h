@@ -216,6 +216,19 @@ int32_t sd_session_n_batch(const sd_session *s);
 int32_t sd_session_n_outputs(const sd_session *s);
 /* The device the session runs on. */
 sd_device sd_session_device(const sd_session *s);
+
+/* What the session's backend did with the weights at init: on the CPU, the matrices it
+ * packed for its SIMD kernels (quant/sd_quant.h, Packed weights), the bytes of those
+ * copies (memory the backend owns beyond the mapped file), the time packing took (ms,
+ * wall clock) and the kernel set ("scalar", "avx2", "avx512"); zeros and the device
+ * name elsewhere. A tensor-parallel session reports its rank 0. */
+typedef struct sd_weights_info {
+    int32_t n_packed;
+    size_t packed_bytes;
+    double packed_ms;
+    const char *kernels;
+} sd_weights_info;
+sd_weights_info sd_session_weights_info(const sd_session *s);
 /* Roll back to n_keep positions (see sd_kv_truncate). */
 int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err);
 const sd_model *sd_session_model(const sd_session *s);
