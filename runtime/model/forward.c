@@ -711,6 +711,10 @@ void sd_session_seq_store_prefix(sd_session *s, int32_t seq) {
     sd_kv_cache_store(s->seqs[seq], s->seq_tok[seq], sd_kv_n(s->seqs[seq]));
 }
 
+void sd_session_kv_clear_cache(sd_session *s) {
+    if (s->pool) sd_kv_pool_cache_clear(s->pool);
+}
+
 void sd_session_kv_stats(const sd_session *s, sd_kv_pool_stats *out) {
     sd_kv_pool_get_stats(sd_kv_pool_of(s->kv), out);
 }

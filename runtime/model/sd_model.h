@@ -197,6 +197,8 @@ int sd_session_seq_fork(sd_session *s, int32_t dst, int32_t src, int32_t n, sd_e
  * contiguous cache. */
 int32_t sd_session_seq_attach_prefix(sd_session *s, int32_t seq, const int32_t *tokens, int32_t n);
 void sd_session_seq_store_prefix(sd_session *s, int32_t seq);
+/* Drop the prefix cache's blocks that no sequence maps (sd_kv_pool_cache_clear). */
+void sd_session_kv_clear_cache(sd_session *s);
 /* The pool's accounting (sd_kv_pool_get_stats; a contiguous cache: one block). */
 void sd_session_kv_stats(const sd_session *s, sd_kv_pool_stats *out);
 /* Blocks free or evictable; blocks for n positions of one sequence. */
