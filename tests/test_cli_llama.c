@@ -132,15 +132,16 @@ Test(cli_llama, cache_types) {
     expect_usage(args, "share one element type");
     snprintf(args, sizeof args, "generate -m %s -p t5 -ctv f16 --kv-type f32", g_t);
     expect_usage(args, "share one element type");
-    snprintf(args, sizeof args, "generate -m %s -p t5 -ctk q8_0", g_t);
-    expect_usage(args, "q8_0");
+    snprintf(args, sizeof args, "generate -m %s -p t5 -ctk q5_0", g_t);
+    expect_usage(args, "q8_0 or q4_0");
 }
 
 Test(cli_llama, ctx_size_draft) {
     char args[4096];
     snprintf(args, sizeof args, "-md %s -p t5t6 -n 40 -k 3 --temp 0 --draft-policy fixed", g_d);
     json_t *full = gen_json(args, NULL);
-    snprintf(args, sizeof args, "-md %s -p t5t6 -n 40 -k 3 --temp 0 --draft-policy fixed -cd 16", g_d);
+    snprintf(args, sizeof args, "-md %s -p t5t6 -n 40 -k 3 --temp 0 --draft-policy fixed -cd 16",
+             g_d);
     json_t *cut = gen_json(args, NULL);
     char *tf = tokens_of(full), *tc = tokens_of(cut);
     cr_assert_str_eq(tf, tc, "greedy output changed with the draft's context");
