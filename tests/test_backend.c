@@ -490,6 +490,13 @@ static void gcheck(const float *p, size_t n, const char *what) {
     for (size_t i = n; i < n + GUARD; i++)
         cr_assert_eq(p[i], GUARD_VAL, "%s: wrote past the end", what);
 }
+static sd_backend *cpu_backend_ctx(int32_t n_threads, int32_t n_ctx) {
+    sd_backend_params bp = {n_threads, 8, 256, n_ctx, 0};
+    sd_backend *be = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
+    return be;
+}
 static sd_backend *cpu_backend(int32_t n_threads) {
     sd_backend_params bp = {n_threads, 8, 256, 32, 0};
     sd_backend *be = NULL;
@@ -812,12 +819,13 @@ Test(backend, cpu_elementwise_norm_rope_softmax) {
  * batch (memcmp); 2 threads == 1 thread (memcmp); every level == the scalar level
  * (memcmp: attn.h fixes the arithmetic). */
 static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, int32_t n_head_kv,
-                            int32_t hd) {
-    const int32_t kv_dim = n_head_kv * hd, n_ctx = 32, qdim = n_head * hd;
-    const int32_t pos0 = 6, n_tok = 4, n_pos = pos0 + n_tok;
+                            int32_t hd, int32_t pos0, int32_t n_tok) {
+    const int32_t kv_dim = n_head_kv * hd, n_ctx = 64, qdim = n_head * hd;
+    const int32_t n_pos = pos0 + n_tok;
+    cr_assert_leq(n_pos, n_ctx);
     char what[128];
-    snprintf(what, sizeof what, "attention %s kv %s heads %d/%d hd %d", kname,
-             sd_type_name(kv_type), n_head, n_head_kv, hd);
+    snprintf(what, sizeof what, "attention %s kv %s heads %d/%d hd %d pos %d + %d", kname,
+             sd_type_name(kv_type), n_head, n_head_kv, hd, pos0, n_tok);
     uint64_t rng = 99 + (uint64_t)hd * 31 + (uint64_t)n_head;
     sd_kv *kv = NULL;
     sd_error err = {0};
@@ -858,7 +866,7 @@ static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, 
             }
         }
     for (int nt = 1; nt <= 2; nt++) {
-        sd_backend *be = cpu_backend(nt);
+        sd_backend *be = cpu_backend_ctx(nt, n_ctx);
         cr_assert_eq(sd_backend_cpu_set_kernels(be, kname), 0, "%s", what);
         cr_assert_str_eq(sd_backend_cpu_kernels(be), kname);
         be->ops->kv_store(be, kv, 1, 0, pos0, kv_dim, k, v);
@@ -889,7 +897,7 @@ static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, 
         sd_backend_free(be);
     }
     if (strcmp(kname, "scalar") != 0) { /* the same bits as the scalar reference */
-        sd_backend *be = cpu_backend(1);
+        sd_backend *be = cpu_backend_ctx(1, n_ctx);
         cr_assert_eq(sd_backend_cpu_set_kernels(be, "scalar"), 0);
         be->ops->attention(be, q, kv, 1, pos0, n_tok, n_head, n_head_kv, hd, o);
         cr_expect(memcmp(first, o, n_tok * qdim * sizeof(float)) == 0, "%s: != scalar level", what);
@@ -919,8 +927,9 @@ static void attention_level(const char *level) {
     if (!ok) cr_skip_test("attention kernels '%s': not supported by this CPU", level);
     for (int kt = 0; kt < 2; kt++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-            check_attention(level, kt ? SD_TYPE_F16 : SD_TYPE_F32, shapes[si][0], shapes[si][1],
-                            shapes[si][2]);
+            for (int depth = 0; depth < 2; depth++) /* 6 + 4 keys; 37 + 5 (blocks of 16 keys) */
+                check_attention(level, kt ? SD_TYPE_F16 : SD_TYPE_F32, shapes[si][0], shapes[si][1],
+                                shapes[si][2], depth ? 37 : 6, depth ? 5 : 4);
 }
 
 /* The scalar level always runs; the SIMD levels where this CPU has them. */

@@ -7,14 +7,23 @@
  * output on the GPU. Each test skips with one line where no CUDA device can be used (a
  * build without CUDA, no GPU, no driver): that is what happens in CI.
  *
+ * Every weight type the GPU runs: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the
+ * K-quants Q2_K .. Q6_K. Also: rows of one block (or one super-block) give the CPU's bits
+ * (the same activation quantization and per-block terms, one term), NaN activations reach
+ * the output, a conversion cached for Q / K / V is never reused after its input changed, the
+ * fused launches (rope of Q and K, add + rmsnorm) give the bits of the ops one by one, and
+ * decode steps replayed as CUDA graphs give the bits of the same steps run op by op
+ * (SD_CUDA_GRAPHS=0) at every position, across rollbacks.
+ *
  * Bounds (u = 2^-24): bit-identical where the GPU does the CPU's arithmetic (get_rows, the
  * F16 KV store, copies); matmul on the batch-invariant kernels within 2 (m + 32) u sum|w x|
  * (two summation orders of m terms); on cuBLAS (n_tok >= 18) within 4e-3 sum|w x| (F16
  * operands, TF32 for F32 weights; 1e-2 for BF16, whose activations round to 8 bits)
  * plus, for quantized weights, the CPU's own activation quantization error
- * sum |w_j| d_x / 2; elementwise ops within a few ulp of the value's
+ * sum |w_j| d_x / 2 (d_x per 32-element block, or per 256 for the K-quants' Q8_K);
+ * elementwise ops within a few ulp of the value's
  * scale (device libm vs glibc; rope 1e-4: theta up to ~100 rad); attention within 1e-4
- * of the output scale; whole-model logits within 1e-3 (float weights) or 2e-2 (Q8_0 / Q4_0,
+ * of the output scale; whole-model logits within 1e-3 (float weights) or 2e-2 (quantized,
  * where an activation rounding can flip) of the largest logit.
  */
 #include <criterion/criterion.h>
@@ -51,7 +60,10 @@ typedef struct duo {
     sd_backend *cpu, *gpu;
 } duo;
 
-static int duo_open(duo *d, int32_t n_batch, int64_t max_cols, int32_t n_ctx) {
+/* Open both, or skip the test with one line where no GPU can be used. Where a GPU is
+ * present (sd_backend_device_count says so), a backend that does not open is a failure,
+ * never a skip: a missing module or kernels for this GPU must not pass silently. */
+static void duo_open(duo *d, int32_t n_batch, int64_t max_cols, int32_t n_ctx) {
     sd_backend_params p = {0};
     p.n_threads = 2;
     p.n_batch = n_batch;
@@ -60,24 +72,16 @@ static int duo_open(duo *d, int32_t n_batch, int64_t max_cols, int32_t n_ctx) {
     sd_error err = {0};
     memset(d, 0, sizeof *d);
     int rc = sd_backend_init(SD_DEVICE_CUDA, &p, &d->gpu, &err);
-    if (rc == SD_ERR_UNSUPPORTED) return 0;
+    if (rc == SD_ERR_UNSUPPORTED) {
+        int32_t n = 0;
+        sd_error e2 = {0};
+        if (sd_backend_device_count(SD_DEVICE_CUDA, &n, &e2) != SD_OK || n == 0)
+            cr_skip_test("no CUDA device to test: %s", err.msg);
+        cr_assert_fail("%d CUDA device(s) present, but the backend does not open: %s", n, err.msg);
+    }
     cr_assert_eq(rc, 0, "%s", err.msg);
     cr_assert_eq(sd_backend_init(SD_DEVICE_CPU, &p, &d->cpu, &err), 0, "%s", err.msg);
-    return 1;
 }
-
-#define DUO_OR_SKIP(d, nb, mc, nc)                                                                 \
-    do {                                                                                           \
-        if (!duo_open((d), (nb), (mc), (nc))) {                                                    \
-            sd_error e_ = {0};                                                                     \
-            sd_backend_params p_ = {0};                                                            \
-            p_.n_batch = 1, p_.max_cols = 1, p_.n_ctx = 1;                                         \
-            sd_backend *b_ = NULL;                                                                 \
-            sd_backend_init(SD_DEVICE_CUDA, &p_, &b_, &e_);                                        \
-            sd_backend_free(b_);                                                                   \
-            cr_skip_test("no CUDA device to test: %s", e_.msg);                                    \
-        }                                                                                          \
-    } while (0)
 
 static void duo_close(duo *d) {
     sd_backend_free(d->gpu);
@@ -121,25 +125,32 @@ static uint8_t *random_weight(sd_type t, int64_t rows, int64_t cols, uint64_t *s
     return w;
 }
 
-static const sd_type k_types[] = {SD_TYPE_F32, SD_TYPE_F16, SD_TYPE_BF16, SD_TYPE_Q8_0,
-                                  SD_TYPE_Q4_0};
+static const sd_type k_types[] = {SD_TYPE_F32,  SD_TYPE_F16,  SD_TYPE_BF16, SD_TYPE_Q8_0,
+                                  SD_TYPE_Q4_0, SD_TYPE_Q4_1, SD_TYPE_Q5_0, SD_TYPE_Q5_1,
+                                  SD_TYPE_Q2_K, SD_TYPE_Q3_K, SD_TYPE_Q4_K, SD_TYPE_Q5_K,
+                                  SD_TYPE_Q6_K};
+#define N_TYPES (sizeof k_types / sizeof k_types[0])
+
+static int is_quant(sd_type t) {
+    return t != SD_TYPE_F32 && t != SD_TYPE_F16 && t != SD_TYPE_BF16;
+}
 
 /* ---- get_rows ---- */
 
 Test(cuda_ops, get_rows_bit_identical) {
     duo d;
-    DUO_OR_SKIP(&d, 8, 256, 16);
+    duo_open(&d, 8, 256, 16);
     uint64_t s = 1;
     const int64_t rows = 50, cols = 256;
     const int32_t ids[8] = {0, 49, 7, 7, 13, 2, 31, 48};
-    for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
         const sd_type t = k_types[ti];
         float *wf;
         size_t rb;
         uint8_t *w = random_weight(t, rows, cols, &s, &wf, &rb);
         sd_buffer *wc = put(d.cpu, w, rb * rows), *wg = put(d.gpu, w, rb * rows);
         sd_buffer *yc = put(d.cpu, NULL, 8 * cols * 4), *yg = put(d.gpu, NULL, 8 * cols * 4);
-        sd_weight W = {t, rows, cols, rb, wc->addr, SD_LAYOUT_ROWS};
+        sd_weight W = {.type = t, .rows = rows, .cols = cols, .row_bytes = rb, .data = wc->addr};
         d.cpu->ops->get_rows(d.cpu, &W, ids, 8, yc->addr);
         W.data = wg->addr;
         d.gpu->ops->get_rows(d.gpu, &W, ids, 8, yg->addr);
@@ -165,10 +176,11 @@ static void abs_scale(sd_type t, const float *wf, const float *x, int64_t r, int
     *act_err = 0.0;
     for (int64_t j = 0; j < cols; j++)
         *sum_wx += fabs((double)wf[r * cols + j] * (double)x[b * cols + j]);
-    if (t != SD_TYPE_Q8_0 && t != SD_TYPE_Q4_0) return;
-    for (int64_t j0 = 0; j0 < cols; j0 += 32) {
+    if (!is_quant(t)) return;
+    const int64_t ab = sd_vec_dot_type(t) == SD_TYPE_Q8_K ? 256 : 32; /* activation block */
+    for (int64_t j0 = 0; j0 < cols; j0 += ab) {
         double amax = 0.0, wsum = 0.0;
-        for (int64_t j = j0; j < j0 + 32; j++) {
+        for (int64_t j = j0; j < j0 + ab; j++) {
             amax = fmax(amax, fabs((double)x[b * cols + j]));
             wsum += fabs((double)wf[r * cols + j]);
         }
@@ -188,7 +200,7 @@ static void check_matmul(duo *d, sd_type t, int64_t rows, int64_t cols, int32_t 
     sd_buffer *wc = put(d->cpu, w, rb * rows), *wg = put(d->gpu, w, rb * rows);
     sd_buffer *xc = put(d->cpu, x, n_tok * cols * 4), *xg = put(d->gpu, x, n_tok * cols * 4);
     sd_buffer *yc = put(d->cpu, NULL, n_tok * rows * 4), *yg = put(d->gpu, NULL, n_tok * rows * 4);
-    sd_weight W = {t, rows, cols, rb, wc->addr, SD_LAYOUT_ROWS};
+    sd_weight W = {.type = t, .rows = rows, .cols = cols, .row_bytes = rb, .data = wc->addr};
     d->cpu->ops->matmul(d->cpu, &W, xc->addr, n_tok, yc->addr);
     W.data = wg->addr;
     d->gpu->ops->matmul(d->gpu, &W, xg->addr, n_tok, yg->addr);
@@ -229,14 +241,169 @@ static void check_matmul(duo *d, sd_type t, int64_t rows, int64_t cols, int32_t 
 
 Test(cuda_ops, matmul_all_types_vs_cpu_and_batch_invariant) {
     duo d;
-    DUO_OR_SKIP(&d, 40, 1024, 16);
+    duo_open(&d, 40, 1024, 16);
     uint64_t s = 2;
     const int32_t toks[] = {1, 2, 3, 5, 8, 9, 17, 18, 40};
-    for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++)
+    for (size_t ti = 0; ti < N_TYPES; ti++)
         for (size_t ni = 0; ni < sizeof toks / sizeof toks[0]; ni++) {
             check_matmul(&d, k_types[ti], 67, 256, toks[ni], &s);
             check_matmul(&d, k_types[ti], 40, 1024, toks[ni], &s);
         }
+    duo_close(&d);
+}
+
+/* Rows of one block (two for the 32-element types; one super-block for the K-quants): the
+ * GPU adds the same terms in the same order as the CPU reference, so every output has the
+ * CPU's bits (this also proves the activation quantizers bit-identical on the device). With
+ * a NaN in an activation row, that row's outputs are NaN on both. */
+Test(cuda_ops, short_rows_bit_identical_to_cpu_and_nan_propagates) {
+    duo d;
+    duo_open(&d, 17, 256, 16);
+    uint64_t s = 12;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const sd_type t = k_types[ti];
+        if (!is_quant(t)) continue;
+        const int64_t rows = 45, cols = sd_type_block_elems(t) == 256 ? 256 : 64;
+        const int32_t n_tok = 17;
+        float *wf;
+        size_t rb;
+        uint8_t *w = random_weight(t, rows, cols, &s, &wf, &rb);
+        float x[17 * 256], got[17 * 45];
+        for (int64_t i = 0; i < n_tok * cols; i++)
+            x[i] = rng_f(&s) * (i % 29 == 0 ? 6.0f : 1.0f);
+        x[3 * cols + 7] = NAN; /* token 3 */
+        sd_buffer *wc = put(d.cpu, w, rb * rows), *wg = put(d.gpu, w, rb * rows);
+        sd_buffer *xc = put(d.cpu, x, sizeof x), *xg = put(d.gpu, x, sizeof x);
+        sd_buffer *yc = put(d.cpu, NULL, sizeof got), *yg = put(d.gpu, NULL, sizeof got);
+        sd_weight W = {.type = t, .rows = rows, .cols = cols, .row_bytes = rb, .data = wc->addr};
+        d.cpu->ops->matmul(d.cpu, &W, xc->addr, n_tok, yc->addr);
+        W.data = wg->addr;
+        d.gpu->ops->matmul(d.gpu, &W, xg->addr, n_tok, yg->addr);
+        get(d.gpu, got, yg->addr, (size_t)n_tok * rows * 4);
+        const float *ref = yc->addr;
+        for (int64_t i = 0; i < n_tok * rows; i++) {
+            if (i / rows == 3) {
+                cr_assert(isnan(got[i]) && isnan(ref[i]), "%s: NaN row: %g (CPU %g)",
+                          sd_type_name(t), (double)got[i], (double)ref[i]);
+                continue;
+            }
+            cr_assert_eq(fbits(got[i]), fbits(ref[i]), "%s: y[%lld] %a vs CPU %a", sd_type_name(t),
+                         (long long)i, (double)got[i], (double)ref[i]);
+        }
+        sd_buffer_free(wc), sd_buffer_free(wg), sd_buffer_free(xc), sd_buffer_free(xg);
+        sd_buffer_free(yc), sd_buffer_free(yg);
+        free(w), free(wf);
+    }
+    duo_close(&d);
+}
+
+/* The Q / K / V pattern reuses one quantization of a shared input; it must never outlive a
+ * change of that input: by an op (copy), by a write, or by a buffer freed and its address
+ * reused. Each result is compared with the same product of an input no matmul saw before. */
+static void product(sd_backend *g, const sd_weight *W, const float *host, float *y) {
+    sd_buffer *bx = put(g, host, 4 * 512 * 4), *by = put(g, NULL, 4 * 40 * 4);
+    g->ops->matmul(g, W, bx->addr, 4, by->addr);
+    get(g, y, by->addr, 4 * 40 * 4);
+    sd_buffer_free(bx), sd_buffer_free(by);
+}
+
+Test(cuda_ops, cached_activations_follow_their_input) {
+    duo d;
+    duo_open(&d, 4, 512, 16);
+    uint64_t s = 14;
+    const sd_type types[] = {SD_TYPE_Q8_0, SD_TYPE_Q5_0, SD_TYPE_Q4_K, SD_TYPE_Q6_K, SD_TYPE_F16};
+    sd_backend *g = d.gpu;
+    sd_error err = {0};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const sd_type t = types[ti];
+        const int64_t rows = 40, cols = 512;
+        float *wf;
+        size_t rb;
+        uint8_t *w = random_weight(t, rows, cols, &s, &wf, &rb);
+        float x1[4 * 512], x2[4 * 512], r1[4 * 40], r2[4 * 40], y[4 * 40];
+        for (int i = 0; i < 4 * 512; i++) {
+            x1[i] = rng_f(&s);
+            x2[i] = rng_f(&s) * 3.0f;
+        }
+        sd_buffer *wg = put(g, w, rb * rows);
+        const sd_weight W = {
+            .type = t, .rows = rows, .cols = cols, .row_bytes = rb, .data = wg->addr};
+        product(g, &W, x1, r1);
+        product(g, &W, x2, r2);
+        cr_assert(memcmp(r1, r2, sizeof r1) != 0, "%s: the two inputs give one product",
+                  sd_type_name(t));
+        sd_buffer *xb = put(g, x1, sizeof x1), *x2b = put(g, x2, sizeof x2);
+        sd_buffer *yb = put(g, NULL, sizeof y);
+        /* x1 twice (the second reads the cached conversion), then an op makes it x2 */
+        g->ops->matmul(g, &W, xb->addr, 4, yb->addr);
+        g->ops->matmul(g, &W, xb->addr, 4, yb->addr);
+        get(g, y, yb->addr, sizeof y);
+        cr_assert_eq(memcmp(y, r1, sizeof y), 0, "%s: cached conversion", sd_type_name(t));
+        g->ops->matmul(g, &W, xb->addr, 4, yb->addr);
+        g->ops->copy(g, xb->addr, x2b->addr, 4 * 512);
+        g->ops->matmul(g, &W, xb->addr, 4, yb->addr);
+        get(g, y, yb->addr, sizeof y);
+        cr_assert_eq(memcmp(y, r2, sizeof y), 0, "%s: stale conversion after copy",
+                     sd_type_name(t));
+        /* a write makes it x1 again */
+        g->ops->matmul(g, &W, xb->addr, 4, yb->addr);
+        cr_assert_eq(g->ops->write(g, xb->addr, x1, sizeof x1, &err), 0, "%s", err.msg);
+        g->ops->matmul(g, &W, xb->addr, 4, yb->addr);
+        get(g, y, yb->addr, sizeof y);
+        cr_assert_eq(memcmp(y, r1, sizeof y), 0, "%s: stale conversion after a write",
+                     sd_type_name(t));
+        /* freed, and a new buffer (often at the same address) holding x2 */
+        g->ops->matmul(g, &W, xb->addr, 4, yb->addr);
+        sd_buffer_free(xb);
+        xb = put(g, x2, sizeof x2);
+        g->ops->matmul(g, &W, xb->addr, 4, yb->addr);
+        get(g, y, yb->addr, sizeof y);
+        cr_assert_eq(memcmp(y, r2, sizeof y), 0, "%s: stale conversion after a free",
+                     sd_type_name(t));
+        sd_buffer_free(wg), sd_buffer_free(xb), sd_buffer_free(x2b), sd_buffer_free(yb);
+        free(w), free(wf);
+    }
+    duo_close(&d);
+}
+
+/* Fused launches: rope of Q then of K (one kernel), add then rmsnorm of the sum (one
+ * kernel) give the bits of the same ops separated by a sync (which ends the fusing window). */
+Test(cuda_ops, fused_launches_equal_separate_ops) {
+    enum { T = 5, NE = 256, NK = 128 };
+    duo d;
+    duo_open(&d, T, NE, 64);
+    sd_backend *g = d.gpu;
+    uint64_t s = 15;
+    float x[T * NE], p[T * NE], w[NE], k[T * NK];
+    for (int i = 0; i < T * NE; i++) {
+        x[i] = rng_f(&s) * 2.0f;
+        p[i] = rng_f(&s);
+    }
+    for (int i = 0; i < NE; i++)
+        w[i] = 1.0f + 0.1f * rng_f(&s);
+    for (int i = 0; i < T * NK; i++)
+        k[i] = rng_f(&s);
+    float fused[2][T * NE], sep[2][T * NE], fk[T * NK], sk[T * NK];
+    sd_error err = {0};
+    for (int mode = 0; mode < 2; mode++) { /* 0: fused, 1: a sync between */
+        sd_buffer *bx = put(g, x, sizeof x), *bp = put(g, p, sizeof p), *bw = put(g, w, sizeof w);
+        sd_buffer *by = put(g, NULL, sizeof x), *bk = put(g, k, sizeof k);
+        const sd_rope r = {64, SD_ROPE_NORM, 10000.0f, 1.0f, NULL};
+        g->ops->rope(g, bx->addr, T, 37, NE / 64, 64, &r);
+        if (mode) cr_assert_eq(g->ops->sync(g, &err), 0, "%s", err.msg);
+        g->ops->rope(g, bk->addr, T, 37, NK / 64, 64, &r);
+        g->ops->add(g, bx->addr, bp->addr, T * NE);
+        if (mode) cr_assert_eq(g->ops->sync(g, &err), 0, "%s", err.msg);
+        g->ops->rmsnorm(g, bx->addr, bw->addr, T, NE, 1e-5f, by->addr);
+        get(g, mode ? sep[0] : fused[0], bx->addr, sizeof x);
+        get(g, mode ? sep[1] : fused[1], by->addr, sizeof x);
+        get(g, mode ? sk : fk, bk->addr, sizeof k);
+        sd_buffer_free(bx), sd_buffer_free(bp), sd_buffer_free(bw), sd_buffer_free(by);
+        sd_buffer_free(bk);
+    }
+    cr_assert_eq(memcmp(fused[0], sep[0], sizeof fused[0]), 0, "add + rmsnorm: the sum differs");
+    cr_assert_eq(memcmp(fused[1], sep[1], sizeof fused[1]), 0, "add + rmsnorm: the norm differs");
+    cr_assert_eq(memcmp(fk, sk, sizeof fk), 0, "rope of q and k in one launch differs");
     duo_close(&d);
 }
 
@@ -255,7 +422,7 @@ static void check_close(const float *got, const float *ref, int64_t n, double re
 Test(cuda_ops, rows_and_elementwise_vs_cpu) {
     enum { T = 9, N = 384 };
     duo d;
-    DUO_OR_SKIP(&d, T, N, 64);
+    duo_open(&d, T, N, 64);
     uint64_t s = 3;
     float x[T * N], u[T * N], w[N], got[T * N];
     for (int i = 0; i < T * N; i++) {
@@ -346,7 +513,7 @@ static void check_attention(sd_type kvt) {
     enum { NH = 8, NKV = 2, HD = 64, CTX = 300, L = 2 };
     const int32_t kv_dim = NKV * HD, qd = NH * HD;
     duo d;
-    DUO_OR_SKIP(&d, 17, qd, CTX);
+    duo_open(&d, 17, qd, CTX);
     sd_backend *be[2] = {d.cpu, d.gpu};
     kvpair kp;
     kv_open(&kp, &d, L, CTX, kv_dim, kvt);
@@ -418,10 +585,10 @@ Test(cuda_ops, kv_store_and_attention_f16) {
 
 Test(cuda_ops, errors_are_recorded_and_returned_once) {
     duo d;
-    DUO_OR_SKIP(&d, 4, 64, 8);
+    duo_open(&d, 4, 64, 8);
     sd_error err = {0};
     sd_buffer *b = put(d.gpu, NULL, 64 * 64 * 4);
-    sd_weight W = {SD_TYPE_F32, 64, 64, 256, b->addr, SD_LAYOUT_ROWS};
+    sd_weight W = {.type = SD_TYPE_F32, .rows = 64, .cols = 64, .row_bytes = 256, .data = b->addr};
     d.gpu->ops->matmul(d.gpu, &W, b->addr, 5, b->addr); /* 5 > n_batch 4 */
     int rc = d.gpu->ops->sync(d.gpu, &err);
     cr_assert_eq(rc, SD_ERR_ARG, "sync after a bad matmul: %d (%s)", rc, err.msg);
@@ -453,12 +620,22 @@ static int cuda_usable(sd_error *err) {
     return sd_backend_device_count(SD_DEVICE_CUDA, &n, err) == SD_OK && n > 0;
 }
 
+/* The default test model, or (K-quants) one whose rows are multiples of 256. */
+static tu_llama_spec spec_for(sd_type wt) {
+    tu_llama_spec spec = tu_llama_default_spec();
+    spec.wtype = wt;
+    if (sd_type_block_elems(wt) == 256) {
+        spec.n_embd = 256;
+        spec.n_ff = 512;
+    }
+    return spec;
+}
+
 static void model_checks(sd_type wt, sd_type kvt) {
     sd_error err = {0};
     if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
     char path[1100];
-    tu_llama_spec spec = tu_llama_default_spec();
-    spec.wtype = wt;
+    tu_llama_spec spec = spec_for(wt);
     tu_path(path, sizeof path, g_dir, "m.gguf");
     cr_assert_eq(tu_make_llama(path, &spec), 0);
     sd_model *m = NULL;
@@ -492,7 +669,7 @@ static void model_checks(sd_type wt, sd_type kvt) {
         }
         /* float weights: summation order and libm only; quantized: an activation whose
          * Q8_0 rounding flips moves a logit by about one quantization step */
-        const double tol = (wt == SD_TYPE_Q8_0 || wt == SD_TYPE_Q4_0) ? 2e-2 : 1e-3;
+        const double tol = is_quant(wt) ? 2e-2 : 1e-3;
         cr_assert(diff <= tol * scale + 1e-6,
                   "%s: token %d: max |GPU - CPU| logit %.3g (scale %.3g)", sd_type_name(wt), i,
                   diff, scale);
@@ -529,6 +706,116 @@ Test(cuda_model, q4_0) {
 Test(cuda_model, f16_bf16) {
     model_checks(SD_TYPE_F16, SD_TYPE_F16);
     model_checks(SD_TYPE_BF16, SD_TYPE_F32);
+}
+Test(cuda_model, q4_1_q5_0_q5_1) {
+    model_checks(SD_TYPE_Q4_1, SD_TYPE_F16);
+    model_checks(SD_TYPE_Q5_0, SD_TYPE_F32);
+    model_checks(SD_TYPE_Q5_1, SD_TYPE_F16);
+}
+Test(cuda_model, k_quants) {
+    model_checks(SD_TYPE_Q4_K, SD_TYPE_F16);
+    model_checks(SD_TYPE_Q5_K, SD_TYPE_F32);
+    model_checks(SD_TYPE_Q6_K, SD_TYPE_F16);
+    model_checks(SD_TYPE_Q3_K, SD_TYPE_F32);
+    model_checks(SD_TYPE_Q2_K, SD_TYPE_F16);
+}
+
+/* Decode steps replayed as CUDA graphs (the default) against the same steps run op by op
+ * (SD_CUDA_GRAPHS=0): the same logits bits at every step, over 40 single-token steps at
+ * rising positions, 5-token passes, and rollbacks (truncate) that move positions back. */
+static void graphs_vs_eager(sd_type wt) {
+    sd_error err = {0};
+    if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
+    char path[1100];
+    tu_llama_spec spec = spec_for(wt);
+    tu_path(path, sizeof path, g_dir, "g.gguf");
+    cr_assert_eq(tu_make_llama(path, &spec), 0);
+    sd_model *m = NULL;
+    cr_assert_eq(sd_model_load(path, &m, &err), 0, "%s", err.msg);
+    const int32_t nv = sd_model_hparams(m)->n_vocab;
+    sd_session_params sp = sd_session_default_params();
+    sp.device = SD_DEVICE_CUDA;
+    sp.kv_type = SD_TYPE_F16;
+    sp.n_batch = 17;
+    sd_session *gs = NULL, *es = NULL;
+    unsetenv("SD_CUDA_GRAPHS");
+    cr_assert_eq(sd_session_init(m, &sp, &gs, &err), 0, "%s", err.msg);
+    setenv("SD_CUDA_GRAPHS", "0", 1);
+    cr_assert_eq(sd_session_init(m, &sp, &es, &err), 0, "%s", err.msg);
+    unsetenv("SD_CUDA_GRAPHS");
+    float *lg = malloc((size_t)5 * nv * 4), *le = malloc((size_t)5 * nv * 4);
+    cr_assert(lg && le);
+    uint64_t s = 77;
+    int32_t step = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 40 + 12 * round; i++, step++) {
+            const int n = i % 7 == 6 ? 5 : 1;
+            int32_t toks[5];
+            for (int j = 0; j < n; j++)
+                toks[j] = 3 + (int32_t)(rng_next(&s) % (uint64_t)(nv - 3));
+            cr_assert_eq(sd_session_eval(gs, toks, n, lg, n, &err), 0, "%s", err.msg);
+            cr_assert_eq(sd_session_eval(es, toks, n, le, n, &err), 0, "%s", err.msg);
+            cr_assert_eq(memcmp(lg, le, (size_t)n * nv * 4), 0,
+                         "%s: step %d (%d tokens at position %d): graph replay differs from the "
+                         "ops run one by one",
+                         sd_type_name(wt), step, n, sd_session_n_past(gs) - n);
+        }
+        const int32_t keep = sd_session_n_past(gs) / 3; /* roll back: positions go down */
+        cr_assert_eq(sd_session_truncate(gs, keep, &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_session_truncate(es, keep, &err), 0, "%s", err.msg);
+    }
+    free(lg), free(le);
+    sd_session_free(gs);
+    sd_session_free(es);
+    sd_model_free(m);
+}
+
+Test(cuda_model, graphs_equal_eager_q8_0) {
+    graphs_vs_eager(SD_TYPE_Q8_0);
+}
+Test(cuda_model, graphs_equal_eager_q4_k) {
+    graphs_vs_eager(SD_TYPE_Q4_K);
+}
+
+/* SD_CUDA_PROFILE=FILE: one JSON line per freed backend with every op kind it ran. */
+Test(cuda_model, profile_file_lists_the_ops) {
+    sd_error err = {0};
+    if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
+    char path[1100], prof[1100];
+    tu_llama_spec spec = spec_for(SD_TYPE_Q4_K);
+    tu_path(path, sizeof path, g_dir, "p.gguf");
+    tu_path(prof, sizeof prof, g_dir, "prof.jsonl");
+    cr_assert_eq(tu_make_llama(path, &spec), 0);
+    sd_model *m = NULL;
+    cr_assert_eq(sd_model_load(path, &m, &err), 0, "%s", err.msg);
+    sd_session_params sp = sd_session_default_params();
+    sp.device = SD_DEVICE_CUDA;
+    sd_session *ss = NULL;
+    setenv("SD_CUDA_PROFILE", prof, 1);
+    const int rc = sd_session_init(m, &sp, &ss, &err);
+    unsetenv("SD_CUDA_PROFILE");
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    const int32_t nv = sd_model_hparams(m)->n_vocab, toks[3] = {5, 9, 11};
+    float *l = malloc((size_t)nv * 4);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(sd_session_eval(ss, toks + i, 1, l, 1, &err), 0, "%s", err.msg);
+    sd_session_free(ss);
+    size_t n = 0;
+    char *text = (char *)tu_read_file(prof, &n);
+    cr_assert_not_null(text, "%s was not written", prof);
+    const char *want[] = {"\"matmul q4_k n=1\", \"count\": ",
+                          "\"get_rows q4_k\"",
+                          "\"attention\"",
+                          "\"rope (q and k)\"",
+                          "\"add + rmsnorm\"",
+                          "\"kv_store\"",
+                          "\"swiglu\""};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(text, want[i]), "%s: no %s in %s", prof, want[i], text);
+    cr_assert(strchr(text, '\n') == text + n - 1, "one line: %s", text);
+    free(text);
+    free(l);
+    sd_model_free(m);
 }
 
 /* Greedy speculative == greedy target-alone with target and draft on the GPU, K = 1..8. */

@@ -1,5 +1,6 @@
 /* runtime/backend/comm.c: the communicator for a set of ranks' backends (see sd_backend.h,
- * "Tensor parallelism"): the CPU one (cpu/comm.c) or, in CUDA builds, NCCL (cuda/comm.cu). */
+ * "Tensor parallelism"): the CPU one (cpu/comm.c) or, in CUDA builds, NCCL (cuda/comm.cu,
+ * in the CUDA backend module: backend.c loads it). */
 #include "runtime/backend/sd_backend.h"
 
 #ifdef SD_HAVE_CUDA
@@ -23,12 +24,16 @@ int sd_comm_init(sd_backend *const *bes, int32_t n_ranks, int64_t max_elems, sd_
     switch (bes[0]->device) {
     case SD_DEVICE_CPU:
         return sd_comm_cpu_init(n_ranks, out, err);
-    case SD_DEVICE_CUDA:
+    case SD_DEVICE_CUDA: {
 #ifdef SD_HAVE_CUDA
-        return sd_comm_cuda_init(bes, n_ranks, max_elems, out, err);
+        /* CUDA backends exist, so the module is loaded: this finds it again */
+        const sd_cuda_module *m = NULL;
+        const int rc = sd_cuda_module_open(&m, err);
+        return rc ? rc : m->comm_init(bes, n_ranks, max_elems, out, err);
 #else
         break;
 #endif
+    }
     }
     return sd_errorf(err, SD_ERR_UNSUPPORTED, "comm: no communicator for device %s",
                      sd_device_name(bes[0]->device));

@@ -223,6 +223,35 @@ int sd_backend_init(sd_device dev, const sd_backend_params *p, sd_backend **out,
 
 /* CPU backend. Errors: SD_ERR_ARG (non-positive sizes), SD_ERR_OOM. */
 int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *err);
+/* Per-op timers of the CPU backend (off unless enabled; then each op reads the clock
+ * twice: tens of nanoseconds). Wall-clock milliseconds and call counts per op kind;
+ * matmuls also per weight type, with the weight bytes they read. While enabled,
+ * matmul_multi runs its matrices one by one (so each type gets its own time): the
+ * figures are those of the op sequence, not of one fused hand-over. */
+typedef enum sd_prof_op {
+    SD_PROF_MATMUL,
+    SD_PROF_ATTENTION,
+    SD_PROF_NORM,
+    SD_PROF_ROPE,
+    SD_PROF_KV_STORE,
+    SD_PROF_ELEMENTWISE, /* swiglu, add, add_bias, copy, softmax */
+    SD_PROF_GET_ROWS,
+    SD_PROF_N
+} sd_prof_op;
+typedef struct sd_cpu_profile {
+    double ms[SD_PROF_N];
+    int64_t calls[SD_PROF_N];
+    double matmul_ms[SD_TYPE_COUNT];    /* by weight type */
+    double matmul_bytes[SD_TYPE_COUNT]; /* weight bytes read */
+    int64_t matmul_calls[SD_TYPE_COUNT];
+} sd_cpu_profile;
+/* Names of the op kinds ("matmul", "attention", ...). */
+const char *sd_prof_op_name(sd_prof_op op);
+/* Turn the timers on (1) or off (0); either way they are reset. */
+void sd_backend_cpu_profile_enable(sd_backend *be, int on);
+/* The figures since the last enable. */
+void sd_backend_cpu_profile_get(const sd_backend *be, sd_cpu_profile *out);
+
 /* What prepare_weight did on the CPU backend: matrices packed, their bytes, the time it
  * took (milliseconds, wall clock). */
 void sd_backend_cpu_packed_stats(const sd_backend *be, int32_t *n, size_t *bytes, double *ms);

@@ -42,7 +42,9 @@ static void bench_help(FILE *f) {
                "  --json FILE            write per-run records and the summary as JSON (checked\n"
                "                         writable, a regular file or absent, before the runs)\n"
                "  --kernels              kernels mode: also --bw-mib M (default 2048),\n"
-               "                         --pos P (default 128), --prefill N (default 128)\n"
+               "                         --pos P (default 128), --prefill N (default 128),\n"
+               "                         --profile (CPU: where a decode step and a pass of\n"
+               "                         5 and 9 tokens spend their time, per op and type)\n"
                "  --roof                 the memory roof alone (best streaming read at 1 and\n"
                "                         N threads); --roof-kernel avx512|avx2|scalar;\n"
                "                         --no-roof: kernels mode without it\n"
@@ -314,6 +316,7 @@ enum {
     OPT_ROOF,
     OPT_ROOF_KERNEL,
     OPT_NO_ROOF,
+    OPT_PROFILE,
 };
 
 static int bench_option(int o, const char *arg, void *user) {
@@ -373,6 +376,9 @@ static int bench_option(int o, const char *arg, void *user) {
     case OPT_ROOF:
         c->roof = 1;
         break;
+    case OPT_PROFILE:
+        c->profile = 1;
+        return 0;
     case OPT_NO_ROOF:
         c->no_roof = 1;
         break;
@@ -418,6 +424,7 @@ static int parse_bench(int argc, char **argv, bench_cli *c) {
         {"pos", required_argument, 0, OPT_POS},
         {"prefill", required_argument, 0, OPT_PREFILL},
         {"roof", no_argument, 0, OPT_ROOF},
+        {"profile", no_argument, 0, OPT_PROFILE},
         {"roof-kernel", required_argument, 0, OPT_ROOF_KERNEL},
         {"no-roof", no_argument, 0, OPT_NO_ROOF},
         {0, 0, 0, 0},

@@ -20,7 +20,7 @@
 typedef struct bench_cli {
     sd_cli_gen_opts g; /* the generation flags; -n, -k and --seed are bench's own */
     const char *json;
-    int kernels, roof, no_roof;
+    int kernels, roof, no_roof, profile;
     const char *roof_kernel; /* NULL: the widest loads */
     int32_t ks[MAX_KS];
     int n_ks; /* 0: -k and --k-list absent */

@@ -114,6 +114,59 @@ static int measure_device_bandwidth(sd_device dev, int64_t mib, int reps, double
     return rc;
 }
 
+/* --profile: reps evaluations of n tokens at position pos with the CPU backend's per-op
+ * timers on; prints where the time goes (per op kind, matmuls per weight type with the
+ * GB/s of weights they read) and adds it to jp under the key n. */
+static int profile_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t n, int reps,
+                        float *logits, size_t streamed, json_t *jp, sd_error *err) {
+    struct sd_backend *be = sd_session_backend(s);
+    int rc = sd_session_sync(s, ctx, pos, err);
+    if (!rc) rc = sd_session_eval(s, ctx + pos, n, logits, n, err); /* warm */
+    if (!rc) rc = sd_session_truncate(s, pos, err);
+    if (rc) return rc;
+    sd_backend_cpu_profile_enable(be, 1);
+    const double t0 = sd_time_ms();
+    for (int r = 0; r < reps && !rc; r++) {
+        rc = sd_session_eval(s, ctx + pos, n, logits, n, err);
+        if (!rc) rc = sd_session_truncate(s, pos, err);
+    }
+    const double total = (sd_time_ms() - t0) / reps;
+    sd_cpu_profile pr;
+    sd_backend_cpu_profile_get(be, &pr);
+    sd_backend_cpu_profile_enable(be, 0);
+    if (rc) return rc;
+    double ops = 0;
+    for (int o = 0; o < SD_PROF_N; o++)
+        ops += pr.ms[o] / reps;
+    printf("  profile, %d token%s (mean of %d, matmuls one by one): %.3f ms, of it ops %.3f ms "
+           "(the rest: the forward pass between ops, sampling-free)\n",
+           n, n > 1 ? "s" : "", reps, total, ops);
+    json_t *jo = json_object(), *jt = json_object();
+    for (int o = 0; o < SD_PROF_N; o++) {
+        if (!pr.calls[o]) continue;
+        const double ms = pr.ms[o] / reps;
+        printf("    %-12s %8.3f ms  %5.1f%%  %5lld calls\n", sd_prof_op_name((sd_prof_op)o), ms,
+               100.0 * ms / total, (long long)(pr.calls[o] / reps));
+        json_object_set_new(jo, sd_prof_op_name((sd_prof_op)o), bench_jnum(ms));
+    }
+    for (int t = 0; t < SD_TYPE_COUNT; t++) {
+        if (!pr.matmul_calls[t]) continue;
+        const double ms = pr.matmul_ms[t] / reps, gb = pr.matmul_bytes[t] / reps / 1e9;
+        printf("      matmul %-6s %8.3f ms  %5.1f%%  %6.1f MB  %6.2f GB/s\n",
+               sd_type_name((uint32_t)t), ms, 100.0 * ms / total, gb * 1e3, gb / (ms * 1e-3));
+        json_object_set_new(
+            jt, sd_type_name((uint32_t)t),
+            json_pack("{s:o,s:o}", "ms", bench_jnum(ms), "gbps", bench_jnum(gb / (ms * 1e-3))));
+    }
+    (void)streamed;
+    char key[16];
+    snprintf(key, sizeof key, "%d", n);
+    json_object_set_new(jp, key,
+                        json_pack("{s:o,s:o,s:o,s:o}", "ms", bench_jnum(total), "ops_ms",
+                                  bench_jnum(ops), "by_op", jo, "matmul_by_type", jt));
+    return SD_OK;
+}
+
 /* Matrix parameters one token passes through: every 2-D tensor but the embedding
  * (counted once more when it is the tied classifier). Also the embedding's bytes. */
 static void model_params(const sd_model *m, double *params, size_t *embd_bytes, int *tied) {
@@ -151,6 +204,7 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
     if (pos < 0) return sd_errorf(err, SD_ERR_ARG, "bench: context of %s is too short", role);
     sp.n_batch = n_pre > n_verify_max ? n_pre : n_verify_max;
     sd_session *s = NULL;
+    json_t *jmodel_extra = NULL; /* fields merged into the model's object */
     int rc = sd_session_init(m, &sp, &s, err);
     if (rc) return rc;
     const int32_t n_fill = pos + (n_pre > n_verify_max ? n_pre : n_verify_max);
@@ -174,6 +228,7 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
                     pos);
     double t1 = 0;
     json_t *jver = json_array();
+    jmodel_extra = json_object();
     const sd_weights_info wi = sd_session_weights_info(s);
     if (wi.n_packed)
         printf("\n%s: %d weight matrices packed for the %s kernels: %.1f MiB, %.0f ms", role,
@@ -193,6 +248,20 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
     if (rc) {
         json_decref(jver);
         goto done;
+    }
+    if (c->profile && sd_session_device(s) == SD_DEVICE_CPU) {
+        json_t *jp = json_object();
+        static const int32_t widths[] = {1, 5, 9};
+        for (size_t wi2 = 0; wi2 < sizeof widths / sizeof widths[0] && !rc; wi2++) {
+            const int32_t n = widths[wi2];
+            if (n > n_verify_max) break;
+            rc = profile_eval(s, ctx, pos, n, reps, logits, streamed, jp, err);
+        }
+        json_object_set_new(jmodel_extra, "profile", jp);
+        if (rc) {
+            json_decref(jver);
+            goto done;
+        }
     }
     sd_cli_progress("specdec bench: %s: prefill of %d tokens\n", role, n_pre);
     double pre_ms = 0;
@@ -230,17 +299,18 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
         json_object_set(rel, key,
                         json_object_get(json_array_get(jver, (size_t)n - 1), "rel_decode"));
     }
-    json_array_append_new(
-        jmodels,
-        json_pack("{s:s,s:s,s:I,s:I,s:o,s:i,s:o,s:o,s:o,s:o,s:o,s:o,s:{s:i,s:o,s:o,s:o}}", "role",
-                  role, "path", sd_model_path(m), "weight_bytes", (json_int_t)wbytes,
-                  "streamed_bytes", (json_int_t)streamed, "params", bench_jnum(params), "pos", pos,
-                  "decode_ms", bench_jnum(t1), "decode_gbps", bench_jnum(dec_gbps),
-                  "decode_gbps_streamed", bench_jnum(str_gbps), "fraction_of_bandwidth",
-                  bench_jnum(str_gbps / bw), "verify", jver, "verify_rel_decode", rel, "prefill",
-                  "n_tokens", n_pre, "ms", bench_jnum(pre_ms), "tokens_per_s", bench_jnum(pre_tps),
-                  "gflops", bench_jnum(gflops)));
+    json_t *jm = json_pack(
+        "{s:s,s:s,s:I,s:I,s:o,s:i,s:o,s:o,s:o,s:o,s:o,s:o,s:{s:i,s:o,s:o,s:o}}", "role", role,
+        "path", sd_model_path(m), "weight_bytes", (json_int_t)wbytes, "streamed_bytes",
+        (json_int_t)streamed, "params", bench_jnum(params), "pos", pos, "decode_ms", bench_jnum(t1),
+        "decode_gbps", bench_jnum(dec_gbps), "decode_gbps_streamed", bench_jnum(str_gbps),
+        "fraction_of_bandwidth", bench_jnum(str_gbps / bw), "verify", jver, "verify_rel_decode",
+        rel, "prefill", "n_tokens", n_pre, "ms", bench_jnum(pre_ms), "tokens_per_s",
+        bench_jnum(pre_tps), "gflops", bench_jnum(gflops));
+    if (jm) json_object_update(jm, jmodel_extra);
+    json_array_append_new(jmodels, jm);
 done:
+    json_decref(jmodel_extra);
     free(ctx);
     free(logits);
     sd_session_free(s);

@@ -624,6 +624,10 @@ sd_device sd_session_device(const sd_session *s) {
     return s->be->device;
 }
 
+struct sd_backend *sd_session_backend(const sd_session *s) {
+    return s->be;
+}
+
 sd_weights_info sd_session_weights_info(const sd_session *s) {
     sd_weights_info w;
     memset(&w, 0, sizeof w);

@@ -231,6 +231,10 @@ typedef struct sd_weights_info {
     const char *kernels;
 } sd_weights_info;
 sd_weights_info sd_session_weights_info(const sd_session *s);
+/* The session's backend (runtime/backend/sd_backend.h), for tools that read its own
+ * figures (the CPU backend's per-op timers); rank 0's for a tensor-parallel session. */
+struct sd_backend;
+struct sd_backend *sd_session_backend(const sd_session *s);
 /* Roll back to n_keep positions (see sd_kv_truncate). */
 int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err);
 const sd_model *sd_session_model(const sd_session *s);

@@ -33,10 +33,54 @@ SD_T5 static inline __mmask16 tail_mask(int32_t left) {
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
+/* The tree s = 8, 4, 2, 1 of attn.h for 16 keys at once: a[k] holds key k's 16 partial
+ * sums; returns lane k = key k's sum. Each add pairs exactly the partials the per-key
+ * tree pairs (p[l] + p[l + s]), the shuffles only move them side by side, so every key
+ * gets the bits of hsum16(a[k]). */
+SD_T5 static inline __m512 tree16(const __m512 *a) {
+    __m512 b[8], c[4], d[2];
+    for (int i = 0; i < 8; i++) /* s = 8: lanes 0..7 key 2i, 8..15 key 2i + 1 */
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++) /* s = 4: quarter q holds key 4i + q */
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++) /* s = 2: quarter q: keys 8i + q (lanes 0, 1), 8i + 4 + q */
+        d[i] = _mm512_add_ps(_mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(c[2 * i], c[2 * i + 1], 0xEE));
+    /* s = 1: quarter q: keys q, 4 + q, 8 + q, 12 + q */
+    const __m512 e =
+        _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+    const __m512i key_of_lane =
+        _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+    return _mm512_permutexvar_ps(key_of_lane, e);
+}
+
+/* 16 keys at a time per head (q chunks reused over the 16 key rows, one transposed
+ * tree), then the remaining keys one by one with the same per-key arithmetic. */
 SD_T5 static void att_scores_avx512(const float *q, int32_t nh, int32_t hd, const void *k,
                                     size_t stride, sd_type kt, int32_t span, float scale, float *sc,
                                     size_t scs) {
-    for (int32_t j = 0; j < span; j++) {
+    int32_t j = 0;
+    for (; j + 16 <= span; j += 16) {
+        for (int32_t h = 0; h < nh; h++) {
+            const float *qh = q + (size_t)h * (size_t)hd;
+            __m512 acc[16];
+            for (int kk = 0; kk < 16; kk++)
+                acc[kk] = _mm512_setzero_ps();
+            for (int32_t d = 0; d < hd; d += 16) {
+                const __mmask16 m = tail_mask(hd - d);
+                const __m512 qv = _mm512_maskz_loadu_ps(m, qh + d);
+                for (int kk = 0; kk < 16; kk++)
+                    acc[kk] = _mm512_fmadd_ps(
+                        qv, ld16((const uint8_t *)k + (size_t)(j + kk) * stride, kt, d, m),
+                        acc[kk]);
+            }
+            _mm512_storeu_ps(sc + (size_t)h * scs + (size_t)j,
+                             _mm512_mul_ps(tree16(acc), _mm512_set1_ps(scale)));
+        }
+    }
+    for (; j < span; j++) {
         const void *kr = (const uint8_t *)k + (size_t)j * stride;
         __m512 acc[SD_ATT_HB];
         for (int32_t h = 0; h < nh; h++)

@@ -41,8 +41,10 @@ typedef struct sd_backend_cpu {
     size_t xq_bytes;
     void **packed; /* weight copies in the packed layout (prepare_weight), owned */
     int32_t n_packed, cap_packed;
-    size_t packed_bytes;       /* their total size */
-    double packed_ms;          /* time spent packing */
+    size_t packed_bytes; /* their total size */
+    double packed_ms;    /* time spent packing */
+    int profile;         /* per-op timers on (sd_backend_cpu_profile_enable) */
+    sd_cpu_profile prof;
     float *scores;             /* attention scores: n_threads x SD_ATT_HB rows of n_ctx */
     float *tiles;              /* quantized-KV tiles: n_threads x SD_ATT_TILE rows of max_cols */
     const sd_att_kernels *att; /* attention kernels (sd_cpu_att_pick) */
@@ -50,6 +52,32 @@ typedef struct sd_backend_cpu {
 
 static sd_backend_cpu *cpu_of(sd_backend *be) {
     return (sd_backend_cpu *)be;
+}
+
+/* Per-op timers: t0 = prof_start(c) before an op, prof_end(c, op, t0) after it. */
+static double prof_start(const sd_backend_cpu *c) {
+    return c->profile ? sd_time_ms() : 0.0;
+}
+static void prof_end(sd_backend_cpu *c, sd_prof_op op, double t0) {
+    if (!c->profile) return;
+    c->prof.ms[op] += sd_time_ms() - t0;
+    c->prof.calls[op]++;
+}
+
+const char *sd_prof_op_name(sd_prof_op op) {
+    static const char *const names[SD_PROF_N] = {"matmul",   "attention",   "rmsnorm", "rope",
+                                                 "kv_store", "elementwise", "get_rows"};
+    return (unsigned)op < SD_PROF_N ? names[op] : "?";
+}
+
+void sd_backend_cpu_profile_enable(sd_backend *be, int on) {
+    sd_backend_cpu *c = cpu_of(be);
+    c->profile = on != 0;
+    memset(&c->prof, 0, sizeof c->prof);
+}
+
+void sd_backend_cpu_profile_get(const sd_backend *be, sd_cpu_profile *out) {
+    *out = ((const sd_backend_cpu *)be)->prof;
 }
 
 static void cpu_free(sd_backend *be) {
@@ -139,8 +167,8 @@ static int cpu_sync(sd_backend *be, sd_error *err) {
 
 /* ---- ops ---- */
 
-static void cpu_get_rows(sd_backend *be, const sd_weight *w, const int32_t *ids, int32_t n_tok,
-                         float *y) {
+static void cpu_get_rows_op(sd_backend *be, const sd_weight *w, const int32_t *ids, int32_t n_tok,
+                            float *y) {
     for (int32_t t = 0; t < n_tok; t++) {
         SD_CHECK(ids[t] >= 0 && ids[t] < w->rows, "get_rows: id out of range");
         const uint8_t *row = (const uint8_t *)w->data + (size_t)ids[t] * w->row_bytes;
@@ -249,10 +277,31 @@ static void mm_items_range(void *arg, int64_t a, int64_t b, int32_t ith) {
     }
 }
 
+static void matmul_run(sd_backend_cpu *c, const sd_weight *const *w, int32_t n_w, const float *x,
+                       int32_t n_tok, float *const *y);
+
 static void cpu_matmul_multi(sd_backend *be, const sd_weight *const *w, int32_t n_w, const float *x,
                              int32_t n_tok, float *const *y) {
     sd_backend_cpu *c = cpu_of(be);
     SD_CHECK(n_w >= 1 && n_w <= SD_MATMUL_MULTI_MAX, "matmul_multi: bad matrix count");
+    if (!c->profile) {
+        matmul_run(c, w, n_w, x, n_tok, y);
+        return;
+    }
+    for (int32_t i = 0; i < n_w; i++) { /* one by one: a time per weight type */
+        const double t0 = sd_time_ms();
+        matmul_run(c, w + i, 1, x, n_tok, y + i);
+        const double dt = sd_time_ms() - t0;
+        c->prof.ms[SD_PROF_MATMUL] += dt;
+        c->prof.calls[SD_PROF_MATMUL]++;
+        c->prof.matmul_ms[w[i]->type] += dt;
+        c->prof.matmul_bytes[w[i]->type] += (double)w[i]->row_bytes * (double)w[i]->rows;
+        c->prof.matmul_calls[w[i]->type]++;
+    }
+}
+
+static void matmul_run(sd_backend_cpu *c, const sd_weight *const *w, int32_t n_w, const float *x,
+                       int32_t n_tok, float *const *y) {
     mm_job j = {w, n_w, x, n_tok, y, c->xq, {0}};
     double work = 0.0;
     int64_t items = 0;
@@ -320,15 +369,17 @@ static void norm_rows(void *arg, int64_t t0, int64_t t1, int32_t ith) {
 static void cpu_rmsnorm(sd_backend *be, const float *x, const float *w, int32_t n_tok, int32_t n,
                         float eps, float *y) {
     sd_backend_cpu *c = cpu_of(be);
+    const double t0 = prof_start(c);
     norm_job j = {x, w, n, eps, y};
     if (c->n_threads == 1 || (double)n_tok * (double)n < c->par_min_work)
         norm_rows(&j, 0, n_tok, 0);
     else
         sd_pool_for(c->pool, n_tok, 0, norm_rows, &j);
+    prof_end(c, SD_PROF_NORM, t0);
 }
 
-static void cpu_rope(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int32_t n_head,
-                     int32_t head_dim, const sd_rope *r) {
+static void cpu_rope_op(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int32_t n_head,
+                        int32_t head_dim, const sd_rope *r) {
     (void)be;
     const size_t row = (size_t)n_head * (size_t)head_dim;
     const int32_t half = r->n_rot / 2;
@@ -353,7 +404,7 @@ static void cpu_rope(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int3
     }
 }
 
-static void cpu_add_bias(sd_backend *be, float *y, const float *b, int32_t n_tok, int32_t n) {
+static void cpu_add_bias_op(sd_backend *be, float *y, const float *b, int32_t n_tok, int32_t n) {
     (void)be;
     for (int32_t t = 0; t < n_tok; t++) {
         float *yr = y + (size_t)t * (size_t)n;
@@ -362,8 +413,8 @@ static void cpu_add_bias(sd_backend *be, float *y, const float *b, int32_t n_tok
     }
 }
 
-static void cpu_kv_store(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0, int32_t n_tok,
-                         int32_t kv_dim, const float *k, const float *v) {
+static void cpu_kv_store_op(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0, int32_t n_tok,
+                            int32_t kv_dim, const float *k, const float *v) {
     (void)be;
     SD_CHECK(kv_dim == sd_kv_dim(kv), "kv_store: kv_dim differs from the cache's");
     const sd_type t = sd_kv_type(kv);
@@ -409,9 +460,9 @@ static void att_items(void *arg, int64_t i0, int64_t i1, int32_t ith) {
     }
 }
 
-static void cpu_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t layer, int32_t pos0,
-                          int32_t n_tok, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
-                          float *out) {
+static void cpu_attention_op(sd_backend *be, const float *q, sd_kv *kv, int32_t layer, int32_t pos0,
+                             int32_t n_tok, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                             float *out) {
     sd_backend_cpu *c = cpu_of(be);
     SD_CHECK(pos0 + n_tok <= c->n_ctx, "attention: more keys than the scratch sized at init");
     SD_CHECK(n_head_kv * head_dim == sd_kv_dim(kv), "attention: kv_dim differs from the cache's");
@@ -430,7 +481,7 @@ static void cpu_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t lay
         sd_pool_for(c->pool, n_items, 1, att_items, &j);
 }
 
-static void cpu_softmax(sd_backend *be, float *x, int32_t n_rows, int32_t n) {
+static void cpu_softmax_op(sd_backend *be, float *x, int32_t n_rows, int32_t n) {
     (void)be;
     for (int32_t r = 0; r < n_rows; r++) {
         float *xr = x + (size_t)r * (size_t)n;
@@ -462,7 +513,7 @@ static void swiglu_range(void *arg, int64_t i0, int64_t i1, int32_t ith) {
     }
 }
 
-static void cpu_swiglu(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
+static void cpu_swiglu_op(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
     sd_backend_cpu *c = cpu_of(be);
     swiglu_job j = {g, u, y};
     if (c->n_threads == 1 || (double)n < c->par_min_work)
@@ -471,15 +522,76 @@ static void cpu_swiglu(sd_backend *be, const float *g, const float *u, int64_t n
         sd_pool_for(c->pool, n, 0, swiglu_range, &j);
 }
 
-static void cpu_add(sd_backend *be, float *y, const float *x, int64_t n) {
+static void cpu_add_op(sd_backend *be, float *y, const float *x, int64_t n) {
     (void)be;
     for (int64_t i = 0; i < n; i++)
         y[i] += x[i];
 }
 
-static void cpu_copy(sd_backend *be, float *y, const float *x, int64_t n) {
+static void cpu_copy_op(sd_backend *be, float *y, const float *x, int64_t n) {
     (void)be;
     memcpy(y, x, (size_t)n * sizeof(float));
+}
+
+/* ---- the ops table: every op through its timer (prof_start / prof_end) ---- */
+
+static void cpu_get_rows(sd_backend *be, const sd_weight *w, const int32_t *ids, int32_t n_tok,
+                         float *y) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_get_rows_op(be, w, ids, n_tok, y);
+    prof_end(cpu_of(be), SD_PROF_GET_ROWS, t0);
+}
+
+static void cpu_rope(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int32_t n_head,
+                     int32_t head_dim, const sd_rope *r) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_rope_op(be, x, n_tok, pos0, n_head, head_dim, r);
+    prof_end(cpu_of(be), SD_PROF_ROPE, t0);
+}
+
+static void cpu_add_bias(sd_backend *be, float *y, const float *b, int32_t n_tok, int32_t n) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_add_bias_op(be, y, b, n_tok, n);
+    prof_end(cpu_of(be), SD_PROF_ELEMENTWISE, t0);
+}
+
+static void cpu_kv_store(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0, int32_t n_tok,
+                         int32_t kv_dim, const float *k, const float *v) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_kv_store_op(be, kv, layer, pos0, n_tok, kv_dim, k, v);
+    prof_end(cpu_of(be), SD_PROF_KV_STORE, t0);
+}
+
+static void cpu_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t layer, int32_t pos0,
+                          int32_t n_tok, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                          float *out) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_attention_op(be, q, kv, layer, pos0, n_tok, n_head, n_head_kv, head_dim, out);
+    prof_end(cpu_of(be), SD_PROF_ATTENTION, t0);
+}
+
+static void cpu_softmax(sd_backend *be, float *x, int32_t n_rows, int32_t n) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_softmax_op(be, x, n_rows, n);
+    prof_end(cpu_of(be), SD_PROF_ELEMENTWISE, t0);
+}
+
+static void cpu_swiglu(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_swiglu_op(be, g, u, n, y);
+    prof_end(cpu_of(be), SD_PROF_ELEMENTWISE, t0);
+}
+
+static void cpu_add(sd_backend *be, float *y, const float *x, int64_t n) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_add_op(be, y, x, n);
+    prof_end(cpu_of(be), SD_PROF_ELEMENTWISE, t0);
+}
+
+static void cpu_copy(sd_backend *be, float *y, const float *x, int64_t n) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_copy_op(be, y, x, n);
+    prof_end(cpu_of(be), SD_PROF_ELEMENTWISE, t0);
 }
 
 static const sd_backend_ops cpu_ops = {

@@ -1,28 +1,35 @@
 /*
- * runtime/backend/cuda/backend.cu: the CUDA backend's ops table, memory, errors and
- * decode-step graphs. Kernels are in one file per op (see cuda_impl.cuh).
+ * runtime/backend/cuda/backend.cu: the CUDA backend's ops table, memory, errors, init, and
+ * the module's entry (sd_cuda_module_v1). Op entries are in ops.cu, how records run (fusing,
+ * graphs) in graph.cu, kernels in one file per op (see cuda_impl.cuh).
  *
- * Memory: every buffer is cudaMalloc'd device memory, zeroed on allocation; weights are
- * uploaded once (buffer_from_host copies host[0 .. bytes) to a new device buffer, keeping
- * the GGUF block layouts); read / write are cudaMemcpyAsync on the backend's stream
- * followed by a stream synchronize. caps.host_memory = 0, so the forward pass reads back
- * only the logits rows it returns.
+ * Memory: every buffer is cudaMalloc'd device memory with SD_CU_PAD bytes after it, zeroed
+ * on allocation. Weights are uploaded once (buffer_from_host copies host[0 .. bytes) into a
+ * new device buffer, keeping the GGUF block layouts) on the backend's stream, through two
+ * pinned staging halves (the host copy into one overlaps the DMA from the other), and the
+ * call returns when the copy is complete: nothing orders the legacy stream with ours, so
+ * no copy goes there. Output buffers (SD_BUFFER_OUTPUT: the logits rows) get a pinned host
+ * shadow: read() from them copies device -> pinned in chunks, each chunk copied on to the
+ * caller while the next one is in flight. caps.host_memory = 0, so the forward pass reads
+ * back only the logits rows it returns.
  *
- * Graphs (SD_CUDA_GRAPHS=1, off by default): a decode step (get_rows with n_tok <= 17 up to
- * the next sync / read / write / buffer call) is captured into a CUDA graph and replayed
- * through one executable graph per n_tok, updated in place (cudaGraphExecUpdate) when the
- * kernel arguments of the new step differ (positions, KV rows). Capture only records: the
- * step runs at the read that ends it. A capture that fails returns its error for that step
- * and turns graphs off for the rest of the backend's life (the step's ops did not run; the
- * forward pass leaves the session unchanged on error, sd_model.h).
+ * Every sync point (read, write, sync, a buffer call, free) first ends the graph step and
+ * launches what the fusing window holds (sd_cu_flush), then waits for the stream (a rank of
+ * a communicator polls it, so that a failed peer is an error, not a hang: sd_cu_wait).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "runtime/backend/cuda/cuda_impl.cuh"
 #include "runtime/backend/cuda/types.cuh"
+
+#ifndef SD_CUDA_BUILD_DESC
+#define SD_CUDA_BUILD_DESC "nvcc"
+#endif
 
 /* ---- errors ---- */
 
@@ -45,6 +52,7 @@ int sd_cu_check(sd_cuda_backend *c, cudaError_t e, const char *op, const char *c
     if (e == cudaSuccess) return 1;
     sd_cu_failf(c, status_of(e), "%s: %s failed: %s (%s)", op, call, cudaGetErrorString(e),
                 cudaGetErrorName(e));
+    cudaGetLastError(); /* a non-sticky error must not be reported again by the next launch */
     return 0;
 }
 
@@ -55,7 +63,7 @@ int sd_cu_launched(sd_cuda_backend *c, const char *op, const char *kernel) {
                     cudaGetErrorString(e), cudaGetErrorName(e));
         return 0;
     }
-    if (c->sync_each && !c->capturing) {
+    if (c->sync_each && !c->exec_par) {
         e = cudaStreamSynchronize(c->stream);
         if (e != cudaSuccess) {
             sd_cu_failf(c, status_of(e), "%s: kernel %s failed: %s (%s)", op, kernel,
@@ -66,6 +74,7 @@ int sd_cu_launched(sd_cuda_backend *c, const char *op, const char *kernel) {
     return 1;
 }
 
+#ifdef SD_HAVE_CUBLAS
 int sd_cu_blas_check(sd_cuda_backend *c, cublasStatus_t s, const char *op, const char *call) {
     if (s == CUBLAS_STATUS_SUCCESS) return 1;
     sd_cu_failf(c, s == CUBLAS_STATUS_ALLOC_FAILED ? SD_ERR_OOM : SD_ERR_IO,
@@ -73,6 +82,7 @@ int sd_cu_blas_check(sd_cuda_backend *c, cublasStatus_t s, const char *op, const
                 cublasGetStatusName(s));
     return 0;
 }
+#endif
 
 int sd_cu_enter(sd_cuda_backend *c) {
     if (c->failed) return 0;
@@ -92,58 +102,29 @@ static int take_error(sd_cuda_backend *c, sd_error *err) {
     return st;
 }
 
-/* ---- graphs ---- */
-
-void sd_cu_graphs_off(sd_cuda_backend *c) {
-    c->use_graphs = 0;
-    for (int i = 0; i <= SD_CU_GRAPH_MAX_TOK; i++) {
-        if (c->exec[i]) cudaGraphExecDestroy(c->exec[i]);
-        c->exec[i] = NULL;
-    }
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void graph_begin(sd_cuda_backend *c, int32_t n_tok) {
-    if (!c->use_graphs || c->capturing || c->failed || n_tok < 1 || n_tok > SD_CU_GRAPH_MAX_TOK)
-        return;
-    if (!sd_cu_check(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal),
-                     "graph", "cudaStreamBeginCapture")) {
-        sd_cu_graphs_off(c);
-        return;
-    }
-    c->capturing = 1;
-    c->cap_tok = n_tok;
-}
-
-/* End a capture (if one is open) and run it. */
-static void graph_end(sd_cuda_backend *c) {
-    if (!c->capturing) return;
-    c->capturing = 0;
-    cudaGraph_t g = NULL;
-    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
-    if (!sd_cu_check(c, e, "graph", "cudaStreamEndCapture") || c->failed) {
-        if (g) cudaGraphDestroy(g);
-        cudaGetLastError();
-        sd_cu_graphs_off(c);
-        return;
-    }
-    cudaGraphExec_t *ex = &c->exec[c->cap_tok];
-    if (*ex) {
-        cudaGraphExecUpdateResultInfo info;
-        if (cudaGraphExecUpdate(*ex, g, &info) != cudaSuccess) {
-            cudaGetLastError(); /* topology changed: instantiate afresh */
-            cudaGraphExecDestroy(*ex);
-            *ex = NULL;
+int sd_cu_wait(sd_cuda_backend *c, const char *op) {
+    if (!c->comm)
+        return sd_cu_check(c, cudaStreamSynchronize(c->stream), op, "cudaStreamSynchronize");
+    /* A rank: poll, so that a peer's failure (its kernels or NCCL's) aborts the
+     * communicator instead of leaving this stream waiting in an all-gather forever. */
+    const double t0 = now_s();
+    for (;;) {
+        const cudaError_t e = cudaStreamQuery(c->stream);
+        if (e == cudaSuccess) return sd_cu_comm_poll(c, 0.0) == 0;
+        if (e != cudaErrorNotReady) {
+            sd_cu_check(c, e, op, "cudaStreamQuery");
+            sd_cu_comm_poll(c, -1.0); /* this rank failed: the others must not wait for it */
+            return 0;
         }
+        if (sd_cu_comm_poll(c, now_s() - t0)) return 0;
+        usleep(20);
     }
-    if (!*ex && !sd_cu_check(c, cudaGraphInstantiate(ex, g, 0), "graph", "cudaGraphInstantiate")) {
-        *ex = NULL;
-        cudaGraphDestroy(g);
-        sd_cu_graphs_off(c);
-        return;
-    }
-    cudaGraphDestroy(g);
-    if (!sd_cu_check(c, cudaGraphLaunch(*ex, c->stream), "graph", "cudaGraphLaunch"))
-        sd_cu_graphs_off(c);
 }
 
 /* ---- memory ---- */
@@ -162,11 +143,15 @@ static const char *usage_name(sd_buffer_usage u) {
     return "buffer";
 }
 
-/* cudaMalloc with a message naming what did not fit and the free memory. */
+/* cudaMalloc of bytes + SD_CU_PAD with a message naming what did not fit and the free
+ * memory. */
 static int dev_alloc(sd_cuda_backend *c, size_t bytes, const char *what, void **out,
                      sd_error *err) {
     *out = NULL;
-    cudaError_t e = cudaMalloc(out, bytes ? bytes : 256);
+    size_t total;
+    if (sd_add_size(bytes, SD_CU_PAD, &total))
+        return sd_errorf(err, SD_ERR_OOM, "cuda backend: %s: %zu bytes overflow", what, bytes);
+    cudaError_t e = cudaMalloc(out, total);
     if (e == cudaSuccess) return SD_OK;
     cudaGetLastError();
     *out = NULL;
@@ -195,21 +180,52 @@ static int buffer_new(sd_cuda_backend *c, void *addr, size_t bytes, sd_buffer_us
     return SD_OK;
 }
 
+/* The sync point before host-visible memory traffic: run everything called so far. */
+static int sync_point(sd_cuda_backend *c, const char *op) {
+    sd_cu_flush(c);
+    if (cudaSetDevice(c->device) != cudaSuccess) cudaGetLastError();
+    return sd_cu_wait(c, op);
+}
+
+/* The pinned shadow of output buffer memory [p, p + bytes), or NULL. */
+static uint8_t *shadow_of(sd_cuda_backend *c, const void *p, size_t bytes) {
+    for (int i = 0; i < SD_CU_MAX_OUT; i++) {
+        const uint8_t *a = (const uint8_t *)c->out[i].addr;
+        if (a && (const uint8_t *)p >= a &&
+            (size_t)((const uint8_t *)p - a) + bytes <= c->out[i].size)
+            return (uint8_t *)c->out[i].pinned + ((const uint8_t *)p - a);
+    }
+    return NULL;
+}
+
 static int cu_buffer_alloc(sd_backend *be, size_t bytes, sd_buffer_usage usage, sd_buffer **out,
                            sd_error *err) {
     sd_cuda_backend *c = sd_cu_of(be);
     *out = NULL;
-    graph_end(c);
-    if (cudaSetDevice(c->device) != cudaSuccess) cudaGetLastError();
+    sync_point(c, "buffer_alloc (queued ops)");
     void *p = NULL;
     int rc = dev_alloc(c, bytes, usage_name(usage), &p, err);
     if (rc) return rc;
-    cudaError_t e = cudaMemsetAsync(p, 0, bytes ? bytes : 256, c->stream);
+    cudaError_t e = cudaMemsetAsync(p, 0, bytes + SD_CU_PAD, c->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess) {
         cudaFree(p);
         return sd_errorf(err, SD_ERR_IO, "cuda backend: zeroing the %s (%zu bytes): %s",
                          usage_name(usage), bytes, cudaGetErrorString(e));
+    }
+    if (usage == SD_BUFFER_OUTPUT && bytes > 0) {
+        for (int i = 0; i < SD_CU_MAX_OUT; i++) {
+            if (c->out[i].addr) continue;
+            void *h = NULL;
+            if (cudaHostAlloc(&h, bytes, cudaHostAllocDefault) != cudaSuccess) {
+                cudaGetLastError(); /* no shadow: reads go to pageable memory directly */
+                break;
+            }
+            c->out[i].addr = p;
+            c->out[i].size = bytes;
+            c->out[i].pinned = h;
+            break;
+        }
     }
     return buffer_new(c, p, bytes, usage, out, err);
 }
@@ -218,13 +234,32 @@ static int cu_buffer_from_host(sd_backend *be, const void *host, size_t bytes, s
                                sd_error *err) {
     sd_cuda_backend *c = sd_cu_of(be);
     *out = NULL;
-    graph_end(c);
-    if (cudaSetDevice(c->device) != cudaSuccess) cudaGetLastError();
+    sync_point(c, "buffer_from_host (queued ops)");
     void *p = NULL;
     int rc = dev_alloc(c, bytes, "weights", &p, err);
     if (rc) return rc;
-    cudaError_t e = bytes ? cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice) : cudaSuccess;
+    cudaError_t e = cudaMemsetAsync((uint8_t *)p + bytes, 0, SD_CU_PAD, c->stream);
+    const uint8_t *src = (const uint8_t *)host;
+    for (size_t off = 0, k = 0; e == cudaSuccess && off < bytes; k++) {
+        const size_t n = bytes - off < SD_CU_STAGE_BYTES ? bytes - off : SD_CU_STAGE_BYTES;
+        if (c->stage) {
+            /* half k % 2 is free once its previous DMA is done */
+            uint8_t *h = c->stage + (k % 2) * SD_CU_STAGE_BYTES;
+            e = cudaEventSynchronize(c->stage_ev[k % 2]);
+            if (e != cudaSuccess) break;
+            memcpy(h, src + off, n);
+            e = cudaMemcpyAsync((uint8_t *)p + off, h, n, cudaMemcpyHostToDevice, c->stream);
+            if (e == cudaSuccess) e = cudaEventRecord(c->stage_ev[k % 2], c->stream);
+        } else {
+            e = cudaMemcpyAsync((uint8_t *)p + off, src + off, n, cudaMemcpyHostToDevice,
+                                c->stream);
+        }
+        off += n;
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess) {
+        cudaGetLastError();
+        cudaStreamSynchronize(c->stream);
         cudaFree(p);
         return sd_errorf(err, SD_ERR_IO, "cuda backend: uploading %zu bytes of weights: %s", bytes,
                          cudaGetErrorString(e));
@@ -235,9 +270,12 @@ static int cu_buffer_from_host(sd_backend *be, const void *host, size_t bytes, s
 static void cu_buffer_free(sd_backend *be, sd_buffer *buf) {
     if (!buf) return;
     sd_cuda_backend *c = sd_cu_of(be);
-    graph_end(c);
-    cudaSetDevice(c->device);
-    cudaStreamSynchronize(c->stream); /* no queued op may still use it */
+    sync_point(c, "buffer_free (queued ops)"); /* no queued op may still use it */
+    for (int i = 0; i < SD_CU_MAX_OUT; i++)
+        if (c->out[i].addr == buf->addr) {
+            cudaFreeHost(c->out[i].pinned);
+            memset(&c->out[i], 0, sizeof c->out[i]);
+        }
     cudaFree(buf->addr);
     cudaGetLastError();
     free(buf);
@@ -245,133 +283,97 @@ static void cu_buffer_free(sd_backend *be, sd_buffer *buf) {
 
 static int cu_write(sd_backend *be, void *dst, const void *src, size_t bytes, sd_error *err) {
     sd_cuda_backend *c = sd_cu_of(be);
-    graph_end(c);
+    sd_cu_flush(c);
     if (sd_cu_enter(c) && bytes) {
-        sd_cu_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "write",
-                    "cudaMemcpyAsync (host to device)");
-        sd_cu_check(c, cudaStreamSynchronize(c->stream), "write", "cudaStreamSynchronize");
+        if (sd_cu_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
+                        "write", "cudaMemcpyAsync (host to device)"))
+            sd_cu_wait(c, "write");
     }
     return take_error(c, err);
 }
 
 static int cu_read(sd_backend *be, void *dst, const void *src, size_t bytes, sd_error *err) {
     sd_cuda_backend *c = sd_cu_of(be);
-    graph_end(c);
-    if (sd_cu_enter(c)) {
+    sd_cu_flush(c);
+    if (!sd_cu_enter(c)) return take_error(c, err);
+    uint8_t *sh = bytes >= ((size_t)64 << 10) && !c->comm ? shadow_of(c, src, bytes) : NULL;
+    if (sh) {
+        /* chunk k: device -> pinned, then pinned -> dst while chunk k + 1 is in flight */
+        const size_t ch = ((bytes + SD_CU_RD_CHUNKS - 1) / SD_CU_RD_CHUNKS + 4095) & ~(size_t)4095;
+        int k = 0, ok = 1;
+        for (size_t off = 0; ok && off < bytes; off += ch, k++) {
+            const size_t n = bytes - off < ch ? bytes - off : ch;
+            ok = sd_cu_check(c,
+                             cudaMemcpyAsync(sh + off, (const uint8_t *)src + off, n,
+                                             cudaMemcpyDeviceToHost, c->stream),
+                             "read", "cudaMemcpyAsync (device to pinned host)") &&
+                 sd_cu_check(c, cudaEventRecord(c->rd_ev[k], c->stream), "read", "cudaEventRecord");
+        }
+        k = 0;
+        for (size_t off = 0; ok && off < bytes; off += ch, k++) {
+            const size_t n = bytes - off < ch ? bytes - off : ch;
+            ok = sd_cu_check(c, cudaEventSynchronize(c->rd_ev[k]), "read (queued ops)",
+                             "cudaEventSynchronize");
+            if (ok) memcpy((uint8_t *)dst + off, sh + off, n);
+        }
+        if (!ok) cudaStreamSynchronize(c->stream);
+    } else {
         if (bytes)
             sd_cu_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream),
                         "read", "cudaMemcpyAsync (device to host)");
-        sd_cu_check(c, cudaStreamSynchronize(c->stream), "read (queued ops)",
-                    "cudaStreamSynchronize");
+        sd_cu_wait(c, "read (queued ops)");
     }
     return take_error(c, err);
 }
 
 static int cu_sync(sd_backend *be, sd_error *err) {
     sd_cuda_backend *c = sd_cu_of(be);
-    graph_end(c);
-    if (sd_cu_enter(c))
-        sd_cu_check(c, cudaStreamSynchronize(c->stream), "sync (queued ops)",
-                    "cudaStreamSynchronize");
+    sd_cu_flush(c);
+    if (sd_cu_enter(c)) sd_cu_wait(c, "sync (queued ops)");
     return take_error(c, err);
-}
-
-/* ---- ops table ---- */
-
-static void op_get_rows(sd_backend *be, const sd_weight *w, const int32_t *ids, int32_t n_tok,
-                        float *y) {
-    sd_cuda_backend *c = sd_cu_of(be);
-    if (!sd_cu_enter(c)) return;
-    graph_begin(c, n_tok); /* the first op of a forward step */
-    sd_cu_get_rows(c, w, ids, n_tok, y);
-}
-
-static void op_matmul(sd_backend *be, const sd_weight *w, const float *x, int32_t n_tok, float *y) {
-    sd_cuda_backend *c = sd_cu_of(be);
-    if (!sd_cu_enter(c)) return;
-    if (c->blas && c->gemm_min_tok > 0 && n_tok >= c->gemm_min_tok)
-        sd_cu_matmul_gemm(c, w, x, n_tok, y);
-    else
-        sd_cu_matmul(c, w, x, n_tok, y);
-}
-
-static void op_rmsnorm(sd_backend *be, const float *x, const float *w, int32_t n_tok, int32_t n,
-                       float eps, float *y) {
-    sd_cuda_backend *c = sd_cu_of(be);
-    if (sd_cu_enter(c)) sd_cu_rmsnorm(c, x, w, n_tok, n, eps, y);
-}
-
-static void op_rope(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int32_t n_head,
-                    int32_t head_dim, const sd_rope *r) {
-    sd_cuda_backend *c = sd_cu_of(be);
-    if (sd_cu_enter(c)) sd_cu_rope(c, x, n_tok, pos0, n_head, head_dim, r);
-}
-
-static void op_add_bias(sd_backend *be, float *y, const float *b, int32_t n_tok, int32_t n) {
-    sd_cuda_backend *c = sd_cu_of(be);
-    if (sd_cu_enter(c)) sd_cu_add_bias(c, y, b, n_tok, n);
-}
-
-static void op_kv_store(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0, int32_t n_tok,
-                        int32_t kv_dim, const float *k, const float *v) {
-    sd_cuda_backend *c = sd_cu_of(be);
-    if (sd_cu_enter(c)) sd_cu_kv_store(c, kv, layer, pos0, n_tok, kv_dim, k, v);
-}
-
-static void op_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t layer, int32_t pos0,
-                         int32_t n_tok, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
-                         float *out) {
-    sd_cuda_backend *c = sd_cu_of(be);
-    if (sd_cu_enter(c))
-        sd_cu_attention(c, q, kv, layer, pos0, n_tok, n_head, n_head_kv, head_dim, out);
-}
-
-static void op_softmax(sd_backend *be, float *x, int32_t n_rows, int32_t n) {
-    sd_cuda_backend *c = sd_cu_of(be);
-    if (sd_cu_enter(c)) sd_cu_softmax(c, x, n_rows, n);
-}
-
-static void op_swiglu(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
-    sd_cuda_backend *c = sd_cu_of(be);
-    if (sd_cu_enter(c)) sd_cu_swiglu(c, g, u, n, y);
-}
-
-static void op_add(sd_backend *be, float *y, const float *x, int64_t n) {
-    sd_cuda_backend *c = sd_cu_of(be);
-    if (sd_cu_enter(c)) sd_cu_add(c, y, x, n);
-}
-
-static void op_copy(sd_backend *be, float *y, const float *x, int64_t n) {
-    sd_cuda_backend *c = sd_cu_of(be);
-    if (!sd_cu_enter(c) || n <= 0) return;
-    sd_cu_check(
-        c, cudaMemcpyAsync(y, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, c->stream),
-        "copy", "cudaMemcpyAsync (device to device)");
 }
 
 static void cu_free(sd_backend *be) {
     sd_cuda_backend *c = sd_cu_of(be);
     if (!c) return;
     cudaSetDevice(c->device);
-    if (c->capturing) {
-        cudaGraph_t g = NULL;
-        cudaStreamEndCapture(c->stream, &g);
-        if (g) cudaGraphDestroy(g);
-        c->capturing = 0;
-    }
-    sd_cu_graphs_off(c);
+    sd_cu_flush(c);
     if (c->stream) cudaStreamSynchronize(c->stream);
+    sd_cu_prof_write(c);
+    sd_cu_graphs_off(c);
+#ifdef SD_HAVE_CUBLAS
     if (c->blas) cublasDestroy(c->blas);
+#endif
     cudaFree(c->blas_ws);
-    cudaFree(c->xq);
-    cudaFree(c->xd);
+    cudaFree(c->a32_q);
+    cudaFree(c->a32_d16);
+    cudaFree(c->a32_df);
+    cudaFree(c->a32_ds);
+    cudaFree(c->ak_q);
+    cudaFree(c->ak_d);
     cudaFree(c->xh);
     cudaFree(c->wh);
     cudaFree(c->att_o);
     cudaFree(c->att_m);
     cudaFree(c->att_l);
+    cudaFree(c->d_par);
+    cudaFreeHost(c->h_par);
+    cudaFreeHost(c->stage);
+    for (int i = 0; i < SD_CU_MAX_OUT; i++)
+        if (c->out[i].pinned) cudaFreeHost(c->out[i].pinned);
+    if (c->par_ev) cudaEventDestroy(c->par_ev);
+    for (int i = 0; i < 2; i++)
+        if (c->stage_ev[i]) cudaEventDestroy(c->stage_ev[i]);
+    for (int i = 0; i < SD_CU_RD_CHUNKS; i++)
+        if (c->rd_ev[i]) cudaEventDestroy(c->rd_ev[i]);
+    if (c->prof) {
+        for (int i = 0; i < 2 * SD_CU_PROF_EVENTS; i++)
+            if (c->prof->ev[i]) cudaEventDestroy(c->prof->ev[i]);
+        free(c->prof);
+    }
     if (c->stream) cudaStreamDestroy(c->stream);
     cudaGetLastError();
+    free(c->step_ops);
     free(c);
 }
 
@@ -394,18 +396,18 @@ static const sd_backend_ops cuda_ops = {
     /* .sync = */ cu_sync,
     /* .supports_type = */ cu_supports_type,
     /* .prepare_weight = */ nullptr,
-    /* .get_rows = */ op_get_rows,
-    /* .matmul = */ op_matmul,
+    /* .get_rows = */ sd_cu_op_get_rows,
+    /* .matmul = */ sd_cu_op_matmul,
     /* .matmul_multi = */ nullptr,
-    /* .rmsnorm = */ op_rmsnorm,
-    /* .rope = */ op_rope,
-    /* .add_bias = */ op_add_bias,
-    /* .kv_store = */ op_kv_store,
-    /* .attention = */ op_attention,
-    /* .softmax = */ op_softmax,
-    /* .swiglu = */ op_swiglu,
-    /* .add = */ op_add,
-    /* .copy = */ op_copy,
+    /* .rmsnorm = */ sd_cu_op_rmsnorm,
+    /* .rope = */ sd_cu_op_rope,
+    /* .add_bias = */ sd_cu_op_add_bias,
+    /* .kv_store = */ sd_cu_op_kv_store,
+    /* .attention = */ sd_cu_op_attention,
+    /* .softmax = */ sd_cu_op_softmax,
+    /* .swiglu = */ sd_cu_op_swiglu,
+    /* .add = */ sd_cu_op_add,
+    /* .copy = */ sd_cu_op_copy,
 };
 
 /* ---- init ---- */
@@ -418,7 +420,7 @@ static int env_int(const char *name, int def) {
     return end && *end == '\0' ? (int)v : def;
 }
 
-extern "C" int sd_cuda_device_count(int32_t *n, sd_error *err) {
+static int cuda_device_count(int32_t *n, sd_error *err) {
     *n = 0;
     int cnt = 0;
     cudaError_t e = cudaGetDeviceCount(&cnt);
@@ -441,27 +443,65 @@ __global__ void sd_cu_probe_kernel(int *p) {
 
 static int alloc_scratch(sd_cuda_backend *c, sd_error *err) {
     int rc;
-    size_t xq_bytes, xd_bytes, a, b;
-    if (sd_mul_size((size_t)c->n_batch, (size_t)c->cols_q, &xq_bytes) ||
-        sd_mul_size(xq_bytes / SD_CU_QK, sizeof(float), &xd_bytes))
+    size_t q_bytes, a, b;
+    const size_t nb32 = (size_t)c->cols_q / SD_CU_QK, nbk = (size_t)c->cols_q / SD_CU_QKK;
+    if (sd_mul_size((size_t)c->n_batch, (size_t)c->cols_q, &q_bytes))
         return sd_errorf(err, SD_ERR_OOM, "cuda backend: scratch size overflows");
-    if ((rc = dev_alloc(c, xq_bytes, "matmul scratch (Q8_0 activations)", (void **)&c->xq, err)) ||
-        (rc = dev_alloc(c, xd_bytes, "matmul scratch (activation scales)", (void **)&c->xd, err)))
+    const size_t f32s = (size_t)c->n_batch * nb32 * sizeof(float);
+    const size_t fks = (size_t)c->n_batch * nbk * sizeof(float);
+    if ((rc =
+             dev_alloc(c, q_bytes, "matmul scratch (Q8_0 activations)", (void **)&c->a32_q, err)) ||
+        (rc = dev_alloc(c, f32s, "matmul scratch (scales)", (void **)&c->a32_d16, err)) ||
+        (rc = dev_alloc(c, f32s, "matmul scratch (scales)", (void **)&c->a32_df, err)) ||
+        (rc = dev_alloc(c, f32s, "matmul scratch (sums)", (void **)&c->a32_ds, err)) ||
+        (rc = dev_alloc(c, q_bytes, "matmul scratch (Q8_K activations)", (void **)&c->ak_q, err)) ||
+        (rc = dev_alloc(c, fks, "matmul scratch (Q8_K scales)", (void **)&c->ak_d, err)))
         return rc;
-    /* Attention partials: SD_CU_ATT_TOK tokens x n_head x att_nc x head_dim, with
-     * n_head * head_dim <= max_cols and head_dim >= 2 (the loader's n_rot >= 2). */
+    /* Attention partials: SD_CU_ATT_TOK tokens x heads x att_nc x head_dim: every head of a
+     * model (n_head * head_dim <= max_cols, head_dim >= 2); at least one head of
+     * SD_CU_ATT_MAX_HD (attention.cu launches fewer heads at a time for a caller with more). */
     c->att_nc = (c->n_ctx + SD_CU_ATT_CHUNK - 1) / SD_CU_ATT_CHUNK;
-    if (sd_mul_size((size_t)SD_CU_ATT_TOK * (size_t)c->att_nc, (size_t)c->max_cols, &a) ||
+    const size_t att_cols =
+        (size_t)(c->max_cols > SD_CU_ATT_MAX_HD ? c->max_cols : SD_CU_ATT_MAX_HD);
+    if (sd_mul_size((size_t)SD_CU_ATT_TOK * (size_t)c->att_nc, att_cols, &a) ||
         sd_mul_size(a, sizeof(float), &b))
         return sd_errorf(err, SD_ERR_OOM, "cuda backend: attention scratch size overflows");
     c->att_o_elems = a;
-    c->att_ml_elems = (size_t)SD_CU_ATT_TOK * (size_t)c->att_nc * (size_t)(c->max_cols / 2 + 1);
+    c->att_ml_elems = (size_t)SD_CU_ATT_TOK * (size_t)c->att_nc * (att_cols / 2 + 1);
     if ((rc = dev_alloc(c, b, "attention partials", (void **)&c->att_o, err)) ||
         (rc = dev_alloc(c, c->att_ml_elems * sizeof(float), "attention partials (max)",
                         (void **)&c->att_m, err)) ||
         (rc = dev_alloc(c, c->att_ml_elems * sizeof(float), "attention partials (sums)",
                         (void **)&c->att_l, err)))
         return rc;
+    /* Events (no timing) and pinned memory: the graph parameter block, the upload staging,
+     * the readback chunks. Pinned staging that cannot be had is not an error (uploads then
+     * go from pageable memory). */
+    cudaError_t e = cudaEventCreateWithFlags(&c->par_ev, cudaEventDisableTiming);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&c->stage_ev[i], cudaEventDisableTiming);
+    for (int i = 0; i < SD_CU_RD_CHUNKS && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&c->rd_ev[i], cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->h_par, sizeof *c->h_par, 0);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return sd_errorf(err, SD_ERR_IO, "cuda backend: events / pinned memory: %s",
+                         cudaGetErrorString(e));
+    }
+    if ((rc = dev_alloc(c, sizeof *c->d_par, "graph parameters", (void **)&c->d_par, err)))
+        return rc;
+    if (cudaHostAlloc((void **)&c->stage, 2 * SD_CU_STAGE_BYTES, 0) != cudaSuccess) {
+        cudaGetLastError();
+        c->stage = NULL;
+    }
+    if (c->use_graphs) {
+        c->step_ops = (sd_cu_op *)malloc(SD_CU_STEP_MAX_OPS * sizeof *c->step_ops);
+        if (!c->step_ops) return sd_errorf(err, SD_ERR_OOM, "cuda backend: out of host memory");
+    }
+#ifndef SD_HAVE_CUBLAS
+    c->gemm_min_tok = 0; /* prefill runs on the batch-invariant kernels, 17 tokens a launch */
+    return SD_OK;
+#else
     if (c->gemm_min_tok <= 0 || c->n_batch < c->gemm_min_tok) return SD_OK; /* no cuBLAS path */
     cublasStatus_t s = cublasCreate(&c->blas);
     if (s != CUBLAS_STATUS_SUCCESS) {
@@ -484,15 +524,29 @@ static int alloc_scratch(sd_cuda_backend *c, sd_error *err) {
         (rc = dev_alloc(c, SD_CU_TILE_ELEMS * sizeof(uint16_t), "prefill weight tile (f16)",
                         (void **)&c->wh, err)))
         return rc;
+#endif
     return SD_OK;
 }
 
-extern "C" int sd_backend_cuda_init(const sd_backend_params *p, sd_backend **out, sd_error *err) {
+static int prof_init(sd_cuda_backend *c, const char *path, sd_error *err) {
+    c->prof = (sd_cu_prof *)calloc(1, sizeof *c->prof);
+    if (!c->prof) return sd_errorf(err, SD_ERR_OOM, "cuda backend: out of host memory");
+    snprintf(c->prof->path, sizeof c->prof->path, "%s", path);
+    for (int i = 0; i < 2 * SD_CU_PROF_EVENTS; i++)
+        if (cudaEventCreate(&c->prof->ev[i]) != cudaSuccess) {
+            cudaGetLastError();
+            return sd_errorf(err, SD_ERR_IO, "cuda backend: SD_CUDA_PROFILE: cudaEventCreate");
+        }
+    return SD_OK;
+}
+
+static int cuda_backend_init(const sd_cuda_host *host, const sd_backend_params *p, sd_backend **out,
+                             sd_error *err) {
     *out = NULL;
-    if (!p || p->n_batch < 1 || p->max_cols < 1 || p->n_ctx < 1 || p->device_id < 0)
+    if (!host || !p || p->n_batch < 1 || p->max_cols < 1 || p->n_ctx < 1 || p->device_id < 0)
         return sd_errorf(err, SD_ERR_ARG, "cuda backend: bad parameters");
     int32_t n_dev = 0;
-    int rc = sd_cuda_device_count(&n_dev, err);
+    int rc = cuda_device_count(&n_dev, err);
     if (rc) return rc;
     if (p->device_id >= n_dev)
         return sd_errorf(err, SD_ERR_ARG, "cuda backend: device %d requested, %d present",
@@ -502,14 +556,16 @@ extern "C" int sd_backend_cuda_init(const sd_backend_params *p, sd_backend **out
     c->base.ops = &cuda_ops;
     c->base.caps.host_memory = 0;
     c->base.device = SD_DEVICE_CUDA;
+    c->host = host;
     c->device = p->device_id;
     c->n_batch = p->n_batch;
     c->max_cols = p->max_cols;
-    c->cols_q = (p->max_cols + SD_CU_QK - 1) / SD_CU_QK * SD_CU_QK;
+    c->cols_q = (p->max_cols + SD_CU_QKK - 1) / SD_CU_QKK * SD_CU_QKK;
     c->n_ctx = p->n_ctx;
     c->gemm_min_tok = env_int("SD_CUDA_GEMM_MIN_TOK", SD_CU_GEMM_MIN_TOK_DEFAULT);
     c->sync_each = env_int("SD_CUDA_SYNC", 0) == 1;
-    c->use_graphs = env_int("SD_CUDA_GRAPHS", 0) == 1 && !c->sync_each;
+    const char *prof = getenv("SD_CUDA_PROFILE");
+    c->use_graphs = env_int("SD_CUDA_GRAPHS", 1) != 0 && !c->sync_each && !(prof && *prof);
     snprintf(c->gpu_name, sizeof c->gpu_name, "?");
 
     cudaError_t e = cudaSetDevice(c->device);
@@ -543,10 +599,28 @@ extern "C" int sd_backend_cuda_init(const sd_backend_params *p, sd_backend **out
         cu_free(&c->base);
         return rc;
     }
-    if ((rc = alloc_scratch(c, err))) {
+    if ((rc = alloc_scratch(c, err)) || (prof && *prof && (rc = prof_init(c, prof, err)))) {
         cu_free(&c->base);
         return rc;
     }
     *out = &c->base;
     return SD_OK;
+}
+
+/* ---- the module's entry ---- */
+
+static const sd_cuda_module k_module = {
+    /* .abi = */ SD_CUDA_MODULE_ABI,
+    /* .sizeof_ops = */ (uint32_t)sizeof(sd_backend_ops),
+    /* .sizeof_params = */ (uint32_t)sizeof(sd_backend_params),
+    /* .sizeof_error = */ (uint32_t)sizeof(sd_error),
+    /* .sizeof_host = */ (uint32_t)sizeof(sd_cuda_host),
+    /* .build = */ SD_CUDA_BUILD_DESC,
+    /* .backend_init = */ cuda_backend_init,
+    /* .device_count = */ cuda_device_count,
+    /* .comm_init = */ sd_comm_cuda_init,
+};
+
+extern "C" __attribute__((visibility("default"))) const sd_cuda_module *sd_cuda_module_v1(void) {
+    return &k_module;
 }

@@ -34,20 +34,17 @@ __global__ void sd_cu_sum_parts_k(const float *__restrict__ parts, int32_t n_par
 }
 
 void sd_cu_swiglu(sd_cuda_backend *c, const float *g, const float *u, int64_t n, float *y) {
-    if (n <= 0) return;
     sd_cu_swiglu_k<<<sd_cu_blocks(n, 256), 256, 0, c->stream>>>(g, u, n, y);
     sd_cu_launched(c, "swiglu", "swiglu");
 }
 
 void sd_cu_add(sd_cuda_backend *c, float *y, const float *x, int64_t n) {
-    if (n <= 0) return;
     sd_cu_add_k<<<sd_cu_blocks(n, 256), 256, 0, c->stream>>>(y, x, n);
     sd_cu_launched(c, "add", "add");
 }
 
 void sd_cu_add_bias(sd_cuda_backend *c, float *y, const float *b, int32_t n_tok, int32_t n) {
     const int64_t n_all = (int64_t)n_tok * n;
-    if (n_all <= 0) return;
     sd_cu_add_bias_k<<<sd_cu_blocks(n_all, 256), 256, 0, c->stream>>>(y, b, n_all, n);
     sd_cu_launched(c, "add_bias", "add_bias");
 }
