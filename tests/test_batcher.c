@@ -200,6 +200,7 @@ Test(batcher, greedy_concurrent_equals_target_alone) {
         for (int p = 0; p < NREQ; p++) {
             sd_request r = request(prompts[p], lens[p], n_predict, types[ti], 1 + p % 4, 0.0f,
                                    (uint64_t)p, &jobs[p]);
+            if (p % 2) r.gen.k_policy = SD_K_ADAPTIVE; /* the batch's K: the same tokens */
             cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
         }
         run_all(b);

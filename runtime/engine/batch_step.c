@@ -138,7 +138,9 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     c->one_hot = 0;
     c->drow = -1;
     c->t_draft_ms = c->c_draft_ms = 0.0;
-    int32_t k = c->adaptive ? sd_adaptive_next_k(&c->ctl) : gp->n_draft;
+    const int llm_type = gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM;
+    int32_t k = gp->n_draft;
+    if (c->adaptive && llm_type && b->k_batch < k) k = b->k_batch; /* the batch's K */
     const int32_t budget = gp->n_predict - c->st.n_generated - 1;
     if (k > budget) k = budget;
     if (k > b->n_ctx - c->n_ctx) k = b->n_ctx - c->n_ctx;
@@ -209,9 +211,15 @@ static int32_t dbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq
 
 static int draft_decode(sd_batcher *b, int32_t nb, sd_error *err) {
     sd_batch bt = {nb, b->dbtok, NULL, b->dbseq, b->dbwant};
+    b->t_dpass0 = sd_time_ms();
     int rc = sd_session_decode(b->ds, &bt, b->dlogits, err);
     if (rc) sd_error_prefix(err, "%s: draft", sd_model_path(b->dm));
     return rc;
+}
+
+/* A draft pass over nb tokens ended (its rows processed): one sample of its cost. */
+static void draft_measured(sd_batcher *b, int32_t nb) {
+    sd_cost_fit_add(&b->dfit, (double)nb, sd_time_ms() - b->t_dpass0);
 }
 
 /* The LLM draft's passes of this step: the prompts' catch-up (PREFILL choices, one
@@ -269,6 +277,7 @@ static int draft_phase(sd_batcher *b, sd_error *err) {
                 if (rc) return rc;
             }
         }
+        draft_measured(b, nb);
         if (!pending) break;
     }
     for (;;) { /* positions 2 .. K: one token per choice still drafting */
@@ -295,8 +304,44 @@ static int draft_phase(sd_batcher *b, sd_error *err) {
                 if (rc) return rc;
             }
         }
+        draft_measured(b, nb);
     }
     return SD_OK;
+}
+
+/* This step's K for the adaptive requests that draft with the LLM (batch_policy.c). */
+static void plan_k(sd_batcher *b) {
+    int32_t n_d = 0, base = 0, k_max = 0, decode_rows = 0;
+    double yield = 0.0;
+    for (int32_t i = 0; i < b->n_running; i++) {
+        const sd_req *r = b->running[i];
+        const sd_gen_params *gp = &r->gp;
+        const int llm = gp->n_draft > 0 &&
+                        (gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM);
+        for (int32_t j = 0; j < r->n_choices; j++) {
+            sd_choice *c = &r->ch[j];
+            if (c->state != CH_DECODE) continue;
+            decode_rows++;
+            if (c->adaptive && llm) {
+                int32_t k = gp->n_draft, budget = gp->n_predict - c->st.n_generated - 1;
+                if (k > budget) k = budget;
+                if (k > k_max) k_max = k;
+                b->dlist[n_d++] = c;
+            } else {
+                yield += 1.0;
+                decode_rows += gp->n_draft; /* a fixed K's rows, at most */
+            }
+        }
+    }
+    base = decode_rows;
+    for (int32_t i = 0; i < b->n_running; i++) { /* the prompt chunks that fit beside them */
+        const sd_choice *c = &b->running[i]->ch[0];
+        if (c->state != CH_PREFILL) continue;
+        const int32_t left = c->r->n_prompt - sd_session_seq_n_past(b->ts, c->slot);
+        base +=
+            left < b->p.n_batch - base ? left : (b->p.n_batch - base > 0 ? b->p.n_batch - base : 0);
+    }
+    b->k_batch = sd_batch_choose_k(b, (const sd_choice *const *)b->dlist, n_d, k_max, base, yield);
 }
 
 /* ---- the target pass and verification ---- */
@@ -517,6 +562,7 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
             b->running[i]->ch[j].in_pass = 0;
 
     /* 1. Proposals. */
+    plan_k(b);
     int rc = SD_OK;
     for (int32_t i = 0; i < b->n_running && !rc; i++) {
         sd_req *r = b->running[i];
@@ -561,6 +607,7 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         rc = sd_session_decode(b->ts, &bt, b->logits, err);
         if (rc) sd_error_prefix(err, "%s: target", sd_model_path(b->tm));
         t_pass = sd_time_ms() - tp;
+        if (!rc) sd_cost_fit_add(&b->tfit, (double)nb, t_pass);
     }
 
     /* 3. Verification, commit, emission. */

@@ -49,6 +49,7 @@ void sd_batcher_free(sd_batcher *b) {
     sd_session_free(b->ds);
     free(b->slots);
     free(b->running);
+    free(b->dlist);
     free(b->btok);
     free(b->bseq);
     free(b->bwant);
@@ -157,6 +158,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     const size_t nb = (size_t)b->p.n_batch;
     b->slots = xcalloc((size_t)np, sizeof *b->slots, &ok);
     b->running = xcalloc((size_t)np, sizeof *b->running, &ok);
+    b->dlist = xcalloc((size_t)np, sizeof *b->dlist, &ok);
     b->btok = xcalloc(nb, sizeof *b->btok, &ok);
     b->bseq = xcalloc(nb, sizeof *b->bseq, &ok);
     b->bwant = xcalloc(nb, sizeof *b->bwant, &ok);

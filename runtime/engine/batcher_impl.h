@@ -76,6 +76,14 @@ struct sd_req {
 
 #define SD_RATE_SAMPLES 64
 
+/* A least-squares line y = alpha + beta x with forgetting (batch_policy.c). */
+typedef struct sd_cost_fit {
+    double sw, sx, sy, sxx, sxy;
+    double x0;    /* the first x */
+    int distinct; /* another x than x0 was seen */
+    int64_t n;    /* samples */
+} sd_cost_fit;
+
 struct sd_batcher {
     sd_engine *e;
     const sd_model *tm, *dm;
@@ -111,6 +119,12 @@ struct sd_batcher {
     int32_t *dbtok, *dbseq;
     int8_t *dbwant;
     float *dlogits; /* [n_parallel, n_vocab_d] */
+    /* The adaptive K (batch_policy.c): target pass ms over its tokens, draft pass ms
+     * over its tokens, steps in a row at K = 0, this step's K. */
+    sd_cost_fit tfit, dfit;
+    int32_t k_zero_steps, k_batch;
+    sd_choice **dlist; /* [n_parallel] scratch: the adaptive drafting choices */
+    double t_dpass0;   /* start of the draft pass being timed */
     /* Statistics (under mu). */
     sd_batcher_stats st;
     double rate_t[SD_RATE_SAMPLES];
@@ -123,6 +137,14 @@ void sd_req_free(sd_req *r);
 /* The choice's sequences return their blocks (stored in the prefix cache first when
  * store); the slot is freed. */
 void sd_batcher_release(sd_batcher *b, sd_choice *c, int store);
+
+/* batch_policy.c */
+void sd_cost_fit_add(sd_cost_fit *f, double x, double y);
+double sd_cost_fit_eval(const sd_cost_fit *f, double x);
+/* The K of this step's adaptive requests d[0 .. n_d) (at most k_max), given the pass's
+ * other tokens (base_tokens) and what they yield (base_yield tokens). */
+int32_t sd_batch_choose_k(sd_batcher *b, const sd_choice *const *d, int32_t n_d, int32_t k_max,
+                          int32_t base_tokens, double base_yield);
 
 /* batch_out.c */
 /* Emit tokens toks[0 .. n) for choice c (n >= 1): stops at EOS / stop ids (not
