@@ -109,15 +109,19 @@ static void finish_request(sd_batcher *b, sd_req *r, sd_stop_reason stop) {
 
 /* ---- proposals ---- */
 
-/* Top probability of softmax(l[0 .. n)) at temperature 1 (the greedy confidence). */
+/* Top probability of softmax(l[0 .. n)) at temperature 1 (the greedy confidence), in
+ * double. Entries more than 40 below the maximum are left out of the sum: each weighs
+ * under e^-40 (4e-18), so a vocabulary of a million of them moves the result by under
+ * 1e-11, while the exp of each costs most of the time of a draft token's sampling. */
 static double top_softmax(const float *l, int32_t n) {
     float mx = l[0];
     for (int32_t i = 1; i < n; i++)
         if (l[i] > mx) mx = l[i];
     if (isinf(mx)) return 1.0;
+    const float cut = mx - 40.0f;
     double sum = 0.0;
     for (int32_t i = 0; i < n; i++)
-        sum += exp((double)l[i] - (double)mx);
+        if (l[i] > cut) sum += exp((double)l[i] - (double)mx);
     return sum > 0.0 ? 1.0 / sum : 1.0;
 }
 
@@ -176,14 +180,20 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
 static int draft_row(sd_batcher *b, sd_choice *c, const float *l, sd_error *err) {
     const sd_gen_params *gp = &c->r->gp;
     const int32_t i = c->k;
-    float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
-    int rc = sd_warp(&gp->samp, l, b->n_common, q, b->iscratch, err);
-    if (rc) return sd_error_prefix(err, "%s: draft", sd_model_path(b->dm));
-    for (int32_t v = b->n_common; v < b->n_vocab; v++)
-        q[v] = 0.0f;
     const int greedy = gp->samp.temp <= 0.0f;
-    const int32_t tok = greedy ? sd_argmax(q, b->n_common)
-                               : sd_sample(q, b->n_common, sd_rng_uniform(&c->rng_draft));
+    float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
+    int32_t tok;
+    if (greedy) {
+        /* The warped greedy row is one-hot at the argmax, and greedy verification reads
+         * no q: the argmax is all (the same token as warping first). */
+        tok = sd_argmax(l, b->n_common);
+    } else {
+        int rc = sd_warp(&gp->samp, l, b->n_common, q, b->iscratch, err);
+        if (rc) return sd_error_prefix(err, "%s: draft", sd_model_path(b->dm));
+        for (int32_t v = b->n_common; v < b->n_vocab; v++)
+            q[v] = 0.0f;
+        tok = sd_sample(q, b->n_common, sd_rng_uniform(&c->rng_draft));
+    }
     if (gp->draft_p_min > 0.0f && i >= gp->draft_min) {
         const double conf = greedy ? top_softmax(l, b->n_common) : top_prob(q, b->n_common);
         if (conf < (double)gp->draft_p_min) {
