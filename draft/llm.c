@@ -1,4 +1,14 @@
-/* LLM proposer: a small llama model run autoregressively with its own KV cache. */
+/* LLM proposer: a small llama model run autoregressively with its own KV cache.
+ *
+ * Per drafted token: one decode step of the draft (its logits row: the full vocabulary,
+ * or the trimmed head's ids), the penalties of the history, and then
+ *   greedy            the argmax of the row (plus, with a cut-off, one pass for the
+ *                     log-sum-exp): no probability row, the proposal is one-hot;
+ *   temp > 0, gumbel  the warped row over the row's entries and its Gumbel-max draw
+ *                     (noise keyed by the token ids): one-hot as well, no q rows;
+ *   temp > 0, rejection  the warped row, its keyed inverse-CDF draw, and the q row over
+ *                     the target's vocabulary the verifier needs (zero outside the row).
+ */
 #include "draft/sd_draft.h"
 
 #include <math.h>
@@ -10,12 +20,19 @@ typedef struct llm_proposer {
     const sd_model *model;
     sd_session *sess;
     sd_sampling_params samp;
-    sd_rng rng;
-    int32_t n_vocab;       /* the draft's */
-    int32_t n_vocab_out;   /* the target's: length of a q row */
-    int32_t n_common;      /* min of the two: ids the draft may propose */
-    float *logits;         /* [n_vocab] */
-    float *probs;          /* [SD_MAX_DRAFT, n_vocab_out] */
+    uint64_t seed;       /* the generation's seed: draws keyed (seed, position, purpose) */
+    int32_t n_vocab;     /* the draft's */
+    int32_t n_vocab_out; /* the target's: length of a q row */
+    int32_t n_common;    /* min of the two: ids the draft may propose */
+    /* The trimmed head (sd_proposer_llm_set_head): row entry j is token head[j]; col_of
+     * maps an id to its entry (-1: not in the head). n_head 0: the full head, entry j =
+     * token j for j < n_common. */
+    int32_t n_head;
+    int32_t *head;         /* [n_head] */
+    int32_t *col_of;       /* [n_vocab] */
+    float *logits;         /* [n_vocab] the row (n_row entries used) */
+    float *qrow;           /* [n_vocab] its warped distribution */
+    float *probs;          /* [SD_MAX_DRAFT, n_vocab_out] q rows (rejection sampling) */
     int32_t *warp_scratch; /* [n_vocab] */
     float p_min;           /* confidence cut-off (0: off) */
     int32_t n_min;         /* drafts at least this many before the cut-off applies */
@@ -24,6 +41,16 @@ typedef struct llm_proposer {
     int32_t off;
     int32_t *view; /* [n_ctx of the session + 1] */
 } llm_proposer;
+
+/* Entries of a logits row. */
+static int32_t n_row(const llm_proposer *p) {
+    return p->n_head ? p->n_head : p->n_common;
+}
+
+/* The token id of row entry j. */
+static int32_t id_of(const llm_proposer *p, int32_t j) {
+    return p->n_head ? p->head[j] : j;
+}
 
 /* The context as the draft sees it; *len its length. NULL: it does not fit the draft's
  * session (no room to draft). A context that no longer reaches past the window start
@@ -41,17 +68,40 @@ static const int32_t *draft_view(llm_proposer *p, const int32_t *ctx, int32_t n,
     return p->view;
 }
 
-/* Top probability of softmax(l[0 .. n)) at temperature 1, in double: 1 / sum exp(l - max).
- * The greedy confidence (the warped greedy row is one-hot). */
-static double top_softmax(const float *l, int32_t n) {
-    float mx = l[0];
-    for (int32_t i = 1; i < n; i++)
-        if (l[i] > mx) mx = l[i];
+/*
+ * Greedy confidence: the top probability of softmax(l[0 .. n)) at temperature 1, i.e.
+ * 1 / sum_i exp(l_i - max) = exp(-(lse - max)), from the row maximum mx (one pass, the
+ * one the argmax made) and one pass of float exponentials summed in double. Returns 0
+ * as soon as the sum passes 1 / p_min (the confidence is then below p_min, whatever the
+ * rest adds), so a row that stops the draft costs only the entries it needed.
+ */
+static double greedy_confidence(const float *l, int32_t n, float mx, float p_min) {
     if (isinf(mx)) return 1.0; /* +inf: its mass is shared by the +inf entries */
+    const double limit = 1.0 / (double)p_min;
     double sum = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        sum += exp((double)l[i] - (double)mx);
+    int32_t i = 0;
+    for (; i + 1024 <= n; i += 1024) { /* blocks: the inner loop vectorises */
+        float part = 0.0f;
+        for (int32_t j = i; j < i + 1024; j++)
+            part += expf(l[j] - mx);
+        sum += (double)part;
+        if (sum > limit) return 0.0;
+    }
+    for (; i < n; i++)
+        sum += (double)expf(l[i] - mx);
     return sum > 0.0 ? 1.0 / sum : 1.0;
+}
+
+/* Index of the largest of l[0 .. n) (the lowest on ties), or -1 if a logit is NaN: one
+ * pass, as sd_warp's check, so a draft with NaN weights is an error, not token 0. */
+static int32_t argmax_checked(const float *l, int32_t n) {
+    int32_t best = 0;
+    int nan = 0;
+    for (int32_t i = 0; i < n; i++) {
+        nan |= l[i] != l[i];
+        if (l[i] > l[best]) best = i;
+    }
+    return nan ? -1 : best;
 }
 
 /* Top entry of a warped row. */
@@ -109,13 +159,63 @@ static int llm_catch_up(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, in
     return draft_error(p, sd_session_sync(p->sess, v, len - 1, err), err);
 }
 
+/*
+ * The token drafted from the current row (p->logits, penalties applied) at context
+ * position pos, and its confidence (only when conf is not NULL: the cut-off is on).
+ * q_out: the q row over the target's vocabulary to fill (rejection sampling), or NULL.
+ */
+static int draft_token(llm_proposer *p, int64_t pos, float *q_out, int32_t *tok, double *conf,
+                       sd_error *err) {
+    const int32_t n = n_row(p);
+    const sd_sampling_params *sp = &p->samp;
+    if (!(sp->temp > 0.0f)) {
+        const int32_t j = argmax_checked(p->logits, n);
+        if (j < 0)
+            return sd_errorf(err, SD_ERR_ARG,
+                             "a logit is NaN: non-finite logits (the model's weights hold NaN "
+                             "or inf)");
+        *tok = id_of(p, j);
+        if (conf) *conf = greedy_confidence(p->logits, n, p->logits[j], p->p_min);
+        return SD_OK;
+    }
+    int rc = sd_warp(sp, p->logits, n, p->qrow, p->warp_scratch, err);
+    if (rc) return rc;
+    int32_t j;
+    if (sp->spec == SD_SPEC_GUMBEL)
+        j = sd_gumbel_sample(p->qrow, n, p->n_head ? p->head : NULL, p->seed, pos);
+    else
+        j = sd_sample(p->qrow, n, sd_key_uniform(p->seed, pos, SD_DRAW_DRAFT, 0));
+    if (j < 0) return sd_errorf(err, SD_ERR_ARG, "draft row has no positive entry");
+    *tok = id_of(p, j);
+    if (conf) *conf = top_prob(p->qrow, n);
+    if (q_out) { /* q over the target's ids: zero outside the row */
+        if (p->n_head) {
+            memset(q_out, 0, (size_t)p->n_vocab_out * sizeof *q_out);
+            for (int32_t c = 0; c < n; c++)
+                q_out[p->head[c]] = p->qrow[c];
+        } else {
+            memcpy(q_out, p->qrow, (size_t)n * sizeof *q_out);
+            memset(q_out + n, 0, (size_t)(p->n_vocab_out - n) * sizeof *q_out);
+        }
+    }
+    return SD_OK;
+}
+
 static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t k,
                        sd_proposal *out, sd_error *err) {
     llm_proposer *p = (llm_proposer *)base;
     const int32_t n_out = p->n_vocab_out;
+    /* One-hot: greedy and Gumbel drafts are a function of the context and the keyed
+     * noise, so verification needs no q rows. */
+    const int rows = p->samp.temp > 0.0f && p->samp.spec == SD_SPEC_REJECTION;
     out->n = 0;
     out->n_vocab = n_out;
-    out->probs = p->probs;
+    out->one_hot = !rows;
+    out->probs = rows ? p->probs : NULL;
+    /* Positions and the penalties' history are those of the full context. */
+    const int32_t *full = ctx;
+    const int32_t n_full = n_ctx;
+    const int penalize = sd_penalties_on(&p->samp);
     /* The draft's view: ctx, or its first token and a recent window (llm_catch_up). */
     int32_t n_view;
     const int32_t *view = draft_view(p, ctx, n_ctx, &n_view);
@@ -137,22 +237,17 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
     for (int32_t i = 0; i < k; i++) {
         rc = sd_session_eval(p->sess, &tok, 1, p->logits, 1, err);
         if (rc) return draft_error(p, rc, err);
-        /* q over the ids both models have; ids only the target has get q = 0. */
-        float *q = p->probs + (size_t)i * n_out;
-        rc = sd_warp(&p->samp, p->logits, p->n_common, q, p->warp_scratch, err);
-        if (rc) return draft_error(p, rc, err);
-        for (int32_t v = p->n_common; v < n_out; v++)
-            q[v] = 0.0f;
-        const int greedy = p->samp.temp <= 0.0f;
-        tok =
-            greedy ? sd_argmax(q, p->n_common) : sd_sample(q, p->n_common, sd_rng_uniform(&p->rng));
+        if (penalize)
+            sd_penalize(&p->samp, full, n_full, out->tokens, i, p->logits,
+                        p->n_head ? p->n_vocab : n_row(p), p->n_head ? p->col_of : NULL);
         /* Confidence cut-off (llama.cpp's --draft-p-min): stop before a token the draft
          * is unsure of, once n_min tokens are drafted. */
-        if (p->p_min > 0.0f && i >= p->n_min) {
-            const double conf =
-                greedy ? top_softmax(p->logits, p->n_common) : top_prob(q, p->n_common);
-            if (conf < (double)p->p_min) break;
-        }
+        const int cut = p->p_min > 0.0f && i >= p->n_min;
+        double conf = 1.0;
+        rc = draft_token(p, (int64_t)n_full + i, rows ? p->probs + (size_t)i * n_out : NULL, &tok,
+                         cut ? &conf : NULL, err);
+        if (rc) return draft_error(p, rc, err);
+        if (cut && conf < (double)p->p_min) break;
         out->tokens[i] = tok;
         out->n = i + 1;
     }
@@ -186,16 +281,19 @@ static void llm_reset(sd_proposer *base, const sd_sampling_params *samp, uint64_
     llm_proposer *p = (llm_proposer *)base;
     p->off = 0;
     p->samp = *samp;
-    sd_rng_seed(&p->rng, seed);
+    p->seed = seed;
 }
 
 static void llm_free(sd_proposer *base) {
     llm_proposer *p = (llm_proposer *)base;
     sd_session_free(p->sess);
     free(p->logits);
+    free(p->qrow);
     free(p->probs);
     free(p->warp_scratch);
     free(p->view);
+    free(p->head);
+    free(p->col_of);
     free(p);
 }
 
@@ -218,12 +316,14 @@ int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
     if (n_vocab_target < 0)
         return sd_errorf(err, SD_ERR_ARG, "draft: negative target vocabulary size %d",
                          n_vocab_target);
+    int rc = sd_sampling_check(samp, err);
+    if (rc) return rc;
     llm_proposer *p = calloc(1, sizeof *p);
     if (!p) return sd_errorf(err, SD_ERR_OOM, "draft: out of memory");
     p->base.ops = &llm_ops;
     p->model = m;
     p->samp = *samp;
-    sd_rng_seed(&p->rng, seed);
+    p->seed = seed;
     p->n_vocab = n_vocab;
     p->n_vocab_out = n_vocab_target > 0 ? n_vocab_target : n_vocab;
     p->n_common = p->n_vocab < p->n_vocab_out ? p->n_vocab : p->n_vocab_out;
@@ -234,13 +334,14 @@ int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
         return sd_errorf(err, SD_ERR_OOM, "draft: vocabulary too large");
     }
     p->logits = malloc((size_t)n_vocab * sizeof(float));
+    p->qrow = malloc((size_t)n_vocab * sizeof(float));
     p->probs = malloc(n_probs);
     p->warp_scratch = malloc((size_t)n_vocab * sizeof(int32_t));
-    if (!p->logits || !p->probs || !p->warp_scratch) {
+    if (!p->logits || !p->qrow || !p->probs || !p->warp_scratch) {
         llm_free(&p->base);
         return sd_errorf(err, SD_ERR_OOM, "draft: out of memory");
     }
-    int rc = sd_session_init(m, sp, &p->sess, err);
+    rc = sd_session_init(m, sp, &p->sess, err);
     if (rc) {
         draft_error(p, rc, err); /* names the model: before p is freed */
         llm_free(&p->base);
@@ -253,4 +354,59 @@ int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
     }
     *out = &p->base;
     return SD_OK;
+}
+
+const sd_session *sd_proposer_llm_session(const sd_proposer *base) {
+    return base && base->ops == &llm_ops ? ((const llm_proposer *)base)->sess : NULL;
+}
+
+int sd_proposer_llm_set_head(sd_proposer *base, const int32_t *ids, int32_t n, sd_error *err) {
+    if (!base || base->ops != &llm_ops)
+        return sd_errorf(err, SD_ERR_ARG, "draft head: not an LLM proposer");
+    llm_proposer *p = (llm_proposer *)base;
+    if (n < 0 || n > p->n_common || (n > 0 && !ids))
+        return sd_errorf(err, SD_ERR_ARG, "%s: draft head of %d ids, expected 0 .. %d",
+                         sd_model_path(p->model), n, p->n_common);
+    for (int32_t j = 0; j < n; j++)
+        if (ids[j] < 0 || ids[j] >= p->n_common)
+            return sd_errorf(err, SD_ERR_ARG,
+                             "%s: draft head id %d at index %d: expected an id both models "
+                             "have, in [0, %d)",
+                             sd_model_path(p->model), ids[j], j, p->n_common);
+    int32_t *head = n ? malloc((size_t)n * sizeof *head) : NULL;
+    int32_t *col_of = n ? malloc((size_t)p->n_vocab * sizeof *col_of) : NULL;
+    if (n && (!head || !col_of)) {
+        free(head);
+        free(col_of);
+        return sd_errorf(err, SD_ERR_OOM, "draft head: out of memory");
+    }
+    int rc = sd_session_set_output_rows(p->sess, ids, n, err); /* checks repeats */
+    if (rc) {
+        free(head);
+        free(col_of);
+        sd_session_set_output_rows(p->sess, NULL, 0, NULL);
+        free(p->head);
+        free(p->col_of);
+        p->head = p->col_of = NULL;
+        p->n_head = 0;
+        return draft_error(p, rc, err);
+    }
+    free(p->head);
+    free(p->col_of);
+    p->head = head;
+    p->col_of = col_of;
+    p->n_head = n;
+    if (n) {
+        memcpy(head, ids, (size_t)n * sizeof *head);
+        for (int32_t v = 0; v < p->n_vocab; v++)
+            col_of[v] = -1;
+        for (int32_t j = 0; j < n; j++)
+            col_of[ids[j]] = j;
+    }
+    return SD_OK;
+}
+
+int32_t sd_proposer_llm_head_size(const sd_proposer *base) {
+    if (!base || base->ops != &llm_ops) return -1;
+    return ((const llm_proposer *)base)->n_head;
 }

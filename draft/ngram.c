@@ -26,21 +26,15 @@
 
 /* ---- hashing ---- */
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
 /* keys[m - 1] for m = 1 .. returned count: the keys of the m-grams t[j - m .. j), for m up
  * to n_max, stopping at the start of t or at a separator. */
 static int32_t keys_before(const int32_t *t, int32_t j, int32_t n_max, uint64_t *keys) {
     uint64_t h = UINT64_C(0x9e3779b97f4a7c15);
     int32_t m = 0;
     while (m < n_max && m < j && t[j - m - 1] >= 0) {
-        h = mix64(h ^ (uint64_t)(uint32_t)t[j - m - 1]);
+        h = sd_mix64(h ^ (uint64_t)(uint32_t)t[j - m - 1]);
         m++;
-        uint64_t k = mix64(h + (uint64_t)m * UINT64_C(0xd1b54a32d192ed03));
+        uint64_t k = sd_mix64(h + (uint64_t)m * UINT64_C(0xd1b54a32d192ed03));
         keys[m - 1] = k ? k : 1; /* 0 marks an empty slot */
     }
     return m;
@@ -213,6 +207,7 @@ static int ngram_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, i
     out->n_vocab = p->n_vocab;
     out->probs = NULL;
     out->one_hot = 1;
+    out->lookup = 1;
     p->last_match = 0;
     ngram_index_sync(ix, ctx, n_ctx);
     if (n_ctx > ix->cap) return SD_OK; /* past the indexed capacity: no proposal */

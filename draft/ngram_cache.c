@@ -14,12 +14,10 @@
 
 #include "draft/ngram_impl.h"
 
-#define MAGIC      "SDNGRAM"
-#define VERSION    1u
-#define HEADER     40u
-#define MAX_FILE   (1u << 30) /* a cache file larger than this is refused */
-#define FNV_OFFSET UINT64_C(0xcbf29ce484222325)
-#define FNV_PRIME  UINT64_C(0x100000001b3)
+#define MAGIC    "SDNGRAM"
+#define VERSION  1u
+#define HEADER   40u
+#define MAX_FILE (1u << 30) /* a cache file larger than this is refused */
 
 struct sd_ngram_cache {
     uint64_t fingerprint;
@@ -31,15 +29,6 @@ struct sd_ngram_cache {
     int64_t n_tokens;
     ngram_index ix;
 };
-
-static uint64_t fnv1a(const unsigned char *p, size_t n) {
-    uint64_t h = FNV_OFFSET;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= FNV_PRIME;
-    }
-    return h;
-}
 
 static void put_u32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++)
@@ -187,18 +176,24 @@ int sd_ngram_cache_add(sd_ngram_cache *c, const int32_t *toks, int32_t n, sd_err
 /* ---- the file ---- */
 
 static int read_all(const char *path, unsigned char **out, size_t *len, sd_error *err) {
-    FILE *f = fopen(path, "rb");
+    /* Callers read errno == ENOENT as "absent" (sd_file_open_regular keeps open's). */
+    const int fd = sd_file_open_regular(path, err);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
         const int e = errno;
-        sd_errorf(err, SD_ERR_IO, "%s: cannot open lookup cache: %s", path, strerror(e));
+        if (fd >= 0) {
+            close(fd);
+            sd_errorf(err, SD_ERR_IO, "%s: fdopen: %s", path, strerror(e));
+        }
+        sd_error_prefix(err, "lookup cache");
         errno = e;
         return SD_ERR_IO;
     }
     struct stat st;
-    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+    if (fstat(fileno(f), &st)) {
         fclose(f);
-        sd_errorf(err, SD_ERR_IO, "%s: lookup cache is not a regular file", path);
-        errno = EINVAL; /* callers read ENOENT as "absent": never leave a stale one */
+        sd_errorf(err, SD_ERR_IO, "%s: lookup cache: cannot stat", path);
+        errno = EINVAL; /* never a stale ENOENT */
         return SD_ERR_IO;
     }
     if ((uint64_t)st.st_size > MAX_FILE) {
@@ -286,7 +281,7 @@ int sd_ngram_cache_load(const char *path, uint64_t fingerprint, int32_t n_vocab,
                        len - (size_t)want, (unsigned long long)want);
         goto done;
     }
-    if (fnv1a(b, len - 8) != get_u64(b + len - 8)) {
+    if (sd_fnv1a64(SD_FNV1A64_INIT, b, len - 8) != get_u64(b + len - 8)) {
         rc = sd_errorf(err, SD_ERR_FORMAT, "%s: lookup cache is corrupt (checksum mismatch)", path);
         goto done;
     }
@@ -380,39 +375,10 @@ int sd_ngram_cache_save(const sd_ngram_cache *c, const char *path, sd_error *err
     unsigned char *tp = b + HEADER + 4 * (size_t)c->n_docs;
     for (int64_t i = 0; i < c->n_tokens; i++)
         put_u32(tp + 4 * (size_t)i, (uint32_t)c->toks[i]);
-    put_u64(b + len - 8, fnv1a(b, len - 8));
+    put_u64(b + len - 8, sd_fnv1a64(SD_FNV1A64_INIT, b, len - 8));
 
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        free(b);
-        return sd_errorf(err, SD_ERR_ARG, "%.200s...: path too long", path);
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0) {
-        const int e = errno;
-        free(b);
-        return sd_errorf(err, SD_ERR_IO, "%s: cannot write the lookup cache (%s): %s", path, tmp,
-                         strerror(e));
-    }
-    size_t done = 0;
-    int e = 0;
-    while (done < len) {
-        const ssize_t w = write(fd, b + done, len - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            e = w < 0 ? errno : EIO;
-            break;
-        }
-        done += (size_t)w;
-    }
-    if (!e && fsync(fd)) e = errno;
-    if (close(fd) && !e) e = errno;
+    const int rc = sd_file_write_atomic(path, b, len, err);
     free(b);
-    if (!e && rename(tmp, path)) e = errno;
-    if (e) {
-        unlink(tmp);
-        return sd_errorf(err, SD_ERR_IO, "%s: cannot write the lookup cache: %s", path,
-                         strerror(e));
-    }
-    return SD_OK;
+    if (rc) sd_error_prefix(err, "cannot write the lookup cache");
+    return rc;
 }

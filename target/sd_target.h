@@ -1,6 +1,6 @@
 /*
- * target/: the scorer. Owns the target's session. May include runtime/base, runtime/model
- * and verify/sd_sample.h (for SD_MAX_DRAFT).
+ * target/: the scorer. Owns the target's session. May include runtime/base and
+ * runtime/model (SD_MAX_DRAFT, the longest draft, is runtime/base's).
  * Wraps the target model's session and keeps its KV cache in
  * step with the committed context: the cache holds every committed token except the
  * last, so one verification pass evaluates [last committed, draft_1 .. draft_K] and
@@ -15,7 +15,6 @@
 
 #include "runtime/model/sd_model.h"
 #include "runtime/base/sd_base.h"
-#include "verify/sd_sample.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,6 +28,8 @@ typedef struct sd_scorer sd_scorer;
  * Errors: as sd_session_init.
  */
 int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **out, sd_error *err);
+/* The target's session (for sd_session_params.share_threads: a draft on its threads). */
+const sd_session *sd_scorer_session(const sd_scorer *s);
 void sd_scorer_free(sd_scorer *s); /* NULL accepted */
 
 const sd_model *sd_scorer_model(const sd_scorer *s);

@@ -10,6 +10,10 @@ struct sd_scorer {
     sd_session *sess;
 };
 
+const sd_session *sd_scorer_session(const sd_scorer *s) {
+    return s->sess;
+}
+
 int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **out, sd_error *err) {
     *out = NULL;
     if (p->n_batch < SD_MAX_DRAFT + 1)

@@ -244,6 +244,7 @@ Test(batcher, sampled_output_is_batch_invariant) {
     for (int p = 0; p < NREQ; p++) {
         sd_request r = request(prompts[p], 10 + p * 3, 48, types[p % 3], 3, 0.9f,
                                1000 + (uint64_t)p, &alone[p]);
+        if (p % 2 == 0) r.gen.samp.spec = SD_SPEC_REJECTION; /* q rows, fixed K */
         cr_assert_eq(sd_batcher_submit(b1, &r, NULL, &err), SD_OK, "%s", err.msg);
         run_all(b1); /* one at a time */
     }
@@ -254,6 +255,7 @@ Test(batcher, sampled_output_is_batch_invariant) {
         const int p = NREQ - 1 - q; /* reverse arrival */
         sd_request r = request(prompts[p], 10 + p * 3, 48, types[p % 3], 3, 0.9f,
                                1000 + (uint64_t)p, &together[p]);
+        if (p % 2 == 0) r.gen.samp.spec = SD_SPEC_REJECTION;
         cr_assert_eq(sd_batcher_submit(b4, &r, NULL, &err), SD_OK, "%s", err.msg);
         if (q == 3) { /* some arrive while others run */
             sd_batcher_step(b4, &err);
@@ -277,6 +279,63 @@ Test(batcher, sampled_output_is_batch_invariant) {
     cr_expect(differ_from_first, "sampled outputs should vary across requests");
     expect_all_blocks_back(b4);
     sd_batcher_free(b4);
+    sd_engine_free(e);
+}
+
+/* Gumbel sampling (the default): every request's sampled text, drafted with any draft
+ * type and the adaptive K among others, equals sd_engine_generate's target-alone text of
+ * the same seed (an independent loop over a single-sequence session). */
+Test(batcher, gumbel_sampled_equals_generate_target_alone) {
+    sd_engine *e = engine(1);
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = g_t;
+    ep.n_threads = 1;
+    ep.kv_type = SD_TYPE_F16;
+    sd_engine *ref_e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &ref_e, &err), SD_OK, "%s", err.msg);
+    int32_t prompts[NREQ][40], ref[NREQ][MAXOUT], n_ref[NREQ];
+    for (int p = 0; p < NREQ; p++) {
+        make_prompt(p, 8 + p * 4, prompts[p]);
+        sd_gen_params gp = sd_gen_default_params();
+        gp.n_predict = 40;
+        gp.samp.temp = 0.9f;
+        gp.samp.spec = SD_SPEC_GUMBEL;
+        gp.seed = 500 + (uint64_t)p;
+        gp.n_draft = 0;
+        gp.draft_type = SD_DRAFT_NONE;
+        sd_gen_stats st;
+        cr_assert_eq(sd_engine_generate(ref_e, &gp, prompts[p], 8 + p * 4, NULL, NULL, ref[p],
+                                        MAXOUT, &st, &err),
+                     SD_OK, "%s", err.msg);
+        n_ref[p] = st.n_generated;
+    }
+    sd_batcher *b = batcher(e, 4, 0, 64);
+    static job jobs[NREQ];
+    memset(jobs, 0, sizeof jobs);
+    const sd_draft_type types[4] = {SD_DRAFT_LLM, SD_DRAFT_NGRAM, SD_DRAFT_NGRAM_LLM,
+                                    SD_DRAFT_NONE};
+    for (int p = 0; p < NREQ; p++) {
+        sd_request r = request(prompts[p], 8 + p * 4, 40, types[p % 4], 1 + p % 3, 0.9f,
+                               500 + (uint64_t)p, &jobs[p]);
+        r.gen.samp.spec = SD_SPEC_GUMBEL;
+        r.gen.k_policy = p % 2 ? SD_K_ADAPTIVE : SD_K_FIXED;
+        cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
+    }
+    run_all(b);
+    int64_t drafted = 0;
+    for (int p = 0; p < NREQ; p++) {
+        const out *o = &jobs[p].ch[0];
+        cr_assert(o->done);
+        cr_assert_eq(o->n, n_ref[p], "request %d: %d tokens, generate %d", p, o->n, n_ref[p]);
+        cr_assert(memcmp(o->toks, ref[p], (size_t)o->n * sizeof(int32_t)) == 0,
+                  "request %d: sampled text differs from generate's target alone", p);
+        drafted += o->st.n_drafted;
+    }
+    cr_expect_gt(drafted, 0);
+    expect_all_blocks_back(b);
+    sd_batcher_free(b);
+    sd_engine_free(ref_e);
     sd_engine_free(e);
 }
 

@@ -20,8 +20,7 @@
 static sd_vocab *load_named(const char *name) {
     char path[1024];
     snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", VOCAB_DIR, name);
-    if (access(path, R_OK) != 0)
-        cr_skip_test("shared test data not found at %s (needs ../shared/data)", path);
+    tu_need_path(path, "llama.cpp's vocabularies, in ../shared/data");
     sd_gguf *g = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_gguf_open(path, &g, &err), SD_OK, "%s", err.msg);
@@ -107,7 +106,9 @@ Test(chat, unrecognised) {
     cr_assert_eq(sd_chat_template_detect("{{ messages | tojson }}", &name, &err),
                  SD_ERR_UNSUPPORTED);
     cr_assert_null(name);
-    cr_assert_not_null(strstr(err.msg, "--chat-template NAME"), "%s", err.msg);
+    /* the library names the setting in its own terms; the CLI maps it to the flag */
+    cr_assert_not_null(strstr(err.msg, "(template name)"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "--"), "a CLI flag in a library message: %s", err.msg);
     cr_assert_not_null(strstr(err.msg, "chatml"), "%s", err.msg);
     cr_assert_null(strchr(err.msg, '\n'), "%s", err.msg);
     sd_error_clear(&err);

@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "runtime/cli/cli.h"
+#include "runtime/engine/sd_engine.h"
 #include "testutil.h"
 
 static char g_dir[1024];
@@ -191,4 +194,121 @@ Test(cli, tokenize_and_info) {
     cr_assert(strstr(out, "llama"), "%s", out);
     free(out);
     free(err);
+}
+
+/* Like expect_error, under `timeout 30`: a command that blocks fails (rc 124, no line). */
+static void expect_error_soon(const char *args, const char *needle) {
+    char a[8192];
+    snprintf(a, sizeof a, "%s", args);
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "timeout 30 %s %s </dev/null", SD_BINARY, a);
+    char *out = NULL, *err = NULL;
+    int rc = tu_run(cmd, &out, &err);
+    cr_assert(rc > 0 && rc < 128 && rc != 124, "'%s' exited %d (124: it blocked)", args, rc);
+    cr_assert(err && strncmp(err, "specdec: ", 9) == 0, "'%s': stderr was '%s'", args, err);
+    const char *nl = strchr(err, '\n');
+    cr_assert(nl && nl[1] == '\0', "'%s': expected one stderr line, got '%s'", args, err);
+    cr_assert(strstr(err, needle), "'%s': stderr '%s' does not mention '%s'", args, err, needle);
+    cr_assert(!out || !*out, "'%s' printed '%s' before failing", args, out);
+    free(out);
+    free(err);
+}
+
+/* A FIFO as any input path: refused at once by name, never waited on (open(2) of a FIFO
+ * blocks until a writer comes; these hung forever before). */
+Test(cli, fifo_inputs_are_refused_not_waited_on) {
+    char ff[1200], out[1200];
+    tu_path(ff, sizeof ff, g_dir, "ff");
+    tu_path(out, sizeof out, g_dir, "out.gguf");
+    cr_assert_eq(mkfifo(ff, 0600), 0);
+    const char *const fmts[] = {
+        "generate -m %1$s -p hi",
+        "generate --config %1$s",
+        "generate -m %2$s -f %1$s",
+        "generate -m %2$s --draft-type ngram --lookup-cache %1$s -p hi -n 2",
+        "quantize %1$s %3$s q8_0",
+        "info %1$s",
+        "tokenize -m %1$s -p hi",
+        "tokenize -m %2$s -f %1$s",
+        "convert %1$s %1$s %3$s",
+        "perplexity -m %2$s -f %1$s",
+        "bench -m %2$s -md %2$s -f %1$s -n 2 --runs 1",
+    };
+    for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
+        char args[4096];
+        snprintf(args, sizeof args, fmts[i], ff, g_t, out);
+        expect_error_soon(args, "is a FIFO, not a regular file");
+    }
+}
+
+/* Messages that used to mislead (issue 19, item 8). */
+Test(cli, messages_say_what_is_wrong) {
+    char args[4096], cfg[1200], folder[1200];
+    /* in range for "a number >= 0", out of the range actually accepted */
+    snprintf(args, sizeof args, "generate -m %s -p hi --temp 1e308", g_t);
+    expect_error_soon(args, "expected a number in [0, 1e6]");
+    /* a folder as the config or the prompt file: named as a folder, not a JSON or read error */
+    snprintf(args, sizeof args, "generate --config %s", g_dir);
+    expect_error_soon(args, "is a folder, not a regular file");
+    snprintf(args, sizeof args, "generate -m %s -f %s", g_t, g_dir);
+    expect_error_soon(args, "is a folder, not a regular file");
+    /* an empty model path in a config */
+    tu_path(cfg, sizeof cfg, g_dir, "empty-draft.json");
+    snprintf(args, sizeof args, "{\"target\": \"t.gguf\", \"draft\": \"\"}");
+    write_file(cfg, args);
+    snprintf(args, sizeof args, "generate --config %s", cfg);
+    expect_error_soon(args, "key 'draft': expected a file name, found \"\"");
+    /* a lookup cache that cannot be written fails before anything is generated (stdout
+     * empty: expect_error_soon checks it) */
+    tu_path(folder, sizeof folder, g_dir, "no-such-folder/x.bin");
+    snprintf(args, sizeof args, "generate -m %s --draft-type ngram --lookup-cache %s -p hi -n 4",
+             g_t, folder);
+    expect_error_soon(args, folder);
+}
+
+static void collect_note(void *user, const char *line) {
+    snprintf((char *)user, 512, "%s", line);
+}
+
+/* The library says what is wrong in its own terms (the setting's name in parentheses), and
+ * the CLI shows the flag: neither knows the other's spelling. */
+Test(cli, library_messages_name_settings_the_cli_names_flags) {
+    char note[512] = "";
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = g_t;
+    ep.n_ctx = 100000; /* the test model's training context is 128 */
+    ep.log = collect_note;
+    ep.log_user = note;
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    sd_engine_free(e);
+    cr_assert(strstr(note, "context size 100000 (n_ctx) exceeds"), "note: '%s'", note);
+    cr_assert_null(strstr(note, "--"), "a CLI flag in a library note: '%s'", note);
+
+    char out[256];
+    sd_cli_flag_names("a (n_ctx) b (n_ctx_draft) c (draft) d (template name) (other)", out,
+                      sizeof out);
+    cr_expect_str_eq(out, "a (-c/--ctx-size) b (-cd/--ctx-size-draft) c (-md/--draft FILE) d "
+                          "(--chat-template NAME) (other)");
+    sd_cli_flag_names("(n_ctx)(n_ctx)", out, 10); /* cut to fit, still terminated */
+    cr_expect_eq(strlen(out), 9);
+
+    char cmd[4096], *so = NULL, *se = NULL;
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -c 100000 -p t5 -n 2 --temp 0", SD_BINARY, g_t);
+    cr_assert_eq(tu_run(cmd, &so, &se), 0, "%s", se);
+    cr_expect(strstr(se, "specdec: context size 100000 (-c/--ctx-size) exceeds"), "stderr: %s", se);
+    free(so);
+    free(se);
+    snprintf(cmd, sizeof cmd, "generate -m %s --chat-template '{{ nothing }}' -p hi", g_t);
+    expect_error_soon(cmd, "(--chat-template NAME)");
+}
+
+/* A key or value with an escaped newline (found by tests/fuzz/fuzz_config.c): the message
+ * stays one line, the control character shown as \x0A. */
+Test(cli, config_strings_with_control_characters_stay_one_line) {
+    expect_config_error("nl-key.json", "{\"target\": \"t.gguf\", \"draft_tok\\ns\": 4}\n",
+                        "unknown key 'draft_tok\\x0As'");
+    expect_config_error("nl-value.json", "{\"target\": \"t.gguf\", \"kv_type\": \"f3\\n2\"}\n",
+                        "found \"f3\\x0A2\"");
 }

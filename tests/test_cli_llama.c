@@ -275,7 +275,7 @@ Test(cli_llama, meaningless_llama_flags_are_noted) {
 Test(cli_llama, tokenize_pieces) {
     char model[2048], args[8192];
     tu_path(model, sizeof model, SD_SOURCE_DIR "/models", "tinystories-target-q8_0.gguf");
-    if (access(model, R_OK) != 0) cr_skip_test("%s absent (scripts/train_pair.py makes it)", model);
+    tu_need_path(model, "scripts/train_pair.py makes it");
     const char *text = "Once upon a time";
     char *ids = NULL, *pieces = NULL, *err = NULL;
     snprintf(args, sizeof args, "tokenize -m %s -p '%s'", model, text);
@@ -347,4 +347,68 @@ Test(cli_llama, progress_only_on_a_terminal) {
     cr_assert_eq(tu_run(cmd, &out, NULL), 0);
     cr_assert(strstr(out, "specdec quantize: tensor 1/"), "no progress on a terminal: %s", out);
     free(out);
+}
+
+/* -cnv and -sys, which --help advertises, are --chat and --system: the same tokens (they
+ * were refused as unknown options). */
+Test(cli_llama, cnv_and_sys_are_chat_and_system) {
+    char *a = NULL, *b = NULL;
+    json_t *ja = gen_json("--temp 0 -n 6 --chat-template chatml -p t5 -cnv -sys 't7 t8'", NULL);
+    json_t *jb =
+        gen_json("--temp 0 -n 6 --chat-template chatml -p t5 --chat --system 't7 t8'", NULL);
+    a = json_dumps(json_object_get(ja, "tokens"), JSON_COMPACT);
+    b = json_dumps(json_object_get(jb, "tokens"), JSON_COMPACT);
+    cr_expect_str_eq(a, b);
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(ja, "stats"), "n_prompt")),
+                 json_integer_value(json_object_get(json_object_get(jb, "stats"), "n_prompt")));
+    /* the system message is in the prompt: more tokens than without it */
+    json_t *jc = gen_json("--temp 0 -n 6 --chat-template chatml -p t5 -cnv", NULL);
+    cr_expect_gt(json_integer_value(json_object_get(json_object_get(ja, "stats"), "n_prompt")),
+                 json_integer_value(json_object_get(json_object_get(jc, "stats"), "n_prompt")));
+    free(a);
+    free(b);
+    json_decref(ja);
+    json_decref(jb);
+    json_decref(jc);
+    /* -sys without a chat is still the same usage error as --system */
+    char args[4096];
+    snprintf(args, sizeof args, "generate -m %s -p t5 -sys hello", g_t);
+    cr_expect_eq(run(args, NULL, NULL), SD_EXIT_USAGE);
+}
+
+/* tokenize --special parses control-token texts (<s> here) as llama-tokenize does by
+ * default; without it they are text, as in generate (--no-parse-special says so). The ids
+ * are checked against the library's tokenizer with and without SD_VOCAB_PARSE_SPECIAL. */
+Test(cli_llama, tokenize_special) {
+    sd_gguf *g = NULL;
+    sd_vocab *v = NULL;
+    sd_error e = {0};
+    cr_assert_eq(sd_gguf_open(g_t, &g, &e), SD_OK, "%s", e.msg);
+    cr_assert_eq(sd_vocab_load(g, &v, &e), SD_OK, "%s", e.msg);
+    const char *text = "t5<s>t6";
+    char want[2][256];
+    for (int sp = 0; sp < 2; sp++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        cr_assert_eq(
+            sd_vocab_tokenize(v, text, strlen(text), sp ? SD_VOCAB_PARSE_SPECIAL : 0, &ids, &n, &e),
+            SD_OK);
+        size_t o = 0;
+        for (size_t i = 0; i < n; i++)
+            o += (size_t)snprintf(want[sp] + o, sizeof want[sp] - o, i ? " %d" : "%d", ids[i]);
+        snprintf(want[sp] + o, sizeof want[sp] - o, "\n");
+        free(ids);
+    }
+    cr_assert(strstr(want[1], " 1 "), "<s> (id 1) is one token with parsing: %s", want[1]);
+    cr_assert_str_neq(want[0], want[1]);
+    sd_vocab_free(v);
+    sd_gguf_close(g);
+    const char *flags[3] = {"", "--special", "--no-parse-special"};
+    for (int i = 0; i < 3; i++) {
+        char args[4096], *out = NULL;
+        snprintf(args, sizeof args, "tokenize -m %s --no-bos -p '%s' %s", g_t, text, flags[i]);
+        cr_assert_eq(run(args, &out, NULL), 0);
+        cr_expect_str_eq(out, want[i == 1], "%s", args);
+        free(out);
+    }
 }

@@ -22,8 +22,7 @@
 static sd_vocab *load_named(const char *name) {
     char path[1024];
     snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", VOCAB_DIR, name);
-    if (access(path, R_OK) != 0)
-        cr_skip_test("shared test data not found at %s (needs ../shared/data)", path);
+    tu_need_path(path, "llama.cpp's vocabularies, in ../shared/data");
     sd_gguf *g = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_gguf_open(path, &g, &err), SD_OK, "%s", err.msg);

@@ -26,11 +26,13 @@ static void teardown(void) {
 
 TestSuite(draft, .init = setup, .fini = teardown, .timeout = 120);
 
-/* Independently recompute each q row from a fresh session over ctx + drafted tokens,
- * and replay the proposer's RNG stream to check each token is sd_sample(q_i, u_i). */
+/* Independently recompute each row from a fresh session over ctx + drafted tokens and
+ * redo each draw from its key: rejection sampling, q_i = the warp of the draft logits and
+ * token i = sd_sample(q_i, sd_key_uniform(seed, n_ctx + i, SD_DRAW_DRAFT, 0)); Gumbel,
+ * token i = sd_gumbel_sample(q_i, seed, n_ctx + i) and no q rows (one-hot); greedy, the
+ * argmax of the logits and no q rows. */
 static void check_proposal(const sd_model *m, const sd_sampling_params *samp, uint64_t seed,
-                           int n_calls_before, const int32_t *ctx, int32_t n_ctx,
-                           const sd_proposal *prop) {
+                           const int32_t *ctx, int32_t n_ctx, const sd_proposal *prop) {
     const int32_t n_vocab = sd_model_hparams(m)->n_vocab;
     sd_error err = {0};
     sd_session *s = NULL;
@@ -40,28 +42,33 @@ static void check_proposal(const sd_model *m, const sd_sampling_params *samp, ui
     float *q = malloc((size_t)n_vocab * sizeof(float));
     int32_t *scratch = malloc((size_t)n_vocab * sizeof(int32_t));
     cr_assert_eq(sd_session_eval(s, ctx, n_ctx, logits, 1, &err), 0, "%s", err.msg);
-    sd_rng rng;
-    sd_rng_seed(&rng, seed);
-    for (int i = 0; i < n_calls_before; i++)
-        sd_rng_uniform(&rng);
+    const int rows = samp->temp > 0.0f && samp->spec == SD_SPEC_REJECTION;
+    cr_assert_eq(prop->one_hot, !rows, "one-hot exactly when no q rows are needed");
+    cr_assert_eq(prop->probs == NULL, !rows);
     for (int32_t i = 0; i < prop->n; i++) {
         cr_assert_eq(sd_warp(samp, logits, n_vocab, q, scratch, &err), 0, "%s", err.msg);
-        const float *got = prop->probs + (size_t)i * n_vocab;
-        cr_assert(memcmp(got, q, (size_t)n_vocab * sizeof(float)) == 0,
-                  "q row %d differs from the warp of the draft logits", i);
-        double sum = 0.0;
-        int32_t support = 0;
-        for (int32_t v = 0; v < n_vocab; v++) {
-            sum += got[v];
-            support += got[v] > 0.0f;
+        int32_t want;
+        if (!(samp->temp > 0.0f)) {
+            want = sd_argmax(logits, n_vocab);
+        } else if (samp->spec == SD_SPEC_GUMBEL) {
+            want = sd_gumbel_sample(q, n_vocab, NULL, seed, n_ctx + i);
+        } else {
+            const float *got = prop->probs + (size_t)i * n_vocab;
+            cr_assert(memcmp(got, q, (size_t)n_vocab * sizeof(float)) == 0,
+                      "q row %d differs from the warp of the draft logits", i);
+            double sum = 0.0;
+            int32_t support = 0;
+            for (int32_t v = 0; v < n_vocab; v++) {
+                sum += got[v];
+                support += got[v] > 0.0f;
+            }
+            cr_assert_float_eq(sum, 1.0, 1e-5);
+            if (samp->top_k > 0) cr_assert_leq(support, samp->top_k);
+            cr_assert_gt(got[prop->tokens[i]], 0.0f);
+            want = sd_sample(q, n_vocab, sd_key_uniform(seed, n_ctx + i, SD_DRAW_DRAFT, 0));
         }
-        cr_assert_float_eq(sum, 1.0, 1e-5);
-        if (samp->top_k > 0) cr_assert_leq(support, samp->top_k);
-        int32_t want = samp->temp <= 0.0f ? sd_argmax(q, n_vocab)
-                                          : sd_sample(q, n_vocab, sd_rng_uniform(&rng));
-        cr_assert_eq(prop->tokens[i], want, "draft token %d: %d, replayed draw gives %d", i,
+        cr_assert_eq(prop->tokens[i], want, "draft token %d: %d, the keyed draw gives %d", i,
                      prop->tokens[i], want);
-        cr_assert_gt(got[prop->tokens[i]], 0.0f);
         cr_assert_eq(sd_session_eval(s, &prop->tokens[i], 1, logits, 1, &err), 0, "%s", err.msg);
     }
     free(logits);
@@ -75,7 +82,14 @@ Test(draft, q_is_the_sampled_distribution) {
     sd_model *m = NULL;
     cr_assert_eq(sd_model_load(g_model, &m, &err), 0, "%s", err.msg);
     const sd_sampling_params cases[] = {
-        {1.0f, 0, 1.0f}, {0.7f, 5, 1.0f}, {1.3f, 0, 0.6f}, {0.9f, 12, 0.8f}, {0.0f, 0, 1.0f}};
+        {.temp = 1.0f, .top_k = 0, .top_p = 1.0f},
+        {.temp = 0.7f, .top_k = 5, .top_p = 1.0f},
+        {.temp = 1.3f, .top_k = 0, .top_p = 0.6f},
+        {.temp = 0.9f, .top_k = 12, .top_p = 0.8f},
+        {.temp = 0.9f, .top_k = 0, .top_p = 1.0f, .min_p = 0.1f},
+        {.temp = 1.0f, .top_k = 0, .top_p = 1.0f, .spec = SD_SPEC_GUMBEL},
+        {.temp = 0.8f, .top_k = 10, .top_p = 0.9f, .spec = SD_SPEC_GUMBEL},
+        {.temp = 0.0f, .top_k = 0, .top_p = 1.0f}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         sd_proposer *p = NULL;
         sd_session_params sp = sd_session_default_params();
@@ -83,13 +97,11 @@ Test(draft, q_is_the_sampled_distribution) {
         cr_assert_eq(sd_proposer_llm_init(m, &sp, &cases[c], seed, 0, &p, &err), 0, "%s", err.msg);
         int32_t ctx[64] = {1, 10, 11, 12};
         int32_t n_ctx = 4;
-        int draws = 0;
         for (int step = 0; step < 4; step++) {
             sd_proposal prop;
             cr_assert_eq(sd_proposer_propose(p, ctx, n_ctx, 6, &prop, &err), 0, "%s", err.msg);
             cr_assert_eq(prop.n, 6);
-            check_proposal(m, &cases[c], seed, draws, ctx, n_ctx, &prop);
-            if (cases[c].temp > 0.0f) draws += prop.n;
+            check_proposal(m, &cases[c], seed, ctx, n_ctx, &prop);
             /* Accept a varying prefix, then a token of our own (a "correction"). */
             int32_t acc = step % 4;
             for (int32_t i = 0; i < acc; i++)
@@ -108,7 +120,7 @@ Test(draft, stops_gracefully_at_its_context_limit) {
     cr_assert_eq(sd_model_load(g_model, &m, &err), 0, "%s", err.msg);
     sd_session_params sp = sd_session_default_params();
     sp.n_ctx = 16;
-    sd_sampling_params samp = {0.0f, 0, 1.0f};
+    sd_sampling_params samp = {.temp = 0.0f, .top_k = 0, .top_p = 1.0f};
     sd_proposer *p = NULL;
     cr_assert_eq(sd_proposer_llm_init(m, &sp, &samp, 1, 0, &p, &err), 0, "%s", err.msg);
     int32_t ctx[32];

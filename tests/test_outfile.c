@@ -5,7 +5,8 @@
  * output that is the same file as an input (same st_dev and st_ino: the same name, a
  * "./" spelling, a hard link) is refused and the input is left byte for byte; the
  * temporary "OUT.tmp.PID" is removed on a write error, on SIGXFSZ (a file-size limit)
- * and on SIGTERM / SIGINT in the middle of the write.
+ * and on SIGTERM / SIGINT in the middle of the write, and after a SIGKILL by the next write
+ * to the same path.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -249,7 +250,9 @@ static void kill_during_write(int sig) {
     tu_path(out, sizeof out, g_dir, "killed.gguf");
     int in = inotify_init1(IN_CLOEXEC);
     cr_assert_geq(in, 0);
-    cr_assert_geq(inotify_add_watch(in, g_dir, IN_CREATE), 0);
+    /* SIGKILL: wait for data written to the temporary (the writer's, not the one the output
+     * check creates and removes at once) */
+    cr_assert_geq(inotify_add_watch(in, g_dir, sig == SIGKILL ? IN_MODIFY : IN_CREATE), 0);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -274,6 +277,18 @@ static void kill_during_write(int sig) {
     close(in);
     cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == sig,
               "quantize finished before the signal (status 0x%x): make the input bigger", st);
+    if (sig == SIGKILL) {
+        /* nothing can run on SIGKILL: the temporary stays until the next write to the path */
+        cr_assert_eq(n_temporaries(), 1, "SIGKILL left no temporary?");
+        char cmd[8192], *err = NULL;
+        snprintf(cmd, sizeof cmd, "%s quantize %s %s q8_0", SD_BINARY, g_in, out);
+        cr_assert_eq(tu_run(cmd, NULL, &err), 0, "%s", err);
+        free(err);
+        cr_assert_eq(n_temporaries(), 0, "the dead process's temporary is still there");
+        cr_assert_eq(access(out, F_OK), 0);
+        unlink(out);
+        return;
+    }
     cr_assert_eq(n_temporaries(), 0, "signal %d left the temporary behind", sig);
     cr_assert_eq(access(out, F_OK), -1);
 }
@@ -289,4 +304,18 @@ Test(outfile, sigterm_and_sigint_remove_temporary) {
     cr_assert_eq(tu_make_llama(g_in, &s), 0);
     kill_during_write(SIGTERM);
     kill_during_write(SIGINT);
+}
+
+/* SIGKILL mid-write leaves "OUT.tmp.PID" (49 MB for SmolLM2's q8_0): the next write to OUT
+ * removes it, since no process of that pid exists any more. */
+Test(outfile, sigkill_temporary_removed_by_the_next_write) {
+    tu_llama_spec s = tu_llama_default_spec();
+    s.n_vocab = 16384;
+    s.n_embd = 512;
+    s.n_head = 8;
+    s.n_head_kv = 8;
+    s.n_layer = 1;
+    s.n_ff = 64;
+    cr_assert_eq(tu_make_llama(g_in, &s), 0);
+    kill_during_write(SIGKILL);
 }

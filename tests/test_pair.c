@@ -45,8 +45,7 @@ TestSuite(pair, .init = setup, .fini = teardown, .timeout = 600);
 static void need_models(void) {
     const char *files[] = {TARGET_F32, TARGET_Q8, DRAFT_F32, DRAFT_Q8};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-        if (access(files[i], R_OK) != 0)
-            cr_skip_test("%s absent: the shipped pair is made by scripts/train_pair.py", files[i]);
+        tu_need_path(files[i], "the shipped pair is made by scripts/train_pair.py");
 }
 
 static sd_model *load(const char *path) {
@@ -86,11 +85,9 @@ Test(pair, vocabularies_pair_and_shapes) {
 /* The pair shares stories260K's vocabulary (tok512), so it pairs with it too. */
 Test(pair, pairs_with_stories260k) {
     need_models();
-    int made = tu_make_stories_pair(g_dir);
-    cr_assert_neq(made, -1);
-    if (made == 0)
-        cr_skip_test("%s absent (shared data): pairing with stories260K not checked",
-                     tu_shared("models/stories260K.bin"));
+    tu_need_path(tu_shared("models/stories260K.bin"), "shared data: pairing with stories260K");
+    tu_need_path(tu_shared("models/tok512.bin"), "shared data: pairing with stories260K");
+    cr_assert_eq(tu_make_stories_pair(g_dir), 1);
     sd_model *t = load(TARGET_F32), *d = load(DRAFT_F32);
     char s260[2048];
     tu_path(s260, sizeof s260, g_dir, "stories260K-f32.gguf");
@@ -106,10 +103,9 @@ static int32_t *tokenize(const sd_model *m, const char *text, int32_t *n) {
     sd_error err = {0};
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    cr_assert_eq(sd_vocab_tokenize(sd_model_vocab(m), text, strlen(text), SD_VOCAB_ADD_SPECIAL, &ids,
-                                   &n_ids, &err),
-                 0,
-                 "%s", err.msg);
+    cr_assert_eq(sd_vocab_tokenize(sd_model_vocab(m), text, strlen(text), SD_VOCAB_ADD_SPECIAL,
+                                   &ids, &n_ids, &err),
+                 0, "%s", err.msg);
     *n = (int32_t)n_ids;
     return ids;
 }

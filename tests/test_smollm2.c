@@ -7,7 +7,9 @@
  *  - the file loads with the hyperparameters its card states;
  *  - logits over 2,000 positions of ../shared TinyStories text against an independent
  *    PyTorch reference (scripts/ref_smollm2.py: gguf-py's dequantizer, float32 math), on
- *    the Q4_1 file and on an F16 copy (bounds and why at the test);
+ *    the Q4_1 file and on an F16 copy (bounds and why at the test); and the Q4_1 file's
+ *    top-1 against that reference's stored once (tests/data/smollm2-ref-top1.txt), which
+ *    needs no PyTorch;
  *  - --chat formats the prompt with the model's ChatML template and stops at <|im_end|>;
  *  - greedy speculative output == target-alone output with a draft made from the model
  *    (`specdec quantize ... q4_0`) and with the n-gram proposer, for several K and prompts;
@@ -37,10 +39,7 @@ static const char *smol_path(void) {
 #define N_POS 2000
 
 static void need_model(void) {
-    if (access(SMOL, R_OK) != 0)
-        cr_skip_test("%s absent: run `bash scripts/get_models.sh` to fetch SmolLM2 (the test "
-                     "is skipped otherwise)",
-                     SMOL);
+    tu_need_path(SMOL, "fetched by `bash scripts/get_models.sh`");
 }
 
 /* An interpreter with torch and gguf for the reference: $SD_TORCH_PYTHON, else
@@ -159,10 +158,11 @@ Test(smollm2, logits_match_the_pytorch_reference, .timeout = 2400) {
                      "install gguf), or set SD_TORCH_PYTHON");
     char ref_script[512];
     snprintf(ref_script, sizeof ref_script, "%s/scripts/ref_smollm2.py", SD_SOURCE_DIR);
-    if (access(ref_script, R_OK) != 0) cr_skip_test("%s absent", ref_script);
+    tu_need_path(ref_script, "the reference script");
+    tu_need_path(tu_shared("tinystories/valid.txt"), "TinyStories text, in ../shared/data");
     size_t len = 0;
     unsigned char *text = tu_read_file(tu_shared("tinystories/valid.txt"), &len);
-    if (!text) cr_skip_test("%s absent (../shared data)", tu_shared("tinystories/valid.txt"));
+    cr_assert_not_null(text);
     sd_model *m = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_model_load(SMOL, &m, &err), SD_OK, "%s", err.msg);
@@ -282,8 +282,7 @@ Test(smollm2, greedy_speculative_equals_target_alone, .timeout = 1800) {
 
 Test(smollm2, trained_draft_pairs_and_greedy_equals_target_alone, .timeout = 1800) {
     need_model();
-    if (access(SMOL_DRAFT, R_OK) != 0)
-        cr_skip_test("%s absent (scripts/train_smollm2_draft.py makes it)", SMOL_DRAFT);
+    tu_need_path(SMOL_DRAFT, "scripts/train_smollm2_draft.py makes it");
     if (getenv("SD_SMOL_MODEL") && *getenv("SD_SMOL_MODEL"))
         cr_skip_test("SD_SMOL_MODEL set: the pair config names the Q4_1 file");
     static const char *prompts[] = {"'Once upon a time, there was a little dog named Max.'",
@@ -374,4 +373,71 @@ Test(smollm2, bench_formats_chat_prompts_with_the_template, .timeout = 600) {
     unlink(raw);
     unlink(js);
     tu_rmdir(dir);
+}
+
+/*
+ * The README's figure without PyTorch: the float reference's top-1 at 2,000 positions of
+ * TinyStories text was computed once (scripts/ref_smollm2.py, as the test above does live)
+ * and stored with its inputs in tests/data/smollm2-ref-top1.txt, so this runs wherever the
+ * model is (CI): specdec's Q4_1 logits agree on top-1 at >= 97% of the positions (measured
+ * 97.25% against this file, made with Debian's PyTorch 1.13; the README's 97.4% is the live
+ * test's with another build), and where the reference is decided by a clear margin (top-1 -
+ * top-2 >= 1 logit) at >= 99.5% of those (measured: all 1170; quantization flips near-ties
+ * only).
+ */
+Test(smollm2, top1_matches_the_stored_float_reference, .timeout = 2400) {
+    need_model();
+    if (getenv("SD_SMOL_MODEL") && *getenv("SD_SMOL_MODEL"))
+        cr_skip_test("SD_SMOL_MODEL set: the stored reference is of the Q4_1 file");
+    const char *ref_path = SD_SOURCE_DIR "/tests/data/smollm2-ref-top1.txt";
+    FILE *f = fopen(ref_path, "r");
+    cr_assert_not_null(f, "%s", ref_path);
+    static int32_t ids[N_POS], want[N_POS];
+    static float margin[N_POS];
+    char line[256];
+    int n = 0;
+    while (n < N_POS && fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        cr_assert_eq(sscanf(line, "%d %d %f", &ids[n], &want[n], &margin[n]), 3, "%s", line);
+        n++;
+    }
+    fclose(f);
+    cr_assert_eq(n, N_POS);
+    sd_model *m = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_model_load(SMOL, &m, &err), SD_OK, "%s", err.msg);
+    const int32_t n_vocab = sd_model_hparams(m)->n_vocab;
+    sd_session_params sp = sd_session_default_params();
+    sp.n_ctx = N_POS;
+    sp.n_batch = 250;
+    sd_session *s = NULL;
+    cr_assert_eq(sd_session_init(m, &sp, &s, &err), SD_OK, "%s", err.msg);
+    float *logits = malloc((size_t)250 * (size_t)n_vocab * sizeof(float));
+    cr_assert(logits);
+    int agree = 0, clear = 0, clear_agree = 0;
+    for (int32_t i = 0; i < N_POS; i += 250) {
+        cr_assert_eq(sd_session_eval(s, ids + i, 250, logits, 250, &err), SD_OK, "%s", err.msg);
+        for (int32_t r = 0; r < 250; r++) {
+            const float *row = logits + (size_t)r * n_vocab;
+            int32_t best = 0;
+            for (int32_t v = 1; v < n_vocab; v++)
+                if (row[v] > row[best]) best = v;
+            const int ok = best == want[i + r];
+            agree += ok;
+            if (margin[i + r] >= 1.0f) {
+                clear++;
+                clear_agree += ok;
+            }
+        }
+    }
+    free(logits);
+    sd_session_free(s);
+    sd_model_free(m);
+    fprintf(stderr,
+            "smollm2: top-1 agreement with the stored reference %.4f (%d/%d); %.4f (%d/%d) "
+            "where its margin is >= 1 logit\n",
+            agree / (double)N_POS, agree, N_POS, clear_agree / (double)clear, clear_agree, clear);
+    cr_expect_geq(agree, (int)(0.97 * N_POS), "top-1 agreement %d / %d < 0.97", agree, N_POS);
+    cr_expect_geq(clear_agree, (int)(0.995 * clear), "clear decisions: %d / %d", clear_agree,
+                  clear);
 }

@@ -203,7 +203,7 @@ Test(spec, first_token_distribution_with_and_without_draft) {
     cr_assert_eq(tu_make_llama(tu_path(t, sizeof t, g_dir, "t.gguf"), &s), 0);
     s.noise = 0.8f;
     cr_assert_eq(tu_make_llama(tu_path(d, sizeof d, g_dir, "d.gguf"), &s), 0);
-    sd_sampling_params samp = {1.0f, 20, 1.0f};
+    sd_sampling_params samp = {.temp = 1.0f, .top_k = 20, .top_p = 1.0f};
     const int32_t prompt[4] = {1, 7, 8, 9};
     const int32_t n_vocab = s.n_vocab;
 
@@ -277,10 +277,9 @@ Test(spec, first_token_distribution_with_and_without_draft) {
 
 /* The real pair: stories260K (F32) and its own Q4_0 copy from `specdec quantize`. */
 Test(spec, greedy_equals_target_alone_stories260k) {
-    int made = tu_make_stories_pair(g_dir);
-    cr_assert_neq(made, -1);
-    if (made == 0)
-        cr_skip_test("%s absent (shared data): skipped", tu_shared("models/stories260K.bin"));
+    tu_need_path(tu_shared("models/stories260K.bin"), "llama2.c's stories260K, in ../shared/data");
+    tu_need_path(tu_shared("models/tok512.bin"), "llama2.c's tokenizer, in ../shared/data");
+    cr_assert_eq(tu_make_stories_pair(g_dir), 1);
     char t[2048], d[2048];
     tu_path(t, sizeof t, g_dir, "stories260K-f32.gguf");
     tu_path(d, sizeof d, g_dir, "stories260K-q4_0.gguf");
@@ -293,11 +292,9 @@ Test(spec, greedy_equals_target_alone_stories260k) {
     for (int i = 0; i < 3; i++) {
         int32_t *ids = NULL;
         size_t n = 0;
-        cr_assert_eq(
-            sd_vocab_tokenize(sd_model_vocab(m), texts[i], strlen(texts[i]), SD_VOCAB_ADD_SPECIAL,
-                              &ids, &n, &err),
-            0,
-            "%s", err.msg);
+        cr_assert_eq(sd_vocab_tokenize(sd_model_vocab(m), texts[i], strlen(texts[i]),
+                                       SD_VOCAB_ADD_SPECIAL, &ids, &n, &err),
+                     0, "%s", err.msg);
         cr_assert_geq(n, 4);
         memcpy(prompts[i], ids, sizeof prompts[i]); /* BOS + the first 3 tokens */
         free(ids);
@@ -326,7 +323,7 @@ Test(spec, vocab_sizes_may_differ) {
     const char *drafts[2] = {d_small, d_big};
     for (int di = 0; di < 2; di++) {
         greedy_equal(t, drafts[di], 32, k_prompts, 2, -1, NULL);
-        sd_sampling_params samp = {1.0f, 0, 1.0f};
+        sd_sampling_params samp = {.temp = 1.0f, .top_k = 0, .top_p = 1.0f};
         pair p;
         pair_open(&p, t, drafts[di], &samp, 5, 0);
         for (int run = 0; run < 20; run++) {
@@ -365,7 +362,7 @@ Test(spec, eos_and_context_limits_match_target_alone) {
     s.n_ctx = 20; /* the draft's own context: shorter than the target's */
     cr_assert_eq(tu_make_llama(tu_path(d, sizeof d, g_dir, "d.gguf"), &s), 0);
     sd_error err = {0};
-    sd_sampling_params samp = {0.0f, 0, 1.0f};
+    sd_sampling_params samp = {.temp = 0.0f, .top_k = 0, .top_p = 1.0f};
     sd_model *tm = NULL, *dm = NULL;
     cr_assert_eq(sd_model_load(t, &tm, &err), 0, "%s", err.msg);
     cr_assert_eq(sd_model_load(d, &dm, &err), 0, "%s", err.msg);

@@ -25,18 +25,16 @@
 
 #include "runtime/gguf/sd_gguf.h"
 #include "runtime/tokenizer/sd_vocab.h"
+#include "runtime/tokenizer/unicode.h"
+#include "runtime/tokenizer/vocab_impl.h"
 #include "tests/testutil.h"
 
-#define VOCAB_DIR tu_shared("vocab")
-
 static void vocab_path(char *buf, size_t cap, const char *name) {
-    snprintf(buf, cap, "%s/ggml-vocab-%s.gguf", VOCAB_DIR, name);
+    tu_llamacpp_vocab(name, buf, cap);
 }
 
 static void skip_without(const char *path) {
-    if (access(path, R_OK) != 0)
-        cr_skip_test("shared test data not found at %s (the vocab vectors need ../shared/data)",
-                     path);
+    tu_need_path(path, "llama.cpp's vocabularies: ../shared/data or scripts/get_vocabs.sh");
 }
 
 static sd_vocab *load_named(const char *name) {
@@ -237,6 +235,27 @@ Test(vectors, falcon) {
 Test(vectors, starcoder) {
     check_vectors((vocab_case){"starcoder", 46, 1});
 }
+/* llama.cpp's vocabularies beyond ../shared/data (scripts/get_vocabs.sh fetches them):
+ * the deepseek-coder and qwen35 pre-tokenizers, Command-R's vocabulary (normal tokens
+ * outside GPT-2's byte alphabet), and three more spellings already supported. */
+Test(vectors, deepseek_coder) {
+    check_vectors((vocab_case){"deepseek-coder", 46, 0});
+}
+Test(vectors, qwen35) {
+    check_vectors((vocab_case){"qwen35", 50, 0});
+}
+Test(vectors, command_r) {
+    check_vectors((vocab_case){"command-r", 46, 0});
+}
+Test(vectors, refact) {
+    check_vectors((vocab_case){"refact", 46, 1});
+}
+Test(vectors, mpt) {
+    check_vectors((vocab_case){"mpt", 46, 1});
+}
+Test(vectors, phi_3) {
+    check_vectors((vocab_case){"phi-3", 46, 0});
+}
 
 /* ------------------------------------------------------------------ round trips */
 
@@ -319,6 +338,15 @@ Test(round_trip, tokens_falcon) {
 }
 Test(round_trip, tokens_starcoder) {
     token_round_trip("starcoder");
+}
+Test(round_trip, tokens_deepseek_coder) {
+    token_round_trip("deepseek-coder");
+}
+Test(round_trip, tokens_qwen35) {
+    token_round_trip("qwen35");
+}
+Test(round_trip, tokens_command_r) {
+    token_round_trip("command-r");
 }
 
 /* GPT-2 byte -> code point (bytes_to_unicode of GPT-2's encoder.py), written here again. */
@@ -411,8 +439,9 @@ Test(round_trip, codepoints_starcoder, .timeout = 600) {
 Test(long_input, bpe_round_trip, .timeout = 300) {
     sd_vocab *v = load_named("qwen2");
     size_t len = 0;
+    tu_need_path(tu_shared("tinystories/valid.txt"), "TinyStories text, in ../shared/data");
     char *txt = (char *)tu_read_file(tu_shared("tinystories/valid.txt"), &len);
-    if (!txt) cr_skip_test("tinystories/valid.txt missing (needs ../shared/data)");
+    cr_assert_not_null(txt);
     if (len > 200000) len = 200000;
     while (len > 0 && ((unsigned char)txt[len] & 0xC0) == 0x80)
         len--; /* whole characters */
@@ -465,4 +494,54 @@ Test(pairing, shared_vocabularies) {
                               "(tokenizer.ggml.pre)");
     for (int i = 0; i < 7; i++)
         sd_vocab_free(v[i]);
+}
+
+/* ------------------------------------------------------------------ pre-tokenizers */
+
+/* The words pretok_split makes of text, as their UTF-8 joined by '|'. */
+static void split_words(pre_type pre, const char *text, char *out, size_t cap) {
+    const size_t n = strlen(text);
+    uint32_t *cps = malloc((n + 1) * sizeof *cps);
+    const size_t n_cps = sd_utf8_decode_lenient(text, n, cps);
+    size_t *lens = NULL, n_lens = 0, o = 0, at = 0;
+    cr_assert_eq(pretok_split(pre, cps, n_cps, &lens, &n_lens), 0);
+    out[0] = '\0';
+    for (size_t w = 0; w < n_lens; w++) {
+        if (w && o + 1 < cap) out[o++] = '|';
+        for (size_t k = 0; k < lens[w]; k++) {
+            char u8[4];
+            const size_t l = sd_utf8_encode(cps[at++], u8);
+            for (size_t j = 0; j < l && o + 1 < cap; j++)
+                out[o++] = u8[j];
+        }
+        out[o] = '\0';
+    }
+    cr_assert_eq(at, n_cps, "the words do not cover the text");
+    free(lens);
+    free(cps);
+}
+
+/* deepseek-coder's and qwen35's splits, worked out by hand from their regex lists (llama.cpp
+ * LLAMA_VOCAB_PRE_TYPE_DEEPSEEK_CODER: [\r\n], \s?\p{L}+, \s?\p{P}+, [CJK]+, \p{N};
+ * QWEN35: Qwen2's regex with [\p{L}\p{M}]+ letter runs), so they run without the fetched
+ * vocabularies; qwen2 on the same text shows what the marks change. */
+Test(pretok, deepseek_coder_and_qwen35_splits) {
+    char got[256];
+    split_words(PRE_DEEPSEEK_CODER,
+                "Hello, world! 123\n\xe4\xb8\xad\xe6\x96\x87"
+                "ab",
+                got, sizeof got);
+    cr_expect_str_eq(got, "Hello|,| world|!| |1|2|3|\n|\xe4\xb8\xad\xe6\x96\x87|ab");
+    const char *marks = "xe\xcc\x81y e\xcc\x81 12"; /* e + U+0301 COMBINING ACUTE ACCENT */
+    split_words(PRE_QWEN35, marks, got, sizeof got);
+    cr_expect_str_eq(got, "xe\xcc\x81y| e\xcc\x81| |1|2");
+    split_words(PRE_QWEN2, marks, got, sizeof got);
+    cr_expect_str_eq(got, "xe|\xcc\x81y| e|\xcc\x81| |1|2");
+    /* the names llama.cpp gives them */
+    pre_type pre;
+    int add_bos = -1, clean = -1, ignore = -1;
+    cr_assert_eq(pretok_from_name("deepseek-coder", 14, &pre, &add_bos, &clean, &ignore), 0);
+    cr_expect(pre == PRE_DEEPSEEK_CODER && !clean && !add_bos && !ignore);
+    cr_assert_eq(pretok_from_name("qwen35", 6, &pre, &add_bos, &clean, &ignore), 0);
+    cr_expect(pre == PRE_QWEN35 && !clean && !add_bos && !ignore);
 }

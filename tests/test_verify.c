@@ -1,8 +1,7 @@
 /*
  * tests/test_verify.c: verify/ (RNG, warps, inverse-CDF sampling, verification).
  *
- * Follows the rejection-sampler test set of vLLM (tests/samplers/test_rejection_sampler.py,
- * STYLE.md item 10):
+ * Follows the rejection-sampler test set of vLLM (tests/samplers/test_rejection_sampler.py):
  *   - the emitted tokens follow the target distribution p (chi-square), with negative
  *     controls proving the test can fail;
  *   - draft == target gives 100% acceptance and no NaN;
@@ -344,7 +343,9 @@ Test(verify_sample, draft_equals_target_accepts_everything) {
     sd_rng_seed(&gen, 1);
     sd_rng_seed(&draft_rng, 2);
     sd_rng_seed(&verify_rng, 3);
-    const sd_sampling_params configs[3] = {{1.0f, 0, 1.0f}, {0.8f, 40, 0.95f}, {0.5f, 0, 0.9f}};
+    const sd_sampling_params configs[3] = {{.temp = 1.0f, .top_k = 0, .top_p = 1.0f},
+                                           {.temp = 0.8f, .top_k = 40, .top_p = 0.95f},
+                                           {.temp = 0.5f, .top_k = 0, .top_p = 0.9f}};
     for (int step = 0; step < STEPS; step++) {
         const sd_sampling_params sp = configs[step % 3];
         for (int i = 0; i < (K + 1) * N; i++)
@@ -642,7 +643,7 @@ Test(verify_greedy, matches_sampling_with_temp0_rows) {
     sd_rng gen, rng;
     sd_rng_seed(&gen, 8);
     sd_rng_seed(&rng, 9);
-    const sd_sampling_params greedy = {0.0f, 40, 0.9f};
+    const sd_sampling_params greedy = {.temp = 0.0f, .top_k = 40, .top_p = 0.9f};
     for (int trial = 0; trial < 200; trial++) {
         for (int i = 0; i < (K + 1) * N; i++)
             tl[i] = (float)(int)(4.0 * randn(&gen)); /* ties */
@@ -723,7 +724,7 @@ Test(warp, temperature_matches_double_softmax) {
     for (size_t t = 0; t < sizeof temps / sizeof temps[0]; t++) {
         for (int i = 0; i < N; i++)
             logits[i] = (float)(2.0 * randn(&gen) + 20.0);
-        const sd_sampling_params sp = {temps[t], 0, 1.0f};
+        const sd_sampling_params sp = {.temp = temps[t], .top_k = 0, .top_p = 1.0f};
         compare_to_ref(&sp, logits, N, "temperature");
     }
 }
@@ -736,11 +737,12 @@ Test(warp, no_ranking_when_top_k_and_top_p_are_off) {
         logits[i] = (float)(i % 17) * 0.1f;
     for (int i = 0; i < N; i++)
         scratch[i] = -7;
-    const sd_sampling_params sp = {0.9f, 0, 1.0f};
+    const sd_sampling_params sp = {.temp = 0.9f, .top_k = 0, .top_p = 1.0f};
     cr_assert_eq(sd_warp(&sp, logits, N, probs, scratch, NULL), SD_OK);
     for (int i = 0; i < N; i++)
         cr_assert_eq(scratch[i], -7, "scratch touched: no sort expected");
-    const sd_sampling_params sp2 = {0.9f, N + 5, 1.5f}; /* top_k >= n and top_p > 1 are off too */
+    const sd_sampling_params sp2 = {
+        .temp = 0.9f, .top_k = N + 5, .top_p = 1.5f}; /* top_k >= n and top_p > 1 are off too */
     cr_assert_eq(sd_warp(&sp2, logits, N, probs, scratch, NULL), SD_OK);
     for (int i = 0; i < N; i++)
         cr_assert_eq(scratch[i], -7, "scratch touched: no sort expected");
@@ -756,7 +758,7 @@ Test(warp, top_k_keeps_exactly_k_with_ties_by_id) {
     for (int i = 0; i < N; i++)
         logits[i] = (float)(i % 5);
     logits[19] = logits[24] = 0.0f; /* two fewer 4s: 4s at ids 4, 9, 14 only */
-    const sd_sampling_params sp = {1.0f, 7, 1.0f};
+    const sd_sampling_params sp = {.temp = 1.0f, .top_k = 7, .top_p = 1.0f};
     cr_assert_eq(sd_warp(&sp, logits, N, probs, scratch, NULL), SD_OK);
     const int keep[7] = {4, 9, 14, 3, 8, 13, 18};
     int nz = 0;
@@ -784,7 +786,7 @@ Test(warp, top_k_large_vocab_matches_full_sort) {
             const double x = 2.0 * randn(&gen);
             logits[i] = (float)(t % 2 ? floor(x * 4.0) / 4.0 : x);
         }
-        const sd_sampling_params sp = {0.8f, ks[t], 1.0f};
+        const sd_sampling_params sp = {.temp = 0.8f, .top_k = ks[t], .top_p = 1.0f};
         compare_to_ref(&sp, logits, N, "top_k");
     }
 }
@@ -794,7 +796,8 @@ Test(warp, top_p_keeps_smallest_prefix_reaching_p) {
     const float logits[5] = {logf(0.2f), logf(0.05f), logf(0.5f), logf(0.1f), logf(0.15f)};
     float probs[5];
     int32_t scratch[5];
-    const sd_sampling_params sp = {1.0f, 0, 0.8f}; /* 0.5 + 0.2 = 0.7 < 0.8 <= 0.85 */
+    const sd_sampling_params sp = {
+        .temp = 1.0f, .top_k = 0, .top_p = 0.8f}; /* 0.5 + 0.2 = 0.7 < 0.8 <= 0.85 */
     cr_assert_eq(sd_warp(&sp, logits, 5, probs, scratch, NULL), SD_OK);
     const float want[5] = {0.2f / 0.85f, 0.0f, 0.5f / 0.85f, 0.0f, 0.15f / 0.85f};
     for (int i = 0; i < 5; i++)
@@ -802,13 +805,14 @@ Test(warp, top_p_keeps_smallest_prefix_reaching_p) {
                   (double)want[i]);
     cr_assert(probs[1] == 0.0f && probs[3] == 0.0f);
 
-    const sd_sampling_params tiny = {1.0f, 0, 0.0f}; /* top_p 0: keep only the best */
+    const sd_sampling_params tiny = {
+        .temp = 1.0f, .top_k = 0, .top_p = 0.0f}; /* top_p 0: keep only the best */
     cr_assert_eq(sd_warp(&tiny, logits, 5, probs, scratch, NULL), SD_OK);
     cr_assert(probs[2] == 1.0f && probs[0] == 0.0f && probs[4] == 0.0f);
 
     /* four equal tokens, top_p 0.6: three kept (0.75 >= 0.6), lowest ids */
     const float flat[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-    const sd_sampling_params sp6 = {1.0f, 0, 0.6f};
+    const sd_sampling_params sp6 = {.temp = 1.0f, .top_k = 0, .top_p = 0.6f};
     cr_assert_eq(sd_warp(&sp6, flat, 4, probs, scratch, NULL), SD_OK);
     for (int i = 0; i < 3; i++)
         cr_assert(fabs(probs[i] - 1.0 / 3.0) <= 1e-6);
@@ -833,7 +837,8 @@ Test(warp, top_p_and_top_k_large_vocab_match_reference) {
                 const double x = scales[s] * randn(&gen);
                 logits[i] = (float)(t % 2 ? floor(x * 8.0) / 8.0 : x);
             }
-            const sd_sampling_params sp = {0.8f, top_ks[(s + t) % 4], top_ps[t]};
+            const sd_sampling_params sp = {
+                .temp = 0.8f, .top_k = top_ks[(s + t) % 4], .top_p = top_ps[t]};
             compare_to_ref(&sp, logits, N, "top_p");
         }
     }
@@ -851,7 +856,7 @@ Test(warp, top_p_on_equal_logits_keeps_lowest_ids) {
     const float top_ps[2] = {0.25f, 0.3f};
     const int want[2] = {2500, 3001};
     for (int t = 0; t < 2; t++) {
-        const sd_sampling_params sp = {1.3f, 0, top_ps[t]};
+        const sd_sampling_params sp = {.temp = 1.3f, .top_k = 0, .top_p = top_ps[t]};
         cr_assert_eq(sd_warp(&sp, logits, N, probs, scratch, NULL), SD_OK);
         for (int i = 0; i < N; i++) {
             const float expect = i < want[t] ? 1.0f / (float)want[t] : 0.0f;
@@ -861,7 +866,7 @@ Test(warp, top_p_on_equal_logits_keeps_lowest_ids) {
         /* through the top-k path: top_k = N - 1 keeps ids 0 .. 9998, then top-p over
          * those 9999: 0.25 * 9999 = 2499.75 -> 2500 tokens, 0.3f * 9999 = 2999.7 -> 3000 */
         const int want_k[2] = {2500, 3000};
-        const sd_sampling_params spk = {1.3f, N - 1, top_ps[t]};
+        const sd_sampling_params spk = {.temp = 1.3f, .top_k = N - 1, .top_p = top_ps[t]};
         cr_assert_eq(sd_warp(&spk, logits, N, probs, scratch, NULL), SD_OK);
         for (int i = 0; i < N; i++)
             cr_assert_eq(probs[i] > 0.0f, i < want_k[t], "top_k path, top_p %g: id %d",
@@ -875,7 +880,7 @@ Test(warp, greedy_is_one_hot_at_argmax) {
     int32_t scratch[6];
     const float temps[3] = {0.0f, -1.0f, -0.0f};
     for (int t = 0; t < 3; t++) {
-        const sd_sampling_params sp = {temps[t], 3, 0.5f};
+        const sd_sampling_params sp = {.temp = temps[t], .top_k = 3, .top_p = 0.5f};
         cr_assert_eq(sd_warp(&sp, logits, 6, probs, scratch, NULL), SD_OK);
         for (int i = 0; i < 6; i++)
             cr_assert_eq(probs[i], i == 1 ? 1.0f : 0.0f);
@@ -885,7 +890,7 @@ Test(warp, greedy_is_one_hot_at_argmax) {
 Test(warp, infinities) {
     float probs[4];
     int32_t scratch[4];
-    const sd_sampling_params sp = {0.7f, 0, 1.0f};
+    const sd_sampling_params sp = {.temp = 0.7f, .top_k = 0, .top_p = 1.0f};
     const float neg[4] = {-INFINITY, 1.0f, -INFINITY, 1.0f};
     cr_assert_eq(sd_warp(&sp, neg, 4, probs, scratch, NULL), SD_OK);
     cr_assert(probs[0] == 0.0f && probs[2] == 0.0f && fabs(probs[1] - 0.5) < 1e-7 &&
@@ -895,7 +900,7 @@ Test(warp, infinities) {
     for (int i = 0; i < 4; i++)
         cr_assert_eq(probs[i], 0.25f);
     const float pos[4] = {1.0f, INFINITY, 3.0f, INFINITY};
-    const sd_sampling_params spk = {0.7f, 3, 0.9f};
+    const sd_sampling_params spk = {.temp = 0.7f, .top_k = 3, .top_p = 0.9f};
     cr_assert_eq(sd_warp(&spk, pos, 4, probs, scratch, NULL), SD_OK);
     cr_assert(probs[0] == 0.0f && probs[2] == 0.0f && probs[1] == 0.5f && probs[3] == 0.5f);
 }
@@ -909,13 +914,14 @@ Test(warp, bad_arguments) {
     cr_assert_eq(sd_warp(&sp, logits, 4, probs, scratch, &err), SD_ERR_ARG);
     cr_assert_eq(err.status, SD_ERR_ARG);
     cr_assert(strstr(err.msg, "logit[2] is NaN") != NULL, "%s", err.msg);
-    const sd_sampling_params greedy = {0.0f, 0, 1.0f};
+    const sd_sampling_params greedy = {.temp = 0.0f, .top_k = 0, .top_p = 1.0f};
     cr_assert_eq(sd_warp(&greedy, logits, 4, probs, scratch, NULL), SD_ERR_ARG,
                  "NaN must fail greedy too");
     logits[2] = 0.5f;
     cr_assert_eq(sd_warp(&sp, logits, 0, probs, scratch, &err), SD_ERR_ARG);
-    const sd_sampling_params nan_temp = {NAN, 0, 1.0f}, inf_temp = {INFINITY, 0, 1.0f},
-                             nan_p = {1.0f, 0, NAN};
+    const sd_sampling_params nan_temp = {.temp = NAN, .top_k = 0, .top_p = 1.0f},
+                             inf_temp = {.temp = INFINITY, .top_k = 0, .top_p = 1.0f},
+                             nan_p = {.temp = 1.0f, .top_k = 0, .top_p = NAN};
     cr_assert_eq(sd_warp(&nan_temp, logits, 4, probs, scratch, &err), SD_ERR_ARG);
     cr_assert_eq(sd_warp(&inf_temp, logits, 4, probs, scratch, &err), SD_ERR_ARG);
     cr_assert_eq(sd_warp(&nan_p, logits, 4, probs, scratch, &err), SD_ERR_ARG);

@@ -40,15 +40,8 @@ static char *read_all(const char *path, size_t *len) {
     return b;
 }
 
-static int shared_present(void) {
-    return access(SPM_GGUF, R_OK) == 0;
-}
-
 static void skip_without_shared(void) {
-    if (!shared_present())
-        cr_skip_test("shared test data not found at %s (the vocab vectors need ../shared/data "
-                     "or $SD_SHARED_DATA)",
-                     SPM_GGUF);
+    tu_need_path(SPM_GGUF, "llama.cpp's vocabularies, in ../shared/data or $SD_SHARED_DATA");
 }
 
 static sd_vocab *load_vocab_file(const char *path) {
@@ -176,8 +169,9 @@ Test(vocab_spm, long_text_roundtrip, .timeout = 60) {
     skip_without_shared();
     sd_vocab *v = load_vocab_file(SPM_GGUF);
     size_t len = 0;
+    tu_need_path(tu_shared("tinystories/valid.txt"), "TinyStories text, in ../shared/data");
     char *txt = read_all(tu_shared("tinystories/valid.txt"), &len);
-    if (!txt) cr_skip_test("tinystories/valid.txt missing");
+    cr_assert_not_null(txt);
     if (len > 200000) len = 200000;
     while (len > 0 && ((unsigned char)txt[len] & 0xC0) == 0x80)
         len--; /* whole chars */
@@ -780,10 +774,6 @@ Test(vocab_bpe, bad_input) {
     o.change_text = "a\xc3"; /* truncated UTF-8 */
     expect_load_error(o, SD_ERR_FORMAT, "'tokenizer.ggml.tokens'[260]", "UTF-8");
     o = bpe_default();
-    o.change_id = 0;
-    o.change_text = "a c"; /* a normal token with a raw space: not GPT-2 text */
-    expect_load_error(o, SD_ERR_FORMAT, "'tokenizer.ggml.tokens'[0]", "GPT-2");
-    o = bpe_default();
     o.short_types = 1;
     expect_load_error(o, SD_ERR_FORMAT, "tokenizer.ggml.token_type", "expected 265");
     o = bpe_default();
@@ -807,6 +797,36 @@ Test(vocab_bpe, bad_input) {
     cr_assert_str_eq(sd_vocab_pre_name(v), "");
     expect_ids(v, "the", 0, (int32_t[]){'t', BPE_HE}, 2);
     sd_vocab_free(v);
+}
+
+/* Normal tokens with characters outside GPT-2's byte alphabet (Command-R's vocabulary has
+ * U+200D, llama.cpp loads it) load, and decode as their text as written (HF tokenizers'
+ * ByteLevel decoder); no text tokenizes to them: the text's bytes are GPT-2 characters. */
+Test(vocab_bpe, tokens_outside_the_byte_alphabet) {
+    const char *const texts[2] = {"a c", "\xe2\x80\x8d"}; /* a raw space; U+200D */
+    for (int i = 0; i < 2; i++) {
+        bpe_opts o = bpe_default();
+        o.change_id = 0; /* byte 0x00's token */
+        o.change_text = texts[i];
+        sd_vocab *v = bpe_load(o);
+        expect_text(v, (int32_t[]){'x', 0, 'y'}, 3, 0, i ? "x\xe2\x80\x8dy" : "xa cy");
+        char piece[16];
+        cr_assert_eq(sd_vocab_token_to_piece(v, 0, 0, piece, sizeof piece), (int)strlen(texts[i]));
+        cr_assert_eq(memcmp(piece, texts[i], strlen(texts[i])), 0);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        sd_error err = {0};
+        cr_assert_eq(sd_vocab_tokenize(v, texts[i], strlen(texts[i]), 0, &ids, &n, &err), SD_OK);
+        for (size_t k = 0; k < n; k++)
+            cr_expect_neq(ids[k], 0, "'%s' tokenized to the token of that text", texts[i]);
+        char *back = NULL;
+        size_t bl = 0;
+        cr_assert_eq(sd_vocab_detokenize(v, ids, n, 0, &back, &bl, &err), SD_OK);
+        cr_expect_str_eq(back, texts[i]);
+        free(back);
+        free(ids);
+        sd_vocab_free(v);
+    }
 }
 
 /* Random damage to every token text and merge line: the load succeeds or fails with a

@@ -1,5 +1,7 @@
 #include "testutil.h"
 
+#include <criterion/criterion.h>
+
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,12 +11,29 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "draft/sd_draft.h"
 #include "runtime/convert/sd_convert.h"
 #include "runtime/gguf/sd_gguf.h"
 
 const char *tu_shared_data(void) {
     const char *d = getenv("SD_SHARED_DATA");
     return d && *d ? d : SD_SHARED_DATA_DEFAULT;
+}
+
+void tu_need_path(const char *path, const char *why) {
+    if (access(path, R_OK) != 0) cr_skip_test("absent: %s (%s)", path, why);
+}
+
+char *tu_llamacpp_vocab(const char *name, char *buf, size_t cap) {
+    const char *env = getenv("SD_LLAMACPP_VOCAB");
+    const char *dirs[3] = {env && *env ? env : NULL, SD_SOURCE_DIR "/models/downloaded/vocab",
+                           tu_shared("vocab")};
+    for (int i = 0; i < 3; i++) {
+        if (!dirs[i]) continue;
+        if ((size_t)snprintf(buf, cap, "%s/ggml-vocab-%s.gguf", dirs[i], name) >= cap) abort();
+        if (access(buf, R_OK) == 0) return buf;
+    }
+    return buf; /* the shared-data path, absent */
 }
 
 const char *tu_shared(const char *rel) {
@@ -365,4 +384,29 @@ int tu_run(const char *cmd, char **out, char **err) {
     else
         free(e);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+sd_proposer *tu_make_ngram(int32_t n_min, int32_t n_max, int32_t n_ctx, int32_t n_vocab) {
+    sd_ngram_params p = sd_ngram_default_params();
+    p.n_min = n_min;
+    p.n_max = n_max;
+    p.n_ctx = n_ctx;
+    sd_proposer *prop = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_ngram_init(&p, n_vocab, &prop, &err), 0, "%s", err.msg);
+    return prop;
+}
+
+void tu_expect_cli_error(const char *args, const char *word) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s %s", SD_BINARY, args);
+    char *out = NULL, *err = NULL;
+    const int rc = tu_run(cmd, &out, &err);
+    cr_assert_neq(rc, 0, "'%s' succeeded", args);
+    cr_assert(err && strstr(err, word), "'%s': stderr '%s' does not name '%s'", args,
+              err ? err : "", word);
+    const char *nl = strchr(err, '\n');
+    cr_assert(nl && nl[1] == '\0', "'%s': not one line: '%s'", args, err);
+    free(out);
+    free(err);
 }

@@ -17,6 +17,23 @@ const char *tu_shared_data(void);
  * live in one expression; tests are single-threaded). */
 const char *tu_shared(const char *rel);
 
+/*
+ * Skip the running test unless path is readable: cr_skip_test("absent: PATH (why)"). Every
+ * test that needs a data file skips through this, so scripts/test.sh can tell a skip for
+ * data that is really absent from one whose data is present (a failure: the test could
+ * have run and did not, e.g. because it looked in the wrong place).
+ */
+void tu_need_path(const char *path, const char *why);
+
+/*
+ * A llama.cpp test vocabulary "ggml-vocab-NAME.gguf" (with its .inp/.out vectors): the
+ * first folder that has it of $SD_LLAMACPP_VOCAB, models/downloaded/vocab/ (where
+ * scripts/get_vocabs.sh puts llama.cpp's models/ folder from llama-cpp-python's sdist) and
+ * tu_shared("vocab"); the last candidate's path when none has it (the caller's
+ * tu_need_path then names it). Into buf[cap]; returns buf.
+ */
+char *tu_llamacpp_vocab(const char *name, char *buf, size_t cap);
+
 /* Make a fresh temporary folder (mkdtemp under $TMPDIR or /tmp) into buf. 0 on success. */
 int tu_mkdtemp(char *buf, size_t cap);
 /* Remove a folder and the plain files directly in it. */
@@ -64,6 +81,15 @@ int tu_make_stories_pair(const char *dir);
  * float32 weights; dim 64, hidden 96, 2 layers, 4 heads, 2 KV heads, 6 tokens, seq 8,
  * shared classifier) and its tokenizer file at ckpt and tok. 0, or -1. */
 int tu_make_llama2c(const char *ckpt, const char *tok);
+
+/* An n-gram proposer (sd_proposer_ngram_init) with sizes n_min .. n_max over a context of
+ * n_ctx tokens of an n_vocab vocabulary (asserts it is made). */
+struct sd_proposer;
+struct sd_proposer *tu_make_ngram(int32_t n_min, int32_t n_max, int32_t n_ctx, int32_t n_vocab);
+
+/* Run `specdec ARGS` and assert it fails (non-zero) with exactly one stderr line that
+ * contains word. */
+void tu_expect_cli_error(const char *args, const char *word);
 
 /* Run a shell command line; stdout and stderr captured (malloc'd, NUL-terminated;
  * pass NULL to discard). Returns the exit status (or -1). */

@@ -4,10 +4,7 @@
 #include "verify/sd_sample.h"
 
 static uint64_t splitmix64_next(uint64_t *x) {
-    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
+    return sd_mix64(*x += UINT64_C(0x9e3779b97f4a7c15));
 }
 
 static inline uint64_t rotl64(uint64_t x, int k) {

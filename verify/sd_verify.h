@@ -95,6 +95,41 @@ int sd_verify_sample(const int32_t *draft, int32_t k, const float *q, const floa
 int sd_verify_onehot(const int32_t *draft, int32_t k, const float *p, int32_t n_vocab, sd_rng *rng,
                      sd_verify_result *res, sd_error *err);
 
+/* ---- keyed verification over rows made on demand (what the engine uses) ---- */
+
+/*
+ * Row i (0 .. k) of a verification pass, made when the verifier first reads it (rows
+ * after the first rejection are never made): for greedy sampling the row's logits, else
+ * its warped distribution (sd_warp), penalties applied in both cases. NULL with *err
+ * filled on failure.
+ */
+typedef const float *(*sd_verify_row_fn)(void *user, int32_t i, sd_error *err);
+
+/*
+ * One verification step with sp's drawing, every uniform keyed (sd_key_uniform) by seed
+ * and the row's position pos0 + i (pos0: the context index the token of row 0 takes):
+ *   greedy (sp->temp <= 0): as sd_verify_greedy on the logits rows;
+ *   SD_SPEC_GUMBEL: y_i = sd_gumbel_sample(p_i, seed, pos0 + i); draft token i is accepted
+ *     iff it equals y_i, and the first y_i that differs (or the bonus y_k) is emitted:
+ *     every emitted token is the one target-alone Gumbel sampling emits at that
+ *     position, so the text does not depend on the draft, K or policy. q is not read;
+ *   SD_SPEC_REJECTION: as sd_verify_sample with q (float [k, n_vocab]) or, q NULL, as
+ *     sd_verify_onehot (a deterministic proposal), drawing the acceptance test from
+ *     (seed, pos, SD_DRAW_ACCEPT) and the correction / bonus token from
+ *     (seed, pos, SD_DRAW_TOKEN): the bonus (and k = 0, target alone) is then exactly
+ *     sd_sample_keyed(sp, p, seed, pos, SD_DRAW_TOKEN).
+ *   draft   : int32 [k], 0 <= k <= SD_MAX_DRAFT
+ *   rows    : the target rows, read in order, each at most once, only up to the first
+ *             rejection (row k only after k acceptances)
+ *   scratch : float [n_vocab] (rejection sampling's residual)
+ * Errors: SD_ERR_ARG (k, ids, q(x) not > 0 for a drafted x, n_vocab, NULL pointers:
+ * before any row is read), a row's error, SD_ERR_ARG for a row with a NaN logit
+ * (greedy) or no positive entry. *res is written only on success.
+ */
+int sd_verify_keyed(const sd_sampling_params *sp, const int32_t *draft, int32_t k, const float *q,
+                    sd_verify_row_fn rows, void *user, int32_t n_vocab, uint64_t seed, int64_t pos0,
+                    float *scratch, sd_verify_result *res, sd_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,6 @@
 /* verify/warp.c: logits -> sampling probabilities (temperature, top-k, top-p).
  *
- * Cost per row of n logits:
+ * Cost per row of n logits (min-p adds one counting pass and becomes a top-k):
  *   temp <= 0                      one pass (NaN check + argmax), no exp.
  *   top_k off, top_p off           two passes, n expf, no sort.
  *   top_k = k < n                  partial selection with a k-entry heap, O(n log k) worst
@@ -212,6 +212,9 @@ int sd_warp(const sd_sampling_params *sp, const float *logits, int32_t n_vocab, 
     if (isnan(sp->top_p)) {
         return sd_errorf(err, SD_ERR_ARG, "sd_warp: top_p is NaN");
     }
+    if (isnan(sp->min_p)) {
+        return sd_errorf(err, SD_ERR_ARG, "sd_warp: min_p is NaN");
+    }
     /* One pass: NaN check and the row maximum (lowest id on ties). */
     float mx = -INFINITY;
     int32_t amax = 0;
@@ -232,7 +235,16 @@ int sd_warp(const sd_sampling_params *sp, const float *logits, int32_t n_vocab, 
     }
     const float temp = sp->temp;
     const int top_p_on = sp->top_p < 1.0f;
-    const int32_t k = (sp->top_k > 0 && sp->top_k < n_vocab) ? sp->top_k : n_vocab;
+    int32_t k = (sp->top_k > 0 && sp->top_k < n_vocab) ? sp->top_k : n_vocab;
+    if (sp->min_p > 0.0f) {
+        /* min-p keeps the m tokens with logit >= max + ln(min_p): the m best-ranked, so
+         * with top-k it is top-k with k = min(k, m) (m >= 1: the maximum is kept). */
+        const float thr = mx + logf(sp->min_p < 1.0f ? sp->min_p : 1.0f);
+        int32_t m = 0;
+        for (int32_t i = 0; i < n_vocab; i++)
+            m += logits[i] >= thr;
+        if (m >= 1 && m < k) k = m;
+    }
 
     if (k == n_vocab && !top_p_on) { /* plain softmax, no ranking needed */
         double sum = 0.0;

@@ -316,6 +316,56 @@ SD_T static void avx512_quant_q8_0(const float *x, void *vy, int64_t n) {
     }
 }
 
+/* Q8_K quantization of an activation row (the K-quants' activations), byte-identical to
+ * kquants.c's reference: the signed maximum (the first value of the largest magnitude:
+ * max |x| by an order-free reduction, then the first lane equal to it), iscale = -127 / max
+ * and d = 1 / iscale in scalar float, v = iscale * x in vector float (the same IEEE product),
+ * round to nearest even (the reference's nearbyintf) and the clamp to [-128, 127]
+ * (round_clamp: a v past a bound gives the bound, as rounding then clamping does), group
+ * sums exact. A block with a NaN or an infinity goes through the reference. */
+SD_T static void avx512_quant_q8_k(const float *x, void *vy, int64_t n) {
+    sd_block_q8_k *y = (sd_block_q8_k *)vy;
+    const __m512 big = _mm512_set1_ps(3.40282347e38f);
+    for (int64_t i = 0; i < n / SD_QK_K; i++) {
+        const float *xb = x + i * SD_QK_K;
+        __m512 v[16], amax = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (int k = 0; k < 16; k++) {
+            v[k] = _mm512_loadu_ps(xb + 16 * k);
+            const __m512 a = _mm512_abs_ps(v[k]);
+            bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ);
+            amax = _mm512_max_ps(amax, a);
+        }
+        if (bad) {
+            sd_quantize_row(SD_TYPE_Q8_K, xb, y + i, SD_QK_K);
+            continue;
+        }
+        const float am = _mm512_reduce_max_ps(amax);
+        memset(&y[i], 0, sizeof y[i]);
+        if (!(am > 0)) continue; /* all-zero block: d = 0 */
+        float max = 0.0f;
+        for (int k = 0; k < 16; k++) {
+            const __mmask16 hit =
+                _mm512_cmp_ps_mask(_mm512_abs_ps(v[k]), _mm512_set1_ps(am), _CMP_EQ_OQ);
+            if (hit) {
+                max = xb[16 * k + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m512 vs = _mm512_set1_ps(iscale);
+        for (int k = 0; k < 16; k++) {
+            __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(vs, v[k]),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-128.0f)), _mm512_set1_ps(127.0f));
+            const __m512i q = _mm512_cvttps_epi32(r);
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * k), _mm512_cvtsepi32_epi8(q));
+            y[i].bsums[k] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* F32 / F16 / BF16 weights x F32 activations. kind: 0 f32, 1 f16, 2 bf16              */
 /* ---------------------------------------------------------------------------------- */
@@ -416,7 +466,7 @@ const sd_kernel_set sd_kernels_avx512 = {
             [SD_TYPE_Q5_K] = {NULL, p_q5_k},
             [SD_TYPE_Q6_K] = {NULL, p_q6_k},
         },
-    .quant = {[SD_TYPE_Q8_0] = avx512_quant_q8_0},
+    .quant = {[SD_TYPE_Q8_0] = avx512_quant_q8_0, [SD_TYPE_Q8_K] = avx512_quant_q8_k},
 };
 
 #else  /* !__x86_64__ */

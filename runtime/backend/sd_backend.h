@@ -212,6 +212,11 @@ typedef struct sd_backend_params {
     int64_t max_cols;  /* widest matmul input row */
     int32_t n_ctx;     /* most keys one attention query sees */
     int32_t device_id; /* device backends: which device (0 = the first) */
+    /* CPU: run on the threads of this other CPU backend (its pool, shared; n_threads is
+     * then that backend's) instead of starting a pool of its own, e.g. a draft beside its
+     * target: the two never run at once, and one set of workers does not compete with an
+     * idle second set for the cores. NULL: an own pool. Either backend may be freed first. */
+    sd_backend *share_threads;
 } sd_backend_params;
 
 /*

@@ -1,6 +1,8 @@
 /*
  * runtime/base: the bottom of the library. Status codes, the error record, checked-size
- * helpers, the clock, the core count and the device enum. Owns nothing; includes no other
+ * helpers, the clock, the core count, the device enum, the draft-length limit, the hashes
+ * every part shares (splitmix64's finaliser, FNV-1a) and the file helpers (reading only
+ * regular files, writing through a temporary: file.c). Owns nothing; includes no other
  * part (every part may include it).
  *
  * Every library function that can fail returns an int status (SD_OK == 0) and, when
@@ -36,6 +38,11 @@ typedef enum sd_status {
 } sd_status;
 
 #define SD_ERROR_MSG_MAX 512
+
+/* Longest draft of a speculative step: the proposals, the verification pass over
+ * [last, d1 .. dK] and the verification result are sized for it (draft/, target/,
+ * verify/ and the engine share this one limit). */
+#define SD_MAX_DRAFT 16
 
 /* The error record: status plus one printable line. Zero-initialise before use. */
 typedef struct sd_error {
@@ -81,6 +88,78 @@ void sd_check_failed(const char *file, int line, const char *cond, const char *m
 #else
 #define SD_CHECK(cond, msg) ((void)0)
 #endif
+
+/* ---- hashes ---- */
+
+/* The splitmix64 finaliser (Steele, Lea, Flood 2014, "Fast splittable pseudorandom number
+ * generators"; Vigna's splitmix64.c): a bijection of 64-bit words in which every input
+ * bit reaches every output bit. The RNG seeds through it, hash tables key with it. */
+static inline uint64_t sd_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/* FNV-1a 64 (Fowler, Noll, Vo; offset basis and prime of the 64-bit variant) of
+ * p[0 .. n), continuing from h: start with SD_FNV1A64_INIT. Not a cryptographic hash:
+ * checksums and fingerprints against accidents only. */
+#define SD_FNV1A64_INIT UINT64_C(0xcbf29ce484222325)
+static inline uint64_t sd_fnv1a64(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = (const unsigned char *)p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= UINT64_C(0x100000001b3);
+    }
+    return h;
+}
+
+/* ---- files (file.c) ----
+ * Every file specdec writes goes to the temporary "<path>.tmp.<pid>" beside it (so a
+ * program that removes temporaries on a fatal signal knows the name), is fsync'ed and
+ * renamed over path: a failure never leaves a partial file at path. Every file it reads
+ * by name is opened without blocking and must be a regular file (a FIFO would hang). */
+
+/* "a regular file", "a FIFO", "a folder", "a symbolic link", ... for a st_mode. */
+const char *sd_file_kind(unsigned mode);
+
+/*
+ * Open path for reading: O_NONBLOCK (a FIFO does not wait for a writer), then anything but
+ * a regular file is refused ("PATH: is a FIFO, not a regular file") and O_NONBLOCK is
+ * cleared. Returns the descriptor (O_CLOEXEC; the caller closes it), or -1 with err set
+ * (SD_ERR_IO naming path) and errno telling why: open's (ENOENT: absent), EISDIR for a
+ * folder, EINVAL for another kind of file.
+ */
+int sd_file_open_regular(const char *path, sd_error *err);
+
+/* The temporary name of path, "<path>.tmp.<pid>", into buf[cap]. 0, or -1 if it does not
+ * fit. */
+int sd_file_temp_path(const char *path, char *buf, size_t cap);
+
+/*
+ * Create tmp (sd_file_temp_path(path)) new: O_CREAT | O_EXCL | O_NOFOLLOW, mode 0644. A
+ * regular file already named tmp (a killed process with our pid left it) is removed
+ * first, and so are the temporaries of path whose process no longer exists
+ * ("<path>.tmp.<pid>", regular files, kill(pid, 0) == ESRCH: left by a SIGKILL). Returns
+ * the descriptor, or -1 with err set (SD_ERR_IO naming path and tmp).
+ */
+int sd_file_temp_create(const char *path, const char *tmp, sd_error *err);
+
+/* Write buf[0 .. n) to fd, retrying short writes and EINTR. 0, or the errno of the
+ * failure (EIO for a write of 0 bytes). */
+int sd_file_write_all(int fd, const void *buf, size_t n);
+
+/*
+ * Finish the temporary tmp of path written through fd: fsync, close, rename over path,
+ * then fsync path's folder (best effort). prior_errno != 0 (an earlier write failed) only
+ * cleans up. On any failure tmp is removed and SD_ERR_IO names path, the step and the
+ * reason ("PATH: fsync: No space left on device"). fd is closed in every case (pass -1
+ * when the caller closed it).
+ */
+int sd_file_temp_commit(int fd, const char *tmp, const char *path, int prior_errno, sd_error *err);
+
+/* buf[0 .. n) to path through its temporary (create, write, commit as above). Does not
+ * check what path is: callers that may replace a file check it first. */
+int sd_file_write_atomic(const char *path, const void *buf, size_t n, sd_error *err);
 
 /* The compute device a session runs its forward pass on (runtime/backend picks the
  * backend). SD_DEVICE_CUDA needs a build with CUDA (SD_CUDA=ON); otherwise creating a

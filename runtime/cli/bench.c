@@ -243,8 +243,12 @@ static char *file_category(const char *path, const char *first_line) {
 }
 
 int bench_read_prompts(const char *path, char ***out, int *n_out, char **category, sd_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_errorf(err, SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    const int fd = sd_file_open_regular(path, err); /* never blocks on a FIFO */
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        return fd >= 0 ? sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path) : SD_ERR_IO;
+    }
     char **v = NULL;
     int n = 0, cap = 0, first = 1;
     char *line = NULL, *cat = NULL;

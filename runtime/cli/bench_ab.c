@@ -332,9 +332,11 @@ static int ab_k_report(ab_ctx *a, int ki, const k_runs *kr, sd_error *err) {
     fmt_range(tb, sizeof tb, &sb->tps);
     fmt_pct(tt, sizeof tt, &sb->ttft);
     fmt_pct(ti, sizeof ti, &sb->itl);
-    printf("%3d %22s %22s %7.3f %7.3f %6.3f %6.3f %6.3f %15s %15s %6.4f %5s %s\n", k, ta, tb,
-           sp_med, pred, acc, acc_pass, v, tt, ti, cost_c,
-           greedy ? (kr->match ? "yes" : "NO") : "-", suspect ? "YES" : "-");
+    char ts[16] = "-"; /* acceptance: "-" when nothing was drafted */
+    if (sb->n_drafted) snprintf(ts, sizeof ts, "%.3f", acc);
+    printf("%3d %22s %22s %7.3f %7.3f %6s %6.3f %6.3f %15s %15s %6.4f %5s %s\n", k, ta, tb, sp_med,
+           pred, ts, acc_pass, v, tt, ti, cost_c, greedy ? (kr->match ? "yes" : "NO") : "-",
+           suspect ? "YES" : "-");
     if (suspect) printf("    K=%d suspect: %s\n", k, why);
     errno = 0;
     if (fflush(stdout) != 0 || ferror(stdout))

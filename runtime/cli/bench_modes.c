@@ -14,8 +14,9 @@
  * file name), for each of its first --runs prompts (default all; run i uses seed S + i),
  * every variant runs in turn (none first), all through sd_engine_generate with both
  * caches emptied first; greedy by default, and each run's tokens must equal the none
- * run's ("match"). Prompts of a file whose category is "chat" are user messages in the
- * target's chat template (tokenizer.chat_template, as generate --chat), when it has one.
+ * run's ("match"). Prompts of a file whose category is "chat" or "chat-NAME" are user
+ * messages in the target's chat template (tokenizer.chat_template, as generate --chat),
+ * when it has one; -e processes escapes (\n) in the prompt lines.
  * Table rows per (category, variant), then over all categories:
  *   tok/s     emitted tokens / decode time (wall clock, prefill excluded), median
  *   cpu tok/s tokens after the first pass / process CPU time from the first to the
@@ -108,7 +109,8 @@ typedef struct variant {
 
 typedef struct cell { /* one (category, variant) */
     bench_dvec tps, cpu_tps, speedup, cpu_speedup;
-    int64_t n_gen, n_passes, n_drafted, n_accepted, n_off, n_runs;
+    int64_t n_gen, n_stop, n_passes, n_drafted, n_accepted, n_off, n_runs;
+    double t_draft_ms; /* drafting time (wall), for c ms: per drafted token */
     int64_t k_hist[SD_MAX_DRAFT + 1];
     int64_t drafted_at[SD_MAX_DRAFT], accepted_at[SD_MAX_DRAFT];
     double t_off_ms;
@@ -144,6 +146,7 @@ typedef struct modes_ctx {
     variant vars[MAX_VARIANTS];
     int n_vars;
     int greedy;
+    int checked; /* greedy or Gumbel sampling: every variant must print none's text */
     float p_min_adaptive;
     int32_t draft_min_adaptive;
     int32_t *out, *ref;
@@ -188,6 +191,8 @@ static void cell_add(cell *c, const sd_gen_stats *st, double tps, double cpu_tps
     (void)e; /* an OOM here only shortens a statistic */
     c->n_runs++;
     c->n_gen += st->n_generated;
+    c->n_stop += st->n_stop_tokens;
+    c->t_draft_ms += st->t_draft_ms;
     c->n_passes += st->n_target_passes;
     c->n_drafted += st->n_drafted;
     c->n_accepted += st->n_accepted;
@@ -213,24 +218,40 @@ static double med(const bench_dvec *d) {
     return q;
 }
 
+/* Column widths: the longest label ("ngram+llm-adaptive K<=16") and category
+ * ("chat-code") fit, so no row shifts its columns. */
+#define W_CAT   10
+#define W_LABEL 25
+
 static void print_header(void) {
-    printf("%-9s %-22s %9s %9s %7s %7s %6s %6s %5s %5s %5s %s\n", "category", "draft", "tok/s",
-           "cpu tok/s", "speedup", "cpu sp", "accept", "tok/ps", "dr/ps", "K", "off", "match");
+    printf("%-*s %-*s %9s %9s %7s %7s %6s %6s %5s %5s %7s %5s %s\n", W_CAT, "category", W_LABEL,
+           "draft", "tok/s", "cpu tok/s", "speedup", "cpu sp", "accept", "tok/ps", "dr/ps", "K",
+           "c ms", "off", "match");
 }
 
-static void print_row(const char *cat, const variant *v, const cell *c, int greedy) {
+/* "0.123" into buf, or "-" when the denominator is 0. */
+static const char *ratio(double num, double den, const char *fmt, char *buf, size_t cap) {
+    if (!(den > 0.0)) return "-";
+    snprintf(buf, cap, fmt, num / den);
+    return buf;
+}
+
+static void print_row(const char *cat, const variant *v, const cell *c, int checked) {
     int64_t kn = 0, ks = 0;
     for (int k = 0; k <= SD_MAX_DRAFT; k++) {
         kn += c->k_hist[k];
         ks += (int64_t)k * c->k_hist[k];
     }
-    printf("%-9s %-22s %9.1f %9.1f %7.3f %7.3f %6.3f %6.3f %5.2f %5.2f %4.0f%% %s\n", cat, v->label,
-           med(&c->tps), med(&c->cpu_tps), med(&c->speedup), med(&c->cpu_speedup),
-           c->n_drafted ? (double)c->n_accepted / c->n_drafted : 0.0,
-           c->n_passes ? (double)c->n_gen / c->n_passes : 0.0,
-           c->n_passes ? (double)c->n_drafted / c->n_passes : 0.0, kn ? (double)ks / kn : 0.0,
+    char a[16], t[16], d[16], k[16], cm[16];
+    printf("%-*s %-*s %9.1f %9.1f %7.3f %7.3f %6s %6s %5s %5s %7s %4.0f%% %s\n", W_CAT, cat,
+           W_LABEL, v->label, med(&c->tps), med(&c->cpu_tps), med(&c->speedup),
+           med(&c->cpu_speedup), ratio(c->n_accepted, c->n_drafted, "%.3f", a, sizeof a),
+           ratio(c->n_gen + c->n_stop, c->n_passes, "%.3f", t, sizeof t),
+           ratio(c->n_drafted, c->n_passes, "%.2f", d, sizeof d),
+           ratio(ks, kn, "%.2f", k, sizeof k),
+           ratio(c->t_draft_ms, c->n_drafted, "%.3f", cm, sizeof cm),
            c->n_passes ? 100.0 * c->n_off / c->n_passes : 0.0,
-           greedy ? (c->match ? "yes" : "NO") : "-");
+           checked ? (c->match ? "yes" : "NO") : "-");
     fflush(stdout);
 }
 
@@ -312,6 +333,8 @@ static int run_file(modes_ctx *m, const char *path, cell *all, sd_error *err) {
     int n_prompts = 0;
     int rc = bench_read_prompts(path, &prompts, &n_prompts, &cat, err);
     if (rc) return rc;
+    for (int i = 0; c->g.escape && i < n_prompts; i++) /* -e: \n in a prompt line */
+        sd_cli_unescape(prompts[i], strlen(prompts[i]));
     cell cells[MAX_VARIANTS];
     memset(cells, 0, sizeof cells);
     for (int v = 0; v < m->n_vars; v++)
@@ -323,9 +346,11 @@ static int run_file(modes_ctx *m, const char *path, cell *all, sd_error *err) {
         const int pi = r % n_prompts;
         int32_t *ids = NULL;
         size_t n_ids = 0;
-        /* A "chat" file holds user messages: formatted with the model's chat template, as
-         * generate --chat does (raw, a chat model often ends its turn at once). */
-        const char *tmpl = strcmp(cat, "chat") ? NULL : sd_vocab_chat_template(vocab);
+        /* A "chat" file (category chat, or chat-NAME) holds user messages: formatted with
+         * the model's chat template, as generate --chat does (raw, a chat model often ends
+         * its turn at once). */
+        const int is_chat = !strcmp(cat, "chat") || !strncmp(cat, "chat-", 5);
+        const char *tmpl = is_chat ? sd_vocab_chat_template(vocab) : NULL;
         char *chat = NULL;
         size_t len = strlen(prompts[pi]);
         if (tmpl) {
@@ -362,13 +387,13 @@ static int run_file(modes_ctx *m, const char *path, cell *all, sd_error *err) {
             }
             const int match =
                 st.n_generated == n_ref && !memcmp(out, m->ref, (size_t)n_ref * sizeof(int32_t));
-            if (m->greedy && !match)
+            if (m->checked && !match)
                 fprintf(stderr, "specdec bench: %s prompt %d %s: tokens differ from none\n", cat,
                         pi + 1, m->vars[v].label);
             const double sp = base_tps > 0 ? tps / base_tps : NAN;
             const double cpu_sp = base_cpu > 0 ? cpu_tps / base_cpu : NAN;
-            cell_add(&cells[v], &st, tps, cpu_tps, sp, cpu_sp, !m->greedy || match);
-            cell_add(&all[v], &st, tps, cpu_tps, sp, cpu_sp, !m->greedy || match);
+            cell_add(&cells[v], &st, tps, cpu_tps, sp, cpu_sp, !m->checked || match);
+            cell_add(&all[v], &st, tps, cpu_tps, sp, cpu_sp, !m->checked || match);
             json_t *rec = json_pack(
                 "{s:s,s:s,s:i,s:I,s:i,s:i,s:i,s:i,s:i,s:o,s:o,s:o,s:o,s:o,s:i,s:o}", "category",
                 cat, "draft", m->vars[v].label, "prompt_index", pi, "seed", (json_int_t)seed,
@@ -377,14 +402,14 @@ static int run_file(modes_ctx *m, const char *path, cell *all, sd_error *err) {
                 "tokens_per_s", bench_jnum(tps), "cpu_tokens_per_s", bench_jnum(cpu_tps), "speedup",
                 bench_jnum(sp), "mean_k", bench_jnum(sd_stats_mean_k(&st)), "t_off_ms",
                 bench_jnum(st.t_off_ms), "n_off_passes", st.n_off_passes, "greedy_match",
-                m->greedy ? json_boolean(match) : json_null());
+                m->checked ? json_boolean(match) : json_null());
             if (rec) json_array_append_new(m->jruns, rec);
         }
         free(ids);
     }
     if (!rc)
         for (int v = 0; v < m->n_vars; v++) {
-            print_row(cat, &m->vars[v], &cells[v], m->greedy);
+            print_row(cat, &m->vars[v], &cells[v], m->checked);
             json_t *row = row_json(cat, &m->vars[v], &cells[v]);
             if (row) json_array_append_new(m->jrows, row);
         }
@@ -401,6 +426,7 @@ int bench_run_modes(const bench_cli *c, sd_cli_pair *p, sd_error *err) {
     m.c = c;
     m.p = p;
     m.greedy = p->ep.gen.samp.temp <= 0.0f;
+    m.checked = m.greedy || p->ep.gen.samp.spec == SD_SPEC_GUMBEL;
     m.p_min_adaptive = c->g.has_p_min || p->cfg.has_draft_p_min ? p->ep.gen.draft_p_min : 0.75f;
     m.draft_min_adaptive = c->g.has_draft_min || p->cfg.has_draft_min ? p->ep.gen.draft_min : 1;
     if (c->n_prompt_files == 0 && !c->g.prompt)
@@ -423,17 +449,22 @@ int bench_run_modes(const bench_cli *c, sd_cli_pair *p, sd_error *err) {
     if (!m.out || !m.ref) rc = sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
     const int threads = p->ep.n_threads > 0 ? p->ep.n_threads : sd_n_cores();
     if (!rc) {
-        printf("target %s, draft %s, %d threads, %s, n = %d, K %s, p-min %.2f (adaptive types)\n",
-               p->ep.target, p->ep.draft ? p->ep.draft : "(none)", threads,
-               m.greedy ? "greedy" : "sampling", p->ep.gen.n_predict,
-               c->n_ks > 1 ? "per --k-list" : "as labelled", (double)m.p_min_adaptive);
+        printf("target %s, draft %s%s%s, %d threads, %s, n = %d, K %s, p-min %.2f (adaptive "
+               "types)\n",
+               p->ep.target, p->ep.draft ? p->ep.draft : "(none)",
+               p->ep.draft_head ? ", head " : "", p->ep.draft_head ? p->ep.draft_head : "", threads,
+               m.greedy ? "greedy"
+                        : (p->ep.gen.samp.spec == SD_SPEC_GUMBEL ? "Gumbel sampling"
+                                                                 : "rejection sampling"),
+               p->ep.gen.n_predict, c->n_ks > 1 ? "per --k-list" : "as labelled",
+               (double)m.p_min_adaptive);
         print_header();
     }
     for (int f = 0; f < c->n_prompt_files && !rc; f++)
         rc = run_file(&m, c->prompt_files[f], all, err);
     if (!rc && c->n_prompt_files > 1)
         for (int v = 0; v < m.n_vars; v++) {
-            print_row("all", &m.vars[v], &all[v], m.greedy);
+            print_row("all", &m.vars[v], &all[v], m.checked);
             json_t *row = row_json("all", &m.vars[v], &all[v]);
             if (row) json_array_append_new(m.jrows, row);
         }
@@ -441,12 +472,13 @@ int bench_run_modes(const bench_cli *c, sd_cli_pair *p, sd_error *err) {
         int all_match = 1;
         for (int v = 0; v < m.n_vars; v++)
             all_match &= all[v].match;
-        if (m.greedy)
-            printf("greedy output of every draft type %s target-alone output in every run\n",
-                   all_match ? "equals" : "DIFFERS FROM");
+        if (m.checked)
+            printf("%s output of every draft type %s target-alone output in every run\n",
+                   m.greedy ? "greedy" : "Gumbel-sampled", all_match ? "equals" : "DIFFERS FROM");
         printf("speedup: median of per-prompt ratios to none (wall clock; cpu: process CPU "
-               "time); dr/ps: tokens drafted per pass; K: mean K chosen per pass (an n-gram "
-               "without a match drafts none); off: passes with speculation switched off\n");
+               "time); tok/ps: tokens (the stop token included) per target pass; dr/ps: tokens "
+               "drafted per pass; K: mean K drafted per pass; c ms: drafting ms per drafted "
+               "token; off: passes with speculation switched off\n");
         if (c->json) {
             json_t *files = json_array();
             for (int f = 0; f < c->n_prompt_files; f++)

@@ -17,6 +17,7 @@
  *               synth_weights.c  random weights (a target that grows a draft + noise)
  *               roof.c           --roof / the roof of --kernels: best streaming read
  *   perplexity  perplexity.c     mean NLL (nats/token) and perplexity over stories
+ *   compare     compare.c        logits of one model on two devices (or split)
  *   serve       cmd_serve.c      the OpenAI-compatible HTTP server (runtime/server)
  *
  * Below them, the pieces the commands share: messages, strict numbers, reading a file,
@@ -41,16 +42,16 @@
 extern "C" {
 #endif
 
-int sd_cmd_generate(int argc, char **argv); /* runtime/cli/cmd_generate.c */
-int sd_cmd_convert(int argc, char **argv);  /* runtime/cli/cmd_model.c */
-int sd_cmd_quantize(int argc, char **argv); /* runtime/cli/cmd_model.c */
-int sd_cmd_info(int argc, char **argv);     /* runtime/cli/cmd_model.c */
-int sd_cmd_tokenize(int argc, char **argv); /* runtime/cli/cmd_model.c */
-int sd_cmd_synth(int argc, char **argv);
-int sd_cmd_compare(int argc, char **argv); /* runtime/cli/compare.c */
-int sd_cmd_bench(int argc, char **argv);
-int sd_cmd_perplexity(int argc, char **argv);
-int sd_cmd_serve(int argc, char **argv); /* runtime/cli/cmd_serve.c */
+int sd_cmd_generate(int argc, char **argv);   /* runtime/cli/cmd_generate.c */
+int sd_cmd_convert(int argc, char **argv);    /* runtime/cli/cmd_model.c */
+int sd_cmd_quantize(int argc, char **argv);   /* runtime/cli/cmd_model.c */
+int sd_cmd_info(int argc, char **argv);       /* runtime/cli/cmd_model.c */
+int sd_cmd_tokenize(int argc, char **argv);   /* runtime/cli/cmd_tokenize.c */
+int sd_cmd_synth(int argc, char **argv);      /* runtime/cli/synth.c */
+int sd_cmd_compare(int argc, char **argv);    /* runtime/cli/compare.c */
+int sd_cmd_bench(int argc, char **argv);      /* runtime/cli/bench.c */
+int sd_cmd_perplexity(int argc, char **argv); /* runtime/cli/perplexity.c */
+int sd_cmd_serve(int argc, char **argv);      /* runtime/cli/cmd_serve.c */
 
 /* The options of `specdec generate` (its --help; also part of `specdec --help`). */
 void sd_cli_generate_help(FILE *f);
@@ -83,18 +84,29 @@ int sd_cli_roof_measure(int64_t mib, int32_t threads, int32_t passes, const char
 /* Print "specdec: " + fmt (one %s, given arg) + " (HINT)" (nothing when hint is NULL)
  * and a newline on stderr; returns SD_EXIT_USAGE. */
 int sd_cli_usage(const char *hint, const char *fmt, const char *arg);
-/* Print "specdec: <err's message>" on stderr; returns EXIT_FAILURE. */
+/* Print "specdec: <err's message>" on stderr (the settings it names in the library's
+ * terms shown as flags: sd_cli_flag_names); returns EXIT_FAILURE. */
 int sd_cli_fail(const sd_error *err);
+/* msg with each setting the library names in parentheses replaced by the flag that sets
+ * it: "(n_ctx)" -> "(-c/--ctx-size)", "(n_ctx_draft)" -> "(-cd/--ctx-size-draft)",
+ * "(draft)" -> "(-md/--draft FILE)", "(template name)" -> "(--chat-template NAME)".
+ * Into out[cap], NUL-terminated (cut to fit). */
+void sd_cli_flag_names(const char *msg, char *out, size_t cap);
 /* A thread count for the models: n (0 = all cores) unless it exceeds sd_n_cores(), the
  * cores this process may use; then, unless force, one note on stderr and the core
  * count (more threads than cores wait for each other at every barrier: ~400x slower
  * measured on a 1.1B model with 64 threads on 2 cores). */
 int32_t sd_cli_cap_threads(int64_t n, int force);
 
+/* A random seed for --seed -1 (getrandom, else the clock and the pid), in [0, 2^63). */
+uint64_t sd_cli_random_seed(void);
+
 /* Strict numbers: all of s, in [lo, hi]. 0, or -1 (out untouched). */
 int sd_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int sd_cli_parse_f64(const char *s, double lo, double hi, double *out);
-/* A whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). */
+/* A whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). "-" is
+ * standard input; a named file must be a regular one (sd_file_open_regular: a FIFO is
+ * refused, not waited on). */
 int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err);
 
 /* ---- outputs (runtime/cli/outfile.c) ---- */
@@ -103,10 +115,22 @@ int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err);
  * SIGQUIT, SIGPIPE and SIGXFSZ and then end the process as the signal would (signals
  * the parent ignores stay ignored). Once, at start. */
 void sd_cli_signals_install(void);
-/* Arm: a fatal signal removes sd_gguf_temp_path(out_path), the temporary the writers
+/* Arm: a fatal signal removes sd_file_temp_path(out_path), the temporary the writers
  * use for out_path, until sd_cli_temp_disarm. One at a time. */
 void sd_cli_temp_arm(const char *out_path);
 void sd_cli_temp_disarm(void);
+
+/* Ctrl-C as a request to stop (generate: at the next token, with the statistics, the
+ * lookup cache saved and exit status SD_EXIT_INTERRUPTED; the interactive chat: the
+ * current answer). From sd_cli_interrupt_catch on, the first SIGINT sets a flag
+ * (sd_cli_interrupted; system calls restart, SA_RESTART: a wait for input must poll); a
+ * second one before sd_cli_interrupt_clear ends the process as SIGINT does (the armed
+ * temporary removed).
+ * Returns 1 if installed, 0 when SIGINT is ignored (a background job: it stays so). */
+int sd_cli_interrupt_catch(void);
+int sd_cli_interrupted(void);
+void sd_cli_interrupt_clear(void);
+#define SD_EXIT_INTERRUPTED 130 /* 128 + SIGINT, as a shell reports a process Ctrl-C ended */
 
 /* Before any work: path may be replaced (sd_gguf_check_output: absent or a regular
  * file, none of the inputs), is writable if it exists, and its folder takes a new file
@@ -203,7 +227,7 @@ _Static_assert(SD_CLI_OPT_LOOKUP_CACHE < 1050, "drafting option ids run into cli
     {"lookup-cache", required_argument, 0, SD_CLI_OPT_LOOKUP_CACHE}
 /* clang-format on */
 
-#define SD_CLI_GEN_SHORTOPTS ":m:p:f:n:k:s:t:c:h"
+#define SD_CLI_GEN_SHORTOPTS ":m:p:f:n:k:s:t:c:hv"
 /* Entries of a struct option table (needs <getopt.h>). */
 #define SD_CLI_GEN_LONGOPTS                                                                        \
     {"config", required_argument, 0, SD_CLI_OPT_CONFIG},                                           \
@@ -251,6 +275,12 @@ typedef struct sd_cli_gen_opts {
     int escape;            /* -e/--escape: process \n, \t, ... in the prompt */
     int log_disable;       /* --log-disable: no notes or statistics */
     int no_display_prompt; /* --no-display-prompt: do not echo the prompt */
+    /* sampling and the draft head (sd_cli_extra_apply) */
+    int has_spec, has_min_p, has_repeat, has_presence, has_frequency, has_last_n, has_head_n;
+    sd_spec_sampling spec;
+    double min_p, repeat_penalty, presence_penalty, frequency_penalty;
+    int64_t repeat_last_n, head_n;
+    const char *draft_head;
     /* drafting (SD_CLI_DRAFT_LONGOPTS) */
     int has_draft_type, has_ngram_min, has_ngram_max, has_p_min, has_draft_min, has_policy;
     sd_draft_type draft_type;
@@ -278,6 +308,14 @@ typedef struct sd_cli_gen_opts {
  *                             off, unlike llama.cpp: a prompt is taken as written)
  *   --log-disable             no notes or statistics on stderr (errors still are)
  *   --no-display-prompt       generate does not echo the prompt
+ * and the sampling and drafting settings of the real-pair work (merged over the config
+ * by sd_cli_extra_apply):
+ *   --spec-sampling rejection|gumbel  how speculative sampling draws (sd_spec_sampling)
+ *   --min-p P                 min-p in [0, 1] (0: off)
+ *   --repeat-penalty P, --presence-penalty P, --frequency-penalty P, --repeat-last-n N
+ *                             llama.cpp's penalties (1, 0, 0, 64: off), target and draft alike
+ *   --draft-head FILE, --draft-head-n N   the LLM draft scores only the first N ids of the
+ *                             head file (FR-Spec's trimmed head; N 0: all of the file)
  */
 enum {
     SD_CLI_OPT_THREADS_FORCE = 1050,
@@ -289,6 +327,14 @@ enum {
     SD_CLI_OPT_NO_ESCAPE,
     SD_CLI_OPT_LOG_DISABLE,
     SD_CLI_OPT_NO_DISPLAY_PROMPT,
+    SD_CLI_OPT_SPEC_SAMPLING,
+    SD_CLI_OPT_MIN_P,
+    SD_CLI_OPT_REPEAT_PENALTY,
+    SD_CLI_OPT_PRESENCE_PENALTY,
+    SD_CLI_OPT_FREQUENCY_PENALTY,
+    SD_CLI_OPT_REPEAT_LAST_N,
+    SD_CLI_OPT_DRAFT_HEAD,
+    SD_CLI_OPT_DRAFT_HEAD_N,
 };
 
 /* clang-format off */
@@ -301,7 +347,15 @@ enum {
     {"escape", no_argument, 0, SD_CLI_OPT_ESCAPE},                     \
     {"no-escape", no_argument, 0, SD_CLI_OPT_NO_ESCAPE},               \
     {"log-disable", no_argument, 0, SD_CLI_OPT_LOG_DISABLE},           \
-    {"no-display-prompt", no_argument, 0, SD_CLI_OPT_NO_DISPLAY_PROMPT}
+    {"no-display-prompt", no_argument, 0, SD_CLI_OPT_NO_DISPLAY_PROMPT}, \
+    {"spec-sampling", required_argument, 0, SD_CLI_OPT_SPEC_SAMPLING}, \
+    {"min-p", required_argument, 0, SD_CLI_OPT_MIN_P},                 \
+    {"repeat-penalty", required_argument, 0, SD_CLI_OPT_REPEAT_PENALTY}, \
+    {"presence-penalty", required_argument, 0, SD_CLI_OPT_PRESENCE_PENALTY}, \
+    {"frequency-penalty", required_argument, 0, SD_CLI_OPT_FREQUENCY_PENALTY}, \
+    {"repeat-last-n", required_argument, 0, SD_CLI_OPT_REPEAT_LAST_N}, \
+    {"draft-head", required_argument, 0, SD_CLI_OPT_DRAFT_HEAD},       \
+    {"draft-head-n", required_argument, 0, SD_CLI_OPT_DRAFT_HEAD_N}
 /* clang-format on */
 
 /* What sd_cli_extra_option returns for an id that is not one of this group. */
@@ -309,7 +363,8 @@ enum {
 
 struct option;
 /*
- * Before getopt: rewrite llama.cpp's aliases (-md, -ctk, -ctv, -cd, -e) to long options
+ * Before getopt: rewrite llama.cpp's aliases (-md, -ctk, -ctv, -cd, -e, -ngl, -ngld, -ts,
+ * -sm, -dev, -devd, -cnv, -sys, -i) to long options
  * the command has; drop llama.cpp flags that have no meaning here (each with one note on
  * stderr, or silently when it names what specdec always does; the table and what each
  * means is in cli_flags.c) with their values; reject other multi-letter single-dash
@@ -323,6 +378,10 @@ int sd_cli_extra_option(int id, const char *arg, sd_cli_gen_opts *g);
 /* After parsing: -ctk, -ctv and --kv-type must agree; g->kv_type becomes the one type.
  * 0 or a usage status. */
 int sd_cli_extra_finish(sd_cli_gen_opts *g);
+/* The sampling and draft-head settings of this group into ep (flag, else the config's
+ * key, else ep's default); a draft head named by the config is resolved against its
+ * folder there. */
+void sd_cli_extra_apply(const sd_cli_gen_opts *g, const sd_config *cfg, sd_engine_params *ep);
 /* Process the escapes of s[0 .. n) in place as llama.cpp's --escape does: \n \t \r \a
  * \b \f \v \\ \' \" \? and \xH or \xHH; any other backslash is kept. Returns the new
  * length (s is NUL-terminated there when it shrank). */

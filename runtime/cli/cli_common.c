@@ -1,10 +1,11 @@
-/* Pieces the CLI commands share (see sd_cli.h). */
+/* Pieces the CLI commands share (see cli.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "quant/sd_quant.h"
 #include "runtime/backend/sd_backend.h"
@@ -21,8 +22,36 @@ int sd_cli_usage(const char *hint, const char *fmt, const char *arg) {
     return SD_EXIT_USAGE;
 }
 
+/* Library messages name a setting in the library's terms, in parentheses ("(n_ctx)");
+ * the CLI shows the flag that sets it. */
+static const char *const k_param_flags[][2] = {
+    {"(n_ctx)", "(-c/--ctx-size)"},
+    {"(n_ctx_draft)", "(-cd/--ctx-size-draft)"},
+    {"(draft)", "(-md/--draft FILE)"},
+    {"(template name)", "(--chat-template NAME)"},
+};
+
+void sd_cli_flag_names(const char *msg, char *out, size_t cap) {
+    size_t o = 0;
+    for (const char *s = msg; *s && o + 1 < cap;) {
+        size_t j = 0, n = sizeof k_param_flags / sizeof k_param_flags[0];
+        while (j < n && strncmp(s, k_param_flags[j][0], strlen(k_param_flags[j][0])))
+            j++;
+        if (j < n) {
+            o += (size_t)snprintf(out + o, cap - o, "%s", k_param_flags[j][1]);
+            if (o >= cap) o = cap - 1;
+            s += strlen(k_param_flags[j][0]);
+        } else {
+            out[o++] = *s++;
+        }
+    }
+    out[o < cap ? o : cap - 1] = '\0';
+}
+
 int sd_cli_fail(const sd_error *err) {
-    fprintf(stderr, "specdec: %s\n", err->msg[0] ? err->msg : sd_status_str(err->status));
+    char msg[2 * SD_ERROR_MSG_MAX];
+    sd_cli_flag_names(err->msg[0] ? err->msg : sd_status_str(err->status), msg, sizeof msg);
+    fprintf(stderr, "specdec: %s\n", msg);
     return EXIT_FAILURE;
 }
 
@@ -57,8 +86,16 @@ int sd_cli_parse_f64(const char *s, double lo, double hi, double *out) {
 }
 
 int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return sd_errorf(err, SD_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    const int is_stdin = !strcmp(path, "-");
+    /* A named file must be a regular one (a FIFO would block, a folder reads as an error). */
+    const int fd = is_stdin ? -1 : sd_file_open_regular(path, err);
+    if (!is_stdin && fd < 0) return SD_ERR_IO;
+    FILE *f = is_stdin ? stdin : fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
+    }
+    if (is_stdin) path = "standard input";
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     while (buf) {
@@ -76,12 +113,15 @@ int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err) {
         n += r;
         if (r == 0) break;
     }
-    int bad = ferror(f);
-    fclose(f);
+    const int bad = ferror(f), e = errno;
+    if (is_stdin)
+        clearerr(stdin);
+    else
+        fclose(f);
     if (!buf) return sd_errorf(err, SD_ERR_OOM, "%s: out of memory reading file", path);
     if (bad) {
         free(buf);
-        return sd_errorf(err, SD_ERR_IO, "%s: read error", path);
+        return sd_errorf(err, SD_ERR_IO, "%s: read error: %s", path, strerror(e ? e : EIO));
     }
     buf[n] = '\0';
     *out = buf;
@@ -159,8 +199,8 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
     case 'n':
         if (sd_cli_parse_i64(arg, -1, INT32_MAX / 2, &g->n) || g->n == 0)
             return sd_cli_usage(h,
-                                "-n/--max-tokens: expected an integer >= 1 (or -1: until "
-                                "EOS or the context is full), found '%s'",
+                                "-n/--max-tokens: expected an integer in [1, 1073741823] (or "
+                                "-1: until EOS or the context is full), found '%s'",
                                 arg);
         g->has_n = 1;
         break;
@@ -172,12 +212,14 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
         break;
     case SD_CLI_OPT_TEMP:
         if (sd_cli_parse_f64(arg, 0.0, 1e6, &g->temp))
-            return sd_cli_usage(h, "--temp: expected a number >= 0, found '%s'", arg);
+            return sd_cli_usage(h, "--temp: expected a number in [0, 1e6] (0 = greedy), found '%s'",
+                                arg);
         g->has_temp = 1;
         break;
     case SD_CLI_OPT_TOP_K:
         if (sd_cli_parse_i64(arg, 0, INT32_MAX, &g->top_k))
-            return sd_cli_usage(h, "--top-k: expected an integer >= 0, found '%s'", arg);
+            return sd_cli_usage(h, "--top-k: expected an integer in [0, 2147483647], found '%s'",
+                                arg);
         g->has_top_k = 1;
         break;
     case SD_CLI_OPT_TOP_P:
@@ -187,7 +229,10 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
         break;
     case 's':
         if (sd_cli_parse_i64(arg, 0, INT64_MAX, &g->seed))
-            return sd_cli_usage(h, "-s/--seed: expected an integer >= 0, found '%s'", arg);
+            return sd_cli_usage(h,
+                                "-s/--seed: expected an integer in [0, 9223372036854775807], "
+                                "found '%s'",
+                                arg);
         g->has_seed = 1;
         break;
     case 't':
@@ -198,7 +243,8 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
         break;
     case 'c':
         if (sd_cli_parse_i64(arg, 0, INT32_MAX, &g->ctx))
-            return sd_cli_usage(h, "-c/--ctx-size: expected an integer >= 0, found '%s'", arg);
+            return sd_cli_usage(
+                h, "-c/--ctx-size: expected an integer in [0, 2147483647], found '%s'", arg);
         g->has_ctx = 1;
         break;
     case SD_CLI_OPT_NO_BOS:
@@ -224,8 +270,8 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
         int64_t v = 1;
         if (strcmp(arg, "all") && sd_cli_parse_i64(arg, 0, INT32_MAX, &v))
             return sd_cli_usage(h,
-                                "-ngl: expected a number of layers >= 0 (any N > 0: every "
-                                "layer on the GPU), found '%s'",
+                                "-ngl: expected a number of layers in [0, 2147483647] (any N > "
+                                "0: every layer on the GPU), found '%s'",
                                 arg);
         *(o == SD_CLI_OPT_NGL ? &g->ngl : &g->ngl_draft) = v > 0;
         break;
@@ -414,6 +460,7 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     if (g->has_ngram_min) ep->ngram.n_min = (int32_t)g->ngram_min;
     if (g->has_ngram_max) ep->ngram.n_max = (int32_t)g->ngram_max;
     p->lookup_cache = g->lookup_cache ? g->lookup_cache : cfg->lookup_cache;
+    sd_cli_extra_apply(g, cfg, ep); /* sampling (min-p, penalties, spec) and the draft head */
     if (ep->ngram.n_min > ep->ngram.n_max) {
         char from_min[300], from_max[300];
         snprintf(from_min, sizeof from_min, "%s",
@@ -442,7 +489,9 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
 
 static void log_note(void *user, const char *line) {
     (void)user;
-    fprintf(stderr, "specdec: %s\n", line);
+    char msg[1024];
+    sd_cli_flag_names(line, msg, sizeof msg);
+    fprintf(stderr, "specdec: %s\n", msg);
 }
 
 int sd_cli_pair_load(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err) {

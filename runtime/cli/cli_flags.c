@@ -1,7 +1,7 @@
 /*
  * llama.cpp's spellings on specdec's command line (see cli.h, "llama.cpp spellings"):
  *   - aliases: llama.cpp's multi-letter single-dash flags rewritten to specdec's long
- *     forms before getopt sees them (-md, -ctk, -ctv, -cd, -e);
+ *     forms before getopt sees them (-md, -ctk, -ctv, -cd, -e, -cnv, -sys, -i, ...);
  *   - flags that map to what specdec has: --cache-type-k/-v (the one KV element type),
  *     --ctx-size-draft, --ignore-eos, --escape/--no-escape, --log-disable,
  *     --no-display-prompt, and specdec's own --threads-force;
@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "runtime/cli/cli.h"
 
@@ -83,6 +86,9 @@ static const char *const k_aliases[][2] = {
     {"-sm", "--split-mode"},
     {"-dev", "--device"},
     {"-devd", "--device-draft"},
+    {"-cnv", "--chat"},
+    {"-sys", "--system"},
+    {"-i", "--interactive"},
     /* serve's (other commands do not have them: the ignored table below notes them) */
     {"-np", "--parallel"},
     {"-b", "--batch-size"},
@@ -235,7 +241,9 @@ int sd_cli_extra_option(int o, const char *arg, sd_cli_gen_opts *g) {
     }
     case SD_CLI_OPT_CTX_DRAFT:
         if (sd_cli_parse_i64(arg, 0, INT32_MAX, &g->ctx_draft))
-            return sd_cli_usage(h, "-cd/--ctx-size-draft: expected an integer >= 0, found '%s'",
+            return sd_cli_usage(h,
+                                "-cd/--ctx-size-draft: expected an integer in [0, 2147483647], "
+                                "found '%s'",
                                 arg);
         g->has_ctx_draft = 1;
         return 0;
@@ -252,9 +260,82 @@ int sd_cli_extra_option(int o, const char *arg, sd_cli_gen_opts *g) {
     case SD_CLI_OPT_NO_DISPLAY_PROMPT:
         g->no_display_prompt = 1;
         return 0;
+    case SD_CLI_OPT_SPEC_SAMPLING:
+        if (sd_spec_sampling_parse(arg, &g->spec))
+            return sd_cli_usage(h, "--spec-sampling: expected rejection or gumbel, found '%s'",
+                                arg);
+        g->has_spec = 1;
+        return 0;
+    case SD_CLI_OPT_MIN_P:
+        if (sd_cli_parse_f64(arg, 0.0, 1.0, &g->min_p))
+            return sd_cli_usage(h, "--min-p: expected a number in [0, 1], found '%s'", arg);
+        g->has_min_p = 1;
+        return 0;
+    case SD_CLI_OPT_REPEAT_PENALTY:
+    case SD_CLI_OPT_PRESENCE_PENALTY:
+    case SD_CLI_OPT_FREQUENCY_PENALTY: {
+        /* llama.cpp allows negative presence / frequency penalties (they favour
+         * repeats); the repeat penalty is a factor > 0. */
+        const int rep = o == SD_CLI_OPT_REPEAT_PENALTY;
+        double v;
+        if (sd_cli_parse_f64(arg, rep ? 0.0 : -100.0, 100.0, &v) || (rep && v <= 0.0))
+            return sd_cli_usage(h,
+                                rep ? "--repeat-penalty: expected a number in (0, 100], found '%s'"
+                                : o == SD_CLI_OPT_PRESENCE_PENALTY
+                                    ? "--presence-penalty: expected a number in [-100, 100], "
+                                      "found '%s'"
+                                    : "--frequency-penalty: expected a number in [-100, 100], "
+                                      "found '%s'",
+                                arg);
+        if (rep) {
+            g->repeat_penalty = v;
+            g->has_repeat = 1;
+        } else if (o == SD_CLI_OPT_PRESENCE_PENALTY) {
+            g->presence_penalty = v;
+            g->has_presence = 1;
+        } else {
+            g->frequency_penalty = v;
+            g->has_frequency = 1;
+        }
+        return 0;
+    }
+    case SD_CLI_OPT_REPEAT_LAST_N:
+        if (sd_cli_parse_i64(arg, 0, SD_PENALTY_MAX_N, &g->repeat_last_n))
+            return sd_cli_usage(h, "--repeat-last-n: expected an integer in [0, 4096], found '%s'",
+                                arg);
+        g->has_last_n = 1;
+        return 0;
+    case SD_CLI_OPT_DRAFT_HEAD:
+        if (!*arg) return sd_cli_usage(h, "--draft-head: expected a file name, found '%s'", arg);
+        g->draft_head = arg;
+        return 0;
+    case SD_CLI_OPT_DRAFT_HEAD_N:
+        if (sd_cli_parse_i64(arg, 0, INT32_MAX, &g->head_n))
+            return sd_cli_usage(h, "--draft-head-n: expected an integer >= 0, found '%s'", arg);
+        g->has_head_n = 1;
+        return 0;
     default:
         return SD_CLI_NOT_SHARED;
     }
+}
+
+void sd_cli_extra_apply(const sd_cli_gen_opts *g, const sd_config *cfg, sd_engine_params *ep) {
+    sd_sampling_params *sp = &ep->gen.samp;
+    if (cfg->has_spec_sampling) sp->spec = cfg->spec_sampling;
+    if (cfg->has_min_p) sp->min_p = cfg->min_p;
+    if (cfg->has_repeat_penalty) sp->repeat_penalty = cfg->repeat_penalty;
+    if (cfg->has_presence_penalty) sp->presence_penalty = cfg->presence_penalty;
+    if (cfg->has_frequency_penalty) sp->freq_penalty = cfg->frequency_penalty;
+    if (cfg->has_repeat_last_n) sp->repeat_last_n = cfg->repeat_last_n;
+    if (g->has_spec) sp->spec = g->spec;
+    if (g->has_min_p) sp->min_p = (float)g->min_p;
+    if (g->has_repeat) sp->repeat_penalty = (float)g->repeat_penalty;
+    if (g->has_presence) sp->presence_penalty = (float)g->presence_penalty;
+    if (g->has_frequency) sp->freq_penalty = (float)g->frequency_penalty;
+    if (g->has_last_n) sp->repeat_last_n = (int32_t)g->repeat_last_n;
+    ep->draft_head = g->draft_head ? g->draft_head : cfg->draft_head;
+    if (cfg->has_draft_head_n) ep->draft_head_n = cfg->draft_head_n;
+    if (g->has_head_n) ep->draft_head_n = (int32_t)g->head_n;
 }
 
 int sd_cli_extra_finish(sd_cli_gen_opts *g) {
@@ -271,6 +352,17 @@ int sd_cli_extra_finish(sd_cli_gen_opts *g) {
     }
     g->kv_type = t;
     return 0;
+}
+
+uint64_t sd_cli_random_seed(void) {
+    uint64_t s = 0;
+    if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s = sd_mix64((uint64_t)ts.tv_sec * 1000000007u + (uint64_t)ts.tv_nsec) ^
+            sd_mix64((uint64_t)getpid());
+    }
+    return s >> 1; /* a config's "seed" is an integer >= 0: keep it one */
 }
 
 static int hex_digit(char c) {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/cli/chat_loop.h"
 #include "runtime/cli/cli.h"
 #include "runtime/engine/sd_engine.h"
 #include "runtime/tokenizer/sd_vocab.h"
@@ -28,7 +29,9 @@ enum {
     OPT_CHAT,
     OPT_CHAT_TEMPLATE,
     OPT_SYSTEM,
-    OPT_SPECIAL
+    OPT_SPECIAL,
+    OPT_VERBOSE,
+    OPT_INTERACTIVE
 };
 
 typedef struct gen_cli {
@@ -38,6 +41,9 @@ typedef struct gen_cli {
     const char *chat_template; /* --chat-template NAME (or Jinja text); NULL: the model's */
     const char *system;        /* --system (-sys): a system message in chat mode */
     int special;               /* --special: control-token texts in the prompt are tokens */
+    int random_seed;           /* --seed -1: a random seed, printed */
+    int verbose;               /* -v/--verbose: the settings and every pass on stderr */
+    int interactive;           /* -i/--interactive: --chat goes on after the prompt's answer */
 } gen_cli;
 
 static int generate_option(int o, const char *arg, void *user) {
@@ -62,6 +68,17 @@ static int generate_option(int o, const char *arg, void *user) {
     case OPT_SPECIAL:
         c->special = 1;
         return 0;
+    case 's': /* llama.cpp's --seed -1: a random seed (the shared parser takes the rest) */
+        if (strcmp(arg, "-1")) return SD_CLI_PASS;
+        c->random_seed = 1;
+        return 0;
+    case 'v':
+    case OPT_VERBOSE:
+        c->verbose = 1;
+        return 0;
+    case OPT_INTERACTIVE:
+        c->interactive = 1;
+        return 0;
     case 'h':
         sd_cli_generate_help(stdout);
         return -1;
@@ -83,6 +100,8 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         {"system", required_argument, 0, OPT_SYSTEM},
         {"system-prompt", required_argument, 0, OPT_SYSTEM},
         {"special", no_argument, 0, OPT_SPECIAL},
+        {"verbose", no_argument, 0, OPT_VERBOSE},
+        {"interactive", no_argument, 0, OPT_INTERACTIVE},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -90,15 +109,18 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
     if (!rc && c->system && !c->chat)
         return usage_error("%s", "--system needs --chat (the system message goes into the chat "
                                  "template)");
+    if (!rc && c->interactive && !c->chat)
+        return usage_error("%s", "--interactive is a conversation: give --chat (-cnv) too");
     return rc;
 }
 
+/* Text mode: the tokens' pieces streamed to stdout through the streaming detokenizer (raw
+ * bytes, a character split across tokens written once it is complete). Both modes stop at
+ * Ctrl-C (sd_cli_interrupted). */
 typedef struct stream_ctx {
-    const sd_vocab *vocab;
-    char *buf;
-    size_t cap;
-    int oom;       /* a piece buffer could not grow */
+    sd_detok *dt;  /* NULL: --json, nothing is written while generating */
     int write_err; /* errno of a failed write to stdout (generation stops), or 0 */
+    int stopped;   /* stopped by Ctrl-C */
 } stream_ctx;
 
 /* Write bytes to stdout and flush; on failure remember errno (EIO if none). 0 or -1. */
@@ -113,19 +135,20 @@ static int stream_write(stream_ctx *s, const void *p, size_t n) {
 
 static int stream_tokens(void *user, const int32_t *tokens, int32_t n) {
     stream_ctx *s = user;
-    for (int32_t i = 0; i < n; i++) {
-        int len = sd_vocab_token_to_piece(s->vocab, tokens[i], 0, s->buf, s->cap);
-        if (len < 0) continue;
-        if ((size_t)len > s->cap) {
-            char *nb = realloc(s->buf, (size_t)len);
-            if (!nb) return s->oom = 1;
-            s->buf = nb;
-            s->cap = (size_t)len;
-            sd_vocab_token_to_piece(s->vocab, tokens[i], 0, s->buf, s->cap);
-        }
-        if (stream_write(s, s->buf, (size_t)len)) return 1; /* stop: the output is lost */
+    for (int32_t i = 0; s->dt && i < n; i++) {
+        const char *t = NULL;
+        size_t len = 0;
+        if (sd_detok_push(s->dt, tokens[i], &t, &len, NULL) != SD_OK) continue;
+        if (stream_write(s, t, len)) return 1; /* stop: the output is lost */
     }
+    if (sd_cli_interrupted()) return s->stopped = 1;
     return 0;
+}
+
+/* The stop reason as printed: Ctrl-C stops generation with none of the engine's reasons. */
+static const char *stop_name(const sd_gen_stats *st) {
+    return st->stop == SD_STOP_NONE && sd_cli_interrupted() ? "interrupted"
+                                                            : sd_stop_reason_str(st->stop);
 }
 
 /* "0:12 1:3 4:30": the passes of each K chosen, zero counts left out. */
@@ -137,12 +160,20 @@ static void format_k_hist(const sd_gen_stats *st, char *buf, size_t cap) {
             o += (size_t)snprintf(buf + o, cap - o, "%s%d:%d", o ? " " : "", k, st->k_hist[k]);
 }
 
+/* "0.123", or "-" when nothing was drafted there (0 / 0). */
+static const char *ratio_str(int64_t num, int64_t den, char *buf, size_t cap) {
+    if (den <= 0) return "-";
+    snprintf(buf, cap, "%.3f", (double)num / (double)den);
+    return buf;
+}
+
 static void print_stats(const sd_gen_stats *st, const sd_gen_params *gp, int with_draft,
                         int32_t k) {
     FILE *f = stderr;
+    char b[32];
     fprintf(f, "\n\n");
     fprintf(f, "generated       %d tokens (prompt %d), stop: %s\n", st->n_generated, st->n_prompt,
-            sd_stop_reason_str(st->stop));
+            stop_name(st));
     fprintf(f, "target passes   %d\n", st->n_target_passes);
     if (with_draft) {
         const int adaptive = gp->k_policy == SD_K_ADAPTIVE;
@@ -150,16 +181,18 @@ static void print_stats(const sd_gen_stats *st, const sd_gen_params *gp, int wit
                 sd_draft_type_name(gp->draft_type), k, adaptive ? " at most, adaptive" : "");
         if (gp->draft_p_min > 0.0f)
             fprintf(f, ", p-min %.2f after %d", (double)gp->draft_p_min, gp->draft_min);
+        if (gp->samp.temp > 0.0f) fprintf(f, ", %s sampling", sd_spec_sampling_name(gp->samp.spec));
         fprintf(f, ")\n");
         fprintf(f, "accepted        %d\n", st->n_accepted);
-        fprintf(f, "acceptance rate %.3f   (accepted / drafted)\n", sd_stats_acceptance_rate(st));
+        fprintf(f, "acceptance rate %s   (accepted / drafted)\n",
+                ratio_str(st->n_accepted, st->n_drafted, b, sizeof b));
         fprintf(f, "per position   ");
         for (int32_t i = 0; i < k; i++)
-            fprintf(f, " %.3f", sd_stats_accept_at(st, i));
-        fprintf(f, "   (accepted / drafted at draft position i)\n");
+            fprintf(f, " %s", ratio_str(st->accepted_at[i], st->drafted_at[i], b, sizeof b));
+        fprintf(f, "   (accepted / drafted at draft position i; - = never drafted)\n");
         char hist[256];
         format_k_hist(st, hist, sizeof hist);
-        fprintf(f, "K chosen        %s   (K:passes; mean %.2f; 0 = target alone)\n", hist,
+        fprintf(f, "K drafted       %s   (K:passes; mean %.2f; 0 = target alone)\n", hist,
                 sd_stats_mean_k(st));
         if (adaptive)
             fprintf(f, "speculation off %d passes, %.2f ms (switched off %d times, %d probes)\n",
@@ -168,7 +201,8 @@ static void print_stats(const sd_gen_stats *st, const sd_gen_params *gp, int wit
             fprintf(f, "n-gram lookup   %d passes, %d drafted, %d accepted\n", st->n_passes_lookup,
                     st->n_drafted_lookup, st->n_accepted_lookup);
     }
-    fprintf(f, "tokens/pass     %.3f   (emitted / target passes)\n", sd_stats_tokens_per_pass(st));
+    fprintf(f, "tokens/pass     %s   (emitted, the stop token included / target passes)\n",
+            ratio_str(st->n_generated + st->n_stop_tokens, st->n_target_passes, b, sizeof b));
     fprintf(f, "speed           %.2f tokens/s (decode, prefill excluded)\n",
             sd_stats_tokens_per_s(st));
     fprintf(f, "TTFT            %.2f ms\n", st->ttft_ms);
@@ -177,80 +211,45 @@ static void print_stats(const sd_gen_stats *st, const sd_gen_params *gp, int wit
             st->t_prefill_ms, st->t_draft_ms, st->t_verify_ms, st->t_sample_ms);
 }
 
-/* The generated text exactly as streamed: the concatenated pieces of the tokens (a
- * continuation keeps its leading space, unlike llama_detokenize of the ids alone). */
-static int pieces_text(const sd_vocab *vocab, const int32_t *toks, int32_t n, char **out,
-                       size_t *out_len, sd_error *err) {
+/* The generated text exactly as streamed (the concatenated pieces: a continuation keeps its
+ * leading space, unlike a detokenization of the ids alone), valid UTF-8 as jansson needs:
+ * the streaming detokenizer replaces each invalid sequence (a byte-fallback token, a
+ * character cut at -n) with U+FFFD, as a text decoder would. malloc'd, NUL-terminated. */
+static int json_text(const sd_vocab *vocab, const int32_t *toks, int32_t n, char **out,
+                     size_t *out_len, sd_error *err) {
+    sd_detok *dt = NULL;
+    int rc = sd_detok_init(vocab, SD_DETOK_REPLACE_INVALID, &dt, err);
     size_t cap = 256, len = 0;
-    char *buf = malloc(cap);
-    for (int32_t i = 0; buf && i < n; i++) {
-        int m = sd_vocab_token_to_piece(vocab, toks[i], 0, buf + len, cap - len);
-        if (m < 0) continue;
-        if ((size_t)m >= cap - len) {
-            size_t ncap = (len + (size_t)m) * 2 + 1;
-            char *nb = realloc(buf, ncap);
+    char *buf = rc ? NULL : malloc(cap);
+    for (int32_t i = 0; buf && i <= n; i++) {
+        const char *t = NULL;
+        size_t l = 0;
+        if (i < n && (rc = sd_detok_push(dt, toks[i], &t, &l, err))) break;
+        if (i == n) sd_detok_flush(dt, &t, &l);
+        if (len + l + 1 > cap) {
+            while (len + l + 1 > cap)
+                cap *= 2;
+            char *nb = realloc(buf, cap);
             if (!nb) {
                 free(buf);
                 buf = NULL;
                 break;
             }
             buf = nb;
-            cap = ncap;
-            sd_vocab_token_to_piece(vocab, toks[i], 0, buf + len, cap - len);
         }
-        len += (size_t)m;
+        memcpy(buf + len, t, l);
+        len += l;
     }
-    if (!buf) return sd_errorf(err, SD_ERR_OOM, "out of memory building the output text");
+    sd_detok_free(dt);
+    if (!rc && !buf) rc = sd_errorf(err, SD_ERR_OOM, "out of memory building the output text");
+    if (rc) {
+        free(buf);
+        return rc;
+    }
     buf[len] = '\0';
     *out = buf;
     *out_len = len;
     return SD_OK;
-}
-
-/* Length of the valid UTF-8 sequence at s[0 .. n), or 0 if invalid (RFC 3629). */
-static size_t utf8_seq_len(const unsigned char *s, size_t n) {
-    unsigned char c = s[0];
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else
-        return 0;
-    if (n < len || s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-    return len;
-}
-
-/* Copy with every invalid UTF-8 byte replaced by U+FFFD. malloc'd, NUL-terminated. */
-static char *utf8_sanitize(const char *in, size_t n, size_t *out_len) {
-    char *out = malloc(n * 3 + 1);
-    if (!out) return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq_len((const unsigned char *)in + i, n - i);
-        if (l == 0 || (l == 1 && in[i] == '\0')) {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        } else {
-            memcpy(out + o, in + i, l);
-            o += l;
-            i += l;
-        }
-    }
-    out[o] = '\0';
-    *out_len = o;
-    return out;
 }
 
 /* The drafting part of the JSON stats: policy, K histogram and trace, auto-off, lookup. */
@@ -277,36 +276,90 @@ static void json_drafting(json_t *stats, const sd_gen_stats *st, const sd_gen_pa
     json_object_set_new(stats, "n_passes_lookup", json_integer(st->n_passes_lookup));
     json_object_set_new(stats, "n_drafted_lookup", json_integer(st->n_drafted_lookup));
     json_object_set_new(stats, "n_accepted_lookup", json_integer(st->n_accepted_lookup));
+    json_object_set_new(stats, "seed", json_integer((json_int_t)gp->seed));
+    json_object_set_new(stats, "spec_sampling", json_string(sd_spec_sampling_name(gp->samp.spec)));
+    if (!gp->pass_trace) return;
+    /* --verbose: every pass as the controller saw it. */
+    json_t *passes = json_array();
+    for (int32_t i = 0; i < st->n_target_passes && i < gp->pass_trace_cap; i++) {
+        const sd_pass_record *r = &gp->pass_trace[i];
+        json_array_append_new(passes, json_pack("{s:i, s:i, s:i, s:i, s:f, s:f}", "k", r->k_chosen,
+                                                "drafted", r->n_drafted, "accepted", r->n_accepted,
+                                                "state", r->state, "t_draft_ms", r->t_draft_ms,
+                                                "t_pass_ms", r->t_pass_ms));
+    }
+    json_object_set_new(stats, "passes", passes);
+}
+
+/* -v: every pass on stderr. */
+static void print_passes(const sd_gen_stats *st, const sd_gen_params *gp) {
+    static const char *const states[] = {"on", "off", "probe"};
+    fprintf(stderr, "pass  K  drafted accepted state  draft ms   pass ms   then: K*  S(K*)  "
+                    "c/v(1) v(K*+1)/v(1)\n");
+    for (int32_t i = 0; i < st->n_target_passes && i < gp->pass_trace_cap; i++) {
+        const sd_pass_record *r = &gp->pass_trace[i];
+        fprintf(stderr, "%4d %2d %8d %8d %-5s %9.3f %9.3f %9d %6.3f %7.3f %7.3f\n", i, r->k_chosen,
+                r->n_drafted, r->n_accepted,
+                r->state >= 0 && r->state <= 2 ? states[r->state] : "?", r->t_draft_ms,
+                r->t_pass_ms, r->k_best, r->speedup, r->c_rel, r->v_rel);
+    }
+}
+
+/* -v: the settings the run uses, before it. */
+/* -v: what the backend did with a model's weights (CPU: packed for its kernels). */
+static void print_weights(const char *role, const sd_session *s) {
+    if (!s) return;
+    const sd_weights_info w = sd_session_weights_info(s);
+    if (w.n_packed)
+        fprintf(stderr,
+                "specdec: %s: %d weight matrices packed for the %s kernels: %.1f MiB beside "
+                "the mapped file, %.0f ms\n",
+                role, w.n_packed, w.kernels, (double)w.packed_bytes / 1048576.0, w.packed_ms);
+    else
+        fprintf(stderr, "specdec: %s: weights used in place (%s)\n", role, w.kernels);
+}
+
+static void print_settings(const sd_gen_params *gp, const sd_engine_params *ep,
+                           const char *proposer) {
+    const sd_sampling_params *sp = &gp->samp;
+    fprintf(stderr,
+            "specdec: sampling: temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g "
+            "(last %d), presence %g, frequency %g, %s, seed %llu\n",
+            (double)sp->temp, sp->top_k, (double)sp->top_p, (double)sp->min_p,
+            (double)sp->repeat_penalty, sp->repeat_last_n, (double)sp->presence_penalty,
+            (double)sp->freq_penalty, sd_spec_sampling_name(sp->spec),
+            (unsigned long long)gp->seed);
+    fprintf(stderr,
+            "specdec: drafting: %s, K %d, policy %s, p-min %g after %d, n-gram %d..%d, head %s "
+            "(%d ids)\n",
+            proposer, gp->n_draft, sd_k_policy_name(gp->k_policy), (double)gp->draft_p_min,
+            gp->draft_min, ep->ngram.n_min, ep->ngram.n_max,
+            ep->draft_head ? ep->draft_head : "full", ep->draft_head ? ep->draft_head_n : 0);
 }
 
 static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, const sd_gen_stats *st,
                       const sd_gen_params *gp, int with_draft, int32_t k, sd_error *err) {
     char *text = NULL;
     size_t text_len = 0;
-    int rc = pieces_text(vocab, toks, n, &text, &text_len, err);
+    int rc = json_text(vocab, toks, n, &text, &text_len, err);
     if (rc) return rc;
     json_t *ids = json_array();
     for (int32_t i = 0; i < n; i++)
         json_array_append_new(ids, json_integer(toks[i]));
     json_t *ppa = json_array();
-    for (int32_t i = 0; i < k; i++)
-        json_array_append_new(ppa, json_real(sd_stats_accept_at(st, i)));
+    for (int32_t i = 0; i < k; i++) /* null: never drafted at i */
+        json_array_append_new(ppa, st->drafted_at[i] ? json_real(sd_stats_accept_at(st, i))
+                                                     : json_null());
     json_t *stats = json_pack(
-        "{s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
+        "{s:i, s:i, s:i, s:i, s:i, s:o, s:f, s:o, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
         "n_prompt", st->n_prompt, "n_generated", st->n_generated, "n_target_passes",
         st->n_target_passes, "n_drafted", st->n_drafted, "n_accepted", st->n_accepted,
-        "acceptance_rate", sd_stats_acceptance_rate(st), "tokens_per_pass",
-        sd_stats_tokens_per_pass(st), "per_position_acceptance", ppa, "tokens_per_s",
-        sd_stats_tokens_per_s(st), "ttft_ms", st->ttft_ms, "itl_ms", sd_stats_itl_ms(st),
-        "t_prefill_ms", st->t_prefill_ms, "t_draft_ms", st->t_draft_ms, "t_verify_ms",
-        st->t_verify_ms, "t_sample_ms", st->t_sample_ms, "stop", sd_stop_reason_str(st->stop));
+        "acceptance_rate", st->n_drafted ? json_real(sd_stats_acceptance_rate(st)) : json_null(),
+        "tokens_per_pass", sd_stats_tokens_per_pass(st), "per_position_acceptance", ppa,
+        "tokens_per_s", sd_stats_tokens_per_s(st), "ttft_ms", st->ttft_ms, "itl_ms",
+        sd_stats_itl_ms(st), "t_prefill_ms", st->t_prefill_ms, "t_draft_ms", st->t_draft_ms,
+        "t_verify_ms", st->t_verify_ms, "t_sample_ms", st->t_sample_ms, "stop", stop_name(st));
     if (stats) json_drafting(stats, st, gp, with_draft);
-    /* jansson needs valid UTF-8: a byte-fallback token or a character cut at -n can
-     * leave a partial sequence; such bytes become U+FFFD, as a text decoder would. */
-    char *clean = utf8_sanitize(text, text_len, &text_len);
-    free(text);
-    text = clean;
-    if (!text) return sd_errorf(err, SD_ERR_OOM, "out of memory building the output text");
     json_t *root =
         json_pack("{s:s%, s:o, s:o}", "text", text, text_len, "tokens", ids, "stats", stats);
     free(text);
@@ -329,14 +382,23 @@ void sd_cli_generate_help(FILE *f) {
                "  --draft FILE    (-md, --model-draft)  draft GGUF\n"
                "  --no-draft               target alone (the A side of an A/B run)\n"
                "  --prompt TEXT   (-p)     prompt text\n"
-               "  --prompt-file F (-f)     read the prompt from a file\n"
+               "  --prompt-file F (-f)     read the prompt from a file (- : standard input)\n"
                "  --max-tokens N  (-n, --n-predict)    tokens to generate (default 128)\n"
                "  --draft-tokens K (-k, --draft-max)   tokens drafted per step, 1..16 (default 4;\n"
                "                           with --draft-policy adaptive: the most)\n"
                "  --temp T                 temperature, 0 = greedy (default 0.8)\n"
                "  --top-k N                top-k, 0 = off (default 40)\n"
                "  --top-p P                top-p, 1 = off (default 0.95)\n"
-               "  --seed S        (-s)     RNG seed (default 42)\n"
+               "  --seed S        (-s)     seed of every draw (default 42; -1: a random seed,\n"
+               "                           printed)\n"
+               "  --min-p P                min-p: keep tokens with p >= P p_max (0 = off)\n"
+               "  --repeat-penalty P       divide repeated tokens' logits by P (1 = off)\n"
+               "  --presence-penalty P, --frequency-penalty P   subtract P (times the count)\n"
+               "                           from repeated tokens' logits (0 = off)\n"
+               "  --repeat-last-n N        tokens the penalties look back over (64)\n"
+               "  --spec-sampling M        rejection or gumbel (default): how speculative\n"
+               "                           sampling draws; gumbel prints the text target alone\n"
+               "                           prints with the same seed, whatever the draft and K\n"
                "  --threads N     (-t)     threads, 0 = all cores (default 0)\n"
                "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
                "  --no-bos                 do not prepend BOS to the prompt\n"
@@ -350,7 +412,14 @@ void sd_cli_generate_help(FILE *f) {
                "  --json                   print one JSON object on stdout instead of text\n"
                "  --chat          (-cnv)   the prompt is a user message in the model's chat\n"
                "                           template (ChatML, Llama 3, Mistral/Llama 2, ...);\n"
-               "                           generation stops at its end of turn\n"
+               "                           generation stops at its end of turn. Without a\n"
+               "                           prompt (or with -i): an interactive chat, one turn\n"
+               "                           a line from stdin ('\\' at the end continues it),\n"
+               "                           /exit to end, Ctrl-C stops the current answer;\n"
+               "                           earlier turns stay in the KV cache; -n bounds each\n"
+               "                           answer (default: to its end of turn)\n"
+               "  --interactive   (-i)     with --chat: go on reading turns after the prompt's\n"
+               "                           answer\n"
                "  --chat-template NAME     a built-in template instead of the model's\n"
                "  --system TEXT   (-sys)   a system message (with --chat)\n"
                "  --special                control tokens written in the prompt (<|im_start|>)\n"
@@ -365,6 +434,8 @@ void sd_cli_generate_help(FILE *f) {
                "                           (--no-escape: as written, the default)\n"
                "  --no-display-prompt      do not echo the prompt before the text\n"
                "  --log-disable            no notes or statistics on stderr (errors still)\n"
+               "  -v (--verbose)           the settings before the run and every pass after it\n"
+               "                           (with --json: stats.passes)\n"
                "drafting:\n"
                "  --draft-type T  (--spec-type)  none|llm|ngram|ngram+llm (default: llm with a\n"
                "                           draft model, else none); llama.cpp's draft-simple,\n"
@@ -377,10 +448,19 @@ void sd_cli_generate_help(FILE *f) {
                "  --ngram-min N, --ngram-max N     n-gram sizes matched, 1..16 (default 2, 4);\n"
                "                           --spec-ngram-size-n N sets both (llama.cpp)\n"
                "  --lookup-cache FILE      n-gram cache kept across runs (read, then updated)\n"
+               "  --draft-head FILE        the LLM draft scores only the ids of this head file\n"
+               "                           (FR-Spec's trimmed head: exact, cheaper drafting)\n"
+               "  --draft-head-n N         the first N ids of it (0 = all)\n"
+               "  --draft-policy sweep     every K in turn (for recording cost traces with -v)\n"
                "llama.cpp flags with no meaning here (-fa, -b, -ub, --mlock, --no-mmap, --numa,\n"
                "-tb, -td, -C, -Cr, --prio, --poll, --no-warmup, -co, --no-perf, -np, -cb,\n"
                "-kvu, --context-shift) are ignored with a one-line note; -no-cnv, --simple-io\n"
                "and --no-context-shift name what specdec always does and are accepted.\n");
+}
+
+/* The interactive chat: --chat with -i, or with no prompt at all (flag or config). */
+static int gen_interactive(const gen_cli *c, const sd_cli_pair *p) {
+    return c->chat && (c->interactive || (!c->g.prompt && !c->g.prompt_file && !p->cfg.prompt));
 }
 
 /* Usage errors the parser cannot see: no target, --draft N, two prompts. 0 or a status. */
@@ -399,6 +479,11 @@ static int gen_check_args(const gen_cli *c, const sd_cli_pair *p) {
     }
     if (c->g.prompt && c->g.prompt_file)
         return usage_error("%s", "give either --prompt or --prompt-file, not both");
+    if (gen_interactive(c, p) && c->json)
+        return usage_error("%s", "--json prints one answer: not with an interactive chat (give "
+                                 "--chat a prompt with -p, without -i)");
+    if (gen_interactive(c, p) && c->g.prompt_file && !strcmp(c->g.prompt_file, "-"))
+        return usage_error("%s", "-f -: standard input holds the interactive chat's turns");
     return 0;
 }
 
@@ -475,19 +560,23 @@ static int gen_tokenize(const gen_cli *c, sd_engine *e, const char *prompt, size
 static int gen_run(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, const char *prompt,
                    size_t prompt_len, const int32_t *ids, size_t n_ids, int32_t *out,
                    sd_gen_stats *st, sd_error *err) {
-    stream_ctx sc = {sd_engine_vocab(e), NULL, 0, 0, 0};
-    int rc = SD_OK;
-    if (c->json)
-        rc =
-            sd_engine_generate(e, gp, ids, (int32_t)n_ids, NULL, NULL, out, gp->n_predict, st, err);
-    else if (c->g.no_display_prompt || (stream_write(&sc, prompt, prompt_len) == 0 &&
-                                        (!c->chat || stream_write(&sc, "\n", 1) == 0)))
+    stream_ctx sc = {NULL, 0, 0};
+    int rc = c->json ? SD_OK : sd_detok_init(sd_engine_vocab(e), 0, &sc.dt, err);
+    if (rc) return rc;
+    if (c->json || c->g.no_display_prompt ||
+        (stream_write(&sc, prompt, prompt_len) == 0 &&
+         (!c->chat || stream_write(&sc, "\n", 1) == 0)))
         rc = sd_engine_generate(e, gp, ids, (int32_t)n_ids, stream_tokens, &sc, out, gp->n_predict,
                                 st, err);
-    free(sc.buf);
+    if (sc.dt && !sc.write_err) { /* a character the last token left incomplete, raw */
+        const char *t = NULL;
+        size_t len = 0;
+        sd_detok_flush(sc.dt, &t, &len);
+        stream_write(&sc, t, len);
+    }
+    sd_detok_free(sc.dt);
     if (!rc && sc.write_err)
         rc = sd_errorf(err, SD_ERR_IO, "stdout: write error: %s", strerror(sc.write_err));
-    if (!rc && sc.oom) rc = sd_errorf(err, SD_ERR_OOM, "out of memory streaming the output");
     return rc;
 }
 
@@ -495,7 +584,7 @@ static int gen_run(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, cons
  * n-gram proposer; after the run it is updated with this prompt and output. */
 static int gen_open_cache(sd_cli_pair *p, sd_engine *e, sd_draft_type type, sd_ngram_cache **cache,
                           sd_error *err) {
-    const uint64_t fp = sd_engine_vocab_fingerprint(e);
+    const uint64_t fp = sd_draft_vocab_fingerprint(sd_engine_vocab(e));
     const int32_t nv = sd_model_hparams(sd_engine_target(e))->n_vocab;
     int rc = sd_ngram_cache_load(p->lookup_cache, fp, nv, &p->ep.ngram, 0, cache, err);
     if (rc == SD_ERR_IO && errno == ENOENT) {
@@ -510,16 +599,65 @@ static int gen_open_cache(sd_cli_pair *p, sd_engine *e, sd_draft_type type, sd_n
     return rc;
 }
 
-/* This run becomes a document of the cache (prompt, then output), saved atomically. */
+/* doc[0 .. n) becomes a document of the cache, saved atomically. */
+static int gen_save_doc(const sd_cli_pair *p, sd_ngram_cache *cache, const int32_t *doc, int32_t n,
+                        sd_error *err) {
+    int rc = sd_ngram_cache_add(cache, doc, n, err);
+    sd_cli_temp_arm(p->lookup_cache); /* a fatal signal removes the cache's temporary */
+    if (!rc) rc = sd_ngram_cache_save(cache, p->lookup_cache, err);
+    sd_cli_temp_disarm();
+    return rc;
+}
+
+/* This run becomes a document of the cache (prompt, then output). */
 static int gen_save_cache(const sd_cli_pair *p, sd_ngram_cache *cache, const int32_t *ids,
                           size_t n_ids, const int32_t *out, const sd_gen_stats *st, sd_error *err) {
     int32_t *doc = malloc(((size_t)n_ids + (size_t)st->n_generated) * sizeof *doc);
     if (!doc) return sd_errorf(err, SD_ERR_OOM, "out of memory updating the lookup cache");
     memcpy(doc, ids, n_ids * sizeof *doc);
     memcpy(doc + n_ids, out, (size_t)st->n_generated * sizeof *doc);
-    int rc = sd_ngram_cache_add(cache, doc, (int32_t)(n_ids + (size_t)st->n_generated), err);
+    int rc = gen_save_doc(p, cache, doc, (int32_t)(n_ids + (size_t)st->n_generated), err);
     free(doc);
-    if (!rc) rc = sd_ngram_cache_save(cache, p->lookup_cache, err);
+    return rc;
+}
+
+/* The interactive chat (runtime/cli/chat_loop.c) after the pair is loaded: first is the
+ * first user message (-p, -f) or NULL. *exit_code: 0, or SD_EXIT_INTERRUPTED when Ctrl-C
+ * ended it. The whole conversation becomes one document of the lookup cache. */
+static int gen_chat_interactive(const gen_cli *c, const sd_cli_pair *p, sd_engine *e,
+                                const sd_gen_params *gp, const char *first, sd_ngram_cache *cache,
+                                int *exit_code, sd_error *err) {
+    const sd_vocab *vocab = sd_engine_vocab(e);
+    const char *path = sd_model_path(sd_engine_target(e));
+    sd_cli_chat ch;
+    memset(&ch, 0, sizeof ch);
+    ch.engine = e;
+    ch.gen = *gp;
+    /* -n (or max_tokens) bounds each answer; else it runs to its end of turn */
+    ch.max_tokens = c->g.has_n ? (int32_t)c->g.n : (p->cfg.has_max_tokens ? p->cfg.max_tokens : -1);
+    ch.tmpl = c->chat_template ? c->chat_template : sd_vocab_chat_template(vocab);
+    if (!ch.tmpl)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: --chat: the model has no tokenizer.chat_template; pass "
+                         "--chat-template NAME (one of %s)",
+                         path, sd_chat_template_names());
+    char origin[512];
+    snprintf(origin, sizeof origin, "%s: tokenizer.chat_template", path);
+    ch.tmpl_origin = c->chat_template ? NULL : origin;
+    ch.system = c->system;
+    ch.first = first;
+    ch.add_bos = !c->g.no_bos;
+    ch.escape = c->g.escape;
+    ch.notes = !c->g.log_disable;
+    ch.echo_first = !c->g.no_display_prompt;
+    ch.in = stdin;
+    ch.prompt = isatty(STDIN_FILENO);
+    int32_t *conv = NULL, n_conv = 0;
+    int by_interrupt = 0;
+    int rc = sd_cli_chat_run(&ch, &conv, &n_conv, &by_interrupt, err);
+    if (!rc && cache && n_conv > 0) rc = gen_save_doc(p, cache, conv, n_conv, err);
+    free(conv);
+    *exit_code = by_interrupt ? SD_EXIT_INTERRUPTED : EXIT_SUCCESS;
     return rc;
 }
 
@@ -527,6 +665,9 @@ int sd_cmd_generate(int argc, char **argv) {
     gen_cli c;
     int prc = parse_generate(argc, argv, &c);
     if (prc) return prc < 0 ? EXIT_SUCCESS : prc;
+    /* Ctrl-C stops at the next token (the statistics printed, the lookup cache saved, exit
+     * status 130); in the interactive chat it stops the current answer. */
+    sd_cli_interrupt_catch();
 
     sd_error err = {0};
     sd_cli_pair p = {0};
@@ -535,6 +676,7 @@ int sd_cmd_generate(int argc, char **argv) {
     size_t prompt_len = 0, n_ids = 0;
     int32_t *prompt_ids = NULL, *out = NULL;
     uint8_t *k_trace = NULL;
+    sd_pass_record *passes = NULL;
     sd_ngram_cache *cache = NULL;
     int rc = SD_OK, exit_code = EXIT_FAILURE;
     const int notes = !c.g.log_disable;
@@ -547,9 +689,20 @@ int sd_cmd_generate(int argc, char **argv) {
     p.ep.gen.draft_min = 1;
     if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
     if (c.no_draft) p.ep.draft = NULL;
+    if (!c.chat && p.cfg.has_chat) c.chat = p.cfg.chat; /* the config's "chat" */
+    if (c.system && !c.chat) {
+        exit_code = usage_error("%s", "--system needs --chat (the system message goes into the "
+                                      "chat template)");
+        goto done;
+    }
+    if (c.random_seed) p.ep.gen.seed = sd_cli_random_seed();
     if ((exit_code = gen_check_args(&c, &p))) goto done;
     exit_code = EXIT_FAILURE;
     if ((rc = gen_prompt(&c, &p, &prompt, &prompt_len, &err))) goto done;
+    /* The lookup cache is rewritten after the run: a path that cannot take it (a missing
+     * folder, a FIFO, a model file) fails now, not after the whole generation. */
+    const char *models[2] = {p.ep.target, p.ep.draft};
+    if (p.lookup_cache && (rc = sd_cli_check_output(p.lookup_cache, models, 2, &err))) goto done;
     if ((rc = sd_cli_pair_load(&c.g, &p, &err))) goto done;
     sd_engine *e = p.engine;
     sd_gen_params gp = p.ep.gen;
@@ -563,6 +716,12 @@ int sd_cmd_generate(int argc, char **argv) {
     const int with_draft = prop != NULL;
     if (!with_draft) gp.n_draft = 0;
     if (p.lookup_cache && (rc = gen_open_cache(&p, e, gp.draft_type, &cache, &err))) goto done;
+    if (gen_interactive(&c, &p)) {
+        const int have_first = c.g.prompt || c.g.prompt_file || p.cfg.prompt;
+        rc = gen_chat_interactive(&c, &p, e, &gp, have_first ? prompt : NULL, cache, &exit_code,
+                                  &err);
+        goto done;
+    }
     if ((rc = gen_tokenize(&c, e, prompt, prompt_len, &prompt_ids, &n_ids, &gp, &err))) goto done;
     if (notes && c.no_draft && (c.g.draft || p.cfg.draft))
         fprintf(stderr, "specdec: --no-draft: ignoring the draft model, target alone\n");
@@ -574,7 +733,19 @@ int sd_cmd_generate(int argc, char **argv) {
     k_trace = malloc((size_t)gp.n_predict + 1);
     gp.k_trace = k_trace;
     gp.k_trace_cap = k_trace ? gp.n_predict + 1 : 0;
-    if (!out || !k_trace) {
+    if (c.verbose) {
+        passes = malloc(((size_t)gp.n_predict + 1) * sizeof *passes);
+        gp.pass_trace = passes;
+        gp.pass_trace_cap = passes ? gp.n_predict + 1 : 0;
+    }
+    if (notes && c.random_seed)
+        fprintf(stderr, "specdec: --seed -1: seed %llu\n", (unsigned long long)gp.seed);
+    if (notes && c.verbose) {
+        print_settings(&gp, &p.ep, prop ? sd_proposer_name(prop) : "none");
+        print_weights("target", sd_scorer_session(sd_engine_scorer(e)));
+        print_weights("draft", sd_proposer_llm_session(sd_engine_proposer(e)));
+    }
+    if (!out || !k_trace || (c.verbose && !passes)) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
         goto done;
     }
@@ -590,11 +761,14 @@ int sd_cmd_generate(int argc, char **argv) {
                                    k_shown, &err)))
         goto done;
     if (notes) print_stats(&st, &gp, with_draft, k_shown);
-    exit_code = EXIT_SUCCESS;
+    if (notes && c.verbose) print_passes(&st, &gp);
+    exit_code =
+        st.stop == SD_STOP_NONE && sd_cli_interrupted() ? SD_EXIT_INTERRUPTED : EXIT_SUCCESS;
 done:
     if (rc) exit_code = sd_cli_fail(&err);
     free(out);
     free(k_trace);
+    free(passes);
     free(prompt_ids);
     free(prompt);
     sd_cli_pair_free(&p);

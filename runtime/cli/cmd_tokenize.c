@@ -8,6 +8,9 @@
  * --pieces: one token a line, "%6d -> 'piece'" (the piece as text, SentencePiece's "▁"
  * as a space: sd_vocab_token_to_piece), as llama-tokenize prints.
  * --show-count: a last line "tokens N".
+ * --special: control-token texts in the text (<|im_start|>, <s>) are those tokens, as
+ * llama-tokenize does by default; the default here is text, as generate's (llama-tokenize's
+ * --no-parse-special, accepted).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -26,7 +29,7 @@ static int usage_error(const char *fmt, const char *arg) {
 
 typedef struct tok_opts {
     const char *model, *text, *file;
-    int no_bos, pieces, show_count;
+    int no_bos, pieces, show_count, special;
 } tok_opts;
 
 static void tokenize_help(FILE *f) {
@@ -38,10 +41,21 @@ static void tokenize_help(FILE *f) {
                "  --ids                     ids on one line (the default)\n"
                "  --pieces                  one token a line: \"id -> 'piece'\" (llama-tokenize)\n"
                "  --show-count              a last line \"tokens N\"\n"
+               "  --special                 control tokens written in the text (<|im_start|>)\n"
+               "                            are tokens (llama-tokenize's default); without it\n"
+               "                            they are text, as in generate (--no-parse-special)\n"
                "  --log-disable             accepted (tokenize prints no notes)\n");
 }
 
-enum { OPT_NO_BOS = 1000, OPT_IDS, OPT_PIECES, OPT_SHOW_COUNT, OPT_LOG_DISABLE };
+enum {
+    OPT_NO_BOS = 1000,
+    OPT_IDS,
+    OPT_PIECES,
+    OPT_SHOW_COUNT,
+    OPT_LOG_DISABLE,
+    OPT_SPECIAL,
+    OPT_NO_SPECIAL
+};
 
 /* 0, -1 (help printed: exit 0) or a usage status. */
 static int tokenize_parse(int argc, char **argv, tok_opts *o) {
@@ -55,6 +69,9 @@ static int tokenize_parse(int argc, char **argv, tok_opts *o) {
         {"pieces", no_argument, 0, OPT_PIECES},
         {"show-count", no_argument, 0, OPT_SHOW_COUNT},
         {"log-disable", no_argument, 0, OPT_LOG_DISABLE},
+        {"special", no_argument, 0, OPT_SPECIAL},
+        {"parse-special", no_argument, 0, OPT_SPECIAL},
+        {"no-parse-special", no_argument, 0, OPT_NO_SPECIAL},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -86,6 +103,10 @@ static int tokenize_parse(int argc, char **argv, tok_opts *o) {
             o->show_count = 1;
             break;
         case OPT_LOG_DISABLE:
+            break;
+        case OPT_SPECIAL:
+        case OPT_NO_SPECIAL:
+            o->special = c == OPT_SPECIAL;
             break;
         case 'h':
             tokenize_help(stdout);
@@ -145,7 +166,10 @@ int sd_cmd_tokenize(int argc, char **argv) {
     if (!rc) rc = sd_gguf_open(o.model, &g, &err);
     if (!rc) rc = sd_vocab_load(g, &v, &err);
     if (!rc)
-        rc = sd_vocab_tokenize(v, text, len, o.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL, &ids, &n, &err);
+        rc = sd_vocab_tokenize(v, text, len,
+                               (o.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL) |
+                                   (o.special ? SD_VOCAB_PARSE_SPECIAL : 0),
+                               &ids, &n, &err);
     if (!rc) rc = tokenize_print(&o, v, ids, n, &err);
     free(ids);
     sd_vocab_free(v);

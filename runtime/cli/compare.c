@@ -90,11 +90,7 @@ static int eval_rows(sd_session *s, const int32_t *toks, int32_t n, int32_t chun
 
 /* FNV-1a (64 bits) of the bytes of n floats: a digest of logits bits. */
 static uint64_t logits_digest(const float *x, size_t n) {
-    const unsigned char *p = (const unsigned char *)x;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n * sizeof(float); i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
+    return sd_fnv1a64(SD_FNV1A64_INIT, x, n * sizeof(float));
 }
 
 static json_t *jstats(const cmp_stats *s) {

@@ -1,9 +1,10 @@
-/* JSON pair configs (see sd_config.h), parsed with jansson. */
+/* JSON pair configs (see config.h), parsed with jansson. */
 #include "runtime/cli/config.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Resolve a path relative to the folder of the config file. */
 static char *resolve_path(const char *cfg_path, const char *p) {
@@ -17,6 +18,25 @@ static char *resolve_path(const char *cfg_path, const char *p) {
     memcpy(out, cfg_path, dir_len);
     memcpy(out + dir_len, p, strlen(p) + 1);
     return out;
+}
+
+/* s for a one-line message: control bytes as \\xNN, cut with "..." to fit buf[cap]. A key
+ * or a value from the file can hold any character JSON can escape (a newline included). */
+static const char *shown(const char *s, char *buf, size_t cap) {
+    size_t o = 0;
+    for (; *s && o + 8 < cap; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02X", c);
+        else
+            buf[o++] = (char)c;
+    }
+    if (*s) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o] = '\0';
+    return buf;
 }
 
 static int get_int(const char *path, const char *key, json_t *v, int64_t lo, int64_t hi,
@@ -50,15 +70,30 @@ static int get_str(const char *path, const char *key, json_t *v, sd_error *err) 
     return SD_OK;
 }
 
+/* A file name: a non-empty string. */
+static int get_path(const char *path, const char *key, json_t *v, sd_error *err) {
+    int rc = get_str(path, key, v, err);
+    if (!rc && json_string_length(v) == 0)
+        rc = sd_errorf(err, SD_ERR_CONFIG, "%s: key '%s': expected a file name, found \"\"", path,
+                       key);
+    return rc;
+}
+
 int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
     memset(cfg, 0, sizeof *cfg);
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    /* A regular file only (a FIFO would block, a folder is not a config). */
+    const int fd = sd_file_open_regular(path, err);
+    if (fd < 0) return SD_ERR_IO;
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    close(fd);
     if (!root) {
+        char text[sizeof jerr.text + 8]; /* jansson quotes the bad token, control bytes too */
+        shown(jerr.text, text, sizeof text);
         if (jerr.line < 0 || jerr.position == 0)
-            return sd_errorf(err, SD_ERR_IO, "%s: cannot read config: %s", path, jerr.text);
+            return sd_errorf(err, SD_ERR_IO, "%s: cannot read config: %s", path, text);
         return sd_errorf(err, SD_ERR_CONFIG, "%s:%d:%d: bad JSON: %s", path, jerr.line, jerr.column,
-                         jerr.text);
+                         text);
     }
     int rc = SD_OK;
     if (!json_is_object(root)) {
@@ -67,12 +102,13 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
     }
     const char *key;
     json_t *v;
+    char vshow[96]; /* a key or value from the file, for a message */
     json_object_foreach(root, key, v) {
         int64_t i = 0;
         if (!strcmp(key, "description")) {
             rc = get_str(path, key, v, err);
         } else if (!strcmp(key, "target") || !strcmp(key, "draft")) {
-            rc = get_str(path, key, v, err);
+            rc = get_path(path, key, v, err);
             if (rc) break;
             char *p = resolve_path(path, json_string_value(v));
             if (!p) {
@@ -100,7 +136,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                 rc = sd_errorf(err, SD_ERR_CONFIG,
                                "%s: key 'kv_type': expected \"f32\", \"f16\", \"q8_0\" or "
                                "\"q4_0\", found \"%s\"",
-                               path, t);
+                               path, shown(t, vshow, sizeof vshow));
         } else if (!strcmp(key, "device") || !strcmp(key, "device_draft")) {
             rc = get_str(path, key, v, err);
             if (rc) break;
@@ -113,13 +149,54 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
             else
                 rc = sd_errorf(err, SD_ERR_CONFIG,
                                "%s: key '%s': expected \"cpu\" or \"cuda\", found \"%s\"", path,
-                               key, t);
+                               key, shown(t, vshow, sizeof vshow));
         } else if (!strcmp(key, "tensor_split")) {
             rc = get_int(path, key, v, 0, 64, &i, err);
             cfg->tensor_split = (int32_t)i;
             cfg->has_tensor_split = 1;
-        } else if (!strcmp(key, "lookup_cache")) {
+        } else if (!strcmp(key, "chat")) {
+            if (!json_is_boolean(v)) {
+                rc = sd_errorf(err, SD_ERR_CONFIG, "%s: key 'chat': expected true or false", path);
+                break;
+            }
+            cfg->chat = json_is_true(v);
+            cfg->has_chat = 1;
+        } else if (!strcmp(key, "spec_sampling")) {
             rc = get_str(path, key, v, err);
+            if (rc) break;
+            if (sd_spec_sampling_parse(json_string_value(v), &cfg->spec_sampling))
+                rc = sd_errorf(err, SD_ERR_CONFIG,
+                               "%s: key 'spec_sampling': expected \"rejection\" or \"gumbel\", "
+                               "found \"%s\"",
+                               path, json_string_value(v));
+            cfg->has_spec_sampling = 1;
+        } else if (!strcmp(key, "min_p")) {
+            rc = get_num(path, key, v, 0.0, 1.0, &cfg->min_p, err);
+            cfg->has_min_p = 1;
+        } else if (!strcmp(key, "repeat_penalty")) {
+            rc = get_num(path, key, v, 1e-6, 100.0, &cfg->repeat_penalty, err);
+            cfg->has_repeat_penalty = 1;
+        } else if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty")) {
+            const int pres = key[0] == 'p';
+            rc = get_num(path, key, v, -100.0, 100.0,
+                         pres ? &cfg->presence_penalty : &cfg->frequency_penalty, err);
+            *(pres ? &cfg->has_presence_penalty : &cfg->has_frequency_penalty) = 1;
+        } else if (!strcmp(key, "repeat_last_n")) {
+            rc = get_int(path, key, v, 0, SD_PENALTY_MAX_N, &i, err);
+            cfg->repeat_last_n = (int32_t)i;
+            cfg->has_repeat_last_n = 1;
+        } else if (!strcmp(key, "draft_head")) {
+            rc = get_str(path, key, v, err);
+            if (rc) break;
+            free(cfg->draft_head);
+            cfg->draft_head = resolve_path(path, json_string_value(v));
+            if (!cfg->draft_head) rc = sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
+        } else if (!strcmp(key, "draft_head_n")) {
+            rc = get_int(path, key, v, 0, INT32_MAX, &i, err);
+            cfg->draft_head_n = (int32_t)i;
+            cfg->has_draft_head_n = 1;
+        } else if (!strcmp(key, "lookup_cache")) {
+            rc = get_path(path, key, v, err);
             if (rc) break;
             free(cfg->lookup_cache);
             cfg->lookup_cache = resolve_path(path, json_string_value(v));
@@ -132,7 +209,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                 rc = sd_errorf(err, SD_ERR_CONFIG,
                                "%s: key 'draft_type': expected " SD_DRAFT_TYPE_NAMES
                                ", found \"%s\"",
-                               path, json_string_value(v));
+                               path, shown(json_string_value(v), vshow, sizeof vshow));
             cfg->has_draft_type = 1;
         } else if (!strcmp(key, "draft_policy")) {
             rc = get_str(path, key, v, err);
@@ -141,7 +218,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                 rc = sd_errorf(err, SD_ERR_CONFIG,
                                "%s: key 'draft_policy': expected \"fixed\" or \"adaptive\", "
                                "found \"%s\"",
-                               path, json_string_value(v));
+                               path, shown(json_string_value(v), vshow, sizeof vshow));
             cfg->has_draft_policy = 1;
         } else if (!strcmp(key, "draft_p_min")) {
             rc = get_num(path, key, v, 0.0, 1.0, &cfg->draft_p_min, err);
@@ -195,8 +272,10 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                            "draft_tokens, max_tokens, temp, top_k, top_p, seed, threads, "
                            "ctx_size, prompt, kv_type, draft_type, draft_policy, draft_p_min, "
                            "draft_min, ngram_min, ngram_max, lookup_cache, device, device_draft, "
-                           "tensor_split)",
-                           path, key);
+                           "tensor_split, chat, spec_sampling, min_p, repeat_penalty, "
+                           "presence_penalty, frequency_penalty, repeat_last_n, draft_head, "
+                           "draft_head_n)",
+                           path, shown(key, vshow, sizeof vshow));
         }
         if (rc) break;
     }
@@ -212,5 +291,6 @@ void sd_config_free(sd_config *cfg) {
     free(cfg->draft);
     free(cfg->prompt);
     free(cfg->lookup_cache);
-    cfg->target = cfg->draft = cfg->prompt = cfg->lookup_cache = NULL;
+    free(cfg->draft_head);
+    cfg->target = cfg->draft = cfg->prompt = cfg->lookup_cache = cfg->draft_head = NULL;
 }

@@ -24,6 +24,13 @@
  *   "device"       string   "cpu" or "cuda": where the target runs (--device)
  *   "device_draft" string   "cpu" or "cuda": where the draft runs (default: "device")
  *   "tensor_split" integer  0 .. 64: the target over N GPUs (0: one device; --tensor-split)
+ *   "chat"         boolean  generate: the prompt is a user message in the chat template
+ *   "spec_sampling" string  "rejection" or "gumbel" (--spec-sampling)
+ *   "min_p"        number   [0, 1] (--min-p)
+ *   "repeat_penalty" number (0, 100]; "presence_penalty", "frequency_penalty" numbers in
+ *                  [-100, 100]; "repeat_last_n" integer 0 .. 4096 (llama.cpp's penalties)
+ *   "draft_head"   string   trimmed draft head file (same path rule as "target")
+ *   "draft_head_n" integer  >= 0: ids of it used (0: all)
  * Any other key, or a value of the wrong type or range, is an error naming the file
  * and the key.
  */
@@ -61,6 +68,14 @@ typedef struct sd_config {
     sd_k_policy draft_policy;
     float draft_p_min;
     int32_t draft_min, ngram_min, ngram_max;
+    /* generate's chat mode, sampling, the draft head */
+    int has_chat, chat;
+    int has_spec_sampling, has_min_p, has_repeat_penalty, has_presence_penalty,
+        has_frequency_penalty, has_repeat_last_n, has_draft_head_n;
+    sd_spec_sampling spec_sampling;
+    float min_p, repeat_penalty, presence_penalty, frequency_penalty;
+    int32_t repeat_last_n, draft_head_n;
+    char *draft_head; /* malloc'd, resolved path, or NULL */
 } sd_config;
 
 /* Parse path into *cfg (zeroed first). Errors: SD_ERR_IO, SD_ERR_CONFIG (bad JSON with

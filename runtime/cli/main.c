@@ -6,7 +6,7 @@
  *   specdec quantize  IN.gguf OUT.gguf TYPE   (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k ... q6_k,
  *                                              q4_k_m, q5_k_m)
  *   specdec info      FILE.gguf
- *   specdec tokenize  -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)
+ *   specdec tokenize  -m FILE.gguf [--no-bos] [--special] (-p TEXT | -f FILE)
  *   specdec serve     -m TARGET [-md DRAFT] [--host H --port N -np N]   (HTTP server)
  *   specdec --version
  *
@@ -35,7 +35,7 @@ static void print_help(FILE *f) {
                "  convert    CKPT.bin TOKENIZER.bin OUT.gguf   llama2.c checkpoint -> GGUF (f32)\n"
                "  quantize   IN.gguf OUT.gguf TYPE             quantized copy (q8_0, q4_k_m, ...)\n"
                "  info       FILE.gguf                         architecture, sizes, types, vocab\n"
-               "  tokenize   -m FILE.gguf [--no-bos] (-p TEXT | -f FILE)   print token ids\n"
+               "  tokenize   -m FILE.gguf [--no-bos] [--special] (-p TEXT | -f FILE)  token ids\n"
                "  bench      A/B benchmark, target alone vs speculative (--kernels: bandwidth)\n"
                "  synth      -o DIR [--preset P --type T --noise S]  synthetic target/draft pair\n"
                "  perplexity -m FILE.gguf -f TEXT [--ctx N]   mean NLL (nats/token) over stories\n"

@@ -3,13 +3,14 @@
  * is written, atomic text files, the removal of a temporary when a signal kills the
  * process, and the check that everything written to stdout got there.
  *
- * Global state: the only mutable globals of the CLI are the two below, and they exist
+ * Global state: the only mutable globals of the CLI are the three below, and they exist
  * because a signal handler can reach nothing else. g_temp holds the name of the one
  * temporary file being written (writes are sequential); g_temp_armed says whether the
  * handler must remove it. Only the main thread changes them (sd_cli_temp_arm/disarm),
- * with the flag cleared while the name changes. The handler calls only
- * async-signal-safe functions: unlink(2) and raise(3) (SA_RESETHAND restores the
- * default action first, so raise ends the process as the signal would have).
+ * with the flag cleared while the name changes. g_interrupts counts the SIGINTs since
+ * sd_cli_interrupt_catch (or the last sd_cli_interrupt_clear). The handlers call only
+ * async-signal-safe functions: unlink(2), sigaction(2) and raise(3) (the default action
+ * is restored first, so raise ends the process as the signal would have).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,10 +28,50 @@
 
 static char g_temp[4200];
 static volatile sig_atomic_t g_temp_armed;
+static volatile sig_atomic_t g_interrupts;
 
 static void on_fatal_signal(int sig) {
     if (g_temp_armed) (void)unlink(g_temp);
     (void)raise(sig); /* the default action, restored by SA_RESETHAND */
+}
+
+/* SIGINT while caught: the first asks the command to stop (sd_cli_interrupted); another
+ * before it has stopped ends the process as SIGINT does, temporary removed. */
+static void on_interrupt(int sig) {
+    if (g_interrupts == 0) {
+        g_interrupts = 1;
+        return;
+    }
+    if (g_temp_armed) (void)unlink(g_temp);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    (void)sigaction(sig, &dfl, NULL);
+    (void)raise(sig);
+}
+
+int sd_cli_interrupt_catch(void) {
+    struct sigaction old;
+    /* Ignored by the parent (a background job, nohup): stays ignored. */
+    if (sigaction(SIGINT, NULL, &old) != 0 || old.sa_handler == SIG_IGN) return 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    /* SA_RESTART: writes to stdout and reads go on (an interrupted write to a terminal must
+     * not lose the answer); who waits for input polls (the chat: ppoll). */
+    sa.sa_flags = SA_RESTART;
+    g_interrupts = 0;
+    return sigaction(SIGINT, &sa, NULL) == 0;
+}
+
+int sd_cli_interrupted(void) {
+    return g_interrupts != 0;
+}
+
+void sd_cli_interrupt_clear(void) {
+    g_interrupts = 0;
 }
 
 void sd_cli_signals_install(void) {
@@ -51,7 +92,7 @@ void sd_cli_signals_install(void) {
 void sd_cli_temp_arm(const char *out_path) {
     g_temp_armed = 0;
     atomic_signal_fence(memory_order_seq_cst);
-    if (sd_gguf_temp_path(out_path, g_temp, sizeof g_temp) != 0) return; /* too long: unarmed */
+    if (sd_file_temp_path(out_path, g_temp, sizeof g_temp) != 0) return; /* too long: unarmed */
     atomic_signal_fence(memory_order_seq_cst);
     g_temp_armed = 1;
 }
@@ -72,10 +113,10 @@ int sd_cli_check_output(const char *path, const char *const *inputs, size_t n_in
      * file. Creating (and removing) the temporary proves it, also for root and on
      * read-only mounts where access(2) says little. */
     char tmp[4200];
-    if (sd_gguf_temp_path(path, tmp, sizeof tmp) != 0)
+    if (sd_file_temp_path(path, tmp, sizeof tmp) != 0)
         return sd_errorf(err, SD_ERR_ARG, "%.200s...: path too long", path);
     sd_cli_temp_arm(path);
-    int fd = sd_gguf_temp_create(path, tmp, err); /* err names path and the temporary */
+    int fd = sd_file_temp_create(path, tmp, err); /* err names path and the temporary */
     if (fd >= 0) {
         close(fd);
         unlink(tmp);
@@ -86,30 +127,19 @@ int sd_cli_check_output(const char *path, const char *const *inputs, size_t n_in
 
 int sd_cli_write_file_atomic(const char *path, const char *text, size_t len, sd_error *err) {
     char tmp[4200];
-    if (sd_gguf_temp_path(path, tmp, sizeof tmp) != 0)
+    if (sd_file_temp_path(path, tmp, sizeof tmp) != 0)
         return sd_errorf(err, SD_ERR_ARG, "%.200s...: path too long", path);
     int rc = sd_gguf_check_output(path, NULL, 0, err);
     if (rc) return rc;
     sd_cli_temp_arm(path);
-    int fd = sd_gguf_temp_create(path, tmp, err);
+    int fd = sd_file_temp_create(path, tmp, err);
     if (fd < 0) {
         sd_cli_temp_disarm();
         return SD_ERR_IO;
     }
-    int e = 0;
-    const char *what = "write";
-    for (size_t off = 0; off < len && !e;) {
-        ssize_t n = write(fd, text + off, len - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) e = n < 0 ? errno : EIO;
-        if (n > 0) off += (size_t)n;
-    }
-    if (!e && fsync(fd) != 0) e = errno, what = "fsync";
-    if (close(fd) != 0 && !e) e = errno, what = "close";
-    if (!e && rename(tmp, path) != 0) e = errno, what = "rename";
-    if (e) unlink(tmp);
+    rc = sd_file_temp_commit(fd, tmp, path, sd_file_write_all(fd, text, len), err);
     sd_cli_temp_disarm();
-    return e ? sd_errorf(err, SD_ERR_IO, "%s: %s: %s", path, what, strerror(e)) : SD_OK;
+    return rc;
 }
 
 int sd_cli_stdout_failed(void) {

@@ -79,12 +79,13 @@ typedef struct mapped {
 static int map_file(const char *path, mapped *m, sd_error *err) {
     m->p = NULL;
     m->size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sd_errorf(err, SD_ERR_IO, "%s: open: %s", path, strerror(errno));
+    int fd = sd_file_open_regular(path, err); /* never blocks on a FIFO */
+    if (fd < 0) return SD_ERR_IO;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0) {
+        const int e = errno;
         close(fd);
-        return sd_errorf(err, SD_ERR_IO, "%s: open: expected a regular file", path);
+        return sd_errorf(err, SD_ERR_IO, "%s: stat: %s", path, strerror(e));
     }
     if ((uint64_t)sb.st_size > SIZE_MAX) {
         close(fd);

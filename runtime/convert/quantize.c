@@ -224,6 +224,14 @@ int sd_quantize_file_recipe(const char *in_path, const char *out_path, const sd_
     uint8_t **bufs = calloc(nt > 0 ? (size_t)nt : 1, sizeof *bufs);
     size_t in_bytes = 0, out_bytes = 0;
     int n_fallback = 0, warned_requant = 0;
+    /* Fallbacks, one log line per (wanted, stored) pair: its count and first tensor. */
+    struct {
+        sd_type want, dst;
+        int n;
+        const char *first;
+        int64_t cols;
+    } fb[16];
+    int n_fb = 0;
     const int tied = sd_gguf_find_tensor(g, "output.weight") == NULL;
     const int n_layer = count_layers(g);
     int64_t n_by_type[SD_TYPE_COUNT] = {0};
@@ -245,14 +253,21 @@ int sd_quantize_file_recipe(const char *in_path, const char *out_path, const sd_
             if (t->ne[0] % sd_type_block_elems(want) != 0) {
                 dst = fallback_type(want, t->ne[0]);
                 n_fallback++;
-                if (log)
-                    fprintf(log,
-                            "%s: row length %" PRId64 " is not a multiple of %" PRId64
-                            "; stored as %s\n",
-                            t->name, t->ne[0], sd_type_block_elems(want), sd_type_name(dst));
+                int k = 0;
+                while (k < n_fb && !(fb[k].want == want && fb[k].dst == dst))
+                    k++;
+                if (k == n_fb && n_fb < (int)(sizeof fb / sizeof fb[0])) {
+                    fb[k].want = want, fb[k].dst = dst, fb[k].n = 0;
+                    fb[k].first = t->name, fb[k].cols = t->ne[0];
+                    n_fb++;
+                }
+                if (k < n_fb) fb[k].n++;
             }
         }
-        if (log && !warned_requant && dst != src && sd_type_block_elems(src) > 1) {
+        /* Requantizing (quantized -> another quantized type) adds both errors; a float
+         * copy (f32, f16, bf16) is exact or nearly so. */
+        if (log && !warned_requant && dst != src && sd_type_block_elems(src) > 1 &&
+            sd_type_block_elems(dst) > 1) {
             fprintf(log,
                     "%s: note: requantizing %s -> %s adds the errors of both (quantize from "
                     "f32 or f16 for the best copy)\n",
@@ -303,6 +318,13 @@ int sd_quantize_file_recipe(const char *in_path, const char *out_path, const sd_
         if (progress) progress(user, i + 1, nt, t->name);
     }
     if ((st = sd_gguf_writer_write(w, out_path, err))) goto out;
+    for (int k = 0; log && k < n_fb; k++)
+        fprintf(log,
+                "%s: %d %s stored as %s instead of %s: row length not a multiple of %" PRId64
+                " (%s%s, %" PRId64 " columns)\n",
+                out_path, fb[k].n, fb[k].n == 1 ? "matrix" : "matrices", sd_type_name(fb[k].dst),
+                sd_type_name(fb[k].want), sd_type_block_elems(fb[k].want),
+                fb[k].n > 1 ? "first: " : "", fb[k].first, fb[k].cols);
     if (log) {
         fprintf(log, "%s: %" PRId64 " tensors, %.2f MiB -> %.2f MiB (%s:", out_path, nt,
                 (double)in_bytes / (1024.0 * 1024.0), (double)out_bytes / (1024.0 * 1024.0),

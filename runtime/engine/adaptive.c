@@ -1,44 +1,40 @@
 /* runtime/engine/adaptive.c: the adaptive draft-length controller and its auto-off
- * switch (the model and the formula are at sd_adaptive_params in sd_engine.h). */
+ * switch (the model, the estimates and the rules are at sd_adaptive_params in
+ * sd_engine.h), and the K-policy names. */
 #include <math.h>
 #include <string.h>
 
 #include "runtime/engine/sd_engine.h"
 
-enum { ON = 0, OFF = 1, PROBE = 2 };
-
 /* Relative cost of one more row in a pass before anything is measured (s0). */
 #define SLOPE_PRIOR 0.25
-/* A pass size uses its own running mean from this many samples on; below, the line. */
-#define SIZE_SAMPLES 4
-/* A sample above this times the prediction counts as this times the prediction; a cost
- * is at most this times its forgetting minimum. */
-#define CLIP 1.5
-/* Per-sample rise of a forgetting minimum (doubles in about 350 samples). */
-#define MIN_FORGET 1.002
-/* Draft cost per token before it is measured, relative to v(1). */
-#define DRAFT_PRIOR 0.1
-/* Recalibrate v(1) with a plain pass when its weight falls below this (about 90 passes
- * at decay 0.95). */
-#define CALIBRATE_W 0.01
-/* Below this speedup at full acceptance a pair cannot pay: off at once, probes rare. */
-#define HOPELESS_GAIN 1.05
 /* Probe passes in a row that may draft nothing before the probe counts as failed. */
 #define EMPTY_PROBES 8
-/* Plain passes at the start (one sample of v(1) is at the mercy of a cold cache). */
-#define CALIBRATE_FIRST 3
+/* Kind 0: the draft's per-token cost; kind n: a pass of n rows. */
+#define KIND_DRAFT 0
+/* Below this speedup at full acceptance a pair cannot pay: off at once, probes rare. */
+#define HOPELESS 0.8
+#define EARLY    1
+
+/* A timing counts at most this many times its kind's median in the kind's mean. */
+#define SPIKE_CAP 10.0
 
 sd_adaptive_params sd_adaptive_default_params(void) {
     sd_adaptive_params p;
     p.k_max = 4;
     p.auto_off = 1;
     p.decay = 0.95;
-    p.timing_rate = 0.125;
     p.prior_accept = 0.5;
     p.prior_weight = 1.0;
-    p.off_after = 3;
+    p.calibrate = 5;
+    p.recalibrate = 128;
+    p.min_samples = 4;
+    p.off_after = 6;
+    p.off_margin = 0.97;
+    p.probe_passes = 2;
     p.backoff_min = 16;
-    p.backoff_max = 512;
+    p.backoff_max = 128;
+    p.draft_prior = 0.1;
     return p;
 }
 
@@ -49,22 +45,33 @@ int sd_adaptive_init(sd_adaptive *a, const sd_adaptive_params *p, sd_error *err)
                          SD_MAX_DRAFT);
     if (!(p->decay > 0.0 && p->decay < 1.0))
         return sd_errorf(err, SD_ERR_ARG, "adaptive: decay = %g, expected in (0, 1)", p->decay);
-    if (!(p->timing_rate > 0.0 && p->timing_rate <= 1.0))
-        return sd_errorf(err, SD_ERR_ARG, "adaptive: timing_rate = %g, expected in (0, 1]",
-                         p->timing_rate);
     if (!(p->prior_accept > 0.0 && p->prior_accept < 1.0))
         return sd_errorf(err, SD_ERR_ARG, "adaptive: prior_accept = %g, expected in (0, 1)",
                          p->prior_accept);
     if (!(p->prior_weight > 0.0))
         return sd_errorf(err, SD_ERR_ARG, "adaptive: prior_weight = %g, expected > 0",
                          p->prior_weight);
+    if (!(p->draft_prior >= 0.0 && p->draft_prior < 100.0))
+        return sd_errorf(err, SD_ERR_ARG, "adaptive: draft_prior = %g, expected in [0, 100)",
+                         p->draft_prior);
+    if (!(p->off_margin > 0.0 && p->off_margin <= 1.0))
+        return sd_errorf(err, SD_ERR_ARG, "adaptive: off_margin = %g, expected in (0, 1]",
+                         p->off_margin);
+    if (p->calibrate < 1 || p->recalibrate < 2 || p->min_samples < 1 ||
+        p->min_samples > SD_ADAPTIVE_RING || p->probe_passes < 1)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "adaptive: calibrate = %d, recalibrate = %d, min_samples = %d, "
+                         "probe_passes = %d: expected calibrate >= 1, recalibrate >= 2, "
+                         "1 <= min_samples <= %d, probe_passes >= 1",
+                         p->calibrate, p->recalibrate, p->min_samples, p->probe_passes,
+                         SD_ADAPTIVE_RING);
     if (p->off_after < 1 || p->backoff_min < 1 || p->backoff_max < p->backoff_min)
         return sd_errorf(err, SD_ERR_ARG,
                          "adaptive: off_after = %d, backoff %d .. %d: expected off_after >= 1 "
                          "and 1 <= backoff_min <= backoff_max",
                          p->off_after, p->backoff_min, p->backoff_max);
     a->p = *p;
-    a->state = ON;
+    a->state = SD_ADAPTIVE_ON;
     a->backoff = p->backoff_min;
     return SD_OK;
 }
@@ -101,56 +108,79 @@ double sd_adaptive_expected_tokens(const sd_adaptive *a, int32_t k) {
     return expected_tokens(a, k, 0.0);
 }
 
-/* A cost from its running mean and its forgetting minimum: min(mean, CLIP x minimum). */
-static double robust(double mean, double min) {
-    return mean < CLIP * min ? mean : CLIP * min;
+/* Timings of a kind kept in its ring (the first one is left out). */
+static int32_t kept(const sd_adaptive *a, int32_t kind) {
+    const int32_t n = a->n_seen[kind] - 1;
+    return n < 0 ? 0 : (n < SD_ADAPTIVE_RING ? n : SD_ADAPTIVE_RING);
+}
+
+/* The cost of a pass of n rows from the other measured sizes (n itself left out):
+ * between two measured sizes the line between them; above the largest measured size m,
+ * v(m) + s (n - m) with s the smallest slope between consecutive measured sizes, at most
+ * s0 v(1) (optimistic: verification costs are concave in n, the first extra row is the
+ * dearest, so a line through the first two sizes would rule out long drafts untried);
+ * below the smallest, the prior slope s0 down to it; nothing measured: 1 + s0 (n - 1). */
+static double pass_model(const sd_adaptive *a, int32_t n) {
+    int32_t lo = n - 1, hi = n + 1;
+    while (lo >= 1 && !kept(a, lo))
+        lo--;
+    while (hi <= SD_MAX_DRAFT + 1 && !kept(a, hi))
+        hi++;
+    if (lo >= 1 && hi <= SD_MAX_DRAFT + 1) {
+        const double clo = exp(a->log_cost[lo]), chi = exp(a->log_cost[hi]);
+        return clo + (chi - clo) * (double)(n - lo) / (double)(hi - lo);
+    }
+    if (lo >= 1) {
+        const double clo = exp(a->log_cost[lo]);
+        double slope = kept(a, 1) ? SLOPE_PRIOR * exp(a->log_cost[1]) : SLOPE_PRIOR * clo / lo;
+        for (int32_t m = 1, prev = 0; m <= lo; m++) {
+            if (!kept(a, m)) continue;
+            if (prev) {
+                const double sl =
+                    (exp(a->log_cost[m]) - exp(a->log_cost[prev])) / (double)(m - prev);
+                if (sl < slope) slope = sl;
+            }
+            prev = m;
+        }
+        return clo + (slope > 0.0 ? slope : 0.0) * (n - lo);
+    }
+    if (hi <= SD_MAX_DRAFT + 1) /* below every measured size: the prior slope down to it */
+        return exp(a->log_cost[hi]) * (1.0 + SLOPE_PRIOR * (n - 1)) /
+               (1.0 + SLOPE_PRIOR * (hi - 1));
+    return -1.0; /* no other size measured */
+}
+
+/* Load-free cost of a pass of n rows (the units of the first timings): its own median
+ * once it has min_samples timings kept; before, the smaller of that and the model of
+ * the other sizes (so one unlucky timing cannot rule a K out: it is tried again until
+ * its median means something). */
+static double pass_cost(const sd_adaptive *a, int32_t n) {
+    if (n < 1) n = 1;
+    if (n > SD_MAX_DRAFT + 1) n = SD_MAX_DRAFT + 1;
+    const int32_t have = kept(a, n);
+    if (have >= a->p.min_samples) return exp(a->log_cost[n]);
+    const double model = pass_model(a, n);
+    if (!have) return model > 0.0 ? model : 1.0 + SLOPE_PRIOR * (n - 1); /* arbitrary unit */
+    const double own = exp(a->log_cost[n]);
+    return model > 0.0 && model < own ? model : own;
+}
+
+static double draft_cost(const sd_adaptive *a) {
+    return kept(a, KIND_DRAFT) > 0 ? exp(a->log_cost[KIND_DRAFT])
+                                   : a->p.draft_prior * pass_cost(a, 1);
 }
 
 double sd_adaptive_pass_ms(const sd_adaptive *a, int32_t n) {
-    if (n < 1) n = 1;
-    if (n > SD_MAX_DRAFT + 1) n = SD_MAX_DRAFT + 1;
-    /* v(1) (the baseline of every speedup: overestimating it would make any draft look
-     * good) always from its own samples; other sizes from 4 samples on. */
-    if (a->n_ver[n] >= SIZE_SAMPLES || (n == 1 && a->n_ver[1] > 0))
-        return robust(a->t_ver[n], a->min_ver[n]);
-    /* Otherwise the weighted least-squares line alpha + beta m through the measured sizes'
-     * values (weight: samples, at most 16). */
-    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-    int32_t n_sizes = 0, n0 = 0;
-    for (int32_t m = 1; m <= SD_MAX_DRAFT + 1; m++) {
-        if (!(a->n_ver[m] > 0)) continue;
-        const double w = a->n_ver[m] < 16 ? a->n_ver[m] : 16,
-                     y = robust(a->t_ver[m], a->min_ver[m]);
-        sw += w;
-        sx += w * m;
-        sy += w * y;
-        sxx += w * m * m;
-        sxy += w * m * y;
-        n_sizes++;
-        if (!n0) n0 = m;
-    }
-    if (n_sizes >= 2) {
-        const double den = sw * sxx - sx * sx;
-        double beta = den > 0 ? (sw * sxy - sx * sy) / den : 0.0;
-        if (beta < 0) beta = 0; /* a pass never gets cheaper with more rows */
-        const double alpha = (sy - beta * sx) / sw;
-        const double t = alpha + beta * n;
-        if (t > 0) return t;
-    }
-    if (n_sizes >= 1) /* one measured size n0 (or a failed fit: the smallest): prior slope */
-        return robust(a->t_ver[n0], a->min_ver[n0]) * (1.0 + SLOPE_PRIOR * (n - 1)) /
-               (1.0 + SLOPE_PRIOR * (n0 - 1));
-    return 1.0 + SLOPE_PRIOR * (n - 1); /* nothing measured yet (arbitrary unit) */
+    return pass_cost(a, n) * exp(a->log_load);
 }
 
 double sd_adaptive_draft_ms(const sd_adaptive *a) {
-    return a->n_draft > 0 ? robust(a->t_draft, a->min_draft)
-                          : DRAFT_PRIOR * sd_adaptive_pass_ms(a, 1);
+    return draft_cost(a) * exp(a->log_load);
 }
 
 static double speedup(const sd_adaptive *a, int32_t k, double floor_prior) {
-    const double t = k * sd_adaptive_draft_ms(a) + sd_adaptive_pass_ms(a, k + 1);
-    return t > 0 ? expected_tokens(a, k, floor_prior) * sd_adaptive_pass_ms(a, 1) / t : 0.0;
+    const double t = k * draft_cost(a) + pass_cost(a, k + 1);
+    return t > 0 ? expected_tokens(a, k, floor_prior) * pass_cost(a, 1) / t : 0.0;
 }
 
 double sd_adaptive_speedup(const sd_adaptive *a, int32_t k) {
@@ -178,75 +208,137 @@ int32_t sd_adaptive_best_k(const sd_adaptive *a) {
 double sd_adaptive_speedup_bound(const sd_adaptive *a) {
     double best = 0.0;
     for (int32_t k = 1; k <= a->p.k_max; k++) {
-        const double t = k * sd_adaptive_draft_ms(a) + sd_adaptive_pass_ms(a, k + 1);
-        const double s = t > 0 ? (k + 1) * sd_adaptive_pass_ms(a, 1) / t : 0.0;
+        const double t = k * draft_cost(a) + pass_cost(a, k + 1);
+        const double s = t > 0 ? (k + 1) * pass_cost(a, 1) / t : 0.0;
         if (s > best) best = s;
     }
     return best;
 }
 
-/* The costs are measured (a draft step and a pass of more than one row), and even
- * acceptance of every drafted token would gain less than HOPELESS_GAIN. */
-static int hopeless(const sd_adaptive *a) {
-    int multi = 0;
-    for (int32_t m = 2; m <= SD_MAX_DRAFT + 1; m++)
-        multi |= a->n_ver[m] > 0;
-    return multi && a->n_draft > 0 && sd_adaptive_speedup_bound(a) < HOPELESS_GAIN;
+int sd_adaptive_is_off(const sd_adaptive *a) {
+    return a->state != SD_ADAPTIVE_ON;
 }
 
-int sd_adaptive_is_off(const sd_adaptive *a) {
-    return a->state != ON;
+sd_adaptive_state sd_adaptive_state_of(const sd_adaptive *a) {
+    return a->state;
+}
+
+/* Every cost a decision at draft length k reads has min_samples timings kept. */
+static int measured(const sd_adaptive *a, int32_t k) {
+    const int32_t m = a->p.min_samples;
+    return kept(a, KIND_DRAFT) >= m && kept(a, 1) >= m && kept(a, k + 1) >= m;
+}
+
+/* ---- timings ---- */
+
+/* Median of x[0 .. n), 1 <= n <= SD_ADAPTIVE_RING (the mean of the two middle ones). */
+static double median(const double *x, int32_t n) {
+    double v[SD_ADAPTIVE_RING];
+    for (int32_t i = 0; i < n; i++) { /* insertion sort: n <= 16 */
+        int32_t j = i;
+        while (j > 0 && v[j - 1] > x[i]) {
+            v[j] = v[j - 1];
+            j--;
+        }
+        v[j] = x[i];
+    }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* log of the mean of exp(x[0 .. n)), each term at most SPIKE_CAP times the median: the
+ * mean cost of a kind (what throughput pays, spikes included), a stall of seconds
+ * bounded. */
+static double log_mean_exp(const double *x, int32_t n, double log_med) {
+    const double cap = log_med + log(SPIKE_CAP);
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        sum += exp(x[i] < cap ? x[i] : cap);
+    return log(sum / n);
+}
+
+/*
+ * One timing x (ms) of a kind, read as x = cost(kind) L(t) (see sd_engine.h): the
+ * load moves to the median of the last timings' log x - log median(kind) (kinds whose
+ * level is known), then the kind's cost to the mean of its last x / L. The first timing
+ * of each kind is left out (cold caches).
+ */
+static void observe_timing(sd_adaptive *a, int32_t kind, double x) {
+    if (!(x >= 0.0) || !isfinite(x)) return;
+    if (x < 1e-6) x = 1e-6; /* a free draft (an n-gram lookup, ~0 ms): a tiny cost */
+    if (++a->n_seen[kind] == 1) return;
+    const double lx = log(x);
+    if (kept(a, kind) > 1) { /* the kind's level is known from earlier timings */
+        /* Against the kind's median (not its mean, which spikes raise: the load would then
+         * fall to meet it, and the normalised timings and the mean climb without end). */
+        a->load_ring[a->n_load % SD_ADAPTIVE_RING] = lx - a->log_med[kind];
+        a->n_load++;
+        const int32_t n = a->n_load < SD_ADAPTIVE_RING ? a->n_load : SD_ADAPTIVE_RING;
+        a->log_load = median(a->load_ring, n);
+    }
+    const int32_t slot = (a->n_seen[kind] - 2) % SD_ADAPTIVE_RING;
+    a->ring[kind][slot] = lx - a->log_load;
+    a->log_med[kind] = median(a->ring[kind], kept(a, kind));
+    a->log_cost[kind] = log_mean_exp(a->ring[kind], kept(a, kind), a->log_med[kind]);
 }
 
 /* ---- decisions ---- */
 
+static int32_t recalibrate_every(const sd_adaptive *a);
+
+/* A plain calibration pass next? Two at the start, then the rest of `calibrate` every
+ * other pass among the first drafting passes (so that draft and target timings of the
+ * same moments tie the load of both together), then recalibrate_every. */
+static int calibrating(const sd_adaptive *a) {
+    if (a->n_calibration < 2) return 1;
+    if (a->n_calibration < a->p.calibrate) return a->since_calib >= 1;
+    return a->since_calib >= recalibrate_every(a);
+}
+
+/* Passes between plain calibration passes while on: recalibrate / 8 while the predicted
+ * speedup is below 1.25 (a plain pass then costs at most 20% of a pass), / 4 below 2,
+ * else recalibrate (at least 2). */
+static int32_t recalibrate_every(const sd_adaptive *a) {
+    double s = 0.0;
+    best_k(a, 0.0, &s);
+    const int32_t r = a->p.recalibrate, d = s < 1.25 ? 8 : (s < 2.0 ? 4 : 1);
+    return r / d >= 2 ? r / d : 2;
+}
+
 int32_t sd_adaptive_next_k(sd_adaptive *a) {
     int32_t k;
-    if (a->state == OFF && a->countdown > 0) {
-        k = 0;
-    } else if (a->state != ON) {
-        a->state = PROBE;
+    switch (a->state) {
+    case SD_ADAPTIVE_OFF:
+        if (a->countdown > 0) {
+            k = 0;
+            break;
+        }
+        a->state = SD_ADAPTIVE_PROBE;
+        a->probe_left = a->p.probe_passes;
+        a->empty_probes = 0;
         k = best_k(a, a->p.prior_accept, NULL);
-    } else if (a->w_ver[1] < CALIBRATE_W || a->n_ver[1] < CALIBRATE_FIRST) {
-        k = 0; /* calibration: measure v(1) (a plain pass costs plain decoding nothing) */
-    } else {
-        k = best_k(a, 0.0, NULL);
+        break;
+    case SD_ADAPTIVE_PROBE:
+        k = best_k(a, a->p.prior_accept, NULL);
+        break;
+    default:
+        /* Calibration: measure v(1) (a plain pass costs plain decoding nothing). Close to
+         * S = 1 the decision needs v(1) most and a plain pass costs least: more often. */
+        if (calibrating(a))
+            k = 0;
+        else
+            k = best_k(a, 0.0, NULL);
+        break;
     }
     a->k_last = k;
     return k;
 }
 
-/* Running mean with rate max(rate, 1 / count). */
-static void running_mean(double *mean, double *count, double x, double rate) {
-    *count += 1.0;
-    double r = 1.0 / *count;
-    if (r < rate) r = rate;
-    *mean += r * (x - *mean);
-}
-
-/* The forgetting minimum of a cost: it rises by MIN_FORGET per sample (so a real rise in
- * cost, e.g. a longer context, gets through) and falls to any lower sample. */
-static void forgetting_min(double *min, double count, double x) {
-    *min = count > 0 && *min * MIN_FORGET < x ? *min * MIN_FORGET : x;
-}
-
-/*
- * One pass time of n rows. On a shared machine a preempted pass takes several times its
- * cost, and such spikes would swing the decisions (the estimate is of the work, not of
- * the machine's load), so: a cost is min(running mean, 1.5x its forgetting minimum);
- * once 4 samples are in, a sample above 1.5x the prediction counts as 1.5x the
- * prediction; and a size's own mean is used only from 4 samples on, so one unlucky
- * first sample cannot make a K look expensive for good.
- */
-static void observe_pass(sd_adaptive *a, int32_t n, double t) {
-    if (a->n_samples >= SIZE_SAMPLES) {
-        const double pred = sd_adaptive_pass_ms(a, n);
-        if (t > CLIP * pred) t = CLIP * pred;
-    }
-    a->n_samples++;
-    forgetting_min(&a->min_ver[n], a->n_ver[n], t);
-    running_mean(&a->t_ver[n], &a->n_ver[n], t, a->p.timing_rate);
-    a->w_ver[n] += 1.0;
+/* Switch speculation off for `backoff` passes. */
+static void switch_off(sd_adaptive *a, int32_t backoff) {
+    a->state = SD_ADAPTIVE_OFF;
+    a->backoff = backoff;
+    a->countdown = backoff;
+    a->below = 0;
 }
 
 void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, double t_draft_ms,
@@ -257,21 +349,13 @@ void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, 
     if (n_accepted < 0) n_accepted = 0;
     if (n_accepted > n_drafted) n_accepted = n_drafted;
     a->n_passes++;
-    /* Every pass ages the evidence, plain passes included. */
+    /* Every pass ages the acceptance evidence, plain passes included. */
     for (int32_t i = 0; i < SD_MAX_DRAFT; i++) {
         a->acc_s[i] *= p->decay;
         a->acc_n[i] *= p->decay;
     }
-    for (int32_t m = 1; m <= SD_MAX_DRAFT + 1; m++)
-        a->w_ver[m] *= p->decay;
-    if (t_pass_ms >= 0 && isfinite(t_pass_ms)) observe_pass(a, n_drafted + 1, t_pass_ms);
-    if (a->k_last > 0 && t_draft_ms >= 0 && isfinite(t_draft_ms)) {
-        double td = t_draft_ms / (n_drafted > 0 ? n_drafted : 1);
-        if (a->n_draft >= SIZE_SAMPLES && td > CLIP * sd_adaptive_draft_ms(a))
-            td = CLIP * sd_adaptive_draft_ms(a);
-        forgetting_min(&a->min_draft, a->n_draft, td);
-        running_mean(&a->t_draft, &a->n_draft, td, p->timing_rate);
-    }
+    if (n_drafted > 0) observe_timing(a, KIND_DRAFT, t_draft_ms / n_drafted);
+    observe_timing(a, n_drafted + 1, t_pass_ms);
     /* Position i is reached when tokens 0 .. i-1 were accepted: i <= n_accepted. */
     for (int32_t i = 0; i < n_drafted && i <= n_accepted; i++) {
         a->acc_n[i] += 1.0;
@@ -279,44 +363,49 @@ void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, 
     }
 
     double s_best = 0.0;
-    best_k(a, 0.0, &s_best);
+    const int32_t kb = best_k(a, 0.0, &s_best);
     switch (a->state) {
-    case ON:
-        if (a->k_last == 0 || !p->auto_off) break; /* a calibration pass decides nothing */
-        a->below = s_best < 1.0 ? a->below + 1 : 0;
-        if (hopeless(a)) {
-            a->backoff = p->backoff_max;
-            a->below = p->off_after;
+    case SD_ADAPTIVE_ON:
+        if (a->k_last == 0) { /* a calibration pass decides nothing */
+            a->n_calibration++;
+            a->since_calib = 0;
+            break;
         }
-        if (a->below >= p->off_after) {
-            a->state = OFF;
-            a->countdown = a->backoff;
-            a->below = 0;
+        a->since_calib++;
+        if (!p->auto_off || n_drafted == 0) break;
+        if (!measured(a, kb)) break;                   /* no decision on one or two timings */
+        if (sd_adaptive_speedup_bound(a) < HOPELESS) { /* even full acceptance cannot pay */
             a->n_switch_off++;
+            switch_off(a, p->backoff_max);
+            break;
+        }
+        a->below = s_best < p->off_margin ? a->below + 1 : 0;
+        if (a->below >= p->off_after) {
+            a->n_switch_off++;
+            switch_off(a, a->backoff);
         }
         break;
-    case OFF:
+    case SD_ADAPTIVE_OFF:
         a->n_off_passes++;
         if (a->countdown > 0) a->countdown--;
         break;
-    case PROBE:
-        /* A probe that drafted nothing (an n-gram without a match) says nothing: probe
-         * again, up to EMPTY_PROBES passes in a row (a draft cut to zero tokens each time
-         * still costs its draft step). */
+    case SD_ADAPTIVE_PROBE:
+        /* A probe pass that drafted nothing (an n-gram without a match) says nothing:
+         * probe again, up to EMPTY_PROBES passes in a row. */
         if (n_drafted == 0 && ++a->empty_probes < EMPTY_PROBES) break;
         a->empty_probes = 0;
-        /* Back on only if the probe had an accepted token: after a long time off the
-         * decayed counts are mostly prior, which alone must not switch speculation on. */
+        /* A probe pass that had nothing accepted and predicts a loss ends the probe: only
+         * turning speculation back on needs the evidence of every probe pass. */
+        if (--a->probe_left > 0 && !(n_accepted == 0 && s_best < p->off_margin)) break;
         a->n_probes++;
-        if (n_accepted > 0 && s_best >= 1.0) {
-            a->state = ON;
+        if (s_best >= 1.0) {
+            a->state = SD_ADAPTIVE_ON;
             a->backoff = p->backoff_min;
             a->below = 0;
+            a->since_calib = 0;
         } else {
-            a->state = OFF;
-            a->backoff =
-                a->backoff > p->backoff_max / 2 || hopeless(a) ? p->backoff_max : 2 * a->backoff;
-            a->countdown = a->backoff;
+            const int32_t b = a->backoff > p->backoff_max / 2 ? p->backoff_max : 2 * a->backoff;
+            switch_off(a, b);
         }
         break;
     }
@@ -325,56 +414,22 @@ void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, 
 /* ---- names ---- */
 
 const char *sd_k_policy_name(sd_k_policy p) {
-    return p == SD_K_ADAPTIVE ? "adaptive" : "fixed";
+    switch (p) {
+    case SD_K_ADAPTIVE:
+        return "adaptive";
+    case SD_K_SWEEP:
+        return "sweep";
+    case SD_K_FIXED:
+        break;
+    }
+    return "fixed";
 }
 
 int sd_k_policy_parse(const char *s, sd_k_policy *out) {
-    if (!s) return -1;
-    if (!strcmp(s, "fixed")) {
-        *out = SD_K_FIXED;
-        return 0;
-    }
-    if (!strcmp(s, "adaptive")) {
-        *out = SD_K_ADAPTIVE;
-        return 0;
-    }
-    return -1;
-}
-
-const char *sd_draft_type_name(sd_draft_type t) {
-    switch (t) {
-    case SD_DRAFT_AUTO:
-        return "auto";
-    case SD_DRAFT_NONE:
-        return "none";
-    case SD_DRAFT_LLM:
-        return "llm";
-    case SD_DRAFT_NGRAM:
-        return "ngram";
-    case SD_DRAFT_NGRAM_LLM:
-        return "ngram+llm";
-    }
-    return "unknown";
-}
-
-int sd_draft_type_parse(const char *s, sd_draft_type *out) {
-    static const struct {
-        const char *name;
-        sd_draft_type t;
-    } names[] = {
-        {"auto", SD_DRAFT_AUTO},
-        {"none", SD_DRAFT_NONE},
-        {"llm", SD_DRAFT_LLM},
-        {"draft", SD_DRAFT_LLM},
-        {"draft-simple", SD_DRAFT_LLM},
-        {"ngram", SD_DRAFT_NGRAM},
-        {"ngram-simple", SD_DRAFT_NGRAM},
-        {"ngram+llm", SD_DRAFT_NGRAM_LLM},
-    };
-    if (!s) return -1;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(s, names[i].name)) {
-            *out = names[i].t;
+    static const sd_k_policy all[] = {SD_K_FIXED, SD_K_ADAPTIVE, SD_K_SWEEP};
+    for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(s, sd_k_policy_name(all[i]))) {
+            *out = all[i];
             return 0;
         }
     return -1;

@@ -109,19 +109,24 @@ static void finish_request(sd_batcher *b, sd_req *r, sd_stop_reason stop) {
 
 /* ---- proposals ---- */
 
-/* Top probability of softmax(l[0 .. n)) at temperature 1 (the greedy confidence), in
- * double. Entries more than 40 below the maximum are left out of the sum: each weighs
- * under e^-40 (4e-18), so a vocabulary of a million of them moves the result by under
- * 1e-11, while the exp of each costs most of the time of a draft token's sampling. */
-static double top_softmax(const float *l, int32_t n) {
-    float mx = l[0];
-    for (int32_t i = 1; i < n; i++)
-        if (l[i] > mx) mx = l[i];
+/* Greedy confidence: the top probability of softmax(l[0 .. n)) at temperature 1 from the
+ * row maximum mx, float exponentials summed in double in blocks; 0 as soon as the sum
+ * passes 1 / p_min (the confidence is below p_min then, whatever the rest adds). The
+ * LLM proposer's rule (draft/llm.c), so serve drafts as generate does. */
+static double greedy_confidence(const float *l, int32_t n, float mx, float p_min) {
     if (isinf(mx)) return 1.0;
-    const float cut = mx - 40.0f;
+    const double limit = 1.0 / (double)p_min;
     double sum = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        if (l[i] > cut) sum += exp((double)l[i] - (double)mx);
+    int32_t i = 0;
+    for (; i + 1024 <= n; i += 1024) {
+        float part = 0.0f;
+        for (int32_t j = i; j < i + 1024; j++)
+            part += expf(l[j] - mx);
+        sum += (double)part;
+        if (sum > limit) return 0.0;
+    }
+    for (; i < n; i++)
+        sum += (double)expf(l[i] - mx);
     return sum > 0.0 ? 1.0 / sum : 1.0;
 }
 
@@ -130,6 +135,17 @@ static double top_prob(const float *q, int32_t n) {
     for (int32_t i = 0; i < n; i++)
         if (q[i] > mx) mx = q[i];
     return mx;
+}
+
+/* The draws of choice c are keyed by this seed (choice i of a request: its seed + i). */
+static uint64_t seed_of(const sd_choice *c) {
+    return c->r->gp.seed + (uint64_t)c->index;
+}
+
+/* A proposal of the LLM draft carries q rows only for rejection sampling; greedy and
+ * Gumbel drafts are a function of the context and the keyed noise (one-hot). */
+static int draft_rows(const sd_gen_params *gp) {
+    return gp->samp.temp > 0.0f && gp->samp.spec == SD_SPEC_REJECTION;
 }
 
 /* The K of choice c for this pass (0: a target-alone pass), capped by its budget and
@@ -176,30 +192,49 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     return SD_OK;
 }
 
-/* Draft position c->k of choice c from its draft logits row l. */
-static int draft_row(sd_batcher *b, sd_choice *c, const float *l, sd_error *err) {
+/* Draft position c->k of choice c from its draft logits row l (penalised here, in place):
+ * greedy the argmax, Gumbel the Gumbel-max draw keyed by (seed, position), rejection the
+ * keyed inverse-CDF draw with its q row kept; then the confidence cut-off. As the LLM
+ * proposer of generate (draft/llm.c), so a request drafts the same tokens in both. */
+static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     const sd_gen_params *gp = &c->r->gp;
-    const int32_t i = c->k;
-    const int greedy = gp->samp.temp <= 0.0f;
-    float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
+    const sd_sampling_params *sp = &gp->samp;
+    const int32_t i = c->k, n = b->n_common;
+    const int64_t pos = (int64_t)c->n_ctx + i;
+    if (sd_penalties_on(sp)) sd_penalize(sp, c->ctx, c->n_ctx, c->dtok, i, l, n, NULL);
+    const int cut = gp->draft_p_min > 0.0f && i >= gp->draft_min;
+    double conf = 1.0;
     int32_t tok;
-    if (greedy) {
-        /* The warped greedy row is one-hot at the argmax, and greedy verification reads
-         * no q: the argmax is all (the same token as warping first). */
-        tok = sd_argmax(l, b->n_common);
-    } else {
-        int rc = sd_warp(&gp->samp, l, b->n_common, q, b->iscratch, err);
-        if (rc) return sd_error_prefix(err, "%s: draft", sd_model_path(b->dm));
-        for (int32_t v = b->n_common; v < b->n_vocab; v++)
-            q[v] = 0.0f;
-        tok = sd_sample(q, b->n_common, sd_rng_uniform(&c->rng_draft));
-    }
-    if (gp->draft_p_min > 0.0f && i >= gp->draft_min) {
-        const double conf = greedy ? top_softmax(l, b->n_common) : top_prob(q, b->n_common);
-        if (conf < (double)gp->draft_p_min) {
-            c->llm = 0; /* stop before a token the draft is unsure of */
-            return SD_OK;
+    if (!(sp->temp > 0.0f)) {
+        int32_t best = 0, nan = 0;
+        for (int32_t j = 0; j < n; j++) {
+            nan |= l[j] != l[j];
+            if (l[j] > l[best]) best = j;
         }
+        if (nan)
+            return sd_errorf(err, SD_ERR_ARG,
+                             "%s: draft: a logit is NaN: non-finite logits (the "
+                             "model's weights hold NaN or inf)",
+                             sd_model_path(b->dm));
+        tok = best;
+        if (cut) conf = greedy_confidence(l, n, l[best], gp->draft_p_min);
+    } else {
+        float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
+        int rc = sd_warp(sp, l, n, q, b->iscratch, err);
+        if (rc) return sd_error_prefix(err, "%s: draft", sd_model_path(b->dm));
+        tok = sp->spec == SD_SPEC_GUMBEL
+                  ? sd_gumbel_sample(q, n, NULL, seed_of(c), pos)
+                  : sd_sample(q, n, sd_key_uniform(seed_of(c), pos, SD_DRAW_DRAFT, 0));
+        if (tok < 0)
+            return sd_errorf(err, SD_ERR_ARG, "%s: draft row has no positive entry",
+                             sd_model_path(b->dm));
+        if (cut) conf = top_prob(q, n);
+        for (int32_t v = n; v < b->n_vocab; v++) /* q over the target's ids */
+            q[v] = 0.0f;
+    }
+    if (cut && conf < (double)gp->draft_p_min) {
+        c->llm = 0; /* stop before a token the draft is unsure of */
+        return SD_OK;
     }
     c->dtok[i] = tok;
     c->k = i + 1;
@@ -373,8 +408,36 @@ static int64_t first_non_finite(const float *x, size_t n) {
     return -1;
 }
 
-/* Verify choice c's rows [k + 1, n_vocab] (masked in place for ignore_eos) against its
- * proposal. */
+/* Row i of choice c's pass, made when verification first reads it: EOS and the stop ids
+ * masked (ignore_eos), the penalties of its history (the committed tokens, then the
+ * drafts before it), the warp when sampling. As generate's rows (runtime/engine/generate.c). */
+typedef struct row_ctx {
+    sd_batcher *b;
+    sd_choice *c;
+    float *rows; /* [k + 1, n_vocab] its logits, masked and penalised in place */
+} row_ctx;
+
+static const float *target_row(void *user, int32_t i, sd_error *err) {
+    const row_ctx *x = user;
+    sd_batcher *b = x->b;
+    const sd_choice *c = x->c;
+    const sd_gen_params *gp = &c->r->gp;
+    const int32_t nv = b->n_vocab;
+    float *row = x->rows + (size_t)i * (size_t)nv;
+    if (gp->ignore_eos) {
+        if (b->eos >= 0 && b->eos < nv) row[b->eos] = -INFINITY;
+        for (int32_t j = 0; j < gp->n_stop_ids; j++)
+            if (gp->stop_ids[j] >= 0 && gp->stop_ids[j] < nv) row[gp->stop_ids[j]] = -INFINITY;
+    }
+    sd_penalize(&gp->samp, c->ctx, c->n_ctx, c->dtok, i, row, nv, NULL);
+    if (!(gp->samp.temp > 0.0f)) return row;
+    float *p = b->probs + (size_t)i * (size_t)nv;
+    return sd_warp(&gp->samp, row, nv, p, b->iscratch, err) ? NULL : p;
+}
+
+/* Verify choice c's rows [k + 1, n_vocab] against its proposal, every draw keyed by its
+ * seed and the positions (sd_verify_keyed): greedy, Gumbel (the text then depends on
+ * neither the draft nor K) or rejection sampling. */
 static int verify(sd_batcher *b, sd_choice *c, float *rows, sd_verify_result *res, sd_error *err) {
     const sd_gen_params *gp = &c->r->gp;
     const int32_t k = c->k, nv = b->n_vocab;
@@ -385,22 +448,10 @@ static int verify(sd_batcher *b, sd_choice *c, float *rows, sd_verify_result *re
                          "model's weights hold NaN or inf)",
                          sd_model_path(b->tm), (long long)(bad % nv), (long long)(bad / nv),
                          (double)rows[bad]);
-    if (gp->ignore_eos)
-        for (int32_t i = 0; i <= k; i++) {
-            float *row = rows + (size_t)i * nv;
-            if (b->eos >= 0 && b->eos < nv) row[b->eos] = -INFINITY;
-            for (int32_t j = 0; j < gp->n_stop_ids; j++)
-                if (gp->stop_ids[j] >= 0 && gp->stop_ids[j] < nv) row[gp->stop_ids[j]] = -INFINITY;
-        }
-    if (gp->samp.temp <= 0.0f) return sd_verify_greedy(c->dtok, k, rows, nv, res, err);
-    for (int32_t i = 0; i <= k; i++) {
-        int rc = sd_warp(&gp->samp, rows + (size_t)i * nv, nv, b->probs + (size_t)i * nv,
-                         b->iscratch, err);
-        if (rc) return rc;
-    }
-    if (k > 0 && c->one_hot) return sd_verify_onehot(c->dtok, k, b->probs, nv, &c->rng, res, err);
-    return sd_verify_sample(c->dtok, k, k > 0 ? b->q[c->slot] : NULL, b->probs, nv, &c->rng,
-                            b->residual, res, err);
+    row_ctx x = {b, c, rows};
+    const float *q = k > 0 && !c->one_hot && draft_rows(gp) ? b->q[c->slot] : NULL;
+    return sd_verify_keyed(&gp->samp, c->dtok, k, q, target_row, &x, nv, seed_of(c), c->n_ctx,
+                           b->residual, res, err);
 }
 
 /* After the pass: verify choice c (state DECODE) on rows, commit, emit. */

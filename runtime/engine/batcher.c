@@ -145,6 +145,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
         dp.n_ctx = b->n_ctx_d;
         dp.n_batch = b->n_batch_d;
         dp.n_outputs = np;
+        dp.share_threads = b->ts; /* draft and target passes take turns: one pool */
         rc = sd_session_init(b->dm, &dp, &b->ds, err);
         if (rc) {
             sd_error_prefix(err, "batcher: draft");
@@ -237,9 +238,8 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
     if (g->n_draft < 0 || g->n_draft > b->p.k_max)
         return sd_errorf(err, SD_ERR_ARG, "request: draft tokens %d, expected 0 .. %d (k_max)",
                          g->n_draft, b->p.k_max);
-    if (!isfinite(g->samp.temp) || !(g->samp.top_p == g->samp.top_p) || g->samp.temp < 0)
-        return sd_errorf(err, SD_ERR_ARG, "request: temperature %g / top_p %g",
-                         (double)g->samp.temp, (double)g->samp.top_p);
+    int rc = sd_sampling_check(&g->samp, err);
+    if (rc) return sd_error_prefix(err, "request");
     if (g->n_stop_ids < 0 || g->n_stop_ids > SD_MAX_STOP_IDS)
         return sd_errorf(err, SD_ERR_ARG, "request: %d stop ids, expected 0 .. %d", g->n_stop_ids,
                          SD_MAX_STOP_IDS);
@@ -338,9 +338,6 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
         c->n_ctx = r->n_prompt;
         c->n_emitted_sent = r->n_prompt;
         c->st.n_prompt = r->n_prompt;
-        const uint64_t seed = q->gp.seed + (uint64_t)i;
-        sd_rng_seed(&c->rng, seed);
-        sd_rng_seed(&c->rng_draft, sd_rng_stream_seed(seed, 1));
         c->adaptive = q->gp.n_draft > 0 && q->gp.k_policy == SD_K_ADAPTIVE;
         if (c->adaptive) {
             sd_adaptive_params ap = sd_adaptive_default_params();

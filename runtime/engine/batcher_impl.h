@@ -29,7 +29,6 @@ typedef struct sd_choice {
     int32_t *ctx; /* [cap] committed tokens: the prompt, then what was emitted */
     int32_t n_ctx, cap;
     int32_t n_emitted_sent; /* ctx index up to which ids were given to the callback */
-    sd_rng rng, rng_draft;  /* the verifier's and the draft's streams (seed + index) */
     sd_proposer *ngram;     /* own n-gram proposer (n-gram draft types), or NULL */
     sd_adaptive ctl;
     int adaptive;

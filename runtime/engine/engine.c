@@ -44,6 +44,16 @@ static int load(const char *path, const char *origin, sd_model **out, sd_error *
     return rc;
 }
 
+/* The trimmed draft head of p->draft_head (its first draft_head_n ids). */
+static int set_head(sd_engine *e, sd_error *err) {
+    int32_t *ids = NULL, n = 0;
+    int rc = sd_draft_head_load(e->p.draft_head, sd_model_vocab(e->tm), e->p.draft_head_n, &ids, &n,
+                                err);
+    if (!rc) rc = sd_proposer_llm_set_head(e->prop, ids, n, err);
+    free(ids);
+    return rc;
+}
+
 int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     *out = NULL;
     if (!p || !p->target) return sd_errorf(err, SD_ERR_ARG, "engine: no target model");
@@ -60,8 +70,8 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     e->n_ctx = p->n_ctx;
     if (e->n_ctx <= 0 || e->n_ctx > n_train) {
         if (e->n_ctx > n_train)
-            note(e, "--ctx-size %d exceeds %s's training context %d; using %d", e->n_ctx, p->target,
-                 n_train, n_train);
+            note(e, "context size %d (n_ctx) exceeds %s's training context %d; using %d", e->n_ctx,
+                 p->target, n_train, n_train);
         e->n_ctx = n_train;
     }
     sd_session_params sp = sd_session_default_params();
@@ -80,7 +90,8 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
         const int32_t dctx = sd_model_hparams(e->dm)->n_ctx_train;
         if (p->n_ctx_draft > 0) dsp.n_ctx = p->n_ctx_draft;
         if (p->n_ctx_draft > dctx)
-            note(e, "--ctx-size-draft %d exceeds %s's training context %d; using %d",
+            note(e,
+                 "draft context size %d (n_ctx_draft) exceeds %s's training context %d; using %d",
                  p->n_ctx_draft, p->draft, dctx, dctx);
         if (dsp.n_ctx > dctx) dsp.n_ctx = dctx; /* drafting stops near the draft's limit */
         e->n_ctx_draft = dsp.n_ctx;
@@ -89,10 +100,13 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     e->dsp = dsp;
     if (p->models_only) goto done; /* a server's batcher makes its own sessions */
     if ((rc = sd_scorer_init(e->tm, &sp, &e->scorer, err))) goto fail;
-    if (e->dm &&
-        (rc = sd_proposer_llm_init(e->dm, &dsp, &p->gen.samp, sd_rng_stream_seed(p->gen.seed, 1),
-                                   sd_model_hparams(e->tm)->n_vocab, &e->prop, err)))
+    /* The draft runs on the target's CPU threads: they take turns, and a second pool's
+     * idle workers would only compete with the first for the cores. */
+    e->dsp.share_threads = dsp.share_threads = sd_scorer_session(e->scorer);
+    if (e->dm && (rc = sd_proposer_llm_init(e->dm, &dsp, &p->gen.samp, p->gen.seed,
+                                            sd_model_hparams(e->tm)->n_vocab, &e->prop, err)))
         goto fail;
+    if (e->prop && p->draft_head && (rc = set_head(e, err))) goto fail;
     /* The n-gram proposer indexes every committed token: at most the context + 1. */
     np.n_ctx = e->n_ctx + 1;
     if ((rc = sd_proposer_ngram_init(&np, sd_model_hparams(e->tm)->n_vocab, &e->ngram, err)))
@@ -148,25 +162,6 @@ sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t) {
     }
     return NULL;
 }
-uint64_t sd_engine_vocab_fingerprint(const sd_engine *e) {
-    const sd_vocab *v = sd_model_vocab(e->tm);
-    const int32_t n = sd_vocab_n_tokens(v);
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
-    for (int i = 0; i < 4; i++) {
-        h ^= (uint8_t)((uint32_t)n >> (8 * i));
-        h *= UINT64_C(0x100000001b3);
-    }
-    for (int32_t id = 0; id < n; id++) {
-        const char *t = sd_vocab_token_text(v, id);
-        for (const unsigned char *c = (const unsigned char *)(t ? t : "");; c++) {
-            h ^= *c; /* the text and its NUL, so "a","bc" differs from "ab","c" */
-            h *= UINT64_C(0x100000001b3);
-            if (!*c) break;
-        }
-    }
-    return h;
-}
-
 int32_t sd_engine_n_ctx(const sd_engine *e) {
     return e->n_ctx;
 }
@@ -193,12 +188,10 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
     sd_proposer *prop = gp->n_draft > 0 ? sd_engine_proposer_of(e, gp->draft_type) : NULL;
     if (gp->n_draft > 0 && !prop &&
         (gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM))
-        return sd_errorf(err, SD_ERR_ARG, "draft type %s needs a draft model (--draft FILE)",
+        return sd_errorf(err, SD_ERR_ARG,
+                         "draft type %s needs a draft model (draft): the engine has none",
                          sd_draft_type_name(gp->draft_type));
-    if (prop) {
-        sd_proposer_reset(prop, &gp->samp, sd_rng_stream_seed(gp->seed, 1));
-        sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
-    }
+    if (prop) sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
     sd_gen_params g = *gp;
     /* Stop at every end-of-generation token of the vocabulary (<|im_end|>, <|eot_id|>...),
      * as llama.cpp does, besides EOS and the caller's stop ids. */
@@ -217,6 +210,12 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
                              SD_MAX_STOP_IDS);
         g.stop_ids[g.n_stop_ids++] = eog[i];
     }
+    if (g.draft_prior <= 0.0 && prop) { /* a memory-bound draft step: its bytes' share */
+        const int llm = g.draft_type != SD_DRAFT_NGRAM && e->dm;
+        g.draft_prior =
+            llm ? (double)sd_model_weight_bytes(e->dm) / (double)sd_model_weight_bytes(e->tm)
+                : 0.01;
+    }
     if (g.clock == SD_CLOCK_AUTO) {
         /* One CPU thread does all the work of a pass: its CPU clock is the pass's cost. */
         const int one_thread = e->sp.n_threads == 1 || (e->sp.n_threads <= 0 && sd_n_cores() == 1);
@@ -226,4 +225,45 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
     }
     return sd_generate(e->scorer, prop, prompt, n_prompt, sd_vocab_eos(sd_model_vocab(e->tm)), &g,
                        cb, user, out, cap_out, stats, err);
+}
+
+/* ---- draft-type names ---- */
+
+const char *sd_draft_type_name(sd_draft_type t) {
+    switch (t) {
+    case SD_DRAFT_AUTO:
+        return "auto";
+    case SD_DRAFT_NONE:
+        return "none";
+    case SD_DRAFT_LLM:
+        return "llm";
+    case SD_DRAFT_NGRAM:
+        return "ngram";
+    case SD_DRAFT_NGRAM_LLM:
+        return "ngram+llm";
+    }
+    return "unknown";
+}
+
+int sd_draft_type_parse(const char *s, sd_draft_type *out) {
+    static const struct {
+        const char *name;
+        sd_draft_type t;
+    } names[] = {
+        {"auto", SD_DRAFT_AUTO},
+        {"none", SD_DRAFT_NONE},
+        {"llm", SD_DRAFT_LLM},
+        {"draft", SD_DRAFT_LLM},
+        {"draft-simple", SD_DRAFT_LLM},
+        {"ngram", SD_DRAFT_NGRAM},
+        {"ngram-simple", SD_DRAFT_NGRAM},
+        {"ngram+llm", SD_DRAFT_NGRAM_LLM},
+    };
+    if (!s) return -1;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].name)) {
+            *out = names[i].t;
+            return 0;
+        }
+    return -1;
 }

@@ -1,4 +1,18 @@
-/* The speculative generation loop (see sd_engine.h). */
+/*
+ * The speculative generation loop (see sd_engine.h). One pass of sd_generate:
+ *   policy_k     the K of the pass (fixed, the controller, a sweep), capped by the budget
+ *                and the context;
+ *   draft_pass   the proposer's catch-up after passes without it (timed apart), then
+ *                its proposal, timed on the controller's clock;
+ *   score_pass   the target's one batched pass over [last, d1 .. dK];
+ *   verify_pass  verification over rows made on demand (target_row: EOS masked,
+ *                penalties, the warp), so rows after the first rejection cost nothing;
+ *   commit_pass  emit up to EOS / stop ids, the statistics, both caches rolled back
+ *                to the committed tokens;
+ * and the controller's observation. Each function keeps one concern; the two clocks (the
+ * wall clock of the statistics, the controller's clock) meet only in draft_pass and
+ * run_pass.
+ */
 #include "runtime/engine/sd_engine.h"
 
 #include <math.h>
@@ -19,8 +33,6 @@ sd_gen_params sd_gen_default_params(void) {
     p.draft_p_min = 0.0f;
     p.draft_min = 0;
     p.clock = SD_CLOCK_AUTO;
-    p.k_trace = NULL;
-    p.k_trace_cap = 0;
     return p;
 }
 
@@ -61,7 +73,8 @@ double sd_stats_mean_k(const sd_gen_stats *s) {
 }
 
 double sd_stats_tokens_per_pass(const sd_gen_stats *s) {
-    return s->n_target_passes > 0 ? (double)s->n_generated / s->n_target_passes : 0.0;
+    return s->n_target_passes > 0 ? (double)(s->n_generated + s->n_stop_tokens) / s->n_target_passes
+                                  : 0.0;
 }
 
 double sd_stats_tokens_per_s(const sd_gen_stats *s) {
@@ -89,62 +102,248 @@ static double pass_clock_ms(sd_pass_clock c) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-/* Buffers of one generation, all allocated before the loop. */
-typedef struct gen_buffers {
+/* One generation: its inputs, buffers (all allocated before the loop) and state. */
+typedef struct gen_run {
+    sd_scorer *target;
+    sd_proposer *draft;
+    const sd_gen_params *gp;
+    int32_t eos, n_vocab, n_ctx_max;
+    sd_gen_stats *st;
     int32_t *ctx;      /* [n_prompt + n_predict] committed tokens */
+    int32_t n_ctx;     /* committed */
     float *logits;     /* [SD_MAX_DRAFT + 1, n_vocab] target rows */
-    float *probs;      /* [SD_MAX_DRAFT + 1, n_vocab] warped target rows */
+    float *probs;      /* [SD_MAX_DRAFT + 1, n_vocab] warped target rows (temp > 0) */
     float *residual;   /* [n_vocab] */
     int32_t *iscratch; /* [n_vocab] */
-} gen_buffers;
+    sd_adaptive ctl;
+    int adaptive;
+    sd_pass_clock clock;
+    int32_t n_ctx_drafted; /* the context when the proposer last drafted */
+    int catchup_expensive;
+    const sd_proposal *prop; /* the pass being verified (target_row reads it) */
+} gen_run;
 
-static void gen_buffers_free(gen_buffers *b) {
-    free(b->ctx);
-    free(b->logits);
-    free(b->probs);
-    free(b->residual);
-    free(b->iscratch);
+static void gen_free(gen_run *g) {
+    free(g->ctx);
+    free(g->logits);
+    free(g->probs);
+    free(g->residual);
+    free(g->iscratch);
 }
 
-static int gen_buffers_init(gen_buffers *b, int32_t n_ctx, int32_t n_vocab, sd_error *err) {
-    memset(b, 0, sizeof *b);
+static int gen_alloc(gen_run *g, int32_t cap_ctx, sd_error *err) {
     size_t rows;
-    if (sd_mul_size((size_t)(SD_MAX_DRAFT + 1), (size_t)n_vocab, &rows) ||
+    if (sd_mul_size((size_t)(SD_MAX_DRAFT + 1), (size_t)g->n_vocab, &rows) ||
         sd_mul_size(rows, sizeof(float), &rows))
         return sd_errorf(err, SD_ERR_OOM, "generate: vocabulary too large");
-    b->ctx = malloc((size_t)n_ctx * sizeof(int32_t));
-    b->logits = malloc(rows);
-    b->probs = malloc(rows);
-    b->residual = malloc((size_t)n_vocab * sizeof(float));
-    b->iscratch = malloc((size_t)n_vocab * sizeof(int32_t));
-    if (!b->ctx || !b->logits || !b->probs || !b->residual || !b->iscratch) {
-        gen_buffers_free(b);
+    g->ctx = malloc((size_t)cap_ctx * sizeof(int32_t));
+    g->logits = malloc(rows);
+    g->probs = malloc(rows);
+    g->residual = malloc((size_t)g->n_vocab * sizeof(float));
+    g->iscratch = malloc((size_t)g->n_vocab * sizeof(int32_t));
+    if (!g->ctx || !g->logits || !g->probs || !g->residual || !g->iscratch)
         return sd_errorf(err, SD_ERR_OOM, "generate: out of memory");
+    return SD_OK;
+}
+
+/* 1 if t is EOS or one of gp's extra stop ids. */
+static int is_stop(const gen_run *g, int32_t t) {
+    if (t == g->eos) return 1;
+    for (int32_t i = 0; i < g->gp->n_stop_ids && i < SD_MAX_STOP_IDS; i++)
+        if (g->gp->stop_ids[i] == t) return 1;
+    return 0;
+}
+
+/* The policy's K for the next pass (0: target alone), capped so one pass never emits
+ * past the budget or the context. *state: the controller's state before the pass. */
+static int32_t policy_k(gen_run *g, sd_adaptive_state *state) {
+    const sd_gen_params *gp = g->gp;
+    *state = g->adaptive ? sd_adaptive_state_of(&g->ctl) : SD_ADAPTIVE_ON;
+    int32_t k = 0;
+    if (g->draft) {
+        if (g->adaptive)
+            k = sd_adaptive_next_k(&g->ctl);
+        else if (gp->k_policy == SD_K_SWEEP)
+            k = g->st->n_target_passes % (gp->n_draft + 1);
+        else
+            k = gp->n_draft;
+    }
+    const int32_t budget = gp->n_predict - g->st->n_generated - 1;
+    if (k > budget) k = budget;
+    if (k > g->n_ctx_max - g->n_ctx) k = g->n_ctx_max - g->n_ctx;
+    return k < 0 ? 0 : k;
+}
+
+/* Drafting for a pass of policy K k. After target-alone passes (was_off) the proposer
+ * first catches up on the tokens it skipped, timed apart so the controller's per-token
+ * draft cost stays the cost of drafting (windowed once that proved expensive).
+ * *t_draft: the proposal's time on the controller's clock. */
+static int draft_pass(gen_run *g, int32_t k, int was_off, sd_proposal *prop, double *t_draft,
+                      sd_error *err) {
+    *t_draft = 0.0;
+    if (k == 0) return SD_OK;
+    double t = sd_time_ms();
+    if (was_off) {
+        const int32_t lag = g->n_ctx - g->n_ctx_drafted;
+        const int32_t window = g->catchup_expensive ? CATCHUP_WINDOW : 0;
+        const double c0 = pass_clock_ms(g->clock);
+        int rc = sd_proposer_catch_up(g->draft, g->ctx, g->n_ctx, window, err);
+        const double c1 = pass_clock_ms(g->clock), t1 = sd_time_ms();
+        if (!window && lag >= CATCHUP_WINDOW)
+            g->catchup_expensive =
+                (c1 - c0) / lag > CATCHUP_BUDGET * sd_adaptive_pass_ms(&g->ctl, 1);
+        g->st->t_draft_ms += t1 - t;
+        t = t1;
+        if (rc) return rc;
+    }
+    g->n_ctx_drafted = g->n_ctx;
+    const double c0 = pass_clock_ms(g->clock);
+    int rc = sd_proposer_propose(g->draft, g->ctx, g->n_ctx, k, prop, err);
+    *t_draft = pass_clock_ms(g->clock) - c0;
+    g->st->t_draft_ms += sd_time_ms() - t;
+    if (rc) return rc;
+    if (prop->n > 0 && prop->n_vocab != g->n_vocab)
+        return sd_errorf(err, SD_ERR_MISMATCH,
+                         "draft proposal rows have %d entries, the target vocabulary %d",
+                         prop->n_vocab, g->n_vocab);
+    return SD_OK;
+}
+
+/* Row i of the pass, made when verification first reads it: EOS and the stop ids masked
+ * (ignore_eos), the penalties of its history (the committed tokens, then the drafted
+ * ones before it: the history target-alone decoding would have), and for sampling the
+ * warp. Greedy verification reads the logits themselves. */
+static const float *target_row(void *user, int32_t i, sd_error *err) {
+    gen_run *g = user;
+    const sd_gen_params *gp = g->gp;
+    const size_t n = (size_t)g->n_vocab;
+    float *row = g->logits + (size_t)i * n;
+    if (gp->ignore_eos) { /* EOS and the stop ids (end of turn) never win, as llama.cpp */
+        if (g->eos >= 0 && g->eos < g->n_vocab) row[g->eos] = -INFINITY;
+        for (int32_t j = 0; j < gp->n_stop_ids && j < SD_MAX_STOP_IDS; j++)
+            if (gp->stop_ids[j] >= 0 && gp->stop_ids[j] < g->n_vocab)
+                row[gp->stop_ids[j]] = -INFINITY;
+    }
+    sd_penalize(&gp->samp, g->ctx, g->n_ctx, g->prop->tokens, i, row, g->n_vocab, NULL);
+    if (!(gp->samp.temp > 0.0f)) return row;
+    float *p = g->probs + (size_t)i * n;
+    return sd_warp(&gp->samp, row, g->n_vocab, p, g->iscratch, err) ? NULL : p;
+}
+
+/* Verification of the pass's k drafted tokens (k = 0: the target-alone draw). */
+static int verify_pass(gen_run *g, const sd_proposal *prop, int32_t k, sd_verify_result *res,
+                       sd_error *err) {
+    g->prop = prop;
+    const float *q = k > 0 && !prop->one_hot ? prop->probs : NULL;
+    const double t = sd_time_ms();
+    int rc = sd_verify_keyed(&g->gp->samp, prop->tokens, k, q, target_row, g, g->n_vocab,
+                             g->gp->seed, g->n_ctx, g->residual, res, err);
+    g->st->t_sample_ms += sd_time_ms() - t;
+    /* Name the model: a NaN logit here means corrupt weights in that file. */
+    if (rc)
+        sd_error_prefix(err, "%s: verification failed", sd_model_path(sd_scorer_model(g->target)));
+    return rc;
+}
+
+/* Emit the verified tokens up to a stop token, count them, and roll both caches back to
+ * the committed tokens (the KV commit). Returns the number of tokens emitted. */
+static int32_t commit_pass(gen_run *g, const sd_proposal *prop, int32_t k,
+                           const sd_verify_result *res, int32_t *out) {
+    sd_gen_stats *st = g->st;
+    const int lookup = k > 0 && prop->lookup;
+    st->n_drafted += k;
+    if (lookup) {
+        st->n_passes_lookup++;
+        st->n_drafted_lookup += k;
+    }
+    for (int32_t i = 0; i < k; i++)
+        st->drafted_at[i]++;
+    const int32_t first_new = g->n_ctx;
+    for (int32_t i = 0; i < res->n_tokens; i++) {
+        if (is_stop(g, res->tokens[i])) {
+            st->stop = SD_STOP_EOS;
+            st->n_stop_tokens = 1;
+            break;
+        }
+        g->ctx[g->n_ctx++] = res->tokens[i];
+        out[st->n_generated++] = res->tokens[i];
+        if (i < res->n_accepted) {
+            st->n_accepted++;
+            st->accepted_at[i]++;
+            if (lookup) st->n_accepted_lookup++;
+        }
+    }
+    sd_scorer_commit(g->target, g->ctx, g->n_ctx);
+    if (g->draft) sd_proposer_commit(g->draft, g->ctx, g->n_ctx);
+    return g->n_ctx - first_new;
+}
+
+/* One pass: K, drafting, the target pass, verification, commit, the controller. Returns
+ * the tokens emitted (>= 0) through *n_new. */
+static int run_pass(gen_run *g, int32_t *out, int32_t *n_new, sd_error *err) {
+    const sd_gen_params *gp = g->gp;
+    sd_gen_stats *st = g->st;
+    sd_adaptive_state state;
+    const int32_t k_chosen = policy_k(g, &state);
+    const int was_off = state != SD_ADAPTIVE_ON;
+    sd_proposal prop = {0};
+    prop.n_vocab = g->n_vocab;
+    double t_draft = 0.0;
+    int rc = draft_pass(g, k_chosen, was_off, &prop, &t_draft, err);
+    if (rc) return rc;
+    const int32_t k = k_chosen > 0 ? prop.n : 0;
+    if (gp->k_trace && st->n_target_passes < gp->k_trace_cap)
+        gp->k_trace[st->n_target_passes] = (uint8_t)k;
+    st->k_hist[k]++;
+
+    const double t_pass0 = sd_time_ms(), c_pass0 = pass_clock_ms(g->clock);
+    rc = sd_scorer_score(g->target, g->ctx, g->n_ctx, prop.tokens, k, g->logits, err);
+    st->t_verify_ms += sd_time_ms() - t_pass0;
+    if (rc) return rc;
+    st->n_target_passes++;
+    sd_verify_result res;
+    if ((rc = verify_pass(g, &prop, k, &res, err))) return rc;
+    *n_new = commit_pass(g, &prop, k, &res, out);
+
+    const double t_pass = sd_time_ms() - t_pass0, c_pass = pass_clock_ms(g->clock) - c_pass0;
+    if (was_off && k_chosen == 0) {
+        st->n_off_passes++;
+        st->t_off_ms += t_pass;
+    }
+    if (g->adaptive) sd_adaptive_observe(&g->ctl, k, res.n_accepted, t_draft, c_pass);
+    const int32_t i = st->n_target_passes - 1;
+    if (gp->pass_trace && i < gp->pass_trace_cap) {
+        sd_pass_record r = {k_chosen, k, res.n_accepted, (int32_t)state, t_draft, c_pass, 0, 0,
+                            0,        0};
+        if (g->adaptive) {
+            r.k_best = sd_adaptive_best_k(&g->ctl);
+            r.speedup = sd_adaptive_speedup(&g->ctl, r.k_best);
+            const double v1 = sd_adaptive_pass_ms(&g->ctl, 1);
+            r.c_rel = sd_adaptive_draft_ms(&g->ctl) / v1;
+            r.v_rel = sd_adaptive_pass_ms(&g->ctl, r.k_best + 1) / v1;
+        }
+        gp->pass_trace[i] = r;
     }
     return SD_OK;
 }
 
-/* 1 if t is one of gp's extra stop ids. */
-static int is_stop(const sd_gen_params *gp, int32_t t) {
-    for (int32_t i = 0; i < gp->n_stop_ids && i < SD_MAX_STOP_IDS; i++)
-        if (gp->stop_ids[i] == t) return 1;
-    return 0;
-}
-
-/* One verification: fills res from the target rows and the proposal. */
-static int verify_step(const sd_gen_params *gp, const sd_proposal *prop, int32_t k, int32_t n_vocab,
-                       gen_buffers *b, sd_rng *rng, sd_verify_result *res, sd_error *err) {
-    if (gp->samp.temp <= 0.0f)
-        return sd_verify_greedy(prop->tokens, k, b->logits, n_vocab, res, err);
-    for (int32_t i = 0; i <= k; i++) {
-        int rc = sd_warp(&gp->samp, b->logits + (size_t)i * n_vocab, n_vocab,
-                         b->probs + (size_t)i * n_vocab, b->iscratch, err);
-        if (rc) return rc;
-    }
-    if (k > 0 && prop->one_hot) /* q = point masses: exact verification without rows */
-        return sd_verify_onehot(prop->tokens, k, b->probs, n_vocab, rng, res, err);
-    return sd_verify_sample(prop->tokens, k, prop->probs, b->probs, n_vocab, rng, b->residual, res,
-                            err);
+/* Arguments sd_generate checks before it allocates anything. */
+static int check_args(const gen_run *g, int32_t n_prompt, int32_t cap_out, sd_error *err) {
+    const sd_gen_params *gp = g->gp;
+    if (n_prompt < 1) return sd_errorf(err, SD_ERR_ARG, "generate: empty prompt");
+    if (gp->n_predict < 1 || cap_out < gp->n_predict)
+        return sd_errorf(err, SD_ERR_ARG, "generate: n_predict %d must be >= 1 and <= %d",
+                         gp->n_predict, cap_out);
+    if (g->draft && (gp->n_draft < 1 || gp->n_draft > SD_MAX_DRAFT))
+        return sd_errorf(err, SD_ERR_ARG, "generate: draft tokens %d outside [1, %d]", gp->n_draft,
+                         SD_MAX_DRAFT);
+    int rc = sd_sampling_check(&gp->samp, err);
+    if (rc) return sd_error_prefix(err, "generate");
+    if (n_prompt > g->n_ctx_max)
+        return sd_errorf(err, SD_ERR_CONTEXT,
+                         "prompt of %d tokens does not fit the context of %d tokens", n_prompt,
+                         g->n_ctx_max);
+    return SD_OK;
 }
 
 int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, int32_t n_prompt,
@@ -152,174 +351,59 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
                 int32_t cap_out, sd_gen_stats *st, sd_error *err) {
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
-    const int32_t n_ctx_max = sd_scorer_n_ctx(target);
-    const int32_t n_vocab = sd_model_hparams(sd_scorer_model(target))->n_vocab;
-    if (n_prompt < 1) return sd_errorf(err, SD_ERR_ARG, "generate: empty prompt");
-    if (gp->n_predict < 1 || cap_out < gp->n_predict)
-        return sd_errorf(err, SD_ERR_ARG, "generate: n_predict %d must be >= 1 and <= %d",
-                         gp->n_predict, cap_out);
-    if (draft && (gp->n_draft < 1 || gp->n_draft > SD_MAX_DRAFT))
-        return sd_errorf(err, SD_ERR_ARG, "generate: draft tokens %d outside [1, %d]", gp->n_draft,
-                         SD_MAX_DRAFT);
-    if (n_prompt > n_ctx_max)
-        return sd_errorf(err, SD_ERR_CONTEXT,
-                         "prompt of %d tokens does not fit the context of %d tokens", n_prompt,
-                         n_ctx_max);
-    /* At most n_ctx_max + 1 tokens are ever committed (the last is never fed back). */
-    int64_t cap_ctx = (int64_t)n_prompt + gp->n_predict;
-    if (cap_ctx > (int64_t)n_ctx_max + 1) cap_ctx = (int64_t)n_ctx_max + 1;
-    gen_buffers b;
-    int rc = gen_buffers_init(&b, (int32_t)cap_ctx, n_vocab, err);
+    gen_run g;
+    memset(&g, 0, sizeof g);
+    g.target = target;
+    g.draft = draft;
+    g.gp = gp;
+    g.eos = eos;
+    g.st = st;
+    g.n_ctx_max = sd_scorer_n_ctx(target);
+    g.n_vocab = sd_model_hparams(sd_scorer_model(target))->n_vocab;
+    int rc = check_args(&g, n_prompt, cap_out, err);
     if (rc) return rc;
-    sd_rng rng;
-    sd_rng_seed(&rng, gp->seed);
-    memcpy(b.ctx, prompt, (size_t)n_prompt * sizeof(int32_t));
-    int32_t n_ctx = n_prompt;
-
-    sd_adaptive ctl;
-    const int adaptive = draft && gp->k_policy == SD_K_ADAPTIVE;
-    const sd_pass_clock clock =
-        gp->clock == SD_CLOCK_THREAD_CPU ? SD_CLOCK_THREAD_CPU : SD_CLOCK_WALL;
-    if (adaptive) {
+    g.adaptive = draft && gp->k_policy == SD_K_ADAPTIVE;
+    g.clock = gp->clock == SD_CLOCK_THREAD_CPU ? SD_CLOCK_THREAD_CPU : SD_CLOCK_WALL;
+    if (g.adaptive) {
         sd_adaptive_params ap = sd_adaptive_default_params();
         ap.k_max = gp->n_draft;
-        if ((rc = sd_adaptive_init(&ctl, &ap, err))) goto done_early;
+        if (gp->draft_prior > 0.0) ap.draft_prior = gp->draft_prior;
+        if ((rc = sd_adaptive_init(&g.ctl, &ap, err))) return rc;
     }
+    /* At most n_ctx_max + 1 tokens are ever committed (the last is never fed back). */
+    int64_t cap_ctx = (int64_t)n_prompt + gp->n_predict;
+    if (cap_ctx > (int64_t)g.n_ctx_max + 1) cap_ctx = (int64_t)g.n_ctx_max + 1;
+    if ((rc = gen_alloc(&g, (int32_t)cap_ctx, err))) goto done;
+    memcpy(g.ctx, prompt, (size_t)n_prompt * sizeof(int32_t));
+    g.n_ctx = g.n_ctx_drafted = n_prompt;
 
-    int32_t n_ctx_drafted = n_ctx; /* the context when the proposer last drafted */
-    int catchup_expensive = 0;
+    /* The proposer draws with this generation's sampling and seed (keyed draws: the same
+     * seed as the verifier's, its own purposes; Gumbel drafting shares the noise). */
+    if (draft) sd_proposer_reset(draft, &gp->samp, gp->seed);
     const double t0 = sd_time_ms();
-    rc = sd_scorer_sync(target, b.ctx, n_ctx, err); /* prefill */
-    if (!rc && draft) rc = sd_proposer_prefill(draft, b.ctx, n_ctx, err);
-    if (rc) goto done;
+    rc = sd_scorer_sync(target, g.ctx, g.n_ctx, err); /* prefill */
+    if (!rc && draft) rc = sd_proposer_prefill(draft, g.ctx, g.n_ctx, err);
     st->t_prefill_ms = sd_time_ms() - t0;
-
-    while (st->n_generated < gp->n_predict) {
-        if (n_ctx > n_ctx_max) {
+    while (!rc && st->n_generated < gp->n_predict) {
+        if (g.n_ctx > g.n_ctx_max) {
             st->stop = SD_STOP_CONTEXT;
             break;
         }
-        /* The policy's K (0: a target-alone pass), capped so one step never emits past
-         * the budget or the context. */
-        const int was_off = adaptive && sd_adaptive_is_off(&ctl);
-        int32_t k = draft ? (adaptive ? sd_adaptive_next_k(&ctl) : gp->n_draft) : 0;
-        const int off_pass = was_off && k == 0;
-        const int32_t budget = gp->n_predict - st->n_generated - 1;
-        if (k > budget) k = budget;
-        if (k > n_ctx_max - n_ctx) k = n_ctx_max - n_ctx;
-        if (k < 0) k = 0;
-        if (gp->k_trace && st->n_target_passes < gp->k_trace_cap)
-            gp->k_trace[st->n_target_passes] = (uint8_t)k;
-        st->k_hist[k]++;
-        sd_proposal prop = {0};
-        prop.n_vocab = n_vocab;
-        double t_draft = 0.0; /* on the controller's clock */
-        if (k > 0) {
-            double t = sd_time_ms();
-            if (was_off) {
-                /* A probe after target-alone passes: the draft catches up on the tokens
-                 * it skipped first, timed apart so the controller's per-token draft cost
-                 * stays the cost of drafting; windowed once that proved expensive. */
-                const int32_t lag = n_ctx - n_ctx_drafted;
-                const int32_t window = catchup_expensive ? CATCHUP_WINDOW : 0;
-                const double c0 = pass_clock_ms(clock);
-                rc = sd_proposer_catch_up(draft, b.ctx, n_ctx, window, err);
-                const double c1 = pass_clock_ms(clock), t1 = sd_time_ms();
-                if (!window && lag >= CATCHUP_WINDOW)
-                    catchup_expensive =
-                        (c1 - c0) / lag > CATCHUP_BUDGET * sd_adaptive_pass_ms(&ctl, 1);
-                st->t_draft_ms += t1 - t;
-                t = t1;
-                if (rc) goto done;
-            }
-            n_ctx_drafted = n_ctx;
-            const double c0 = pass_clock_ms(clock);
-            rc = sd_proposer_propose(draft, b.ctx, n_ctx, k, &prop, err);
-            t_draft = pass_clock_ms(clock) - c0; /* on the controller's clock */
-            st->t_draft_ms += sd_time_ms() - t;
-            if (rc) goto done;
-            k = prop.n;
-            if (k > 0 && prop.n_vocab != n_vocab) {
-                rc = sd_errorf(err, SD_ERR_MISMATCH,
-                               "draft proposal rows have %d entries, the target vocabulary %d",
-                               prop.n_vocab, n_vocab);
-                goto done;
-            }
-        }
-        const double t_pass0 = sd_time_ms(), c_pass0 = pass_clock_ms(clock);
-        double t = t_pass0;
-        rc = sd_scorer_score(target, b.ctx, n_ctx, prop.tokens, k, b.logits, err);
-        st->t_verify_ms += sd_time_ms() - t;
-        if (rc) goto done;
-        if (gp->ignore_eos) /* EOS and the stop ids (end of turn) never win, as llama.cpp */
-            for (int32_t i = 0; i <= k; i++) {
-                float *row = b.logits + (size_t)i * n_vocab;
-                if (eos >= 0 && eos < n_vocab) row[eos] = -INFINITY;
-                for (int32_t j = 0; j < gp->n_stop_ids && j < SD_MAX_STOP_IDS; j++)
-                    if (gp->stop_ids[j] >= 0 && gp->stop_ids[j] < n_vocab)
-                        row[gp->stop_ids[j]] = -INFINITY;
-            }
-        st->n_target_passes++;
-
-        t = sd_time_ms();
-        sd_verify_result res;
-        rc = verify_step(gp, &prop, k, n_vocab, &b, &rng, &res, err);
-        st->t_sample_ms += sd_time_ms() - t;
-        if (rc) {
-            /* Name the model: a NaN logit here means corrupt weights in that file. */
-            sd_error_prefix(err, "%s: verification failed", sd_model_path(sd_scorer_model(target)));
-            goto done;
-        }
-
-        const int lookup = k > 0 && prop.one_hot;
-        st->n_drafted += k;
-        if (lookup) {
-            st->n_passes_lookup++;
-            st->n_drafted_lookup += k;
-        }
-        for (int32_t i = 0; i < k; i++)
-            st->drafted_at[i]++;
-        const int32_t first_new = n_ctx;
-        for (int32_t i = 0; i < res.n_tokens; i++) {
-            if (res.tokens[i] == eos || is_stop(gp, res.tokens[i])) {
-                st->stop = SD_STOP_EOS;
-                break;
-            }
-            b.ctx[n_ctx++] = res.tokens[i];
-            out[st->n_generated++] = res.tokens[i];
-            if (i < res.n_accepted) {
-                st->n_accepted++;
-                st->accepted_at[i]++;
-                if (lookup) st->n_accepted_lookup++;
-            }
-        }
-        /* KV commit: both caches roll back to the committed tokens. */
-        sd_scorer_commit(target, b.ctx, n_ctx);
-        if (draft) sd_proposer_commit(draft, b.ctx, n_ctx);
-        const double t_pass = sd_time_ms() - t_pass0;
-        if (off_pass) {
-            st->n_off_passes++;
-            st->t_off_ms += t_pass;
-        }
-        if (adaptive)
-            sd_adaptive_observe(&ctl, k, res.n_accepted, t_draft, pass_clock_ms(clock) - c_pass0);
-        const int32_t n_new = n_ctx - first_new;
-        if (n_new > 0 && st->t_first_ms == 0.0) {
-            st->t_first_ms = sd_time_ms() - t0;
-            st->ttft_ms = st->t_first_ms;
-        }
-        if (n_new > 0 && cb && cb(user, b.ctx + first_new, n_new)) break;
+        const int32_t first_new = g.n_ctx;
+        int32_t n_new = 0;
+        if ((rc = run_pass(&g, out, &n_new, err))) break;
+        if (n_new > 0 && st->t_first_ms == 0.0) st->t_first_ms = st->ttft_ms = sd_time_ms() - t0;
+        if (n_new > 0 && cb && cb(user, g.ctx + first_new, n_new)) break;
         if (st->stop == SD_STOP_EOS) break;
     }
-    if (st->stop == SD_STOP_NONE && st->n_generated >= gp->n_predict) st->stop = SD_STOP_MAX_TOKENS;
-    rc = SD_OK;
-done:
+    if (!rc && st->stop == SD_STOP_NONE && st->n_generated >= gp->n_predict)
+        st->stop = SD_STOP_MAX_TOKENS;
     st->t_total_ms = sd_time_ms() - t0;
-    if (adaptive) {
-        st->n_switch_off = ctl.n_switch_off;
-        st->n_probes = ctl.n_probes;
+    if (g.adaptive) {
+        st->n_switch_off = g.ctl.n_switch_off;
+        st->n_probes = g.ctl.n_probes;
     }
-done_early:
-    gen_buffers_free(&b);
+done:
+    gen_free(&g);
     return rc;
 }

@@ -20,7 +20,7 @@
  *   per-position i   = accepted at draft position i / drafted at draft position i
  * Counts cover only emitted tokens: an EOS inside an accepted block ends the output
  * there, and accepted tokens after it are not counted as accepted. The draft length of
- * the last steps is capped so that a step never emits more than the -n budget left.
+ * the last steps is capped so that a step never emits more than the n_predict budget left.
  */
 #ifndef SD_ENGINE_H
 #define SD_ENGINE_H
@@ -57,73 +57,108 @@ extern "C" {
  * rows (verification, warps and sampling included); plain decoding emits 1 token per
  * v(1). The controller picks
  *     K* = argmax_{1 <= K <= k_max} E(K) / T(K)   (ties: the smaller K),
- * whose predicted speedup is S(K*) = E(K*) v(1) / T(K*). Estimates, all online:
- *   a_i: decayed counts (factor `decay` per pass, plain passes included, so old
- *     evidence fades with time): a_i = (s_i + w0 a_{i-1}) / (n_i + w0), s_i and n_i the
- *     decayed accepted and reached counts of position i, a_0 = prior_accept,
- *     w0 = prior_weight (an unexplored position inherits its predecessor's estimate);
- *   v(n): with 4 or more samples of n rows (v(1): with any), their running mean (rate
- *     timing_rate; a plain average over the first 1 / timing_rate samples; costs do
- *     not drift as acceptance does, so a size keeps its mean); otherwise the weighted
- *     least-squares line alpha + beta n through the measured sizes' values; with a
- *     single size n0 measured, v(n) = v(n0) (1 + s0 (n - 1)) / (1 + s0 (n0 - 1)),
- *     s0 = 0.25; before any sample v(n) = 1 + s0 (n - 1). Against preemption spikes
- *     on a shared machine (positive-only noise), a size's value is at most 1.5x its
- *     minimum sample (a minimum that rises by 0.2% per sample, so real cost growth
- *     gets through), and from the 4th sample on a sample above 1.5x the prediction
- *     counts as 1.5x;
- *   c: a running mean of draft ms per drafted token, limited the same way (prior
- *     0.1 v(1)).
- * The first three passes, and a pass after v(1) has gone unmeasured for about 90
- * passes, are plain calibration passes (K = 0): they measure v(1) at no cost to plain
- * decoding.
- * Times come from the caller (sd_generate: the clock of sd_gen_params.clock).
+ * whose predicted speedup is S(K*) = E(K*) v(1) / T(K*).
  *
- * Auto-off (when auto_off): after off_after passes in a row with S(K*) < 1 the
- * controller returns K = 0 (target alone) for `backoff` passes, then one probe pass
- * with the K* of optimistic estimates max(a_i, prior_accept) (a probe that drafts
- * nothing, an n-gram without a match, is repeated, up to 8 times). If the probe had
- * an accepted token and S(K*) >= 1 after it, speculation is back on and backoff
- * returns to backoff_min; otherwise it is off again with backoff doubled (at most
- * backoff_max). So against a draft that never agrees, speculation costs off_after
- * passes at the start plus one probe per back-off window (log2 many): see
- * tests/test_adaptive.c for the bound this gives. A pair whose measured costs rule
- * out a gain of 5% even if every drafted token were accepted
- * (sd_adaptive_speedup_bound < 1.05) is switched off at once, and probed only every
- * backoff_max passes (its costs are re-measured then). Before a probe, sd_generate lets
- * the proposer catch up on the tokens it skipped (sd_proposer_catch_up), timed apart
- * from drafting; once a full catch-up has cost more than 2% of a target pass per
- * token, later ones are windowed to the last 16 tokens, so catching up stays bounded.
- * The controller only chooses how many tokens are drafted: the output distribution
- * (greedy: the tokens) is the same for every K.
+ * Acceptance: decayed counts (factor `decay` per pass, plain passes included, so old
+ * evidence fades with time): a_i = (s_i + w0 a_{i-1}) / (n_i + w0), s_i and n_i the
+ * decayed accepted and reached counts of position i, a_0 = prior_accept,
+ * w0 = prior_weight (an unexplored position inherits its predecessor's estimate).
+ *
+ * Costs, in steady state and free of slow changes of the machine's load. Every timing x
+ * of a kind s (the draft's per-token cost, or a pass of n rows) is read as
+ * x = cost(s) L(t): a cost of the kind times a load factor of the moment, which a busy
+ * neighbour or a shared core raises for draft and target alike and which therefore
+ * cancels in S(K). Over the last 16 timings:
+ *   log L(t) = the median of log x - log median(s), any kinds (robust: a spike does
+ *              not move it);
+ *   cost(s)  = the mean of x / L(t) of kind s, each term at most 100x the kind's median
+ *              (what throughput pays: on a shared CPU the spikes are part of the cost,
+ *              and their rate depends on the K, e.g. a thread pool woken after the
+ *              draft's step waits for a core more often than one kept busy);
+ * so draft and target timings taken under different loads still compare at one load,
+ * and the first timing of each kind (cold caches, first touch of a buffer) is left out.
+ * A size with fewer than min_samples timings kept costs the smaller of its mean and the
+ * model of the other
+ * sizes, so a K is tried again until one unlucky timing cannot rule it out. The model:
+ * between two measured sizes the line between them; above the largest measured size m,
+ * v(m) + s (n - m) with s the smallest slope between consecutive measured sizes, at
+ * most s0 v(1), s0 = 0.25 (verification costs are concave in n, the first extra row the
+ * dearest: a line through v(1) and v(2) alone would rule out long drafts untried);
+ * below the smallest, the prior slope s0 (before anything, v(n) = 1 + s0 (n - 1)); c
+ * before it is measured: 0.1 v(1).
+ * Calibration: `calibrate` plain passes at the start (two, then every other pass until
+ * they are done, so draft and target are timed at the same moments), and then one pass
+ * in every `recalibrate`
+ * while speculating (every recalibrate / 8 while S(K*) < 1.25, where the decision
+ * hangs on v(1) and a plain pass costs at most 20% of a pass; / 4 while S < 2), are
+ * plain passes (K = 0) that measure v(1).
+ *
+ * Auto-off (when auto_off): once every cost S(K*) uses has been measured at least
+ * `min_samples` times, `off_after` drafting passes in a row with S(K*) < off_margin
+ * switch speculation off: K = 0 (target alone) for `backoff` passes, then a probe of
+ * `probe_passes` passes drafting the K* of optimistic estimates max(a_i, prior_accept)
+ * (a probe pass that drafts nothing, an n-gram without a match, is repeated, up to 8
+ * times; a probe pass with nothing accepted that predicts a loss ends the probe). After
+ * the probe, speculation is back on if S(K*) >= 1 with the probe's
+ * evidence, and backoff returns to backoff_min; otherwise it is off again with backoff
+ * doubled (at most backoff_max, where probes continue for as long as the run lasts).
+ * A pair whose measured costs rule out a gain even at full acceptance
+ * (sd_adaptive_speedup_bound < 0.8, every cost measured min_samples times) goes off at
+ * once, for backoff_max.
+ * So one or two unlucky passes never decide anything, and speculation that pays is
+ * found again within backoff_max passes after a wrong turn. The controller only
+ * chooses how many tokens are drafted: the output distribution (greedy, and Gumbel
+ * sampling: the tokens) is the same for every K. Tests: tests/test_adaptive.c, on
+ * recorded cost traces (tests/data/traces/).
  */
 typedef struct sd_adaptive_params {
-    int32_t k_max;       /* largest K, 1 .. SD_MAX_DRAFT */
-    int auto_off;        /* 1: fall back to target alone while speculation does not pay */
-    double decay;        /* per-pass decay of the acceptance counts, (0, 1); 0.95 */
-    double timing_rate;  /* running-mean rate of the timings, (0, 1]; 0.125 */
-    double prior_accept; /* a_0, in (0, 1); 0.5 */
-    double prior_weight; /* w0 > 0; 1 */
-    int32_t off_after;   /* passes in a row with S < 1 before switching off, >= 1; 3 */
-    int32_t backoff_min; /* plain passes before the first probe, >= 1; 16 */
-    int32_t backoff_max; /* cap of the doubling back-off, >= backoff_min; 512 */
+    int32_t k_max;        /* largest K, 1 .. SD_MAX_DRAFT */
+    int auto_off;         /* 1: fall back to target alone while speculation does not pay */
+    double decay;         /* per-pass decay of the acceptance counts, (0, 1); 0.95 */
+    double prior_accept;  /* a_0, in (0, 1); 0.5 */
+    double prior_weight;  /* w0 > 0; 1 */
+    int32_t calibrate;    /* plain passes at the start, >= 1; 5 (min_samples kept + the first) */
+    int32_t recalibrate;  /* one plain pass per this many while on, >= 2; 128 */
+    int32_t min_samples;  /* timings of a cost before it may switch speculation off; 4 */
+    int32_t off_after;    /* drafting passes in a row with S < off_margin, >= 1; 6 */
+    double off_margin;    /* S below this counts against speculation, (0, 1]; 0.97 */
+    int32_t probe_passes; /* drafting passes of one probe, >= 1; 2 */
+    int32_t backoff_min;  /* plain passes before the first probe, >= 1; 16 */
+    int32_t backoff_max;  /* cap of the doubling back-off, >= backoff_min; 128 */
+    /* c / v(1) before c is measured, [0, 100); 0.1 (sd_engine_generate: the draft's
+     * weight bytes / the target's, what a memory-bound step costs; an n-gram 0.01) */
+    double draft_prior;
 } sd_adaptive_params;
 
 /* k_max 4, auto_off 1, and the values above. */
 sd_adaptive_params sd_adaptive_default_params(void);
 
-/* The controller state (no allocation; read it through the functions below). */
+/* Where the controller is. */
+typedef enum sd_adaptive_state {
+    SD_ADAPTIVE_ON = 0,    /* speculating (calibration passes included) */
+    SD_ADAPTIVE_OFF = 1,   /* target alone, counting down to a probe */
+    SD_ADAPTIVE_PROBE = 2, /* a probe: drafting to re-measure */
+} sd_adaptive_state;
+
+/* Timings kept per kind (the medians are over these). */
+#define SD_ADAPTIVE_RING 32
+/* Kinds of timing: 0 the draft's per-token cost, n = 1 .. SD_MAX_DRAFT + 1 a pass of n rows. */
+#define SD_ADAPTIVE_KINDS (SD_MAX_DRAFT + 2)
+
+/* The controller state: fields are the controller's own (read it through the
+ * functions below); a plain struct so that it needs no allocation. */
 typedef struct sd_adaptive {
     sd_adaptive_params p;
+    sd_adaptive_state state;
     double acc_s[SD_MAX_DRAFT], acc_n[SD_MAX_DRAFT]; /* decayed accepted / reached at i */
-    double t_ver[SD_MAX_DRAFT + 2]; /* running mean ms of a pass of n rows, index n */
-    double n_ver[SD_MAX_DRAFT + 2]; /* samples of each, ever */
-    double w_ver[SD_MAX_DRAFT + 2]; /* decayed sample weight of each (recent evidence) */
-    int32_t n_samples;              /* pass times observed */
-    double t_draft, n_draft;        /* running mean ms per drafted token, samples */
-    double min_ver[SD_MAX_DRAFT + 2], min_draft; /* forgetting minima of the same */
-    int state;                                   /* 0 on, 1 off, 2 probing */
-    int32_t below, countdown, backoff, k_last, empty_probes;
+    /* Costs: log of the mean and of the median of each kind's ring, timings seen per
+     * kind, and the load: log L (median of the last timings' log x - log median). */
+    double log_cost[SD_ADAPTIVE_KINDS], log_med[SD_ADAPTIVE_KINDS]; /* log mean, log median */
+    double ring[SD_ADAPTIVE_KINDS][SD_ADAPTIVE_RING];
+    int32_t n_seen[SD_ADAPTIVE_KINDS]; /* timings of the kind, the left-out first included */
+    double load_ring[SD_ADAPTIVE_RING], log_load;
+    int32_t n_load;
+    int32_t below, countdown, backoff, k_last, empty_probes, probe_left, since_calib;
     int32_t n_passes, n_off_passes, n_probes, n_switch_off, n_calibration;
 } sd_adaptive;
 
@@ -140,12 +175,14 @@ int32_t sd_adaptive_next_k(sd_adaptive *a);
  *   n_accepted  of them accepted (0 .. n_drafted)
  *   t_draft_ms  time of drafting (0 when none)
  *   t_pass_ms   time of the target pass over n_drafted + 1 rows, verification included
+ * Negative or non-finite times are left out.
  */
 void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, double t_draft_ms,
                          double t_pass_ms);
 
-/* Current estimates: a_i for position i (1-based, 1 .. SD_MAX_DRAFT), E(K), v(n) in ms,
- * c in ms, and the predicted speedup S(K) = E(K) v(1) / (K c + v(K + 1)). */
+/* Current estimates: a_i for position i (1-based, 1 .. SD_MAX_DRAFT), E(K), v(n) and c
+ * (in ms at the load of the recent timings), and the predicted speedup
+ * S(K) = E(K) v(1) / (K c + v(K + 1)) (load-free). */
 double sd_adaptive_accept(const sd_adaptive *a, int32_t i);
 double sd_adaptive_expected_tokens(const sd_adaptive *a, int32_t k);
 double sd_adaptive_pass_ms(const sd_adaptive *a, int32_t n_rows);
@@ -158,6 +195,7 @@ double sd_adaptive_speedup_bound(const sd_adaptive *a);
 int32_t sd_adaptive_best_k(const sd_adaptive *a);
 /* 1 while speculation is switched off (the next pass is target alone or a probe). */
 int sd_adaptive_is_off(const sd_adaptive *a);
+sd_adaptive_state sd_adaptive_state_of(const sd_adaptive *a);
 
 /* The clock the generation loop times passes with, for the controller. */
 typedef enum sd_pass_clock {
@@ -173,10 +211,12 @@ typedef enum sd_pass_clock {
 typedef enum sd_k_policy {
     SD_K_FIXED = 0,    /* K = n_draft every pass */
     SD_K_ADAPTIVE = 1, /* the controller above, k_max = n_draft, with auto-off */
+    SD_K_SWEEP = 2,    /* K = pass mod (n_draft + 1): every K in turn, for recording cost
+                          traces (sd_gen_params.pass_trace) under one load */
 } sd_k_policy;
 
-const char *sd_k_policy_name(sd_k_policy p); /* "fixed", "adaptive" */
-/* "fixed" / "adaptive" -> *out; -1 if unknown. */
+const char *sd_k_policy_name(sd_k_policy p); /* "fixed", "adaptive", "sweep" */
+/* "fixed" / "adaptive" / "sweep" -> *out; -1 if unknown. */
 int sd_k_policy_parse(const char *s, sd_k_policy *out);
 
 /* Which proposer sd_engine_generate uses. */
@@ -188,7 +228,7 @@ typedef enum sd_draft_type {
     SD_DRAFT_NGRAM_LLM, /* n-gram first, the draft model when there is no match */
 } sd_draft_type;
 
-/* "auto", "none", "llm", "ngram", "ngram+llm". */
+/* "auto", "none", "llm", "ngram", "ngram+llm" (engine.c, with the proposers). */
 const char *sd_draft_type_name(sd_draft_type t);
 /* Our names, plus llama.cpp's --spec-type names that mean the same here: "draft",
  * "draft-simple" (llm), "ngram-simple" (ngram). -1 if unknown. */
@@ -200,7 +240,7 @@ typedef struct sd_gen_params {
     int32_t n_predict; /* most tokens to emit (>= 1) */
     int32_t n_draft;   /* K: tokens drafted per step, 1 .. SD_MAX_DRAFT (adaptive: the most) */
     sd_sampling_params samp; /* applied to both target and draft rows */
-    uint64_t seed;           /* verifier RNG seed */
+    uint64_t seed;           /* every draw is keyed by (seed, position, purpose) */
     /* Token ids that end generation besides eos (end-of-turn tokens such as <|im_end|>),
      * not emitted. */
     int32_t stop_ids[SD_MAX_STOP_IDS];
@@ -216,11 +256,33 @@ typedef struct sd_gen_params {
     float draft_p_min;
     int32_t draft_min;
     sd_pass_clock clock; /* the adaptive controller's clock */
-    /* Optional, caller-owned: k_trace[i] receives the K chosen for pass i (0: target
-     * alone), for i < k_trace_cap; stats.n_target_passes tells how many were written. */
+    /* The controller's draft_prior (c / v(1) before c is measured); 0: its default.
+     * sd_engine_generate sets it from the models' weight bytes. */
+    double draft_prior;
+    /* Optional, caller-owned: k_trace[i] receives the number of tokens drafted in pass i
+     * (0: target alone), for i < k_trace_cap; stats.n_target_passes tells how many were
+     * written. */
     uint8_t *k_trace;
     int32_t k_trace_cap;
+    /* Optional, caller-owned: one record per pass (pass_trace[i], i < pass_trace_cap),
+     * what the controller saw: the raw material of tests/data/traces/. */
+    struct sd_pass_record *pass_trace;
+    int32_t pass_trace_cap;
 } sd_gen_params;
+
+/* One pass as the controller saw it (sd_gen_params.pass_trace). */
+typedef struct sd_pass_record {
+    int32_t k_chosen;   /* the policy's K (0: target alone) */
+    int32_t n_drafted;  /* tokens proposed (<= k_chosen) */
+    int32_t n_accepted; /* of them accepted */
+    int32_t state;      /* the controller's sd_adaptive_state before the pass (fixed: 0) */
+    double t_draft_ms;  /* drafting, on the controller's clock (a probe's catch-up excluded) */
+    double t_pass_ms;   /* the target pass and its verification, on the controller's clock */
+    /* The controller's view after the pass (adaptive; else 0): S(K*) and K*, c / v(1)
+     * and v(K* + 1) / v(1). */
+    double speedup, c_rel, v_rel;
+    int32_t k_best;
+} sd_pass_record;
 
 sd_gen_params sd_gen_default_params(void);
 
@@ -239,6 +301,7 @@ typedef struct sd_gen_stats {
     int32_t n_prompt;
     int32_t n_generated;
     int32_t n_target_passes; /* verification passes (decode steps when target alone) */
+    int32_t n_stop_tokens;   /* 1 when an EOS / stop token ended the run (not emitted) */
     int32_t n_drafted;
     int32_t n_accepted;
     int32_t drafted_at[SD_MAX_DRAFT];  /* drafted at draft position i */
@@ -251,8 +314,8 @@ typedef struct sd_gen_stats {
     double ttft_ms;     /* start of prefill to the first emitted token */
     double t_first_ms;  /* time of the first token since start */
     sd_stop_reason stop;
-    /* K over the run: k_hist[k] = passes for which the policy chose K = k (0: a pass of
-     * the target alone: speculation off, calibration or no draft). */
+    /* K over the run: k_hist[k] = passes that drafted k tokens (0: a pass of the target
+     * alone: speculation off, calibration, no draft, or a proposer that had nothing). */
     int32_t k_hist[SD_MAX_DRAFT + 1];
     int32_t n_off_passes; /* target-alone passes while the auto-off switch was off */
     double t_off_ms;      /* their time (target passes and sampling) */
@@ -262,12 +325,15 @@ typedef struct sd_gen_stats {
     int32_t n_passes_lookup, n_drafted_lookup, n_accepted_lookup;
 } sd_gen_stats;
 
-/* Derived figures (0 when the denominator is 0). */
+/* Derived figures: 0 when the denominator is 0 (nothing drafted, no pass: the CLI
+ * prints "-" and JSON null then). */
 double sd_stats_acceptance_rate(const sd_gen_stats *s);
 /* Accepted / drafted at draft position i (0-based). */
 double sd_stats_accept_at(const sd_gen_stats *s, int32_t i);
 /* Mean K over the passes (k_hist). */
 double sd_stats_mean_k(const sd_gen_stats *s);
+/* Tokens a pass decided, the stop token included (n_generated + n_stop_tokens) /
+ * n_target_passes: >= 1, since every pass emits at least one token or the stop. */
 double sd_stats_tokens_per_pass(const sd_gen_stats *s);
 /* Emitted tokens per second over the decode phase (prefill excluded). */
 double sd_stats_tokens_per_s(const sd_gen_stats *s);
@@ -281,7 +347,8 @@ typedef int (*sd_token_cb)(void *user, const int32_t *tokens, int32_t n);
 /*
  * Generate after prompt[0 .. n_prompt) (n_prompt >= 1, e.g. just BOS).
  *   target : the scorer (its n_ctx bounds prompt + output)
- *   draft  : proposer, or NULL for target alone
+ *   draft  : proposer, or NULL for target alone; it is reset to gp's sampling and seed
+ *            (sd_proposer_reset) before the prefill
  *   eos    : token id that ends generation (not emitted), or -1
  *   out    : int32 [cap_out] receives the emitted ids (cap_out >= n_predict)
  * Errors: SD_ERR_CONTEXT if the prompt does not fit the target's context (with room for
@@ -314,6 +381,10 @@ typedef struct sd_engine_params {
     int32_t n_ctx_draft;
     /* The n-gram lookup proposer's sizes (its n_ctx is the engine's context + 1). */
     sd_ngram_params ngram;
+    /* A trimmed head for the LLM draft (sd_proposer_llm_set_head): the head file
+     * (sd_draft_head_load) and how many of its ids (0: all), or NULL: the full head. */
+    const char *draft_head;
+    int32_t draft_head_n;
     /* Notes for the user (a context that was capped, ...): one line each, no newline. */
     void (*log)(void *user, const char *line);
     void *log_user;
@@ -343,9 +414,6 @@ sd_proposer *sd_engine_proposer(sd_engine *e); /* the LLM draft; NULL: no draft 
  * SD_DRAFT_NGRAM_LLM need a draft model (else NULL); SD_DRAFT_NONE: NULL; SD_DRAFT_AUTO:
  * the LLM draft if any. */
 sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t);
-/* FNV-1a 64 of the target vocabulary (its size and every token's text): the lookup
- * cache's vocabulary fingerprint (sd_ngram_cache_load). */
-uint64_t sd_engine_vocab_fingerprint(const sd_engine *e);
 int32_t sd_engine_n_ctx(const sd_engine *e);       /* target context in use */
 int32_t sd_engine_n_ctx_draft(const sd_engine *e); /* 0 without a draft */
 const sd_engine_params *sd_engine_params_of(const sd_engine *e);
@@ -355,14 +423,13 @@ sd_session_params sd_engine_session_params(const sd_engine *e, int draft);
 
 /*
  * Generate after prompt[0 .. n_prompt) with gp (NULL: the engine's p->gen) and the
- * proposer of gp->draft_type (sd_engine_proposer_of): it is reset to gp's sampling and
- * the draft stream of gp->seed (sd_rng_stream_seed(seed, 1)) and gets gp's confidence
- * cut-off; gp->n_draft == 0 or SD_DRAFT_NONE (or AUTO without a draft model): target
- * alone. Generation stops at the target's EOS, at every end-of-generation token of its
- * vocabulary (sd_vocab_eog_ids: <|im_end|>, <|eot_id|>, ...) and at gp's stop ids; with
- * gp->ignore_eos none of them is ever emitted (their logits are -inf). Arguments and
- * errors as sd_generate, plus SD_ERR_ARG for a draft type that needs a draft model the
- * engine does not have.
+ * proposer of gp->draft_type (sd_engine_proposer_of), which gets gp's confidence cut-off
+ * (and, in sd_generate, gp's sampling and seed); gp->n_draft == 0 or SD_DRAFT_NONE (or AUTO
+ * without a draft model): target alone. Generation stops at the target's EOS, at every
+ * end-of-generation token of its vocabulary (sd_vocab_eog_ids: <|im_end|>, <|eot_id|>, ...) and at
+ * gp's stop ids; with gp->ignore_eos none of them is ever emitted (their logits are -inf).
+ * Arguments and errors as sd_generate, plus SD_ERR_ARG for a draft type that needs a draft model
+ * the engine does not have.
  */
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
@@ -409,16 +476,19 @@ int sd_prompt_tokenize(const sd_vocab *v, const sd_prompt_spec *p, int32_t **ids
  *   2. one target pass over every decoding request's rows [last, d1 .. dK] and chunks of
  *      the prompts being prefilled (decode rows first, prefill chunks in arrival order up
  *      to n_batch tokens; the chunk that ends a prompt also yields its first token);
- *   3. per request: verification (greedy, or speculative sampling with the request's
- *      own RNG streams), the KV commit (rejected rows leave both caches), stop checks
+ *   3. per request: verification (sd_verify_keyed: greedy, Gumbel or rejection sampling,
+ *      every draw keyed by the request's seed and the position, as generate's), the KV
+ *      commit (rejected rows leave both caches), stop checks
  *      (EOS and end-of-generation ids, stop ids, stop strings, max tokens, context),
  *      streaming detokenization, the callback.
  * Batch invariance: a sequence's logits rows are bit-identical whatever else is in a
- * pass (sd_batch), its proposals depend only on its own tokens and streams, and with
- * the fixed K policy its K in each pass too; so a request's output (greedy, or sampled
- * for a given seed) is the same alone or beside any others, in any arrival order, with
- * or without a cached prefix. (The adaptive policy picks K from measured times, which
- * other requests change: greedy output stays the same, sampled output may not.)
+ * pass (sd_batch), and its draws are keyed by its seed and the positions; so a request's
+ * output, greedy or sampled for a given seed, is the same alone or beside any others, in
+ * any arrival order, with or without a cached prefix. Greedy and Gumbel sampling (the
+ * default, SD_SPEC_GUMBEL) emit the target-alone text of the seed whatever the draft
+ * and K, so for them any K policy keeps this; rejection sampling's text depends on the
+ * K of each pass, so only the fixed policy does (the adaptive one picks K from measured
+ * times, which other requests change).
  * Thread safety: submit, cancel, stats and wait may be called from any thread; step
  * from one thread at a time (the callbacks run on it).
  */
@@ -469,7 +539,7 @@ typedef struct sd_request {
     const char *const *stop; /* stop strings (copied), n_stop <= SD_MAX_STOP_STRINGS */
     int32_t n_stop;
     int32_t n_choices; /* choices sharing the prompt's blocks (1 .. SD_MAX_CHOICES); choice i
-                          samples with seed + i */
+                          draws with seed + i */
     sd_req_cb cb;
     void *user;
 } sd_request;

@@ -460,11 +460,11 @@ int sd_gguf_open(const char *path, sd_gguf **out, sd_error *err) {
         free(g);
         return sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* A regular file only, opened without blocking (a FIFO would wait for a writer). */
+    int fd = sd_file_open_regular(path, err);
     if (fd < 0) {
-        int e = errno;
         sd_gguf_close(g);
-        return sd_errorf(err, SD_ERR_IO, "%s: open: %s", path, strerror(e));
+        return SD_ERR_IO;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
@@ -472,12 +472,6 @@ int sd_gguf_open(const char *path, sd_gguf **out, sd_error *err) {
         close(fd);
         sd_gguf_close(g);
         return sd_errorf(err, SD_ERR_IO, "%s: stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        sd_gguf_close(g);
-        return sd_errorf(err, SD_ERR_IO, "%s: open: expected a regular file, found another kind",
-                         path);
     }
     if ((uint64_t)sb.st_size > SIZE_MAX) {
         close(fd);

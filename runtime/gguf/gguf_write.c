@@ -268,26 +268,6 @@ static void w_pad(wout *o, uint32_t align) {
     }
 }
 
-/* fsync the directory holding path so the rename itself is durable (best effort). */
-static void fsync_dir(const char *path) {
-    char *dup = strdup(path);
-    if (!dup) return;
-    char *slash = strrchr(dup, '/');
-    const char *dir = ".";
-    if (slash == dup)
-        dir = "/";
-    else if (slash) {
-        *slash = '\0';
-        dir = dup;
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dup);
-}
-
 int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *err) {
     uint32_t align = SD_GGUF_DEFAULT_ALIGNMENT;
     const wkv *ak = writer_find(w, "general.alignment");
@@ -307,8 +287,8 @@ int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *er
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 32);
     if (!tmp) return sd_errorf(err, SD_ERR_OOM, "%s: out of memory", path);
-    sd_gguf_temp_path(path, tmp, plen + 32);
-    int fd = sd_gguf_temp_create(path, tmp, err);
+    sd_file_temp_path(path, tmp, plen + 32);
+    int fd = sd_file_temp_create(path, tmp, err);
     if (fd < 0) {
         free(tmp);
         return err ? err->status : SD_ERR_IO;
@@ -316,10 +296,9 @@ int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *er
     wout o = {fdopen(fd, "wb"), 0, 0};
     if (!o.f) {
         int e = errno;
-        close(fd);
-        unlink(tmp);
+        st = sd_file_temp_commit(fd, tmp, path, e, err); /* closes fd, removes tmp */
         free(tmp);
-        return sd_errorf(err, SD_ERR_IO, "%s: fdopen: %s", path, strerror(e));
+        return st;
     }
 
     /* header */
@@ -353,19 +332,14 @@ int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *er
         w_pad(&o, align);
     }
 
-    int e = 0;
-    const char *what = "write";
-    if (o.failed) e = errno ? errno : EIO;
-    if (!e && fflush(o.f) != 0) e = errno, what = "flush";
-    if (!e && fsync(fileno(o.f)) != 0) e = errno, what = "fsync";
-    if (fclose(o.f) != 0 && !e) e = errno, what = "close";
-    if (!e && rename(tmp, path) != 0) e = errno, what = "rename";
-    if (e) {
-        unlink(tmp);
-        free(tmp);
-        return sd_errorf(err, SD_ERR_IO, "%s: %s: %s", path, what, strerror(e));
-    }
-    fsync_dir(path);
+    /* Everything buffered goes out here; the descriptor, duplicated, is then synced,
+     * closed and renamed by sd_file_temp_commit. */
+    int e = o.failed ? (errno ? errno : EIO) : 0;
+    if (!e && fflush(o.f) != 0) e = errno ? errno : EIO;
+    const int fd2 = e ? -1 : dup(fileno(o.f));
+    if (!e && fd2 < 0) e = errno;
+    if (fclose(o.f) != 0 && !e) e = errno ? errno : EIO;
+    st = sd_file_temp_commit(fd2, tmp, path, e, err);
     free(tmp);
-    return SD_OK;
+    return st;
 }

@@ -82,6 +82,12 @@ uint32_t sd_gguf_alignment(const sd_gguf *g);
 /* The data section [*base, *base + *bytes): every tensor's data lies inside it (a device
  * backend uploads this range once). */
 void sd_gguf_data(const sd_gguf *g, const void **base, size_t *bytes);
+/* A hint that the bytes [p, p + n) of the mapped file will not be read again by this
+ * process soon (e.g. a weight matrix a backend has copied into its own layout): the
+ * whole pages inside the range are dropped from the process (its resident set); a later
+ * read brings them back from the page cache or the file. Ranges outside the file's
+ * mapping are ignored. Never fails. */
+void sd_gguf_advise_unneeded(const sd_gguf *g, const void *p, size_t n);
 
 /* Metadata. Keys are looked up by exact name; -1 when absent. */
 int64_t sd_gguf_n_kv(const sd_gguf *g);
@@ -158,15 +164,16 @@ int sd_gguf_add_tensor(sd_gguf_writer *w, const char *name, uint32_t type, uint3
                        const int64_t *ne, const void *data, size_t nbytes, sd_error *err);
 
 /*
- * Write the file: to the temporary sd_gguf_temp_path(path) (created new: O_EXCL,
- * O_NOFOLLOW), fsync, then rename onto path, so a failure never leaves a partial file
- * at path and the temporary is removed on every error. path must pass
+ * Write the file: to the temporary sd_file_temp_path(path) (runtime/base: created new,
+ * O_EXCL | O_NOFOLLOW, stale temporaries of dead processes removed), fsync, then rename
+ * onto path, so a failure never leaves a partial file at path and the temporary is
+ * removed on every error. path must pass
  * sd_gguf_check_output (absent or a regular file). Errors: SD_ERR_IO naming the path
  * (also when it is not a regular file).
  */
 int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *err);
 
-/* ---- output-path safety (every file specdec writes goes through these) ---- */
+/* ---- output-path safety (every file specdec replaces is checked by this) ---- */
 
 /*
  * May path be replaced by a new file? It must be absent or a regular file: a symlink,
@@ -180,16 +187,6 @@ int sd_gguf_writer_write(const sd_gguf_writer *w, const char *path, sd_error *er
  */
 int sd_gguf_check_output(const char *path, const char *const *inputs, size_t n_inputs,
                          sd_error *err);
-
-/* The temporary name the writers use for path: "<path>.tmp.<pid>" into buf[cap].
- * 0, or -1 if it does not fit. A program that removes temporaries when a signal kills
- * it registers this name before writing (runtime/cli/outfile.c does). */
-int sd_gguf_temp_path(const char *path, char *buf, size_t cap);
-
-/* Create the temporary for path new (O_CREAT | O_EXCL | O_NOFOLLOW, mode 0644): a
- * stale regular file of that name, left by a killed process with the same pid, is
- * removed first. Returns the descriptor, or -1 with err set (SD_ERR_IO naming path). */
-int sd_gguf_temp_create(const char *path, const char *tmp, sd_error *err);
 
 /* ---- llama-family architectures (runtime/gguf/arch.c) ----
  * Keys and tensor names follow llama.cpp's llama-arch.cpp (LLM_KV_*, LLM_TENSOR_*). What

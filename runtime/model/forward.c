@@ -68,6 +68,12 @@ struct sd_session {
      * the handle the user holds, the group its decode / truncate / free reach. */
     sd_tp_rank *tp;
     sd_tp *group;
+    /* A trimmed classifier (sd_session_set_output_rows): n_head rows of output.weight
+     * gathered into head_host (on the backend as b_head); n_head 0: the full head. */
+    int32_t n_head;
+    void *head_host;
+    sd_buffer *b_head;
+    sd_weight head;
 };
 
 sd_session_params sd_session_default_params(void) {
@@ -92,6 +98,19 @@ static sd_weight dev_weight(const sd_buffer *b, const void *base, const sd_weigh
     sd_weight d = *w;
     d.data = dev_addr(b, base, w->data);
     return d;
+}
+
+/* The backend's prepare_weight for one matrix; when it made its own copy of a matrix the
+ * CPU backend maps in place (packed), the file's pages of the original are released
+ * (sd_gguf_advise_unneeded: they would otherwise count twice in the resident set), unless
+ * another reader (the embedding of a tied classifier) still needs them. */
+static int prepare(sd_session *s, sd_weight *w, sd_error *err) {
+    const void *before = w->data;
+    int rc = s->be->ops->prepare_weight(s->be, w, err);
+    if (rc || w->data == before || !s->be->caps.host_memory || s->m->shard_data) return rc;
+    if (before == s->tok_embd.data) return SD_OK;
+    sd_gguf_advise_unneeded(s->m->g, before, (size_t)w->rows * w->row_bytes);
+    return SD_OK;
 }
 
 /* Put the weights on the backend: the whole GGUF data section in one buffer (mapped in
@@ -159,11 +178,12 @@ static int place_weights(sd_session *s, sd_error *err) {
             sd_layer_dev *D = &s->layers[l];
             sd_weight *ws[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_down, &D->w_up};
             for (int i = 0; i < 7; i++) {
-                rc = s->be->ops->prepare_weight(s->be, ws[i], err);
+                rc = prepare(s, ws[i], err);
                 if (rc) return sd_error_prefix(err, "%s: layer %d weights", m->path, l);
             }
         }
-        rc = s->be->ops->prepare_weight(s->be, &s->output, err);
+        /* a tied classifier is the embedding, which get_rows still reads in place */
+        rc = prepare(s, &s->output, err);
         if (rc) return sd_error_prefix(err, "%s: output.weight", m->path);
     }
     s->output_norm = dev_addr(s->b_norms, m->norms, m->output_norm);
@@ -311,7 +331,7 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: %s = %d is smaller than the context %d: attention beyond the window "
                          "would differ from the model's (no sliding-window attention here); use "
-                         "--ctx-size %d or less",
+                         "a context of %d tokens or less (n_ctx)",
                          m->path, sd_arch_key_name(SD_KEY_SLIDING_WINDOW, hp->arch, k, sizeof k),
                          hp->sliding_window, n_ctx, hp->sliding_window);
     }
@@ -328,6 +348,9 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     bp.max_cols = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
     bp.n_ctx = n_ctx;
     bp.device_id = device_id;
+    if (p->share_threads && p->device == SD_DEVICE_CPU && !p->share_threads->group &&
+        p->share_threads->be->device == SD_DEVICE_CPU)
+        bp.share_threads = p->share_threads->be;
     int rc = sd_backend_init(p->device, &bp, &s->be, err);
     if (rc == SD_OK) rc = place_weights(s, err);
     if (rc == SD_OK) rc = alloc_kv(s, p, err);
@@ -377,6 +400,8 @@ void sd_session_free(sd_session *s) {
         return;
     }
     sd_tp_rank_unbind(s->tp);
+    sd_buffer_free(s->b_head);
+    free(s->head_host);
     for (int32_t i = 0; s->seqs && i < s->n_seq; i++)
         sd_kv_free(s->seqs[i]);
     sd_kv_pool_free(s->pool);
@@ -538,13 +563,87 @@ static int run_output(sd_session *s, int32_t n, int32_t w, float *logits, sd_err
     }
     if (s->tp) /* this rank's vocabulary columns */
         return sd_tp_output(s->tp, &s->output, s->xn, w, hp->n_vocab, logits, err);
+    /* The full head, or the trimmed one (sd_session_set_output_rows). */
+    const sd_weight *head = s->n_head ? &s->head : &s->output;
+    const size_t n_out = s->n_head ? (size_t)s->n_head : (size_t)hp->n_vocab;
     if (be->caps.host_memory) {
-        be->ops->matmul(be, &s->output, s->xn, w, logits);
+        be->ops->matmul(be, head, s->xn, w, logits);
         return be->ops->sync(be, err);
     }
     float *dl = s->b_logits->addr;
-    be->ops->matmul(be, &s->output, s->xn, w, dl);
-    return be->ops->read(be, logits, dl, (size_t)w * (size_t)hp->n_vocab * sizeof(float), err);
+    be->ops->matmul(be, head, s->xn, w, dl);
+    return be->ops->read(be, logits, dl, (size_t)w * n_out * sizeof(float), err);
+}
+
+/* The classifier rows ids[0 .. n) gathered once into an aligned host copy, put on the
+ * backend like the weights (the CPU maps it in place). */
+int sd_session_set_output_rows(sd_session *s, const int32_t *ids, int32_t n, sd_error *err) {
+    if (!s) return sd_errorf(err, SD_ERR_ARG, "output rows: session is NULL");
+    const sd_model *m = s->m;
+    const int32_t n_vocab = m->hp.n_vocab;
+    if (s->tp || s->group)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a trimmed output head on a tensor-parallel session", m->path);
+    /* Whatever happens below, the old trimmed head goes first (on error: the full head). */
+    sd_buffer_free(s->b_head);
+    free(s->head_host);
+    s->b_head = NULL;
+    s->head_host = NULL;
+    s->n_head = 0;
+    if (n < 0 || n > n_vocab || (n > 0 && !ids))
+        return sd_errorf(err, SD_ERR_ARG, "%s: output rows: n = %d, expected 0 .. %d", m->path, n,
+                         n_vocab);
+    uint8_t *seen = n ? calloc((size_t)n_vocab, 1) : NULL;
+    if (n && !seen) return sd_errorf(err, SD_ERR_OOM, "%s: output rows: out of memory", m->path);
+    for (int32_t j = 0; j < n; j++) {
+        if (ids[j] < 0 || ids[j] >= n_vocab || seen[ids[j]]) {
+            const int32_t bad = ids[j];
+            const int dup = bad >= 0 && bad < n_vocab;
+            free(seen);
+            return sd_errorf(err, SD_ERR_ARG, "%s: output rows: id %d at index %d %s", m->path, bad,
+                             j, dup ? "is repeated" : "is outside the vocabulary");
+        }
+        seen[ids[j]] = 1;
+    }
+    free(seen);
+    if (n == 0) return SD_OK;
+    const sd_weight *full = &m->output; /* host addresses (the mapping) */
+    size_t bytes;
+    if (sd_mul_size((size_t)n, full->row_bytes, &bytes))
+        return sd_errorf(err, SD_ERR_OOM, "%s: output rows: size overflows", m->path);
+    const size_t alloc = (bytes + 63) / 64 * 64;
+    uint8_t *h = aligned_alloc(64, alloc ? alloc : 64);
+    if (!h) return sd_errorf(err, SD_ERR_OOM, "%s: output rows: out of memory", m->path);
+    for (int32_t j = 0; j < n; j++)
+        memcpy(h + (size_t)j * full->row_bytes,
+               (const uint8_t *)full->data + (size_t)ids[j] * full->row_bytes, full->row_bytes);
+    int rc = s->be->ops->buffer_from_host(s->be, h, bytes, &s->b_head, err);
+    if (rc) {
+        free(h);
+        return sd_error_prefix(err, "%s: trimmed output head", m->path);
+    }
+    s->head_host = h;
+    s->head = *full;
+    s->head.rows = n;
+    s->head.data = s->b_head->addr;
+    s->head.layout = SD_LAYOUT_ROWS;
+    /* In the backend's kernel layout, as every other matmul weight (the CPU packs it). */
+    if (s->be->ops->prepare_weight) {
+        rc = s->be->ops->prepare_weight(s->be, &s->head, err);
+        if (rc) {
+            sd_buffer_free(s->b_head);
+            free(h);
+            s->b_head = NULL;
+            s->head_host = NULL;
+            return sd_error_prefix(err, "%s: trimmed output head", m->path);
+        }
+    }
+    s->n_head = n;
+    return SD_OK;
+}
+
+int32_t sd_session_n_logits(const sd_session *s) {
+    return s->n_head ? s->n_head : s->m->hp.n_vocab;
 }
 
 static int decode_local(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,

@@ -109,6 +109,10 @@ typedef struct sd_session_params {
     int32_t n_seq;
     int32_t kv_block;    /* positions per block, 1 .. SD_KV_MAX_BLOCK; 0 = SD_DEFAULT_KV_BLOCK */
     int32_t n_kv_blocks; /* blocks in the pool; 0 = enough for every sequence at n_ctx */
+    /* CPU: run on the thread pool of this other CPU session (a draft beside its target:
+     * they take turns, so one set of workers serves both; see sd_backend_params), which
+     * must be alive when this session is made (either may be freed first). NULL: its own. */
+    const struct sd_session *share_threads;
 } sd_session_params;
 
 /* Most sequences a session holds, and the block size of a paged cache by default. */
@@ -211,6 +215,22 @@ int sd_session_kv_check(const sd_session *s, sd_error *err);
  * elements of the KV type). */
 size_t sd_session_kv_bytes_per_token(const sd_session *s);
 
+/*
+ * Restrict the classifier to the rows ids[0 .. n) (a trimmed LM head, as FR-Spec's draft:
+ * Zhao et al. 2025, arXiv 2502.14856): afterwards every logits row of sd_session_eval /
+ * sd_session_decode has n entries, entry j being the logit of token ids[j] computed
+ * with the same arithmetic as the full head computes it (each output row is its own
+ * fixed-order dot product). The rows are copied once, here (n x the row bytes of
+ * output.weight); the matmul then streams n rows instead of n_vocab.
+ *   ids : int32 [n], distinct, each in [0, n_vocab); n in 0 .. n_vocab
+ * n = 0 (ids may be NULL) restores the full head. Errors: SD_ERR_ARG (range, a
+ * repeated id), SD_ERR_UNSUPPORTED (a tensor-parallel session), SD_ERR_OOM, a device's
+ * upload error; on error the session keeps its full head.
+ */
+int sd_session_set_output_rows(sd_session *s, const int32_t *ids, int32_t n, sd_error *err);
+/* Entries of a logits row: n_vocab, or the n of sd_session_set_output_rows. */
+int32_t sd_session_n_logits(const sd_session *s);
+
 /* Committed positions in the KV cache. */
 int32_t sd_session_n_past(const sd_session *s);
 int32_t sd_session_n_ctx(const sd_session *s);
@@ -246,7 +266,7 @@ const int32_t *sd_session_tokens(const sd_session *s);
  * Make the cache hold exactly ctx[0 .. n): keep the longest common prefix of the
  * cached tokens and ctx, roll back the rest (O(1), sd_session_truncate), and evaluate
  * ctx[prefix .. n) in chunks of n_batch without logits. n = 0 empties the cache.
- * This is how draft and target catch up after a verification step. (runtime/sync.c)
+ * This is how draft and target catch up after a verification step. (runtime/model/sync.c)
  * Errors: SD_ERR_CONTEXT (n > n_ctx), SD_ERR_ARG (bad id); on error the cache holds a
  * prefix of ctx.
  */

@@ -71,12 +71,6 @@ static int get_str(json_t *o, const char *key, const char **out, srv_reply *r) {
 
 /* Fields that ask for what this server does not do: refused by name, never ignored. */
 static int refuse_unsupported(json_t *o, srv_reply *r) {
-    double x = 0;
-    if (get_num(o, "presence_penalty", -2, 2, &x, r) < 0) return -1;
-    if (x != 0) return bad_field(r, "presence_penalty", "is not supported (only 0)");
-    x = 0;
-    if (get_num(o, "frequency_penalty", -2, 2, &x, r) < 0) return -1;
-    if (x != 0) return bad_field(r, "frequency_penalty", "is not supported (only 0)");
     json_t *v = field(o, "logprobs");
     if (v && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
         return bad_field(r, "logprobs", "is not supported");
@@ -134,6 +128,18 @@ static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply
     if (got) q->gp.samp.top_p = (float)x;
     if ((got = get_int(o, "top_k", 0, INT32_MAX, &i, r)) < 0) return -1;
     if (got) q->gp.samp.top_k = (int32_t)i;
+    if ((got = get_num(o, "min_p", 0, 1, &x, r)) < 0) return -1;
+    if (got) q->gp.samp.min_p = (float)x;
+    /* Penalties (OpenAI's presence / frequency, llama-server's repeat_penalty and
+     * repeat_last_n) over the last repeat_last_n tokens. */
+    if ((got = get_num(o, "presence_penalty", -2, 2, &x, r)) < 0) return -1;
+    if (got) q->gp.samp.presence_penalty = (float)x;
+    if ((got = get_num(o, "frequency_penalty", -2, 2, &x, r)) < 0) return -1;
+    if (got) q->gp.samp.freq_penalty = (float)x;
+    if ((got = get_num(o, "repeat_penalty", 0, 100, &x, r)) < 0) return -1;
+    if (got) q->gp.samp.repeat_penalty = (float)x;
+    if ((got = get_int(o, "repeat_last_n", 0, SD_PENALTY_MAX_N, &i, r)) < 0) return -1;
+    if (got) q->gp.samp.repeat_last_n = (int32_t)i;
     if ((got = get_int(o, "seed", INT64_MIN, INT64_MAX, &i, r)) < 0) return -1;
     if (got) q->gp.seed = (uint64_t)i;
     if ((got = get_int(o, "n", 1, SD_MAX_CHOICES, &i, r)) < 0) return -1;

@@ -33,14 +33,6 @@
 
 /* ------------------------------------------------------------------ merge table */
 
-static uint64_t mix64(uint64_t x) { /* splitmix64 finaliser */
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t merge_key(int32_t left, int32_t right) {
     return ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
 }
@@ -48,7 +40,7 @@ static uint64_t merge_key(int32_t left, int32_t right) {
 int32_t bpe_rank(const sd_vocab *v, int32_t left, int32_t right, int32_t *result) {
     if (!v->mt || left < 0 || right < 0) return -1;
     const uint64_t key = merge_key(left, right);
-    for (size_t i = (size_t)mix64(key) & v->mt_mask;; i = (i + 1) & v->mt_mask) {
+    for (size_t i = (size_t)sd_mix64(key) & v->mt_mask;; i = (i + 1) & v->mt_mask) {
         const merge_slot *s = &v->mt[i];
         if (s->key == UINT64_MAX) return -1;
         if (s->key == key) {
@@ -61,7 +53,7 @@ int32_t bpe_rank(const sd_vocab *v, int32_t left, int32_t right, int32_t *result
 /* Insert unless present (the first rank wins). */
 static void merge_insert(sd_vocab *v, int32_t left, int32_t right, int32_t rank, int32_t result) {
     const uint64_t key = merge_key(left, right);
-    for (size_t i = (size_t)mix64(key) & v->mt_mask;; i = (i + 1) & v->mt_mask) {
+    for (size_t i = (size_t)sd_mix64(key) & v->mt_mask;; i = (i + 1) & v->mt_mask) {
         merge_slot *s = &v->mt[i];
         if (s->key == key) return;
         if (s->key == UINT64_MAX) {
@@ -176,29 +168,6 @@ int bpe_load_merges(sd_vocab *v, const sd_gguf *g, sd_error *err) {
     free(scratch);
     v->n_merges = n;
     return rc;
-}
-
-int bpe_check_alphabet(const sd_vocab *v, sd_error *err) {
-    if (v->type != SD_VOCAB_BPE) return SD_OK;
-    for (int32_t i = 0; i < v->n; i++) {
-        if (v->attr[i] != ATTR_NORMAL) continue;
-        const char *t = vocab_text(v, i);
-        for (size_t k = 0; k < v->len[i];) {
-            size_t l = sd_utf8_lead_len((unsigned char)t[k]);
-            uint32_t cp[4];
-            sd_utf8_decode_lenient(t + k, l, cp); /* valid UTF-8: checked in load_texts */
-            if (sd_gpt2_cp_to_byte(cp[0]) < 0) {
-                char shown[96];
-                sd_text_render(t, v->len[i], shown, sizeof shown);
-                return sd_errorf(err, SD_ERR_FORMAT,
-                                 "%s: '%s'[%d] '%s' is a normal token of a byte-level BPE "
-                                 "vocabulary but U+%04X is not a GPT-2 byte character",
-                                 v->path, KEY_TOKENS, (int)i, shown, (unsigned)cp[0]);
-            }
-            k += l;
-        }
-    }
-    return SD_OK;
 }
 
 /* ------------------------------------------------------------------ merging one word */

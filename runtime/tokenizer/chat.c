@@ -218,19 +218,19 @@ const char *sd_chat_template_names(void) {
 static int resolve(const char *s, tmpl *t, sd_error *err) {
     if (!s)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "no chat template (the model has no tokenizer.chat_template): use "
-                         "--chat-template NAME (one of %s)",
+                         "no chat template (the model has no tokenizer.chat_template): name a "
+                         "built-in one (template name), one of %s",
                          sd_chat_template_names());
     *t = detect(s);
     if (*t == T_UNKNOWN)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "chat template not recognised (begins '%.40s'): use --chat-template NAME "
-                         "(one of %s)",
+                         "chat template not recognised (begins '%.40s'): name a built-in one "
+                         "(template name), one of %s",
                          s, sd_chat_template_names());
     if (!formats(*t))
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "chat template recognised as '%s', which specdec does not format: use "
-                         "--chat-template NAME (one of %s)",
+                         "chat template recognised as '%s', which specdec does not format: name a "
+                         "built-in one (template name), one of %s",
                          name_of(*t), sd_chat_template_names());
     return SD_OK;
 }

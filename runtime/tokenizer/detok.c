@@ -5,8 +5,10 @@
  * A piece, by the token's attributes (bits, as llama.cpp tests them):
  *   CONTROL or UNKNOWN without SD_VOCAB_UNPARSE_SPECIAL -> "";
  *   CONTROL, UNKNOWN or USER_DEFINED                    -> the text as stored;
- *   NORMAL: SPM "▁" -> " "; BPE each GPT-2 character -> its byte (every normal BPE token
- *           is GPT-2 text: checked at load);
+ *   NORMAL: SPM "▁" -> " "; BPE each GPT-2 character -> its byte; a BPE token with a
+ *           character outside that alphabet (Command-R's vocabulary has some, e.g. U+200D;
+ *           no text tokenizes to them) is its text as written, as HF tokenizers' ByteLevel
+ *           decoder does (llama.cpp writes "[UNK_BYTE_0x...]" there);
  *   BYTE: the byte of "<0xNN>" (llama.cpp: strtol of text[3..5), base 16);
  *   anything else (unused, undefined) -> "".
  * lstrip (detokenize's first token when add_space_prefix) drops one leading ' ' of the
@@ -38,6 +40,20 @@ static void put(char *buf, size_t cap, size_t *n, int *lstrip, char c) {
     (*n)++;
 }
 
+/* 1 if every character of t[0 .. tl) stands for a byte in GPT-2's mapping (token texts are
+ * valid UTF-8: checked at load). */
+static int gpt2_text(const char *t, size_t tl) {
+    for (size_t i = 0; i < tl;) {
+        size_t l = sd_utf8_lead_len((unsigned char)t[i]);
+        uint32_t cp[4];
+        if (l > tl - i) l = tl - i;
+        sd_utf8_decode_lenient(t + i, l, cp);
+        if (sd_gpt2_cp_to_byte(cp[0]) < 0) return 0;
+        i += l;
+    }
+    return 1;
+}
+
 /* The piece of id (in range) into buf[0..cap); returns its full length. */
 static size_t piece(const sd_vocab *v, int32_t id, unsigned flags, char *buf, size_t cap,
                     int lstrip) {
@@ -59,13 +75,18 @@ static size_t piece(const sd_vocab *v, int32_t id, unsigned flags, char *buf, si
             }
         }
     } else if (attr & ATTR_NORMAL) {
+        const int gpt2 = gpt2_text(t, tl);
         for (size_t i = 0; i < tl;) {
             size_t l = sd_utf8_lead_len((unsigned char)t[i]);
             uint32_t cp[4];
             if (l > tl - i) l = tl - i;
-            sd_utf8_decode_lenient(t + i, l, cp);
-            int b = sd_gpt2_cp_to_byte(cp[0]);
-            put(buf, cap, &n, &lstrip, (char)(b < 0 ? '?' : b)); /* b >= 0: checked at load */
+            if (!gpt2) { /* the text as written */
+                for (size_t k = 0; k < l; k++)
+                    put(buf, cap, &n, &lstrip, t[i + k]);
+            } else {
+                sd_utf8_decode_lenient(t + i, l, cp);
+                put(buf, cap, &n, &lstrip, (char)sd_gpt2_cp_to_byte(cp[0]));
+            }
             i += l;
         }
     } else if (attr & ATTR_BYTE) {

@@ -17,10 +17,12 @@
  *   - a small "find the leftmost match" function for the simple regexes of the other
  *     lists (a character class repeated, an optional \s before it, \s+$, [0-9]{3}); a
  *     generic driver turns matches and gaps into chunks exactly as the regex iterator.
- * The Qwen2 regex is the Llama 3 one with \p{N} instead of \p{N}{1,3}: llama.cpp runs it
- * through std::regex, and for this regex the ECMAScript match at each position (ordered
- * alternation, greedy with backtracking, (?!\S) lookahead) is exactly what the Llama 3
- * splitter computes, with digit groups of one. Hand-written passes are linear in the chunk
+ * The Qwen2 regex is the Llama 3 one with \p{N} instead of \p{N}{1,3} (for this regex the
+ * ECMAScript match at each position - ordered alternation, greedy with backtracking, (?!\S)
+ * lookahead - is exactly what the Llama 3 splitter computes, with digit groups of one), and
+ * Qwen3.5's is Qwen2's with letter runs [\p{L}\p{M}]+ that take combining marks (and
+ * punctuation runs [^\s\p{L}\p{M}\p{N}]+ that do not); llama.cpp has a hand-written
+ * splitter for each, which split_llama3 follows. Hand-written passes are linear in the chunk
  * length and allocate nothing but the output.
  *
  * Classes: llama.cpp runs regexes with \p{..} on a "collapsed" text (ASCII kept, other code
@@ -137,8 +139,10 @@ static void split_gpt2(pctx *c, size_t a, size_t b) {
     }
 }
 
-/* unicode_regex_split_custom_llama3 on [a, b), digit groups of up to max_digits. */
-static void split_llama3(pctx *c, size_t a, size_t b, size_t max_digits) {
+/* unicode_regex_split_custom_llama3 on [a, b), digit groups of up to max_digits; lm is the
+ * class of letter runs: LET (\p{L}), or LET | MARK ([\p{L}\p{M}], Qwen3.5's
+ * unicode_regex_split_custom_qwen35, whose punctuation runs then exclude marks too). */
+static void split_llama3(pctx *c, size_t a, size_t b, size_t max_digits, unsigned lm) {
     size_t pos = a;
     while (pos < b) {
         const size_t start = pos;
@@ -150,10 +154,10 @@ static void split_llama3(pctx *c, size_t a, size_t b, size_t max_digits) {
             pos += k;
             continue;
         }
-        /* [^\r\n\p{L}\p{N}]?\p{L}+ */
-        if (!(x == '\r' || x == '\n' || (f & NUM)) && ((f & LET) || (fl(c, pos + 1, b) & LET))) {
+        /* [^\r\n\p{L}\p{N}]?\p{L}+ (lm: [\p{L}\p{M}]+) */
+        if (!(x == '\r' || x == '\n' || (f & NUM)) && ((f & lm) || (fl(c, pos + 1, b) & lm))) {
             pos++;
-            while (fl(c, pos, b) & LET)
+            while (fl(c, pos, b) & lm)
                 pos++;
             emit(c, pos - start);
             continue;
@@ -169,11 +173,12 @@ static void split_llama3(pctx *c, size_t a, size_t b, size_t max_digits) {
             emit(c, pos - ini);
             continue;
         }
-        /* ' ?[^\s\p{L}\p{N}]+[\r\n]*' (llama.cpp tests f, not f2, for "defined") */
+        /* ' ?[^\s\p{L}\p{N}]+[\r\n]*' (llama.cpp tests f, not f2, for "defined"; lm:
+         * [^\s\p{L}\p{M}\p{N}]) */
         const unsigned f2 = x == ' ' ? fl(c, pos + 1, b) : f;
-        if (!(f2 & (WS | LET | NUM)) && f) {
+        if (!(f2 & (WS | lm | NUM)) && f) {
             pos += x == ' ';
-            for (unsigned g = fl(c, pos, b); !(g & (WS | LET | NUM)) && g; g = fl(c, pos, b))
+            for (unsigned g = fl(c, pos, b); !(g & (WS | lm | NUM)) && g; g = fl(c, pos, b))
                 pos++;
             for (uint32_t y = cp_at(c, pos, b); y == '\r' || y == '\n'; y = cp_at(c, pos, b))
                 pos++;
@@ -253,6 +258,8 @@ typedef enum cls {
     CLS_DS_LETTERS, /* DS_LETTERS */
     CLS_DS_PUNCT,   /* DS_PUNCT */
     CLS_DS_CJK,     /* DS_CJK */
+    CLS_LETTER,     /* \p{L} */
+    CLS_P,          /* \p{P} (ASCII: !"#%&'()*,-./:;?@[\]_{}) */
 } cls;
 
 static int in_cls(uint32_t x, cls k) {
@@ -276,6 +283,10 @@ static int in_cls(uint32_t x, cls k) {
         return in_ranges(x, DS_PUNCT, N_RANGES(DS_PUNCT));
     case CLS_DS_CJK:
         return in_ranges(x, DS_CJK, N_RANGES(DS_CJK));
+    case CLS_LETTER: /* the table's ASCII letters are A-Za-z, its ASCII \p{P} as above */
+        return (sd_ucd_flags_of(x) & LET) != 0;
+    case CLS_P:
+        return (sd_ucd_flags_of(x) & SD_UCD_PUNCT) != 0;
     }
     return 0;
 }
@@ -333,7 +344,7 @@ static void split_match(pctx *c, shape sh, cls k, size_t a, size_t b) {
 
 /* ------------------------------------------------------------------ pass lists */
 
-typedef enum pass_kind { PASS_GPT2, PASS_LLAMA3, PASS_QWEN2, PASS_MATCH } pass_kind;
+typedef enum pass_kind { PASS_GPT2, PASS_LLAMA3, PASS_QWEN2, PASS_QWEN35, PASS_MATCH } pass_kind;
 
 typedef struct pass {
     pass_kind kind;
@@ -361,6 +372,9 @@ static size_t passes_of(pre_type pre, pass *p) {
     case PRE_QWEN2:
         p[n++] = (pass){PASS_QWEN2, SH_ONE, CLS_CRLF};
         break;
+    case PRE_QWEN35:
+        p[n++] = (pass){PASS_QWEN35, SH_ONE, CLS_CRLF};
+        break;
     case PRE_STARCODER: /* \p{N}, gpt2 */
         p[n++] = match(SH_ONE, CLS_NUMBER);
         p[n++] = GPT2;
@@ -383,6 +397,13 @@ static size_t passes_of(pre_type pre, pass *p) {
         p[n++] = match(SH_WS_TO_END, CLS_CRLF);
         p[n++] = match(SH_RUN, CLS_DS_CJK);
         p[n++] = match(SH_RUN, CLS_NUMBER);
+        break;
+    case PRE_DEEPSEEK_CODER: /* [\r\n], \s?\p{L}+, \s?\p{P}+, [cjk]+, \p{N} */
+        p[n++] = match(SH_ONE, CLS_CRLF);
+        p[n++] = match(SH_WS_OPT_RUN, CLS_LETTER);
+        p[n++] = match(SH_WS_OPT_RUN, CLS_P);
+        p[n++] = match(SH_RUN, CLS_DS_CJK);
+        p[n++] = match(SH_ONE, CLS_NUMBER);
         break;
     }
     return n;
@@ -407,10 +428,13 @@ int pretok_split(pre_type pre, const uint32_t *cps, size_t n, size_t **lens, siz
                 split_gpt2(&c, a, b);
                 break;
             case PASS_LLAMA3:
-                split_llama3(&c, a, b, 3);
+                split_llama3(&c, a, b, 3, LET);
                 break;
             case PASS_QWEN2:
-                split_llama3(&c, a, b, 1);
+                split_llama3(&c, a, b, 1, LET);
+                break;
+            case PASS_QWEN35:
+                split_llama3(&c, a, b, 1, LET | SD_UCD_MARK);
                 break;
             case PASS_MATCH:
                 split_match(&c, passes[i].sh, passes[i].k, a, b);
@@ -454,6 +478,7 @@ static const pre_name PRE_NAMES[] = {
     {"dbrx", PRE_LLAMA3, 0, 1, 0},
     {"smaug-bpe", PRE_LLAMA3, 0, 1, 0},
     {"deepseek-llm", PRE_DEEPSEEK_LLM, 0, 0, 0},
+    {"deepseek-coder", PRE_DEEPSEEK_CODER, 0, 0, 0},
     {"falcon", PRE_FALCON, 0, 1, 0},
     {"mpt", PRE_GPT2, 0, 1, 0},
     {"olmo", PRE_GPT2, 0, 1, 0},
@@ -479,6 +504,7 @@ static const pre_name PRE_NAMES[] = {
     {"command-r", PRE_STARCODER, 0, 0, 0},
     {"smollm", PRE_STARCODER, 0, 0, 0},
     {"qwen2", PRE_QWEN2, 0, 0, 0},
+    {"qwen35", PRE_QWEN35, 0, 0, 0},
     {"deepseek-r1-qwen", PRE_QWEN2, 0, 0, 0},
     {"kormo", PRE_QWEN2, 0, 0, 0},
     {"f2llmv2", PRE_QWEN2, 0, 0, 0},
@@ -504,7 +530,7 @@ int pretok_from_name(const char *name, size_t len, pre_type *pre, int *add_bos, 
 }
 
 const char *pretok_supported_names(void) {
-    return "default, gpt-2, llama-bpe, qwen2, smollm, starcoder, deepseek-llm, falcon, and their "
-           "llama.cpp aliases: llama3, llama-v3, falcon3, dbrx, smaug-bpe, mpt, olmo, phi-2, "
-           "stablelm2, command-r, refact, ...";
+    return "default, gpt-2, llama-bpe, qwen2, qwen35, smollm, starcoder, deepseek-llm, "
+           "deepseek-coder, falcon, and their llama.cpp aliases: llama3, llama-v3, falcon3, dbrx, "
+           "smaug-bpe, mpt, olmo, phi-2, stablelm2, command-r, refact, ...";
 }

@@ -424,7 +424,6 @@ int sd_vocab_load(const sd_gguf *g, sd_vocab **out, sd_error *err) {
     if (rc == SD_OK && v->type == SD_VOCAB_BPE) rc = bpe_load_merges(v, g, err);
     if (rc == SD_OK) build_byte_tokens(v);
     if (rc == SD_OK) rc = vocab_fixup_specials(v, err);
-    if (rc == SD_OK) rc = bpe_check_alphabet(v, err);
     if (rc == SD_OK) rc = vocab_build_special_cache(v, err);
     if (rc == SD_OK) rc = load_chat_template(v, g, err);
     if (rc != SD_OK) {

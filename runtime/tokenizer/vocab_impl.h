@@ -44,6 +44,8 @@ typedef enum pre_type {
     PRE_STARCODER, /* also smollm, refact, command-r, codeshell, exaone, minerva */
     PRE_FALCON,
     PRE_DEEPSEEK_LLM,
+    PRE_DEEPSEEK_CODER,
+    PRE_QWEN35, /* Qwen2's splitter with letter runs that take combining marks (\p{M}) */
 } pre_type;
 
 /* One merge rule: left + right -> result, with its rank (line index in the file). */
@@ -159,8 +161,6 @@ int spm_tokenize(const sd_vocab *v, const char *s, size_t n, int prefix, ids_buf
 
 /* bpe.c */
 int bpe_load_merges(sd_vocab *v, const sd_gguf *g, sd_error *err);
-/* Every normal token (CONTROL not ORed in by the fixups) is GPT-2 text, else SD_ERR_FORMAT. */
-int bpe_check_alphabet(const sd_vocab *v, sd_error *err);
 int32_t bpe_rank(const sd_vocab *v, int32_t left, int32_t right, int32_t *result);
 /* Tokenize one raw fragment: pre-tokenize, byte-encode each word, merge. */
 int bpe_tokenize(const sd_vocab *v, const char *s, size_t n, ids_buf *out, sd_error *err);

@@ -10,8 +10,11 @@
 #include "runtime/backend/sd_backend.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "runtime/backend/cpu/attn.h"
 #include "runtime/backend/cpu/pool.h"
@@ -28,10 +31,49 @@
  * than a hand-over to the pool and back). */
 #define SD_CPU_PREP_INLINE_TOKENS 8
 
+/* Buffers of at least this many bytes are anonymous mappings: zero pages from the kernel
+ * on first touch, so a KV cache sized for a long context costs no time and no memory
+ * until its rows are written (a memset would fault in every page at init). They are
+ * aligned to 2 MiB and offered to transparent huge pages (MADV_HUGEPAGE; a hint the
+ * kernel may ignore): one fault and one TLB entry per 2 MiB of weights instead of 512. */
+#define SD_CPU_MMAP_MIN ((size_t)1 << 20)
+#define SD_CPU_HUGE     ((size_t)2 << 20)
+
+typedef struct big_mem {
+    void *addr; /* SD_CPU_HUGE-aligned start */
+    void *map;  /* the mapping, for munmap */
+    size_t len; /* of the mapping */
+} big_mem;
+
+/* bytes (> 0) of zeroed anonymous memory, 2 MiB aligned; 0, or -1 (out of memory). */
+static int big_alloc(size_t bytes, big_mem *m) {
+    const int huge = bytes >= SD_CPU_HUGE; /* smaller: a huge page would be mostly waste */
+    size_t len = bytes;
+    if (huge && __builtin_add_overflow(bytes, SD_CPU_HUGE, &len)) return -1;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    uintptr_t a = (uintptr_t)p;
+    if (huge) {
+        a = (a + SD_CPU_HUGE - 1) & ~(uintptr_t)(SD_CPU_HUGE - 1);
+#ifdef MADV_HUGEPAGE
+        (void)madvise((void *)a, bytes & ~(SD_CPU_HUGE - 1), MADV_HUGEPAGE); /* whole pages */
+#endif
+    }
+    m->addr = (void *)a;
+    m->map = p;
+    m->len = len;
+    return 0;
+}
+
+static void big_free(big_mem *m) {
+    if (m->map) munmap(m->map, m->len);
+}
+
 typedef struct sd_backend_cpu {
     sd_backend base;
     int32_t n_threads;
-    sd_pool *pool; /* n_threads threads, the caller included (pool.h) */
+    sd_pool *pool;            /* n_threads threads, the caller included (pool.h) */
+    struct pool_share *share; /* the pool's owner record, shared by the backends using it */
     int32_t n_batch;
     int64_t max_cols;
     int32_t n_ctx;
@@ -39,7 +81,7 @@ typedef struct sd_backend_cpu {
     void *xq[SD_MATMUL_MULTI_MAX]; /* prepared activations (sd_activations_bytes), n_batch rows
                                       of max_cols, one per matrix of a matmul_multi */
     size_t xq_bytes;
-    void **packed; /* weight copies in the packed layout (prepare_weight), owned */
+    struct big_mem *packed; /* weight copies in the packed layout (prepare_weight), owned */
     int32_t n_packed, cap_packed;
     size_t packed_bytes; /* their total size */
     double packed_ms;    /* time spent packing */
@@ -52,6 +94,20 @@ typedef struct sd_backend_cpu {
 
 static sd_backend_cpu *cpu_of(sd_backend *be) {
     return (sd_backend_cpu *)be;
+}
+
+/* A pool with the number of backends running on it (sd_backend_params.share_threads);
+ * the last one to go frees it. */
+typedef struct pool_share {
+    sd_pool *pool;
+    _Atomic int32_t refs;
+} pool_share;
+
+static void share_release(pool_share *sh) {
+    if (sh && atomic_fetch_sub(&sh->refs, 1) == 1) {
+        sd_pool_free(sh->pool);
+        free(sh);
+    }
 }
 
 /* Per-op timers: t0 = prof_start(c) before an op, prof_end(c, op, t0) after it. */
@@ -83,11 +139,11 @@ void sd_backend_cpu_profile_get(const sd_backend *be, sd_cpu_profile *out) {
 static void cpu_free(sd_backend *be) {
     sd_backend_cpu *c = cpu_of(be);
     if (!c) return;
-    sd_pool_free(c->pool);
+    share_release(c->share);
     for (int i = 0; i < SD_MATMUL_MULTI_MAX; i++)
         free(c->xq[i]);
     for (int32_t i = 0; i < c->n_packed; i++)
-        free(c->packed[i]);
+        big_free(&c->packed[i]);
     free(c->packed);
     free(c->scores);
     free(c->tiles);
@@ -98,7 +154,8 @@ static void cpu_free(sd_backend *be) {
 
 typedef struct cpu_buffer {
     sd_buffer base;
-    int owned; /* 1: addr was allocated here (freed with the buffer) */
+    int owned;   /* 1: addr was allocated here (freed with the buffer) */
+    big_mem big; /* big.map != NULL: addr is big.addr (big_alloc) */
 } cpu_buffer;
 
 static int cpu_buffer_new(sd_backend *be, void *addr, size_t bytes, sd_buffer_usage usage,
@@ -120,6 +177,19 @@ static int cpu_buffer_new(sd_backend *be, void *addr, size_t bytes, sd_buffer_us
 static int cpu_buffer_alloc(sd_backend *be, size_t bytes, sd_buffer_usage usage, sd_buffer **out,
                             sd_error *err) {
     *out = NULL;
+    if (bytes >= SD_CPU_MMAP_MIN) { /* zero on first touch */
+        big_mem m;
+        if (big_alloc(bytes, &m))
+            return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu bytes)", bytes);
+        int rc = cpu_buffer_new(be, m.addr, bytes, usage, 0, out, err); /* 0: never free()d */
+        if (rc) {
+            big_free(&m);
+            return rc;
+        }
+        ((cpu_buffer *)*out)->owned = 1;
+        ((cpu_buffer *)*out)->big = m;
+        return SD_OK;
+    }
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu bytes)", bytes);
@@ -138,7 +208,10 @@ static void cpu_buffer_free(sd_backend *be, sd_buffer *buf) {
     (void)be;
     if (!buf) return;
     cpu_buffer *b = (cpu_buffer *)buf;
-    if (b->owned) free(b->base.addr);
+    if (b->big.map)
+        big_free(&b->big);
+    else if (b->owned)
+        free(b->base.addr);
     free(b);
 }
 
@@ -200,23 +273,24 @@ static int cpu_prepare_weight(sd_backend *be, sd_weight *w, sd_error *err) {
                          (long long)w->rows, (long long)w->cols);
     if (c->n_packed == c->cap_packed) {
         const int32_t cap = c->cap_packed ? 2 * c->cap_packed : 64;
-        void **np = realloc(c->packed, (size_t)cap * sizeof *np);
+        big_mem *np = realloc(c->packed, (size_t)cap * sizeof *np);
         if (!np) return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (weight list)");
         c->packed = np;
         c->cap_packed = cap;
     }
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+    big_mem mem;
+    if (big_alloc(bytes ? bytes : 64, &mem))
         return sd_errorf(err, SD_ERR_OOM,
                          "cpu backend: out of memory packing a %s [%lld, %lld] matrix (%zu bytes)",
                          sd_type_name((uint32_t)w->type), (long long)w->rows, (long long)w->cols,
                          bytes);
+    void *p = mem.addr;
     const double t0 = sd_time_ms();
     pack_job j = {w, p};
     sd_pool_for(c->pool, (w->rows + SD_PACK_ROWS - 1) / SD_PACK_ROWS, 8, pack_range, &j);
     c->packed_ms += sd_time_ms() - t0;
     c->packed_bytes += bytes;
-    c->packed[c->n_packed++] = p;
+    c->packed[c->n_packed++] = mem;
     w->data = p;
     w->layout = SD_LAYOUT_PACKED;
     return SD_OK;
@@ -623,7 +697,14 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
     *out = NULL;
     if (!p || p->n_threads < 0 || p->n_batch < 1 || p->max_cols < 1 || p->n_ctx < 1)
         return sd_errorf(err, SD_ERR_ARG, "cpu backend: bad parameters");
-    int32_t nt = p->n_threads ? p->n_threads : sd_n_cores();
+    sd_backend_cpu *other = NULL;
+    if (p->share_threads) {
+        if (p->share_threads->device != SD_DEVICE_CPU)
+            return sd_errorf(err, SD_ERR_ARG, "cpu backend: threads shared with a %s backend",
+                             sd_device_name(p->share_threads->device));
+        other = cpu_of(p->share_threads);
+    }
+    int32_t nt = other ? other->n_threads : p->n_threads ? p->n_threads : sd_n_cores();
     if (nt > SD_CPU_MAX_THREADS) nt = SD_CPU_MAX_THREADS;
     /* Prepared activations: the largest sd_activations_bytes over the weight types for
      * n_batch rows of up to max_cols. */
@@ -668,13 +749,29 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu + %zu bytes)", xq_bytes,
                          sc_bytes);
     }
+    if (other) {
+        c->share = other->share;
+        atomic_fetch_add(&c->share->refs, 1);
+        c->pool = c->share->pool;
+        *out = &c->base;
+        return SD_OK;
+    }
+    pool_share *sh = calloc(1, sizeof *sh);
+    if (!sh) {
+        cpu_free(&c->base);
+        return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory");
+    }
     sd_pool_params pp = sd_pool_default_params();
     pp.n_threads = nt;
-    int rc = sd_pool_init(&pp, &c->pool, err);
+    int rc = sd_pool_init(&pp, &sh->pool, err);
     if (rc) {
+        free(sh);
         cpu_free(&c->base);
         return sd_error_prefix(err, "cpu backend: thread pool");
     }
+    atomic_init(&sh->refs, 1);
+    c->share = sh;
+    c->pool = sh->pool;
     *out = &c->base;
     return SD_OK;
 }
