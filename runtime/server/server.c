@@ -14,6 +14,9 @@
 
 #include "runtime/server/server_impl.h"
 
+/* After the engine is idle at shutdown, how long the answers may take to go out. */
+#define SD_SERVER_FLUSH_MS 5000
+
 sd_server_params sd_server_default_params(void) {
     sd_server_params p;
     memset(&p, 0, sizeof p);
@@ -225,6 +228,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         k = calloc(1, sizeof *k);
         if (!k) return MHD_NO;
         *ptr = k;
+        atomic_fetch_add(&s->n_open, 1);
         int known = 0;
         k->rt = find_route(method, url, &known);
         if (!k->rt) {
@@ -282,16 +286,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return queue_reply(s, c, &r);
 }
 
+/* The request's answer was sent (or its connection dropped). */
 static void on_completed(void *cls, struct MHD_Connection *c, void **ptr,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls;
     (void)c;
     (void)toe;
+    sd_server *s = cls;
     conn *k = *ptr;
     if (!k) return;
     free(k->body);
     free(k);
     *ptr = NULL;
+    atomic_fetch_sub(&s->n_open, 1);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -461,6 +467,16 @@ int sd_server_run(sd_server *s, sd_error *err) {
         sd_batcher_close(s->b, 1);
         drain(s, 1e300, 0, &rc_first, err);
     }
+    /* Every request has its answer, but the connection threads may still be sending
+     * the last bytes (a stream's data: [DONE]): stopping the daemon now would cut them.
+     * Wait until each answer has gone out (on_completed), for at most SD_SERVER_FLUSH_MS
+     * (a client that does not read does not hold the exit longer). */
+    const double flush_end = sd_time_ms() + SD_SERVER_FLUSH_MS;
+    while (atomic_load(&s->n_open) > 0 && sd_time_ms() < flush_end)
+        usleep(10000);
+    if (atomic_load(&s->n_open) > 0)
+        logf_(s, "stopping: %d answers not sent in %d ms: closing their connections",
+              atomic_load(&s->n_open), SD_SERVER_FLUSH_MS);
     MHD_stop_daemon(s->d);
     s->d = NULL;
     sd_error ce = {0};

@@ -66,8 +66,9 @@ struct sd_server {
     /* Counters for /metrics. */
     atomic_llong http_by_class[6]; /* 1xx .. 5xx (index 1 .. 5) */
     atomic_llong http_total;
-    atomic_int kv_ok; /* the last idle accounting check passed (1) or failed (0) */
-    double t_start;   /* ms */
+    atomic_int kv_ok;  /* the last idle accounting check passed (1) or failed (0) */
+    atomic_int n_open; /* requests between their first callback and on_completed */
+    double t_start;    /* ms */
 };
 
 /* server.c */
