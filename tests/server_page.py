@@ -8,6 +8,12 @@ network port, no extra package). Opens BASE_URL/?q=QUESTION, which asks at once,
 watches the answer grow: it must stream in (several partial lengths seen before the
 end), finish, equal the answer the API gives for the same request (temperature 0,
 256 max tokens, as the page sends) and carry its statistics line (tok/s, acceptance).
+The partial lengths are those the page itself showed (a MutationObserver, installed
+before the page's script runs, notes the answer's length after each batch of DOM changes:
+one per chunk of the stream the page read), not a poll's samples; and the page's network
+is throttled (DevTools network emulation, 16 KB/s: about 2 s for the ~30 KB stream). The
+small test model streams its whole answer in some 40 ms, which one scheduling hiccup of a
+loaded machine swallows: the page would then read the stream in one chunk.
 A screenshot of the answered page must differ from one of the empty page. Exits 1 with
 one line on the first failure.
 """
@@ -80,10 +86,27 @@ def call(method, params=None, session=None, timeout=30):
         buf += chunk
 
 
-def page(url):
+# Run in the page before its own script: the answer's length after each batch of DOM
+# changes (one batch per task, i.e. per chunk of the stream the page has read).
+WATCH_LENGTHS = """
+window.__answerLengths = [];
+new MutationObserver(() => {
+  const a = document.querySelector('.assistant .answer');
+  if (a) window.__answerLengths.push(a.textContent.length);
+}).observe(document, {subtree: true, childList: true, characterData: true});
+"""
+
+
+def page(url, watch=False):
     tid = call("Target.createTarget", {"url": "about:blank"})["targetId"]
     sid = call("Target.attachToTarget", {"targetId": tid, "flatten": True})["sessionId"]
     call("Page.enable", session=sid)
+    if watch:
+        call("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_LENGTHS}, session=sid)
+        call("Network.enable", session=sid)
+        call("Network.emulateNetworkConditions",
+             {"offline": False, "latency": 0, "downloadThroughput": 16384,
+              "uploadThroughput": -1}, session=sid)
     call("Page.navigate", {"url": url}, session=sid)
     return sid
 
@@ -108,21 +131,21 @@ try:
             fail("the empty page did not load")
         time.sleep(0.05)
     shot_empty = screenshot(empty, os.path.join(work, "empty.png"))
-    sid = page(base + "/?q=" + urllib.request.quote(QUESTION))
-    lengths, t0 = set(), time.time()
+    sid = page(base + "/?q=" + urllib.request.quote(QUESTION), watch=True)
+    t0 = time.time()
     state = None
     while True:
         state = js(sid, "(() => { const a = document.querySelector('.assistant');"
                         " return a ? [a.dataset.done || '', a.querySelector('.answer').textContent,"
                         " a.querySelector('.stats').textContent] : null; })()")
-        if state:
-            lengths.add(len(state[1]))
-            if state[0]:
-                break
+        if state and state[0]:
+            break
         if time.time() - t0 > 90:
             fail(f"no finished answer after 90 s: {state}")
-        time.sleep(0.01)
+        time.sleep(0.05)
     done, text, stats = state
+    t_answer = time.time() - t0
+    lengths = set(js(sid, "window.__answerLengths") or [])
     if done != "1":
         fail(f"the answer failed: {stats}")
     partial = [n for n in lengths if 0 < n < len(text)]
@@ -137,7 +160,7 @@ try:
         fail("no screenshot")
     if shot == shot_empty:
         fail("the screenshot with an answer equals the empty page's")
-    print(f"server_page.py: ok ({len(partial)} partial lengths, {stats})")
+    print(f"server_page.py: ok ({len(partial)} partial lengths in {t_answer:.1f} s, {stats})")
 finally:
     proc.kill()
     proc.wait()
