@@ -20,11 +20,17 @@ deadline. Prints one JSON object (also written to --json):
   tokens_per_pass    specdec only: generated tokens / target passes (from /metrics)
   equal_alone        with --check-alone: every prompt first run alone (one at a time, the
                      same request), then the fraction of loaded requests whose text equals
-                     its text alone (greedy: --temperature 0, the default)
+                     its text alone (greedy: --temperature 0, the default); alone_errors
+                     counts the alone runs that failed (their prompts are not compared)
   rss_mb             with --pid: the server's resident memory at start, after the first
                      10% of requests, and at the end
-  kv_leak_blocks     specdec only: target KV blocks held by no one once the run is over
-                     (blocks used minus those the prefix cache alone holds)
+  kv_leak_blocks     specdec only, read once the server is idle (nothing running or
+                     queued): target KV blocks still held by something other than the
+                     prefix cache (blocks used minus those the prefix cache alone holds);
+                     kv_draft_leak_blocks the same for the draft's pool; kv_accounting_ok
+                     the server's own idle check of both pools (1: they balance)
+The exit status is 1 when a request (loaded or alone) failed, or, on specdec, the server
+was still busy 10 s after the run, a block leaked or the accounting check failed.
 Uses only the Python standard library (http.client), so it runs anywhere python3 does.
 """
 import argparse
@@ -221,6 +227,20 @@ def client():
             rss["warm"] = rss_mb()
 
 
+def wait_idle(limit_s=10.0):
+    """/metrics once nothing is running or queued (at most limit_s), then after the
+    server's idle accounting check has had its moment; {} without specdec's metrics."""
+    t_end = time.time() + limit_s
+    m = metrics()
+    while m and (m.get("requests_running") or m.get("queue_depth")) and time.time() < t_end:
+        time.sleep(0.05)
+        m = metrics()
+    if not m:
+        return m
+    time.sleep(0.3)  # the server checks its pools when the engine goes idle
+    return metrics()
+
+
 t_start = time.time()
 threads = [threading.Thread(target=client, daemon=True) for _ in range(args.clients)]
 for t in threads:
@@ -229,8 +249,7 @@ for t in threads:
     t.join(max(0.0, t_deadline - time.time()) + 5)
 wall = time.time() - t_start
 rss["end"] = rss_mb()
-time.sleep(0.3)  # the server's idle accounting check
-m1 = metrics()
+m1 = wait_idle()
 
 done = [r for r in results if r is not None]
 errors = [r["error"] for r in done if r["error"]] + ["not run"] * (args.requests - len(done))
@@ -264,13 +283,19 @@ if m1:
     dp = m1.get("target_passes_total", 0) - m0.get("target_passes_total", 0)
     dg = m1.get("tokens_generated_total", 0) - m0.get("tokens_generated_total", 0)
     out["tokens_per_pass"] = round(dg / dp, 4) if dp else None
+    out["idle_at_end"] = not m1.get("requests_running") and not m1.get("queue_depth")
     out["kv_leak_blocks"] = m1.get("kv_blocks_used", 0) - m1.get("kv_blocks_cached_idle", 0)
+    if "kv_draft_blocks_used" in m1:
+        out["kv_draft_leak_blocks"] = (m1.get("kv_draft_blocks_used", 0) -
+                                       m1.get("kv_draft_blocks_cached_idle", 0))
     out["kv_accounting_ok"] = m1.get("kv_accounting_ok")
     out["prefix_cache_hit_tokens"] = m1.get("prefix_cache_hit_tokens_total", 0) - \
         m0.get("prefix_cache_hit_tokens_total", 0)
 if args.check_alone:
+    alone_ok = {k for k, a in alone.items() if not a["error"]}
+    out["alone_errors"] = len(alone) - len(alone_ok)
     pairs = [(r, alone[i % len(prompts)]) for i, r in enumerate(results)
-             if r is not None and not r["error"] and (i % len(prompts)) in alone]
+             if r is not None and not r["error"] and (i % len(prompts)) in alone_ok]
     same = sum(1 for r, a in pairs if r["text"] == a["text"])
     out["equal_alone"] = round(same / len(pairs), 4) if pairs else None
     out["equal_alone_n"] = f"{same}/{len(pairs)}"
@@ -282,4 +307,6 @@ if args.json:
     with open(args.json + ".tmp", "w") as f:
         f.write(text + "\n")
     os.replace(args.json + ".tmp", args.json)
-sys.exit(0 if not errors else 1)
+leaked = m1 and (not out["idle_at_end"] or out["kv_leak_blocks"] or
+                 out.get("kv_draft_leak_blocks") or out["kv_accounting_ok"] != 1)
+sys.exit(1 if errors or out.get("alone_errors") or leaked else 0)
