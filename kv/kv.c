@@ -1,99 +1,88 @@
-/* KV cache: contiguous per-layer [n_ctx, kv_dim] rows (F32 or F16) for K and V (see sd_kv.h). */
-#include "kv/sd_kv.h"
-
+/* kv/kv.c: a sequence's view of a KV pool: its block table, reserve with copy-on-write,
+ * commit, truncate, fork, row addresses (see sd_kv.h). A contiguous cache is a pool of
+ * one block of n_ctx positions, mapped at init. */
 #include <stdlib.h>
 #include <string.h>
 
-/* Upper bounds on the sizes a cache accepts (far above any model we run). */
-#define SD_KV_MAX_LAYER 4096
-#define SD_KV_MAX_CTX   (1 << 24)
-#define SD_KV_MAX_DIM   (1 << 20)
+#include "kv/kv_impl.h"
 
-struct sd_kv {
-    int32_t n_layer;
-    int32_t n_ctx;
-    int32_t kv_dim;
-    int32_t n;        /* committed positions */
-    sd_type type;     /* F32 or F16 */
-    size_t row_bytes; /* kv_dim * element size */
-    size_t layer_len; /* bytes per layer: n_ctx * row_bytes */
-    uint8_t *k;       /* [n_layer, n_ctx, kv_dim] */
-    uint8_t *v;       /* [n_layer, n_ctx, kv_dim], right after k */
-    void *owned;      /* storage allocated here, or NULL */
-};
+#define SD_KV_MAX_SEQ_CTX (1 << 24)
 
-static void *kv_alloc(size_t bytes) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
-    return p;
-}
-
-/* Checks p and computes the row and layer sizes and the total storage bytes. */
-static int kv_sizes(const sd_kv_params *p, size_t *row_bytes, size_t *layer_len, size_t *total,
-                    sd_error *err) {
-    if (!p || p->n_layer <= 0 || p->n_ctx <= 0 || p->kv_dim <= 0)
-        return sd_errorf(err, SD_ERR_ARG,
-                         "kv cache: sizes must be positive (n_layer %d, n_ctx %d, kv_dim %d)",
-                         p ? p->n_layer : 0, p ? p->n_ctx : 0, p ? p->kv_dim : 0);
-    if (p->n_layer > SD_KV_MAX_LAYER || p->n_ctx > SD_KV_MAX_CTX || p->kv_dim > SD_KV_MAX_DIM)
-        return sd_errorf(
-            err, SD_ERR_ARG,
-            "kv cache: sizes out of range (n_layer %d <= %d, n_ctx %d <= %d, kv_dim %d <= %d)",
-            p->n_layer, SD_KV_MAX_LAYER, p->n_ctx, SD_KV_MAX_CTX, p->kv_dim, SD_KV_MAX_DIM);
-    if (p->type != SD_TYPE_F32 && p->type != SD_TYPE_F16)
-        return sd_errorf(err, SD_ERR_ARG, "kv cache: element type %s (%d), expected f32 or f16",
-                         sd_type_name((uint32_t)p->type), (int)p->type);
-    const size_t elem = p->type == SD_TYPE_F16 ? sizeof(uint16_t) : sizeof(float);
-    size_t bytes;
-    if (sd_mul_size((size_t)p->kv_dim, elem, row_bytes) ||
-        sd_mul_size(*row_bytes, (size_t)p->n_ctx, layer_len) ||
-        sd_mul_size(*layer_len, (size_t)p->n_layer, &bytes) || sd_mul_size(bytes, 2, total))
-        return sd_errorf(err, SD_ERR_OOM,
-                         "kv cache: size overflows (n_layer %d, n_ctx %d, kv_dim %d)", p->n_layer,
-                         p->n_ctx, p->kv_dim);
-    return SD_OK;
-}
-
-int sd_kv_storage_bytes(const sd_kv_params *p, size_t *out, sd_error *err) {
-    size_t row_bytes, layer_len;
-    return kv_sizes(p, &row_bytes, &layer_len, out, err);
-}
-
-int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
-    *out = NULL;
-    size_t row_bytes, layer_len, total;
-    int rc = kv_sizes(p, &row_bytes, &layer_len, &total, err);
-    if (rc) return rc;
+static int seq_new(sd_kv_pool *pool, int32_t n_ctx, sd_kv **out, sd_error *err) {
     sd_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return sd_errorf(err, SD_ERR_OOM, "kv cache: out of memory");
-    kv->n_layer = p->n_layer;
-    kv->n_ctx = p->n_ctx;
-    kv->kv_dim = p->kv_dim;
-    kv->n = 0;
-    kv->type = p->type;
-    kv->row_bytes = row_bytes;
-    kv->layer_len = layer_len;
-    uint8_t *base = p->storage;
-    if (!base) {
-        /* Zeroed, so that reads of never-written rows (a bug) are at least deterministic. */
-        kv->owned = kv_alloc(total);
-        if (!kv->owned) {
-            free(kv);
-            return sd_errorf(err, SD_ERR_OOM, "kv cache: out of memory (%zu bytes)", total);
-        }
-        memset(kv->owned, 0, total);
-        base = kv->owned;
+    const int32_t n_tab = sd_kv_pool_blocks_for(pool, n_ctx);
+    kv->table = malloc((size_t)n_tab * sizeof *kv->table);
+    if (!kv->table) {
+        free(kv);
+        return sd_errorf(err, SD_ERR_OOM, "kv cache: out of memory (block table)");
     }
-    kv->k = base;
-    kv->v = base + total / 2;
+    kv->pool = pool;
+    kv->n_ctx = n_ctx;
+    pool->n_seqs++;
     *out = kv;
     return SD_OK;
 }
 
+int sd_kv_storage_bytes(const sd_kv_params *p, size_t *out, sd_error *err) {
+    if (!p) return sd_errorf(err, SD_ERR_ARG, "kv cache: params is NULL");
+    sd_kv_pool_params pp = {p->n_layer, p->kv_dim, p->n_ctx, 1, p->type, NULL};
+    if (p->n_ctx <= 0)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "kv cache: sizes must be positive (n_layer %d, n_ctx %d, kv_dim %d)",
+                         p->n_layer, p->n_ctx, p->kv_dim);
+    return sd_kv_pool_storage_bytes(&pp, out, err);
+}
+
+int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
+    *out = NULL;
+    if (!p) return sd_errorf(err, SD_ERR_ARG, "kv cache: params is NULL");
+    if (p->n_layer <= 0 || p->n_ctx <= 0 || p->kv_dim <= 0)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "kv cache: sizes must be positive (n_layer %d, n_ctx %d, kv_dim %d)",
+                         p->n_layer, p->n_ctx, p->kv_dim);
+    sd_kv_pool_params pp = {p->n_layer, p->kv_dim, p->n_ctx, 1, p->type, p->storage};
+    sd_kv_pool *pool = NULL;
+    int rc = sd_kv_pool_init(&pp, &pool, err);
+    if (rc) return rc;
+    sd_kv *kv = NULL;
+    rc = seq_new(pool, p->n_ctx, &kv, err);
+    if (rc) {
+        sd_kv_pool_free(pool);
+        return rc;
+    }
+    kv->own_pool = 1;
+    kv->table[0] = sd_kv_pool_take(pool); /* the one block, mapped for good */
+    kv->held = 1;
+    *out = kv;
+    return SD_OK;
+}
+
+int sd_kv_seq_init(sd_kv_pool *pool, int32_t n_ctx, sd_kv **out, sd_error *err) {
+    *out = NULL;
+    if (!pool) return sd_errorf(err, SD_ERR_ARG, "kv sequence: pool is NULL");
+    /* n_ctx may exceed the pool: reserve then fails when no block is left. */
+    if (n_ctx <= 0 || n_ctx > SD_KV_MAX_SEQ_CTX)
+        return sd_errorf(err, SD_ERR_ARG, "kv sequence: n_ctx %d, expected 1 .. %d", n_ctx,
+                         SD_KV_MAX_SEQ_CTX);
+    return seq_new(pool, n_ctx, out, err);
+}
+
+/* Return the blocks of table[keep ..] to the pool. */
+static void release_from(sd_kv *kv, int32_t keep) {
+    while (kv->held > keep)
+        sd_kv_pool_unref(kv->pool, kv->table[--kv->held]);
+}
+
 void sd_kv_free(sd_kv *kv) {
     if (!kv) return;
-    free(kv->owned);
+    sd_kv_pool *pool = kv->pool;
+    release_from(kv, 0);
+    pool->n_seqs--;
+    free(kv->table);
+    const int own = kv->own_pool;
     free(kv);
+    if (own) sd_kv_pool_free(pool);
 }
 
 int32_t sd_kv_n(const sd_kv *kv) {
@@ -103,27 +92,72 @@ int32_t sd_kv_capacity(const sd_kv *kv) {
     return kv->n_ctx;
 }
 sd_type sd_kv_type(const sd_kv *kv) {
-    return kv->type;
+    return kv->pool->type;
 }
 int32_t sd_kv_dim(const sd_kv *kv) {
-    return kv->kv_dim;
+    return kv->pool->kv_dim;
 }
 size_t sd_kv_row_bytes(const sd_kv *kv) {
-    return kv->row_bytes;
+    return kv->pool->row_bytes;
+}
+int32_t sd_kv_n_blocks(const sd_kv *kv) {
+    return kv->own_pool ? 0 : kv->held; /* a contiguous cache's one block is its own */
+}
+sd_kv_pool *sd_kv_pool_of(sd_kv *kv) {
+    return kv->pool;
 }
 
-int sd_kv_reserve(const sd_kv *kv, int32_t m, sd_error *err) {
+/* Copy rows [0, n_rows) of every layer's K and V from block src to block dst. */
+static void copy_rows(sd_kv_pool *p, int32_t dst, int32_t src, int32_t n_rows) {
+    const size_t bytes = (size_t)n_rows * p->row_bytes;
+    for (int32_t l = 0; l < p->n_layer; l++) {
+        const size_t base = (size_t)l * p->layer_len;
+        memcpy(p->k + base + (size_t)dst * p->block_bytes,
+               p->k + base + (size_t)src * p->block_bytes, bytes);
+        memcpy(p->v + base + (size_t)dst * p->block_bytes,
+               p->v + base + (size_t)src * p->block_bytes, bytes);
+    }
+    p->n_cow++;
+}
+
+int sd_kv_reserve(sd_kv *kv, int32_t m, sd_error *err) {
     if (m < 0) return sd_errorf(err, SD_ERR_ARG, "kv cache: cannot reserve %d positions", m);
     if (m > kv->n_ctx - kv->n)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "context full: %d positions in use + %d new > n_ctx %d", kv->n, m,
                          kv->n_ctx);
+    if (m == 0 || kv->own_pool) return SD_OK;
+    sd_kv_pool *p = kv->pool;
+    const int32_t first = kv->n / p->bs, last = (kv->n + m - 1) / p->bs;
+    const int32_t held0 = kv->held;
+    /* Copy-on-write of the block position n falls in, if it is mapped and shared. */
+    if (first < kv->held && p->refs[kv->table[first]] > 1) {
+        const int32_t nb = sd_kv_pool_take(p);
+        if (nb < 0) goto full;
+        const int32_t old = kv->table[first];
+        if (kv->n % p->bs) copy_rows(p, nb, old, kv->n % p->bs);
+        kv->table[first] = nb;
+        sd_kv_pool_unref(p, old);
+    }
+    while (kv->held <= last) {
+        const int32_t nb = sd_kv_pool_take(p);
+        if (nb < 0) goto full;
+        kv->table[kv->held++] = nb;
+    }
     return SD_OK;
+full:
+    release_from(kv, held0); /* the blocks mapped here (a copy-on-write copy stays) */
+    return sd_errorf(err, SD_ERR_OOM,
+                     "kv cache: no free block for %d more positions (pool of %d blocks of %d, "
+                     "none free or evictable)",
+                     m, p->n_blocks, p->bs);
 }
 
 void sd_kv_commit(sd_kv *kv, int32_t m) {
     SD_CHECK(m >= 0 && m <= kv->n_ctx - kv->n, "sd_kv_commit: m was not reserved");
     if (m < 0 || m > kv->n_ctx - kv->n) return; /* our bug; never corrupt n */
+    SD_CHECK(kv->own_pool || sd_kv_pool_blocks_for(kv->pool, kv->n + m) <= kv->held,
+             "sd_kv_commit: positions without blocks");
     kv->n += m;
 }
 
@@ -132,28 +166,55 @@ int sd_kv_truncate(sd_kv *kv, int32_t n_keep, sd_error *err) {
         return sd_errorf(err, SD_ERR_ARG, "kv cache: cannot truncate to %d (0..%d committed)",
                          n_keep, kv->n);
     kv->n = n_keep;
+    if (!kv->own_pool) release_from(kv, sd_kv_pool_blocks_for(kv->pool, n_keep));
     return SD_OK;
 }
 
-static size_t kv_off(const sd_kv *kv, int32_t layer, int32_t pos) {
-    return (size_t)layer * kv->layer_len + (size_t)pos * kv->row_bytes;
+int sd_kv_fork(sd_kv *dst, const sd_kv *src, int32_t n, sd_error *err) {
+    if (!dst || !src || dst->pool != src->pool || dst->own_pool)
+        return sd_errorf(err, SD_ERR_ARG, "kv fork: sequences of one paged pool expected");
+    if (dst->n != 0 || dst->held != 0)
+        return sd_errorf(err, SD_ERR_ARG, "kv fork: the destination holds %d positions", dst->n);
+    if (n < 0 || n > src->n || n > dst->n_ctx)
+        return sd_errorf(err, SD_ERR_ARG, "kv fork: %d positions, expected 0 .. %d", n,
+                         src->n < dst->n_ctx ? src->n : dst->n_ctx);
+    const int32_t nb = sd_kv_pool_blocks_for(src->pool, n);
+    for (int32_t i = 0; i < nb; i++) {
+        sd_kv_pool_ref(src->pool, src->table[i]);
+        dst->table[i] = src->table[i];
+    }
+    dst->held = nb;
+    dst->n = n;
+    return SD_OK;
+}
+
+/* Byte offset of position pos of layer l in the K (or V) region; (size_t)-1 when pos
+ * has no block. */
+static size_t row_off(const sd_kv *kv, int32_t layer, int32_t pos) {
+    const sd_kv_pool *p = kv->pool;
+    if (layer < 0 || layer >= p->n_layer || pos < 0 || pos >= kv->n_ctx) return (size_t)-1;
+    const int32_t i = pos / p->bs;
+    if (i >= kv->held) return (size_t)-1;
+    return (size_t)layer * p->layer_len + (size_t)kv->table[i] * p->block_bytes +
+           (size_t)(pos % p->bs) * p->row_bytes;
 }
 
 void *sd_kv_k(sd_kv *kv, int32_t layer, int32_t pos) {
-    SD_CHECK(layer >= 0 && layer < kv->n_layer && pos >= 0 && pos < kv->n_ctx,
-             "sd_kv_k: layer or position out of range");
-    if (layer < 0 || layer >= kv->n_layer || pos < 0 || pos >= kv->n_ctx) return NULL;
-    return kv->k + kv_off(kv, layer, pos);
+    const size_t off = row_off(kv, layer, pos);
+    SD_CHECK(off != (size_t)-1, "sd_kv_k: layer or position out of range");
+    return off == (size_t)-1 ? NULL : kv->pool->k + off;
 }
 
 void *sd_kv_v(sd_kv *kv, int32_t layer, int32_t pos) {
-    SD_CHECK(layer >= 0 && layer < kv->n_layer && pos >= 0 && pos < kv->n_ctx,
-             "sd_kv_v: layer or position out of range");
-    if (layer < 0 || layer >= kv->n_layer || pos < 0 || pos >= kv->n_ctx) return NULL;
-    return kv->v + kv_off(kv, layer, pos);
+    const size_t off = row_off(kv, layer, pos);
+    SD_CHECK(off != (size_t)-1, "sd_kv_v: layer or position out of range");
+    return off == (size_t)-1 ? NULL : kv->pool->v + off;
 }
 
 int32_t sd_kv_span(const sd_kv *kv, int32_t pos) {
     if (pos < 0 || pos >= kv->n_ctx) return 0;
-    return kv->n_ctx - pos;
+    const int32_t bs = kv->pool->bs;
+    if (pos / bs >= kv->held) return 0;
+    const int32_t span = bs - pos % bs;
+    return span < kv->n_ctx - pos ? span : kv->n_ctx - pos;
 }

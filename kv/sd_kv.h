@@ -1,26 +1,40 @@
 /*
- * kv/: the KV cache bookkeeping, per model session, all layers, one sequence (seq 0) for
- * now. Owns the committed length and, when it allocated it, the storage. May include
- * runtime/base and quant (element types) only. The storage may be backend memory (a
- * device address): this part only computes row addresses and never dereferences the
- * storage it was given.
+ * kv/: the KV cache bookkeeping of a model session, all layers: a pool of fixed-size
+ * blocks of positions (pool.c), per sequence a block table (kv.c: sd_kv), reference
+ * counts with copy-on-write, and a prefix cache of full blocks keyed by their tokens
+ * (prefix.c). Owns the block accounting and, when it allocated it, the storage. May
+ * include runtime/base and quant (element types) only. A contiguous cache (sd_kv_init)
+ * may live in backend memory (a device address): this part then only computes row
+ * addresses. A paged pool (sd_kv_pool_init) copies rows itself (copy-on-write), so its
+ * storage must be host memory (the CPU backend; sessions refuse paged KV elsewhere).
  *
- * Layout today: per layer, K and V are contiguous [n_ctx, kv_dim] rows of the cache's
- * element type (kv_dim = n_head_kv * head_dim), so position p of layer l is one row.
- * Element types: SD_TYPE_F32 (4 bytes, exact) or SD_TYPE_F16 (IEEE binary16, 2 bytes:
- * half the memory and half the bytes attention reads; K/V values are rounded to
- * nearest-even when stored, and readers convert them back to f32). Callers reach
- * rows only through sd_kv_k / sd_kv_v (never by pointer arithmetic across positions
- * beyond the span returned), which is what lets paged blocks come later without
- * touching the forward pass: a paged cache returns per-block spans.
+ * Layout. A pool holds n_blocks blocks of block_size positions. Per layer, K and V are
+ * each [n_blocks * block_size, kv_dim] rows of the pool's element type (kv_dim =
+ * n_head_kv * head_dim), so block b of layer l holds positions [0, block_size) of
+ * whichever sequence maps it, one row each, block_size rows contiguous. A contiguous
+ * cache (sd_kv_init) is a pool of one block of n_ctx positions mapped by one sequence.
+ * Element types (sd_kv_type_ok): F32 (exact), F16 (IEEE binary16, rounded to nearest
+ * even when stored), Q8_0 and Q4_0 (quant/sd_quant.h block layouts, 32 elements per
+ * block, the reference quantizer applied to each row when it is stored; kv_dim must be
+ * a multiple of 32). Readers convert elements to f32 exactly (a scale times an integer).
+ * Bytes per position of one layer: 2 * sd_kv_type_row_bytes(type, kv_dim) (the KV
+ * formula 2 x layers x KV heads x head dim x bytes per element over all layers).
  *
- * Contract (positions are 0-based, contiguous, starting at 0):
- *   n = sd_kv_n(kv) positions [0, n) hold committed K/V.
- *   sd_kv_reserve(kv, m) checks that [n, n + m) fits; the forward pass then writes
- *   those rows and calls sd_kv_commit(kv, m), making n += m.
- *   sd_kv_truncate(kv, n') with n' <= n drops positions [n', n) in O(1) (no copy; the
- *   rows are simply overwritten by later appends). This is the rollback after a
- *   rejected draft: llama.cpp's llama_kv_cache_seq_rm(seq, n', -1).
+ * Callers reach rows only through sd_kv_k / sd_kv_v, and never step from a row beyond
+ * the span sd_kv_span returns (the rest of its block): that is what lets a sequence's
+ * rows sit in blocks anywhere in the pool.
+ *
+ * Sequence contract (positions are 0-based and contiguous from 0):
+ *   n = sd_kv_n(kv): positions [0, n) hold committed K/V.
+ *   sd_kv_reserve(kv, m) makes [n, n + m) writable: it maps blocks from the pool for
+ *   them and, when the block holding position n is shared (its reference count is
+ *   above 1: another sequence or the prefix cache holds it), first copies that block's
+ *   rows [0, n mod block_size) into a block of its own (copy-on-write). The forward pass
+ *   then writes those rows and calls sd_kv_commit(kv, m), making n += m.
+ *   sd_kv_truncate(kv, n') with n' <= n drops positions [n', n) and returns the blocks
+ *   past the one holding position n' - 1 to the pool: O(blocks returned), so the
+ *   rollback of a rejected draft (at most K positions) is O(1). llama.cpp's
+ *   llama_kv_cache_seq_rm(seq, n', -1).
  */
 #ifndef SD_KV_H
 #define SD_KV_H
@@ -36,44 +50,140 @@ extern "C" {
 #endif
 
 typedef struct sd_kv sd_kv;
+typedef struct sd_kv_pool sd_kv_pool;
+
+/* Largest block a paged pool takes (positions). */
+#define SD_KV_MAX_BLOCK 256
+
+/* 1 if t is a KV element type here (F32, F16, Q8_0, Q4_0), else 0. */
+int sd_kv_type_ok(sd_type t);
+/* Bytes of one row of kv_dim elements of t; 0 if t is not a KV type or kv_dim does not
+ * fit its blocks (a multiple of 32 for Q8_0 / Q4_0). */
+size_t sd_kv_type_row_bytes(sd_type t, int32_t kv_dim);
+
+/* ---- a contiguous cache: one sequence of n_ctx positions ---- */
 
 typedef struct sd_kv_params {
     int32_t n_layer;
     int32_t n_ctx;  /* capacity in positions */
     int32_t kv_dim; /* n_head_kv * head_dim */
-    sd_type type;   /* element type: SD_TYPE_F32 (0, the default) or SD_TYPE_F16 */
+    sd_type type;   /* element type: SD_TYPE_F32 (0, the default), F16, Q8_0, Q4_0 */
     /* Storage of sd_kv_storage_bytes(p) bytes (K rows of every layer, then V rows), e.g. a
      * backend buffer, not owned, zeroed by its owner; NULL: the cache allocates (zeroed)
      * host memory itself. */
     void *storage;
 } sd_kv_params;
 
-/* Bytes of storage a cache for p needs (2 * n_layer * n_ctx * kv_dim elements of p->type,
- * overflow-checked). Errors: as sd_kv_init. */
+/* Bytes of storage a cache for p needs (2 * n_layer * n_ctx rows of kv_dim elements of
+ * p->type, overflow-checked). Errors: as sd_kv_init. */
 int sd_kv_storage_bytes(const sd_kv_params *p, size_t *out, sd_error *err);
 
 /* Make a cache over p->storage (or allocated host memory). Errors: SD_ERR_ARG
- * (non-positive or too large sizes, a type other than F32 / F16), SD_ERR_OOM. */
+ * (non-positive or too large sizes, a type that is not a KV type, kv_dim not a multiple
+ * of 32 for Q8_0 / Q4_0), SD_ERR_OOM. */
 int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err);
-void sd_kv_free(sd_kv *kv); /* NULL accepted */
+/* Free a cache or a sequence (its blocks go back to the pool). NULL accepted. */
+void sd_kv_free(sd_kv *kv);
+
+/* ---- a paged pool and its sequences ---- */
+
+typedef struct sd_kv_pool_params {
+    int32_t n_layer;
+    int32_t kv_dim;     /* n_head_kv * head_dim */
+    int32_t block_size; /* positions per block, 1 .. SD_KV_MAX_BLOCK (16 or 32 are usual) */
+    int32_t n_blocks;   /* blocks in the pool, >= 1 */
+    sd_type type;       /* element type, as sd_kv_params */
+    /* Host storage of sd_kv_pool_storage_bytes(p) bytes, not owned, zeroed; NULL: the
+     * pool allocates it. */
+    void *storage;
+} sd_kv_pool_params;
+
+int sd_kv_pool_storage_bytes(const sd_kv_pool_params *p, size_t *out, sd_error *err);
+/* Errors: SD_ERR_ARG (sizes out of range, the type as sd_kv_init), SD_ERR_OOM. */
+int sd_kv_pool_init(const sd_kv_pool_params *p, sd_kv_pool **out, sd_error *err);
+/* Free a pool whose sequences are all freed. NULL accepted. */
+void sd_kv_pool_free(sd_kv_pool *pool);
+
+/* A new, empty sequence of at most n_ctx positions over pool's blocks (the pool must
+ * outlive it). It holds no block until sd_kv_reserve. Errors: SD_ERR_ARG, SD_ERR_OOM. */
+int sd_kv_seq_init(sd_kv_pool *pool, int32_t n_ctx, sd_kv **out, sd_error *err);
+
+/* Block accounting of a pool. */
+typedef struct sd_kv_pool_stats {
+    int32_t n_blocks;      /* in the pool */
+    int32_t block_size;    /* positions per block */
+    int32_t n_free;        /* on the free list */
+    int32_t n_cached;      /* held by the prefix cache (some also mapped by sequences) */
+    int32_t n_cached_idle; /* held by the prefix cache alone: reusable, evicted on demand */
+    int64_t n_hit_blocks;  /* blocks a sequence reused from the prefix cache, ever */
+    int64_t n_evicted;     /* cached blocks evicted to make room, ever */
+    int64_t n_cow;         /* copy-on-write copies, ever */
+} sd_kv_pool_stats;
+
+void sd_kv_pool_get_stats(const sd_kv_pool *pool, sd_kv_pool_stats *out);
+/* Blocks a new request can count on: free plus idle cached ones. */
+int32_t sd_kv_pool_n_available(const sd_kv_pool *pool);
+/* Blocks a sequence of n positions maps: ceil(n / block_size). */
+int32_t sd_kv_pool_blocks_for(const sd_kv_pool *pool, int64_t n);
+/* Check the pool's accounting (every block either free or referenced, the free list
+ * without duplicates, the cache's counts): SD_OK, or SD_ERR_ARG naming the first
+ * inconsistency (a bug). n_seq_refs: the references the caller's live sequences hold
+ * in total (sd_kv_n_blocks summed), or -1 not to check that sum. */
+int sd_kv_pool_check(const sd_kv_pool *pool, int64_t n_seq_refs, sd_error *err);
+
+/* Make dst (an empty sequence of the same pool) share src's blocks for positions
+ * [0, n), n <= sd_kv_n(src): dst then holds those n positions, and the first write of
+ * either into a shared block copies it (copy-on-write). Errors: SD_ERR_ARG. */
+int sd_kv_fork(sd_kv *dst, const sd_kv *src, int32_t n, sd_error *err);
+
+/*
+ * Prefix cache (paged pools). Full blocks of committed positions are registered under
+ * their tokens and their parent (the cached block before them), so a block is found
+ * only after the exact same tokens from position 0: its rows are then exactly the rows
+ * that sequence would compute (K/V at a position depend only on the tokens up to it).
+ * The cache holds one reference to each block it registers; blocks it alone holds are
+ * evicted, least recently used first and children before parents, when the pool runs
+ * out of free blocks.
+ *
+ * sd_kv_cache_attach: an empty sequence takes the longest cached chain of full blocks
+ * matching tokens[0 .. n) (n limits the match: whole blocks inside [0, n)). Returns the
+ * positions it now holds (a multiple of block_size, possibly 0).
+ * sd_kv_cache_store: register the full blocks of positions [0, n) of kv (n <= sd_kv_n;
+ * tokens[0 .. n) are the ids at those positions) that are not cached yet. A block whose
+ * tokens and parent are already cached under another block is not stored twice; its
+ * children are stored under that block. No-op on a contiguous cache.
+ * sd_kv_pool_cache_clear: drop every cached block that no sequence maps.
+ */
+int32_t sd_kv_cache_attach(sd_kv *kv, const int32_t *tokens, int32_t n);
+void sd_kv_cache_store(sd_kv *kv, const int32_t *tokens, int32_t n);
+void sd_kv_pool_cache_clear(sd_kv_pool *pool);
+
+/* ---- every cache: a sequence's view ---- */
 
 int32_t sd_kv_n(const sd_kv *kv);        /* committed positions */
 int32_t sd_kv_capacity(const sd_kv *kv); /* n_ctx */
 sd_type sd_kv_type(const sd_kv *kv);     /* element type of the rows */
 int32_t sd_kv_dim(const sd_kv *kv);      /* elements per row */
-size_t sd_kv_row_bytes(const sd_kv *kv); /* kv_dim * element size */
+size_t sd_kv_row_bytes(const sd_kv *kv); /* sd_kv_type_row_bytes(type, kv_dim) */
+int32_t sd_kv_n_blocks(const sd_kv *kv); /* blocks the sequence maps */
+sd_kv_pool *sd_kv_pool_of(sd_kv *kv);    /* the pool (a contiguous cache: its own) */
 
-/* Check that m more positions fit. SD_ERR_CONTEXT if n + m > n_ctx (state unchanged). */
-int sd_kv_reserve(const sd_kv *kv, int32_t m, sd_error *err);
+/* Make m more positions writable (see the contract at the top). Errors: SD_ERR_CONTEXT if
+ * n + m > n_ctx, SD_ERR_OOM if the pool has no block left (neither free nor evictable);
+ * on error the committed positions are unchanged (a block copied for copy-on-write stays:
+ * it holds the same rows). */
+int sd_kv_reserve(sd_kv *kv, int32_t m, sd_error *err);
 /* Mark m reserved positions as written: n += m (m must have been reserved). */
 void sd_kv_commit(sd_kv *kv, int32_t m);
-/* Drop positions [n', n). SD_ERR_ARG if n' < 0 or n' > n (state unchanged). O(1). */
+/* Drop positions [n', n) and the blocks past position n' - 1. SD_ERR_ARG if n' < 0 or
+ * n' > n (state unchanged). */
 int sd_kv_truncate(sd_kv *kv, int32_t n_keep, sd_error *err);
 
-/* Row of K (resp. V) for layer l at position pos: kv_dim elements of sd_kv_type(kv)
- * (float[kv_dim] for F32, uint16_t[kv_dim] binary16 for F16). pos < capacity. The rows
- * of positions [pos, pos + sd_kv_span(kv, pos)) are contiguous, sd_kv_row_bytes(kv)
- * bytes apart. */
+/* Row of K (resp. V) for layer l at position pos: sd_kv_row_bytes(kv) bytes of
+ * sd_kv_type(kv) (float[kv_dim] for F32, uint16_t[kv_dim] binary16 for F16, kv_dim / 32
+ * blocks for Q8_0 / Q4_0). pos must be reserved or committed (a mapped block); NULL
+ * otherwise. The rows of positions [pos, pos + sd_kv_span(kv, pos)) are contiguous,
+ * sd_kv_row_bytes(kv) bytes apart. */
 void *sd_kv_k(sd_kv *kv, int32_t layer, int32_t pos);
 void *sd_kv_v(sd_kv *kv, int32_t layer, int32_t pos);
 int32_t sd_kv_span(const sd_kv *kv, int32_t pos);

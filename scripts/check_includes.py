@@ -21,6 +21,7 @@ FACE = {
     "model": "runtime/model/sd_model.h",
     "backend": "runtime/backend/sd_backend.h",
     "engine": "runtime/engine/sd_engine.h",
+    "server": "runtime/server/sd_server.h",
     "convert": "runtime/convert/sd_convert.h",
     "quant": "quant/sd_quant.h",
     "kv": "kv/sd_kv.h",
@@ -45,6 +46,8 @@ ALLOWED = {
     "runtime/convert": ["base", "gguf", "quant", "tokenizer"],
     "runtime/engine": ["base", "gguf", "tokenizer", "model", "quant", "kv", "draft", "target",
                        "sample", "verify"],
+    "runtime/server": ["base", "gguf", "tokenizer", "model", "quant", "kv", "draft", "target",
+                       "sample", "verify", "engine"],
 }
 # Folders free to include any face (not library parts).
 FREE = ["runtime/cli", "tests"]

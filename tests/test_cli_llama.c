@@ -132,8 +132,8 @@ Test(cli_llama, cache_types) {
     expect_usage(args, "share one element type");
     snprintf(args, sizeof args, "generate -m %s -p t5 -ctv f16 --kv-type f32", g_t);
     expect_usage(args, "share one element type");
-    snprintf(args, sizeof args, "generate -m %s -p t5 -ctk q8_0", g_t);
-    expect_usage(args, "q8_0");
+    snprintf(args, sizeof args, "generate -m %s -p t5 -ctk q5_0", g_t);
+    expect_usage(args, "q8_0 or q4_0");
 }
 
 Test(cli_llama, ctx_size_draft) {

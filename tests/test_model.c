@@ -695,10 +695,24 @@ Test(model, bad_inputs_leave_session_unchanged) {
     p.n_threads = -1;
     cr_expect_eq(sd_session_init(m, &p, &bad, &err), SD_ERR_ARG);
     p.n_threads = 1;
-    p.kv_type = SD_TYPE_Q8_0;
+    p.kv_type = SD_TYPE_Q4_1; /* not a KV type */
     cr_expect_eq(sd_session_init(m, &p, &bad, &err), SD_ERR_ARG);
     cr_expect(strstr(err.msg, "kv_type") != NULL, "%s", err.msg);
     cr_expect_null(bad);
+    p.kv_type = SD_TYPE_Q8_0; /* a KV type, but this model's head_dim 8 has no 32-blocks */
+    cr_expect_eq(sd_session_init(m, &p, &bad, &err), SD_ERR_UNSUPPORTED);
+    cr_expect(strstr(err.msg, "head_dim") != NULL, "%s", err.msg);
+    cr_expect_null(bad);
+    p.kv_type = SD_TYPE_F32;
+    p.n_seq = 2;
+    p.device = SD_DEVICE_CUDA; /* paged KV is the CPU's: refused by name before any device */
+    cr_expect_eq(sd_session_init(m, &p, &bad, &err), SD_ERR_UNSUPPORTED);
+    cr_expect(strstr(err.msg, "paged") != NULL, "%s", err.msg);
+    cr_expect_null(bad);
+    p.device = SD_DEVICE_CPU;
+    p.n_seq = -1;
+    cr_expect_eq(sd_session_init(m, &p, &bad, &err), SD_ERR_ARG);
+    p.n_seq = 0;
     cr_expect_eq(sd_session_default_params().kv_type, SD_TYPE_F32);
 
     sd_session *s = session_new(m, 8, 4, 1);

@@ -43,12 +43,15 @@
  *   add_bias : Y [n_tok, n] += b [n] (every row)
  *   kv_store : K, V [n_tok, kv_dim] -> KV cache rows of layer l at positions
  *              pos0 .. pos0 + n_tok - 1 (must be reserved), converted to the cache's
- *              element type (F32: copied; F16: rounded to nearest even)
+ *              element type (F32: copied; F16: rounded to nearest even; Q8_0 / Q4_0, CPU
+ *              only: each row quantized by the reference quantizer)
  *   attention: Q [n_tok, n_head * head_dim], KV cache layer l positions [0, pos0+n_tok)
  *              -> O [n_tok, n_head * head_dim]. Query t (position p = pos0 + t) sees
  *              keys [0, p] (causal); head h reads KV head h / (n_head / n_head_kv) (GQA);
- *              scores scaled by 1/sqrt(head_dim), softmax over keys. F16 rows are
- *              converted to f32 as they are read.
+ *              scores scaled by 1/sqrt(head_dim), softmax over keys. F16 / Q8_0 / Q4_0
+ *              rows are converted to f32 as they are read. The cache may be paged (kv/:
+ *              rows in blocks, reached span by span through sd_kv_span); the CPU backend
+ *              reads every layout, a device backend refuses what it cannot read.
  *   softmax  : X [n_rows, n] in place, per row
  *   swiglu   : G [n], U [n] -> Y [n], y = silu(g) * u (Y may alias G or U)
  *   add      : Y [n] += X [n]

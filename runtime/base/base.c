@@ -28,6 +28,8 @@ const char *sd_status_str(sd_status st) {
         return "context full";
     case SD_ERR_CONFIG:
         return "config error";
+    case SD_ERR_BUSY:
+        return "busy";
     }
     return "unknown status";
 }

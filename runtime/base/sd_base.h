@@ -34,6 +34,7 @@ typedef enum sd_status {
     SD_ERR_MISMATCH = 6,    /* draft and target do not pair (vocabulary) */
     SD_ERR_CONTEXT = 7,     /* context full: prompt too long or KV cache out of room */
     SD_ERR_CONFIG = 8,      /* bad config file key/value */
+    SD_ERR_BUSY = 9,        /* a queue is full: try again later (a server's 503) */
 } sd_status;
 
 #define SD_ERROR_MSG_MAX 512

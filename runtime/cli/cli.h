@@ -18,6 +18,7 @@
  *               roof.c           --roof / the roof of --kernels: best streaming read
  *   perplexity  perplexity.c     mean NLL (nats/token) and perplexity over stories
  *   compare     compare.c        logits of one model on two devices (or split)
+ *   serve       cmd_serve.c      the OpenAI-compatible HTTP server (runtime/server)
  *
  * Below them, the pieces the commands share: messages, strict numbers, reading a file,
  * the generation flags of generate and bench with their merge over a pair config and
@@ -50,6 +51,7 @@ int sd_cmd_synth(int argc, char **argv);      /* runtime/cli/synth.c */
 int sd_cmd_compare(int argc, char **argv);    /* runtime/cli/compare.c */
 int sd_cmd_bench(int argc, char **argv);      /* runtime/cli/bench.c */
 int sd_cmd_perplexity(int argc, char **argv); /* runtime/cli/perplexity.c */
+int sd_cmd_serve(int argc, char **argv);      /* runtime/cli/cmd_serve.c */
 
 /* The options of `specdec generate` (its --help; also part of `specdec --help`). */
 void sd_cli_generate_help(FILE *f);

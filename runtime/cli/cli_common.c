@@ -251,8 +251,8 @@ static int gen_option(int o, const char *arg, sd_cli_gen_opts *g) {
         g->no_bos = 1;
         break;
     case SD_CLI_OPT_KV_TYPE:
-        if (strcmp(arg, "f32") && strcmp(arg, "f16"))
-            return sd_cli_usage(h, "--kv-type: expected f32 or f16, found '%s'", arg);
+        if (strcmp(arg, "f32") && strcmp(arg, "f16") && strcmp(arg, "q8_0") && strcmp(arg, "q4_0"))
+            return sd_cli_usage(h, "--kv-type: expected f32, f16, q8_0 or q4_0, found '%s'", arg);
         g->kv_type = arg;
         break;
     case SD_CLI_OPT_DEVICE:
@@ -425,7 +425,8 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     ep->n_ctx = (int32_t)(g->has_ctx ? g->ctx : (cfg->has_ctx_size ? cfg->ctx_size : 0));
     ep->n_ctx_draft = g->has_ctx_draft ? (int32_t)g->ctx_draft : 0;
     p->kv_type = g->kv_type ? g->kv_type : cfg->kv_type;
-    ep->kv_type = p->kv_type && !strcmp(p->kv_type, "f16") ? SD_TYPE_F16 : SD_TYPE_F32;
+    ep->kv_type = SD_TYPE_F32;
+    if (p->kv_type && sd_type_from_name(p->kv_type, &ep->kv_type) != 0) ep->kv_type = SD_TYPE_F32;
     ep->device = resolve_device(g->device, g->ngl, cfg->device, SD_DEVICE_CPU, "-ngl");
     ep->device_draft =
         resolve_device(g->device_draft, g->ngl_draft, cfg->device_draft, ep->device, "-ngld");

@@ -89,6 +89,11 @@ static const char *const k_aliases[][2] = {
     {"-cnv", "--chat"},
     {"-sys", "--system"},
     {"-i", "--interactive"},
+    /* serve's (other commands do not have them: the ignored table below notes them) */
+    {"-np", "--parallel"},
+    {"-b", "--batch-size"},
+    {"-cb", "--cont-batching"},
+    {"-kvu", "--kv-unified"},
 };
 
 static const ignored_flag *find_ignored(const char *a, size_t len) {
@@ -205,10 +210,12 @@ int sd_cli_prescan(int *argc, char **argv, const char *shortopts, const struct o
 
 /* ---- the flags of this group ---- */
 
-/* "f32" / "f16" (llama.cpp's names of the two KV types specdec has), or NULL. */
+/* "f32", "f16", "q8_0", "q4_0" (llama.cpp's names of the KV types specdec has; the
+ * quantized ones on the CPU), or NULL. */
 static const char *kv_name(const char *arg) {
-    if (!strcmp(arg, "f32")) return "f32";
-    if (!strcmp(arg, "f16")) return "f16";
+    static const char *const names[] = {"f32", "f16", "q8_0", "q4_0"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(arg, names[i])) return names[i];
     return NULL;
 }
 
@@ -224,10 +231,10 @@ int sd_cli_extra_option(int o, const char *arg, sd_cli_gen_opts *g) {
         const char *t = kv_name(arg);
         if (!t)
             return sd_cli_usage(h,
-                                is_k ? "-ctk/--cache-type-k: expected f32 or f16 (the KV-cache "
-                                       "types specdec has), found '%s'"
-                                     : "-ctv/--cache-type-v: expected f32 or f16 (the KV-cache "
-                                       "types specdec has), found '%s'",
+                                is_k ? "-ctk/--cache-type-k: expected f32, f16, q8_0 or q4_0 (the "
+                                       "KV-cache types specdec has), found '%s'"
+                                     : "-ctv/--cache-type-v: expected f32, f16, q8_0 or q4_0 (the "
+                                       "KV-cache types specdec has), found '%s'",
                                 arg);
         *(is_k ? &g->cache_type_k : &g->cache_type_v) = t;
         return 0;
@@ -340,9 +347,7 @@ int sd_cli_extra_finish(sd_cli_gen_opts *g) {
         snprintf(what, sizeof what, "%s%s%s%s%s%s", k ? "-ctk " : "", k ? k : "",
                  v ? (k ? ", -ctv " : "-ctv ") : "", v ? v : "",
                  kv ? ((k || v) ? ", --kv-type " : "--kv-type ") : "", kv ? kv : "");
-        return sd_cli_usage(g->hint,
-                            "the K and V caches share one element type here (f32 or f16), "
-                            "found %s",
+        return sd_cli_usage(g->hint, "the K and V caches share one element type here, found %s",
                             what);
     }
     g->kv_type = t;

@@ -128,14 +128,15 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
             rc = get_str(path, key, v, err);
             if (rc) break;
             const char *t = json_string_value(v);
-            if (!strcmp(t, "f32"))
-                cfg->kv_type = "f32";
-            else if (!strcmp(t, "f16"))
-                cfg->kv_type = "f16";
-            else
+            static const char *const kv[] = {"f32", "f16", "q8_0", "q4_0"};
+            cfg->kv_type = NULL;
+            for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+                if (!strcmp(t, kv[i])) cfg->kv_type = kv[i];
+            if (!cfg->kv_type)
                 rc = sd_errorf(err, SD_ERR_CONFIG,
-                               "%s: key 'kv_type': expected \"f32\" or \"f16\", found \"%s\"", path,
-                               shown(t, vshow, sizeof vshow));
+                               "%s: key 'kv_type': expected \"f32\", \"f16\", \"q8_0\" or "
+                               "\"q4_0\", found \"%s\"",
+                               path, shown(t, vshow, sizeof vshow));
         } else if (!strcmp(key, "device") || !strcmp(key, "device_draft")) {
             rc = get_str(path, key, v, err);
             if (rc) break;

@@ -13,7 +13,7 @@
  *   "threads"      integer  >= 0 (0 = all cores)
  *   "ctx_size"     integer  >= 0 (0 = the target's training context)
  *   "prompt"       string
- *   "kv_type"      string   "f32" or "f16": KV-cache element type
+ *   "kv_type"      string   "f32", "f16", "q8_0" or "q4_0": KV-cache element type
  *   "draft_type"   string   none, llm, ngram, ngram+llm (llama.cpp: draft-simple, ngram-simple)
  *   "draft_policy" string   "fixed" or "adaptive" (the K controller with auto-off)
  *   "draft_p_min"  number   [0, 1]: LLM draft confidence cut-off (0 = off)
@@ -50,7 +50,7 @@ typedef struct sd_config {
     char *target; /* malloc'd, resolved path, or NULL */
     char *draft;
     char *prompt;
-    const char *kv_type; /* static string "f32"/"f16", or NULL */
+    const char *kv_type; /* static string "f32", "f16", "q8_0", "q4_0", or NULL */
     const char *device;  /* static string "cpu"/"cuda", or NULL */
     const char *device_draft;
     int has_tensor_split;

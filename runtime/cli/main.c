@@ -7,6 +7,7 @@
  *                                              q4_k_m, q5_k_m)
  *   specdec info      FILE.gguf
  *   specdec tokenize  -m FILE.gguf [--no-bos] [--special] (-p TEXT | -f FILE)
+ *   specdec serve     -m TARGET [-md DRAFT] [--host H --port N -np N]   (HTTP server)
  *   specdec --version
  *
  * Errors print one line "specdec: <what>" to stderr and exit 1 (2 for usage errors).
@@ -39,6 +40,7 @@ static void print_help(FILE *f) {
                "  synth      -o DIR [--preset P --type T --noise S]  synthetic target/draft pair\n"
                "  perplexity -m FILE.gguf -f TEXT [--ctx N]   mean NLL (nats/token) over stories\n"
                "  compare    -m FILE.gguf [--device cuda]    logits on two devices (or split)\n"
+               "  serve      -m TARGET [-md DRAFT] [--port N]  OpenAI-compatible HTTP server\n"
                "\n");
     sd_cli_generate_help(f);
 }
@@ -54,6 +56,7 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "synth")) return sd_cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return sd_cmd_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "compare")) return sd_cmd_compare(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return sd_cmd_serve(argc - 1, argv + 1);
     return usage_error("unknown command '%s'", cmd);
 }
 

@@ -103,6 +103,7 @@ typedef struct ppl_opts {
     const char *model_path, *text_path;
     int64_t ctx, threads;
     int threads_force;
+    sd_type kv_type; /* --kv-type (-ctk/-ctv): F32 by default */
 } ppl_opts;
 
 static void ppl_help(FILE *f) {
@@ -115,11 +116,13 @@ static void ppl_help(FILE *f) {
                "  -c, --ctx, --ctx-size N  window (context) size, >= 2\n"
                "  -t, --threads N          threads, 0 = all cores (default 0)\n"
                "  --threads-force          keep -t above the cores this process may use\n"
+               "  --kv-type T              KV-cache element type: f32 (default), f16, q8_0,\n"
+               "                           q4_0 (-ctk / -ctv T: the same)\n"
                "  llama.cpp flags with no meaning here (-b, -ub, -fa, --mlock, ...) are\n"
                "  ignored with a note\n");
 }
 
-enum { PPL_OPT_THREADS_FORCE = 1000 };
+enum { PPL_OPT_THREADS_FORCE = 1000, PPL_OPT_KV_TYPE };
 
 /* 0, -1 (help printed: exit 0) or a usage exit status. */
 static int ppl_parse(int argc, char **argv, ppl_opts *o) {
@@ -130,6 +133,9 @@ static int ppl_parse(int argc, char **argv, ppl_opts *o) {
         {"ctx-size", required_argument, 0, 'c'},
         {"threads", required_argument, 0, 't'},
         {"threads-force", no_argument, 0, PPL_OPT_THREADS_FORCE},
+        {"kv-type", required_argument, 0, PPL_OPT_KV_TYPE},
+        {"cache-type-k", required_argument, 0, PPL_OPT_KV_TYPE},
+        {"cache-type-v", required_argument, 0, PPL_OPT_KV_TYPE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -157,6 +163,10 @@ static int ppl_parse(int argc, char **argv, ppl_opts *o) {
             break;
         case PPL_OPT_THREADS_FORCE:
             o->threads_force = 1;
+            break;
+        case PPL_OPT_KV_TYPE:
+            if (sd_type_from_name(optarg, &o->kv_type) || !sd_kv_type_ok(o->kv_type))
+                return ppl_usage("--kv-type: expected f32, f16, q8_0 or q4_0, found '%s'", optarg);
             break;
         case 'h':
             ppl_help(stdout);
@@ -281,6 +291,7 @@ int sd_cmd_perplexity(int argc, char **argv) {
     sp.n_ctx = r.ctx;
     sp.n_batch = r.ctx < PPL_MAX_BATCH ? r.ctx : PPL_MAX_BATCH;
     sp.n_threads = sd_cli_cap_threads(o.threads, o.threads_force);
+    sp.kv_type = o.kv_type;
     if ((rc = sd_session_init(m, &sp, &r.s, &err))) goto done;
     r.n_vocab = hp->n_vocab;
     r.logits = malloc((size_t)sp.n_batch * (size_t)r.n_vocab * sizeof(float));

@@ -98,6 +98,7 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     }
     e->sp = sp;
     e->dsp = dsp;
+    if (p->models_only) goto done; /* a server's batcher makes its own sessions */
     if ((rc = sd_scorer_init(e->tm, &sp, &e->scorer, err))) goto fail;
     /* The draft runs on the target's CPU threads: they take turns, and a second pool's
      * idle workers would only compete with the first for the cores. */
@@ -113,6 +114,7 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     if (e->prop &&
         (rc = sd_proposer_chain_init(e->ngram, e->prop, "ngram+llm", &e->ngram_llm, err)))
         goto fail;
+done:
     *out = e;
     return SD_OK;
 fail:
@@ -178,6 +180,8 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err) {
     if (!gp) gp = &e->p.gen;
+    if (!e->scorer)
+        return sd_errorf(err, SD_ERR_ARG, "generate: the engine was made with models only");
     if (gp->n_stop_ids < 0 || gp->n_stop_ids > SD_MAX_STOP_IDS)
         return sd_errorf(err, SD_ERR_ARG, "generate: n_stop_ids = %d, expected 0..%d",
                          (int)gp->n_stop_ids, SD_MAX_STOP_IDS);

@@ -46,6 +46,10 @@ const char *sd_stop_reason_str(sd_stop_reason r) {
         return "max_tokens";
     case SD_STOP_CONTEXT:
         return "context";
+    case SD_STOP_STRING:
+        return "stop";
+    case SD_STOP_CANCEL:
+        return "cancelled";
     }
     return "unknown";
 }

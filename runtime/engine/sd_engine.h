@@ -28,7 +28,9 @@
 #include <stdint.h>
 
 #include "draft/sd_draft.h"
+#include "kv/sd_kv.h"
 #include "runtime/base/sd_base.h"
+#include "runtime/tokenizer/sd_vocab.h"
 #include "target/sd_target.h"
 #include "verify/sd_verify.h"
 
@@ -289,6 +291,8 @@ typedef enum sd_stop_reason {
     SD_STOP_EOS,
     SD_STOP_MAX_TOKENS,
     SD_STOP_CONTEXT,
+    SD_STOP_STRING, /* a stop string of the request appeared (sd_batcher) */
+    SD_STOP_CANCEL, /* cancelled (sd_batcher_cancel, or the callback asked) */
 } sd_stop_reason;
 
 const char *sd_stop_reason_str(sd_stop_reason r);
@@ -384,6 +388,9 @@ typedef struct sd_engine_params {
     /* Notes for the user (a context that was capped, ...): one line each, no newline. */
     void (*log)(void *user, const char *line);
     void *log_user;
+    /* 1: load and pair the models and resolve the contexts, but make no session, scorer
+     * or proposer (sd_engine_generate then fails; a batcher makes its own sessions). */
+    int models_only;
 } sd_engine_params;
 
 /* target NULL, target alone, n_ctx 0, all cores, F32 KV cache, CPU, sd_gen_default_params. */
@@ -427,6 +434,166 @@ sd_session_params sd_engine_session_params(const sd_engine *e, int draft);
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err);
+
+/* ---- prompts: text or chat messages -> token ids (prompt.c) ---- */
+
+/* What a prompt is made of (generate's -p / --chat and a server's request bodies). */
+typedef struct sd_prompt_spec {
+    const char *text; /* raw prompt text (len bytes), or NULL with messages */
+    size_t len;
+    /* Chat: messages formatted with the chat template (tmpl: a name or a Jinja text,
+     * NULL = the vocabulary's tokenizer.chat_template), then the assistant header. */
+    const sd_chat_msg *messages;
+    size_t n_messages;
+    const char *tmpl;
+    int special; /* 1: control-token texts in raw text are tokens (chat text always is) */
+    int no_bos;  /* 1: no BOS even where the vocabulary adds one */
+} sd_prompt_spec;
+
+/*
+ * Tokenize a prompt: raw text as sd_vocab_tokenize with SD_VOCAB_ADD_SPECIAL (unless
+ * no_bos) and SD_VOCAB_PARSE_SPECIAL when special; chat messages through sd_chat_apply
+ * (add_generation_prompt) and then tokenized with control tokens parsed. *ids malloc'd
+ * (caller frees). Errors: SD_ERR_ARG (neither or both of text / messages, an empty
+ * prompt), the template's (SD_ERR_UNSUPPORTED naming it), SD_ERR_OOM.
+ */
+int sd_prompt_tokenize(const sd_vocab *v, const sd_prompt_spec *p, int32_t **ids, int32_t *n,
+                       sd_error *err);
+
+/* ---- several requests at once: continuous batching (batcher.c, batch_step.c) ---- */
+
+/*
+ * The batcher runs many requests over one engine's models (made with models_only) with
+ * its own sessions: a target session and, with a draft model, a draft session, each of
+ * n_parallel sequences over one paged KV pool (kv/: blocks, copy-on-write, prefix cache;
+ * CPU only). Requests wait in a queue and are admitted between steps while a sequence
+ * slot is free and the pools have the blocks their worst case needs (prompt + max tokens
+ * + a draft; a request never fails half-way for want of blocks). Each step (one call of
+ * sd_batcher_step):
+ *   1. every decoding request gets its proposal: its own n-gram state, and one batched
+ *      draft pass per draft position over all requests that draft with the LLM (the
+ *      draft's own prompt catch-up rides in the first of them);
+ *   2. one target pass over every decoding request's rows [last, d1 .. dK] and chunks of
+ *      the prompts being prefilled (decode rows first, prefill chunks in arrival order up
+ *      to n_batch tokens; the chunk that ends a prompt also yields its first token);
+ *   3. per request: verification (sd_verify_keyed: greedy, Gumbel or rejection sampling,
+ *      every draw keyed by the request's seed and the position, as generate's), the KV
+ *      commit (rejected rows leave both caches), stop checks
+ *      (EOS and end-of-generation ids, stop ids, stop strings, max tokens, context),
+ *      streaming detokenization, the callback.
+ * Batch invariance: a sequence's logits rows are bit-identical whatever else is in a
+ * pass (sd_batch), and its draws are keyed by its seed and the positions; so a request's
+ * output, greedy or sampled for a given seed, is the same alone or beside any others, in
+ * any arrival order, with or without a cached prefix. Greedy and Gumbel sampling (the
+ * default, SD_SPEC_GUMBEL) emit the target-alone text of the seed whatever the draft
+ * and K, so for them any K policy keeps this; rejection sampling's text depends on the
+ * K of each pass, so only the fixed policy does (the adaptive one picks K from measured
+ * times, which other requests change).
+ * Thread safety: submit, cancel, stats and wait may be called from any thread; step
+ * from one thread at a time (the callbacks run on it).
+ */
+typedef struct sd_batcher sd_batcher;
+
+typedef struct sd_batcher_params {
+    int32_t n_parallel;  /* sequences decoding at once (slots), 1 .. SD_MAX_SEQ (4) */
+    int32_t n_ctx;       /* positions per sequence, 0 = the engine's context */
+    int32_t n_kv_blocks; /* blocks per pool, 0 = n_parallel sequences of n_ctx */
+    int32_t kv_block;    /* positions per block (16) */
+    int32_t n_batch;     /* most tokens of one target pass (512) */
+    int32_t k_max;       /* largest draft a request may ask for, 1 .. SD_MAX_DRAFT (8) */
+    int32_t max_queue;   /* most requests waiting; beyond: SD_ERR_BUSY (64) */
+    int prefix_cache;    /* 1: a prompt reuses cached blocks of earlier ones (1) */
+    int32_t draft_chunk; /* prompt tokens the draft catches up per request per step (64) */
+} sd_batcher_params;
+
+sd_batcher_params sd_batcher_default_params(void);
+
+/* One piece of a request's output, given to its callback. */
+typedef struct sd_req_event {
+    int64_t id;            /* the request's id (sd_batcher_submit) */
+    int32_t index;         /* the choice, 0 .. n_choices - 1 */
+    const int32_t *tokens; /* the ids emitted since the last event of this choice */
+    int32_t n_tokens;
+    const char *text; /* the text that became final (UTF-8; a stop string and what */
+    size_t len;       /* follows it are never given; bytes that could start one wait) */
+    int done;         /* 1: the choice has ended; stop says why, stats are final */
+    sd_stop_reason stop;
+    const sd_gen_stats *stats; /* this choice's statistics so far */
+} sd_req_event;
+
+/* Return non-zero to cancel the request (every choice; a done event follows for each
+ * choice not done yet, with stop SD_STOP_CANCEL). Runs on the stepping thread: it must
+ * not block (a slow client must not stall the others) nor call into the batcher. */
+typedef int (*sd_req_cb)(void *user, const sd_req_event *ev);
+
+#define SD_MAX_STOP_STRINGS 8
+#define SD_MAX_CHOICES      16
+
+typedef struct sd_request {
+    const int32_t *prompt; /* int32 [n_prompt] (copied), n_prompt >= 1 */
+    int32_t n_prompt;
+    /* n_predict, n_draft (K, 0 = target alone; at most the batcher's k_max), samp,
+     * seed, stop_ids, ignore_eos, draft_type, k_policy, draft_p_min, draft_min. The
+     * vocabulary's end-of-generation ids are added to the stop ids. */
+    sd_gen_params gen;
+    const char *const *stop; /* stop strings (copied), n_stop <= SD_MAX_STOP_STRINGS */
+    int32_t n_stop;
+    int32_t n_choices; /* choices sharing the prompt's blocks (1 .. SD_MAX_CHOICES); choice i
+                          draws with seed + i */
+    sd_req_cb cb;
+    void *user;
+} sd_request;
+
+/* Make a batcher over e's models (e made with models_only, or not: its own sessions are
+ * not used), its threads, KV type and n-gram sizes. Errors: SD_ERR_ARG (parameters out
+ * of range, naming them), SD_ERR_UNSUPPORTED (a device other than the CPU, tensor
+ * parallelism), the sessions' (SD_ERR_OOM naming the pool). */
+int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, sd_error *err);
+/* Free (requests still queued or running end without a callback). NULL accepted. */
+void sd_batcher_free(sd_batcher *b);
+
+/* Queue a request; *id (may be NULL) gets its id (ids ascend from 1). Errors:
+ * SD_ERR_ARG (bad ids, lengths, sampling, a draft type the engine cannot serve),
+ * SD_ERR_CONTEXT (prompt plus max tokens exceed a sequence's context, or more blocks
+ * than a pool has), SD_ERR_BUSY (the queue is full, or the batcher is closed). */
+int sd_batcher_submit(sd_batcher *b, const sd_request *r, int64_t *id, sd_error *err);
+/* Cancel a queued or running request: its sequences and blocks are freed at the start
+ * of the next step. 0 if found, -1 if not (finished, or never there). */
+int sd_batcher_cancel(sd_batcher *b, int64_t id);
+/* Stop admitting (submit fails with SD_ERR_BUSY); cancel_all also cancels everything
+ * queued or running. */
+void sd_batcher_close(sd_batcher *b, int cancel_all);
+
+/* Run one step (see above). Returns SD_OK (also when there was nothing to do) or a
+ * model error, which ends the requests of that pass (done, stop NONE) and is returned
+ * once; the batcher stays usable. */
+int sd_batcher_step(sd_batcher *b, sd_error *err);
+/* 1 if a request is queued or running. */
+int sd_batcher_busy(sd_batcher *b);
+/* Block until a request is queued or cancelled, or timeout_ms pass (0: do not wait). */
+void sd_batcher_wait(sd_batcher *b, int32_t timeout_ms);
+
+typedef struct sd_batcher_stats {
+    int64_t n_submitted, n_finished, n_cancelled, n_rejected; /* requests */
+    int32_t n_queued, n_running;                              /* now */
+    int64_t n_prompt_tokens, n_generated, n_drafted, n_accepted, n_target_passes;
+    int64_t n_pass_rows;             /* rows of all target passes */
+    int64_t n_prefix_hit_tokens;     /* prompt positions reused from the prefix cache */
+    sd_kv_pool_stats kv, kv_draft;   /* the pools (kv_draft zero without a draft) */
+    size_t kv_bytes_per_token;       /* target KV bytes per position */
+    size_t kv_bytes_per_token_draft; /* the draft's, 0 without one */
+    double tokens_per_s;             /* generated tokens per second over the last ~10 s */
+    double t_busy_ms;                /* time spent in steps */
+} sd_batcher_stats;
+
+void sd_batcher_get_stats(sd_batcher *b, sd_batcher_stats *out);
+/* Check both pools' accounting against the sequences (sd_session_kv_check): SD_OK, or
+ * SD_ERR_ARG naming the leak. Call between steps. */
+int sd_batcher_check(sd_batcher *b, sd_error *err);
+/* Drop the prefix cache's idle blocks (both pools); call between steps. */
+void sd_batcher_clear_cache(sd_batcher *b);
+/* The positions one sequence may hold. */
+int32_t sd_batcher_n_ctx(const sd_batcher *b);
 
 #ifdef __cplusplus
 }

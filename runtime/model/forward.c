@@ -19,10 +19,24 @@ typedef struct sd_layer_dev {
     sd_weight wq, wk, wv, wo, w_gate, w_down, w_up;
 } sd_layer_dev;
 
+/* A batch's run of tokens of one sequence (check_batch): batch rows [start, start + n) at
+ * positions [pos0, pos0 + n) of sequence seq. */
+typedef struct sd_seg {
+    int32_t seq, start, n, pos0;
+} sd_seg;
+
 struct sd_session {
     const sd_model *m;
     sd_backend *be;
-    sd_kv *kv;
+    sd_kv *kv; /* sequence 0 (seqs[0]) */
+    /* Sequences: n_seq caches, one contiguous cache (n_seq 1, pool NULL) or views of one
+     * paged pool; seq_tok[i]: the ids whose K/V sequence i holds ([n_ctx] each). */
+    int32_t n_seq;
+    sd_kv_pool *pool;
+    sd_kv **seqs;
+    int32_t **seq_tok;
+    sd_seg *segs; /* [n_batch] scratch of check_batch */
+    int32_t n_segs;
     int32_t n_ctx;
     int32_t n_batch;
     int32_t n_outputs;
@@ -216,15 +230,61 @@ static int alloc_scratch(sd_session *s, sd_error *err) {
     return rc ? sd_error_prefix(err, "%s: logits rows", s->m->path) : SD_OK;
 }
 
-static int alloc_kv(sd_session *s, sd_type kv_type, sd_error *err) {
+/* The KV cache: one contiguous cache (p->n_seq 0), or a paged pool and n_seq sequences of
+ * up to n_ctx positions each; and the token mirrors. */
+static int alloc_kv(sd_session *s, const sd_session_params *p, sd_error *err) {
     const sd_hparams *hp = &s->m->hp;
-    sd_kv_params kp = {hp->n_layer, s->n_ctx, hp->n_head_kv * hp->head_dim, kv_type, NULL};
+    const int32_t kv_dim = hp->n_head_kv * hp->head_dim;
     size_t bytes;
-    int rc = sd_kv_storage_bytes(&kp, &bytes, err);
+    int rc;
+    s->n_seq = p->n_seq > 0 ? p->n_seq : 1;
+    s->seqs = calloc((size_t)s->n_seq, sizeof *s->seqs);
+    s->seq_tok = calloc((size_t)s->n_seq, sizeof *s->seq_tok);
+    if (!s->seqs || !s->seq_tok) return sd_errorf(err, SD_ERR_OOM, "session: out of memory");
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        s->seq_tok[i] = calloc((size_t)s->n_ctx, sizeof(int32_t));
+        if (!s->seq_tok[i])
+            return sd_errorf(err, SD_ERR_OOM, "session: out of memory (token mirrors)");
+    }
+    s->tokens = s->seq_tok[0];
+    if (p->n_seq <= 0) {
+        sd_kv_params kp = {hp->n_layer, s->n_ctx, kv_dim, p->kv_type, NULL};
+        rc = sd_kv_storage_bytes(&kp, &bytes, err);
+        if (!rc) rc = sd_buffer_alloc(s->be, bytes, SD_BUFFER_KV, &s->b_kv, err);
+        if (rc) return sd_error_prefix(err, "%s: KV cache (n_ctx %d)", s->m->path, s->n_ctx);
+        kp.storage = s->b_kv->addr;
+        rc = sd_kv_init(&kp, &s->kv, err);
+        if (rc) return sd_error_prefix(err, "%s: KV cache", s->m->path);
+        s->seqs[0] = s->kv;
+        return SD_OK;
+    }
+    sd_kv_pool_params pp = {
+        hp->n_layer,    kv_dim,     p->kv_block ? p->kv_block : SD_DEFAULT_KV_BLOCK,
+        p->n_kv_blocks, p->kv_type, NULL};
+    if (pp.block_size < 1 || pp.block_size > SD_KV_MAX_BLOCK)
+        return sd_errorf(err, SD_ERR_ARG, "session: kv_block %d out of range [1, %d]", p->kv_block,
+                         SD_KV_MAX_BLOCK);
+    if (pp.n_blocks == 0) {
+        const int64_t nb = (int64_t)s->n_seq * ((s->n_ctx + pp.block_size - 1) / pp.block_size);
+        if (nb > INT32_MAX)
+            return sd_errorf(err, SD_ERR_ARG,
+                             "session: %d sequences of %d positions: too many "
+                             "blocks",
+                             s->n_seq, s->n_ctx);
+        pp.n_blocks = (int32_t)nb;
+    }
+    rc = sd_kv_pool_storage_bytes(&pp, &bytes, err);
     if (!rc) rc = sd_buffer_alloc(s->be, bytes, SD_BUFFER_KV, &s->b_kv, err);
-    if (rc) return sd_error_prefix(err, "%s: KV cache (n_ctx %d)", s->m->path, s->n_ctx);
-    kp.storage = s->b_kv->addr;
-    return sd_kv_init(&kp, &s->kv, err);
+    if (rc)
+        return sd_error_prefix(err, "%s: paged KV cache (%d blocks of %d positions)", s->m->path,
+                               pp.n_blocks, pp.block_size);
+    pp.storage = s->b_kv->addr;
+    rc = sd_kv_pool_init(&pp, &s->pool, err);
+    for (int32_t i = 0; rc == SD_OK && i < s->n_seq; i++)
+        rc = sd_kv_seq_init(s->pool, s->n_ctx, &s->seqs[i], err);
+    if (rc) return sd_error_prefix(err, "%s: paged KV cache", s->m->path);
+    s->kv = s->seqs[0];
+    return SD_OK;
 }
 
 static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_rank *tp,
@@ -241,9 +301,31 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
         return sd_errorf(err, SD_ERR_ARG, "session: n_threads %d is negative", p->n_threads);
     if (p->n_outputs < 0)
         return sd_errorf(err, SD_ERR_ARG, "session: n_outputs %d is negative", p->n_outputs);
-    if (p->kv_type != SD_TYPE_F32 && p->kv_type != SD_TYPE_F16)
-        return sd_errorf(err, SD_ERR_ARG, "session: kv_type %s (%d), expected f32 or f16",
+    if (!sd_kv_type_ok(p->kv_type))
+        return sd_errorf(err, SD_ERR_ARG,
+                         "session: kv_type %s (%d), expected f32, f16, q8_0 or q4_0",
                          sd_type_name((uint32_t)p->kv_type), (int)p->kv_type);
+    if (p->n_seq < 0 || p->n_seq > SD_MAX_SEQ)
+        return sd_errorf(err, SD_ERR_ARG, "session: n_seq %d out of range [0, %d]", p->n_seq,
+                         SD_MAX_SEQ);
+    if (p->n_kv_blocks < 0)
+        return sd_errorf(err, SD_ERR_ARG, "session: n_kv_blocks %d is negative", p->n_kv_blocks);
+    if ((p->kv_type == SD_TYPE_Q8_0 || p->kv_type == SD_TYPE_Q4_0) && hp->head_dim % 32 != 0)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a %s KV cache needs head_dim a multiple of 32 (it is %d)", m->path,
+                         sd_type_name((uint32_t)p->kv_type), hp->head_dim);
+    /* Only the CPU backend reads paged or quantized KV rows; the others refuse by name. */
+    if (p->device != SD_DEVICE_CPU &&
+        (p->n_seq > 0 || p->kv_type == SD_TYPE_Q8_0 || p->kv_type == SD_TYPE_Q4_0))
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: the %s backend has no %s KV cache (paged sequences and q8_0 / q4_0 "
+                         "KV rows run on the cpu backend only)",
+                         m->path, sd_device_name(p->device),
+                         p->n_seq > 0 ? "paged" : sd_type_name((uint32_t)p->kv_type));
+    if (tp && p->n_seq > 0)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: several sequences (a paged KV cache) on a tensor-parallel session",
+                         m->path);
     if (hp->sliding_window > 0 && n_ctx > hp->sliding_window) {
         char k[96];
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
@@ -271,17 +353,17 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
         bp.share_threads = p->share_threads->be;
     int rc = sd_backend_init(p->device, &bp, &s->be, err);
     if (rc == SD_OK) rc = place_weights(s, err);
-    if (rc == SD_OK) rc = alloc_kv(s, p->kv_type, err);
+    if (rc == SD_OK) rc = alloc_kv(s, p, err);
     if (rc == SD_OK) rc = alloc_scratch(s, err);
     if (rc == SD_OK && tp) {
         s->tp = tp;
         rc = sd_tp_rank_bind(tp, s->be, s->n_batch, s->n_outputs, err);
     }
     if (rc == SD_OK) {
-        s->tokens = calloc((size_t)n_ctx, sizeof(int32_t));
         s->out_rows = calloc((size_t)s->n_batch, sizeof(int32_t));
-        if (!s->tokens || !s->out_rows)
-            rc = sd_errorf(err, SD_ERR_OOM, "session: out of memory (token mirror)");
+        s->segs = calloc((size_t)s->n_batch, sizeof *s->segs);
+        if (!s->out_rows || !s->segs)
+            rc = sd_errorf(err, SD_ERR_OOM, "session: out of memory (batch scratch)");
     }
     if (rc != SD_OK) {
         sd_session_free(s);
@@ -320,7 +402,9 @@ void sd_session_free(sd_session *s) {
     sd_tp_rank_unbind(s->tp);
     sd_buffer_free(s->b_head);
     free(s->head_host);
-    sd_kv_free(s->kv);
+    for (int32_t i = 0; s->seqs && i < s->n_seq; i++)
+        sd_kv_free(s->seqs[i]);
+    sd_kv_pool_free(s->pool);
     sd_buffer_free(s->b_logits);
     sd_buffer_free(s->b_act);
     sd_buffer_free(s->b_kv);
@@ -328,7 +412,11 @@ void sd_session_free(sd_session *s) {
     sd_buffer_free(s->b_weights);
     sd_backend_free(s->be);
     free(s->layers);
-    free(s->tokens);
+    for (int32_t i = 0; s->seq_tok && i < s->n_seq; i++)
+        free(s->seq_tok[i]);
+    free(s->seq_tok);
+    free(s->seqs);
+    free(s->segs);
     free(s->out_rows);
     free(s);
 }
@@ -341,30 +429,48 @@ sd_batch sd_batch_of(const int32_t *tokens, int32_t n) {
     return b;
 }
 
-/* Validate a batch against the session; fills s->out_rows and *n_want. The wanted rows
- * are those flagged in b->logits, or, when n_last >= 0, the last n_last rows. */
+/* Validate a batch against the session; fills s->out_rows and *n_want, and s->segs with
+ * the batch's runs of one sequence each. The wanted rows are those flagged in b->logits,
+ * or, when n_last >= 0, the last n_last rows. */
 static int check_batch(sd_session *s, const sd_batch *b, int32_t n_last, const float *logits,
                        int32_t *n_want, sd_error *err) {
-    const int32_t n = b->n_tokens, n_vocab = s->m->hp.n_vocab, n_past = sd_kv_n(s->kv);
+    const int32_t n = b->n_tokens, n_vocab = s->m->hp.n_vocab;
     if (n < 1 || n > s->n_batch)
         return sd_errorf(err, SD_ERR_ARG, "eval: %d tokens, expected 1..%d (n_batch)", n,
                          s->n_batch);
     if (!b->token) return sd_errorf(err, SD_ERR_ARG, "eval: tokens is NULL");
     int32_t w = 0;
+    s->n_segs = 0;
     for (int32_t i = 0; i < n; i++) {
         if (b->token[i] < 0 || b->token[i] >= n_vocab)
             return sd_errorf(err, SD_ERR_ARG, "eval: token %d at index %d is out of range [0, %d)",
                              b->token[i], i, n_vocab);
-        if (b->seq_id && b->seq_id[i] != 0)
-            return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                             "eval: batch index %d has sequence id %d: sessions hold one "
-                             "sequence (id 0) for now",
-                             i, b->seq_id[i]);
-        if (b->pos && b->pos[i] != n_past + i)
+        const int32_t seq = b->seq_id ? b->seq_id[i] : 0;
+        if (seq < 0 || seq >= s->n_seq)
+            return sd_errorf(err, s->n_seq == 1 ? SD_ERR_UNSUPPORTED : SD_ERR_ARG,
+                             "eval: batch index %d has sequence id %d: the session holds %d "
+                             "sequence%s (ids 0 .. %d)",
+                             i, seq, s->n_seq, s->n_seq == 1 ? "" : "s", s->n_seq - 1);
+        sd_seg *g = s->n_segs ? &s->segs[s->n_segs - 1] : NULL;
+        if (!g || g->seq != seq) {
+            for (int32_t j = 0; j < s->n_segs; j++)
+                if (s->segs[j].seq == seq)
+                    return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                                     "eval: batch index %d: the tokens of sequence %d must be "
+                                     "adjacent in the batch",
+                                     i, seq);
+            g = &s->segs[s->n_segs++];
+            g->seq = seq;
+            g->start = i;
+            g->n = 0;
+            g->pos0 = sd_kv_n(s->seqs[seq]);
+        }
+        if (b->pos && b->pos[i] != g->pos0 + g->n)
             return sd_errorf(err, SD_ERR_UNSUPPORTED,
                              "eval: batch index %d has position %d, expected %d (positions "
-                             "must continue the cache contiguously for now)",
-                             i, b->pos[i], n_past + i);
+                             "must continue the sequence's cache contiguously)",
+                             i, b->pos[i], g->pos0 + g->n);
+        g->n++;
         const int want =
             n_last >= 0 ? i >= n - n_last : (b->logits ? b->logits[i] != 0 : i == n - 1);
         if (want) s->out_rows[w++] = i;
@@ -395,8 +501,11 @@ static void matmul3(sd_backend *be, const sd_weight *w0, const sd_weight *w1, co
     if (w2) op->matmul(be, w2, x, n, y2);
 }
 
-/* The transformer blocks over n tokens at pos0 (residual stream s->x). */
-static void run_layers(sd_session *s, int32_t n, int32_t pos0) {
+/* The transformer blocks over the batch's n tokens (residual stream s->x), the runs of
+ * one sequence s->segs[0 .. n_segs): every op but RoPE, the KV store and attention is
+ * row by row over the whole batch; those three run per sequence, at its positions and
+ * over its own cache, so a row's arithmetic never depends on the other sequences. */
+static void run_layers(sd_session *s, int32_t n) {
     const sd_hparams *hp = &s->m->hp;
     sd_backend *be = s->be;
     const sd_backend_ops *op = be->ops;
@@ -411,10 +520,17 @@ static void run_layers(sd_session *s, int32_t n, int32_t pos0) {
             op->add_bias(be, s->k, L->bk, n, kv_dim);
             op->add_bias(be, s->v, L->bv, n, kv_dim);
         }
-        op->rope(be, s->q, n, pos0, hp->n_head, hp->head_dim, &s->rope);
-        op->rope(be, s->k, n, pos0, hp->n_head_kv, hp->head_dim, &s->rope);
-        op->kv_store(be, s->kv, l, pos0, n, kv_dim, s->k, s->v);
-        op->attention(be, s->q, s->kv, l, pos0, n, hp->n_head, hp->n_head_kv, hp->head_dim, s->att);
+        for (int32_t j = 0; j < s->n_segs; j++) {
+            const sd_seg *g = &s->segs[j];
+            sd_kv *kv = s->seqs[g->seq];
+            float *q = s->q + (size_t)g->start * n_embd, *att = s->att + (size_t)g->start * n_embd;
+            float *k = s->k + (size_t)g->start * kv_dim, *v = s->v + (size_t)g->start * kv_dim;
+            op->rope(be, q, g->n, g->pos0, hp->n_head, hp->head_dim, &s->rope);
+            op->rope(be, k, g->n, g->pos0, hp->n_head_kv, hp->head_dim, &s->rope);
+            op->kv_store(be, kv, l, g->pos0, g->n, kv_dim, k, v);
+            op->attention(be, q, kv, l, g->pos0, g->n, hp->n_head, hp->n_head_kv, hp->head_dim,
+                          att);
+        }
         op->matmul(be, &L->wo, s->att, n, s->proj);
         if (s->tp) sd_tp_allreduce(s->tp, s->proj, nx); /* row-parallel: sum the ranks' parts */
         op->add(be, s->x, s->proj, nx);
@@ -536,21 +652,34 @@ static int decode_local(sd_session *s, const sd_batch *b, int32_t n_last, float 
     int rc = check_batch(s, b, n_last, logits, &w, err);
     if (rc != SD_OK) return rc;
     const int32_t n = b->n_tokens;
-    rc = sd_kv_reserve(s->kv, n, err);
-    if (rc != SD_OK) return rc;
-
-    /* The rows [pos0, pos0 + n) written below are beyond the committed range until
-     * sd_kv_commit, so a failure (a device error) leaves the session unchanged. */
-    const int32_t pos0 = sd_kv_n(s->kv);
+    /* Blocks for every run's new positions; a failure gives back those mapped here. The
+     * rows written below are beyond the committed range until sd_kv_commit, so a failure
+     * (a full pool, a device error) leaves the session unchanged. */
+    for (int32_t j = 0; j < s->n_segs; j++) {
+        rc = sd_kv_reserve(s->seqs[s->segs[j].seq], s->segs[j].n, err);
+        if (rc != SD_OK) {
+            for (int32_t i = 0; i < j; i++)
+                sd_kv_truncate(s->seqs[s->segs[i].seq], s->segs[i].pos0, NULL);
+            if (s->n_seq > 1) sd_error_prefix(err, "sequence %d", s->segs[j].seq);
+            return rc;
+        }
+    }
     if (s->tp) /* vocabulary-split embedding (tp.c) */
         sd_tp_embed(s->tp, &s->tok_embd, b->token, n, s->m->hp.n_embd, s->x);
     else
         s->be->ops->get_rows(s->be, &s->tok_embd, b->token, n, s->x);
-    run_layers(s, n, pos0);
+    run_layers(s, n);
     rc = w > 0 ? run_output(s, n, w, logits, err) : s->be->ops->sync(s->be, err);
-    if (rc != SD_OK) return sd_error_prefix(err, "%s: forward pass", s->m->path);
-    memcpy(s->tokens + pos0, b->token, (size_t)n * sizeof(int32_t));
-    sd_kv_commit(s->kv, n);
+    if (rc != SD_OK) {
+        for (int32_t j = 0; j < s->n_segs; j++)
+            sd_kv_truncate(s->seqs[s->segs[j].seq], s->segs[j].pos0, NULL);
+        return sd_error_prefix(err, "%s: forward pass", s->m->path);
+    }
+    for (int32_t j = 0; j < s->n_segs; j++) {
+        const sd_seg *g = &s->segs[j];
+        memcpy(s->seq_tok[g->seq] + g->pos0, b->token + g->start, (size_t)g->n * sizeof(int32_t));
+        sd_kv_commit(s->seqs[g->seq], g->n);
+    }
     return SD_OK;
 }
 
@@ -624,4 +753,96 @@ int sd_session_truncate_rank(sd_session *s, int32_t n_keep, sd_error *err) {
 
 const sd_model *sd_session_model(const sd_session *s) {
     return s->group ? sd_tp_model(s->group) : s->m;
+}
+
+/* ---- several sequences ---- */
+
+static int bad_seq(const sd_session *s, int32_t seq, sd_error *err) {
+    return sd_errorf(err, SD_ERR_ARG, "session: sequence %d, expected 0 .. %d", seq, s->n_seq - 1);
+}
+
+int32_t sd_session_n_seq(const sd_session *s) {
+    return s->n_seq;
+}
+
+int32_t sd_session_seq_n_past(const sd_session *s, int32_t seq) {
+    return seq >= 0 && seq < s->n_seq ? sd_kv_n(s->seqs[seq]) : 0;
+}
+
+const int32_t *sd_session_seq_tokens(const sd_session *s, int32_t seq) {
+    return seq >= 0 && seq < s->n_seq ? s->seq_tok[seq] : NULL;
+}
+
+int sd_session_seq_truncate(sd_session *s, int32_t seq, int32_t n_keep, sd_error *err) {
+    if (!s) return sd_errorf(err, SD_ERR_ARG, "truncate: session is NULL");
+    if (seq == 0) return sd_session_truncate(s, n_keep, err);
+    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
+    return sd_kv_truncate(s->seqs[seq], n_keep, err);
+}
+
+int32_t sd_session_seq_keep_prefix(sd_session *s, int32_t seq, const int32_t *ctx, int32_t n) {
+    if (seq < 0 || seq >= s->n_seq) return 0;
+    const int32_t *cached = s->seq_tok[seq];
+    const int32_t n_cached = sd_kv_n(s->seqs[seq]);
+    int32_t keep = 0;
+    while (keep < n_cached && keep < n && cached[keep] == ctx[keep])
+        keep++;
+    if (keep < n_cached) sd_session_seq_truncate(s, seq, keep, NULL); /* cannot fail */
+    return keep;
+}
+
+int sd_session_seq_fork(sd_session *s, int32_t dst, int32_t src, int32_t n, sd_error *err) {
+    if (dst < 0 || dst >= s->n_seq) return bad_seq(s, dst, err);
+    if (src < 0 || src >= s->n_seq) return bad_seq(s, src, err);
+    if (dst == src)
+        return sd_errorf(err, SD_ERR_ARG, "session: fork of sequence %d onto itself", src);
+    int rc = sd_kv_fork(s->seqs[dst], s->seqs[src], n, err);
+    if (rc) return rc;
+    memcpy(s->seq_tok[dst], s->seq_tok[src], (size_t)n * sizeof(int32_t));
+    return SD_OK;
+}
+
+int32_t sd_session_seq_attach_prefix(sd_session *s, int32_t seq, const int32_t *tokens, int32_t n) {
+    if (seq < 0 || seq >= s->n_seq || !s->pool) return 0;
+    const int32_t got = sd_kv_cache_attach(s->seqs[seq], tokens, n);
+    memcpy(s->seq_tok[seq], tokens, (size_t)got * sizeof(int32_t));
+    return got;
+}
+
+void sd_session_seq_store_prefix(sd_session *s, int32_t seq) {
+    if (seq < 0 || seq >= s->n_seq || !s->pool) return;
+    sd_kv_cache_store(s->seqs[seq], s->seq_tok[seq], sd_kv_n(s->seqs[seq]));
+}
+
+void sd_session_kv_clear_cache(sd_session *s) {
+    if (s->pool) sd_kv_pool_cache_clear(s->pool);
+}
+
+void sd_session_kv_stats(const sd_session *s, sd_kv_pool_stats *out) {
+    sd_kv_pool_get_stats(sd_kv_pool_of(s->kv), out);
+}
+
+int32_t sd_session_kv_available(const sd_session *s) {
+    return sd_kv_pool_n_available(sd_kv_pool_of(s->kv));
+}
+
+int32_t sd_session_kv_blocks_for(const sd_session *s, int64_t n) {
+    return sd_kv_pool_blocks_for(sd_kv_pool_of(s->kv), n);
+}
+
+int sd_session_kv_check(const sd_session *s, sd_error *err) {
+    if (!s->pool) return SD_OK;
+    int64_t refs = 0;
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        refs += sd_kv_n_blocks(s->seqs[i]);
+        if (sd_kv_n_blocks(s->seqs[i]) != sd_kv_pool_blocks_for(s->pool, sd_kv_n(s->seqs[i])))
+            return sd_errorf(err, SD_ERR_ARG,
+                             "kv pool: sequence %d maps %d blocks for %d positions", i,
+                             sd_kv_n_blocks(s->seqs[i]), sd_kv_n(s->seqs[i]));
+    }
+    return sd_kv_pool_check(s->pool, refs, err);
+}
+
+size_t sd_session_kv_bytes_per_token(const sd_session *s) {
+    return 2 * (size_t)s->m->hp.n_layer * sd_kv_row_bytes(s->kv);
 }

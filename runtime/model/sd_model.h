@@ -31,6 +31,7 @@
 
 #include <stdint.h>
 
+#include "kv/sd_kv.h"
 #include "quant/sd_quant.h"
 #include "runtime/base/sd_base.h"
 #include "runtime/gguf/sd_gguf.h"
@@ -89,7 +90,8 @@ typedef struct sd_session_params {
      * binary16 when stored, which moves logits by a small relative amount, see
      * tests/test_model.c). Batched evaluation stays bit-identical to single-token
      * evaluation with either type. 0 (a zeroed struct) is F32. */
-    sd_type kv_type;
+    sd_type kv_type;   /* also SD_TYPE_Q8_0 / SD_TYPE_Q4_0 (CPU only): rows quantized when
+                          stored, read in place (kv/sd_kv.h) */
     sd_device device;  /* where the forward pass runs (SD_DEVICE_CPU, the default) */
     int32_t n_outputs; /* most logits rows one eval returns; 0 = n_batch */
     /* Tensor parallelism (runtime/model/tp.h): 0 = one device (the default); N >= 1 = the
@@ -99,11 +101,23 @@ typedef struct sd_session_params {
      * from one device's by float reassociation of the row-parallel sums; N = 1 is
      * bit-identical; batched == single-token passes stays bit for bit. */
     int32_t n_split;
+    /* Several sequences over a paged KV cache (kv/: a pool of blocks, a block table per
+     * sequence, copy-on-write, a prefix cache), CPU only: n_seq > 0 makes sequences
+     * 0 .. n_seq - 1 of up to n_ctx positions each over one pool of n_kv_blocks blocks of
+     * kv_block positions; a batch (sd_batch) may then mix them. 0 (the default): one
+     * sequence in a contiguous cache of n_ctx positions. */
+    int32_t n_seq;
+    int32_t kv_block;    /* positions per block, 1 .. SD_KV_MAX_BLOCK; 0 = SD_DEFAULT_KV_BLOCK */
+    int32_t n_kv_blocks; /* blocks in the pool; 0 = enough for every sequence at n_ctx */
     /* CPU: run on the thread pool of this other CPU session (a draft beside its target:
      * they take turns, so one set of workers serves both; see sd_backend_params), which
      * must be alive when this session is made (either may be freed first). NULL: its own. */
     const struct sd_session *share_threads;
 } sd_session_params;
+
+/* Most sequences a session holds, and the block size of a paged cache by default. */
+#define SD_MAX_SEQ          1024
+#define SD_DEFAULT_KV_BLOCK 16
 
 sd_session_params sd_session_default_params(void);
 
@@ -116,11 +130,12 @@ int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **
 void sd_session_free(sd_session *s); /* NULL accepted */
 
 /*
- * A batch of tokens for one forward pass (as llama.cpp's llama_batch). The fields for
- * several sequences and explicit positions are there for planned work (several
- * sequences; tree drafts would also need a tree attention mask, which this face does not
- * carry yet). Today's sessions hold one sequence: every seq_id must be 0 and positions
- * must continue the cache (n_past + i); anything else is SD_ERR_UNSUPPORTED, named.
+ * A batch of tokens for one forward pass (as llama.cpp's llama_batch). Each sequence's
+ * tokens must be adjacent in the batch (one run per sequence) and continue its cache
+ * (positions n_past(seq), n_past(seq) + 1, ...); a session of one sequence takes only
+ * seq_id 0 (SD_ERR_UNSUPPORTED otherwise, named). Every row's logits are bit-identical
+ * whatever else the batch holds: every op is row by row except RoPE, the KV store and
+ * attention, which run per sequence over its own cache.
  *   token  : int32 [n_tokens], each in [0, n_vocab)
  *   pos    : int32 [n_tokens] positions, or NULL for n_past, n_past + 1, ...
  *   seq_id : int32 [n_tokens] sequence ids, or NULL for all 0
@@ -163,6 +178,42 @@ int sd_session_decode(sd_session *s, const sd_batch *b, float *logits, sd_error 
  */
 int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits, int32_t n_out,
                     sd_error *err);
+
+/* ---- several sequences (n_seq > 0: a paged KV cache) ----
+ * Sequence ids are 0 .. sd_session_n_seq(s) - 1; the single-sequence functions below act
+ * on sequence 0. Errors of the functions that return a status: SD_ERR_ARG (a bad id or
+ * length). */
+int32_t sd_session_n_seq(const sd_session *s); /* 1 for a contiguous cache */
+int32_t sd_session_seq_n_past(const sd_session *s, int32_t seq);
+/* int32 [sd_session_seq_n_past(s, seq)]: the ids whose K/V sequence seq holds. */
+const int32_t *sd_session_seq_tokens(const sd_session *s, int32_t seq);
+/* Roll sequence seq back to n_keep positions (its blocks past them return to the pool). */
+int sd_session_seq_truncate(sd_session *s, int32_t seq, int32_t n_keep, sd_error *err);
+/* Roll seq back to the longest common prefix of its tokens and ctx[0 .. n); returns the
+ * positions kept. */
+int32_t sd_session_seq_keep_prefix(sd_session *s, int32_t seq, const int32_t *ctx, int32_t n);
+/* Make the empty sequence dst share the first n positions of src (no copy; the first
+ * write into a shared block copies it). Errors: SD_ERR_ARG. */
+int sd_session_seq_fork(sd_session *s, int32_t dst, int32_t src, int32_t n, sd_error *err);
+/* Prefix cache: the empty sequence seq takes the longest cached run of full blocks
+ * matching tokens[0 .. n) and returns the positions it now holds (sd_kv_cache_attach);
+ * store registers seq's full committed blocks (sd_kv_cache_store). 0 / no-op on a
+ * contiguous cache. */
+int32_t sd_session_seq_attach_prefix(sd_session *s, int32_t seq, const int32_t *tokens, int32_t n);
+void sd_session_seq_store_prefix(sd_session *s, int32_t seq);
+/* Drop the prefix cache's blocks that no sequence maps (sd_kv_pool_cache_clear). */
+void sd_session_kv_clear_cache(sd_session *s);
+/* The pool's accounting (sd_kv_pool_get_stats; a contiguous cache: one block). */
+void sd_session_kv_stats(const sd_session *s, sd_kv_pool_stats *out);
+/* Blocks free or evictable; blocks for n positions of one sequence. */
+int32_t sd_session_kv_available(const sd_session *s);
+int32_t sd_session_kv_blocks_for(const sd_session *s, int64_t n);
+/* Check the pool's accounting against the blocks the sequences map (sd_kv_pool_check):
+ * SD_OK or SD_ERR_ARG naming the inconsistency (a leak is a bug). */
+int sd_session_kv_check(const sd_session *s, sd_error *err);
+/* KV bytes per position of one sequence: 2 x layers x row bytes (KV heads x head dim
+ * elements of the KV type). */
+size_t sd_session_kv_bytes_per_token(const sd_session *s);
 
 /*
  * Restrict the classifier to the rows ids[0 .. n) (a trimmed LM head, as FR-Spec's draft:

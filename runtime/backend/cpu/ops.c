@@ -88,6 +88,7 @@ typedef struct sd_backend_cpu {
     int profile;         /* per-op timers on (sd_backend_cpu_profile_enable) */
     sd_cpu_profile prof;
     float *scores;             /* attention scores: n_threads x SD_ATT_HB rows of n_ctx */
+    float *tiles;              /* quantized-KV tiles: n_threads x SD_ATT_TILE rows of max_cols */
     const sd_att_kernels *att; /* attention kernels (sd_cpu_att_pick) */
 } sd_backend_cpu;
 
@@ -145,6 +146,7 @@ static void cpu_free(sd_backend *be) {
         big_free(&c->packed[i]);
     free(c->packed);
     free(c->scores);
+    free(c->tiles);
     free(c);
 }
 
@@ -494,9 +496,9 @@ static void cpu_kv_store_op(sd_backend *be, sd_kv *kv, int32_t layer, int32_t po
         void *kd = sd_kv_k(kv, layer, pos0 + tk);
         void *vd = sd_kv_v(kv, layer, pos0 + tk);
         const float *ks = k + (size_t)tk * (size_t)kv_dim, *vs = v + (size_t)tk * (size_t)kv_dim;
-        if (t == SD_TYPE_F16) { /* round to nearest even (the reference conversion) */
-            sd_quantize_row(SD_TYPE_F16, ks, kd, kv_dim);
-            sd_quantize_row(SD_TYPE_F16, vs, vd, kv_dim);
+        if (t != SD_TYPE_F32) { /* F16 rounded to nearest even, Q8_0 / Q4_0: the reference */
+            sd_quantize_row(t, ks, kd, kv_dim);
+            sd_quantize_row(t, vs, vd, kv_dim);
         } else {
             memcpy(kd, ks, (size_t)kv_dim * sizeof(float));
             memcpy(vd, vs, (size_t)kv_dim * sizeof(float));
@@ -519,6 +521,7 @@ static void att_items(void *arg, int64_t i0, int64_t i1, int32_t ith) {
     const att_job *j = arg;
     const size_t scs = (size_t)j->c->n_ctx;
     float *sc = j->c->scores + (size_t)ith * (size_t)SD_ATT_HB * scs;
+    float *tile = j->c->tiles + (size_t)ith * (size_t)SD_ATT_TILE * (size_t)j->c->max_cols;
     const int32_t group = j->group, n_blk = j->n_blk;
     for (int64_t it = i0; it < i1; it++) {
         const int32_t t = (int32_t)(it / ((int64_t)j->n_head_kv * n_blk));
@@ -527,7 +530,7 @@ static void att_items(void *arg, int64_t i0, int64_t i1, int32_t ith) {
         const int32_t nh = g * group + group - h0 < SD_ATT_HB ? g * group + group - h0 : SD_ATT_HB;
         const size_t off = ((size_t)t * (size_t)j->n_head + (size_t)h0) * (size_t)j->head_dim;
         sd_cpu_attend_block(j->ak, j->q + off, nh, j->kv, j->layer, j->pos0 + t + 1, g, j->head_dim,
-                            j->scale, sc, scs, j->out + off);
+                            j->scale, sc, scs, tile, j->out + off);
     }
 }
 
@@ -705,11 +708,12 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
     if (nt > SD_CPU_MAX_THREADS) nt = SD_CPU_MAX_THREADS;
     /* Prepared activations: the largest sd_activations_bytes over the weight types for
      * n_batch rows of up to max_cols. */
-    size_t xq_bytes = 0, sc_len, sc_bytes;
+    size_t xq_bytes = 0, sc_len, sc_bytes, tile_bytes;
     if (sd_activations_bytes_max(p->n_batch, p->max_cols, &xq_bytes) != 0)
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: scratch size overflows");
     if (sd_mul_size((size_t)nt * SD_ATT_HB, (size_t)p->n_ctx, &sc_len) ||
-        sd_mul_size(sc_len, sizeof(float), &sc_bytes))
+        sd_mul_size(sc_len, sizeof(float), &sc_bytes) ||
+        sd_mul_size((size_t)nt * SD_ATT_TILE * sizeof(float), (size_t)p->max_cols, &tile_bytes))
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: scratch size overflows");
     sd_backend_cpu *c = calloc(1, sizeof *c);
     if (!c) return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory");
@@ -735,10 +739,12 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
             c->xq[i] = NULL;
             xq_ok = 0;
         }
-    void *sc = NULL;
+    void *sc = NULL, *tl = NULL;
     if (posix_memalign(&sc, 64, sc_bytes) != 0) sc = NULL;
     c->scores = sc;
-    if (!xq_ok || !c->scores) {
+    if (posix_memalign(&tl, 64, tile_bytes) != 0) tl = NULL;
+    c->tiles = tl;
+    if (!xq_ok || !c->scores || !c->tiles) {
         cpu_free(&c->base);
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu + %zu bytes)", xq_bytes,
                          sc_bytes);

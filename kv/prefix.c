@@ -1,0 +1,143 @@
+/* kv/prefix.c: the prefix cache of a paged KV pool (see sd_kv.h): full blocks registered
+ * under (parent block, tokens), found by exact comparison, evicted least recently used
+ * first, children before parents. */
+#include <string.h>
+
+#include "kv/kv_impl.h"
+
+/* splitmix64's finaliser: a bijection that spreads every input bit. */
+static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static uint64_t block_key(int32_t parent, const int32_t *tok, int32_t bs) {
+    uint64_t h = mix((uint64_t)(uint32_t)parent + UINT64_C(0x9e3779b97f4a7c15));
+    for (int32_t i = 0; i < bs; i++)
+        h = mix(h ^ (uint64_t)(uint32_t)tok[i]);
+    return h;
+}
+
+/* The cached block with this parent and these tokens, or -1. */
+static int32_t find(const sd_kv_pool *p, int32_t parent, const int32_t *tok, uint64_t key) {
+    for (int32_t b = p->bucket[key & p->bucket_mask]; b >= 0; b = p->next[b])
+        if (p->key[b] == key && p->parent[b] == parent &&
+            memcmp(p->tok + (size_t)b * p->bs, tok, (size_t)p->bs * sizeof *tok) == 0)
+            return b;
+    return -1;
+}
+
+static void unlink_block(sd_kv_pool *p, int32_t b) {
+    int32_t *at = &p->bucket[p->key[b] & p->bucket_mask];
+    while (*at != b) {
+        SD_CHECK(*at >= 0, "cached block missing from its bucket");
+        if (*at < 0) return;
+        at = &p->next[*at];
+    }
+    *at = p->next[b];
+}
+
+/* Drop block b from the cache (its reference included). */
+static void uncache(sd_kv_pool *p, int32_t b) {
+    unlink_block(p, b);
+    if (p->parent[b] >= 0) p->n_child[p->parent[b]]--;
+    p->cached[b] = 0;
+    p->n_cached--;
+    if (p->refs[b] == 1) p->n_cached_idle--;
+    sd_kv_pool_unref(p, b);
+}
+
+void sd_kv_prefix_ref_changed(sd_kv_pool *p, int32_t b, int32_t old_refs, int32_t new_refs) {
+    (void)b;
+    if (old_refs == 1 && new_refs > 1) p->n_cached_idle--;
+    if (old_refs > 1 && new_refs == 1) p->n_cached_idle++;
+}
+
+int sd_kv_prefix_evict_one(sd_kv_pool *p) {
+    if (!p->cached || p->n_cached_idle == 0) return -1;
+    int32_t best = -1;
+    for (int32_t b = 0; b < p->n_blocks; b++)
+        if (p->cached[b] && p->refs[b] == 1 && p->n_child[b] == 0 &&
+            (best < 0 || p->last_use[b] < p->last_use[best]))
+            best = b;
+    /* An idle block always has an idle leaf below it: a sequence that maps a cached
+     * block maps its parent too (tables are prefixes of chains). */
+    SD_CHECK(best >= 0, "idle cached blocks but no idle leaf");
+    if (best < 0) return -1;
+    uncache(p, best);
+    p->n_evicted++;
+    return 0;
+}
+
+int32_t sd_kv_cache_attach(sd_kv *kv, const int32_t *tokens, int32_t n) {
+    sd_kv_pool *p = kv->pool;
+    if (kv->own_pool || !p->cached || kv->n != 0 || kv->held != 0 || !tokens) return 0;
+    if (n > kv->n_ctx) n = kv->n_ctx;
+    int32_t parent = -1, i = 0;
+    p->tick++;
+    for (; (int64_t)(i + 1) * p->bs <= n; i++) {
+        const int32_t *t = tokens + (size_t)i * p->bs;
+        const int32_t b = find(p, parent, t, block_key(parent, t, p->bs));
+        if (b < 0) break;
+        sd_kv_pool_ref(p, b);
+        p->last_use[b] = p->tick;
+        kv->table[i] = b;
+        parent = b;
+    }
+    kv->held = i;
+    kv->n = i * p->bs;
+    p->n_hit_blocks += i;
+    return kv->n;
+}
+
+void sd_kv_cache_store(sd_kv *kv, const int32_t *tokens, int32_t n) {
+    sd_kv_pool *p = kv->pool;
+    if (kv->own_pool || !p->cached || !tokens) return;
+    if (n > kv->n) n = kv->n;
+    int32_t parent = -1;
+    p->tick++;
+    for (int32_t i = 0; (int64_t)(i + 1) * p->bs <= n; i++) {
+        const int32_t b = kv->table[i];
+        const int32_t *t = tokens + (size_t)i * p->bs;
+        if (p->cached[b]) {
+            /* Cached already (attached, or stored earlier): under the same tokens, since
+             * a cached block is never written (its references make a writer copy it). */
+            p->last_use[b] = p->tick;
+            parent = b;
+            continue;
+        }
+        const uint64_t key = block_key(parent, t, p->bs);
+        const int32_t same = find(p, parent, t, key);
+        if (same >= 0) {
+            /* Computed twice (two sequences at once): the rows are the same bits (K/V at a
+             * position depend only on the tokens up to it), so map the cached block and
+             * let this copy go. The table stays a prefix of a cached chain, which eviction
+             * relies on. */
+            sd_kv_pool_ref(p, same);
+            p->last_use[same] = p->tick;
+            kv->table[i] = same;
+            sd_kv_pool_unref(p, b);
+            parent = same;
+            continue;
+        }
+        memcpy(p->tok + (size_t)b * p->bs, t, (size_t)p->bs * sizeof *t);
+        p->key[b] = key;
+        p->parent[b] = parent;
+        p->n_child[b] = 0;
+        p->last_use[b] = p->tick;
+        p->next[b] = p->bucket[key & p->bucket_mask];
+        p->bucket[key & p->bucket_mask] = b;
+        if (parent >= 0) p->n_child[parent]++;
+        sd_kv_pool_ref(p, b); /* the cache's reference (refs >= 2 then: not idle) */
+        p->cached[b] = 1;
+        p->n_cached++;
+        parent = b;
+    }
+}
+
+void sd_kv_pool_cache_clear(sd_kv_pool *p) {
+    if (!p || !p->cached) return;
+    while (sd_kv_prefix_evict_one(p) == 0) {
+    }
+}

@@ -1,0 +1,341 @@
+/*
+ * specdec serve: the OpenAI-compatible HTTP server (runtime/server) over the batcher
+ * (runtime/engine: continuous batching over a paged KV cache), with llama-server's flag
+ * spellings where they mean the same. SIGINT / SIGTERM stop it: no new connections,
+ * in-flight requests finish (a second signal cancels them), exit 0.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cli/cli.h"
+#include "runtime/engine/sd_engine.h"
+#include "runtime/server/sd_server.h"
+
+#define HINT "see 'specdec serve --help'"
+
+enum {
+    OPT_HOST = SD_CLI_OPT_OWN,
+    OPT_PORT,
+    OPT_PARALLEL,
+    OPT_API_KEY,
+    OPT_API_KEY_FILE,
+    OPT_KV_BLOCK,
+    OPT_MAX_QUEUE,
+    OPT_MAX_BODY,
+    OPT_ALIAS,
+    OPT_CHAT_TEMPLATE,
+    OPT_NO_PREFIX_CACHE,
+    OPT_BATCH,
+    OPT_KV_UNIFIED,
+    OPT_CONT_BATCHING,
+    OPT_SHUTDOWN_TIMEOUT,
+    OPT_NO_DRAFT,
+};
+
+typedef struct serve_cli {
+    sd_cli_gen_opts g;
+    const char *host, *api_key, *api_key_file, *alias, *chat_template;
+    int64_t port, parallel, kv_block, max_queue, max_body, batch;
+    double shutdown_timeout;
+    int no_prefix_cache, kv_unified, no_draft;
+} serve_cli;
+
+static void serve_help(FILE *f) {
+    fprintf(f,
+            "usage: specdec serve -m TARGET.gguf [-md DRAFT.gguf] [options]\n"
+            "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions\n"
+            "(stream: true for server-sent events), GET /v1/models, /health, /metrics,\n"
+            "POST /tokenize, /detokenize, and a chat page at GET /. Requests share one\n"
+            "speculative target pass per step over a paged KV cache; each request's output\n"
+            "is the same alone or beside others.\n"
+            "\n"
+            "  --host ADDR             address to bind (127.0.0.1)\n"
+            "  --port N                port, 0 = any free one (8080); printed at start\n"
+            "  --parallel N     (-np)  sequences decoding at once (4)\n"
+            "  --ctx-size N     (-c)   KV positions of the pool, all sequences together;\n"
+            "                          each sequence gets N / parallel (llama-server's split),\n"
+            "                          or N with --kv-unified (default 4096 x parallel, capped\n"
+            "                          at the model's training context per sequence)\n"
+            "  --kv-unified     (-kvu) a sequence may use the whole pool (admission still\n"
+            "                          reserves each request's worst case)\n"
+            "  --kv-type T             f32, f16, q8_0, q4_0 (-ctk / -ctv; default f16)\n"
+            "  --kv-block N            positions per KV block (16)\n"
+            "  --batch-size N   (-b)   most tokens of one target pass (512)\n"
+            "  --max-queue N           requests waiting beyond the parallel ones (64); more:\n"
+            "                          503 with Retry-After\n"
+            "  --no-prefix-cache       do not reuse the KV blocks of earlier prompts\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' (not on / and\n"
+            "                          /health); --api-key-file FILE reads it from a file\n"
+            "  --max-body N            largest request body in bytes (1048576)\n"
+            "  --alias NAME            the model id /v1/models lists (the target's file name)\n"
+            "  --chat-template NAME    a built-in template instead of the model's\n"
+            "  --shutdown-timeout S    seconds in-flight requests get after SIGTERM (30)\n"
+            "  --no-draft              target alone even with -md\n"
+            "Request defaults (a request's fields override them): -n/--n-predict N (max\n"
+            "tokens; -1 = the rest of the sequence's context, the default), --temp, --top-k,\n"
+            "--top-p, --seed, --ignore-eos, -k/--draft-max K (4), --draft-type, --draft-policy\n"
+            "(fixed: the K of every pass is the request's own, so sampled output is\n"
+            "batch-invariant), --draft-p-min, --draft-min, --ngram-min/--ngram-max. Models\n"
+            "and threads: -m, -md, --config, -t, --threads-force. The server runs on the CPU.\n");
+}
+
+static int serve_option(int o, const char *arg, void *user) {
+    serve_cli *c = user;
+    const char *h = HINT;
+    switch (o) {
+    case OPT_HOST:
+        c->host = arg;
+        return 0;
+    case OPT_PORT:
+        if (sd_cli_parse_i64(arg, 0, 65535, &c->port))
+            return sd_cli_usage(h, "--port: expected 0 .. 65535, found '%s'", arg);
+        return 0;
+    case OPT_PARALLEL:
+        if (sd_cli_parse_i64(arg, 1, SD_MAX_SEQ, &c->parallel))
+            return sd_cli_usage(h, "--parallel: expected 1 .. 1024, found '%s'", arg);
+        return 0;
+    case OPT_API_KEY:
+        c->api_key = arg;
+        return 0;
+    case OPT_API_KEY_FILE:
+        c->api_key_file = arg;
+        return 0;
+    case OPT_KV_BLOCK:
+        if (sd_cli_parse_i64(arg, 1, SD_KV_MAX_BLOCK, &c->kv_block))
+            return sd_cli_usage(h, "--kv-block: expected 1 .. 256, found '%s'", arg);
+        return 0;
+    case OPT_MAX_QUEUE:
+        if (sd_cli_parse_i64(arg, 0, 1 << 20, &c->max_queue))
+            return sd_cli_usage(h, "--max-queue: expected 0 .. 1048576, found '%s'", arg);
+        return 0;
+    case OPT_MAX_BODY:
+        if (sd_cli_parse_i64(arg, 16, (int64_t)1 << 32, &c->max_body))
+            return sd_cli_usage(h, "--max-body: expected 16 .. 4294967296, found '%s'", arg);
+        return 0;
+    case OPT_BATCH:
+        if (sd_cli_parse_i64(arg, 1, 65536, &c->batch))
+            return sd_cli_usage(h, "--batch-size: expected 1 .. 65536, found '%s'", arg);
+        return 0;
+    case OPT_ALIAS:
+        c->alias = arg;
+        return 0;
+    case OPT_CHAT_TEMPLATE:
+        c->chat_template = arg;
+        return 0;
+    case OPT_NO_PREFIX_CACHE:
+        c->no_prefix_cache = 1;
+        return 0;
+    case OPT_KV_UNIFIED:
+        c->kv_unified = 1;
+        return 0;
+    case OPT_CONT_BATCHING: /* always */
+        return 0;
+    case OPT_SHUTDOWN_TIMEOUT:
+        if (sd_cli_parse_f64(arg, 0.0, 86400.0, &c->shutdown_timeout))
+            return sd_cli_usage(h, "--shutdown-timeout: expected 0 .. 86400 seconds, found '%s'",
+                                arg);
+        return 0;
+    case OPT_NO_DRAFT:
+        c->no_draft = 1;
+        return 0;
+    case 'h':
+        serve_help(stdout);
+        return -1;
+    default:
+        return SD_CLI_PASS;
+    }
+}
+
+static int parse_serve(int argc, char **argv, serve_cli *c) {
+    static const struct option opts[] = {
+        SD_CLI_GEN_LONGOPTS,
+        SD_CLI_EXTRA_LONGOPTS,
+        SD_CLI_DRAFT_LONGOPTS,
+        {"host", required_argument, 0, OPT_HOST},
+        {"port", required_argument, 0, OPT_PORT},
+        {"parallel", required_argument, 0, OPT_PARALLEL},
+        {"api-key", required_argument, 0, OPT_API_KEY},
+        {"api-key-file", required_argument, 0, OPT_API_KEY_FILE},
+        {"kv-block", required_argument, 0, OPT_KV_BLOCK},
+        {"max-queue", required_argument, 0, OPT_MAX_QUEUE},
+        {"max-body", required_argument, 0, OPT_MAX_BODY},
+        {"batch-size", required_argument, 0, OPT_BATCH},
+        {"alias", required_argument, 0, OPT_ALIAS},
+        {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
+        {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
+        {"kv-unified", no_argument, 0, OPT_KV_UNIFIED},
+        {"cont-batching", no_argument, 0, OPT_CONT_BATCHING},
+        {"shutdown-timeout", required_argument, 0, OPT_SHUTDOWN_TIMEOUT},
+        {"no-draft", no_argument, 0, OPT_NO_DRAFT},
+        {0, 0, 0, 0},
+    };
+    memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
+    c->host = "127.0.0.1";
+    c->port = 8080;
+    c->parallel = 4;
+    c->kv_block = 16;
+    c->max_queue = 64;
+    c->max_body = 1 << 20;
+    c->batch = 512;
+    c->shutdown_timeout = 30.0;
+    return sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, serve_option, c);
+}
+
+/* The server the signal handlers stop (one per process). */
+static sd_server *volatile g_server;
+
+static void on_signal(int sig) {
+    (void)sig;
+    sd_server *s = g_server;
+    if (s) sd_server_stop(s);
+}
+
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client that left: the write fails, nothing else */
+}
+
+static void log_line(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "specdec: serve: %s\n", line);
+}
+
+static void note_line(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "specdec: note: %s\n", line);
+}
+
+/* "2 x L layers x H KV heads x D head dim x B bytes" for the start-up line. */
+static void print_kv(const char *what, const sd_model *m, const sd_kv_pool_stats *kv,
+                     size_t bytes_per_token, const char *type) {
+    const sd_hparams *hp = sd_model_hparams(m);
+    const double per_elem =
+        (double)bytes_per_token / (2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim);
+    const double total = (double)bytes_per_token * kv->n_blocks * kv->block_size;
+    fprintf(stderr,
+            "specdec: serve: %s KV %s: %zu bytes per token (2 x %d layers x %d KV heads x %d "
+            "head dim x %.4g bytes), %d blocks of %d positions, %.1f MiB\n",
+            what, type, bytes_per_token, hp->n_layer, hp->n_head_kv, hp->head_dim, per_elem,
+            kv->n_blocks, kv->block_size, total / 1048576.0);
+}
+
+int sd_cmd_serve(int argc, char **argv) {
+    serve_cli c;
+    int prc = parse_serve(argc, argv, &c);
+    if (prc) return prc < 0 ? EXIT_SUCCESS : prc;
+    sd_error err = {0};
+    sd_cli_pair p = {0};
+    p.ep = sd_engine_default_params();
+    p.ep.kv_type = SD_TYPE_F16;
+    p.ep.gen.k_policy = SD_K_FIXED;
+    p.ep.gen.draft_p_min = 0.75f;
+    p.ep.gen.draft_min = 1;
+    sd_batcher *b = NULL;
+    sd_server *srv = NULL;
+    char *key = NULL;
+    int rc = SD_OK, exit_code = EXIT_FAILURE;
+    if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
+    if (!p.kv_type) p.ep.kv_type = SD_TYPE_F16; /* the server's default */
+    if (c.no_draft) p.ep.draft = NULL;
+    if (!p.ep.target) {
+        exit_code = sd_cli_usage(HINT, "%s", "no target model: pass -m FILE (or --config)");
+        goto done;
+    }
+    if (c.g.prompt || c.g.prompt_file) {
+        exit_code = sd_cli_usage(HINT, "%s", "serve takes prompts over HTTP, not -p / -f");
+        goto done;
+    }
+    if (c.api_key_file) {
+        size_t len = 0;
+        if ((rc = sd_cli_read_file(c.api_key_file, &key, &len, &err))) goto done;
+        while (len && (key[len - 1] == '\n' || key[len - 1] == '\r'))
+            key[--len] = '\0';
+        c.api_key = key;
+    }
+    /* The pool: -c positions over every sequence (default 4096 per sequence); a sequence
+     * gets its share, or the whole with --kv-unified; capped at the training context. */
+    const int64_t np = c.parallel;
+    const int64_t total = c.g.has_ctx && c.g.ctx > 0 ? c.g.ctx : 4096 * np;
+    int64_t per_seq = c.kv_unified ? total : total / np;
+    if (per_seq < 1) {
+        exit_code = sd_cli_usage(HINT, "%s", "--ctx-size is smaller than --parallel");
+        goto done;
+    }
+    p.ep.n_ctx = (int32_t)(per_seq > INT32_MAX ? INT32_MAX : per_seq);
+    p.ep.models_only = 1;
+    p.ep.log = c.g.log_disable ? NULL : note_line;
+    if ((rc = sd_cli_pair_load(&c.g, &p, &err))) goto done;
+    sd_engine *e = p.engine;
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = (int32_t)np;
+    bp.n_ctx = sd_engine_n_ctx(e);
+    bp.kv_block = (int32_t)c.kv_block;
+    bp.n_kv_blocks = (int32_t)((total + c.kv_block - 1) / c.kv_block);
+    bp.n_batch = (int32_t)c.batch;
+    bp.max_queue = (int32_t)c.max_queue;
+    bp.prefix_cache = !c.no_prefix_cache;
+    sd_gen_params gp = p.ep.gen;
+    if (!sd_engine_draft(e) &&
+        (gp.draft_type == SD_DRAFT_LLM || gp.draft_type == SD_DRAFT_NGRAM_LLM)) {
+        exit_code = sd_cli_usage(HINT, "--draft-type %s needs a draft model (-md FILE)",
+                                 sd_draft_type_name(gp.draft_type));
+        goto done;
+    }
+    bp.k_max = gp.n_draft > 0 ? gp.n_draft : 1;
+    if (bp.k_max < 8) bp.k_max = 8; /* requests may ask for more than the default K */
+    if (!sd_engine_draft(e) && gp.draft_type == SD_DRAFT_AUTO) gp.n_draft = 0;
+    /* -n -1 (the default): the rest of the sequence's context. */
+    if (!c.g.has_n || c.g.n < 0) gp.n_predict = INT32_MAX;
+    if ((rc = sd_batcher_init(e, &bp, &b, &err))) goto done;
+    sd_batcher_stats st;
+    sd_batcher_get_stats(b, &st);
+    const char *tname = sd_type_name((uint32_t)p.ep.kv_type);
+    print_kv("target", sd_engine_target(e), &st.kv, st.kv_bytes_per_token, tname);
+    if (sd_engine_draft(e))
+        print_kv("draft", sd_engine_draft(e), &st.kv_draft, st.kv_bytes_per_token_draft, tname);
+    sd_server_params sp = sd_server_default_params();
+    sp.host = c.host;
+    sp.port = (int)c.port;
+    sp.api_key = c.api_key;
+    sp.max_body = (size_t)c.max_body;
+    sp.model_name = c.alias;
+    sp.chat_template = c.chat_template;
+    sp.gen = gp;
+    if (sp.gen.n_predict == INT32_MAX) sp.gen.n_predict = sd_batcher_n_ctx(b);
+    sp.shutdown_timeout_s = c.shutdown_timeout;
+    sp.log = log_line;
+    if ((rc = sd_server_init(e, b, &sp, &srv, &err))) goto done;
+    g_server = srv;
+    install_signals();
+    fprintf(stderr,
+            "specdec: serve: %d sequences of up to %d tokens, K %d (%s, %s), listening on "
+            "http://%s:%d\n",
+            (int)np, sd_batcher_n_ctx(b), gp.n_draft,
+            sd_draft_type_name(sd_engine_draft(e) && gp.draft_type == SD_DRAFT_AUTO
+                                   ? SD_DRAFT_LLM
+                                   : gp.draft_type),
+            sd_k_policy_name(gp.k_policy), c.host, sd_server_port(srv));
+    printf("listening on http://%s:%d\n", c.host, sd_server_port(srv));
+    fflush(stdout);
+    rc = sd_server_run(srv, &err);
+    g_server = NULL;
+    if (rc) fprintf(stderr, "specdec: serve: an engine error was answered: %s\n", err.msg);
+    rc = SD_OK;
+    exit_code = EXIT_SUCCESS;
+done:
+    if (rc) exit_code = sd_cli_fail(&err);
+    g_server = NULL;
+    sd_server_free(srv);
+    sd_batcher_free(b);
+    sd_cli_pair_free(&p);
+    free(key);
+    return exit_code;
+}

@@ -1,0 +1,145 @@
+/* runtime/engine/batch_out.c: a batcher choice's output: stop ids and limits, streaming
+ * detokenization, stop strings (held back while they may still match), events. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/engine/batcher_impl.h"
+
+static int is_stop_id(const sd_gen_params *gp, int32_t t) {
+    for (int32_t i = 0; i < gp->n_stop_ids && i < SD_MAX_STOP_IDS; i++)
+        if (gp->stop_ids[i] == t) return 1;
+    return 0;
+}
+
+static int text_append(sd_choice *c, const char *s, size_t n) {
+    if (n == 0) return 0;
+    if (c->text_len + n + 1 > c->text_cap) {
+        size_t cap = c->text_cap ? c->text_cap : 256;
+        while (cap < c->text_len + n + 1)
+            cap *= 2;
+        char *t = realloc(c->text, cap);
+        if (!t) return -1;
+        c->text = t;
+        c->text_cap = cap;
+    }
+    memcpy(c->text + c->text_len, s, n);
+    c->text_len += n;
+    c->text[c->text_len] = '\0';
+    return 0;
+}
+
+/* The earliest stop string in text[from, text_len): cut the text there. 1 if found. */
+static int cut_at_stop(sd_choice *c, size_t from) {
+    const sd_req *r = c->r;
+    size_t best = (size_t)-1;
+    for (int32_t i = 0; i < r->n_stop; i++) {
+        if (c->text_len < r->stop_len[i]) continue;
+        for (size_t p = from; p + r->stop_len[i] <= c->text_len && p < best; p++)
+            if (memcmp(c->text + p, r->stop[i], r->stop_len[i]) == 0) {
+                best = p;
+                break;
+            }
+    }
+    if (best == (size_t)-1) return 0;
+    c->text_len = best;
+    c->text[best] = '\0';
+    return 1;
+}
+
+/* Bytes at the end of the unsent text that may be the start of a stop string. */
+static size_t holdback(const sd_choice *c) {
+    const sd_req *r = c->r;
+    const size_t avail = c->text_len - c->text_sent;
+    size_t keep = 0;
+    for (int32_t i = 0; i < r->n_stop; i++) {
+        const size_t max = r->stop_len[i] - 1 < avail ? r->stop_len[i] - 1 : avail;
+        for (size_t m = max; m > keep; m--)
+            if (memcmp(c->text + c->text_len - m, r->stop[i], m) == 0) {
+                keep = m;
+                break;
+            }
+    }
+    return keep;
+}
+
+int32_t sd_choice_emit(sd_batcher *b, sd_choice *c, const int32_t *toks, int32_t n,
+                       int32_t n_accepted, int lookup) {
+    const sd_gen_params *gp = &c->r->gp;
+    const size_t from = c->text_sent;
+    int32_t done = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t t = toks[i];
+        if (t == b->eos || is_stop_id(gp, t)) {
+            c->stop = SD_STOP_EOS;
+            break;
+        }
+        c->ctx[c->n_ctx++] = t;
+        c->st.n_generated++;
+        done++;
+        if (i < n_accepted) {
+            c->st.n_accepted++;
+            c->st.accepted_at[i]++;
+            if (lookup) c->st.n_accepted_lookup++;
+        }
+        const char *piece = NULL;
+        size_t len = 0;
+        if (sd_detok_push(c->detok, t, &piece, &len, NULL) != SD_OK ||
+            text_append(c, piece, len) != 0) {
+            c->failed = 1; /* out of memory for the text: the step ends the choice */
+            break;
+        }
+        if (c->st.n_generated >= gp->n_predict) {
+            c->stop = SD_STOP_MAX_TOKENS;
+            break;
+        }
+    }
+    if (c->r->n_stop && cut_at_stop(c, from)) c->stop = SD_STOP_STRING;
+    if (!c->first_done && c->st.n_generated > 0) {
+        c->first_done = 1;
+        c->st.t_first_ms = sd_time_ms() - c->r->t_submit;
+        c->st.ttft_ms = c->st.t_first_ms;
+        c->st.t_prefill_ms = c->st.t_first_ms;
+    }
+    return done;
+}
+
+int sd_choice_event(sd_batcher *b, sd_choice *c) {
+    (void)b;
+    const int done = c->state == CH_DONE;
+    const size_t end = done ? c->text_len : c->text_len - holdback(c);
+    sd_req_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.id = c->r->id;
+    ev.index = c->index;
+    ev.tokens = c->ctx + c->n_emitted_sent;
+    ev.n_tokens = c->n_ctx - c->n_emitted_sent;
+    ev.text = c->text ? c->text + c->text_sent : "";
+    ev.len = end > c->text_sent ? end - c->text_sent : 0;
+    ev.done = done;
+    ev.stop = c->stop;
+    ev.stats = &c->st;
+    if (!done && ev.n_tokens == 0 && ev.len == 0) return 0;
+    c->n_emitted_sent = c->n_ctx;
+    if (end > c->text_sent) c->text_sent = end;
+    return c->r->cb ? c->r->cb(c->r->user, &ev) : 0;
+}
+
+void sd_choice_finish(sd_batcher *b, sd_choice *c, sd_stop_reason stop) {
+    if (c->state == CH_DONE) return;
+    if (c->stop == SD_STOP_NONE) c->stop = stop;
+    const char *tail = NULL;
+    size_t len = 0;
+    sd_detok_flush(c->detok, &tail, &len);
+    if (c->stop != SD_STOP_STRING) {
+        const size_t from = c->text_sent;
+        text_append(c, tail, len);
+        if (c->r->n_stop && cut_at_stop(c, from)) c->stop = SD_STOP_STRING;
+    }
+    c->st.stop = c->stop;
+    c->st.t_total_ms = sd_time_ms() - c->r->t_submit;
+    /* Store the prompt and output blocks for later prompts, unless the pass failed. */
+    sd_batcher_release(b, c, c->stop != SD_STOP_NONE);
+    c->state = CH_DONE;
+    c->r->n_done++;
+    sd_choice_event(b, c); /* its return value: the request is over anyway */
+}

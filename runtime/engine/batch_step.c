@@ -1,0 +1,713 @@
+/* runtime/engine/batch_step.c: one step of the batcher (see sd_engine.h): cancellations
+ * and admission, every decoding choice's proposal (n-gram per choice, the LLM draft in
+ * batched passes), one target pass over decode rows and prefill chunks, verification,
+ * the KV commit, emission. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/engine/batcher_impl.h"
+
+/* ---- admission ---- */
+
+/* Blocks the running choices may still take from a pool: quota minus what they map. */
+static int64_t outstanding(const sd_batcher *b, const sd_session *s, int draft) {
+    int64_t n = 0;
+    for (int32_t i = 0; i < b->n_running; i++) {
+        const sd_req *r = b->running[i];
+        for (int32_t j = 0; j < r->n_choices; j++) {
+            const sd_choice *c = &r->ch[j];
+            if (c->state == CH_DONE || c->slot < 0) continue;
+            const int32_t q = draft ? c->quota_d : c->quota_t;
+            const int32_t held = sd_session_kv_blocks_for(s, sd_session_seq_n_past(s, c->slot));
+            if (q > held) n += q - held;
+        }
+    }
+    return n;
+}
+
+static int32_t free_slot(const sd_batcher *b, int32_t from) {
+    for (int32_t s = from; s < b->p.n_parallel; s++)
+        if (!b->slots[s]) return s;
+    return -1;
+}
+
+/* Admit r if slots and blocks allow (its first choice takes the longest cached prefix of
+ * its prompt first, which lowers what it needs). 1 if admitted. */
+static int try_admit(sd_batcher *b, sd_req *r) {
+    int32_t n_free = 0;
+    for (int32_t s = 0; s < b->p.n_parallel; s++)
+        n_free += !b->slots[s];
+    if (n_free < r->n_choices) return 0;
+    const int32_t s0 = free_slot(b, 0);
+    const int32_t lim = r->n_prompt - 1; /* the last prompt token is fed for its logits */
+    int32_t got = 0, got_d = 0;
+    if (b->p.prefix_cache) {
+        got = sd_session_seq_attach_prefix(b->ts, s0, r->prompt, lim);
+        if (b->ds) got_d = sd_session_seq_attach_prefix(b->ds, s0, r->prompt, lim);
+    }
+    int64_t need_t = 0, need_d = 0;
+    for (int32_t i = 0; i < r->n_choices; i++) {
+        need_t += r->ch[i].quota_t;
+        need_d += r->ch[i].quota_d;
+    }
+    need_t -= sd_session_kv_blocks_for(b->ts, got);
+    if (b->ds) need_d -= sd_session_kv_blocks_for(b->ds, got_d);
+    int ok = sd_session_kv_available(b->ts) - outstanding(b, b->ts, 0) >= need_t;
+    if (ok && b->ds) ok = sd_session_kv_available(b->ds) - outstanding(b, b->ds, 1) >= need_d;
+    if (!ok) { /* wait: give the attached blocks back */
+        sd_session_seq_truncate(b->ts, s0, 0, NULL);
+        if (b->ds) sd_session_seq_truncate(b->ds, s0, 0, NULL);
+        return 0;
+    }
+    for (int32_t i = 0, s = s0; i < r->n_choices; i++, s = free_slot(b, s + 1)) {
+        sd_choice *c = &r->ch[i];
+        c->slot = s;
+        b->slots[s] = c;
+        c->state = i == 0 ? CH_PREFILL : CH_WAIT;
+        sd_proposer_reset(b->ngram[s], &r->gp.samp, 0);
+    }
+    b->st.n_prefix_hit_tokens += got;
+    b->st.n_prompt_tokens += r->n_prompt;
+    b->running[b->n_running++] = r;
+    return 1;
+}
+
+/* Under the mutex: cancelled queued requests move to *gone. */
+static void take_queue(sd_batcher *b, sd_req **gone) {
+    sd_req **at = &b->q_head, *last = NULL;
+    while (*at) {
+        sd_req *r = *at;
+        if (r->cancel) {
+            *at = r->next;
+            r->next = *gone;
+            *gone = r;
+            b->n_queued--;
+            continue;
+        }
+        last = r;
+        at = &r->next;
+    }
+    b->q_tail = last;
+}
+
+/* Under the mutex: FIFO admission while slots and blocks allow. */
+static void admit(sd_batcher *b) {
+    while (b->q_head && b->n_running < b->p.n_parallel && try_admit(b, b->q_head)) {
+        sd_req *r = b->q_head;
+        b->q_head = r->next;
+        if (!b->q_head) b->q_tail = NULL;
+        r->next = NULL;
+        b->n_queued--;
+    }
+}
+
+static void finish_request(sd_batcher *b, sd_req *r, sd_stop_reason stop) {
+    for (int32_t i = 0; i < r->n_choices; i++)
+        sd_choice_finish(b, &r->ch[i], stop);
+}
+
+/* ---- proposals ---- */
+
+/* Greedy confidence: the top probability of softmax(l[0 .. n)) at temperature 1 from the
+ * row maximum mx, float exponentials summed in double in blocks; 0 as soon as the sum
+ * passes 1 / p_min (the confidence is below p_min then, whatever the rest adds). The
+ * LLM proposer's rule (draft/llm.c), so serve drafts as generate does. */
+static double greedy_confidence(const float *l, int32_t n, float mx, float p_min) {
+    if (isinf(mx)) return 1.0;
+    const double limit = 1.0 / (double)p_min;
+    double sum = 0.0;
+    int32_t i = 0;
+    for (; i + 1024 <= n; i += 1024) {
+        float part = 0.0f;
+        for (int32_t j = i; j < i + 1024; j++)
+            part += expf(l[j] - mx);
+        sum += (double)part;
+        if (sum > limit) return 0.0;
+    }
+    for (; i < n; i++)
+        sum += (double)expf(l[i] - mx);
+    return sum > 0.0 ? 1.0 / sum : 1.0;
+}
+
+static double top_prob(const float *q, int32_t n) {
+    float mx = 0.0f;
+    for (int32_t i = 0; i < n; i++)
+        if (q[i] > mx) mx = q[i];
+    return mx;
+}
+
+/* The draws of choice c are keyed by this seed (choice i of a request: its seed + i). */
+static uint64_t seed_of(const sd_choice *c) {
+    return c->r->gp.seed + (uint64_t)c->index;
+}
+
+/* A proposal of the LLM draft carries q rows only for rejection sampling; greedy and
+ * Gumbel drafts are a function of the context and the keyed noise (one-hot). */
+static int draft_rows(const sd_gen_params *gp) {
+    return gp->samp.temp > 0.0f && gp->samp.spec == SD_SPEC_REJECTION;
+}
+
+/* The K of choice c for this pass (0: a target-alone pass), capped by its budget and
+ * context, and its n-gram proposal; c->llm when the LLM draft is to propose. */
+static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
+    const sd_gen_params *gp = &c->r->gp;
+    c->k = 0;
+    c->llm = 0;
+    c->used_llm = 0;
+    c->one_hot = 0;
+    c->drow = -1;
+    c->t_draft_ms = c->c_draft_ms = 0.0;
+    const int llm_type = gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM;
+    int32_t k = gp->n_draft;
+    if (c->adaptive && llm_type && b->k_batch < k) k = b->k_batch; /* the batch's K */
+    const int32_t budget = gp->n_predict - c->st.n_generated - 1;
+    if (k > budget) k = budget;
+    if (k > b->n_ctx - c->n_ctx) k = b->n_ctx - c->n_ctx;
+    if (k < 0) k = 0;
+    c->k_want = k;
+    if (k == 0) return SD_OK;
+    if (gp->draft_type == SD_DRAFT_NGRAM || gp->draft_type == SD_DRAFT_NGRAM_LLM) {
+        const double t = sd_time_ms();
+        sd_proposal prop = {0};
+        int rc = sd_proposer_propose(b->ngram[c->slot], c->ctx, c->n_ctx, k, &prop, err);
+        c->t_draft_ms += sd_time_ms() - t;
+        if (rc) return rc;
+        if (prop.n > 0) {
+            c->k = prop.n;
+            memcpy(c->dtok, prop.tokens, (size_t)prop.n * sizeof *c->dtok);
+            c->one_hot = 1;
+            return SD_OK;
+        }
+    }
+    if (gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM) {
+        /* The draft's cache will hold ctx and the first k - 1 drafts: draft fewer near its
+         * context limit, none when the context holds an id the draft lacks. */
+        if (k > b->n_ctx_d - c->n_ctx + 1) k = b->n_ctx_d - c->n_ctx + 1;
+        for (int32_t i = 0; i < c->n_ctx && k > 0; i++)
+            if (c->ctx[i] >= b->n_vocab_d) k = 0;
+        c->k_want = k;
+        c->llm = c->used_llm = k > 0;
+    }
+    return SD_OK;
+}
+
+/* Draft position c->k of choice c from its draft logits row l (penalised here, in place):
+ * greedy the argmax, Gumbel the Gumbel-max draw keyed by (seed, position), rejection the
+ * keyed inverse-CDF draw with its q row kept; then the confidence cut-off. As the LLM
+ * proposer of generate (draft/llm.c), so a request drafts the same tokens in both. */
+static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
+    const sd_gen_params *gp = &c->r->gp;
+    const sd_sampling_params *sp = &gp->samp;
+    const int32_t i = c->k, n = b->n_common;
+    const int64_t pos = (int64_t)c->n_ctx + i;
+    if (sd_penalties_on(sp)) sd_penalize(sp, c->ctx, c->n_ctx, c->dtok, i, l, n, NULL);
+    const int cut = gp->draft_p_min > 0.0f && i >= gp->draft_min;
+    double conf = 1.0;
+    int32_t tok;
+    if (!(sp->temp > 0.0f)) {
+        int32_t best = 0, nan = 0;
+        for (int32_t j = 0; j < n; j++) {
+            nan |= l[j] != l[j];
+            if (l[j] > l[best]) best = j;
+        }
+        if (nan)
+            return sd_errorf(err, SD_ERR_ARG,
+                             "%s: draft: a logit is NaN: non-finite logits (the "
+                             "model's weights hold NaN or inf)",
+                             sd_model_path(b->dm));
+        tok = best;
+        if (cut) conf = greedy_confidence(l, n, l[best], gp->draft_p_min);
+    } else {
+        float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
+        int rc = sd_warp(sp, l, n, q, b->iscratch, err);
+        if (rc) return sd_error_prefix(err, "%s: draft", sd_model_path(b->dm));
+        tok = sp->spec == SD_SPEC_GUMBEL
+                  ? sd_gumbel_sample(q, n, NULL, seed_of(c), pos)
+                  : sd_sample(q, n, sd_key_uniform(seed_of(c), pos, SD_DRAW_DRAFT, 0));
+        if (tok < 0)
+            return sd_errorf(err, SD_ERR_ARG, "%s: draft row has no positive entry",
+                             sd_model_path(b->dm));
+        if (cut) conf = top_prob(q, n);
+        for (int32_t v = n; v < b->n_vocab; v++) /* q over the target's ids */
+            q[v] = 0.0f;
+    }
+    if (cut && conf < (double)gp->draft_p_min) {
+        c->llm = 0; /* stop before a token the draft is unsure of */
+        return SD_OK;
+    }
+    c->dtok[i] = tok;
+    c->k = i + 1;
+    if (c->k >= c->k_want) c->llm = 0;
+    return SD_OK;
+}
+
+/* Add tokens t[0 .. n) of draft sequence seq to the draft batch, the last with logits
+ * when want. Returns the row of the logits or -1. */
+static int32_t dbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq, const int32_t *t,
+                          int32_t n, int want) {
+    for (int32_t i = 0; i < n; i++, (*nb)++) {
+        b->dbtok[*nb] = t[i];
+        b->dbseq[*nb] = seq;
+        b->dbwant[*nb] = want && i == n - 1;
+    }
+    return want && n > 0 ? (*nrow)++ : -1;
+}
+
+static int draft_decode(sd_batcher *b, int32_t nb, sd_error *err) {
+    sd_batch bt = {nb, b->dbtok, NULL, b->dbseq, b->dbwant};
+    b->t_dpass0 = sd_time_ms();
+    int rc = sd_session_decode(b->ds, &bt, b->dlogits, err);
+    if (rc) sd_error_prefix(err, "%s: draft", sd_model_path(b->dm));
+    return rc;
+}
+
+/* A draft pass over nb tokens ended (its rows processed): one sample of its cost. */
+static void draft_measured(sd_batcher *b, int32_t nb) {
+    sd_cost_fit_add(&b->dfit, (double)nb, sd_time_ms() - b->t_dpass0);
+}
+
+/* The LLM draft's passes of this step: the prompts' catch-up (PREFILL choices, one
+ * chunk each), then for every choice with c->llm the catch-up to ctx[0 .. n - 1) in
+ * chunks and its first position, then one pass per further position. */
+static int draft_phase(sd_batcher *b, sd_error *err) {
+    if (!b->ds) return SD_OK;
+    const int32_t chunk = b->p.draft_chunk;
+    int first = 1;
+    for (;;) { /* catch-up passes, the last one with every drafting choice's first row */
+        int32_t nb = 0, nrow = 0, pending = 0;
+        for (int32_t i = 0; i < b->n_running; i++) {
+            sd_req *r = b->running[i];
+            const int llm_type =
+                r->gp.draft_type == SD_DRAFT_LLM || r->gp.draft_type == SD_DRAFT_NGRAM_LLM;
+            for (int32_t j = 0; j < r->n_choices; j++)
+                r->ch[j].drow = -1;
+            for (int32_t j = 0; j < r->n_choices && llm_type; j++) {
+                sd_choice *c = &r->ch[j];
+                if (c->state == CH_PREFILL && first) {
+                    /* Follow the prompt: its tokens but the last, up to what the target
+                     * has (or will have after this step's chunk) and ids the draft has. */
+                    const int32_t goal =
+                        r->n_prompt - 1 < b->n_ctx_d ? r->n_prompt - 1 : b->n_ctx_d;
+                    const int32_t kept = sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, goal);
+                    int32_t n = goal - kept < chunk ? goal - kept : chunk;
+                    for (int32_t t = 0; t < n; t++)
+                        if (c->ctx[kept + t] >= b->n_vocab_d) n = t;
+                    if (n > 0) dbatch_add(b, &nb, &nrow, c->slot, c->ctx + kept, n, 0);
+                    continue;
+                }
+                if (c->state != CH_DECODE || !c->llm || c->k > 0) continue;
+                const int32_t kept =
+                    sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, c->n_ctx - 1);
+                const int32_t missing = c->n_ctx - 1 - kept;
+                if (missing <= chunk) { /* the rest and the last token, for its logits */
+                    c->drow = dbatch_add(b, &nb, &nrow, c->slot, c->ctx + kept, missing + 1, 1);
+                } else {
+                    dbatch_add(b, &nb, &nrow, c->slot, c->ctx + kept, chunk, 0);
+                    pending = 1;
+                }
+            }
+        }
+        first = 0;
+        if (nb == 0) break;
+        int rc = draft_decode(b, nb, err);
+        if (rc) return rc;
+        for (int32_t i = 0; i < b->n_running; i++) {
+            sd_req *r = b->running[i];
+            for (int32_t j = 0; j < r->n_choices; j++) {
+                sd_choice *c = &r->ch[j];
+                if (c->drow < 0) continue;
+                rc = draft_row(b, c, b->dlogits + (size_t)c->drow * (size_t)b->n_vocab_d, err);
+                c->drow = -1;
+                if (rc) return rc;
+            }
+        }
+        draft_measured(b, nb);
+        if (!pending) break;
+    }
+    for (;;) { /* positions 2 .. K: one token per choice still drafting */
+        int32_t nb = 0, nrow = 0;
+        for (int32_t i = 0; i < b->n_running; i++) {
+            sd_req *r = b->running[i];
+            for (int32_t j = 0; j < r->n_choices; j++) {
+                sd_choice *c = &r->ch[j];
+                c->drow = -1;
+                if (c->state != CH_DECODE || !c->llm || c->k == 0) continue;
+                c->drow = dbatch_add(b, &nb, &nrow, c->slot, &c->dtok[c->k - 1], 1, 1);
+            }
+        }
+        if (nb == 0) break;
+        int rc = draft_decode(b, nb, err);
+        if (rc) return rc;
+        for (int32_t i = 0; i < b->n_running; i++) {
+            sd_req *r = b->running[i];
+            for (int32_t j = 0; j < r->n_choices; j++) {
+                sd_choice *c = &r->ch[j];
+                if (c->drow < 0) continue;
+                rc = draft_row(b, c, b->dlogits + (size_t)c->drow * (size_t)b->n_vocab_d, err);
+                c->drow = -1;
+                if (rc) return rc;
+            }
+        }
+        draft_measured(b, nb);
+    }
+    return SD_OK;
+}
+
+/* This step's K for the adaptive requests that draft with the LLM (batch_policy.c). */
+static void plan_k(sd_batcher *b) {
+    int32_t n_d = 0, base = 0, k_max = 0, decode_rows = 0;
+    double yield = 0.0;
+    for (int32_t i = 0; i < b->n_running; i++) {
+        const sd_req *r = b->running[i];
+        const sd_gen_params *gp = &r->gp;
+        const int llm = gp->n_draft > 0 &&
+                        (gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM);
+        for (int32_t j = 0; j < r->n_choices; j++) {
+            sd_choice *c = &r->ch[j];
+            if (c->state != CH_DECODE) continue;
+            decode_rows++;
+            if (c->adaptive && llm) {
+                int32_t k = gp->n_draft, budget = gp->n_predict - c->st.n_generated - 1;
+                if (k > budget) k = budget;
+                if (k > k_max) k_max = k;
+                b->dlist[n_d++] = c;
+            } else {
+                yield += 1.0;
+                decode_rows += gp->n_draft; /* a fixed K's rows, at most */
+            }
+        }
+    }
+    base = decode_rows;
+    for (int32_t i = 0; i < b->n_running; i++) { /* the prompt chunks that fit beside them */
+        const sd_choice *c = &b->running[i]->ch[0];
+        if (c->state != CH_PREFILL) continue;
+        const int32_t left = c->r->n_prompt - sd_session_seq_n_past(b->ts, c->slot);
+        base +=
+            left < b->p.n_batch - base ? left : (b->p.n_batch - base > 0 ? b->p.n_batch - base : 0);
+    }
+    b->k_batch = sd_batch_choose_k(b, (const sd_choice *const *)b->dlist, n_d, k_max, base, yield);
+}
+
+/* ---- the target pass and verification ---- */
+
+static void tbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq, const int32_t *t,
+                       int32_t n, int want_all, int want_last) {
+    for (int32_t i = 0; i < n; i++, (*nb)++) {
+        b->btok[*nb] = t[i];
+        b->bseq[*nb] = seq;
+        b->bwant[*nb] = want_all || (want_last && i == n - 1);
+        *nrow += b->bwant[*nb];
+    }
+}
+
+/* Index of the first non-finite value of x[0 .. n), or -1. */
+static int64_t first_non_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return (int64_t)i;
+    return -1;
+}
+
+/* Row i of choice c's pass, made when verification first reads it: EOS and the stop ids
+ * masked (ignore_eos), the penalties of its history (the committed tokens, then the
+ * drafts before it), the warp when sampling. As generate's rows (runtime/engine/generate.c). */
+typedef struct row_ctx {
+    sd_batcher *b;
+    sd_choice *c;
+    float *rows; /* [k + 1, n_vocab] its logits, masked and penalised in place */
+} row_ctx;
+
+static const float *target_row(void *user, int32_t i, sd_error *err) {
+    const row_ctx *x = user;
+    sd_batcher *b = x->b;
+    const sd_choice *c = x->c;
+    const sd_gen_params *gp = &c->r->gp;
+    const int32_t nv = b->n_vocab;
+    float *row = x->rows + (size_t)i * (size_t)nv;
+    if (gp->ignore_eos) {
+        if (b->eos >= 0 && b->eos < nv) row[b->eos] = -INFINITY;
+        for (int32_t j = 0; j < gp->n_stop_ids; j++)
+            if (gp->stop_ids[j] >= 0 && gp->stop_ids[j] < nv) row[gp->stop_ids[j]] = -INFINITY;
+    }
+    sd_penalize(&gp->samp, c->ctx, c->n_ctx, c->dtok, i, row, nv, NULL);
+    if (!(gp->samp.temp > 0.0f)) return row;
+    float *p = b->probs + (size_t)i * (size_t)nv;
+    return sd_warp(&gp->samp, row, nv, p, b->iscratch, err) ? NULL : p;
+}
+
+/* Verify choice c's rows [k + 1, n_vocab] against its proposal, every draw keyed by its
+ * seed and the positions (sd_verify_keyed): greedy, Gumbel (the text then depends on
+ * neither the draft nor K) or rejection sampling. */
+static int verify(sd_batcher *b, sd_choice *c, float *rows, sd_verify_result *res, sd_error *err) {
+    const sd_gen_params *gp = &c->r->gp;
+    const int32_t k = c->k, nv = b->n_vocab;
+    const int64_t bad = first_non_finite(rows, (size_t)(k + 1) * (size_t)nv);
+    if (bad >= 0)
+        return sd_errorf(err, SD_ERR_FORMAT,
+                         "%s: target: logit %lld of row %lld is %g: non-finite logits (the "
+                         "model's weights hold NaN or inf)",
+                         sd_model_path(b->tm), (long long)(bad % nv), (long long)(bad / nv),
+                         (double)rows[bad]);
+    row_ctx x = {b, c, rows};
+    const float *q = k > 0 && !c->one_hot && draft_rows(gp) ? b->q[c->slot] : NULL;
+    return sd_verify_keyed(&gp->samp, c->dtok, k, q, target_row, &x, nv, seed_of(c), c->n_ctx,
+                           b->residual, res, err);
+}
+
+/* After the pass: verify choice c (state DECODE) on rows, commit, emit. */
+static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_ms, sd_error *err) {
+    sd_verify_result res;
+    const double t = sd_time_ms();
+    int rc = verify(b, c, rows, &res, err);
+    c->st.t_sample_ms += sd_time_ms() - t;
+    if (rc) return rc;
+    const int32_t k = c->k;
+    c->st.n_target_passes++;
+    c->st.k_hist[k]++;
+    c->st.n_drafted += k;
+    if (k > 0 && c->one_hot) {
+        c->st.n_passes_lookup++;
+        c->st.n_drafted_lookup += k;
+    }
+    for (int32_t i = 0; i < k; i++)
+        c->st.drafted_at[i]++;
+    c->st.t_draft_ms += c->t_draft_ms;
+    c->st.t_verify_ms += t_pass_ms;
+    sd_choice_emit(b, c, res.tokens, res.n_tokens, res.n_accepted, k > 0 && c->one_hot);
+    /* KV commit: both caches keep only the committed tokens (the target all but the last). */
+    sd_session_seq_keep_prefix(b->ts, c->slot, c->ctx, c->n_ctx - 1);
+    if (b->ds) sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, c->n_ctx);
+    sd_proposer_commit(b->ngram[c->slot], c->ctx, c->n_ctx);
+    if (c->adaptive) sd_adaptive_observe(&c->ctl, k, res.n_accepted, c->t_draft_ms, t_pass_ms);
+    return SD_OK;
+}
+
+/* The pass that ended choice 0's prompt: every choice's first token from its row, the
+ * other choices forked from choice 0's caches. */
+static int after_prompt(sd_batcher *b, sd_req *r, double t_pass_ms, sd_error *err) {
+    sd_choice *c0 = &r->ch[0];
+    float *row = b->logits + (size_t)c0->row0 * (size_t)b->n_vocab;
+    for (int32_t i = r->n_choices - 1; i >= 0; i--) { /* choice 0's row last: ignore_eos */
+        sd_choice *c = &r->ch[i];
+        if (c->state == CH_DONE) continue;
+        float *rows = row;
+        if (i > 0) {
+            int rc = sd_session_seq_fork(b->ts, c->slot, c0->slot, r->n_prompt, err);
+            if (!rc && b->ds)
+                rc = sd_session_seq_fork(b->ds, c->slot, c0->slot,
+                                         sd_session_seq_n_past(b->ds, c0->slot), err);
+            if (rc) return rc;
+            /* Its own copy of the row (verification may mask it in place). */
+            memcpy(b->row_copy, row, (size_t)b->n_vocab * sizeof(float));
+            rows = b->row_copy;
+        }
+        c->state = CH_DECODE;
+        c->k = 0;
+        c->one_hot = 0;
+        c->t_draft_ms = 0.0;
+        int rc = after_decode(b, c, rows, t_pass_ms, err);
+        if (rc) return rc;
+    }
+    return SD_OK;
+}
+
+/* ---- the step ---- */
+
+static void compact(sd_batcher *b);
+
+/* Events for every choice that moved, finishing those that stopped; the callback's
+ * non-zero return cancels its request. */
+static void deliver(sd_batcher *b) {
+    for (int32_t i = 0; i < b->n_running; i++) {
+        sd_req *r = b->running[i];
+        int cancel = 0;
+        for (int32_t j = 0; j < r->n_choices; j++) {
+            sd_choice *c = &r->ch[j];
+            if (c->state == CH_DONE) continue;
+            if (c->failed)
+                sd_choice_finish(b, c, SD_STOP_NONE);
+            else if (c->stop != SD_STOP_NONE)
+                sd_choice_finish(b, c, c->stop);
+            else if (c->state == CH_DECODE && sd_choice_event(b, c) != 0)
+                cancel = 1;
+        }
+        if (cancel) finish_request(b, r, SD_STOP_CANCEL);
+    }
+}
+
+/* Drop finished requests from the running list (keeping admission order). */
+static void compact(sd_batcher *b) {
+    int32_t w = 0;
+    for (int32_t i = 0; i < b->n_running; i++) {
+        sd_req *r = b->running[i];
+        if (r->n_done == r->n_choices) {
+            int cancelled = 0;
+            for (int32_t j = 0; j < r->n_choices; j++)
+                cancelled |= r->ch[j].stop == SD_STOP_CANCEL;
+            b->st.n_finished += !cancelled;
+            b->st.n_cancelled += cancelled;
+            sd_req_free(r);
+        } else {
+            b->running[w++] = r;
+        }
+    }
+    b->n_running = w;
+}
+
+static void update_stats(sd_batcher *b, int64_t gen, int64_t drafted, int64_t accepted,
+                         int64_t rows, int passes, double t_ms) {
+    b->st.n_generated += gen;
+    b->st.n_drafted += drafted;
+    b->st.n_accepted += accepted;
+    b->st.n_pass_rows += rows;
+    b->st.n_target_passes += passes;
+    b->st.t_busy_ms += t_ms;
+    b->st.n_queued = b->n_queued;
+    b->st.n_running = b->n_running;
+    sd_session_kv_stats(b->ts, &b->st.kv);
+    if (b->ds) sd_session_kv_stats(b->ds, &b->st.kv_draft);
+    /* Tokens per second over the last ~10 s: the oldest sample in the window. */
+    const double now = sd_time_ms();
+    b->rate_i = (b->rate_i + 1) % SD_RATE_SAMPLES;
+    b->rate_t[b->rate_i] = now;
+    b->rate_n[b->rate_i] = b->st.n_generated;
+    int32_t old = b->rate_i;
+    for (int32_t i = 1; i < SD_RATE_SAMPLES; i++) {
+        const int32_t j = (b->rate_i - i + SD_RATE_SAMPLES) % SD_RATE_SAMPLES;
+        if (b->rate_t[j] <= 0.0 || now - b->rate_t[j] > 10000.0) break;
+        old = j;
+    }
+    const double dt = now - b->rate_t[old];
+    b->st.tokens_per_s = dt > 0.0 ? (double)(b->st.n_generated - b->rate_n[old]) * 1e3 / dt : 0.0;
+}
+
+int sd_batcher_step(sd_batcher *b, sd_error *err) {
+    const double t0 = sd_time_ms();
+    sd_req *gone = NULL;
+    pthread_mutex_lock(&b->mu);
+    take_queue(b, &gone);
+    int any_cancel = 0;
+    for (int32_t i = 0; i < b->n_running; i++)
+        any_cancel |= b->running[i]->cancel;
+    pthread_mutex_unlock(&b->mu);
+    /* Cancelled before admission: a done event per choice, nothing was held. */
+    for (sd_req *r = gone; r;) {
+        sd_req *n = r->next;
+        finish_request(b, r, SD_STOP_CANCEL);
+        pthread_mutex_lock(&b->mu);
+        b->st.n_cancelled++;
+        pthread_mutex_unlock(&b->mu);
+        sd_req_free(r);
+        r = n;
+    }
+    if (any_cancel)
+        for (int32_t i = 0; i < b->n_running; i++)
+            if (b->running[i]->cancel) finish_request(b, b->running[i], SD_STOP_CANCEL);
+    /* Admission after the cancellations, so their blocks serve the queue at once. */
+    pthread_mutex_lock(&b->mu);
+    compact(b);
+    admit(b);
+    pthread_mutex_unlock(&b->mu);
+
+    int64_t gen0 = 0, drafted0 = 0, accepted0 = 0;
+    for (int32_t i = 0; i < b->n_running; i++)
+        for (int32_t j = 0; j < b->running[i]->n_choices; j++) {
+            const sd_choice *c = &b->running[i]->ch[j];
+            gen0 += c->st.n_generated;
+            drafted0 += c->st.n_drafted;
+            accepted0 += c->st.n_accepted;
+        }
+
+    for (int32_t i = 0; i < b->n_running; i++)
+        for (int32_t j = 0; j < b->running[i]->n_choices; j++)
+            b->running[i]->ch[j].in_pass = 0;
+
+    /* 1. Proposals. */
+    plan_k(b);
+    int rc = SD_OK;
+    for (int32_t i = 0; i < b->n_running && !rc; i++) {
+        sd_req *r = b->running[i];
+        for (int32_t j = 0; j < r->n_choices && !rc; j++)
+            if (r->ch[j].state == CH_DECODE) rc = choose_and_lookup(b, &r->ch[j], err);
+    }
+    const double td0 = sd_time_ms();
+    if (!rc) rc = draft_phase(b, err);
+    const double t_draft = sd_time_ms() - td0;
+
+    /* 2. The target pass: decode rows first, then prompt chunks in admission order. */
+    int32_t nb = 0, nrow = 0;
+    for (int32_t i = 0; i < b->n_running && !rc; i++) {
+        sd_req *r = b->running[i];
+        for (int32_t j = 0; j < r->n_choices; j++) {
+            sd_choice *c = &r->ch[j];
+            if (c->state != CH_DECODE) continue;
+            if (c->used_llm) c->t_draft_ms += t_draft; /* the LLM passes are shared */
+            c->in_pass = 1;
+            c->row0 = nrow;
+            c->n_rows = c->k + 1;
+            tbatch_add(b, &nb, &nrow, c->slot, &c->ctx[c->n_ctx - 1], 1, 1, 0);
+            tbatch_add(b, &nb, &nrow, c->slot, c->dtok, c->k, 1, 0);
+        }
+    }
+    for (int32_t i = 0; i < b->n_running && !rc; i++) {
+        sd_choice *c = &b->running[i]->ch[0];
+        if (c->state != CH_PREFILL || nb >= b->p.n_batch) continue;
+        const int32_t p = sd_session_seq_n_past(b->ts, c->slot);
+        const int32_t left = c->r->n_prompt - p, room = b->p.n_batch - nb;
+        const int last = left <= room;
+        c->prefill_n = last ? left : room;
+        c->in_pass = 1;
+        c->row0 = nrow;
+        c->n_rows = last;
+        tbatch_add(b, &nb, &nrow, c->slot, c->ctx + p, c->prefill_n, 0, last);
+    }
+    double t_pass = 0.0;
+    if (!rc && nb > 0) {
+        const double tp = sd_time_ms();
+        sd_batch bt = {nb, b->btok, NULL, b->bseq, b->bwant};
+        rc = sd_session_decode(b->ts, &bt, b->logits, err);
+        if (rc) sd_error_prefix(err, "%s: target", sd_model_path(b->tm));
+        t_pass = sd_time_ms() - tp;
+        if (!rc) sd_cost_fit_add(&b->tfit, (double)nb, t_pass);
+    }
+
+    /* 3. Verification, commit, emission. */
+    for (int32_t i = 0; i < b->n_running && !rc; i++) {
+        sd_req *r = b->running[i];
+        sd_choice *c0 = &r->ch[0];
+        if (c0->state == CH_PREFILL && c0->in_pass) {
+            if (c0->n_rows) rc = after_prompt(b, r, t_pass, err);
+            continue;
+        }
+        for (int32_t j = 0; j < r->n_choices && !rc; j++)
+            if (r->ch[j].state == CH_DECODE && r->ch[j].in_pass)
+                rc = after_decode(b, &r->ch[j],
+                                  b->logits + (size_t)r->ch[j].row0 * (size_t)b->n_vocab, t_pass,
+                                  err);
+    }
+    if (rc) { /* a model error ends every request of the pass */
+        for (int32_t i = 0; i < b->n_running; i++) {
+            sd_req *r = b->running[i];
+            int hit = 0;
+            for (int32_t j = 0; j < r->n_choices; j++)
+                hit |= r->ch[j].in_pass || r->ch[j].state == CH_DECODE;
+            if (hit) finish_request(b, r, SD_STOP_NONE);
+        }
+    }
+    deliver(b);
+
+    int64_t gen1 = 0, drafted1 = 0, accepted1 = 0;
+    for (int32_t i = 0; i < b->n_running; i++)
+        for (int32_t j = 0; j < b->running[i]->n_choices; j++) {
+            const sd_choice *c = &b->running[i]->ch[j];
+            gen1 += c->st.n_generated;
+            drafted1 += c->st.n_drafted;
+            accepted1 += c->st.n_accepted;
+        }
+    pthread_mutex_lock(&b->mu);
+    compact(b);
+    update_stats(b, gen1 - gen0, drafted1 - drafted0, accepted1 - accepted0, nrow, nb > 0,
+                 sd_time_ms() - t0);
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}

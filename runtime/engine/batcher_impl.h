@@ -1,0 +1,161 @@
+/*
+ * runtime/engine/batcher_impl.h: PRIVATE to runtime/engine. The batcher's records shared
+ * by batcher.c (the face: init, submit, cancel, stats), batch_step.c (a step: admission,
+ * proposals, the passes, verification) and batch_out.c (emission: stop checks, streaming
+ * detokenization, stop strings, events). See sd_engine.h for what a batcher does.
+ */
+#ifndef SD_BATCHER_IMPL_H
+#define SD_BATCHER_IMPL_H
+
+#include <pthread.h>
+
+#include "runtime/engine/sd_engine.h"
+
+typedef enum choice_state {
+    CH_WAIT = 0, /* queued, or (choices after the first) waiting for the prompt's fork */
+    CH_PREFILL,  /* the target is evaluating the prompt */
+    CH_DECODE,   /* generating */
+    CH_DONE,
+} choice_state;
+
+typedef struct sd_req sd_req;
+
+/* One sequence: a choice of a request. */
+typedef struct sd_choice {
+    sd_req *r;
+    int32_t index;
+    int32_t slot; /* sequence id in the sessions, -1 when none */
+    choice_state state;
+    int32_t *ctx; /* [cap] committed tokens: the prompt, then what was emitted */
+    int32_t n_ctx, cap;
+    int32_t n_emitted_sent; /* ctx index up to which ids were given to the callback */
+    sd_proposer *ngram;     /* own n-gram proposer (n-gram draft types), or NULL */
+    sd_adaptive ctl;
+    int adaptive;
+    int32_t quota_t, quota_d; /* worst-case blocks of the target / draft pool */
+    sd_detok *detok;
+    char *text; /* the generated text so far ([text_len]), given up to text_sent */
+    size_t text_len, text_cap, text_sent;
+    sd_gen_stats st;
+    int first_done; /* the first token was emitted */
+    int failed;     /* out of memory for its text: ended with stop NONE */
+    sd_stop_reason stop;
+    /* This step's proposal and rows. */
+    int32_t k;                     /* tokens drafted */
+    int32_t dtok[SD_MAX_DRAFT];    /* the draft tokens */
+    float *q;                      /* [k_max, n_vocab] the LLM draft's warped rows */
+    int one_hot;                   /* the proposal is deterministic (n-gram) */
+    int32_t k_want;                /* K asked of the LLM draft this step */
+    int llm;                       /* drafting with the LLM this step (still drafting) */
+    int used_llm;                  /* the LLM drafted for it this step */
+    int32_t drow;                  /* its row in the current draft pass, -1: none */
+    int32_t row0, n_rows;          /* its logits rows in the target pass */
+    int32_t prefill_n;             /* prompt tokens in the target pass (prefill) */
+    int in_pass;                   /* takes part in this step's target pass */
+    double t_draft_ms, c_draft_ms; /* drafting time this step (wall, thread clock) */
+} sd_choice;
+
+struct sd_req {
+    int64_t id;
+    sd_gen_params gp; /* with the vocabulary's end-of-generation ids among the stop ids */
+    char *stop[SD_MAX_STOP_STRINGS];
+    size_t stop_len[SD_MAX_STOP_STRINGS];
+    int32_t n_stop;
+    int32_t *prompt;
+    int32_t n_prompt;
+    int32_t n_choices;
+    sd_choice *ch; /* [n_choices] */
+    sd_req_cb cb;
+    void *user;
+    int cancel;      /* set under the mutex by sd_batcher_cancel */
+    int n_done;      /* choices done */
+    double t_submit; /* ms, sd_time_ms */
+    sd_req *next;    /* the queue */
+};
+
+#define SD_RATE_SAMPLES 64
+
+/* A least-squares line y = alpha + beta x with forgetting (batch_policy.c). */
+typedef struct sd_cost_fit {
+    double sw, sx, sy, sxx, sxy;
+    double x0;    /* the first x */
+    int distinct; /* another x than x0 was seen */
+    int64_t n;    /* samples */
+} sd_cost_fit;
+
+struct sd_batcher {
+    sd_engine *e;
+    const sd_model *tm, *dm;
+    const sd_vocab *vocab;
+    sd_batcher_params p;
+    sd_session *ts, *ds; /* target and draft sessions (paged, n_parallel sequences) */
+    int32_t n_ctx, n_ctx_d;
+    int32_t n_vocab, n_vocab_d, n_common; /* target, draft, ids both have */
+    int32_t eos;
+    sd_ngram_params ngram_params;
+    sd_proposer **ngram; /* [n_parallel] an n-gram proposer per slot */
+    float **q;           /* [n_parallel] per slot [k_max, n_vocab] draft rows (with a draft) */
+    int32_t n_out;       /* target logits rows per pass */
+    sd_choice **slots;   /* [n_parallel] the choice in each sequence slot, NULL: free */
+    sd_req *q_head, *q_tail;
+    int32_t n_queued;
+    sd_req **running; /* [n_parallel] admitted requests, in admission order */
+    int32_t n_running;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t next_id;
+    int closed, cancel_all;
+    /* Target pass buffers. */
+    int32_t *btok, *bseq;
+    int8_t *bwant;
+    float *logits;     /* [n_out, n_vocab] */
+    float *probs;      /* [k_max + 1, n_vocab] warped target rows */
+    float *row_copy;   /* [n_vocab] a prompt's row for the choices forked from it */
+    float *residual;   /* [n_vocab] */
+    int32_t *iscratch; /* [max(n_vocab, n_vocab_d)] */
+    /* Draft pass buffers. */
+    int32_t n_batch_d;
+    int32_t *dbtok, *dbseq;
+    int8_t *dbwant;
+    float *dlogits; /* [n_parallel, n_vocab_d] */
+    /* The adaptive K (batch_policy.c): target pass ms over its tokens, draft pass ms
+     * over its tokens, steps in a row at K = 0, this step's K. */
+    sd_cost_fit tfit, dfit;
+    int32_t k_zero_steps, k_batch;
+    sd_choice **dlist; /* [n_parallel] scratch: the adaptive drafting choices */
+    double t_dpass0;   /* start of the draft pass being timed */
+    /* Statistics (under mu). */
+    sd_batcher_stats st;
+    double rate_t[SD_RATE_SAMPLES];
+    int64_t rate_n[SD_RATE_SAMPLES];
+    int32_t rate_i;
+};
+
+/* batcher.c */
+void sd_req_free(sd_req *r);
+/* The choice's sequences return their blocks (stored in the prefix cache first when
+ * store); the slot is freed. */
+void sd_batcher_release(sd_batcher *b, sd_choice *c, int store);
+
+/* batch_policy.c */
+void sd_cost_fit_add(sd_cost_fit *f, double x, double y);
+double sd_cost_fit_eval(const sd_cost_fit *f, double x);
+/* The K of this step's adaptive requests d[0 .. n_d) (at most k_max), given the pass's
+ * other tokens (base_tokens) and what they yield (base_yield tokens). */
+int32_t sd_batch_choose_k(sd_batcher *b, const sd_choice *const *d, int32_t n_d, int32_t k_max,
+                          int32_t base_tokens, double base_yield);
+
+/* batch_out.c */
+/* Emit tokens toks[0 .. n) for choice c (n >= 1): stops at EOS / stop ids (not
+ * emitted), max tokens, context; updates ctx, stats, detok text and stop strings.
+ * Returns the number of tokens committed to ctx. Sets c->stop when the choice ends. */
+int32_t sd_choice_emit(sd_batcher *b, sd_choice *c, const int32_t *toks, int32_t n,
+                       int32_t n_accepted, int lookup);
+/* Give the callback what is new for c (ids, final text, done). Returns the callback's
+ * value (non-zero: cancel the request). */
+int sd_choice_event(sd_batcher *b, sd_choice *c);
+/* End choice c with reason stop (flushes its text, sends the done event, releases its
+ * sequences). */
+void sd_choice_finish(sd_batcher *b, sd_choice *c, sd_stop_reason stop);
+
+#endif /* SD_BATCHER_IMPL_H */

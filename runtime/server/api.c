@@ -1,0 +1,658 @@
+/* runtime/server/api.c: POST /v1/completions and /v1/chat/completions: the request body
+ * (every field checked, errors naming it), the submission to the batcher, the engine's
+ * callback filling the request's buffers, and the answer (one JSON object, or
+ * server-sent events in the OpenAI format). */
+#include <errno.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/server/server_impl.h"
+
+/* ---- fields ---- */
+
+/* The field key of o if present and not null, else NULL. */
+static json_t *field(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static int bad_field(srv_reply *r, const char *key, const char *what) {
+    srv_error(r, 400, "invalid_request_error", key, "'%s' %s", key, what);
+    return -1;
+}
+
+/* 0: absent (out untouched), 1: read, -1: a 400 reply was made. */
+static int get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, srv_reply *r) {
+    json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_integer(v)) return bad_field(r, key, "must be an integer");
+    const json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi) {
+        srv_error(r, 400, "invalid_request_error", key, "'%s' is %lld, expected %lld .. %lld", key,
+                  (long long)x, (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+static int get_num(json_t *o, const char *key, double lo, double hi, double *out, srv_reply *r) {
+    json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_number(v)) return bad_field(r, key, "must be a number");
+    const double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) {
+        srv_error(r, 400, "invalid_request_error", key, "'%s' is %g, expected %g .. %g", key, x, lo,
+                  hi);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+static int get_bool(json_t *o, const char *key, int *out, srv_reply *r) {
+    json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return bad_field(r, key, "must be true or false");
+    *out = json_is_true(v);
+    return 1;
+}
+
+static int get_str(json_t *o, const char *key, const char **out, srv_reply *r) {
+    json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_string(v)) return bad_field(r, key, "must be a string");
+    *out = json_string_value(v);
+    return 1;
+}
+
+/* Fields that ask for what this server does not do: refused by name, never ignored. */
+static int refuse_unsupported(json_t *o, srv_reply *r) {
+    json_t *v = field(o, "logprobs");
+    if (v && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
+        return bad_field(r, "logprobs", "is not supported");
+    v = field(o, "top_logprobs");
+    if (v) return bad_field(r, "top_logprobs", "is not supported");
+    v = field(o, "echo");
+    if (v && !json_is_false(v)) return bad_field(r, "echo", "is not supported");
+    v = field(o, "logit_bias");
+    if (v && (!json_is_object(v) || json_object_size(v) > 0))
+        return bad_field(r, "logit_bias", "is not supported");
+    v = field(o, "tools");
+    if (v && (!json_is_array(v) || json_array_size(v) > 0))
+        return bad_field(r, "tools", "is not supported");
+    v = field(o, "best_of");
+    if (v && !(json_is_integer(v) && json_integer_value(v) == 1))
+        return bad_field(r, "best_of", "is not supported (only 1)");
+    v = field(o, "response_format");
+    if (v) {
+        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+        if (!t || !json_is_string(t) || strcmp(json_string_value(t), "text"))
+            return bad_field(r, "response_format", "is not supported (only {\"type\": \"text\"})");
+    }
+    return 0;
+}
+
+/* What a request asks for, parsed. */
+typedef struct gen_req {
+    sd_gen_params gp;
+    int has_max;
+    const char *stop[SD_MAX_STOP_STRINGS];
+    int32_t n_stop;
+    int32_t n;
+    int stream, include_usage;
+} gen_req;
+
+static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply *r) {
+    memset(q, 0, sizeof *q);
+    q->gp = s->p.gen;
+    q->n = 1;
+    const char *model = NULL;
+    if (get_str(o, "model", &model, r) < 0) return -1;
+    int64_t i = 0;
+    int got = get_int(o, "max_tokens", 1, INT32_MAX, &i, r);
+    if (got == 0 && chat) got = get_int(o, "max_completion_tokens", 1, INT32_MAX, &i, r);
+    if (got == 0) got = get_int(o, "n_predict", 1, INT32_MAX, &i, r); /* llama-server's */
+    if (got < 0) return -1;
+    if (got) {
+        q->gp.n_predict = (int32_t)i;
+        q->has_max = 1;
+    }
+    double x;
+    if ((got = get_num(o, "temperature", 0, 100, &x, r)) < 0) return -1;
+    if (got) q->gp.samp.temp = (float)x;
+    if ((got = get_num(o, "top_p", 0, 1, &x, r)) < 0) return -1;
+    if (got) q->gp.samp.top_p = (float)x;
+    if ((got = get_int(o, "top_k", 0, INT32_MAX, &i, r)) < 0) return -1;
+    if (got) q->gp.samp.top_k = (int32_t)i;
+    if ((got = get_num(o, "min_p", 0, 1, &x, r)) < 0) return -1;
+    if (got) q->gp.samp.min_p = (float)x;
+    /* Penalties (OpenAI's presence / frequency, llama-server's repeat_penalty and
+     * repeat_last_n) over the last repeat_last_n tokens. */
+    if ((got = get_num(o, "presence_penalty", -2, 2, &x, r)) < 0) return -1;
+    if (got) q->gp.samp.presence_penalty = (float)x;
+    if ((got = get_num(o, "frequency_penalty", -2, 2, &x, r)) < 0) return -1;
+    if (got) q->gp.samp.freq_penalty = (float)x;
+    if ((got = get_num(o, "repeat_penalty", 0, 100, &x, r)) < 0) return -1;
+    if (got) q->gp.samp.repeat_penalty = (float)x;
+    if ((got = get_int(o, "repeat_last_n", 0, SD_PENALTY_MAX_N, &i, r)) < 0) return -1;
+    if (got) q->gp.samp.repeat_last_n = (int32_t)i;
+    if ((got = get_int(o, "seed", INT64_MIN, INT64_MAX, &i, r)) < 0) return -1;
+    if (got) q->gp.seed = (uint64_t)i;
+    if ((got = get_int(o, "n", 1, SD_MAX_CHOICES, &i, r)) < 0) return -1;
+    if (got) q->n = (int32_t)i;
+    if (get_bool(o, "stream", &q->stream, r) < 0) return -1;
+    json_t *so = field(o, "stream_options");
+    if (so) {
+        if (!json_is_object(so)) return bad_field(r, "stream_options", "must be an object");
+        if (get_bool(so, "include_usage", &q->include_usage, r) < 0) return -1;
+    }
+    int ig = 0;
+    if ((got = get_bool(o, "ignore_eos", &ig, r)) < 0) return -1;
+    if (got) q->gp.ignore_eos = ig;
+    json_t *stop = field(o, "stop");
+    if (stop) {
+        if (json_is_string(stop)) {
+            q->stop[q->n_stop++] = json_string_value(stop);
+        } else if (json_is_array(stop)) {
+            if (json_array_size(stop) > SD_MAX_STOP_STRINGS)
+                return bad_field(r, "stop", "has more than 8 strings");
+            size_t k;
+            json_t *e;
+            json_array_foreach(stop, k, e) {
+                if (!json_is_string(e)) return bad_field(r, "stop", "must hold strings");
+                q->stop[q->n_stop++] = json_string_value(e);
+            }
+        } else {
+            return bad_field(r, "stop", "must be a string or an array of strings");
+        }
+        for (int32_t k = 0; k < q->n_stop; k++)
+            if (!q->stop[k][0]) return bad_field(r, "stop", "must not hold an empty string");
+    }
+    /* specdec's own: the draft of this request. */
+    if ((got = get_int(o, "draft_max", 0, SD_MAX_DRAFT, &i, r)) < 0) return -1;
+    if (got) q->gp.n_draft = (int32_t)i;
+    const char *t = NULL;
+    if (get_str(o, "draft_type", &t, r) < 0) return -1;
+    if (t && sd_draft_type_parse(t, &q->gp.draft_type) != 0)
+        return bad_field(r, "draft_type", "must be one of none, llm, ngram, ngram+llm");
+    t = NULL;
+    if (get_str(o, "draft_policy", &t, r) < 0) return -1;
+    if (t && sd_k_policy_parse(t, &q->gp.k_policy) != 0)
+        return bad_field(r, "draft_policy", "must be fixed or adaptive");
+    return refuse_unsupported(o, r);
+}
+
+/* Chat messages: [{role, content: string | [{type: "text", text}] | null}]. *msgs and the
+ * texts it points to are malloc'd into *buf (caller frees both). */
+static int parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, srv_reply *r) {
+    *msgs = NULL;
+    *texts = NULL;
+    *n = 0;
+    json_t *m = json_object_get(o, "messages");
+    if (!m) return bad_field(r, "messages", "is required");
+    if (!json_is_array(m) || json_array_size(m) == 0)
+        return bad_field(r, "messages", "must be a non-empty array");
+    const size_t nm = json_array_size(m);
+    *msgs = calloc(nm, sizeof **msgs);
+    *texts = calloc(nm, sizeof **texts);
+    if (!*msgs || !*texts) {
+        srv_error(r, 500, "server_error", NULL, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < nm; i++) {
+        json_t *e = json_array_get(m, i);
+        char key[48];
+        snprintf(key, sizeof key, "messages[%zu]", i);
+        if (!json_is_object(e)) return bad_field(r, key, "must be an object");
+        json_t *role = json_object_get(e, "role"), *content = json_object_get(e, "content");
+        snprintf(key, sizeof key, "messages[%zu].role", i);
+        if (!role || !json_is_string(role)) return bad_field(r, key, "must be a string");
+        const char *rs = json_string_value(role);
+        if (!strcmp(rs, "developer")) rs = "system";
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+            return bad_field(r, key, "must be system, user or assistant");
+        snprintf(key, sizeof key, "messages[%zu].content", i);
+        size_t len = 0;
+        char *text = NULL;
+        if (!content || json_is_null(content)) {
+            text = strdup("");
+        } else if (json_is_string(content)) {
+            text = strdup(json_string_value(content));
+        } else if (json_is_array(content)) {
+            size_t k;
+            json_t *part;
+            json_array_foreach(content, k, part) {
+                json_t *ty = json_is_object(part) ? json_object_get(part, "type") : NULL;
+                json_t *tx = json_is_object(part) ? json_object_get(part, "text") : NULL;
+                if (!ty || !json_is_string(ty) || strcmp(json_string_value(ty), "text") || !tx ||
+                    !json_is_string(tx)) {
+                    free(text);
+                    return bad_field(r, key, "parts must be {\"type\": \"text\", \"text\": ...}");
+                }
+                const size_t add = strlen(json_string_value(tx));
+                char *nt = realloc(text, len + add + 1);
+                if (!nt) {
+                    free(text);
+                    srv_error(r, 500, "server_error", NULL, "out of memory");
+                    return -1;
+                }
+                text = nt;
+                memcpy(text + len, json_string_value(tx), add + 1);
+                len += add;
+            }
+            if (!text) text = strdup("");
+        } else {
+            return bad_field(r, key, "must be a string or an array of text parts");
+        }
+        if (!text) {
+            srv_error(r, 500, "server_error", NULL, "out of memory");
+            return -1;
+        }
+        (*texts)[i] = text;
+        (*msgs)[i].role = rs;
+        (*msgs)[i].content = text;
+        *n = i + 1;
+    }
+    return 0;
+}
+
+/* The prompt of a completion: a string, one string in an array, or token ids. */
+static int completion_prompt(sd_server *s, json_t *o, int32_t **ids, int32_t *n, srv_reply *r) {
+    json_t *p = json_object_get(o, "prompt");
+    if (!p) return bad_field(r, "prompt", "is required");
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+        p = json_array_get(p, 0);
+    const sd_vocab *v = sd_engine_vocab(s->e);
+    if (json_is_string(p)) {
+        sd_prompt_spec ps;
+        memset(&ps, 0, sizeof ps);
+        ps.text = json_string_value(p);
+        ps.len = json_string_length(p);
+        ps.special = 1; /* as llama-server: control-token texts in a prompt are tokens */
+        sd_error err = {0};
+        if (sd_prompt_tokenize(v, &ps, ids, n, &err)) {
+            srv_error(r, 400, "invalid_request_error", "prompt", "prompt: %s", err.msg);
+            return -1;
+        }
+        return 0;
+    }
+    if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
+        const size_t np = json_array_size(p);
+        const int32_t nv = sd_vocab_n_tokens(v);
+        *ids = malloc(np * sizeof **ids);
+        if (!*ids) {
+            srv_error(r, 500, "server_error", NULL, "out of memory");
+            return -1;
+        }
+        for (size_t i = 0; i < np; i++) {
+            json_t *e = json_array_get(p, i);
+            if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= nv) {
+                srv_error(r, 400, "invalid_request_error", "prompt",
+                          "'prompt[%zu]' must be a token id in 0 .. %d", i, nv - 1);
+                free(*ids);
+                *ids = NULL;
+                return -1;
+            }
+            (*ids)[i] = (int32_t)json_integer_value(e);
+        }
+        *n = (int32_t)np;
+        return 0;
+    }
+    return bad_field(r, "prompt", "must be a string, one string in an array, or token ids");
+}
+
+/* ---- the record between the HTTP thread and the engine ---- */
+
+void srv_gen_unref(srv_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    const int last = --g->refs == 0;
+    pthread_mutex_unlock(&g->mu);
+    if (!last) return;
+    for (int32_t i = 0; i < g->n_choices; i++)
+        free(g->ch[i].text);
+    free(g->sse);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+static int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 1024;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *nb = realloc(*b, c);
+        if (!nb) return -1;
+        *b = nb;
+        *cap = c;
+    }
+    memcpy(*b + *len, s, n);
+    *len += n;
+    (*b)[*len] = '\0';
+    return 0;
+}
+
+static const char *finish_reason(sd_stop_reason st) {
+    switch (st) {
+    case SD_STOP_MAX_TOKENS:
+    case SD_STOP_CONTEXT:
+        return "length";
+    case SD_STOP_NONE:
+        return "error";
+    default:
+        return "stop";
+    }
+}
+
+/* specdec's statistics of choices [i0, i1). */
+static json_t *spec_stats(const srv_gen *g, int32_t i0, int32_t i1) {
+    int64_t drafted = 0, accepted = 0, passes = 0, gen = 0;
+    double ttft = 0, tps = 0;
+    for (int32_t i = i0; i < i1; i++) {
+        const sd_gen_stats *st = &g->ch[i].st;
+        drafted += st->n_drafted;
+        accepted += st->n_accepted;
+        passes += st->n_target_passes;
+        gen += st->n_generated;
+        if (i == i0 || st->ttft_ms < ttft) ttft = st->ttft_ms;
+        tps += sd_stats_tokens_per_s(st);
+    }
+    return json_pack("{s:I,s:I,s:I,s:f,s:I,s:f,s:f,s:f}", "tokens", (json_int_t)gen, "drafted",
+                     (json_int_t)drafted, "accepted", (json_int_t)accepted, "acceptance_rate",
+                     drafted ? (double)accepted / (double)drafted : 0.0, "target_passes",
+                     (json_int_t)passes, "tokens_per_pass", passes ? (double)gen / passes : 0.0,
+                     "tokens_per_s", tps, "ttft_ms", ttft);
+}
+
+static json_t *usage(const srv_gen *g) {
+    int64_t c = 0;
+    for (int32_t i = 0; i < g->n_choices; i++)
+        c += g->ch[i].st.n_generated;
+    return json_pack("{s:i,s:I,s:I}", "prompt_tokens", (int)g->n_prompt, "completion_tokens",
+                     (json_int_t)c, "total_tokens", (json_int_t)(c + g->n_prompt));
+}
+
+/* A string of n bytes (the engine gives UTF-8; anything else becomes an empty string). */
+static json_t *jstr(const char *s, size_t n) {
+    json_t *j = json_stringn(s ? s : "", s ? n : 0);
+    return j ? j : json_string("");
+}
+
+/* Append one server-sent event holding j (a reference taken). Under g->mu. */
+static void sse_event(srv_gen *g, json_t *j) {
+    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!t || buf_add(&g->sse, &g->sse_len, &g->sse_cap, "data: ", 6) ||
+        buf_add(&g->sse, &g->sse_len, &g->sse_cap, t, strlen(t)) ||
+        buf_add(&g->sse, &g->sse_len, &g->sse_cap, "\n\n", 2))
+        g->oom = 1;
+    free(t);
+}
+
+static json_t *chunk_head(const srv_gen *g) {
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", g->cmpl_id, "object",
+                     g->chat ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)g->created, "model", g->srv->model_name);
+}
+
+/* The stream's chunk for choice i: a text delta, or the end of the choice. */
+static void sse_choice(srv_gen *g, int32_t i, const char *text, size_t len, int done) {
+    srv_choice *c = &g->ch[i];
+    json_t *j = chunk_head(g), *ch = json_object();
+    json_object_set_new(ch, "index", json_integer(i));
+    if (g->chat) {
+        json_t *delta = json_object();
+        if (!c->role_sent) {
+            json_object_set_new(delta, "role", json_string("assistant"));
+            c->role_sent = 1;
+        }
+        if (len || !done) json_object_set_new(delta, "content", jstr(text, len));
+        json_object_set_new(ch, "delta", delta);
+    } else {
+        json_object_set_new(ch, "text", jstr(text, len));
+    }
+    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "finish_reason",
+                        done ? json_string(finish_reason(c->stop)) : json_null());
+    json_object_set_new(j, "choices", json_pack("[o]", ch));
+    if (done) json_object_set_new(j, "speculative", spec_stats(g, i, i + 1));
+    sse_event(g, j);
+}
+
+/* The engine's callback (the stepping thread). */
+static int on_event(void *user, const sd_req_event *ev) {
+    srv_gen *g = user;
+    pthread_mutex_lock(&g->mu);
+    srv_choice *c = &g->ch[ev->index];
+    if (ev->len && buf_add(&c->text, &c->len, &c->cap, ev->text, ev->len)) g->oom = 1;
+    if (ev->done) {
+        c->done = 1;
+        c->stop = ev->stop;
+        c->st = *ev->stats;
+        g->n_done++;
+    }
+    if (g->stream) {
+        if (ev->len) sse_choice(g, ev->index, ev->text, ev->len, 0);
+        if (ev->done) sse_choice(g, ev->index, NULL, 0, 1);
+    }
+    const int all = g->n_done == g->n_choices;
+    if (all && g->stream) {
+        if (g->include_usage) {
+            json_t *j = chunk_head(g);
+            json_object_set_new(j, "choices", json_array());
+            json_object_set_new(j, "usage", usage(g));
+            sse_event(g, j);
+        }
+        if (buf_add(&g->sse, &g->sse_len, &g->sse_cap, "data: [DONE]\n\n", 14)) g->oom = 1;
+    }
+    const int cancel = g->cancelled;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (all) srv_gen_unref(g); /* the engine's reference */
+    return cancel;
+}
+
+/* Wait (under g->mu) up to 100 ms for news; 1 if the peer went away. */
+static int wait_news(srv_gen *g) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    return srv_peer_gone(g->fd);
+}
+
+static void cancel_gen(srv_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    const int pending = g->n_done < g->n_choices && !g->cancelled;
+    g->cancelled = 1;
+    pthread_mutex_unlock(&g->mu);
+    if (pending) sd_batcher_cancel(g->srv->b, g->id);
+}
+
+ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    srv_gen *g = cls;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        if (g->sse_off < g->sse_len) {
+            size_t n = g->sse_len - g->sse_off;
+            if (n > max) n = max;
+            memcpy(buf, g->sse + g->sse_off, n);
+            g->sse_off += n;
+            if (g->sse_off == g->sse_len) g->sse_off = g->sse_len = 0;
+            pthread_mutex_unlock(&g->mu);
+            return (ssize_t)n;
+        }
+        if (g->n_done == g->n_choices) {
+            pthread_mutex_unlock(&g->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (g->oom || wait_news(g)) {
+            pthread_mutex_unlock(&g->mu);
+            cancel_gen(g);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+void srv_stream_free(void *cls) {
+    srv_gen *g = cls;
+    cancel_gen(g); /* a no-op when the request is complete */
+    srv_gen_unref(g);
+}
+
+/* The answer of a finished non-streaming request. */
+static void final_json(srv_gen *g, srv_reply *r) {
+    json_t *choices = json_array();
+    for (int32_t i = 0; i < g->n_choices; i++) {
+        const srv_choice *c = &g->ch[i];
+        json_t *ch;
+        if (g->chat)
+            ch = json_pack("{s:i,s:{s:s,s:o},s:n,s:s}", "index", (int)i, "message", "role",
+                           "assistant", "content", jstr(c->text, c->len), "logprobs",
+                           "finish_reason", finish_reason(c->stop));
+        else
+            ch = json_pack("{s:i,s:o,s:n,s:s}", "index", (int)i, "text", jstr(c->text, c->len),
+                           "logprobs", "finish_reason", finish_reason(c->stop));
+        json_array_append_new(choices, ch);
+    }
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:o}", "id", g->cmpl_id, "object",
+                          g->chat ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)g->created, "model", g->srv->model_name, "choices", choices,
+                          "usage", usage(g), "speculative", spec_stats(g, 0, g->n_choices));
+    srv_json(r, 200, j);
+}
+
+void srv_generate(sd_server *s, int chat, const char *body, size_t len, int fd, srv_reply *r) {
+    if (atomic_load(&s->stopping)) {
+        srv_error(r, 503, "server_error", NULL, "the server is shutting down");
+        r->retry_after = "5";
+        return;
+    }
+    json_t *o = srv_parse_object(body, len, r);
+    if (!o) return;
+    gen_req q;
+    int32_t *ids = NULL, n_ids = 0;
+    sd_chat_msg *msgs = NULL;
+    char **texts = NULL;
+    size_t n_msgs = 0;
+    srv_gen *g = NULL;
+    if (parse_common(s, o, chat, &q, r)) goto done;
+    if (chat) {
+        if (parse_messages(o, &msgs, &n_msgs, &texts, r)) goto done;
+        sd_prompt_spec ps;
+        memset(&ps, 0, sizeof ps);
+        ps.messages = msgs;
+        ps.n_messages = n_msgs;
+        ps.tmpl = s->p.chat_template;
+        sd_error err = {0};
+        if (sd_prompt_tokenize(sd_engine_vocab(s->e), &ps, &ids, &n_ids, &err)) {
+            srv_error(r, 400, "invalid_request_error", "messages", "messages: %s", err.msg);
+            goto done;
+        }
+    } else if (completion_prompt(s, o, &ids, &n_ids, r)) {
+        goto done;
+    }
+    const int32_t n_ctx = sd_batcher_n_ctx(s->b);
+    if (n_ids >= n_ctx) {
+        srv_error(r, 400, "invalid_request_error", chat ? "messages" : "prompt",
+                  "the prompt is %d tokens: the context holds %d (with room for one more)", n_ids,
+                  n_ctx);
+        goto done;
+    }
+    if (!q.has_max && q.gp.n_predict > n_ctx - n_ids) q.gp.n_predict = n_ctx - n_ids;
+    if ((int64_t)n_ids + q.gp.n_predict > n_ctx) {
+        srv_error(r, 400, "invalid_request_error", "max_tokens",
+                  "the prompt (%d tokens) plus max_tokens (%d) exceed the context of %d tokens",
+                  n_ids, q.gp.n_predict, n_ctx);
+        goto done;
+    }
+    g = calloc(1, sizeof *g);
+    if (!g) {
+        srv_error(r, 500, "server_error", NULL, "out of memory");
+        goto done;
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->srv = s;
+    g->refs = 2;
+    g->chat = chat;
+    g->stream = q.stream;
+    g->include_usage = q.include_usage;
+    g->n_choices = q.n;
+    g->n_prompt = n_ids;
+    g->fd = fd;
+    g->created = (long long)time(NULL);
+    sd_request req;
+    memset(&req, 0, sizeof req);
+    req.prompt = ids;
+    req.n_prompt = n_ids;
+    req.gen = q.gp;
+    req.stop = q.stop;
+    req.n_stop = q.n_stop;
+    req.n_choices = q.n;
+    req.cb = on_event;
+    req.user = g;
+    sd_error err = {0};
+    const int rc = sd_batcher_submit(s->b, &req, &g->id, &err);
+    if (rc) {
+        g->refs = 1; /* the engine never saw it */
+        if (rc == SD_ERR_BUSY) {
+            srv_error(r, 503, "server_error", NULL, "%s", err.msg);
+            r->retry_after = "1";
+        } else if (rc == SD_ERR_CONTEXT || rc == SD_ERR_ARG) {
+            srv_error(r, 400, "invalid_request_error", rc == SD_ERR_CONTEXT ? "max_tokens" : NULL,
+                      "%s", err.msg);
+        } else {
+            srv_error(r, 500, "server_error", NULL, "%s", err.msg);
+        }
+        goto done;
+    }
+    snprintf(g->cmpl_id, sizeof g->cmpl_id, "%s-%lld", chat ? "chatcmpl" : "cmpl",
+             (long long)g->id);
+    if (q.stream) { /* the reader streams it; its free callback lets go */
+        r->status = 200;
+        r->stream = 1;
+        r->gen = g;
+        g = NULL;
+        goto done;
+    }
+    pthread_mutex_lock(&g->mu);
+    int gone = 0;
+    while (g->n_done < g->n_choices && !gone)
+        gone = wait_news(g);
+    const int complete = g->n_done == g->n_choices, oom = g->oom;
+    pthread_mutex_unlock(&g->mu);
+    if (!complete) {
+        cancel_gen(g); /* the client left */
+        srv_error(r, 499, "server_error", NULL, "client closed the connection");
+    } else if (oom) {
+        srv_error(r, 500, "server_error", NULL, "out of memory building the answer");
+    } else {
+        int failed = 0;
+        for (int32_t i = 0; i < g->n_choices; i++)
+            failed |= g->ch[i].stop == SD_STOP_NONE;
+        if (failed)
+            srv_error(r, 500, "server_error", NULL,
+                      "generation failed (the server log names the error)");
+        else
+            final_json(g, r);
+    }
+done:
+    if (g) srv_gen_unref(g);
+    if (texts)
+        for (size_t i = 0; i < n_msgs; i++)
+            free(texts[i]);
+    free(texts);
+    free(msgs);
+    free(ids);
+    json_decref(o);
+}

@@ -1,0 +1,240 @@
+/* runtime/server/misc.c: GET /v1/models, /health, /metrics (Prometheus text), POST
+ * /tokenize and /detokenize (llama-server's bodies), and the JSON body parser. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/server/server_impl.h"
+
+json_t *srv_parse_object(const char *body, size_t len, srv_reply *r) {
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o) {
+        srv_error(r, 400, "invalid_request_error", NULL, "malformed JSON at line %d, column %d: %s",
+                  je.line, je.column, je.text);
+        return NULL;
+    }
+    if (!json_is_object(o)) {
+        json_decref(o);
+        srv_error(r, 400, "invalid_request_error", NULL, "the body must be a JSON object");
+        return NULL;
+    }
+    return o;
+}
+
+void srv_models(sd_server *s, srv_reply *r) {
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->model_name, "object", "model", "created",
+                          (json_int_t)(time(NULL) - (time_t)((sd_time_ms() - s->t_start) / 1e3)),
+                          "owned_by", "specdec");
+    srv_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}
+
+void srv_health(sd_server *s, srv_reply *r) {
+    if (atomic_load(&s->stopping))
+        srv_json(r, 503, json_pack("{s:s}", "status", "stopping"));
+    else
+        srv_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+typedef struct mbuf {
+    char *b;
+    size_t len, cap;
+    int oom;
+} mbuf;
+
+static void mprintf(mbuf *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mprintf(mbuf *m, const char *fmt, ...) {
+    if (m->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        const int n = vsnprintf(m->b ? m->b + m->len : NULL, m->b ? m->cap - m->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            m->oom = 1;
+            return;
+        }
+        if (m->b && m->len + (size_t)n < m->cap) {
+            m->len += (size_t)n;
+            return;
+        }
+        size_t cap = m->cap ? m->cap * 2 : 4096;
+        while (cap < m->len + (size_t)n + 1)
+            cap *= 2;
+        char *nb = realloc(m->b, cap);
+        if (!nb) {
+            m->oom = 1;
+            return;
+        }
+        m->b = nb;
+        m->cap = cap;
+    }
+}
+
+/* One metric: HELP, TYPE and the sample. */
+static void metric(mbuf *m, const char *name, const char *type, const char *help, double v) {
+    mprintf(m, "# HELP specdec_%s %s\n# TYPE specdec_%s %s\nspecdec_%s %.17g\n", name, help, name,
+            type, name, v);
+}
+
+void srv_metrics(sd_server *s, srv_reply *r) {
+    sd_batcher_stats st;
+    sd_batcher_get_stats(s->b, &st);
+    mbuf m = {0};
+    metric(&m, "requests_submitted_total", "counter", "Generation requests accepted.",
+           (double)st.n_submitted);
+    metric(&m, "requests_finished_total", "counter", "Generation requests that finished.",
+           (double)st.n_finished);
+    metric(&m, "requests_cancelled_total", "counter",
+           "Generation requests cancelled (client gone, shutdown).", (double)st.n_cancelled);
+    metric(&m, "requests_rejected_total", "counter",
+           "Generation requests refused at submission (bad, too long, queue full).",
+           (double)st.n_rejected);
+    metric(&m, "requests_running", "gauge", "Requests being generated.", (double)st.n_running);
+    metric(&m, "queue_depth", "gauge", "Requests waiting for a slot or KV blocks.",
+           (double)st.n_queued);
+    metric(&m, "prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+           (double)st.n_prompt_tokens);
+    metric(&m, "prefix_cache_hit_tokens_total", "counter",
+           "Prompt positions reused from the prefix cache.", (double)st.n_prefix_hit_tokens);
+    metric(&m, "tokens_generated_total", "counter", "Tokens generated.", (double)st.n_generated);
+    metric(&m, "tokens_per_second", "gauge", "Tokens generated per second over the last 10 s.",
+           st.tokens_per_s);
+    metric(&m, "target_passes_total", "counter", "Target forward passes.",
+           (double)st.n_target_passes);
+    metric(&m, "drafted_tokens_total", "counter", "Draft tokens verified.", (double)st.n_drafted);
+    metric(&m, "accepted_tokens_total", "counter", "Draft tokens accepted.", (double)st.n_accepted);
+    metric(&m, "acceptance_rate", "gauge", "Accepted / drafted tokens since start.",
+           st.n_drafted ? (double)st.n_accepted / (double)st.n_drafted : 0.0);
+    metric(&m, "tokens_per_pass", "gauge", "Generated tokens per target pass since start.",
+           st.n_target_passes ? (double)st.n_generated / (double)st.n_target_passes : 0.0);
+    metric(&m, "kv_blocks_total", "gauge", "Blocks of the target's KV pool.",
+           (double)st.kv.n_blocks);
+    metric(&m, "kv_blocks_used", "gauge", "Target KV blocks in use (sequences or cache).",
+           (double)(st.kv.n_blocks - st.kv.n_free));
+    metric(&m, "kv_blocks_free", "gauge", "Target KV blocks on the free list.",
+           (double)st.kv.n_free);
+    metric(&m, "kv_blocks_cached_idle", "gauge",
+           "Target KV blocks held only by the prefix cache (evictable).",
+           (double)st.kv.n_cached_idle);
+    metric(&m, "kv_block_size", "gauge", "Positions per KV block.", (double)st.kv.block_size);
+    metric(&m, "kv_bytes_per_token", "gauge", "Target KV bytes per position.",
+           (double)st.kv_bytes_per_token);
+    metric(&m, "kv_draft_blocks_used", "gauge", "Draft KV blocks in use.",
+           (double)(st.kv_draft.n_blocks - st.kv_draft.n_free));
+    metric(&m, "kv_draft_blocks_total", "gauge", "Blocks of the draft's KV pool.",
+           (double)st.kv_draft.n_blocks);
+    metric(&m, "kv_draft_blocks_cached_idle", "gauge",
+           "Draft KV blocks held only by the prefix cache.", (double)st.kv_draft.n_cached_idle);
+    metric(&m, "kv_accounting_ok", "gauge",
+           "1 if the KV pools balanced at the last idle check (0: a leak, logged).",
+           (double)atomic_load(&s->kv_ok));
+    mprintf(&m, "# HELP specdec_http_responses_total HTTP responses by status class.\n"
+                "# TYPE specdec_http_responses_total counter\n");
+    for (int c = 1; c <= 5; c++)
+        mprintf(&m, "specdec_http_responses_total{class=\"%dxx\"} %lld\n", c,
+                (long long)atomic_load(&s->http_by_class[c]));
+    if (m.oom) {
+        free(m.b);
+        srv_error(r, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    r->status = 200;
+    r->type = "text/plain; version=0.0.4";
+    r->body = m.b;
+    r->len = m.len;
+}
+
+void srv_tokenize(sd_server *s, const char *body, size_t len, srv_reply *r) {
+    json_t *o = srv_parse_object(body, len, r);
+    if (!o) return;
+    json_t *c = json_object_get(o, "content"), *as = json_object_get(o, "add_special");
+    json_t *wp = json_object_get(o, "with_pieces");
+    if (!c || !json_is_string(c)) {
+        json_decref(o);
+        srv_error(r, 400, "invalid_request_error", "content", "'content' must be a string");
+        return;
+    }
+    if ((as && !json_is_boolean(as)) || (wp && !json_is_boolean(wp))) {
+        json_decref(o);
+        srv_error(r, 400, "invalid_request_error",
+                  as && !json_is_boolean(as) ? "add_special" : "with_pieces",
+                  "'%s' must be true or false",
+                  as && !json_is_boolean(as) ? "add_special" : "with_pieces");
+        return;
+    }
+    const sd_vocab *v = sd_engine_vocab(s->e);
+    unsigned flags = SD_VOCAB_PARSE_SPECIAL;
+    if (as && json_is_true(as)) flags |= SD_VOCAB_ADD_SPECIAL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    sd_error err = {0};
+    if (sd_vocab_tokenize(v, json_string_value(c), json_string_length(c), flags, &ids, &n, &err)) {
+        json_decref(o);
+        srv_error(r, 400, "invalid_request_error", "content", "%s", err.msg);
+        return;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (wp && json_is_true(wp)) {
+            char piece[256];
+            int pl = sd_vocab_token_to_piece(v, ids[i], 0, piece, sizeof piece);
+            if (pl < 0) pl = 0;
+            if (pl > (int)sizeof piece) pl = (int)sizeof piece;
+            json_t *ps = json_stringn(piece, (size_t)pl);
+            json_array_append_new(
+                arr, json_pack("{s:i,s:o}", "id", (int)ids[i], "piece", ps ? ps : json_string("")));
+        } else {
+            json_array_append_new(arr, json_integer(ids[i]));
+        }
+    }
+    free(ids);
+    json_decref(o);
+    srv_json(r, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+void srv_detokenize(sd_server *s, const char *body, size_t len, srv_reply *r) {
+    json_t *o = srv_parse_object(body, len, r);
+    if (!o) return;
+    json_t *t = json_object_get(o, "tokens");
+    if (!t || !json_is_array(t)) {
+        json_decref(o);
+        srv_error(r, 400, "invalid_request_error", "tokens", "'tokens' must be an array of ids");
+        return;
+    }
+    const sd_vocab *v = sd_engine_vocab(s->e);
+    const int32_t nv = sd_vocab_n_tokens(v);
+    const size_t n = json_array_size(t);
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    if (!ids) {
+        json_decref(o);
+        srv_error(r, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(t, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= nv) {
+            free(ids);
+            json_decref(o);
+            srv_error(r, 400, "invalid_request_error", "tokens",
+                      "'tokens[%zu]' must be a token id in 0 .. %d", i, nv - 1);
+            return;
+        }
+        ids[i] = (int32_t)json_integer_value(e);
+    }
+    json_decref(o);
+    char *text = NULL;
+    size_t tl = 0;
+    sd_error err = {0};
+    int rc = sd_vocab_detokenize(v, ids, n, 0, &text, &tl, &err);
+    free(ids);
+    if (rc) {
+        srv_error(r, 400, "invalid_request_error", "tokens", "%s", err.msg);
+        return;
+    }
+    /* Invalid UTF-8 (a cut multi-byte character) cannot be a JSON string as it is. */
+    json_t *js = json_stringn(text, tl);
+    free(text);
+    srv_json(r, 200, json_pack("{s:o}", "content", js ? js : json_string("\xef\xbf\xbd")));
+}

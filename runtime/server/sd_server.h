@@ -1,0 +1,84 @@
+/*
+ * runtime/server: `specdec serve`, an OpenAI-compatible HTTP server (libmicrohttpd, one
+ * thread per connection; JSON with jansson) in front of a batcher (runtime/engine's
+ * sd_batcher: continuous batching over a paged KV cache). Owns the HTTP daemon, the
+ * listening socket and each request's output buffers. May include every library face
+ * (runtime/engine's above all); the CLI (runtime/cli/cmd_serve.c) makes it.
+ *
+ * Endpoints:
+ *   POST /v1/completions        prompt (string, or token ids) -> text; stream: true gives
+ *   POST /v1/chat/completions   server-sent events in the OpenAI format; messages in the
+ *                               model's chat template; max_tokens, temperature, top_p,
+ *                               top_k, seed, stop, n, stream_options.include_usage,
+ *                               ignore_eos, draft_max / draft_type / draft_policy
+ *                               (specdec's); usage counts; per-request speculation
+ *                               statistics in "speculative"
+ *   GET  /v1/models             the model
+ *   GET  /health                {"status":"ok"}
+ *   GET  /metrics               Prometheus text (requests, queue depth, KV blocks, tokens/s,
+ *                               acceptance rate, tokens per pass, ...)
+ *   POST /tokenize, /detokenize llama-server's bodies
+ *   GET  /                      the chat page (one HTML file embedded in the binary)
+ * Faults: malformed JSON or a field of the wrong type -> 400 with an OpenAI error body
+ * naming the field; unknown route 404 (a known route with another method 405); a body
+ * over max_body 413; prompt + max_tokens beyond a sequence's context 400; a full queue
+ * 503 with Retry-After; a missing or wrong API key 401 (compared in constant time; / and
+ * /health are open). A client that goes away cancels its request (its blocks are freed
+ * at the next step); slow clients never stall the engine (output is buffered per
+ * request). sd_server_stop stops accepting, lets in-flight requests finish for
+ * shutdown_timeout_s and cancels the rest.
+ */
+#ifndef SD_SERVER_H
+#define SD_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/base/sd_base.h"
+#include "runtime/engine/sd_engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sd_server sd_server;
+
+typedef struct sd_server_params {
+    const char *host;          /* address to bind (a name or a literal), "127.0.0.1" */
+    int port;                  /* 0: any free port (sd_server_port says which) */
+    const char *api_key;       /* NULL or "": no key */
+    size_t max_body;           /* most bytes of a request body (1 MiB) */
+    int32_t max_connections;   /* open connections at once (256) */
+    const char *model_name;    /* the id /v1/models lists (NULL: the target's file name) */
+    const char *chat_template; /* NULL: the model's tokenizer.chat_template */
+    /* A request's defaults: n_predict (max_tokens), n_draft (K), samp, seed, draft_type,
+     * k_policy, draft_p_min, draft_min, ignore_eos. */
+    sd_gen_params gen;
+    double shutdown_timeout_s; /* in-flight requests' grace after a stop (30) */
+    /* One line per event worth logging (start, errors, shutdown), or NULL. */
+    void (*log)(void *user, const char *line);
+    void *log_user;
+} sd_server_params;
+
+sd_server_params sd_server_default_params(void);
+
+/* Bind p->host:p->port and start the HTTP threads over batcher b (made from engine e;
+ * neither owned). Errors: SD_ERR_ARG (a bad host or port, naming it), SD_ERR_IO (bind or
+ * listen failed, with the reason), SD_ERR_OOM. */
+int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_server **out,
+                   sd_error *err);
+/* The port bound (the one chosen when p->port was 0). */
+int sd_server_port(const sd_server *s);
+/* Run the engine on the calling thread until sd_server_stop, then shut down as the top of
+ * this file says. Returns SD_OK, or the first engine error (requests of a failed pass are
+ * answered with it; the server goes on). */
+int sd_server_run(sd_server *s, sd_error *err);
+/* Ask sd_server_run to return. Async-signal-safe (it sets a flag). */
+void sd_server_stop(sd_server *s);
+/* Stop the daemon (if sd_server_run did not) and free. NULL accepted. */
+void sd_server_free(sd_server *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SD_SERVER_H */

@@ -1,0 +1,104 @@
+/*
+ * runtime/server/server_impl.h: PRIVATE to runtime/server. The records shared by
+ * server.c (daemon, routing, bodies, the run loop), api.c (completions and chat: request
+ * parsing, the engine callback, JSON and server-sent events), misc.c (models, health,
+ * metrics, tokenize, detokenize) and page.c (the chat page).
+ */
+#ifndef SD_SERVER_IMPL_H
+#define SD_SERVER_IMPL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+
+#include "runtime/server/sd_server.h"
+
+/* An HTTP answer built by a handler: status, body, content type, extra header. */
+typedef struct srv_reply {
+    int status;
+    char *body; /* malloc'd */
+    size_t len;
+    const char *type;        /* content type (static) */
+    const char *retry_after; /* "Retry-After" value, or NULL */
+    int stream;              /* 1: body is NULL and gen streams (api.c) */
+    struct srv_gen *gen;     /* the stream's record */
+} srv_reply;
+
+/* One generation request (completions or chat) between the HTTP thread that owns the
+ * connection and the engine thread's callback. Freed when both have let go. */
+typedef struct srv_choice {
+    char *text; /* the whole text so far (non-streaming answers) */
+    size_t len, cap;
+    int done, role_sent;
+    sd_stop_reason stop;
+    sd_gen_stats st;
+} srv_choice;
+
+typedef struct srv_gen {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs; /* the HTTP side and the engine side */
+    struct sd_server *srv;
+    int64_t id;
+    int chat, stream, include_usage;
+    int32_t n_choices, n_done, n_prompt;
+    char cmpl_id[48];
+    long long created;
+    srv_choice ch[SD_MAX_CHOICES];
+    char *sse; /* pending server-sent-event bytes: [sse_off, sse_len) not yet sent */
+    size_t sse_len, sse_off, sse_cap;
+    int oom;       /* building the output ran out of memory */
+    int cancelled; /* the client is gone: the callback cancels */
+    int fd;        /* the connection's socket (peer-gone checks while waiting), or -1 */
+} srv_gen;
+
+struct sd_server {
+    sd_engine *e;
+    sd_batcher *b;
+    sd_server_params p;
+    char *model_name;
+    struct MHD_Daemon *d;
+    int listen_fd;
+    int port;
+    volatile sig_atomic_t stop;
+    atomic_int stopping; /* the run loop is shutting down: generation answers 503 */
+    /* Counters for /metrics. */
+    atomic_llong http_by_class[6]; /* 1xx .. 5xx (index 1 .. 5) */
+    atomic_llong http_total;
+    atomic_int kv_ok;  /* the last idle accounting check passed (1) or failed (0) */
+    atomic_int n_open; /* requests between their first callback and on_completed */
+    double t_start;    /* ms */
+};
+
+/* server.c */
+/* An OpenAI-style error reply: {"error": {"message", "type", "param", "code"}}. */
+void srv_error(srv_reply *r, int status, const char *type, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* A JSON reply (takes the reference of j). */
+void srv_json(srv_reply *r, int status, json_t *j);
+/* 1 if the peer of socket fd has closed its side (EOF pending), else 0. */
+int srv_peer_gone(int fd);
+
+/* api.c: POST /v1/completions (chat 0) and /v1/chat/completions (chat 1). */
+void srv_generate(sd_server *s, int chat, const char *body, size_t len, int fd, srv_reply *r);
+/* The stream's content reader and its free callback (libmicrohttpd signatures). */
+ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max);
+void srv_stream_free(void *cls);
+/* Let go of one reference (the record is freed at the last). */
+void srv_gen_unref(srv_gen *g);
+
+/* misc.c */
+void srv_models(sd_server *s, srv_reply *r);
+void srv_health(sd_server *s, srv_reply *r);
+void srv_metrics(sd_server *s, srv_reply *r);
+void srv_tokenize(sd_server *s, const char *body, size_t len, srv_reply *r);
+void srv_detokenize(sd_server *s, const char *body, size_t len, srv_reply *r);
+/* Parse a body as a JSON object; on failure a 400 reply naming the position. NULL then. */
+json_t *srv_parse_object(const char *body, size_t len, srv_reply *r);
+
+/* page.c (generated from runtime/server/chat.html at build time) */
+extern const char sd_server_chat_page[];
+extern const size_t sd_server_chat_page_len;
+
+#endif /* SD_SERVER_IMPL_H */

@@ -1,0 +1,739 @@
+/*
+ * tests/test_server.c: `specdec serve` end to end, on 127.0.0.1 with a port the server
+ * picks (--port 0, read from its first line), driven with curl; every test is bounded
+ * in time and stops its server (SIGTERM, exit status 0 checked).
+ *
+ * References are independent of the server: `specdec generate --json` (target alone,
+ * greedy) gives the text of a completion, which the server must return for the same
+ * prompt with a draft model, streamed or not, alone or among 8 concurrent requests (all
+ * of them). Faults each get their status and an OpenAI error body naming the field.
+ * After every test the KV pools balance: nothing is queued or running, every block in
+ * use is held by the prefix cache alone, and the server's idle accounting check passed.
+ * The openai Python client (tests/server_openai.py) and the chat page in headless
+ * Chromium run when those are installed (else the tests skip, saying so).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define TS_TARGET SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
+#define TS_DRAFT  SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
+
+static char g_dir[512];
+
+static void setup(void) {
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
+    signal(SIGPIPE, SIG_IGN);
+}
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
+
+TestSuite(server, .init = setup, .fini = teardown, .timeout = 300);
+
+typedef struct srv {
+    pid_t pid;
+    int port;
+    char log[600];
+} srv;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Run the shell command cmd in a child that dies with this test (a failed assertion ends
+ * the test process: its servers and clients must not outlive it); stdout to out_fd
+ * (-1: inherited). */
+static pid_t spawn(const char *cmd, int out_fd, int close_fd) {
+    const pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (out_fd >= 0) dup2(out_fd, 1);
+        if (close_fd >= 0) close(close_fd);
+        if (out_fd >= 0) close(out_fd);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* A file's bytes (NUL-terminated), or NULL. */
+static char *slurp(const char *path) {
+    size_t n = 0;
+    return (char *)tu_read_file(path, &n);
+}
+
+/* A /proc file (size 0 to stat: read until EOF). */
+static char *slurp_proc(const char *path) {
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    for (size_t r; (r = fread(b + n, 1, cap - n - 1, f)) > 0;) {
+        n += r;
+        if (cap - n < 4096) b = realloc(b, cap *= 2);
+    }
+    b[n] = '\0';
+    fclose(f);
+    return b;
+}
+
+/* Start `specdec serve ARGS --port 0` and read "listening on http://127.0.0.1:PORT". */
+static void srv_start(srv *s, const char *args) {
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    snprintf(s->log, sizeof s->log, "%s/server-%d.log", g_dir, (int)getpid());
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "exec %s serve --host 127.0.0.1 --port 0 -t 1 %s 2>>%s", SD_BINARY,
+             args, s->log);
+    const pid_t pid = spawn(cmd, pfd[1], pfd[0]);
+    close(pfd[1]);
+    char line[256] = "";
+    size_t n = 0;
+    const double t0 = now_s();
+    while (n + 1 < sizeof line && !strchr(line, '\n')) {
+        struct pollfd pf = {pfd[0], POLLIN, 0};
+        const double left = 60.0 - (now_s() - t0);
+        cr_assert_gt(left, 0, "the server did not start in 60 s (log %s)", s->log);
+        if (poll(&pf, 1, (int)(left * 1e3)) <= 0) continue;
+        const ssize_t r = read(pfd[0], line + n, sizeof line - 1 - n);
+        if (r <= 0) {
+            char *log = slurp(s->log);
+            cr_assert_fail("the server exited before listening: %s", log ? log : "(no log)");
+        }
+        n += (size_t)r;
+        line[n] = '\0';
+    }
+    close(pfd[0]);
+    const char *p = strstr(line, "http://127.0.0.1:");
+    cr_assert_not_null(p, "first line: %s", line);
+    s->port = atoi(p + strlen("http://127.0.0.1:"));
+    s->pid = pid;
+    cr_assert_gt(s->port, 0);
+}
+
+/* SIGTERM and wait (at most timeout s); the exit status. */
+static int srv_stop(srv *s, double timeout) {
+    kill(s->pid, SIGTERM);
+    const double t0 = now_s();
+    int st = 0;
+    for (;;) {
+        const pid_t w = waitpid(s->pid, &st, WNOHANG);
+        if (w == s->pid) break;
+        if (now_s() - t0 > timeout) {
+            kill(s->pid, SIGKILL);
+            waitpid(s->pid, &st, 0);
+            cr_assert_fail("the server did not stop within %g s after SIGTERM", timeout);
+        }
+        usleep(20000);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* An HTTP request through curl. body NULL: none. Returns the status; *out the body. */
+static int http(const srv *s, const char *method, const char *path, const char *body,
+                const char *extra, char **out) {
+    static int seq;
+    char bf[600], of[600], cmd[4096];
+    snprintf(bf, sizeof bf, "%s/body-%d", g_dir, seq);
+    snprintf(of, sizeof of, "%s/out-%d", g_dir, seq++);
+    if (body) cr_assert_eq(tu_write_file(bf, body, strlen(body)), 0);
+    snprintf(cmd, sizeof cmd,
+             "curl -s -N --max-time 120 -o %s -w '%%{http_code}' -X %s -H 'Content-Type: "
+             "application/json' %s %s%s http://127.0.0.1:%d%s",
+             of, method, extra ? extra : "", body ? "--data-binary @" : "", body ? bf : "", s->port,
+             path);
+    char *o = NULL;
+    tu_run(cmd, &o, NULL);
+    const int code = o ? atoi(o) : 0;
+    free(o);
+    if (out) {
+        *out = slurp(of);
+        if (!*out) *out = strdup("");
+    }
+    return code;
+}
+
+static json_t *http_json(const srv *s, const char *method, const char *path, const char *body,
+                         int want) {
+    char *o = NULL;
+    const int code = http(s, method, path, body, NULL, &o);
+    cr_assert_eq(code, want, "%s %s: status %d, expected %d: %s", method, path, code, want, o);
+    json_error_t je;
+    json_t *j = json_loads(o, 0, &je);
+    cr_assert_not_null(j, "%s %s: not JSON: %s", method, path, o);
+    free(o);
+    return j;
+}
+
+/* The value of metric specdec_NAME (-1 if absent). */
+static double metric(const srv *s, const char *name) {
+    char *o = NULL;
+    cr_assert_eq(http(s, "GET", "/metrics", NULL, NULL, &o), 200);
+    char key[128];
+    snprintf(key, sizeof key, "\nspecdec_%s ", name);
+    const char *p = strstr(o, key);
+    const double v = p ? atof(p + strlen(key)) : -1;
+    free(o);
+    return v;
+}
+
+/* Nothing queued or running (waiting up to 10 s), then: every block in use is the prefix
+ * cache's alone, and the server's accounting check passed. */
+static void expect_pools_balance(const srv *s) {
+    const double t0 = now_s();
+    while (metric(s, "requests_running") != 0 || metric(s, "queue_depth") != 0) {
+        cr_assert_lt(now_s() - t0, 10.0, "requests still running 10 s after the test");
+        usleep(50000);
+    }
+    usleep(150000); /* the idle check runs when the engine goes idle */
+    cr_expect_eq(metric(s, "kv_accounting_ok"), 1, "KV accounting failed (server log)");
+    cr_expect_eq(metric(s, "kv_blocks_used"), metric(s, "kv_blocks_cached_idle"),
+                 "target blocks held after every request ended");
+    cr_expect_eq(metric(s, "kv_draft_blocks_used"), metric(s, "kv_draft_blocks_cached_idle"),
+                 "draft blocks held after every request ended");
+}
+
+/* specdec generate's greedy text (target alone, F16 KV as the server). */
+static char *generate_text(const char *model, const char *prompt, int n) {
+    char pf[600], cmd[4096];
+    snprintf(pf, sizeof pf, "%s/prompt.txt", g_dir);
+    cr_assert_eq(tu_write_file(pf, prompt, strlen(prompt)), 0);
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -f %s -n %d --temp 0 --kv-type f16 -t 1 --json --log-disable",
+             SD_BINARY, model, pf, n);
+    char *o = NULL;
+    cr_assert_eq(tu_run(cmd, &o, NULL), 0, "generate failed");
+    json_t *j = json_loads(o, 0, NULL);
+    cr_assert_not_null(j);
+    char *t = strdup(json_string_value(json_object_get(j, "text")));
+    json_decref(j);
+    free(o);
+    return t;
+}
+
+static char *completion_body(const char *prompt, int n, int stream, const char *extra) {
+    json_t *j = json_pack("{s:s,s:i,s:f,s:b}", "prompt", prompt, "max_tokens", n, "temperature",
+                          0.0, "stream", stream);
+    char *b = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (extra) { /* splice ,"k":v before the closing brace */
+        char *nb = malloc(strlen(b) + strlen(extra) + 2);
+        b[strlen(b) - 1] = '\0';
+        sprintf(nb, "%s,%s}", b, extra);
+        free(b);
+        b = nb;
+    }
+    return b;
+}
+
+/* The text of a stream of server-sent events (choice 0), checking its shape. */
+static char *sse_text(const char *sse, int chat, const char **finish) {
+    size_t cap = strlen(sse) + 1, len = 0;
+    char *t = calloc(1, cap);
+    int done = 0;
+    static char fin[32];
+    fin[0] = '\0';
+    for (const char *p = sse; (p = strstr(p, "data: ")); p += 6) {
+        const char *e = strstr(p, "\n\n");
+        cr_assert_not_null(e, "an event without its blank line");
+        if (!strncmp(p + 6, "[DONE]", 6)) {
+            done = 1;
+            break;
+        }
+        json_t *j = json_loadb(p + 6, (size_t)(e - p - 6), 0, NULL);
+        cr_assert_not_null(j, "an event that is not JSON");
+        json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+        if (c) {
+            json_t *piece = chat ? json_object_get(json_object_get(c, "delta"), "content")
+                                 : json_object_get(c, "text");
+            if (piece && json_is_string(piece)) {
+                memcpy(t + len, json_string_value(piece), json_string_length(piece));
+                len += json_string_length(piece);
+            }
+            json_t *f = json_object_get(c, "finish_reason");
+            if (f && json_is_string(f)) snprintf(fin, sizeof fin, "%s", json_string_value(f));
+        }
+        json_decref(j);
+    }
+    cr_assert(done, "the stream did not end with data: [DONE]");
+    if (finish) *finish = fin;
+    return t;
+}
+
+static const char *const k_prompts[8] = {
+    "Once upon a time, there was a little girl named Lily.",
+    "Tom had a big red ball.",
+    "One day, a cat and a dog went to the park.",
+    "The sun was hot and the sky was blue.",
+    "Sara loved to eat apples.",
+    "Once upon a time, there was a little boy named Tim.",
+    "Ben saw a bird in the tree.",
+    "Mom said, \"Let's go to the store.\"",
+};
+
+Test(server, completions_equal_target_alone_streamed_or_not) {
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " -md " TS_DRAFT " -np 4 -k 4");
+    json_t *h = http_json(&s, "GET", "/health", NULL, 200);
+    cr_expect_str_eq(json_string_value(json_object_get(h, "status")), "ok");
+    json_decref(h);
+    json_t *m = http_json(&s, "GET", "/v1/models", NULL, 200);
+    cr_expect_str_eq(
+        json_string_value(json_object_get(json_array_get(json_object_get(m, "data"), 0), "id")),
+        "tinystories-target-q8_0.gguf");
+    json_decref(m);
+    for (int i = 0; i < 3; i++) {
+        char *ref = generate_text(TS_TARGET, k_prompts[i], 60);
+        char *b = completion_body(k_prompts[i], 60, 0, NULL);
+        json_t *j = http_json(&s, "POST", "/v1/completions", b, 200);
+        free(b);
+        json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+        cr_assert_str_eq(json_string_value(json_object_get(c, "text")), ref,
+                         "prompt %d: the server's text differs from target alone", i);
+        json_t *u = json_object_get(j, "usage");
+        cr_expect_eq(json_integer_value(json_object_get(u, "total_tokens")),
+                     json_integer_value(json_object_get(u, "prompt_tokens")) +
+                         json_integer_value(json_object_get(u, "completion_tokens")));
+        json_t *sp = json_object_get(j, "speculative");
+        cr_expect_gt(json_integer_value(json_object_get(sp, "drafted")), 0, "no drafting");
+        cr_expect_str_eq(json_string_value(json_object_get(j, "object")), "text_completion");
+        /* Streamed: the same text, piece by piece. */
+        b = completion_body(k_prompts[i], 60, 1, NULL);
+        char *o = NULL;
+        cr_assert_eq(http(&s, "POST", "/v1/completions", b, NULL, &o), 200);
+        const char *fin = NULL;
+        char *st = sse_text(o, 0, &fin);
+        cr_assert_str_eq(st, ref, "prompt %d: streamed text differs", i);
+        cr_expect_str_eq(fin, json_string_value(json_object_get(c, "finish_reason")));
+        free(st);
+        free(o);
+        free(b);
+        json_decref(j);
+        free(ref);
+    }
+    /* tokenize / detokenize round trip. */
+    json_t *t = http_json(&s, "POST", "/tokenize", "{\"content\":\"Once upon a time\"}", 200);
+    json_t *ids = json_object_get(t, "tokens");
+    cr_assert_gt(json_array_size(ids), 0);
+    json_t *tj = json_pack("{s:O}", "tokens", ids);
+    char *tb = json_dumps(tj, JSON_COMPACT);
+    json_decref(tj);
+    json_t *d = http_json(&s, "POST", "/detokenize", tb, 200);
+    cr_expect_str_eq(json_string_value(json_object_get(d, "content")), "Once upon a time");
+    free(tb);
+    json_decref(t);
+    json_decref(d);
+    expect_pools_balance(&s);
+    cr_expect_eq(srv_stop(&s, 30), 0, "exit status after SIGTERM");
+}
+
+/* 8 concurrent requests (4 slots: some wait), half streamed: every one equals its own
+ * output alone (100% of requests). */
+Test(server, concurrent_requests_equal_alone) {
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " -md " TS_DRAFT " -np 4 -k 3 --draft-type ngram+llm");
+    char *alone[8];
+    for (int i = 0; i < 8; i++) {
+        char *b = completion_body(k_prompts[i], 48, 0, NULL);
+        json_t *j = http_json(&s, "POST", "/v1/completions", b, 200);
+        alone[i] = strdup(json_string_value(
+            json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text")));
+        json_decref(j);
+        free(b);
+    }
+    /* All at once: a shell that starts 8 curls and waits for them. */
+    char script[8192] = "", bf[600], of[600];
+    size_t n = 0;
+    for (int i = 0; i < 8; i++) {
+        char *b = completion_body(k_prompts[i], 48, i % 2, NULL);
+        snprintf(bf, sizeof bf, "%s/cb-%d", g_dir, i);
+        cr_assert_eq(tu_write_file(bf, b, strlen(b)), 0);
+        free(b);
+        snprintf(of, sizeof of, "%s/co-%d", g_dir, i);
+        n += (size_t)snprintf(script + n, sizeof script - n,
+                              "curl -s -N --max-time 120 -o %s -H 'Content-Type: application/json' "
+                              "--data-binary @%s http://127.0.0.1:%d/v1/completions & ",
+                              of, bf, s.port);
+    }
+    snprintf(script + n, sizeof script - n, "wait");
+    cr_assert_eq(tu_run(script, NULL, NULL), 0);
+    for (int i = 0; i < 8; i++) {
+        snprintf(of, sizeof of, "%s/co-%d", g_dir, i);
+        char *o = slurp(of);
+        cr_assert_not_null(o);
+        char *text;
+        if (i % 2) {
+            text = sse_text(o, 0, NULL);
+        } else {
+            json_t *j = json_loads(o, 0, NULL);
+            cr_assert_not_null(j, "request %d: %s", i, o);
+            text = strdup(json_string_value(
+                json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text")));
+            json_decref(j);
+        }
+        cr_assert_str_eq(text, alone[i], "request %d under concurrency differs from alone", i);
+        free(text);
+        free(o);
+        free(alone[i]);
+    }
+    cr_expect_geq(metric(&s, "requests_finished_total"), 16);
+    cr_expect_gt(metric(&s, "accepted_tokens_total"), 0);
+    expect_pools_balance(&s);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+}
+
+Test(server, chat_streamed_equals_not_and_n_choices) {
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " -md " TS_DRAFT " -np 4 --chat-template chatml");
+    const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},"
+                       "{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
+                       "\"max_tokens\":40,\"temperature\":0%s}";
+    char b[4096];
+    snprintf(b, sizeof b, body, "");
+    json_t *j = http_json(&s, "POST", "/v1/chat/completions", b, 200);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "object")), "chat.completion");
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    cr_expect_str_eq(json_string_value(json_object_get(msg, "role")), "assistant");
+    const char *text = json_string_value(json_object_get(msg, "content"));
+    snprintf(b, sizeof b, body, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+    char *o = NULL;
+    cr_assert_eq(http(&s, "POST", "/v1/chat/completions", b, NULL, &o), 200);
+    char *st = sse_text(o, 1, NULL);
+    cr_expect_str_eq(st, text, "streamed chat text differs");
+    cr_expect_not_null(strstr(o, "\"role\":\"assistant\""), "the first delta names the role");
+    cr_expect_not_null(strstr(o, "\"usage\":{"), "include_usage: a usage chunk");
+    free(st);
+    free(o);
+    json_decref(j);
+    /* n = 3 sampled choices: three answers, usage counts every completion token. */
+    snprintf(b, sizeof b,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
+             "\"max_tokens\":30,\"temperature\":1.0,\"seed\":5,\"n\":3}");
+    j = http_json(&s, "POST", "/v1/chat/completions", b, 200);
+    json_t *ch = json_object_get(j, "choices");
+    cr_assert_eq(json_array_size(ch), 3);
+    cr_expect_gt(
+        json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 0);
+    json_decref(j);
+    /* A shared system prompt is prefilled once: the next request reuses its blocks. */
+    char sys[2048] = "";
+    for (int i = 0; i < 12; i++)
+        strcat(sys, "Once upon a time, there was a little girl named Lily. ");
+    const double hit0 = metric(&s, "prefix_cache_hit_tokens_total");
+    const double prompt0 = metric(&s, "prompt_tokens_total");
+    for (int q = 0; q < 2; q++) {
+        snprintf(b, sizeof b,
+                 "{\"messages\":[{\"role\":\"system\",\"content\":\"%s\"},{\"role\":\"user\","
+                 "\"content\":\"%s\"}],\"max_tokens\":8,\"temperature\":0}",
+                 sys, q ? "Tom had a ball." : "Sara ate an apple.");
+        j = http_json(&s, "POST", "/v1/chat/completions", b, 200);
+        json_decref(j);
+    }
+    const double hits = metric(&s, "prefix_cache_hit_tokens_total") - hit0;
+    const double first = (metric(&s, "prompt_tokens_total") - prompt0) / 2;
+    cr_expect_gt(hits, 0.6 * first, "the second request reused %g of ~%g prompt positions", hits,
+                 first);
+    expect_pools_balance(&s);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+}
+
+static void expect_error(const srv *s, const char *method, const char *path, const char *body,
+                         const char *extra, int want, const char *param, const char *words) {
+    char *o = NULL;
+    const int code = http(s, method, path, body, extra, &o);
+    cr_expect_eq(code, want, "%s %s %s: status %d, expected %d (%s)", method, path,
+                 body ? body : "", code, want, o);
+    json_t *j = json_loads(o, 0, NULL);
+    cr_assert_not_null(j, "error body is not JSON: %s", o);
+    json_t *e = json_object_get(j, "error");
+    cr_assert(json_is_object(e), "no error object: %s", o);
+    cr_expect(json_is_string(json_object_get(e, "message")));
+    cr_expect(json_is_string(json_object_get(e, "type")));
+    if (param) cr_expect_str_eq(json_string_value(json_object_get(e, "param")), param, "%s", o);
+    if (words)
+        cr_expect_not_null(strstr(json_string_value(json_object_get(e, "message")), words),
+                           "'%s' not in %s", words, o);
+    json_decref(j);
+    free(o);
+}
+
+Test(server, faults_get_their_status_and_name_the_field) {
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " -np 2 -c 1024 --max-body 2048");
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\": \"hi\",", NULL, 400, NULL,
+                 "malformed JSON");
+    expect_error(&s, "POST", "/v1/completions", "[1,2]", NULL, 400, NULL, "JSON object");
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":\"ten\"}", NULL,
+                 400, "max_tokens", "integer");
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"temperature\":\"hot\"}", NULL,
+                 400, "temperature", "number");
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"stream\":1}", NULL, 400,
+                 "stream", "true or false");
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"stop\":[1]}", NULL, 400,
+                 "stop", NULL);
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"n\":0}", NULL, 400, "n", NULL);
+    expect_error(&s, "POST", "/v1/completions", "{\"max_tokens\":3}", NULL, 400, "prompt",
+                 "required");
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":[1,99999]}", NULL, 400, "prompt",
+                 "token id");
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":2}", NULL, 400,
+                 "logprobs", "not supported");
+    expect_error(&s, "POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"cat\"}]}", NULL,
+                 400, "messages[0].role", NULL);
+    expect_error(&s, "POST", "/v1/chat/completions", "{\"messages\":5}", NULL, 400, "messages",
+                 NULL);
+    /* A sequence holds 1024 / 2 = 512 positions. */
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":600}", NULL,
+                 400, "max_tokens", "exceed the context");
+    expect_error(&s, "POST", "/v1/completions",
+                 "{\"prompt\":\"a\",\"max_tokens\":4,\"draft_type\":\"llm\",\"draft_max\":2}", NULL,
+                 400, NULL, "draft model");
+    expect_error(&s, "GET", "/v1/nothing", NULL, NULL, 404, NULL, NULL);
+    expect_error(&s, "GET", "/v1/completions", NULL, NULL, 405, NULL, NULL);
+    /* A body over --max-body 2048. */
+    char big[4096];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    memcpy(big, "{\"prompt\":\"", 11);
+    expect_error(&s, "POST", "/v1/completions", big, NULL, 413, NULL, "limit");
+    /* The server is still fine. */
+    json_t *j = http_json(&s, "POST", "/v1/completions",
+                          "{\"prompt\":\"Once\",\"max_tokens\":5,\"temperature\":0}", 200);
+    json_decref(j);
+    cr_expect_gt(metric(&s, "requests_rejected_total"), -1);
+    expect_pools_balance(&s);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+}
+
+Test(server, api_key_and_full_queue) {
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " -np 1 --api-key s3cret --max-queue 0");
+    json_t *h = http_json(&s, "GET", "/health", NULL, 200); /* open */
+    json_decref(h);
+    expect_error(&s, "GET", "/v1/models", NULL, NULL, 401, NULL, "API key");
+    expect_error(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer s3cre'", 401, NULL,
+                 NULL);
+    expect_error(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer s3cret!'", 401, NULL,
+                 NULL);
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"a\"}", NULL, 401, NULL, NULL);
+    char *o = NULL;
+    cr_expect_eq(http(&s, "GET", "/v1/models", NULL, "-H 'Authorization: Bearer s3cret'", &o), 200);
+    free(o);
+    /* --max-queue 0: no request can wait, so every one is turned away with Retry-After. */
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}",
+                 "-H 'Authorization: Bearer s3cret'", 503, NULL, "queue is full");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "curl -s -D - -o /dev/null -H 'Authorization: Bearer s3cret' --data-binary "
+             "'{\"prompt\":\"a\"}' http://127.0.0.1:%d/v1/completions",
+             s.port);
+    char *hdr = NULL;
+    tu_run(cmd, &hdr, NULL);
+    cr_expect_not_null(strstr(hdr, "Retry-After: 1"), "headers: %s", hdr);
+    free(hdr);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+}
+
+/* A bigger random model, slow enough that a long request is still running when the test
+ * acts on it. */
+static void slow_model(char *path, size_t cap) {
+    tu_path(path, cap, g_dir, "slow.gguf");
+    tu_llama_spec sp = tu_llama_default_spec();
+    sp.n_embd = 768; /* ~40 MB of Q8_0: some hundred tokens a second on one thread */
+    sp.n_layer = 6;
+    sp.n_head = 12;
+    sp.n_head_kv = 4;
+    sp.n_ff = 2048;
+    sp.n_ctx = 4096;
+    sp.wtype = SD_TYPE_Q8_0;
+    cr_assert_eq(tu_make_llama(path, &sp), 0);
+}
+
+/* Start a stream of n tokens in the background (output to file of); returns its pid. */
+static pid_t long_stream(const srv *s, const char *of, const char *curl_opts, int n) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "exec curl -s -N %s -o %s -H 'Content-Type: application/json' --data-binary "
+             "'{\"prompt\":\"t5 t6\",\"max_tokens\":%d,\"ignore_eos\":true,\"stream\":true}' "
+             "http://127.0.0.1:%d/v1/completions",
+             curl_opts, of, n, s->port);
+    return spawn(cmd, -1, -1);
+}
+
+static void wait_bytes(const char *path, off_t n, double timeout) {
+    const double t0 = now_s();
+    struct stat st;
+    while (stat(path, &st) != 0 || st.st_size < n) {
+        cr_assert_lt(now_s() - t0, timeout, "%s: no stream data after %g s", path, timeout);
+        usleep(20000);
+    }
+}
+
+Test(server, disconnect_cancels_and_slow_clients_do_not_stall) {
+    char model[600];
+    slow_model(model, sizeof model);
+    srv s;
+    char args[1024];
+    snprintf(args, sizeof args, "-m %s -np 3", model);
+    srv_start(&s, args);
+    char of[600];
+    snprintf(of, sizeof of, "%s/long.sse", g_dir);
+    const pid_t c = long_stream(&s, of, "", 3000);
+    wait_bytes(of, 200, 30);
+    cr_expect_eq(metric(&s, "requests_running"), 1);
+    kill(c, SIGKILL); /* the client goes away mid-stream */
+    waitpid(c, NULL, 0);
+    const double t0 = now_s();
+    while (metric(&s, "requests_cancelled_total") < 1) {
+        cr_assert_lt(now_s() - t0, 5.0, "the server did not cancel within 5 s");
+        usleep(20000);
+    }
+    expect_pools_balance(&s);
+    /* A client that reads 100 bytes a second: another request still completes quickly,
+     * and the slow one's generation runs to its end while its client has read little of
+     * it (the engine never waits for a client). */
+    snprintf(of, sizeof of, "%s/slow.sse", g_dir);
+    const double g0 = metric(&s, "tokens_generated_total");
+    const pid_t slow = long_stream(&s, of, "--limit-rate 100", 1500);
+    usleep(300000);
+    const double t1 = now_s();
+    json_t *j = http_json(&s, "POST", "/v1/completions",
+                          "{\"prompt\":\"t7\",\"max_tokens\":20,\"temperature\":0}", 200);
+    json_decref(j);
+    cr_expect_lt(now_s() - t1, 10.0, "a slow client stalled another request");
+    while (metric(&s, "requests_running") > 0) {
+        cr_assert_lt(now_s() - t1, 120.0, "the slow client's request did not finish generating");
+        usleep(50000);
+    }
+    /* The generation is over; the whole stream is 1500 events of over 100 bytes. */
+    struct stat sst;
+    cr_expect(stat(of, &sst) != 0 || sst.st_size < 100000,
+              "the slow client had read %lld bytes when its generation ended: the engine "
+              "waited for it",
+              (long long)sst.st_size);
+    cr_expect_geq(metric(&s, "tokens_generated_total") - g0, 1500 + 20);
+    kill(slow, SIGKILL);
+    waitpid(slow, NULL, 0);
+    expect_pools_balance(&s);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+}
+
+/* SIGTERM with a stream in flight: the stream finishes, the server exits 0; with a zero
+ * grace the stream is cancelled and still ends properly. And it binds only 127.0.0.1. */
+Test(server, sigterm_finishes_in_flight_and_binds_loopback) {
+    char model[600];
+    slow_model(model, sizeof model);
+    srv s;
+    char args[1024];
+    snprintf(args, sizeof args, "-m %s -np 2", model);
+    srv_start(&s, args);
+    /* /proc/net/tcp: the listening socket is 127.0.0.1:port (0100007F), state 0A. */
+    char *tcp = slurp_proc("/proc/net/tcp");
+    char want[64];
+    snprintf(want, sizeof want, "0100007F:%04X 00000000:0000 0A", s.port);
+    cr_expect_not_null(strstr(tcp, want), "not listening on 127.0.0.1:%d only", s.port);
+    snprintf(want, sizeof want, "00000000:%04X", s.port);
+    cr_expect_null(strstr(tcp, want), "listening on 0.0.0.0");
+    free(tcp);
+    char of[600];
+    snprintf(of, sizeof of, "%s/term.sse", g_dir);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "exec curl -s -N -o %s -H 'Content-Type: application/json' --data-binary "
+             "'{\"prompt\":\"t5\",\"max_tokens\":300,\"ignore_eos\":true,\"stream\":true}' "
+             "http://127.0.0.1:%d/v1/completions",
+             of, s.port);
+    const pid_t c = spawn(cmd, -1, -1);
+    wait_bytes(of, 100, 30);
+    cr_expect_eq(srv_stop(&s, 60), 0, "exit status after SIGTERM");
+    int st = 0;
+    waitpid(c, &st, 0);
+    char *o = slurp(of);
+    const char *fin = NULL;
+    char *t = sse_text(o, 0, &fin);
+    cr_expect_str_eq(fin, "length", "the in-flight stream ran to its max_tokens");
+    free(t);
+    free(o);
+    /* Zero grace: cancelled at once, the stream still ends with [DONE]. */
+    snprintf(of, sizeof of, "%s/term0.sse", g_dir);
+    snprintf(args, sizeof args, "-m %s -np 2 --shutdown-timeout 0", model);
+    srv_start(&s, args);
+    snprintf(cmd, sizeof cmd,
+             "exec curl -s -N -o %s -H 'Content-Type: application/json' --data-binary "
+             "'{\"prompt\":\"t5\",\"max_tokens\":3000,\"ignore_eos\":true,\"stream\":true}' "
+             "http://127.0.0.1:%d/v1/completions",
+             of, s.port);
+    const pid_t c2 = spawn(cmd, -1, -1);
+    wait_bytes(of, 100, 30);
+    const double t0 = now_s();
+    cr_expect_eq(srv_stop(&s, 30), 0);
+    cr_expect_lt(now_s() - t0, 10.0, "a zero grace should not wait for 3000 tokens");
+    waitpid(c2, &st, 0);
+    o = slurp(of);
+    t = sse_text(o, 0, &fin);
+    cr_expect_str_eq(fin, "stop", "a cancelled stream ends with finish_reason stop");
+    free(t);
+    free(o);
+}
+
+/* The openai Python package against the server (tests/server_openai.py). */
+Test(server, openai_python_client) {
+    if (tu_run("python3 -c 'import openai' 2>/dev/null", NULL, NULL) != 0)
+        cr_skip_test("the openai Python package is not installed (pip install openai)");
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " -md " TS_DRAFT " -np 4 --chat-template chatml");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "timeout 240 python3 %s/tests/server_openai.py http://127.0.0.1:%d/v1", SD_SOURCE_DIR,
+             s.port);
+    char *o = NULL, *e = NULL;
+    const int rc = tu_run(cmd, &o, &e);
+    cr_expect_eq(rc, 0, "server_openai.py failed:\n%s\n%s", o, e);
+    free(o);
+    free(e);
+    expect_pools_balance(&s);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+}
+
+/* The chat page in headless Chromium (tests/server_page.py over the DevTools pipe): an
+ * answer streams in, equals the API's, shows its statistics; the screenshot of the page
+ * with the answer differs from the empty page's. */
+Test(server, chat_page_in_headless_chromium, .timeout = 300) {
+    const char *chrome = NULL;
+    const char *cands[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser",
+                           "/usr/bin/google-chrome"};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++)
+        if (!chrome && access(cands[i], X_OK) == 0) chrome = cands[i];
+    if (!chrome) cr_skip_test("no Chromium (apt install chromium)");
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " -md " TS_DRAFT " -np 2 --chat-template chatml");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "timeout 200 python3 %s/tests/server_page.py %s http://127.0.0.1:%d %s", SD_SOURCE_DIR,
+             chrome, s.port, g_dir);
+    char *o = NULL, *e = NULL;
+    const int rc = tu_run(cmd, &o, &e);
+    cr_expect_eq(rc, 0, "server_page.py failed:\n%s\n%s", o, e);
+    cr_log_info("%s", o);
+    free(o);
+    free(e);
+    expect_pools_balance(&s);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+}
