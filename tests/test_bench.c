@@ -291,9 +291,9 @@ Test(bench, synth_tiny_pair) {
     cr_assert_eq(sd_vocab_token_type(v, 3), 6);
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    cr_assert_eq(sd_vocab_tokenize(v, "Hello, w\xc3\xb6rld!", 14, SD_VOCAB_ADD_SPECIAL, &ids, &n_ids,
-                                   &err),
-                 0);
+    cr_assert_eq(
+        sd_vocab_tokenize(v, "Hello, w\xc3\xb6rld!", 14, SD_VOCAB_ADD_SPECIAL, &ids, &n_ids, &err),
+        0);
     cr_assert_gt(n_ids, 3);
     char *text = NULL;
     size_t text_len = 0;
