@@ -17,12 +17,10 @@
 #include "runtime/tokenizer/sd_vocab.h"
 #include "tests/testutil.h"
 
-#define VOCAB_DIR tu_shared("vocab")
-
 static sd_vocab *load_named(const char *name) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf", VOCAB_DIR, name);
-    tu_need_path(path, "llama.cpp's vocabularies, in ../shared/data");
+    tu_llamacpp_vocab(name, path, sizeof path);
+    tu_need_path(path, "llama.cpp's vocabularies: ../shared/data or scripts/get_vocabs.sh");
     sd_gguf *g = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_gguf_open(path, &g, &err), SD_OK, "%s", err.msg);
@@ -111,7 +109,9 @@ static text stream(const sd_vocab *v, const int32_t *ids, size_t n, unsigned fla
 static void stream_vectors(const char *name) {
     sd_vocab *v = load_named(name);
     char path[1024];
-    snprintf(path, sizeof path, "%s/ggml-vocab-%s.gguf.inp", VOCAB_DIR, name);
+    tu_llamacpp_vocab(name, path, sizeof path);
+    cr_assert_lt(strlen(path) + 4, sizeof path);
+    strcat(path, ".inp");
     size_t len = 0;
     char *inp = (char *)tu_read_file(path, &len);
     cr_assert_not_null(inp);

@@ -695,8 +695,9 @@ Test(gguf, every_prefix_of_written_file_fails) {
 
 /* Real llama.cpp vocab files (written by gguf-py) open and index their token arrays. */
 Test(gguf, llama_cpp_vocab_file) {
-    const char *p = tu_shared("vocab/ggml-vocab-llama-spm.gguf");
-    tu_need_path(p, "llama.cpp's vocabularies, in ../shared/data");
+    char p[1024];
+    tu_llamacpp_vocab("llama-spm", p, sizeof p);
+    tu_need_path(p, "llama.cpp's vocabularies: ../shared/data or scripts/get_vocabs.sh");
     sd_gguf *g = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_gguf_open(p, &g, &err), SD_OK, "%s", err.msg);

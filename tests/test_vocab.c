@@ -18,8 +18,12 @@
 #include "runtime/tokenizer/sd_vocab.h"
 #include "tests/testutil.h"
 
-#define VOCAB_DIR tu_shared("vocab")
-#define SPM_GGUF  tu_shared("vocab/ggml-vocab-llama-spm.gguf")
+/* llama.cpp's SentencePiece test vocabulary, wherever tu_llamacpp_vocab finds it. */
+static const char *spm_gguf(void) {
+    static char buf[1024];
+    return tu_llamacpp_vocab("llama-spm", buf, sizeof buf);
+}
+#define SPM_GGUF spm_gguf()
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -41,7 +45,7 @@ static char *read_all(const char *path, size_t *len) {
 }
 
 static void skip_without_shared(void) {
-    tu_need_path(SPM_GGUF, "llama.cpp's vocabularies, in ../shared/data or $SD_SHARED_DATA");
+    tu_need_path(SPM_GGUF, "llama.cpp's vocabularies: ../shared/data or scripts/get_vocabs.sh");
 }
 
 static sd_vocab *load_vocab_file(const char *path) {
