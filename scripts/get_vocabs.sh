@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fetches llama.cpp's test vocabularies (models/ggml-vocab-*.gguf with their .inp/.out
 # tokenizer vectors) into the git-ignored models/downloaded/vocab/, where the tokenizer
-# tests look after $SD_LLAMACPP_VOCAB and before ../shared/data/vocab (tests/testutil.c,
-# tu_llamacpp_vocab). They come from PyPI's llama-cpp-python sdist, which vendors
+# tests look before ../shared/data/vocab unless $SD_LLAMACPP_VOCAB names the one folder
+# to use (tests/testutil.c, tu_llamacpp_vocab). They come from PyPI's llama-cpp-python sdist, which vendors
 # llama.cpp (MIT); only those data files are taken, no code.
 #
 # usage: bash scripts/get_vocabs.sh     (idempotent: skips when the folder is complete)

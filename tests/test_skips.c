@@ -2,8 +2,9 @@
  * Skip accounting (scripts/test_report.py, run by scripts/test.sh after each ctest run):
  * every test file's skips are counted with their reasons, and a test that skipped for a
  * data file that is present fails the run; so is a test file that left no report. The
- * skips here are real ones: test_detok run against an empty shared-data folder, whose
- * tu_need_path messages the report reads.
+ * skips here are real ones: test_detok run against an empty vocabulary folder
+ * ($SD_LLAMACPP_VOCAB, the only one it then looks in), whose tu_need_path messages the
+ * report reads.
  */
 #include <criterion/criterion.h>
 
@@ -48,8 +49,9 @@ Test(skips, counted_with_reasons_and_a_skip_for_present_data_fails) {
     /* A real test file, every test of which needs a vocabulary the data folder lacks (run
      * without BXFI_MAP, which would make it take itself for one of our own workers). */
     snprintf(cmd, sizeof cmd,
-             "env -u BXFI_MAP SD_SHARED_DATA=%s ./test_detok --jobs 1 --json=%s/test_detok.json",
-             data, crit);
+             "env -u BXFI_MAP SD_SHARED_DATA=%s SD_LLAMACPP_VOCAB=%s/vocab ./test_detok --jobs 1 "
+             "--json=%s/test_detok.json",
+             data, data, crit);
     char *so = NULL, *se = NULL;
     const int rc = tu_run(cmd, &so, &se);
     cr_assert_eq(rc, 0, "%s: exit %d: %s %s", cmd, rc, so, se);

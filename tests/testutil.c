@@ -26,10 +26,12 @@ void tu_need_path(const char *path, const char *why) {
 
 char *tu_llamacpp_vocab(const char *name, char *buf, size_t cap) {
     const char *env = getenv("SD_LLAMACPP_VOCAB");
-    const char *dirs[3] = {env && *env ? env : NULL, SD_SOURCE_DIR "/models/downloaded/vocab",
-                           tu_shared("vocab")};
-    for (int i = 0; i < 3; i++) {
-        if (!dirs[i]) continue;
+    if (env && *env) { /* the one folder looked in */
+        if ((size_t)snprintf(buf, cap, "%s/ggml-vocab-%s.gguf", env, name) >= cap) abort();
+        return buf;
+    }
+    const char *dirs[2] = {SD_SOURCE_DIR "/models/downloaded/vocab", tu_shared("vocab")};
+    for (int i = 0; i < 2; i++) {
         if ((size_t)snprintf(buf, cap, "%s/ggml-vocab-%s.gguf", dirs[i], name) >= cap) abort();
         if (access(buf, R_OK) == 0) return buf;
     }

@@ -26,11 +26,11 @@ const char *tu_shared(const char *rel);
 void tu_need_path(const char *path, const char *why);
 
 /*
- * A llama.cpp test vocabulary "ggml-vocab-NAME.gguf" (with its .inp/.out vectors): the
- * first folder that has it of $SD_LLAMACPP_VOCAB, models/downloaded/vocab/ (where
- * scripts/get_vocabs.sh puts llama.cpp's models/ folder from llama-cpp-python's sdist) and
- * tu_shared("vocab"); the last candidate's path when none has it (the caller's
- * tu_need_path then names it). Into buf[cap]; returns buf.
+ * A llama.cpp test vocabulary "ggml-vocab-NAME.gguf" (with its .inp/.out vectors): in
+ * $SD_LLAMACPP_VOCAB when that is set (the one folder looked in), else the first folder that
+ * has it of models/downloaded/vocab/ (where scripts/get_vocabs.sh puts llama.cpp's models/
+ * folder from llama-cpp-python's sdist) and tu_shared("vocab"), the latter's path when
+ * neither has it (the caller's tu_need_path then names it). Into buf[cap]; returns buf.
  */
 char *tu_llamacpp_vocab(const char *name, char *buf, size_t cap);
 
