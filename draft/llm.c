@@ -75,7 +75,7 @@ static const int32_t *draft_view(llm_proposer *p, const int32_t *ctx, int32_t n,
  * as soon as the sum passes 1 / p_min (the confidence is then below p_min, whatever the
  * rest adds), so a row that stops the draft costs only the entries it needed.
  */
-static double greedy_confidence(const float *l, int32_t n, float mx, float p_min) {
+double sd_draft_greedy_confidence(const float *l, int32_t n, float mx, float p_min) {
     if (isinf(mx)) return 1.0; /* +inf: its mass is shared by the +inf entries */
     const double limit = 1.0 / (double)p_min;
     double sum = 0.0;
@@ -94,7 +94,7 @@ static double greedy_confidence(const float *l, int32_t n, float mx, float p_min
 
 /* Index of the largest of l[0 .. n) (the lowest on ties), or -1 if a logit is NaN: one
  * pass, as sd_warp's check, so a draft with NaN weights is an error, not token 0. */
-static int32_t argmax_checked(const float *l, int32_t n) {
+int32_t sd_draft_argmax(const float *l, int32_t n) {
     int32_t best = 0;
     int nan = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -105,7 +105,7 @@ static int32_t argmax_checked(const float *l, int32_t n) {
 }
 
 /* Top entry of a warped row. */
-static double top_prob(const float *q, int32_t n) {
+double sd_draft_top_prob(const float *q, int32_t n) {
     float mx = 0.0f;
     for (int32_t i = 0; i < n; i++)
         if (q[i] > mx) mx = q[i];
@@ -169,13 +169,13 @@ static int draft_token(llm_proposer *p, int64_t pos, float *q_out, int32_t *tok,
     const int32_t n = n_row(p);
     const sd_sampling_params *sp = &p->samp;
     if (!(sp->temp > 0.0f)) {
-        const int32_t j = argmax_checked(p->logits, n);
+        const int32_t j = sd_draft_argmax(p->logits, n);
         if (j < 0)
             return sd_errorf(err, SD_ERR_ARG,
                              "a logit is NaN: non-finite logits (the model's weights hold NaN "
                              "or inf)");
         *tok = id_of(p, j);
-        if (conf) *conf = greedy_confidence(p->logits, n, p->logits[j], p->p_min);
+        if (conf) *conf = sd_draft_greedy_confidence(p->logits, n, p->logits[j], p->p_min);
         return SD_OK;
     }
     int rc = sd_warp(sp, p->logits, n, p->qrow, p->warp_scratch, err);
@@ -187,7 +187,7 @@ static int draft_token(llm_proposer *p, int64_t pos, float *q_out, int32_t *tok,
         j = sd_sample(p->qrow, n, sd_key_uniform(p->seed, pos, SD_DRAW_DRAFT, 0));
     if (j < 0) return sd_errorf(err, SD_ERR_ARG, "draft row has no positive entry");
     *tok = id_of(p, j);
-    if (conf) *conf = top_prob(p->qrow, n);
+    if (conf) *conf = sd_draft_top_prob(p->qrow, n);
     if (q_out) { /* q over the target's ids: zero outside the row */
         if (p->n_head) {
             memset(q_out, 0, (size_t)p->n_vocab_out * sizeof *q_out);

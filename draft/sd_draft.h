@@ -135,6 +135,18 @@ void sd_proposer_reset(sd_proposer *p, const sd_sampling_params *samp, uint64_t 
  */
 void sd_proposer_set_cutoff(sd_proposer *p, float p_min, int32_t n_min);
 
+/*
+ * The LLM proposer's per-row rules, for a caller that drafts from a draft model's logits
+ * rows itself (the batcher), so both draft the same tokens with the same cut-off:
+ * sd_draft_argmax: index of the largest of l[0 .. n) (the lowest on ties), or -1 if a
+ * logit is NaN. sd_draft_greedy_confidence: the greedy confidence of row l[0 .. n) whose
+ * maximum is mx (see sd_proposer_set_cutoff), 0 as soon as it is known to be below p_min
+ * (p_min in (0, 1]). sd_draft_top_prob: the top entry of a warped row q[0 .. n).
+ */
+int32_t sd_draft_argmax(const float *l, int32_t n);
+double sd_draft_greedy_confidence(const float *l, int32_t n, float mx, float p_min);
+double sd_draft_top_prob(const float *q, int32_t n);
+
 /* The name of p's implementation ("llm", "ngram", "ngram+llm"). */
 const char *sd_proposer_name(const sd_proposer *p);
 

@@ -109,34 +109,6 @@ static void finish_request(sd_batcher *b, sd_req *r, sd_stop_reason stop) {
 
 /* ---- proposals ---- */
 
-/* Greedy confidence: the top probability of softmax(l[0 .. n)) at temperature 1 from the
- * row maximum mx, float exponentials summed in double in blocks; 0 as soon as the sum
- * passes 1 / p_min (the confidence is below p_min then, whatever the rest adds). The
- * LLM proposer's rule (draft/llm.c), so serve drafts as generate does. */
-static double greedy_confidence(const float *l, int32_t n, float mx, float p_min) {
-    if (isinf(mx)) return 1.0;
-    const double limit = 1.0 / (double)p_min;
-    double sum = 0.0;
-    int32_t i = 0;
-    for (; i + 1024 <= n; i += 1024) {
-        float part = 0.0f;
-        for (int32_t j = i; j < i + 1024; j++)
-            part += expf(l[j] - mx);
-        sum += (double)part;
-        if (sum > limit) return 0.0;
-    }
-    for (; i < n; i++)
-        sum += (double)expf(l[i] - mx);
-    return sum > 0.0 ? 1.0 / sum : 1.0;
-}
-
-static double top_prob(const float *q, int32_t n) {
-    float mx = 0.0f;
-    for (int32_t i = 0; i < n; i++)
-        if (q[i] > mx) mx = q[i];
-    return mx;
-}
-
 /* The draws of choice c are keyed by this seed (choice i of a request: its seed + i). */
 static uint64_t seed_of(const sd_choice *c) {
     return c->r->gp.seed + (uint64_t)c->index;
@@ -206,18 +178,14 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     double conf = 1.0;
     int32_t tok;
     if (!(sp->temp > 0.0f)) {
-        int32_t best = 0, nan = 0;
-        for (int32_t j = 0; j < n; j++) {
-            nan |= l[j] != l[j];
-            if (l[j] > l[best]) best = j;
-        }
-        if (nan)
+        const int32_t best = sd_draft_argmax(l, n);
+        if (best < 0)
             return sd_errorf(err, SD_ERR_ARG,
                              "%s: draft: a logit is NaN: non-finite logits (the "
                              "model's weights hold NaN or inf)",
                              sd_model_path(b->dm));
         tok = best;
-        if (cut) conf = greedy_confidence(l, n, l[best], gp->draft_p_min);
+        if (cut) conf = sd_draft_greedy_confidence(l, n, l[best], gp->draft_p_min);
     } else {
         float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
         int rc = sd_warp(sp, l, n, q, b->iscratch, err);
@@ -228,7 +196,7 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
         if (tok < 0)
             return sd_errorf(err, SD_ERR_ARG, "%s: draft row has no positive entry",
                              sd_model_path(b->dm));
-        if (cut) conf = top_prob(q, n);
+        if (cut) conf = sd_draft_top_prob(q, n);
         for (int32_t v = n; v < b->n_vocab; v++) /* q over the target's ids */
             q[v] = 0.0f;
     }
@@ -254,17 +222,28 @@ static int32_t dbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq
     return want && n > 0 ? (*nrow)++ : -1;
 }
 
-static int draft_decode(sd_batcher *b, int32_t nb, sd_error *err) {
+/* One draft pass over the nb tokens of the draft batch, then each choice's row (c->drow)
+ * drafted from its logits; the pass's time (rows included) is one sample of its cost. */
+static int draft_pass(sd_batcher *b, int32_t nb, sd_error *err) {
     sd_batch bt = {nb, b->dbtok, NULL, b->dbseq, b->dbwant};
-    b->t_dpass0 = sd_time_ms();
+    const double t0 = sd_time_ms();
     int rc = sd_session_decode(b->ds, &bt, b->dlogits, err);
-    if (rc) sd_error_prefix(err, "%s: draft", sd_model_path(b->dm));
-    return rc;
-}
-
-/* A draft pass over nb tokens ended (its rows processed): one sample of its cost. */
-static void draft_measured(sd_batcher *b, int32_t nb) {
-    sd_cost_fit_add(&b->dfit, (double)nb, sd_time_ms() - b->t_dpass0);
+    if (rc) {
+        sd_error_prefix(err, "%s: draft", sd_model_path(b->dm));
+        return rc;
+    }
+    for (int32_t i = 0; i < b->n_running; i++) {
+        sd_req *r = b->running[i];
+        for (int32_t j = 0; j < r->n_choices; j++) {
+            sd_choice *c = &r->ch[j];
+            if (c->drow < 0) continue;
+            rc = draft_row(b, c, b->dlogits + (size_t)c->drow * (size_t)b->n_vocab_d, err);
+            c->drow = -1;
+            if (rc) return rc;
+        }
+    }
+    sd_cost_fit_add(&b->dfit, (double)nb, sd_time_ms() - t0);
+    return SD_OK;
 }
 
 /* The LLM draft's passes of this step: the prompts' catch-up (PREFILL choices, one
@@ -310,19 +289,8 @@ static int draft_phase(sd_batcher *b, sd_error *err) {
         }
         first = 0;
         if (nb == 0) break;
-        int rc = draft_decode(b, nb, err);
+        const int rc = draft_pass(b, nb, err);
         if (rc) return rc;
-        for (int32_t i = 0; i < b->n_running; i++) {
-            sd_req *r = b->running[i];
-            for (int32_t j = 0; j < r->n_choices; j++) {
-                sd_choice *c = &r->ch[j];
-                if (c->drow < 0) continue;
-                rc = draft_row(b, c, b->dlogits + (size_t)c->drow * (size_t)b->n_vocab_d, err);
-                c->drow = -1;
-                if (rc) return rc;
-            }
-        }
-        draft_measured(b, nb);
         if (!pending) break;
     }
     for (;;) { /* positions 2 .. K: one token per choice still drafting */
@@ -337,19 +305,8 @@ static int draft_phase(sd_batcher *b, sd_error *err) {
             }
         }
         if (nb == 0) break;
-        int rc = draft_decode(b, nb, err);
+        const int rc = draft_pass(b, nb, err);
         if (rc) return rc;
-        for (int32_t i = 0; i < b->n_running; i++) {
-            sd_req *r = b->running[i];
-            for (int32_t j = 0; j < r->n_choices; j++) {
-                sd_choice *c = &r->ch[j];
-                if (c->drow < 0) continue;
-                rc = draft_row(b, c, b->dlogits + (size_t)c->drow * (size_t)b->n_vocab_d, err);
-                c->drow = -1;
-                if (rc) return rc;
-            }
-        }
-        draft_measured(b, nb);
     }
     return SD_OK;
 }

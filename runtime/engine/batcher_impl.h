@@ -123,7 +123,6 @@ struct sd_batcher {
     sd_cost_fit tfit, dfit;
     int32_t k_zero_steps, k_batch;
     sd_choice **dlist; /* [n_parallel] scratch: the adaptive drafting choices */
-    double t_dpass0;   /* start of the draft pass being timed */
     /* Statistics (under mu). */
     sd_batcher_stats st;
     double rate_t[SD_RATE_SAMPLES];
