@@ -78,6 +78,29 @@ int sd_add_size(size_t a, size_t b, size_t *out) {
     return 0;
 }
 
+int sd_buf_append(char **buf, size_t *len, size_t *cap, const void *s, size_t n) {
+    size_t need;
+    if (sd_add_size(*len, n, &need) || sd_add_size(need, 1, &need)) return -1;
+    if (need > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < need) {
+            if (c > SIZE_MAX / 2) {
+                c = need;
+                break;
+            }
+            c *= 2;
+        }
+        char *p = realloc(*buf, c);
+        if (!p) return -1;
+        *buf = p;
+        *cap = c;
+    }
+    if (n) memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
 #ifdef SD_CHECKS
 void sd_check_failed(const char *file, int line, const char *cond, const char *msg) {
     fprintf(stderr, "specdec internal check failed at %s:%d: %s (%s)\n", file, line, msg, cond);

@@ -76,6 +76,12 @@ void sd_error_clear(sd_error *err);
 int sd_mul_size(size_t a, size_t b, size_t *out);
 int sd_add_size(size_t a, size_t b, size_t *out);
 
+/* Append s[0 .. n) to the growable text *buf (*len bytes used of *cap; *buf NULL and both
+ * 0 for an empty one), keeping it NUL-terminated (also when n is 0): the capacity doubles
+ * from 256 as needed. 0, or -1 when the size overflows or realloc fails (*buf, *len and
+ * *cap are then unchanged: the caller still owns and frees *buf). */
+int sd_buf_append(char **buf, size_t *len, size_t *cap, const void *s, size_t n);
+
 /* Internal invariant check: active when SD_CHECKS is defined (Debug and sanitizer
  * builds). On failure prints file:line and the message to stderr and aborts: it
  * flags a bug in specdec itself, never bad input. */

@@ -32,21 +32,7 @@ typedef struct text_buf {
 
 static void text_add(text_buf *b, const char *s, size_t n) {
     if (b->oom || !n) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
+    if (sd_buf_append(&b->p, &b->n, &b->cap, s, n)) b->oom = 1;
 }
 
 typedef struct conversation {

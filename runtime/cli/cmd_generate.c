@@ -226,19 +226,11 @@ static int json_text(const sd_vocab *vocab, const int32_t *toks, int32_t n, char
         size_t l = 0;
         if (i < n && (rc = sd_detok_push(dt, toks[i], &t, &l, err))) break;
         if (i == n) sd_detok_flush(dt, &t, &l);
-        if (len + l + 1 > cap) {
-            while (len + l + 1 > cap)
-                cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
+        if (sd_buf_append(&buf, &len, &cap, t, l)) {
+            free(buf);
+            buf = NULL;
+            break;
         }
-        memcpy(buf + len, t, l);
-        len += l;
     }
     sd_detok_free(dt);
     if (!rc && !buf) rc = sd_errorf(err, SD_ERR_OOM, "out of memory building the output text");

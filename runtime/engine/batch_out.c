@@ -13,19 +13,7 @@ static int is_stop_id(const sd_gen_params *gp, int32_t t) {
 
 static int text_append(sd_choice *c, const char *s, size_t n) {
     if (n == 0) return 0;
-    if (c->text_len + n + 1 > c->text_cap) {
-        size_t cap = c->text_cap ? c->text_cap : 256;
-        while (cap < c->text_len + n + 1)
-            cap *= 2;
-        char *t = realloc(c->text, cap);
-        if (!t) return -1;
-        c->text = t;
-        c->text_cap = cap;
-    }
-    memcpy(c->text + c->text_len, s, n);
-    c->text_len += n;
-    c->text[c->text_len] = '\0';
-    return 0;
+    return sd_buf_append(&c->text, &c->text_len, &c->text_cap, s, n);
 }
 
 /* The earliest stop string in text[from, text_len): cut the text there. 1 if found. */

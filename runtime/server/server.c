@@ -267,19 +267,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             k->answered = 1;
             return queue_reply(s, c, &r);
         }
-        if (k->len + n + 1 > k->cap) {
-            size_t cap = k->cap ? k->cap : 4096;
-            while (cap < k->len + n + 1)
-                cap *= 2;
-            char *nb = realloc(k->body, cap);
-            if (!nb) return MHD_NO;
-            k->body = nb;
-            k->cap = cap;
-        }
-        memcpy(k->body + k->len, upload, n);
-        k->len += n;
-        k->body[k->len] = '\0';
-        return MHD_YES;
+        return sd_buf_append(&k->body, &k->len, &k->cap, upload, n) ? MHD_NO : MHD_YES;
     }
     dispatch(s, c, k, &r);
     k->answered = 1;

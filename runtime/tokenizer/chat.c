@@ -252,21 +252,7 @@ typedef struct sbuf {
 
 static void addn(sbuf *b, const char *s, size_t n) {
     if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
+    if (sd_buf_append(&b->p, &b->n, &b->cap, s, n)) b->oom = 1;
 }
 
 static void add(sbuf *b, const char *s) {
