@@ -157,19 +157,6 @@ enum { K8 = 8, K4 = 4, K50 = 50, K41 = 41, K51 = 51 };
 #define K8_TYPE  SD_TYPE_Q8_0
 #define K4_TYPE  SD_TYPE_Q4_0
 #define K50_TYPE SD_TYPE_Q5_0
-/* Software prefetch of the weight bytes SD_PF_BYTES ahead of the block being unpacked (into
- * L2), one per 64-byte line, on the first 8-row half's pass (the second half reads the same
- * lines again, from cache): the stream runs ahead of the hardware prefetcher's reach. Past
- * a group it runs into the next one (groups are contiguous), past the matrix harmlessly
- * (prefetches never fault). */
-#ifndef SD_PF_BYTES
-#define SD_PF_BYTES 4096
-#endif
-SD_T SD_INL void prefetch_ahead(const uint8_t *mp, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64)
-        _mm_prefetch((const char *)(mp + SD_PF_BYTES + o), _MM_HINT_T1);
-}
-
 #define K41_TYPE SD_TYPE_Q4_1
 #define K51_TYPE SD_TYPE_Q5_1
 
@@ -187,7 +174,7 @@ SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, int ho, const uint8_t *xa
     _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t] = sm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main + ho;
-        if (ho == 0) prefetch_ahead(mp, main);
+        if (ho == 0) sd_prefetch_ahead(mp, main); /* the second half reads them from cache */
         v8i w[8], aw[8];
         if (kind == K8) {
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
@@ -274,7 +261,7 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, int ho, const uint8_t *
     _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main + ho;
-        if (ho == 0) prefetch_ahead(mp, main);
+        if (ho == 0) sd_prefetch_ahead(mp, main); /* the second half reads them from cache */
         const v8i S0 = ld(mp), S1 = ld(mp + 64), S2 = ld(mp + 128);
         v8i sc[8], mn[8];
         _Pragma("GCC unroll 4") for (int s = 0; s < 4; s++) {
@@ -328,7 +315,7 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, int ho, const uint8_t 
     _Pragma("GCC unroll 4") for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main + ho;
-        if (ho == 0) prefetch_ahead(mp, main);
+        if (ho == 0) sd_prefetch_ahead(mp, main); /* the second half reads them from cache */
         v8i sc[16], pc[8];
         if (kind == KQ2) {
             v8i mn[16];

@@ -146,7 +146,7 @@ SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = sm[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        prefetch_ahead(mp, main);
+        sd_prefetch_ahead(mp, main);
         __m512i w[8];
         unpack32(mp, kind, 0, w);
         const __m512 dw = ldh(tl + (size_t)i * tail);
@@ -186,7 +186,7 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        prefetch_ahead(mp, main);
+        sd_prefetch_ahead(mp, main);
         _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) P[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
             __m512i w[8];
@@ -231,7 +231,7 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        prefetch_ahead(mp, main);
+        sd_prefetch_ahead(mp, main);
         _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) P[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (int hk = 0; hk < 8; hk++) {
             __m512i w[8];

@@ -29,6 +29,19 @@
 
 #include "quant/sd_quant.h"
 
+/* Software prefetch (into L2) of the packed weight bytes SD_PF_BYTES ahead of the block
+ * at mp, one per 64-byte line of its size, so the stream runs ahead of the hardware
+ * prefetcher's reach (1.5B Q4_K_M decode, 1 thread, Zen 5: 68.6 -> 41.7 ms per step; 2 KiB
+ * ahead is too short, 8 KiB no better). Past a group it runs into the next one (groups
+ * are contiguous), past the matrix harmlessly (prefetches never fault). */
+#ifndef SD_PF_BYTES
+#define SD_PF_BYTES 4096
+#endif
+static inline void sd_prefetch_ahead(const uint8_t *mp, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(mp + SD_PF_BYTES + o, 0, 2); /* read, L2: prefetcht1 */
+}
+
 typedef void (*sd_rows_kernel)(const void *w, size_t w_row_bytes, int64_t n_cols, const void *xq,
                                int64_t n_tok, float *y, int64_t ldy, int64_t r0, int64_t r1);
 

@@ -99,19 +99,6 @@ SD_T SD_INL __m512i dot4n(__m512i s, const __m512i *w, const int n, const uint8_
     return s;
 }
 
-/* Software prefetch of the weight bytes SD_PF_BYTES ahead of the block being unpacked
- * (into L2): one prefetch per 64-byte line of the block's size, so the stream runs ahead
- * of the hardware prefetcher's reach (1.5B Q4_K_M decode, 1 thread, Zen 5: 68.6 -> 41.7
- * ms per step; 2 KiB ahead is too short, 8 KiB no better). Past the group's end it runs into the
- * next group (groups are contiguous) or harmlessly past the matrix (prefetches never fault). */
-#ifndef SD_PF_BYTES
-#define SD_PF_BYTES 4096
-#endif
-SD_T SD_INL void prefetch_ahead(const uint8_t *mp, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64)
-        _mm_prefetch((const char *)(mp + SD_PF_BYTES + o), _MM_HINT_T1);
-}
-
 /* ---- weight types: kinds and the main-part sizes of the packed layout ---- */
 
 enum { K8 = 8, K4 = 4, K50 = 50, K41 = 41, K51 = 51 };
