@@ -115,7 +115,7 @@ double sd_draft_top_prob(const float *q, int32_t n) {
 /* Name the draft model in an error from the session or the warp. */
 static int draft_error(const llm_proposer *p, int rc, sd_error *err) {
     if (rc == SD_OK || !err) return rc;
-    sd_error_prefix(err, "%s: draft", sd_model_path(p->model));
+    sd_error_prefix(err, rc, "%s: draft", sd_model_path(p->model));
     return rc;
 }
 

@@ -185,7 +185,7 @@ static int read_all(const char *path, unsigned char **out, size_t *len, sd_error
             close(fd);
             sd_errorf(err, SD_ERR_IO, "%s: fdopen: %s", path, strerror(e));
         }
-        sd_error_prefix(err, "lookup cache");
+        sd_error_prefix(err, SD_ERR_IO, "lookup cache");
         errno = e;
         return SD_ERR_IO;
     }
@@ -344,7 +344,7 @@ int sd_ngram_cache_load(const char *path, uint64_t fingerprint, int32_t n_vocab,
         c->n_tokens = (int64_t)kept;
         rc = rebuild_index(c, err);
     }
-    if (rc) sd_error_prefix(err, "%s", path);
+    if (rc) sd_error_prefix(err, rc, "%s", path);
 done:
     free(b);
     if (rc) {
@@ -379,6 +379,6 @@ int sd_ngram_cache_save(const sd_ngram_cache *c, const char *path, sd_error *err
 
     const int rc = sd_file_write_atomic(path, b, len, err);
     free(b);
-    if (rc) sd_error_prefix(err, "cannot write the lookup cache");
+    if (rc) sd_error_prefix(err, rc, "cannot write the lookup cache");
     return rc;
 }

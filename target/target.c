@@ -82,7 +82,7 @@ int sd_scorer_score(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32
         batch[i + 1] = draft[i];
     rc = sd_session_eval(s->sess, batch, k + 1, logits, k + 1, err);
     if (rc && err) {
-        sd_error_prefix(err, "%s: target", sd_model_path(s->model));
+        sd_error_prefix(err, rc, "%s: target", sd_model_path(s->model));
     }
     if (rc) return rc;
     /* Every row the verifier reads: a NaN would pass as token 0 (argmax) or as noise. */

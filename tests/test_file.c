@@ -168,3 +168,19 @@ Test(file, temp_commit_cleans_up_after_a_failed_write) {
     cr_expect(strstr(err.msg, "write") && strstr(err.msg, strerror(ENOSPC)), "%s", err.msg);
     cr_expect_eq(tu_count_files(g_dir), 0, "the temporary (or a file) was left");
 }
+
+/* sd_error_prefix returns the status it is given, with or without a record: the pattern
+ * `if (rc) return sd_error_prefix(err, rc, ...)` must stay a failure when err is NULL. */
+Test(error, prefix_returns_the_status_given) {
+    cr_assert_eq(sd_error_prefix(NULL, SD_ERR_IO, "%s", "file"), SD_ERR_IO);
+    cr_assert_eq(sd_error_prefix(NULL, SD_ERR_OOM, "x"), SD_ERR_OOM);
+    sd_error err = {0};
+    sd_errorf(&err, SD_ERR_FORMAT, "bad magic");
+    cr_assert_eq(sd_error_prefix(&err, SD_ERR_FORMAT, "%s: header", "m.gguf"), SD_ERR_FORMAT);
+    cr_assert_str_eq(err.msg, "m.gguf: header: bad magic");
+    cr_assert_eq(err.status, SD_ERR_FORMAT);
+    /* The record's status is kept; the return value is the caller's. */
+    cr_assert_eq(sd_error_prefix(&err, SD_ERR_IO, "outer"), SD_ERR_IO);
+    cr_assert_eq(err.status, SD_ERR_FORMAT);
+    cr_assert_str_eq(err.msg, "outer: m.gguf: header: bad magic");
+}

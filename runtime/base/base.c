@@ -45,8 +45,8 @@ int sd_errorf(sd_error *err, sd_status st, const char *fmt, ...) {
     return (int)st;
 }
 
-int sd_error_prefix(sd_error *err, const char *fmt, ...) {
-    if (!err) return SD_OK;
+int sd_error_prefix(sd_error *err, int rc, const char *fmt, ...) {
+    if (!err) return rc;
     char old[SD_ERROR_MSG_MAX], prefix[SD_ERROR_MSG_MAX];
     snprintf(old, sizeof old, "%s", err->msg);
     va_list ap;
@@ -56,7 +56,7 @@ int sd_error_prefix(sd_error *err, const char *fmt, ...) {
     /* Too long: the end of the old message is cut (the record stays one line). */
     if (snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old) >= (int)sizeof err->msg)
         err->msg[sizeof err->msg - 1] = '\0';
-    return (int)err->status;
+    return rc;
 }
 
 void sd_error_clear(sd_error *err) {

@@ -64,10 +64,12 @@ int sd_errorf(sd_error *err, sd_status st, const char *fmt, ...)
 
 /*
  * Add context in front of a recorded error: err->msg becomes "<prefix>: <old msg>"
- * (printf-style prefix, truncated safely); the status is kept. Returns err->status
- * (SD_OK if err is NULL), so `return sd_error_prefix(err, "%s", path);` works.
+ * (printf-style prefix, truncated safely); err->status is kept. Returns rc, the status
+ * of the failure being described, whether or not err is NULL, so
+ * `if (rc) return sd_error_prefix(err, rc, "%s", path);` stays a failure without a record.
  */
-int sd_error_prefix(sd_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int sd_error_prefix(sd_error *err, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Clear an error record to SD_OK / "". err may be NULL. */
 void sd_error_clear(sd_error *err);

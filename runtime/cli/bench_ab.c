@@ -391,9 +391,10 @@ static json_t *ab_json(const ab_ctx *a) {
         "top_k", g->samp.top_k, "top_p", (double)g->samp.top_p, "seed", (json_int_t)g->seed, "runs",
         (json_int_t)c->runs, "n_prompts", a->n_prompts, "k_list", kl, "ctx", sd_engine_n_ctx(a->e),
         "warmup", (json_int_t)c->warmup, "reps", (json_int_t)c->reps, "max_prompt_tokens",
-        a->max_prompt, "kv_type", a->p->kv_type ? a->p->kv_type : "f32", "costs", "pos", a->pos,
-        "t_target_step_ms", bench_jnum(a->t_tstep), "t_draft_step_ms", bench_jnum(a->t_dstep), "c",
-        bench_jnum(a->t_dstep / a->t_tstep), "greedy_match",
+        a->max_prompt, "kv_type",
+        a->p->kv_type ? a->p->kv_type : sd_type_name((uint32_t)a->p->ep.kv_type), "costs", "pos",
+        a->pos, "t_target_step_ms", bench_jnum(a->t_tstep), "t_draft_step_ms",
+        bench_jnum(a->t_dstep), "c", bench_jnum(a->t_dstep / a->t_tstep), "greedy_match",
         greedy ? json_boolean(a->all_match) : json_null(), "summary", a->jsum, "runs", a->jruns);
 }
 

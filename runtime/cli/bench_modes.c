@@ -357,7 +357,7 @@ static int run_file(modes_ctx *m, const char *path, cell *all, sd_error *err) {
             const sd_chat_msg msg = {"user", prompts[pi]};
             rc = sd_chat_apply(tmpl, &msg, 1, 1, &chat, &len, err);
             if (rc)
-                sd_error_prefix(err, "%s: tokenizer.chat_template",
+                sd_error_prefix(err, rc, "%s: tokenizer.chat_template",
                                 sd_model_path(sd_engine_target(m->e)));
         }
         if (!rc)

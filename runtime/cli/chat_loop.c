@@ -96,7 +96,7 @@ static int add_user_turn(const sd_cli_chat *c, conversation *v, const char *msg,
     size_t tl = 0;
     if (!rc) {
         rc = sd_chat_apply(c->tmpl, v->msgs, v->n_msgs, 1, &text, &tl, err);
-        if (rc && c->tmpl_origin) sd_error_prefix(err, "%s", c->tmpl_origin);
+        if (rc && c->tmpl_origin) sd_error_prefix(err, rc, "%s", c->tmpl_origin);
     }
     if (rc) return rc;
     const size_t sl = v->seen.n;

@@ -425,8 +425,10 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     ep->n_ctx = (int32_t)(g->has_ctx ? g->ctx : (cfg->has_ctx_size ? cfg->ctx_size : 0));
     ep->n_ctx_draft = g->has_ctx_draft ? (int32_t)g->ctx_draft : 0;
     p->kv_type = g->kv_type ? g->kv_type : cfg->kv_type;
-    ep->kv_type = SD_TYPE_F32;
-    if (p->kv_type && sd_type_from_name(p->kv_type, &ep->kv_type) != 0) ep->kv_type = SD_TYPE_F32;
+    /* Unset: the engine's default (sd_engine_default_params, F16 for every command). */
+    const sd_type kv_default = sd_engine_default_params().kv_type;
+    if (p->kv_type && sd_type_from_name(p->kv_type, &ep->kv_type) != 0) ep->kv_type = kv_default;
+    if (!p->kv_type) ep->kv_type = kv_default;
     ep->device = resolve_device(g->device, g->ngl, cfg->device, SD_DEVICE_CPU, "-ngl");
     ep->device_draft =
         resolve_device(g->device_draft, g->ngl_draft, cfg->device_draft, ep->device, "-ngld");

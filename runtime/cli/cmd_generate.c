@@ -1,8 +1,8 @@
 /*
  * specdec generate: speculative (or target-alone) generation through the engine
  * (runtime/engine), streaming the text to stdout and the statistics to stderr, or one
- * JSON object (--json). (Just over 600 lines: most of the length is the help text and the
- * JSON record; every function is short.)
+ * JSON object (--json). Most of the length is the help text and the JSON record; every
+ * function is short.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -394,7 +394,7 @@ void sd_cli_generate_help(FILE *f) {
                "  --threads N     (-t)     threads, 0 = all cores (default 0)\n"
                "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
                "  --no-bos                 do not prepend BOS to the prompt\n"
-               "  --kv-type f32|f16        KV-cache element type (default f32)\n"
+               "  --kv-type f32|f16        KV-cache element type (default f16)\n"
                "  --device cpu|cuda (-dev) where the target runs (default cpu)\n"
                "  --device-draft D (-devd) where the draft runs (default: --device)\n"
                "  -ngl N, -ngld N          llama.cpp's GPU layers: N > 0 runs the target (draft)\n"
@@ -513,7 +513,7 @@ static int gen_chat_format(const gen_cli *c, const sd_vocab *vocab, const char *
     if (c->system) msgs[n++] = (sd_chat_msg){"system", c->system};
     msgs[n++] = (sd_chat_msg){"user", prompt};
     int rc = sd_chat_apply(tmpl, msgs, n, 1, out, out_len, err);
-    if (rc && !c->chat_template) sd_error_prefix(err, "%s: tokenizer.chat_template", path);
+    if (rc && !c->chat_template) sd_error_prefix(err, rc, "%s: tokenizer.chat_template", path);
     return rc;
 }
 

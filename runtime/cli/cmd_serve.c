@@ -234,7 +234,6 @@ int sd_cmd_serve(int argc, char **argv) {
     sd_error err = {0};
     sd_cli_pair p = {0};
     p.ep = sd_engine_default_params();
-    p.ep.kv_type = SD_TYPE_F16;
     p.ep.gen.k_policy = SD_K_FIXED;
     p.ep.gen.draft_p_min = 0.75f;
     p.ep.gen.draft_min = 1;
@@ -243,7 +242,6 @@ int sd_cmd_serve(int argc, char **argv) {
     char *key = NULL;
     int rc = SD_OK, exit_code = EXIT_FAILURE;
     if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
-    if (!p.kv_type) p.ep.kv_type = SD_TYPE_F16; /* the server's default */
     if (c.no_draft) p.ep.draft = NULL;
     if (!p.ep.target) {
         exit_code = sd_cli_usage(HINT, "%s", "no target model: pass -m FILE (or --config)");

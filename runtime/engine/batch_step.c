@@ -189,7 +189,7 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     } else {
         float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
         int rc = sd_warp(sp, l, n, q, b->iscratch, err);
-        if (rc) return sd_error_prefix(err, "%s: draft", sd_model_path(b->dm));
+        if (rc) return sd_error_prefix(err, rc, "%s: draft", sd_model_path(b->dm));
         tok = sp->spec == SD_SPEC_GUMBEL
                   ? sd_gumbel_sample(q, n, NULL, seed_of(c), pos)
                   : sd_sample(q, n, sd_key_uniform(seed_of(c), pos, SD_DRAW_DRAFT, 0));
@@ -229,7 +229,7 @@ static int draft_pass(sd_batcher *b, int32_t nb, sd_error *err) {
     const double t0 = sd_time_ms();
     int rc = sd_session_decode(b->ds, &bt, b->dlogits, err);
     if (rc) {
-        sd_error_prefix(err, "%s: draft", sd_model_path(b->dm));
+        sd_error_prefix(err, rc, "%s: draft", sd_model_path(b->dm));
         return rc;
     }
     for (int32_t i = 0; i < b->n_running; i++) {
@@ -623,7 +623,7 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         const double tp = sd_time_ms();
         sd_batch bt = {nb, b->btok, NULL, b->bseq, b->bwant};
         rc = sd_session_decode(b->ts, &bt, b->logits, err);
-        if (rc) sd_error_prefix(err, "%s: target", sd_model_path(b->tm));
+        if (rc) sd_error_prefix(err, rc, "%s: target", sd_model_path(b->tm));
         t_pass = sd_time_ms() - tp;
         if (!rc) sd_cost_fit_add(&b->tfit, (double)nb, t_pass);
     }

@@ -132,7 +132,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     sp.n_kv_blocks = p->n_kv_blocks;
     rc = sd_session_init(b->tm, &sp, &b->ts, err);
     if (rc) {
-        sd_error_prefix(err, "batcher: target");
+        sd_error_prefix(err, rc, "batcher: target");
         goto fail;
     }
     b->p.n_batch = sd_session_n_batch(b->ts);
@@ -148,7 +148,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
         dp.share_threads = b->ts; /* draft and target passes take turns: one pool */
         rc = sd_session_init(b->dm, &dp, &b->ds, err);
         if (rc) {
-            sd_error_prefix(err, "batcher: draft");
+            sd_error_prefix(err, rc, "batcher: draft");
             goto fail;
         }
         b->n_batch_d = sd_session_n_batch(b->ds);
@@ -239,7 +239,7 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
         return sd_errorf(err, SD_ERR_ARG, "request: draft tokens %d, expected 0 .. %d (k_max)",
                          g->n_draft, b->p.k_max);
     int rc = sd_sampling_check(&g->samp, err);
-    if (rc) return sd_error_prefix(err, "request");
+    if (rc) return sd_error_prefix(err, rc, "request");
     if (g->n_stop_ids < 0 || g->n_stop_ids > SD_MAX_STOP_IDS)
         return sd_errorf(err, SD_ERR_ARG, "request: %d stop ids, expected 0 .. %d", g->n_stop_ids,
                          SD_MAX_STOP_IDS);
@@ -451,8 +451,8 @@ void sd_batcher_get_stats(sd_batcher *b, sd_batcher_stats *out) {
 
 int sd_batcher_check(sd_batcher *b, sd_error *err) {
     int rc = sd_session_kv_check(b->ts, err);
-    if (rc) return sd_error_prefix(err, "target");
-    if (b->ds && (rc = sd_session_kv_check(b->ds, err))) return sd_error_prefix(err, "draft");
+    if (rc) return sd_error_prefix(err, rc, "target");
+    if (b->ds && (rc = sd_session_kv_check(b->ds, err))) return sd_error_prefix(err, rc, "draft");
     /* Free slots hold nothing. */
     for (int32_t i = 0; i < b->p.n_parallel; i++) {
         if (b->slots[i]) continue;

@@ -20,7 +20,7 @@ struct sd_engine {
 sd_engine_params sd_engine_default_params(void) {
     sd_engine_params p;
     memset(&p, 0, sizeof p);
-    p.kv_type = SD_TYPE_F32;
+    p.kv_type = SD_TYPE_F16; /* every client's default (generate, serve, bench), as llama.cpp */
     p.device = p.device_draft = SD_DEVICE_CPU;
     p.gen = sd_gen_default_params();
     p.ngram = sd_ngram_default_params();
@@ -40,7 +40,7 @@ static void note(const sd_engine *e, const char *fmt, ...) {
 
 static int load(const char *path, const char *origin, sd_model **out, sd_error *err) {
     int rc = sd_model_load(path, out, err);
-    if (rc && origin) sd_error_prefix(err, "%s", origin);
+    if (rc && origin) sd_error_prefix(err, rc, "%s", origin);
     return rc;
 }
 

@@ -77,6 +77,35 @@ double sd_stats_tokens_per_pass(const sd_gen_stats *s) {
                                   : 0.0;
 }
 
+void sd_stats_add(sd_gen_stats *sum, const sd_gen_stats *s) {
+    sum->n_prompt += s->n_prompt;
+    sum->n_generated += s->n_generated;
+    sum->n_target_passes += s->n_target_passes;
+    sum->n_stop_tokens += s->n_stop_tokens;
+    sum->n_drafted += s->n_drafted;
+    sum->n_accepted += s->n_accepted;
+    for (int32_t i = 0; i < SD_MAX_DRAFT; i++) {
+        sum->drafted_at[i] += s->drafted_at[i];
+        sum->accepted_at[i] += s->accepted_at[i];
+    }
+    for (int32_t k = 0; k <= SD_MAX_DRAFT; k++)
+        sum->k_hist[k] += s->k_hist[k];
+    sum->t_prefill_ms += s->t_prefill_ms;
+    sum->t_draft_ms += s->t_draft_ms;
+    sum->t_verify_ms += s->t_verify_ms;
+    sum->t_sample_ms += s->t_sample_ms;
+    sum->t_total_ms += s->t_total_ms;
+    sum->ttft_ms += s->ttft_ms;
+    sum->t_first_ms += s->t_first_ms;
+    sum->n_off_passes += s->n_off_passes;
+    sum->t_off_ms += s->t_off_ms;
+    sum->n_switch_off += s->n_switch_off;
+    sum->n_probes += s->n_probes;
+    sum->n_passes_lookup += s->n_passes_lookup;
+    sum->n_drafted_lookup += s->n_drafted_lookup;
+    sum->n_accepted_lookup += s->n_accepted_lookup;
+}
+
 double sd_stats_tokens_per_s(const sd_gen_stats *s) {
     double t = s->t_total_ms - s->t_prefill_ms;
     return t > 0.0 ? s->n_generated / (t * 1e-3) : 0.0;
@@ -241,7 +270,8 @@ static int verify_pass(gen_run *g, const sd_proposal *prop, int32_t k, sd_verify
     g->st->t_sample_ms += sd_time_ms() - t;
     /* Name the model: a NaN logit here means corrupt weights in that file. */
     if (rc)
-        sd_error_prefix(err, "%s: verification failed", sd_model_path(sd_scorer_model(g->target)));
+        sd_error_prefix(err, rc, "%s: verification failed",
+                        sd_model_path(sd_scorer_model(g->target)));
     return rc;
 }
 
@@ -338,7 +368,7 @@ static int check_args(const gen_run *g, int32_t n_prompt, int32_t cap_out, sd_er
         return sd_errorf(err, SD_ERR_ARG, "generate: draft tokens %d outside [1, %d]", gp->n_draft,
                          SD_MAX_DRAFT);
     int rc = sd_sampling_check(&gp->samp, err);
-    if (rc) return sd_error_prefix(err, "generate");
+    if (rc) return sd_error_prefix(err, rc, "generate");
     if (n_prompt > g->n_ctx_max)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "prompt of %d tokens does not fit the context of %d tokens", n_prompt,

@@ -1,5 +1,6 @@
 /* runtime/engine/prompt.c: a prompt (raw text, or chat messages in the chat template) to
- * token ids, one way for every client (see sd_engine.h). */
+ * token ids (see sd_engine.h). The server tokenizes through it; the CLI's generate, chat
+ * loop and bench still have their own copies of these steps (issue 24). */
 #include <stdlib.h>
 
 #include "runtime/engine/sd_engine.h"
@@ -24,7 +25,7 @@ int sd_prompt_tokenize(const sd_vocab *v, const sd_prompt_spec *p, int32_t **ids
                              sd_chat_template_names());
         int rc = sd_chat_apply(tmpl, p->messages, p->n_messages, 1, &chat, &len, err);
         if (rc) {
-            if (!p->tmpl) sd_error_prefix(err, "tokenizer.chat_template");
+            if (!p->tmpl) sd_error_prefix(err, rc, "tokenizer.chat_template");
             return rc;
         }
         text = chat;

@@ -14,10 +14,14 @@
  * With no proposer it is plain target-alone decoding through the same scorer (the A
  * side of an A/B run), so both sides share every kernel.
  *
- * Acceptance figures (one definition, printed with them):
+ * The statistics (sd_gen_stats, one definition for generate, --json, bench, and a
+ * batcher request's statistics; the derived figures are the sd_stats_* functions):
  *   acceptance_rate  = n_accepted / n_drafted
- *   tokens_per_pass  = n_generated / n_target_passes
+ *   tokens_per_pass  = (n_generated + n_stop_tokens) / n_target_passes: the tokens the
+ *                      passes decided, the stop token that ended the run included
  *   per-position i   = accepted at draft position i / drafted at draft position i
+ *   times            = ms from the start (sd_generate's call; a batcher request's
+ *                      submission, so a request's times include its wait in the queue)
  * Counts cover only emitted tokens: an EOS inside an accepted block ends the output
  * there, and accepted tokens after it are not counted as accepted. The draft length of
  * the last steps is capped so that a step never emits more than the n_predict budget left.
@@ -306,13 +310,13 @@ typedef struct sd_gen_stats {
     int32_t n_accepted;
     int32_t drafted_at[SD_MAX_DRAFT];  /* drafted at draft position i */
     int32_t accepted_at[SD_MAX_DRAFT]; /* accepted (and emitted) at draft position i */
-    double t_prefill_ms;
+    double t_prefill_ms; /* from the start until the prompt was evaluated (target, draft) */
     double t_draft_ms;
     double t_verify_ms; /* target verification passes */
     double t_sample_ms; /* warping + rejection sampling */
-    double t_total_ms;  /* from the start of prefill to the last token */
-    double ttft_ms;     /* start of prefill to the first emitted token */
-    double t_first_ms;  /* time of the first token since start */
+    double t_total_ms;  /* from the start to the end of the run */
+    double ttft_ms;     /* from the start to the first emitted token */
+    double t_first_ms;  /* the same (kept for the callers that read it) */
     sd_stop_reason stop;
     /* K over the run: k_hist[k] = passes that drafted k tokens (0: a pass of the target
      * alone: speculation off, calibration, no draft, or a proposer that had nothing). */
@@ -335,7 +339,10 @@ double sd_stats_mean_k(const sd_gen_stats *s);
 /* Tokens a pass decided, the stop token included (n_generated + n_stop_tokens) /
  * n_target_passes: >= 1, since every pass emits at least one token or the stop. */
 double sd_stats_tokens_per_pass(const sd_gen_stats *s);
-/* Emitted tokens per second over the decode phase (prefill excluded). */
+/* Add the counts and times of s to sum (figures over several runs or choices: the
+ * derived figures of the sum are then the ones of the whole). */
+void sd_stats_add(sd_gen_stats *sum, const sd_gen_stats *s);
+/* Emitted tokens per second over the decode phase (n_generated / (t_total - t_prefill)). */
 double sd_stats_tokens_per_s(const sd_gen_stats *s);
 /* Mean inter-token latency: (t_total - t_first) / (n_generated - 1). */
 double sd_stats_itl_ms(const sd_gen_stats *s);
@@ -371,7 +378,7 @@ typedef struct sd_engine_params {
     const char *target_origin, *draft_origin;
     int32_t n_ctx;          /* 0: the target's training context; above it: capped, with a note */
     int32_t n_threads;      /* 0: all cores this process may use */
-    sd_type kv_type;        /* SD_TYPE_F32 (0) or SD_TYPE_F16 */
+    sd_type kv_type;        /* KV-cache element type (default SD_TYPE_F16, every client) */
     sd_device device;       /* target's device */
     sd_device device_draft; /* draft's device */
     int32_t n_split;        /* tensor-parallel ranks of the target (0: none; -1: every GPU) */
@@ -393,7 +400,7 @@ typedef struct sd_engine_params {
     int models_only;
 } sd_engine_params;
 
-/* target NULL, target alone, n_ctx 0, all cores, F32 KV cache, CPU, sd_gen_default_params. */
+/* target NULL, target alone, n_ctx 0, all cores, F16 KV cache, CPU, sd_gen_default_params. */
 sd_engine_params sd_engine_default_params(void);
 
 /*

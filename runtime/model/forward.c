@@ -144,9 +144,9 @@ static int place_weights(sd_session *s, sd_error *err) {
                                  sd_device_name(s->be->device));
     }
     int rc = s->be->ops->buffer_from_host(s->be, base, bytes, &s->b_weights, err);
-    if (rc) return sd_error_prefix(err, "%s: weights", m->path);
+    if (rc) return sd_error_prefix(err, rc, "%s: weights", m->path);
     rc = s->be->ops->buffer_from_host(s->be, m->norms, m->norms_bytes, &s->b_norms, err);
-    if (rc) return sd_error_prefix(err, "%s: norm weights", m->path);
+    if (rc) return sd_error_prefix(err, rc, "%s: norm weights", m->path);
     const int32_t n_layer = m->hp.n_layer;
     s->layers = calloc((size_t)n_layer, sizeof *s->layers);
     if (!s->layers) return sd_errorf(err, SD_ERR_OOM, "session: out of memory (layers)");
@@ -179,12 +179,12 @@ static int place_weights(sd_session *s, sd_error *err) {
             sd_weight *ws[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->w_gate, &D->w_down, &D->w_up};
             for (int i = 0; i < 7; i++) {
                 rc = prepare(s, ws[i], err);
-                if (rc) return sd_error_prefix(err, "%s: layer %d weights", m->path, l);
+                if (rc) return sd_error_prefix(err, rc, "%s: layer %d weights", m->path, l);
             }
         }
         /* a tied classifier is the embedding, which get_rows still reads in place */
         rc = prepare(s, &s->output, err);
-        if (rc) return sd_error_prefix(err, "%s: output.weight", m->path);
+        if (rc) return sd_error_prefix(err, rc, "%s: output.weight", m->path);
     }
     s->output_norm = dev_addr(s->b_norms, m->norms, m->output_norm);
     const sd_hparams *hp = &m->hp;
@@ -209,7 +209,7 @@ static int alloc_scratch(sd_session *s, sd_error *err) {
         return sd_errorf(err, SD_ERR_OOM, "session: scratch size overflows (n_batch %d)",
                          s->n_batch);
     int rc = sd_buffer_alloc(s->be, bytes, SD_BUFFER_COMPUTE, &s->b_act, err);
-    if (rc) return sd_error_prefix(err, "%s: session scratch", s->m->path);
+    if (rc) return sd_error_prefix(err, rc, "%s: session scratch", s->m->path);
     float *q = s->b_act->addr;
     s->x = q, q += nb * n_embd;
     s->xn = q, q += nb * n_embd;
@@ -227,7 +227,7 @@ static int alloc_scratch(sd_session *s, sd_error *err) {
         sd_mul_size(lb, sizeof(float), &lb))
         return sd_errorf(err, SD_ERR_OOM, "session: logits size overflows");
     rc = sd_buffer_alloc(s->be, lb, SD_BUFFER_OUTPUT, &s->b_logits, err);
-    return rc ? sd_error_prefix(err, "%s: logits rows", s->m->path) : SD_OK;
+    return rc ? sd_error_prefix(err, rc, "%s: logits rows", s->m->path) : SD_OK;
 }
 
 /* The KV cache: one contiguous cache (p->n_seq 0), or a paged pool and n_seq sequences of
@@ -251,10 +251,10 @@ static int alloc_kv(sd_session *s, const sd_session_params *p, sd_error *err) {
         sd_kv_params kp = {hp->n_layer, s->n_ctx, kv_dim, p->kv_type, NULL};
         rc = sd_kv_storage_bytes(&kp, &bytes, err);
         if (!rc) rc = sd_buffer_alloc(s->be, bytes, SD_BUFFER_KV, &s->b_kv, err);
-        if (rc) return sd_error_prefix(err, "%s: KV cache (n_ctx %d)", s->m->path, s->n_ctx);
+        if (rc) return sd_error_prefix(err, rc, "%s: KV cache (n_ctx %d)", s->m->path, s->n_ctx);
         kp.storage = s->b_kv->addr;
         rc = sd_kv_init(&kp, &s->kv, err);
-        if (rc) return sd_error_prefix(err, "%s: KV cache", s->m->path);
+        if (rc) return sd_error_prefix(err, rc, "%s: KV cache", s->m->path);
         s->seqs[0] = s->kv;
         return SD_OK;
     }
@@ -276,13 +276,13 @@ static int alloc_kv(sd_session *s, const sd_session_params *p, sd_error *err) {
     rc = sd_kv_pool_storage_bytes(&pp, &bytes, err);
     if (!rc) rc = sd_buffer_alloc(s->be, bytes, SD_BUFFER_KV, &s->b_kv, err);
     if (rc)
-        return sd_error_prefix(err, "%s: paged KV cache (%d blocks of %d positions)", s->m->path,
-                               pp.n_blocks, pp.block_size);
+        return sd_error_prefix(err, rc, "%s: paged KV cache (%d blocks of %d positions)",
+                               s->m->path, pp.n_blocks, pp.block_size);
     pp.storage = s->b_kv->addr;
     rc = sd_kv_pool_init(&pp, &s->pool, err);
     for (int32_t i = 0; rc == SD_OK && i < s->n_seq; i++)
         rc = sd_kv_seq_init(s->pool, s->n_ctx, &s->seqs[i], err);
-    if (rc) return sd_error_prefix(err, "%s: paged KV cache", s->m->path);
+    if (rc) return sd_error_prefix(err, rc, "%s: paged KV cache", s->m->path);
     s->kv = s->seqs[0];
     return SD_OK;
 }
@@ -620,7 +620,7 @@ int sd_session_set_output_rows(sd_session *s, const int32_t *ids, int32_t n, sd_
     int rc = s->be->ops->buffer_from_host(s->be, h, bytes, &s->b_head, err);
     if (rc) {
         free(h);
-        return sd_error_prefix(err, "%s: trimmed output head", m->path);
+        return sd_error_prefix(err, rc, "%s: trimmed output head", m->path);
     }
     s->head_host = h;
     s->head = *full;
@@ -635,7 +635,7 @@ int sd_session_set_output_rows(sd_session *s, const int32_t *ids, int32_t n, sd_
             free(h);
             s->b_head = NULL;
             s->head_host = NULL;
-            return sd_error_prefix(err, "%s: trimmed output head", m->path);
+            return sd_error_prefix(err, rc, "%s: trimmed output head", m->path);
         }
     }
     s->n_head = n;
@@ -660,7 +660,7 @@ static int decode_local(sd_session *s, const sd_batch *b, int32_t n_last, float 
         if (rc != SD_OK) {
             for (int32_t i = 0; i < j; i++)
                 sd_kv_truncate(s->seqs[s->segs[i].seq], s->segs[i].pos0, NULL);
-            if (s->n_seq > 1) sd_error_prefix(err, "sequence %d", s->segs[j].seq);
+            if (s->n_seq > 1) sd_error_prefix(err, rc, "sequence %d", s->segs[j].seq);
             return rc;
         }
     }
@@ -673,7 +673,7 @@ static int decode_local(sd_session *s, const sd_batch *b, int32_t n_last, float 
     if (rc != SD_OK) {
         for (int32_t j = 0; j < s->n_segs; j++)
             sd_kv_truncate(s->seqs[s->segs[j].seq], s->segs[j].pos0, NULL);
-        return sd_error_prefix(err, "%s: forward pass", s->m->path);
+        return sd_error_prefix(err, rc, "%s: forward pass", s->m->path);
     }
     for (int32_t j = 0; j < s->n_segs; j++) {
         const sd_seg *g = &s->segs[j];

@@ -248,7 +248,8 @@ static int first_error(sd_tp *g, sd_error *err) {
     for (int32_t r = 0; r < g->n; r++)
         if (g->rc[r] != SD_OK) {
             if (err) *err = g->err[r];
-            return g->n > 1 ? sd_error_prefix(err, "tensor-parallel rank %d", r) : g->rc[r];
+            return g->n > 1 ? sd_error_prefix(err, g->rc[r], "tensor-parallel rank %d", r)
+                            : g->rc[r];
         }
     return SD_OK;
 }
@@ -304,13 +305,13 @@ int sd_tp_session_init(const sd_model *m, const sd_session_params *p, sd_session
     int32_t n = p->n_split;
     if (n < 0) { /* every device present */
         int rc = sd_backend_device_count(p->device, &n, err);
-        if (rc) return sd_error_prefix(err, "%s: tensor split over every device", m->path);
+        if (rc) return sd_error_prefix(err, rc, "%s: tensor split over every device", m->path);
     }
     int rc = check_split(m, n, err);
     if (rc) return rc;
     int32_t n_dev = 0;
     if ((rc = sd_backend_device_count(p->device, &n_dev, err)))
-        return sd_error_prefix(err, "%s: tensor split %d", m->path, n);
+        return sd_error_prefix(err, rc, "%s: tensor split %d", m->path, n);
     if (p->device != SD_DEVICE_CPU && n_dev < n)
         return sd_errorf(err, SD_ERR_UNSUPPORTED, "%s: tensor split %d: only %d %s devices",
                          m->path, n, n_dev, sd_device_name(p->device));
@@ -335,7 +336,7 @@ int sd_tp_session_init(const sd_model *m, const sd_session_params *p, sd_session
         if (!rc)
             rc = sd_session_init_rank(&g->shard[r], &rp, &g->rank[r],
                                       p->device == SD_DEVICE_CPU ? 0 : r, &g->sess[r], err);
-        if (rc && n > 1) sd_error_prefix(err, "tensor-parallel rank %d", r);
+        if (rc && n > 1) sd_error_prefix(err, rc, "tensor-parallel rank %d", r);
     }
     if (!rc) {
         sd_backend *bes[SD_TP_MAX_RANKS];
@@ -343,7 +344,7 @@ int sd_tp_session_init(const sd_model *m, const sd_session_params *p, sd_session
             bes[r] = g->rank[r].be;
         const int64_t max_elems = (int64_t)sd_session_n_batch(g->sess[0]) * m->hp.n_embd;
         rc = sd_comm_init(bes, n, max_elems, &g->comm, err);
-        if (rc) sd_error_prefix(err, "%s: tensor split %d", m->path, n);
+        if (rc) sd_error_prefix(err, rc, "%s: tensor split %d", m->path, n);
     }
     for (int32_t r = 1; r < n && !rc; r++) {
         rank_arg *a = malloc(sizeof *a);
@@ -380,7 +381,7 @@ int sd_tp_rank_bind(sd_tp_rank *r, sd_backend *be, int32_t n_batch, int32_t n_ou
     if (!rc)
         rc = sd_buffer_alloc(be, (size_t)n_outputs * nvr * sizeof(float), SD_BUFFER_OUTPUT, &r->lg,
                              err);
-    if (rc) return sd_error_prefix(err, "%s: tensor-parallel scratch", m->path);
+    if (rc) return sd_error_prefix(err, rc, "%s: tensor-parallel scratch", m->path);
     r->stage = malloc((size_t)n_outputs * nvr * sizeof(float));
     r->ids = malloc((size_t)n_batch * sizeof(int32_t));
     if (!r->stage || !r->ids)

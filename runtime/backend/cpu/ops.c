@@ -767,7 +767,7 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
     if (rc) {
         free(sh);
         cpu_free(&c->base);
-        return sd_error_prefix(err, "cpu backend: thread pool");
+        return sd_error_prefix(err, rc, "cpu backend: thread pool");
     }
     atomic_init(&sh->refs, 1);
     c->share = sh;
