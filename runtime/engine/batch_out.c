@@ -5,12 +5,6 @@
 
 #include "runtime/engine/batcher_impl.h"
 
-static int is_stop_id(const sd_gen_params *gp, int32_t t) {
-    for (int32_t i = 0; i < gp->n_stop_ids && i < SD_MAX_STOP_IDS; i++)
-        if (gp->stop_ids[i] == t) return 1;
-    return 0;
-}
-
 static int text_append(sd_choice *c, const char *s, size_t n) {
     if (n == 0) return 0;
     return sd_buf_append(&c->text, &c->text_len, &c->text_cap, s, n);
@@ -52,32 +46,18 @@ static size_t holdback(const sd_choice *c) {
 
 int32_t sd_choice_emit(sd_batcher *b, sd_choice *c, const int32_t *toks, int32_t n,
                        int32_t n_accepted, int lookup) {
-    const sd_gen_params *gp = &c->r->gp;
     const size_t from = c->text_sent;
-    int32_t done = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const int32_t t = toks[i];
-        if (t == b->eos || is_stop_id(gp, t)) {
-            c->stop = SD_STOP_EOS;
-            break;
-        }
-        c->ctx[c->n_ctx++] = t;
-        c->st.n_generated++;
-        done++;
-        if (i < n_accepted) {
-            c->st.n_accepted++;
-            c->st.accepted_at[i]++;
-            if (lookup) c->st.n_accepted_lookup++;
-        }
+    const int32_t first_new = c->n_ctx;
+    /* The commit and its statistics as sd_generate's (step.c); then the text. */
+    const int32_t done =
+        sd_step_commit(&c->r->gp, b->eos, toks, n, n_accepted, lookup, c->ctx, &c->n_ctx, &c->st);
+    c->stop = c->st.stop;
+    for (int32_t i = first_new; i < c->n_ctx; i++) {
         const char *piece = NULL;
         size_t len = 0;
-        if (sd_detok_push(c->detok, t, &piece, &len, NULL) != SD_OK ||
+        if (sd_detok_push(c->detok, c->ctx[i], &piece, &len, NULL) != SD_OK ||
             text_append(c, piece, len) != 0) {
             c->failed = 1; /* out of memory for the text: the step ends the choice */
-            break;
-        }
-        if (c->st.n_generated >= gp->n_predict) {
-            c->stop = SD_STOP_MAX_TOKENS;
             break;
         }
     }
@@ -86,7 +66,6 @@ int32_t sd_choice_emit(sd_batcher *b, sd_choice *c, const int32_t *toks, int32_t
         c->first_done = 1;
         c->st.t_first_ms = sd_time_ms() - c->r->t_submit;
         c->st.ttft_ms = c->st.t_first_ms;
-        c->st.t_prefill_ms = c->st.t_first_ms;
     }
     return done;
 }

@@ -133,10 +133,7 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     const int llm_type = gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM;
     int32_t k = gp->n_draft;
     if (c->adaptive && llm_type && b->k_batch < k) k = b->k_batch; /* the batch's K */
-    const int32_t budget = gp->n_predict - c->st.n_generated - 1;
-    if (k > budget) k = budget;
-    if (k > b->n_ctx - c->n_ctx) k = b->n_ctx - c->n_ctx;
-    if (k < 0) k = 0;
+    k = sd_step_cap_k(gp, k, c->st.n_generated, c->n_ctx, b->n_ctx);
     c->k_want = k;
     if (k == 0) return SD_OK;
     if (gp->draft_type == SD_DRAFT_NGRAM || gp->draft_type == SD_DRAFT_NGRAM_LLM) {
@@ -325,8 +322,8 @@ static void plan_k(sd_batcher *b) {
             if (c->state != CH_DECODE) continue;
             decode_rows++;
             if (c->adaptive && llm) {
-                int32_t k = gp->n_draft, budget = gp->n_predict - c->st.n_generated - 1;
-                if (k > budget) k = budget;
+                const int32_t k =
+                    sd_step_cap_k(gp, gp->n_draft, c->st.n_generated, c->n_ctx, b->n_ctx);
                 if (k > k_max) k_max = k;
                 b->dlist[n_d++] = c;
             } else {
@@ -365,33 +362,6 @@ static int64_t first_non_finite(const float *x, size_t n) {
     return -1;
 }
 
-/* Row i of choice c's pass, made when verification first reads it: EOS and the stop ids
- * masked (ignore_eos), the penalties of its history (the committed tokens, then the
- * drafts before it), the warp when sampling. As generate's rows (runtime/engine/generate.c). */
-typedef struct row_ctx {
-    sd_batcher *b;
-    sd_choice *c;
-    float *rows; /* [k + 1, n_vocab] its logits, masked and penalised in place */
-} row_ctx;
-
-static const float *target_row(void *user, int32_t i, sd_error *err) {
-    const row_ctx *x = user;
-    sd_batcher *b = x->b;
-    const sd_choice *c = x->c;
-    const sd_gen_params *gp = &c->r->gp;
-    const int32_t nv = b->n_vocab;
-    float *row = x->rows + (size_t)i * (size_t)nv;
-    if (gp->ignore_eos) {
-        if (b->eos >= 0 && b->eos < nv) row[b->eos] = -INFINITY;
-        for (int32_t j = 0; j < gp->n_stop_ids; j++)
-            if (gp->stop_ids[j] >= 0 && gp->stop_ids[j] < nv) row[gp->stop_ids[j]] = -INFINITY;
-    }
-    sd_penalize(&gp->samp, c->ctx, c->n_ctx, c->dtok, i, row, nv, NULL);
-    if (!(gp->samp.temp > 0.0f)) return row;
-    float *p = b->probs + (size_t)i * (size_t)nv;
-    return sd_warp(&gp->samp, row, nv, p, b->iscratch, err) ? NULL : p;
-}
-
 /* Verify choice c's rows [k + 1, n_vocab] against its proposal, every draw keyed by its
  * seed and the positions (sd_verify_keyed): greedy, Gumbel (the text then depends on
  * neither the draft nor K) or rejection sampling. */
@@ -405,29 +375,18 @@ static int verify(sd_batcher *b, sd_choice *c, float *rows, sd_verify_result *re
                          "model's weights hold NaN or inf)",
                          sd_model_path(b->tm), (long long)(bad % nv), (long long)(bad / nv),
                          (double)rows[bad]);
-    row_ctx x = {b, c, rows};
+    sd_step_rows x = {gp, b->eos, nv, c->ctx, c->n_ctx, c->dtok, rows, b->probs, b->iscratch};
     const float *q = k > 0 && !c->one_hot && draft_rows(gp) ? b->q[c->slot] : NULL;
-    return sd_verify_keyed(&gp->samp, c->dtok, k, q, target_row, &x, nv, seed_of(c), c->n_ctx,
-                           b->residual, res, err);
+    return sd_step_verify(&x, k, q, seed_of(c), b->residual, res, &c->st, err);
 }
 
 /* After the pass: verify choice c (state DECODE) on rows, commit, emit. */
 static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_ms, sd_error *err) {
     sd_verify_result res;
-    const double t = sd_time_ms();
     int rc = verify(b, c, rows, &res, err);
-    c->st.t_sample_ms += sd_time_ms() - t;
     if (rc) return rc;
     const int32_t k = c->k;
-    c->st.n_target_passes++;
-    c->st.k_hist[k]++;
-    c->st.n_drafted += k;
-    if (k > 0 && c->one_hot) {
-        c->st.n_passes_lookup++;
-        c->st.n_drafted_lookup += k;
-    }
-    for (int32_t i = 0; i < k; i++)
-        c->st.drafted_at[i]++;
+    sd_step_count_pass(&c->st, k, k > 0 && c->one_hot);
     c->st.t_draft_ms += c->t_draft_ms;
     c->st.t_verify_ms += t_pass_ms;
     sd_choice_emit(b, c, res.tokens, res.n_tokens, res.n_accepted, k > 0 && c->one_hot);

@@ -300,21 +300,10 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     }
     memcpy(q->prompt, r->prompt, (size_t)r->n_prompt * sizeof *q->prompt);
     /* Stop at every end-of-generation id of the vocabulary too, as sd_engine_generate. */
-    int32_t n_eog = 0;
-    const int32_t *eog = sd_vocab_eog_ids(b->vocab, &n_eog);
-    for (int32_t i = 0; i < n_eog; i++) {
-        int have = 0;
-        for (int32_t j = 0; j < q->gp.n_stop_ids; j++)
-            have |= q->gp.stop_ids[j] == eog[i];
-        if (have) continue;
-        if (q->gp.n_stop_ids == SD_MAX_STOP_IDS) {
-            sd_req_free(q);
-            return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                             "request: %d end-of-generation tokens and the stop ids pass the %d "
-                             "stop ids generation holds",
-                             (int)n_eog, SD_MAX_STOP_IDS);
-        }
-        q->gp.stop_ids[q->gp.n_stop_ids++] = eog[i];
+    int rc0 = sd_step_add_eog(&q->gp, b->vocab, err);
+    if (rc0) {
+        sd_req_free(q);
+        return sd_error_prefix(err, rc0, "request");
     }
     if (q->gp.n_draft == 0) q->gp.draft_type = SD_DRAFT_NONE;
     if (q->gp.draft_type == SD_DRAFT_AUTO) q->gp.draft_type = b->ds ? SD_DRAFT_LLM : SD_DRAFT_NONE;

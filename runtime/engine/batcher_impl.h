@@ -10,6 +10,7 @@
 #include <pthread.h>
 
 #include "runtime/engine/sd_engine.h"
+#include "runtime/engine/step.h"
 
 typedef enum choice_state {
     CH_WAIT = 0, /* queued, or (choices after the first) waiting for the prompt's fork */

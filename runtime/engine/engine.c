@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/engine/sd_engine.h"
+#include "runtime/engine/step.h"
 
 struct sd_engine {
     sd_engine_params p;
@@ -194,22 +195,9 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
     if (prop) sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
     sd_gen_params g = *gp;
     /* Stop at every end-of-generation token of the vocabulary (<|im_end|>, <|eot_id|>...),
-     * as llama.cpp does, besides EOS and the caller's stop ids. */
-    int32_t n_eog = 0;
-    const int32_t *eog = sd_vocab_eog_ids(sd_model_vocab(e->tm), &n_eog);
-    for (int32_t i = 0; i < n_eog; i++) {
-        int have = 0;
-        for (int32_t j = 0; j < g.n_stop_ids; j++)
-            have |= g.stop_ids[j] == eog[i];
-        if (have) continue;
-        if (g.n_stop_ids == SD_MAX_STOP_IDS)
-            return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                             "%s: %d end-of-generation tokens and %d stop ids: more than the %d "
-                             "stop ids generation holds",
-                             sd_model_path(e->tm), (int)n_eog, (int)gp->n_stop_ids,
-                             SD_MAX_STOP_IDS);
-        g.stop_ids[g.n_stop_ids++] = eog[i];
-    }
+     * as llama.cpp does, besides EOS and the caller's stop ids (as the batcher). */
+    int rc = sd_step_add_eog(&g, sd_model_vocab(e->tm), err);
+    if (rc) return sd_error_prefix(err, rc, "%s", sd_model_path(e->tm));
     if (g.draft_prior <= 0.0 && prop) { /* a memory-bound draft step: its bytes' share */
         const int llm = g.draft_type != SD_DRAFT_NGRAM && e->dm;
         g.draft_prior =

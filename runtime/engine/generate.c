@@ -14,6 +14,7 @@
  * run_pass.
  */
 #include "runtime/engine/sd_engine.h"
+#include "runtime/engine/step.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -149,7 +150,6 @@ typedef struct gen_run {
     sd_pass_clock clock;
     int32_t n_ctx_drafted; /* the context when the proposer last drafted */
     int catchup_expensive;
-    const sd_proposal *prop; /* the pass being verified (target_row reads it) */
 } gen_run;
 
 static void gen_free(gen_run *g) {
@@ -175,14 +175,6 @@ static int gen_alloc(gen_run *g, int32_t cap_ctx, sd_error *err) {
     return SD_OK;
 }
 
-/* 1 if t is EOS or one of gp's extra stop ids. */
-static int is_stop(const gen_run *g, int32_t t) {
-    if (t == g->eos) return 1;
-    for (int32_t i = 0; i < g->gp->n_stop_ids && i < SD_MAX_STOP_IDS; i++)
-        if (g->gp->stop_ids[i] == t) return 1;
-    return 0;
-}
-
 /* The policy's K for the next pass (0: target alone), capped so one pass never emits
  * past the budget or the context. *state: the controller's state before the pass. */
 static int32_t policy_k(gen_run *g, sd_adaptive_state *state) {
@@ -197,10 +189,7 @@ static int32_t policy_k(gen_run *g, sd_adaptive_state *state) {
         else
             k = gp->n_draft;
     }
-    const int32_t budget = gp->n_predict - g->st->n_generated - 1;
-    if (k > budget) k = budget;
-    if (k > g->n_ctx_max - g->n_ctx) k = g->n_ctx_max - g->n_ctx;
-    return k < 0 ? 0 : k;
+    return sd_step_cap_k(gp, k, g->st->n_generated, g->n_ctx, g->n_ctx_max);
 }
 
 /* Drafting for a pass of policy K k. After target-alone passes (was_off) the proposer
@@ -238,36 +227,14 @@ static int draft_pass(gen_run *g, int32_t k, int was_off, sd_proposal *prop, dou
     return SD_OK;
 }
 
-/* Row i of the pass, made when verification first reads it: EOS and the stop ids masked
- * (ignore_eos), the penalties of its history (the committed tokens, then the drafted
- * ones before it: the history target-alone decoding would have), and for sampling the
- * warp. Greedy verification reads the logits themselves. */
-static const float *target_row(void *user, int32_t i, sd_error *err) {
-    gen_run *g = user;
-    const sd_gen_params *gp = g->gp;
-    const size_t n = (size_t)g->n_vocab;
-    float *row = g->logits + (size_t)i * n;
-    if (gp->ignore_eos) { /* EOS and the stop ids (end of turn) never win, as llama.cpp */
-        if (g->eos >= 0 && g->eos < g->n_vocab) row[g->eos] = -INFINITY;
-        for (int32_t j = 0; j < gp->n_stop_ids && j < SD_MAX_STOP_IDS; j++)
-            if (gp->stop_ids[j] >= 0 && gp->stop_ids[j] < g->n_vocab)
-                row[gp->stop_ids[j]] = -INFINITY;
-    }
-    sd_penalize(&gp->samp, g->ctx, g->n_ctx, g->prop->tokens, i, row, g->n_vocab, NULL);
-    if (!(gp->samp.temp > 0.0f)) return row;
-    float *p = g->probs + (size_t)i * n;
-    return sd_warp(&gp->samp, row, g->n_vocab, p, g->iscratch, err) ? NULL : p;
-}
-
-/* Verification of the pass's k drafted tokens (k = 0: the target-alone draw). */
+/* Verification of the pass's k drafted tokens (k = 0: the target-alone draw) over rows
+ * made on demand (step.c). */
 static int verify_pass(gen_run *g, const sd_proposal *prop, int32_t k, sd_verify_result *res,
                        sd_error *err) {
-    g->prop = prop;
+    sd_step_rows rows = {g->gp,        g->eos,    g->n_vocab, g->ctx,     g->n_ctx,
+                         prop->tokens, g->logits, g->probs,   g->iscratch};
     const float *q = k > 0 && !prop->one_hot ? prop->probs : NULL;
-    const double t = sd_time_ms();
-    int rc = sd_verify_keyed(&g->gp->samp, prop->tokens, k, q, target_row, g, g->n_vocab,
-                             g->gp->seed, g->n_ctx, g->residual, res, err);
-    g->st->t_sample_ms += sd_time_ms() - t;
+    int rc = sd_step_verify(&rows, k, q, g->gp->seed, g->residual, res, g->st, err);
     /* Name the model: a NaN logit here means corrupt weights in that file. */
     if (rc)
         sd_error_prefix(err, rc, "%s: verification failed",
@@ -279,33 +246,15 @@ static int verify_pass(gen_run *g, const sd_proposal *prop, int32_t k, sd_verify
  * the committed tokens (the KV commit). Returns the number of tokens emitted. */
 static int32_t commit_pass(gen_run *g, const sd_proposal *prop, int32_t k,
                            const sd_verify_result *res, int32_t *out) {
-    sd_gen_stats *st = g->st;
     const int lookup = k > 0 && prop->lookup;
-    st->n_drafted += k;
-    if (lookup) {
-        st->n_passes_lookup++;
-        st->n_drafted_lookup += k;
-    }
-    for (int32_t i = 0; i < k; i++)
-        st->drafted_at[i]++;
-    const int32_t first_new = g->n_ctx;
-    for (int32_t i = 0; i < res->n_tokens; i++) {
-        if (is_stop(g, res->tokens[i])) {
-            st->stop = SD_STOP_EOS;
-            st->n_stop_tokens = 1;
-            break;
-        }
-        g->ctx[g->n_ctx++] = res->tokens[i];
-        out[st->n_generated++] = res->tokens[i];
-        if (i < res->n_accepted) {
-            st->n_accepted++;
-            st->accepted_at[i]++;
-            if (lookup) st->n_accepted_lookup++;
-        }
-    }
+    sd_step_count_pass(g->st, k, lookup);
+    const int32_t first_new = g->n_ctx, n_gen0 = g->st->n_generated;
+    const int32_t n = sd_step_commit(g->gp, g->eos, res->tokens, res->n_tokens, res->n_accepted,
+                                     lookup, g->ctx, &g->n_ctx, g->st);
+    memcpy(out + n_gen0, g->ctx + first_new, (size_t)n * sizeof *out);
     sd_scorer_commit(g->target, g->ctx, g->n_ctx);
     if (g->draft) sd_proposer_commit(g->draft, g->ctx, g->n_ctx);
-    return g->n_ctx - first_new;
+    return n;
 }
 
 /* One pass: K, drafting, the target pass, verification, commit, the controller. Returns
@@ -324,13 +273,11 @@ static int run_pass(gen_run *g, int32_t *out, int32_t *n_new, sd_error *err) {
     const int32_t k = k_chosen > 0 ? prop.n : 0;
     if (gp->k_trace && st->n_target_passes < gp->k_trace_cap)
         gp->k_trace[st->n_target_passes] = (uint8_t)k;
-    st->k_hist[k]++;
 
     const double t_pass0 = sd_time_ms(), c_pass0 = pass_clock_ms(g->clock);
     rc = sd_scorer_score(g->target, g->ctx, g->n_ctx, prop.tokens, k, g->logits, err);
     st->t_verify_ms += sd_time_ms() - t_pass0;
     if (rc) return rc;
-    st->n_target_passes++;
     sd_verify_result res;
     if ((rc = verify_pass(g, &prop, k, &res, err))) return rc;
     *n_new = commit_pass(g, &prop, k, &res, out);
@@ -424,7 +371,7 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
         if ((rc = run_pass(&g, out, &n_new, err))) break;
         if (n_new > 0 && st->t_first_ms == 0.0) st->t_first_ms = st->ttft_ms = sd_time_ms() - t0;
         if (n_new > 0 && cb && cb(user, g.ctx + first_new, n_new)) break;
-        if (st->stop == SD_STOP_EOS) break;
+        if (st->stop != SD_STOP_NONE) break;
     }
     if (!rc && st->stop == SD_STOP_NONE && st->n_generated >= gp->n_predict)
         st->stop = SD_STOP_MAX_TOKENS;

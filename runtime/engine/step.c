@@ -1,0 +1,102 @@
+/* runtime/engine/step.c: the parts of a speculative pass shared by sd_generate and the
+ * batcher (see step.h). */
+#include "runtime/engine/step.h"
+
+#include <math.h>
+
+int32_t sd_step_cap_k(const sd_gen_params *gp, int32_t k, int32_t n_generated, int32_t n_ctx,
+                      int32_t n_ctx_max) {
+    const int32_t budget = gp->n_predict - n_generated - 1;
+    if (k > budget) k = budget;
+    if (k > n_ctx_max - n_ctx) k = n_ctx_max - n_ctx;
+    return k < 0 ? 0 : k;
+}
+
+int sd_step_is_stop(const sd_gen_params *gp, int32_t eos, int32_t t) {
+    if (t == eos) return 1;
+    for (int32_t i = 0; i < gp->n_stop_ids && i < SD_MAX_STOP_IDS; i++)
+        if (gp->stop_ids[i] == t) return 1;
+    return 0;
+}
+
+const float *sd_step_row(void *user, int32_t i, sd_error *err) {
+    const sd_step_rows *x = user;
+    const sd_gen_params *gp = x->gp;
+    const int32_t nv = x->n_vocab;
+    float *row = x->logits + (size_t)i * (size_t)nv;
+    if (gp->ignore_eos) { /* EOS and the stop ids (end of turn) never win, as llama.cpp */
+        if (x->eos >= 0 && x->eos < nv) row[x->eos] = -INFINITY;
+        for (int32_t j = 0; j < gp->n_stop_ids && j < SD_MAX_STOP_IDS; j++)
+            if (gp->stop_ids[j] >= 0 && gp->stop_ids[j] < nv) row[gp->stop_ids[j]] = -INFINITY;
+    }
+    sd_penalize(&gp->samp, x->ctx, x->n_ctx, x->draft, i, row, nv, NULL);
+    if (!(gp->samp.temp > 0.0f)) return row; /* greedy verification reads the logits */
+    float *p = x->probs + (size_t)i * (size_t)nv;
+    return sd_warp(&gp->samp, row, nv, p, x->iscratch, err) ? NULL : p;
+}
+
+int sd_step_verify(sd_step_rows *rows, int32_t k, const float *q, uint64_t seed, float *residual,
+                   sd_verify_result *res, sd_gen_stats *st, sd_error *err) {
+    const double t = sd_time_ms();
+    const int rc = sd_verify_keyed(&rows->gp->samp, rows->draft, k, q, sd_step_row, rows,
+                                   rows->n_vocab, seed, rows->n_ctx, residual, res, err);
+    st->t_sample_ms += sd_time_ms() - t;
+    return rc;
+}
+
+void sd_step_count_pass(sd_gen_stats *st, int32_t k, int lookup) {
+    st->n_target_passes++;
+    st->k_hist[k]++;
+    st->n_drafted += k;
+    if (k > 0 && lookup) {
+        st->n_passes_lookup++;
+        st->n_drafted_lookup += k;
+    }
+    for (int32_t i = 0; i < k; i++)
+        st->drafted_at[i]++;
+}
+
+int32_t sd_step_commit(const sd_gen_params *gp, int32_t eos, const int32_t *toks, int32_t n,
+                       int32_t n_accepted, int lookup, int32_t *ctx, int32_t *n_ctx,
+                       sd_gen_stats *st) {
+    int32_t done = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (sd_step_is_stop(gp, eos, toks[i])) {
+            st->stop = SD_STOP_EOS;
+            st->n_stop_tokens = 1;
+            break;
+        }
+        ctx[(*n_ctx)++] = toks[i];
+        st->n_generated++;
+        done++;
+        if (i < n_accepted) {
+            st->n_accepted++;
+            st->accepted_at[i]++;
+            if (lookup) st->n_accepted_lookup++;
+        }
+        if (st->n_generated >= gp->n_predict) {
+            st->stop = SD_STOP_MAX_TOKENS;
+            break;
+        }
+    }
+    return done;
+}
+
+int sd_step_add_eog(sd_gen_params *g, const sd_vocab *v, sd_error *err) {
+    int32_t n_eog = 0;
+    const int32_t *eog = sd_vocab_eog_ids(v, &n_eog);
+    const int32_t n_given = g->n_stop_ids;
+    for (int32_t i = 0; i < n_eog; i++) {
+        int have = 0;
+        for (int32_t j = 0; j < g->n_stop_ids; j++)
+            have |= g->stop_ids[j] == eog[i];
+        if (have) continue;
+        if (g->n_stop_ids == SD_MAX_STOP_IDS)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "%d end-of-generation tokens and %d stop ids: more than the %d "
+                             "stop ids generation holds",
+                             (int)n_eog, (int)n_given, SD_MAX_STOP_IDS);
+        g->stop_ids[g->n_stop_ids++] = eog[i];
+    }
+    return SD_OK;
+}

@@ -1,0 +1,68 @@
+/*
+ * runtime/engine/step.h: PRIVATE to runtime/engine. The parts of one speculative pass
+ * that sd_generate (generate.c, one sequence) and the batcher (batch_step.c, batch_out.c,
+ * many sequences) share, so the two clients decide the same K, read the same target rows,
+ * verify with the same call and count the same statistics:
+ *   sd_step_cap_k        K capped by the token budget and the context;
+ *   sd_step_rows         a sequence's target rows, made when verification reads them
+ *                        (EOS and stop ids masked under ignore_eos, penalties, warp);
+ *   sd_step_verify       the verification call (sd_verify_keyed over those rows);
+ *   sd_step_count_pass   a pass's statistics (passes, K, drafted, lookup);
+ *   sd_step_commit       the verified tokens committed up to a stop id or the budget,
+ *                        with their statistics and the stop reason;
+ *   sd_step_add_eog      the vocabulary's end-of-generation ids merged into the stop ids.
+ */
+#ifndef SD_ENGINE_STEP_H
+#define SD_ENGINE_STEP_H
+
+#include "runtime/engine/sd_engine.h"
+
+/* K for the next pass of a sequence (k: the policy's), capped so that one pass never
+ * emits past the budget (n_predict) or the context n_ctx_max: at most
+ * n_predict - n_generated - 1 and n_ctx_max - n_ctx, never below 0. */
+int32_t sd_step_cap_k(const sd_gen_params *gp, int32_t k, int32_t n_generated, int32_t n_ctx,
+                      int32_t n_ctx_max);
+
+/* 1 if t ends generation: eos or one of gp's stop ids. */
+int sd_step_is_stop(const sd_gen_params *gp, int32_t eos, int32_t t);
+
+/* One sequence's rows of a pass, as verification reads them (sd_step_row). */
+typedef struct sd_step_rows {
+    const sd_gen_params *gp;
+    int32_t eos, n_vocab;
+    const int32_t *ctx; /* [n_ctx] committed tokens (the penalties' history) */
+    int32_t n_ctx;
+    const int32_t *draft; /* [k] the pass's drafted tokens */
+    float *logits;        /* [k + 1, n_vocab] the target's rows, masked and penalised in place */
+    float *probs;         /* [k + 1, n_vocab] warped rows (sampling) */
+    int32_t *iscratch;    /* [n_vocab] */
+} sd_step_rows;
+
+/* Row i of the pass (sd_row_fn; user is an sd_step_rows): EOS and the stop ids masked
+ * (ignore_eos), the penalties of its history (the committed tokens, then the drafts
+ * before it), and for sampling the warp. NULL with err set when the warp fails. */
+const float *sd_step_row(void *user, int32_t i, sd_error *err);
+
+/* Verify the pass's k drafts (k = 0: the target-alone draw) against rows, every draw
+ * keyed by seed and the positions; q: the draft's [k, n_vocab] rows (rejection
+ * sampling of a non-one-hot proposal) or NULL. Time spent goes to st->t_sample_ms. */
+int sd_step_verify(sd_step_rows *rows, int32_t k, const float *q, uint64_t seed, float *residual,
+                   sd_verify_result *res, sd_gen_stats *st, sd_error *err);
+
+/* A pass that drafted k tokens (lookup: a one-hot n-gram proposal): n_target_passes,
+ * k_hist, n_drafted, drafted_at and the lookup counts. */
+void sd_step_count_pass(sd_gen_stats *st, int32_t k, int lookup);
+
+/* Commit the verified tokens toks[0 .. n) to ctx (appended at *n_ctx) up to the first
+ * stop id (not committed: st->n_stop_tokens = 1, stop EOS) or the n_predict budget
+ * (stop MAX_TOKENS); the first n_accepted are the accepted drafts. Returns the tokens
+ * committed. ctx must have room for n more. */
+int32_t sd_step_commit(const sd_gen_params *gp, int32_t eos, const int32_t *toks, int32_t n,
+                       int32_t n_accepted, int lookup, int32_t *ctx, int32_t *n_ctx,
+                       sd_gen_stats *st);
+
+/* Add the vocabulary's end-of-generation ids (<|im_end|>, <|eot_id|> ...) that g lacks to
+ * its stop ids, as llama.cpp stops at them. SD_ERR_UNSUPPORTED when they do not fit. */
+int sd_step_add_eog(sd_gen_params *g, const sd_vocab *v, sd_error *err);
+
+#endif /* SD_ENGINE_STEP_H */
