@@ -75,7 +75,7 @@ static const int32_t *draft_view(llm_proposer *p, const int32_t *ctx, int32_t n,
  * as soon as the sum passes 1 / p_min (the confidence is then below p_min, whatever the
  * rest adds), so a row that stops the draft costs only the entries it needed.
  */
-double sd_draft_greedy_confidence(const float *l, int32_t n, float mx, float p_min) {
+static double greedy_confidence(const float *l, int32_t n, float mx, float p_min) {
     if (isinf(mx)) return 1.0; /* +inf: its mass is shared by the +inf entries */
     const double limit = 1.0 / (double)p_min;
     double sum = 0.0;
@@ -94,7 +94,7 @@ double sd_draft_greedy_confidence(const float *l, int32_t n, float mx, float p_m
 
 /* Index of the largest of l[0 .. n) (the lowest on ties), or -1 if a logit is NaN: one
  * pass, as sd_warp's check, so a draft with NaN weights is an error, not token 0. */
-int32_t sd_draft_argmax(const float *l, int32_t n) {
+static int32_t argmax(const float *l, int32_t n) {
     int32_t best = 0;
     int nan = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -105,7 +105,7 @@ int32_t sd_draft_argmax(const float *l, int32_t n) {
 }
 
 /* Top entry of a warped row. */
-double sd_draft_top_prob(const float *q, int32_t n) {
+static double top_prob(const float *q, int32_t n) {
     float mx = 0.0f;
     for (int32_t i = 0; i < n; i++)
         if (q[i] > mx) mx = q[i];
@@ -159,6 +159,29 @@ static int llm_catch_up(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, in
     return draft_error(p, sd_session_sync(p->sess, v, len - 1, err), err);
 }
 
+int sd_draft_pick(const sd_sampling_params *sp, float *l, int32_t n, const int32_t *ids,
+                  uint64_t seed, int64_t pos, float p_min, float *q, int32_t *scratch, int32_t *j,
+                  double *conf, sd_error *err) {
+    if (!(sp->temp > 0.0f)) {
+        *j = argmax(l, n);
+        if (*j < 0)
+            return sd_errorf(err, SD_ERR_ARG,
+                             "a logit is NaN: non-finite logits (the model's weights hold NaN "
+                             "or inf)");
+        if (conf) *conf = greedy_confidence(l, n, l[*j], p_min);
+        return SD_OK;
+    }
+    int rc = sd_warp(sp, l, n, q, scratch, err);
+    if (rc) return rc;
+    if (sp->spec == SD_SPEC_GUMBEL)
+        *j = sd_gumbel_sample(q, n, ids, seed, pos);
+    else
+        *j = sd_sample(q, n, sd_key_uniform(seed, pos, SD_DRAW_DRAFT, 0));
+    if (*j < 0) return sd_errorf(err, SD_ERR_ARG, "draft row has no positive entry");
+    if (conf) *conf = top_prob(q, n);
+    return SD_OK;
+}
+
 /*
  * The token drafted from the current row (p->logits, penalties applied) at context
  * position pos, and its confidence (only when conf is not NULL: the cut-off is on).
@@ -167,28 +190,12 @@ static int llm_catch_up(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, in
 static int draft_token(llm_proposer *p, int64_t pos, float *q_out, int32_t *tok, double *conf,
                        sd_error *err) {
     const int32_t n = n_row(p);
-    const sd_sampling_params *sp = &p->samp;
-    if (!(sp->temp > 0.0f)) {
-        const int32_t j = sd_draft_argmax(p->logits, n);
-        if (j < 0)
-            return sd_errorf(err, SD_ERR_ARG,
-                             "a logit is NaN: non-finite logits (the model's weights hold NaN "
-                             "or inf)");
-        *tok = id_of(p, j);
-        if (conf) *conf = sd_draft_greedy_confidence(p->logits, n, p->logits[j], p->p_min);
-        return SD_OK;
-    }
-    int rc = sd_warp(sp, p->logits, n, p->qrow, p->warp_scratch, err);
-    if (rc) return rc;
     int32_t j;
-    if (sp->spec == SD_SPEC_GUMBEL)
-        j = sd_gumbel_sample(p->qrow, n, p->n_head ? p->head : NULL, p->seed, pos);
-    else
-        j = sd_sample(p->qrow, n, sd_key_uniform(p->seed, pos, SD_DRAW_DRAFT, 0));
-    if (j < 0) return sd_errorf(err, SD_ERR_ARG, "draft row has no positive entry");
+    int rc = sd_draft_pick(&p->samp, p->logits, n, p->n_head ? p->head : NULL, p->seed, pos,
+                           p->p_min, p->qrow, p->warp_scratch, &j, conf, err);
+    if (rc) return rc;
     *tok = id_of(p, j);
-    if (conf) *conf = sd_draft_top_prob(p->qrow, n);
-    if (q_out) { /* q over the target's ids: zero outside the row */
+    if (q_out && p->samp.temp > 0.0f) { /* q over the target's ids: zero outside the row */
         if (p->n_head) {
             memset(q_out, 0, (size_t)p->n_vocab_out * sizeof *q_out);
             for (int32_t c = 0; c < n; c++)

@@ -136,16 +136,21 @@ void sd_proposer_reset(sd_proposer *p, const sd_sampling_params *samp, uint64_t 
 void sd_proposer_set_cutoff(sd_proposer *p, float p_min, int32_t n_min);
 
 /*
- * The LLM proposer's per-row rules, for a caller that drafts from a draft model's logits
- * rows itself (the batcher), so both draft the same tokens with the same cut-off:
- * sd_draft_argmax: index of the largest of l[0 .. n) (the lowest on ties), or -1 if a
- * logit is NaN. sd_draft_greedy_confidence: the greedy confidence of row l[0 .. n) whose
- * maximum is mx (see sd_proposer_set_cutoff), 0 as soon as it is known to be below p_min
- * (p_min in (0, 1]). sd_draft_top_prob: the top entry of a warped row q[0 .. n).
+ * The LLM proposer's rule for one drafted position, for every caller that drafts from a
+ * draft model's logits rows (the LLM proposer, one sequence; the batcher, a row per
+ * sequence of a batched draft pass), so both draft the same tokens with the same
+ * cut-off. l[0 .. n): the row, penalties applied; entry j is token ids[j] (ids NULL:
+ * token j; the trimmed head otherwise). Greedy (temp 0): the argmax (the lowest entry on
+ * ties); sampling: the row warped into q[0 .. n) (scratch [n]), then Gumbel the
+ * Gumbel-max draw keyed by (seed, pos), rejection the keyed inverse-CDF draw (q is the
+ * row the verifier needs). *j: the entry drafted. conf (NULL: no cut-off, p_min unused):
+ * the draft's confidence, greedy the top probability of softmax(l) (0 as soon as it is
+ * known to be below p_min, p_min in (0, 1]), sampling the top of q. Errors: SD_ERR_ARG
+ * (a NaN logit, a warped row without a positive entry), the warp's.
  */
-int32_t sd_draft_argmax(const float *l, int32_t n);
-double sd_draft_greedy_confidence(const float *l, int32_t n, float mx, float p_min);
-double sd_draft_top_prob(const float *q, int32_t n);
+int sd_draft_pick(const sd_sampling_params *sp, float *l, int32_t n, const int32_t *ids,
+                  uint64_t seed, int64_t pos, float p_min, float *q, int32_t *scratch, int32_t *j,
+                  double *conf, sd_error *err);
 
 /* The name of p's implementation ("llm", "ngram", "ngram+llm"). */
 const char *sd_proposer_name(const sd_proposer *p);

@@ -174,29 +174,13 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     const int cut = gp->draft_p_min > 0.0f && i >= gp->draft_min;
     double conf = 1.0;
     int32_t tok;
-    if (!(sp->temp > 0.0f)) {
-        const int32_t best = sd_draft_argmax(l, n);
-        if (best < 0)
-            return sd_errorf(err, SD_ERR_ARG,
-                             "%s: draft: a logit is NaN: non-finite logits (the "
-                             "model's weights hold NaN or inf)",
-                             sd_model_path(b->dm));
-        tok = best;
-        if (cut) conf = sd_draft_greedy_confidence(l, n, l[best], gp->draft_p_min);
-    } else {
-        float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
-        int rc = sd_warp(sp, l, n, q, b->iscratch, err);
-        if (rc) return sd_error_prefix(err, rc, "%s: draft", sd_model_path(b->dm));
-        tok = sp->spec == SD_SPEC_GUMBEL
-                  ? sd_gumbel_sample(q, n, NULL, seed_of(c), pos)
-                  : sd_sample(q, n, sd_key_uniform(seed_of(c), pos, SD_DRAW_DRAFT, 0));
-        if (tok < 0)
-            return sd_errorf(err, SD_ERR_ARG, "%s: draft row has no positive entry",
-                             sd_model_path(b->dm));
-        if (cut) conf = sd_draft_top_prob(q, n);
+    float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
+    int rc = sd_draft_pick(sp, l, n, NULL, seed_of(c), pos, gp->draft_p_min, q, b->iscratch, &tok,
+                           cut ? &conf : NULL, err);
+    if (rc) return sd_error_prefix(err, rc, "%s: draft", sd_model_path(b->dm));
+    if (sp->temp > 0.0f)
         for (int32_t v = n; v < b->n_vocab; v++) /* q over the target's ids */
             q[v] = 0.0f;
-    }
     if (cut && conf < (double)gp->draft_p_min) {
         c->llm = 0; /* stop before a token the draft is unsure of */
         return SD_OK;
@@ -336,7 +320,7 @@ static void plan_k(sd_batcher *b) {
     for (int32_t i = 0; i < b->n_running; i++) { /* the prompt chunks that fit beside them */
         const sd_choice *c = &b->running[i]->ch[0];
         if (c->state != CH_PREFILL) continue;
-        const int32_t left = c->r->n_prompt - sd_session_seq_n_past(b->ts, c->slot);
+        const int32_t left = c->r->n_prompt - 1 - sd_session_seq_n_past(b->ts, c->slot);
         base +=
             left < b->p.n_batch - base ? left : (b->p.n_batch - base > 0 ? b->p.n_batch - base : 0);
     }
@@ -398,33 +382,46 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     return SD_OK;
 }
 
-/* The pass that ended choice 0's prompt: every choice's first token from its row, the
- * other choices forked from choice 0's caches. */
-static int after_prompt(sd_batcher *b, sd_req *r, double t_pass_ms, sd_error *err) {
+/* A request whose prompt is evaluated (the target holds all of it but its last token,
+ * as between the passes of sd_generate) starts decoding: the other choices share choice
+ * 0's blocks, and every choice's first pass drafts like any other (sd_generate's first
+ * pass). */
+static int start_decode(sd_batcher *b, sd_req *r, sd_error *err) {
     sd_choice *c0 = &r->ch[0];
-    float *row = b->logits + (size_t)c0->row0 * (size_t)b->n_vocab;
-    for (int32_t i = r->n_choices - 1; i >= 0; i--) { /* choice 0's row last: ignore_eos */
+    const int32_t n = r->n_prompt - 1;
+    for (int32_t i = 1; i < r->n_choices; i++) {
         sd_choice *c = &r->ch[i];
         if (c->state == CH_DONE) continue;
-        float *rows = row;
-        if (i > 0) {
-            int rc = sd_session_seq_fork(b->ts, c->slot, c0->slot, r->n_prompt, err);
-            if (!rc && b->ds)
-                rc = sd_session_seq_fork(b->ds, c->slot, c0->slot,
-                                         sd_session_seq_n_past(b->ds, c0->slot), err);
-            if (rc) return rc;
-            /* Its own copy of the row (verification may mask it in place). */
-            memcpy(b->row_copy, row, (size_t)b->n_vocab * sizeof(float));
-            rows = b->row_copy;
-        }
-        c->state = CH_DECODE;
-        c->k = 0;
-        c->one_hot = 0;
-        c->t_draft_ms = 0.0;
-        int rc = after_decode(b, c, rows, t_pass_ms, err);
+        int rc = n > 0 ? sd_session_seq_fork(b->ts, c->slot, c0->slot, n, err) : SD_OK;
+        const int32_t nd = b->ds ? sd_session_seq_n_past(b->ds, c0->slot) : 0;
+        if (!rc && nd > 0) rc = sd_session_seq_fork(b->ds, c->slot, c0->slot, nd, err);
         if (rc) return rc;
     }
+    const double t = sd_time_ms() - r->t_submit;
+    for (int32_t i = 0; i < r->n_choices; i++) {
+        sd_choice *c = &r->ch[i];
+        if (c->state == CH_DONE) continue;
+        c->state = CH_DECODE;
+        c->st.t_prefill_ms = t;
+    }
     return SD_OK;
+}
+
+/* Every admitted request whose prompt the target now holds starts decoding. */
+static int start_decoding(sd_batcher *b, sd_error *err) {
+    int rc = SD_OK;
+    for (int32_t i = 0; i < b->n_running; i++) {
+        sd_req *r = b->running[i];
+        const sd_choice *c0 = &r->ch[0];
+        if (c0->state != CH_PREFILL || sd_session_seq_n_past(b->ts, c0->slot) < r->n_prompt - 1)
+            continue;
+        const int rc1 = start_decode(b, r, err);
+        if (rc1) {
+            finish_request(b, r, SD_STOP_NONE);
+            if (!rc) rc = rc1;
+        }
+    }
+    return rc;
 }
 
 /* ---- the step ---- */
@@ -538,9 +535,9 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         for (int32_t j = 0; j < b->running[i]->n_choices; j++)
             b->running[i]->ch[j].in_pass = 0;
 
-    /* 1. Proposals. */
+    /* 1. Proposals (requests whose prompt is in start decoding first). */
+    int rc = start_decoding(b, err);
     plan_k(b);
-    int rc = SD_OK;
     for (int32_t i = 0; i < b->n_running && !rc; i++) {
         sd_req *r = b->running[i];
         for (int32_t j = 0; j < r->n_choices && !rc; j++)
@@ -568,14 +565,14 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
     for (int32_t i = 0; i < b->n_running && !rc; i++) {
         sd_choice *c = &b->running[i]->ch[0];
         if (c->state != CH_PREFILL || nb >= b->p.n_batch) continue;
+        /* The prompt but its last token, fed with the first pass's drafts. */
         const int32_t p = sd_session_seq_n_past(b->ts, c->slot);
-        const int32_t left = c->r->n_prompt - p, room = b->p.n_batch - nb;
-        const int last = left <= room;
-        c->prefill_n = last ? left : room;
+        const int32_t left = c->r->n_prompt - 1 - p, room = b->p.n_batch - nb;
+        c->prefill_n = left <= room ? left : room;
         c->in_pass = 1;
         c->row0 = nrow;
-        c->n_rows = last;
-        tbatch_add(b, &nb, &nrow, c->slot, c->ctx + p, c->prefill_n, 0, last);
+        c->n_rows = 0;
+        tbatch_add(b, &nb, &nrow, c->slot, c->ctx + p, c->prefill_n, 0, 0);
     }
     double t_pass = 0.0;
     if (!rc && nb > 0) {
@@ -590,11 +587,7 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
     /* 3. Verification, commit, emission. */
     for (int32_t i = 0; i < b->n_running && !rc; i++) {
         sd_req *r = b->running[i];
-        sd_choice *c0 = &r->ch[0];
-        if (c0->state == CH_PREFILL && c0->in_pass) {
-            if (c0->n_rows) rc = after_prompt(b, r, t_pass, err);
-            continue;
-        }
+        if (r->ch[0].state == CH_PREFILL) continue; /* its prompt chunk has no rows */
         for (int32_t j = 0; j < r->n_choices && !rc; j++)
             if (r->ch[j].state == CH_DECODE && r->ch[j].in_pass)
                 rc = after_decode(b, &r->ch[j],

@@ -56,7 +56,6 @@ void sd_batcher_free(sd_batcher *b) {
     free(b->logits);
     free(b->probs);
     free(b->residual);
-    free(b->row_copy);
     free(b->iscratch);
     free(b->dbtok);
     free(b->dbseq);
@@ -166,7 +165,6 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     b->logits = xcalloc((size_t)b->n_out * nv, sizeof(float), &ok);
     b->probs = xcalloc((size_t)(p->k_max + 1) * nv, sizeof(float), &ok);
     b->residual = xcalloc(nv, sizeof(float), &ok);
-    b->row_copy = xcalloc(nv, sizeof(float), &ok);
     b->iscratch = xcalloc(nmax, sizeof(int32_t), &ok);
     b->ngram = xcalloc((size_t)np, sizeof *b->ngram, &ok);
     if (b->ds) {

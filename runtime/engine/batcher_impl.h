@@ -111,7 +111,6 @@ struct sd_batcher {
     int8_t *bwant;
     float *logits;     /* [n_out, n_vocab] */
     float *probs;      /* [k_max + 1, n_vocab] warped target rows */
-    float *row_copy;   /* [n_vocab] a prompt's row for the choices forked from it */
     float *residual;   /* [n_vocab] */
     int32_t *iscratch; /* [max(n_vocab, n_vocab_d)] */
     /* Draft pass buffers. */

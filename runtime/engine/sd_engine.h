@@ -310,7 +310,7 @@ typedef struct sd_gen_stats {
     int32_t n_accepted;
     int32_t drafted_at[SD_MAX_DRAFT];  /* drafted at draft position i */
     int32_t accepted_at[SD_MAX_DRAFT]; /* accepted (and emitted) at draft position i */
-    double t_prefill_ms; /* from the start until the prompt was evaluated (target, draft) */
+    double t_prefill_ms; /* from the start until decoding began (the prompt evaluated) */
     double t_draft_ms;
     double t_verify_ms; /* target verification passes */
     double t_sample_ms; /* warping + rejection sampling */

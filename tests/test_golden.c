@@ -1,0 +1,190 @@
+/*
+ * tests/test_golden.c: the same request through both clients of the engine gives the
+ * same tokens and the same statistics. One path is sd_engine_generate (specdec generate's:
+ * single-sequence sessions, the engine's proposers), the other the batcher (specdec
+ * serve's: paged sessions, its own per-sequence proposal and batched LLM drafting), run
+ * in-process as tests/test_batcher.c does. For greedy, Gumbel and rejection sampling,
+ * n-gram and LLM drafts, penalties, K fixed: the emitted ids, the stop reason, and the
+ * counts (generated, drafted, accepted, target passes, the stop token, K histogram,
+ * per-position counts) must be equal. Neither side is the reference of the other's text
+ * beyond that: greedy output is checked against target-alone decoding elsewhere
+ * (test_spec, test_batcher).
+ *
+ * Pairs: the shipped TinyStories pair of models/ (runs everywhere) and SmolLM2-135M
+ * with the project's draft (configs/smollm2-135m-pair.json; skipped when
+ * models/downloaded lacks the target).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/engine/sd_engine.h"
+#include "testutil.h"
+
+#define TINY_T SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
+#define TINY_D SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
+#define SMOL_T SD_SOURCE_DIR "/models/downloaded/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define SMOL_D SD_SOURCE_DIR "/models/smollm2-draft-q8_0.gguf"
+#define MAXOUT 128
+#define N_CTX  512
+
+TestSuite(golden, .timeout = 900);
+
+typedef struct got {
+    int32_t toks[MAXOUT];
+    int32_t n;
+    int done;
+    sd_stop_reason stop;
+    sd_gen_stats st;
+} got;
+
+static int collect(void *user, const sd_req_event *ev) {
+    got *g = user;
+    for (int32_t i = 0; i < ev->n_tokens && g->n < MAXOUT; i++)
+        g->toks[g->n++] = ev->tokens[i];
+    if (ev->done) {
+        g->done = 1;
+        g->stop = ev->stop;
+        g->st = *ev->stats;
+    }
+    return 0;
+}
+
+static sd_engine *open_pair(const char *t, const char *d) {
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = t;
+    ep.draft = d;
+    ep.n_threads = 2;
+    ep.n_ctx = N_CTX;
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    return e;
+}
+
+/* The request of one case. */
+typedef struct gcase {
+    const char *name;
+    sd_draft_type type;
+    float temp;
+    sd_spec_sampling spec;
+    float repeat_penalty;
+} gcase;
+
+static sd_gen_params params_of(const gcase *c, int32_t n_predict) {
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = n_predict;
+    gp.n_draft = 4;
+    gp.k_policy = SD_K_FIXED;
+    gp.draft_type = c->type;
+    gp.seed = 7;
+    gp.samp.temp = c->temp;
+    gp.samp.spec = c->spec;
+    if (c->repeat_penalty > 0.0f) gp.samp.repeat_penalty = c->repeat_penalty;
+    return gp;
+}
+
+static void compare(const char *what, const int32_t *ga, int32_t na, const sd_gen_stats *a,
+                    const got *b) {
+    cr_assert(b->done, "%s: the batcher did not finish", what);
+    int32_t diff = -1;
+    for (int32_t i = 0; i < na && i < b->n && diff < 0; i++)
+        if (ga[i] != b->toks[i]) diff = i;
+    cr_expect(diff < 0 && na == b->n,
+              "%s: generate gave %d tokens, serve %d; first difference at %d", what, na, b->n,
+              diff);
+    cr_expect_eq(a->stop, b->stop, "%s: stop %s vs %s", what, sd_stop_reason_str(a->stop),
+                 sd_stop_reason_str(b->stop));
+    const sd_gen_stats *s = &b->st;
+    cr_expect_eq(a->n_generated, s->n_generated, "%s: generated %d vs %d", what, a->n_generated,
+                 s->n_generated);
+    cr_expect_eq(a->n_drafted, s->n_drafted, "%s: drafted %d vs %d", what, a->n_drafted,
+                 s->n_drafted);
+    cr_expect_eq(a->n_accepted, s->n_accepted, "%s: accepted %d vs %d", what, a->n_accepted,
+                 s->n_accepted);
+    cr_expect_eq(a->n_target_passes, s->n_target_passes, "%s: passes %d vs %d", what,
+                 a->n_target_passes, s->n_target_passes);
+    cr_expect_eq(a->n_stop_tokens, s->n_stop_tokens, "%s: stop tokens %d vs %d", what,
+                 a->n_stop_tokens, s->n_stop_tokens);
+    for (int32_t k = 0; k <= SD_MAX_DRAFT; k++)
+        cr_expect_eq(a->k_hist[k], s->k_hist[k], "%s: passes at K = %d: %d vs %d", what, k,
+                     a->k_hist[k], s->k_hist[k]);
+    for (int32_t i = 0; i < SD_MAX_DRAFT; i++) {
+        cr_expect_eq(a->drafted_at[i], s->drafted_at[i], "%s: drafted at %d", what, i);
+        cr_expect_eq(a->accepted_at[i], s->accepted_at[i], "%s: accepted at %d", what, i);
+    }
+    cr_expect_eq(a->n_drafted_lookup, s->n_drafted_lookup, "%s: lookup drafted", what);
+    cr_expect_eq(sd_stats_tokens_per_pass(a), sd_stats_tokens_per_pass(s), "%s: tokens per pass",
+                 what);
+}
+
+static void run_pair(const char *t, const char *d, const char *const *prompts, int n_prompts,
+                     int32_t n_predict) {
+    static const gcase cases[] = {
+        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f},
+        {"greedy ngram", SD_DRAFT_NGRAM, 0.0f, SD_SPEC_GUMBEL, 0.0f},
+        {"gumbel llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f},
+        {"gumbel ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_GUMBEL, 0.0f},
+        {"rejection llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f},
+        {"rejection ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_REJECTION, 0.0f},
+        {"penalties llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 1.3f},
+        {"penalties greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 1.3f},
+    };
+    sd_engine *e = open_pair(t, d);
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 1;
+    bp.prefix_cache = 0; /* generate has none: each request starts from an empty cache */
+    sd_batcher *b = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    for (int p = 0; p < n_prompts; p++) {
+        sd_prompt_spec ps = {0};
+        ps.text = prompts[p];
+        ps.len = strlen(prompts[p]);
+        int32_t *ids = NULL, n_ids = 0;
+        cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &ids, &n_ids, &err), SD_OK, "%s",
+                     err.msg);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            char what[160];
+            snprintf(what, sizeof what, "prompt %d, %s", p, cases[c].name);
+            const sd_gen_params gp = params_of(&cases[c], n_predict);
+            int32_t out[MAXOUT];
+            sd_gen_stats st;
+            cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err),
+                         SD_OK, "%s: %s", what, err.msg);
+            got g;
+            memset(&g, 0, sizeof g);
+            sd_request r = {0};
+            r.prompt = ids;
+            r.n_prompt = n_ids;
+            r.gen = gp;
+            r.n_choices = 1;
+            r.cb = collect;
+            r.user = &g;
+            cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s: %s", what, err.msg);
+            for (int guard = 0; sd_batcher_busy(b); guard++) {
+                cr_assert_lt(guard, 100000, "the batcher does not finish");
+                cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s: %s", what, err.msg);
+            }
+            compare(what, out, st.n_generated, &st, &g);
+        }
+        free(ids);
+    }
+    sd_batcher_free(b);
+    sd_engine_free(e);
+}
+
+Test(golden, tiny_pair) {
+    static const char *const prompts[] = {"Once upon a time", "The little dog",
+                                          "Lily and Tom went to the park. They"};
+    run_pair(TINY_T, TINY_D, prompts, 3, 48);
+}
+
+Test(golden, smollm2_pair) {
+    if (access(SMOL_T, R_OK) != 0) cr_skip_test("models/downloaded lacks SmolLM2-135M-Instruct");
+    static const char *const prompts[] = {"Once upon a time", "The capital of France is",
+                                          "def fibonacci(n):"};
+    run_pair(SMOL_T, SMOL_D, prompts, 3, 48);
+}
