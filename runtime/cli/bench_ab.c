@@ -69,8 +69,7 @@ static int itl_cb(void *user, const int32_t *tokens, int32_t n) {
 
 typedef struct side_acc { /* one side (A or B) of one K */
     bench_dvec tps, ttft, itl;
-    int64_t n_gen, n_passes, n_drafted, n_accepted;
-    int64_t drafted_at[SD_MAX_DRAFT], accepted_at[SD_MAX_DRAFT];
+    sd_gen_stats sum; /* the runs' statistics added up (sd_stats_add) */
 } side_acc;
 
 static void side_free(side_acc *s) {
@@ -118,14 +117,7 @@ static int one_run(ab_ctx *a, int pi, uint64_t seed, int32_t k, int32_t *out, si
     int e = bench_dvec_push(&acc->tps, sd_stats_tokens_per_s(st));
     e |= bench_dvec_push(&acc->ttft, st->ttft_ms);
     if (e) return sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
-    acc->n_gen += st->n_generated;
-    acc->n_passes += st->n_target_passes;
-    acc->n_drafted += st->n_drafted;
-    acc->n_accepted += st->n_accepted;
-    for (int i = 0; i < SD_MAX_DRAFT; i++) {
-        acc->drafted_at[i] += st->drafted_at[i];
-        acc->accepted_at[i] += st->accepted_at[i];
-    }
+    sd_stats_add(&acc->sum, st);
     return SD_OK;
 }
 
@@ -152,22 +144,20 @@ static json_t *run_record(int32_t k, int64_t run, int pi, uint64_t seed, const c
 }
 
 static json_t *side_json(const side_acc *s, int spec, int32_t k) {
-    json_t *o = json_pack(
-        "{s:o,s:o,s:o,s:I,s:I,s:i}", "tokens_per_s", bench_jstats3(s->tps.v, s->tps.n), "ttft_ms",
-        bench_jpct(s->ttft.v, s->ttft.n), "itl_ms", bench_jpct(s->itl.v, s->itl.n), "n_generated",
-        (json_int_t)s->n_gen, "n_target_passes", (json_int_t)s->n_passes, "n_runs", (int)s->tps.n);
+    json_t *o =
+        json_pack("{s:o,s:o,s:o,s:I,s:I,s:i}", "tokens_per_s", bench_jstats3(s->tps.v, s->tps.n),
+                  "ttft_ms", bench_jpct(s->ttft.v, s->ttft.n), "itl_ms",
+                  bench_jpct(s->itl.v, s->itl.n), "n_generated", (json_int_t)s->sum.n_generated,
+                  "n_target_passes", (json_int_t)s->sum.n_target_passes, "n_runs", (int)s->tps.n);
     if (spec) {
         json_t *pp = json_array();
         for (int32_t i = 0; i < k; i++)
-            json_array_append_new(
-                pp,
-                bench_jnum(s->drafted_at[i] ? (double)s->accepted_at[i] / s->drafted_at[i] : 0.0));
-        json_object_set_new(o, "n_drafted", json_integer(s->n_drafted));
-        json_object_set_new(o, "n_accepted", json_integer(s->n_accepted));
+            json_array_append_new(pp, bench_jnum(sd_stats_accept_at(&s->sum, i)));
+        json_object_set_new(o, "n_drafted", json_integer(s->sum.n_drafted));
+        json_object_set_new(o, "n_accepted", json_integer(s->sum.n_accepted));
         json_object_set_new(o, "per_position_acceptance", pp);
     }
-    json_object_set_new(o, "tokens_per_pass",
-                        bench_jnum(s->n_passes ? (double)s->n_gen / s->n_passes : 0.0));
+    json_object_set_new(o, "tokens_per_pass", bench_jnum(sd_stats_tokens_per_pass(&s->sum)));
     return o;
 }
 
@@ -320,8 +310,9 @@ static int ab_k_report(ab_ctx *a, int ki, const k_runs *kr, sd_error *err) {
     const int32_t k = a->ks[ki];
     const side_acc *sa = &kr->sa, *sb = &kr->sb;
     const double cost_c = a->t_dstep / a->t_tstep;
-    const double acc = sb->n_drafted ? (double)sb->n_accepted / sb->n_drafted : 0.0;
-    const double acc_pass = sb->n_passes ? (double)sb->n_accepted / sb->n_passes : 0.0;
+    const double acc = sd_stats_acceptance_rate(&sb->sum);
+    const double acc_pass =
+        sb->sum.n_target_passes ? (double)sb->sum.n_accepted / sb->sum.n_target_passes : 0.0;
     const double v = a->t_ver[ki] / a->t_tstep;
     const double pred = predicted_speedup(acc, k, cost_c, v);
     const double sp_med = bench_quantile(kr->ratios.v, kr->ratios.n, 0.5);
@@ -333,7 +324,7 @@ static int ab_k_report(ab_ctx *a, int ki, const k_runs *kr, sd_error *err) {
     fmt_pct(tt, sizeof tt, &sb->ttft);
     fmt_pct(ti, sizeof ti, &sb->itl);
     char ts[16] = "-"; /* acceptance: "-" when nothing was drafted */
-    if (sb->n_drafted) snprintf(ts, sizeof ts, "%.3f", acc);
+    if (sb->sum.n_drafted) snprintf(ts, sizeof ts, "%.3f", acc);
     printf("%3d %22s %22s %7.3f %7.3f %6s %6.3f %6.3f %15s %15s %6.4f %5s %s\n", k, ta, tb, sp_med,
            pred, ts, acc_pass, v, tt, ti, cost_c, greedy ? (kr->match ? "yes" : "NO") : "-",
            suspect ? "YES" : "-");

@@ -109,11 +109,8 @@ typedef struct variant {
 
 typedef struct cell { /* one (category, variant) */
     bench_dvec tps, cpu_tps, speedup, cpu_speedup;
-    int64_t n_gen, n_stop, n_passes, n_drafted, n_accepted, n_off, n_runs;
-    double t_draft_ms; /* drafting time (wall), for c ms: per drafted token */
-    int64_t k_hist[SD_MAX_DRAFT + 1];
-    int64_t drafted_at[SD_MAX_DRAFT], accepted_at[SD_MAX_DRAFT];
-    double t_off_ms;
+    int64_t n_runs;
+    sd_gen_stats sum; /* the runs' statistics added up (sd_stats_add) */
     int match;
 } cell;
 
@@ -190,20 +187,7 @@ static void cell_add(cell *c, const sd_gen_stats *st, double tps, double cpu_tps
             bench_dvec_push(&c->speedup, sp) | bench_dvec_push(&c->cpu_speedup, cpu_sp);
     (void)e; /* an OOM here only shortens a statistic */
     c->n_runs++;
-    c->n_gen += st->n_generated;
-    c->n_stop += st->n_stop_tokens;
-    c->t_draft_ms += st->t_draft_ms;
-    c->n_passes += st->n_target_passes;
-    c->n_drafted += st->n_drafted;
-    c->n_accepted += st->n_accepted;
-    c->n_off += st->n_off_passes;
-    c->t_off_ms += st->t_off_ms;
-    for (int k = 0; k <= SD_MAX_DRAFT; k++)
-        c->k_hist[k] += st->k_hist[k];
-    for (int i = 0; i < SD_MAX_DRAFT; i++) {
-        c->drafted_at[i] += st->drafted_at[i];
-        c->accepted_at[i] += st->accepted_at[i];
-    }
+    sd_stats_add(&c->sum, st);
     c->match &= match;
 }
 
@@ -237,31 +221,32 @@ static const char *ratio(double num, double den, const char *fmt, char *buf, siz
 }
 
 static void print_row(const char *cat, const variant *v, const cell *c, int checked) {
+    const sd_gen_stats *s = &c->sum;
     int64_t kn = 0, ks = 0;
     for (int k = 0; k <= SD_MAX_DRAFT; k++) {
-        kn += c->k_hist[k];
-        ks += (int64_t)k * c->k_hist[k];
+        kn += s->k_hist[k];
+        ks += (int64_t)k * s->k_hist[k];
     }
     char a[16], t[16], d[16], k[16], cm[16];
     printf("%-*s %-*s %9.1f %9.1f %7.3f %7.3f %6s %6s %5s %5s %7s %4.0f%% %s\n", W_CAT, cat,
            W_LABEL, v->label, med(&c->tps), med(&c->cpu_tps), med(&c->speedup),
-           med(&c->cpu_speedup), ratio(c->n_accepted, c->n_drafted, "%.3f", a, sizeof a),
-           ratio(c->n_gen + c->n_stop, c->n_passes, "%.3f", t, sizeof t),
-           ratio(c->n_drafted, c->n_passes, "%.2f", d, sizeof d),
+           med(&c->cpu_speedup), ratio(s->n_accepted, s->n_drafted, "%.3f", a, sizeof a),
+           ratio(s->n_generated + s->n_stop_tokens, s->n_target_passes, "%.3f", t, sizeof t),
+           ratio(s->n_drafted, s->n_target_passes, "%.2f", d, sizeof d),
            ratio(ks, kn, "%.2f", k, sizeof k),
-           ratio(c->t_draft_ms, c->n_drafted, "%.3f", cm, sizeof cm),
-           c->n_passes ? 100.0 * c->n_off / c->n_passes : 0.0,
+           ratio(s->t_draft_ms, s->n_drafted, "%.3f", cm, sizeof cm),
+           s->n_target_passes ? 100.0 * s->n_off_passes / s->n_target_passes : 0.0,
            checked ? (c->match ? "yes" : "NO") : "-");
     fflush(stdout);
 }
 
 static json_t *row_json(const char *cat, const variant *v, const cell *c) {
+    const sd_gen_stats *s = &c->sum;
     json_t *hist = json_array(), *pp = json_array();
     for (int k = 0; k <= SD_MAX_DRAFT; k++)
-        json_array_append_new(hist, json_integer(c->k_hist[k]));
+        json_array_append_new(hist, json_integer(s->k_hist[k]));
     for (int i = 0; i < v->k; i++)
-        json_array_append_new(
-            pp, bench_jnum(c->drafted_at[i] ? (double)c->accepted_at[i] / c->drafted_at[i] : 0.0));
+        json_array_append_new(pp, bench_jnum(sd_stats_accept_at(s, i)));
     const mode_def *md = &k_modes[v->mode];
     return json_pack(
         "{s:s,s:s,s:s,s:s,s:i,s:I,s:o,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:I,s:o,s:o}",
@@ -269,13 +254,13 @@ static json_t *row_json(const char *cat, const variant *v, const cell *c) {
         sd_k_policy_name(md->policy), "k", v->k, "n_runs", (json_int_t)c->n_runs, "tokens_per_s",
         bench_jstats3(c->tps.v, c->tps.n), "cpu_tokens_per_s", bench_jnum(med(&c->cpu_tps)),
         "speedup", bench_jstats3(c->speedup.v, c->speedup.n), "cpu_speedup",
-        bench_jnum(med(&c->cpu_speedup)), "n_generated", (json_int_t)c->n_gen, "n_target_passes",
-        (json_int_t)c->n_passes, "n_drafted", (json_int_t)c->n_drafted, "n_accepted",
-        (json_int_t)c->n_accepted, "acceptance_rate",
-        bench_jnum(c->n_drafted ? (double)c->n_accepted / c->n_drafted : 0.0), "tokens_per_pass",
-        bench_jnum(c->n_passes ? (double)c->n_gen / c->n_passes : 0.0), "k_hist", hist,
-        "per_position_acceptance", pp, "n_off_passes", (json_int_t)c->n_off, "t_off_ms",
-        bench_jnum(c->t_off_ms), "greedy_match", json_boolean(c->match));
+        bench_jnum(med(&c->cpu_speedup)), "n_generated", (json_int_t)s->n_generated,
+        "n_target_passes", (json_int_t)s->n_target_passes, "n_drafted", (json_int_t)s->n_drafted,
+        "n_accepted", (json_int_t)s->n_accepted, "acceptance_rate",
+        bench_jnum(sd_stats_acceptance_rate(s)), "tokens_per_pass",
+        bench_jnum(sd_stats_tokens_per_pass(s)), "k_hist", hist, "per_position_acceptance", pp,
+        "n_off_passes", (json_int_t)s->n_off_passes, "t_off_ms", bench_jnum(s->t_off_ms),
+        "greedy_match", json_boolean(c->match));
 }
 
 /* The variants: fixed types per K, adaptive ones with the largest K. */
