@@ -6,9 +6,10 @@
  * in-process as tests/test_batcher.c does. For greedy, Gumbel and rejection sampling,
  * n-gram and LLM drafts, penalties, K fixed: the emitted ids, the stop reason, and the
  * counts (generated, drafted, accepted, target passes, the stop token, K histogram,
- * per-position counts) must be equal. Neither side is the reference of the other's text
- * beyond that: greedy output is checked against target-alone decoding elsewhere
- * (test_spec, test_batcher).
+ * per-position counts) must be equal, for a request that finds its prompt in the
+ * batcher's prefix cache as for one that does not (each request is served twice). Neither side is
+ * the reference of the other's text beyond that: greedy output is checked against target-alone
+ * decoding elsewhere (test_spec, test_batcher).
  *
  * Pairs: the shipped TinyStories pair of models/ (runs everywhere) and SmolLM2-135M
  * with the project's draft (configs/smollm2-135m-pair.json; skipped when
@@ -135,7 +136,8 @@ static void run_pair(const char *t, const char *d, const char *const *prompts, i
     sd_engine *e = open_pair(t, d);
     sd_batcher_params bp = sd_batcher_default_params();
     bp.n_parallel = 1;
-    bp.prefix_cache = 0; /* generate has none: each request starts from an empty cache */
+    bp.prefix_cache = 1; /* the second run of a request reuses the first one's blocks */
+    bp.kv_block = 4;     /* blocks the short prompts fill (the cache keeps whole blocks) */
     sd_batcher *b = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
@@ -154,21 +156,33 @@ static void run_pair(const char *t, const char *d, const char *const *prompts, i
             sd_gen_stats st;
             cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err),
                          SD_OK, "%s: %s", what, err.msg);
-            got g;
-            memset(&g, 0, sizeof g);
-            sd_request r = {0};
-            r.prompt = ids;
-            r.n_prompt = n_ids;
-            r.gen = gp;
-            r.n_choices = 1;
-            r.cb = collect;
-            r.user = &g;
-            cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s: %s", what, err.msg);
-            for (int guard = 0; sd_batcher_busy(b); guard++) {
-                cr_assert_lt(guard, 100000, "the batcher does not finish");
-                cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s: %s", what, err.msg);
+            for (int run = 0; run < 2; run++) {
+                sd_batcher_stats bs0, bs1;
+                sd_batcher_get_stats(b, &bs0);
+                got g;
+                memset(&g, 0, sizeof g);
+                sd_request r = {0};
+                r.prompt = ids;
+                r.n_prompt = n_ids;
+                r.gen = gp;
+                r.n_choices = 1;
+                r.cb = collect;
+                r.user = &g;
+                cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s: %s", what, err.msg);
+                for (int guard = 0; sd_batcher_busy(b); guard++) {
+                    cr_assert_lt(guard, 100000, "the batcher does not finish");
+                    cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s: %s", what, err.msg);
+                }
+                sd_batcher_get_stats(b, &bs1);
+                char what_run[200];
+                snprintf(what_run, sizeof what_run, "%s, %s", what,
+                         bs1.n_prefix_hit_tokens > bs0.n_prefix_hit_tokens ? "prefix-cache hit"
+                                                                           : "no cache hit");
+                if (run == 1 && n_ids > 1)
+                    cr_expect_gt(bs1.n_prefix_hit_tokens, bs0.n_prefix_hit_tokens,
+                                 "%s: the second run found no cached prefix", what);
+                compare(what_run, out, st.n_generated, &st, &g);
             }
-            compare(what, out, st.n_generated, &st, &g);
         }
         free(ids);
     }
