@@ -4,11 +4,11 @@
  * single-sequence sessions, the engine's proposers), the other the batcher (specdec
  * serve's: paged sessions, its own per-sequence proposal and batched LLM drafting), run
  * in-process as tests/test_batcher.c does. For greedy, Gumbel and rejection sampling,
- * n-gram and LLM drafts, penalties, K fixed: the emitted ids, the stop reason, and the
- * counts (generated, drafted, accepted, target passes, the stop token, K histogram,
- * per-position counts) must be equal, for a request that finds its prompt in the
- * batcher's prefix cache as for one that does not (each request is served twice). Neither side is
- * the reference of the other's text beyond that: greedy output is checked against target-alone
+ * n-gram, LLM and chained drafts and none, penalties, the confidence cut-off, K fixed: the emitted
+ * ids, the stop reason, and the counts (generated, drafted, accepted, target passes, the stop
+ * token, K histogram, per-position counts) must be equal, for a request that finds its prompt in
+ * the batcher's prefix cache as for one that does not (each request is served twice). Neither side
+ * is the reference of the other's text beyond that: greedy output is checked against target-alone
  * decoding elsewhere (test_spec, test_batcher).
  *
  * Pairs: the shipped TinyStories pair of models/ (runs everywhere) and SmolLM2-135M
@@ -72,6 +72,7 @@ typedef struct gcase {
     float temp;
     sd_spec_sampling spec;
     float repeat_penalty;
+    float p_min; /* the LLM draft's confidence cut-off (generate's and serve's 0.75) */
 } gcase;
 
 static sd_gen_params params_of(const gcase *c, int32_t n_predict) {
@@ -84,6 +85,8 @@ static sd_gen_params params_of(const gcase *c, int32_t n_predict) {
     gp.samp.temp = c->temp;
     gp.samp.spec = c->spec;
     if (c->repeat_penalty > 0.0f) gp.samp.repeat_penalty = c->repeat_penalty;
+    gp.draft_p_min = c->p_min;
+    gp.draft_min = c->p_min > 0.0f ? 1 : 0;
     return gp;
 }
 
@@ -124,14 +127,19 @@ static void compare(const char *what, const int32_t *ga, int32_t na, const sd_ge
 static void run_pair(const char *t, const char *d, const char *const *prompts, int n_prompts,
                      int32_t n_predict) {
     static const gcase cases[] = {
-        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f},
-        {"greedy ngram", SD_DRAFT_NGRAM, 0.0f, SD_SPEC_GUMBEL, 0.0f},
-        {"gumbel llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f},
-        {"gumbel ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_GUMBEL, 0.0f},
-        {"rejection llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f},
-        {"rejection ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_REJECTION, 0.0f},
-        {"penalties llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 1.3f},
-        {"penalties greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 1.3f},
+        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
+        {"greedy ngram", SD_DRAFT_NGRAM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
+        {"gumbel llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
+        {"gumbel ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
+        {"rejection llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f},
+        {"rejection ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f},
+        {"penalties llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 1.3f, 0.0f},
+        {"penalties greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 1.3f, 0.0f},
+        {"greedy llm p-min", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.75f},
+        {"rejection llm p-min", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.75f},
+        {"greedy ngram+llm", SD_DRAFT_NGRAM_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
+        {"rejection ngram+llm", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f},
+        {"target alone", SD_DRAFT_NONE, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
     };
     sd_engine *e = open_pair(t, d);
     sd_batcher_params bp = sd_batcher_default_params();
