@@ -56,6 +56,11 @@ int sd_scorer_sync(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, sd_error *er
 int sd_scorer_score(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32_t *draft,
                     int32_t k, float *logits, sd_error *err);
 
+/* SD_ERR_FORMAT naming m and the first non-finite logit of rows [n_rows, n_vocab of m]
+ * (m's weights are corrupt), else SD_OK: the check sd_scorer_score makes on its rows, for
+ * a caller that scores several sequences itself (the batcher). */
+int sd_target_check_rows(const sd_model *m, const float *rows, int32_t n_rows, sd_error *err);
+
 /*
  * KV commit after verification: roll the cache back to the committed context
  * ctx[0 .. n_ctx - 1) (rejected draft tokens leave; accepted ones stay, already

@@ -86,14 +86,18 @@ int sd_scorer_score(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32
     }
     if (rc) return rc;
     /* Every row the verifier reads: a NaN would pass as token 0 (argmax) or as noise. */
-    const int32_t n_vocab = sd_model_hparams(s->model)->n_vocab;
-    const int64_t bad = first_non_finite(logits, (size_t)(k + 1) * (size_t)n_vocab);
+    return sd_target_check_rows(s->model, logits, k + 1, err);
+}
+
+int sd_target_check_rows(const sd_model *m, const float *rows, int32_t n_rows, sd_error *err) {
+    const int32_t n_vocab = sd_model_hparams(m)->n_vocab;
+    const int64_t bad = first_non_finite(rows, (size_t)n_rows * (size_t)n_vocab);
     if (bad >= 0)
         return sd_errorf(err, SD_ERR_FORMAT,
                          "%s: target: logit %lld of row %lld is %g: non-finite logits (the "
                          "model's weights hold NaN or inf)",
-                         sd_model_path(s->model), (long long)(bad % n_vocab),
-                         (long long)(bad / n_vocab), (double)logits[bad]);
+                         sd_model_path(m), (long long)(bad % n_vocab), (long long)(bad / n_vocab),
+                         (double)rows[bad]);
     return SD_OK;
 }
 

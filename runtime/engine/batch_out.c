@@ -1,5 +1,6 @@
-/* runtime/engine/batch_out.c: a batcher choice's output: stop ids and limits, streaming
- * detokenization, stop strings (held back while they may still match), events. */
+/* runtime/engine/batch_out.c: a batcher choice's output once its tokens are committed
+ * (stop ids and the budget: step.c): streaming detokenization, stop strings (held back
+ * while they may still match), events. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,14 +45,10 @@ static size_t holdback(const sd_choice *c) {
     return keep;
 }
 
-int32_t sd_choice_emit(sd_batcher *b, sd_choice *c, const int32_t *toks, int32_t n,
-                       int32_t n_accepted, int lookup) {
+void sd_choice_text(sd_batcher *b, sd_choice *c, int32_t first_new) {
+    (void)b;
     const size_t from = c->text_sent;
-    const int32_t first_new = c->n_ctx;
-    /* The commit and its statistics as sd_generate's (step.c); then the text. */
-    const int32_t done =
-        sd_step_commit(&c->r->gp, b->eos, toks, n, n_accepted, lookup, c->ctx, &c->n_ctx, &c->st);
-    c->stop = c->st.stop;
+    c->stop = c->st.stop; /* the commit's (step.c): a stop id or the budget */
     for (int32_t i = first_new; i < c->n_ctx; i++) {
         const char *piece = NULL;
         size_t len = 0;
@@ -67,7 +64,6 @@ int32_t sd_choice_emit(sd_batcher *b, sd_choice *c, const int32_t *toks, int32_t
         c->st.t_first_ms = sd_time_ms() - c->r->t_submit;
         c->st.ttft_ms = c->st.t_first_ms;
     }
-    return done;
 }
 
 int sd_choice_event(sd_batcher *b, sd_choice *c) {

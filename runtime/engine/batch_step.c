@@ -339,41 +339,37 @@ static void tbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq, c
     }
 }
 
-/* Index of the first non-finite value of x[0 .. n), or -1. */
-static int64_t first_non_finite(const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return (int64_t)i;
-    return -1;
-}
-
-/* Verify choice c's rows [k + 1, n_vocab] against its proposal, every draw keyed by its
- * seed and the positions (sd_verify_keyed): greedy, Gumbel (the text then depends on
- * neither the draft nor K) or rejection sampling. */
-static int verify(sd_batcher *b, sd_choice *c, float *rows, sd_verify_result *res, sd_error *err) {
-    const sd_gen_params *gp = &c->r->gp;
-    const int32_t k = c->k, nv = b->n_vocab;
-    const int64_t bad = first_non_finite(rows, (size_t)(k + 1) * (size_t)nv);
-    if (bad >= 0)
-        return sd_errorf(err, SD_ERR_FORMAT,
-                         "%s: target: logit %lld of row %lld is %g: non-finite logits (the "
-                         "model's weights hold NaN or inf)",
-                         sd_model_path(b->tm), (long long)(bad % nv), (long long)(bad / nv),
-                         (double)rows[bad]);
-    sd_step_rows x = {gp, b->eos, nv, c->ctx, c->n_ctx, c->dtok, rows, b->probs, b->iscratch};
-    const float *q = k > 0 && !c->one_hot && draft_rows(gp) ? b->q[c->slot] : NULL;
-    return sd_step_verify(&x, k, q, seed_of(c), b->residual, res, &c->st, err);
-}
-
-/* After the pass: verify choice c (state DECODE) on rows, commit, emit. */
+/* After the pass: verify choice c (state DECODE) on rows, count the pass and commit
+ * (step.c, as sd_generate), then its text and the KV commit. Verification reads every
+ * draw keyed by the choice's seed and the positions: greedy, Gumbel (the text then
+ * depends on neither the draft nor K) or rejection sampling. */
 static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_ms, sd_error *err) {
-    sd_verify_result res;
-    int rc = verify(b, c, rows, &res, err);
-    if (rc) return rc;
+    const sd_gen_params *gp = &c->r->gp;
     const int32_t k = c->k;
-    sd_step_count_pass(&c->st, k, k > 0 && c->one_hot);
+    int rc = sd_target_check_rows(b->tm, rows, k + 1, err);
+    if (rc) return rc;
+    const int32_t first_new = c->n_ctx;
+    sd_step_pass p = {.gp = gp,
+                      .eos = b->eos,
+                      .n_vocab = b->n_vocab,
+                      .seed = seed_of(c),
+                      .ctx = c->ctx,
+                      .n_ctx = c->n_ctx,
+                      .draft = c->dtok,
+                      .k = k,
+                      .q = !c->one_hot && draft_rows(gp) ? b->q[c->slot] : NULL,
+                      .lookup = c->one_hot,
+                      .logits = rows,
+                      .probs = b->probs,
+                      .residual = b->residual,
+                      .iscratch = b->iscratch,
+                      .st = &c->st};
+    sd_verify_result res;
+    if ((rc = sd_step_finish(&p, &res, err))) return rc;
+    c->n_ctx = p.n_ctx;
     c->st.t_draft_ms += c->t_draft_ms;
     c->st.t_verify_ms += t_pass_ms;
-    sd_choice_emit(b, c, res.tokens, res.n_tokens, res.n_accepted, k > 0 && c->one_hot);
+    sd_choice_text(b, c, first_new);
     /* KV commit: both caches keep only the committed tokens (the target all but the last). */
     sd_session_seq_keep_prefix(b->ts, c->slot, c->ctx, c->n_ctx - 1);
     if (b->ds) sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, c->n_ctx);

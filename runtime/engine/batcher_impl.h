@@ -1,8 +1,9 @@
 /*
  * runtime/engine/batcher_impl.h: PRIVATE to runtime/engine. The batcher's records shared
  * by batcher.c (the face: init, submit, cancel, stats), batch_step.c (a step: admission,
- * proposals, the passes, verification) and batch_out.c (emission: stop checks, streaming
- * detokenization, stop strings, events). See sd_engine.h for what a batcher does.
+ * proposals, the passes, verification and commit through step.c) and batch_out.c (a
+ * choice's text: streaming detokenization, stop strings, events). See sd_engine.h for what a
+ * batcher does.
  */
 #ifndef SD_BATCHER_IMPL_H
 #define SD_BATCHER_IMPL_H
@@ -145,11 +146,10 @@ int32_t sd_batch_choose_k(sd_batcher *b, const sd_choice *const *d, int32_t n_d,
                           int32_t base_tokens, double base_yield);
 
 /* batch_out.c */
-/* Emit tokens toks[0 .. n) for choice c (n >= 1): stops at EOS / stop ids (not
- * emitted), max tokens, context; updates ctx, stats, detok text and stop strings.
- * Returns the number of tokens committed to ctx. Sets c->stop when the choice ends. */
-int32_t sd_choice_emit(sd_batcher *b, sd_choice *c, const int32_t *toks, int32_t n,
-                       int32_t n_accepted, int lookup);
+/* The text of choice c's tokens ctx[first_new .. n_ctx), just committed (step.c's
+ * sd_step_commit, which set the stop of a stop id or the budget): streaming
+ * detokenization, stop strings (c->stop becomes STRING at one), the first token's time. */
+void sd_choice_text(sd_batcher *b, sd_choice *c, int32_t first_new);
 /* Give the callback what is new for c (ids, final text, done). Returns the callback's
  * value (non-zero: cancel the request). */
 int sd_choice_event(sd_batcher *b, sd_choice *c);

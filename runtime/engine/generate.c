@@ -5,10 +5,10 @@
  *   draft_pass   the proposer's catch-up after passes without it (timed apart), then
  *                its proposal, timed on the controller's clock;
  *   score_pass   the target's one batched pass over [last, d1 .. dK];
- *   verify_pass  verification over rows made on demand (target_row: EOS masked,
- *                penalties, the warp), so rows after the first rejection cost nothing;
- *   commit_pass  emit up to EOS / stop ids, the statistics, both caches rolled back
- *                to the committed tokens;
+ *   finish_pass  verification over rows made on demand (EOS masked, penalties, the
+ *                warp), so rows after the first rejection cost nothing, the statistics,
+ *                the commit up to EOS / stop ids (runtime/engine/step.c, as the batcher),
+ *                and both caches rolled back to the committed tokens;
  * and the controller's observation. Each function keeps one concern; the two clocks (the
  * wall clock of the statistics, the controller's clock) meet only in draft_pass and
  * run_pass.
@@ -227,34 +227,38 @@ static int draft_pass(gen_run *g, int32_t k, int was_off, sd_proposal *prop, dou
     return SD_OK;
 }
 
-/* Verification of the pass's k drafted tokens (k = 0: the target-alone draw) over rows
- * made on demand (step.c). */
-static int verify_pass(gen_run *g, const sd_proposal *prop, int32_t k, sd_verify_result *res,
-                       sd_error *err) {
-    sd_step_rows rows = {g->gp,        g->eos,    g->n_vocab, g->ctx,     g->n_ctx,
-                         prop->tokens, g->logits, g->probs,   g->iscratch};
-    const float *q = k > 0 && !prop->one_hot ? prop->probs : NULL;
-    int rc = sd_step_verify(&rows, k, q, g->gp->seed, g->residual, res, g->st, err);
+/* Verify the pass's k drafted tokens (k = 0: the target-alone draw), count the pass and
+ * commit (step.c), then roll both caches back to the committed tokens (the KV commit).
+ * *n_new: the tokens emitted (copied to out). */
+static int finish_pass(gen_run *g, const sd_proposal *prop, int32_t k, sd_verify_result *res,
+                       int32_t *out, int32_t *n_new, sd_error *err) {
+    const int32_t first_new = g->n_ctx, n_gen0 = g->st->n_generated;
+    sd_step_pass p = {.gp = g->gp,
+                      .eos = g->eos,
+                      .n_vocab = g->n_vocab,
+                      .seed = g->gp->seed,
+                      .ctx = g->ctx,
+                      .n_ctx = g->n_ctx,
+                      .draft = prop->tokens,
+                      .k = k,
+                      .q = prop->one_hot ? NULL : prop->probs,
+                      .lookup = prop->lookup,
+                      .logits = g->logits,
+                      .probs = g->probs,
+                      .residual = g->residual,
+                      .iscratch = g->iscratch,
+                      .st = g->st};
+    int rc = sd_step_finish(&p, res, err);
     /* Name the model: a NaN logit here means corrupt weights in that file. */
     if (rc)
-        sd_error_prefix(err, rc, "%s: verification failed",
-                        sd_model_path(sd_scorer_model(g->target)));
-    return rc;
-}
-
-/* Emit the verified tokens up to a stop token, count them, and roll both caches back to
- * the committed tokens (the KV commit). Returns the number of tokens emitted. */
-static int32_t commit_pass(gen_run *g, const sd_proposal *prop, int32_t k,
-                           const sd_verify_result *res, int32_t *out) {
-    const int lookup = k > 0 && prop->lookup;
-    sd_step_count_pass(g->st, k, lookup);
-    const int32_t first_new = g->n_ctx, n_gen0 = g->st->n_generated;
-    const int32_t n = sd_step_commit(g->gp, g->eos, res->tokens, res->n_tokens, res->n_accepted,
-                                     lookup, g->ctx, &g->n_ctx, g->st);
-    memcpy(out + n_gen0, g->ctx + first_new, (size_t)n * sizeof *out);
+        return sd_error_prefix(err, rc, "%s: verification failed",
+                               sd_model_path(sd_scorer_model(g->target)));
+    g->n_ctx = p.n_ctx;
+    *n_new = g->n_ctx - first_new;
+    memcpy(out + n_gen0, g->ctx + first_new, (size_t)*n_new * sizeof *out);
     sd_scorer_commit(g->target, g->ctx, g->n_ctx);
     if (g->draft) sd_proposer_commit(g->draft, g->ctx, g->n_ctx);
-    return n;
+    return SD_OK;
 }
 
 /* One pass: K, drafting, the target pass, verification, commit, the controller. Returns
@@ -279,8 +283,7 @@ static int run_pass(gen_run *g, int32_t *out, int32_t *n_new, sd_error *err) {
     st->t_verify_ms += sd_time_ms() - t_pass0;
     if (rc) return rc;
     sd_verify_result res;
-    if ((rc = verify_pass(g, &prop, k, &res, err))) return rc;
-    *n_new = commit_pass(g, &prop, k, &res, out);
+    if ((rc = finish_pass(g, &prop, k, &res, out, n_new, err))) return rc;
 
     const double t_pass = sd_time_ms() - t_pass0, c_pass = pass_clock_ms(g->clock) - c_pass0;
     if (was_off && k_chosen == 0) {

@@ -20,7 +20,7 @@ int sd_step_is_stop(const sd_gen_params *gp, int32_t eos, int32_t t) {
 }
 
 const float *sd_step_row(void *user, int32_t i, sd_error *err) {
-    const sd_step_rows *x = user;
+    const sd_step_pass *x = user;
     const sd_gen_params *gp = x->gp;
     const int32_t nv = x->n_vocab;
     float *row = x->logits + (size_t)i * (size_t)nv;
@@ -35,13 +35,18 @@ const float *sd_step_row(void *user, int32_t i, sd_error *err) {
     return sd_warp(&gp->samp, row, nv, p, x->iscratch, err) ? NULL : p;
 }
 
-int sd_step_verify(sd_step_rows *rows, int32_t k, const float *q, uint64_t seed, float *residual,
-                   sd_verify_result *res, sd_gen_stats *st, sd_error *err) {
+int sd_step_finish(sd_step_pass *p, sd_verify_result *res, sd_error *err) {
     const double t = sd_time_ms();
-    const int rc = sd_verify_keyed(&rows->gp->samp, rows->draft, k, q, sd_step_row, rows,
-                                   rows->n_vocab, seed, rows->n_ctx, residual, res, err);
-    st->t_sample_ms += sd_time_ms() - t;
-    return rc;
+    const int rc =
+        sd_verify_keyed(&p->gp->samp, p->draft, p->k, p->k > 0 ? p->q : NULL, sd_step_row, p,
+                        p->n_vocab, p->seed, p->n_ctx, p->residual, res, err);
+    p->st->t_sample_ms += sd_time_ms() - t;
+    if (rc) return rc;
+    const int lookup = p->k > 0 && p->lookup;
+    sd_step_count_pass(p->st, p->k, lookup);
+    sd_step_commit(p->gp, p->eos, res->tokens, res->n_tokens, res->n_accepted, lookup, p->ctx,
+                   &p->n_ctx, p->st);
+    return SD_OK;
 }
 
 void sd_step_count_pass(sd_gen_stats *st, int32_t k, int lookup) {

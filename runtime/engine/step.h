@@ -4,12 +4,11 @@
  * many sequences) share, so the two clients decide the same K, read the same target rows,
  * verify with the same call and count the same statistics:
  *   sd_step_cap_k        K capped by the token budget and the context;
- *   sd_step_rows         a sequence's target rows, made when verification reads them
- *                        (EOS and stop ids masked under ignore_eos, penalties, warp);
- *   sd_step_verify       the verification call (sd_verify_keyed over those rows);
- *   sd_step_count_pass   a pass's statistics (passes, K, drafted, lookup);
- *   sd_step_commit       the verified tokens committed up to a stop id or the budget,
- *                        with their statistics and the stop reason;
+ *   sd_step_finish       the end of a sequence's pass: verification over its target rows
+ *                        made on demand (sd_step_row: EOS and stop ids masked under
+ *                        ignore_eos, penalties, warp), the pass's statistics
+ *                        (sd_step_count_pass), the commit up to a stop id or the budget
+ *                        with its statistics and stop reason (sd_step_commit);
  *   sd_step_add_eog      the vocabulary's end-of-generation ids merged into the stop ids.
  */
 #ifndef SD_ENGINE_STEP_H
@@ -26,28 +25,30 @@ int32_t sd_step_cap_k(const sd_gen_params *gp, int32_t k, int32_t n_generated, i
 /* 1 if t ends generation: eos or one of gp's stop ids. */
 int sd_step_is_stop(const sd_gen_params *gp, int32_t eos, int32_t t);
 
-/* One sequence's rows of a pass, as verification reads them (sd_step_row). */
-typedef struct sd_step_rows {
-    const sd_gen_params *gp;
+/* One sequence's pass once the target's rows are in: its request, its committed tokens,
+ * the proposal, the rows and the scratch they are verified with. */
+typedef struct sd_step_pass {
+    const sd_gen_params *gp; /* its stop ids hold the end-of-generation ids (sd_step_add_eog) */
     int32_t eos, n_vocab;
-    const int32_t *ctx; /* [n_ctx] committed tokens (the penalties' history) */
-    int32_t n_ctx;
-    const int32_t *draft; /* [k] the pass's drafted tokens */
+    uint64_t seed;        /* the key of the sequence's draws */
+    int32_t *ctx;         /* [n_ctx + k + 1 at least] committed tokens; the commit appends */
+    int32_t n_ctx;        /* committed, advanced by the commit */
+    const int32_t *draft; /* [k] the drafted tokens */
+    int32_t k;            /* drafted (0: the target-alone draw) */
+    const float *q;       /* [k, n_vocab] the draft's rows (rejection sampling), or NULL */
+    int lookup;           /* the proposal is an n-gram lookup (statistics) */
     float *logits;        /* [k + 1, n_vocab] the target's rows, masked and penalised in place */
     float *probs;         /* [k + 1, n_vocab] warped rows (sampling) */
+    float *residual;      /* [n_vocab] */
     int32_t *iscratch;    /* [n_vocab] */
-} sd_step_rows;
+    sd_gen_stats *st;
+} sd_step_pass;
 
-/* Row i of the pass (sd_row_fn; user is an sd_step_rows): EOS and the stop ids masked
- * (ignore_eos), the penalties of its history (the committed tokens, then the drafts
- * before it), and for sampling the warp. NULL with err set when the warp fails. */
+/* Row i of the pass (sd_verify_row_fn; user is an sd_step_pass), made when verification
+ * first reads it: EOS and the stop ids masked (ignore_eos), the penalties of its history
+ * (the committed tokens, then the drafts before it), and for sampling the warp. NULL
+ * with err set when the warp fails. */
 const float *sd_step_row(void *user, int32_t i, sd_error *err);
-
-/* Verify the pass's k drafts (k = 0: the target-alone draw) against rows, every draw
- * keyed by seed and the positions; q: the draft's [k, n_vocab] rows (rejection
- * sampling of a non-one-hot proposal) or NULL. Time spent goes to st->t_sample_ms. */
-int sd_step_verify(sd_step_rows *rows, int32_t k, const float *q, uint64_t seed, float *residual,
-                   sd_verify_result *res, sd_gen_stats *st, sd_error *err);
 
 /* A pass that drafted k tokens (lookup: a one-hot n-gram proposal): n_target_passes,
  * k_hist, n_drafted, drafted_at and the lookup counts. */
@@ -60,6 +61,13 @@ void sd_step_count_pass(sd_gen_stats *st, int32_t k, int lookup);
 int32_t sd_step_commit(const sd_gen_params *gp, int32_t eos, const int32_t *toks, int32_t n,
                        int32_t n_accepted, int lookup, int32_t *ctx, int32_t *n_ctx,
                        sd_gen_stats *st);
+
+/* The end of one sequence's pass, for both clients: verify the k drafts against the rows
+ * made on demand (sd_step_row; every draw keyed by seed and the positions; its time in
+ * st->t_sample_ms), count the pass, and commit the verified tokens (sd_step_commit).
+ * Returns the verification's status; on success p->n_ctx is past the committed tokens
+ * and *res holds what verification gave. The caches are the caller's to roll back. */
+int sd_step_finish(sd_step_pass *p, sd_verify_result *res, sd_error *err);
 
 /* Add the vocabulary's end-of-generation ids (<|im_end|>, <|eot_id|> ...) that g lacks to
  * its stop ids, as llama.cpp stops at them. SD_ERR_UNSUPPORTED when they do not fit. */
