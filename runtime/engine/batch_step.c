@@ -531,8 +531,10 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         for (int32_t j = 0; j < b->running[i]->n_choices; j++)
             b->running[i]->ch[j].in_pass = 0;
 
-    /* 1. Proposals (requests whose prompt is in start decoding first). */
-    int rc = start_decoding(b, err);
+    /* 1. Proposals (requests whose prompt is in start decoding first; a failed fork ends
+     * its own request only, and the step returns its error after the pass). */
+    const int rc_start = start_decoding(b, err);
+    int rc = SD_OK;
     plan_k(b);
     for (int32_t i = 0; i < b->n_running && !rc; i++) {
         sd_req *r = b->running[i];
@@ -614,5 +616,5 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
     update_stats(b, gen1 - gen0, drafted1 - drafted0, accepted1 - accepted0, nrow, nb > 0,
                  sd_time_ms() - t0);
     pthread_mutex_unlock(&b->mu);
-    return rc;
+    return rc ? rc : rc_start;
 }
