@@ -119,6 +119,14 @@ static int draft_error(const llm_proposer *p, int rc, sd_error *err) {
     return rc;
 }
 
+int32_t sd_draft_room(const int32_t *ctx, int32_t n_ctx, int32_t k, int32_t n_ctx_draft,
+                      int32_t n_vocab_draft) {
+    if (k > n_ctx_draft - n_ctx + 1) k = n_ctx_draft - n_ctx + 1;
+    for (int32_t i = 0; i < n_ctx && k > 0; i++)
+        if (ctx[i] < 0 || ctx[i] >= n_vocab_draft) k = 0;
+    return k < 0 ? 0 : k;
+}
+
 /* 1 if every id of ctx[0 .. n) is one the draft can evaluate. */
 static int draft_knows(const llm_proposer *p, const int32_t *ctx, int32_t n) {
     for (int32_t i = 0; i < n; i++)
@@ -229,13 +237,10 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
     if (!view) return SD_OK; /* does not fit the draft's context */
     ctx = view;
     n_ctx = n_view;
-    /* Room: the cache will hold ctx[0 .. n_ctx) plus the first k - 1 drafted tokens
-     * (the last drafted token is never evaluated). Draft fewer near the limit. */
-    const int32_t n_room = sd_session_n_ctx(p->sess) - n_ctx + 1;
-    if (n_room < 1) return SD_OK; /* out of draft context: target continues alone */
-    if (k > n_room) k = n_room;
-    /* A target id the draft lacks (vocabularies may differ in size): no proposal. */
-    if (!draft_knows(p, ctx, n_ctx)) return SD_OK;
+    /* Room in the draft's context, ids it has (sd_draft_room): else no proposal and the
+     * target continues alone. */
+    k = sd_draft_room(ctx, n_ctx, k, sd_session_n_ctx(p->sess), p->n_vocab);
+    if (k < 1) return SD_OK;
     /* Roll back to the accepted prefix and catch up with everything but the last
      * committed token, which is fed below together with its logits. */
     int rc = sd_session_sync(p->sess, ctx, n_ctx - 1, err);

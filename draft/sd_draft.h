@@ -136,6 +136,16 @@ void sd_proposer_reset(sd_proposer *p, const sd_sampling_params *samp, uint64_t 
 void sd_proposer_set_cutoff(sd_proposer *p, float p_min, int32_t n_min);
 
 /*
+ * How many tokens an LLM draft may propose after a context ctx[0 .. n_ctx) (the one it
+ * evaluates), at most k: its cache will hold the context and every draft but the last,
+ * so fewer near the end of its n_ctx_draft positions, and none when the context holds
+ * an id outside its vocabulary [0, n_vocab_draft) (the vocabularies may differ in size).
+ * The LLM proposer's cap and the batcher's, so both draft as many.
+ */
+int32_t sd_draft_room(const int32_t *ctx, int32_t n_ctx, int32_t k, int32_t n_ctx_draft,
+                      int32_t n_vocab_draft);
+
+/*
  * The LLM proposer's rule for one drafted position, for every caller that drafts from a
  * draft model's logits rows (the LLM proposer, one sequence; the batcher, a row per
  * sequence of a batched draft pass), so both draft the same tokens with the same

@@ -150,11 +150,8 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
         }
     }
     if (gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM) {
-        /* The draft's cache will hold ctx and the first k - 1 drafts: draft fewer near its
-         * context limit, none when the context holds an id the draft lacks. */
-        if (k > b->n_ctx_d - c->n_ctx + 1) k = b->n_ctx_d - c->n_ctx + 1;
-        for (int32_t i = 0; i < c->n_ctx && k > 0; i++)
-            if (c->ctx[i] >= b->n_vocab_d) k = 0;
+        /* Fewer near the draft's context limit, none for an id it lacks (as the proposer). */
+        k = sd_draft_room(c->ctx, c->n_ctx, k, b->n_ctx_d, b->n_vocab_d);
         c->k_want = k;
         c->llm = c->used_llm = k > 0;
     }
