@@ -11,6 +11,8 @@
  * is the reference of the other's text beyond that: greedy output is checked against target-alone
  * decoding elsewhere (test_spec, test_batcher).
  *
+ * Also sd_stats_add (figures over several runs from the pooled counts).
+ *
  * Pairs: the shipped TinyStories pair of models/ (runs everywhere) and SmolLM2-135M
  * with the project's draft (configs/smollm2-135m-pair.json; skipped when
  * models/downloaded lacks the target).
@@ -209,4 +211,29 @@ Test(golden, smollm2_pair) {
     static const char *const prompts[] = {"Once upon a time", "The capital of France is",
                                           "def fibonacci(n):"};
     run_pair(SMOL_T, SMOL_D, prompts, 3, 48);
+}
+
+/* Figures over several runs (bench, a request's choices) come from their statistics added
+ * up: the sum's derived figures are those of the pooled counts. */
+Test(golden, stats_add_pools_the_counts) {
+    sd_gen_stats a, b, sum;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&sum, 0, sizeof sum);
+    a.n_generated = 10, a.n_stop_tokens = 1, a.n_target_passes = 4, a.n_drafted = 12;
+    a.n_accepted = 7, a.drafted_at[0] = 4, a.accepted_at[0] = 3, a.k_hist[3] = 4;
+    a.t_total_ms = 50.0, a.t_prefill_ms = 10.0;
+    b.n_generated = 5, b.n_stop_tokens = 0, b.n_target_passes = 5, b.n_drafted = 0;
+    b.k_hist[0] = 5, b.t_total_ms = 30.0, b.t_prefill_ms = 5.0;
+    sd_stats_add(&sum, &a);
+    sd_stats_add(&sum, &b);
+    cr_assert_eq(sum.n_generated, 15);
+    cr_assert_eq(sum.n_target_passes, 9);
+    cr_assert_eq(sum.k_hist[0], 5);
+    cr_assert_eq(sum.k_hist[3], 4);
+    cr_assert_float_eq(sd_stats_tokens_per_pass(&sum), 16.0 / 9.0, 1e-12, "stop token included");
+    cr_assert_float_eq(sd_stats_acceptance_rate(&sum), 7.0 / 12.0, 1e-12);
+    cr_assert_float_eq(sd_stats_accept_at(&sum, 0), 3.0 / 4.0, 1e-12);
+    cr_assert_float_eq(sd_stats_mean_k(&sum), 12.0 / 9.0, 1e-12);
+    cr_assert_float_eq(sd_stats_tokens_per_s(&sum), 15.0 / (65.0 * 1e-3), 1e-9);
 }
