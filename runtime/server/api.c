@@ -316,6 +316,18 @@ static int completion_prompt(sd_server *s, json_t *o, int32_t **ids, int32_t *n,
 
 /* ---- the record between the HTTP thread and the engine ---- */
 
+void srv_gen_ref(srv_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    g->refs++;
+    pthread_mutex_unlock(&g->mu);
+}
+
+void srv_gen_closed(srv_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    g->fd = -1;
+    pthread_mutex_unlock(&g->mu);
+}
+
 void srv_gen_unref(srv_gen *g) {
     pthread_mutex_lock(&g->mu);
     const int last = --g->refs == 0;

@@ -234,6 +234,7 @@ typedef struct conn {
     int preflight;      /* OPTIONS on a known path */
     const char *origin; /* the Origin to allow (the request's header), or NULL */
     srv_gen *gen;       /* a generation waiting for its end (r.pending) */
+    srv_gen *sgen;      /* a stream's record (a reference: its socket forgotten at close) */
 } conn;
 
 static srv_track *track_of(struct MHD_Connection *c) {
@@ -307,6 +308,8 @@ static enum MHD_Result queue_reply(sd_server *s, struct MHD_Connection *c, conn 
             srv_stream_free(r->gen);
             return MHD_NO;
         }
+        srv_gen_ref(r->gen);
+        k->sgen = r->gen;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
     } else {
@@ -483,6 +486,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ptr,
     sd_server *s = cls;
     conn *k = *ptr;
     if (!k) return;
+    if (k->sgen) { /* before the socket is closed (and its number reused) */
+        srv_gen_closed(k->sgen);
+        srv_gen_unref(k->sgen);
+    }
     if (k->gen) { /* closed while pending (daemon stop): cancel and let go */
         srv_reply r;
         memset(&r, 0, sizeof r);

@@ -46,7 +46,7 @@ typedef struct srv_choice {
 typedef struct srv_gen {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int refs; /* the HTTP side and the engine side */
+    int refs; /* the HTTP side, the engine side, and a stream's connection */
     struct sd_server *srv;
     int64_t id;
     int chat, stream, include_usage;
@@ -108,8 +108,11 @@ void srv_generate_finish(srv_gen *g, srv_reply *r);
 /* The stream's content reader and its free callback (libmicrohttpd signatures). */
 ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max);
 void srv_stream_free(void *cls);
-/* Let go of one reference (the record is freed at the last). */
+/* Take / let go of one reference (the record is freed at the last). */
+void srv_gen_ref(srv_gen *g);
 void srv_gen_unref(srv_gen *g);
+/* The connection is closing: its socket is no longer g's to look at. */
+void srv_gen_closed(srv_gen *g);
 
 /* misc.c */
 void srv_models(sd_server *s, srv_reply *r);
