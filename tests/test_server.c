@@ -899,9 +899,11 @@ Test(server, llama_server_compatibility) {
     cr_expect_eq(
         http(&s, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":600}", NULL, &o),
         400);
-    json_t *e = json_object_get(json_loads(o, 0, NULL), "error");
+    json_t *eo = json_loads(o, 0, NULL);
+    json_t *e = json_object_get(eo, "error");
     cr_expect_str_eq(json_string_value(json_object_get(e, "code")), "context_length_exceeded", "%s",
                      o);
+    json_decref(eo);
     free(o);
     cr_expect_eq(srv_stop(&s, 30), 0);
 }
