@@ -1055,6 +1055,10 @@ Test(server, disconnect_cancels_and_slow_clients_do_not_stall) {
     free(o);
     expect_pools_balance(&s);
     cr_expect_eq(srv_stop(&s, 30), 0);
+    /* A client that went away is an ordinary event: no error line in the log. */
+    char *log = slurp(s.log);
+    cr_expect_null(strstr(log ? log : "", "rror"), "the server log has an error line:\n%s", log);
+    free(log);
 }
 
 /* SIGTERM with a stream in flight: the stream finishes, the server exits 0; with a zero
