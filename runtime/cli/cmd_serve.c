@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "runtime/cli/cli.h"
 #include "runtime/engine/sd_engine.h"
@@ -33,12 +34,17 @@ enum {
     OPT_CONT_BATCHING,
     OPT_SHUTDOWN_TIMEOUT,
     OPT_NO_DRAFT,
+    OPT_MAX_CONNECTIONS,
+    OPT_TIMEOUT,
+    OPT_THREADS_HTTP,
+    OPT_CORS_ORIGINS,
 };
 
 typedef struct serve_cli {
     sd_cli_gen_opts g;
-    const char *host, *api_key, *api_key_file, *alias, *chat_template;
+    const char *host, *api_key, *api_key_file, *alias, *chat_template, *cors_origins;
     int64_t port, parallel, kv_block, max_queue, max_body, batch;
+    int64_t max_connections, timeout, threads_http;
     double shutdown_timeout;
     int no_prefix_cache, kv_unified, no_draft;
 } serve_cli;
@@ -67,9 +73,19 @@ static void serve_help(FILE *f) {
             "  --max-queue N           requests waiting beyond the parallel ones (64); more:\n"
             "                          503 with Retry-After\n"
             "  --no-prefix-cache       do not reuse the KV blocks of earlier prompts\n"
-            "  --api-key KEY           require 'Authorization: Bearer KEY' (not on / and\n"
-            "                          /health); --api-key-file FILE reads it from a file\n"
-            "  --max-body N            largest request body in bytes (1048576)\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'\n"
+            "                          (not on /, /health, OPTIONS); --api-key-file FILE reads\n"
+            "                          it from a file; an empty key is refused\n"
+            "  --max-body N            largest request body in bytes (1048576); more: 413\n"
+            "  --max-connections N     open connections at once (1024); more are closed at\n"
+            "                          accept\n"
+            "  --timeout S             seconds a request's headers and body may take to\n"
+            "                          arrive, and that an answer may wait for its client to\n"
+            "                          read (60); slower connections are closed\n"
+            "  --threads-http N        threads polling the connections (4)\n"
+            "  --cors-origins LIST     origins allowed to call from a browser: '*' or a comma\n"
+            "                          list (none): Access-Control-Allow-Origin on answers,\n"
+            "                          OPTIONS preflights answered\n"
             "  --alias NAME            the model id /v1/models lists (the target's file name)\n"
             "  --chat-template NAME    a built-in template instead of the model's\n"
             "  --shutdown-timeout S    seconds in-flight requests get after SIGTERM (30)\n"
@@ -141,6 +157,21 @@ static int serve_option(int o, const char *arg, void *user) {
     case OPT_NO_DRAFT:
         c->no_draft = 1;
         return 0;
+    case OPT_MAX_CONNECTIONS:
+        if (sd_cli_parse_i64(arg, 1, 1 << 20, &c->max_connections))
+            return sd_cli_usage(h, "--max-connections: expected 1 .. 1048576, found '%s'", arg);
+        return 0;
+    case OPT_TIMEOUT:
+        if (sd_cli_parse_i64(arg, 1, 86400, &c->timeout))
+            return sd_cli_usage(h, "--timeout: expected 1 .. 86400 seconds, found '%s'", arg);
+        return 0;
+    case OPT_THREADS_HTTP:
+        if (sd_cli_parse_i64(arg, 1, 256, &c->threads_http))
+            return sd_cli_usage(h, "--threads-http: expected 1 .. 256, found '%s'", arg);
+        return 0;
+    case OPT_CORS_ORIGINS:
+        c->cors_origins = arg[0] ? arg : NULL;
+        return 0;
     case 'h':
         serve_help(stdout);
         return -1;
@@ -170,6 +201,10 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
         {"cont-batching", no_argument, 0, OPT_CONT_BATCHING},
         {"shutdown-timeout", required_argument, 0, OPT_SHUTDOWN_TIMEOUT},
         {"no-draft", no_argument, 0, OPT_NO_DRAFT},
+        {"max-connections", required_argument, 0, OPT_MAX_CONNECTIONS},
+        {"timeout", required_argument, 0, OPT_TIMEOUT},
+        {"threads-http", required_argument, 0, OPT_THREADS_HTTP},
+        {"cors-origins", required_argument, 0, OPT_CORS_ORIGINS},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -181,6 +216,9 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
     c->max_body = 1 << 20;
     c->batch = 512;
     c->shutdown_timeout = 30.0;
+    c->max_connections = 1024;
+    c->timeout = 60;
+    c->threads_http = 4;
     return sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, serve_option, c);
 }
 
@@ -211,6 +249,21 @@ static void log_line(void *user, const char *line) {
 static void note_line(void *user, const char *line) {
     (void)user;
     fprintf(stderr, "specdec: note: %s\n", line);
+}
+
+/* Raise the soft limit on open files to want (at most the hard limit): each connection
+ * holds a socket. A note when the hard limit is lower. */
+static void raise_fd_limit(rlim_t want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return;
+    const rlim_t cap = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want : rl.rlim_max;
+    rl.rlim_cur = cap;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (cap < want)
+        fprintf(stderr,
+                "specdec: note: open files limited to %llu (ulimit -n): fewer connections than "
+                "--max-connections can be open\n",
+                (unsigned long long)cap);
 }
 
 /* "2 x L layers x H KV heads x D head dim x B bytes" for the start-up line. */
@@ -256,7 +309,20 @@ int sd_cmd_serve(int argc, char **argv) {
         if ((rc = sd_cli_read_file(c.api_key_file, &key, &len, &err))) goto done;
         while (len && (key[len - 1] == '\n' || key[len - 1] == '\r'))
             key[--len] = '\0';
+        if (strlen(key) != len) { /* a NUL would cut the key short */
+            exit_code =
+                sd_cli_usage(HINT, "--api-key-file %s: the key holds a NUL byte", c.api_key_file);
+            goto done;
+        }
         c.api_key = key;
+    }
+    /* An empty key would let every client in: a deployment that meant to require one
+     * must not start open. */
+    if (c.api_key && !c.api_key[0]) {
+        exit_code = sd_cli_usage(HINT, "%s",
+                                 c.api_key_file ? "--api-key-file: the file holds an empty key"
+                                                : "--api-key: the key is empty");
+        goto done;
     }
     /* The pool: -c positions over every sequence (default 4096 per sequence); a sequence
      * gets its share, or the whole with --kv-unified; capped at the training context. */
@@ -304,6 +370,12 @@ int sd_cmd_serve(int argc, char **argv) {
     sp.port = (int)c.port;
     sp.api_key = c.api_key;
     sp.max_body = (size_t)c.max_body;
+    sp.max_connections = (int32_t)c.max_connections;
+    sp.timeout_s = (int32_t)c.timeout;
+    sp.http_threads = (int32_t)c.threads_http;
+    sp.cors_origins = c.cors_origins;
+    sp.n_slots = (int32_t)np;
+    raise_fd_limit((rlim_t)c.max_connections + 64);
     sp.model_name = c.alias;
     sp.chat_template = c.chat_template;
     sp.gen = gp;

@@ -3,6 +3,7 @@
  * callback filling the request's buffers, and the answer (one JSON object, or
  * server-sent events in the OpenAI format). */
 #include <errno.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,9 @@
 #include <time.h>
 
 #include "runtime/server/server_impl.h"
+
+/* OpenAI's system_fingerprint: the backend that answered (the server runs on the CPU). */
+#define SRV_FINGERPRINT "specdec-cpu"
 
 /* ---- fields ---- */
 
@@ -87,6 +91,11 @@ static int refuse_unsupported(json_t *o, srv_reply *r) {
     v = field(o, "best_of");
     if (v && !(json_is_integer(v) && json_integer_value(v) == 1))
         return bad_field(r, "best_of", "is not supported (only 1)");
+    /* llama-server's constrained-output fields: never silently unconstrained. */
+    v = field(o, "grammar");
+    if (v) return bad_field(r, "grammar", "is not supported (no constrained decoding)");
+    v = field(o, "json_schema");
+    if (v) return bad_field(r, "json_schema", "is not supported (no constrained decoding)");
     v = field(o, "response_format");
     if (v) {
         json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
@@ -307,6 +316,18 @@ static int completion_prompt(sd_server *s, json_t *o, int32_t **ids, int32_t *n,
 
 /* ---- the record between the HTTP thread and the engine ---- */
 
+void srv_gen_ref(srv_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    g->refs++;
+    pthread_mutex_unlock(&g->mu);
+}
+
+void srv_gen_closed(srv_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    g->fd = -1;
+    pthread_mutex_unlock(&g->mu);
+}
+
 void srv_gen_unref(srv_gen *g) {
     pthread_mutex_lock(&g->mu);
     const int last = --g->refs == 0;
@@ -320,22 +341,6 @@ void srv_gen_unref(srv_gen *g) {
     free(g);
 }
 
-static int buf_add(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 1024;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *nb = realloc(*b, c);
-        if (!nb) return -1;
-        *b = nb;
-        *cap = c;
-    }
-    memcpy(*b + *len, s, n);
-    *len += n;
-    (*b)[*len] = '\0';
-    return 0;
-}
-
 static const char *finish_reason(sd_stop_reason st) {
     switch (st) {
     case SD_STOP_MAX_TOKENS:
@@ -346,6 +351,10 @@ static const char *finish_reason(sd_stop_reason st) {
     default:
         return "stop";
     }
+}
+
+static double round4(double x) {
+    return isfinite(x) ? round(x * 1e4) / 1e4 : 0.0;
 }
 
 /* specdec's statistics of choices [i0, i1). */
@@ -361,11 +370,13 @@ static json_t *spec_stats(const srv_gen *g, int32_t i0, int32_t i1) {
         if (i == i0 || st->ttft_ms < ttft) ttft = st->ttft_ms;
         tps += sd_stats_tokens_per_s(st);
     }
+    /* Rounded to what a reader uses (and printed with 6 significant digits). */
     return json_pack("{s:I,s:I,s:I,s:f,s:I,s:f,s:f,s:f}", "tokens", (json_int_t)gen, "drafted",
                      (json_int_t)drafted, "accepted", (json_int_t)accepted, "acceptance_rate",
-                     drafted ? (double)accepted / (double)drafted : 0.0, "target_passes",
-                     (json_int_t)passes, "tokens_per_pass", passes ? (double)gen / passes : 0.0,
-                     "tokens_per_s", tps, "ttft_ms", ttft);
+                     round4(drafted ? (double)accepted / (double)drafted : 0.0), "target_passes",
+                     (json_int_t)passes, "tokens_per_pass",
+                     round4(passes ? (double)gen / passes : 0.0), "tokens_per_s", round4(tps),
+                     "ttft_ms", round4(ttft));
 }
 
 static json_t *usage(const srv_gen *g) {
@@ -384,19 +395,20 @@ static json_t *jstr(const char *s, size_t n) {
 
 /* Append one server-sent event holding j (a reference taken). Under g->mu. */
 static void sse_event(srv_gen *g, json_t *j) {
-    char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char *t = j ? json_dumps(j, SRV_JSON_FLAGS) : NULL;
     json_decref(j);
-    if (!t || buf_add(&g->sse, &g->sse_len, &g->sse_cap, "data: ", 6) ||
-        buf_add(&g->sse, &g->sse_len, &g->sse_cap, t, strlen(t)) ||
-        buf_add(&g->sse, &g->sse_len, &g->sse_cap, "\n\n", 2))
+    if (!t || sd_buf_append(&g->sse, &g->sse_len, &g->sse_cap, "data: ", 6) ||
+        sd_buf_append(&g->sse, &g->sse_len, &g->sse_cap, t, strlen(t)) ||
+        sd_buf_append(&g->sse, &g->sse_len, &g->sse_cap, "\n\n", 2))
         g->oom = 1;
     free(t);
 }
 
 static json_t *chunk_head(const srv_gen *g) {
-    return json_pack("{s:s,s:s,s:I,s:s}", "id", g->cmpl_id, "object",
+    return json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", g->cmpl_id, "object",
                      g->chat ? "chat.completion.chunk" : "text_completion", "created",
-                     (json_int_t)g->created, "model", g->srv->model_name);
+                     (json_int_t)g->created, "model", g->srv->model_name, "system_fingerprint",
+                     SRV_FINGERPRINT);
 }
 
 /* The stream's chunk for choice i: a text delta, or the end of the choice. */
@@ -423,12 +435,19 @@ static void sse_choice(srv_gen *g, int32_t i, const char *text, size_t len, int 
     sse_event(g, j);
 }
 
+/* Resume the connection if it waits for news (under g->mu). */
+static void wake(srv_gen *g) {
+    if (!g->suspended) return;
+    g->suspended = 0;
+    MHD_resume_connection(g->conn);
+}
+
 /* The engine's callback (the stepping thread). */
 static int on_event(void *user, const sd_req_event *ev) {
     srv_gen *g = user;
     pthread_mutex_lock(&g->mu);
     srv_choice *c = &g->ch[ev->index];
-    if (ev->len && buf_add(&c->text, &c->len, &c->cap, ev->text, ev->len)) g->oom = 1;
+    if (ev->len && sd_buf_append(&c->text, &c->len, &c->cap, ev->text, ev->len)) g->oom = 1;
     if (ev->done) {
         c->done = 1;
         c->stop = ev->stop;
@@ -447,26 +466,17 @@ static int on_event(void *user, const sd_req_event *ev) {
             json_object_set_new(j, "usage", usage(g));
             sse_event(g, j);
         }
-        if (buf_add(&g->sse, &g->sse_len, &g->sse_cap, "data: [DONE]\n\n", 14)) g->oom = 1;
+        if (sd_buf_append(&g->sse, &g->sse_len, &g->sse_cap, "data: [DONE]\n\n", 14)) g->oom = 1;
     }
+    /* A client that reset the connection (suspended: nobody else looks) cancels; the done
+     * events that follow wake the connection. */
+    if (!all && !g->cancelled && srv_peer_reset(g->fd)) g->cancelled = 1;
+    if (g->oom && !all) g->cancelled = 1;
     const int cancel = g->cancelled;
-    pthread_cond_broadcast(&g->cv);
+    if (all || g->stream) wake(g);
     pthread_mutex_unlock(&g->mu);
     if (all) srv_gen_unref(g); /* the engine's reference */
     return cancel;
-}
-
-/* Wait (under g->mu) up to 100 ms for news; 1 if the peer went away. */
-static int wait_news(srv_gen *g) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&g->cv, &g->mu, &ts);
-    return srv_peer_gone(g->fd);
 }
 
 static void cancel_gen(srv_gen *g) {
@@ -481,26 +491,29 @@ ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     srv_gen *g = cls;
     pthread_mutex_lock(&g->mu);
-    for (;;) {
-        if (g->sse_off < g->sse_len) {
-            size_t n = g->sse_len - g->sse_off;
-            if (n > max) n = max;
-            memcpy(buf, g->sse + g->sse_off, n);
-            g->sse_off += n;
-            if (g->sse_off == g->sse_len) g->sse_off = g->sse_len = 0;
-            pthread_mutex_unlock(&g->mu);
-            return (ssize_t)n;
-        }
-        if (g->n_done == g->n_choices) {
-            pthread_mutex_unlock(&g->mu);
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        }
-        if (g->oom || wait_news(g)) {
-            pthread_mutex_unlock(&g->mu);
-            cancel_gen(g);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
+    if (g->sse_off < g->sse_len) {
+        size_t n = g->sse_len - g->sse_off;
+        if (n > max) n = max;
+        memcpy(buf, g->sse + g->sse_off, n);
+        g->sse_off += n;
+        if (g->sse_off == g->sse_len) g->sse_off = g->sse_len = 0;
+        pthread_mutex_unlock(&g->mu);
+        return (ssize_t)n;
     }
+    if (g->n_done == g->n_choices) {
+        pthread_mutex_unlock(&g->mu);
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    if (g->oom) {
+        pthread_mutex_unlock(&g->mu);
+        cancel_gen(g);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    /* Nothing to send yet: off the polling threads until the callback has news. */
+    g->suspended = 1;
+    MHD_suspend_connection(g->conn);
+    pthread_mutex_unlock(&g->mu);
+    return 0;
 }
 
 void srv_stream_free(void *cls) {
@@ -524,14 +537,37 @@ static void final_json(srv_gen *g, srv_reply *r) {
                            "logprobs", "finish_reason", finish_reason(c->stop));
         json_array_append_new(choices, ch);
     }
-    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:o}", "id", g->cmpl_id, "object",
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", g->cmpl_id, "object",
                           g->chat ? "chat.completion" : "text_completion", "created",
-                          (json_int_t)g->created, "model", g->srv->model_name, "choices", choices,
-                          "usage", usage(g), "speculative", spec_stats(g, 0, g->n_choices));
+                          (json_int_t)g->created, "model", g->srv->model_name, "system_fingerprint",
+                          SRV_FINGERPRINT, "choices", choices, "usage", usage(g), "speculative",
+                          spec_stats(g, 0, g->n_choices));
     srv_json(r, 200, j);
 }
 
-void srv_generate(sd_server *s, int chat, const char *body, size_t len, int fd, srv_reply *r) {
+void srv_generate_finish(srv_gen *g, srv_reply *r) {
+    pthread_mutex_lock(&g->mu);
+    const int complete = g->n_done == g->n_choices, oom = g->oom, cancelled = g->cancelled;
+    pthread_mutex_unlock(&g->mu);
+    int failed = 0;
+    for (int32_t i = 0; complete && i < g->n_choices; i++)
+        failed |= g->ch[i].stop == SD_STOP_NONE;
+    if (!complete || cancelled) {
+        cancel_gen(g); /* the client left */
+        srv_error(r, 499, "server_error", NULL, "client closed the connection");
+    } else if (oom) {
+        srv_error(r, 500, "server_error", NULL, "out of memory building the answer");
+    } else if (failed) {
+        srv_error(r, 500, "server_error", NULL,
+                  "generation failed (the server log names the error)");
+    } else {
+        final_json(g, r);
+    }
+    srv_gen_unref(g);
+}
+
+void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct MHD_Connection *c,
+                  int fd, srv_reply *r) {
     if (atomic_load(&s->stopping)) {
         srv_error(r, 503, "server_error", NULL, "the server is shutting down");
         r->retry_after = "5";
@@ -552,7 +588,9 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, int fd, 
         memset(&ps, 0, sizeof ps);
         ps.messages = msgs;
         ps.n_messages = n_msgs;
+        /* A model without a template gets chatml (as llama-server), not a 400. */
         ps.tmpl = s->p.chat_template;
+        if (!ps.tmpl && !sd_vocab_chat_template(sd_engine_vocab(s->e))) ps.tmpl = "chatml";
         sd_error err = {0};
         if (sd_prompt_tokenize(sd_engine_vocab(s->e), &ps, &ids, &n_ids, &err)) {
             srv_error(r, 400, "invalid_request_error", "messages", "messages: %s", err.msg);
@@ -563,6 +601,7 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, int fd, 
     }
     const int32_t n_ctx = sd_batcher_n_ctx(s->b);
     if (n_ids >= n_ctx) {
+        r->code = "context_length_exceeded";
         srv_error(r, 400, "invalid_request_error", chat ? "messages" : "prompt",
                   "the prompt is %d tokens: the context holds %d (with room for one more)", n_ids,
                   n_ctx);
@@ -570,6 +609,7 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, int fd, 
     }
     if (!q.has_max && q.gp.n_predict > n_ctx - n_ids) q.gp.n_predict = n_ctx - n_ids;
     if ((int64_t)n_ids + q.gp.n_predict > n_ctx) {
+        r->code = "context_length_exceeded";
         srv_error(r, 400, "invalid_request_error", "max_tokens",
                   "the prompt (%d tokens) plus max_tokens (%d) exceed the context of %d tokens",
                   n_ids, q.gp.n_predict, n_ctx);
@@ -590,6 +630,7 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, int fd, 
     g->n_choices = q.n;
     g->n_prompt = n_ids;
     g->fd = fd;
+    g->conn = c;
     g->created = (long long)time(NULL);
     sd_request req;
     memset(&req, 0, sizeof req);
@@ -609,6 +650,7 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, int fd, 
             srv_error(r, 503, "server_error", NULL, "%s", err.msg);
             r->retry_after = "1";
         } else if (rc == SD_ERR_CONTEXT || rc == SD_ERR_ARG) {
+            if (rc == SD_ERR_CONTEXT) r->code = "context_length_exceeded";
             srv_error(r, 400, "invalid_request_error", rc == SD_ERR_CONTEXT ? "max_tokens" : NULL,
                       "%s", err.msg);
         } else {
@@ -625,27 +667,16 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, int fd, 
         g = NULL;
         goto done;
     }
+    /* Wait off the polling threads: the callback resumes the connection at the end. */
     pthread_mutex_lock(&g->mu);
-    int gone = 0;
-    while (g->n_done < g->n_choices && !gone)
-        gone = wait_news(g);
-    const int complete = g->n_done == g->n_choices, oom = g->oom;
-    pthread_mutex_unlock(&g->mu);
-    if (!complete) {
-        cancel_gen(g); /* the client left */
-        srv_error(r, 499, "server_error", NULL, "client closed the connection");
-    } else if (oom) {
-        srv_error(r, 500, "server_error", NULL, "out of memory building the answer");
-    } else {
-        int failed = 0;
-        for (int32_t i = 0; i < g->n_choices; i++)
-            failed |= g->ch[i].stop == SD_STOP_NONE;
-        if (failed)
-            srv_error(r, 500, "server_error", NULL,
-                      "generation failed (the server log names the error)");
-        else
-            final_json(g, r);
+    if (g->n_done < g->n_choices) {
+        g->suspended = 1;
+        MHD_suspend_connection(c);
     }
+    pthread_mutex_unlock(&g->mu);
+    r->pending = 1;
+    r->gen = g;
+    g = NULL;
 done:
     if (g) srv_gen_unref(g);
     if (texts)

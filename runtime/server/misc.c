@@ -37,6 +37,19 @@ void srv_health(sd_server *s, srv_reply *r) {
         srv_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+/* A llama-server-shaped summary: what its clients read from /props. */
+void srv_props(sd_server *s, srv_reply *r) {
+    const sd_vocab *v = sd_engine_vocab(s->e);
+    const char *tmpl = s->p.chat_template ? s->p.chat_template : sd_vocab_chat_template(v);
+    json_t *j =
+        json_pack("{s:{s:i,s:i},s:i,s:s,s:s,s:s,s:b}", "default_generation_settings", "n_ctx",
+                  (int)sd_batcher_n_ctx(s->b), "n_predict", (int)s->p.gen.n_predict, "total_slots",
+                  (int)s->p.n_slots, "model_alias", s->model_name, "model_path",
+                  sd_model_path(sd_engine_target(s->e)), "chat_template", tmpl ? tmpl : "chatml",
+                  "speculative", sd_engine_draft(s->e) != NULL);
+    srv_json(r, 200, j);
+}
+
 typedef struct mbuf {
     char *b;
     size_t len, cap;
@@ -157,11 +170,10 @@ void srv_tokenize(sd_server *s, const char *body, size_t len, srv_reply *r) {
         return;
     }
     if ((as && !json_is_boolean(as)) || (wp && !json_is_boolean(wp))) {
+        /* The name is chosen before o (which holds as and wp) is released. */
+        const char *bad = as && !json_is_boolean(as) ? "add_special" : "with_pieces";
         json_decref(o);
-        srv_error(r, 400, "invalid_request_error",
-                  as && !json_is_boolean(as) ? "add_special" : "with_pieces",
-                  "'%s' must be true or false",
-                  as && !json_is_boolean(as) ? "add_special" : "with_pieces");
+        srv_error(r, 400, "invalid_request_error", bad, "'%s' must be true or false", bad);
         return;
     }
     const sd_vocab *v = sd_engine_vocab(s->e);

@@ -1,8 +1,9 @@
 /*
- * runtime/server: `specdec serve`, an OpenAI-compatible HTTP server (libmicrohttpd, one
- * thread per connection; JSON with jansson) in front of a batcher (runtime/engine's
- * sd_batcher: continuous batching over a paged KV cache). Owns the HTTP daemon, the
- * listening socket and each request's output buffers. May include every library face
+ * runtime/server: `specdec serve`, an OpenAI-compatible HTTP server (libmicrohttpd: a pool
+ * of http_threads polling threads (epoll) shared by every connection, a waiting request's
+ * connection suspended until its engine callback resumes it; JSON with jansson) in front of a
+ * batcher (runtime/engine's sd_batcher: continuous batching over a paged KV cache). Owns the HTTP
+ * daemon, the listening socket and each request's output buffers. May include every library face
  * (runtime/engine's above all); the CLI (runtime/cli/cmd_serve.c) makes it.
  *
  * Endpoints:
@@ -14,7 +15,8 @@
  *                               (specdec's); usage counts; per-request speculation
  *                               statistics in "speculative"
  *   GET  /v1/models             the model
- *   GET  /health                {"status":"ok"}
+ *   GET  /health                {"status":"ok"} (HEAD too)
+ *   GET  /props                 a llama-server-shaped summary (model, context, slots)
  *   GET  /metrics               Prometheus text (requests, queue depth, KV blocks, tokens/s,
  *                               acceptance rate, tokens per pass, ...)
  *   POST /tokenize, /detokenize llama-server's bodies
@@ -22,10 +24,20 @@
  * Faults: malformed JSON or a field of the wrong type -> 400 with an OpenAI error body
  * naming the field; unknown route 404 (a known route with another method 405); a body
  * over max_body 413; prompt + max_tokens beyond a sequence's context 400; a full queue
- * 503 with Retry-After; a missing or wrong API key 401 (compared in constant time; / and
- * /health are open). A client that goes away cancels its request (its blocks are freed
- * at the next step); slow clients never stall the engine (output is buffered per
- * request). sd_server_stop stops accepting, lets in-flight requests finish for
+ * 503 with Retry-After; a missing or wrong API key 401 ("Authorization: Bearer KEY", the
+ * scheme in any case, or "X-Api-Key: KEY"; compared in constant time; /, /health and
+ * OPTIONS are open); HTTP/1.1 without Host 400; a path with a decoded NUL 404; grammar /
+ * json_schema / logprobs and the like refused by name (400). A client that goes away
+ * cancels its request (its blocks are freed at the next step); one that half-closed its
+ * side after sending the request (shutdown(SHUT_WR)) is answered; slow clients never
+ * stall the engine (output is buffered per request). Connections: at most
+ * max_connections open (more are closed at accept); a connection whose request (headers
+ * and body) has not fully arrived timeout_s after it opened (or after its previous
+ * answer) is closed, however slowly it drips, and one that takes no data for timeout_s
+ * while an answer is being sent too. CORS: an Origin in cors_origins (a comma list, or
+ * "*") gets Access-Control-Allow-Origin on every answer; OPTIONS on a known path is a
+ * 204 preflight (methods GET, POST, OPTIONS; headers Authorization, Content-Type,
+ * X-Api-Key). sd_server_stop stops accepting, lets in-flight requests finish for
  * shutdown_timeout_s and cancels the rest.
  */
 #ifndef SD_SERVER_H
@@ -46,9 +58,13 @@ typedef struct sd_server sd_server;
 typedef struct sd_server_params {
     const char *host;          /* address to bind (a name or a literal), "127.0.0.1" */
     int port;                  /* 0: any free port (sd_server_port says which) */
-    const char *api_key;       /* NULL or "": no key */
+    const char *api_key;       /* NULL: no key ("" is refused: SD_ERR_ARG) */
     size_t max_body;           /* most bytes of a request body (1 MiB) */
-    int32_t max_connections;   /* open connections at once (256) */
+    int32_t max_connections;   /* open connections at once (1024) */
+    int32_t timeout_s;         /* a request's arrival deadline and the idle limit (60) */
+    int32_t http_threads;      /* threads polling the connections (4) */
+    const char *cors_origins;  /* NULL: no CORS headers; "*" or "https://a,https://b" */
+    int32_t n_slots;           /* /props's total_slots (the batcher's n_parallel; 1) */
     const char *model_name;    /* the id /v1/models lists (NULL: the target's file name) */
     const char *chat_template; /* NULL: the model's tokenizer.chat_template */
     /* A request's defaults: n_predict (max_tokens), n_draft (K), samp, seed, draft_type,

@@ -1,5 +1,6 @@
-/* runtime/server/server.c: the HTTP daemon (libmicrohttpd, one thread per connection),
- * routing, API keys, request bodies, the engine loop and the shutdown (see sd_server.h). */
+/* runtime/server/server.c: the HTTP daemon (libmicrohttpd, a pool of polling threads),
+ * connection deadlines, routing, API keys, CORS, request bodies, the engine loop and the
+ * shutdown (see sd_server.h). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +18,17 @@
 
 /* After the engine is idle at shutdown, how long the answers may take to go out. */
 #define SD_SERVER_FLUSH_MS 5000
+/* How often the run loop closes connections past their deadline. */
+#define SD_SERVER_SWEEP_MS 250
+
+/* One open connection (MHD_OPTION_NOTIFY_CONNECTION), for the deadline sweep. */
+typedef struct srv_track {
+    struct srv_track *prev, *next;
+    int fd;
+    int busy;  /* its request has fully arrived (answered, waiting or sending) */
+    double t0; /* ms: opened, or its previous answer ended */
+    int shut;  /* the sweep shut it down */
+} srv_track;
 
 sd_server_params sd_server_default_params(void) {
     sd_server_params p;
@@ -23,7 +36,10 @@ sd_server_params sd_server_default_params(void) {
     p.host = "127.0.0.1";
     p.port = 8080;
     p.max_body = 1u << 20;
-    p.max_connections = 256;
+    p.max_connections = 1024;
+    p.timeout_s = 60;
+    p.http_threads = 4;
+    p.n_slots = 1;
     p.gen = sd_gen_default_params();
     p.shutdown_timeout_s = 30.0;
     return p;
@@ -45,7 +61,7 @@ static void logf_(const sd_server *s, const char *fmt, ...) {
 void srv_json(srv_reply *r, int status, json_t *j) {
     r->status = status;
     r->type = "application/json";
-    r->body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    r->body = j ? json_dumps(j, SRV_JSON_FLAGS) : NULL;
     json_decref(j);
     if (!r->body) {
         r->status = 500;
@@ -55,23 +71,63 @@ void srv_json(srv_reply *r, int status, json_t *j) {
     r->len = r->body ? strlen(r->body) : 0;
 }
 
+/* Copy src into dst (cap >= 4) as valid UTF-8: each byte that does not start a
+ * well-formed sequence (overlong, surrogate, beyond U+10FFFF, cut) becomes U+FFFD; a NUL
+ * ends it; the output is cut at a character boundary to fit. */
+static void utf8_clean(char *dst, size_t cap, const char *src) {
+    size_t o = 0;
+    const unsigned char *p = (const unsigned char *)src;
+    while (*p) {
+        size_t n = 0;
+        const unsigned c = p[0];
+        if (c < 0x80)
+            n = 1;
+        else if (c >= 0xc2 && c <= 0xdf)
+            n = 2;
+        else if (c >= 0xe0 && c <= 0xef)
+            n = 3;
+        else if (c >= 0xf0 && c <= 0xf4)
+            n = 4;
+        int ok = n > 0;
+        for (size_t i = 1; ok && i < n; i++)
+            ok = (p[i] & 0xc0) == 0x80;
+        if (ok && n == 3) {
+            const unsigned v = (c & 0x0f) << 12 | (p[1] & 0x3f) << 6 | (p[2] & 0x3f);
+            ok = v >= 0x800 && !(v >= 0xd800 && v <= 0xdfff);
+        } else if (ok && n == 4) {
+            const unsigned v = (c & 0x07) << 18 | (p[1] & 0x3f) << 12 | (p[2] & 0x3f) << 6;
+            ok = v >= 0x10000 && v <= 0x10ffff;
+        }
+        const char *piece = ok ? (const char *)p : "\xef\xbf\xbd";
+        const size_t len = ok ? n : 3;
+        if (o + len + 1 > cap) break;
+        memcpy(dst + o, piece, len);
+        o += len;
+        p += ok ? n : 1;
+    }
+    dst[o] = '\0';
+}
+
 void srv_error(srv_reply *r, int status, const char *type, const char *param, const char *fmt,
                ...) {
-    char msg[640];
+    char raw[640], msg[640 * 3];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    utf8_clean(msg, sizeof msg, raw);
+    const char *code = r->code;
     json_t *e = json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type", type, "param",
-                          param ? json_string(param) : json_null(), "code", json_null());
+                          param ? json_string(param) : json_null(), "code",
+                          code ? json_string(code) : json_null());
     srv_json(r, status, e);
 }
 
-int srv_peer_gone(int fd) {
+int srv_peer_reset(int fd) {
     if (fd < 0) return 0;
     char c;
     const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 /* ---- routes ---- */
@@ -81,6 +137,7 @@ typedef enum route_id {
     R_HEALTH,
     R_MODELS,
     R_METRICS,
+    R_PROPS,
     R_COMPLETIONS,
     R_CHAT,
     R_TOKENIZE,
@@ -100,6 +157,7 @@ static const route k_routes[] = {
     {"GET", "/v1/models", R_MODELS, 1},
     {"GET", "/models", R_MODELS, 1},
     {"GET", "/metrics", R_METRICS, 1},
+    {"GET", "/props", R_PROPS, 1},
     {"POST", "/v1/completions", R_COMPLETIONS, 1},
     {"POST", "/completions", R_COMPLETIONS, 1},
     {"POST", "/v1/chat/completions", R_CHAT, 1},
@@ -108,13 +166,15 @@ static const route k_routes[] = {
     {"POST", "/detokenize", R_DETOKENIZE, 1},
 };
 
-/* The route of (method, url); NULL with *path_known set when only the method differs. */
+/* The route of (method, url); NULL with *path_known set when only the method differs.
+ * HEAD is GET without the body (libmicrohttpd drops it). */
 static const route *find_route(const char *method, const char *url, int *path_known) {
     *path_known = 0;
+    const char *m = strcmp(method, "HEAD") ? method : "GET";
     for (size_t i = 0; i < sizeof k_routes / sizeof k_routes[0]; i++) {
         if (strcmp(url, k_routes[i].path)) continue;
         *path_known = 1;
-        if (!strcmp(method, k_routes[i].method)) return &k_routes[i];
+        if (!strcmp(m, k_routes[i].method)) return &k_routes[i];
     }
     return NULL;
 }
@@ -128,12 +188,39 @@ static int key_equal(const char *given, const char *key) {
     return diff == 0;
 }
 
+/* "Authorization: Bearer KEY" (the scheme in any case) or "X-Api-Key: KEY". */
 static int auth_ok(const sd_server *s, struct MHD_Connection *c) {
-    if (!s->p.api_key || !s->p.api_key[0]) return 1;
+    if (!s->p.api_key) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     const char *given = NULL;
-    if (h && strncmp(h, "Bearer ", 7) == 0) given = h + 7;
-    return key_equal(given, s->p.api_key);
+    if (h && strncasecmp(h, "Bearer", 6) == 0 && (h[6] == ' ' || h[6] == '\t')) {
+        given = h + 6;
+        while (*given == ' ' || *given == '\t')
+            given++;
+    }
+    if (given && key_equal(given, s->p.api_key)) return 1;
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
+    return x && key_equal(x, s->p.api_key);
+}
+
+/* 1 if origin is one of the comma list of allowed origins (or the list is "*"). */
+static int origin_allowed(const char *list, const char *origin) {
+    if (!list || !list[0] || !origin || !origin[0]) return 0;
+    const size_t n = strlen(origin);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',')
+            e++;
+        const char *t = e;
+        while (t > p && t[-1] == ' ')
+            t--;
+        const size_t m = (size_t)(t - p);
+        if ((m == 1 && *p == '*') || (m == n && strncasecmp(p, origin, n) == 0)) return 1;
+        p = e;
+    }
+    return 0;
 }
 
 /* ---- connections ---- */
@@ -142,18 +229,87 @@ typedef struct conn {
     const route *rt;
     char *body;
     size_t len, cap;
-    int answered; /* a reply was queued (early ones: before the body was read) */
+    int answered;       /* a reply was queued (early ones: before the body was read) */
+    int too_big;        /* the body passed max_body: the rest is read and dropped, then 413 */
+    int preflight;      /* OPTIONS on a known path */
+    const char *origin; /* the Origin to allow (the request's header), or NULL */
+    srv_gen *gen;       /* a generation waiting for its end (r.pending) */
+    srv_gen *sgen;      /* a stream's record (a reference: its socket forgotten at close) */
 } conn;
 
-static enum MHD_Result queue_reply(sd_server *s, struct MHD_Connection *c, srv_reply *r) {
+static srv_track *track_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void track_busy(sd_server *s, struct MHD_Connection *c, int busy) {
+    srv_track *t = track_of(c);
+    if (!t) return;
+    pthread_mutex_lock(&s->conn_mu);
+    t->busy = busy;
+    if (!busy) t->t0 = sd_time_ms();
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    sd_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        srv_track *t = calloc(1, sizeof *t);
+        if (!t) return; /* not swept: MHD's idle timeout still applies */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t->fd = ci ? ci->connect_fd : -1;
+        t->t0 = sd_time_ms();
+        pthread_mutex_lock(&s->conn_mu);
+        t->next = s->conns;
+        if (s->conns) s->conns->prev = t;
+        s->conns = t;
+        pthread_mutex_unlock(&s->conn_mu);
+        *socket_context = t;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+        srv_track *t = *socket_context;
+        pthread_mutex_lock(&s->conn_mu);
+        if (t->prev)
+            t->prev->next = t->next;
+        else
+            s->conns = t->next;
+        if (t->next) t->next->prev = t->prev;
+        pthread_mutex_unlock(&s->conn_mu);
+        free(t);
+        *socket_context = NULL;
+    }
+}
+
+/* Close (shutdown: the polling thread then sees the EOF and frees it) every connection
+ * whose request has not fully arrived within timeout_s. */
+static void sweep(sd_server *s) {
+    const double now = sd_time_ms();
+    if (now - s->t_sweep < SD_SERVER_SWEEP_MS) return;
+    s->t_sweep = now;
+    const double limit = s->p.timeout_s * 1e3;
+    pthread_mutex_lock(&s->conn_mu);
+    for (srv_track *t = s->conns; t; t = t->next)
+        if (!t->busy && !t->shut && t->fd >= 0 && now - t->t0 > limit) {
+            shutdown(t->fd, SHUT_RDWR);
+            t->shut = 1;
+        }
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+static enum MHD_Result queue_reply(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply *r) {
     struct MHD_Response *resp;
+    track_busy(s, c, 1);
     if (r->stream) {
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, srv_stream_read, r->gen,
                                                  srv_stream_free);
         if (!resp) {
-            srv_gen_unref(r->gen);
+            srv_stream_free(r->gen);
             return MHD_NO;
         }
+        srv_gen_ref(r->gen);
+        k->sgen = r->gen;
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
     } else {
@@ -162,15 +318,28 @@ static enum MHD_Result queue_reply(sd_server *s, struct MHD_Connection *c, srv_r
             free(r->body);
             return MHD_NO;
         }
-        MHD_add_response_header(resp, "Content-Type", r->type ? r->type : "application/json");
+        if (r->type) MHD_add_response_header(resp, "Content-Type", r->type);
     }
     if (r->retry_after) MHD_add_response_header(resp, "Retry-After", r->retry_after);
     if (r->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    if (k && k->origin) {
+        const int any = !strcmp(s->p.cors_origins, "*");
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", any ? "*" : k->origin);
+        if (!any) MHD_add_response_header(resp, "Vary", "Origin");
+        if (k->preflight) {
+            MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                    "Authorization, Content-Type, X-Api-Key");
+            MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+        }
+    }
     const enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
-    const int cls = r->status / 100;
-    if (cls >= 1 && cls <= 5) atomic_fetch_add(&s->http_by_class[cls], 1);
-    atomic_fetch_add(&s->http_total, 1);
+    if (ret == MHD_YES) { /* only answers that go out are counted */
+        const int cls = r->status / 100;
+        if (cls >= 1 && cls <= 5) atomic_fetch_add(&s->http_by_class[cls], 1);
+        atomic_fetch_add(&s->http_total, 1);
+    }
     return ret;
 }
 
@@ -202,9 +371,12 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
     case R_METRICS:
         srv_metrics(s, r);
         return;
+    case R_PROPS:
+        srv_props(s, r);
+        return;
     case R_COMPLETIONS:
     case R_CHAT:
-        srv_generate(s, k->rt->id == R_CHAT, k->body ? k->body : "", k->len, conn_fd(c), r);
+        srv_generate(s, k->rt->id == R_CHAT, k->body ? k->body : "", k->len, c, conn_fd(c), r);
         return;
     case R_TOKENIZE:
         srv_tokenize(s, k->body ? k->body : "", k->len, r);
@@ -216,10 +388,53 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
     srv_error(r, 500, "server_error", NULL, "no handler");
 }
 
+/* The checks on a request's headers (its first callback): 0 to read the body, else an
+ * early reply was made in r. */
+static int check_head(sd_server *s, struct MHD_Connection *c, conn *k, const char *url,
+                      const char *method, const char *version, srv_reply *r) {
+    if (!strcmp(version, MHD_HTTP_VERSION_1_1) &&
+        !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")) {
+        srv_error(r, 400, "invalid_request_error", NULL, "HTTP/1.1 request without Host");
+        return -1;
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin_allowed(s->p.cors_origins, origin)) k->origin = origin;
+    int known = 0;
+    k->rt = find_route(method, url, &known);
+    if (!k->rt && known && !strcmp(method, "OPTIONS")) { /* a CORS preflight */
+        k->preflight = 1;
+        r->status = 204;
+        r->body = NULL;
+        r->len = 0;
+        return -1;
+    }
+    if (!k->rt) {
+        if (known)
+            srv_error(r, 405, "invalid_request_error", NULL, "%s is not allowed on %s", method,
+                      url);
+        else
+            srv_error(r, 404, "not_found_error", NULL, "no route %s %s", method, url);
+        return -1;
+    }
+    if (k->rt->auth && !auth_ok(s, c)) {
+        srv_error(r, 401, "authentication_error", NULL,
+                  "invalid or missing API key (Authorization: Bearer KEY, or X-Api-Key: KEY)");
+        return -1;
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    char *end = NULL;
+    const unsigned long long n = cl ? strtoull(cl, &end, 10) : 0;
+    if (cl && end && *end == '\0' && n > s->p.max_body) {
+        srv_error(r, 413, "invalid_request_error", NULL,
+                  "request body of %llu bytes is over the limit of %zu bytes", n, s->p.max_body);
+        return -1;
+    }
+    return 0;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **ptr) {
-    (void)version;
     sd_server *s = cls;
     conn *k = *ptr;
     srv_reply r;
@@ -229,30 +444,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!k) return MHD_NO;
         *ptr = k;
         atomic_fetch_add(&s->n_open, 1);
-        int known = 0;
-        k->rt = find_route(method, url, &known);
-        if (!k->rt) {
-            if (known)
-                srv_error(&r, 405, "invalid_request_error", NULL, "%s is not allowed on %s", method,
-                          url);
-            else
-                srv_error(&r, 404, "not_found_error", NULL, "no route %s %s", method, url);
-        } else if (k->rt->auth && !auth_ok(s, c)) {
-            srv_error(&r, 401, "authentication_error", NULL,
-                      "invalid or missing API key (Authorization: Bearer KEY)");
-        } else {
-            const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-            char *end = NULL;
-            const unsigned long long n = cl ? strtoull(cl, &end, 10) : 0;
-            if (cl && end && *end == '\0' && n > s->p.max_body)
-                srv_error(&r, 413, "invalid_request_error", NULL,
-                          "request body of %llu bytes is over the limit of %zu bytes", n,
-                          s->p.max_body);
-            else
-                return MHD_YES; /* the body follows */
-        }
+        if (check_head(s, c, k, url, method, version, &r) == 0) return MHD_YES; /* body next */
         k->answered = 1;
-        return queue_reply(s, c, &r);
+        return queue_reply(s, c, k, &r);
     }
     if (k->answered) { /* an early reply: the rest of the body is dropped */
         *upload_size = 0;
@@ -261,33 +455,55 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*upload_size) {
         const size_t n = *upload_size;
         *upload_size = 0;
-        if (k->len + n > s->p.max_body) {
-            srv_error(&r, 413, "invalid_request_error", NULL,
-                      "request body is over the limit of %zu bytes", s->p.max_body);
-            k->answered = 1;
-            return queue_reply(s, c, &r);
+        if (k->too_big || k->len + n > s->p.max_body) {
+            k->too_big = 1; /* dropped; answered 413 once the body has been read */
+            return MHD_YES;
         }
         return sd_buf_append(&k->body, &k->len, &k->cap, upload, n) ? MHD_NO : MHD_YES;
     }
-    dispatch(s, c, k, &r);
+    if (k->gen) { /* resumed: the generation ended */
+        srv_generate_finish(k->gen, &r);
+        k->gen = NULL;
+    } else if (k->too_big) {
+        srv_error(&r, 413, "invalid_request_error", NULL,
+                  "request body is over the limit of %zu bytes", s->p.max_body);
+    } else {
+        track_busy(s, c, 1);
+        dispatch(s, c, k, &r);
+        if (r.pending) {
+            k->gen = r.gen;
+            return MHD_YES; /* suspended (or called again at once if it has ended) */
+        }
+    }
     k->answered = 1;
-    return queue_reply(s, c, &r);
+    return queue_reply(s, c, k, &r);
 }
 
 /* The request's answer was sent (or its connection dropped). */
 static void on_completed(void *cls, struct MHD_Connection *c, void **ptr,
                          enum MHD_RequestTerminationCode toe) {
-    (void)c;
     (void)toe;
     sd_server *s = cls;
     conn *k = *ptr;
     if (!k) return;
+    if (k->sgen) { /* before the socket is closed (and its number reused) */
+        srv_gen_closed(k->sgen);
+        srv_gen_unref(k->sgen);
+    }
+    if (k->gen) { /* closed while pending (daemon stop): cancel and let go */
+        srv_reply r;
+        memset(&r, 0, sizeof r);
+        srv_generate_finish(k->gen, &r);
+        free(r.body);
+    }
     free(k->body);
     free(k);
     *ptr = NULL;
+    track_busy(s, c, 0);
     atomic_fetch_sub(&s->n_open, 1);
 }
 
+/* libmicrohttpd's lines, less those about clients that went away (an ordinary event). */
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     const sd_server *s = cls;
     if (!s->p.log) return;
@@ -296,7 +512,38 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     size_t n = strlen(line);
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = '\0';
+    static const char *const k_quiet[] = {
+        "closed by remote", "Connection reset", "Broken pipe",     "reported internal error",
+        "Failed to send",   "timed out",        "socket is closed"};
+    for (size_t i = 0; i < sizeof k_quiet / sizeof k_quiet[0]; i++)
+        if (strstr(line, k_quiet[i])) return;
     s->p.log(s->p.log_user, line);
+}
+
+static int hexv(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* libmicrohttpd's unescaping of the path and the query, except %00: a decoded NUL would
+ * cut the path ("/health%00x" served as /health), so it stays as it was written. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *str) {
+    (void)cls;
+    (void)c;
+    char *w = str;
+    for (const char *p = str; *p; p++) {
+        int hi, lo;
+        if (p[0] == '%' && (hi = hexv(p[1])) >= 0 && (lo = hexv(p[2])) >= 0 && (hi | lo)) {
+            *w++ = (char)(hi << 4 | lo);
+            p += 2;
+        } else {
+            *w++ = *p;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - str);
 }
 
 /* A listening socket on host:port (SO_REUSEADDR; the first address the name gives). */
@@ -318,7 +565,7 @@ static int bind_listen(const char *host, int port, int *fd_out, int *port_out, i
     }
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
         const int e = errno;
         close(fd);
         freeaddrinfo(res);
@@ -347,8 +594,17 @@ int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_se
     if (p->max_connections < 1)
         return sd_errorf(err, SD_ERR_ARG, "server: max_connections %d, expected >= 1",
                          p->max_connections);
+    if (p->timeout_s < 1)
+        return sd_errorf(err, SD_ERR_ARG, "server: timeout %d s, expected >= 1", p->timeout_s);
+    if (p->http_threads < 1 || p->http_threads > 256)
+        return sd_errorf(err, SD_ERR_ARG, "server: http_threads %d, expected 1 .. 256",
+                         p->http_threads);
+    if (p->api_key && !p->api_key[0])
+        return sd_errorf(err, SD_ERR_ARG,
+                         "server: an empty API key (it would let every client in)");
     sd_server *s = calloc(1, sizeof *s);
     if (!s) return sd_errorf(err, SD_ERR_OOM, "server: out of memory");
+    pthread_mutex_init(&s->conn_mu, NULL);
     s->e = e;
     s->b = b;
     s->p = *p;
@@ -363,7 +619,7 @@ int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_se
     }
     s->model_name = strdup(name);
     if (!s->model_name) {
-        free(s);
+        sd_server_free(s);
         return sd_errorf(err, SD_ERR_OOM, "server: out of memory");
     }
     int v6 = 0;
@@ -373,14 +629,17 @@ int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_se
         sd_server_free(s);
         return rc;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG;
+    /* A pool of polling threads (epoll on Linux) for every connection: an idle or slow
+     * socket costs a slot, not a thread; a waiting request is suspended. */
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (v6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
-                            mhd_log, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    s->d = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)p->http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, s, MHD_OPTION_END);
     if (s->d) s->listen_fd = -1; /* the daemon closes it (or hands it back when quiesced) */
     if (!s->d) {
         sd_server_free(s);
@@ -428,8 +687,10 @@ int sd_server_run(sd_server *s, sd_error *err) {
                     if (err) *err = e;
                 }
             }
+            sweep(s);
             continue;
         }
+        sweep(s);
         if (!checked) { /* idle: the pools must balance */
             sd_error ce = {0};
             const int ok = sd_batcher_check(s->b, &ce) == SD_OK;
@@ -478,5 +739,6 @@ void sd_server_free(sd_server *s) {
     if (s->d) MHD_stop_daemon(s->d);
     if (s->listen_fd >= 0) close(s->listen_fd);
     free(s->model_name);
+    pthread_mutex_destroy(&s->conn_mu);
     free(s);
 }

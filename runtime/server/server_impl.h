@@ -14,6 +14,11 @@
 
 #include "runtime/server/sd_server.h"
 
+struct MHD_Connection;
+
+/* Every JSON answer and event: compact, reals with 6 significant digits. */
+#define SRV_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(6))
+
 /* An HTTP answer built by a handler: status, body, content type, extra header. */
 typedef struct srv_reply {
     int status;
@@ -22,7 +27,10 @@ typedef struct srv_reply {
     const char *type;        /* content type (static) */
     const char *retry_after; /* "Retry-After" value, or NULL */
     int stream;              /* 1: body is NULL and gen streams (api.c) */
-    struct srv_gen *gen;     /* the stream's record */
+    int pending;             /* 1: no answer yet: the connection is (or was) suspended
+                                until gen's generation ends (srv_generate_finish) */
+    struct srv_gen *gen;     /* the stream's or the pending request's record */
+    const char *code;        /* the error body's "code" (static), or NULL */
 } srv_reply;
 
 /* One generation request (completions or chat) between the HTTP thread that owns the
@@ -38,7 +46,7 @@ typedef struct srv_choice {
 typedef struct srv_gen {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int refs; /* the HTTP side and the engine side */
+    int refs; /* the HTTP side, the engine side, and a stream's connection */
     struct sd_server *srv;
     int64_t id;
     int chat, stream, include_usage;
@@ -48,9 +56,11 @@ typedef struct srv_gen {
     srv_choice ch[SD_MAX_CHOICES];
     char *sse; /* pending server-sent-event bytes: [sse_off, sse_len) not yet sent */
     size_t sse_len, sse_off, sse_cap;
-    int oom;       /* building the output ran out of memory */
-    int cancelled; /* the client is gone: the callback cancels */
-    int fd;        /* the connection's socket (peer-gone checks while waiting), or -1 */
+    int oom;                     /* building the output ran out of memory */
+    int cancelled;               /* the client is gone: the callback cancels */
+    int fd;                      /* the connection's socket (reset checks on each event) */
+    struct MHD_Connection *conn; /* the connection, resumed by the callback */
+    int suspended;               /* conn is suspended waiting for news (under mu) */
 } srv_gen;
 
 struct sd_server {
@@ -69,29 +79,46 @@ struct sd_server {
     atomic_int kv_ok;  /* the last idle accounting check passed (1) or failed (0) */
     atomic_int n_open; /* requests between their first callback and on_completed */
     double t_start;    /* ms */
+    /* Open connections (deadline sweeps): a doubly linked list under conn_mu. */
+    pthread_mutex_t conn_mu;
+    struct srv_track *conns;
+    double t_sweep; /* ms of the last sweep */
 };
 
 /* server.c */
-/* An OpenAI-style error reply: {"error": {"message", "type", "param", "code"}}. */
+/* An OpenAI-style error reply: {"error": {"message", "type", "param", "code"}}; the
+ * message's invalid UTF-8 (a quoted path or field) becomes U+FFFD; code is r->code. */
 void srv_error(srv_reply *r, int status, const char *type, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* A JSON reply (takes the reference of j). */
 void srv_json(srv_reply *r, int status, json_t *j);
-/* 1 if the peer of socket fd has closed its side (EOF pending), else 0. */
-int srv_peer_gone(int fd);
+/* 1 if the peer of socket fd reset the connection, else 0. An EOF is not a reset: a
+ * client that shut its side after sending (shutdown(SHUT_WR)) still reads the answer;
+ * one that closed is found when the answer (or a stream's next event) is written. */
+int srv_peer_reset(int fd);
 
-/* api.c: POST /v1/completions (chat 0) and /v1/chat/completions (chat 1). */
-void srv_generate(sd_server *s, int chat, const char *body, size_t len, int fd, srv_reply *r);
+/* api.c: POST /v1/completions (chat 0) and /v1/chat/completions (chat 1) on connection
+ * c (socket fd).
+ * Fills r, or sets r->pending with r->gen: c was suspended until the generation ends
+ * (or had ended already); then srv_generate_finish(r->gen, r) makes the answer. */
+void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct MHD_Connection *c,
+                  int fd, srv_reply *r);
+/* The answer of a pending request; lets go of g (the HTTP side's reference). */
+void srv_generate_finish(srv_gen *g, srv_reply *r);
 /* The stream's content reader and its free callback (libmicrohttpd signatures). */
 ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max);
 void srv_stream_free(void *cls);
-/* Let go of one reference (the record is freed at the last). */
+/* Take / let go of one reference (the record is freed at the last). */
+void srv_gen_ref(srv_gen *g);
 void srv_gen_unref(srv_gen *g);
+/* The connection is closing: its socket is no longer g's to look at. */
+void srv_gen_closed(srv_gen *g);
 
 /* misc.c */
 void srv_models(sd_server *s, srv_reply *r);
 void srv_health(sd_server *s, srv_reply *r);
 void srv_metrics(sd_server *s, srv_reply *r);
+void srv_props(sd_server *s, srv_reply *r);
 void srv_tokenize(sd_server *s, const char *body, size_t len, srv_reply *r);
 void srv_detokenize(sd_server *s, const char *body, size_t len, srv_reply *r);
 /* Parse a body as a JSON object; on failure a 400 reply naming the position. NULL then. */
