@@ -10,6 +10,7 @@ numbers each ('%.17g'). Architectures: "llama" (RoPE on adjacent pairs; optional
 frequency factors rope_freqs.weight and linear rope scaling), "qwen2" (biases on Q, K,
 V; RoPE on pairs (i, i + n_rot/2), GPT-NeoX style) and "qwen3" (no biases, NeoX RoPE; each
 Q and K head RMS-normed with blk.N.attn_q_norm.weight / attn_k_norm.weight before RoPE).
+attention.sliding_window W > 0: query i sees keys j with i - W < j <= i (Mistral).
 The head size is attention.key_length where present (Qwen3's differs from
 n_embd / n_head), else n_embd / n_head.
 
@@ -204,6 +205,9 @@ def forward(kv, tensors, tokens):
     x = emb[np.array(tokens)].copy()
     group = n_head // n_head_kv
     mask = np.triu(np.full((n, n), -np.inf), 1)
+    window = int(kv.get(A + "attention.sliding_window", 0))
+    if window > 0:  # keys more than window - 1 positions back are masked too
+        mask = mask + np.tril(np.full((n, n), -np.inf), -window)
     R = dict(n_rot=n_rot, base=base, pos=pos, neox=neox, freq_scale=freq_scale, factors=factors)
     for l in range(n_layer):
         def W(name, rows, cols):

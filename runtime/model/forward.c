@@ -334,15 +334,6 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: several sequences (a paged KV cache) on a tensor-parallel session",
                          m->path);
-    if (hp->sliding_window > 0 && n_ctx > hp->sliding_window) {
-        char k[96];
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: %s = %d is smaller than the context %d: attention beyond the window "
-                         "would differ from the model's (no sliding-window attention here); use "
-                         "a context of %d tokens or less (n_ctx)",
-                         m->path, sd_arch_key_name(SD_KEY_SLIDING_WINDOW, hp->arch, k, sizeof k),
-                         hp->sliding_window, n_ctx, hp->sliding_window);
-    }
     sd_session *s = calloc(1, sizeof *s);
     if (!s) return sd_errorf(err, SD_ERR_OOM, "session: out of memory");
     s->m = m;
@@ -358,10 +349,18 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     if (q_dim > bp.max_cols) bp.max_cols = q_dim; /* attn_output's rows (Qwen3) */
     bp.n_ctx = n_ctx;
     bp.device_id = device_id;
+    /* <arch>.attention.sliding_window smaller than the context: the backend attends over
+     * the last `window` positions only (one that cannot refuses: its error names it) */
+    if (hp->sliding_window > 0 && n_ctx > hp->sliding_window) bp.window = hp->sliding_window;
     if (p->share_threads && p->device == SD_DEVICE_CPU && !p->share_threads->group &&
         p->share_threads->be->device == SD_DEVICE_CPU)
         bp.share_threads = p->share_threads->be;
     int rc = sd_backend_init(p->device, &bp, &s->be, err);
+    if (rc && bp.window) {
+        char k[96];
+        sd_error_prefix(err, "%s: %s = %d", m->path,
+                        sd_arch_key_name(SD_KEY_SLIDING_WINDOW, hp->arch, k, sizeof k), bp.window);
+    }
     if (rc == SD_OK) rc = place_weights(s, err);
     if (rc == SD_OK) rc = alloc_kv(s, p, err);
     if (rc == SD_OK) rc = alloc_scratch(s, err);

@@ -16,7 +16,8 @@
  * after the converters' Q/K permutation.
  * Architectures (runtime/gguf's table holds what differs): "llama" (also Llama 3: rope
  * frequency factors rope_freqs.weight, linear rope scaling; mistral-style files: a
- * sliding window that is not smaller than the context), and "qwen2" (biases on Q, K, V;
+ * sliding window, <arch>.attention.sliding_window, applied by the CPU backend's attention
+ * when smaller than the context), and "qwen2" (biases on Q, K, V;
  * NEOX-style RoPE pairs (i, i + n_rot/2), as llama.cpp's LLAMA_ROPE_TYPE_NEOX) and "qwen3"
  * (NEOX RoPE, no biases; each Q and K head RMS-normed by blk.N.attn_q_norm.weight /
  * attn_k_norm.weight [head_dim] before RoPE; head_dim from .attention.key_length).
