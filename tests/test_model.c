@@ -407,24 +407,68 @@ Test(model, matches_reference_architectures) {
     check_against_ref(&sp, "llama_linear4_freqs.gguf");
 }
 
-/* A sliding window smaller than the context is refused (naming the key), one at least as
- * large as the context is fine; YaRN-style scalings and unknown architectures are named. */
+/* A sliding window smaller than the context (Mistral-shaped: llama.attention.sliding_window
+ * 4, 12 tokens in a context of 32) against scripts/ref_forward.py, which masks the keys
+ * more than 3 positions back; batched == single-token decoding bit for bit with it, and
+ * the window changes the logits (the same file without the key differs beyond the
+ * tolerance, so the comparison cannot pass by ignoring the window). */
+Test(model, sliding_window_matches_reference) {
+    if (!have_numpy()) cr_skip_test("needs " PYTHON " with numpy (apt install python3-numpy)");
+    spec sp = spec_default();
+    sp.sliding_window = 4;
+    check_against_ref(&sp, "window4.gguf");
+    check_batch_invariance(&sp, "window4_batch.gguf");
+    sp = spec_uniform(SD_TYPE_Q8_0, 0);
+    sp.sliding_window = 4;
+    check_against_ref(&sp, "window4_q8.gguf");
+    /* the window matters: without it the logits move well beyond REF_TOL */
+    spec wide = spec_default();
+    char pw[256], pn[256];
+    sp = spec_default();
+    sp.sliding_window = 4;
+    write_model(model_path("w4.gguf", pw, sizeof pw), &sp);
+    write_model(model_path("w0.gguf", pn, sizeof pn), &wide);
+    sd_model *mw = load_ok(pw), *mn = load_ok(pn);
+    const int32_t nv = sd_model_hparams(mw)->n_vocab;
+    float *lw = malloc((size_t)N_TOKENS * nv * sizeof(float));
+    float *ln = malloc((size_t)N_TOKENS * nv * sizeof(float));
+    double *dn = malloc((size_t)N_TOKENS * nv * sizeof(double));
+    sd_session *sw = session_new(mw, 32, 16, 1), *sn = session_new(mn, 32, 16, 1);
+    eval_ok(sw, k_tokens, N_TOKENS, lw, N_TOKENS);
+    eval_ok(sn, k_tokens, N_TOKENS, ln, N_TOKENS);
+    for (int64_t i = 0; i < (int64_t)N_TOKENS * nv; i++)
+        dn[i] = ln[i];
+    /* the first 4 positions see the same keys either way; the last ones do not */
+    cr_expect_eq(memcmp(lw, ln, (size_t)4 * nv * sizeof(float)), 0,
+                 "inside the window the logits changed");
+    const double e = rel_err_max_norm(lw + (size_t)4 * nv, dn + (size_t)4 * nv, N_TOKENS - 4, nv);
+    cr_expect(e > 100 * REF_TOL, "the window changed nothing: %.3g", e);
+    /* a paged cache (blocks of 2 positions) reads the same window: the same bits */
+    sd_session_params pp = sd_session_default_params();
+    pp.n_ctx = 32;
+    pp.n_batch = 16;
+    pp.n_threads = 1;
+    pp.n_seq = 1;
+    pp.kv_block = 2;
+    sd_session *sp2 = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_session_init(mw, &pp, &sp2, &err), SD_OK, "%s", err.msg);
+    eval_ok(sp2, k_tokens, N_TOKENS, ln, N_TOKENS);
+    cr_expect_eq(memcmp(lw, ln, (size_t)N_TOKENS * nv * sizeof(float)), 0,
+                 "paged and contiguous caches differ with a window");
+    sd_session_free(sp2);
+    free(lw);
+    free(ln);
+    free(dn);
+    sd_session_free(sw);
+    sd_session_free(sn);
+    sd_model_free(mw);
+    sd_model_free(mn);
+}
+
+/* YaRN-style scalings and unknown architectures are named. */
 Test(model, architecture_limits) {
     spec sp = spec_default();
-    sp.sliding_window = 16;
-    char path[256];
-    write_model(model_path("window.gguf", path, sizeof path), &sp);
-    sd_model *m = load_ok(path);
-    sd_session_params p = sd_session_default_params();
-    sd_session *s = NULL;
-    sd_error err = {0};
-    cr_expect_eq(sd_session_init(m, &p, &s, &err), SD_ERR_UNSUPPORTED);
-    cr_expect(strstr(err.msg, "llama.attention.sliding_window") != NULL, "%s", err.msg);
-    p.n_ctx = 16;
-    cr_expect_eq(sd_session_init(m, &p, &s, &err), SD_OK, "%s", err.msg);
-    sd_session_free(s);
-    sd_model_free(m);
-    sp = spec_default();
     sp.rope_scaling = "yarn";
     expect_load_error(&sp, "yarn.gguf", SD_ERR_UNSUPPORTED, "llama.rope.scaling.type");
     sp = spec_default();

@@ -385,7 +385,7 @@ Test(paged, quantized_kv_logits_close_to_f16) {
 Test(paged, attention_over_blocks_against_float64) {
     enum { HD = 64, NH = 4, NHKV = 2, KVD = NHKV * HD, QD = NH * HD, NP = 37 };
     const sd_type types[4] = {SD_TYPE_F32, SD_TYPE_F16, SD_TYPE_Q8_0, SD_TYPE_Q4_0};
-    sd_backend_params bp = {2, 8, 256, 64, 0, NULL};
+    sd_backend_params bp = {2, 8, 256, 64, 0, NULL, 0};
     sd_backend *be = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_backend_cpu_init(&bp, &be, &err), SD_OK, "%s", err.msg);

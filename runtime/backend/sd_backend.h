@@ -47,9 +47,9 @@
  *              only: each row quantized by the reference quantizer)
  *   attention: Q [n_tok, n_head * head_dim], KV cache layer l positions [0, pos0+n_tok)
  *              -> O [n_tok, n_head * head_dim]. Query t (position p = pos0 + t) sees
- *              keys [0, p] (causal); head h reads KV head h / (n_head / n_head_kv) (GQA);
- *              scores scaled by 1/sqrt(head_dim), softmax over keys. F16 / Q8_0 / Q4_0
- *              rows are converted to f32 as they are read. The cache may be paged (kv/:
+ *              keys [0, p] (causal; with a window W at init, keys [max(0, p - W + 1), p]); head h
+ * reads KV head h / (n_head / n_head_kv) (GQA); scores scaled by 1/sqrt(head_dim), softmax over
+ * keys. F16 / Q8_0 / Q4_0 rows are converted to f32 as they are read. The cache may be paged (kv/:
  *              rows in blocks, reached span by span through sd_kv_span); the CPU backend
  *              reads every layout, a device backend refuses what it cannot read.
  *   softmax  : X [n_rows, n] in place, per row
@@ -217,6 +217,10 @@ typedef struct sd_backend_params {
      * target: the two never run at once, and one set of workers does not compete with an
      * idle second set for the cores. NULL: an own pool. Either backend may be freed first. */
     sd_backend *share_threads;
+    /* Sliding-window attention: > 0, a query at position p sees only the keys at
+     * positions [p - window + 1, p] (Mistral's <arch>.attention.sliding_window); 0 = every
+     * key [0, p]. A backend that cannot do it refuses at init (SD_ERR_UNSUPPORTED). */
+    int32_t window;
 } sd_backend_params;
 
 /*

@@ -31,7 +31,9 @@ enum {
     OPT_SYSTEM,
     OPT_SPECIAL,
     OPT_VERBOSE,
-    OPT_INTERACTIVE
+    OPT_INTERACTIVE,
+    OPT_CONTEXT_SHIFT,
+    OPT_KEEP
 };
 
 typedef struct gen_cli {
@@ -44,6 +46,8 @@ typedef struct gen_cli {
     int random_seed;           /* --seed -1: a random seed, printed */
     int verbose;               /* -v/--verbose: the settings and every pass on stderr */
     int interactive;           /* -i/--interactive: --chat goes on after the prompt's answer */
+    int context_shift;         /* --context-shift: a full context drops its older half */
+    long keep;                 /* --keep N: prompt tokens a shift keeps (-1: all), BOS aside */
 } gen_cli;
 
 static int generate_option(int o, const char *arg, void *user) {
@@ -79,6 +83,18 @@ static int generate_option(int o, const char *arg, void *user) {
     case OPT_INTERACTIVE:
         c->interactive = 1;
         return 0;
+    case OPT_CONTEXT_SHIFT:
+        c->context_shift = 1;
+        return 0;
+    case OPT_KEEP: {
+        char *end = NULL;
+        errno = 0;
+        const long v = strtol(arg, &end, 10);
+        if (errno || end == arg || *end || v < -1 || v > INT32_MAX)
+            return usage_error("--keep: expected an integer >= -1, found '%s'", arg);
+        c->keep = v;
+        return 0;
+    }
     case 'h':
         sd_cli_generate_help(stdout);
         return -1;
@@ -102,6 +118,8 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         {"special", no_argument, 0, OPT_SPECIAL},
         {"verbose", no_argument, 0, OPT_VERBOSE},
         {"interactive", no_argument, 0, OPT_INTERACTIVE},
+        {"context-shift", no_argument, 0, OPT_CONTEXT_SHIFT},
+        {"keep", required_argument, 0, OPT_KEEP},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -111,6 +129,11 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
                                  "template)");
     if (!rc && c->interactive && !c->chat)
         return usage_error("%s", "--interactive is a conversation: give --chat (-cnv) too");
+    if (!rc && c->context_shift && c->g.has_n && c->g.n == -1)
+        return usage_error("%s", "--context-shift with -n -1 would never stop: give -n N");
+    if (!rc && c->context_shift && c->interactive)
+        return usage_error("%s", "--context-shift: not in the interactive chat yet (one "
+                                 "prompt's generation only)");
     return rc;
 }
 
@@ -393,6 +416,9 @@ void sd_cli_generate_help(FILE *f) {
                "                           prints with the same seed, whatever the draft and K\n"
                "  --threads N     (-t)     threads, 0 = all cores (default 0)\n"
                "  --ctx-size N    (-c)     context size, 0 = the target's (default 0)\n"
+               "  --context-shift          a full context keeps its first tokens (BOS and\n"
+               "                           --keep N of the prompt; -1: all of it), drops the\n"
+               "                           older half of the rest and goes on (off by default)\n"
                "  --no-bos                 do not prepend BOS to the prompt\n"
                "  --kv-type f32|f16        KV-cache element type (default f16)\n"
                "  --device cpu|cuda (-dev) where the target runs (default cpu)\n"
@@ -541,10 +567,93 @@ static int gen_tokenize(const gen_cli *c, sd_engine *e, const char *prompt, size
                          *n_ids, ctx);
     /* -n -1: until EOS or the context is full (one more than fits, so the stop is "context"). */
     if (c->g.has_n && c->g.n == -1) gp->n_predict = ctx - (int32_t)*n_ids + 2;
-    /* No more than ctx - n_ids + 1 tokens can ever be emitted: size nothing beyond that. */
-    if (gp->n_predict > ctx - (int32_t)*n_ids + 2) gp->n_predict = ctx - (int32_t)*n_ids + 2;
+    /* No more than ctx - n_ids + 1 tokens can ever be emitted without a context shift: size
+     * nothing beyond that. */
+    if (!c->context_shift && gp->n_predict > ctx - (int32_t)*n_ids + 2)
+        gp->n_predict = ctx - (int32_t)*n_ids + 2;
     if (gp->n_predict < 1) gp->n_predict = 1;
     return SD_OK;
+}
+
+/* A later segment's counts and times added to the run's (the first prompt's size, TTFT and
+ * first-token time stay the first segment's); the stop is the last segment's. */
+static void stats_add(sd_gen_stats *st, const sd_gen_stats *b) {
+    st->n_generated += b->n_generated;
+    st->n_target_passes += b->n_target_passes;
+    st->n_stop_tokens = b->n_stop_tokens;
+    st->n_drafted += b->n_drafted;
+    st->n_accepted += b->n_accepted;
+    for (int32_t i = 0; i < SD_MAX_DRAFT; i++) {
+        st->drafted_at[i] += b->drafted_at[i];
+        st->accepted_at[i] += b->accepted_at[i];
+    }
+    for (int32_t i = 0; i <= SD_MAX_DRAFT; i++)
+        st->k_hist[i] += b->k_hist[i];
+    st->t_prefill_ms += b->t_prefill_ms;
+    st->t_draft_ms += b->t_draft_ms;
+    st->t_verify_ms += b->t_verify_ms;
+    st->t_sample_ms += b->t_sample_ms;
+    st->t_total_ms += b->t_total_ms;
+    st->n_off_passes += b->n_off_passes;
+    st->t_off_ms += b->t_off_ms;
+    st->n_switch_off += b->n_switch_off;
+    st->n_probes += b->n_probes;
+    st->n_passes_lookup += b->n_passes_lookup;
+    st->n_drafted_lookup += b->n_drafted_lookup;
+    st->n_accepted_lookup += b->n_accepted_lookup;
+    st->stop = b->stop;
+}
+
+/* --context-shift (llama.cpp's): each time generation stops at a full context, the context
+ * (prompt and text so far) keeps its first n_keep tokens (BOS and --keep N prompt tokens),
+ * drops the older half of the rest and generation goes on from the shortened context,
+ * until n_predict tokens in all. The shortened context is evaluated afresh (the target
+ * keeps the cached prefix it shares, the first n_keep tokens, and computes the rest), so
+ * every token follows the logits of exactly the context it was drawn in. Each shift is
+ * noted on stderr unless --json. */
+static int gen_shifts(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, const int32_t *ids,
+                      size_t n_ids, sd_token_cb cb, void *user, int32_t *out, sd_gen_stats *st,
+                      sd_error *err) {
+    const int32_t ctx = sd_engine_n_ctx(e);
+    int32_t n_keep = c->keep < 0 || c->keep > (long)n_ids ? (int32_t)n_ids : (int32_t)c->keep;
+    if (n_ids > 0 && ids[0] == sd_vocab_bos(sd_engine_vocab(e)) && c->keep >= 0 &&
+        n_keep < (int32_t)n_ids)
+        n_keep++; /* BOS is kept besides the N tokens, as llama.cpp does */
+    /* the context: a window of up to ctx + 1 tokens (the last one not evaluated yet) */
+    int32_t *win = malloc(((size_t)ctx + 2) * sizeof *win);
+    if (!win) return sd_errorf(err, SD_ERR_OOM, "--context-shift: out of memory");
+    int32_t n_win = (int32_t)n_ids, seg0 = 0, total = st->n_generated, rc = SD_OK;
+    memcpy(win, ids, n_ids * sizeof *win);
+    while (st->stop == SD_STOP_CONTEXT && total < gp->n_predict && !sd_cli_interrupted()) {
+        /* the context at the stop: the window and the segment's tokens */
+        const int32_t seg = total - seg0;
+        if (n_win + seg > ctx + 1 || n_keep >= ctx / 2) {
+            rc = sd_errorf(err, SD_ERR_CONTEXT,
+                           "--context-shift: %d kept tokens leave no room in a context of %d",
+                           n_keep, ctx);
+            break;
+        }
+        memcpy(win + n_win, out + seg0, (size_t)seg * sizeof *win);
+        const int32_t n_cur = n_win + seg, n_discard = (n_cur - n_keep) / 2;
+        memmove(win + n_keep, win + n_keep + n_discard,
+                (size_t)(n_cur - n_keep - n_discard) * sizeof *win);
+        n_win = n_cur - n_discard;
+        if (!c->json)
+            fprintf(stderr, "\nspecdec: context shift: kept %d, dropped %d, %d in context\n",
+                    n_keep, n_discard, n_win);
+        sd_gen_params g = *gp;
+        g.n_predict = gp->n_predict - total;
+        g.pass_trace = NULL; /* -v lists the first segment's passes */
+        g.pass_trace_cap = 0;
+        sd_gen_stats b;
+        rc = sd_engine_generate(e, &g, win, n_win, cb, user, out + total, g.n_predict, &b, err);
+        if (rc) break;
+        stats_add(st, &b);
+        seg0 = total;
+        total += b.n_generated;
+    }
+    free(win);
+    return rc;
 }
 
 /* Generate into out[gp->n_predict], streaming the prompt (unless --no-display-prompt)
@@ -560,6 +669,8 @@ static int gen_run(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, cons
          (!c->chat || stream_write(&sc, "\n", 1) == 0)))
         rc = sd_engine_generate(e, gp, ids, (int32_t)n_ids, stream_tokens, &sc, out, gp->n_predict,
                                 st, err);
+    if (!rc && c->context_shift && !sc.write_err)
+        rc = gen_shifts(c, e, gp, ids, n_ids, stream_tokens, &sc, out, st, err);
     if (sc.dt && !sc.write_err) { /* a character the last token left incomplete, raw */
         const char *t = NULL;
         size_t len = 0;

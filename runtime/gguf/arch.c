@@ -40,6 +40,8 @@ static const struct {
     [SD_TENSOR_ATTN_K_BIAS] = {"attn_k.bias", 1},
     [SD_TENSOR_ATTN_V_BIAS] = {"attn_v.bias", 1},
     [SD_TENSOR_ATTN_OUT] = {"attn_output.weight", 1},
+    [SD_TENSOR_ATTN_Q_NORM] = {"attn_q_norm.weight", 1},
+    [SD_TENSOR_ATTN_K_NORM] = {"attn_k_norm.weight", 1},
     [SD_TENSOR_FFN_NORM] = {"ffn_norm.weight", 1},
     [SD_TENSOR_FFN_GATE] = {"ffn_gate.weight", 1},
     [SD_TENSOR_FFN_DOWN] = {"ffn_down.weight", 1},
@@ -48,8 +50,10 @@ static const struct {
 
 /* The supported architectures: everything that differs between them is in this table. */
 static const sd_arch k_arch[] = {
-    {"llama", 0, 0}, /* Llama 1-3, Mistral 7B-style, SmolLM, TinyLlama, llama2.c */
-    {"qwen2", 1, 1}, /* Qwen2, Qwen2.5 */
+    /* name, qkv_bias, rope_neox, qk_norm */
+    {"llama", 0, 0, 0}, /* Llama 1-3, Mistral 7B-style, SmolLM, TinyLlama, llama2.c */
+    {"qwen2", 1, 1, 0}, /* Qwen2, Qwen2.5 */
+    {"qwen3", 0, 1, 1}, /* Qwen3 (dense): per-head Q/K RMSNorm, no biases */
 };
 
 const char *sd_arch_key_name(sd_arch_key k, const char *arch, char *buf, size_t cap) {
@@ -79,7 +83,7 @@ const sd_arch *sd_arch_find(const char *name, size_t len) {
 }
 
 const char *sd_arch_supported(void) {
-    return "llama, qwen2";
+    return "llama, qwen2, qwen3";
 }
 
 int sd_gguf_set_llm_meta(sd_gguf_writer *w, const sd_llm_meta *m) {

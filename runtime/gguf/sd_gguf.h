@@ -250,6 +250,8 @@ typedef enum sd_arch_tensor {
     SD_TENSOR_ATTN_K_BIAS, /* blk.N.attn_k.bias        [n_head_kv * head_dim] (qwen2) */
     SD_TENSOR_ATTN_V_BIAS, /* blk.N.attn_v.bias        [n_head_kv * head_dim] (qwen2) */
     SD_TENSOR_ATTN_OUT,    /* blk.N.attn_output.weight [n_embd, n_head * head_dim] */
+    SD_TENSOR_ATTN_Q_NORM, /* blk.N.attn_q_norm.weight [head_dim] (qwen3: every Q head) */
+    SD_TENSOR_ATTN_K_NORM, /* blk.N.attn_k_norm.weight [head_dim] (qwen3: every K head) */
     SD_TENSOR_FFN_NORM,    /* blk.N.ffn_norm.weight    [n_embd] */
     SD_TENSOR_FFN_GATE,    /* blk.N.ffn_gate.weight    [n_ff, n_embd] */
     SD_TENSOR_FFN_DOWN,    /* blk.N.ffn_down.weight    [n_embd, n_ff] */
@@ -264,9 +266,11 @@ const char *sd_arch_tensor_name(sd_arch_tensor t, int32_t layer, char *buf, size
 
 /* What distinguishes an architecture (one row per supported "general.architecture"). */
 typedef struct sd_arch {
-    const char *name; /* "llama", "qwen2" */
+    const char *name; /* "llama", "qwen2", "qwen3" */
     int qkv_bias;     /* 1: attn_q/k/v carry a bias (qwen2) */
     int rope_neox;    /* 1: RoPE rotates pairs (i, i + n_rot/2) (llama.cpp LLAMA_ROPE_TYPE_NEOX) */
+    int qk_norm;      /* 1: each Q and K head is RMS-normed (attn_q_norm / attn_k_norm, one
+                         [head_dim] weight shared by the heads) before RoPE (qwen3) */
 } sd_arch;
 
 /* The row for an architecture name of len bytes (not NUL-terminated), or NULL. */

@@ -15,7 +15,8 @@
 /* The weights as the backend sees them: the same matrices with backend addresses. */
 typedef struct sd_layer_dev {
     const float *attn_norm, *ffn_norm;
-    const float *bq, *bk, *bv; /* NULL without biases */
+    const float *bq, *bk, *bv;    /* NULL without biases */
+    const float *q_norm, *k_norm; /* NULL without per-head Q/K norms */
     sd_weight wq, wk, wv, wo, w_gate, w_down, w_up;
 } sd_layer_dev;
 
@@ -57,10 +58,10 @@ struct sd_session {
     /* Scratch, backend addresses inside b_act. */
     float *x;    /* [n_batch, n_embd] residual stream */
     float *xn;   /* [n_batch, n_embd] normed input */
-    float *q;    /* [n_batch, n_embd] */
+    float *q;    /* [n_batch, q_dim], q_dim = n_head * head_dim */
     float *k;    /* [n_batch, kv_dim] */
     float *v;    /* [n_batch, kv_dim] */
-    float *att;  /* [n_batch, n_embd] attention output */
+    float *att;  /* [n_batch, q_dim] attention output */
     float *proj; /* [n_batch, n_embd] output projections */
     float *gate; /* [n_batch, n_ff] */
     float *up;   /* [n_batch, n_ff] */
@@ -160,6 +161,10 @@ static int place_weights(sd_session *s, sd_error *err) {
             D->bk = dev_addr(s->b_norms, m->norms, L->bk);
             D->bv = dev_addr(s->b_norms, m->norms, L->bv);
         }
+        if (L->q_norm) {
+            D->q_norm = dev_addr(s->b_norms, m->norms, L->q_norm);
+            D->k_norm = dev_addr(s->b_norms, m->norms, L->k_norm);
+        }
         D->wq = dev_weight(s->b_weights, base, &L->wq);
         D->wk = dev_weight(s->b_weights, base, &L->wk);
         D->wv = dev_weight(s->b_weights, base, &L->wv);
@@ -196,15 +201,18 @@ static int place_weights(sd_session *s, sd_error *err) {
     return SD_OK;
 }
 
-/* Scratch: 5 arrays of n_embd, 2 of kv_dim, 2 of n_ff per token, in one buffer. */
+/* Scratch: 3 arrays of n_embd, 2 of q_dim, 2 of kv_dim, 2 of n_ff per token, in one
+ * buffer. */
 static int alloc_scratch(sd_session *s, sd_error *err) {
     const sd_hparams *hp = &s->m->hp;
     const size_t n_embd = (size_t)hp->n_embd, n_ff = (size_t)hp->n_ff;
     const size_t kv_dim = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    const size_t q_dim = (size_t)hp->n_head * (size_t)hp->head_dim;
     const size_t nb = (size_t)s->n_batch;
-    size_t per_tok, a, b, c, total, bytes;
-    if (sd_mul_size(n_embd, 5, &a) || sd_mul_size(kv_dim, 2, &b) || sd_mul_size(n_ff, 2, &c) ||
-        sd_add_size(a, b, &per_tok) || sd_add_size(per_tok, c, &per_tok) ||
+    size_t per_tok, a, b, c, d, total, bytes;
+    if (sd_mul_size(n_embd, 3, &a) || sd_mul_size(kv_dim, 2, &b) || sd_mul_size(n_ff, 2, &c) ||
+        sd_mul_size(q_dim, 2, &d) || sd_add_size(a, b, &per_tok) ||
+        sd_add_size(per_tok, c, &per_tok) || sd_add_size(per_tok, d, &per_tok) ||
         sd_mul_size(per_tok, nb, &total) || sd_mul_size(total, sizeof(float), &bytes))
         return sd_errorf(err, SD_ERR_OOM, "session: scratch size overflows (n_batch %d)",
                          s->n_batch);
@@ -213,8 +221,8 @@ static int alloc_scratch(sd_session *s, sd_error *err) {
     float *q = s->b_act->addr;
     s->x = q, q += nb * n_embd;
     s->xn = q, q += nb * n_embd;
-    s->q = q, q += nb * n_embd;
-    s->att = q, q += nb * n_embd;
+    s->q = q, q += nb * q_dim;
+    s->att = q, q += nb * q_dim;
     s->proj = q, q += nb * n_embd;
     s->k = q, q += nb * kv_dim;
     s->v = q, q += nb * kv_dim;
@@ -326,15 +334,6 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: several sequences (a paged KV cache) on a tensor-parallel session",
                          m->path);
-    if (hp->sliding_window > 0 && n_ctx > hp->sliding_window) {
-        char k[96];
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: %s = %d is smaller than the context %d: attention beyond the window "
-                         "would differ from the model's (no sliding-window attention here); use "
-                         "a context of %d tokens or less (n_ctx)",
-                         m->path, sd_arch_key_name(SD_KEY_SLIDING_WINDOW, hp->arch, k, sizeof k),
-                         hp->sliding_window, n_ctx, hp->sliding_window);
-    }
     sd_session *s = calloc(1, sizeof *s);
     if (!s) return sd_errorf(err, SD_ERR_OOM, "session: out of memory");
     s->m = m;
@@ -345,13 +344,23 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     sd_backend_params bp = {0};
     bp.n_threads = p->n_threads;
     bp.n_batch = s->n_batch;
+    const int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
     bp.max_cols = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+    if (q_dim > bp.max_cols) bp.max_cols = q_dim; /* attn_output's rows (Qwen3) */
     bp.n_ctx = n_ctx;
     bp.device_id = device_id;
+    /* <arch>.attention.sliding_window smaller than the context: the backend attends over
+     * the last `window` positions only (one that cannot refuses: its error names it) */
+    if (hp->sliding_window > 0 && n_ctx > hp->sliding_window) bp.window = hp->sliding_window;
     if (p->share_threads && p->device == SD_DEVICE_CPU && !p->share_threads->group &&
         p->share_threads->be->device == SD_DEVICE_CPU)
         bp.share_threads = p->share_threads->be;
     int rc = sd_backend_init(p->device, &bp, &s->be, err);
+    if (rc && bp.window) {
+        char k[96];
+        sd_error_prefix(err, "%s: %s = %d", m->path,
+                        sd_arch_key_name(SD_KEY_SLIDING_WINDOW, hp->arch, k, sizeof k), bp.window);
+    }
     if (rc == SD_OK) rc = place_weights(s, err);
     if (rc == SD_OK) rc = alloc_kv(s, p, err);
     if (rc == SD_OK) rc = alloc_scratch(s, err);
@@ -510,20 +519,25 @@ static void run_layers(sd_session *s, int32_t n) {
     sd_backend *be = s->be;
     const sd_backend_ops *op = be->ops;
     const int32_t n_embd = hp->n_embd, kv_dim = hp->n_head_kv * hp->head_dim;
+    const int32_t q_dim = hp->n_head * hp->head_dim;
     const int64_t nx = (int64_t)n * n_embd;
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const sd_layer_dev *L = &s->layers[l];
         op->rmsnorm(be, s->x, L->attn_norm, n, n_embd, hp->rms_eps, s->xn);
         matmul3(be, &L->wq, &L->wk, &L->wv, s->xn, n, s->q, s->k, s->v);
         if (L->bq) {
-            op->add_bias(be, s->q, L->bq, n, n_embd);
+            op->add_bias(be, s->q, L->bq, n, q_dim);
             op->add_bias(be, s->k, L->bk, n, kv_dim);
             op->add_bias(be, s->v, L->bv, n, kv_dim);
+        }
+        if (L->q_norm) { /* every head of Q and K normed on its own, before RoPE */
+            op->rmsnorm(be, s->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->rms_eps, s->q);
+            op->rmsnorm(be, s->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->rms_eps, s->k);
         }
         for (int32_t j = 0; j < s->n_segs; j++) {
             const sd_seg *g = &s->segs[j];
             sd_kv *kv = s->seqs[g->seq];
-            float *q = s->q + (size_t)g->start * n_embd, *att = s->att + (size_t)g->start * n_embd;
+            float *q = s->q + (size_t)g->start * q_dim, *att = s->att + (size_t)g->start * q_dim;
             float *k = s->k + (size_t)g->start * kv_dim, *v = s->v + (size_t)g->start * kv_dim;
             op->rope(be, q, g->n, g->pos0, hp->n_head, hp->head_dim, &s->rope);
             op->rope(be, k, g->n, g->pos0, hp->n_head_kv, hp->head_dim, &s->rope);

@@ -91,7 +91,10 @@ static int load_hparams(const sd_gguf *g, const char *path, sd_hparams *hp, sd_e
     if ((rc = hp_int(g, path, KEY(SD_KEY_HEAD_COUNT_KV), 0, hp->n_head, 1, SD_MAX_HEAD,
                      &hp->n_head_kv, err)))
         return rc;
-    if (hp->n_embd % hp->n_head != 0) {
+    /* The head size: <arch>.attention.key_length (Qwen3: 128 with n_embd / n_head = 64),
+     * else n_embd / n_head; V heads must have the same size. */
+    const int has_klen = sd_gguf_find_key(g, KEY(SD_KEY_KEY_LENGTH)) >= 0;
+    if (!has_klen && hp->n_embd % hp->n_head != 0) {
         char k2[96];
         return sd_errorf(err, SD_ERR_FORMAT, "%s: %s %d is not a multiple of %s %d", path,
                          KEY(SD_KEY_EMBEDDING_LENGTH), hp->n_embd,
@@ -103,7 +106,23 @@ static int load_hparams(const sd_gguf *g, const char *path, sd_hparams *hp, sd_e
                          KEY(SD_KEY_HEAD_COUNT), hp->n_head,
                          sd_arch_key_name(SD_KEY_HEAD_COUNT_KV, a, k2, sizeof k2), hp->n_head_kv);
     }
-    hp->head_dim = hp->n_embd / hp->n_head;
+    const int32_t def_hd = hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 1;
+    int32_t vlen = 0;
+    if ((rc = hp_int(g, path, KEY(SD_KEY_KEY_LENGTH), 0, def_hd, 2, 1 << 16, &hp->head_dim, err)))
+        return rc;
+    if ((rc = hp_int(g, path, KEY(SD_KEY_VALUE_LENGTH), 0, hp->head_dim, 1, 1 << 16, &vlen, err)))
+        return rc;
+    if (vlen != hp->head_dim) {
+        char k2[96];
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: %s %d differs from %s %d (V heads of another size than K heads are "
+                         "not supported)",
+                         path, KEY(SD_KEY_VALUE_LENGTH), vlen,
+                         sd_arch_key_name(SD_KEY_KEY_LENGTH, a, k2, sizeof k2), hp->head_dim);
+    }
+    if ((int64_t)hp->n_head * hp->head_dim > SD_MAX_FF)
+        return sd_errorf(err, SD_ERR_FORMAT, "%s: %d heads of %d: Q row of %lld > %d", path,
+                         hp->n_head, hp->head_dim, (long long)hp->n_head * hp->head_dim, SD_MAX_FF);
     if ((rc = hp_int(g, path, KEY(SD_KEY_ROPE_DIMENSION_COUNT), 0, hp->head_dim, 2, hp->head_dim,
                      &hp->n_rot, err)))
         return rc;
@@ -118,17 +137,7 @@ static int load_hparams(const sd_gguf *g, const char *path, sd_hparams *hp, sd_e
     hp->arch = ar->name;
     hp->qkv_bias = ar->qkv_bias;
     hp->rope_neox = ar->rope_neox;
-    /* A K/V head size other than n_embd / n_head (Gemma, Qwen3) is not supported. */
-    int32_t klen = hp->head_dim, vlen = hp->head_dim;
-    if ((rc = hp_int(g, path, KEY(SD_KEY_KEY_LENGTH), 0, hp->head_dim, 1, 1 << 16, &klen, err)) ||
-        (rc = hp_int(g, path, KEY(SD_KEY_VALUE_LENGTH), 0, hp->head_dim, 1, 1 << 16, &vlen, err)))
-        return rc;
-    if (klen != hp->head_dim || vlen != hp->head_dim)
-        return sd_errorf(
-            err, SD_ERR_UNSUPPORTED,
-            "%s: %s %d differs from the head size n_embd / n_head = %d (not supported)", path,
-            KEY(klen != hp->head_dim ? SD_KEY_KEY_LENGTH : SD_KEY_VALUE_LENGTH),
-            klen != hp->head_dim ? klen : vlen, hp->head_dim);
+    hp->qk_norm = ar->qk_norm;
     if ((rc = hp_int(g, path, KEY(SD_KEY_SLIDING_WINDOW), 0, 0, 0, SD_MAX_CTX, &hp->sliding_window,
                      err)))
         return rc;
@@ -219,6 +228,7 @@ static int get_vec(sd_model *m, const char *name, int64_t n, float *dst, sd_erro
 static int load_tensors(sd_model *m, sd_error *err) {
     const sd_hparams *hp = &m->hp;
     const int64_t n_embd = hp->n_embd, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
     char name[96];
     int rc;
 
@@ -230,10 +240,12 @@ static int load_tensors(sd_model *m, sd_error *err) {
                          m->path, name, (long long)m->tok_embd.rows, SD_MAX_VOCAB);
     m->hp.n_vocab = (int32_t)m->tok_embd.rows;
 
-    /* Every 1-D vector in one owned block: per layer attn_norm, ffn_norm [n_embd] and the
-     * Q/K/V biases [n_embd + 2 kv_dim] (qwen2), then output_norm, then the rope factors. */
-    const size_t per_layer =
-        2 * (size_t)n_embd + (hp->qkv_bias ? (size_t)(n_embd + 2 * kv_dim) : 0);
+    /* Every 1-D vector in one owned block: per layer attn_norm, ffn_norm [n_embd], the
+     * Q/K/V biases [q_dim + 2 kv_dim] (qwen2) and the Q/K head norms [2 head_dim] (qwen3),
+     * then output_norm, then the rope factors. */
+    const size_t per_layer = 2 * (size_t)n_embd +
+                             (hp->qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
+                             (hp->qk_norm ? 2 * (size_t)hp->head_dim : 0);
     const size_t n_rope = (size_t)hp->n_rot / 2;
     m->norms_bytes = ((size_t)hp->n_layer * per_layer + (size_t)n_embd + n_rope) * sizeof(float);
     m->norms = malloc(m->norms_bytes);
@@ -249,10 +261,10 @@ static int load_tensors(sd_model *m, sd_error *err) {
             int64_t rows, cols;
             sd_weight *w;
         } mats[] = {
-            {SD_TENSOR_ATTN_Q, n_embd, n_embd, &L->wq},
+            {SD_TENSOR_ATTN_Q, q_dim, n_embd, &L->wq},
             {SD_TENSOR_ATTN_K, kv_dim, n_embd, &L->wk},
             {SD_TENSOR_ATTN_V, kv_dim, n_embd, &L->wv},
-            {SD_TENSOR_ATTN_OUT, n_embd, n_embd, &L->wo},
+            {SD_TENSOR_ATTN_OUT, n_embd, q_dim, &L->wo},
             {SD_TENSOR_FFN_GATE, hp->n_ff, n_embd, &L->w_gate},
             {SD_TENSOR_FFN_DOWN, n_embd, hp->n_ff, &L->w_down},
             {SD_TENSOR_FFN_UP, hp->n_ff, n_embd, &L->w_up},
@@ -269,10 +281,12 @@ static int load_tensors(sd_model *m, sd_error *err) {
             return rc;
         L->attn_norm = an;
         L->ffn_norm = fn;
+        float *rest = fn + n_embd;
         if (hp->qkv_bias) {
-            float *bq = fn + n_embd, *bk = bq + n_embd, *bv = bk + kv_dim;
+            float *bq = rest, *bk = bq + q_dim, *bv = bk + kv_dim;
+            rest = bv + kv_dim;
             if ((rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_Q_BIAS, l, name, sizeof name),
-                              n_embd, bq, err)) ||
+                              q_dim, bq, err)) ||
                 (rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_K_BIAS, l, name, sizeof name),
                               kv_dim, bk, err)) ||
                 (rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_V_BIAS, l, name, sizeof name),
@@ -281,6 +295,16 @@ static int load_tensors(sd_model *m, sd_error *err) {
             L->bq = bq;
             L->bk = bk;
             L->bv = bv;
+        }
+        if (hp->qk_norm) {
+            float *qn = rest, *kn = qn + hp->head_dim;
+            if ((rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_Q_NORM, l, name, sizeof name),
+                              hp->head_dim, qn, err)) ||
+                (rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_K_NORM, l, name, sizeof name),
+                              hp->head_dim, kn, err)))
+                return rc;
+            L->q_norm = qn;
+            L->k_norm = kn;
         }
     }
     float *on = m->norms + (size_t)hp->n_layer * per_layer;

@@ -23,16 +23,17 @@
 
 /* One block. Matrices and norms are host addresses (the mmap, resp. m->norms). */
 typedef struct sd_layer {
-    const float *attn_norm;    /* [n_embd] */
-    const float *ffn_norm;     /* [n_embd] */
-    sd_weight wq;              /* [n_embd, n_embd] */
-    sd_weight wk;              /* [kv_dim, n_embd] */
-    sd_weight wv;              /* [kv_dim, n_embd] */
-    sd_weight wo;              /* [n_embd, n_embd] */
-    sd_weight w_gate;          /* [n_ff, n_embd] */
-    sd_weight w_down;          /* [n_embd, n_ff] */
-    sd_weight w_up;            /* [n_ff, n_embd] */
-    const float *bq, *bk, *bv; /* [n_embd], [kv_dim], [kv_dim] biases (qwen2), or NULL */
+    const float *attn_norm;       /* [n_embd] */
+    const float *ffn_norm;        /* [n_embd] */
+    sd_weight wq;                 /* [q_dim, n_embd], q_dim = n_head * head_dim */
+    sd_weight wk;                 /* [kv_dim, n_embd] */
+    sd_weight wv;                 /* [kv_dim, n_embd] */
+    sd_weight wo;                 /* [n_embd, q_dim] */
+    sd_weight w_gate;             /* [n_ff, n_embd] */
+    sd_weight w_down;             /* [n_embd, n_ff] */
+    sd_weight w_up;               /* [n_ff, n_embd] */
+    const float *bq, *bk, *bv;    /* [q_dim], [kv_dim], [kv_dim] biases (qwen2), or NULL */
+    const float *q_norm, *k_norm; /* [head_dim] per-head RMSNorm weights (qwen3), or NULL */
 } sd_layer;
 
 struct sd_model {

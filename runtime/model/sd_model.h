@@ -16,13 +16,17 @@
  * after the converters' Q/K permutation.
  * Architectures (runtime/gguf's table holds what differs): "llama" (also Llama 3: rope
  * frequency factors rope_freqs.weight, linear rope scaling; mistral-style files: a
- * sliding window that is not smaller than the context), and "qwen2" (biases on Q, K, V;
- * NEOX-style RoPE pairs (i, i + n_rot/2), as llama.cpp's LLAMA_ROPE_TYPE_NEOX).
+ * sliding window, <arch>.attention.sliding_window, applied by the CPU backend's attention
+ * when smaller than the context), and "qwen2" (biases on Q, K, V;
+ * NEOX-style RoPE pairs (i, i + n_rot/2), as llama.cpp's LLAMA_ROPE_TYPE_NEOX) and "qwen3"
+ * (NEOX RoPE, no biases; each Q and K head RMS-normed by blk.N.attn_q_norm.weight /
+ * attn_k_norm.weight [head_dim] before RoPE; head_dim from .attention.key_length).
  * GGUF keys and tensor names: the architecture table of runtime/gguf (sd_arch_key,
  * sd_arch_tensor): <arch>.context_length, .embedding_length, .block_count,
  * .feed_forward_length, .attention.head_count, .attention.head_count_kv,
  * .attention.layer_norm_rms_epsilon, .rope.freq_base (default 10000),
- * .rope.dimension_count (default head_dim). Tensors: token_embd.weight,
+ * .rope.dimension_count (default head_dim), .attention.key_length and .value_length (the
+ * head size, default n_embd / n_head; the two must be equal). Tensors: token_embd.weight,
  * blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,ffn_gate,ffn_down,ffn_up}
  * .weight, output_norm.weight, output.weight (optional).
  */
@@ -48,7 +52,8 @@ typedef struct sd_hparams {
     int32_t n_layer;
     int32_t n_head;
     int32_t n_head_kv;
-    int32_t head_dim; /* n_embd / n_head */
+    int32_t head_dim; /* <arch>.attention.key_length, default n_embd / n_head; Q is
+                         [n_head * head_dim], which may differ from n_embd (Qwen3) */
     int32_t n_ff;
     int32_t n_rot;
     float rms_eps;
@@ -57,8 +62,9 @@ typedef struct sd_hparams {
     int rope_neox;          /* 1: NEOX-style pairs (qwen2), 0: adjacent pairs (llama) */
     int has_rope_factors;   /* rope_freqs.weight present (Llama 3 frequency factors) */
     int qkv_bias;           /* attn_q/k/v carry biases (qwen2) */
+    int qk_norm;            /* per-head Q/K RMSNorm before RoPE (qwen3) */
     int32_t sliding_window; /* <arch>.attention.sliding_window; 0 = none */
-    const char *arch;       /* "llama", "qwen2" (static string) */
+    const char *arch;       /* "llama", "qwen2", "qwen3" (static string) */
 } sd_hparams;
 
 typedef struct sd_model sd_model;

@@ -91,8 +91,9 @@ static size_t put(uint8_t *dst, size_t off, const sd_weight *w, int64_t r0, int6
 /* Lay out (dst == NULL: size) or fill rank r's matrices into s; returns the region's bytes. */
 static size_t shard_layout(const sd_model *m, int32_t n, int32_t r, uint8_t *dst, sd_model *s) {
     const sd_hparams *hp = &m->hp;
-    const int64_t e = hp->n_embd, qr = e / n, kvr = (int64_t)hp->n_head_kv / n * hp->head_dim,
-                  ff = hp->n_ff / n, nv = hp->n_vocab;
+    const int64_t e = hp->n_embd, qr = (int64_t)hp->n_head / n * hp->head_dim,
+                  kvr = (int64_t)hp->n_head_kv / n * hp->head_dim, ff = hp->n_ff / n,
+                  nv = hp->n_vocab;
     const int64_t v0 = nv * r / n, v1 = nv * (r + 1) / n;
     sd_weight scratch; /* the destination while only sizing */
     size_t off = 0;
@@ -109,6 +110,8 @@ static size_t shard_layout(const sd_model *m, int32_t n, int32_t r, uint8_t *dst
         if (S) {
             S->attn_norm = L->attn_norm;
             S->ffn_norm = L->ffn_norm;
+            S->q_norm = L->q_norm; /* per head: every rank's heads use the same weights */
+            S->k_norm = L->k_norm;
         }
     }
     off = put(dst, off, &m->tok_embd, v0, v1 - v0, 0, e, dst ? &s->tok_embd : &scratch);
@@ -145,7 +148,7 @@ static int check_split(const sd_model *m, int32_t n, sd_error *err) {
     /* Row-parallel matrices are cut between columns: at block boundaries. */
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const sd_weight *rw[2] = {&m->layers[l].wo, &m->layers[l].w_down};
-        const int64_t width[2] = {hp->n_embd / n, hp->n_ff / n};
+        const int64_t width[2] = {(int64_t)hp->n_head / n * hp->head_dim, hp->n_ff / n};
         for (int i = 0; i < 2; i++)
             if (width[i] % sd_type_block_elems(rw[i]->type))
                 return sd_errorf(err, SD_ERR_ARG,

@@ -57,36 +57,38 @@ static const void *key_run(sd_kv *kv, int want_v, int32_t layer, int32_t j, int3
 }
 
 void sd_cpu_attend_block(const sd_att_kernels *ak, const float *q, int32_t nh, sd_kv *kv,
-                         int32_t layer, int32_t n_keys, int32_t g, int32_t head_dim, float scale,
-                         float *sc, size_t scs, float *tile, float *out) {
-    for (int32_t j = 0; j < n_keys;) {
+                         int32_t layer, int32_t k0, int32_t n_keys, int32_t g, int32_t head_dim,
+                         float scale, float *sc, size_t scs, float *tile, float *out) {
+    /* keys [k0, n_keys): key j's score at sc[j - k0] */
+    for (int32_t j = k0; j < n_keys;) {
         int32_t len;
         size_t stride;
         sd_type t;
         const void *kb = key_run(kv, 0, layer, j, n_keys, g, head_dim, tile, &len, &stride, &t);
-        ak->scores(q, nh, head_dim, kb, stride, t, len, scale, sc + j, scs);
+        ak->scores(q, nh, head_dim, kb, stride, t, len, scale, sc + (j - k0), scs);
         j += len;
     }
+    const int32_t n = n_keys - k0;
     float inv[SD_ATT_HB];
     for (int32_t h = 0; h < nh; h++) {
         float *s = sc + (size_t)h * scs;
         float mx = s[0];
-        for (int32_t j = 1; j < n_keys; j++)
+        for (int32_t j = 1; j < n; j++)
             mx = s[j] > mx ? s[j] : mx;
         float sum = 0.0f;
-        for (int32_t j = 0; j < n_keys; j++) {
+        for (int32_t j = 0; j < n; j++) {
             s[j] = expf(s[j] - mx);
             sum += s[j];
         }
         inv[h] = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
     }
     memset(out, 0, (size_t)nh * (size_t)head_dim * sizeof(float));
-    for (int32_t j = 0; j < n_keys;) {
+    for (int32_t j = k0; j < n_keys;) {
         int32_t len;
         size_t stride;
         sd_type t;
         const void *vb = key_run(kv, 1, layer, j, n_keys, g, head_dim, tile, &len, &stride, &t);
-        ak->vsum(sc + j, scs, nh, head_dim, vb, stride, t, len, out);
+        ak->vsum(sc + (j - k0), scs, nh, head_dim, vb, stride, t, len, out);
         j += len;
     }
     for (int32_t h = 0; h < nh; h++)

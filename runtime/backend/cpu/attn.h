@@ -56,16 +56,16 @@ const sd_att_kernels *sd_cpu_att_pick(void);
 #define SD_ATT_TILE 32
 
 /* Heads [h0, h0 + nh) (nh <= SD_ATT_HB) of one query row, all sharing KV head g, over keys
- * [0, n_keys) of layer `layer`, whatever the cache's layout (contiguous or blocks: the
- * driver walks sd_kv_span) and element type. q, out: the rows of head h0 (heads head_dim
- * apart). sc: scratch [SD_ATT_HB, scs], scs >= n_keys. tile: scratch [SD_ATT_TILE,
- * head_dim] for Q8_0 / Q4_0 rows: their head slices are converted to f32 (exactly: a
- * scale times an integer), SD_ATT_TILE rows at a time, and the kernels run on the f32
- * tile, so a quantized cache gives the bits of an f32 cache holding its dequantized
- * values, at every kernel level. */
+ * [k0, n_keys) of layer `layer` (k0 > 0: a sliding window; keys before k0 are never read), whatever
+ * the cache's layout (contiguous or blocks: the driver walks sd_kv_span) and element type. q, out:
+ * the rows of head h0 (heads head_dim apart). sc: scratch [SD_ATT_HB, scs], scs >= n_keys - k0 (key
+ * j's score at j - k0). tile: scratch [SD_ATT_TILE, head_dim] for Q8_0 / Q4_0 rows: their head
+ * slices are converted to f32 (exactly: a scale times an integer), SD_ATT_TILE rows at a time, and
+ * the kernels run on the f32 tile, so a quantized cache gives the bits of an f32 cache holding its
+ * dequantized values, at every kernel level. */
 void sd_cpu_attend_block(const sd_att_kernels *ak, const float *q, int32_t nh, sd_kv *kv,
-                         int32_t layer, int32_t n_keys, int32_t g, int32_t head_dim, float scale,
-                         float *sc, size_t scs, float *tile, float *out);
+                         int32_t layer, int32_t k0, int32_t n_keys, int32_t g, int32_t head_dim,
+                         float scale, float *sc, size_t scs, float *tile, float *out);
 
 /* Scalar tail element d of a K/V row. */
 static inline float sd_att_elem(const void *row, sd_type t, int32_t d) {

@@ -77,6 +77,7 @@ typedef struct sd_backend_cpu {
     int32_t n_batch;
     int64_t max_cols;
     int32_t n_ctx;
+    int32_t window;                /* sliding-window attention (sd_backend_params), 0: none */
     double par_min_work;           /* see SD_CPU_PAR_MIN_WORK */
     void *xq[SD_MATMUL_MULTI_MAX]; /* prepared activations (sd_activations_bytes), n_batch rows
                                       of max_cols, one per matrix of a matmul_multi */
@@ -529,7 +530,9 @@ static void att_items(void *arg, int64_t i0, int64_t i1, int32_t ith) {
         const int32_t g = r / n_blk, h0 = g * group + (r % n_blk) * SD_ATT_HB;
         const int32_t nh = g * group + group - h0 < SD_ATT_HB ? g * group + group - h0 : SD_ATT_HB;
         const size_t off = ((size_t)t * (size_t)j->n_head + (size_t)h0) * (size_t)j->head_dim;
-        sd_cpu_attend_block(j->ak, j->q + off, nh, j->kv, j->layer, j->pos0 + t + 1, g, j->head_dim,
+        const int32_t n_keys = j->pos0 + t + 1, w = j->c->window;
+        const int32_t k0 = w > 0 && n_keys > w ? n_keys - w : 0; /* a sliding window */
+        sd_cpu_attend_block(j->ak, j->q + off, nh, j->kv, j->layer, k0, n_keys, g, j->head_dim,
                             j->scale, sc, scs, tile, j->out + off);
     }
 }
@@ -695,7 +698,8 @@ static const sd_backend_ops cpu_ops = {
 
 int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *err) {
     *out = NULL;
-    if (!p || p->n_threads < 0 || p->n_batch < 1 || p->max_cols < 1 || p->n_ctx < 1)
+    if (!p || p->n_threads < 0 || p->n_batch < 1 || p->max_cols < 1 || p->n_ctx < 1 ||
+        p->window < 0)
         return sd_errorf(err, SD_ERR_ARG, "cpu backend: bad parameters");
     sd_backend_cpu *other = NULL;
     if (p->share_threads) {
@@ -723,6 +727,7 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
     c->n_threads = nt;
     c->n_batch = p->n_batch;
     c->max_cols = p->max_cols;
+    c->window = p->window;
     c->n_ctx = p->n_ctx;
     c->par_min_work = SD_CPU_PAR_MIN_WORK;
     const char *env = getenv("SD_CPU_PAR_MIN_WORK");

@@ -545,6 +545,12 @@ static int cuda_backend_init(const sd_cuda_host *host, const sd_backend_params *
     *out = NULL;
     if (!host || !p || p->n_batch < 1 || p->max_cols < 1 || p->n_ctx < 1 || p->device_id < 0)
         return sd_errorf(err, SD_ERR_ARG, "cuda backend: bad parameters");
+    if (p->window > 0)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "cuda backend: no sliding-window attention (a window of %d positions "
+                         "in a context of %d): run it on the cpu backend, or with a context of "
+                         "at most %d",
+                         p->window, p->n_ctx, p->window);
     int32_t n_dev = 0;
     int rc = cuda_device_count(&n_dev, err);
     if (rc) return rc;
