@@ -1,0 +1,201 @@
+/*
+ * tests/test_suffix_greedy.c: the suffix proposer end to end. Greedy: every K (fixed 1..8,
+ * adaptive) gives the target-alone tokens, on a random pair (sd_generate), the shipped
+ * TinyStories pair and SmolLM2-135M (skipped when absent; through sd_engine_generate with
+ * --draft-type suffix). Gumbel sampling: the same seed gives the target-alone text for
+ * every K and policy (a one-hot draft token is accepted iff it is the target's keyed
+ * Gumbel argmax at its position).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "draft/sd_draft.h"
+#include "runtime/engine/sd_engine.h"
+#include "runtime/model/sd_model.h"
+#include "runtime/tokenizer/sd_vocab.h"
+#include "target/sd_target.h"
+#include "testutil.h"
+
+static char g_dir[1024];
+
+static void setup(void) {
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
+}
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
+
+TestSuite(suffix_greedy, .init = setup, .fini = teardown, .timeout = 900);
+
+/* Generate with engine e: draft type t, policy pol, K k; returns the tokens emitted. */
+static int32_t run(sd_engine *e, const sd_gen_params *base, sd_draft_type t, sd_k_policy pol,
+                   int32_t k, const int32_t *prompt, int32_t n_prompt, int32_t *out,
+                   sd_gen_stats *st) {
+    sd_gen_params gp = *base;
+    gp.draft_type = t;
+    gp.k_policy = pol;
+    gp.n_draft = t == SD_DRAFT_NONE ? 0 : k;
+    sd_error err = {0};
+    cr_assert_eq(
+        sd_engine_generate(e, &gp, prompt, n_prompt, NULL, NULL, out, gp.n_predict, st, &err),
+        SD_OK, "%s", err.msg);
+    return st->n_generated;
+}
+
+/* Every K in ks (fixed) and adaptive at the largest: the target-alone tokens. Returns the
+ * suffix acceptance (accepted / drafted) over the runs, *drafted the drafted tokens. */
+static double all_k_equal(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
+                          int32_t n_prompt, const int32_t *ks, int n_ks, const char *name,
+                          int64_t *drafted) {
+    int32_t *ref = malloc((size_t)gp->n_predict * sizeof *ref);
+    int32_t *got = malloc((size_t)gp->n_predict * sizeof *got);
+    cr_assert(ref && got);
+    sd_gen_stats st;
+    const int32_t n_ref = run(e, gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, n_prompt, ref, &st);
+    int64_t d = 0, a = 0;
+    for (int i = 0; i <= n_ks; i++) {
+        const sd_k_policy pol = i < n_ks ? SD_K_FIXED : SD_K_ADAPTIVE;
+        const int32_t k = i < n_ks ? ks[i] : ks[n_ks - 1];
+        const int32_t n = run(e, gp, SD_DRAFT_SUFFIX, pol, k, prompt, n_prompt, got, &st);
+        cr_assert_eq(n, n_ref, "%s suffix %s K=%d: %d tokens, target alone %d", name,
+                     sd_k_policy_name(pol), k, n, n_ref);
+        for (int32_t j = 0; j < n; j++)
+            cr_assert_eq(got[j], ref[j], "%s suffix %s K=%d: token %d is %d, target alone %d", name,
+                         sd_k_policy_name(pol), k, j, got[j], ref[j]);
+        cr_assert_eq(st.n_drafted_lookup, st.n_drafted, "suffix drafts count as lookup drafts");
+        cr_assert_leq(st.n_accepted, st.n_drafted);
+        d += st.n_drafted;
+        a += st.n_accepted;
+    }
+    free(ref);
+    free(got);
+    *drafted = d;
+    return d ? (double)a / (double)d : 0.0;
+}
+
+static sd_engine *open_engine(const char *target, const char *draft) {
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = target;
+    ep.draft = draft;
+    ep.n_threads = 1;
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    cr_assert_str_eq(sd_proposer_name(sd_engine_proposer_of(e, SD_DRAFT_SUFFIX)), "suffix");
+    return e;
+}
+
+Test(suffix_greedy, random_pair_every_k) {
+    char t[2048], d[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    sd_engine *e = open_engine(t, d);
+    const int32_t prompts[3][12] = {{1, 5, 9, 13, 5, 9, 13, 5, 9, 13, 5, 9},
+                                    {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50},
+                                    {1, 90, 3, 77, 90, 3, 60, 61, 90, 3, 77, 90}};
+    const int32_t ks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = 64;
+    gp.samp.temp = 0.0f;
+    int64_t drafted = 0, all = 0;
+    double acc = 0.0;
+    for (int p = 0; p < 3; p++) {
+        char name[32];
+        snprintf(name, sizeof name, "prompt %d", p);
+        acc += all_k_equal(e, &gp, prompts[p], 12, ks, 8, name, &drafted);
+        all += drafted;
+    }
+    fprintf(stderr, "  random pair: suffix greedy acceptance %.3f (mean of 3 prompts)\n", acc / 3);
+    cr_assert_gt(all, 0, "the suffix proposer never drafted: the test proves little");
+    cr_assert_gt(acc, 0.0, "no suffix draft was ever accepted: the test proves little");
+    sd_engine_free(e);
+}
+
+static void text_prompts(sd_engine *e, const char *const *texts, int n_texts, int32_t n_predict,
+                         const int32_t *ks, int n_ks, const char *what) {
+    const sd_vocab *v = sd_engine_vocab(e);
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = n_predict;
+    gp.samp.temp = 0.0f;
+    for (int i = 0; i < n_texts; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        sd_error err = {0};
+        cr_assert_eq(sd_vocab_tokenize(v, texts[i], strlen(texts[i]), 1, &ids, &n, &err), 0, "%s",
+                     err.msg);
+        char name[64];
+        snprintf(name, sizeof name, "%s '%.20s...'", what, texts[i]);
+        int64_t drafted = 0;
+        const double acc = all_k_equal(e, &gp, ids, (int32_t)n, ks, n_ks, name, &drafted);
+        fprintf(stderr, "  %s: suffix greedy acceptance %.3f of %lld drafted\n", name, acc,
+                (long long)drafted);
+        free(ids);
+    }
+}
+
+Test(suffix_greedy, shipped_tinystories_pair) {
+    const char *tp = SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf";
+    const char *dp = SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf";
+    tu_need_path(tp, "the shipped TinyStories pair");
+    tu_need_path(dp, "the shipped TinyStories pair");
+    sd_engine *e = open_engine(tp, dp);
+    const char *texts[] = {
+        "Once upon a time",
+        "Lily had a red ball. She liked to play with the red ball in the park. One day, Lily",
+        "Rewrite the story: Tom saw a big dog. The dog was brown. Tom gave the dog a bone. "
+        "Story: Tom saw",
+    };
+    const int32_t ks[6] = {1, 2, 3, 4, 6, 8};
+    text_prompts(e, texts, 3, 96, ks, 6, "tinystories");
+    sd_engine_free(e);
+}
+
+Test(suffix_greedy, smollm2) {
+    const char *env = getenv("SD_SMOL_MODEL");
+    const char *mp =
+        env && *env ? env : SD_SOURCE_DIR "/models/downloaded/SmolLM2-135M-Instruct.Q4_1.gguf";
+    tu_need_path(mp, "fetched by `bash scripts/get_models.sh`");
+    sd_engine *e = open_engine(mp, NULL);
+    const char *texts[] = {
+        "Copy this text exactly: The quick brown fox jumps over the lazy dog. The dog sleeps "
+        "under the old tree by the river. Copy: The quick brown fox",
+    };
+    const int32_t ks[3] = {2, 4, 8};
+    text_prompts(e, texts, 1, 48, ks, 3, "smollm2");
+    sd_engine_free(e);
+}
+
+Test(suffix_greedy, gumbel_same_seed_equals_target_alone) {
+    char t[2048], d[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    sd_engine *e = open_engine(t, d);
+    enum { N = 48 };
+    const int32_t prompt[12] = {1, 5, 9, 13, 5, 9, 13, 5, 9, 13, 5, 9};
+    int64_t drafted = 0;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        sd_gen_params gp = sd_gen_default_params();
+        gp.n_predict = N;
+        gp.samp.temp = 0.9f;
+        gp.samp.top_k = 0;
+        gp.samp.top_p = 0.95f;
+        gp.samp.spec = SD_SPEC_GUMBEL;
+        gp.seed = seed;
+        int32_t ref[N], got[N];
+        sd_gen_stats st;
+        const int32_t n_ref = run(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, 12, ref, &st);
+        const sd_k_policy pols[] = {SD_K_FIXED, SD_K_ADAPTIVE, SD_K_SWEEP};
+        for (int pi = 0; pi < 3; pi++)
+            for (int32_t k = 1; k <= 8; k += (k < 4 ? 1 : 4)) {
+                const int32_t n = run(e, &gp, SD_DRAFT_SUFFIX, pols[pi], k, prompt, 12, got, &st);
+                cr_assert_eq(n, n_ref, "seed %llu %s K %d: %d tokens vs %d",
+                             (unsigned long long)seed, sd_k_policy_name(pols[pi]), k, n, n_ref);
+                for (int32_t i = 0; i < n; i++)
+                    cr_assert_eq(got[i], ref[i], "seed %llu %s K %d: token %d differs",
+                                 (unsigned long long)seed, sd_k_policy_name(pols[pi]), k, i);
+                drafted += st.n_drafted;
+            }
+    }
+    cr_assert_gt(drafted, 0, "the suffix proposer never drafted: the test proves little");
+    sd_engine_free(e);
+}
