@@ -392,6 +392,47 @@ int64_t sd_suffix_index_count(sd_suffix_index *ix, const int32_t *q, int32_t n, 
 int32_t sd_suffix_index_propose(sd_suffix_index *ix, const sd_suffix_params *p, int32_t k,
                                 int32_t *tokens, int32_t *match, float *prob);
 
+/* ---- cross-request suffix cache (suffix_cache.c) ---- */
+
+/*
+ * Earlier requests' token sequences (prompt + output, one document each) in one suffix
+ * index, for a server's suffix proposers (SuffixDecoding's global tree): a proposer with
+ * the cache attached also proposes from the cache (the longest match of the context's
+ * last 64 tokens there, continued as in the context, never across a document's end) and
+ * takes the cache's proposal when it scores higher (the score of a chain: the sum of its
+ * probability up to each token, its expected accepted length under the counts).
+ * Memory: fixed when the cache is made, at most max_bytes (sd_suffix_cache_bytes) for
+ * every number of documents added; a document that does not fit drops the least
+ * recently used documents (added, or a proposal's source) until a quarter of the
+ * capacity is free besides it, and the index is rebuilt from the rest (a pause of
+ * O(capacity log capacity), at most once per quarter of the capacity added). A document
+ * longer than the capacity keeps its newest tokens. Not thread-safe: one thread (the
+ * batcher's stepping thread) adds and proposes.
+ */
+typedef struct sd_suffix_cache sd_suffix_cache;
+
+/* An empty cache for ids [0, n_vocab) in at most max_bytes. Errors: SD_ERR_ARG (n_vocab;
+ * max_bytes too small for 16 tokens), SD_ERR_OOM. */
+int sd_suffix_cache_init(int32_t n_vocab, size_t max_bytes, sd_suffix_cache **out, sd_error *err);
+void sd_suffix_cache_free(sd_suffix_cache *c); /* NULL accepted */
+/* Add a document toks[0 .. n). Errors: SD_ERR_ARG (an id outside [0, n_vocab): the cache
+ * is unchanged), SD_ERR_OOM. */
+int sd_suffix_cache_add(sd_suffix_cache *c, const int32_t *toks, int32_t n, sd_error *err);
+int32_t sd_suffix_cache_n_docs(const sd_suffix_cache *c);
+int64_t sd_suffix_cache_n_tokens(const sd_suffix_cache *c);
+int32_t sd_suffix_cache_capacity(const sd_suffix_cache *c); /* tokens + one per document */
+size_t sd_suffix_cache_bytes(const sd_suffix_cache *c);     /* allocated, <= max_bytes */
+/* The cache's proposal for the context ctx[0 .. n_ctx) (see above): tokens[k], *match the
+ * match length, *score its score. */
+int32_t sd_suffix_cache_propose(sd_suffix_cache *c, const int32_t *ctx, int32_t n_ctx,
+                                const sd_suffix_params *p, int32_t k, int32_t *tokens,
+                                int32_t *match, double *score);
+/* Attach c (not owned, NULL detaches) to the suffix proposer p. Errors: SD_ERR_ARG (p is
+ * not a suffix proposer). */
+int sd_proposer_suffix_set_cache(sd_proposer *p, sd_suffix_cache *c, sd_error *err);
+/* Proposals p took from its cache, or -1 if p is not a suffix proposer. */
+int64_t sd_proposer_suffix_cache_hits(const sd_proposer *p);
+
 /* ---- two proposers in order (chain.c) ---- */
 
 /*

@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "draft/sd_draft.h"
+#include "draft/suffix_impl.h"
 
 typedef struct sx_state {
     int32_t len;  /* longest string of the class */
@@ -66,6 +66,8 @@ struct sd_suffix_index {
     size_t mask;
     int32_t *stack; /* [2 cap + 1] splay scratch */
 };
+
+static size_t slots_for(int32_t cap);
 
 /* ---- transitions ---- */
 
@@ -250,9 +252,7 @@ int sd_suffix_index_init(int32_t cap, sd_suffix_index **out, sd_error *err) {
         return sd_errorf(err, SD_ERR_ARG, "suffix index: capacity %d, expected 1 .. %d", cap,
                          (INT32_MAX - 8) / 3);
     const size_t n_st = 2 * (size_t)cap + 1, n_ed = 3 * (size_t)cap + 4;
-    size_t size = 64;
-    while (size < 2 * n_ed)
-        size *= 2;
+    const size_t size = slots_for(cap);
     sd_suffix_index *ix = calloc(1, sizeof *ix);
     if (!ix) return sd_errorf(err, SD_ERR_OOM, "suffix index: out of memory");
     ix->cap = cap;
@@ -283,11 +283,24 @@ void sd_suffix_index_free(sd_suffix_index *ix) {
     free(ix);
 }
 
-size_t sd_suffix_index_bytes(const sd_suffix_index *ix) {
-    const size_t n_st = 2 * (size_t)ix->cap + 1, n_ed = 3 * (size_t)ix->cap + 4;
-    return sizeof *ix + (size_t)ix->cap * sizeof(int32_t) +
+/* The hash table's slots for cap tokens: a power of two, at least twice the transitions. */
+static size_t slots_for(int32_t cap) {
+    const size_t n_ed = 3 * (size_t)cap + 4;
+    size_t size = 64;
+    while (size < 2 * n_ed)
+        size *= 2;
+    return size;
+}
+
+size_t suffix_index_bytes_for(int32_t cap) {
+    const size_t n_st = 2 * (size_t)cap + 1, n_ed = 3 * (size_t)cap + 4;
+    return sizeof(sd_suffix_index) + (size_t)cap * sizeof(int32_t) +
            n_st * (sizeof(sx_state) + sizeof(sx_node) + sizeof(int32_t)) + n_ed * sizeof(sx_edge) +
-           (ix->mask + 1) * sizeof(int32_t);
+           slots_for(cap) * sizeof(int32_t);
+}
+
+size_t sd_suffix_index_bytes(const sd_suffix_index *ix) {
+    return suffix_index_bytes_for(ix->cap);
 }
 
 int32_t sd_suffix_index_n_tokens(const sd_suffix_index *ix) {
@@ -327,17 +340,36 @@ int64_t sd_suffix_index_count(sd_suffix_index *ix, const int32_t *q, int32_t n, 
     return state_count(ix, s, last);
 }
 
-int32_t sd_suffix_index_propose(sd_suffix_index *ix, const sd_suffix_params *p, int32_t k,
-                                int32_t *tokens, int32_t *match, float *prob) {
-    const int32_t l = ix->st[ix->last].link;
-    const int32_t m = l >= 0 ? ix->st[l].len : 0;
-    if (match) *match = m;
-    if (prob) *prob = 1.0f;
+int32_t suffix_index_walk(const sd_suffix_index *ix, const int32_t *q, int32_t n, int32_t *len) {
+    int32_t s = 0, l = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t e;
+        while ((e = edge_find(ix, s, q[i])) < 0 && s != 0) {
+            s = ix->st[s].link;
+            l = ix->st[s].len;
+        }
+        if (e >= 0) {
+            s = ix->ed[e].to;
+            l++;
+        } else {
+            l = 0; /* at the root: q[i] does not occur */
+        }
+    }
+    *len = l;
+    return s;
+}
+
+int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_suffix_params *p,
+                           int32_t k, int32_t tok_limit, int32_t *tokens, double *score,
+                           double *prob, int32_t *last_end) {
+    *score = 0.0;
+    *prob = 1.0;
+    *last_end = 0;
     if (m < p->n_min || m < 1) return 0;
     const double lim = (double)p->max_spec_factor * m;
-    int32_t n_max = lim < (double)k ? (int32_t)lim : k;
+    const int32_t n_max = lim < (double)k ? (int32_t)lim : k;
     double pr = 1.0;
-    int32_t n = 0, s = l;
+    int32_t n = 0;
     while (n < n_max) {
         int64_t total = 0;
         int32_t best = -1, best_cnt = 0, best_last = -1;
@@ -351,13 +383,28 @@ int32_t sd_suffix_index_propose(sd_suffix_index *ix, const sd_suffix_params *p, 
                 best_last = lst;
             }
         }
-        if (best < 0 || total <= 0) break;
+        if (best < 0 || total <= 0 || ix->ed[best].tok >= tok_limit) break;
         const double next = pr * (double)best_cnt / (double)total;
         if (next < (double)p->min_token_prob) break;
         pr = next;
+        *score += pr;
+        *last_end = best_last;
         tokens[n++] = ix->ed[best].tok;
         s = ix->ed[best].to;
     }
+    *prob = pr;
+    return n;
+}
+
+int32_t sd_suffix_index_propose(sd_suffix_index *ix, const sd_suffix_params *p, int32_t k,
+                                int32_t *tokens, int32_t *match, float *prob) {
+    const int32_t l = ix->st[ix->last].link;
+    const int32_t m = l >= 0 ? ix->st[l].len : 0;
+    if (match) *match = m;
+    double score = 0.0, pr = 1.0;
+    int32_t last_end = 0;
+    const int32_t n =
+        l >= 0 ? suffix_index_chain(ix, l, m, p, k, INT32_MAX, tokens, &score, &pr, &last_end) : 0;
     if (prob) *prob = (float)pr;
     return n;
 }
@@ -367,9 +414,11 @@ int32_t sd_suffix_index_propose(sd_suffix_index *ix, const sd_suffix_params *p, 
 typedef struct suffix_proposer {
     sd_proposer base; /* first member */
     sd_suffix_params prm;
-    sd_suffix_index *ix; /* over the committed context */
+    sd_suffix_index *ix;    /* over the committed context */
+    sd_suffix_cache *cache; /* earlier requests (not owned), or NULL */
     int32_t n_vocab;
     int32_t last_match;
+    int64_t cache_hits; /* proposals taken from the cache */
 } suffix_proposer;
 
 /* Make the index hold ctx[0 .. min(n, cap)): keep the common prefix (rebuilding from it
@@ -405,8 +454,29 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
     out->lookup = 1;
     p->last_match = 0;
     sync(p->ix, ctx, n_ctx);
-    if (p->ix->n_toks != n_ctx) return SD_OK; /* past the capacity: no proposal */
-    out->n = sd_suffix_index_propose(p->ix, &p->prm, k, out->tokens, &p->last_match, NULL);
+    double score = 0.0;
+    if (p->ix->n_toks == n_ctx) { /* else past the capacity: no proposal from the context */
+        sd_suffix_index *ix = p->ix;
+        const int32_t l = ix->st[ix->last].link;
+        const int32_t m = l >= 0 ? ix->st[l].len : 0;
+        double prob;
+        int32_t last_end;
+        p->last_match = m;
+        if (l >= 0)
+            out->n = suffix_index_chain(ix, l, m, &p->prm, k, INT32_MAX, out->tokens, &score, &prob,
+                                        &last_end);
+    }
+    if (p->cache) { /* the earlier requests' proposal when it scores higher */
+        int32_t toks[SD_MAX_DRAFT], m = 0;
+        double sc = 0.0;
+        const int32_t n = sd_suffix_cache_propose(p->cache, ctx, n_ctx, &p->prm, k, toks, &m, &sc);
+        if (n > 0 && sc > score) {
+            memcpy(out->tokens, toks, (size_t)n * sizeof *toks);
+            out->n = n;
+            p->last_match = m;
+            p->cache_hits++;
+        }
+    }
     return SD_OK;
 }
 
@@ -467,6 +537,18 @@ int sd_proposer_suffix_init(const sd_suffix_params *prm, int32_t n_vocab, sd_pro
     }
     *out = &p->base;
     return SD_OK;
+}
+
+int sd_proposer_suffix_set_cache(sd_proposer *p, sd_suffix_cache *c, sd_error *err) {
+    if (!p || p->ops != &suffix_ops)
+        return sd_errorf(err, SD_ERR_ARG, "suffix cache: not a suffix proposer");
+    ((suffix_proposer *)p)->cache = c;
+    return SD_OK;
+}
+
+int64_t sd_proposer_suffix_cache_hits(const sd_proposer *p) {
+    if (!p || p->ops != &suffix_ops) return -1;
+    return ((const suffix_proposer *)p)->cache_hits;
 }
 
 int32_t sd_proposer_suffix_last_match(const sd_proposer *p) {

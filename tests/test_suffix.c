@@ -329,3 +329,200 @@ Test(suffix, proposer_face) {
     cr_assert_eq(prop.n, 0);
     sd_proposer_free(pr);
 }
+
+/* ---- the cross-request cache ---- */
+
+/* Brute force of the cache's proposal: T = doc 0, sep 0, doc 1, sep 1, ... (separators
+ * n_vocab + d); the match is the longest suffix of the context's last 64 tokens that
+ * occurs in T; the chain as in brute_propose, stopping at a separator. */
+static int32_t brute_cache_propose(const int32_t *T, int32_t nT, int32_t n_vocab,
+                                   const int32_t *ctx, int32_t n_ctx, const sd_suffix_params *p,
+                                   int32_t k, int32_t *out, int32_t *match) {
+    const int32_t w = n_ctx < 64 ? n_ctx : 64;
+    int32_t m = 0;
+    for (int32_t l = w; l >= 1 && m == 0; l--)
+        for (int32_t e = l; e <= nT; e++)
+            if (memcmp(T + e - l, ctx + n_ctx - l, (size_t)l * sizeof *T) == 0) {
+                m = l;
+                break;
+            }
+    *match = m;
+    if (m < p->n_min || m < 1) return 0;
+    const double lim = (double)p->max_spec_factor * m;
+    const int32_t n_max = lim < (double)k ? (int32_t)lim : k;
+    int32_t cur[64 + SD_MAX_DRAFT], len = m, got = 0;
+    memcpy(cur, ctx + n_ctx - m, (size_t)m * sizeof *cur);
+    double pr = 1.0;
+    while (got < n_max) {
+        /* followers: (token, count, last end), at most one per distinct token */
+        int32_t tok[64], last[64], nf = 0;
+        int64_t cnt[64], total = 0;
+        for (int32_t e = len; e < nT; e++) {
+            if (memcmp(T + e - len, cur, (size_t)len * sizeof *cur) != 0) continue;
+            int32_t f = 0;
+            while (f < nf && tok[f] != T[e])
+                f++;
+            if (f == nf) {
+                cr_assert_lt(nf, 64);
+                tok[nf] = T[e];
+                cnt[nf] = 0;
+                nf++;
+            }
+            cnt[f]++;
+            last[f] = e + 1;
+            total++;
+        }
+        int32_t best = -1;
+        for (int32_t f = 0; f < nf; f++)
+            if (best < 0 || cnt[f] > cnt[best] || (cnt[f] == cnt[best] && last[f] > last[best]))
+                best = f;
+        if (best < 0 || tok[best] >= n_vocab) break;
+        const double next = pr * (double)cnt[best] / (double)total;
+        if (next < (double)p->min_token_prob) break;
+        pr = next;
+        out[got++] = tok[best];
+        cur[len++] = tok[best];
+    }
+    return got;
+}
+
+Test(suffix, cache_proposals_equal_brute_force) {
+    enum { NV = 6, NDOC = 12 };
+    sd_error err = {0};
+    sd_suffix_cache *c = NULL;
+    cr_assert_eq(sd_suffix_cache_init(NV, 1 << 20, &c, &err), SD_OK, "%s", err.msg);
+    int32_t T[4096], nT = 0, doc[200];
+    const sd_suffix_params p = {2.0f, 0.05f, 1, 4096};
+    int64_t n_tok = 0, n_q = 0;
+    uint64_t s = 7;
+    for (int d = 0; d < NDOC; d++) {
+        const int32_t len = 20 + (int32_t)(rng_next(&s) % 150);
+        make_stream(100 + (uint64_t)d, NV, 1, doc, len);
+        cr_assert_eq(sd_suffix_cache_add(c, doc, len, &err), SD_OK, "%s", err.msg);
+        memcpy(T + nT, doc, (size_t)len * sizeof *T);
+        nT += len;
+        T[nT++] = NV + d;
+        cr_assert_eq(sd_suffix_cache_n_docs(c), d + 1, "no document dropped in 1 MiB");
+        /* contexts: random streams and pieces of the documents */
+        for (int qi = 0; qi < 40; qi++) {
+            int32_t ctx[100];
+            const int32_t n = 1 + (int32_t)(rng_next(&s) % 90);
+            if (qi % 2) {
+                make_stream(rng_next(&s), NV, 0, ctx, n);
+            } else {
+                const int32_t at = (int32_t)(rng_next(&s) % (uint64_t)(nT - 1));
+                for (int32_t i = 0; i < n; i++) {
+                    const int32_t v = at + i < nT ? T[at + i] : 0;
+                    ctx[i] = v >= NV ? 0 : v;
+                }
+            }
+            int32_t got[SD_MAX_DRAFT], want[SD_MAX_DRAFT], m = -1, bm = -1;
+            double score = -1.0;
+            const int32_t k = 1 + (int32_t)(rng_next(&s) % 8);
+            const int32_t ng = sd_suffix_cache_propose(c, ctx, n, &p, k, got, &m, &score);
+            const int32_t nw = brute_cache_propose(T, nT, NV, ctx, n, &p, k, want, &bm);
+            cr_assert_eq(m, bm, "doc %d query %d: match %d, brute %d", d, qi, m, bm);
+            cr_assert_eq(ng, nw, "doc %d query %d: %d tokens, brute %d", d, qi, ng, nw);
+            for (int32_t i = 0; i < ng; i++)
+                cr_assert_eq(got[i], want[i]);
+            cr_assert(ng == 0 ? score == 0.0 : score > 0.0 && score <= ng);
+            n_tok += ng;
+            n_q++;
+        }
+    }
+    fprintf(stderr, "  %lld cache proposals (%lld tokens) checked\n", (long long)n_q,
+            (long long)n_tok);
+    cr_assert_gt(n_tok, 200);
+    cr_assert_eq(sd_suffix_cache_add(c, (const int32_t[]){1, NV}, 2, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_suffix_cache_n_docs(c), NDOC, "a refused document changes nothing");
+    sd_suffix_cache_free(c);
+}
+
+/* 1,000 documents through a 256 KiB cache: the bytes never change and stay in the
+ * budget, the newest document is always whole (its continuations are proposed, up to its
+ * end and never past it), and the least recently used documents go first. */
+Test(suffix, cache_memory_bound_and_lru) {
+    enum { NV = 5000 };
+    sd_error err = {0};
+    sd_suffix_cache *c = NULL;
+    const size_t budget = 256 << 10;
+    cr_assert_eq(sd_suffix_cache_init(NV, 16, &c, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_suffix_cache_init(NV, budget, &c, &err), SD_OK, "%s", err.msg);
+    const size_t bytes = sd_suffix_cache_bytes(c);
+    const int32_t cap = sd_suffix_cache_capacity(c);
+    cr_assert_leq(bytes, budget);
+    cr_assert_gt(cap, 1000);
+    const sd_suffix_params p = {8.0f, 0.0f, 1, 4096};
+    uint64_t s = 11;
+    int32_t *doc = malloc(2000 * sizeof *doc);
+    int64_t sum_docs = 0;
+    for (int r = 0; r < 1000; r++) {
+        const int32_t len = 10 + (int32_t)(rng_next(&s) % (r % 50 == 49 ? 1990 : 300));
+        for (int32_t i = 0; i < len; i++)
+            doc[i] = (int32_t)(rng_next(&s) % NV);
+        cr_assert_eq(sd_suffix_cache_add(c, doc, len, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_suffix_cache_bytes(c), bytes);
+        cr_assert_leq(sd_suffix_cache_n_tokens(c) + sd_suffix_cache_n_docs(c), cap);
+        sum_docs += sd_suffix_cache_n_docs(c);
+        /* the newest is whole: from a random point, its next tokens */
+        const int32_t kept = len < cap - 1 ? len : cap - 1;
+        const int32_t *d = doc + len - kept;
+        const int32_t at = 3 + (int32_t)(rng_next(&s) % (uint64_t)(kept - 3));
+        int32_t got[SD_MAX_DRAFT], m = 0;
+        double score;
+        const int32_t n = sd_suffix_cache_propose(c, d, at, &p, 8, got, &m, &score);
+        const int32_t want = kept - at < 8 ? kept - at : 8;
+        cr_assert_eq(n, want, "request %d: %d tokens from position %d of %d, expected %d", r, n, at,
+                     kept, want);
+        cr_assert(memcmp(got, d + at, (size_t)n * sizeof *got) == 0, "request %d", r);
+    }
+    fprintf(stderr, "  cache of %zu bytes: %d positions, %.1f documents held on average\n", bytes,
+            cap, sum_docs / 1000.0);
+    cr_assert_gt(sum_docs, 3 * 1000, "the cache kept too few documents");
+    /* LRU: A, B, C fill most of it; a proposal from A; D makes room: B goes first. */
+    sd_suffix_cache_free(c);
+    cr_assert_eq(sd_suffix_cache_init(NV, budget, &c, &err), SD_OK);
+    const int32_t L = cap * 3 / 10;
+    int32_t *abcd = malloc((size_t)(4 * L) * sizeof *abcd);
+    for (int32_t i = 0; i < 4 * L; i++)
+        abcd[i] = (int32_t)(rng_next(&s) % NV);
+    for (int d = 0; d < 3; d++)
+        cr_assert_eq(sd_suffix_cache_add(c, abcd + d * L, L, &err), SD_OK);
+    int32_t got[SD_MAX_DRAFT], m;
+    double score;
+    cr_assert_eq(sd_suffix_cache_propose(c, abcd, 10, &p, 4, got, &m, &score), 4); /* uses A */
+    cr_assert_eq(sd_suffix_cache_add(c, abcd + 3 * L, L, &err), SD_OK);
+    cr_assert_lt(sd_suffix_cache_n_docs(c), 4);
+    cr_assert_eq(sd_suffix_cache_propose(c, abcd, 10, &p, 4, got, &m, &score), 4, "A was used");
+    cr_assert_eq(sd_suffix_cache_propose(c, abcd + L, 10, &p, 4, got, &m, &score), 0,
+                 "B, the least recently used, is still there");
+    cr_assert_eq(sd_suffix_cache_propose(c, abcd + 3 * L, 10, &p, 4, got, &m, &score), 4);
+    free(abcd);
+    free(doc);
+    sd_suffix_cache_free(c);
+}
+
+/* A suffix proposer with a cache: a context the cache continues better drafts from it. */
+Test(suffix, proposer_with_cache) {
+    sd_error err = {0};
+    sd_suffix_cache *c = NULL;
+    cr_assert_eq(sd_suffix_cache_init(100, 1 << 20, &c, &err), SD_OK);
+    const int32_t earlier[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    cr_assert_eq(sd_suffix_cache_add(c, earlier, 12, &err), SD_OK);
+    sd_suffix_params p = sd_suffix_default_params();
+    p.n_ctx = 64;
+    sd_proposer *pr = NULL;
+    cr_assert_eq(sd_proposer_suffix_init(&p, 100, &pr, &err), SD_OK);
+    cr_assert_eq(sd_proposer_suffix_set_cache(pr, c, &err), SD_OK);
+    cr_assert_eq(sd_proposer_suffix_cache_hits(pr), 0);
+    const int32_t ctx[] = {50, 51, 3, 4, 5, 6};
+    sd_proposal prop;
+    cr_assert_eq(sd_proposer_propose(pr, ctx, 6, 4, &prop, &err), SD_OK);
+    cr_assert_eq(prop.n, 4); /* the context alone has no match; the cache's is 4 long */
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(prop.tokens[i], 7 + i);
+    cr_assert_eq(sd_proposer_suffix_cache_hits(pr), 1);
+    cr_assert_eq(sd_proposer_suffix_set_cache(NULL, c, &err), SD_ERR_ARG);
+    sd_proposer_free(pr);
+    sd_suffix_cache_free(c);
+}

@@ -269,3 +269,96 @@ Test(suffix_greedy, cli_flags_and_keys) {
         tu_expect_cli_error(cmd, keys[i][1]);
     }
 }
+
+/* ---- the batcher with the cross-request cache ---- */
+
+typedef struct sx_out {
+    int32_t toks[128];
+    int32_t n;
+    int done;
+    sd_gen_stats st;
+} sx_out;
+
+static int sx_collect(void *user, const sd_req_event *ev) {
+    sx_out *o = user;
+    for (int32_t i = 0; i < ev->n_tokens && o->n < 128; i++)
+        o->toks[o->n++] = ev->tokens[i];
+    if (ev->done) {
+        o->done = 1;
+        o->st = *ev->stats;
+    }
+    return 0;
+}
+
+/* Requests of draft type suffix through a batcher with a suffix cache, twice over the
+ * same prompts: every output is the target-alone text, and the second round, whose
+ * answers are in the cache, accepts more drafted tokens. */
+Test(suffix_greedy, batcher_with_the_suffix_cache) {
+    char t[2048], d[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    sd_engine *ref = open_engine(t, NULL);
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = t;
+    ep.n_threads = 1;
+    ep.kv_type = SD_TYPE_F32;
+    ep.models_only = 1;
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 2;
+    bp.suffix_cache_bytes = 1 << 20;
+    sd_batcher *b = NULL;
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    enum { NP = 4, NPRED = 48 };
+    int32_t prompts[NP][16], want[NP][NPRED], n_want[NP];
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = NPRED;
+    gp.samp.temp = 0.0f;
+    for (int p = 0; p < NP; p++) {
+        prompts[p][0] = 1;
+        for (int i = 1; i < 16; i++)
+            prompts[p][i] = 3 + (i * (p + 2) + 7 * p) % 29;
+        sd_gen_stats st;
+        n_want[p] = run(ref, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts[p], 16, want[p], &st);
+    }
+    int64_t accepted[2] = {0, 0};
+    for (int round = 0; round < 2; round++) {
+        static sx_out outs[NP];
+        memset(outs, 0, sizeof outs);
+        for (int p = 0; p < NP; p++) {
+            sd_request r;
+            memset(&r, 0, sizeof r);
+            r.prompt = prompts[p];
+            r.n_prompt = 16;
+            r.gen = gp;
+            r.gen.n_draft = 4;
+            r.gen.draft_type = SD_DRAFT_SUFFIX;
+            r.gen.k_policy = SD_K_FIXED;
+            r.n_choices = 1;
+            r.cb = sx_collect;
+            r.user = &outs[p];
+            cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
+        }
+        for (int guard = 0; sd_batcher_busy(b); guard++) {
+            cr_assert_lt(guard, 100000);
+            cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s", err.msg);
+        }
+        for (int p = 0; p < NP; p++) {
+            cr_assert(outs[p].done);
+            cr_assert_eq(outs[p].n, n_want[p], "round %d request %d: %d tokens, alone %d", round, p,
+                         outs[p].n, n_want[p]);
+            cr_assert(memcmp(outs[p].toks, want[p], (size_t)outs[p].n * sizeof(int32_t)) == 0,
+                      "round %d request %d differs from target alone", round, p);
+            accepted[round] += outs[p].st.n_accepted;
+        }
+    }
+    fprintf(stderr,
+            "  batcher: accepted %lld drafted tokens without the answers cached, %lld "
+            "with\n",
+            (long long)accepted[0], (long long)accepted[1]);
+    cr_assert_gt(accepted[1], accepted[0], "the cache of the first round's answers was not used");
+    sd_batcher_free(b);
+    sd_engine_free(e);
+    sd_engine_free(ref);
+}

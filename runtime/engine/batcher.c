@@ -48,6 +48,7 @@ void sd_batcher_free(sd_batcher *b) {
             free(b->q[i]);
     free(b->ngram);
     free(b->suffix);
+    sd_suffix_cache_free(b->suffix_cache);
     free(b->q);
     sd_session_free(b->ts);
     sd_session_free(b->ds);
@@ -198,6 +199,12 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     sxp.n_ctx = b->n_ctx + 1;
     for (int32_t i = 0; i < np; i++)
         if ((rc = sd_proposer_suffix_init(&sxp, b->n_vocab, &b->suffix[i], err))) goto fail;
+    if (p->suffix_cache_bytes > 0) {
+        if ((rc = sd_suffix_cache_init(b->n_vocab, p->suffix_cache_bytes, &b->suffix_cache, err)))
+            goto fail;
+        for (int32_t i = 0; i < np; i++)
+            sd_proposer_suffix_set_cache(b->suffix[i], b->suffix_cache, NULL);
+    }
     sd_session_kv_stats(b->ts, &b->st.kv);
     b->st.kv_bytes_per_token = sd_session_kv_bytes_per_token(b->ts);
     if (b->ds) {

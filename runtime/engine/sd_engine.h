@@ -508,6 +508,10 @@ typedef struct sd_batcher_params {
     int32_t max_queue;   /* most requests waiting; beyond: SD_ERR_BUSY (64) */
     int prefix_cache;    /* 1: a prompt reuses cached blocks of earlier ones (1) */
     int32_t draft_chunk; /* prompt tokens the draft catches up per request per step (64) */
+    /* Bytes of the cross-request suffix cache (sd_suffix_cache: every finished choice's
+     * prompt and output, LRU by request), which requests of draft type suffix also draft
+     * from; 0: none (the default). */
+    size_t suffix_cache_bytes;
 } sd_batcher_params;
 
 sd_batcher_params sd_batcher_default_params(void);
