@@ -210,7 +210,8 @@ static long json_long(const char *json, const char *key) {
 
 /* generate --draft-type suffix: the greedy tokens of --draft-type none; --suffix-factor
  * and the config key suffix_factor take effect (a factor too small to draft a token for
- * any match drafts nothing); bad values are one-line errors naming the flag or key. */
+ * any match drafts nothing); bad values (and serve's --suffix-cache-mb) are one-line
+ * errors naming the flag or key. */
 Test(suffix_greedy, cli_flags_and_keys) {
     char t[2048], d[2048], cmd[8192], cfg[2048];
     cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
@@ -259,6 +260,8 @@ Test(suffix_greedy, cli_flags_and_keys) {
         snprintf(cmd, sizeof cmd, "generate -m %s -p t5t6 -n 4 %s", t, bad[i][0]);
         tu_expect_cli_error(cmd, bad[i][1]);
     }
+    snprintf(cmd, sizeof cmd, "serve -m %s --port 0 --suffix-cache-mb -1", t);
+    tu_expect_cli_error(cmd, "--suffix-cache-mb");
     const char *keys[][2] = {{"\"suffix_factor\": 0", "suffix_factor"},
                              {"\"suffix_min_prob\": -1", "suffix_min_prob"},
                              {"\"suffix_factor\": \"big\"", "suffix_factor"}};
