@@ -11,7 +11,8 @@ previous one has finished, as an agent that edits the same file would; --draft-t
 the request's draft_type (specdec). Prints one JSON object (also written to --json):
   wall_s            the sum of the turns' wall times (request sent -> response read)
   tokens            completion tokens of all turns; tok_s: tokens / wall_s
-  drafted, accepted specdec's per-request "speculative" statistics, summed
+  drafted, accepted, passes   specdec's per-request "speculative" statistics, summed
+                    (passes: target passes); tok_per_pass: tokens / passes
   turns             per turn: tokens, wall_s, drafted, accepted, text
   equal             with --compare: the number of turns whose text equals the same turn's
                     text in the earlier output (e.g. the same server without drafting)
@@ -42,7 +43,7 @@ with open(args.prompts, encoding="utf-8") as f:
 turns = [t.encode("utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8")
          for t in turns]
 
-out = {"wall_s": 0.0, "tokens": 0, "drafted": 0, "accepted": 0, "turns": []}
+out = {"wall_s": 0.0, "tokens": 0, "drafted": 0, "accepted": 0, "passes": 0, "turns": []}
 for t in turns:
     body = {"messages": [{"role": "user", "content": t}], "max_tokens": args.max_tokens,
             "temperature": 0, "seed": 1, "stream": False}
@@ -62,13 +63,16 @@ for t in turns:
     sp = j.get("speculative") or {}
     rec = {"tokens": (j.get("usage") or {}).get("completion_tokens", 0), "wall_s": wall,
            "drafted": sp.get("drafted", 0), "accepted": sp.get("accepted", 0),
+           "passes": sp.get("target_passes", 0),
            "text": j["choices"][0]["message"]["content"]}
     out["turns"].append(rec)
     out["wall_s"] += wall
     out["tokens"] += rec["tokens"]
     out["drafted"] += rec["drafted"]
     out["accepted"] += rec["accepted"]
+    out["passes"] += rec["passes"]
 out["tok_s"] = out["tokens"] / out["wall_s"] if out["wall_s"] > 0 else None
+out["tok_per_pass"] = out["tokens"] / out["passes"] if out["passes"] > 0 else None
 if args.compare:
     with open(args.compare, encoding="utf-8") as f:
         ref = json.load(f)
