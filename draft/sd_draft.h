@@ -22,6 +22,9 @@
  *     llama.cpp lookup / ngram-simple): the tokens that followed the most recent earlier
  *     occurrence of the context's last n tokens. Deterministic, so q is one-hot and the
  *     proposal carries no rows (sd_proposal.one_hot);
+ *   - suffix.c: suffix-structure drafting (SuffixDecoding): the longest match of the
+ *     context's end in an online suffix automaton of the context, continued by the most
+ *     frequent followers; deterministic, one-hot like the n-gram;
  *   - chain.c: two proposers in order (n-gram first, the LLM when the n-gram has no match);
  *   - head.c: the trimmed head's frequency table (file), and the vocabulary
  *     fingerprint that the lookup cache and the head files carry.
@@ -162,7 +165,7 @@ int sd_draft_pick(const sd_sampling_params *sp, float *l, int32_t n, const int32
                   uint64_t seed, int64_t pos, float p_min, float *q, int32_t *scratch, int32_t *j,
                   double *conf, sd_error *err);
 
-/* The name of p's implementation ("llm", "ngram", "ngram+llm"). */
+/* The name of p's implementation ("llm", "ngram", "ngram+llm", "suffix"). */
 const char *sd_proposer_name(const sd_proposer *p);
 
 /*
@@ -332,6 +335,118 @@ void sd_ngram_cache_free(sd_ngram_cache *c); /* NULL accepted */
 /* Attach c (not owned; NULL detaches) to the n-gram proposer p. Errors: SD_ERR_ARG if p
  * is not an n-gram proposer or c's n-gram sizes differ from p's. */
 int sd_proposer_ngram_set_cache(sd_proposer *p, const sd_ngram_cache *c, sd_error *err);
+
+/* ---- suffix-structure proposer (suffix.c) ---- */
+
+/*
+ * SuffixDecoding-style drafting (Oliaro et al. 2024, arXiv 2411.04975): an index of every
+ * suffix of the committed text (prompt + generated tokens), grown one token at a time,
+ * that gives the longest match of the text's end with an earlier position and how often
+ * each continuation followed the matched text there. The proposal is the most frequent
+ * continuation chain: from the match of length m, at most min(k, max_spec_factor * m)
+ * tokens, each the token that most often followed (ties: the most recent occurrence),
+ * stopping before the chain's empirical probability (the product over its tokens of
+ * count(token) / count(all followers)) falls below min_token_prob. Deterministic, so
+ * the proposal is one-hot (probs NULL), verified like an n-gram draft.
+ */
+typedef struct sd_suffix_params {
+    float max_spec_factor; /* tokens drafted per token of match length, > 0 */
+    float min_token_prob;  /* stop before the chain's probability falls below this, 0 .. 1 */
+    int32_t n_min;         /* shortest match that drafts, >= 1 */
+    int32_t n_ctx;         /* most committed tokens indexed (the capacity), >= 1 */
+} sd_suffix_params;
+
+/* max_spec_factor 1, min_token_prob 0.1 (the paper's and vLLM's defaults), n_min 2 (as the
+ * n-gram proposer's shortest n-gram), n_ctx 4096. */
+sd_suffix_params sd_suffix_default_params(void);
+
+/* SD_OK, or SD_ERR_ARG naming the field and the allowed range. */
+int sd_suffix_check_params(const sd_suffix_params *p, sd_error *err);
+
+/*
+ * The suffix proposer. All memory is allocated here, for p->n_ctx tokens (about 170
+ * bytes a token: sd_suffix_index_bytes); past n_ctx committed tokens it proposes nothing.
+ * Its index holds only committed tokens: commit and propose append the tokens that extend
+ * it (O(log N) amortised each); a context that does not extend them (a new generation)
+ * rebuilds it from the common prefix. n_vocab: the target's vocabulary (the proposal's
+ * row width). Errors: SD_ERR_ARG (sd_suffix_check_params), SD_ERR_OOM.
+ */
+int sd_proposer_suffix_init(const sd_suffix_params *p, int32_t n_vocab, sd_proposer **out,
+                            sd_error *err);
+
+/* The match length of the last proposal of a suffix proposer (0: none), or -1 if p is not
+ * one. For tests and statistics. */
+int32_t sd_proposer_suffix_last_match(const sd_proposer *p);
+
+/*
+ * The index itself (a suffix automaton whose suffix-link tree is kept as a link-cut tree
+ * for the occurrence counts; see suffix.c), over a text t[0 .. N) of ids >= 0, N <= cap.
+ * init: an empty index for cap tokens (1 .. about 7e8). Errors: SD_ERR_ARG, SD_ERR_OOM.
+ * append: add one token (O(1) amortised for the automaton, O(log N) amortised for the
+ * counts); -1 if full or tok < 0 (nothing changes). truncate: keep t[0 .. n_keep) (a
+ * rebuild: O(n_keep log n_keep)). clear: empty.
+ * match: the largest m < N such that t[N - m .. N) also ends at an earlier position e < N
+ * (t[e - m .. e) == t[N - m .. N)); 0 if none.
+ * count: the occurrences of q[0 .. n) in t (n >= 1; overlapping ones count), *last the end
+ * position e of the most recent (0 if none).
+ * propose: the proposal described above for k (1 .. SD_MAX_DRAFT) into tokens[k]; *match
+ * the match length, *prob the chain's empirical probability (each may be NULL).
+ */
+typedef struct sd_suffix_index sd_suffix_index;
+int sd_suffix_index_init(int32_t cap, sd_suffix_index **out, sd_error *err);
+void sd_suffix_index_free(sd_suffix_index *ix); /* NULL accepted */
+void sd_suffix_index_clear(sd_suffix_index *ix);
+int sd_suffix_index_append(sd_suffix_index *ix, int32_t tok);
+void sd_suffix_index_truncate(sd_suffix_index *ix, int32_t n_keep);
+int32_t sd_suffix_index_n_tokens(const sd_suffix_index *ix);
+int32_t sd_suffix_index_capacity(const sd_suffix_index *ix);
+const int32_t *sd_suffix_index_tokens(const sd_suffix_index *ix);
+size_t sd_suffix_index_bytes(const sd_suffix_index *ix);
+int32_t sd_suffix_index_match(const sd_suffix_index *ix);
+int64_t sd_suffix_index_count(sd_suffix_index *ix, const int32_t *q, int32_t n, int32_t *last);
+int32_t sd_suffix_index_propose(sd_suffix_index *ix, const sd_suffix_params *p, int32_t k,
+                                int32_t *tokens, int32_t *match, float *prob);
+
+/* ---- cross-request suffix cache (suffix_cache.c) ---- */
+
+/*
+ * Earlier requests' token sequences (prompt + output, one document each) in one suffix
+ * index, for a server's suffix proposers (SuffixDecoding's global tree): a proposer with
+ * the cache attached also proposes from the cache (the longest match of the context's
+ * last 64 tokens there, continued as in the context, never across a document's end) and
+ * takes the cache's proposal when it scores higher (the score of a chain: the sum of its
+ * probability up to each token, its expected accepted length under the counts).
+ * Memory: fixed when the cache is made, at most max_bytes (sd_suffix_cache_bytes) for
+ * every number of documents added; a document that does not fit drops the least
+ * recently used documents (added, or a proposal's source) until a quarter of the
+ * capacity is free besides it, and the index is rebuilt from the rest (a pause of
+ * O(capacity log capacity), at most once per quarter of the capacity added). A document
+ * longer than the capacity keeps its newest tokens. Not thread-safe: one thread (the
+ * batcher's stepping thread) adds and proposes.
+ */
+typedef struct sd_suffix_cache sd_suffix_cache;
+
+/* An empty cache for ids [0, n_vocab) in at most max_bytes. Errors: SD_ERR_ARG (n_vocab;
+ * max_bytes too small for 16 tokens), SD_ERR_OOM. */
+int sd_suffix_cache_init(int32_t n_vocab, size_t max_bytes, sd_suffix_cache **out, sd_error *err);
+void sd_suffix_cache_free(sd_suffix_cache *c); /* NULL accepted */
+/* Add a document toks[0 .. n). Errors: SD_ERR_ARG (an id outside [0, n_vocab): the cache
+ * is unchanged), SD_ERR_OOM. */
+int sd_suffix_cache_add(sd_suffix_cache *c, const int32_t *toks, int32_t n, sd_error *err);
+int32_t sd_suffix_cache_n_docs(const sd_suffix_cache *c);
+int64_t sd_suffix_cache_n_tokens(const sd_suffix_cache *c);
+int32_t sd_suffix_cache_capacity(const sd_suffix_cache *c); /* tokens + one per document */
+size_t sd_suffix_cache_bytes(const sd_suffix_cache *c);     /* allocated, <= max_bytes */
+/* The cache's proposal for the context ctx[0 .. n_ctx) (see above): tokens[k], *match the
+ * match length, *score its score. */
+int32_t sd_suffix_cache_propose(sd_suffix_cache *c, const int32_t *ctx, int32_t n_ctx,
+                                const sd_suffix_params *p, int32_t k, int32_t *tokens,
+                                int32_t *match, double *score);
+/* Attach c (not owned, NULL detaches) to the suffix proposer p. Errors: SD_ERR_ARG (p is
+ * not a suffix proposer). */
+int sd_proposer_suffix_set_cache(sd_proposer *p, sd_suffix_cache *c, sd_error *err);
+/* Proposals p took from its cache, or -1 if p is not a suffix proposer. */
+int64_t sd_proposer_suffix_cache_hits(const sd_proposer *p);
 
 /* ---- two proposers in order (chain.c) ---- */
 

@@ -190,10 +190,10 @@ Test(batcher, greedy_concurrent_equals_target_alone) {
         make_prompt(p, lens[p], prompts[p]);
         n_ref[p] = greedy_ref(tm, prompts[p], lens[p], n_predict, ref[p]);
     }
-    const sd_draft_type types[4] = {SD_DRAFT_NONE, SD_DRAFT_LLM, SD_DRAFT_NGRAM,
-                                    SD_DRAFT_NGRAM_LLM};
+    const sd_draft_type types[5] = {SD_DRAFT_NONE, SD_DRAFT_LLM, SD_DRAFT_NGRAM, SD_DRAFT_NGRAM_LLM,
+                                    SD_DRAFT_SUFFIX};
     sd_batcher *b = batcher(e, 4, 0, 64);
-    for (int ti = 0; ti < 4; ti++) {
+    for (int ti = 0; ti < 5; ti++) {
         static job jobs[NREQ];
         memset(jobs, 0, sizeof jobs);
         sd_error err = {0};
@@ -217,11 +217,13 @@ Test(batcher, greedy_concurrent_equals_target_alone) {
             cr_expect(o->stop == SD_STOP_EOS || o->stop == SD_STOP_MAX_TOKENS);
             n_drafted += o->st.n_drafted;
         }
+        if (types[ti] == SD_DRAFT_SUFFIX)
+            cr_expect_gt(n_drafted, 0, "the suffix proposer never drafted in the batcher");
     }
     sd_batcher_stats st;
     sd_batcher_get_stats(b, &st);
     cr_expect_gt(st.n_prefix_hit_tokens, 0, "prompts sharing 24 tokens reuse blocks");
-    cr_expect_eq(st.n_finished, 4 * NREQ);
+    cr_expect_eq(st.n_finished, 5 * NREQ);
     cr_expect_gt(st.n_accepted, 0);
     expect_all_blocks_back(b);
     sd_batcher_free(b);
@@ -313,10 +315,10 @@ Test(batcher, gumbel_sampled_equals_generate_target_alone) {
     sd_batcher *b = batcher(e, 4, 0, 64);
     static job jobs[NREQ];
     memset(jobs, 0, sizeof jobs);
-    const sd_draft_type types[4] = {SD_DRAFT_LLM, SD_DRAFT_NGRAM, SD_DRAFT_NGRAM_LLM,
-                                    SD_DRAFT_NONE};
+    const sd_draft_type types[5] = {SD_DRAFT_LLM, SD_DRAFT_NGRAM, SD_DRAFT_NGRAM_LLM, SD_DRAFT_NONE,
+                                    SD_DRAFT_SUFFIX};
     for (int p = 0; p < NREQ; p++) {
-        sd_request r = request(prompts[p], 8 + p * 4, 40, types[p % 4], 1 + p % 3, 0.9f,
+        sd_request r = request(prompts[p], 8 + p * 4, 40, types[p % 5], 1 + p % 3, 0.9f,
                                500 + (uint64_t)p, &jobs[p]);
         r.gen.samp.spec = SD_SPEC_GUMBEL;
         r.gen.k_policy = p % 2 ? SD_K_ADAPTIVE : SD_K_FIXED;

@@ -7,8 +7,9 @@
  * Types: none (target alone), llm (the draft model, fixed K, no cut-off), llm-adaptive
  * (K chosen each pass, auto-off, --draft-p-min cut-off), ngram and ngram-adaptive
  * (prompt lookup, no draft model needed), ngram+llm and ngram+llm-adaptive (lookup
- * first, the draft model when it has no match). "all": every type the pair allows.
- * Fixed types run once per K of --k-list (or -k; default the config's K, else 4);
+ * first, the draft model when it has no match), suffix and suffix-adaptive (the suffix
+ * proposer: longest match, most frequent continuation; no draft model needed). "all": every type
+ * the pair allows. Fixed types run once per K of --k-list (or -k; default the config's K, else 4);
  * adaptive ones with K at most the largest K.
  * For each prompt file (its category: the "# category: NAME" first line, else the
  * file name), for each of its first --runs prompts (default all; run i uses seed S + i),
@@ -53,6 +54,8 @@ static const mode_def k_modes[] = {
     {"ngram-adaptive", SD_DRAFT_NGRAM, SD_K_ADAPTIVE},
     {"ngram+llm", SD_DRAFT_NGRAM_LLM, SD_K_FIXED},
     {"ngram+llm-adaptive", SD_DRAFT_NGRAM_LLM, SD_K_ADAPTIVE},
+    {"suffix", SD_DRAFT_SUFFIX, SD_K_FIXED},
+    {"suffix-adaptive", SD_DRAFT_SUFFIX, SD_K_ADAPTIVE},
 };
 #define N_MODE_DEFS  ((int)(sizeof k_modes / sizeof k_modes[0]))
 #define MODE_ALL     (-1)
@@ -74,7 +77,8 @@ int bench_parse_modes(const char *list, bench_cli *c) {
             if (!strcmp(tok, k_modes[i].name)) m = i;
         if (m == -2) {
             bench_usage("--draft-types: unknown type '%s' (known: none, llm, llm-adaptive, "
-                        "ngram, ngram-adaptive, ngram+llm, ngram+llm-adaptive, all)",
+                        "ngram, ngram-adaptive, ngram+llm, ngram+llm-adaptive, suffix, "
+                        "suffix-adaptive, all)",
                         tok);
             return -1;
         }
@@ -166,7 +170,8 @@ static int run_one(modes_ctx *m, const variant *v, const int32_t *ids, int32_t n
         gp.draft_p_min = 0.0f; /* fixed: K every pass unless a cut-off was asked for */
     }
     /* Empty every cache: each run prefills its prompt from scratch. */
-    for (int t = SD_DRAFT_LLM; t <= SD_DRAFT_NGRAM; t++) {
+    for (int t = SD_DRAFT_LLM; t <= SD_DRAFT_SUFFIX; t++) {
+        if (t == SD_DRAFT_NGRAM_LLM) continue; /* its two parts are emptied on their own */
         sd_proposer *pr = sd_engine_proposer_of(m->e, (sd_draft_type)t);
         if (pr) sd_proposer_commit(pr, ids, 0);
     }

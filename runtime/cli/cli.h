@@ -189,7 +189,8 @@ enum {
 /*
  * Drafting flags, shared by generate and bench (a command's table lists
  * SD_CLI_DRAFT_LONGOPTS after SD_CLI_GEN_LONGOPTS):
- *   --draft-type none|llm|ngram|ngram+llm   (llama.cpp: --spec-type draft-simple|ngram-simple)
+ *   --draft-type none|llm|ngram|ngram+llm|suffix  (llama.cpp: --spec-type
+ * draft-simple|ngram-simple)
  *   --ngram-min N, --ngram-max N            n-gram sizes matched, 1 .. 16 (default 2, 4)
  *   --spec-ngram-size-n N                   llama.cpp's ngram-simple size: min = max = N
  *   --draft-p-min P                         LLM draft confidence cut-off in [0, 1]
@@ -198,6 +199,10 @@ enum {
  *                                           (llama.cpp; also --draft-n-min, --spec-draft-n-min)
  *   --draft-policy fixed|adaptive           fixed K, or the adaptive controller + auto-off
  *   --lookup-cache FILE                     persistent n-gram cache (read, then updated)
+ *   --suffix-factor F                       suffix drafts at most F x match length tokens
+ *                                           (0 < F <= 64, default 1)
+ *   --suffix-min-prob P                     suffix draft stops before its continuation's
+ *                                           empirical probability falls below P (default 0.1)
  */
 enum {
     SD_CLI_OPT_DRAFT_TYPE = 1020, /* 1020..1049: drafting; 1050..1099: cli_flags.c */
@@ -208,8 +213,10 @@ enum {
     SD_CLI_OPT_DRAFT_MIN,
     SD_CLI_OPT_DRAFT_POLICY,
     SD_CLI_OPT_LOOKUP_CACHE,
+    SD_CLI_OPT_SUFFIX_FACTOR,
+    SD_CLI_OPT_SUFFIX_MIN_PROB,
 };
-_Static_assert(SD_CLI_OPT_LOOKUP_CACHE < 1050, "drafting option ids run into cli_flags.c's");
+_Static_assert(SD_CLI_OPT_SUFFIX_MIN_PROB < 1050, "drafting option ids run into cli_flags.c's");
 
 /* clang-format off */
 #define SD_CLI_DRAFT_LONGOPTS                                                                      \
@@ -224,7 +231,9 @@ _Static_assert(SD_CLI_OPT_LOOKUP_CACHE < 1050, "drafting option ids run into cli
     {"draft-n-min", required_argument, 0, SD_CLI_OPT_DRAFT_MIN},                                   \
     {"spec-draft-n-min", required_argument, 0, SD_CLI_OPT_DRAFT_MIN},                              \
     {"draft-policy", required_argument, 0, SD_CLI_OPT_DRAFT_POLICY},                               \
-    {"lookup-cache", required_argument, 0, SD_CLI_OPT_LOOKUP_CACHE}
+    {"lookup-cache", required_argument, 0, SD_CLI_OPT_LOOKUP_CACHE},                               \
+    {"suffix-factor", required_argument, 0, SD_CLI_OPT_SUFFIX_FACTOR},                             \
+    {"suffix-min-prob", required_argument, 0, SD_CLI_OPT_SUFFIX_MIN_PROB}
 /* clang-format on */
 
 #define SD_CLI_GEN_SHORTOPTS ":m:p:f:n:k:s:t:c:hv"
@@ -287,6 +296,8 @@ typedef struct sd_cli_gen_opts {
     sd_k_policy policy;
     int64_t ngram_min, ngram_max, draft_min;
     double p_min;
+    int has_suffix_factor, has_suffix_min_prob;
+    double suffix_factor, suffix_min_prob;
     const char *lookup_cache;
 } sd_cli_gen_opts;
 

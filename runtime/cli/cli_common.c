@@ -358,6 +358,18 @@ static int draft_option(int o, const char *arg, sd_cli_gen_opts *g) {
         if (!*arg) return sd_cli_usage(h, "--lookup-cache: expected a file name, found '%s'", arg);
         g->lookup_cache = arg;
         break;
+    case SD_CLI_OPT_SUFFIX_FACTOR:
+        if (sd_cli_parse_f64(arg, 0.0, 64.0, &g->suffix_factor) || !(g->suffix_factor > 0.0))
+            return sd_cli_usage(h, "--suffix-factor: expected a number in (0, 64], found '%s'",
+                                arg);
+        g->has_suffix_factor = 1;
+        break;
+    case SD_CLI_OPT_SUFFIX_MIN_PROB:
+        if (sd_cli_parse_f64(arg, 0.0, 1.0, &g->suffix_min_prob))
+            return sd_cli_usage(h, "--suffix-min-prob: expected a number in [0, 1], found '%s'",
+                                arg);
+        g->has_suffix_min_prob = 1;
+        break;
     default:
         return SD_CLI_NOT_SHARED;
     }
@@ -461,6 +473,10 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     if (g->has_draft_min) gp->draft_min = (int32_t)g->draft_min;
     if (g->has_ngram_min) ep->ngram.n_min = (int32_t)g->ngram_min;
     if (g->has_ngram_max) ep->ngram.n_max = (int32_t)g->ngram_max;
+    if (cfg->has_suffix_factor) ep->suffix.max_spec_factor = cfg->suffix_factor;
+    if (cfg->has_suffix_min_prob) ep->suffix.min_token_prob = cfg->suffix_min_prob;
+    if (g->has_suffix_factor) ep->suffix.max_spec_factor = (float)g->suffix_factor;
+    if (g->has_suffix_min_prob) ep->suffix.min_token_prob = (float)g->suffix_min_prob;
     p->lookup_cache = g->lookup_cache ? g->lookup_cache : cfg->lookup_cache;
     sd_cli_extra_apply(g, cfg, ep); /* sampling (min-p, penalties, spec) and the draft head */
     if (ep->ngram.n_min > ep->ngram.n_max) {

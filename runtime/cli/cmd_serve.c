@@ -38,6 +38,7 @@ enum {
     OPT_TIMEOUT,
     OPT_THREADS_HTTP,
     OPT_CORS_ORIGINS,
+    OPT_SUFFIX_CACHE_MB,
 };
 
 typedef struct serve_cli {
@@ -45,7 +46,7 @@ typedef struct serve_cli {
     const char *host, *api_key, *api_key_file, *alias, *chat_template, *cors_origins;
     int64_t port, parallel, kv_block, max_queue, max_body, batch;
     int64_t max_connections, timeout, threads_http;
-    double shutdown_timeout;
+    double shutdown_timeout, suffix_cache_mb;
     int no_prefix_cache, kv_unified, no_draft;
 } serve_cli;
 
@@ -90,6 +91,9 @@ static void serve_help(FILE *f) {
             "  --chat-template NAME    a built-in template instead of the model's\n"
             "  --shutdown-timeout S    seconds in-flight requests get after SIGTERM (30)\n"
             "  --no-draft              target alone even with -md\n"
+            "  --suffix-cache-mb M     a cache of earlier requests' prompts and outputs, at\n"
+            "                          most M MiB (LRU by request), that --draft-type suffix\n"
+            "                          also drafts from (0: none, the default)\n"
             "Request defaults (a request's fields override them): -n/--n-predict N (max\n"
             "tokens; -1 = the rest of the sequence's context, the default), --temp, --top-k,\n"
             "--top-p, --seed, --ignore-eos, -k/--draft-max K (4), --draft-type, --draft-policy\n"
@@ -172,6 +176,10 @@ static int serve_option(int o, const char *arg, void *user) {
     case OPT_CORS_ORIGINS:
         c->cors_origins = arg[0] ? arg : NULL;
         return 0;
+    case OPT_SUFFIX_CACHE_MB:
+        if (sd_cli_parse_f64(arg, 0.0, 65536.0, &c->suffix_cache_mb))
+            return sd_cli_usage(h, "--suffix-cache-mb: expected 0 .. 65536 MiB, found '%s'", arg);
+        return 0;
     case 'h':
         serve_help(stdout);
         return -1;
@@ -205,6 +213,7 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
         {"timeout", required_argument, 0, OPT_TIMEOUT},
         {"threads-http", required_argument, 0, OPT_THREADS_HTTP},
         {"cors-origins", required_argument, 0, OPT_CORS_ORIGINS},
+        {"suffix-cache-mb", required_argument, 0, OPT_SUFFIX_CACHE_MB},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -346,6 +355,7 @@ int sd_cmd_serve(int argc, char **argv) {
     bp.n_batch = (int32_t)c.batch;
     bp.max_queue = (int32_t)c.max_queue;
     bp.prefix_cache = !c.no_prefix_cache;
+    bp.suffix_cache_bytes = (size_t)(c.suffix_cache_mb * 1048576.0);
     sd_gen_params gp = p.ep.gen;
     if (!sd_engine_draft(e) &&
         (gp.draft_type == SD_DRAFT_LLM || gp.draft_type == SD_DRAFT_NGRAM_LLM)) {

@@ -236,6 +236,12 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                 cfg->ngram_max = (int32_t)i;
                 cfg->has_ngram_max = 1;
             }
+        } else if (!strcmp(key, "suffix_factor")) {
+            rc = get_num(path, key, v, 1e-6, 64.0, &cfg->suffix_factor, err);
+            cfg->has_suffix_factor = 1;
+        } else if (!strcmp(key, "suffix_min_prob")) {
+            rc = get_num(path, key, v, 0.0, 1.0, &cfg->suffix_min_prob, err);
+            cfg->has_suffix_min_prob = 1;
         } else if (!strcmp(key, "draft_tokens")) {
             rc = get_int(path, key, v, 1, 16, &i, err);
             cfg->draft_tokens = (int32_t)i;
@@ -271,7 +277,8 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                            "%s: unknown key '%s' (known: description, target, draft, "
                            "draft_tokens, max_tokens, temp, top_k, top_p, seed, threads, "
                            "ctx_size, prompt, kv_type, draft_type, draft_policy, draft_p_min, "
-                           "draft_min, ngram_min, ngram_max, lookup_cache, device, device_draft, "
+                           "draft_min, ngram_min, ngram_max, suffix_factor, suffix_min_prob, "
+                           "lookup_cache, device, device_draft, "
                            "tensor_split, chat, spec_sampling, min_p, repeat_penalty, "
                            "presence_penalty, frequency_penalty, repeat_last_n, draft_head, "
                            "draft_head_n)",

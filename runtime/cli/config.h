@@ -14,12 +14,16 @@
  *   "ctx_size"     integer  >= 0 (0 = the target's training context)
  *   "prompt"       string
  *   "kv_type"      string   "f32", "f16", "q8_0" or "q4_0": KV-cache element type
- *   "draft_type"   string   none, llm, ngram, ngram+llm (llama.cpp: draft-simple, ngram-simple)
+ *   "draft_type"   string   none, llm, ngram, ngram+llm, suffix (llama.cpp: draft-simple,
+ *                           ngram-simple)
  *   "draft_policy" string   "fixed" or "adaptive" (the K controller with auto-off)
  *   "draft_p_min"  number   [0, 1]: LLM draft confidence cut-off (0 = off)
  *   "draft_min"    integer  0 .. 16: tokens drafted before the cut-off applies
  *   "ngram_min"    integer  1 .. 16: shortest n-gram matched by the lookup proposer
  *   "ngram_max"    integer  1 .. 16: longest (ngram_min <= ngram_max)
+ *   "suffix_factor" number  (0, 64]: the suffix draft's tokens per token of match length
+ *   "suffix_min_prob" number [0, 1]: the suffix draft stops before its continuation's
+ *                           empirical probability falls below this
  *   "lookup_cache" string   persistent n-gram cache file (same path rule as "target")
  *   "device"       string   "cpu" or "cuda": where the target runs (--device)
  *   "device_draft" string   "cpu" or "cuda": where the draft runs (default: "device")
@@ -68,6 +72,8 @@ typedef struct sd_config {
     sd_k_policy draft_policy;
     float draft_p_min;
     int32_t draft_min, ngram_min, ngram_max;
+    int has_suffix_factor, has_suffix_min_prob;
+    float suffix_factor, suffix_min_prob;
     /* generate's chat mode, sampling, the draft head */
     int has_chat, chat;
     int has_spec_sampling, has_min_p, has_repeat_penalty, has_presence_penalty,

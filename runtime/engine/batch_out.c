@@ -100,6 +100,10 @@ void sd_choice_finish(sd_batcher *b, sd_choice *c, sd_stop_reason stop) {
     }
     c->st.stop = c->stop;
     c->st.t_total_ms = sd_time_ms() - c->r->t_submit;
+    /* Its prompt and output for later requests' suffix drafts (a failed add, out of
+     * memory, only leaves it out). */
+    if (b->suffix_cache && c->stop != SD_STOP_NONE && c->n_ctx > 0)
+        sd_suffix_cache_add(b->suffix_cache, c->ctx, c->n_ctx, NULL);
     /* Store the prompt and output blocks for later prompts, unless the pass failed. */
     sd_batcher_release(b, c, c->stop != SD_STOP_NONE);
     c->state = CH_DONE;

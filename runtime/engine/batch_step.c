@@ -136,10 +136,12 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     k = sd_step_cap_k(gp, k, c->st.n_generated, c->n_ctx, b->n_ctx);
     c->k_want = k;
     if (k == 0) return SD_OK;
-    if (gp->draft_type == SD_DRAFT_NGRAM || gp->draft_type == SD_DRAFT_NGRAM_LLM) {
+    const int suffix = gp->draft_type == SD_DRAFT_SUFFIX;
+    if (gp->draft_type == SD_DRAFT_NGRAM || gp->draft_type == SD_DRAFT_NGRAM_LLM || suffix) {
         const double t = sd_time_ms();
         sd_proposal prop = {0};
-        int rc = sd_proposer_propose(b->ngram[c->slot], c->ctx, c->n_ctx, k, &prop, err);
+        sd_proposer *lookup = suffix ? b->suffix[c->slot] : b->ngram[c->slot];
+        int rc = sd_proposer_propose(lookup, c->ctx, c->n_ctx, k, &prop, err);
         c->t_draft_ms += sd_time_ms() - t;
         if (rc) return rc;
         if (prop.n > 0) {
@@ -371,6 +373,8 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     sd_session_seq_keep_prefix(b->ts, c->slot, c->ctx, c->n_ctx - 1);
     if (b->ds) sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, c->n_ctx);
     sd_proposer_commit(b->ngram[c->slot], c->ctx, c->n_ctx);
+    if (c->r->gp.draft_type == SD_DRAFT_SUFFIX)
+        sd_proposer_commit(b->suffix[c->slot], c->ctx, c->n_ctx);
     if (c->adaptive) sd_adaptive_observe(&c->ctl, k, res.n_accepted, c->t_draft_ms, t_pass_ms);
     return SD_OK;
 }

@@ -40,10 +40,15 @@ void sd_batcher_free(sd_batcher *b) {
     if (b->ngram)
         for (int32_t i = 0; i < b->p.n_parallel; i++)
             sd_proposer_free(b->ngram[i]);
+    if (b->suffix)
+        for (int32_t i = 0; i < b->p.n_parallel; i++)
+            sd_proposer_free(b->suffix[i]);
     if (b->q)
         for (int32_t i = 0; i < b->p.n_parallel; i++)
             free(b->q[i]);
     free(b->ngram);
+    free(b->suffix);
+    sd_suffix_cache_free(b->suffix_cache);
     free(b->q);
     sd_session_free(b->ts);
     sd_session_free(b->ds);
@@ -167,6 +172,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     b->residual = xcalloc(nv, sizeof(float), &ok);
     b->iscratch = xcalloc(nmax, sizeof(int32_t), &ok);
     b->ngram = xcalloc((size_t)np, sizeof *b->ngram, &ok);
+    b->suffix = xcalloc((size_t)np, sizeof *b->suffix, &ok);
     if (b->ds) {
         const size_t nbd = (size_t)b->n_batch_d;
         b->dbtok = xcalloc(nbd, sizeof *b->dbtok, &ok);
@@ -186,6 +192,17 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     ngp.n_ctx = b->n_ctx + 1;
     for (int32_t i = 0; i < np; i++)
         if ((rc = sd_proposer_ngram_init(&ngp, b->n_vocab, &b->ngram[i], err))) goto fail;
+    /* And a suffix proposer per slot (it rebuilds for a new request's tokens). */
+    sd_suffix_params sxp = ep->suffix;
+    sxp.n_ctx = b->n_ctx + 1;
+    for (int32_t i = 0; i < np; i++)
+        if ((rc = sd_proposer_suffix_init(&sxp, b->n_vocab, &b->suffix[i], err))) goto fail;
+    if (p->suffix_cache_bytes > 0) {
+        if ((rc = sd_suffix_cache_init(b->n_vocab, p->suffix_cache_bytes, &b->suffix_cache, err)))
+            goto fail;
+        for (int32_t i = 0; i < np; i++)
+            sd_proposer_suffix_set_cache(b->suffix[i], b->suffix_cache, NULL);
+    }
     sd_session_kv_stats(b->ts, &b->st.kv);
     b->st.kv_bytes_per_token = sd_session_kv_bytes_per_token(b->ts);
     if (b->ds) {

@@ -95,10 +95,12 @@ struct sd_batcher {
     int32_t n_vocab, n_vocab_d, n_common; /* target, draft, ids both have */
     int32_t eos;
     sd_ngram_params ngram_params;
-    sd_proposer **ngram; /* [n_parallel] an n-gram proposer per slot */
-    float **q;           /* [n_parallel] per slot [k_max, n_vocab] draft rows (with a draft) */
-    int32_t n_out;       /* target logits rows per pass */
-    sd_choice **slots;   /* [n_parallel] the choice in each sequence slot, NULL: free */
+    sd_proposer **ngram;           /* [n_parallel] an n-gram proposer per slot */
+    sd_proposer **suffix;          /* [n_parallel] a suffix proposer per slot */
+    sd_suffix_cache *suffix_cache; /* earlier requests, for the suffix proposers; or NULL */
+    float **q;         /* [n_parallel] per slot [k_max, n_vocab] draft rows (with a draft) */
+    int32_t n_out;     /* target logits rows per pass */
+    sd_choice **slots; /* [n_parallel] the choice in each sequence slot, NULL: free */
     sd_req *q_head, *q_tail;
     int32_t n_queued;
     sd_req **running; /* [n_parallel] admitted requests, in admission order */

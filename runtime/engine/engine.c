@@ -14,6 +14,7 @@ struct sd_engine {
     sd_proposer *prop;      /* the LLM draft, or NULL */
     sd_proposer *ngram;     /* n-gram lookup, always */
     sd_proposer *ngram_llm; /* chain: ngram then prop, or NULL */
+    sd_proposer *suffix;    /* suffix-structure drafting, always */
     int32_t n_ctx, n_ctx_draft;
     sd_session_params sp, dsp;
 };
@@ -25,6 +26,7 @@ sd_engine_params sd_engine_default_params(void) {
     p.device = p.device_draft = SD_DEVICE_CPU;
     p.gen = sd_gen_default_params();
     p.ngram = sd_ngram_default_params();
+    p.suffix = sd_suffix_default_params();
     return p;
 }
 
@@ -60,7 +62,10 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     if (!p || !p->target) return sd_errorf(err, SD_ERR_ARG, "engine: no target model");
     sd_ngram_params np = p->ngram;
     np.n_ctx = 1; /* the capacity is set below, from the context */
+    sd_suffix_params xp = p->suffix;
+    xp.n_ctx = 1;
     int rc0 = sd_ngram_check_params(&np, err);
+    if (!rc0) rc0 = sd_suffix_check_params(&xp, err);
     if (rc0) return rc0;
     sd_engine *e = calloc(1, sizeof *e);
     if (!e) return sd_errorf(err, SD_ERR_OOM, "engine: out of memory");
@@ -115,6 +120,9 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     if (e->prop &&
         (rc = sd_proposer_chain_init(e->ngram, e->prop, "ngram+llm", &e->ngram_llm, err)))
         goto fail;
+    xp.n_ctx = e->n_ctx + 1;
+    if ((rc = sd_proposer_suffix_init(&xp, sd_model_hparams(e->tm)->n_vocab, &e->suffix, err)))
+        goto fail;
 done:
     *out = e;
     return SD_OK;
@@ -127,6 +135,7 @@ void sd_engine_free(sd_engine *e) {
     if (!e) return;
     sd_proposer_free(e->ngram_llm);
     sd_proposer_free(e->ngram);
+    sd_proposer_free(e->suffix);
     sd_proposer_free(e->prop);
     sd_scorer_free(e->scorer);
     sd_model_free(e->dm);
@@ -158,6 +167,8 @@ sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t) {
         return e->ngram;
     case SD_DRAFT_NGRAM_LLM:
         return e->ngram_llm;
+    case SD_DRAFT_SUFFIX:
+        return e->suffix;
     case SD_DRAFT_NONE:
         break;
     }
@@ -199,7 +210,7 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
     int rc = sd_step_add_eog(&g, sd_model_vocab(e->tm), err);
     if (rc) return sd_error_prefix(err, rc, "%s", sd_model_path(e->tm));
     if (g.draft_prior <= 0.0 && prop) { /* a memory-bound draft step: its bytes' share */
-        const int llm = g.draft_type != SD_DRAFT_NGRAM && e->dm;
+        const int llm = g.draft_type != SD_DRAFT_NGRAM && g.draft_type != SD_DRAFT_SUFFIX && e->dm;
         g.draft_prior =
             llm ? (double)sd_model_weight_bytes(e->dm) / (double)sd_model_weight_bytes(e->tm)
                 : 0.01;
@@ -229,6 +240,8 @@ const char *sd_draft_type_name(sd_draft_type t) {
         return "ngram";
     case SD_DRAFT_NGRAM_LLM:
         return "ngram+llm";
+    case SD_DRAFT_SUFFIX:
+        return "suffix";
     }
     return "unknown";
 }
@@ -246,6 +259,7 @@ int sd_draft_type_parse(const char *s, sd_draft_type *out) {
         {"ngram", SD_DRAFT_NGRAM},
         {"ngram-simple", SD_DRAFT_NGRAM},
         {"ngram+llm", SD_DRAFT_NGRAM_LLM},
+        {"suffix", SD_DRAFT_SUFFIX},
     };
     if (!s) return -1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -230,15 +230,17 @@ typedef enum sd_draft_type {
     SD_DRAFT_LLM,       /* the draft model */
     SD_DRAFT_NGRAM,     /* n-gram / prompt lookup (no draft model needed) */
     SD_DRAFT_NGRAM_LLM, /* n-gram first, the draft model when there is no match */
+    SD_DRAFT_SUFFIX,    /* suffix-structure drafting (no draft model needed) */
 } sd_draft_type;
 
-/* "auto", "none", "llm", "ngram", "ngram+llm" (engine.c, with the proposers). */
+/* "auto", "none", "llm", "ngram", "ngram+llm", "suffix" (engine.c, with the proposers). */
 const char *sd_draft_type_name(sd_draft_type t);
 /* Our names, plus llama.cpp's --spec-type names that mean the same here: "draft",
  * "draft-simple" (llm), "ngram-simple" (ngram). -1 if unknown. */
 int sd_draft_type_parse(const char *s, sd_draft_type *out);
 /* The names sd_draft_type_parse accepts, for messages. */
-#define SD_DRAFT_TYPE_NAMES "none, llm, ngram, ngram+llm (llama.cpp: draft-simple, ngram-simple)"
+#define SD_DRAFT_TYPE_NAMES                                                                        \
+    "none, llm, ngram, ngram+llm, suffix (llama.cpp: draft-simple, ngram-simple)"
 
 typedef struct sd_gen_params {
     int32_t n_predict; /* most tokens to emit (>= 1) */
@@ -388,6 +390,8 @@ typedef struct sd_engine_params {
     int32_t n_ctx_draft;
     /* The n-gram lookup proposer's sizes (its n_ctx is the engine's context + 1). */
     sd_ngram_params ngram;
+    /* The suffix proposer's settings (its n_ctx is the engine's context + 1). */
+    sd_suffix_params suffix;
     /* A trimmed head for the LLM draft (sd_proposer_llm_set_head): the head file
      * (sd_draft_head_load) and how many of its ids (0: all), or NULL: the full head. */
     const char *draft_head;
@@ -417,7 +421,7 @@ const sd_model *sd_engine_draft(const sd_engine *e); /* NULL: target alone */
 const sd_vocab *sd_engine_vocab(const sd_engine *e); /* the target's */
 sd_scorer *sd_engine_scorer(sd_engine *e);
 sd_proposer *sd_engine_proposer(sd_engine *e); /* the LLM draft; NULL: no draft model */
-/* The proposer of a draft type: SD_DRAFT_NGRAM always exists; SD_DRAFT_LLM and
+/* The proposer of a draft type: SD_DRAFT_NGRAM and SD_DRAFT_SUFFIX always exist; SD_DRAFT_LLM and
  * SD_DRAFT_NGRAM_LLM need a draft model (else NULL); SD_DRAFT_NONE: NULL; SD_DRAFT_AUTO:
  * the LLM draft if any. */
 sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t);
@@ -511,6 +515,10 @@ typedef struct sd_batcher_params {
     int32_t max_queue;   /* most requests waiting; beyond: SD_ERR_BUSY (64) */
     int prefix_cache;    /* 1: a prompt reuses cached blocks of earlier ones (1) */
     int32_t draft_chunk; /* prompt tokens the draft catches up per request per step (64) */
+    /* Bytes of the cross-request suffix cache (sd_suffix_cache: every finished choice's
+     * prompt and output, LRU by request), which requests of draft type suffix also draft
+     * from; 0: none (the default). */
+    size_t suffix_cache_bytes;
 } sd_batcher_params;
 
 sd_batcher_params sd_batcher_default_params(void);

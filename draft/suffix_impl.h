@@ -1,0 +1,32 @@
+/*
+ * draft/suffix_impl.h: PRIVATE to draft/ (suffix.c, suffix_cache.c): the suffix index's
+ * pieces the cross-request cache uses besides the face.
+ */
+#ifndef SD_SUFFIX_IMPL_H
+#define SD_SUFFIX_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "draft/sd_draft.h"
+
+/* The bytes sd_suffix_index_init allocates for cap tokens (sd_suffix_index_bytes). */
+size_t suffix_index_bytes_for(int32_t cap);
+
+/* The state of the longest suffix of q[0 .. n) that occurs in the index, *len its length
+ * (0: the root). O(n) amortised. */
+int32_t suffix_index_walk(const sd_suffix_index *ix, const int32_t *q, int32_t n, int32_t *len);
+
+/*
+ * The proposal chain (see sd_suffix_params) from state s, reached by a match of length m:
+ * at most k tokens into tokens[k], never a token >= tok_limit (the cache's document
+ * separators: the chain stops there). *score: the sum over the drafted tokens of the
+ * chain's probability up to each (its expected accepted length under the counts); *prob:
+ * the chain's probability; *last_end: the most recent end position of the chain's last
+ * token (0: none drafted).
+ */
+int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_suffix_params *p,
+                           int32_t k, int32_t tok_limit, int32_t *tokens, double *score,
+                           double *prob, int32_t *last_end);
+
+#endif /* SD_SUFFIX_IMPL_H */

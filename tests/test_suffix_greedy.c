@@ -1,0 +1,367 @@
+/*
+ * tests/test_suffix_greedy.c: the suffix proposer end to end. Greedy: every K (fixed 1..8,
+ * adaptive) gives the target-alone tokens, on a random pair (sd_generate), the shipped
+ * TinyStories pair and SmolLM2-135M (skipped when absent; through sd_engine_generate with
+ * --draft-type suffix). Gumbel sampling: the same seed gives the target-alone text for
+ * every K and policy (a one-hot draft token is accepted iff it is the target's keyed
+ * Gumbel argmax at its position).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "draft/sd_draft.h"
+#include "runtime/engine/sd_engine.h"
+#include "runtime/model/sd_model.h"
+#include "runtime/tokenizer/sd_vocab.h"
+#include "target/sd_target.h"
+#include "testutil.h"
+
+static char g_dir[1024];
+
+static void setup(void) {
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
+}
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
+
+TestSuite(suffix_greedy, .init = setup, .fini = teardown, .timeout = 900);
+
+/* Generate with engine e: draft type t, policy pol, K k; returns the tokens emitted. */
+static int32_t run(sd_engine *e, const sd_gen_params *base, sd_draft_type t, sd_k_policy pol,
+                   int32_t k, const int32_t *prompt, int32_t n_prompt, int32_t *out,
+                   sd_gen_stats *st) {
+    sd_gen_params gp = *base;
+    gp.draft_type = t;
+    gp.k_policy = pol;
+    gp.n_draft = t == SD_DRAFT_NONE ? 0 : k;
+    sd_error err = {0};
+    cr_assert_eq(
+        sd_engine_generate(e, &gp, prompt, n_prompt, NULL, NULL, out, gp.n_predict, st, &err),
+        SD_OK, "%s", err.msg);
+    return st->n_generated;
+}
+
+/* Every K in ks (fixed) and adaptive at the largest: the target-alone tokens. Returns the
+ * suffix acceptance (accepted / drafted) over the runs, *drafted the drafted tokens. */
+static double all_k_equal(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
+                          int32_t n_prompt, const int32_t *ks, int n_ks, const char *name,
+                          int64_t *drafted) {
+    int32_t *ref = malloc((size_t)gp->n_predict * sizeof *ref);
+    int32_t *got = malloc((size_t)gp->n_predict * sizeof *got);
+    cr_assert(ref && got);
+    sd_gen_stats st;
+    const int32_t n_ref = run(e, gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, n_prompt, ref, &st);
+    int64_t d = 0, a = 0;
+    for (int i = 0; i <= n_ks; i++) {
+        const sd_k_policy pol = i < n_ks ? SD_K_FIXED : SD_K_ADAPTIVE;
+        const int32_t k = i < n_ks ? ks[i] : ks[n_ks - 1];
+        const int32_t n = run(e, gp, SD_DRAFT_SUFFIX, pol, k, prompt, n_prompt, got, &st);
+        cr_assert_eq(n, n_ref, "%s suffix %s K=%d: %d tokens, target alone %d", name,
+                     sd_k_policy_name(pol), k, n, n_ref);
+        for (int32_t j = 0; j < n; j++)
+            cr_assert_eq(got[j], ref[j], "%s suffix %s K=%d: token %d is %d, target alone %d", name,
+                         sd_k_policy_name(pol), k, j, got[j], ref[j]);
+        cr_assert_eq(st.n_drafted_lookup, st.n_drafted, "suffix drafts count as lookup drafts");
+        cr_assert_leq(st.n_accepted, st.n_drafted);
+        d += st.n_drafted;
+        a += st.n_accepted;
+    }
+    free(ref);
+    free(got);
+    *drafted = d;
+    return d ? (double)a / (double)d : 0.0;
+}
+
+static sd_engine *open_engine(const char *target, const char *draft) {
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = target;
+    ep.draft = draft;
+    ep.n_threads = 1;
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    cr_assert_str_eq(sd_proposer_name(sd_engine_proposer_of(e, SD_DRAFT_SUFFIX)), "suffix");
+    return e;
+}
+
+Test(suffix_greedy, random_pair_every_k) {
+    char t[2048], d[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    sd_engine *e = open_engine(t, d);
+    const int32_t prompts[3][12] = {{1, 5, 9, 13, 5, 9, 13, 5, 9, 13, 5, 9},
+                                    {1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50},
+                                    {1, 90, 3, 77, 90, 3, 60, 61, 90, 3, 77, 90}};
+    const int32_t ks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = 64;
+    gp.samp.temp = 0.0f;
+    int64_t drafted = 0, all = 0;
+    double acc = 0.0;
+    for (int p = 0; p < 3; p++) {
+        char name[32];
+        snprintf(name, sizeof name, "prompt %d", p);
+        acc += all_k_equal(e, &gp, prompts[p], 12, ks, 8, name, &drafted);
+        all += drafted;
+    }
+    fprintf(stderr, "  random pair: suffix greedy acceptance %.3f (mean of 3 prompts)\n", acc / 3);
+    cr_assert_gt(all, 0, "the suffix proposer never drafted: the test proves little");
+    cr_assert_gt(acc, 0.0, "no suffix draft was ever accepted: the test proves little");
+    sd_engine_free(e);
+}
+
+static void text_prompts(sd_engine *e, const char *const *texts, int n_texts, int32_t n_predict,
+                         const int32_t *ks, int n_ks, const char *what) {
+    const sd_vocab *v = sd_engine_vocab(e);
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = n_predict;
+    gp.samp.temp = 0.0f;
+    for (int i = 0; i < n_texts; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        sd_error err = {0};
+        cr_assert_eq(sd_vocab_tokenize(v, texts[i], strlen(texts[i]), 1, &ids, &n, &err), 0, "%s",
+                     err.msg);
+        char name[64];
+        snprintf(name, sizeof name, "%s '%.20s...'", what, texts[i]);
+        int64_t drafted = 0;
+        const double acc = all_k_equal(e, &gp, ids, (int32_t)n, ks, n_ks, name, &drafted);
+        fprintf(stderr, "  %s: suffix greedy acceptance %.3f of %lld drafted\n", name, acc,
+                (long long)drafted);
+        free(ids);
+    }
+}
+
+Test(suffix_greedy, shipped_tinystories_pair) {
+    const char *tp = SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf";
+    const char *dp = SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf";
+    tu_need_path(tp, "the shipped TinyStories pair");
+    tu_need_path(dp, "the shipped TinyStories pair");
+    sd_engine *e = open_engine(tp, dp);
+    const char *texts[] = {
+        "Once upon a time",
+        "Lily had a red ball. She liked to play with the red ball in the park. One day, Lily",
+        "Rewrite the story: Tom saw a big dog. The dog was brown. Tom gave the dog a bone. "
+        "Story: Tom saw",
+    };
+    const int32_t ks[6] = {1, 2, 3, 4, 6, 8};
+    text_prompts(e, texts, 3, 96, ks, 6, "tinystories");
+    sd_engine_free(e);
+}
+
+Test(suffix_greedy, smollm2) {
+    const char *env = getenv("SD_SMOL_MODEL");
+    const char *mp =
+        env && *env ? env : SD_SOURCE_DIR "/models/downloaded/SmolLM2-135M-Instruct.Q4_1.gguf";
+    tu_need_path(mp, "fetched by `bash scripts/get_models.sh`");
+    sd_engine *e = open_engine(mp, NULL);
+    const char *texts[] = {
+        "Copy this text exactly: The quick brown fox jumps over the lazy dog. The dog sleeps "
+        "under the old tree by the river. Copy: The quick brown fox",
+    };
+    const int32_t ks[3] = {2, 4, 8};
+    text_prompts(e, texts, 1, 48, ks, 3, "smollm2");
+    sd_engine_free(e);
+}
+
+Test(suffix_greedy, gumbel_same_seed_equals_target_alone) {
+    char t[2048], d[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    sd_engine *e = open_engine(t, d);
+    enum { N = 48 };
+    const int32_t prompt[12] = {1, 5, 9, 13, 5, 9, 13, 5, 9, 13, 5, 9};
+    int64_t drafted = 0;
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        sd_gen_params gp = sd_gen_default_params();
+        gp.n_predict = N;
+        gp.samp.temp = 0.9f;
+        gp.samp.top_k = 0;
+        gp.samp.top_p = 0.95f;
+        gp.samp.spec = SD_SPEC_GUMBEL;
+        gp.seed = seed;
+        int32_t ref[N], got[N];
+        sd_gen_stats st;
+        const int32_t n_ref = run(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, 12, ref, &st);
+        const sd_k_policy pols[] = {SD_K_FIXED, SD_K_ADAPTIVE, SD_K_SWEEP};
+        for (int pi = 0; pi < 3; pi++)
+            for (int32_t k = 1; k <= 8; k += (k < 4 ? 1 : 4)) {
+                const int32_t n = run(e, &gp, SD_DRAFT_SUFFIX, pols[pi], k, prompt, 12, got, &st);
+                cr_assert_eq(n, n_ref, "seed %llu %s K %d: %d tokens vs %d",
+                             (unsigned long long)seed, sd_k_policy_name(pols[pi]), k, n, n_ref);
+                for (int32_t i = 0; i < n; i++)
+                    cr_assert_eq(got[i], ref[i], "seed %llu %s K %d: token %d differs",
+                                 (unsigned long long)seed, sd_k_policy_name(pols[pi]), k, i);
+                drafted += st.n_drafted;
+            }
+    }
+    cr_assert_gt(drafted, 0, "the suffix proposer never drafted: the test proves little");
+    sd_engine_free(e);
+}
+
+/* The value of "key": N in a JSON text, or -1. */
+static long json_long(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(json, pat);
+    return at ? strtol(at + strlen(pat), NULL, 10) : -1;
+}
+
+/* generate --draft-type suffix: the greedy tokens of --draft-type none; --suffix-factor
+ * and the config key suffix_factor take effect (a factor too small to draft a token for
+ * any match drafts nothing); bad values (and serve's --suffix-cache-mb) are one-line
+ * errors naming the flag or key. */
+Test(suffix_greedy, cli_flags_and_keys) {
+    char t[2048], d[2048], cmd[8192], cfg[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    const char *runs[4] = {"--draft-type none", "--draft-type suffix",
+                           "--draft-type suffix --suffix-factor 0.000001", "CONFIG"};
+    tu_path(cfg, sizeof cfg, g_dir, "sx.json");
+    char json[4096];
+    snprintf(json, sizeof json,
+             "{\"target\": \"%s\", \"draft_type\": \"suffix\", \"suffix_factor\": 0.000001, "
+             "\"suffix_min_prob\": 0.5}",
+             t);
+    cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
+    char *outs[4];
+    for (int i = 0; i < 4; i++) {
+        if (i < 3)
+            snprintf(cmd, sizeof cmd,
+                     "%s generate -m %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n 48 "
+                     "--temp 0 -k 4 --draft-policy fixed --json %s",
+                     SD_BINARY, t, runs[i]);
+        else
+            snprintf(cmd, sizeof cmd,
+                     "%s generate --config %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n "
+                     "48 --temp 0 -k 4 --draft-policy fixed --json",
+                     SD_BINARY, cfg);
+        char *e = NULL;
+        cr_assert_eq(tu_run(cmd, &outs[i], &e), 0, "%s: %s", runs[i], e);
+        free(e);
+        const char *a = strstr(outs[i], "\"tokens\":["), *a0 = strstr(outs[0], "\"tokens\":[");
+        cr_assert(a && a0);
+        cr_assert_eq(strncmp(a, a0, (size_t)(strchr(a0, ']') - a0)), 0,
+                     "%s: tokens differ from target alone", runs[i]);
+    }
+    cr_assert(strstr(outs[1], "\"draft_type\":\"suffix\"") ||
+                  strstr(outs[1], "\"draft_type\": \"suffix\""),
+              "%s", outs[1]);
+    cr_assert_gt(json_long(outs[1], "n_drafted"), 0, "suffix drafted nothing");
+    cr_assert_eq(json_long(outs[2], "n_drafted"), 0, "--suffix-factor was not applied");
+    cr_assert_eq(json_long(outs[3], "n_drafted"), 0, "the key suffix_factor was not applied");
+    for (int i = 0; i < 4; i++)
+        free(outs[i]);
+    const char *bad[][2] = {{"--suffix-factor 0", "--suffix-factor"},
+                            {"--suffix-factor 65", "--suffix-factor"},
+                            {"--suffix-min-prob 1.5", "--suffix-min-prob"},
+                            {"--draft-type suffixes", "--draft-type"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "generate -m %s -p t5t6 -n 4 %s", t, bad[i][0]);
+        tu_expect_cli_error(cmd, bad[i][1]);
+    }
+    snprintf(cmd, sizeof cmd, "serve -m %s --port 0 --suffix-cache-mb -1", t);
+    tu_expect_cli_error(cmd, "--suffix-cache-mb");
+    const char *keys[][2] = {{"\"suffix_factor\": 0", "suffix_factor"},
+                             {"\"suffix_min_prob\": -1", "suffix_min_prob"},
+                             {"\"suffix_factor\": \"big\"", "suffix_factor"}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        snprintf(json, sizeof json, "{\"target\": \"%s\", %s}", t, keys[i][0]);
+        cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
+        snprintf(cmd, sizeof cmd, "generate --config %s -p t5t6 -n 4", cfg);
+        tu_expect_cli_error(cmd, keys[i][1]);
+    }
+}
+
+/* ---- the batcher with the cross-request cache ---- */
+
+typedef struct sx_out {
+    int32_t toks[128];
+    int32_t n;
+    int done;
+    sd_gen_stats st;
+} sx_out;
+
+static int sx_collect(void *user, const sd_req_event *ev) {
+    sx_out *o = user;
+    for (int32_t i = 0; i < ev->n_tokens && o->n < 128; i++)
+        o->toks[o->n++] = ev->tokens[i];
+    if (ev->done) {
+        o->done = 1;
+        o->st = *ev->stats;
+    }
+    return 0;
+}
+
+/* Requests of draft type suffix through a batcher with a suffix cache, twice over the
+ * same prompts: every output is the target-alone text, and the second round, whose
+ * answers are in the cache, accepts more drafted tokens. */
+Test(suffix_greedy, batcher_with_the_suffix_cache) {
+    char t[2048], d[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    sd_engine *ref = open_engine(t, NULL);
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = t;
+    ep.n_threads = 1;
+    ep.kv_type = SD_TYPE_F32;
+    ep.models_only = 1;
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 2;
+    bp.suffix_cache_bytes = 1 << 20;
+    sd_batcher *b = NULL;
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    enum { NP = 4, NPRED = 48 };
+    int32_t prompts[NP][16], want[NP][NPRED], n_want[NP];
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = NPRED;
+    gp.samp.temp = 0.0f;
+    for (int p = 0; p < NP; p++) {
+        prompts[p][0] = 1;
+        for (int i = 1; i < 16; i++)
+            prompts[p][i] = 3 + (i * (p + 2) + 7 * p) % 29;
+        sd_gen_stats st;
+        n_want[p] = run(ref, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts[p], 16, want[p], &st);
+    }
+    int64_t accepted[2] = {0, 0};
+    for (int round = 0; round < 2; round++) {
+        static sx_out outs[NP];
+        memset(outs, 0, sizeof outs);
+        for (int p = 0; p < NP; p++) {
+            sd_request r;
+            memset(&r, 0, sizeof r);
+            r.prompt = prompts[p];
+            r.n_prompt = 16;
+            r.gen = gp;
+            r.gen.n_draft = 4;
+            r.gen.draft_type = SD_DRAFT_SUFFIX;
+            r.gen.k_policy = SD_K_FIXED;
+            r.n_choices = 1;
+            r.cb = sx_collect;
+            r.user = &outs[p];
+            cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
+        }
+        for (int guard = 0; sd_batcher_busy(b); guard++) {
+            cr_assert_lt(guard, 100000);
+            cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s", err.msg);
+        }
+        for (int p = 0; p < NP; p++) {
+            cr_assert(outs[p].done);
+            cr_assert_eq(outs[p].n, n_want[p], "round %d request %d: %d tokens, alone %d", round, p,
+                         outs[p].n, n_want[p]);
+            cr_assert(memcmp(outs[p].toks, want[p], (size_t)outs[p].n * sizeof(int32_t)) == 0,
+                      "round %d request %d differs from target alone", round, p);
+            accepted[round] += outs[p].st.n_accepted;
+        }
+    }
+    fprintf(stderr,
+            "  batcher: accepted %lld drafted tokens without the answers cached, %lld "
+            "with\n",
+            (long long)accepted[0], (long long)accepted[1]);
+    cr_assert_gt(accepted[1], accepted[0], "the cache of the first round's answers was not used");
+    sd_batcher_free(b);
+    sd_engine_free(e);
+    sd_engine_free(ref);
+}
