@@ -358,7 +358,7 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     int rc = sd_backend_init(p->device, &bp, &s->be, err);
     if (rc && bp.window) {
         char k[96];
-        sd_error_prefix(err, "%s: %s = %d", m->path,
+        sd_error_prefix(err, rc, "%s: %s = %d", m->path,
                         sd_arch_key_name(SD_KEY_SLIDING_WINDOW, hp->arch, k, sizeof k), bp.window);
     }
     if (rc == SD_OK) rc = place_weights(s, err);
