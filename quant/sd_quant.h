@@ -380,6 +380,13 @@ void sd_matmul_packed(sd_type wt, const void *wp, int64_t rows, int64_t n_cols, 
 /* Name of the kernel set in use for this CPU: "scalar", "avx2", "avxvnni", "avx512"
  * (lowered, never raised, by the environment variable SD_KERNELS). */
 const char *sd_quant_kernels_name(void);
+/* The compute roof of the kernel set in use at one thread: int8 multiply-adds per second
+ * of its packed kernels' innermost product sequence (kernels.h: broadcast activation
+ * loads, the multiply-adds and their integer sums, in registers and L1; no unpacking, no
+ * float part), the best of 31 timed runs of >= 0.2 ms each (short runs: on a shared
+ * machine some run unpreempted). 0 for the scalar set. A speed figure for `specdec
+ * bench`, never a test's. */
+double sd_quant_kernels_peak_macs(void);
 /* Name of the kernel set that runs weights of type wt in GGUF rows ("scalar" for the
  * quantized types: the SIMD sets run them packed), or "none" for a type that is not a
  * weight type. */

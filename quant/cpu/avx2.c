@@ -125,6 +125,7 @@ SD_T static void avx2_bf16(const void *w, size_t wrb, int64_t n, const void *xq,
 const sd_kernel_set sd_kernels_avx2 = {
     .name = "avx2",
     .lower = &sd_kernels_scalar,
+    .peak = peak_loop,
     .k =
         {
             [SD_TYPE_F32] = {avx2_f32, NULL},

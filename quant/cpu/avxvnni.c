@@ -20,6 +20,7 @@
 const sd_kernel_set sd_kernels_avxvnni = {
     .name = "avxvnni",
     .lower = &sd_kernels_avx2,
+    .peak = peak_loop,
     .k =
         {
             [SD_TYPE_Q8_0] = {NULL, p_q8_0},

@@ -212,6 +212,28 @@ const char *sd_quant_kernels_name(void) {
     return sd_kernel_set_active()->name;
 }
 
+double sd_quant_kernels_peak_macs(void) {
+    const sd_kernel_set *ks = sd_kernel_set_active();
+    while (ks && !ks->peak)
+        ks = ks->lower;
+    if (!ks) return 0.0;
+    (void)ks->peak(1000); /* warm-up (clock, caches) */
+    int64_t iters = 1000;
+    double best = 0.0;
+    for (int timed = 0; timed < 31;) {
+        const double t0 = sd_time_ms();
+        const double macs = ks->peak(iters);
+        const double ms = sd_time_ms() - t0;
+        if (ms < 0.2) { /* too short to time: longer, and this run does not count */
+            iters *= 4;
+            continue;
+        }
+        timed++;
+        if (macs / (ms * 1e-3) > best) best = macs / (ms * 1e-3);
+    }
+    return best;
+}
+
 const char *sd_quant_kernel_name_for(sd_type wt) {
     const sd_kernel_set *o = sd_kernel_owner(sd_kernel_set_active(), wt);
     return o ? o->name : "none";

@@ -61,11 +61,19 @@ typedef struct sd_type_kernel {
  * identical to sd_quantize_row (the reference) of that type. */
 typedef void (*sd_act_quant)(const float *x, void *y, int64_t n);
 
+/* The set's innermost product sequence (what its packed kernels run per 4 activation bytes:
+ * the broadcast activation load and the int8 multiply-adds, with their int16 / int32
+ * sums; no unpacking, no float part) on operands in registers and L1, iters times, with
+ * enough independent chains to reach the instructions' throughput. Returns the int8
+ * multiply-adds done. sd_quant_kernels_peak_macs times it: the compute roof. */
+typedef double (*sd_peak_loop)(int64_t iters);
+
 typedef struct sd_kernel_set {
     const char *name;                  /* "scalar", "avx2", "avxvnni", "avx512", "amx" */
     const struct sd_kernel_set *lower; /* fallback for NULL entries; NULL for "scalar" */
     sd_type_kernel k[SD_TYPE_COUNT];   /* by weight type id */
     sd_act_quant quant[SD_TYPE_COUNT]; /* by activation type id; NULL: lower / reference */
+    sd_peak_loop peak;                 /* NULL: the lower set's (scalar: none) */
 } sd_kernel_set;
 
 /* Bytes of part A (n_tok rows of sd_vec_dot_type(wt), n_cols) rounded up to 64: where

@@ -148,6 +148,49 @@ SD_T SD_INL v8i dotc(v8i s, const v8i *w, const int n, const int fold, const uin
 }
 #endif
 
+/* Activation bytes of the compute roof's loop (8 tokens of 32). */
+static const uint8_t k_peak_x[256] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+
+/* The compute roof's loop (kernels.h, sd_peak_loop): AVX2 two tokens of 8 vpmaddubsw on
+ * 8 weight registers, summed in int16, one vpmaddwd + vpaddd each (the 4-bit fold); VNNI
+ * 12 tokens of 3 vpdpbusd (12 independent chains hide vpdpbusd's latency; 3 weight
+ * registers leave one for the broadcast). Activation
+ * bytes broadcast from L1 as in the kernels (the laundered pointer keeps the loads in
+ * the loop). */
+SD_T static double peak_loop(int64_t iters) {
+    const uint8_t *xp = k_peak_x;
+    v8i w[8];
+    for (int k = 0; k < 8; k++)
+        w[k] = _mm256_set1_epi8((char)(k + 1));
+#if SD_X256_VNNI
+    v8i acc[12];
+    for (int t = 0; t < 12; t++)
+        acc[t] = _mm256_setzero_si256();
+    for (int64_t it = 0; it < iters; it++) {
+        __asm__ volatile("" : "+r"(xp)); /* reloads the activations */
+        _Pragma("GCC unroll 12") for (int t = 0; t < 12; t++) acc[t] =
+            dot4n(acc[t], w, 3, xp + 16 * t);
+    }
+    v8i s = acc[0];
+    for (int t = 1; t < 12; t++)
+        s = _mm256_add_epi32(s, acc[t]);
+    const double macs = (double)iters * 12 * 3 * 32;
+#else
+    const v8i one = _mm256_set1_epi16(1);
+    v8i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+    for (int64_t it = 0; it < iters; it++) {
+        __asm__ volatile("" : "+r"(xp)); /* reloads the activations */
+        a0 = dotc(a0, w, 8, 8, xp + 32 * 0, one);
+        a1 = dotc(a1, w, 8, 8, xp + 32 * 1, one);
+    }
+    const v8i s = _mm256_add_epi32(a0, a1);
+    const double macs = (double)iters * 2 * 8 * 32;
+#endif
+    volatile int32_t sink = _mm256_extract_epi32(s, 0);
+    (void)sink;
+    return macs;
+}
+
 /* ---------------------------------------------------------------------------------- */
 /* Types, sizes, unpacking                                                              */
 /* ---------------------------------------------------------------------------------- */
