@@ -548,7 +548,8 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
             const uint8_t *mp = mp0 + 32 * h;
             for (int t = 0; t < nt; t++)
                 P[t] = _mm256_setzero_si256();
-            for (int hk = 0; hk < 8; hk++) {
+            /* unrolled: the level and scale shifts become immediates */
+            _Pragma("GCC unroll 8") for (int hk = 0; hk < 8; hk++) {
                 v8i w[8];
                 unpack_k236(mp, kind, hk, w);
                 const v8i sa0 = k_scale(mp, kind, 2 * hk), sa1 = k_scale(mp, kind, 2 * hk + 1);
