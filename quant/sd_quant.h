@@ -345,7 +345,7 @@ void sd_matmul_rows_ref(sd_type wt, const void *w, size_t w_row_bytes, int64_t n
 #define SD_PACK_ROWS 16
 
 /* 1 if the kernel set in use runs weights of type wt packed (every quantized weight type
- * under "avx2" and "avx512"; none under "scalar", nor for float types), else 0. */
+ * under "avx2", "avxvnni" and "avx512"; none under "scalar", nor for float types), else 0. */
 int sd_matmul_packed_available(sd_type wt);
 
 /* Bytes of a packed [rows, cols] matrix of type wt: ceil(rows / 16) groups. -1 for a
@@ -377,9 +377,16 @@ void sd_unpack_groups(sd_type wt, const void *packed, int64_t rows, int64_t cols
 void sd_matmul_packed(sd_type wt, const void *wp, int64_t rows, int64_t n_cols, const void *xq,
                       int64_t n_tok, float *y, int64_t ldy, int64_t g0, int64_t g1);
 
-/* Name of the kernel set in use for this CPU: "scalar", "avx2", "avx512" (lowered, never
- * raised, by the environment variable SD_KERNELS). */
+/* Name of the kernel set in use for this CPU: "scalar", "avx2", "avxvnni", "avx512"
+ * (lowered, never raised, by the environment variable SD_KERNELS). */
 const char *sd_quant_kernels_name(void);
+/* The compute roof of the kernel set in use at one thread: int8 multiply-adds per second
+ * of its packed kernels' innermost product sequence (kernels.h: broadcast activation
+ * loads, the multiply-adds and their integer sums, in registers and L1; no unpacking, no
+ * float part), the best of 31 timed runs of >= 0.2 ms each (short runs: on a shared
+ * machine some run unpreempted). 0 for the scalar set. A speed figure for `specdec
+ * bench`, never a test's. */
+double sd_quant_kernels_peak_macs(void);
 /* Name of the kernel set that runs weights of type wt in GGUF rows ("scalar" for the
  * quantized types: the SIMD sets run them packed), or "none" for a type that is not a
  * weight type. */

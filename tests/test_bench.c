@@ -185,6 +185,37 @@ Test(bench, ab_json_has_every_field) {
     json_decref(root);
 }
 
+/* A pass's roofline (bench_kernels.c), recomputed from the fields it derives from: the
+ * bytes are the model's streamed bytes, the multiply-adds params * tokens, the memory
+ * bound bytes / the roof measured before the models, the compute bound multiply-adds /
+ * the kernel set's peak (null on the scalar set), the larger bound named, and the
+ * fraction bound / measured time. */
+static void check_roofline(json_t *r, json_t *machine, json_t *mo, double n_tok, double ms) {
+    const double rel = 1e-6;
+    const double bytes = num(r, "bytes", "roofline"), macs = num(r, "macs", "roofline");
+    cr_assert(fabs(bytes - num(mo, "streamed_bytes", "model")) <= rel * bytes);
+    cr_assert(fabs(macs - n_tok * num(mo, "params", "model")) <= rel * macs);
+    const double mem = num(r, "mem_bound_ms", "roofline");
+    const double want_mem = bytes / (num(machine, "mem_read_gbps_before", "machine") * 1e9) * 1e3;
+    cr_assert(fabs(mem - want_mem) <= rel * want_mem, "mem bound %g, want %g", mem, want_mem);
+    json_t *peak = json_object_get(machine, "peak_macs_per_s");
+    double bound = mem;
+    if (json_is_number(peak)) {
+        const double cmp = num(r, "compute_bound_ms", "roofline");
+        const double want = macs / json_number_value(peak) * 1e3;
+        cr_assert(fabs(cmp - want) <= rel * want, "compute bound %g, want %g", cmp, want);
+        if (cmp > mem) bound = cmp;
+    } else {
+        cr_assert(json_is_null(json_object_get(r, "compute_bound_ms")));
+    }
+    const char *name = json_string_value(json_object_get(r, "bound"));
+    cr_assert_not_null(name);
+    cr_assert_str_eq(name, bound == mem ? "memory" : "compute");
+    const double frac = num(r, "roof_fraction", "roofline");
+    cr_assert(fabs(frac - bound / ms) <= 1e-4 * (bound / ms), "fraction %g, want %g", frac,
+              bound / ms);
+}
+
 Test(bench, kernels_json) {
     char json_path[2048], cmd[32768];
     tu_path(json_path, sizeof json_path, g_dir, "kernels.json");
@@ -212,6 +243,8 @@ Test(bench, kernels_json) {
             cr_assert_eq(json_integer_value(json_object_get(e, "n_tokens")), (json_int_t)j + 1);
             cr_assert(num(e, "ms", "verify") > 0);
             if (j == 0) cr_assert(fabs(num(e, "rel_decode", "verify") - 1.0) < 1e-12);
+            check_roofline(need(e, "roofline", 0, "verify"), m, mo, (double)j + 1,
+                           num(e, "ms", "verify"));
         }
         json_t *rel = need(mo, "verify_rel_decode", 0, "model");
         need(rel, "5", 1, "verify_rel_decode");
@@ -220,6 +253,7 @@ Test(bench, kernels_json) {
         cr_assert_eq(json_integer_value(json_object_get(pre, "n_tokens")), 16);
         cr_assert(num(pre, "tokens_per_s", "prefill") > 0);
         cr_assert(num(pre, "gflops", "prefill") > 0);
+        check_roofline(need(pre, "roofline", 0, "prefill"), m, mo, 16, num(pre, "ms", "prefill"));
     }
     json_decref(root);
 }

@@ -1,6 +1,6 @@
 /*
  * tests/test_kernel_sets.c: the same GGUF gives the same logits, bit for bit, under every
- * kernel set this CPU runs (SD_KERNELS=scalar, avx2, avx512: matmul and attention
+ * kernel set this CPU runs (SD_KERNELS=scalar, avx2, avxvnni, avx512: matmul and attention
  * kernels), for every weight type: the whole forward pass, not one kernel.
  *
  * A random llama model (F32, rows of 256 so the K-quants apply) is quantized by `specdec
@@ -23,7 +23,8 @@
 #include "quant/sd_quant.h"
 #include "testutil.h"
 
-static const char *const k_sets[] = {"scalar", "avx2", "avx512", "amx"}; /* amx: opt-in */
+static const char *const k_sets[] = {"scalar", "avx2", "avxvnni", "avx512",
+                                     "amx"}; /* amx: opt-in */
 
 /* 1 if this CPU runs kernel set `name` (then SD_KERNELS=name selects it). */
 static int set_runs(const char *name) {
@@ -60,7 +61,12 @@ static int check_model(const char *dir, const char *model, const char *kv, const
     char json[1024], ref_d[17] = "", ref_p[17] = "";
     int n = 0;
     for (size_t si = 0; si < sizeof k_sets / sizeof k_sets[0]; si++) {
-        if (!set_runs(k_sets[si])) continue;
+        if (!set_runs(k_sets[si])) {
+            static int said[sizeof k_sets / sizeof k_sets[0]];
+            if (!said[si]++)
+                cr_log_info("kernel set %s skipped: this CPU does not run it", k_sets[si]);
+            continue;
+        }
         char d[17], p[17];
         tu_path(json, sizeof json, dir, "cmp.json");
         cr_assert_eq(digests(model, k_sets[si], kv, json, d, p), 0, "%s: compare failed (%s)", what,

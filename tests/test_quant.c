@@ -21,6 +21,7 @@
 #include "runtime/base/sd_base.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -898,13 +899,21 @@ Test(quant_cpu, features_and_sets) {
     if (f->avx512bw || f->avx512vl || f->avx512vnni || f->avx512_bf16)
         cr_assert(f->avx512f, "AVX-512 extensions imply AVX512F");
     cr_assert_eq(sd_kernel_set_by_name("avx2") != NULL, f->avx2 && f->fma && f->f16c);
+    { /* AVX-VNNI: CPUID leaf 7 sub-leaf 1 EAX bit 4 (GCC 12's __builtin_cpu_supports does
+       * not report it on AMD), usable with the OS's AVX state (which f->avx2 implies) */
+        unsigned a = 0, b, c, d;
+        const int bit = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1u);
+        cr_assert_eq(f->avx_vnni, bit && __builtin_cpu_supports("avx") != 0);
+        cr_assert_eq(sd_kernel_set_by_name("avxvnni") != NULL,
+                     f->avx2 && f->fma && f->f16c && f->avx_vnni);
+    }
     cr_assert_eq(sd_kernel_set_by_name("avx512") != NULL, f->avx2 && f->fma && f->f16c &&
                                                               f->avx512f && f->avx512bw &&
                                                               f->avx512vl && f->avx512vnni);
-    cr_log_info("cpu: avx2 %d fma %d f16c %d avx512f %d bw %d vl %d vnni %d bf16 %d amx_tile %d "
-                "amx_int8 %d",
-                f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vl, f->avx512vnni,
-                f->avx512_bf16, f->amx_tile, f->amx_int8);
+    cr_log_info("cpu: avx2 %d fma %d f16c %d avx_vnni %d avx512f %d bw %d vl %d vnni %d bf16 %d "
+                "amx_tile %d amx_int8 %d",
+                f->avx2, f->fma, f->f16c, f->avx_vnni, f->avx512f, f->avx512bw, f->avx512vl,
+                f->avx512vnni, f->avx512_bf16, f->amx_tile, f->amx_int8);
 #else
     cr_assert(!f->avx2 && !f->avx512f);
 #endif

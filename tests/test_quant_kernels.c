@@ -50,9 +50,9 @@ static const sd_type k_types[] = {SD_TYPE_F32,  SD_TYPE_F16,  SD_TYPE_BF16, SD_T
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 /* "amx" (opt-in, SD_KERNELS=amx) runs only where the CPU has AMX-INT8 and Linux grants
  * the tile state; elsewhere sd_kernel_set_by_name says NULL and the tests skip it. */
-static const char *const k_sets[] = {"scalar", "avx2", "avx512", "amx"};
+static const char *const k_sets[] = {"scalar", "avx2", "avxvnni", "avx512", "amx"};
 #define N_SETS    (sizeof k_sets / sizeof k_sets[0])
-#define N_DEFAULT 3 /* the sets the dispatcher picks from by default: scalar, avx2, avx512 */
+#define N_DEFAULT 4 /* the sets the dispatcher picks from by default, lowest first */
 
 /* block size of the kernel: columns must be a multiple of it (1 for float types) */
 static int64_t qk(sd_type t) {
@@ -301,15 +301,11 @@ typedef struct {
     double *exact, *absum; /* [n_tok * rows] */
 } problem;
 
-static problem make_problem(uint64_t *s, sd_type t, int64_t rows, int64_t n, int64_t n_tok,
-                            size_t pad) {
-    problem p = {.t = t, .rows = rows, .n = n, .n_tok = n_tok};
-    p.wrb = row_bytes(t, n) + pad;
-    p.w = make_weights(s, t, rows, n, p.wrb);
-    float *x = malloc(sizeof(float) * (size_t)(n_tok * n) + 1);
-    cr_assert_not_null(x);
-    for (int64_t j = 0; j < n_tok * n; j++)
-        x[j] = rng_f(s) * 4.0f;
+/* The problem of weights w (rows of stride wrb) and activations x [n_tok, n], both
+ * taken over: the prepared activations and the exact dots. */
+static problem make_problem_of(sd_type t, int64_t rows, int64_t n, int64_t n_tok, size_t wrb,
+                               void *w, float *x) {
+    problem p = {.t = t, .rows = rows, .n = n, .n_tok = n_tok, .wrb = wrb, .w = w};
     size_t xb = 0;
     cr_assert_eq(sd_activations_bytes(t, n_tok, n, &xb), 0);
     p.xq = xalloc(xb);
@@ -338,6 +334,17 @@ static problem make_problem(uint64_t *s, sd_type t, int64_t rows, int64_t n, int
     free(wb);
     free(xd);
     return p;
+}
+
+static problem make_problem(uint64_t *s, sd_type t, int64_t rows, int64_t n, int64_t n_tok,
+                            size_t pad) {
+    const size_t wrb = row_bytes(t, n) + pad;
+    void *w = make_weights(s, t, rows, n, wrb);
+    float *x = malloc(sizeof(float) * (size_t)(n_tok * n) + 1);
+    cr_assert_not_null(x);
+    for (int64_t j = 0; j < n_tok * n; j++)
+        x[j] = rng_f(s) * 4.0f;
+    return make_problem_of(t, rows, n, n_tok, wrb, w, x);
 }
 
 static void free_problem(problem *p) {
@@ -811,6 +818,71 @@ Test(quant_kernels, simd_vs_ref_bitexact) {
     cr_log_info("SIMD vs scalar, bit for bit: %d (set, type, n_tok) cases", tested);
 }
 
+/* Worst cases for the integer sums the SIMD sets keep (x256.h: int16 sums of several
+ * vpmaddubsw outputs, int32 sums of scaled sub-block dots): every non-scale byte of every
+ * weight block one fill value (0xFF: all-max levels, all-max scales and mins; 0x00:
+ * all-min levels; 0x80 / 0x7F: Q8_0's -128 / 127, Q6_K's scale -128 / 127; 0xAA / 0x55
+ * mixed), the fp16 scales 1, and activations of one magnitude (every quant +-127): all
+ * positive, all negative, or the sign flipping every 16 columns. A fold count one too
+ * large overflows int16 on the all-max rows. Every set, n_tok 1, 2, 5 and 17: bit for bit
+ * against the scalar reference, which is within the bound of the exact dot. */
+Test(quant_kernels, extreme_levels_bitexact) {
+    static const unsigned char fills[] = {0xFF, 0x00, 0x80, 0x7F, 0xAA, 0x55};
+    static const int64_t toks[] = {1, 2, 5, 17};
+    int tested = 0;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const sd_type t = k_types[ti];
+        if (qk(t) == 1) continue;
+        const int64_t n = 512, rows = 19; /* two groups, the second partial */
+        const size_t wrb = row_bytes(t, n), bb = sd_type_block_bytes(t);
+        int off[3];
+        scale_offsets(t, off);
+        for (size_t fi = 0; fi < sizeof fills; fi++) {
+            for (int xs = 0; xs < 3; xs++) {
+                for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++) {
+                    const int64_t n_tok = toks[ki];
+                    unsigned char *w = malloc((size_t)rows * wrb);
+                    cr_assert_not_null(w);
+                    memset(w, fills[fi], (size_t)rows * wrb);
+                    for (size_t b = 0; b < (size_t)rows * wrb / bb; b++)
+                        for (int k = 0; k < 3 && off[k] >= 0; k++) {
+                            const uint16_t one = sd_fp32_to_fp16(1.0f);
+                            memcpy(w + b * bb + off[k], &one, 2);
+                        }
+                    float *x = malloc(sizeof(float) * (size_t)(n_tok * n));
+                    cr_assert_not_null(x);
+                    for (int64_t j = 0; j < n_tok * n; j++)
+                        x[j] = xs == 0 ? 1.0f : xs == 1 ? -1.0f : ((j / 16) & 1) ? -1.0f : 1.0f;
+                    problem p = make_problem_of(t, rows, n, n_tok, wrb, w, x);
+                    float *yr = malloc(sizeof(float) * (size_t)(rows * n_tok));
+                    float *ys = malloc(sizeof(float) * (size_t)(rows * n_tok));
+                    sd_matmul_rows_ref(t, p.w, p.wrb, n, p.xq, n_tok, yr, rows, 0, rows);
+                    check_kernel_vs_exact(&sd_kernels_scalar, &p);
+                    for (size_t si = 1; si < N_SETS; si++) {
+                        const sd_kernel_set *ks = sd_kernel_set_by_name(k_sets[si]);
+                        if (!ks) continue;
+                        unsigned char *xq = prep(ks, t, p.x, n_tok, n);
+                        memset(ys, 0xEE, sizeof(float) * (size_t)(rows * n_tok));
+                        run_set(ks, t, p.w, p.wrb, rows, n, xq, n_tok, ys, rows, 0, rows);
+                        free(xq);
+                        for (int64_t i = 0; i < rows * n_tok; i++)
+                            cr_assert(memcmp(&ys[i], &yr[i], sizeof(float)) == 0,
+                                      "%s %s fill 0x%02X x pattern %d n_tok=%lld [%lld]: %.9g vs "
+                                      "ref %.9g",
+                                      ks->name, sd_type_name(t), fills[fi], xs, (long long)n_tok,
+                                      (long long)i, ys[i], yr[i]);
+                        tested++;
+                    }
+                    free(yr);
+                    free(ys);
+                    free_problem(&p);
+                }
+            }
+        }
+    }
+    cr_log_info("extreme levels and activations, bit for bit: %d cases", tested);
+}
+
 /* The packed layout round-trips: pack -> unpack gives back every GGUF row (rows not a
  * multiple of 16 included); padding rows of the last group pack as zeros (they unpack
  * to all-zero blocks); two disjoint group ranges packed separately equal one call; the
@@ -883,7 +955,7 @@ Test(quant_pack, round_trip) {
  * its own batch (in a buffer that is not 64-byte aligned). */
 Test(quant_kernels, batch_invariance_bitexact) {
     uint64_t s = 4321;
-    static const int64_t toks[] = {9, 17, 4, 5, 8, 16, 33, 2};
+    static const int64_t toks[] = {9, 17, 4, 5, 8, 16, 33, 2, 70}; /* 33, 70: 2, 3 chunks */
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const sd_type t = k_types[ti];
         for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++) {
@@ -1029,6 +1101,13 @@ Test(quant_kernels, fallback_tables) {
                 cr_assert_eq(sd_kernel_owner(simd[k], t), &sd_kernels_scalar);
             }
         }
+        /* avxvnni: its own packed kernels for every quantized type, the rest from avx2 */
+        cr_assert_eq(sd_kernels_avxvnni.lower, &sd_kernels_avx2);
+        if (qk(t) == 1)
+            cr_assert_eq(sd_kernel_owner(&sd_kernels_avxvnni, t), &sd_kernels_avx2);
+        else
+            cr_assert_not_null(sd_kernels_avxvnni.k[t].packed, "avxvnni has no packed %s",
+                               sd_type_name(t));
         /* amx: its own packed kernels for every quantized type, the rest from avx512 */
         cr_assert_eq(sd_kernels_amx.lower, &sd_kernels_avx512);
         if (qk(t) == 1)

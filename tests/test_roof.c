@@ -187,6 +187,9 @@ Test(roof, cli_kernels_without_roof) {
     cr_assert(json_is_null(json_object_get(root, "roof")));
     json_t *m = json_array_get(json_object_get(root, "models"), 0);
     cr_assert(json_is_null(json_object_get(m, "fraction_of_bandwidth")));
+    json_t *r0 = json_object_get(json_array_get(json_object_get(m, "verify"), 0), "roofline");
+    cr_assert(json_is_object(r0));
+    cr_assert(json_is_null(json_object_get(r0, "mem_bound_ms")), "no roof: no memory bound");
     cr_assert(json_number_value(json_object_get(m, "decode_ms")) > 0);
     json_decref(root);
     tu_rmdir(dir);

@@ -450,9 +450,35 @@ SD_T static void avx512_bf16(const void *w, size_t wrb, int64_t n, const void *x
 
 /* Quantized types run packed (the backend packs their weights at load); in GGUF rows
  * they run the scalar reference (lower sets have no row kernels for them either). */
+/* Activation bytes of the compute roof's loop (8 tokens of 32). */
+static const uint8_t k_peak_x[256] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+
+/* The compute roof's loop (kernels.h, sd_peak_loop): 8 tokens of 8 vpdpbusd with the
+ * {1to16} broadcast from L1 (8 independent chains), as the packed kernels' inner loop. */
+SD_T static double avx512_peak_loop(int64_t iters) {
+    const uint8_t *xp = k_peak_x;
+    __m512i w[8], acc[8];
+    for (int k = 0; k < 8; k++) {
+        w[k] = _mm512_set1_epi8((char)(k + 1));
+        acc[k] = _mm512_setzero_si512();
+    }
+    for (int64_t it = 0; it < iters; it++) {
+        __asm__ volatile("" : "+r"(xp)); /* reloads the activations */
+        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) acc[t] =
+            dot4n(acc[t], w, 8, xp + 32 * t);
+    }
+    __m512i s = acc[0];
+    for (int t = 1; t < 8; t++)
+        s = _mm512_add_epi32(s, acc[t]);
+    volatile int32_t sink = _mm512_reduce_add_epi32(s);
+    (void)sink;
+    return (double)iters * 8 * 8 * 64;
+}
+
 const sd_kernel_set sd_kernels_avx512 = {
     .name = "avx512",
     .lower = &sd_kernels_avx2,
+    .peak = avx512_peak_loop,
     .k =
         {
             [SD_TYPE_F32] = {avx512_f32, NULL},

@@ -137,6 +137,9 @@ static int cpu_runs_avx2(void) {
     const sd_cpu_features *f = sd_cpu_features_get();
     return f->avx2 && f->fma && f->f16c;
 }
+static int cpu_runs_avxvnni(void) {
+    return cpu_runs_avx2() && sd_cpu_features_get()->avx_vnni;
+}
 static int cpu_runs_avx512(void) {
     const sd_cpu_features *f = sd_cpu_features_get();
     return cpu_runs_avx2() && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
@@ -168,6 +171,7 @@ const sd_kernel_set *sd_kernel_set_by_name(const char *name) {
     if (strcasecmp(name, "scalar") == 0) return &sd_kernels_scalar;
 #if defined(__x86_64__)
     if (strcasecmp(name, "avx2") == 0) return cpu_runs_avx2() ? &sd_kernels_avx2 : NULL;
+    if (strcasecmp(name, "avxvnni") == 0) return cpu_runs_avxvnni() ? &sd_kernels_avxvnni : NULL;
     if (strcasecmp(name, "avx512") == 0) return cpu_runs_avx512() ? &sd_kernels_avx512 : NULL;
     if (strcasecmp(name, "amx") == 0) return cpu_runs_amx() ? &sd_kernels_amx : NULL;
 #endif
@@ -179,7 +183,7 @@ static pthread_once_t g_kernels_once = PTHREAD_ONCE_INIT;
 static const sd_kernel_set *g_kernels = &sd_kernels_scalar;
 
 static void kernels_init(void) {
-    static const char *const order[] = {"avx512", "avx2", "scalar"}; /* best first */
+    static const char *const order[] = {"avx512", "avxvnni", "avx2", "scalar"}; /* best first */
     const char *force = getenv("SD_KERNELS");
     if (force && strcasecmp(force, "amx") == 0 && sd_kernel_set_by_name("amx")) {
         g_kernels = &sd_kernels_amx; /* opt-in: never chosen by default */
@@ -206,6 +210,28 @@ const sd_kernel_set *sd_kernel_set_active(void) {
 
 const char *sd_quant_kernels_name(void) {
     return sd_kernel_set_active()->name;
+}
+
+double sd_quant_kernels_peak_macs(void) {
+    const sd_kernel_set *ks = sd_kernel_set_active();
+    while (ks && !ks->peak)
+        ks = ks->lower;
+    if (!ks) return 0.0;
+    (void)ks->peak(1000); /* warm-up (clock, caches) */
+    int64_t iters = 1000;
+    double best = 0.0;
+    for (int timed = 0; timed < 31;) {
+        const double t0 = sd_time_ms();
+        const double macs = ks->peak(iters);
+        const double ms = sd_time_ms() - t0;
+        if (ms < 0.2) { /* too short to time: longer, and this run does not count */
+            iters *= 4;
+            continue;
+        }
+        timed++;
+        if (macs / (ms * 1e-3) > best) best = macs / (ms * 1e-3);
+    }
+    return best;
 }
 
 const char *sd_quant_kernel_name_for(sd_type wt) {

@@ -61,11 +61,19 @@ typedef struct sd_type_kernel {
  * identical to sd_quantize_row (the reference) of that type. */
 typedef void (*sd_act_quant)(const float *x, void *y, int64_t n);
 
+/* The set's innermost product sequence (what its packed kernels run per 4 activation bytes:
+ * the broadcast activation load and the int8 multiply-adds, with their int16 / int32
+ * sums; no unpacking, no float part) on operands in registers and L1, iters times, with
+ * enough independent chains to reach the instructions' throughput. Returns the int8
+ * multiply-adds done. sd_quant_kernels_peak_macs times it: the compute roof. */
+typedef double (*sd_peak_loop)(int64_t iters);
+
 typedef struct sd_kernel_set {
-    const char *name;                  /* "scalar", "avx2", "avx512" */
+    const char *name;                  /* "scalar", "avx2", "avxvnni", "avx512", "amx" */
     const struct sd_kernel_set *lower; /* fallback for NULL entries; NULL for "scalar" */
     sd_type_kernel k[SD_TYPE_COUNT];   /* by weight type id */
     sd_act_quant quant[SD_TYPE_COUNT]; /* by activation type id; NULL: lower / reference */
+    sd_peak_loop peak;                 /* NULL: the lower set's (scalar: none) */
 } sd_kernel_set;
 
 /* Bytes of part A (n_tok rows of sd_vec_dot_type(wt), n_cols) rounded up to 64: where
@@ -81,6 +89,8 @@ extern const sd_kernel_set sd_kernels_scalar;
 #if defined(__x86_64__)
 /* AVX2+FMA+F16C (avx2.c). Call only if sd_kernel_set_by_name("avx2") != NULL. */
 extern const sd_kernel_set sd_kernels_avx2;
+/* AVX-VNNI (+AVX2/FMA/F16C) (avxvnni.c); lower = avx2. */
+extern const sd_kernel_set sd_kernels_avxvnni;
 /* AVX-512 F/BW/VL/VNNI (+AVX2/FMA/F16C) (avx512.c); lower = avx2. */
 extern const sd_kernel_set sd_kernels_avx512;
 /* AMX-INT8 packed kernels (amx.c); lower = avx512. Off by default: only SD_KERNELS=amx
@@ -91,7 +101,7 @@ extern const sd_kernel_set sd_kernels_amx;
 /* The set called `name` if it exists and this CPU can run it, else NULL (dispatch.c). */
 const sd_kernel_set *sd_kernel_set_by_name(const char *name);
 /* The set sd_matmul_rows uses: the best this CPU supports, lowered (never raised) by
- * the environment variable SD_KERNELS=scalar|avx2|avx512, read once (pthread_once);
+ * the environment variable SD_KERNELS=scalar|avx2|avxvnni|avx512, read once (pthread_once);
  * SD_KERNELS=amx selects the AMX set where it runs (else the default). */
 const sd_kernel_set *sd_kernel_set_active(void);
 /* The set (ks or one below it) whose kernel runs weights of type wt; NULL if wt is not

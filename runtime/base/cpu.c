@@ -50,6 +50,7 @@ static void detect(void) {
     g_cpu.avx512vl = os_avx512 && ((b7 >> 31) & 1u);
     g_cpu.avx512vnni = os_avx512 && ((c7 >> 11) & 1u);
     g_cpu.avx512_bf16 = os_avx512 && ((a71 >> 5) & 1u);
+    g_cpu.avx_vnni = os_avx && ((a71 >> 4) & 1u);
     g_cpu.amx_tile = (d7 >> 24) & 1u;
     g_cpu.amx_int8 = (d7 >> 25) & 1u;
 }

@@ -199,7 +199,8 @@ typedef struct sd_cpu_features {
     bool avx2, fma, f16c;                         /* leaf 7 EBX 5; leaf 1 ECX 12, 29 */
     bool avx512f, avx512bw, avx512vl, avx512vnni; /* leaf 7 EBX 16, 30, 31; ECX 11 */
     bool avx512_bf16;                             /* leaf 7 sub-leaf 1 EAX 5 */
-    bool amx_tile, amx_int8;                      /* leaf 7 EDX 24, 25 */
+    bool avx_vnni;           /* leaf 7 sub-leaf 1 EAX 4 (the VEX vpdpbusd; AVX state) */
+    bool amx_tile, amx_int8; /* leaf 7 EDX 24, 25 */
 } sd_cpu_features;
 
 /* The features of this CPU (detected once, pthread_once; never NULL, never changes). */

@@ -19,6 +19,15 @@
  *                          tokens/s and GFLOP/s = 2 * params * N / time (params: every
  *                          matrix a token passes through, classifier included, the
  *                          embedding lookup and attention scores excluded).
+ *   roofline               for every pass (K+1 = 1..17 and the prefill): the bytes it
+ *                          streams (the weights a step reads), its multiply-adds
+ *                          (params * tokens), the memory bound (bytes / the N-thread roof)
+ *                          and the compute bound (multiply-adds / (the kernel set's
+ *                          1-thread peak * N): sd_quant_kernels_peak_macs, an in-register
+ *                          loop of its inner product sequence), the larger of the two
+ *                          named as the pass's bound, and bound / measured time (1 = at
+ *                          the roof). The compute bound excludes unpacking, the float
+ *                          part, attention and the ops between matmuls; CPU only.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -187,8 +196,44 @@ static void model_params(const sd_model *m, double *params, size_t *embd_bytes, 
     *params = p;
 }
 
+/* The roofline of one pass: bytes streamed, multiply-adds, both bounds (NaN where not
+ * measured), the binding one and bound / measured. */
+typedef struct pass_roof {
+    double bytes, macs, mem_ms, cmp_ms, bound_ms, frac;
+    const char *bound;
+} pass_roof;
+
+static pass_roof roofline(double bytes, double macs, double bw, double peak, double ms) {
+    pass_roof r = {.bytes = bytes, .macs = macs, .mem_ms = NAN, .cmp_ms = NAN};
+    if (isfinite(bw) && bw > 0) r.mem_ms = bytes / (bw * 1e9) * 1e3;
+    if (peak > 0) r.cmp_ms = macs / peak * 1e3;
+    r.bound_ms = NAN;
+    if (isfinite(r.mem_ms) && !(r.cmp_ms > r.mem_ms)) {
+        r.bound = "memory";
+        r.bound_ms = r.mem_ms;
+    } else if (isfinite(r.cmp_ms)) {
+        r.bound = "compute";
+        r.bound_ms = r.cmp_ms;
+    }
+    r.frac = r.bound_ms / ms;
+    return r;
+}
+
+static json_t *roof_pass_json(const pass_roof *r) {
+    return json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "bytes", bench_jnum(r->bytes), "macs",
+                     bench_jnum(r->macs), "mem_bound_ms", bench_jnum(r->mem_ms), "compute_bound_ms",
+                     bench_jnum(r->cmp_ms), "bound", r->bound ? json_string(r->bound) : json_null(),
+                     "roof_fraction", bench_jnum(r->frac));
+}
+
+static void roof_print(const pass_roof *r) {
+    printf("  %7.1f  %6.2f  %7.3f  %7.3f  %-7s  %4.0f%%", r->bytes / 1e6, r->macs / 1e9, r->mem_ms,
+           r->cmp_ms, r->bound ? r->bound : "-", 100.0 * r->frac);
+}
+
 static int kernels_model(const char *role, const sd_model *m, const bench_cli *c,
-                         const sd_cli_pair *p, double bw, json_t *jmodels, sd_error *err) {
+                         const sd_cli_pair *p, double bw, double peak, json_t *jmodels,
+                         sd_error *err) {
     const sd_hparams *hp = sd_model_hparams(m);
     const int32_t n_verify_max = SD_MAX_DRAFT + 1;
     int32_t n_pre = (int32_t)c->prefill;
@@ -235,15 +280,20 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
                wi.n_packed, wi.kernels, (double)wi.packed_bytes / 1048576.0, wi.packed_ms);
     printf("\n%s %s: %.1f M matrix params, weights %.1f MiB (%.1f MiB streamed per step)\n", role,
            sd_model_path(m), params / 1e6, wbytes / 1048576.0, streamed / 1048576.0);
-    printf("  K+1  verify ms  x decode step\n");
+    printf("  K+1  verify ms  x decode step       MB    GMAC   mem ms   cmp ms  bound    "
+           "roof\n");
     for (int32_t n = 1; n <= n_verify_max && !rc; n++) {
         double ms;
         rc = bench_time_eval(s, ctx, pos, n, reps, logits, &ms, err);
         if (rc) break;
         if (n == 1) t1 = ms;
-        printf("  %3d  %9.3f  %6.2f\n", n, ms, ms / t1);
-        json_array_append_new(jver, json_pack("{s:i,s:o,s:o}", "n_tokens", n, "ms", bench_jnum(ms),
-                                              "rel_decode", bench_jnum(ms / t1)));
+        const pass_roof pr = roofline((double)streamed, params * n, bw, peak, ms);
+        printf("  %3d  %9.3f  %6.2f       ", n, ms, ms / t1);
+        roof_print(&pr);
+        printf("\n");
+        json_array_append_new(jver, json_pack("{s:i,s:o,s:o,s:o}", "n_tokens", n, "ms",
+                                              bench_jnum(ms), "rel_decode", bench_jnum(ms / t1),
+                                              "roofline", roof_pass_json(&pr)));
     }
     if (rc) {
         json_decref(jver);
@@ -292,6 +342,10 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
     printf("\n");
     printf("  prefill %d tokens: %.3f ms, %.1f tokens/s, %.2f GFLOP/s (2 * params * tokens)\n",
            n_pre, pre_ms, pre_tps, gflops);
+    const pass_roof pre_roof = roofline((double)streamed, params * n_pre, bw, peak, pre_ms);
+    printf("  prefill roofline (MB, GMAC, mem ms, cmp ms, bound, roof):");
+    roof_print(&pre_roof);
+    printf("\n");
     json_t *rel = json_object();
     for (int32_t n = 5; n <= n_verify_max; n += 4) {
         char key[8];
@@ -300,13 +354,13 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
                         json_object_get(json_array_get(jver, (size_t)n - 1), "rel_decode"));
     }
     json_t *jm = json_pack(
-        "{s:s,s:s,s:I,s:I,s:o,s:i,s:o,s:o,s:o,s:o,s:o,s:o,s:{s:i,s:o,s:o,s:o}}", "role", role,
+        "{s:s,s:s,s:I,s:I,s:o,s:i,s:o,s:o,s:o,s:o,s:o,s:o,s:{s:i,s:o,s:o,s:o,s:o}}", "role", role,
         "path", sd_model_path(m), "weight_bytes", (json_int_t)wbytes, "streamed_bytes",
         (json_int_t)streamed, "params", bench_jnum(params), "pos", pos, "decode_ms", bench_jnum(t1),
         "decode_gbps", bench_jnum(dec_gbps), "decode_gbps_streamed", bench_jnum(str_gbps),
         "fraction_of_bandwidth", bench_jnum(str_gbps / bw), "verify", jver, "verify_rel_decode",
         rel, "prefill", "n_tokens", n_pre, "ms", bench_jnum(pre_ms), "tokens_per_s",
-        bench_jnum(pre_tps), "gflops", bench_jnum(gflops));
+        bench_jnum(pre_tps), "gflops", bench_jnum(gflops), "roofline", roof_pass_json(&pre_roof));
     if (jm) json_object_update(jm, jmodel_extra);
     json_array_append_new(jmodels, jm);
 done:
@@ -355,9 +409,17 @@ int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
      * them and the JSON reports the best of both (a shared machine makes either low). */
     if (!rc) rc = kernels_bw(c, p, nth, 0, &k, err);
     double bw = k.before;
+    /* The compute roof: the kernel set's 1-thread in-register peak times the threads (one
+     * core each assumed; CPU only). */
+    const double peak1 = cpu ? sd_quant_kernels_peak_macs() : 0.0;
+    const double peak = peak1 * nth;
     if (!rc) {
         printf("machine: %d cores, %d threads, kernels %s", sd_n_cores(), nth,
                sd_quant_kernels_name());
+        if (peak > 0)
+            printf(", compute roof %.1f GMAC/s at 1 thread, %.1f at %d (int8 multiply-adds of "
+                   "the set's inner loop, in registers)",
+                   peak1 / 1e9, peak / 1e9, nth);
         if (cpu && isfinite(bw))
             printf(", memory roof %.2f GB/s at 1 thread, %.2f GB/s at %d (best streaming read "
                    "of %lld MiB, %s loads)",
@@ -367,9 +429,9 @@ int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
                    "MiB, bytes read + written)",
                    sd_device_name(p->ep.device), bw, (long long)c->bw_mib);
         printf("\n");
-        rc = kernels_model("target", tm, c, p, bw, jmodels, err);
+        rc = kernels_model("target", tm, c, p, bw, peak, jmodels, err);
     }
-    if (!rc && dm) rc = kernels_model("draft", dm, c, p, bw, jmodels, err);
+    if (!rc && dm) rc = kernels_model("draft", dm, c, p, bw, peak, jmodels, err);
     if (!rc) rc = kernels_bw(c, p, nth, 1, &k, err);
     if (!rc && isfinite(k.before)) {
         bw = k.after > k.before ? k.after : k.before;
@@ -388,9 +450,11 @@ int bench_run_kernels(const bench_cli *c, const sd_cli_pair *p, sd_error *err) {
                             ? json_pack("{s:o,s:o,s:o}", "t1", roof_json(&k.r1), "tn",
                                         roof_json(&k.rn), "tn_after", roof_json(&k.rn_after))
                             : json_null();
-        root = json_pack("{s:s,s:{s:i,s:i,s:s,s:o,s:o,s:o,s:I,s:s,s:s},s:o,s:O}", "mode", "kernels",
-                         "machine", "n_cores", sd_n_cores(), "threads", nth, "kernels",
-                         sd_quant_kernels_name(), "mem_read_gbps", bench_jnum(bw),
+        root = json_pack("{s:s,s:{s:i,s:i,s:s,s:o,s:o,s:o,s:o,s:o,s:I,s:s,s:s},s:o,s:O}", "mode",
+                         "kernels", "machine", "n_cores", sd_n_cores(), "threads", nth, "kernels",
+                         sd_quant_kernels_name(), "peak_macs_per_s_t1",
+                         peak > 0 ? bench_jnum(peak1) : json_null(), "peak_macs_per_s",
+                         peak > 0 ? bench_jnum(peak) : json_null(), "mem_read_gbps", bench_jnum(bw),
                          "mem_read_gbps_before", bench_jnum(k.before), "mem_read_gbps_after",
                          bench_jnum(k.after), "mem_buffer_mib", (json_int_t)c->bw_mib, "device",
                          sd_device_name(p->ep.device), "bandwidth_method",

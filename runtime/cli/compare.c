@@ -19,7 +19,7 @@
  * Output: a table on stdout, and with --json FILE one object. Exit 1 if the single steps
  * differ from the batch. Both print a digest (FNV-1a, 64 bits) of the tested placement's
  * logits bits on the decode and the prefill path: runs that must agree bit for bit (the
- * kernel sets, SD_KERNELS=scalar|avx2|avx512; two machines) can be compared by it.
+ * kernel sets, SD_KERNELS=scalar|avx2|avxvnni|avx512; two machines) can be compared by it.
  */
 #include <getopt.h>
 #include <jansson.h>

@@ -109,7 +109,8 @@ const sd_att_kernels *sd_cpu_att_by_name(const char *name) {
 }
 
 const sd_att_kernels *sd_cpu_att_pick(void) {
-    static const char *const order[] = {"avx512", "avx2", "scalar"};
+    /* "avxvnni" (a matmul set only) caps attention at avx2: it has no attention set */
+    static const char *const order[] = {"avx512", "avxvnni", "avx2", "scalar"};
     const char *cap = sd_quant_kernels_name();
     size_t start = 0;
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
