@@ -13,6 +13,10 @@
 #   build-peer/noamx/bin/          only on a CPU with AMX: the same without AMX (the native
 #                                  build's AMX matmul has crashed with SIGILL on batches > 1
 #                                  on a Sapphire Rapids guest)
+#   build-peer/avx2/bin/           only with --avx2: AVX2 + FMA + F16C, no AVX-512, no
+#                                  AVX-VNNI, no AMX: llama.cpp as an AVX2-only CPU (Zen 2/3)
+#                                  runs it; the peer of `SD_KERNELS=avx2` on a machine with
+#                                  AVX-512 (the stand-in for an AVX2-only CPU)
 #   build-peer/peer.env            what was built: version, llama.cpp commit, the builds,
 #                                  each with a smoke-test verdict (ok / crashed / failed);
 #                                  scripts/vs_llamacpp.sh reads it
@@ -22,10 +26,11 @@
 # side-by-side run of scripts/load_test.py); --tools "A B" builds only those.
 #
 # Usage: bash scripts/peer_llamacpp.sh [--dir DIR] [--jobs N] [--version V|latest] [--noamx]
-#                                      [--tools "llama-server ..."]
+#                                      [--avx2] [--tools "llama-server ..."]
 #   --version  llama-cpp-python version to fetch (default 0.3.36, whose CHANGELOG names
 #              llama.cpp 0c1e57098); "latest" takes PyPI's newest
 #   --noamx    make the AMX-off build even on a CPU without AMX (to test that path)
+#   --avx2     also make the AVX2-only build (above)
 # Idempotent: a finished step is skipped (the download, the unpack; cmake rebuilds only
 # what changed). A build that fails or whose binary crashes on this CPU is reported and
 # the script goes on. Exit 0 when at least one build passed its smoke test; 1 otherwise
@@ -38,6 +43,7 @@ dir=build-peer
 jobs=2
 version=0.3.36
 force_noamx=0
+want_avx2=0
 only_tools=""
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -45,6 +51,7 @@ while [ $# -gt 0 ]; do
     --jobs) jobs=$2; shift 2 ;;
     --version) version=$2; shift 2 ;;
     --noamx) force_noamx=1; shift ;;
+    --avx2) want_avx2=1; shift ;;
     --tools) only_tools=$2; shift 2 ;;
     -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "peer_llamacpp: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -159,6 +166,16 @@ if has amx_int8 || has amx_tile || [ $force_noamx = 1 ]; then
     say "noamx: $v"
 else
     say "this CPU has no AMX: no second (AMX-off) build"
+fi
+
+if [ $want_avx2 = 1 ]; then
+    f=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+        -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF
+        -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
+        -DGGML_AMX_BF16=OFF)
+    v=$(build_one avx2 "${f[@]}" | tail -n1)
+    results+=("avx2|$v")
+    say "avx2: $v"
 fi
 
 # ---- 4. record
