@@ -247,14 +247,31 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
     if (rc) return draft_error(p, rc, err);
     int32_t tok = ctx[n_ctx - 1];
     for (int32_t i = 0; i < k; i++) {
+        const int cut = p->p_min > 0.0f && i >= p->n_min;
+        if (!(p->samp.temp > 0.0f) && !penalize && !cut) {
+            /* Greedy, nothing that reads the row: the classifier's argmax alone, no row
+             * written (sd_session_eval_argmax: the same index as argmax of the row). */
+            int32_t j;
+            rc = sd_session_eval_argmax(p->sess, &tok, 1, n_row(p), p->logits, &j, err);
+            if (rc) return draft_error(p, rc, err);
+            if (j < 0)
+                return draft_error(p,
+                                   sd_errorf(err, SD_ERR_ARG,
+                                             "a logit is NaN: non-finite logits (the model's "
+                                             "weights hold NaN or inf)"),
+                                   err);
+            tok = id_of(p, j);
+            out->tokens[i] = tok;
+            out->n = i + 1;
+            continue;
+        }
         rc = sd_session_eval(p->sess, &tok, 1, p->logits, 1, err);
         if (rc) return draft_error(p, rc, err);
         if (penalize)
             sd_penalize(&p->samp, full, n_full, out->tokens, i, p->logits,
                         p->n_head ? p->n_vocab : n_row(p), p->n_head ? p->col_of : NULL);
         /* Confidence cut-off (llama.cpp's --draft-p-min): stop before a token the draft
-         * is unsure of, once n_min tokens are drafted. */
-        const int cut = p->p_min > 0.0f && i >= p->n_min;
+         * is unsure of, once n_min tokens are drafted (cut above). */
         double conf = 1.0;
         rc = draft_token(p, (int64_t)n_full + i, rows ? p->probs + (size_t)i * n_out : NULL, &tok,
                          cut ? &conf : NULL, err);

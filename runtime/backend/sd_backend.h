@@ -261,6 +261,18 @@ void sd_backend_cpu_profile_enable(sd_backend *be, int on);
 /* The figures since the last enable. */
 void sd_backend_cpu_profile_get(const sd_backend *be, sd_cpu_profile *out);
 
+/*
+ * The CPU backend's greedy classifier: the index of the largest of y[r] = dot(W[r, :], x)
+ * over rows r in [0, n_rows) (n_rows <= W's rows) for one token x [cols], the lowest index
+ * on ties (float comparison: -0.0 ties 0.0), exactly the argmax of the row the matmul op
+ * writes (same bits), without writing that row: each thread keeps the best (value, index)
+ * of the rows it computes in an L1-sized scratch, then the bests are reduced. Returns -1
+ * if any y[r] is NaN. Uses the matmul op's activation scratch and threads; timed as a
+ * matmul by the profiler.
+ */
+int64_t sd_backend_cpu_matmul_argmax(sd_backend *be, const sd_weight *w, const float *x,
+                                     int64_t n_rows);
+
 /* What prepare_weight did on the CPU backend: matrices packed, their bytes, the time it
  * took (milliseconds, wall clock). */
 void sd_backend_cpu_packed_stats(const sd_backend *be, int32_t *n, size_t *bytes, double *ms);

@@ -660,8 +660,21 @@ int32_t sd_session_n_logits(const sd_session *s) {
     return s->n_head ? s->n_head : s->m->hp.n_vocab;
 }
 
-static int decode_local(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,
-                        sd_error *err) {
+/* The greedy classifier of the last row (s->out_rows[0], w == 1) on the CPU backend: the
+ * argmax of its first n_rows logits, no row written (sd_backend_cpu_matmul_argmax). */
+static void run_output_argmax(sd_session *s, int32_t n_rows, int32_t *best) {
+    const sd_hparams *hp = &s->m->hp;
+    sd_backend *be = s->be;
+    be->ops->rmsnorm(be, s->x + (size_t)s->out_rows[0] * (size_t)hp->n_embd, s->output_norm, 1,
+                     hp->n_embd, hp->rms_eps, s->xn);
+    const sd_weight *head = s->n_head ? &s->head : &s->output;
+    *best = (int32_t)sd_backend_cpu_matmul_argmax(be, head, s->xn, n_rows);
+}
+
+/* The forward pass; n_rows > 0: greedy mode (one wanted row, its argmax into *best and
+ * logits only checked, not written; run_output_argmax). */
+static int decode_local_ex(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,
+                           int32_t n_rows, int32_t *best, sd_error *err) {
     int32_t w = 0;
     int rc = check_batch(s, b, n_last, logits, &w, err);
     if (rc != SD_OK) return rc;
@@ -683,7 +696,12 @@ static int decode_local(sd_session *s, const sd_batch *b, int32_t n_last, float 
     else
         s->be->ops->get_rows(s->be, &s->tok_embd, b->token, n, s->x);
     run_layers(s, n);
-    rc = w > 0 ? run_output(s, n, w, logits, err) : s->be->ops->sync(s->be, err);
+    if (n_rows > 0 && w == 1) {
+        run_output_argmax(s, n_rows, best);
+        rc = SD_OK;
+    } else {
+        rc = w > 0 ? run_output(s, n, w, logits, err) : s->be->ops->sync(s->be, err);
+    }
     if (rc != SD_OK) {
         for (int32_t j = 0; j < s->n_segs; j++)
             sd_kv_truncate(s->seqs[s->segs[j].seq], s->segs[j].pos0, NULL);
@@ -695,6 +713,11 @@ static int decode_local(sd_session *s, const sd_batch *b, int32_t n_last, float 
         sd_kv_commit(s->seqs[g->seq], g->n);
     }
     return SD_OK;
+}
+
+static int decode_local(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,
+                        sd_error *err) {
+    return decode_local_ex(s, b, n_last, logits, 0, NULL, err);
 }
 
 static int decode(sd_session *s, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
@@ -719,6 +742,34 @@ int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logi
         return sd_errorf(err, SD_ERR_ARG, "eval: n_out %d, expected 0..%d", n_out, n);
     const sd_batch b = sd_batch_of(tokens, n);
     return decode(s, &b, n_out, logits, err);
+}
+
+/* Index of the largest of l[0 .. n) (the lowest on ties), -1 if one is NaN. */
+static int32_t row_argmax(const float *l, int32_t n) {
+    int32_t best = 0;
+    int nan = 0;
+    for (int32_t i = 0; i < n; i++) {
+        nan |= l[i] != l[i];
+        if (l[i] > l[best]) best = i;
+    }
+    return nan ? -1 : best;
+}
+
+int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int32_t n_rows,
+                           float *row, int32_t *best, sd_error *err) {
+    if (!s || !best || !row)
+        return sd_errorf(err, SD_ERR_ARG, "eval: session, row or best is NULL");
+    *best = -1;
+    if (n_rows < 1 || n_rows > sd_session_n_logits(s))
+        return sd_errorf(err, SD_ERR_ARG, "eval: argmax over %d rows, expected 1..%d", n_rows,
+                         sd_session_n_logits(s));
+    if (s->group || s->tp || s->be->device != SD_DEVICE_CPU) { /* the row, then its argmax */
+        int rc = sd_session_eval(s, tokens, n, row, 1, err);
+        if (rc == SD_OK) *best = row_argmax(row, n_rows);
+        return rc;
+    }
+    const sd_batch b = sd_batch_of(tokens, n);
+    return decode_local_ex(s, &b, 1, row, n_rows, best, err);
 }
 
 int32_t sd_session_n_past(const sd_session *s) {

@@ -185,6 +185,21 @@ int sd_session_decode(sd_session *s, const sd_batch *b, float *logits, sd_error 
 int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits, int32_t n_out,
                     sd_error *err);
 
+/*
+ * Greedy step: as sd_session_eval(s, tokens, n, row, 1, err), but what the caller gets is
+ * *best, the index of the largest of the last position's first n_rows logits (the
+ * lowest index on ties; -1 if one of them is NaN): the argmax of the row sd_session_eval
+ * would return, always the same index. On the CPU backend the classifier keeps each
+ * thread's best (value, index) as it computes its rows and writes no row (row is not
+ * touched); elsewhere (device and tensor-parallel sessions) row is filled and scanned.
+ *   row    : float [sd_session_n_logits(s)] scratch (host memory)
+ *   n_rows : 1 .. sd_session_n_logits(s) (a draft proposes only ids both models share)
+ * Errors: those of sd_session_eval, and SD_ERR_ARG (n_rows out of range, NULL pointers).
+ * On error the session is unchanged and *best is -1.
+ */
+int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int32_t n_rows,
+                           float *row, int32_t *best, sd_error *err);
+
 /* ---- several sequences (n_seq > 0: a paged KV cache) ----
  * Sequence ids are 0 .. sd_session_n_seq(s) - 1; the single-sequence functions below act
  * on sequence 0. Errors of the functions that return a status: SD_ERR_ARG (a bad id or

@@ -30,6 +30,9 @@
 /* Activations of at most this many tokens are prepared on the calling thread (cheaper
  * than a hand-over to the pool and back). */
 #define SD_CPU_PREP_INLINE_TOKENS 8
+/* matmul_argmax computes a thread's rows this many at a time into its own scratch (a
+ * multiple of SD_PACK_ROWS; 1 KiB stays in L1), scanned before the next ones. */
+#define SD_CPU_ARGMAX_ROWS 256
 
 /* Buffers of at least this many bytes are anonymous mappings: zero pages from the kernel
  * on first touch, so a KV cache sized for a long context costs no time and no memory
@@ -91,6 +94,8 @@ typedef struct sd_backend_cpu {
     float *scores;             /* attention scores: n_threads x SD_ATT_HB rows of n_ctx */
     float *tiles;              /* quantized-KV tiles: n_threads x SD_ATT_TILE rows of max_cols */
     const sd_att_kernels *att; /* attention kernels (sd_cpu_att_pick) */
+    struct amax_best *amax;    /* matmul_argmax: each thread's best, n_threads entries */
+    float *amax_rows;          /* matmul_argmax: n_threads x SD_CPU_ARGMAX_ROWS floats */
 } sd_backend_cpu;
 
 static sd_backend_cpu *cpu_of(sd_backend *be) {
@@ -148,6 +153,8 @@ static void cpu_free(sd_backend *be) {
     free(c->packed);
     free(c->scores);
     free(c->tiles);
+    free(c->amax);
+    free(c->amax_rows);
     free(c);
 }
 
@@ -416,6 +423,111 @@ static void matmul_run(sd_backend_cpu *c, const sd_weight *const *w, int32_t n_w
 static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32_t n_tok,
                        float *y) {
     cpu_matmul_multi(be, &w, 1, x, n_tok, &y);
+}
+
+/* ---- the greedy classifier: matmul + argmax (sd_backend_cpu_matmul_argmax) ---- */
+
+typedef struct amax_best {
+    float v;
+    int64_t i; /* -1: no row seen yet */
+    int nan;
+    char pad[64 - sizeof(float) - sizeof(int64_t) - sizeof(int)]; /* one line a thread */
+} amax_best;
+
+typedef struct amax_job {
+    const sd_weight *w;
+    const void *xq;
+    int64_t n_rows;
+    sd_backend_cpu *c;
+} amax_job;
+
+/* Items [a, b) (16-row groups or rows) SD_CPU_ARGMAX_ROWS rows at a time into thread
+ * ith's scratch; each scan keeps the first (lowest) index of its largest value, merged
+ * into the thread's best with the tie going to the lower index. */
+static void amax_range(void *arg, int64_t a, int64_t b, int32_t ith) {
+    const amax_job *j = arg;
+    const sd_weight *w = j->w;
+    float *y = j->c->amax_rows + (size_t)ith * SD_CPU_ARGMAX_ROWS;
+    amax_best *best = &j->c->amax[ith];
+    const int packed = w->layout == SD_LAYOUT_PACKED;
+    const int64_t per = packed ? SD_CPU_ARGMAX_ROWS / SD_PACK_ROWS : SD_CPU_ARGMAX_ROWS;
+    for (int64_t s = a; s < b; s += per) {
+        const int64_t e = b - s < per ? b : s + per;
+        const int64_t r0 = packed ? s * SD_PACK_ROWS : s;
+        int64_t r1 = packed ? e * SD_PACK_ROWS : e;
+        if (r1 > j->n_rows) r1 = j->n_rows;
+        if (packed) {
+            size_t off = 0; /* bytes of s whole groups */
+            int rc = sd_pack_bytes(w->type, r0, w->cols, &off);
+            (void)rc;
+            SD_CHECK(rc == 0, "matmul_argmax: packed offset");
+            sd_matmul_packed(w->type, (const uint8_t *)w->data + off, r1 - r0, w->cols, j->xq, 1, y,
+                             SD_CPU_ARGMAX_ROWS, 0, e - s);
+        } else {
+            sd_matmul_rows(w->type, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes,
+                           w->row_bytes, w->cols, j->xq, 1, y, SD_CPU_ARGMAX_ROWS, 0, r1 - r0);
+        }
+        const int64_t n = r1 - r0;
+        int64_t k = 0;
+        int nan = 0;
+        for (int64_t r = 0; r < n; r++) {
+            nan |= y[r] != y[r];
+            if (y[r] > y[k]) k = r;
+        }
+        best->nan |= nan;
+        if (n > 0 && (best->i < 0 || y[k] > best->v || (y[k] == best->v && r0 + k < best->i))) {
+            best->v = y[k];
+            best->i = r0 + k;
+        }
+    }
+}
+
+int64_t sd_backend_cpu_matmul_argmax(sd_backend *be, const sd_weight *w, const float *x,
+                                     int64_t n_rows) {
+    sd_backend_cpu *c = cpu_of(be);
+    const double t0 = prof_start(c);
+    size_t need = 0;
+    int rc = sd_activations_bytes(w->type, 1, w->cols, &need);
+    (void)rc;
+    SD_CHECK(rc == 0 && need <= c->xq_bytes && w->cols <= c->max_cols && n_rows >= 1 &&
+                 n_rows <= w->rows,
+             "matmul_argmax: shape exceeds the scratch sized at init");
+    sd_quantize_activations_rows(w->type, x, 1, w->cols, 0, 1, c->xq[0]);
+    for (int32_t t = 0; t < c->n_threads; t++) {
+        c->amax[t].i = -1;
+        c->amax[t].nan = 0;
+    }
+    amax_job j = {w, c->xq[0], n_rows, c};
+    const int64_t items =
+        w->layout == SD_LAYOUT_PACKED ? (n_rows + SD_PACK_ROWS - 1) / SD_PACK_ROWS : n_rows;
+    if (c->n_threads == 1 || (double)n_rows * (double)w->cols < c->par_min_work) {
+        amax_range(&j, 0, items, 0);
+    } else {
+        int64_t chunk = items / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
+        const int64_t min_chunk = w->layout == SD_LAYOUT_PACKED ? 1 : SD_CPU_MIN_CHUNK_ROWS;
+        if (chunk < min_chunk) chunk = min_chunk;
+        sd_pool_for(c->pool, items, chunk, amax_range, &j);
+    }
+    int64_t bi = -1;
+    float bv = 0.0f;
+    int nan = 0;
+    for (int32_t t = 0; t < c->n_threads; t++) {
+        const amax_best *b = &c->amax[t];
+        nan |= b->nan;
+        if (b->i >= 0 && (bi < 0 || b->v > bv || (b->v == bv && b->i < bi))) {
+            bv = b->v;
+            bi = b->i;
+        }
+    }
+    if (c->profile) {
+        const double dt = sd_time_ms() - t0;
+        c->prof.ms[SD_PROF_MATMUL] += dt;
+        c->prof.calls[SD_PROF_MATMUL]++;
+        c->prof.matmul_ms[w->type] += dt;
+        c->prof.matmul_bytes[w->type] += (double)w->row_bytes * (double)n_rows;
+        c->prof.matmul_calls[w->type]++;
+    }
+    return nan ? -1 : bi;
 }
 
 typedef struct norm_job {
@@ -749,7 +861,11 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
     c->scores = sc;
     if (posix_memalign(&tl, 64, tile_bytes) != 0) tl = NULL;
     c->tiles = tl;
-    if (!xq_ok || !c->scores || !c->tiles) {
+    c->amax = calloc((size_t)nt, sizeof *c->amax);
+    void *ar = NULL;
+    if (posix_memalign(&ar, 64, (size_t)nt * SD_CPU_ARGMAX_ROWS * sizeof(float)) != 0) ar = NULL;
+    c->amax_rows = ar;
+    if (!xq_ok || !c->scores || !c->tiles || !c->amax || !c->amax_rows) {
         cpu_free(&c->base);
         return sd_errorf(err, SD_ERR_OOM, "cpu backend: out of memory (%zu + %zu bytes)", xq_bytes,
                          sc_bytes);
