@@ -394,8 +394,18 @@ SD_T SD_INL void run_packed(sd_type wt, tile_fn t1, tile_fn t2, tile_fn tn, cons
     }
 }
 
+/* Whether a pass of 2 tokens runs the tile compiled for nt = 2 (accumulators in registers)
+ * or the one for any nt (accumulators in L1). Measured per type (scripts/width_bench.sh,
+ * 2048 x 2048 in cache, widths interleaved, one thread on Zen 5): the nt = 2 tile won only
+ * for Q8_0 and Q2_K under AVX2 (about 5%); elsewhere its extra registers spill, and Q6_K,
+ * Q3_K (both sets), Q2_K (AVX-VNNI) and Q5_0 cost 10-45% more at 2 tokens than with the
+ * general tile (Q6_K and Q3_K: more than at 3 tokens). */
+SD_INL int tile2_pays(const int kind) {
+    return !SD_X256_VNNI && (kind == K8 || kind == KQ2);
+}
+
 /* NAME: the packed kernel; BODY(.., KIND, nt) the tile, compiled for nt = 1, 2 (accumulators
- * in registers) and any nt. */
+ * in registers; used where tile2_pays) and any nt. */
 #define SD_TILES(NAME, BODY, KIND)                                                                 \
     SD_T static void NAME##_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,         \
                               const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,     \
@@ -416,8 +426,8 @@ SD_T SD_INL void run_packed(sd_type wt, tile_fn t1, tile_fn t2, tile_fn tn, cons
     }                                                                                              \
     SD_T static void NAME(const void *wp, int64_t rows, int64_t n, const void *xq, int64_t n_tok,  \
                           float *y, int64_t ldy, int64_t g0, int64_t g1) {                         \
-        run_packed(KIND##_TYPE, NAME##_1, NAME##_2, NAME##_n, wp, rows, n, xq, n_tok, y, ldy, g0,  \
-                   g1);                                                                            \
+        run_packed(KIND##_TYPE, NAME##_1, tile2_pays(KIND) ? NAME##_2 : NAME##_n, NAME##_n, wp,    \
+                   rows, n, xq, n_tok, y, ldy, g0, g1);                                            \
     }
 
 /* Rows of half h (0, 1) of a group with n_rows rows; <= 0: the half is absent. */
