@@ -455,7 +455,8 @@ SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t
             acc[h][t] = sm[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        sd_prefetch_ahead(mp, main); /* both halves: one stream of the group's lines */
+        sd_prefetch_at(mp, main,
+                       SD_PF_BYTES_256); /* both halves: one stream of the group's lines */
         for (int h = 0; h < nh; h++) {
             v8i w[8], aw[8];
             unpack32(mp + 32 * h, kind, w, aw);
@@ -497,7 +498,7 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
             acc[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp0 = gp + (size_t)i * main;
-        sd_prefetch_ahead(mp0, main);
+        sd_prefetch_at(mp0, main, SD_PF_BYTES_256);
         for (int h = 0; h < nh; h++) {
             const uint8_t *mp = mp0 + 32 * h;
             for (int t = 0; t < nt; t++)
@@ -553,7 +554,7 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
             acc[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp0 = gp + (size_t)i * main;
-        sd_prefetch_ahead(mp0, main);
+        sd_prefetch_at(mp0, main, SD_PF_BYTES_256);
         for (int h = 0; h < nh; h++) {
             const uint8_t *mp = mp0 + 32 * h;
             for (int t = 0; t < nt; t++)
