@@ -3,8 +3,9 @@
  * against the CPU backend's 2-thread hand-over, weights streamed from memory (--copies
  * distinct packed copies cycled, more bytes than the L3 holds), alternating A B A B so
  * load swings hit both; the best and the median cycle per call. What the backend's
- * one-thread threshold for narrow matrices (SD_CPU_SOLO_WORK, ops.c) is set from. Not a
- * test; built and run by scripts/narrow_bench.sh.
+ * one-thread threshold for narrow matrices (SD_CPU_PAR_MIN_WORK, runtime/backend/cpu/ops.c)
+ * is to be set from (on a quiet machine). Not a test; built and run by
+ * scripts/narrow_bench.sh.
  *
  * usage: narrow_bench [--shapes q5_0:896x896,q4_k:896x4864,...] [--copies N] [--rounds N]
  *   shape = type:ROWSxCOLS (rows = output rows)
