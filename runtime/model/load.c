@@ -138,9 +138,23 @@ static int load_hparams(const sd_gguf *g, const char *path, sd_hparams *hp, sd_e
     hp->qkv_bias = ar->qkv_bias;
     hp->rope_neox = ar->rope_neox;
     hp->qk_norm = ar->qk_norm;
+    hp->ffn_gelu = ar->ffn_gelu;
+    hp->embd_scale = ar->embd_scale;
+    hp->post_norms = ar->post_norms;
     if ((rc = hp_int(g, path, KEY(SD_KEY_SLIDING_WINDOW), 0, 0, 0, SD_MAX_CTX, &hp->sliding_window,
                      err)))
         return rc;
+    hp->rope_base_swa = ar->rope_base_swa > 0.0f ? ar->rope_base_swa : hp->rope_base;
+    if ((rc = hp_float(g, path, KEY(SD_KEY_ROPE_BASE_SWA), hp->rope_base_swa, 0.0f, 1e12f,
+                       &hp->rope_base_swa, err)))
+        return rc;
+    /* final_logit_softcapping: absent or 0 = none */
+    if (sd_gguf_find_key(g, KEY(SD_KEY_LOGIT_SOFTCAP)) >= 0) {
+        float cap = 0.0f;
+        if ((rc = sd_gguf_get_f32(g, k, &cap, err))) return rc;
+        if (cap != 0.0f && (rc = hp_float(g, path, k, cap, 0.0f, 1e6f, &hp->logit_softcap, err)))
+            return rc;
+    }
     if ((rc = load_rope_scaling(g, path, a, hp, err))) return rc;
 #undef KEY
     return SD_OK;
@@ -225,6 +239,47 @@ static int get_vec(sd_model *m, const char *name, int64_t n, float *dst, sd_erro
     return SD_OK;
 }
 
+/* Which layers use the sliding window: none without <arch>.attention.sliding_window; else
+ * <arch>.attention.sliding_window_pattern, one bool per layer or a period n (layer l local
+ * when n == 0 or l % n < n - 1, every n-th layer global), default the architecture's. */
+static int load_swa_layers(sd_model *m, const sd_arch *ar, sd_error *err) {
+    sd_hparams *hp = &m->hp;
+    hp->n_swa_layers = 0;
+    if (hp->sliding_window <= 0) return SD_OK;
+    char k[96];
+    sd_arch_key_name(SD_KEY_SWA_PATTERN, hp->arch, k, sizeof k);
+    const int64_t ki = sd_gguf_find_key(m->g, k);
+    int64_t period = ar->swa_pattern;
+    const uint8_t *flags = NULL;
+    if (ki >= 0 && sd_gguf_kv_type(m->g, ki) == SD_GGUF_ARRAY) {
+        sd_gguf_vtype et;
+        uint64_t n = 0;
+        const void *data = NULL;
+        int rc = sd_gguf_get_arr(m->g, k, &et, &n, &data, err);
+        if (rc) return rc;
+        if ((et != SD_GGUF_BOOL && et != SD_GGUF_U8 && et != SD_GGUF_I8) ||
+            n != (uint64_t)hp->n_layer)
+            return sd_errorf(err, SD_ERR_FORMAT,
+                             "%s: metadata key '%s': an array of %llu elements of type %d, "
+                             "expected %d bools (one per layer) or an integer",
+                             m->path, k, (unsigned long long)n, (int)et, hp->n_layer);
+        flags = data;
+    } else if (ki >= 0) {
+        int rc = sd_gguf_get_i64(m->g, k, &period, err);
+        if (rc) return rc;
+        if (period < 0 || period > SD_MAX_LAYER)
+            return sd_errorf(err, SD_ERR_FORMAT,
+                             "%s: metadata key '%s' = %lld is out of range [0, %d]", m->path, k,
+                             (long long)period, SD_MAX_LAYER);
+    }
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const int swa = flags ? flags[l] != 0 : period == 0 || l % period < period - 1;
+        m->layers[l].swa = swa;
+        hp->n_swa_layers += swa;
+    }
+    return SD_OK;
+}
+
 static int load_tensors(sd_model *m, sd_error *err) {
     const sd_hparams *hp = &m->hp;
     const int64_t n_embd = hp->n_embd, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -241,11 +296,11 @@ static int load_tensors(sd_model *m, sd_error *err) {
     m->hp.n_vocab = (int32_t)m->tok_embd.rows;
 
     /* Every 1-D vector in one owned block: per layer attn_norm, ffn_norm [n_embd], the
-     * Q/K/V biases [q_dim + 2 kv_dim] (qwen2) and the Q/K head norms [2 head_dim] (qwen3),
-     * then output_norm, then the rope factors. */
-    const size_t per_layer = 2 * (size_t)n_embd +
-                             (hp->qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
-                             (hp->qk_norm ? 2 * (size_t)hp->head_dim : 0);
+     * Q/K/V biases [q_dim + 2 kv_dim] (qwen2), the Q/K head norms [2 head_dim] (qwen3) and
+     * the post norms [2 n_embd] (gemma3), then output_norm, then the rope factors. */
+    const size_t per_layer =
+        2 * (size_t)n_embd + (hp->qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
+        (hp->qk_norm ? 2 * (size_t)hp->head_dim : 0) + (hp->post_norms ? 2 * (size_t)n_embd : 0);
     const size_t n_rope = (size_t)hp->n_rot / 2;
     m->norms_bytes = ((size_t)hp->n_layer * per_layer + (size_t)n_embd + n_rope) * sizeof(float);
     m->norms = malloc(m->norms_bytes);
@@ -305,6 +360,18 @@ static int load_tensors(sd_model *m, sd_error *err) {
                 return rc;
             L->q_norm = qn;
             L->k_norm = kn;
+            rest = kn + hp->head_dim;
+        }
+        if (hp->post_norms) {
+            float *pa = rest, *pf = pa + n_embd;
+            if ((rc =
+                     get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_POST, l, name, sizeof name),
+                             n_embd, pa, err)) ||
+                (rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_FFN_POST, l, name, sizeof name),
+                              n_embd, pf, err)))
+                return rc;
+            L->attn_post_norm = pa;
+            L->ffn_post_norm = pf;
         }
     }
     float *on = m->norms + (size_t)hp->n_layer * per_layer;
@@ -347,6 +414,7 @@ int sd_model_load(const char *path, sd_model **out, sd_error *err) {
     int rc = sd_gguf_open(path, &m->g, err);
     if (rc == SD_OK) rc = load_hparams(m->g, m->path, &m->hp, err);
     if (rc == SD_OK) rc = load_tensors(m, err);
+    if (rc == SD_OK) rc = load_swa_layers(m, sd_arch_find(m->hp.arch, strlen(m->hp.arch)), err);
     if (rc == SD_OK) rc = sd_vocab_load(m->g, &m->vocab, err);
     if (rc == SD_OK && sd_vocab_n_tokens(m->vocab) != m->hp.n_vocab)
         rc = sd_errorf(err, SD_ERR_FORMAT,

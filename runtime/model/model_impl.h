@@ -34,6 +34,9 @@ typedef struct sd_layer {
     sd_weight w_up;               /* [n_ff, n_embd] */
     const float *bq, *bk, *bv;    /* [q_dim], [kv_dim], [kv_dim] biases (qwen2), or NULL */
     const float *q_norm, *k_norm; /* [head_dim] per-head RMSNorm weights (qwen3), or NULL */
+    const float *attn_post_norm;  /* [n_embd] sandwich norms (gemma3), or NULL */
+    const float *ffn_post_norm;   /* [n_embd] */
+    int swa;                      /* 1: a local layer (sliding window, hp.rope_base_swa) */
 } sd_layer;
 
 struct sd_model {

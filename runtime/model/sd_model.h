@@ -64,7 +64,15 @@ typedef struct sd_hparams {
     int qkv_bias;           /* attn_q/k/v carry biases (qwen2) */
     int qk_norm;            /* per-head Q/K RMSNorm before RoPE (qwen3) */
     int32_t sliding_window; /* <arch>.attention.sliding_window; 0 = none */
-    const char *arch;       /* "llama", "qwen2", "qwen3" (static string) */
+    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma3" (static string) */
+    /* gemma3 (the architecture table's row, runtime/gguf/sd_gguf.h sd_arch): */
+    int ffn_gelu;         /* FFN gate GELU (tanh approximation) instead of SiLU */
+    int embd_scale;       /* embeddings multiplied by sqrt(n_embd) */
+    int post_norms;       /* post_attention_norm / post_ffw_norm before the residual adds */
+    int32_t n_swa_layers; /* layers that use the sliding window (n_layer without a
+                             pattern; gemma3: 5 of every 6); 0 without a window */
+    float rope_base_swa;  /* RoPE base of those layers (<arch>.rope.freq_base_swa) */
+    float logit_softcap;  /* <arch>.final_logit_softcapping c: logits c tanh(z / c); 0 none */
 } sd_hparams;
 
 typedef struct sd_model sd_model;
