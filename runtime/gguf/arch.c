@@ -25,6 +25,7 @@ static const char *const k_key_suffix[SD_KEY_COUNT] = {
     [SD_KEY_SWA_PATTERN] = "attention.sliding_window_pattern",
     [SD_KEY_ROPE_BASE_SWA] = "rope.freq_base_swa",
     [SD_KEY_LOGIT_SOFTCAP] = "final_logit_softcapping",
+    [SD_KEY_ROPE_ATTN_FACTOR] = "rope.scaling.attn_factor",
 };
 
 static const struct {
@@ -51,6 +52,9 @@ static const struct {
     [SD_TENSOR_FFN_UP] = {"ffn_up.weight", 1},
     [SD_TENSOR_ATTN_POST] = {"post_attention_norm.weight", 1},
     [SD_TENSOR_FFN_POST] = {"post_ffw_norm.weight", 1},
+    [SD_TENSOR_ATTN_QKV] = {"attn_qkv.weight", 1},
+    [SD_TENSOR_ROPE_LONG] = {"rope_factors_long.weight", 0},
+    [SD_TENSOR_ROPE_SHORT] = {"rope_factors_short.weight", 0},
 };
 
 /* The supported architectures: everything that differs between them is in this table. */
@@ -64,6 +68,10 @@ static const sd_arch k_arch[] = {
      * 1 + w already added), GELU FFN, per-head Q/K norms, 5 local layers (window, RoPE
      * base 10k) to 1 global; tied output */
     {"gemma3", 0, 1, 1, 1, 1, 1, 6, 10000.0f},
+    /* Phi-3 (mini, medium; Phi-3.5 mini): Q/K/V fused in attn_qkv and gate/up in ffn_up
+     * (loaded as row slices, any arch may fuse them), LongRoPE factors; its
+     * attention.sliding_window is ignored, as llama.cpp does (pattern 1: no local layer) */
+    {"phi3", 0, 1, 0, 0, 0, 0, 1, 0.0f},
 };
 
 const char *sd_arch_key_name(sd_arch_key k, const char *arch, char *buf, size_t cap) {
@@ -93,7 +101,7 @@ const sd_arch *sd_arch_find(const char *name, size_t len) {
 }
 
 const char *sd_arch_supported(void) {
-    return "llama, qwen2, qwen3, gemma3";
+    return "llama, qwen2, qwen3, gemma3, phi3";
 }
 
 int sd_gguf_set_llm_meta(sd_gguf_writer *w, const sd_llm_meta *m) {

@@ -214,6 +214,7 @@ typedef enum sd_arch_key {
                                      period n (every n-th layer global) or a bool per layer */
     SD_KEY_ROPE_BASE_SWA,         /* <arch>.rope.freq_base_swa (the local layers' base) */
     SD_KEY_LOGIT_SOFTCAP,         /* <arch>.final_logit_softcapping: logits c tanh(z / c) */
+    SD_KEY_ROPE_ATTN_FACTOR,      /* <arch>.rope.scaling.attn_factor (phi3 LongRoPE) */
     SD_KEY_COUNT
 } sd_arch_key;
 
@@ -262,6 +263,9 @@ typedef enum sd_arch_tensor {
     SD_TENSOR_FFN_UP,      /* blk.N.ffn_up.weight      [n_ff, n_embd] */
     SD_TENSOR_ATTN_POST,   /* blk.N.post_attention_norm.weight [n_embd] (gemma3) */
     SD_TENSOR_FFN_POST,    /* blk.N.post_ffw_norm.weight       [n_embd] (gemma3) */
+    SD_TENSOR_ATTN_QKV,    /* blk.N.attn_qkv.weight [q_dim + 2 kv_dim, n_embd]: Q, K, V fused */
+    SD_TENSOR_ROPE_LONG,   /* rope_factors_long.weight  [n_rot / 2] (phi3 LongRoPE) */
+    SD_TENSOR_ROPE_SHORT,  /* rope_factors_short.weight [n_rot / 2] */
     SD_TENSOR_COUNT
 } sd_arch_tensor;
 

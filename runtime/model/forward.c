@@ -210,7 +210,11 @@ static int place_weights(sd_session *s, sd_error *err) {
     s->rope.mode = hp->rope_neox ? SD_ROPE_NEOX : SD_ROPE_NORM;
     s->rope.base = hp->rope_base;
     s->rope.freq_scale = hp->rope_freq_scale;
-    s->rope.factors = m->rope_factors ? dev_addr(s->b_norms, m->norms, m->rope_factors) : NULL;
+    /* phi3 LongRoPE: the long factors for a context beyond the original one (llama.cpp's
+     * choice by the session's context) */
+    const float *rf = m->rope_factors;
+    if (!rf && m->rope_long) rf = s->n_ctx > hp->n_ctx_orig ? m->rope_long : m->rope_short;
+    s->rope.factors = rf ? dev_addr(s->b_norms, m->norms, rf) : NULL;
     s->rope_swa = s->rope; /* the local layers: their own base, no linear scaling */
     s->rope_swa.base = hp->rope_base_swa;
     s->rope_swa.freq_scale = 1.0f;
@@ -317,11 +321,17 @@ static int check_arch_ops(sd_session *s, int32_t window, sd_error *err) {
     const sd_hparams *hp = &s->m->hp;
     const sd_backend_ops *op = s->be->ops;
     s->layer_window = window > 0 && hp->n_swa_layers < hp->n_layer ? window : 0;
-    const char *missing = hp->ffn_gelu && !op->geglu           ? "geglu (a GELU-gated FFN)"
-                          : hp->embd_scale && !op->scale       ? "scale (scaled embeddings)"
-                          : s->layer_window && !op->set_window ? "set_window (local and global "
-                                                                 "attention layers)"
-                                                               : NULL;
+    if (hp->rope_attn_factor != 1.0f && hp->n_rot != hp->head_dim)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: rope.scaling.attn_factor %g with %d of %d dimensions rotated (only "
+                         "whole heads are scaled)",
+                         s->m->path, (double)hp->rope_attn_factor, hp->n_rot, hp->head_dim);
+    const char *missing = NULL;
+    if (hp->ffn_gelu && !op->geglu) missing = "geglu (a GELU-gated FFN)";
+    if (hp->embd_scale && !op->scale) missing = "scale (scaled embeddings)";
+    if (hp->rope_attn_factor != 1.0f && !op->scale) missing = "scale (rope.scaling.attn_factor)";
+    if (s->layer_window && !op->set_window)
+        missing = "set_window (local and global attention layers)";
     if (!missing) return SD_OK;
     return sd_errorf(err, SD_ERR_UNSUPPORTED, "%s: %s: the %s backend has no op %s", s->m->path,
                      hp->arch, sd_device_name(s->be->device), missing);
@@ -577,6 +587,10 @@ static void run_layers(sd_session *s, int32_t n) {
             float *k = s->k + (size_t)g->start * kv_dim, *v = s->v + (size_t)g->start * kv_dim;
             op->rope(be, q, g->n, g->pos0, hp->n_head, hp->head_dim, rope);
             op->rope(be, k, g->n, g->pos0, hp->n_head_kv, hp->head_dim, rope);
+            if (hp->rope_attn_factor != 1.0f) { /* LongRoPE: cos and sin times the factor */
+                op->scale(be, q, hp->rope_attn_factor, (int64_t)g->n * q_dim);
+                op->scale(be, k, hp->rope_attn_factor, (int64_t)g->n * kv_dim);
+            }
             op->kv_store(be, kv, l, g->pos0, g->n, kv_dim, k, v);
             op->attention(be, q, kv, l, g->pos0, g->n, hp->n_head, hp->n_head_kv, hp->head_dim,
                           att);

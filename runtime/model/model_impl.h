@@ -47,9 +47,10 @@ struct sd_model {
     sd_weight tok_embd; /* [n_vocab, n_embd] */
     sd_weight output;   /* [n_vocab, n_embd]; == tok_embd when tied */
     int tied;
-    const float *output_norm;  /* [n_embd] */
-    const float *rope_factors; /* [n_rot / 2] (rope_freqs.weight), or NULL */
-    float *norms;              /* owned copies of every 1-D vector (norms, biases, factors) */
+    const float *output_norm;            /* [n_embd] */
+    const float *rope_factors;           /* [n_rot / 2] (rope_freqs.weight), or NULL */
+    const float *rope_long, *rope_short; /* [n_rot / 2] each (phi3 LongRoPE), or NULL */
+    float *norms; /* owned copies of every 1-D vector (norms, biases, factors) */
     size_t norms_bytes;
     sd_layer *layers; /* [n_layer] */
     size_t weight_bytes;

@@ -73,6 +73,11 @@ typedef struct sd_hparams {
                              pattern; gemma3: 5 of every 6); 0 without a window */
     float rope_base_swa;  /* RoPE base of those layers (<arch>.rope.freq_base_swa) */
     float logit_softcap;  /* <arch>.final_logit_softcapping c: logits c tanh(z / c); 0 none */
+    /* phi3 LongRoPE: rope_factors_long / _short (the long ones when a session's context
+     * exceeds n_ctx_orig), the rotated values scaled by rope_attn_factor */
+    int has_rope_long_short;
+    int32_t n_ctx_orig;     /* <arch>.rope.scaling.original_context_length, else n_ctx_train */
+    float rope_attn_factor; /* <arch>.rope.scaling.attn_factor, 1 = none */
 } sd_hparams;
 
 typedef struct sd_model sd_model;
