@@ -254,10 +254,11 @@ def forward(kv, tensors, tokens, n_ctx=None):
     else:
         p = int(pattern)
         is_local = [p == 0 or l % p < p - 1 for l in range(n_layer)]
-    base_swa = float(kv.get(A + "rope.freq_base_swa", 10000.0 if gemma else base))
     R = dict(n_rot=n_rot, base=base, pos=pos, neox=neox, freq_scale=freq_scale, factors=factors,
              mscale=mscale)
-    R_local = dict(R, base=base_swa, freq_scale=1.0)
+    R_local = R  # Mistral: the local layers rotate as the others
+    if gemma or A + "rope.freq_base_swa" in kv:  # their own base, no linear scaling
+        R_local = dict(R, base=float(kv.get(A + "rope.freq_base_swa", 10000.0)), freq_scale=1.0)
     for l in range(n_layer):
         local = window > 0 and is_local[l]
         mask = local_mask if local else causal

@@ -215,9 +215,11 @@ static int place_weights(sd_session *s, sd_error *err) {
     const float *rf = m->rope_factors;
     if (!rf && m->rope_long) rf = s->n_ctx > hp->n_ctx_orig ? m->rope_long : m->rope_short;
     s->rope.factors = rf ? dev_addr(s->b_norms, m->norms, rf) : NULL;
-    s->rope_swa = s->rope; /* the local layers: their own base, no linear scaling */
-    s->rope_swa.base = hp->rope_base_swa;
-    s->rope_swa.freq_scale = 1.0f;
+    s->rope_swa = s->rope; /* the local layers: their own base, no linear scaling (gemma3) */
+    if (hp->rope_base_swa > 0.0f) {
+        s->rope_swa.base = hp->rope_base_swa;
+        s->rope_swa.freq_scale = 1.0f;
+    }
     return SD_OK;
 }
 

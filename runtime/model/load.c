@@ -144,9 +144,11 @@ static int load_hparams(const sd_gguf *g, const char *path, sd_hparams *hp, sd_e
     if ((rc = hp_int(g, path, KEY(SD_KEY_SLIDING_WINDOW), 0, 0, 0, SD_MAX_CTX, &hp->sliding_window,
                      err)))
         return rc;
-    hp->rope_base_swa = ar->rope_base_swa > 0.0f ? ar->rope_base_swa : hp->rope_base;
-    if ((rc = hp_float(g, path, KEY(SD_KEY_ROPE_BASE_SWA), hp->rope_base_swa, 0.0f, 1e12f,
-                       &hp->rope_base_swa, err)))
+    /* the local layers' own RoPE (gemma3): the key, else the architecture's default; 0:
+     * they rotate as the global ones (Mistral) */
+    hp->rope_base_swa = ar->rope_base_swa;
+    if (sd_gguf_find_key(g, KEY(SD_KEY_ROPE_BASE_SWA)) >= 0 &&
+        (rc = hp_float(g, path, k, 0.0f, 0.0f, 1e12f, &hp->rope_base_swa, err)))
         return rc;
     /* final_logit_softcapping: absent or 0 = none */
     if (sd_gguf_find_key(g, KEY(SD_KEY_LOGIT_SOFTCAP)) >= 0) {

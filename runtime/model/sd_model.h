@@ -71,7 +71,8 @@ typedef struct sd_hparams {
     int post_norms;       /* post_attention_norm / post_ffw_norm before the residual adds */
     int32_t n_swa_layers; /* layers that use the sliding window (n_layer without a
                              pattern; gemma3: 5 of every 6); 0 without a window */
-    float rope_base_swa;  /* RoPE base of those layers (<arch>.rope.freq_base_swa) */
+    float rope_base_swa;  /* RoPE base of those layers (<arch>.rope.freq_base_swa, no linear
+                             scaling); 0: they rotate as the global layers */
     float logit_softcap;  /* <arch>.final_logit_softcapping c: logits c tanh(z / c); 0 none */
     /* phi3 LongRoPE: rope_factors_long / _short (the long ones when a session's context
      * exceeds n_ctx_orig), the rotated values scaled by rope_attn_factor */
