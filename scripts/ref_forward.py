@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independent reference for specdec's llama forward pass (the test oracle).
 
-usage: ref_forward.py MODEL.gguf TOKEN [TOKEN ...]
+usage: ref_forward.py [--float] [--top2] [--ctx N] MODEL.gguf TOKEN [TOKEN ...]
 
 Parses the GGUF file itself (struct + numpy; no `gguf` package), dequantizes the
 weights (F32, F16, BF16, Q8_0, Q4_0), runs the llama-family forward pass over the tokens
@@ -10,14 +10,30 @@ numbers each ('%.17g'). Architectures: "llama" (RoPE on adjacent pairs; optional
 frequency factors rope_freqs.weight and linear rope scaling), "qwen2" (biases on Q, K,
 V; RoPE on pairs (i, i + n_rot/2), GPT-NeoX style) and "qwen3" (no biases, NeoX RoPE; each
 Q and K head RMS-normed with blk.N.attn_q_norm.weight / attn_k_norm.weight before RoPE).
-attention.sliding_window W > 0: query i sees keys j with i - W < j <= i (Mistral).
+"gemma3" (Gemma 3): embeddings times sqrt(n_embd), NeoX RoPE, per-head Q/K norms, sandwich
+norms (post_attention_norm / post_ffw_norm on each block's output before its residual add;
+the GGUF stores Gemma's 1 + w), a GELU (tanh approximation) gated FFN, local and global
+layers (below), final_logit_softcapping c when set (logits c tanh(z / c)).
+"phi3" (Phi-3): NeoX RoPE, Q/K/V fused in blk.N.attn_qkv.weight (rows Q, K, V) and gate/up
+in blk.N.ffn_up.weight (2 n_ff rows, gate first) where the file fuses them (any
+architecture), LongRoPE: rope_factors_long.weight when the session context (--ctx N,
+default context_length) exceeds rope.scaling.original_context_length, else
+rope_factors_short.weight, and the rotated values times rope.scaling.attn_factor; its
+attention.sliding_window is ignored (as llama.cpp does).
+attention.sliding_window W > 0: query i sees keys j with i - W < j <= i (Mistral) in the
+local layers: every layer, or for gemma3 those with l % n < n - 1 where n is
+attention.sliding_window_pattern (default 6; or one bool per layer); the local layers
+rotate with rope.freq_base_swa (gemma3 default 10000) and no linear scaling.
 The head size is attention.key_length where present (Qwen3's differs from
 n_embd / n_head), else n_embd / n_head.
 
 Activations entering a matmul with Q8_0/Q4_0 weights are rounded through Q8_0 first
 (ggml's quantize_row_q8_0_ref: d = amax/127 stored as fp16, q = round(x/d) half away
 from zero), because that is the arithmetic of the kernels under test (ggml's
-vec_dot_type); everything else is float64.
+vec_dot_type); everything else is float64. --float: no such rounding (the float
+reference for real files). Other weight types (Q5_0, the K-quants, ...) are dequantized
+with gguf-py when it is importable. --top2: per position one line "top1 top2 margin"
+(ids and the logit difference) instead of the logits.
 Exit status 2 on a malformed file or bad arguments.
 """
 import struct
@@ -114,7 +130,14 @@ def dequantize(buf, start, ttype, n):
         hi = (blk["qs"] >> 4).astype(np.int64) - 8
         q = np.concatenate([lo, hi], axis=1).astype(np.float64)
         return (blk["d"].astype(np.float64)[:, None] * q).reshape(-1)
-    raise ValueError("unsupported tensor type %d" % ttype)
+    try:  # every other type through gguf-py's dequantizer, where it is installed
+        import gguf
+        qt = gguf.GGMLQuantizationType(ttype)
+        bs, ts = gguf.GGML_QUANT_SIZES[qt]
+        raw = np.frombuffer(buf, np.uint8, n // bs * ts, start)
+        return gguf.quants.dequantize(raw, qt).reshape(-1).astype(np.float64)
+    except (ImportError, ValueError, KeyError, NotImplementedError):
+        raise ValueError("unsupported tensor type %d" % ttype)
 
 
 def act_q8_0(x):
@@ -138,7 +161,7 @@ class Weight:
         if list(ne) != [cols, rows]:
             raise ValueError("tensor %s: ne %s, expected [%d, %d]" % (name, ne, cols, rows))
         self.w = data.reshape(rows, cols)
-        self.quant_act = ttype in (Q8_0, Q4_0)
+        self.quant_act = ttype in (Q8_0, Q4_0) and not FLOAT_ONLY
 
     def __call__(self, x):  # x [n_tok, cols] -> [n_tok, rows]
         if self.quant_act:
@@ -146,11 +169,15 @@ class Weight:
         return x @ self.w.T
 
 
+FLOAT_ONLY = False  # --float
+
+
 def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps) * w
 
 
-def rope(x, n_head, head_dim, n_rot, base, pos, neox=False, freq_scale=1.0, factors=None):
+def rope(x, n_head, head_dim, n_rot, base, pos, neox=False, freq_scale=1.0, factors=None,
+         mscale=1.0):
     # x [n_tok, n_head * head_dim]; pairs (2i, 2i+1) or, neox, (i, i + n_rot/2), i < n_rot/2,
     # by theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i.
     x = x.reshape(len(pos), n_head, head_dim).copy()
@@ -167,15 +194,16 @@ def rope(x, n_head, head_dim, n_rot, base, pos, neox=False, freq_scale=1.0, fact
         a, b = slice(0, n_rot, 2), slice(1, n_rot, 2)
     x0 = x[:, :, a].copy()
     x1 = x[:, :, b].copy()
-    x[:, :, a] = x0 * c - x1 * s
-    x[:, :, b] = x0 * s + x1 * c
+    x[:, :, a] = (x0 * c - x1 * s) * mscale
+    x[:, :, b] = (x0 * s + x1 * c) * mscale
     return x.reshape(len(pos), n_head * head_dim)
 
 
-def forward(kv, tensors, tokens):
+def forward(kv, tensors, tokens, n_ctx=None):
     arch = kv.get("general.architecture")
-    if arch not in ("llama", "qwen2", "qwen3"):
-        raise ValueError("architecture %r is not llama, qwen2 or qwen3" % arch)
+    if arch not in ("llama", "qwen2", "qwen3", "gemma3", "phi3"):
+        raise ValueError("architecture %r is not llama, qwen2, qwen3, gemma3 or phi3" % arch)
+    gemma = arch == "gemma3"
     A = arch + "."
     n_embd = int(kv[A + "embedding_length"])
     n_layer = int(kv[A + "block_count"])
@@ -190,26 +218,51 @@ def forward(kv, tensors, tokens):
     n_rot = int(kv.get(A + "rope.dimension_count", head_dim))
     kv_dim = n_head_kv * head_dim
     q_dim = n_head * head_dim
-    neox = arch in ("qwen2", "qwen3")
+    neox = arch in ("qwen2", "qwen3", "gemma3", "phi3")
     has_bias = arch == "qwen2"
-    head_norm = arch == "qwen3"
+    head_norm = arch in ("qwen3", "gemma3")
     freq_scale = 1.0
     if kv.get(A + "rope.scaling.type", "none") == "linear":
         freq_scale = 1.0 / float(kv.get(A + "rope.scaling.factor", 1.0))
     factors = tensors["rope_freqs.weight"][1] if "rope_freqs.weight" in tensors else None
+    mscale = float(kv.get(A + "rope.scaling.attn_factor", 1.0))
+    if factors is None and "rope_factors_long.weight" in tensors:  # LongRoPE
+        ctx_train = int(kv[A + "context_length"])
+        orig = int(kv.get(A + "rope.scaling.original_context_length", ctx_train))
+        ctx = n_ctx if n_ctx else ctx_train
+        factors = tensors["rope_factors_long.weight" if ctx > orig else
+                          "rope_factors_short.weight"][1]
     ne, emb, _ = tensors["token_embd.weight"]
     n_vocab = ne[1]
     emb = emb.reshape(n_vocab, n_embd)
     n = len(tokens)
     pos = np.arange(n)
     x = emb[np.array(tokens)].copy()
+    if gemma:
+        x = x * np.sqrt(n_embd)
     group = n_head // n_head_kv
-    mask = np.triu(np.full((n, n), -np.inf), 1)
-    window = int(kv.get(A + "attention.sliding_window", 0))
+    causal = np.triu(np.full((n, n), -np.inf), 1)
+    window = int(kv.get(A + "attention.sliding_window", 0)) if arch != "phi3" else 0
+    local_mask = causal
     if window > 0:  # keys more than window - 1 positions back are masked too
-        mask = mask + np.tril(np.full((n, n), -np.inf), -window)
-    R = dict(n_rot=n_rot, base=base, pos=pos, neox=neox, freq_scale=freq_scale, factors=factors)
+        local_mask = causal + np.tril(np.full((n, n), -np.inf), -window)
+    pattern = kv.get(A + "attention.sliding_window_pattern", 6 if gemma else 0)
+    if isinstance(pattern, list):
+        if len(pattern) != n_layer:
+            raise ValueError("attention.sliding_window_pattern: %d flags" % len(pattern))
+        is_local = [bool(f) for f in pattern]
+    else:
+        p = int(pattern)
+        is_local = [p == 0 or l % p < p - 1 for l in range(n_layer)]
+    R = dict(n_rot=n_rot, base=base, pos=pos, neox=neox, freq_scale=freq_scale, factors=factors,
+             mscale=mscale)
+    R_local = R  # Mistral: the local layers rotate as the others
+    if gemma or A + "rope.freq_base_swa" in kv:  # their own base, no linear scaling
+        R_local = dict(R, base=float(kv.get(A + "rope.freq_base_swa", 10000.0)), freq_scale=1.0)
     for l in range(n_layer):
+        local = window > 0 and is_local[l]
+        mask = local_mask if local else causal
+        RL = R_local if local else R
         def W(name, rows, cols):
             return Weight(tensors, "blk.%d.%s.weight" % (l, name), rows, cols)
 
@@ -224,14 +277,18 @@ def forward(kv, tensors, tokens):
             return y.reshape(n, heads * head_dim)
 
         h = rmsnorm(x, norm("attn_norm"), eps)
-        q = W("attn_q", q_dim, n_embd)(h) + bias("attn_q")
-        k = W("attn_k", kv_dim, n_embd)(h) + bias("attn_k")
-        v = W("attn_v", kv_dim, n_embd)(h) + bias("attn_v")
+        if "blk.%d.attn_qkv.weight" % l in tensors:  # fused: rows Q, K, V
+            qkv = W("attn_qkv", q_dim + 2 * kv_dim, n_embd)(h)
+            q, k, v = qkv[:, :q_dim], qkv[:, q_dim:q_dim + kv_dim], qkv[:, q_dim + kv_dim:]
+        else:
+            q = W("attn_q", q_dim, n_embd)(h) + bias("attn_q")
+            k = W("attn_k", kv_dim, n_embd)(h) + bias("attn_k")
+            v = W("attn_v", kv_dim, n_embd)(h) + bias("attn_v")
         if head_norm:
             q = per_head_norm(q, n_head, "attn_q_norm")
             k = per_head_norm(k, n_head_kv, "attn_k_norm")
-        q = rope(q, n_head, head_dim, **R)
-        k = rope(k, n_head_kv, head_dim, **R)
+        q = rope(q, n_head, head_dim, **RL)
+        k = rope(k, n_head_kv, head_dim, **RL)
         att = np.zeros((n, q_dim))
         for hd in range(n_head):
             g = hd // group
@@ -242,27 +299,62 @@ def forward(kv, tensors, tokens):
             s = np.exp(s - s.max(axis=1, keepdims=True))
             s /= s.sum(axis=1, keepdims=True)
             att[:, hd * head_dim:(hd + 1) * head_dim] = s @ vh
-        x = x + W("attn_output", n_embd, q_dim)(att)
+        o = W("attn_output", n_embd, q_dim)(att)
+        if gemma:
+            o = rmsnorm(o, norm("post_attention_norm"), eps)
+        x = x + o
         h = rmsnorm(x, norm("ffn_norm"), eps)
-        gt = W("ffn_gate", n_ff, n_embd)(h)
-        up = W("ffn_up", n_ff, n_embd)(h)
-        x = x + W("ffn_down", n_embd, n_ff)(gt / (1.0 + np.exp(-gt)) * up)
+        if "blk.%d.ffn_gate.weight" % l in tensors:
+            gt = W("ffn_gate", n_ff, n_embd)(h)
+            up = W("ffn_up", n_ff, n_embd)(h)
+        else:  # fused: rows gate, up
+            gu = W("ffn_up", 2 * n_ff, n_embd)(h)
+            gt, up = gu[:, :n_ff], gu[:, n_ff:]
+        if gemma:  # GELU, tanh approximation
+            act = 0.5 * gt * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (gt + 0.044715 * gt ** 3)))
+        else:
+            act = gt / (1.0 + np.exp(-gt))
+        o = W("ffn_down", n_embd, n_ff)(act * up)
+        if gemma:
+            o = rmsnorm(o, norm("post_ffw_norm"), eps)
+        x = x + o
     x = rmsnorm(x, tensors["output_norm.weight"][1], eps)
     out_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
-    return Weight(tensors, out_name, n_vocab, n_embd)(x)
+    logits = Weight(tensors, out_name, n_vocab, n_embd)(x)
+    cap = float(kv.get(A + "final_logit_softcapping", 0.0))
+    if cap > 0:
+        logits = cap * np.tanh(logits / cap)
+    return logits
 
 
 def main(argv):
+    global FLOAT_ONLY
+    top2 = False
+    n_ctx = None
+    while len(argv) > 1 and argv[1] in ("--float", "--top2", "--ctx"):
+        if argv[1] == "--float":
+            FLOAT_ONLY = True
+        elif argv[1] == "--ctx" and len(argv) > 2:
+            n_ctx = int(argv[2])
+            argv = argv[:1] + argv[2:]
+        else:
+            top2 = True
+        argv = argv[:1] + argv[2:]
     if len(argv) < 3:
-        sys.stderr.write("usage: ref_forward.py MODEL.gguf TOKEN [TOKEN ...]\n")
+        sys.stderr.write("usage: ref_forward.py [--float] [--top2] [--ctx N] MODEL.gguf TOKEN ...\n")
         return 2
     try:
         kv, tensors = parse_gguf(argv[1])
-        logits = forward(kv, tensors, [int(t) for t in argv[2:]])
+        logits = forward(kv, tensors, [int(t) for t in argv[2:]], n_ctx)
     except (ValueError, KeyError, struct.error) as e:
         sys.stderr.write("ref_forward.py: %s: %s\n" % (argv[1], e))
         return 2
     out = sys.stdout
+    if top2:
+        for row in logits:
+            o = np.argsort(-row, kind="stable")[:2]
+            out.write("%d %d %.6f\n" % (o[0], o[1], row[o[0]] - row[o[1]]))
+        return 0
     for row in logits:
         out.write(" ".join("%.17g" % v for v in row))
         out.write("\n")

@@ -196,6 +196,19 @@ typedef struct sd_backend_ops {
     void (*swiglu)(sd_backend *be, const float *g, const float *u, int64_t n, float *y);
     void (*add)(sd_backend *be, float *y, const float *x, int64_t n);
     void (*copy)(sd_backend *be, float *y, const float *x, int64_t n);
+    /* Optional ops of some architectures (NULL: the backend lacks them; a session whose
+     * model needs one refuses at init, naming it):
+     *   geglu     : G [n], U [n] -> Y [n], y = gelu(g) * u with GELU's tanh approximation
+     *               0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (gemma3; Y may alias
+     *               G or U)
+     *   scale     : Y [n] *= s (host value) (gemma3's embedding scale sqrt(n_embd))
+     *   set_window: the sliding window of the following attention calls (as
+     *               sd_backend_params.window, <= the init window when that is > 0: a query
+     *               at p sees keys [p - window + 1, p]; 0 = every key [0, p]); for models
+     *               whose layers alternate local and global attention (gemma3). */
+    void (*geglu)(sd_backend *be, const float *g, const float *u, int64_t n, float *y);
+    void (*scale)(sd_backend *be, float *y, float s, int64_t n);
+    void (*set_window)(sd_backend *be, int32_t window);
 } sd_backend_ops;
 
 /* Every backend struct starts with this header. */

@@ -22,6 +22,10 @@ static const char *const k_key_suffix[SD_KEY_COUNT] = {
     [SD_KEY_ROPE_SCALING_FACTOR] = "rope.scaling.factor",
     [SD_KEY_ROPE_SCALING_ORIG_CTX] = "rope.scaling.original_context_length",
     [SD_KEY_VOCAB_SIZE] = "vocab_size",
+    [SD_KEY_SWA_PATTERN] = "attention.sliding_window_pattern",
+    [SD_KEY_ROPE_BASE_SWA] = "rope.freq_base_swa",
+    [SD_KEY_LOGIT_SOFTCAP] = "final_logit_softcapping",
+    [SD_KEY_ROPE_ATTN_FACTOR] = "rope.scaling.attn_factor",
 };
 
 static const struct {
@@ -46,14 +50,28 @@ static const struct {
     [SD_TENSOR_FFN_GATE] = {"ffn_gate.weight", 1},
     [SD_TENSOR_FFN_DOWN] = {"ffn_down.weight", 1},
     [SD_TENSOR_FFN_UP] = {"ffn_up.weight", 1},
+    [SD_TENSOR_ATTN_POST] = {"post_attention_norm.weight", 1},
+    [SD_TENSOR_FFN_POST] = {"post_ffw_norm.weight", 1},
+    [SD_TENSOR_ATTN_QKV] = {"attn_qkv.weight", 1},
+    [SD_TENSOR_ROPE_LONG] = {"rope_factors_long.weight", 0},
+    [SD_TENSOR_ROPE_SHORT] = {"rope_factors_short.weight", 0},
 };
 
 /* The supported architectures: everything that differs between them is in this table. */
 static const sd_arch k_arch[] = {
-    /* name, qkv_bias, rope_neox, qk_norm */
-    {"llama", 0, 0, 0}, /* Llama 1-3, Mistral 7B-style, SmolLM, TinyLlama, llama2.c */
-    {"qwen2", 1, 1, 0}, /* Qwen2, Qwen2.5 */
-    {"qwen3", 0, 1, 1}, /* Qwen3 (dense): per-head Q/K RMSNorm, no biases */
+    /* name, qkv_bias, rope_neox, qk_norm, ffn_gelu, embd_scale, post_norms, swa_pattern,
+     * rope_base_swa */
+    {"llama", 0, 0, 0, 0, 0, 0, 0, 0.0f}, /* Llama 1-3, Mistral 7B-style, SmolLM, llama2.c */
+    {"qwen2", 1, 1, 0, 0, 0, 0, 0, 0.0f}, /* Qwen2, Qwen2.5 */
+    {"qwen3", 0, 1, 1, 0, 0, 0, 0, 0.0f}, /* Qwen3 (dense): per-head Q/K RMSNorm, no biases */
+    /* Gemma 3: sqrt(n_embd)-scaled embeddings, sandwich norms (the GGUF stores Gemma's
+     * 1 + w already added), GELU FFN, per-head Q/K norms, 5 local layers (window, RoPE
+     * base 10k) to 1 global; tied output */
+    {"gemma3", 0, 1, 1, 1, 1, 1, 6, 10000.0f},
+    /* Phi-3 (mini, medium; Phi-3.5 mini): Q/K/V fused in attn_qkv and gate/up in ffn_up
+     * (loaded as row slices, any arch may fuse them), LongRoPE factors; its
+     * attention.sliding_window is ignored, as llama.cpp does (pattern 1: no local layer) */
+    {"phi3", 0, 1, 0, 0, 0, 0, 1, 0.0f},
 };
 
 const char *sd_arch_key_name(sd_arch_key k, const char *arch, char *buf, size_t cap) {
@@ -83,7 +101,7 @@ const sd_arch *sd_arch_find(const char *name, size_t len) {
 }
 
 const char *sd_arch_supported(void) {
-    return "llama, qwen2, qwen3";
+    return "llama, qwen2, qwen3, gemma3, phi3";
 }
 
 int sd_gguf_set_llm_meta(sd_gguf_writer *w, const sd_llm_meta *m) {

@@ -210,6 +210,11 @@ typedef enum sd_arch_key {
     SD_KEY_ROPE_SCALING_FACTOR,   /* <arch>.rope.scaling.factor */
     SD_KEY_ROPE_SCALING_ORIG_CTX, /* <arch>.rope.scaling.original_context_length */
     SD_KEY_VOCAB_SIZE,            /* <arch>.vocab_size */
+    SD_KEY_SWA_PATTERN,           /* <arch>.attention.sliding_window_pattern (gemma3): a
+                                     period n (every n-th layer global) or a bool per layer */
+    SD_KEY_ROPE_BASE_SWA,         /* <arch>.rope.freq_base_swa (the local layers' base) */
+    SD_KEY_LOGIT_SOFTCAP,         /* <arch>.final_logit_softcapping: logits c tanh(z / c) */
+    SD_KEY_ROPE_ATTN_FACTOR,      /* <arch>.rope.scaling.attn_factor (phi3 LongRoPE) */
     SD_KEY_COUNT
 } sd_arch_key;
 
@@ -256,6 +261,11 @@ typedef enum sd_arch_tensor {
     SD_TENSOR_FFN_GATE,    /* blk.N.ffn_gate.weight    [n_ff, n_embd] */
     SD_TENSOR_FFN_DOWN,    /* blk.N.ffn_down.weight    [n_embd, n_ff] */
     SD_TENSOR_FFN_UP,      /* blk.N.ffn_up.weight      [n_ff, n_embd] */
+    SD_TENSOR_ATTN_POST,   /* blk.N.post_attention_norm.weight [n_embd] (gemma3) */
+    SD_TENSOR_FFN_POST,    /* blk.N.post_ffw_norm.weight       [n_embd] (gemma3) */
+    SD_TENSOR_ATTN_QKV,    /* blk.N.attn_qkv.weight [q_dim + 2 kv_dim, n_embd]: Q, K, V fused */
+    SD_TENSOR_ROPE_LONG,   /* rope_factors_long.weight  [n_rot / 2] (phi3 LongRoPE) */
+    SD_TENSOR_ROPE_SHORT,  /* rope_factors_short.weight [n_rot / 2] */
     SD_TENSOR_COUNT
 } sd_arch_tensor;
 
@@ -271,6 +281,15 @@ typedef struct sd_arch {
     int rope_neox;    /* 1: RoPE rotates pairs (i, i + n_rot/2) (llama.cpp LLAMA_ROPE_TYPE_NEOX) */
     int qk_norm;      /* 1: each Q and K head is RMS-normed (attn_q_norm / attn_k_norm, one
                          [head_dim] weight shared by the heads) before RoPE (qwen3) */
+    int ffn_gelu;     /* 1: the FFN gate is GELU (tanh approximation), else SiLU (gemma3) */
+    int embd_scale;   /* 1: token embeddings are multiplied by sqrt(n_embd) (gemma3) */
+    int post_norms;   /* 1: the attention and FFN outputs are RMS-normed (post_attention_norm,
+                         post_ffw_norm) before their residual adds, sandwich norms (gemma3) */
+    int swa_pattern;  /* default <arch>.attention.sliding_window_pattern: with a sliding
+                         window, layer l is local when l % n < n - 1 (every n-th global);
+                         0: every layer local (Mistral) */
+    float rope_base_swa; /* default <arch>.rope.freq_base_swa, the local layers' RoPE base;
+                            0: the global base */
 } sd_arch;
 
 /* The row for an architecture name of len bytes (not NUL-terminated), or NULL. */

@@ -4,6 +4,7 @@
  * through the backend ops table (runtime/backend/sd_backend.h); this file only does
  * arithmetic on backend addresses and never dereferences them.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,8 +16,10 @@
 /* The weights as the backend sees them: the same matrices with backend addresses. */
 typedef struct sd_layer_dev {
     const float *attn_norm, *ffn_norm;
-    const float *bq, *bk, *bv;    /* NULL without biases */
-    const float *q_norm, *k_norm; /* NULL without per-head Q/K norms */
+    const float *bq, *bk, *bv;                   /* NULL without biases */
+    const float *q_norm, *k_norm;                /* NULL without per-head Q/K norms */
+    const float *attn_post_norm, *ffn_post_norm; /* NULL without sandwich norms */
+    int swa;                                     /* a local (sliding-window) layer */
     sd_weight wq, wk, wv, wo, w_gate, w_down, w_up;
 } sd_layer_dev;
 
@@ -51,7 +54,12 @@ struct sd_session {
     sd_weight tok_embd, output;
     const float *output_norm;
     sd_rope rope;         /* factors: a backend address */
+    sd_rope rope_swa;     /* the local layers' (their base, no linear scaling) */
     sd_layer_dev *layers; /* [n_layer] (host array of backend addresses) */
+    /* > 0: the layers alternate local and global attention (gemma3): each layer sets the
+     * backend's window to this (local) or 0 (global) before its attention. */
+    int32_t layer_window;
+    int32_t n_out_last; /* logits rows of the last decode (for the soft cap) */
     /* Host state. */
     int32_t *tokens;   /* [n_ctx]: ids whose K/V the cache holds, [0, n_past) valid */
     int32_t *out_rows; /* [n_batch]: batch indices of the wanted logits rows (scratch) */
@@ -165,6 +173,11 @@ static int place_weights(sd_session *s, sd_error *err) {
             D->q_norm = dev_addr(s->b_norms, m->norms, L->q_norm);
             D->k_norm = dev_addr(s->b_norms, m->norms, L->k_norm);
         }
+        if (L->attn_post_norm) {
+            D->attn_post_norm = dev_addr(s->b_norms, m->norms, L->attn_post_norm);
+            D->ffn_post_norm = dev_addr(s->b_norms, m->norms, L->ffn_post_norm);
+        }
+        D->swa = L->swa;
         D->wq = dev_weight(s->b_weights, base, &L->wq);
         D->wk = dev_weight(s->b_weights, base, &L->wk);
         D->wv = dev_weight(s->b_weights, base, &L->wv);
@@ -197,7 +210,16 @@ static int place_weights(sd_session *s, sd_error *err) {
     s->rope.mode = hp->rope_neox ? SD_ROPE_NEOX : SD_ROPE_NORM;
     s->rope.base = hp->rope_base;
     s->rope.freq_scale = hp->rope_freq_scale;
-    s->rope.factors = m->rope_factors ? dev_addr(s->b_norms, m->norms, m->rope_factors) : NULL;
+    /* phi3 LongRoPE: the long factors for a context beyond the original one (llama.cpp's
+     * choice by the session's context) */
+    const float *rf = m->rope_factors;
+    if (!rf && m->rope_long) rf = s->n_ctx > hp->n_ctx_orig ? m->rope_long : m->rope_short;
+    s->rope.factors = rf ? dev_addr(s->b_norms, m->norms, rf) : NULL;
+    s->rope_swa = s->rope; /* the local layers: their own base, no linear scaling (gemma3) */
+    if (hp->rope_base_swa > 0.0f) {
+        s->rope_swa.base = hp->rope_base_swa;
+        s->rope_swa.freq_scale = 1.0f;
+    }
     return SD_OK;
 }
 
@@ -295,6 +317,28 @@ static int alloc_kv(sd_session *s, const sd_session_params *p, sd_error *err) {
     return SD_OK;
 }
 
+/* The optional ops the model's architecture needs (sd_backend_ops: geglu, scale,
+ * set_window), or SD_ERR_UNSUPPORTED naming the first the backend lacks. */
+static int check_arch_ops(sd_session *s, int32_t window, sd_error *err) {
+    const sd_hparams *hp = &s->m->hp;
+    const sd_backend_ops *op = s->be->ops;
+    s->layer_window = window > 0 && hp->n_swa_layers < hp->n_layer ? window : 0;
+    if (hp->rope_attn_factor != 1.0f && hp->n_rot != hp->head_dim)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: rope.scaling.attn_factor %g with %d of %d dimensions rotated (only "
+                         "whole heads are scaled)",
+                         s->m->path, (double)hp->rope_attn_factor, hp->n_rot, hp->head_dim);
+    const char *missing = NULL;
+    if (hp->ffn_gelu && !op->geglu) missing = "geglu (a GELU-gated FFN)";
+    if (hp->embd_scale && !op->scale) missing = "scale (scaled embeddings)";
+    if (hp->rope_attn_factor != 1.0f && !op->scale) missing = "scale (rope.scaling.attn_factor)";
+    if (s->layer_window && !op->set_window)
+        missing = "set_window (local and global attention layers)";
+    if (!missing) return SD_OK;
+    return sd_errorf(err, SD_ERR_UNSUPPORTED, "%s: %s: the %s backend has no op %s", s->m->path,
+                     hp->arch, sd_device_name(s->be->device), missing);
+}
+
 static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_rank *tp,
                         int32_t device_id, sd_session **out, sd_error *err) {
     const sd_hparams *hp = &m->hp;
@@ -351,7 +395,8 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     bp.device_id = device_id;
     /* <arch>.attention.sliding_window smaller than the context: the backend attends over
      * the last `window` positions only (one that cannot refuses: its error names it) */
-    if (hp->sliding_window > 0 && n_ctx > hp->sliding_window) bp.window = hp->sliding_window;
+    if (hp->sliding_window > 0 && hp->n_swa_layers > 0 && n_ctx > hp->sliding_window)
+        bp.window = hp->sliding_window;
     if (p->share_threads && p->device == SD_DEVICE_CPU && !p->share_threads->group &&
         p->share_threads->be->device == SD_DEVICE_CPU)
         bp.share_threads = p->share_threads->be;
@@ -361,6 +406,7 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
         sd_error_prefix(err, rc, "%s: %s = %d", m->path,
                         sd_arch_key_name(SD_KEY_SLIDING_WINDOW, hp->arch, k, sizeof k), bp.window);
     }
+    if (rc == SD_OK) rc = check_arch_ops(s, bp.window, err);
     if (rc == SD_OK) rc = place_weights(s, err);
     if (rc == SD_OK) rc = alloc_kv(s, p, err);
     if (rc == SD_OK) rc = alloc_scratch(s, err);
@@ -534,26 +580,39 @@ static void run_layers(sd_session *s, int32_t n) {
             op->rmsnorm(be, s->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->rms_eps, s->q);
             op->rmsnorm(be, s->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->rms_eps, s->k);
         }
+        const sd_rope *rope = L->swa && hp->sliding_window > 0 ? &s->rope_swa : &s->rope;
+        if (s->layer_window) op->set_window(be, L->swa ? s->layer_window : 0);
         for (int32_t j = 0; j < s->n_segs; j++) {
             const sd_seg *g = &s->segs[j];
             sd_kv *kv = s->seqs[g->seq];
             float *q = s->q + (size_t)g->start * q_dim, *att = s->att + (size_t)g->start * q_dim;
             float *k = s->k + (size_t)g->start * kv_dim, *v = s->v + (size_t)g->start * kv_dim;
-            op->rope(be, q, g->n, g->pos0, hp->n_head, hp->head_dim, &s->rope);
-            op->rope(be, k, g->n, g->pos0, hp->n_head_kv, hp->head_dim, &s->rope);
+            op->rope(be, q, g->n, g->pos0, hp->n_head, hp->head_dim, rope);
+            op->rope(be, k, g->n, g->pos0, hp->n_head_kv, hp->head_dim, rope);
+            if (hp->rope_attn_factor != 1.0f) { /* LongRoPE: cos and sin times the factor */
+                op->scale(be, q, hp->rope_attn_factor, (int64_t)g->n * q_dim);
+                op->scale(be, k, hp->rope_attn_factor, (int64_t)g->n * kv_dim);
+            }
             op->kv_store(be, kv, l, g->pos0, g->n, kv_dim, k, v);
             op->attention(be, q, kv, l, g->pos0, g->n, hp->n_head, hp->n_head_kv, hp->head_dim,
                           att);
         }
         op->matmul(be, &L->wo, s->att, n, s->proj);
         if (s->tp) sd_tp_allreduce(s->tp, s->proj, nx); /* row-parallel: sum the ranks' parts */
+        if (L->attn_post_norm)                          /* sandwich norm (gemma3) */
+            op->rmsnorm(be, s->proj, L->attn_post_norm, n, n_embd, hp->rms_eps, s->proj);
         op->add(be, s->x, s->proj, nx);
 
         op->rmsnorm(be, s->x, L->ffn_norm, n, n_embd, hp->rms_eps, s->xn);
         matmul3(be, &L->w_gate, &L->w_up, NULL, s->xn, n, s->gate, s->up, NULL);
-        op->swiglu(be, s->gate, s->up, (int64_t)n * hp->n_ff, s->gate);
+        if (hp->ffn_gelu)
+            op->geglu(be, s->gate, s->up, (int64_t)n * hp->n_ff, s->gate);
+        else
+            op->swiglu(be, s->gate, s->up, (int64_t)n * hp->n_ff, s->gate);
         op->matmul(be, &L->w_down, s->gate, n, s->proj);
         if (s->tp) sd_tp_allreduce(s->tp, s->proj, nx);
+        if (L->ffn_post_norm)
+            op->rmsnorm(be, s->proj, L->ffn_post_norm, n, n_embd, hp->rms_eps, s->proj);
         op->add(be, s->x, s->proj, nx);
     }
 }
@@ -695,6 +754,8 @@ static int decode_local_ex(sd_session *s, const sd_batch *b, int32_t n_last, flo
         sd_tp_embed(s->tp, &s->tok_embd, b->token, n, s->m->hp.n_embd, s->x);
     else
         s->be->ops->get_rows(s->be, &s->tok_embd, b->token, n, s->x);
+    if (s->m->hp.embd_scale) /* gemma3: embeddings times sqrt(n_embd) */
+        s->be->ops->scale(s->be, s->x, sqrtf((float)s->m->hp.n_embd), (int64_t)n * s->m->hp.n_embd);
     run_layers(s, n);
     if (n_rows > 0 && w == 1) {
         run_output_argmax(s, n_rows, best);
@@ -712,6 +773,7 @@ static int decode_local_ex(sd_session *s, const sd_batch *b, int32_t n_last, flo
         memcpy(s->seq_tok[g->seq] + g->pos0, b->token + g->start, (size_t)g->n * sizeof(int32_t));
         sd_kv_commit(s->seqs[g->seq], g->n);
     }
+    s->n_out_last = w;
     return SD_OK;
 }
 
@@ -720,9 +782,21 @@ static int decode_local(sd_session *s, const sd_batch *b, int32_t n_last, float 
     return decode_local_ex(s, b, n_last, logits, 0, NULL, err);
 }
 
+/* <arch>.final_logit_softcapping c: every logit z of the rows returned becomes
+ * c tanh(z / c) (host logits, after the classifier). */
+static void softcap(const sd_session *s, float *logits) {
+    const float c = s->m->hp.logit_softcap;
+    const int64_t n = (int64_t)s->n_out_last * sd_session_n_logits(s);
+    for (int64_t i = 0; i < n; i++)
+        logits[i] = c * tanhf(logits[i] / c);
+}
+
 static int decode(sd_session *s, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
-    if (s->group) return sd_tp_decode(s->group, b, n_last, logits, err);
-    return decode_local(s, b, n_last, logits, err);
+    s->n_out_last = 0;
+    const int rc = s->group ? sd_tp_decode(s->group, b, n_last, logits, err)
+                            : decode_local(s, b, n_last, logits, err);
+    if (rc == SD_OK && s->m->hp.logit_softcap > 0.0f && logits) softcap(s, logits);
+    return rc;
 }
 
 int sd_session_decode_rank(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,

@@ -138,10 +138,33 @@ static int load_hparams(const sd_gguf *g, const char *path, sd_hparams *hp, sd_e
     hp->qkv_bias = ar->qkv_bias;
     hp->rope_neox = ar->rope_neox;
     hp->qk_norm = ar->qk_norm;
+    hp->ffn_gelu = ar->ffn_gelu;
+    hp->embd_scale = ar->embd_scale;
+    hp->post_norms = ar->post_norms;
     if ((rc = hp_int(g, path, KEY(SD_KEY_SLIDING_WINDOW), 0, 0, 0, SD_MAX_CTX, &hp->sliding_window,
                      err)))
         return rc;
+    /* the local layers' own RoPE (gemma3): the key, else the architecture's default; 0:
+     * they rotate as the global ones (Mistral) */
+    hp->rope_base_swa = ar->rope_base_swa;
+    if (sd_gguf_find_key(g, KEY(SD_KEY_ROPE_BASE_SWA)) >= 0 &&
+        (rc = hp_float(g, path, k, 0.0f, 0.0f, 1e12f, &hp->rope_base_swa, err)))
+        return rc;
+    /* final_logit_softcapping: absent or 0 = none */
+    if (sd_gguf_find_key(g, KEY(SD_KEY_LOGIT_SOFTCAP)) >= 0) {
+        float cap = 0.0f;
+        if ((rc = sd_gguf_get_f32(g, k, &cap, err))) return rc;
+        if (cap != 0.0f && (rc = hp_float(g, path, k, cap, 0.0f, 1e6f, &hp->logit_softcap, err)))
+            return rc;
+    }
     if ((rc = load_rope_scaling(g, path, a, hp, err))) return rc;
+    hp->n_ctx_orig = hp->n_ctx_train;
+    hp->rope_attn_factor = 1.0f;
+    if ((rc = hp_int(g, path, KEY(SD_KEY_ROPE_SCALING_ORIG_CTX), 0, hp->n_ctx_train, 1, SD_MAX_CTX,
+                     &hp->n_ctx_orig, err)) ||
+        (rc = hp_float(g, path, KEY(SD_KEY_ROPE_ATTN_FACTOR), 1.0f, 0.0f, 1e3f,
+                       &hp->rope_attn_factor, err)))
+        return rc;
 #undef KEY
     return SD_OK;
 }
@@ -225,6 +248,108 @@ static int get_vec(sd_model *m, const char *name, int64_t n, float *dst, sd_erro
     return SD_OK;
 }
 
+/* Rows [r0, r0 + n) of the matrix w (tensor `name`): a fused matrix's part (attn_qkv,
+ * phi3's ffn_up), a view of the same bytes. */
+static int slice_rows(const sd_model *m, const char *name, const sd_weight *w, int64_t r0,
+                      int64_t n, sd_weight *out, sd_error *err) {
+    *out = *w;
+    out->rows = n;
+    out->data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    if ((uintptr_t)out->data % sd_type_align(w->type) != 0)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: tensor '%s': rows from %lld are not %zu-byte aligned", m->path, name,
+                         (long long)r0, sd_type_align(w->type));
+    return SD_OK;
+}
+
+/* A layer's Q, K, V (attn_qkv.weight fused, else three tensors) and gate, up (ffn_up of
+ * 2 n_ff rows, gate first, when there is no ffn_gate.weight; else two tensors). */
+static int get_fused(sd_model *m, int32_t l, sd_layer *L, sd_error *err) {
+    const sd_hparams *hp = &m->hp;
+    const int64_t n_embd = hp->n_embd, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
+    char name[96];
+    sd_weight w;
+    int rc;
+    if (sd_gguf_find_tensor(m->g, sd_arch_tensor_name(SD_TENSOR_ATTN_QKV, l, name, sizeof name))) {
+        if ((rc = get_matrix(m, name, q_dim + 2 * kv_dim, n_embd, &w, err)) ||
+            (rc = slice_rows(m, name, &w, 0, q_dim, &L->wq, err)) ||
+            (rc = slice_rows(m, name, &w, q_dim, kv_dim, &L->wk, err)) ||
+            (rc = slice_rows(m, name, &w, q_dim + kv_dim, kv_dim, &L->wv, err)))
+            return rc;
+    } else {
+        const struct {
+            sd_arch_tensor t;
+            int64_t rows;
+            sd_weight *w;
+        } qkv[] = {{SD_TENSOR_ATTN_Q, q_dim, &L->wq},
+                   {SD_TENSOR_ATTN_K, kv_dim, &L->wk},
+                   {SD_TENSOR_ATTN_V, kv_dim, &L->wv}};
+        for (int i = 0; i < 3; i++)
+            if ((rc = get_matrix(m, sd_arch_tensor_name(qkv[i].t, l, name, sizeof name),
+                                 qkv[i].rows, n_embd, qkv[i].w, err)))
+                return rc;
+    }
+    const sd_gguf_tensor *up =
+        sd_gguf_find_tensor(m->g, sd_arch_tensor_name(SD_TENSOR_FFN_UP, l, name, sizeof name));
+    if (!sd_gguf_find_tensor(m->g, sd_arch_tensor_name(SD_TENSOR_FFN_GATE, l, name, sizeof name)) &&
+        up && up->n_dims == 2 && up->ne[1] == 2 * (int64_t)hp->n_ff) {
+        sd_arch_tensor_name(SD_TENSOR_FFN_UP, l, name, sizeof name);
+        if ((rc = get_matrix(m, name, 2 * (int64_t)hp->n_ff, n_embd, &w, err)) ||
+            (rc = slice_rows(m, name, &w, 0, hp->n_ff, &L->w_gate, err)) ||
+            (rc = slice_rows(m, name, &w, hp->n_ff, hp->n_ff, &L->w_up, err)))
+            return rc;
+        return SD_OK;
+    }
+    if ((rc = get_matrix(m, sd_arch_tensor_name(SD_TENSOR_FFN_GATE, l, name, sizeof name), hp->n_ff,
+                         n_embd, &L->w_gate, err)) ||
+        (rc = get_matrix(m, sd_arch_tensor_name(SD_TENSOR_FFN_UP, l, name, sizeof name), hp->n_ff,
+                         n_embd, &L->w_up, err)))
+        return rc;
+    return SD_OK;
+}
+
+/* Which layers use the sliding window: none without <arch>.attention.sliding_window; else
+ * <arch>.attention.sliding_window_pattern, one bool per layer or a period n (layer l local
+ * when n == 0 or l % n < n - 1, every n-th layer global), default the architecture's. */
+static int load_swa_layers(sd_model *m, const sd_arch *ar, sd_error *err) {
+    sd_hparams *hp = &m->hp;
+    hp->n_swa_layers = 0;
+    if (hp->sliding_window <= 0) return SD_OK;
+    char k[96];
+    sd_arch_key_name(SD_KEY_SWA_PATTERN, hp->arch, k, sizeof k);
+    const int64_t ki = sd_gguf_find_key(m->g, k);
+    int64_t period = ar->swa_pattern;
+    const uint8_t *flags = NULL;
+    if (ki >= 0 && sd_gguf_kv_type(m->g, ki) == SD_GGUF_ARRAY) {
+        sd_gguf_vtype et;
+        uint64_t n = 0;
+        const void *data = NULL;
+        int rc = sd_gguf_get_arr(m->g, k, &et, &n, &data, err);
+        if (rc) return rc;
+        if ((et != SD_GGUF_BOOL && et != SD_GGUF_U8 && et != SD_GGUF_I8) ||
+            n != (uint64_t)hp->n_layer)
+            return sd_errorf(err, SD_ERR_FORMAT,
+                             "%s: metadata key '%s': an array of %llu elements of type %d, "
+                             "expected %d bools (one per layer) or an integer",
+                             m->path, k, (unsigned long long)n, (int)et, hp->n_layer);
+        flags = data;
+    } else if (ki >= 0) {
+        int rc = sd_gguf_get_i64(m->g, k, &period, err);
+        if (rc) return rc;
+        if (period < 0 || period > SD_MAX_LAYER)
+            return sd_errorf(err, SD_ERR_FORMAT,
+                             "%s: metadata key '%s' = %lld is out of range [0, %d]", m->path, k,
+                             (long long)period, SD_MAX_LAYER);
+    }
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const int swa = flags ? flags[l] != 0 : period == 0 || l % period < period - 1;
+        m->layers[l].swa = swa;
+        hp->n_swa_layers += swa;
+    }
+    return SD_OK;
+}
+
 static int load_tensors(sd_model *m, sd_error *err) {
     const sd_hparams *hp = &m->hp;
     const int64_t n_embd = hp->n_embd, kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -241,13 +366,14 @@ static int load_tensors(sd_model *m, sd_error *err) {
     m->hp.n_vocab = (int32_t)m->tok_embd.rows;
 
     /* Every 1-D vector in one owned block: per layer attn_norm, ffn_norm [n_embd], the
-     * Q/K/V biases [q_dim + 2 kv_dim] (qwen2) and the Q/K head norms [2 head_dim] (qwen3),
-     * then output_norm, then the rope factors. */
-    const size_t per_layer = 2 * (size_t)n_embd +
-                             (hp->qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
-                             (hp->qk_norm ? 2 * (size_t)hp->head_dim : 0);
+     * Q/K/V biases [q_dim + 2 kv_dim] (qwen2), the Q/K head norms [2 head_dim] (qwen3) and
+     * the post norms [2 n_embd] (gemma3), then output_norm, then the rope factors. */
+    const size_t per_layer =
+        2 * (size_t)n_embd + (hp->qkv_bias ? (size_t)(q_dim + 2 * kv_dim) : 0) +
+        (hp->qk_norm ? 2 * (size_t)hp->head_dim : 0) + (hp->post_norms ? 2 * (size_t)n_embd : 0);
     const size_t n_rope = (size_t)hp->n_rot / 2;
-    m->norms_bytes = ((size_t)hp->n_layer * per_layer + (size_t)n_embd + n_rope) * sizeof(float);
+    m->norms_bytes =
+        ((size_t)hp->n_layer * per_layer + (size_t)n_embd + 3 * n_rope) * sizeof(float);
     m->norms = malloc(m->norms_bytes);
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->norms || !m->layers) return sd_errorf(err, SD_ERR_OOM, "%s: out of memory", m->path);
@@ -261,16 +387,12 @@ static int load_tensors(sd_model *m, sd_error *err) {
             int64_t rows, cols;
             sd_weight *w;
         } mats[] = {
-            {SD_TENSOR_ATTN_Q, q_dim, n_embd, &L->wq},
-            {SD_TENSOR_ATTN_K, kv_dim, n_embd, &L->wk},
-            {SD_TENSOR_ATTN_V, kv_dim, n_embd, &L->wv},
             {SD_TENSOR_ATTN_OUT, n_embd, q_dim, &L->wo},
-            {SD_TENSOR_FFN_GATE, hp->n_ff, n_embd, &L->w_gate},
             {SD_TENSOR_FFN_DOWN, n_embd, hp->n_ff, &L->w_down},
-            {SD_TENSOR_FFN_UP, hp->n_ff, n_embd, &L->w_up},
         };
         if ((rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_NORM, l, name, sizeof name), n_embd,
-                          an, err)))
+                          an, err)) ||
+            (rc = get_fused(m, l, L, err)))
             return rc;
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
             sd_arch_tensor_name(mats[i].t, l, name, sizeof name);
@@ -305,21 +427,45 @@ static int load_tensors(sd_model *m, sd_error *err) {
                 return rc;
             L->q_norm = qn;
             L->k_norm = kn;
+            rest = kn + hp->head_dim;
+        }
+        if (hp->post_norms) {
+            float *pa = rest, *pf = pa + n_embd;
+            if ((rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_ATTN_POST, l, name, sizeof name),
+                              n_embd, pa, err)) ||
+                (rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_FFN_POST, l, name, sizeof name),
+                              n_embd, pf, err)))
+                return rc;
+            L->attn_post_norm = pa;
+            L->ffn_post_norm = pf;
         }
     }
     float *on = m->norms + (size_t)hp->n_layer * per_layer;
-    if (sd_gguf_find_tensor(m->g,
-                            sd_arch_tensor_name(SD_TENSOR_ROPE_FREQS, 0, name, sizeof name))) {
-        float *rf = on + n_embd;
+    /* RoPE frequency factors: rope_freqs (Llama 3), rope_factors_long / _short (phi3) */
+    const struct {
+        sd_arch_tensor t;
+        const float **dst;
+    } rfs[] = {{SD_TENSOR_ROPE_FREQS, &m->rope_factors},
+               {SD_TENSOR_ROPE_LONG, &m->rope_long},
+               {SD_TENSOR_ROPE_SHORT, &m->rope_short}};
+    for (size_t j = 0; j < 3; j++) {
+        if (!sd_gguf_find_tensor(m->g, sd_arch_tensor_name(rfs[j].t, 0, name, sizeof name)))
+            continue;
+        float *rf = on + n_embd + j * n_rope;
         if ((rc = get_vec(m, name, (int64_t)n_rope, rf, err))) return rc;
         for (size_t i = 0; i < n_rope; i++)
             if (!(rf[i] > 0.0f) || !isfinite(rf[i]))
                 return sd_errorf(err, SD_ERR_FORMAT,
                                  "%s: tensor '%s': factor %zu is %g, expected a finite value > 0",
                                  m->path, name, i, (double)rf[i]);
-        m->rope_factors = rf;
-        m->hp.has_rope_factors = 1;
+        *rfs[j].dst = rf;
     }
+    m->hp.has_rope_factors = m->rope_factors != NULL;
+    if (!m->rope_long != !m->rope_short)
+        return sd_errorf(err, SD_ERR_FORMAT, "%s: tensor '%s' without '%s'", m->path,
+                         m->rope_long ? "rope_factors_long.weight" : "rope_factors_short.weight",
+                         m->rope_long ? "rope_factors_short.weight" : "rope_factors_long.weight");
+    m->hp.has_rope_long_short = m->rope_long != NULL;
     if ((rc = get_vec(m, sd_arch_tensor_name(SD_TENSOR_OUTPUT_NORM, 0, name, sizeof name), n_embd,
                       on, err)))
         return rc;
@@ -347,6 +493,7 @@ int sd_model_load(const char *path, sd_model **out, sd_error *err) {
     int rc = sd_gguf_open(path, &m->g, err);
     if (rc == SD_OK) rc = load_hparams(m->g, m->path, &m->hp, err);
     if (rc == SD_OK) rc = load_tensors(m, err);
+    if (rc == SD_OK) rc = load_swa_layers(m, sd_arch_find(m->hp.arch, strlen(m->hp.arch)), err);
     if (rc == SD_OK) rc = sd_vocab_load(m->g, &m->vocab, err);
     if (rc == SD_OK && sd_vocab_n_tokens(m->vocab) != m->hp.n_vocab)
         rc = sd_errorf(err, SD_ERR_FORMAT,

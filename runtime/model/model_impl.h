@@ -34,6 +34,9 @@ typedef struct sd_layer {
     sd_weight w_up;               /* [n_ff, n_embd] */
     const float *bq, *bk, *bv;    /* [q_dim], [kv_dim], [kv_dim] biases (qwen2), or NULL */
     const float *q_norm, *k_norm; /* [head_dim] per-head RMSNorm weights (qwen3), or NULL */
+    const float *attn_post_norm;  /* [n_embd] sandwich norms (gemma3), or NULL */
+    const float *ffn_post_norm;   /* [n_embd] */
+    int swa;                      /* 1: a local layer (sliding window, hp.rope_base_swa) */
 } sd_layer;
 
 struct sd_model {
@@ -44,9 +47,10 @@ struct sd_model {
     sd_weight tok_embd; /* [n_vocab, n_embd] */
     sd_weight output;   /* [n_vocab, n_embd]; == tok_embd when tied */
     int tied;
-    const float *output_norm;  /* [n_embd] */
-    const float *rope_factors; /* [n_rot / 2] (rope_freqs.weight), or NULL */
-    float *norms;              /* owned copies of every 1-D vector (norms, biases, factors) */
+    const float *output_norm;            /* [n_embd] */
+    const float *rope_factors;           /* [n_rot / 2] (rope_freqs.weight), or NULL */
+    const float *rope_long, *rope_short; /* [n_rot / 2] each (phi3 LongRoPE), or NULL */
+    float *norms; /* owned copies of every 1-D vector (norms, biases, factors) */
     size_t norms_bytes;
     sd_layer *layers; /* [n_layer] */
     size_t weight_bytes;

@@ -64,7 +64,21 @@ typedef struct sd_hparams {
     int qkv_bias;           /* attn_q/k/v carry biases (qwen2) */
     int qk_norm;            /* per-head Q/K RMSNorm before RoPE (qwen3) */
     int32_t sliding_window; /* <arch>.attention.sliding_window; 0 = none */
-    const char *arch;       /* "llama", "qwen2", "qwen3" (static string) */
+    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma3" (static string) */
+    /* gemma3 (the architecture table's row, runtime/gguf/sd_gguf.h sd_arch): */
+    int ffn_gelu;         /* FFN gate GELU (tanh approximation) instead of SiLU */
+    int embd_scale;       /* embeddings multiplied by sqrt(n_embd) */
+    int post_norms;       /* post_attention_norm / post_ffw_norm before the residual adds */
+    int32_t n_swa_layers; /* layers that use the sliding window (n_layer without a
+                             pattern; gemma3: 5 of every 6); 0 without a window */
+    float rope_base_swa;  /* RoPE base of those layers (<arch>.rope.freq_base_swa, no linear
+                             scaling); 0: they rotate as the global layers */
+    float logit_softcap;  /* <arch>.final_logit_softcapping c: logits c tanh(z / c); 0 none */
+    /* phi3 LongRoPE: rope_factors_long / _short (the long ones when a session's context
+     * exceeds n_ctx_orig), the rotated values scaled by rope_attn_factor */
+    int has_rope_long_short;
+    int32_t n_ctx_orig;     /* <arch>.rope.scaling.original_context_length, else n_ctx_train */
+    float rope_attn_factor; /* <arch>.rope.scaling.attn_factor, 1 = none */
 } sd_hparams;
 
 typedef struct sd_model sd_model;

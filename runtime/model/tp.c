@@ -112,6 +112,9 @@ static size_t shard_layout(const sd_model *m, int32_t n, int32_t r, uint8_t *dst
             S->ffn_norm = L->ffn_norm;
             S->q_norm = L->q_norm; /* per head: every rank's heads use the same weights */
             S->k_norm = L->k_norm;
+            S->attn_post_norm = L->attn_post_norm; /* after the all-reduce: whole rows */
+            S->ffn_post_norm = L->ffn_post_norm;
+            S->swa = L->swa;
         }
     }
     off = put(dst, off, &m->tok_embd, v0, v1 - v0, 0, e, dst ? &s->tok_embd : &scratch);

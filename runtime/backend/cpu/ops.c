@@ -711,6 +711,32 @@ static void cpu_swiglu_op(sd_backend *be, const float *g, const float *u, int64_
         sd_pool_for(c->pool, n, 0, swiglu_range, &j);
 }
 
+/* GELU, tanh approximation, times the up projection (gemma3's gated FFN). */
+static void geglu_range(void *arg, int64_t i0, int64_t i1, int32_t ith) {
+    (void)ith;
+    const swiglu_job *j = arg;
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int64_t i = i0; i < i1; i++) {
+        const float gi = j->g[i];
+        j->y[i] = 0.5f * gi * (1.0f + tanhf(c * gi * (1.0f + 0.044715f * gi * gi))) * j->u[i];
+    }
+}
+
+static void cpu_geglu_op(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
+    sd_backend_cpu *c = cpu_of(be);
+    swiglu_job j = {g, u, y};
+    if (c->n_threads == 1 || (double)n < c->par_min_work)
+        geglu_range(&j, 0, n, 0);
+    else
+        sd_pool_for(c->pool, n, 0, geglu_range, &j);
+}
+
+static void cpu_scale_op(sd_backend *be, float *y, float sc, int64_t n) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++)
+        y[i] *= sc;
+}
+
 static void cpu_add_op(sd_backend *be, float *y, const float *x, int64_t n) {
     (void)be;
     for (int64_t i = 0; i < n; i++)
@@ -783,6 +809,24 @@ static void cpu_copy(sd_backend *be, float *y, const float *x, int64_t n) {
     prof_end(cpu_of(be), SD_PROF_ELEMENTWISE, t0);
 }
 
+static void cpu_geglu(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_geglu_op(be, g, u, n, y);
+    prof_end(cpu_of(be), SD_PROF_ELEMENTWISE, t0);
+}
+
+static void cpu_scale(sd_backend *be, float *y, float sc, int64_t n) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_scale_op(be, y, sc, n);
+    prof_end(cpu_of(be), SD_PROF_ELEMENTWISE, t0);
+}
+
+/* The window of the following attention calls (the scores scratch is sized for n_ctx
+ * keys, which bounds any window). */
+static void cpu_set_window(sd_backend *be, int32_t window) {
+    cpu_of(be)->window = window > 0 ? window : 0;
+}
+
 static const sd_backend_ops cpu_ops = {
     .name = "cpu",
     .free = cpu_free,
@@ -806,6 +850,9 @@ static const sd_backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .add = cpu_add,
     .copy = cpu_copy,
+    .geglu = cpu_geglu,
+    .scale = cpu_scale,
+    .set_window = cpu_set_window,
 };
 
 int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *err) {

@@ -383,7 +383,7 @@ static int cu_supports_type(const sd_backend *be, sd_type t) {
     return sd_cu_with_type(t, [](auto) {});
 }
 
-static_assert(sizeof(sd_backend_ops) == 22 * sizeof(void *),
+static_assert(sizeof(sd_backend_ops) == 25 * sizeof(void *),
               "sd_backend_ops changed: update cuda_ops to the new table");
 static const sd_backend_ops cuda_ops = {
     /* .name = */ "cuda",
@@ -408,6 +408,9 @@ static const sd_backend_ops cuda_ops = {
     /* .swiglu = */ sd_cu_op_swiglu,
     /* .add = */ sd_cu_op_add,
     /* .copy = */ sd_cu_op_copy,
+    /* .geglu = */ nullptr, /* gemma3 is refused by name at session init */
+    /* .scale = */ nullptr,
+    /* .set_window = */ nullptr,
 };
 
 /* ---- init ---- */
