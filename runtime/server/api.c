@@ -197,7 +197,7 @@ static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply
 
 /* Chat messages: [{role, content: string | [{type: "text", text}] | null}]. *msgs and the
  * texts it points to are malloc'd into *buf (caller frees both). */
-static int parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, srv_reply *r) {
+int srv_parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, srv_reply *r) {
     *msgs = NULL;
     *texts = NULL;
     *n = 0;
@@ -333,8 +333,11 @@ void srv_gen_unref(srv_gen *g) {
     const int last = --g->refs == 0;
     pthread_mutex_unlock(&g->mu);
     if (!last) return;
-    for (int32_t i = 0; i < g->n_choices; i++)
+    for (int32_t i = 0; i < g->n_choices; i++) {
         free(g->ch[i].text);
+        free(g->ch[i].toks);
+    }
+    json_decref(g->fields);
     free(g->sse);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
@@ -383,8 +386,12 @@ static json_t *usage(const srv_gen *g) {
     int64_t c = 0;
     for (int32_t i = 0; i < g->n_choices; i++)
         c += g->ch[i].st.n_generated;
-    return json_pack("{s:i,s:I,s:I}", "prompt_tokens", (int)g->n_prompt, "completion_tokens",
-                     (json_int_t)c, "total_tokens", (json_int_t)(c + g->n_prompt));
+    /* cached_tokens: the prompt positions the prefix cache gave (the first choice's; the
+     * others share its prompt). */
+    return json_pack("{s:i,s:I,s:I,s:{s:i}}", "prompt_tokens", (int)g->n_prompt,
+                     "completion_tokens", (json_int_t)c, "total_tokens",
+                     (json_int_t)(c + g->n_prompt), "prompt_tokens_details", "cached_tokens",
+                     (int)g->ch[0].st.n_prompt_cached);
 }
 
 /* A string of n bytes (the engine gives UTF-8; anything else becomes an empty string). */
@@ -448,18 +455,23 @@ static int on_event(void *user, const sd_req_event *ev) {
     pthread_mutex_lock(&g->mu);
     srv_choice *c = &g->ch[ev->index];
     if (ev->len && sd_buf_append(&c->text, &c->len, &c->cap, ev->text, ev->len)) g->oom = 1;
+    if (ev->n_tokens > 0 && sd_buf_append(&c->toks, &c->toks_len, &c->toks_cap, ev->tokens,
+                                          (size_t)ev->n_tokens * sizeof *ev->tokens))
+        g->oom = 1;
     if (ev->done) {
         c->done = 1;
         c->stop = ev->stop;
         c->st = *ev->stats;
         g->n_done++;
     }
-    if (g->stream) {
+    if (g->stream && g->native) {
+        srv_native_event(g, ev);
+    } else if (g->stream) {
         if (ev->len) sse_choice(g, ev->index, ev->text, ev->len, 0);
         if (ev->done) sse_choice(g, ev->index, NULL, 0, 1);
     }
     const int all = g->n_done == g->n_choices;
-    if (all && g->stream) {
+    if (all && g->stream && !g->native) {
         if (g->include_usage) {
             json_t *j = chunk_head(g);
             json_object_set_new(j, "choices", json_array());
@@ -560,14 +572,17 @@ void srv_generate_finish(srv_gen *g, srv_reply *r) {
     } else if (failed) {
         srv_error(r, 500, "server_error", NULL,
                   "generation failed (the server log names the error)");
+    } else if (g->native) {
+        srv_native_final(g, r);
     } else {
         final_json(g, r);
     }
     srv_gen_unref(g);
 }
 
-void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct MHD_Connection *c,
-                  int fd, srv_reply *r) {
+void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
+                  struct MHD_Connection *c, int fd, srv_reply *r) {
+    const int chat = kind == SRV_CHAT;
     if (atomic_load(&s->stopping)) {
         srv_error(r, 503, "server_error", NULL, "the server is shutting down");
         r->retry_after = "5";
@@ -581,9 +596,12 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct M
     char **texts = NULL;
     size_t n_msgs = 0;
     srv_gen *g = NULL;
+    int return_tokens = 0;
+    json_t *fields = NULL;
     if (parse_common(s, o, chat, &q, r)) goto done;
+    if (kind == SRV_NATIVE && srv_native_parse(o, &q.gp, &return_tokens, &fields, r)) goto done;
     if (chat) {
-        if (parse_messages(o, &msgs, &n_msgs, &texts, r)) goto done;
+        if (srv_parse_messages(o, &msgs, &n_msgs, &texts, r)) goto done;
         sd_prompt_spec ps;
         memset(&ps, 0, sizeof ps);
         ps.messages = msgs;
@@ -625,6 +643,11 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct M
     g->srv = s;
     g->refs = 2;
     g->chat = chat;
+    g->native = kind == SRV_NATIVE;
+    g->return_tokens = return_tokens;
+    g->fields = fields;
+    fields = NULL;
+    g->gp = q.gp;
     g->stream = q.stream;
     g->include_usage = q.include_usage;
     g->n_choices = q.n;
@@ -678,6 +701,7 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct M
     r->gen = g;
     g = NULL;
 done:
+    json_decref(fields);
     if (g) srv_gen_unref(g);
     if (texts)
         for (size_t i = 0; i < n_msgs; i++)

@@ -142,6 +142,9 @@ typedef enum route_id {
     R_CHAT,
     R_TOKENIZE,
     R_DETOKENIZE,
+    R_NATIVE,
+    R_SLOTS,
+    R_APPLY_TEMPLATE,
 } route_id;
 
 typedef struct route {
@@ -164,6 +167,10 @@ static const route k_routes[] = {
     {"POST", "/chat/completions", R_CHAT, 1},
     {"POST", "/tokenize", R_TOKENIZE, 1},
     {"POST", "/detokenize", R_DETOKENIZE, 1},
+    /* llama-server's own (native.c) */
+    {"POST", "/completion", R_NATIVE, 1},
+    {"GET", "/slots", R_SLOTS, 1},
+    {"POST", "/apply-template", R_APPLY_TEMPLATE, 1},
 };
 
 /* The route of (method, url); NULL with *path_known set when only the method differs.
@@ -376,7 +383,18 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
         return;
     case R_COMPLETIONS:
     case R_CHAT:
-        srv_generate(s, k->rt->id == R_CHAT, k->body ? k->body : "", k->len, c, conn_fd(c), r);
+    case R_NATIVE:
+        srv_generate(s,
+                     k->rt->id == R_CHAT     ? SRV_CHAT
+                     : k->rt->id == R_NATIVE ? SRV_NATIVE
+                                             : SRV_COMPLETIONS,
+                     k->body ? k->body : "", k->len, c, conn_fd(c), r);
+        return;
+    case R_SLOTS:
+        srv_slots(s, r);
+        return;
+    case R_APPLY_TEMPLATE:
+        srv_apply_template(s, k->body ? k->body : "", k->len, r);
         return;
     case R_TOKENIZE:
         srv_tokenize(s, k->body ? k->body : "", k->len, r);

@@ -41,7 +41,16 @@ typedef struct srv_choice {
     int done, role_sent;
     sd_stop_reason stop;
     sd_gen_stats st;
+    char *toks; /* the ids emitted, int32 each (llama-server's /completion: "tokens") */
+    size_t toks_len, toks_cap; /* bytes */
 } srv_choice;
+
+/* The three shapes of a generation answer. */
+typedef enum srv_kind {
+    SRV_COMPLETIONS = 0, /* POST /v1/completions (OpenAI) */
+    SRV_CHAT = 1,        /* POST /v1/chat/completions (OpenAI) */
+    SRV_NATIVE = 2,      /* POST /completion (llama-server's own shape, native.c) */
+} srv_kind;
 
 typedef struct srv_gen {
     pthread_mutex_t mu;
@@ -50,6 +59,9 @@ typedef struct srv_gen {
     struct sd_server *srv;
     int64_t id;
     int chat, stream, include_usage;
+    int native, return_tokens; /* SRV_NATIVE; its "return_tokens" */
+    json_t *fields;            /* SRV_NATIVE: "response_fields" (a reference), or NULL */
+    sd_gen_params gp;          /* what the request runs with (its generation_settings) */
     int32_t n_choices, n_done, n_prompt;
     char cmpl_id[48];
     long long created;
@@ -97,12 +109,12 @@ void srv_json(srv_reply *r, int status, json_t *j);
  * one that closed is found when the answer (or a stream's next event) is written. */
 int srv_peer_reset(int fd);
 
-/* api.c: POST /v1/completions (chat 0) and /v1/chat/completions (chat 1) on connection
- * c (socket fd).
+/* api.c: POST /v1/completions (SRV_COMPLETIONS), /v1/chat/completions (SRV_CHAT) and
+ * /completion (SRV_NATIVE) on connection c (socket fd).
  * Fills r, or sets r->pending with r->gen: c was suspended until the generation ends
  * (or had ended already); then srv_generate_finish(r->gen, r) makes the answer. */
-void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct MHD_Connection *c,
-                  int fd, srv_reply *r);
+void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
+                  struct MHD_Connection *c, int fd, srv_reply *r);
 /* The answer of a pending request; lets go of g (the HTTP side's reference). */
 void srv_generate_finish(srv_gen *g, srv_reply *r);
 /* The stream's content reader and its free callback (libmicrohttpd signatures). */
@@ -113,6 +125,26 @@ void srv_gen_ref(srv_gen *g);
 void srv_gen_unref(srv_gen *g);
 /* The connection is closing: its socket is no longer g's to look at. */
 void srv_gen_closed(srv_gen *g);
+
+/* native.c: llama-server's own shapes. */
+/* Its request fields beyond the OpenAI ones (return_tokens, cache_prompt,
+ * speculative.n_max / n_min / p_min, response_fields, id_slot, n_probs refused) into gp
+ * and g's flags; -1 with a 400 reply. */
+int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, json_t **fields,
+                     srv_reply *r);
+/* The stream's chunk for ev (under g->mu): a text delta, then at the end the whole
+ * result with "stop": true. */
+void srv_native_event(srv_gen *g, const sd_req_event *ev);
+/* The answer of a finished non-streaming /completion. */
+void srv_native_final(srv_gen *g, srv_reply *r);
+/* GET /slots (read-only) and POST /apply-template. */
+void srv_slots(sd_server *s, srv_reply *r);
+void srv_apply_template(sd_server *s, const char *body, size_t len, srv_reply *r);
+
+/* Chat messages of body o (api.c): [{role, content: string | [{type: "text", text}] |
+ * null}]; *msgs and *texts (each text malloc'd, *n of them) for the caller to free. -1 with
+ * a 400 reply. */
+int srv_parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, srv_reply *r);
 
 /* misc.c */
 void srv_models(sd_server *s, srv_reply *r);
