@@ -45,6 +45,7 @@ KEEP = {
     "--n-predict": 1, "-n": 1, "--api-key": 1, "--cors-origins": 1, "--chat-template": 1,
     "--kv-unified": 0, "-kvu": 0, "--cont-batching": 0, "--top-k": 1, "--top-p": 1,
     "--timeout": 1, "--threads-http": 1, "--api-key-file": 1, "--slots": 0, "--no-slots": 0,
+    "--no-ui": 0,
 }
 # renamed: llama-server's name -> specdec's
 RENAME = {
@@ -59,8 +60,6 @@ RENAME = {
 # dropped: name -> (takes a value, why)
 DROP = {
     "--offline": (0, "models are local files"),
-    "--metrics": (0, "/metrics is always on"),
-    "--no-ui": (0, "the chat page is always on"),
     "--jinja": (0, "no Jinja: the model's template is matched to a built-in one"),
     "--no-jinja": (0, "no Jinja: the model's template is matched to a built-in one"),
     "--verbose": (0, "no verbose log"),
@@ -162,12 +161,17 @@ def main(argv):
         os.execv(server, args)
 
     out = [server, "serve", "--model", model]
+    # llama-server's default: no /metrics unless --metrics
+    if "--metrics" not in rest:
+        out.append("--no-metrics")
     has_draft = "--model-draft" in rest or "-md" in rest
     i = 0
     while i < len(rest):
         a = rest[i]
         v = rest[i + 1] if i + 1 < len(rest) else None
-        if a in KEEP:
+        if a == "--metrics":
+            i += 1
+        elif a in KEEP:
             out += [a, v] if KEEP[a] else [a]
             i += 1 + KEEP[a]
         elif a in RENAME:

@@ -11,10 +11,14 @@
 #   --specdec BIN        the specdec binary that converts the model (and serves)
 #   --sdist DIR          an unpacked llama-cpp-python 0.3.36 sdist (or a folder holding
 #                        vendor/llama.cpp/tools/server/tests); default: $SD_SUITE_SDIST,
-#                        else build-release/suite/sdist, fetched with `pip download` when
-#                        absent (the sdist only, nothing is built)
+#                        else build-peer/src/llama_cpp_python-0.3.36 (where
+#                        scripts/peer_llamacpp.sh unpacks it), fetched with `pip download`
+#                        into build-peer/dl when absent (the sdist only, nothing is built)
 #   --no-fetch           never download: skip with one line when the sdist is absent
-#   --out DIR            results (default build-release/suite/out-NAME): results.txt (one
+#   --fetch-only         fetch the sdist (when absent) and stop (.ci/run)
+#   --work DIR           scratch folder: the suite's copies, the converted model, the
+#                        results (default build-release/suite)
+#   --out DIR            results (default WORK/out-NAME): results.txt (one
 #                        line per test: FILE::TEST passed|failed|skipped|error), a JUnit
 #                        XML and a log per file
 #   --check LIST         fail (exit 1) when a test listed in LIST (e.g.
@@ -35,6 +39,8 @@ server=specdec
 specdec=$ROOT/build-release/specdec
 sdist=${SD_SUITE_SDIST:-}
 fetch=1
+fetch_only=0
+work=$ROOT/build-release/suite
 out=""
 check=""
 kexpr=""
@@ -46,11 +52,13 @@ while [ $# -gt 0 ]; do
     --specdec) specdec=$2; shift 2 ;;
     --sdist) sdist=$2; shift 2 ;;
     --no-fetch) fetch=0; shift ;;
+    --fetch-only) fetch_only=1; shift ;;
+    --work) work=$(realpath -m "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     --check) check=$2; shift 2 ;;
     -k) kexpr=$2; shift 2 ;;
     --timeout) file_timeout=$2; shift 2 ;;
-    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
     -*) echo "llama_server_suite: unknown option $1" >&2; exit 2 ;;
     *) files+=("$1"); shift ;;
     esac
@@ -59,15 +67,6 @@ done
 skip() { echo "llama_server_suite: SKIP: $*"; exit 77; }
 
 py=${PYTHON:-python3}
-"$py" -c 'import pytest, requests, wget, filelock, openai' 2>/dev/null ||
-    skip "$py lacks pytest/requests/wget/filelock/openai (bash scripts/deps.sh test)"
-data=$ROOT/../shared/data/models
-[ -f "$data/stories260K.bin" ] && [ -f "$data/tok512.bin" ] ||
-    skip "no $data/stories260K.bin + tok512.bin (the shared data)"
-[ -x "$specdec" ] || { echo "llama_server_suite: no $specdec (build it first)" >&2; exit 1; }
-
-work=$ROOT/build-release/suite
-mkdir -p "$work"
 # The sdist: a given folder, the cached one, or pip download.
 tests=""
 find_tests() {
@@ -80,29 +79,43 @@ find_tests() {
 if [ -n "$sdist" ]; then
     tests=$(find_tests "$sdist") || skip "no server tests under $sdist"
 else
-    sdist=$work/sdist/llama_cpp_python-0.3.36
+    sdist=$ROOT/build-peer/src/llama_cpp_python-0.3.36
     if ! tests=$(find_tests "$sdist"); then
         [ "$fetch" -eq 1 ] || skip "no sdist at $sdist (and --no-fetch)"
-        mkdir -p "$work/sdist"
+        dl=$ROOT/build-peer/dl
+        mkdir -p "$dl" "$ROOT/build-peer/src"
         if ! "$py" -m pip download -q --no-deps --no-binary :all: --retries 1 --timeout 20 \
-            -d "$work/sdist" llama-cpp-python==0.3.36 >"$work/sdist/pip.log" 2>&1; then
-            skip "pip download llama-cpp-python==0.3.36 failed ($(tail -n 1 "$work/sdist/pip.log"))"
+            -d "$dl" llama-cpp-python==0.3.36 >"$dl/pip.log" 2>&1; then
+            skip "pip download llama-cpp-python==0.3.36 failed ($(tail -n 1 "$dl/pip.log"))"
         fi
-        tar -xzf "$work/sdist"/llama_cpp_python-0.3.36.tar.gz -C "$work/sdist" ||
+        tar -xzf "$dl"/llama_cpp_python-0.3.36.tar.gz -C "$ROOT/build-peer/src" ||
             skip "could not unpack the sdist"
         tests=$(find_tests "$sdist") || skip "no server tests in the fetched sdist"
     fi
 fi
+[ "$fetch_only" -eq 1 ] && { echo "llama_server_suite: the suite is at $tests"; exit 0; }
+"$py" -c 'import pytest, requests, wget, filelock, openai' 2>/dev/null ||
+    skip "$py lacks pytest/requests/wget/filelock/openai (bash scripts/deps.sh test)"
+data=${SD_SHARED_DATA:-$ROOT/../shared/data}/models
+[ -f "$data/stories260K.bin" ] && [ -f "$data/tok512.bin" ] ||
+    skip "no $data/stories260K.bin + tok512.bin (the shared data)"
+[ -x "$specdec" ] || { echo "llama_server_suite: no $specdec (build it first)" >&2; exit 1; }
+mkdir -p "$work"
 
 case "$server" in
 specdec) bin=$specdec; name=specdec ;;
 *) bin=$(realpath "$server") || exit 1; name=$(basename "$bin") ;;
 esac
 [ -x "$bin" ] || { echo "llama_server_suite: $bin is not executable" >&2; exit 1; }
-# A private copy of the suite per server (it writes tmp/ and caches beside itself).
-suite=$work/tests-$name
-rm -rf "$suite"
+# A private copy of the suite per server (it writes tmp/ and caches beside itself), at
+# tools/server/tests under a root whose models/ is llama.cpp's (the suite reads chat
+# templates from ../../../models/templates).
+root=$work/llama-$name
+suite=$root/tools/server/tests
+rm -rf "$root"
+mkdir -p "$root/tools/server"
 cp -r "$tests" "$suite"
+[ -d "$tests/../../../models" ] && ln -s "$(realpath "$tests/../../../models")" "$root/models"
 mkdir -p "$suite/tmp" "$work/models"
 models=$work/models
 if [ ! -s "$models/stories260K.gguf" ]; then

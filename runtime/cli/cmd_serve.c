@@ -41,6 +41,8 @@ enum {
     OPT_SUFFIX_CACHE_MB,
     OPT_SLOTS,
     OPT_NO_SLOTS,
+    OPT_NO_UI,
+    OPT_NO_METRICS,
 };
 
 typedef struct serve_cli {
@@ -49,7 +51,7 @@ typedef struct serve_cli {
     int64_t port, parallel, kv_block, max_queue, max_body, batch;
     int64_t max_connections, timeout, threads_http;
     double shutdown_timeout, suffix_cache_mb;
-    int no_prefix_cache, kv_unified, no_draft, no_slots;
+    int no_prefix_cache, kv_unified, no_draft, no_slots, no_ui, no_metrics;
 } serve_cli;
 
 static void serve_help(FILE *f) {
@@ -90,6 +92,8 @@ static void serve_help(FILE *f) {
             "                          list (none): Access-Control-Allow-Origin on answers,\n"
             "                          OPTIONS preflights answered\n"
             "  --no-slots              GET /slots answers 501 (--slots: on, the default)\n"
+            "  --no-ui                 no chat page (GET / answers 404)\n"
+            "  --no-metrics            GET /metrics answers 501\n"
             "  --alias NAME            the model id /v1/models lists (the target's file name)\n"
             "  --chat-template NAME    a built-in template instead of the model's\n"
             "  --shutdown-timeout S    seconds in-flight requests get after SIGTERM (30)\n"
@@ -185,6 +189,12 @@ static int serve_option(int o, const char *arg, void *user) {
     case OPT_NO_SLOTS:
         c->no_slots = 1;
         return 0;
+    case OPT_NO_UI:
+        c->no_ui = 1;
+        return 0;
+    case OPT_NO_METRICS:
+        c->no_metrics = 1;
+        return 0;
     case OPT_SUFFIX_CACHE_MB:
         if (sd_cli_parse_f64(arg, 0.0, 65536.0, &c->suffix_cache_mb))
             return sd_cli_usage(h, "--suffix-cache-mb: expected 0 .. 65536 MiB, found '%s'", arg);
@@ -225,6 +235,8 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
         {"suffix-cache-mb", required_argument, 0, OPT_SUFFIX_CACHE_MB},
         {"slots", no_argument, 0, OPT_SLOTS},
         {"no-slots", no_argument, 0, OPT_NO_SLOTS},
+        {"no-ui", no_argument, 0, OPT_NO_UI},
+        {"no-metrics", no_argument, 0, OPT_NO_METRICS},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -396,6 +408,8 @@ int sd_cmd_serve(int argc, char **argv) {
     sp.http_threads = (int32_t)c.threads_http;
     sp.cors_origins = c.cors_origins;
     sp.no_slots = c.no_slots;
+    sp.no_ui = c.no_ui;
+    sp.no_metrics = c.no_metrics;
     sp.n_slots = (int32_t)np;
     raise_fd_limit((rlim_t)c.max_connections + 64);
     sp.model_name = c.alias;

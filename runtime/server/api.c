@@ -12,8 +12,12 @@
 
 #include "runtime/server/server_impl.h"
 
-/* OpenAI's system_fingerprint: the backend that answered (the server runs on the CPU). */
-#define SRV_FINGERPRINT "specdec-cpu"
+/* OpenAI's system_fingerprint in llama-server's form ("b" and the build): the version and
+ * the backend that answered (the server runs on the CPU). */
+#ifndef SD_SERVER_VERSION
+#define SD_SERVER_VERSION "0"
+#endif
+#define SRV_FINGERPRINT "b" SD_SERVER_VERSION "-specdec-cpu"
 
 /* ---- fields ---- */
 
@@ -109,6 +113,8 @@ static int refuse_unsupported(json_t *o, srv_reply *r) {
 typedef struct gen_req {
     sd_gen_params gp;
     int has_max;
+    int fill; /* llama-server's n_predict: a length beyond the context's room is cut to it
+                 (OpenAI's max_tokens: a 400) */
     const char *stop[SD_MAX_STOP_STRINGS];
     int32_t n_stop;
     int32_t n;
@@ -124,7 +130,11 @@ static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply
     int64_t i = 0;
     int got = get_int(o, "max_tokens", 1, INT32_MAX, &i, r);
     if (got == 0 && chat) got = get_int(o, "max_completion_tokens", 1, INT32_MAX, &i, r);
-    if (got == 0) got = get_int(o, "n_predict", 1, INT32_MAX, &i, r); /* llama-server's */
+    if (got == 0) { /* llama-server's: -1 = until the context is full */
+        got = get_int(o, "n_predict", -1, INT32_MAX, &i, r);
+        if (got > 0) q->fill = 1;
+        if (got > 0 && (i == -1 || i == 0)) i = INT32_MAX;
+    }
     if (got < 0) return -1;
     if (got) {
         q->gp.n_predict = (int32_t)i;
@@ -242,14 +252,16 @@ int srv_parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, 
                     free(text);
                     return bad_field(r, key, "parts must be {\"type\": \"text\", \"text\": ...}");
                 }
-                const size_t add = strlen(json_string_value(tx));
-                char *nt = realloc(text, len + add + 1);
+                /* Parts are joined with a newline (as llama-server), not glued. */
+                const size_t add = strlen(json_string_value(tx)), sep = k > 0;
+                char *nt = realloc(text, len + sep + add + 1);
                 if (!nt) {
                     free(text);
                     srv_error(r, 500, "server_error", NULL, "out of memory");
                     return -1;
                 }
                 text = nt;
+                if (sep) text[len++] = '\n';
                 memcpy(text + len, json_string_value(tx), add + 1);
                 len += add;
             }
@@ -273,6 +285,13 @@ int srv_parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, 
 static int completion_prompt(sd_server *s, json_t *o, int32_t **ids, int32_t *n, srv_reply *r) {
     json_t *p = json_object_get(o, "prompt");
     if (!p) return bad_field(r, "prompt", "is required");
+    if (json_is_object(p)) { /* llama-server's {"prompt_string", "multimodal_data"} */
+        if (field(p, "multimodal_data"))
+            return bad_field(r, "prompt.multimodal_data", "is not supported (no media input)");
+        p = json_object_get(p, "prompt_string");
+        if (!p || !json_is_string(p))
+            return bad_field(r, "prompt.prompt_string", "must be a string");
+    }
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
         p = json_array_get(p, 0);
     const sd_vocab *v = sd_engine_vocab(s->e);
@@ -338,6 +357,7 @@ void srv_gen_unref(srv_gen *g) {
         free(g->ch[i].toks);
     }
     json_decref(g->fields);
+    free(g->prompt_text);
     free(g->sse);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
@@ -463,6 +483,7 @@ static int on_event(void *user, const sd_req_event *ev) {
         c->stop = ev->stop;
         c->st = *ev->stats;
         g->n_done++;
+        srv_count_done(g->srv, ev->stats);
     }
     if (g->stream && g->native) {
         srv_native_event(g, ev);
@@ -620,12 +641,22 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     const int32_t n_ctx = sd_batcher_n_ctx(s->b);
     if (n_ids >= n_ctx) {
         r->code = "context_length_exceeded";
-        srv_error(r, 400, "invalid_request_error", chat ? "messages" : "prompt",
-                  "the prompt is %d tokens: the context holds %d (with room for one more)", n_ids,
-                  n_ctx);
+        r->n_prompt_tokens = n_ids;
+        r->n_ctx = n_ctx;
+        /* /completion answers with llama-server's error type, the OpenAI routes OpenAI's. */
+        srv_error(r, 400,
+                  kind == SRV_NATIVE ? "exceed_context_size_error" : "invalid_request_error",
+                  chat ? "messages" : "prompt",
+                  "the request exceeds the available context size: the prompt is %d tokens, "
+                  "the context holds %d (with room for one more)",
+                  n_ids, n_ctx);
         goto done;
     }
-    if (!q.has_max && q.gp.n_predict > n_ctx - n_ids) q.gp.n_predict = n_ctx - n_ids;
+    int ctx_limited = 0;
+    if ((!q.has_max || q.fill || kind == SRV_NATIVE) && q.gp.n_predict > n_ctx - n_ids) {
+        q.gp.n_predict = n_ctx - n_ids;
+        ctx_limited = 1;
+    }
     if ((int64_t)n_ids + q.gp.n_predict > n_ctx) {
         r->code = "context_length_exceeded";
         srv_error(r, 400, "invalid_request_error", "max_tokens",
@@ -648,6 +679,8 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     g->fields = fields;
     fields = NULL;
     g->gp = q.gp;
+    if (g->native) g->prompt_text = srv_native_prompt_text(sd_engine_vocab(s->e), ids, n_ids);
+    g->ctx_limited = ctx_limited;
     g->stream = q.stream;
     g->include_usage = q.include_usage;
     g->n_choices = q.n;

@@ -68,7 +68,7 @@ int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, json_t **
         json_array_foreach(v, k, e) {
             if (!json_is_string(e)) return bad(r, "response_fields", "must hold strings");
         }
-        *fields = json_incref(v);
+        if (json_array_size(v) > 0) *fields = json_incref(v); /* []: every field */
     }
     return 0;
 }
@@ -132,14 +132,18 @@ static json_t *settings(const srv_gen *g) {
 static json_t *timings(const srv_gen *g, int32_t i) {
     const sd_gen_stats *st = &g->ch[i].st;
     const int32_t cached = st->n_prompt_cached, prompt_n = g->n_prompt - cached;
-    const double prompt_ms = st->t_prefill_ms, pred_ms = st->t_total_ms - st->t_prefill_ms;
-    json_t *j = json_pack(
-        "{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:i,s:i}", "cache_n", (int)cached, "prompt_n",
-        (int)prompt_n, "prompt_ms", prompt_ms, "prompt_per_token_ms", per(prompt_ms, prompt_n),
-        "prompt_per_second", per(1e3 * prompt_n, prompt_ms), "predicted_n", (int)st->n_generated,
-        "predicted_ms", pred_ms, "predicted_per_token_ms", per(pred_ms, st->n_generated),
-        "predicted_per_second", per(1e3 * st->n_generated, pred_ms), "draft_n", (int)st->n_drafted,
-        "draft_n_accepted", (int)st->n_accepted);
+    /* The prompt's time runs to the first token (it comes from the prompt's last pass);
+     * the rate of the rest is over the n - 1 steps after it, as llama-server counts. */
+    const double pre = st->ttft_ms > 0 ? st->ttft_ms : st->t_prefill_ms;
+    const double prompt_ms = pre, pred_ms = st->t_total_ms - pre;
+    const int32_t steps = st->n_generated > 1 ? st->n_generated - 1 : 0;
+    json_t *j = json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:i,s:i}", "cache_n", (int)cached,
+                          "prompt_n", (int)prompt_n, "prompt_ms", prompt_ms, "prompt_per_token_ms",
+                          per(prompt_ms, prompt_n), "prompt_per_second",
+                          per(1e3 * prompt_n, prompt_ms), "predicted_n", (int)st->n_generated,
+                          "predicted_ms", pred_ms, "predicted_per_token_ms", per(pred_ms, steps),
+                          "predicted_per_second", steps ? per(1e3 * steps, pred_ms) : 0.0,
+                          "draft_n", (int)st->n_drafted, "draft_n_accepted", (int)st->n_accepted);
     return j ? j : json_object();
 }
 
@@ -147,13 +151,16 @@ static json_t *timings(const srv_gen *g, int32_t i) {
 static json_t *result(const srv_gen *g, int32_t i, json_t *content, json_t *tokens) {
     const srv_choice *c = &g->ch[i];
     const int32_t n_gen = (int32_t)(c->toks_len / sizeof(int32_t));
-    json_t *j = json_pack("{s:i,s:o,s:o,s:i,s:b,s:s,s:i,s:i,s:o,s:b,s:b,s:s,s:s,s:i,s:o}", "index",
-                          (int)i, "content", content, "tokens", tokens, "id_slot", -1, "stop", 1,
-                          "model", g->srv->model_name, "tokens_predicted", (int)n_gen,
-                          "tokens_evaluated", (int)g->n_prompt, "generation_settings", settings(g),
-                          "has_new_line", c->text && memchr(c->text, '\n', c->len) != NULL,
-                          "truncated", 0, "stop_type", stop_type(c->stop), "stopping_word", "",
-                          "tokens_cached", (int)(g->n_prompt + n_gen), "timings", timings(g, i));
+    json_t *j = json_pack(
+        "{s:i,s:o,s:o,s:i,s:b,s:s,s:i,s:i,s:o,s:b,s:b,s:s,s:s,s:i,s:o}", "index", (int)i, "content",
+        content, "tokens", tokens, "id_slot", -1, "stop", 1, "model", g->srv->model_name,
+        "tokens_predicted", (int)n_gen, "tokens_evaluated", (int)g->n_prompt, "generation_settings",
+        settings(g), "has_new_line", c->text && memchr(c->text, '\n', c->len) != NULL, "truncated",
+        c->stop == SD_STOP_CONTEXT || (g->ctx_limited && c->stop == SD_STOP_MAX_TOKENS),
+        "stop_type", stop_type(c->stop), "stopping_word", "", "tokens_cached",
+        (int)(g->n_prompt + n_gen), "timings", timings(g, i));
+    if (j && g->prompt_text)
+        json_object_set_new(j, "prompt", text_json(g->prompt_text, strlen(g->prompt_text)));
     return j ? j : json_object();
 }
 
@@ -181,6 +188,25 @@ static json_t *project(json_t *full, json_t *fields) {
         if (at && at != full) json_object_set(out, path, at);
     }
     json_decref(full);
+    return out;
+}
+
+char *srv_native_prompt_text(const sd_vocab *v, const int32_t *ids, int32_t n) {
+    char *out = NULL, piece[256];
+    size_t len = 0, cap = 0;
+    for (int32_t i = 0; i < n; i++) {
+        int pl = sd_vocab_token_to_piece(v, ids[i], SD_VOCAB_UNPARSE_SPECIAL, piece, sizeof piece);
+        if (pl < 0) continue;
+        if (pl > (int)sizeof piece) pl = (int)sizeof piece;
+        if (sd_buf_append(&out, &len, &cap, piece, (size_t)pl)) {
+            free(out);
+            return NULL;
+        }
+    }
+    if (sd_buf_append(&out, &len, &cap, "", 1)) { /* the NUL */
+        free(out);
+        return NULL;
+    }
     return out;
 }
 

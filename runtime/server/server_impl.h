@@ -31,6 +31,10 @@ typedef struct srv_reply {
                                 until gen's generation ends (srv_generate_finish) */
     struct srv_gen *gen;     /* the stream's or the pending request's record */
     const char *code;        /* the error body's "code" (static), or NULL */
+    const char *hdr_name;    /* one more header (static name), or NULL */
+    char hdr_value[32];
+    int32_t n_prompt_tokens, n_ctx; /* a context overflow: the error body carries both
+                                       (llama-server's fields) when n_ctx > 0 */
 } srv_reply;
 
 /* One generation request (completions or chat) between the HTTP thread that owns the
@@ -61,7 +65,9 @@ typedef struct srv_gen {
     int chat, stream, include_usage;
     int native, return_tokens; /* SRV_NATIVE; its "return_tokens" */
     json_t *fields;            /* SRV_NATIVE: "response_fields" (a reference), or NULL */
+    char *prompt_text;         /* SRV_NATIVE: the prompt's ids as text, specials written */
     sd_gen_params gp;          /* what the request runs with (its generation_settings) */
+    int ctx_limited;           /* n_predict was cut to the room left in the context */
     int32_t n_choices, n_done, n_prompt;
     char cmpl_id[48];
     long long created;
@@ -88,9 +94,14 @@ struct sd_server {
     /* Counters for /metrics. */
     atomic_llong http_by_class[6]; /* 1xx .. 5xx (index 1 .. 5) */
     atomic_llong http_total;
-    atomic_int kv_ok;  /* the last idle accounting check passed (1) or failed (0) */
-    atomic_int n_open; /* requests between their first callback and on_completed */
-    double t_start;    /* ms */
+    /* Finished requests' sums for llama-server's metrics (api.c, at each choice's end):
+     * prompt and decode time (us), passes that drafted, passes each request took part in,
+     * and the longest sequence (prompt + generated). */
+    atomic_llong prompt_us, predicted_us, n_drafts, n_req_passes, n_tokens_max;
+    double t_start_unix; /* seconds since the epoch at start */
+    atomic_int kv_ok;    /* the last idle accounting check passed (1) or failed (0) */
+    atomic_int n_open;   /* requests between their first callback and on_completed */
+    double t_start;      /* ms */
     /* Open connections (deadline sweeps): a doubly linked list under conn_mu. */
     pthread_mutex_t conn_mu;
     struct srv_track *conns;
@@ -132,6 +143,9 @@ void srv_gen_closed(srv_gen *g);
  * and g's flags; -1 with a 400 reply. */
 int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, json_t **fields,
                      srv_reply *r);
+/* The prompt's ids as text, control tokens written out (llama-server's "prompt"); malloc'd,
+ * NULL when out of memory. */
+char *srv_native_prompt_text(const sd_vocab *v, const int32_t *ids, int32_t n);
 /* The stream's chunk for ev (under g->mu): a text delta, then at the end the whole
  * result with "stop": true. */
 void srv_native_event(srv_gen *g, const sd_req_event *ev);
@@ -147,6 +161,8 @@ void srv_apply_template(sd_server *s, const char *body, size_t len, srv_reply *r
 int srv_parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, srv_reply *r);
 
 /* misc.c */
+/* Add a finished choice's statistics to llama-server's metric sums (any thread). */
+void srv_count_done(sd_server *s, const sd_gen_stats *st);
 void srv_models(sd_server *s, srv_reply *r);
 void srv_health(sd_server *s, srv_reply *r);
 void srv_metrics(sd_server *s, srv_reply *r);
