@@ -142,28 +142,41 @@ export PORT=$port
 export PYTHONPATH=$ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}
 status=0
 printf '%-32s %6s %6s %6s %6s\n' file passed failed skipped error
-for f in "${files[@]}"; do
+# One pytest run per file (per-file counts), or with --check a single run of the listed
+# tests (pytest node ids: one start-up, CI's time).
+runs=()
+if [ -n "$check" ]; then runs=(ALL); else runs=("${files[@]}"); fi
+for f in "${runs[@]}"; do
     base=${f%.py}
-    [ -f "$suite/unit/$base.py" ] || { echo "llama_server_suite: no unit/$base.py" >&2; status=1; continue; }
+    if [ "$f" = ALL ]; then
+        mapfile -t sel < <(grep -v '^#' "$check" | grep -v '^$' | sed 's|^|unit/|')
+    else
+        [ -f "$suite/unit/$base.py" ] || { echo "llama_server_suite: no unit/$base.py" >&2; status=1; continue; }
+        sel=("unit/$base.py")
+    fi
     (cd "$suite" && timeout "$file_timeout" "$py" -m pytest -p llama_server_suite_plugin \
-        -p no:cacheprovider -q -rN ${kexpr:+-k "$kexpr"} "unit/$base.py" \
+        -p no:cacheprovider -q -rN ${kexpr:+-k "$kexpr"} "${sel[@]}" \
         --junitxml="$out/$base.xml" >"$out/$base.log" 2>&1)
     rc=$?
     if [ ! -s "$out/$base.xml" ]; then
-        echo "llama_server_suite: $base.py did not run (rc $rc): see $out/$base.log" >&2
+        echo "llama_server_suite: $base did not run (rc $rc): see $out/$base.log" >&2
         status=1
         continue
     fi
-    "$py" - "$out/$base.xml" "$base.py" >>"$out/results.txt" <<'EOF'
+    # FILE::TEST STATUS from the JUnit XML (classname unit.test_x names the file).
+    "$py" - "$out/$base.xml" >>"$out/results.txt" <<'EOF'
 import sys, xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()
 for tc in root.iter("testcase"):
     kids = {c.tag for c in tc}
     st = ("failed" if "failure" in kids else "error" if "error" in kids
           else "skipped" if "skipped" in kids else "passed")
-    print(f"{sys.argv[2]}::{tc.get('name')} {st}")
+    f = tc.get("classname", "").split(".")[-1] + ".py"
+    print(f"{f}::{tc.get('name')} {st}")
 EOF
-    grep "^$base.py::" "$out/results.txt" | awk -v f="$base.py" '
+done
+for f in $(sed 's/::.*//' "$out/results.txt" 2>/dev/null | uniq); do
+    grep "^$f::" "$out/results.txt" | awk -v f="$f" '
         {n[$2]++} END {printf "%-32s %6d %6d %6d %6d\n", f, n["passed"], n["failed"], n["skipped"], n["error"]}'
 done
 awk '{n[$2]++} END {printf "%-32s %6d %6d %6d %6d\n", "total", n["passed"], n["failed"], n["skipped"], n["error"]}' \
