@@ -177,9 +177,9 @@ EOF
 done
 for f in $(sed 's/::.*//' "$out/results.txt" 2>/dev/null | uniq); do
     grep "^$f::" "$out/results.txt" | awk -v f="$f" '
-        {n[$2]++} END {printf "%-32s %6d %6d %6d %6d\n", f, n["passed"], n["failed"], n["skipped"], n["error"]}'
+        {n[$NF]++} END {printf "%-32s %6d %6d %6d %6d\n", f, n["passed"], n["failed"], n["skipped"], n["error"]}'
 done
-awk '{n[$2]++} END {printf "%-32s %6d %6d %6d %6d\n", "total", n["passed"], n["failed"], n["skipped"], n["error"]}' \
+awk '{n[$NF]++} END {printf "%-32s %6d %6d %6d %6d\n", "total", n["passed"], n["failed"], n["skipped"], n["error"]}' \
     "$out/results.txt" 2>/dev/null
 echo "llama_server_suite: results in $out/results.txt"
 if [ -n "$check" ]; then
