@@ -381,3 +381,54 @@ Test(server_native, slots_template_and_byte_pieces) {
     json_decref(k);
     stop(&s);
 }
+
+/* A list of prompts: one choice per prompt (OpenAI's route), one result per prompt
+ * (llama-server's), each the text the prompt gives alone. */
+Test(server_native, prompt_list) {
+    nsrv s;
+    start(&s, "-m " NT_TARGET " -c 512 -np 2");
+    const char *prompts[3] = {"Once upon a time", "The cat", "Lily and Tom"};
+    char body[512];
+    char *alone[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":8,\"temperature\":0}",
+                 prompts[i]);
+        json_t *r = req(&s, "POST", "/v1/completions", body, 200);
+        alone[i] = strdup(json_string_value(
+            json_object_get(json_array_get(json_object_get(r, "choices"), 0), "text")));
+        json_decref(r);
+    }
+    json_t *r = req(&s, "POST", "/v1/completions",
+                    "{\"prompt\":[\"Once upon a time\",\"The cat\",\"Lily and Tom\"],"
+                    "\"max_tokens\":8,\"temperature\":0}",
+                    200);
+    json_t *ch = json_object_get(r, "choices");
+    cr_assert_eq(json_array_size(ch), 3);
+    int64_t n_prompt = 0;
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(jint(json_array_get(ch, i), "index"), i);
+        cr_expect_str_eq(jstr(json_array_get(ch, i), "text"), alone[i]);
+        n_prompt += n_tokens(&s, prompts[i]);
+    }
+    cr_expect_eq(jint(r, "usage/prompt_tokens"), n_prompt);
+    cr_expect_eq(jint(r, "usage/completion_tokens"), 24);
+    json_t *nat = req(&s, "POST", "/completion",
+                      "{\"prompt\":[\"Once upon a time\",\"The cat\"],\"n_predict\":8,"
+                      "\"temperature\":0}",
+                      200);
+    cr_assert(json_is_array(nat));
+    cr_assert_eq(json_array_size(nat), 2);
+    for (int i = 0; i < 2; i++) {
+        cr_expect_str_eq(jstr(json_array_get(nat, i), "content"), alone[i]);
+        cr_expect_eq(jint(json_array_get(nat, i), "tokens_evaluated"), n_tokens(&s, prompts[i]));
+    }
+    /* More choices than a request holds: a 400 naming n. */
+    json_t *e = req(&s, "POST", "/v1/completions", "{\"prompt\":[\"a\",\"b\"],\"n\":9}", 400);
+    cr_expect_str_eq(jstr(json_object_get(e, "error"), "param"), "n");
+    for (int i = 0; i < 3; i++)
+        free(alone[i]);
+    json_decref(r);
+    json_decref(nat);
+    json_decref(e);
+    stop(&s);
+}

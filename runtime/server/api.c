@@ -281,10 +281,8 @@ int srv_parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, 
     return 0;
 }
 
-/* The prompt of a completion: a string, one string in an array, or token ids. */
-static int completion_prompt(sd_server *s, json_t *o, int32_t **ids, int32_t *n, srv_reply *r) {
-    json_t *p = json_object_get(o, "prompt");
-    if (!p) return bad_field(r, "prompt", "is required");
+/* One prompt of a completion: a string, one string in an array, or token ids. */
+static int completion_prompt(sd_server *s, json_t *p, int32_t **ids, int32_t *n, srv_reply *r) {
     if (json_is_object(p)) { /* llama-server's {"prompt_string", "multimodal_data"} */
         if (field(p, "multimodal_data"))
             return bad_field(r, "prompt.multimodal_data", "is not supported (no media input)");
@@ -331,6 +329,29 @@ static int completion_prompt(sd_server *s, json_t *o, int32_t **ids, int32_t *n,
         return 0;
     }
     return bad_field(r, "prompt", "must be a string, one string in an array, or token ids");
+}
+
+/* The prompts of a completion: one (as completion_prompt), or a list of strings or token
+ * id lists (one choice per prompt, as llama-server). *n_p counts the entries of pids
+ * filled (for the caller to free, on failure too). */
+static int completion_prompts(sd_server *s, json_t *o, int32_t **pids, int32_t *pn, int32_t *n_p,
+                              srv_reply *r) {
+    json_t *p = json_object_get(o, "prompt");
+    if (!p) return bad_field(r, "prompt", "is required");
+    if (!json_is_array(p) || json_array_size(p) < 2 || json_is_integer(json_array_get(p, 0))) {
+        *n_p = 1;
+        return completion_prompt(s, p, &pids[0], &pn[0], r);
+    }
+    if (json_array_size(p) > SD_MAX_CHOICES)
+        return bad_field(r, "prompt", "holds more than 16 prompts");
+    for (size_t k = 0; k < json_array_size(p); k++) {
+        json_t *e = json_array_get(p, k);
+        if (!json_is_string(e) && !(json_is_array(e) && json_array_size(e) > 0))
+            return bad_field(r, "prompt", "must be a string, token ids, or a list of those");
+        *n_p = (int32_t)k + 1;
+        if (completion_prompt(s, e, &pids[k], &pn[k], r)) return -1;
+    }
+    return 0;
 }
 
 /* ---- the record between the HTTP thread and the engine ---- */
@@ -470,8 +491,12 @@ static void wake(srv_gen *g) {
 }
 
 /* The engine's callback (the stepping thread). */
-static int on_event(void *user, const sd_req_event *ev) {
-    srv_gen *g = user;
+static int on_event(void *user, const sd_req_event *ev_sub) {
+    srv_sub *sub = user;
+    srv_gen *g = sub->g;
+    sd_req_event e = *ev_sub; /* the choice's index among all the request's choices */
+    e.index += sub->base;
+    const sd_req_event *ev = &e;
     pthread_mutex_lock(&g->mu);
     srv_choice *c = &g->ch[ev->index];
     if (ev->len && sd_buf_append(&c->text, &c->len, &c->cap, ev->text, ev->len)) g->oom = 1;
@@ -483,6 +508,7 @@ static int on_event(void *user, const sd_req_event *ev) {
         c->stop = ev->stop;
         c->st = *ev->stats;
         g->n_done++;
+        sub->n_done++;
         srv_count_done(g->srv, ev->stats);
     }
     if (g->stream && g->native) {
@@ -505,10 +531,10 @@ static int on_event(void *user, const sd_req_event *ev) {
      * events that follow wake the connection. */
     if (!all && !g->cancelled && srv_peer_reset(g->fd)) g->cancelled = 1;
     if (g->oom && !all) g->cancelled = 1;
-    const int cancel = g->cancelled;
+    const int cancel = g->cancelled, sub_done = ev->done && sub->n_done == sub->n;
     if (all || g->stream) wake(g);
     pthread_mutex_unlock(&g->mu);
-    if (all) srv_gen_unref(g); /* the engine's reference */
+    if (sub_done) srv_gen_unref(g); /* this batcher request's reference */
     return cancel;
 }
 
@@ -516,8 +542,13 @@ static void cancel_gen(srv_gen *g) {
     pthread_mutex_lock(&g->mu);
     const int pending = g->n_done < g->n_choices && !g->cancelled;
     g->cancelled = 1;
+    int64_t ids[SD_MAX_CHOICES];
+    const int32_t n = g->n_sub;
+    for (int32_t k = 0; k < n; k++)
+        ids[k] = g->sub[k].id;
     pthread_mutex_unlock(&g->mu);
-    if (pending) sd_batcher_cancel(g->srv->b, g->id);
+    for (int32_t k = 0; pending && k < n; k++)
+        if (ids[k]) sd_batcher_cancel(g->srv->b, ids[k]);
 }
 
 ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -613,6 +644,10 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     if (!o) return;
     gen_req q;
     int32_t *ids = NULL, n_ids = 0;
+    /* The prompts (one, or a completion's list): their ids, lengths, settings. */
+    int32_t *pids[SD_MAX_CHOICES] = {0}, pn[SD_MAX_CHOICES] = {0}, n_p = 0;
+    sd_gen_params gps[SD_MAX_CHOICES];
+    int limited[SD_MAX_CHOICES] = {0};
     sd_chat_msg *msgs = NULL;
     char **texts = NULL;
     size_t n_msgs = 0;
@@ -635,34 +670,51 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
             srv_error(r, 400, "invalid_request_error", "messages", "messages: %s", err.msg);
             goto done;
         }
-    } else if (completion_prompt(s, o, &ids, &n_ids, r)) {
+        pids[0] = ids;
+        pn[0] = n_ids;
+        ids = NULL;
+        n_p = 1;
+    } else if (completion_prompts(s, o, pids, pn, &n_p, r)) {
+        goto done;
+    }
+    if (n_p * q.n > SD_MAX_CHOICES) {
+        srv_error(r, 400, "invalid_request_error", "n",
+                  "%d prompts x n (%d) = %d choices: at most %d", n_p, q.n, n_p * q.n,
+                  SD_MAX_CHOICES);
         goto done;
     }
     const int32_t n_ctx = sd_batcher_n_ctx(s->b);
-    if (n_ids >= n_ctx) {
-        r->code = "context_length_exceeded";
-        r->n_prompt_tokens = n_ids;
-        r->n_ctx = n_ctx;
-        /* /completion answers with llama-server's error type, the OpenAI routes OpenAI's. */
-        srv_error(r, 400,
-                  kind == SRV_NATIVE ? "exceed_context_size_error" : "invalid_request_error",
-                  chat ? "messages" : "prompt",
-                  "the request exceeds the available context size: the prompt is %d tokens, "
-                  "the context holds %d (with room for one more)",
-                  n_ids, n_ctx);
-        goto done;
-    }
-    int ctx_limited = 0;
-    if ((!q.has_max || q.fill || kind == SRV_NATIVE) && q.gp.n_predict > n_ctx - n_ids) {
-        q.gp.n_predict = n_ctx - n_ids;
-        ctx_limited = 1;
-    }
-    if ((int64_t)n_ids + q.gp.n_predict > n_ctx) {
-        r->code = "context_length_exceeded";
-        srv_error(r, 400, "invalid_request_error", "max_tokens",
-                  "the prompt (%d tokens) plus max_tokens (%d) exceed the context of %d tokens",
-                  n_ids, q.gp.n_predict, n_ctx);
-        goto done;
+    const sd_gen_params gp0 = q.gp;
+    int64_t n_prompt_all = 0;
+    for (int32_t p = 0; p < n_p; p++) {
+        n_ids = pn[p];
+        q.gp = gp0;
+        n_prompt_all += n_ids;
+        if (n_ids >= n_ctx) {
+            r->code = "context_length_exceeded";
+            r->n_prompt_tokens = n_ids;
+            r->n_ctx = n_ctx;
+            /* /completion answers with llama-server's error type, the OpenAI routes OpenAI's. */
+            srv_error(r, 400,
+                      kind == SRV_NATIVE ? "exceed_context_size_error" : "invalid_request_error",
+                      chat ? "messages" : "prompt",
+                      "the request exceeds the available context size: the prompt is %d tokens, "
+                      "the context holds %d (with room for one more)",
+                      n_ids, n_ctx);
+            goto done;
+        }
+        if ((!q.has_max || q.fill || kind == SRV_NATIVE) && q.gp.n_predict > n_ctx - n_ids) {
+            q.gp.n_predict = n_ctx - n_ids;
+            limited[p] = 1;
+        }
+        if ((int64_t)n_ids + q.gp.n_predict > n_ctx) {
+            r->code = "context_length_exceeded";
+            srv_error(r, 400, "invalid_request_error", "max_tokens",
+                      "the prompt (%d tokens) plus max_tokens (%d) exceed the context of %d tokens",
+                      n_ids, q.gp.n_predict, n_ctx);
+            goto done;
+        }
+        gps[p] = q.gp;
     }
     g = calloc(1, sizeof *g);
     if (!g) {
@@ -672,36 +724,62 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     g->srv = s;
-    g->refs = 2;
+    g->refs = 1 + n_p; /* the HTTP side and each batcher request */
     g->chat = chat;
     g->native = kind == SRV_NATIVE;
     g->return_tokens = return_tokens;
     g->fields = fields;
     fields = NULL;
-    g->gp = q.gp;
-    if (g->native) g->prompt_text = srv_native_prompt_text(sd_engine_vocab(s->e), ids, n_ids);
-    g->ctx_limited = ctx_limited;
+    g->gp = gps[0];
+    if (g->native && n_p == 1)
+        g->prompt_text = srv_native_prompt_text(sd_engine_vocab(s->e), pids[0], pn[0]);
     g->stream = q.stream;
     g->include_usage = q.include_usage;
-    g->n_choices = q.n;
-    g->n_prompt = n_ids;
+    g->n_choices = n_p * q.n;
+    g->n_prompt = (int32_t)n_prompt_all;
+    for (int32_t p = 0; p < n_p; p++)
+        for (int32_t i = 0; i < q.n; i++) {
+            g->ch[p * q.n + i].n_prompt = pn[p];
+            g->ch[p * q.n + i].ctx_limited = limited[p];
+        }
     g->fd = fd;
     g->conn = c;
     g->created = (long long)time(NULL);
     sd_request req;
     memset(&req, 0, sizeof req);
-    req.prompt = ids;
-    req.n_prompt = n_ids;
-    req.gen = q.gp;
     req.stop = q.stop;
     req.n_stop = q.n_stop;
     req.n_choices = q.n;
     req.cb = on_event;
-    req.user = g;
     sd_error err = {0};
-    const int rc = sd_batcher_submit(s->b, &req, &g->id, &err);
+    int rc = 0;
+    int32_t n_sub = 0;
+    for (; n_sub < n_p; n_sub++) { /* one batcher request per prompt */
+        srv_sub *sb = &g->sub[n_sub];
+        sb->g = g;
+        sb->base = n_sub * q.n;
+        sb->n = q.n;
+        req.prompt = pids[n_sub];
+        req.n_prompt = pn[n_sub];
+        req.gen = gps[n_sub];
+        req.user = sb;
+        int64_t id = 0;
+        if ((rc = sd_batcher_submit(s->b, &req, &id, &err))) break;
+        pthread_mutex_lock(&g->mu);
+        sb->id = id;
+        g->n_sub = n_sub + 1;
+        pthread_mutex_unlock(&g->mu);
+    }
+    g->id = g->sub[0].id;
     if (rc) {
-        g->refs = 1; /* the engine never saw it */
+        /* The requests already queued are cancelled (their callbacks let go of theirs);
+         * the others never held one. The socket is no longer theirs to look at. */
+        pthread_mutex_lock(&g->mu);
+        g->fd = -1;
+        pthread_mutex_unlock(&g->mu);
+        if (n_sub > 0) cancel_gen(g);
+        for (int32_t k = n_sub; k < n_p; k++)
+            srv_gen_unref(g);
         if (rc == SD_ERR_BUSY) {
             srv_error(r, 503, "server_error", NULL, "%s", err.msg);
             r->retry_after = "1";
@@ -742,5 +820,7 @@ done:
     free(texts);
     free(msgs);
     free(ids);
+    for (int32_t p = 0; p < n_p; p++)
+        free(pids[p]);
     json_decref(o);
 }

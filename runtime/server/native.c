@@ -131,7 +131,7 @@ static json_t *settings(const srv_gen *g) {
  * (cache_n came from the prefix cache), draft_n / draft_n_accepted the draft tokens. */
 static json_t *timings(const srv_gen *g, int32_t i) {
     const sd_gen_stats *st = &g->ch[i].st;
-    const int32_t cached = st->n_prompt_cached, prompt_n = g->n_prompt - cached;
+    const int32_t cached = st->n_prompt_cached, prompt_n = g->ch[i].n_prompt - cached;
     /* The prompt's time runs to the first token (it comes from the prompt's last pass);
      * the rate of the rest is over the n - 1 steps after it, as llama-server counts. */
     const double pre = st->ttft_ms > 0 ? st->ttft_ms : st->t_prefill_ms;
@@ -154,11 +154,11 @@ static json_t *result(const srv_gen *g, int32_t i, json_t *content, json_t *toke
     json_t *j = json_pack(
         "{s:i,s:o,s:o,s:i,s:b,s:s,s:i,s:i,s:o,s:b,s:b,s:s,s:s,s:i,s:o}", "index", (int)i, "content",
         content, "tokens", tokens, "id_slot", -1, "stop", 1, "model", g->srv->model_name,
-        "tokens_predicted", (int)n_gen, "tokens_evaluated", (int)g->n_prompt, "generation_settings",
+        "tokens_predicted", (int)n_gen, "tokens_evaluated", (int)c->n_prompt, "generation_settings",
         settings(g), "has_new_line", c->text && memchr(c->text, '\n', c->len) != NULL, "truncated",
-        c->stop == SD_STOP_CONTEXT || (g->ctx_limited && c->stop == SD_STOP_MAX_TOKENS),
+        c->stop == SD_STOP_CONTEXT || (c->ctx_limited && c->stop == SD_STOP_MAX_TOKENS),
         "stop_type", stop_type(c->stop), "stopping_word", "", "tokens_cached",
-        (int)(g->n_prompt + n_gen), "timings", timings(g, i));
+        (int)(c->n_prompt + n_gen), "timings", timings(g, i));
     if (j && g->prompt_text)
         json_object_set_new(j, "prompt", text_json(g->prompt_text, strlen(g->prompt_text)));
     return j ? j : json_object();
@@ -229,7 +229,7 @@ void srv_native_event(srv_gen *g, const sd_req_event *ev) {
         sse_put(g, json_pack("{s:i,s:o,s:o,s:b,s:i,s:i,s:i}", "index", (int)ev->index, "content",
                              text_json(ev->text, ev->len), "tokens", toks, "stop", 0, "id_slot", -1,
                              "tokens_predicted", (int)(c->toks_len / sizeof(int32_t)),
-                             "tokens_evaluated", (int)g->n_prompt));
+                             "tokens_evaluated", (int)c->n_prompt));
     }
     if (ev->done) {
         json_t *j = result(g, ev->index, json_string(""), json_array());

@@ -47,7 +47,17 @@ typedef struct srv_choice {
     sd_gen_stats st;
     char *toks; /* the ids emitted, int32 each (llama-server's /completion: "tokens") */
     size_t toks_len, toks_cap; /* bytes */
+    int32_t n_prompt;          /* its prompt's tokens */
+    int ctx_limited;           /* its n_predict was cut to the room left in the context */
 } srv_choice;
+
+/* One batcher request of a generation (one per prompt of a prompt list): its callback's
+ * user record. Its choices are [base, base + n) of the generation's. */
+typedef struct srv_sub {
+    struct srv_gen *g;
+    int32_t base, n, n_done;
+    int64_t id; /* the batcher's id (0 until submitted) */
+} srv_sub;
 
 /* The three shapes of a generation answer. */
 typedef enum srv_kind {
@@ -67,8 +77,9 @@ typedef struct srv_gen {
     json_t *fields;            /* SRV_NATIVE: "response_fields" (a reference), or NULL */
     char *prompt_text;         /* SRV_NATIVE: the prompt's ids as text, specials written */
     sd_gen_params gp;          /* what the request runs with (its generation_settings) */
-    int ctx_limited;           /* n_predict was cut to the room left in the context */
-    int32_t n_choices, n_done, n_prompt;
+    int32_t n_choices, n_done, n_prompt; /* n_prompt: all prompts' tokens */
+    srv_sub sub[SD_MAX_CHOICES];         /* the batcher requests, n_sub of them */
+    int32_t n_sub;
     char cmpl_id[48];
     long long created;
     srv_choice ch[SD_MAX_CHOICES];
