@@ -422,6 +422,13 @@ Test(server_native, prompt_list) {
         cr_expect_str_eq(jstr(json_array_get(nat, i), "content"), alone[i]);
         cr_expect_eq(jint(json_array_get(nat, i), "tokens_evaluated"), n_tokens(&s, prompts[i]));
     }
+    /* Token ids and text in one sequence: BOS then the text is the text's prompt. */
+    json_t *mix =
+        req(&s, "POST", "/completion",
+            "{\"prompt\":[1,\"Once upon a time\"],\"n_predict\":8,\"temperature\":0}", 200);
+    cr_expect_str_eq(jstr(mix, "content"), alone[0]);
+    cr_expect_eq(jint(mix, "tokens_evaluated"), n_tokens(&s, prompts[0]));
+    json_decref(mix);
     /* More choices than a request holds: a 400 naming n. */
     json_t *e = req(&s, "POST", "/v1/completions", "{\"prompt\":[\"a\",\"b\"],\"n\":9}", 400);
     cr_expect_str_eq(jstr(json_object_get(e, "error"), "param"), "n");

@@ -306,6 +306,50 @@ static int completion_prompt(sd_server *s, json_t *p, int32_t **ids, int32_t *n,
         }
         return 0;
     }
+    int mixed = 0; /* token ids and strings in one sequence (llama-server's) */
+    for (size_t k = 0; json_is_array(p) && k < json_array_size(p); k++)
+        mixed |= json_is_string(json_array_get(p, k));
+    if (mixed && json_is_integer(json_array_get(p, 0))) {
+        const int32_t nv = sd_vocab_n_tokens(v);
+        size_t len = 0, cap = 0;
+        char *buf = NULL; /* int32 ids */
+        for (size_t k = 0; k < json_array_size(p); k++) {
+            json_t *e = json_array_get(p, k);
+            int32_t one, *part = &one, n_part = 1, *got = NULL;
+            if (json_is_integer(e) && json_integer_value(e) >= 0 && json_integer_value(e) < nv) {
+                one = (int32_t)json_integer_value(e);
+            } else if (json_is_string(e)) { /* no BOS inside the sequence */
+                sd_prompt_spec ps;
+                memset(&ps, 0, sizeof ps);
+                ps.text = json_string_value(e);
+                ps.len = json_string_length(e);
+                ps.special = 1;
+                ps.no_bos = 1;
+                sd_error err = {0};
+                if (sd_prompt_tokenize(v, &ps, &got, &n_part, &err)) {
+                    free(buf);
+                    srv_error(r, 400, "invalid_request_error", "prompt", "prompt: %s", err.msg);
+                    return -1;
+                }
+                part = got;
+            } else {
+                free(buf);
+                srv_error(r, 400, "invalid_request_error", "prompt",
+                          "'prompt[%zu]' must be a token id in 0 .. %d or a string", k, nv - 1);
+                return -1;
+            }
+            const int bad = sd_buf_append(&buf, &len, &cap, part, (size_t)n_part * sizeof *part);
+            free(got);
+            if (bad) {
+                free(buf);
+                srv_error(r, 500, "server_error", NULL, "out of memory");
+                return -1;
+            }
+        }
+        *ids = (int32_t *)(void *)buf;
+        *n = (int32_t)(len / sizeof(int32_t));
+        return 0;
+    }
     if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
         const size_t np = json_array_size(p);
         const int32_t nv = sd_vocab_n_tokens(v);
@@ -346,7 +390,8 @@ static int completion_prompts(sd_server *s, json_t *o, int32_t **pids, int32_t *
         return bad_field(r, "prompt", "holds more than 16 prompts");
     for (size_t k = 0; k < json_array_size(p); k++) {
         json_t *e = json_array_get(p, k);
-        if (!json_is_string(e) && !(json_is_array(e) && json_array_size(e) > 0))
+        if (!json_is_string(e) && !json_is_object(e) &&
+            !(json_is_array(e) && json_array_size(e) > 0))
             return bad_field(r, "prompt", "must be a string, token ids, or a list of those");
         *n_p = (int32_t)k + 1;
         if (completion_prompt(s, e, &pids[k], &pn[k], r)) return -1;
