@@ -39,6 +39,10 @@ enum {
     OPT_THREADS_HTTP,
     OPT_CORS_ORIGINS,
     OPT_SUFFIX_CACHE_MB,
+    OPT_SLOTS,
+    OPT_NO_SLOTS,
+    OPT_NO_UI,
+    OPT_NO_METRICS,
 };
 
 typedef struct serve_cli {
@@ -47,7 +51,7 @@ typedef struct serve_cli {
     int64_t port, parallel, kv_block, max_queue, max_body, batch;
     int64_t max_connections, timeout, threads_http;
     double shutdown_timeout, suffix_cache_mb;
-    int no_prefix_cache, kv_unified, no_draft;
+    int no_prefix_cache, kv_unified, no_draft, no_slots, no_ui, no_metrics;
 } serve_cli;
 
 static void serve_help(FILE *f) {
@@ -87,6 +91,9 @@ static void serve_help(FILE *f) {
             "  --cors-origins LIST     origins allowed to call from a browser: '*' or a comma\n"
             "                          list (none): Access-Control-Allow-Origin on answers,\n"
             "                          OPTIONS preflights answered\n"
+            "  --no-slots              GET /slots answers 501 (--slots: on, the default)\n"
+            "  --no-ui                 no chat page (GET / answers 404)\n"
+            "  --no-metrics            GET /metrics answers 501\n"
             "  --alias NAME            the model id /v1/models lists (the target's file name)\n"
             "  --chat-template NAME    a built-in template instead of the model's\n"
             "  --shutdown-timeout S    seconds in-flight requests get after SIGTERM (30)\n"
@@ -176,6 +183,18 @@ static int serve_option(int o, const char *arg, void *user) {
     case OPT_CORS_ORIGINS:
         c->cors_origins = arg[0] ? arg : NULL;
         return 0;
+    case OPT_SLOTS:
+        c->no_slots = 0;
+        return 0;
+    case OPT_NO_SLOTS:
+        c->no_slots = 1;
+        return 0;
+    case OPT_NO_UI:
+        c->no_ui = 1;
+        return 0;
+    case OPT_NO_METRICS:
+        c->no_metrics = 1;
+        return 0;
     case OPT_SUFFIX_CACHE_MB:
         if (sd_cli_parse_f64(arg, 0.0, 65536.0, &c->suffix_cache_mb))
             return sd_cli_usage(h, "--suffix-cache-mb: expected 0 .. 65536 MiB, found '%s'", arg);
@@ -214,6 +233,10 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
         {"threads-http", required_argument, 0, OPT_THREADS_HTTP},
         {"cors-origins", required_argument, 0, OPT_CORS_ORIGINS},
         {"suffix-cache-mb", required_argument, 0, OPT_SUFFIX_CACHE_MB},
+        {"slots", no_argument, 0, OPT_SLOTS},
+        {"no-slots", no_argument, 0, OPT_NO_SLOTS},
+        {"no-ui", no_argument, 0, OPT_NO_UI},
+        {"no-metrics", no_argument, 0, OPT_NO_METRICS},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -384,6 +407,9 @@ int sd_cmd_serve(int argc, char **argv) {
     sp.timeout_s = (int32_t)c.timeout;
     sp.http_threads = (int32_t)c.threads_http;
     sp.cors_origins = c.cors_origins;
+    sp.no_slots = c.no_slots;
+    sp.no_ui = c.no_ui;
+    sp.no_metrics = c.no_metrics;
     sp.n_slots = (int32_t)np;
     raise_fd_limit((rlim_t)c.max_connections + 64);
     sp.model_name = c.alias;

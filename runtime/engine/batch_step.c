@@ -65,6 +65,7 @@ static int try_admit(sd_batcher *b, sd_req *r) {
         c->slot = s;
         b->slots[s] = c;
         c->state = i == 0 ? CH_PREFILL : CH_WAIT;
+        c->st.n_prompt_cached = got;
         sd_proposer_reset(b->ngram[s], &r->gp.samp, 0);
     }
     b->st.n_prefix_hit_tokens += got;

@@ -305,6 +305,7 @@ const char *sd_stop_reason_str(sd_stop_reason r);
 
 typedef struct sd_gen_stats {
     int32_t n_prompt;
+    int32_t n_prompt_cached; /* of them, positions the batcher's prefix cache gave (0 else) */
     int32_t n_generated;
     int32_t n_target_passes; /* verification passes (decode steps when target alone) */
     int32_t n_stop_tokens;   /* 1 when an EOS / stop token ended the run (not emitted) */

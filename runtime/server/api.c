@@ -12,8 +12,12 @@
 
 #include "runtime/server/server_impl.h"
 
-/* OpenAI's system_fingerprint: the backend that answered (the server runs on the CPU). */
-#define SRV_FINGERPRINT "specdec-cpu"
+/* OpenAI's system_fingerprint in llama-server's form ("b" and the build): the version and
+ * the backend that answered (the server runs on the CPU). */
+#ifndef SD_SERVER_VERSION
+#define SD_SERVER_VERSION "0"
+#endif
+#define SRV_FINGERPRINT "b" SD_SERVER_VERSION "-specdec-cpu"
 
 /* ---- fields ---- */
 
@@ -109,6 +113,8 @@ static int refuse_unsupported(json_t *o, srv_reply *r) {
 typedef struct gen_req {
     sd_gen_params gp;
     int has_max;
+    int fill; /* llama-server's n_predict: a length beyond the context's room is cut to it
+                 (OpenAI's max_tokens: a 400) */
     const char *stop[SD_MAX_STOP_STRINGS];
     int32_t n_stop;
     int32_t n;
@@ -124,7 +130,11 @@ static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply
     int64_t i = 0;
     int got = get_int(o, "max_tokens", 1, INT32_MAX, &i, r);
     if (got == 0 && chat) got = get_int(o, "max_completion_tokens", 1, INT32_MAX, &i, r);
-    if (got == 0) got = get_int(o, "n_predict", 1, INT32_MAX, &i, r); /* llama-server's */
+    if (got == 0) { /* llama-server's: -1 = until the context is full */
+        got = get_int(o, "n_predict", -1, INT32_MAX, &i, r);
+        if (got > 0) q->fill = 1;
+        if (got > 0 && (i == -1 || i == 0)) i = INT32_MAX;
+    }
     if (got < 0) return -1;
     if (got) {
         q->gp.n_predict = (int32_t)i;
@@ -197,7 +207,7 @@ static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply
 
 /* Chat messages: [{role, content: string | [{type: "text", text}] | null}]. *msgs and the
  * texts it points to are malloc'd into *buf (caller frees both). */
-static int parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, srv_reply *r) {
+int srv_parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, srv_reply *r) {
     *msgs = NULL;
     *texts = NULL;
     *n = 0;
@@ -242,14 +252,16 @@ static int parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***text
                     free(text);
                     return bad_field(r, key, "parts must be {\"type\": \"text\", \"text\": ...}");
                 }
-                const size_t add = strlen(json_string_value(tx));
-                char *nt = realloc(text, len + add + 1);
+                /* Parts are joined with a newline (as llama-server), not glued. */
+                const size_t add = strlen(json_string_value(tx)), sep = k > 0;
+                char *nt = realloc(text, len + sep + add + 1);
                 if (!nt) {
                     free(text);
                     srv_error(r, 500, "server_error", NULL, "out of memory");
                     return -1;
                 }
                 text = nt;
+                if (sep) text[len++] = '\n';
                 memcpy(text + len, json_string_value(tx), add + 1);
                 len += add;
             }
@@ -269,10 +281,15 @@ static int parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***text
     return 0;
 }
 
-/* The prompt of a completion: a string, one string in an array, or token ids. */
-static int completion_prompt(sd_server *s, json_t *o, int32_t **ids, int32_t *n, srv_reply *r) {
-    json_t *p = json_object_get(o, "prompt");
-    if (!p) return bad_field(r, "prompt", "is required");
+/* One prompt of a completion: a string, one string in an array, or token ids. */
+static int completion_prompt(sd_server *s, json_t *p, int32_t **ids, int32_t *n, srv_reply *r) {
+    if (json_is_object(p)) { /* llama-server's {"prompt_string", "multimodal_data"} */
+        if (field(p, "multimodal_data"))
+            return bad_field(r, "prompt.multimodal_data", "is not supported (no media input)");
+        p = json_object_get(p, "prompt_string");
+        if (!p || !json_is_string(p))
+            return bad_field(r, "prompt.prompt_string", "must be a string");
+    }
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
         p = json_array_get(p, 0);
     const sd_vocab *v = sd_engine_vocab(s->e);
@@ -287,6 +304,50 @@ static int completion_prompt(sd_server *s, json_t *o, int32_t **ids, int32_t *n,
             srv_error(r, 400, "invalid_request_error", "prompt", "prompt: %s", err.msg);
             return -1;
         }
+        return 0;
+    }
+    int mixed = 0; /* token ids and strings in one sequence (llama-server's) */
+    for (size_t k = 0; json_is_array(p) && k < json_array_size(p); k++)
+        mixed |= json_is_string(json_array_get(p, k));
+    if (mixed && json_is_integer(json_array_get(p, 0))) {
+        const int32_t nv = sd_vocab_n_tokens(v);
+        size_t len = 0, cap = 0;
+        char *buf = NULL; /* int32 ids */
+        for (size_t k = 0; k < json_array_size(p); k++) {
+            json_t *e = json_array_get(p, k);
+            int32_t one, *part = &one, n_part = 1, *got = NULL;
+            if (json_is_integer(e) && json_integer_value(e) >= 0 && json_integer_value(e) < nv) {
+                one = (int32_t)json_integer_value(e);
+            } else if (json_is_string(e)) { /* no BOS inside the sequence */
+                sd_prompt_spec ps;
+                memset(&ps, 0, sizeof ps);
+                ps.text = json_string_value(e);
+                ps.len = json_string_length(e);
+                ps.special = 1;
+                ps.no_bos = 1;
+                sd_error err = {0};
+                if (sd_prompt_tokenize(v, &ps, &got, &n_part, &err)) {
+                    free(buf);
+                    srv_error(r, 400, "invalid_request_error", "prompt", "prompt: %s", err.msg);
+                    return -1;
+                }
+                part = got;
+            } else {
+                free(buf);
+                srv_error(r, 400, "invalid_request_error", "prompt",
+                          "'prompt[%zu]' must be a token id in 0 .. %d or a string", k, nv - 1);
+                return -1;
+            }
+            const int bad = sd_buf_append(&buf, &len, &cap, part, (size_t)n_part * sizeof *part);
+            free(got);
+            if (bad) {
+                free(buf);
+                srv_error(r, 500, "server_error", NULL, "out of memory");
+                return -1;
+            }
+        }
+        *ids = (int32_t *)(void *)buf;
+        *n = (int32_t)(len / sizeof(int32_t));
         return 0;
     }
     if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
@@ -314,6 +375,30 @@ static int completion_prompt(sd_server *s, json_t *o, int32_t **ids, int32_t *n,
     return bad_field(r, "prompt", "must be a string, one string in an array, or token ids");
 }
 
+/* The prompts of a completion: one (as completion_prompt), or a list of strings or token
+ * id lists (one choice per prompt, as llama-server). *n_p counts the entries of pids
+ * filled (for the caller to free, on failure too). */
+static int completion_prompts(sd_server *s, json_t *o, int32_t **pids, int32_t *pn, int32_t *n_p,
+                              srv_reply *r) {
+    json_t *p = json_object_get(o, "prompt");
+    if (!p) return bad_field(r, "prompt", "is required");
+    if (!json_is_array(p) || json_array_size(p) < 2 || json_is_integer(json_array_get(p, 0))) {
+        *n_p = 1;
+        return completion_prompt(s, p, &pids[0], &pn[0], r);
+    }
+    if (json_array_size(p) > SD_MAX_CHOICES)
+        return bad_field(r, "prompt", "holds more than 16 prompts");
+    for (size_t k = 0; k < json_array_size(p); k++) {
+        json_t *e = json_array_get(p, k);
+        if (!json_is_string(e) && !json_is_object(e) &&
+            !(json_is_array(e) && json_array_size(e) > 0))
+            return bad_field(r, "prompt", "must be a string, token ids, or a list of those");
+        *n_p = (int32_t)k + 1;
+        if (completion_prompt(s, e, &pids[k], &pn[k], r)) return -1;
+    }
+    return 0;
+}
+
 /* ---- the record between the HTTP thread and the engine ---- */
 
 void srv_gen_ref(srv_gen *g) {
@@ -333,8 +418,12 @@ void srv_gen_unref(srv_gen *g) {
     const int last = --g->refs == 0;
     pthread_mutex_unlock(&g->mu);
     if (!last) return;
-    for (int32_t i = 0; i < g->n_choices; i++)
+    for (int32_t i = 0; i < g->n_choices; i++) {
         free(g->ch[i].text);
+        free(g->ch[i].toks);
+    }
+    json_decref(g->fields);
+    free(g->prompt_text);
     free(g->sse);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
@@ -383,8 +472,12 @@ static json_t *usage(const srv_gen *g) {
     int64_t c = 0;
     for (int32_t i = 0; i < g->n_choices; i++)
         c += g->ch[i].st.n_generated;
-    return json_pack("{s:i,s:I,s:I}", "prompt_tokens", (int)g->n_prompt, "completion_tokens",
-                     (json_int_t)c, "total_tokens", (json_int_t)(c + g->n_prompt));
+    /* cached_tokens: the prompt positions the prefix cache gave (the first choice's; the
+     * others share its prompt). */
+    return json_pack("{s:i,s:I,s:I,s:{s:i}}", "prompt_tokens", (int)g->n_prompt,
+                     "completion_tokens", (json_int_t)c, "total_tokens",
+                     (json_int_t)(c + g->n_prompt), "prompt_tokens_details", "cached_tokens",
+                     (int)g->ch[0].st.n_prompt_cached);
 }
 
 /* A string of n bytes (the engine gives UTF-8; anything else becomes an empty string). */
@@ -443,23 +536,34 @@ static void wake(srv_gen *g) {
 }
 
 /* The engine's callback (the stepping thread). */
-static int on_event(void *user, const sd_req_event *ev) {
-    srv_gen *g = user;
+static int on_event(void *user, const sd_req_event *ev_sub) {
+    srv_sub *sub = user;
+    srv_gen *g = sub->g;
+    sd_req_event e = *ev_sub; /* the choice's index among all the request's choices */
+    e.index += sub->base;
+    const sd_req_event *ev = &e;
     pthread_mutex_lock(&g->mu);
     srv_choice *c = &g->ch[ev->index];
     if (ev->len && sd_buf_append(&c->text, &c->len, &c->cap, ev->text, ev->len)) g->oom = 1;
+    if (ev->n_tokens > 0 && sd_buf_append(&c->toks, &c->toks_len, &c->toks_cap, ev->tokens,
+                                          (size_t)ev->n_tokens * sizeof *ev->tokens))
+        g->oom = 1;
     if (ev->done) {
         c->done = 1;
         c->stop = ev->stop;
         c->st = *ev->stats;
         g->n_done++;
+        sub->n_done++;
+        srv_count_done(g->srv, ev->stats);
     }
-    if (g->stream) {
+    if (g->stream && g->native) {
+        srv_native_event(g, ev);
+    } else if (g->stream) {
         if (ev->len) sse_choice(g, ev->index, ev->text, ev->len, 0);
         if (ev->done) sse_choice(g, ev->index, NULL, 0, 1);
     }
     const int all = g->n_done == g->n_choices;
-    if (all && g->stream) {
+    if (all && g->stream && !g->native) {
         if (g->include_usage) {
             json_t *j = chunk_head(g);
             json_object_set_new(j, "choices", json_array());
@@ -472,10 +576,10 @@ static int on_event(void *user, const sd_req_event *ev) {
      * events that follow wake the connection. */
     if (!all && !g->cancelled && srv_peer_reset(g->fd)) g->cancelled = 1;
     if (g->oom && !all) g->cancelled = 1;
-    const int cancel = g->cancelled;
+    const int cancel = g->cancelled, sub_done = ev->done && sub->n_done == sub->n;
     if (all || g->stream) wake(g);
     pthread_mutex_unlock(&g->mu);
-    if (all) srv_gen_unref(g); /* the engine's reference */
+    if (sub_done) srv_gen_unref(g); /* this batcher request's reference */
     return cancel;
 }
 
@@ -483,8 +587,13 @@ static void cancel_gen(srv_gen *g) {
     pthread_mutex_lock(&g->mu);
     const int pending = g->n_done < g->n_choices && !g->cancelled;
     g->cancelled = 1;
+    int64_t ids[SD_MAX_CHOICES];
+    const int32_t n = g->n_sub;
+    for (int32_t k = 0; k < n; k++)
+        ids[k] = g->sub[k].id;
     pthread_mutex_unlock(&g->mu);
-    if (pending) sd_batcher_cancel(g->srv->b, g->id);
+    for (int32_t k = 0; pending && k < n; k++)
+        if (ids[k]) sd_batcher_cancel(g->srv->b, ids[k]);
 }
 
 ssize_t srv_stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -560,14 +669,17 @@ void srv_generate_finish(srv_gen *g, srv_reply *r) {
     } else if (failed) {
         srv_error(r, 500, "server_error", NULL,
                   "generation failed (the server log names the error)");
+    } else if (g->native) {
+        srv_native_final(g, r);
     } else {
         final_json(g, r);
     }
     srv_gen_unref(g);
 }
 
-void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct MHD_Connection *c,
-                  int fd, srv_reply *r) {
+void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
+                  struct MHD_Connection *c, int fd, srv_reply *r) {
+    const int chat = kind == SRV_CHAT;
     if (atomic_load(&s->stopping)) {
         srv_error(r, 503, "server_error", NULL, "the server is shutting down");
         r->retry_after = "5";
@@ -577,13 +689,20 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct M
     if (!o) return;
     gen_req q;
     int32_t *ids = NULL, n_ids = 0;
+    /* The prompts (one, or a completion's list): their ids, lengths, settings. */
+    int32_t *pids[SD_MAX_CHOICES] = {0}, pn[SD_MAX_CHOICES] = {0}, n_p = 0;
+    sd_gen_params gps[SD_MAX_CHOICES];
+    int limited[SD_MAX_CHOICES] = {0};
     sd_chat_msg *msgs = NULL;
     char **texts = NULL;
     size_t n_msgs = 0;
     srv_gen *g = NULL;
+    int return_tokens = 0;
+    json_t *fields = NULL;
     if (parse_common(s, o, chat, &q, r)) goto done;
+    if (kind == SRV_NATIVE && srv_native_parse(o, &q.gp, &return_tokens, &fields, r)) goto done;
     if (chat) {
-        if (parse_messages(o, &msgs, &n_msgs, &texts, r)) goto done;
+        if (srv_parse_messages(o, &msgs, &n_msgs, &texts, r)) goto done;
         sd_prompt_spec ps;
         memset(&ps, 0, sizeof ps);
         ps.messages = msgs;
@@ -596,24 +715,51 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct M
             srv_error(r, 400, "invalid_request_error", "messages", "messages: %s", err.msg);
             goto done;
         }
-    } else if (completion_prompt(s, o, &ids, &n_ids, r)) {
+        pids[0] = ids;
+        pn[0] = n_ids;
+        ids = NULL;
+        n_p = 1;
+    } else if (completion_prompts(s, o, pids, pn, &n_p, r)) {
+        goto done;
+    }
+    if (n_p * q.n > SD_MAX_CHOICES) {
+        srv_error(r, 400, "invalid_request_error", "n",
+                  "%d prompts x n (%d) = %d choices: at most %d", n_p, q.n, n_p * q.n,
+                  SD_MAX_CHOICES);
         goto done;
     }
     const int32_t n_ctx = sd_batcher_n_ctx(s->b);
-    if (n_ids >= n_ctx) {
-        r->code = "context_length_exceeded";
-        srv_error(r, 400, "invalid_request_error", chat ? "messages" : "prompt",
-                  "the prompt is %d tokens: the context holds %d (with room for one more)", n_ids,
-                  n_ctx);
-        goto done;
-    }
-    if (!q.has_max && q.gp.n_predict > n_ctx - n_ids) q.gp.n_predict = n_ctx - n_ids;
-    if ((int64_t)n_ids + q.gp.n_predict > n_ctx) {
-        r->code = "context_length_exceeded";
-        srv_error(r, 400, "invalid_request_error", "max_tokens",
-                  "the prompt (%d tokens) plus max_tokens (%d) exceed the context of %d tokens",
-                  n_ids, q.gp.n_predict, n_ctx);
-        goto done;
+    const sd_gen_params gp0 = q.gp;
+    int64_t n_prompt_all = 0;
+    for (int32_t p = 0; p < n_p; p++) {
+        n_ids = pn[p];
+        q.gp = gp0;
+        n_prompt_all += n_ids;
+        if (n_ids >= n_ctx) {
+            r->code = "context_length_exceeded";
+            r->n_prompt_tokens = n_ids;
+            r->n_ctx = n_ctx;
+            /* /completion answers with llama-server's error type, the OpenAI routes OpenAI's. */
+            srv_error(r, 400,
+                      kind == SRV_NATIVE ? "exceed_context_size_error" : "invalid_request_error",
+                      chat ? "messages" : "prompt",
+                      "the request exceeds the available context size: the prompt is %d tokens, "
+                      "the context holds %d (with room for one more)",
+                      n_ids, n_ctx);
+            goto done;
+        }
+        if ((!q.has_max || q.fill || kind == SRV_NATIVE) && q.gp.n_predict > n_ctx - n_ids) {
+            q.gp.n_predict = n_ctx - n_ids;
+            limited[p] = 1;
+        }
+        if ((int64_t)n_ids + q.gp.n_predict > n_ctx) {
+            r->code = "context_length_exceeded";
+            srv_error(r, 400, "invalid_request_error", "max_tokens",
+                      "the prompt (%d tokens) plus max_tokens (%d) exceed the context of %d tokens",
+                      n_ids, q.gp.n_predict, n_ctx);
+            goto done;
+        }
+        gps[p] = q.gp;
     }
     g = calloc(1, sizeof *g);
     if (!g) {
@@ -623,29 +769,62 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct M
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     g->srv = s;
-    g->refs = 2;
+    g->refs = 1 + n_p; /* the HTTP side and each batcher request */
     g->chat = chat;
+    g->native = kind == SRV_NATIVE;
+    g->return_tokens = return_tokens;
+    g->fields = fields;
+    fields = NULL;
+    g->gp = gps[0];
+    if (g->native && n_p == 1)
+        g->prompt_text = srv_native_prompt_text(sd_engine_vocab(s->e), pids[0], pn[0]);
     g->stream = q.stream;
     g->include_usage = q.include_usage;
-    g->n_choices = q.n;
-    g->n_prompt = n_ids;
+    g->n_choices = n_p * q.n;
+    g->n_prompt = (int32_t)n_prompt_all;
+    for (int32_t p = 0; p < n_p; p++)
+        for (int32_t i = 0; i < q.n; i++) {
+            g->ch[p * q.n + i].n_prompt = pn[p];
+            g->ch[p * q.n + i].ctx_limited = limited[p];
+        }
     g->fd = fd;
     g->conn = c;
     g->created = (long long)time(NULL);
     sd_request req;
     memset(&req, 0, sizeof req);
-    req.prompt = ids;
-    req.n_prompt = n_ids;
-    req.gen = q.gp;
     req.stop = q.stop;
     req.n_stop = q.n_stop;
     req.n_choices = q.n;
     req.cb = on_event;
-    req.user = g;
     sd_error err = {0};
-    const int rc = sd_batcher_submit(s->b, &req, &g->id, &err);
+    int rc = 0;
+    int32_t n_sub = 0;
+    for (; n_sub < n_p; n_sub++) { /* one batcher request per prompt */
+        srv_sub *sb = &g->sub[n_sub];
+        sb->g = g;
+        sb->base = n_sub * q.n;
+        sb->n = q.n;
+        req.prompt = pids[n_sub];
+        req.n_prompt = pn[n_sub];
+        req.gen = gps[n_sub];
+        req.user = sb;
+        int64_t id = 0;
+        if ((rc = sd_batcher_submit(s->b, &req, &id, &err))) break;
+        pthread_mutex_lock(&g->mu);
+        sb->id = id;
+        g->n_sub = n_sub + 1;
+        pthread_mutex_unlock(&g->mu);
+    }
+    g->id = g->sub[0].id;
     if (rc) {
-        g->refs = 1; /* the engine never saw it */
+        /* The requests already queued are cancelled (their callbacks let go of theirs);
+         * the others never held one. The socket is no longer theirs to look at. */
+        pthread_mutex_lock(&g->mu);
+        g->fd = -1;
+        pthread_mutex_unlock(&g->mu);
+        if (n_sub > 0) cancel_gen(g);
+        for (int32_t k = n_sub; k < n_p; k++)
+            srv_gen_unref(g);
         if (rc == SD_ERR_BUSY) {
             srv_error(r, 503, "server_error", NULL, "%s", err.msg);
             r->retry_after = "1";
@@ -678,6 +857,7 @@ void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct M
     r->gen = g;
     g = NULL;
 done:
+    json_decref(fields);
     if (g) srv_gen_unref(g);
     if (texts)
         for (size_t i = 0; i < n_msgs; i++)
@@ -685,5 +865,7 @@ done:
     free(texts);
     free(msgs);
     free(ids);
+    for (int32_t p = 0; p < n_p; p++)
+        free(pids[p]);
     json_decref(o);
 }

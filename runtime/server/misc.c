@@ -47,6 +47,17 @@ void srv_props(sd_server *s, srv_reply *r) {
                   (int)s->p.n_slots, "model_alias", s->model_name, "model_path",
                   sd_model_path(sd_engine_target(s->e)), "chat_template", tmpl ? tmpl : "chatml",
                   "speculative", sd_engine_draft(s->e) != NULL);
+    /* The request defaults, under llama-server's names. */
+    const sd_gen_params *g = &s->p.gen;
+    json_t *params = json_pack("{s:I,s:i,s:f,s:i,s:f,s:f,s:i}", "seed", (json_int_t)g->seed,
+                               "n_predict", (int)g->n_predict, "temperature", (double)g->samp.temp,
+                               "top_k", (int)g->samp.top_k, "top_p", (double)g->samp.top_p, "min_p",
+                               (double)g->samp.min_p, "speculative.n_max", (int)g->n_draft);
+    json_t *dgs = j ? json_object_get(j, "default_generation_settings") : NULL;
+    if (dgs && params)
+        json_object_set_new(dgs, "params", params);
+    else
+        json_decref(params);
     srv_json(r, 200, j);
 }
 
@@ -91,7 +102,33 @@ static void metric(mbuf *m, const char *name, const char *type, const char *help
             type, name, v);
 }
 
+void srv_count_done(sd_server *s, const sd_gen_stats *st) {
+    const double pre = st->ttft_ms > 0 ? st->ttft_ms : st->t_prefill_ms;
+    atomic_fetch_add(&s->prompt_us, (long long)(pre * 1e3));
+    atomic_fetch_add(&s->predicted_us, (long long)((st->t_total_ms - pre) * 1e3));
+    long long drafts = 0;
+    for (int k = 1; k <= SD_MAX_DRAFT; k++)
+        drafts += st->k_hist[k];
+    atomic_fetch_add(&s->n_drafts, drafts);
+    atomic_fetch_add(&s->n_req_passes, (long long)st->n_target_passes);
+    const long long n = (long long)st->n_prompt + st->n_generated;
+    long long cur = atomic_load(&s->n_tokens_max);
+    while (n > cur && !atomic_compare_exchange_weak(&s->n_tokens_max, &cur, n)) {
+    }
+}
+
+/* One llama-server metric (its names, "llamacpp:" prefixed), beside specdec's own. */
+static void lmetric(mbuf *m, const char *name, const char *type, const char *help, double v) {
+    mprintf(m, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %.17g\n", name, help,
+            name, type, name, v);
+}
+
 void srv_metrics(sd_server *s, srv_reply *r) {
+    if (s->p.no_metrics) {
+        srv_error(r, 501, "not_supported_error", NULL,
+                  "the /metrics endpoint is off (start the server without --no-metrics)");
+        return;
+    }
     sd_batcher_stats st;
     sd_batcher_get_stats(s->b, &st);
     mbuf m = {0};
@@ -148,11 +185,46 @@ void srv_metrics(sd_server *s, srv_reply *r) {
     for (int c = 1; c <= 5; c++)
         mprintf(&m, "specdec_http_responses_total{class=\"%dxx\"} %lld\n", c,
                 (long long)atomic_load(&s->http_by_class[c]));
+    /* llama-server's names over the same counters. Prompt tokens count the positions
+     * evaluated; those the prefix cache gave are counted apart. */
+    const double prompt_s = (double)atomic_load(&s->prompt_us) / 1e6;
+    const double pred_s = (double)atomic_load(&s->predicted_us) / 1e6;
+    const double n_eval = (double)(st.n_prompt_tokens - st.n_prefix_hit_tokens);
+    lmetric(&m, "prompt_tokens_total", "counter", "Number of prompt tokens processed.", n_eval);
+    lmetric(&m, "prompt_tokens_cached_total", "counter",
+            "Number of prompt tokens reused from the prefix cache.",
+            (double)st.n_prefix_hit_tokens);
+    lmetric(&m, "prompt_seconds_total", "counter", "Prompt process time.", prompt_s);
+    lmetric(&m, "tokens_predicted_total", "counter", "Number of generation tokens processed.",
+            (double)st.n_generated);
+    lmetric(&m, "tokens_predicted_seconds_total", "counter", "Predict process time.", pred_s);
+    lmetric(&m, "n_decode_total", "counter", "Total number of target passes.",
+            (double)st.n_target_passes);
+    lmetric(&m, "n_tokens_max", "counter", "Largest observed n_tokens (prompt + generated).",
+            (double)atomic_load(&s->n_tokens_max));
+    lmetric(&m, "spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.",
+            (double)st.n_drafted);
+    lmetric(&m, "spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
+            (double)st.n_accepted);
+    lmetric(&m, "spec_decode_num_drafts_total", "counter", "Target passes that verified a draft.",
+            (double)atomic_load(&s->n_drafts));
+    lmetric(&m, "prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+            prompt_s > 0 ? n_eval / prompt_s : 0.0);
+    lmetric(&m, "predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
+            pred_s > 0 ? (double)st.n_generated / pred_s : 0.0);
+    lmetric(&m, "requests_processing", "gauge", "Number of requests processing.",
+            (double)st.n_running);
+    lmetric(&m, "requests_deferred", "gauge", "Number of requests deferred.", (double)st.n_queued);
+    lmetric(&m, "n_busy_slots_per_decode", "gauge", "Average number of busy slots per pass.",
+            st.n_target_passes ? (double)atomic_load(&s->n_req_passes) / (double)st.n_target_passes
+                               : 0.0);
     if (m.oom) {
         free(m.b);
         srv_error(r, 500, "server_error", NULL, "out of memory");
         return;
     }
+    r->hdr_name = "Process-Start-Time-Unix";
+    snprintf(r->hdr_value, sizeof r->hdr_value, "%.0f", s->t_start_unix);
     r->status = 200;
     r->type = "text/plain; version=0.0.4";
     r->body = m.b;
@@ -195,8 +267,12 @@ void srv_tokenize(sd_server *s, const char *body, size_t len, srv_reply *r) {
             if (pl < 0) pl = 0;
             if (pl > (int)sizeof piece) pl = (int)sizeof piece;
             json_t *ps = json_stringn(piece, (size_t)pl);
-            json_array_append_new(
-                arr, json_pack("{s:i,s:o}", "id", (int)ids[i], "piece", ps ? ps : json_string("")));
+            if (!ps) { /* not UTF-8 alone (a byte-fallback token): its bytes, as llama-server */
+                ps = json_array();
+                for (int k = 0; k < pl; k++)
+                    json_array_append_new(ps, json_integer((unsigned char)piece[k]));
+            }
+            json_array_append_new(arr, json_pack("{s:i,s:o}", "id", (int)ids[i], "piece", ps));
         } else {
             json_array_append_new(arr, json_integer(ids[i]));
         }

@@ -65,6 +65,9 @@ typedef struct sd_server_params {
     int32_t http_threads;      /* threads polling the connections (4) */
     const char *cors_origins;  /* NULL: no CORS headers; "*" or "https://a,https://b" */
     int32_t n_slots;           /* /props's total_slots (the batcher's n_parallel; 1) */
+    int no_slots;              /* 1: GET /slots answers 501 (llama-server's --no-slots) */
+    int no_metrics;            /* 1: GET /metrics answers 501 (llama-server without --metrics) */
+    int no_ui;                 /* 1: no chat page: GET / answers 404 (--no-ui) */
     const char *model_name;    /* the id /v1/models lists (NULL: the target's file name) */
     const char *chat_template; /* NULL: the model's tokenizer.chat_template */
     /* A request's defaults: n_predict (max_tokens), n_draft (K), samp, seed, draft_type,

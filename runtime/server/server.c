@@ -120,6 +120,11 @@ void srv_error(srv_reply *r, int status, const char *type, const char *param, co
     json_t *e = json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type", type, "param",
                           param ? json_string(param) : json_null(), "code",
                           code ? json_string(code) : json_null());
+    if (e && r->n_ctx > 0) {
+        json_t *o = json_object_get(e, "error");
+        json_object_set_new(o, "n_prompt_tokens", json_integer(r->n_prompt_tokens));
+        json_object_set_new(o, "n_ctx", json_integer(r->n_ctx));
+    }
     srv_json(r, status, e);
 }
 
@@ -142,6 +147,9 @@ typedef enum route_id {
     R_CHAT,
     R_TOKENIZE,
     R_DETOKENIZE,
+    R_NATIVE,
+    R_SLOTS,
+    R_APPLY_TEMPLATE,
 } route_id;
 
 typedef struct route {
@@ -159,11 +167,15 @@ static const route k_routes[] = {
     {"GET", "/metrics", R_METRICS, 1},
     {"GET", "/props", R_PROPS, 1},
     {"POST", "/v1/completions", R_COMPLETIONS, 1},
-    {"POST", "/completions", R_COMPLETIONS, 1},
+    {"POST", "/completions", R_NATIVE, 1}, /* llama-server's: its own shape */
     {"POST", "/v1/chat/completions", R_CHAT, 1},
     {"POST", "/chat/completions", R_CHAT, 1},
     {"POST", "/tokenize", R_TOKENIZE, 1},
     {"POST", "/detokenize", R_DETOKENIZE, 1},
+    /* llama-server's own (native.c) */
+    {"POST", "/completion", R_NATIVE, 1},
+    {"GET", "/slots", R_SLOTS, 1},
+    {"POST", "/apply-template", R_APPLY_TEMPLATE, 1},
 };
 
 /* The route of (method, url); NULL with *path_known set when only the method differs.
@@ -321,6 +333,7 @@ static enum MHD_Result queue_reply(sd_server *s, struct MHD_Connection *c, conn 
         if (r->type) MHD_add_response_header(resp, "Content-Type", r->type);
     }
     if (r->retry_after) MHD_add_response_header(resp, "Retry-After", r->retry_after);
+    if (r->hdr_name) MHD_add_response_header(resp, r->hdr_name, r->hdr_value);
     if (r->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
     if (k && k->origin) {
         const int any = !strcmp(s->p.cors_origins, "*");
@@ -352,6 +365,10 @@ static int conn_fd(struct MHD_Connection *c) {
 static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply *r) {
     switch (k->rt->id) {
     case R_PAGE:
+        if (s->p.no_ui) {
+            srv_error(r, 404, "invalid_request_error", NULL, "the chat page is off (--no-ui)");
+            return;
+        }
         r->status = 200;
         r->type = "text/html; charset=utf-8";
         r->body = malloc(sd_server_chat_page_len + 1);
@@ -376,7 +393,18 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
         return;
     case R_COMPLETIONS:
     case R_CHAT:
-        srv_generate(s, k->rt->id == R_CHAT, k->body ? k->body : "", k->len, c, conn_fd(c), r);
+    case R_NATIVE:
+        srv_generate(s,
+                     k->rt->id == R_CHAT     ? SRV_CHAT
+                     : k->rt->id == R_NATIVE ? SRV_NATIVE
+                                             : SRV_COMPLETIONS,
+                     k->body ? k->body : "", k->len, c, conn_fd(c), r);
+        return;
+    case R_SLOTS:
+        srv_slots(s, r);
+        return;
+    case R_APPLY_TEMPLATE:
+        srv_apply_template(s, k->body ? k->body : "", k->len, r);
         return;
     case R_TOKENIZE:
         srv_tokenize(s, k->body ? k->body : "", k->len, r);
@@ -611,6 +639,7 @@ int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_se
     s->listen_fd = -1;
     atomic_store(&s->kv_ok, 1);
     s->t_start = sd_time_ms();
+    s->t_start_unix = (double)time(NULL);
     const char *name = p->model_name;
     if (!name || !name[0]) {
         const char *path = sd_model_path(sd_engine_target(e));

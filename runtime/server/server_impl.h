@@ -31,6 +31,10 @@ typedef struct srv_reply {
                                 until gen's generation ends (srv_generate_finish) */
     struct srv_gen *gen;     /* the stream's or the pending request's record */
     const char *code;        /* the error body's "code" (static), or NULL */
+    const char *hdr_name;    /* one more header (static name), or NULL */
+    char hdr_value[32];
+    int32_t n_prompt_tokens, n_ctx; /* a context overflow: the error body carries both
+                                       (llama-server's fields) when n_ctx > 0 */
 } srv_reply;
 
 /* One generation request (completions or chat) between the HTTP thread that owns the
@@ -41,7 +45,26 @@ typedef struct srv_choice {
     int done, role_sent;
     sd_stop_reason stop;
     sd_gen_stats st;
+    char *toks; /* the ids emitted, int32 each (llama-server's /completion: "tokens") */
+    size_t toks_len, toks_cap; /* bytes */
+    int32_t n_prompt;          /* its prompt's tokens */
+    int ctx_limited;           /* its n_predict was cut to the room left in the context */
 } srv_choice;
+
+/* One batcher request of a generation (one per prompt of a prompt list): its callback's
+ * user record. Its choices are [base, base + n) of the generation's. */
+typedef struct srv_sub {
+    struct srv_gen *g;
+    int32_t base, n, n_done;
+    int64_t id; /* the batcher's id (0 until submitted) */
+} srv_sub;
+
+/* The three shapes of a generation answer. */
+typedef enum srv_kind {
+    SRV_COMPLETIONS = 0, /* POST /v1/completions (OpenAI) */
+    SRV_CHAT = 1,        /* POST /v1/chat/completions (OpenAI) */
+    SRV_NATIVE = 2,      /* POST /completion (llama-server's own shape, native.c) */
+} srv_kind;
 
 typedef struct srv_gen {
     pthread_mutex_t mu;
@@ -50,7 +73,13 @@ typedef struct srv_gen {
     struct sd_server *srv;
     int64_t id;
     int chat, stream, include_usage;
-    int32_t n_choices, n_done, n_prompt;
+    int native, return_tokens; /* SRV_NATIVE; its "return_tokens" */
+    json_t *fields;            /* SRV_NATIVE: "response_fields" (a reference), or NULL */
+    char *prompt_text;         /* SRV_NATIVE: the prompt's ids as text, specials written */
+    sd_gen_params gp;          /* what the request runs with (its generation_settings) */
+    int32_t n_choices, n_done, n_prompt; /* n_prompt: all prompts' tokens */
+    srv_sub sub[SD_MAX_CHOICES];         /* the batcher requests, n_sub of them */
+    int32_t n_sub;
     char cmpl_id[48];
     long long created;
     srv_choice ch[SD_MAX_CHOICES];
@@ -76,9 +105,14 @@ struct sd_server {
     /* Counters for /metrics. */
     atomic_llong http_by_class[6]; /* 1xx .. 5xx (index 1 .. 5) */
     atomic_llong http_total;
-    atomic_int kv_ok;  /* the last idle accounting check passed (1) or failed (0) */
-    atomic_int n_open; /* requests between their first callback and on_completed */
-    double t_start;    /* ms */
+    /* Finished requests' sums for llama-server's metrics (api.c, at each choice's end):
+     * prompt and decode time (us), passes that drafted, passes each request took part in,
+     * and the longest sequence (prompt + generated). */
+    atomic_llong prompt_us, predicted_us, n_drafts, n_req_passes, n_tokens_max;
+    double t_start_unix; /* seconds since the epoch at start */
+    atomic_int kv_ok;    /* the last idle accounting check passed (1) or failed (0) */
+    atomic_int n_open;   /* requests between their first callback and on_completed */
+    double t_start;      /* ms */
     /* Open connections (deadline sweeps): a doubly linked list under conn_mu. */
     pthread_mutex_t conn_mu;
     struct srv_track *conns;
@@ -97,12 +131,12 @@ void srv_json(srv_reply *r, int status, json_t *j);
  * one that closed is found when the answer (or a stream's next event) is written. */
 int srv_peer_reset(int fd);
 
-/* api.c: POST /v1/completions (chat 0) and /v1/chat/completions (chat 1) on connection
- * c (socket fd).
+/* api.c: POST /v1/completions (SRV_COMPLETIONS), /v1/chat/completions (SRV_CHAT) and
+ * /completion (SRV_NATIVE) on connection c (socket fd).
  * Fills r, or sets r->pending with r->gen: c was suspended until the generation ends
  * (or had ended already); then srv_generate_finish(r->gen, r) makes the answer. */
-void srv_generate(sd_server *s, int chat, const char *body, size_t len, struct MHD_Connection *c,
-                  int fd, srv_reply *r);
+void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
+                  struct MHD_Connection *c, int fd, srv_reply *r);
 /* The answer of a pending request; lets go of g (the HTTP side's reference). */
 void srv_generate_finish(srv_gen *g, srv_reply *r);
 /* The stream's content reader and its free callback (libmicrohttpd signatures). */
@@ -114,7 +148,32 @@ void srv_gen_unref(srv_gen *g);
 /* The connection is closing: its socket is no longer g's to look at. */
 void srv_gen_closed(srv_gen *g);
 
+/* native.c: llama-server's own shapes. */
+/* Its request fields beyond the OpenAI ones (return_tokens, cache_prompt,
+ * speculative.n_max / n_min / p_min, response_fields, id_slot, n_probs refused) into gp
+ * and g's flags; -1 with a 400 reply. */
+int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, json_t **fields,
+                     srv_reply *r);
+/* The prompt's ids as text, control tokens written out (llama-server's "prompt"); malloc'd,
+ * NULL when out of memory. */
+char *srv_native_prompt_text(const sd_vocab *v, const int32_t *ids, int32_t n);
+/* The stream's chunk for ev (under g->mu): a text delta, then at the end the whole
+ * result with "stop": true. */
+void srv_native_event(srv_gen *g, const sd_req_event *ev);
+/* The answer of a finished non-streaming /completion. */
+void srv_native_final(srv_gen *g, srv_reply *r);
+/* GET /slots (read-only) and POST /apply-template. */
+void srv_slots(sd_server *s, srv_reply *r);
+void srv_apply_template(sd_server *s, const char *body, size_t len, srv_reply *r);
+
+/* Chat messages of body o (api.c): [{role, content: string | [{type: "text", text}] |
+ * null}]; *msgs and *texts (each text malloc'd, *n of them) for the caller to free. -1 with
+ * a 400 reply. */
+int srv_parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, srv_reply *r);
+
 /* misc.c */
+/* Add a finished choice's statistics to llama-server's metric sums (any thread). */
+void srv_count_done(sd_server *s, const sd_gen_stats *st);
 void srv_models(sd_server *s, srv_reply *r);
 void srv_health(sd_server *s, srv_reply *r);
 void srv_metrics(sd_server *s, srv_reply *r);

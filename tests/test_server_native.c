@@ -1,0 +1,441 @@
+/*
+ * tests/test_server_native.c: `specdec serve`'s llama-server surface (runtime/server/
+ * native.c and the fields beside the OpenAI ones), end to end over curl on 127.0.0.1
+ * with a port the server picks.
+ *
+ * References are independent of the answer checked: the native /completion's text equals
+ * /v1/completions' for the same greedy request, and its token ids detokenize (through
+ * /detokenize) to that text (less the leading space a first piece loses); the counts come from
+ * /tokenize; with a draft the greedy text equals the draft-less server's; cached positions are
+ * whole KV blocks below the prompt's length, and llama-server's metric names sum what the answers
+ * reported; the chatml text of /apply-template is written out here; byte-fallback pieces
+ * concatenate to the UTF-8 bytes of the character.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define NT_TARGET SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
+#define NT_DRAFT  SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
+#define NT_PROMPT "Once upon a time, there was a little girl named Lily who"
+
+static char g_dir[512];
+
+static void setup(void) {
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
+    signal(SIGPIPE, SIG_IGN);
+}
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
+
+TestSuite(server_native, .init = setup, .fini = teardown, .timeout = 300);
+
+typedef struct nsrv {
+    pid_t pid;
+    int port;
+    char log[600];
+} nsrv;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Start `specdec serve ARGS --port 0` (one thread) and read its "listening on" line. */
+static void start(nsrv *s, const char *args) {
+    int pfd[2];
+    cr_assert_eq(pipe(pfd), 0);
+    snprintf(s->log, sizeof s->log, "%s/server-%d.log", g_dir, (int)getpid());
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "exec %s serve --host 127.0.0.1 --port 0 -t 1 %s 2>>%s", SD_BINARY,
+             args, s->log);
+    const pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        close(pfd[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    char line[256] = "";
+    size_t n = 0;
+    const double t0 = now_s();
+    while (n + 1 < sizeof line && !strchr(line, '\n')) {
+        cr_assert_lt(now_s() - t0, 60.0, "the server did not start (log %s)", s->log);
+        const ssize_t r = read(pfd[0], line + n, sizeof line - 1 - n);
+        cr_assert_gt(r, 0, "the server exited before listening (log %s)", s->log);
+        n += (size_t)r;
+        line[n] = '\0';
+    }
+    close(pfd[0]);
+    const char *p = strstr(line, "http://127.0.0.1:");
+    cr_assert_not_null(p, "first line: %s", line);
+    s->port = atoi(p + strlen("http://127.0.0.1:"));
+    s->pid = pid;
+}
+
+static void stop(nsrv *s) {
+    kill(s->pid, SIGTERM);
+    int st = 0;
+    cr_assert_eq(waitpid(s->pid, &st, 0), s->pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the server's exit status %d", st);
+}
+
+/* method path body through curl: the status; *out the body, *hdrs the headers (may be
+ * NULL). */
+static int http(const nsrv *s, const char *method, const char *path, const char *body, char **out,
+                char **hdrs) {
+    static int seq;
+    char bf[700], of[700], hf[700], cmd[4096];
+    snprintf(bf, sizeof bf, "%s/body-%d", g_dir, seq);
+    snprintf(hf, sizeof hf, "%s/hdr-%d", g_dir, seq);
+    snprintf(of, sizeof of, "%s/out-%d", g_dir, seq++);
+    if (body) cr_assert_eq(tu_write_file(bf, body, strlen(body)), 0);
+    snprintf(cmd, sizeof cmd,
+             "curl -s -N --max-time 120 -D %s -o %s -w '%%{http_code}' -X %s -H 'Content-Type: "
+             "application/json' %s%s http://127.0.0.1:%d%s",
+             hf, of, method, body ? "--data-binary @" : "", body ? bf : "", s->port, path);
+    char *o = NULL;
+    tu_run(cmd, &o, NULL);
+    const int code = o ? atoi(o) : 0;
+    free(o);
+    size_t n = 0;
+    if (out) {
+        *out = (char *)tu_read_file(of, &n);
+        if (!*out) *out = strdup("");
+    }
+    if (hdrs) {
+        *hdrs = (char *)tu_read_file(hf, &n);
+        if (!*hdrs) *hdrs = strdup("");
+    }
+    return code;
+}
+
+static json_t *req(const nsrv *s, const char *method, const char *path, const char *body,
+                   int want) {
+    char *o = NULL;
+    const int code = http(s, method, path, body, &o, NULL);
+    cr_assert_eq(code, want, "%s %s: status %d, expected %d: %s", method, path, code, want, o);
+    json_t *j = json_loads(o, 0, NULL);
+    cr_assert_not_null(j, "%s %s: not JSON: %s", method, path, o);
+    free(o);
+    return j;
+}
+
+static int64_t jint(json_t *o, const char *path) {
+    json_t *v = o;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *k = strtok(buf, "/"); k; k = strtok(NULL, "/"))
+        v = json_object_get(v, k);
+    cr_assert(json_is_integer(v), "%s is not an integer", path);
+    return json_integer_value(v);
+}
+
+static const char *jstr(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    cr_assert(json_is_string(v), "%s is not a string", key);
+    return json_string_value(v);
+}
+
+/* The prompt's token count with BOS, from /tokenize. */
+static int64_t n_tokens(const nsrv *s, const char *text) {
+    char body[512];
+    snprintf(body, sizeof body, "{\"content\":\"%s\",\"add_special\":true}", text);
+    json_t *t = req(s, "POST", "/tokenize", body, 200);
+    const int64_t n = (int64_t)json_array_size(json_object_get(t, "tokens"));
+    json_decref(t);
+    return n;
+}
+
+Test(server_native, completion_matches_v1_and_its_tokens) {
+    nsrv s;
+    start(&s, "-m " NT_TARGET " -c 512 -np 2");
+    json_t *v1 = req(&s, "POST", "/v1/completions",
+                     "{\"prompt\":\"" NT_PROMPT "\",\"max_tokens\":16,\"temperature\":0}", 200);
+    const char *want = json_string_value(
+        json_object_get(json_array_get(json_object_get(v1, "choices"), 0), "text"));
+    cr_assert_not_null(want);
+    json_t *r = req(&s, "POST", "/completion",
+                    "{\"prompt\":\"" NT_PROMPT
+                    "\",\"n_predict\":16,\"temperature\":0,\"return_tokens\":true}",
+                    200);
+    cr_expect_str_eq(jstr(r, "content"), want);
+    cr_expect_eq(jint(r, "tokens_predicted"), 16);
+    cr_expect_eq(jint(r, "timings/predicted_n"), 16);
+    const int64_t n_prompt = n_tokens(&s, NT_PROMPT);
+    cr_expect_eq(jint(r, "tokens_evaluated"), n_prompt);
+    cr_expect_eq(jint(r, "timings/prompt_n") + jint(r, "timings/cache_n"), n_prompt);
+    cr_expect_str_eq(jstr(r, "stop_type"), "limit");
+    cr_expect(json_is_false(json_object_get(r, "truncated")));
+    cr_expect(json_is_true(json_object_get(r, "stop")));
+    cr_expect_eq(jint(r, "generation_settings/n_predict"), 16);
+    /* The ids detokenize to the text. */
+    json_t *ids = json_object_get(r, "tokens");
+    cr_assert_eq(json_array_size(ids), 16);
+    char *ids_s = json_dumps(ids, JSON_COMPACT), body[2048];
+    snprintf(body, sizeof body, "{\"tokens\":%s}", ids_s);
+    free(ids_s);
+    json_t *d = req(&s, "POST", "/detokenize", body, 200);
+    /* (detokenizing from the start drops the first piece's leading space) */
+    const char *dt = jstr(d, "content");
+    cr_expect_str_eq(dt, want + (want[0] == ' ' && dt[0] != ' '));
+    /* Without return_tokens: an empty list; response_fields: only those. */
+    json_t *r2 = req(&s, "POST", "/completion",
+                     "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":4,\"temperature\":0,"
+                     "\"response_fields\":[\"content\",\"generation_settings/n_predict\"]}",
+                     200);
+    cr_expect_eq(json_object_size(r2), 2);
+    cr_expect_eq(json_integer_value(json_object_get(r2, "generation_settings/n_predict")), 4);
+    cr_expect_eq(strncmp(jstr(r2, "content"), want, strlen(jstr(r2, "content"))), 0);
+    /* n_probs asks for what this server does not give: refused by name. */
+    json_t *e = req(&s, "POST", "/completion", "{\"prompt\":\"x\",\"n_probs\":3}", 400);
+    cr_expect_str_eq(jstr(json_object_get(e, "error"), "param"), "n_probs");
+    json_decref(v1);
+    json_decref(r);
+    json_decref(r2);
+    json_decref(d);
+    json_decref(e);
+    stop(&s);
+}
+
+Test(server_native, completion_stream_equals_whole) {
+    nsrv s;
+    start(&s, "-m " NT_TARGET " -c 512 -np 2");
+    json_t *r = req(&s, "POST", "/completion",
+                    "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":12,\"temperature\":0}", 200);
+    char *o = NULL;
+    cr_assert_eq(http(&s, "POST", "/completion",
+                      "{\"prompt\":\"" NT_PROMPT
+                      "\",\"n_predict\":12,\"temperature\":0,\"stream\":true}",
+                      &o, NULL),
+                 200);
+    char text[4096] = "";
+    int n_chunks = 0, n_final = 0;
+    size_t n_ids = 0;
+    for (char *line = strtok(o, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "data: ", 6)) continue;
+        json_t *c = json_loads(line + 6, 0, NULL);
+        cr_assert_not_null(c, "chunk: %s", line);
+        if (json_is_true(json_object_get(c, "stop"))) {
+            n_final++;
+            cr_expect_str_eq(jstr(c, "stop_type"), "limit");
+            cr_expect_eq(jint(c, "timings/predicted_n"), 12);
+        } else {
+            n_chunks++;
+            n_ids += json_array_size(json_object_get(c, "tokens"));
+            strncat(text, jstr(c, "content"), sizeof text - strlen(text) - 1);
+        }
+        json_decref(c);
+    }
+    cr_expect_eq(n_final, 1);
+    cr_expect_gt(n_chunks, 0);
+    cr_expect_eq(n_ids, 12);
+    cr_expect_str_eq(text, jstr(r, "content"));
+    free(o);
+    json_decref(r);
+    stop(&s);
+}
+
+Test(server_native, draft_gives_the_same_greedy_text) {
+    const char *body = "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":24,\"temperature\":0,"
+                       "\"speculative.n_max\":6,\"speculative.n_min\":2}";
+    nsrv a, b;
+    start(&a, "-m " NT_TARGET " -c 512 -np 2");
+    json_t *ra = req(&a, "POST", "/completion", body, 200);
+    stop(&a);
+    start(&b, "-m " NT_TARGET " -md " NT_DRAFT " -c 512 -np 2");
+    json_t *rb = req(&b, "POST", "/completion", body, 200);
+    cr_expect_str_eq(jstr(rb, "content"), jstr(ra, "content"));
+    cr_expect_gt(jint(rb, "timings/draft_n"), 0);
+    cr_expect_leq(jint(rb, "timings/draft_n_accepted"), jint(rb, "timings/draft_n"));
+    cr_expect_eq(jint(ra, "timings/draft_n"), 0);
+    cr_expect_eq(jint(rb, "generation_settings/speculative.n_max"), 6);
+    json_decref(ra);
+    json_decref(rb);
+    stop(&b);
+}
+
+/* The prefix cache's positions: usage.prompt_tokens_details.cached_tokens, timings.cache_n,
+ * and llama-server's metric names summing what the answers said. */
+Test(server_native, cached_tokens_and_metrics) {
+    nsrv s;
+    start(&s, "-m " NT_TARGET " -c 512 -np 1 --kv-block 16");
+    const int64_t n_prompt = n_tokens(&s, NT_PROMPT);
+    cr_assert_gt(n_prompt, 17, "the prompt must cover a whole block");
+    const char *body = "{\"prompt\":\"" NT_PROMPT "\",\"max_tokens\":4,\"temperature\":0}";
+    json_t *a = req(&s, "POST", "/v1/completions", body, 200);
+    json_t *b = req(&s, "POST", "/v1/completions", body, 200);
+    cr_expect_eq(jint(a, "usage/prompt_tokens_details/cached_tokens"), 0);
+    const int64_t cached = jint(b, "usage/prompt_tokens_details/cached_tokens");
+    cr_expect_gt(cached, 0);
+    cr_expect_eq(cached % 16, 0);
+    cr_expect_leq(cached, n_prompt - 1);
+    json_t *c = req(&s, "POST", "/completion",
+                    "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":4,\"temperature\":0}", 200);
+    cr_expect_eq(jint(c, "timings/cache_n"), cached);
+    cr_expect_eq(jint(c, "timings/prompt_n"), n_prompt - cached);
+    char *m = NULL, *h = NULL;
+    cr_assert_eq(http(&s, "GET", "/metrics", NULL, &m, &h), 200);
+    cr_expect_not_null(strstr(h, "Process-Start-Time-Unix: "));
+    char want[128];
+    snprintf(want, sizeof want, "\nllamacpp:prompt_tokens_cached_total %lld\n",
+             (long long)(2 * cached));
+    cr_expect_not_null(strstr(m, want), "want%s in %s", want, m);
+    snprintf(want, sizeof want, "\nllamacpp:prompt_tokens_total %lld\n",
+             (long long)(3 * n_prompt - 2 * cached));
+    cr_expect_not_null(strstr(m, want), "want%s", want);
+    cr_expect_not_null(strstr(m, "\nllamacpp:tokens_predicted_total 12\n"));
+    cr_expect_not_null(strstr(m, "\n# TYPE llamacpp:requests_processing gauge\n"));
+    free(m);
+    free(h);
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+    stop(&s);
+    start(&s, "-m " NT_TARGET " -c 512 -np 1 --no-metrics --no-slots --no-ui");
+    cr_expect_eq(http(&s, "GET", "/metrics", NULL, NULL, NULL), 501);
+    cr_expect_eq(http(&s, "GET", "/slots", NULL, NULL, NULL), 501);
+    cr_expect_eq(http(&s, "GET", "/", NULL, NULL, NULL), 404);
+    stop(&s);
+}
+
+/* llama-server's n_predict fills the context's room (-1: all of it; truncated), OpenAI's
+ * max_tokens past it is a 400; a prompt that does not fit names both sizes. */
+Test(server_native, context_room) {
+    nsrv s;
+    start(&s, "-m " NT_TARGET " -c 256 -np 2"); /* 128 positions a sequence */
+    const int64_t n_prompt = n_tokens(&s, NT_PROMPT);
+    json_t *r =
+        req(&s, "POST", "/completion",
+            "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":-1,\"temperature\":0,\"ignore_eos\":true}",
+            200);
+    cr_expect_eq(jint(r, "tokens_predicted"), 128 - n_prompt);
+    cr_expect(json_is_true(json_object_get(r, "truncated")));
+    json_t *v = req(&s, "POST", "/v1/completions",
+                    "{\"prompt\":\"" NT_PROMPT "\",\"max_tokens\":1000}", 400);
+    cr_expect_str_eq(jstr(json_object_get(v, "error"), "code"), "context_length_exceeded");
+    char body[8192] = "{\"prompt\":\"";
+    for (int i = 0; i < 100; i++)
+        strcat(body, "Once upon a time ");
+    strcat(body, "\"}");
+    json_t *e = req(&s, "POST", "/completion", body, 400);
+    json_t *err = json_object_get(e, "error");
+    cr_expect_str_eq(jstr(err, "type"), "exceed_context_size_error");
+    cr_expect_eq(jint(err, "n_ctx"), 128);
+    cr_expect_gt(jint(err, "n_prompt_tokens"), 128);
+    json_decref(r);
+    json_decref(v);
+    json_decref(e);
+    stop(&s);
+}
+
+Test(server_native, slots_template_and_byte_pieces) {
+    nsrv s;
+    start(&s, "-m " NT_TARGET " -c 512 -np 2");
+    json_t *sl = req(&s, "GET", "/slots", NULL, 200);
+    cr_assert_eq(json_array_size(sl), 2);
+    cr_expect_eq(jint(json_array_get(sl, 1), "n_ctx"), 256);
+    cr_expect(json_is_false(json_object_get(json_array_get(sl, 0), "is_processing")));
+    /* The model has no template: chatml, written out here. */
+    json_t *t = req(&s, "POST", "/apply-template",
+                    "{\"messages\":[{\"role\":\"system\",\"content\":\"Be kind.\"},"
+                    "{\"role\":\"user\",\"content\":\"Hi\"}]}",
+                    200);
+    cr_expect_str_eq(jstr(t, "prompt"), "<|im_start|>system\nBe kind.<|im_end|>\n"
+                                        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    /* U+5ABD is not in the 512-token vocabulary: byte-fallback tokens, each piece its byte
+     * values, together its UTF-8 encoding. */
+    json_t *k = req(&s, "POST", "/tokenize", "{\"content\":\"\\u5abd\",\"with_pieces\":true}", 200);
+    json_t *toks = json_object_get(k, "tokens");
+    unsigned char got[16];
+    size_t n = 0;
+    for (size_t i = 0; i < json_array_size(toks); i++) {
+        json_t *p = json_object_get(json_array_get(toks, i), "piece");
+        if (json_is_string(p)) { /* a leading space piece, if the vocabulary adds one */
+            cr_expect_str_eq(json_string_value(p), " ");
+            continue;
+        }
+        cr_assert(json_is_array(p));
+        for (size_t b = 0; b < json_array_size(p) && n < sizeof got; b++)
+            got[n++] = (unsigned char)json_integer_value(json_array_get(p, b));
+    }
+    cr_expect_eq(n, 3);
+    cr_expect_eq(memcmp(got, "\xe5\xaa\xbd", 3), 0);
+    json_decref(sl);
+    json_decref(t);
+    json_decref(k);
+    stop(&s);
+}
+
+/* A list of prompts: one choice per prompt (OpenAI's route), one result per prompt
+ * (llama-server's), each the text the prompt gives alone. */
+Test(server_native, prompt_list) {
+    nsrv s;
+    start(&s, "-m " NT_TARGET " -c 512 -np 2");
+    const char *prompts[3] = {"Once upon a time", "The cat", "Lily and Tom"};
+    char body[512];
+    char *alone[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":8,\"temperature\":0}",
+                 prompts[i]);
+        json_t *r = req(&s, "POST", "/v1/completions", body, 200);
+        alone[i] = strdup(json_string_value(
+            json_object_get(json_array_get(json_object_get(r, "choices"), 0), "text")));
+        json_decref(r);
+    }
+    json_t *r = req(&s, "POST", "/v1/completions",
+                    "{\"prompt\":[\"Once upon a time\",\"The cat\",\"Lily and Tom\"],"
+                    "\"max_tokens\":8,\"temperature\":0}",
+                    200);
+    json_t *ch = json_object_get(r, "choices");
+    cr_assert_eq(json_array_size(ch), 3);
+    int64_t n_prompt = 0;
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(jint(json_array_get(ch, i), "index"), i);
+        cr_expect_str_eq(jstr(json_array_get(ch, i), "text"), alone[i]);
+        n_prompt += n_tokens(&s, prompts[i]);
+    }
+    cr_expect_eq(jint(r, "usage/prompt_tokens"), n_prompt);
+    cr_expect_eq(jint(r, "usage/completion_tokens"), 24);
+    json_t *nat = req(&s, "POST", "/completion",
+                      "{\"prompt\":[\"Once upon a time\",\"The cat\"],\"n_predict\":8,"
+                      "\"temperature\":0}",
+                      200);
+    cr_assert(json_is_array(nat));
+    cr_assert_eq(json_array_size(nat), 2);
+    for (int i = 0; i < 2; i++) {
+        cr_expect_str_eq(jstr(json_array_get(nat, i), "content"), alone[i]);
+        cr_expect_eq(jint(json_array_get(nat, i), "tokens_evaluated"), n_tokens(&s, prompts[i]));
+    }
+    /* Token ids and text in one sequence: BOS then the text is the text's prompt. */
+    json_t *mix =
+        req(&s, "POST", "/completion",
+            "{\"prompt\":[1,\"Once upon a time\"],\"n_predict\":8,\"temperature\":0}", 200);
+    cr_expect_str_eq(jstr(mix, "content"), alone[0]);
+    cr_expect_eq(jint(mix, "tokens_evaluated"), n_tokens(&s, prompts[0]));
+    json_decref(mix);
+    /* More choices than a request holds: a 400 naming n. */
+    json_t *e = req(&s, "POST", "/v1/completions", "{\"prompt\":[\"a\",\"b\"],\"n\":9}", 400);
+    cr_expect_str_eq(jstr(json_object_get(e, "error"), "param"), "n");
+    for (int i = 0; i < 3; i++)
+        free(alone[i]);
+    json_decref(r);
+    json_decref(nat);
+    json_decref(e);
+    stop(&s);
+}
