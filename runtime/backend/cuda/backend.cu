@@ -408,6 +408,8 @@ static const sd_backend_ops cuda_ops = {
     /* .swiglu = */ sd_cu_op_swiglu,
     /* .add = */ sd_cu_op_add,
     /* .copy = */ sd_cu_op_copy,
+    /* .attention_tree = */ nullptr, /* no token trees: sd_session_decode_tree refuses */
+    /* .kv_copy = */ nullptr,
 };
 
 /* ---- init ---- */
