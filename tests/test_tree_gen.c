@@ -6,8 +6,8 @@
  *     continuation, cut at a random depth, in a random branch among random siblings: the
  *     accepted count must then be exactly the sum of the cuts (the walk finds the right
  *     branch wherever it is, and never accepts a wrong token);
- *   - with the suffix proposer's trees on the shipped TinyStories target and SmolLM2-135M
- *     (skipped when absent).
+ *   - with the suffix and n-gram proposers' trees (shapes alternating between the two) on
+ *     the shipped TinyStories target and SmolLM2-135M (skipped when absent).
  * Rejection sampling with a tree is refused.
  */
 #include <criterion/criterion.h>
@@ -244,7 +244,7 @@ Test(tree_gen, rejection_sampling_is_refused) {
     sd_model_free(m);
 }
 
-/* ---- the suffix proposer's trees on real models ---- */
+/* ---- the suffix and n-gram proposers' trees on real models ---- */
 
 static void suffix_shapes(const char *path, const char *const *texts, int n_texts, int32_t n_pred) {
     sd_engine_params ep = sd_engine_default_params();
@@ -273,7 +273,7 @@ static void suffix_shapes(const char *path, const char *const *texts, int n_text
             "%s", err.msg);
         const int32_t n_ref = st.n_generated;
         for (int s = 0; s < N_SHAPES; s++) {
-            gp.draft_type = SD_DRAFT_SUFFIX;
+            gp.draft_type = s % 2 ? SD_DRAFT_NGRAM : SD_DRAFT_SUFFIX; /* both kinds of tree */
             gp.k_policy = SD_K_FIXED;
             gp.tree_width = shapes[s][0];
             gp.n_draft = shapes[s][1];

@@ -383,7 +383,7 @@ static int cu_supports_type(const sd_backend *be, sd_type t) {
     return sd_cu_with_type(t, [](auto) {});
 }
 
-static_assert(sizeof(sd_backend_ops) == 22 * sizeof(void *),
+static_assert(sizeof(sd_backend_ops) == 24 * sizeof(void *),
               "sd_backend_ops changed: update cuda_ops to the new table");
 static const sd_backend_ops cuda_ops = {
     /* .name = */ "cuda",
