@@ -63,6 +63,15 @@ int sd_step_finish(sd_step_pass *p, sd_verify_result *res, sd_error *err) {
     if (rc) return rc;
     const int lookup = p->k > 0 && p->lookup;
     sd_step_count_pass(p->st, p->k, lookup);
+    if (p->parent) { /* a tree: drafted_at counts the depths drafted, not the nodes */
+        int32_t depth[SD_MAX_DRAFT], max_depth = 0;
+        for (int32_t i = 0; i < p->k; i++) {
+            depth[i] = p->parent[i] < 0 ? 0 : depth[p->parent[i]] + 1;
+            if (depth[i] + 1 > max_depth) max_depth = depth[i] + 1;
+        }
+        for (int32_t i = max_depth; i < p->k; i++)
+            p->st->drafted_at[i]--;
+    }
     sd_step_commit(p->gp, p->eos, res->tokens, res->n_tokens, res->n_accepted, lookup, p->ctx,
                    &p->n_ctx, p->st);
     return SD_OK;

@@ -60,7 +60,9 @@ const float *sd_step_row(void *user, int32_t i, sd_error *err);
 const float *sd_step_tree_row(void *user, int32_t r, sd_error *err);
 
 /* A pass that drafted k tokens (lookup: a one-hot n-gram proposal): n_target_passes,
- * k_hist, n_drafted, drafted_at and the lookup counts. */
+ * k_hist, n_drafted, drafted_at and the lookup counts. (sd_step_finish counts a tree of k
+ * nodes as k drafted tokens, and in drafted_at only its depths: per-position acceptance is
+ * then the chance that a position the tree reached was accepted.) */
 void sd_step_count_pass(sd_gen_stats *st, int32_t k, int lookup);
 
 /* Commit the verified tokens toks[0 .. n) to ctx (appended at *n_ctx) up to the first
