@@ -317,3 +317,48 @@ Test(tree_gen, suffix_trees_smollm2) {
     };
     suffix_shapes(mp, texts, 1, 48);
 }
+
+/* ---- the proposers' tree shapes ---- */
+
+/* ctx ends in "5 6", followed earlier by 7, 8 and 9 (most recent last), each then by 5:
+ * width 3 x depth 2 gives the branches 9 5, 8 5, 7 5 (ranked by count, ties the most recent
+ * first; the n-gram's by recency), width 2 the first two. */
+static void check_tree(sd_proposer *p, const char *what) {
+    const int32_t ctx[12] = {1, 5, 6, 7, 5, 6, 8, 5, 6, 9, 5, 6};
+    sd_proposal prop;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_propose_tree(p, ctx, 12, 3, 2, &prop, &err), SD_OK, "%s", err.msg);
+    const int32_t want_tok[6] = {9, 5, 8, 5, 7, 5}, want_par[6] = {-1, 0, -1, 2, -1, 4};
+    cr_assert_eq(prop.n, 6, "%s: %d nodes", what, prop.n);
+    cr_assert(prop.one_hot);
+    for (int32_t i = 0; i < 6; i++) {
+        cr_assert_eq(prop.tokens[i], want_tok[i], "%s: node %d token %d", what, i, prop.tokens[i]);
+        cr_assert_eq(prop.parent[i], want_par[i], "%s: node %d parent %d", what, i, prop.parent[i]);
+    }
+    cr_assert_eq(sd_proposer_propose_tree(p, ctx, 12, 2, 2, &prop, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(prop.n, 4, "%s width 2: %d nodes", what, prop.n);
+    cr_assert_eq(prop.tokens[2], 8);
+    /* width 1: the chain proposal, parents i - 1 */
+    sd_proposal chain;
+    cr_assert_eq(sd_proposer_propose(p, ctx, 12, 2, &chain, &err), SD_OK);
+    cr_assert_eq(sd_proposer_propose_tree(p, ctx, 12, 1, 2, &prop, &err), SD_OK);
+    cr_assert_eq(prop.n, chain.n);
+    for (int32_t i = 0; i < prop.n; i++) {
+        cr_assert_eq(prop.tokens[i], chain.tokens[i]);
+        cr_assert_eq(prop.parent[i], i - 1);
+    }
+    cr_assert_eq(sd_proposer_propose_tree(p, ctx, 12, 4, 5, &prop, &err), SD_ERR_ARG,
+                 "20 nodes are more than a proposal holds");
+}
+
+Test(tree_gen, proposer_tree_shapes) {
+    sd_suffix_params sp = sd_suffix_default_params();
+    sd_proposer *s = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_suffix_init(&sp, 96, &s, &err), SD_OK, "%s", err.msg);
+    check_tree(s, "suffix");
+    sd_proposer_free(s);
+    sd_proposer *g = tu_make_ngram(2, 4, 256, 96);
+    check_tree(g, "ngram");
+    sd_proposer_free(g);
+}
