@@ -21,6 +21,7 @@
 #include "runtime/tokenizer/sd_vocab.h"
 #include "target/sd_target.h"
 #include "testutil.h"
+#include "verify/sd_verify.h"
 
 static char g_dir[1024];
 
@@ -361,4 +362,82 @@ Test(tree_gen, proposer_tree_shapes) {
     sd_proposer *g = tu_make_ngram(2, 4, 256, 96);
     check_tree(g, "ngram");
     sd_proposer_free(g);
+}
+
+/* ---- sd_verify_tree_keyed on dense rows ---- */
+
+typedef struct dense_rows {
+    const float *rows;
+    int32_t n_vocab;
+    int reads[SD_MAX_DRAFT + 1];
+} dense_rows;
+
+static const float *dense_row(void *user, int32_t i, sd_error *err) {
+    (void)err;
+    dense_rows *d = user;
+    d->reads[i]++;
+    return d->rows + (size_t)i * (size_t)d->n_vocab;
+}
+
+/* Rows whose argmax is want[r] (the tree's row r: 0 the root, i + 1 after node i). */
+static void fill_rows(float *rows, int32_t n_rows, int32_t nv, const int32_t *want) {
+    for (int32_t r = 0; r < n_rows; r++)
+        for (int32_t v = 0; v < nv; v++)
+            rows[(size_t)r * (size_t)nv + (size_t)v] = v == want[r] ? 5.0f : (float)(v % 3);
+}
+
+Test(tree_gen, verify_tree_walks_the_matching_branch) {
+    enum { NV = 8 };
+    /* root -> {0: 3, 2: 4}; 0 -> 1: 5; 2 -> 3: 6 -> 4: 7. */
+    const int32_t tok[5] = {3, 5, 4, 6, 7}, par[5] = {-1, 0, -1, 2, 3};
+    float rows[6 * NV];
+    /* row 0 picks 4 (node 2), row 3 (after node 2) picks 6 (node 3), row 4 picks 1: a
+     * correction after two accepted */
+    const int32_t want[6] = {4, 0, 0, 6, 1, 0};
+    fill_rows(rows, 6, NV, want);
+    dense_rows d = {rows, NV, {0}};
+    sd_sampling_params sp = sd_sampling_default_params();
+    sp.temp = 0.0f;
+    sd_verify_result res;
+    int32_t path[SD_MAX_DRAFT];
+    sd_error err = {0};
+    cr_assert_eq(sd_verify_tree_keyed(&sp, tok, par, 5, dense_row, &d, NV, 1, 10, &res, path, &err),
+                 SD_OK, "%s", err.msg);
+    cr_assert_eq(res.n_accepted, 2);
+    cr_assert_eq(res.n_tokens, 3);
+    cr_assert_eq(path[0], 2);
+    cr_assert_eq(path[1], 3);
+    cr_assert_eq(res.tokens[0], 4);
+    cr_assert_eq(res.tokens[1], 6);
+    cr_assert_eq(res.tokens[2], 1);
+    cr_assert_eq(d.reads[0] + d.reads[3] + d.reads[4], 3, "the walk's rows, once each");
+    cr_assert_eq(d.reads[1] + d.reads[2] + d.reads[5], 0, "no row off the walk");
+    /* a leaf reached: the bonus from its row */
+    const int32_t want2[6] = {4, 0, 0, 6, 7, 2};
+    fill_rows(rows, 6, NV, want2);
+    cr_assert_eq(sd_verify_tree_keyed(&sp, tok, par, 5, dense_row, &d, NV, 1, 10, &res, path, &err),
+                 SD_OK);
+    cr_assert_eq(res.n_accepted, 3);
+    cr_assert_eq(res.tokens[3], 2);
+    /* no match at the root: the correction only */
+    const int32_t want3[6] = {0, 0, 0, 0, 0, 0};
+    fill_rows(rows, 6, NV, want3);
+    cr_assert_eq(sd_verify_tree_keyed(&sp, tok, par, 5, dense_row, &d, NV, 1, 10, &res, path, &err),
+                 SD_OK);
+    cr_assert_eq(res.n_accepted, 0);
+    cr_assert_eq(res.tokens[0], 0);
+    /* refused: rejection sampling, a parent after its child, an id out of range */
+    sp.temp = 0.8f;
+    sp.spec = SD_SPEC_REJECTION;
+    cr_assert_eq(sd_verify_tree_keyed(&sp, tok, par, 5, dense_row, &d, NV, 1, 10, &res, path, &err),
+                 SD_ERR_UNSUPPORTED);
+    sp.temp = 0.0f;
+    const int32_t bad_par[5] = {-1, 0, 3, 2, 3};
+    cr_assert_eq(
+        sd_verify_tree_keyed(&sp, tok, bad_par, 5, dense_row, &d, NV, 1, 10, &res, path, &err),
+        SD_ERR_ARG);
+    const int32_t bad_tok[5] = {3, 5, NV, 6, 7};
+    cr_assert_eq(
+        sd_verify_tree_keyed(&sp, bad_tok, par, 5, dense_row, &d, NV, 1, 10, &res, path, &err),
+        SD_ERR_ARG);
 }

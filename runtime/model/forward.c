@@ -746,11 +746,16 @@ int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *
     if (n < 1 || n > SD_MAX_TREE || n > s->n_outputs)
         return sd_errorf(err, SD_ERR_ARG, "tree pass: %d nodes, expected 1 .. %d", n,
                          SD_MAX_TREE < s->n_outputs ? SD_MAX_TREE : s->n_outputs);
-    if (s->group || s->tp || s->n_seq > 1 || !s->be->ops->attention_tree || !s->be->ops->kv_copy)
+    if (!s->be->ops->attention_tree || !s->be->ops->kv_copy)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: token trees run on one %s session of one sequence only (no tree "
-                         "attention on the %s backend, tensor-parallel or paged sessions)",
-                         s->m->path, "cpu", sd_device_name(s->be->device));
+                         "%s: the %s backend has no tree attention: token trees run on the cpu "
+                         "backend (use a chain: no --draft-tree)",
+                         s->m->path, sd_device_name(s->be->device));
+    if (s->group || s->tp || s->n_seq > 1)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: token trees run on a session of one sequence without tensor "
+                         "parallelism",
+                         s->m->path);
     const int32_t win = s->m->hp.sliding_window;
     if (win > 0 && s->n_ctx > win)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
