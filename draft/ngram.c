@@ -239,6 +239,55 @@ static int ngram_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, i
     return SD_OK;
 }
 
+/* Most earlier occurrences a tree proposal looks at for its alternatives. */
+#define NGRAM_TREE_SCAN 256
+
+/* A tree (sd_proposer_propose_tree): the chain proposal first, then up to width - 1
+ * alternatives: the other followers of earlier occurrences of the context's last n tokens
+ * (the longest matched n first, most recent first, then shorter n), each whose first token
+ * differs from every branch's so far, continued by what followed it up to depth tokens. */
+static int ngram_propose_tree(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t width,
+                              int32_t depth, sd_proposal *out, sd_error *err) {
+    int rc = ngram_propose(base, ctx, n_ctx, depth, out, err);
+    for (int32_t i = 0; i < out->n; i++)
+        out->parent[i] = i - 1;
+    ngram_proposer *p = (ngram_proposer *)base;
+    ngram_index *ix = &p->ix;
+    if (rc || out->n == 0 || n_ctx > ix->cap) return rc;
+    const int32_t n_toks = ix->n_toks;
+    int32_t j0 = -1;
+    const int32_t n_match = ngram_index_lookup(ix, ix->toks, n_toks, &j0);
+    if (n_match == 0) return SD_OK; /* the chain came from the lookup cache */
+    uint64_t keys[SD_NGRAM_MAX];
+    keys_before(ix->toks, n_toks, ix->n_max, keys);
+    int32_t firsts[SD_MAX_DRAFT], n_br = 1, scanned = 0;
+    firsts[0] = out->tokens[0];
+    for (int32_t n = n_match; n >= ix->n_min && n_br < width; n--) {
+        ngram_slot *sl = find_slot(ix, keys[n - 1], 0);
+        for (int32_t j = sl ? sl->pos : -1; j >= 0 && n_br < width && scanned < NGRAM_TREE_SCAN;
+             j = ix->prev[(size_t)j * (size_t)ix->n_sizes + (size_t)(n - ix->n_min)]) {
+            scanned++;
+            if (j < n || j >= n_toks ||
+                memcmp(ix->toks + j - n, ix->toks + n_toks - n, (size_t)n * sizeof(int32_t)))
+                continue; /* a hash collision */
+            int seen = 0;
+            for (int32_t b = 0; b < n_br; b++)
+                seen |= firsts[b] == ix->toks[j];
+            if (seen || ix->toks[j] < 0) continue;
+            firsts[n_br++] = ix->toks[j];
+            int32_t node = -1;
+            for (int32_t i = 0;
+                 i < depth && j + i < n_toks && ix->toks[j + i] >= 0 && out->n < SD_MAX_DRAFT;
+                 i++) {
+                out->tokens[out->n] = ix->toks[j + i];
+                out->parent[out->n] = node;
+                node = out->n++;
+            }
+        }
+    }
+    return SD_OK;
+}
+
 static void ngram_free(sd_proposer *base) {
     ngram_proposer *p = (ngram_proposer *)base;
     ngram_index_free(&p->ix);
@@ -251,6 +300,7 @@ static const sd_proposer_ops ngram_ops = {
     .propose = ngram_propose,
     .commit = ngram_commit,
     .free = ngram_free,
+    .propose_tree = ngram_propose_tree,
 };
 
 sd_ngram_params sd_ngram_default_params(void) {

@@ -44,3 +44,24 @@ void sd_proposer_set_cutoff(sd_proposer *p, float p_min, int32_t n_min) {
 const char *sd_proposer_name(const sd_proposer *p) {
     return p->ops->name;
 }
+
+int sd_proposer_propose_tree(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t width,
+                             int32_t depth, sd_proposal *out, sd_error *err) {
+    if (width < 1 || depth < 1 || (int64_t)width * depth > SD_MAX_DRAFT)
+        return sd_errorf(err, SD_ERR_ARG, "draft: tree %dx%d, expected width x depth <= %d", width,
+                         depth, SD_MAX_DRAFT);
+    int rc;
+    if (p->ops->propose_tree && width > 1) {
+        out->n = 0;
+        out->one_hot = 0;
+        out->lookup = 0;
+        out->probs = NULL;
+        if (n_ctx < 1) return sd_errorf(err, SD_ERR_ARG, "draft: empty context");
+        rc = p->ops->propose_tree(p, ctx, n_ctx, width, depth, out, err);
+    } else {
+        rc = sd_proposer_propose(p, ctx, n_ctx, depth, out, err);
+        for (int32_t i = 0; rc == SD_OK && i < out->n; i++)
+            out->parent[i] = i - 1;
+    }
+    return rc;
+}

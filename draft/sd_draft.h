@@ -58,6 +58,10 @@ typedef struct sd_proposal {
     const float *probs;
     int one_hot;
     int lookup;
+    /* A token tree (sd_proposer_propose_tree): parent[i] of node i (-1: it follows the
+     * committed context; else < i); a chain has parent[i] = i - 1. Sibling tokens are
+     * distinct. Filled by sd_proposer_propose_tree only. */
+    int32_t parent[SD_MAX_DRAFT];
 } sd_proposal;
 
 typedef struct sd_proposer sd_proposer;
@@ -79,6 +83,9 @@ typedef struct sd_proposer_ops {
     int (*catch_up)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t window,
                     sd_error *err);
     void (*free)(sd_proposer *p);
+    /* See sd_proposer_propose_tree (NULL: the proposer drafts chains only). */
+    int (*propose_tree)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t width,
+                        int32_t depth, sd_proposal *out, sd_error *err);
 } sd_proposer_ops;
 
 struct sd_proposer {
@@ -94,6 +101,17 @@ struct sd_proposer {
  */
 int sd_proposer_propose(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t k,
                         sd_proposal *out, sd_error *err);
+/*
+ * A token tree of at most width x depth nodes (width * depth <= SD_MAX_DRAFT) to follow
+ * ctx[0 .. n_ctx): up to `width` alternatives for the first token, each continued as a
+ * chain to at most `depth` tokens (out->parent holds the shape; nodes in depth-first
+ * order). One-hot (deterministic) proposers only: the tree is verified by target choice
+ * (verify/: sd_verify_tree_keyed). A proposer without trees (the LLM draft) proposes its
+ * chain of `depth` tokens. Errors: SD_ERR_ARG (width, depth, n_ctx), the proposer's.
+ */
+int sd_proposer_propose_tree(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t width,
+                             int32_t depth, sd_proposal *out, sd_error *err);
+
 /*
  * Before the first proposal: process the prompt ctx[0 .. n_ctx) (e.g. fill the draft's
  * KV cache) so that the first propose call only drafts. Optional work: propose catches

@@ -480,6 +480,97 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
     return SD_OK;
 }
 
+/* The tree proposal from state s reached by a match of length m (sd_proposer_propose_tree):
+ * the `width` most frequent followers of s (ties: the most recent), each whose probability
+ * count / total is at least min_token_prob, each continued by the chain rule of
+ * suffix_index_chain from that probability, every branch at most min(depth,
+ * max_spec_factor * m) tokens deep. The first branch is the chain proposal. Depth-first
+ * node order into tokens, parent [width * depth]. */
+static int32_t suffix_tree(sd_suffix_index *ix, int32_t s, int32_t m, const sd_suffix_params *p,
+                           int32_t width, int32_t depth, int32_t *tokens, int32_t *parent) {
+    if (m < p->n_min || m < 1) return 0;
+    const double lim = (double)p->max_spec_factor * m;
+    const int32_t n_max = lim < (double)depth ? (int32_t)lim : depth;
+    if (n_max < 1) return 0;
+    int32_t top_e[SD_MAX_DRAFT], top_c[SD_MAX_DRAFT], top_l[SD_MAX_DRAFT], n_top = 0;
+    int64_t total = 0;
+    for (int32_t f = ix->st[s].edge; f >= 0; f = ix->ed[f].next) {
+        int32_t lst = 0;
+        const int32_t c = state_count(ix, ix->ed[f].to, &lst);
+        total += c;
+        int32_t at = n_top; /* insertion into the ranked top `width` */
+        while (at > 0 && (c > top_c[at - 1] || (c == top_c[at - 1] && lst > top_l[at - 1])))
+            at--;
+        if (at >= width) continue;
+        if (n_top < width) n_top++;
+        for (int32_t j = n_top - 1; j > at; j--) {
+            top_e[j] = top_e[j - 1];
+            top_c[j] = top_c[j - 1];
+            top_l[j] = top_l[j - 1];
+        }
+        top_e[at] = f;
+        top_c[at] = c;
+        top_l[at] = lst;
+    }
+    int32_t n = 0;
+    for (int32_t b = 0; b < n_top && total > 0; b++) {
+        double pr = (double)top_c[b] / (double)total;
+        if (pr < (double)p->min_token_prob) break; /* ranked: the rest are rarer */
+        int32_t node = n, st = ix->ed[top_e[b]].to;
+        tokens[n] = ix->ed[top_e[b]].tok;
+        parent[n++] = -1;
+        for (int32_t d = 1; d < n_max; d++) {
+            int64_t tot = 0;
+            int32_t best = -1, best_cnt = 0, best_last = -1;
+            for (int32_t f = ix->st[st].edge; f >= 0; f = ix->ed[f].next) {
+                int32_t lst = 0;
+                const int32_t c = state_count(ix, ix->ed[f].to, &lst);
+                tot += c;
+                if (c > best_cnt || (c == best_cnt && lst > best_last)) {
+                    best = f;
+                    best_cnt = c;
+                    best_last = lst;
+                }
+            }
+            if (best < 0 || tot <= 0) break;
+            const double next = pr * (double)best_cnt / (double)tot;
+            if (next < (double)p->min_token_prob) break;
+            pr = next;
+            tokens[n] = ix->ed[best].tok;
+            parent[n] = node;
+            node = n++;
+            st = ix->ed[best].to;
+        }
+    }
+    return n;
+}
+
+/* A tree from the context's index; without one (no match there) the chain proposal,
+ * which also asks the cross-request cache. */
+static int suffix_propose_tree(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t width,
+                               int32_t depth, sd_proposal *out, sd_error *err) {
+    suffix_proposer *p = (suffix_proposer *)base;
+    out->n = 0;
+    out->n_vocab = p->n_vocab;
+    out->probs = NULL;
+    out->one_hot = 1;
+    out->lookup = 1;
+    p->last_match = 0;
+    sync(p->ix, ctx, n_ctx);
+    if (p->ix->n_toks == n_ctx) {
+        sd_suffix_index *ix = p->ix;
+        const int32_t l = ix->st[ix->last].link;
+        const int32_t m = l >= 0 ? ix->st[l].len : 0;
+        p->last_match = m;
+        if (l >= 0) out->n = suffix_tree(ix, l, m, &p->prm, width, depth, out->tokens, out->parent);
+    }
+    if (out->n > 0) return SD_OK;
+    int rc = suffix_propose(base, ctx, n_ctx, depth, out, err);
+    for (int32_t i = 0; rc == SD_OK && i < out->n; i++)
+        out->parent[i] = i - 1;
+    return rc;
+}
+
 static void suffix_free(sd_proposer *base) {
     suffix_proposer *p = (suffix_proposer *)base;
     sd_suffix_index_free(p->ix);
@@ -492,6 +583,7 @@ static const sd_proposer_ops suffix_ops = {
     .propose = suffix_propose,
     .commit = suffix_commit,
     .free = suffix_free,
+    .propose_tree = suffix_propose_tree,
 };
 
 sd_suffix_params sd_suffix_default_params(void) {

@@ -69,6 +69,30 @@ int sd_target_check_rows(const sd_model *m, const float *rows, int32_t n_rows, s
  */
 void sd_scorer_commit(sd_scorer *s, const int32_t *ctx, int32_t n_ctx);
 
+/*
+ * Tree verification pass (runtime/model: sd_session_decode_tree): sync to ctx, then one
+ * pass over the root ctx[n_ctx - 1] and the n drafted nodes (node i: token tokens[i],
+ * parent parent[i], -1 = the root), each node attending to the context and its ancestors
+ * only, at position n_ctx - 1 + its depth.
+ *   tokens, parent : int32 [n], 0 <= n <= SD_MAX_DRAFT, parent[i] in -1 .. i - 1
+ *   logits         : float [n + 1, n_vocab] (out): row 0 after the committed context, row
+ *                    i + 1 after node i's path
+ * Errors: as sd_scorer_score, and SD_ERR_UNSUPPORTED where the session has no tree pass
+ * (a CUDA target: its message says so). Afterwards the cache holds the n + 1 rows of the
+ * pass: sd_scorer_commit_tree keeps the accepted path.
+ */
+int sd_scorer_score_tree(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32_t *tokens,
+                         const int32_t *parent, int32_t n, float *logits, sd_error *err);
+
+/*
+ * KV commit after a tree pass scored at n_ctx_scored committed tokens: the rows of the
+ * accepted nodes path[0 .. n_path) (the verifier's path, root first) move to follow the
+ * root, the rest are dropped, then as sd_scorer_commit(ctx, n_ctx) (ctx: the committed
+ * tokens after the pass, whose accepted tokens are the path's).
+ */
+void sd_scorer_commit_tree(sd_scorer *s, int32_t n_ctx_scored, const int32_t *path, int32_t n_path,
+                           const int32_t *ctx, int32_t n_ctx);
+
 #ifdef __cplusplus
 }
 #endif

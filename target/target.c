@@ -107,3 +107,41 @@ void sd_scorer_commit(sd_scorer *s, const int32_t *ctx, int32_t n_ctx) {
              "target KV cache must hold exactly the committed tokens but the last");
     (void)kept;
 }
+
+int sd_scorer_score_tree(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const int32_t *tokens,
+                         const int32_t *parent, int32_t n, float *logits, sd_error *err) {
+    if (n < 0 || n > SD_MAX_DRAFT)
+        return sd_errorf(err, SD_ERR_ARG, "scorer: tree of %d nodes outside [0, %d]", n,
+                         SD_MAX_DRAFT);
+    if ((int64_t)n_ctx + n > sd_session_n_ctx(s->sess))
+        return sd_errorf(err, SD_ERR_CONTEXT,
+                         "target context full: %d committed + %d tree nodes exceed %d", n_ctx, n,
+                         sd_session_n_ctx(s->sess));
+    int rc = sd_scorer_sync(s, ctx, n_ctx, err);
+    if (rc) return rc;
+    int32_t tok[SD_MAX_DRAFT + 1], par[SD_MAX_DRAFT + 1];
+    tok[0] = ctx[n_ctx - 1];
+    par[0] = -1;
+    for (int32_t i = 0; i < n; i++) {
+        tok[i + 1] = tokens[i];
+        par[i + 1] = parent[i] < 0 ? 0 : parent[i] + 1;
+        if (parent[i] >= i)
+            return sd_errorf(err, SD_ERR_ARG, "scorer: tree node %d has parent %d", i, parent[i]);
+    }
+    rc = sd_session_decode_tree(s->sess, tok, par, n + 1, logits, err);
+    if (rc && err) sd_error_prefix(err, rc, "%s: target", sd_model_path(s->model));
+    if (rc) return rc;
+    return sd_target_check_rows(s->model, logits, n + 1, err);
+}
+
+void sd_scorer_commit_tree(sd_scorer *s, int32_t n_ctx_scored, const int32_t *path, int32_t n_path,
+                           const int32_t *ctx, int32_t n_ctx) {
+    int32_t keep[SD_MAX_DRAFT + 1];
+    keep[0] = 0; /* the root */
+    for (int32_t i = 0; i < n_path && i < SD_MAX_DRAFT; i++)
+        keep[i + 1] = path[i] + 1;
+    const int rc = sd_session_tree_keep(s->sess, n_ctx_scored - 1, keep, n_path + 1, NULL);
+    SD_CHECK(rc == SD_OK, "tree keep of the verifier's path");
+    (void)rc;
+    sd_scorer_commit(s, ctx, n_ctx);
+}

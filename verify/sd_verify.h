@@ -130,6 +130,39 @@ int sd_verify_keyed(const sd_sampling_params *sp, const int32_t *draft, int32_t 
                     sd_verify_row_fn rows, void *user, int32_t n_vocab, uint64_t seed, int64_t pos0,
                     float *scratch, sd_verify_result *res, sd_error *err);
 
+/* ---- token trees (verify/tree.c) ----
+ *
+ * A tree proposal: drafted nodes 0 .. n - 1, node i with token tokens[i] and parent
+ * parent[i] (-1: a child of the root, the committed context; else < i). The target scores
+ * it in one pass (target/: sd_scorer_score_tree): row 0 the token after the committed
+ * context, row i + 1 the token after node i's path. Verification walks from the root: at
+ * each node it makes the target's choice y at that node's row (greedy: the argmax;
+ * SD_SPEC_GUMBEL: sd_gumbel_sample keyed by (seed, pos0 + depth)), takes the child whose
+ * token is y (at most one: the caller's tree has distinct sibling tokens, and the first
+ * in index order is taken otherwise) and continues, else emits y (a correction, or at a
+ * leaf the bonus) and stops.
+ * Why this is exact: in both modes the token target-alone decoding emits at a position is
+ * a deterministic function of that position's row (greedy argmax; Gumbel: the argmax of
+ * log p + the noise keyed by (seed, position), which does not depend on the draft). The
+ * walk emits, at each depth, exactly that function of the row of the path emitted so far:
+ * the rows of a tree pass are bit-identical to a chain pass over the same path
+ * (sd_session_decode_tree), so the emitted text is the target-alone text whatever the
+ * tree. Rejection sampling (temp > 0, SD_SPEC_REJECTION) accepts a token with a
+ * probability, so one child of several would need the multi-draft residual scheme
+ * (SpecInfer's); it is refused here (SD_ERR_UNSUPPORTED): use a chain.
+ *   tokens, parent : int32 [n], 0 <= n <= SD_MAX_DRAFT
+ *   rows           : row r (0 .. n) made on demand, read once each, only on the walk
+ *   path           : int32 [SD_MAX_DRAFT] (out): the accepted nodes, root first
+ *                    (res->n_accepted of them; res->tokens[i] = tokens[path[i]] for those)
+ * Errors: SD_ERR_ARG (n, ids, parents, NULL pointers: before any row is read; a row with a
+ * NaN logit or no positive entry), SD_ERR_UNSUPPORTED (rejection sampling), a row's error.
+ * *res and path are written only on success.
+ */
+int sd_verify_tree_keyed(const sd_sampling_params *sp, const int32_t *tokens, const int32_t *parent,
+                         int32_t n, sd_verify_row_fn rows, void *user, int32_t n_vocab,
+                         uint64_t seed, int64_t pos0, sd_verify_result *res, int32_t *path,
+                         sd_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -209,6 +209,21 @@ typedef struct sd_backend_ops {
     void (*geglu)(sd_backend *be, const float *g, const float *u, int64_t n, float *y);
     void (*scale)(sd_backend *be, float *y, float s, int64_t n);
     void (*set_window)(sd_backend *be, int32_t window);
+    /* Token trees (optional, NULL: the backend has none, and a tree pass is refused):
+     *   attention_tree: as attention for a pass of n_tok tree nodes whose K/V rows are at
+     *     cache positions pos0 .. pos0 + n_tok - 1; parent: int32 [n_tok], parent[t] < t,
+     *     -1 for a node on the committed context. Query t sees the keys [0, pos0) and then
+     *     the rows of its ancestors and itself, in ascending position (= by depth): the
+     *     keys, in the order, that the same query sees in a chain pass over its own path,
+     *     with the masked keys skipped (never added as -inf), so its output has the chain's
+     *     bits. No sliding window (a backend made with one refuses at the session).
+     *   kv_copy: K and V rows of layer l at positions src .. src + n_tok - 1 copied to
+     *     dst .. dst + n_tok - 1 (dst <= src; both ranges reserved). */
+    void (*attention_tree)(sd_backend *be, const float *q, sd_kv *kv, int32_t layer, int32_t pos0,
+                           int32_t n_tok, const int32_t *parent, int32_t n_head, int32_t n_head_kv,
+                           int32_t head_dim, float *out);
+    void (*kv_copy)(sd_backend *be, sd_kv *kv, int32_t layer, int32_t dst, int32_t src,
+                    int32_t n_tok);
 } sd_backend_ops;
 
 /* Every backend struct starts with this header. */

@@ -43,6 +43,9 @@ typedef enum sd_status {
  * [last, d1 .. dK] and the verification result are sized for it (draft/, target/,
  * verify/ and the engine share this one limit). */
 #define SD_MAX_DRAFT 16
+/* Most nodes of one token-tree pass (sd_session_decode_tree: the root and the drafted
+ * nodes); a tree proposal holds at most SD_MAX_DRAFT drafted nodes. */
+#define SD_MAX_TREE 64
 
 /* The error record: status plus one printable line. Zero-initialise before use. */
 typedef struct sd_error {

@@ -28,6 +28,9 @@
  *             target passes; K: mean K chosen over passes (0: target alone; an n-gram
  *             without a match drafts nothing for its K); off: passes with speculation
  *             switched off
+ * Token trees (README "Drafting"), not in "all": suffix-tree1, suffix-tree2,
+ * suffix-tree4, ngram-tree2 and ngram-tree4 draft trees of width 1, 2 or 4 and depth K
+ * (capped at 16 / width).
  */
 #include <jansson.h>
 #include <math.h>
@@ -44,18 +47,25 @@ typedef struct mode_def {
     const char *name;
     sd_draft_type type;
     sd_k_policy policy;
+    int32_t tree; /* token trees of this width (sd_gen_params.tree_width), 0: a chain */
 } mode_def;
 
 static const mode_def k_modes[] = {
-    {"none", SD_DRAFT_NONE, SD_K_FIXED},
-    {"llm", SD_DRAFT_LLM, SD_K_FIXED},
-    {"llm-adaptive", SD_DRAFT_LLM, SD_K_ADAPTIVE},
-    {"ngram", SD_DRAFT_NGRAM, SD_K_FIXED},
-    {"ngram-adaptive", SD_DRAFT_NGRAM, SD_K_ADAPTIVE},
-    {"ngram+llm", SD_DRAFT_NGRAM_LLM, SD_K_FIXED},
-    {"ngram+llm-adaptive", SD_DRAFT_NGRAM_LLM, SD_K_ADAPTIVE},
-    {"suffix", SD_DRAFT_SUFFIX, SD_K_FIXED},
-    {"suffix-adaptive", SD_DRAFT_SUFFIX, SD_K_ADAPTIVE},
+    {"none", SD_DRAFT_NONE, SD_K_FIXED, 0},
+    {"llm", SD_DRAFT_LLM, SD_K_FIXED, 0},
+    {"llm-adaptive", SD_DRAFT_LLM, SD_K_ADAPTIVE, 0},
+    {"ngram", SD_DRAFT_NGRAM, SD_K_FIXED, 0},
+    {"ngram-adaptive", SD_DRAFT_NGRAM, SD_K_ADAPTIVE, 0},
+    {"ngram+llm", SD_DRAFT_NGRAM_LLM, SD_K_FIXED, 0},
+    {"ngram+llm-adaptive", SD_DRAFT_NGRAM_LLM, SD_K_ADAPTIVE, 0},
+    {"suffix", SD_DRAFT_SUFFIX, SD_K_FIXED, 0},
+    {"suffix-adaptive", SD_DRAFT_SUFFIX, SD_K_ADAPTIVE, 0},
+    /* token trees, W x K (K capped to 16 / W); not in "all" */
+    {"suffix-tree1", SD_DRAFT_SUFFIX, SD_K_FIXED, 1},
+    {"suffix-tree2", SD_DRAFT_SUFFIX, SD_K_FIXED, 2},
+    {"suffix-tree4", SD_DRAFT_SUFFIX, SD_K_FIXED, 4},
+    {"ngram-tree2", SD_DRAFT_NGRAM, SD_K_FIXED, 2},
+    {"ngram-tree4", SD_DRAFT_NGRAM, SD_K_FIXED, 4},
 };
 #define N_MODE_DEFS  ((int)(sizeof k_modes / sizeof k_modes[0]))
 #define MODE_ALL     (-1)
@@ -78,7 +88,8 @@ int bench_parse_modes(const char *list, bench_cli *c) {
         if (m == -2) {
             bench_usage("--draft-types: unknown type '%s' (known: none, llm, llm-adaptive, "
                         "ngram, ngram-adaptive, ngram+llm, ngram+llm-adaptive, suffix, "
-                        "suffix-adaptive, all)",
+                        "suffix-adaptive, suffix-tree1, suffix-tree2, suffix-tree4, "
+                        "ngram-tree2, ngram-tree4, all)",
                         tok);
             return -1;
         }
@@ -163,6 +174,7 @@ static int run_one(modes_ctx *m, const variant *v, const int32_t *ids, int32_t n
     gp.draft_type = md->type;
     gp.k_policy = md->policy;
     gp.n_draft = md->type == SD_DRAFT_NONE ? 0 : v->k;
+    gp.tree_width = md->tree;
     if (md->policy == SD_K_ADAPTIVE) {
         gp.draft_p_min = m->p_min_adaptive;
         gp.draft_min = m->draft_min_adaptive;
@@ -286,8 +298,9 @@ static int make_variants(modes_ctx *m, sd_error *err) {
     for (int i = 0; i < c->n_modes; i++) {
         if (c->modes[i] == MODE_ALL) {
             for (int j = 0; j < N_MODE_DEFS; j++)
-                want[j] |= has_llm || (k_modes[j].type != SD_DRAFT_LLM &&
-                                       k_modes[j].type != SD_DRAFT_NGRAM_LLM);
+                want[j] |=
+                    k_modes[j].tree == 0 && (has_llm || (k_modes[j].type != SD_DRAFT_LLM &&
+                                                         k_modes[j].type != SD_DRAFT_NGRAM_LLM));
         } else {
             const mode_def *md = &k_modes[c->modes[i]];
             if (!has_llm && (md->type == SD_DRAFT_LLM || md->type == SD_DRAFT_NGRAM_LLM))
@@ -306,6 +319,8 @@ static int make_variants(modes_ctx *m, sd_error *err) {
             variant *v = &m->vars[m->n_vars++];
             v->mode = j;
             v->k = j == 0 ? 0 : (per_k ? ks[i] : k_top);
+            if (k_modes[j].tree > 0 && v->k * k_modes[j].tree > SD_MAX_DRAFT)
+                v->k = SD_MAX_DRAFT / k_modes[j].tree;
             if (j == 0)
                 snprintf(v->label, sizeof v->label, "none");
             else

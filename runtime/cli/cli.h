@@ -203,6 +203,10 @@ enum {
  *                                           (0 < F <= 64, default 1)
  *   --suffix-min-prob P                     suffix draft stops before its continuation's
  *                                           empirical probability falls below P (default 0.1)
+ *   --draft-tree WxD (or W)                 token trees: W alternatives for the first token,
+ *                                           each a chain of D (or K) tokens, W x D <= 16, in
+ *                                           one target pass (generate and bench; default: a
+ *                                           chain)
  */
 enum {
     SD_CLI_OPT_DRAFT_TYPE = 1020, /* 1020..1049: drafting; 1050..1099: cli_flags.c */
@@ -215,8 +219,9 @@ enum {
     SD_CLI_OPT_LOOKUP_CACHE,
     SD_CLI_OPT_SUFFIX_FACTOR,
     SD_CLI_OPT_SUFFIX_MIN_PROB,
+    SD_CLI_OPT_DRAFT_TREE,
 };
-_Static_assert(SD_CLI_OPT_SUFFIX_MIN_PROB < 1050, "drafting option ids run into cli_flags.c's");
+_Static_assert(SD_CLI_OPT_DRAFT_TREE < 1050, "drafting option ids run into cli_flags.c's");
 
 /* clang-format off */
 #define SD_CLI_DRAFT_LONGOPTS                                                                      \
@@ -233,7 +238,8 @@ _Static_assert(SD_CLI_OPT_SUFFIX_MIN_PROB < 1050, "drafting option ids run into 
     {"draft-policy", required_argument, 0, SD_CLI_OPT_DRAFT_POLICY},                               \
     {"lookup-cache", required_argument, 0, SD_CLI_OPT_LOOKUP_CACHE},                               \
     {"suffix-factor", required_argument, 0, SD_CLI_OPT_SUFFIX_FACTOR},                             \
-    {"suffix-min-prob", required_argument, 0, SD_CLI_OPT_SUFFIX_MIN_PROB}
+    {"suffix-min-prob", required_argument, 0, SD_CLI_OPT_SUFFIX_MIN_PROB},                         \
+    {"draft-tree", required_argument, 0, SD_CLI_OPT_DRAFT_TREE}
 /* clang-format on */
 
 #define SD_CLI_GEN_SHORTOPTS ":m:p:f:n:k:s:t:c:hv"
@@ -299,6 +305,7 @@ typedef struct sd_cli_gen_opts {
     int has_suffix_factor, has_suffix_min_prob;
     double suffix_factor, suffix_min_prob;
     const char *lookup_cache;
+    int64_t tree_width, tree_depth; /* --draft-tree WxD (depth 0: K) */
 } sd_cli_gen_opts;
 
 /* What a command's own-option callback returns for an option it leaves to the shared

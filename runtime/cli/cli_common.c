@@ -370,6 +370,27 @@ static int draft_option(int o, const char *arg, sd_cli_gen_opts *g) {
                                 arg);
         g->has_suffix_min_prob = 1;
         break;
+    case SD_CLI_OPT_DRAFT_TREE: {
+        char w[32];
+        const char *x = strchr(arg, 'x');
+        const size_t nw = x ? (size_t)(x - arg) : strlen(arg);
+        int64_t d = 0;
+        int bad = nw == 0 || nw >= sizeof w;
+        if (!bad) {
+            memcpy(w, arg, nw);
+            w[nw] = '\0';
+            bad = sd_cli_parse_i64(w, 1, SD_MAX_DRAFT, &g->tree_width) ||
+                  (x && sd_cli_parse_i64(x + 1, 1, SD_MAX_DRAFT, &d)) ||
+                  g->tree_width * (d ? d : 1) > SD_MAX_DRAFT;
+        }
+        if (bad)
+            return sd_cli_usage(h,
+                                "--draft-tree: expected WxD (width x depth, both >= 1, W x D "
+                                "<= 16) or W, found '%s'",
+                                arg);
+        g->tree_depth = d;
+        break;
+    }
     default:
         return SD_CLI_NOT_SHARED;
     }
@@ -477,6 +498,10 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     if (cfg->has_suffix_min_prob) ep->suffix.min_token_prob = cfg->suffix_min_prob;
     if (g->has_suffix_factor) ep->suffix.max_spec_factor = (float)g->suffix_factor;
     if (g->has_suffix_min_prob) ep->suffix.min_token_prob = (float)g->suffix_min_prob;
+    gp->tree_width = (int32_t)g->tree_width;
+    if (g->tree_depth > 0) gp->n_draft = (int32_t)g->tree_depth;
+    /* a tree takes a fixed K unless a policy was asked for (which is then refused) */
+    if (g->tree_width > 0 && !g->has_policy && !cfg->has_draft_policy) gp->k_policy = SD_K_FIXED;
     p->lookup_cache = g->lookup_cache ? g->lookup_cache : cfg->lookup_cache;
     sd_cli_extra_apply(g, cfg, ep); /* sampling (min-p, penalties, spec) and the draft head */
     if (ep->ngram.n_min > ep->ngram.n_max) {

@@ -386,6 +386,13 @@ int sd_cmd_serve(int argc, char **argv) {
                                  sd_draft_type_name(gp.draft_type));
         goto done;
     }
+    if (gp.tree_width > 0) { /* the batcher verifies chains (README "Drafting") */
+        exit_code = sd_cli_usage(HINT,
+                                 "--draft-tree%s: token trees run in generate and bench "
+                                 "only, not in serve",
+                                 "");
+        goto done;
+    }
     bp.k_max = gp.n_draft > 0 ? gp.n_draft : 1;
     if (bp.k_max < 8) bp.k_max = 8; /* requests may ask for more than the default K */
     if (!sd_engine_draft(e) && gp.draft_type == SD_DRAFT_AUTO) gp.n_draft = 0;

@@ -150,6 +150,7 @@ typedef struct gen_run {
     sd_pass_clock clock;
     int32_t n_ctx_drafted; /* the context when the proposer last drafted */
     int catchup_expensive;
+    int32_t tree_width; /* token trees of this width (gp->tree_width), 0: chains */
 } gen_run;
 
 static void gen_free(gen_run *g) {
@@ -216,7 +217,9 @@ static int draft_pass(gen_run *g, int32_t k, int was_off, sd_proposal *prop, dou
     }
     g->n_ctx_drafted = g->n_ctx;
     const double c0 = pass_clock_ms(g->clock);
-    int rc = sd_proposer_propose(g->draft, g->ctx, g->n_ctx, k, prop, err);
+    int rc = g->tree_width > 0
+                 ? sd_proposer_propose_tree(g->draft, g->ctx, g->n_ctx, g->tree_width, k, prop, err)
+                 : sd_proposer_propose(g->draft, g->ctx, g->n_ctx, k, prop, err);
     *t_draft = pass_clock_ms(g->clock) - c0;
     g->st->t_draft_ms += sd_time_ms() - t;
     if (rc) return rc;
@@ -248,6 +251,11 @@ static int finish_pass(gen_run *g, const sd_proposal *prop, int32_t k, sd_verify
                       .residual = g->residual,
                       .iscratch = g->iscratch,
                       .st = g->st};
+    int32_t path[SD_MAX_DRAFT];
+    if (g->tree_width > 0 && k > 0) { /* a tree (a chain is one too: verified alike) */
+        p.parent = prop->parent;
+        p.path = path;
+    }
     int rc = sd_step_finish(&p, res, err);
     /* Name the model: a NaN logit here means corrupt weights in that file. */
     if (rc)
@@ -256,7 +264,10 @@ static int finish_pass(gen_run *g, const sd_proposal *prop, int32_t k, sd_verify
     g->n_ctx = p.n_ctx;
     *n_new = g->n_ctx - first_new;
     memcpy(out + n_gen0, g->ctx + first_new, (size_t)*n_new * sizeof *out);
-    sd_scorer_commit(g->target, g->ctx, g->n_ctx);
+    if (p.parent) /* the accepted path's KV rows follow the root; the other branches go */
+        sd_scorer_commit_tree(g->target, first_new, path, res->n_accepted, g->ctx, g->n_ctx);
+    else
+        sd_scorer_commit(g->target, g->ctx, g->n_ctx);
     if (g->draft) sd_proposer_commit(g->draft, g->ctx, g->n_ctx);
     return SD_OK;
 }
@@ -274,12 +285,18 @@ static int run_pass(gen_run *g, int32_t *out, int32_t *n_new, sd_error *err) {
     double t_draft = 0.0;
     int rc = draft_pass(g, k_chosen, was_off, &prop, &t_draft, err);
     if (rc) return rc;
+    /* a tree's nodes each take a KV slot: keep the first ones (parents come first) that fit */
+    if (g->tree_width > 0 && prop.n > g->n_ctx_max - g->n_ctx)
+        prop.n = g->n_ctx_max - g->n_ctx > 0 ? g->n_ctx_max - g->n_ctx : 0;
     const int32_t k = k_chosen > 0 ? prop.n : 0;
     if (gp->k_trace && st->n_target_passes < gp->k_trace_cap)
         gp->k_trace[st->n_target_passes] = (uint8_t)k;
 
     const double t_pass0 = sd_time_ms(), c_pass0 = pass_clock_ms(g->clock);
-    rc = sd_scorer_score(g->target, g->ctx, g->n_ctx, prop.tokens, k, g->logits, err);
+    rc = g->tree_width > 0 && k > 0
+             ? sd_scorer_score_tree(g->target, g->ctx, g->n_ctx, prop.tokens, prop.parent, k,
+                                    g->logits, err)
+             : sd_scorer_score(g->target, g->ctx, g->n_ctx, prop.tokens, k, g->logits, err);
     st->t_verify_ms += sd_time_ms() - t_pass0;
     if (rc) return rc;
     sd_verify_result res;
@@ -317,6 +334,20 @@ static int check_args(const gen_run *g, int32_t n_prompt, int32_t cap_out, sd_er
     if (g->draft && (gp->n_draft < 1 || gp->n_draft > SD_MAX_DRAFT))
         return sd_errorf(err, SD_ERR_ARG, "generate: draft tokens %d outside [1, %d]", gp->n_draft,
                          SD_MAX_DRAFT);
+    if (gp->tree_width < 0 || (int64_t)gp->tree_width * gp->n_draft > SD_MAX_DRAFT)
+        return sd_errorf(err, SD_ERR_ARG, "generate: draft tree %dx%d: width x depth must be <= %d",
+                         gp->tree_width, gp->n_draft, SD_MAX_DRAFT);
+    if (gp->tree_width > 0 && g->draft) {
+        if (gp->k_policy != SD_K_FIXED)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "generate: draft trees take a fixed K (--draft-tree with "
+                             "--draft-policy %s)",
+                             sd_k_policy_name(gp->k_policy));
+        if (gp->samp.temp > 0.0f && gp->samp.spec != SD_SPEC_GUMBEL)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "generate: draft trees are verified under greedy or Gumbel "
+                             "sampling only (--spec-sampling gumbel), not rejection sampling");
+    }
     int rc = sd_sampling_check(&gp->samp, err);
     if (rc) return sd_error_prefix(err, rc, "generate");
     if (n_prompt > g->n_ctx_max)
@@ -343,6 +374,7 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
     int rc = check_args(&g, n_prompt, cap_out, err);
     if (rc) return rc;
     g.adaptive = draft && gp->k_policy == SD_K_ADAPTIVE;
+    g.tree_width = draft ? gp->tree_width : 0;
     g.clock = gp->clock == SD_CLOCK_THREAD_CPU ? SD_CLOCK_THREAD_CPU : SD_CLOCK_WALL;
     if (g.adaptive) {
         sd_adaptive_params ap = sd_adaptive_default_params();

@@ -19,8 +19,9 @@ int sd_step_is_stop(const sd_gen_params *gp, int32_t eos, int32_t t) {
     return 0;
 }
 
-const float *sd_step_row(void *user, int32_t i, sd_error *err) {
-    const sd_step_pass *x = user;
+/* Row i of the pass's rows, whose history past the committed tokens is hist[0 .. n_hist). */
+static const float *make_row(const sd_step_pass *x, int32_t i, const int32_t *hist, int32_t n_hist,
+                             sd_error *err) {
     const sd_gen_params *gp = x->gp;
     const int32_t nv = x->n_vocab;
     float *row = x->logits + (size_t)i * (size_t)nv;
@@ -29,21 +30,48 @@ const float *sd_step_row(void *user, int32_t i, sd_error *err) {
         for (int32_t j = 0; j < gp->n_stop_ids && j < SD_MAX_STOP_IDS; j++)
             if (gp->stop_ids[j] >= 0 && gp->stop_ids[j] < nv) row[gp->stop_ids[j]] = -INFINITY;
     }
-    sd_penalize(&gp->samp, x->ctx, x->n_ctx, x->draft, i, row, nv, NULL);
+    sd_penalize(&gp->samp, x->ctx, x->n_ctx, hist, n_hist, row, nv, NULL);
     if (!(gp->samp.temp > 0.0f)) return row; /* greedy verification reads the logits */
     float *p = x->probs + (size_t)i * (size_t)nv;
     return sd_warp(&gp->samp, row, nv, p, x->iscratch, err) ? NULL : p;
 }
 
+const float *sd_step_row(void *user, int32_t i, sd_error *err) {
+    const sd_step_pass *x = user;
+    return make_row(x, i, x->draft, i, err);
+}
+
+const float *sd_step_tree_row(void *user, int32_t r, sd_error *err) {
+    const sd_step_pass *x = user;
+    int32_t rev[SD_MAX_DRAFT], hist[SD_MAX_DRAFT], n = 0;
+    for (int32_t a = r - 1; a >= 0 && n < SD_MAX_DRAFT; a = x->parent[a])
+        rev[n++] = x->draft[a];
+    for (int32_t j = 0; j < n; j++)
+        hist[j] = rev[n - 1 - j];
+    return make_row(x, r, hist, n, err);
+}
+
 int sd_step_finish(sd_step_pass *p, sd_verify_result *res, sd_error *err) {
     const double t = sd_time_ms();
     const int rc =
-        sd_verify_keyed(&p->gp->samp, p->draft, p->k, p->k > 0 ? p->q : NULL, sd_step_row, p,
-                        p->n_vocab, p->seed, p->n_ctx, p->residual, res, err);
+        p->parent
+            ? sd_verify_tree_keyed(&p->gp->samp, p->draft, p->parent, p->k, sd_step_tree_row, p,
+                                   p->n_vocab, p->seed, p->n_ctx, res, p->path, err)
+            : sd_verify_keyed(&p->gp->samp, p->draft, p->k, p->k > 0 ? p->q : NULL, sd_step_row, p,
+                              p->n_vocab, p->seed, p->n_ctx, p->residual, res, err);
     p->st->t_sample_ms += sd_time_ms() - t;
     if (rc) return rc;
     const int lookup = p->k > 0 && p->lookup;
     sd_step_count_pass(p->st, p->k, lookup);
+    if (p->parent) { /* a tree: drafted_at counts the depths drafted, not the nodes */
+        int32_t depth[SD_MAX_DRAFT], max_depth = 0;
+        for (int32_t i = 0; i < p->k; i++) {
+            depth[i] = p->parent[i] < 0 ? 0 : depth[p->parent[i]] + 1;
+            if (depth[i] + 1 > max_depth) max_depth = depth[i] + 1;
+        }
+        for (int32_t i = max_depth; i < p->k; i++)
+            p->st->drafted_at[i]--;
+    }
     sd_step_commit(p->gp, p->eos, res->tokens, res->n_tokens, res->n_accepted, lookup, p->ctx,
                    &p->n_ctx, p->st);
     return SD_OK;

@@ -42,6 +42,11 @@ typedef struct sd_step_pass {
     float *residual;      /* [n_vocab] */
     int32_t *iscratch;    /* [n_vocab] */
     sd_gen_stats *st;
+    /* A token tree (sd_proposal.parent): draft[i]'s parent (-1: the root), or NULL for a
+     * chain. Its rows: row 0 the root, row i + 1 after node i; verified by
+     * sd_verify_tree_keyed, the accepted nodes into path. */
+    const int32_t *parent;
+    int32_t *path; /* [SD_MAX_DRAFT] (out, trees) */
 } sd_step_pass;
 
 /* Row i of the pass (sd_verify_row_fn; user is an sd_step_pass), made when verification
@@ -50,8 +55,14 @@ typedef struct sd_step_pass {
  * with err set when the warp fails. */
 const float *sd_step_row(void *user, int32_t i, sd_error *err);
 
+/* Row r of a tree pass (sd_verify_row_fn; user an sd_step_pass with parent set): as
+ * sd_step_row with the history the committed tokens, then the path to node r - 1. */
+const float *sd_step_tree_row(void *user, int32_t r, sd_error *err);
+
 /* A pass that drafted k tokens (lookup: a one-hot n-gram proposal): n_target_passes,
- * k_hist, n_drafted, drafted_at and the lookup counts. */
+ * k_hist, n_drafted, drafted_at and the lookup counts. (sd_step_finish counts a tree of k
+ * nodes as k drafted tokens, and in drafted_at only its depths: per-position acceptance is
+ * then the chance that a position the tree reached was accepted.) */
 void sd_step_count_pass(sd_gen_stats *st, int32_t k, int lookup);
 
 /* Commit the verified tokens toks[0 .. n) to ctx (appended at *n_ctx) up to the first

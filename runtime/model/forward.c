@@ -83,6 +83,10 @@ struct sd_session {
     void *head_host;
     sd_buffer *b_head;
     sd_weight head;
+    /* A token-tree pass (sd_session_decode_tree) while it runs: parent[n] of its nodes, NULL
+     * otherwise; tree_pos [SD_MAX_TREE]: each node's position, pos0 + its depth. */
+    const int32_t *tree_parent;
+    int32_t tree_pos[SD_MAX_TREE];
 };
 
 sd_session_params sd_session_default_params(void) {
@@ -582,7 +586,19 @@ static void run_layers(sd_session *s, int32_t n) {
         }
         const sd_rope *rope = L->swa && hp->sliding_window > 0 ? &s->rope_swa : &s->rope;
         if (s->layer_window) op->set_window(be, L->swa ? s->layer_window : 0);
-        for (int32_t j = 0; j < s->n_segs; j++) {
+        if (s->tree_parent) { /* one sequence, one run: rows rotated by their depth */
+            const sd_seg *g = &s->segs[0];
+            for (int32_t i = 0; i < n; i++) {
+                op->rope(be, s->q + (size_t)i * q_dim, 1, s->tree_pos[i], hp->n_head, hp->head_dim,
+                         rope);
+                op->rope(be, s->k + (size_t)i * kv_dim, 1, s->tree_pos[i], hp->n_head_kv,
+                         hp->head_dim, rope);
+            }
+            op->kv_store(be, s->seqs[g->seq], l, g->pos0, n, kv_dim, s->k, s->v);
+            op->attention_tree(be, s->q, s->seqs[g->seq], l, g->pos0, n, s->tree_parent, hp->n_head,
+                               hp->n_head_kv, hp->head_dim, s->att);
+        }
+        for (int32_t j = 0; !s->tree_parent && j < s->n_segs; j++) {
             const sd_seg *g = &s->segs[j];
             sd_kv *kv = s->seqs[g->seq];
             float *q = s->q + (size_t)g->start * q_dim, *att = s->att + (size_t)g->start * q_dim;
@@ -844,6 +860,73 @@ int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int3
     }
     const sd_batch b = sd_batch_of(tokens, n);
     return decode_local_ex(s, &b, 1, row, n_rows, best, err);
+}
+
+/* ---- token trees ---- */
+
+int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *parent, int32_t n,
+                           float *logits, sd_error *err) {
+    if (!s || !tokens || !parent || !logits)
+        return sd_errorf(err, SD_ERR_ARG, "tree pass: NULL argument");
+    if (n < 1 || n > SD_MAX_TREE || n > s->n_outputs)
+        return sd_errorf(err, SD_ERR_ARG, "tree pass: %d nodes, expected 1 .. %d", n,
+                         SD_MAX_TREE < s->n_outputs ? SD_MAX_TREE : s->n_outputs);
+    if (!s->be->ops->attention_tree || !s->be->ops->kv_copy)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: the %s backend has no tree attention: token trees run on the cpu "
+                         "backend (use a chain: no --draft-tree)",
+                         s->m->path, sd_device_name(s->be->device));
+    if (s->group || s->tp || s->n_seq > 1)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: token trees run on a session of one sequence without tensor "
+                         "parallelism",
+                         s->m->path);
+    const int32_t win = s->m->hp.sliding_window;
+    if (win > 0 && s->n_ctx > win)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: token trees with a sliding window (%d) are not supported", s->m->path,
+                         win);
+    const int32_t pos0 = sd_kv_n(s->kv);
+    for (int32_t i = 0; i < n; i++) {
+        if (parent[i] < -1 || parent[i] >= i)
+            return sd_errorf(err, SD_ERR_ARG,
+                             "tree pass: node %d has parent %d, expected -1 .. %d (parents "
+                             "before their children)",
+                             i, parent[i], i - 1);
+        s->tree_pos[i] = parent[i] < 0 ? pos0 : s->tree_pos[parent[i]] + 1;
+    }
+    const sd_batch b = sd_batch_of(tokens, n);
+    s->tree_parent = parent;
+    const int rc = decode(s, &b, n, logits, err); /* with the soft cap where the model has one */
+    s->tree_parent = NULL;
+    return rc;
+}
+
+int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int32_t n_keep,
+                         sd_error *err) {
+    if (!s || (n_keep > 0 && !nodes)) return sd_errorf(err, SD_ERR_ARG, "tree keep: NULL argument");
+    const int32_t n_past = sd_kv_n(s->kv);
+    if (pos0 < 0 || pos0 > n_past || n_keep < 0 || n_keep > n_past - pos0)
+        return sd_errorf(err, SD_ERR_ARG, "tree keep: %d nodes at %d of a cache of %d", n_keep,
+                         pos0, n_past);
+    for (int32_t j = 0; j < n_keep; j++)
+        if (nodes[j] < j || nodes[j] >= n_past - pos0 || (j > 0 && nodes[j] <= nodes[j - 1]))
+            return sd_errorf(err, SD_ERR_ARG,
+                             "tree keep: node %d at index %d (ascending, in 0 .. %d expected)",
+                             nodes[j], j, n_past - pos0 - 1);
+    if (n_keep > 0 && !s->be->ops->kv_copy)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED, "tree keep: the %s backend cannot move KV rows",
+                         sd_device_name(s->be->device));
+    /* nodes ascend and nodes[j] >= j: row j's source is never an earlier row's target */
+    for (int32_t j = 0; j < n_keep; j++) {
+        if (nodes[j] == j) continue;
+        for (int32_t l = 0; l < s->m->hp.n_layer; l++)
+            s->be->ops->kv_copy(s->be, s->kv, l, pos0 + j, pos0 + nodes[j], 1);
+        s->tokens[pos0 + j] = s->tokens[pos0 + nodes[j]];
+    }
+    int rc = s->be->ops->sync(s->be, err);
+    if (rc) return rc;
+    return sd_kv_truncate(s->kv, pos0 + n_keep, err);
 }
 
 int32_t sd_session_n_past(const sd_session *s) {

@@ -214,6 +214,31 @@ int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logi
 int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int32_t n_rows,
                            float *row, int32_t *best, sd_error *err);
 
+/* ---- token trees (one sequence; the CPU backend) ----
+ * A pass over n tree nodes after the n_past committed positions: node i has token
+ * tokens[i] and parent parent[i] (-1: the committed context; else < i), its position is
+ * n_past + its depth (a node on the context: depth 0), its K/V row goes to slot n_past + i,
+ * and it attends to the committed context and its own ancestors only (and itself), in the
+ * order a chain pass over its own path would (context, then ancestors by depth; masked keys
+ * skipped, never added as -inf): every row's logits are bit-identical to the last row of
+ * the chain pass over that path (tests/test_tree.c).
+ *   tokens, parent : int32 [n], n in 1 .. min(SD_MAX_TREE, n_outputs)
+ *   logits         : float [n, n_logits] (out), row i = node i
+ * Afterwards the cache holds n_past + n positions (slot order), which are not a sequence;
+ * the caller keeps one path with sd_session_tree_keep (or truncates). Errors: SD_ERR_ARG
+ * (a parent out of order, n, ids), SD_ERR_UNSUPPORTED (a backend without tree attention:
+ * CUDA; tensor-parallel or paged sessions; a sliding window), SD_ERR_CONTEXT; on error the
+ * session is unchanged. */
+int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *parent, int32_t n,
+                           float *logits, sd_error *err);
+/* After a tree pass at slot pos0 (its n_past then): keep the nodes nodes[0 .. n_keep)
+ * (ascending, nodes[j] >= j; a path of the tree, root first) at slots pos0 .. pos0 + n_keep
+ * - 1, their K/V rows and token ids copied there, and drop every other row (the cache then
+ * holds pos0 + n_keep positions, the bits a chain pass over the path leaves). Errors:
+ * SD_ERR_ARG (ranges, order), SD_ERR_UNSUPPORTED (a backend without kv_copy). */
+int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int32_t n_keep,
+                         sd_error *err);
+
 /* ---- several sequences (n_seq > 0: a paged KV cache) ----
  * Sequence ids are 0 .. sd_session_n_seq(s) - 1; the single-sequence functions below act
  * on sequence 0. Errors of the functions that return a status: SD_ERR_ARG (a bad id or

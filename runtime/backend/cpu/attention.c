@@ -56,19 +56,24 @@ static const void *key_run(sd_kv *kv, int want_v, int32_t layer, int32_t j, int3
     return tile;
 }
 
-void sd_cpu_attend_block(const sd_att_kernels *ak, const float *q, int32_t nh, sd_kv *kv,
-                         int32_t layer, int32_t k0, int32_t n_keys, int32_t g, int32_t head_dim,
-                         float scale, float *sc, size_t scs, float *tile, float *out) {
-    /* keys [k0, n_keys): key j's score at sc[j - k0] */
-    for (int32_t j = k0; j < n_keys;) {
-        int32_t len;
-        size_t stride;
-        sd_type t;
-        const void *kb = key_run(kv, 0, layer, j, n_keys, g, head_dim, tile, &len, &stride, &t);
-        ak->scores(q, nh, head_dim, kb, stride, t, len, scale, sc + (j - k0), scs);
-        j += len;
+void sd_cpu_attend_runs(const sd_att_kernels *ak, const float *q, int32_t nh, sd_kv *kv,
+                        int32_t layer, const int32_t *run0, const int32_t *run_len, int32_t n_runs,
+                        int32_t g, int32_t head_dim, float scale, float *sc, size_t scs,
+                        float *tile, float *out) {
+    /* the o-th key seen (runs in order, keys ascending in each): its score at sc[o] */
+    int32_t n = 0;
+    for (int32_t r = 0; r < n_runs; r++) {
+        const int32_t end = run0[r] + run_len[r];
+        for (int32_t j = run0[r]; j < end;) {
+            int32_t len;
+            size_t stride;
+            sd_type t;
+            const void *kb = key_run(kv, 0, layer, j, end, g, head_dim, tile, &len, &stride, &t);
+            ak->scores(q, nh, head_dim, kb, stride, t, len, scale, sc + n, scs);
+            j += len;
+            n += len;
+        }
     }
-    const int32_t n = n_keys - k0;
     float inv[SD_ATT_HB];
     for (int32_t h = 0; h < nh; h++) {
         float *s = sc + (size_t)h * scs;
@@ -83,17 +88,30 @@ void sd_cpu_attend_block(const sd_att_kernels *ak, const float *q, int32_t nh, s
         inv[h] = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
     }
     memset(out, 0, (size_t)nh * (size_t)head_dim * sizeof(float));
-    for (int32_t j = k0; j < n_keys;) {
-        int32_t len;
-        size_t stride;
-        sd_type t;
-        const void *vb = key_run(kv, 1, layer, j, n_keys, g, head_dim, tile, &len, &stride, &t);
-        ak->vsum(sc + (j - k0), scs, nh, head_dim, vb, stride, t, len, out);
-        j += len;
+    int32_t o = 0;
+    for (int32_t r = 0; r < n_runs; r++) {
+        const int32_t end = run0[r] + run_len[r];
+        for (int32_t j = run0[r]; j < end;) {
+            int32_t len;
+            size_t stride;
+            sd_type t;
+            const void *vb = key_run(kv, 1, layer, j, end, g, head_dim, tile, &len, &stride, &t);
+            ak->vsum(sc + o, scs, nh, head_dim, vb, stride, t, len, out);
+            j += len;
+            o += len;
+        }
     }
     for (int32_t h = 0; h < nh; h++)
         for (int32_t d = 0; d < head_dim; d++)
             out[(size_t)h * (size_t)head_dim + d] *= inv[h];
+}
+
+void sd_cpu_attend_block(const sd_att_kernels *ak, const float *q, int32_t nh, sd_kv *kv,
+                         int32_t layer, int32_t k0, int32_t n_keys, int32_t g, int32_t head_dim,
+                         float scale, float *sc, size_t scs, float *tile, float *out) {
+    /* keys [k0, n_keys): one run, key j's score at sc[j - k0] */
+    const int32_t len = n_keys - k0;
+    sd_cpu_attend_runs(ak, q, nh, kv, layer, &k0, &len, 1, g, head_dim, scale, sc, scs, tile, out);
 }
 
 const sd_att_kernels *sd_cpu_att_by_name(const char *name) {

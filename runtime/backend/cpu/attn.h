@@ -67,6 +67,16 @@ void sd_cpu_attend_block(const sd_att_kernels *ak, const float *q, int32_t nh, s
                          int32_t layer, int32_t k0, int32_t n_keys, int32_t g, int32_t head_dim,
                          float scale, float *sc, size_t scs, float *tile, float *out);
 
+/* As sd_cpu_attend_block over the keys of n_runs runs [run0[r], run0[r] + run_len[r]) in
+ * order (a token tree's row: the committed context, then its ancestors and itself), every
+ * run_len >= 1, their total <= scs: the o-th key seen has its score at sc[o]; softmax and the
+ * value sum run over the keys in that order, so the bits are those of one run over the same
+ * keys stored contiguously (each score is its own dot product; the sums run key by key). */
+void sd_cpu_attend_runs(const sd_att_kernels *ak, const float *q, int32_t nh, sd_kv *kv,
+                        int32_t layer, const int32_t *run0, const int32_t *run_len, int32_t n_runs,
+                        int32_t g, int32_t head_dim, float scale, float *sc, size_t scs,
+                        float *tile, float *out);
+
 /* Scalar tail element d of a K/V row. */
 static inline float sd_att_elem(const void *row, sd_type t, int32_t d) {
     return t == SD_TYPE_F16 ? sd_fp16_to_fp32(((const uint16_t *)row)[d]) : ((const float *)row)[d];

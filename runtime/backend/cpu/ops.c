@@ -627,6 +627,7 @@ typedef struct att_job {
     int32_t layer, pos0, n_head, n_head_kv, head_dim, group, n_blk;
     float scale;
     float *out;
+    const int32_t *parent; /* attention_tree: [n_tok] (att_tree_items); NULL otherwise */
 } att_job;
 
 /* Items [i0, i1) of (token, KV head, head block); participant ith's score scratch. */
@@ -661,13 +662,84 @@ static void cpu_attention_op(sd_backend *be, const float *q, sd_kv *kv, int32_t 
     const float scale = 1.0f / sqrtf((float)head_dim);
     const int64_t n_items = (int64_t)n_tok * n_head_kv * n_blk;
     const double work = (double)n_tok * n_head * (double)(pos0 + n_tok) * (double)head_dim * 2.0;
-    att_job j = {c, ak, q, kv, layer, pos0, n_head, n_head_kv, head_dim, group, n_blk, scale, out};
+    att_job j = {c,         ak,       q,     kv,    layer, pos0, n_head,
+                 n_head_kv, head_dim, group, n_blk, scale, out,  NULL};
     /* Dynamic, one item at a time: later tokens of a batch see more keys, and a thread may
      * start late. */
     if (c->n_threads == 1 || work < c->par_min_work)
         att_items(&j, 0, n_items, 0);
     else
         sd_pool_for(c->pool, n_items, 1, att_items, &j);
+}
+
+/* Items as att_items for a token tree (attention_tree): the keys of token t are the runs
+ * [0, pos0), then its ancestors' and its own rows in ascending position (parent[] < t). */
+static void att_tree_items(void *arg, int64_t i0, int64_t i1, int32_t ith) {
+    const att_job *j = arg;
+    const size_t scs = (size_t)j->c->n_ctx;
+    float *sc = j->c->scores + (size_t)ith * (size_t)SD_ATT_HB * scs;
+    float *tile = j->c->tiles + (size_t)ith * (size_t)SD_ATT_TILE * (size_t)j->c->max_cols;
+    const int32_t group = j->group, n_blk = j->n_blk;
+    for (int64_t it = i0; it < i1; it++) {
+        const int32_t t = (int32_t)(it / ((int64_t)j->n_head_kv * n_blk));
+        const int32_t r = (int32_t)(it % ((int64_t)j->n_head_kv * n_blk));
+        const int32_t g = r / n_blk, h0 = g * group + (r % n_blk) * SD_ATT_HB;
+        const int32_t nh = g * group + group - h0 < SD_ATT_HB ? g * group + group - h0 : SD_ATT_HB;
+        const size_t off = ((size_t)t * (size_t)j->n_head + (size_t)h0) * (size_t)j->head_dim;
+        /* the path root .. t, deepest first, then runs of adjacent rows, shallowest first */
+        int32_t path[SD_MAX_TREE], n_path = 0;
+        for (int32_t a = t; a >= 0 && n_path < SD_MAX_TREE; a = j->parent[a])
+            path[n_path++] = a;
+        int32_t run0[SD_MAX_TREE + 1], run_len[SD_MAX_TREE + 1], n_runs = 0;
+        if (j->pos0 > 0) {
+            run0[0] = 0;
+            run_len[0] = j->pos0;
+            n_runs = 1;
+        }
+        for (int32_t i = n_path - 1; i >= 0; i--) {
+            const int32_t row = j->pos0 + path[i];
+            if (n_runs > 0 && run0[n_runs - 1] + run_len[n_runs - 1] == row) {
+                run_len[n_runs - 1]++;
+            } else {
+                run0[n_runs] = row;
+                run_len[n_runs++] = 1;
+            }
+        }
+        sd_cpu_attend_runs(j->ak, j->q + off, nh, j->kv, j->layer, run0, run_len, n_runs, g,
+                           j->head_dim, j->scale, sc, scs, tile, j->out + off);
+    }
+}
+
+static void cpu_attention_tree_op(sd_backend *be, const float *q, sd_kv *kv, int32_t layer,
+                                  int32_t pos0, int32_t n_tok, const int32_t *parent,
+                                  int32_t n_head, int32_t n_head_kv, int32_t head_dim, float *out) {
+    sd_backend_cpu *c = cpu_of(be);
+    SD_CHECK(pos0 + n_tok <= c->n_ctx, "attention: more keys than the scratch sized at init");
+    SD_CHECK(n_tok <= SD_MAX_TREE, "attention_tree: more nodes than SD_MAX_TREE");
+    SD_CHECK(c->window == 0, "attention_tree: a sliding window");
+    SD_CHECK(n_head_kv * head_dim == sd_kv_dim(kv), "attention: kv_dim differs from the cache's");
+    const int32_t group = n_head / n_head_kv;
+    const int32_t n_blk = (group + SD_ATT_HB - 1) / SD_ATT_HB;
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    const int64_t n_items = (int64_t)n_tok * n_head_kv * n_blk;
+    const double work = (double)n_tok * n_head * (double)(pos0 + n_tok) * (double)head_dim * 2.0;
+    att_job j = {c,         c->att,   q,     kv,    layer, pos0, n_head,
+                 n_head_kv, head_dim, group, n_blk, scale, out,  parent};
+    if (c->n_threads == 1 || work < c->par_min_work)
+        att_tree_items(&j, 0, n_items, 0);
+    else
+        sd_pool_for(c->pool, n_items, 1, att_tree_items, &j);
+}
+
+static void cpu_kv_copy_op(sd_backend *be, sd_kv *kv, int32_t layer, int32_t dst, int32_t src,
+                           int32_t n_tok) {
+    (void)be;
+    SD_CHECK(dst <= src, "kv_copy: dst after src");
+    const size_t rb = sd_kv_row_bytes(kv);
+    for (int32_t i = 0; i < n_tok && dst != src; i++) {
+        memmove(sd_kv_k(kv, layer, dst + i), sd_kv_k(kv, layer, src + i), rb);
+        memmove(sd_kv_v(kv, layer, dst + i), sd_kv_v(kv, layer, src + i), rb);
+    }
 }
 
 static void cpu_softmax_op(sd_backend *be, float *x, int32_t n_rows, int32_t n) {
@@ -785,6 +857,21 @@ static void cpu_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t lay
     prof_end(cpu_of(be), SD_PROF_ATTENTION, t0);
 }
 
+static void cpu_attention_tree(sd_backend *be, const float *q, sd_kv *kv, int32_t layer,
+                               int32_t pos0, int32_t n_tok, const int32_t *parent, int32_t n_head,
+                               int32_t n_head_kv, int32_t head_dim, float *out) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_attention_tree_op(be, q, kv, layer, pos0, n_tok, parent, n_head, n_head_kv, head_dim, out);
+    prof_end(cpu_of(be), SD_PROF_ATTENTION, t0);
+}
+
+static void cpu_kv_copy(sd_backend *be, sd_kv *kv, int32_t layer, int32_t dst, int32_t src,
+                        int32_t n_tok) {
+    const double t0 = prof_start(cpu_of(be));
+    cpu_kv_copy_op(be, kv, layer, dst, src, n_tok);
+    prof_end(cpu_of(be), SD_PROF_KV_STORE, t0);
+}
+
 static void cpu_softmax(sd_backend *be, float *x, int32_t n_rows, int32_t n) {
     const double t0 = prof_start(cpu_of(be));
     cpu_softmax_op(be, x, n_rows, n);
@@ -853,6 +940,8 @@ static const sd_backend_ops cpu_ops = {
     .geglu = cpu_geglu,
     .scale = cpu_scale,
     .set_window = cpu_set_window,
+    .attention_tree = cpu_attention_tree,
+    .kv_copy = cpu_kv_copy,
 };
 
 int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *err) {

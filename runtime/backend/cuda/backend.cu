@@ -383,7 +383,7 @@ static int cu_supports_type(const sd_backend *be, sd_type t) {
     return sd_cu_with_type(t, [](auto) {});
 }
 
-static_assert(sizeof(sd_backend_ops) == 25 * sizeof(void *),
+static_assert(sizeof(sd_backend_ops) == 27 * sizeof(void *),
               "sd_backend_ops changed: update cuda_ops to the new table");
 static const sd_backend_ops cuda_ops = {
     /* .name = */ "cuda",
@@ -411,6 +411,8 @@ static const sd_backend_ops cuda_ops = {
     /* .geglu = */ nullptr, /* gemma3 is refused by name at session init */
     /* .scale = */ nullptr,
     /* .set_window = */ nullptr,
+    /* .attention_tree = */ nullptr, /* no token trees: sd_session_decode_tree refuses */
+    /* .kv_copy = */ nullptr,
 };
 
 /* ---- init ---- */

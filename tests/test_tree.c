@@ -1,0 +1,183 @@
+/*
+ * tests/test_tree.c: token trees in the target pass (sd_session_decode_tree,
+ * sd_session_tree_keep). Every row of a tree pass over random trees is bit-identical to
+ * the last row of a chain pass over that node's own path (the committed context, then its
+ * ancestors by depth, then itself), on a random llama model (F32 and Q8_0 weights; F32,
+ * F16 and Q8_0 KV caches; 1 and 2 threads) and on the shipped TinyStories target; after
+ * keeping one path, the cache continues exactly as a chain pass over that path left it.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/model/sd_model.h"
+#include "testutil.h"
+
+static char g_dir[1024];
+
+static void setup(void) {
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
+}
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
+
+TestSuite(tree, .init = setup, .fini = teardown, .timeout = 900);
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static sd_session *session_new(const sd_model *m, int32_t n_threads, sd_type kv_type) {
+    sd_session_params p = sd_session_default_params();
+    p.n_ctx = 128;
+    p.n_batch = 32;
+    p.n_threads = n_threads;
+    p.kv_type = kv_type;
+    sd_session *s = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_session_init(m, &p, &s, &err), SD_OK, "%s", err.msg);
+    return s;
+}
+
+/* The path of node i (root first) into path; returns its length. */
+static int32_t path_of(const int32_t *parent, int32_t i, int32_t *path) {
+    int32_t rev[SD_MAX_TREE], n = 0;
+    for (int32_t a = i; a >= 0; a = parent[a])
+        rev[n++] = a;
+    for (int32_t j = 0; j < n; j++)
+        path[j] = rev[n - 1 - j];
+    return n;
+}
+
+/* n_trees random trees after random prompts: each tree row against its chain row, then
+ * one random path kept and one more token against the chain. */
+static void check_model(const char *path, int32_t n_threads, sd_type kv_type, int n_trees,
+                        uint64_t seed) {
+    sd_model *m = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_model_load(path, &m, &err), SD_OK, "%s", err.msg);
+    const int32_t nv = sd_model_hparams(m)->n_vocab;
+    sd_session *tree = session_new(m, n_threads, kv_type);
+    sd_session *chain = session_new(m, 1, kv_type);
+    float *lt = malloc((size_t)SD_MAX_TREE * (size_t)nv * sizeof(float));
+    float *lc = malloc((size_t)nv * sizeof(float));
+    float *l2 = malloc((size_t)nv * sizeof(float));
+    cr_assert(lt && lc && l2);
+    uint64_t r = seed;
+    for (int it = 0; it < n_trees; it++) {
+        int32_t prompt[48], tok[24], parent[24], ids[48];
+        const int32_t L = 1 + (int32_t)(rng_next(&r) % 40);
+        const int32_t n = 1 + (int32_t)(rng_next(&r) % 24);
+        for (int32_t i = 0; i < L; i++)
+            prompt[i] = (int32_t)(rng_next(&r) % (uint64_t)nv);
+        for (int32_t i = 0; i < n; i++) {
+            tok[i] = (int32_t)(rng_next(&r) % (uint64_t)nv);
+            /* mostly deep trees: the previous node or one of the last few; some roots */
+            const uint64_t c = rng_next(&r) % 8;
+            parent[i] = i == 0 || c == 0 ? -1
+                        : c < 4          ? i - 1
+                                         : (int32_t)(rng_next(&r) % (uint64_t)i);
+        }
+        cr_assert_eq(sd_session_truncate(tree, 0, &err), SD_OK);
+        cr_assert_eq(sd_session_sync(tree, prompt, L, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_decode_tree(tree, tok, parent, n, lt, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_n_past(tree), L + n);
+        for (int32_t i = 0; i < n; i++) {
+            int32_t p[SD_MAX_TREE];
+            const int32_t d = path_of(parent, i, p);
+            memcpy(ids, prompt, (size_t)L * sizeof *ids);
+            for (int32_t j = 0; j < d; j++)
+                ids[L + j] = tok[p[j]];
+            cr_assert_eq(sd_session_sync(chain, ids, L + d - 1, &err), SD_OK, "%s", err.msg);
+            cr_assert_eq(sd_session_eval(chain, ids + L + d - 1, 1, lc, 1, &err), SD_OK, "%s",
+                         err.msg);
+            cr_assert(memcmp(lc, lt + (size_t)i * (size_t)nv, (size_t)nv * sizeof(float)) == 0,
+                      "%s tree %d node %d (depth %d of %d nodes, context %d): row differs from "
+                      "its chain (logit 0: %.9g vs %.9g)",
+                      path, it, i, d - 1, n, L, (double)lt[(size_t)i * (size_t)nv], (double)lc[0]);
+        }
+        /* keep the path to a random node, then one more token */
+        int32_t p[SD_MAX_TREE];
+        const int32_t d = path_of(parent, (int32_t)(rng_next(&r) % (uint64_t)n), p);
+        cr_assert_eq(sd_session_tree_keep(tree, L, p, d, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_n_past(tree), L + d);
+        memcpy(ids, prompt, (size_t)L * sizeof *ids);
+        for (int32_t j = 0; j < d; j++)
+            ids[L + j] = tok[p[j]];
+        cr_assert(memcmp(sd_session_tokens(tree), ids, (size_t)(L + d) * sizeof *ids) == 0,
+                  "the kept path's ids");
+        const int32_t x = (int32_t)(rng_next(&r) % (uint64_t)nv);
+        ids[L + d] = x;
+        cr_assert_eq(sd_session_eval(tree, &x, 1, l2, 1, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_sync(chain, ids, L + d, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_eval(chain, &x, 1, lc, 1, &err), SD_OK, "%s", err.msg);
+        cr_assert(memcmp(lc, l2, (size_t)nv * sizeof(float)) == 0,
+                  "%s tree %d: after keeping a path of %d, the next token's row differs", path, it,
+                  d);
+    }
+    free(lt);
+    free(lc);
+    free(l2);
+    sd_session_free(tree);
+    sd_session_free(chain);
+    sd_model_free(m);
+}
+
+Test(tree, random_model_rows_equal_their_chains) {
+    char path[1200];
+    tu_llama_spec sp = tu_llama_default_spec();
+    cr_assert_eq(tu_make_llama(tu_path(path, sizeof path, g_dir, "f32.gguf"), &sp), 0);
+    check_model(path, 1, SD_TYPE_F32, 12, 0x1234567ull);
+    check_model(path, 2, SD_TYPE_F32, 12, 0x7654321ull);
+    check_model(path, 2, SD_TYPE_F16, 8, 0x2468ull);
+    sp.wtype = SD_TYPE_Q8_0;
+    sp.n_head = 2; /* head_dim 32: a q8_0 KV cache */
+    sp.n_head_kv = 1;
+    cr_assert_eq(tu_make_llama(tu_path(path, sizeof path, g_dir, "q8.gguf"), &sp), 0);
+    check_model(path, 2, SD_TYPE_Q8_0, 8, 0x1357ull);
+}
+
+Test(tree, tinystories_rows_equal_their_chains) {
+    const char *path = SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf";
+    tu_need_path(path, "the shipped TinyStories target");
+    check_model(path, 2, SD_TYPE_F32, 6, 0xabcdefull);
+}
+
+Test(tree, bad_trees_are_refused) {
+    char path[1200];
+    tu_llama_spec sp = tu_llama_default_spec();
+    cr_assert_eq(tu_make_llama(tu_path(path, sizeof path, g_dir, "f32.gguf"), &sp), 0);
+    sd_model *m = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_model_load(path, &m, &err), SD_OK, "%s", err.msg);
+    sd_session *s = session_new(m, 1, SD_TYPE_F32);
+    float *l = malloc((size_t)4 * 96 * sizeof(float));
+    const int32_t one = 5;
+    cr_assert_eq(sd_session_eval(s, &one, 1, NULL, 0, &err), SD_OK);
+    const int32_t tok[3] = {3, 4, 5};
+    const int32_t fwd[3] = {-1, 2, 0}; /* a parent after its child */
+    cr_assert_eq(sd_session_decode_tree(s, tok, fwd, 3, l, &err), SD_ERR_ARG);
+    cr_assert(strstr(err.msg, "parent") != NULL, "%s", err.msg);
+    const int32_t self[3] = {-1, 1, 0};
+    cr_assert_eq(sd_session_decode_tree(s, tok, self, 3, l, &err), SD_ERR_ARG);
+    const int32_t bad_tok[3] = {3, 96, 5}, ok[3] = {-1, 0, 0};
+    cr_assert_eq(sd_session_decode_tree(s, bad_tok, ok, 3, l, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_session_n_past(s), 1, "a refused pass leaves the cache");
+    cr_assert_eq(sd_session_decode_tree(s, tok, ok, 3, l, &err), SD_OK, "%s", err.msg);
+    const int32_t desc[2] = {2, 1};
+    cr_assert_eq(sd_session_tree_keep(s, 1, desc, 2, &err), SD_ERR_ARG);
+    const int32_t far[1] = {3};
+    cr_assert_eq(sd_session_tree_keep(s, 1, far, 1, &err), SD_ERR_ARG);
+    const int32_t keep[2] = {0, 2};
+    cr_assert_eq(sd_session_tree_keep(s, 1, keep, 2, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_n_past(s), 3);
+    cr_assert_eq(sd_session_tokens(s)[2], 5);
+    free(l);
+    sd_session_free(s);
+    sd_model_free(m);
+}
