@@ -241,14 +241,21 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
      * target continues alone. */
     k = sd_draft_room(ctx, n_ctx, k, sd_session_n_ctx(p->sess), p->n_vocab);
     if (k < 1) return SD_OK;
-    /* Roll back to the accepted prefix and catch up with everything but the last
-     * committed token, which is fed below together with its logits. */
-    int rc = sd_session_sync(p->sess, ctx, n_ctx - 1, err);
+    /* Roll back to the accepted prefix, then evaluate the rest of the context in one
+     * batched pass (passes of n_batch when longer) whose last row gives the first
+     * draft's logits: after a pass that accepted everything, or a chain's lookup tokens
+     * (chain.c), the tokens the draft has not seen and the last one cost one pass. */
+    int32_t i0 = sd_session_keep_prefix(p->sess, ctx, n_ctx - 1);
+    const int32_t nb = sd_session_n_batch(p->sess);
+    int rc = SD_OK;
+    for (; n_ctx - i0 > nb && !rc; i0 += nb)
+        rc = sd_session_eval(p->sess, ctx + i0, nb, NULL, 0, err);
+    if (!rc) rc = sd_session_eval(p->sess, ctx + i0, n_ctx - i0, p->logits, 1, err);
     if (rc) return draft_error(p, rc, err);
     int32_t tok = ctx[n_ctx - 1];
     for (int32_t i = 0; i < k; i++) {
-        rc = sd_session_eval(p->sess, &tok, 1, p->logits, 1, err);
-        if (rc) return draft_error(p, rc, err);
+        if (i > 0 && (rc = sd_session_eval(p->sess, &tok, 1, p->logits, 1, err)))
+            return draft_error(p, rc, err);
         if (penalize)
             sd_penalize(&p->samp, full, n_full, out->tokens, i, p->logits,
                         p->n_head ? p->n_vocab : n_row(p), p->n_head ? p->col_of : NULL);
