@@ -1,5 +1,8 @@
-/* draft/chain.c: two proposers in order (see sd_draft.h, sd_proposer_chain_init). */
+/* draft/chain.c: chained drafting (see sd_draft.h, sd_proposer_chain_init): a lookup
+ * proposer's match, continued in the same block by a second proposer (the LLM draft) from
+ * the match's end. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "draft/sd_draft.h"
 
@@ -7,6 +10,11 @@ typedef struct chain_proposer {
     sd_proposer base; /* first member */
     sd_proposer_ops ops;
     sd_proposer *first, *second; /* not owned */
+    int32_t *ext;                /* [cap_ext] the context, then the first's tokens */
+    int32_t cap_ext;
+    float *probs; /* [SD_MAX_DRAFT, n_vocab_probs] a mixed block's q rows, or NULL */
+    int32_t n_vocab_probs;
+    sd_chain_counts counts;
 } chain_proposer;
 
 static int chain_prefill(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
@@ -15,12 +23,106 @@ static int chain_prefill(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, s
     return rc ? rc : sd_proposer_prefill(c->second, ctx, n_ctx, err);
 }
 
+/* Room for n tokens of extended context: the buffer grows to the longest context seen
+ * (doubling, so a generation reallocates O(log n) times, and none once it holds the
+ * longest). */
+static int ensure_ext(chain_proposer *c, int64_t n, sd_error *err) {
+    if (n <= c->cap_ext) return SD_OK;
+    int64_t cap = c->cap_ext > 0 ? c->cap_ext : 256;
+    while (cap < n)
+        cap *= 2;
+    if (cap > INT32_MAX) cap = INT32_MAX;
+    if (n > cap)
+        return sd_errorf(err, SD_ERR_ARG, "draft chain: context of %lld tokens", (long long)n);
+    int32_t *e = realloc(c->ext, (size_t)cap * sizeof *e);
+    if (!e) return sd_errorf(err, SD_ERR_OOM, "draft chain: out of memory");
+    c->ext = e;
+    c->cap_ext = (int32_t)cap;
+    return SD_OK;
+}
+
+/* q rows for a mixed block over n_vocab ids (allocated once per vocabulary size). */
+static int ensure_probs(chain_proposer *c, int32_t n_vocab, sd_error *err) {
+    if (c->probs && c->n_vocab_probs == n_vocab) return SD_OK;
+    size_t n;
+    if (n_vocab < 1 || sd_mul_size((size_t)SD_MAX_DRAFT, (size_t)n_vocab, &n) ||
+        sd_mul_size(n, sizeof(float), &n))
+        return sd_errorf(err, SD_ERR_ARG, "draft chain: vocabulary of %d ids", n_vocab);
+    free(c->probs);
+    c->probs = malloc(n);
+    c->n_vocab_probs = c->probs ? n_vocab : 0;
+    return c->probs ? SD_OK : sd_errorf(err, SD_ERR_OOM, "draft chain: out of memory");
+}
+
+/*
+ * The first proposer's m tokens (those sd_chain_lookup_keep keeps); m >= k or m == 0:
+ * that proposal alone (m == 0: the second's). 0 < m < k: the second proposes k - m more after the
+ * context extended by the m tokens (its position, penalty history and keyed draws are those of the
+ * extended context, so it drafts what it would draft had they been committed; an LLM draft
+ * evaluates them in one batched pass with the context's last token, and commit rolls
+ * its cache back to the accepted prefix). The block is one-hot when both parts are; else
+ * (rejection sampling with an LLM draft) the m lookup rows are one-hot rows (q = delta_x:
+ * verification accepts x with probability p(x), sd_verify_onehot's rule, draw for draw)
+ * and the rest are the second's q rows.
+ */
+int32_t sd_chain_lookup_keep(const sd_proposer *first, int32_t m, int32_t k) {
+    const int32_t len = sd_proposer_ngram_last_extent(first, k);
+    return len >= 0 && len < m ? len : m;
+}
+
 static int chain_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t k,
                          sd_proposal *out, sd_error *err) {
     chain_proposer *c = (chain_proposer *)base;
     int rc = sd_proposer_propose(c->first, ctx, n_ctx, k, out, err);
-    if (rc || out->n > 0) return rc;
-    return sd_proposer_propose(c->second, ctx, n_ctx, k, out, err);
+    if (rc) return rc;
+    const int32_t m = sd_chain_lookup_keep(c->first, out->n, k);
+    out->n = m;
+    if (m >= k) {
+        c->counts.n_first++;
+        return SD_OK;
+    }
+    if (m == 0) {
+        rc = sd_proposer_propose(c->second, ctx, n_ctx, k, out, err);
+        if (!rc && out->n > 0) c->counts.n_second++;
+        return rc;
+    }
+    if ((rc = ensure_ext(c, (int64_t)n_ctx + m, err))) return rc;
+    memcpy(c->ext, ctx, (size_t)n_ctx * sizeof *ctx);
+    memcpy(c->ext + n_ctx, out->tokens, (size_t)m * sizeof *ctx);
+    sd_proposal sub;
+    memset(&sub, 0, sizeof sub);
+    sub.n_vocab = out->n_vocab;
+    rc = sd_proposer_propose(c->second, c->ext, n_ctx + m, k - m, &sub, err);
+    if (rc) return rc;
+    if (sub.n == 0) { /* nothing to add (the draft's context is full, a cut-off): the match */
+        c->counts.n_first++;
+        return SD_OK;
+    }
+    if (sub.n_vocab != out->n_vocab)
+        return sd_errorf(err, SD_ERR_MISMATCH,
+                         "draft chain: rows of %d entries after a lookup over %d ids", sub.n_vocab,
+                         out->n_vocab);
+    memcpy(out->tokens + m, sub.tokens, (size_t)sub.n * sizeof *sub.tokens);
+    out->n = m + sub.n;
+    out->lookup = 0; /* mixed: not a lookup-only pass in the statistics */
+    c->counts.n_mixed++;
+    c->counts.n_mixed_lookup += m;
+    c->counts.n_mixed_second += sub.n;
+    if (sub.one_hot) {
+        out->one_hot = 1;
+        out->probs = NULL;
+        return SD_OK;
+    }
+    const int32_t nv = out->n_vocab;
+    if ((rc = ensure_probs(c, nv, err))) return rc;
+    memset(c->probs, 0, (size_t)m * (size_t)nv * sizeof *c->probs);
+    for (int32_t i = 0; i < m; i++)
+        c->probs[(size_t)i * (size_t)nv + (size_t)out->tokens[i]] = 1.0f;
+    memcpy(c->probs + (size_t)m * (size_t)nv, sub.probs,
+           (size_t)sub.n * (size_t)nv * sizeof *c->probs);
+    out->one_hot = 0;
+    out->probs = c->probs;
+    return SD_OK;
 }
 
 static int chain_catch_up(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t window,
@@ -49,7 +151,10 @@ static void chain_set_cutoff(sd_proposer *base, float p_min, int32_t n_min) {
 }
 
 static void chain_free(sd_proposer *base) {
-    free(base);
+    chain_proposer *c = (chain_proposer *)base;
+    free(c->ext);
+    free(c->probs);
+    free(c);
 }
 
 int sd_proposer_chain_init(sd_proposer *first, sd_proposer *second, const char *name,
@@ -73,4 +178,11 @@ int sd_proposer_chain_init(sd_proposer *first, sd_proposer *second, const char *
     c->second = second;
     *out = &c->base;
     return SD_OK;
+}
+
+int sd_proposer_chain_counts(const sd_proposer *p, sd_chain_counts *out) {
+    memset(out, 0, sizeof *out);
+    if (!p || p->ops->propose != chain_propose) return -1;
+    *out = ((const chain_proposer *)p)->counts;
+    return 0;
 }

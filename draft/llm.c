@@ -241,19 +241,34 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
      * target continues alone. */
     k = sd_draft_room(ctx, n_ctx, k, sd_session_n_ctx(p->sess), p->n_vocab);
     if (k < 1) return SD_OK;
-    /* Roll back to the accepted prefix and catch up with everything but the last
-     * committed token, which is fed below together with its logits. */
-    int rc = sd_session_sync(p->sess, ctx, n_ctx - 1, err);
+    /* Roll back to the accepted prefix, then evaluate the rest of the context in one
+     * batched pass (passes of n_batch when longer) whose last row gives the first
+     * draft's logits: after a pass that accepted everything, or a chain's lookup tokens
+     * (chain.c), the tokens the draft has not seen and the last one cost one pass. */
+    int32_t i0 = sd_session_keep_prefix(p->sess, ctx, n_ctx - 1);
+    const int32_t nb = sd_session_n_batch(p->sess);
+    int rc = SD_OK;
+    for (; n_ctx - i0 > nb && !rc; i0 += nb)
+        rc = sd_session_eval(p->sess, ctx + i0, nb, NULL, 0, err);
+        /* Greedy with nothing that reads the row (no penalties, no confidence cut-off at
+         * that position): the classifier's argmax alone, no row written
+         * (sd_session_eval_argmax: the same index as the argmax of the row). */
+#define ARGMAX_ONLY(i)                                                                             \
+    (!(p->samp.temp > 0.0f) && !penalize && !(p->p_min > 0.0f && (i) >= p->n_min))
+    int32_t j0 = -1;
+    if (!rc && ARGMAX_ONLY(0))
+        rc = sd_session_eval_argmax(p->sess, ctx + i0, n_ctx - i0, n_row(p), p->logits, &j0, err);
+    else if (!rc)
+        rc = sd_session_eval(p->sess, ctx + i0, n_ctx - i0, p->logits, 1, err);
     if (rc) return draft_error(p, rc, err);
     int32_t tok = ctx[n_ctx - 1];
     for (int32_t i = 0; i < k; i++) {
-        const int cut = p->p_min > 0.0f && i >= p->n_min;
-        if (!(p->samp.temp > 0.0f) && !penalize && !cut) {
-            /* Greedy, nothing that reads the row: the classifier's argmax alone, no row
-             * written (sd_session_eval_argmax: the same index as argmax of the row). */
-            int32_t j;
-            rc = sd_session_eval_argmax(p->sess, &tok, 1, n_row(p), p->logits, &j, err);
-            if (rc) return draft_error(p, rc, err);
+        if (ARGMAX_ONLY(i)) {
+            int32_t j = j0;
+            if (i > 0) {
+                rc = sd_session_eval_argmax(p->sess, &tok, 1, n_row(p), p->logits, &j, err);
+                if (rc) return draft_error(p, rc, err);
+            }
             if (j < 0)
                 return draft_error(p,
                                    sd_errorf(err, SD_ERR_ARG,
@@ -265,13 +280,14 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
             out->n = i + 1;
             continue;
         }
-        rc = sd_session_eval(p->sess, &tok, 1, p->logits, 1, err);
-        if (rc) return draft_error(p, rc, err);
+        if (i > 0 && (rc = sd_session_eval(p->sess, &tok, 1, p->logits, 1, err)))
+            return draft_error(p, rc, err);
         if (penalize)
             sd_penalize(&p->samp, full, n_full, out->tokens, i, p->logits,
                         p->n_head ? p->n_vocab : n_row(p), p->n_head ? p->col_of : NULL);
         /* Confidence cut-off (llama.cpp's --draft-p-min): stop before a token the draft
-         * is unsure of, once n_min tokens are drafted (cut above). */
+         * is unsure of, once n_min tokens are drafted. */
+        const int cut = p->p_min > 0.0f && i >= p->n_min;
         double conf = 1.0;
         rc = draft_token(p, (int64_t)n_full + i, rows ? p->probs + (size_t)i * n_out : NULL, &tok,
                          cut ? &conf : NULL, err);
@@ -282,6 +298,8 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
     }
     return SD_OK;
 }
+
+#undef ARGMAX_ONLY
 
 static void llm_set_cutoff(sd_proposer *base, float p_min, int32_t n_min) {
     llm_proposer *p = (llm_proposer *)base;

@@ -186,6 +186,7 @@ typedef struct ngram_proposer {
     const ngram_index *cache; /* optional lookup cache (ngram_cache.c), not owned */
     int32_t n_vocab;
     int32_t last_match;
+    int32_t last_j; /* the last proposal's follower position in the context, -1: none */
 } ngram_proposer;
 
 static int ngram_prefill(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
@@ -209,6 +210,7 @@ static int ngram_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, i
     out->one_hot = 1;
     out->lookup = 1;
     p->last_match = 0;
+    p->last_j = -1;
     ngram_index_sync(ix, ctx, n_ctx);
     if (n_ctx > ix->cap) return SD_OK; /* past the indexed capacity: no proposal */
     const int32_t n_toks = ix->n_toks;
@@ -222,6 +224,7 @@ static int ngram_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, i
             out->tokens[i] = j + i < n_toks ? ix->toks[j + i] : out->tokens[i - period];
         out->n = k;
         p->last_match = n;
+        p->last_j = j;
         return SD_OK;
     }
     if (p->cache) {
@@ -350,6 +353,18 @@ int sd_proposer_ngram_init(const sd_ngram_params *prm, int32_t n_vocab, sd_propo
 int32_t sd_proposer_ngram_last_match(const sd_proposer *p) {
     if (!p || p->ops != &ngram_ops) return -1;
     return ((const ngram_proposer *)p)->last_match;
+}
+
+int32_t sd_proposer_ngram_last_extent(const sd_proposer *base, int32_t cap) {
+    if (!base || base->ops != &ngram_ops) return -1;
+    const ngram_proposer *p = (const ngram_proposer *)base;
+    if (p->last_match <= 0 || p->last_j < 0) return -1;
+    const int32_t *t = p->ix.toks;
+    const int32_t n = p->ix.n_toks, j = p->last_j;
+    int32_t len = p->last_match; /* t[j - len .. j) == t[n - len .. n), j < n */
+    while (len < cap && j - len - 1 >= 0 && t[j - len - 1] >= 0 && t[j - len - 1] == t[n - len - 1])
+        len++;
+    return len;
 }
 
 int ngram_proposer_set_cache(sd_proposer *p, const ngram_index *cache) {

@@ -25,7 +25,8 @@
  *   - suffix.c: suffix-structure drafting (SuffixDecoding): the longest match of the
  *     context's end in an online suffix automaton of the context, continued by the most
  *     frequent followers; deterministic, one-hot like the n-gram;
- *   - chain.c: two proposers in order (n-gram first, the LLM when the n-gram has no match);
+ *   - chain.c: chained drafting: the n-gram's or suffix's match, continued in the same
+ *     block by the LLM draft from the match's end (the LLM alone when there is no match);
  *   - head.c: the trimmed head's frequency table (file), and the vocabulary
  *     fingerprint that the lookup cache and the head files carry.
  */
@@ -183,7 +184,7 @@ int sd_draft_pick(const sd_sampling_params *sp, float *l, int32_t n, const int32
                   uint64_t seed, int64_t pos, float p_min, float *q, int32_t *scratch, int32_t *j,
                   double *conf, sd_error *err);
 
-/* The name of p's implementation ("llm", "ngram", "ngram+llm", "suffix"). */
+/* The name of p's implementation ("llm", "ngram", "ngram+llm", "suffix", "suffix+llm"). */
 const char *sd_proposer_name(const sd_proposer *p);
 
 /*
@@ -290,6 +291,15 @@ int sd_proposer_ngram_init(const sd_ngram_params *p, int32_t n_vocab, sd_propose
  * or -1 if p is not one. For tests and statistics.
  */
 int32_t sd_proposer_ngram_last_match(const sd_proposer *p);
+
+/*
+ * The length of the last proposal's match in the context, extended backwards past the
+ * n-gram: the largest len <= cap (at least the n-gram's n) with t[j - len .. j) ==
+ * t[N - len .. N) for the occurrence j it copied (O(cap)); -1 if p is not an n-gram
+ * proposer or its last proposal was none or came from the lookup cache. Valid until the
+ * next propose or commit. The chain's measure of how far the match can be trusted.
+ */
+int32_t sd_proposer_ngram_last_extent(const sd_proposer *p, int32_t cap);
 
 /* ---- persistent lookup cache (ngram_cache.c) ---- */
 
@@ -466,17 +476,56 @@ int sd_proposer_suffix_set_cache(sd_proposer *p, sd_suffix_cache *c, sd_error *e
 /* Proposals p took from its cache, or -1 if p is not a suffix proposer. */
 int64_t sd_proposer_suffix_cache_hits(const sd_proposer *p);
 
-/* ---- two proposers in order (chain.c) ---- */
+/* ---- chained drafting (chain.c) ---- */
 
 /*
- * A proposer that asks `first` and, when it proposes nothing, `second` (e.g. n-gram
- * lookup first, the LLM draft when there is no match). Both are kept in step: prefill,
- * commit, reset and set_cutoff go to both. Neither is owned (free them after the
- * chain). name: the chain's name (static string, e.g. "ngram+llm").
- * Errors: SD_ERR_ARG (NULL proposer), SD_ERR_OOM.
+ * A lookup proposer (`first`: n-gram or suffix) continued by a second one (the LLM draft)
+ * in the same block. The first's proposal is kept up to the length of its match
+ * (sd_chain_lookup_keep: the suffix proposer bounds its proposal so itself; the n-gram
+ * proposer, which continues any match of n tokens for all k, is cut to its match extended
+ * backwards, sd_proposer_ngram_last_extent: SuffixDecoding's rule, at most as many tokens
+ * as the match is long). For a block of k, with m the tokens kept:
+ *   m >= k: the first's proposal alone;
+ *   it proposes none: the second's proposal alone;
+ *   0 < m < k: the m tokens, then up to k - m tokens the second proposes after the context
+ *   extended by them (so an LLM draft first evaluates the m tokens, with the context's
+ *   last token, in one batched pass that leaves its KV cache in step, then drafts
+ *   autoregressively; its positions, penalty history and keyed draws are those of the
+ *   extended context). The second proposing nothing leaves the m tokens.
+ * One target pass verifies the whole block. Exact in every mode: the m tokens are one-hot;
+ * greedy and Gumbel LLM drafts are one-hot too (the block is one_hot); with rejection
+ * sampling the block carries q rows, one-hot rows (1 at the token) for the m lookup tokens
+ * and the LLM's rows after them, which sd_verify_keyed treats exactly as sd_verify_onehot
+ * treats a one-hot token (accept x with probability p(x); on rejection draw from p with x
+ * removed), so a mixed block is speculative sampling with a q that is a point mass on
+ * some rows. A mixed proposal has lookup = 0 (a lookup-only pass in the statistics is
+ * one the first made alone).
+ * prefill, commit (the rollback to the accepted prefix: both proposers roll back,
+ * an LLM draft's KV cache to the committed tokens), reset and set_cutoff go to both. The
+ * second's cut-off counts its own tokens (n_min of them before it applies).
+ * Neither is owned (free them after the chain). name: the chain's name (static string,
+ * e.g. "ngram+llm"). Memory: the extended context (grows to the longest context seen)
+ * and, with rejection sampling, SD_MAX_DRAFT q rows, allocated at the first proposal
+ * that needs them. Errors: SD_ERR_ARG (NULL proposer), SD_ERR_OOM.
  */
 int sd_proposer_chain_init(sd_proposer *first, sd_proposer *second, const char *name,
                            sd_proposer **out, sd_error *err);
+
+/* How many of the m tokens `first` just proposed for a block of k a chain keeps (the
+ * batcher's chained drafting uses it too): an n-gram proposal is cut to
+ * sd_proposer_ngram_last_extent(first, k) when shorter; others are kept whole. */
+int32_t sd_chain_lookup_keep(const sd_proposer *first, int32_t m, int32_t k);
+
+/* Proposals of a chain since it was made: by the first alone (n_first), the second alone
+ * (n_second), and mixed (n_mixed, with n_mixed_lookup tokens of the first and
+ * n_mixed_second of the second in them). */
+typedef struct sd_chain_counts {
+    int64_t n_first, n_second, n_mixed;
+    int64_t n_mixed_lookup, n_mixed_second;
+} sd_chain_counts;
+
+/* *out = p's counts; -1 (zeros) if p is not a chain. For tests and statistics. */
+int sd_proposer_chain_counts(const sd_proposer *p, sd_chain_counts *out);
 
 #ifdef __cplusplus
 }

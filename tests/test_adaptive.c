@@ -417,6 +417,13 @@ Test(adaptive, parameters_checked) {
     cr_assert_eq(t, SD_DRAFT_NGRAM);
     cr_assert_eq(sd_draft_type_parse("ngram+llm", &t), 0);
     cr_assert_eq(t, SD_DRAFT_NGRAM_LLM);
+    cr_assert_eq(sd_draft_type_parse("suffix+llm", &t), 0);
+    cr_assert_eq(t, SD_DRAFT_SUFFIX_LLM);
+    cr_assert_str_eq(sd_draft_type_name(SD_DRAFT_SUFFIX_LLM), "suffix+llm");
+    cr_assert(sd_draft_type_uses_llm(SD_DRAFT_SUFFIX_LLM) && sd_draft_type_uses_llm(SD_DRAFT_LLM) &&
+              sd_draft_type_uses_llm(SD_DRAFT_NGRAM_LLM) &&
+              !sd_draft_type_uses_llm(SD_DRAFT_SUFFIX) && !sd_draft_type_uses_llm(SD_DRAFT_NGRAM) &&
+              !sd_draft_type_uses_llm(SD_DRAFT_NONE));
     cr_assert_eq(sd_draft_type_parse("eagle", &t), -1);
 }
 

@@ -190,10 +190,10 @@ Test(batcher, greedy_concurrent_equals_target_alone) {
         make_prompt(p, lens[p], prompts[p]);
         n_ref[p] = greedy_ref(tm, prompts[p], lens[p], n_predict, ref[p]);
     }
-    const sd_draft_type types[5] = {SD_DRAFT_NONE, SD_DRAFT_LLM, SD_DRAFT_NGRAM, SD_DRAFT_NGRAM_LLM,
-                                    SD_DRAFT_SUFFIX};
+    const sd_draft_type types[6] = {SD_DRAFT_NONE,      SD_DRAFT_LLM,    SD_DRAFT_NGRAM,
+                                    SD_DRAFT_NGRAM_LLM, SD_DRAFT_SUFFIX, SD_DRAFT_SUFFIX_LLM};
     sd_batcher *b = batcher(e, 4, 0, 64);
-    for (int ti = 0; ti < 5; ti++) {
+    for (int ti = 0; ti < 6; ti++) {
         static job jobs[NREQ];
         memset(jobs, 0, sizeof jobs);
         sd_error err = {0};
@@ -223,7 +223,7 @@ Test(batcher, greedy_concurrent_equals_target_alone) {
     sd_batcher_stats st;
     sd_batcher_get_stats(b, &st);
     cr_expect_gt(st.n_prefix_hit_tokens, 0, "prompts sharing 24 tokens reuse blocks");
-    cr_expect_eq(st.n_finished, 5 * NREQ);
+    cr_expect_eq(st.n_finished, 6 * NREQ);
     cr_expect_gt(st.n_accepted, 0);
     expect_all_blocks_back(b);
     sd_batcher_free(b);

@@ -141,6 +141,10 @@ static void run_pair(const char *t, const char *d, const char *const *prompts, i
         {"rejection llm p-min", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.75f},
         {"greedy ngram+llm", SD_DRAFT_NGRAM_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
         {"rejection ngram+llm", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f},
+        {"gumbel ngram+llm", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
+        {"penalties ngram+llm p-min", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_REJECTION, 1.3f, 0.75f},
+        {"greedy suffix+llm", SD_DRAFT_SUFFIX_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
+        {"rejection suffix+llm", SD_DRAFT_SUFFIX_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f},
         {"target alone", SD_DRAFT_NONE, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
     };
     sd_engine *e = open_pair(t, d);

@@ -303,10 +303,11 @@ Test(gumbel, same_seed_same_text_whatever_the_draft_k_and_policy) {
         gp.draft_type = SD_DRAFT_NONE;
         int32_t ref[N], got[N], n_ref, n_got;
         run_text(e, &gp, ref, &n_ref);
-        const sd_draft_type types[] = {SD_DRAFT_LLM, SD_DRAFT_NGRAM, SD_DRAFT_NGRAM_LLM};
+        const sd_draft_type types[] = {SD_DRAFT_LLM, SD_DRAFT_NGRAM, SD_DRAFT_NGRAM_LLM,
+                                       SD_DRAFT_SUFFIX_LLM};
         const sd_k_policy pols[] = {SD_K_FIXED, SD_K_ADAPTIVE, SD_K_SWEEP};
         int64_t accepted = 0;
-        for (int ti = 0; ti < 3; ti++)
+        for (int ti = 0; ti < 4; ti++)
             for (int pi = 0; pi < 3; pi++)
                 for (int32_t k = 1; k <= 8; k += (k < 4 ? 1 : 4)) {
                     gp.draft_type = types[ti];

@@ -6,9 +6,11 @@
  *                 [-t N] [--json FILE] [drafting flags]
  * Types: none (target alone), llm (the draft model, fixed K, no cut-off), llm-adaptive
  * (K chosen each pass, auto-off, --draft-p-min cut-off), ngram and ngram-adaptive
- * (prompt lookup, no draft model needed), ngram+llm and ngram+llm-adaptive (lookup
- * first, the draft model when it has no match), suffix and suffix-adaptive (the suffix
- * proposer: longest match, most frequent continuation; no draft model needed). "all": every type
+ * (prompt lookup, no draft model needed), ngram+llm and ngram+llm-adaptive (the lookup's
+ * match continued by the draft model in the same block; the draft model alone without a
+ * match), suffix and suffix-adaptive (the suffix proposer: longest match, most frequent
+ * continuation; no draft model needed), suffix+llm and suffix+llm-adaptive (chained as
+ * ngram+llm). "all": every type
  * the pair allows. Fixed types run once per K of --k-list (or -k; default the config's K, else 4);
  * adaptive ones with K at most the largest K.
  * For each prompt file (its category: the "# category: NAME" first line, else the
@@ -60,6 +62,8 @@ static const mode_def k_modes[] = {
     {"ngram+llm-adaptive", SD_DRAFT_NGRAM_LLM, SD_K_ADAPTIVE, 0},
     {"suffix", SD_DRAFT_SUFFIX, SD_K_FIXED, 0},
     {"suffix-adaptive", SD_DRAFT_SUFFIX, SD_K_ADAPTIVE, 0},
+    {"suffix+llm", SD_DRAFT_SUFFIX_LLM, SD_K_FIXED, 0},
+    {"suffix+llm-adaptive", SD_DRAFT_SUFFIX_LLM, SD_K_ADAPTIVE, 0},
     /* token trees, W x K (K capped to 16 / W); not in "all" */
     {"suffix-tree1", SD_DRAFT_SUFFIX, SD_K_FIXED, 1},
     {"suffix-tree2", SD_DRAFT_SUFFIX, SD_K_FIXED, 2},
@@ -88,7 +92,8 @@ int bench_parse_modes(const char *list, bench_cli *c) {
         if (m == -2) {
             bench_usage("--draft-types: unknown type '%s' (known: none, llm, llm-adaptive, "
                         "ngram, ngram-adaptive, ngram+llm, ngram+llm-adaptive, suffix, "
-                        "suffix-adaptive, suffix-tree1, suffix-tree2, suffix-tree4, "
+                        "suffix-adaptive, suffix+llm, suffix+llm-adaptive, suffix-tree1, "
+                        "suffix-tree2, suffix-tree4, "
                         "ngram-tree2, ngram-tree4, all)",
                         tok);
             return -1;
@@ -299,11 +304,10 @@ static int make_variants(modes_ctx *m, sd_error *err) {
         if (c->modes[i] == MODE_ALL) {
             for (int j = 0; j < N_MODE_DEFS; j++)
                 want[j] |=
-                    k_modes[j].tree == 0 && (has_llm || (k_modes[j].type != SD_DRAFT_LLM &&
-                                                         k_modes[j].type != SD_DRAFT_NGRAM_LLM));
+                    k_modes[j].tree == 0 && (has_llm || !sd_draft_type_uses_llm(k_modes[j].type));
         } else {
             const mode_def *md = &k_modes[c->modes[i]];
-            if (!has_llm && (md->type == SD_DRAFT_LLM || md->type == SD_DRAFT_NGRAM_LLM))
+            if (!has_llm && sd_draft_type_uses_llm(md->type))
                 return sd_errorf(err, SD_ERR_ARG,
                                  "bench: --draft-types %s needs a draft model (--draft FILE)",
                                  md->name);

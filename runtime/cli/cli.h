@@ -189,7 +189,7 @@ enum {
 /*
  * Drafting flags, shared by generate and bench (a command's table lists
  * SD_CLI_DRAFT_LONGOPTS after SD_CLI_GEN_LONGOPTS):
- *   --draft-type none|llm|ngram|ngram+llm|suffix  (llama.cpp: --spec-type
+ *   --draft-type none|llm|ngram|ngram+llm|suffix|suffix+llm  (llama.cpp: --spec-type
  * draft-simple|ngram-simple)
  *   --ngram-min N, --ngram-max N            n-gram sizes matched, 1 .. 16 (default 2, 4)
  *   --spec-ngram-size-n N                   llama.cpp's ngram-simple size: min = max = N

@@ -455,8 +455,10 @@ void sd_cli_generate_help(FILE *f) {
                "  -v (--verbose)           the settings before the run and every pass after it\n"
                "                           (with --json: stats.passes)\n"
                "drafting:\n"
-               "  --draft-type T  (--spec-type)  none|llm|ngram|ngram+llm|suffix (default: llm\n"
-               "                           with a draft model, else none); llama.cpp's\n"
+               "  --draft-type T  (--spec-type)  none|llm|ngram|ngram+llm|suffix|suffix+llm\n"
+               "                           (default: llm with a draft model, else none;\n"
+               "                           X+llm: the match continued by the draft model in\n"
+               "                           the same block); llama.cpp's\n"
                "                           draft-simple, ngram-simple; ngram and suffix need no\n"
                "                           draft model\n"
                "  --draft-policy P         fixed (K every pass) or adaptive (K chosen each pass,\n"
@@ -818,7 +820,7 @@ int sd_cmd_generate(int argc, char **argv) {
     sd_gen_params gp = p.ep.gen;
     if (c.no_draft) gp.draft_type = SD_DRAFT_NONE;
     const sd_proposer *prop = sd_engine_proposer_of(e, gp.draft_type);
-    if (!prop && (gp.draft_type == SD_DRAFT_LLM || gp.draft_type == SD_DRAFT_NGRAM_LLM)) {
+    if (!prop && sd_draft_type_uses_llm(gp.draft_type)) {
         exit_code = usage_error("--draft-type %s needs a draft model: pass --draft FILE (-md)",
                                 sd_draft_type_name(gp.draft_type));
         goto done;

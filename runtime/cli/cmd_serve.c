@@ -380,8 +380,7 @@ int sd_cmd_serve(int argc, char **argv) {
     bp.prefix_cache = !c.no_prefix_cache;
     bp.suffix_cache_bytes = (size_t)(c.suffix_cache_mb * 1048576.0);
     sd_gen_params gp = p.ep.gen;
-    if (!sd_engine_draft(e) &&
-        (gp.draft_type == SD_DRAFT_LLM || gp.draft_type == SD_DRAFT_NGRAM_LLM)) {
+    if (!sd_engine_draft(e) && sd_draft_type_uses_llm(gp.draft_type)) {
         exit_code = sd_cli_usage(HINT, "--draft-type %s needs a draft model (-md FILE)",
                                  sd_draft_type_name(gp.draft_type));
         goto done;

@@ -14,8 +14,8 @@
  *   "ctx_size"     integer  >= 0 (0 = the target's training context)
  *   "prompt"       string
  *   "kv_type"      string   "f32", "f16", "q8_0" or "q4_0": KV-cache element type
- *   "draft_type"   string   none, llm, ngram, ngram+llm, suffix (llama.cpp: draft-simple,
- *                           ngram-simple)
+ *   "draft_type"   string   none, llm, ngram, ngram+llm, suffix, suffix+llm (llama.cpp:
+ *                           draft-simple, ngram-simple)
  *   "draft_policy" string   "fixed" or "adaptive" (the K controller with auto-off)
  *   "draft_p_min"  number   [0, 1]: LLM draft confidence cut-off (0 = off)
  *   "draft_min"    integer  0 .. 16: tokens drafted before the cut-off applies

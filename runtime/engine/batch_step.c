@@ -122,22 +122,28 @@ static int draft_rows(const sd_gen_params *gp) {
 }
 
 /* The K of choice c for this pass (0: a target-alone pass), capped by its budget and
- * context, and its n-gram proposal; c->llm when the LLM draft is to propose. */
+ * context, and its lookup proposal (n-gram or suffix); c->llm when the LLM draft is to
+ * propose: the LLM types without a match, and the chained types (ngram+llm, suffix+llm)
+ * after a match of m < K tokens, which the LLM continues in the same block from the
+ * match's end (as draft/chain.c for generate). Its extended context, the committed
+ * tokens then the m lookup tokens, is written in place: c->ctx[n_ctx .. n_ctx + m) (room:
+ * cap >= n_ctx + K + 1; the pass's commit overwrites them). */
 static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     const sd_gen_params *gp = &c->r->gp;
     c->k = 0;
+    c->k_lookup = 0;
     c->llm = 0;
     c->used_llm = 0;
     c->one_hot = 0;
     c->drow = -1;
     c->t_draft_ms = c->c_draft_ms = 0.0;
-    const int llm_type = gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM;
+    const int llm_type = sd_draft_type_uses_llm(gp->draft_type);
     int32_t k = gp->n_draft;
     if (c->adaptive && llm_type && b->k_batch < k) k = b->k_batch; /* the batch's K */
     k = sd_step_cap_k(gp, k, c->st.n_generated, c->n_ctx, b->n_ctx);
     c->k_want = k;
     if (k == 0) return SD_OK;
-    const int suffix = gp->draft_type == SD_DRAFT_SUFFIX;
+    const int suffix = gp->draft_type == SD_DRAFT_SUFFIX || gp->draft_type == SD_DRAFT_SUFFIX_LLM;
     if (gp->draft_type == SD_DRAFT_NGRAM || gp->draft_type == SD_DRAFT_NGRAM_LLM || suffix) {
         const double t = sd_time_ms();
         sd_proposal prop = {0};
@@ -145,18 +151,30 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
         int rc = sd_proposer_propose(lookup, c->ctx, c->n_ctx, k, &prop, err);
         c->t_draft_ms += sd_time_ms() - t;
         if (rc) return rc;
+        /* Chained: the match's tokens the chain keeps (as draft/chain.c). */
+        if (llm_type) prop.n = sd_chain_lookup_keep(lookup, prop.n, k);
         if (prop.n > 0) {
             c->k = prop.n;
             memcpy(c->dtok, prop.tokens, (size_t)prop.n * sizeof *c->dtok);
             c->one_hot = 1;
-            return SD_OK;
+            if (prop.n >= k || !llm_type) return SD_OK;
         }
     }
-    if (gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM) {
+    if (llm_type) {
+        const int32_t m = c->k;
+        SD_CHECK(c->n_ctx + k < c->cap, "choice context has room for the block");
+        memcpy(c->ctx + c->n_ctx, c->dtok, (size_t)m * sizeof *c->dtok);
         /* Fewer near the draft's context limit, none for an id it lacks (as the proposer). */
-        k = sd_draft_room(c->ctx, c->n_ctx, k, b->n_ctx_d, b->n_vocab_d);
-        c->k_want = k;
-        c->llm = c->used_llm = k > 0;
+        const int32_t room = sd_draft_room(c->ctx, c->n_ctx + m, k - m, b->n_ctx_d, b->n_vocab_d);
+        c->k_lookup = m;
+        c->k_want = m + room;
+        c->llm = c->used_llm = room > 0;
+        if (room > 0 && m > 0 && draft_rows(gp)) { /* the lookup tokens' q rows: one-hot */
+            float *q = b->q[c->slot];
+            memset(q, 0, (size_t)m * (size_t)b->n_vocab * sizeof *q);
+            for (int32_t i = 0; i < m; i++)
+                q[(size_t)i * (size_t)b->n_vocab + (size_t)c->dtok[i]] = 1.0f;
+        }
     }
     return SD_OK;
 }
@@ -171,7 +189,7 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     const int32_t i = c->k, n = b->n_common;
     const int64_t pos = (int64_t)c->n_ctx + i;
     if (sd_penalties_on(sp)) sd_penalize(sp, c->ctx, c->n_ctx, c->dtok, i, l, n, NULL);
-    const int cut = gp->draft_p_min > 0.0f && i >= gp->draft_min;
+    const int cut = gp->draft_p_min > 0.0f && i - c->k_lookup >= gp->draft_min; /* its own */
     double conf = 1.0;
     int32_t tok;
     float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
@@ -187,6 +205,7 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     }
     c->dtok[i] = tok;
     c->k = i + 1;
+    c->one_hot = 0; /* an LLM token: q rows under rejection sampling, not a lookup pass */
     if (c->k >= c->k_want) c->llm = 0;
     return SD_OK;
 }
@@ -238,8 +257,7 @@ static int draft_phase(sd_batcher *b, sd_error *err) {
         int32_t nb = 0, nrow = 0, pending = 0;
         for (int32_t i = 0; i < b->n_running; i++) {
             sd_req *r = b->running[i];
-            const int llm_type =
-                r->gp.draft_type == SD_DRAFT_LLM || r->gp.draft_type == SD_DRAFT_NGRAM_LLM;
+            const int llm_type = sd_draft_type_uses_llm(r->gp.draft_type);
             for (int32_t j = 0; j < r->n_choices; j++)
                 r->ch[j].drow = -1;
             for (int32_t j = 0; j < r->n_choices && llm_type; j++) {
@@ -256,10 +274,11 @@ static int draft_phase(sd_batcher *b, sd_error *err) {
                     if (n > 0) dbatch_add(b, &nb, &nrow, c->slot, c->ctx + kept, n, 0);
                     continue;
                 }
-                if (c->state != CH_DECODE || !c->llm || c->k > 0) continue;
-                const int32_t kept =
-                    sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, c->n_ctx - 1);
-                const int32_t missing = c->n_ctx - 1 - kept;
+                if (c->state != CH_DECODE || !c->llm || c->k > c->k_lookup) continue;
+                /* The context, extended by a chain's lookup tokens (choose_and_lookup). */
+                const int32_t n_ext = c->n_ctx + c->k_lookup;
+                const int32_t kept = sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, n_ext - 1);
+                const int32_t missing = n_ext - 1 - kept;
                 if (missing <= chunk) { /* the rest and the last token, for its logits */
                     c->drow = dbatch_add(b, &nb, &nrow, c->slot, c->ctx + kept, missing + 1, 1);
                 } else {
@@ -281,7 +300,7 @@ static int draft_phase(sd_batcher *b, sd_error *err) {
             for (int32_t j = 0; j < r->n_choices; j++) {
                 sd_choice *c = &r->ch[j];
                 c->drow = -1;
-                if (c->state != CH_DECODE || !c->llm || c->k == 0) continue;
+                if (c->state != CH_DECODE || !c->llm || c->k == c->k_lookup) continue;
                 c->drow = dbatch_add(b, &nb, &nrow, c->slot, &c->dtok[c->k - 1], 1, 1);
             }
         }
@@ -299,8 +318,7 @@ static void plan_k(sd_batcher *b) {
     for (int32_t i = 0; i < b->n_running; i++) {
         const sd_req *r = b->running[i];
         const sd_gen_params *gp = &r->gp;
-        const int llm = gp->n_draft > 0 &&
-                        (gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM);
+        const int llm = gp->n_draft > 0 && sd_draft_type_uses_llm(gp->draft_type);
         for (int32_t j = 0; j < r->n_choices; j++) {
             sd_choice *c = &r->ch[j];
             if (c->state != CH_DECODE) continue;
@@ -374,7 +392,7 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     sd_session_seq_keep_prefix(b->ts, c->slot, c->ctx, c->n_ctx - 1);
     if (b->ds) sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, c->n_ctx);
     sd_proposer_commit(b->ngram[c->slot], c->ctx, c->n_ctx);
-    if (c->r->gp.draft_type == SD_DRAFT_SUFFIX)
+    if (c->r->gp.draft_type == SD_DRAFT_SUFFIX || c->r->gp.draft_type == SD_DRAFT_SUFFIX_LLM)
         sd_proposer_commit(b->suffix[c->slot], c->ctx, c->n_ctx);
     if (c->adaptive) sd_adaptive_observe(&c->ctl, k, res.n_accepted, c->t_draft_ms, t_pass_ms);
     return SD_OK;

@@ -267,8 +267,7 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
     if (r->n_choices < 1 || r->n_choices > SD_MAX_CHOICES || r->n_choices > b->p.n_parallel)
         return sd_errorf(err, SD_ERR_ARG, "request: %d choices, expected 1 .. %d", r->n_choices,
                          SD_MAX_CHOICES < b->p.n_parallel ? SD_MAX_CHOICES : b->p.n_parallel);
-    const int llm =
-        g->n_draft > 0 && (g->draft_type == SD_DRAFT_LLM || g->draft_type == SD_DRAFT_NGRAM_LLM);
+    const int llm = g->n_draft > 0 && sd_draft_type_uses_llm(g->draft_type);
     if (llm && !b->ds)
         return sd_errorf(err, SD_ERR_ARG, "request: draft type %s needs a draft model",
                          sd_draft_type_name(g->draft_type));

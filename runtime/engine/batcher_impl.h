@@ -45,8 +45,10 @@ typedef struct sd_choice {
     /* This step's proposal and rows. */
     int32_t k;                     /* tokens drafted */
     int32_t dtok[SD_MAX_DRAFT];    /* the draft tokens */
+    int32_t k_lookup;              /* dtok[0 .. k_lookup): a chain's lookup tokens, which
+                                      the LLM continues (0: none, or not chained) */
     float *q;                      /* [k_max, n_vocab] the LLM draft's warped rows */
-    int one_hot;                   /* the proposal is deterministic (n-gram) */
+    int one_hot;                   /* the proposal is lookup tokens only (n-gram, suffix) */
     int32_t k_want;                /* K asked of the LLM draft this step */
     int llm;                       /* drafting with the LLM this step (still drafting) */
     int used_llm;                  /* the LLM drafted for it this step */

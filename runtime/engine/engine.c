@@ -11,10 +11,11 @@ struct sd_engine {
     sd_engine_params p;
     sd_model *tm, *dm;
     sd_scorer *scorer;
-    sd_proposer *prop;      /* the LLM draft, or NULL */
-    sd_proposer *ngram;     /* n-gram lookup, always */
-    sd_proposer *ngram_llm; /* chain: ngram then prop, or NULL */
-    sd_proposer *suffix;    /* suffix-structure drafting, always */
+    sd_proposer *prop;       /* the LLM draft, or NULL */
+    sd_proposer *ngram;      /* n-gram lookup, always */
+    sd_proposer *ngram_llm;  /* chain: ngram then prop, or NULL */
+    sd_proposer *suffix;     /* suffix-structure drafting, always */
+    sd_proposer *suffix_llm; /* chain: suffix then prop, or NULL */
     int32_t n_ctx, n_ctx_draft;
     sd_session_params sp, dsp;
 };
@@ -123,6 +124,9 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     xp.n_ctx = e->n_ctx + 1;
     if ((rc = sd_proposer_suffix_init(&xp, sd_model_hparams(e->tm)->n_vocab, &e->suffix, err)))
         goto fail;
+    if (e->prop &&
+        (rc = sd_proposer_chain_init(e->suffix, e->prop, "suffix+llm", &e->suffix_llm, err)))
+        goto fail;
 done:
     *out = e;
     return SD_OK;
@@ -134,6 +138,7 @@ fail:
 void sd_engine_free(sd_engine *e) {
     if (!e) return;
     sd_proposer_free(e->ngram_llm);
+    sd_proposer_free(e->suffix_llm);
     sd_proposer_free(e->ngram);
     sd_proposer_free(e->suffix);
     sd_proposer_free(e->prop);
@@ -169,6 +174,8 @@ sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t) {
         return e->ngram_llm;
     case SD_DRAFT_SUFFIX:
         return e->suffix;
+    case SD_DRAFT_SUFFIX_LLM:
+        return e->suffix_llm;
     case SD_DRAFT_NONE:
         break;
     }
@@ -198,8 +205,7 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
         return sd_errorf(err, SD_ERR_ARG, "generate: n_stop_ids = %d, expected 0..%d",
                          (int)gp->n_stop_ids, SD_MAX_STOP_IDS);
     sd_proposer *prop = gp->n_draft > 0 ? sd_engine_proposer_of(e, gp->draft_type) : NULL;
-    if (gp->n_draft > 0 && !prop &&
-        (gp->draft_type == SD_DRAFT_LLM || gp->draft_type == SD_DRAFT_NGRAM_LLM))
+    if (gp->n_draft > 0 && !prop && sd_draft_type_uses_llm(gp->draft_type))
         return sd_errorf(err, SD_ERR_ARG,
                          "draft type %s needs a draft model (draft): the engine has none",
                          sd_draft_type_name(gp->draft_type));
@@ -228,6 +234,10 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
 
 /* ---- draft-type names ---- */
 
+int sd_draft_type_uses_llm(sd_draft_type t) {
+    return t == SD_DRAFT_LLM || t == SD_DRAFT_NGRAM_LLM || t == SD_DRAFT_SUFFIX_LLM;
+}
+
 const char *sd_draft_type_name(sd_draft_type t) {
     switch (t) {
     case SD_DRAFT_AUTO:
@@ -242,6 +252,8 @@ const char *sd_draft_type_name(sd_draft_type t) {
         return "ngram+llm";
     case SD_DRAFT_SUFFIX:
         return "suffix";
+    case SD_DRAFT_SUFFIX_LLM:
+        return "suffix+llm";
     }
     return "unknown";
 }
@@ -260,6 +272,7 @@ int sd_draft_type_parse(const char *s, sd_draft_type *out) {
         {"ngram-simple", SD_DRAFT_NGRAM},
         {"ngram+llm", SD_DRAFT_NGRAM_LLM},
         {"suffix", SD_DRAFT_SUFFIX},
+        {"suffix+llm", SD_DRAFT_SUFFIX_LLM},
     };
     if (!s) return -1;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)

@@ -225,22 +225,27 @@ int sd_k_policy_parse(const char *s, sd_k_policy *out);
 
 /* Which proposer sd_engine_generate uses. */
 typedef enum sd_draft_type {
-    SD_DRAFT_AUTO = 0,  /* the LLM draft if the engine has a draft model, else none */
-    SD_DRAFT_NONE,      /* target alone */
-    SD_DRAFT_LLM,       /* the draft model */
-    SD_DRAFT_NGRAM,     /* n-gram / prompt lookup (no draft model needed) */
-    SD_DRAFT_NGRAM_LLM, /* n-gram first, the draft model when there is no match */
-    SD_DRAFT_SUFFIX,    /* suffix-structure drafting (no draft model needed) */
+    SD_DRAFT_AUTO = 0,   /* the LLM draft if the engine has a draft model, else none */
+    SD_DRAFT_NONE,       /* target alone */
+    SD_DRAFT_LLM,        /* the draft model */
+    SD_DRAFT_NGRAM,      /* n-gram / prompt lookup (no draft model needed) */
+    SD_DRAFT_NGRAM_LLM,  /* chained: the n-gram's match continued by the draft model in the
+                            same block (the draft model alone without a match) */
+    SD_DRAFT_SUFFIX,     /* suffix-structure drafting (no draft model needed) */
+    SD_DRAFT_SUFFIX_LLM, /* chained: the suffix match continued by the draft model */
 } sd_draft_type;
 
-/* "auto", "none", "llm", "ngram", "ngram+llm", "suffix" (engine.c, with the proposers). */
+/* "auto", "none", "llm", "ngram", "ngram+llm", "suffix", "suffix+llm" (engine.c, with the
+ * proposers). */
 const char *sd_draft_type_name(sd_draft_type t);
+/* 1 if draft type t drafts with the draft model (llm, ngram+llm, suffix+llm). */
+int sd_draft_type_uses_llm(sd_draft_type t);
 /* Our names, plus llama.cpp's --spec-type names that mean the same here: "draft",
  * "draft-simple" (llm), "ngram-simple" (ngram). -1 if unknown. */
 int sd_draft_type_parse(const char *s, sd_draft_type *out);
 /* The names sd_draft_type_parse accepts, for messages. */
 #define SD_DRAFT_TYPE_NAMES                                                                        \
-    "none, llm, ngram, ngram+llm, suffix (llama.cpp: draft-simple, ngram-simple)"
+    "none, llm, ngram, ngram+llm, suffix, suffix+llm (llama.cpp: draft-simple, ngram-simple)"
 
 typedef struct sd_gen_params {
     int32_t n_predict; /* most tokens to emit (>= 1) */
@@ -428,9 +433,9 @@ const sd_model *sd_engine_draft(const sd_engine *e); /* NULL: target alone */
 const sd_vocab *sd_engine_vocab(const sd_engine *e); /* the target's */
 sd_scorer *sd_engine_scorer(sd_engine *e);
 sd_proposer *sd_engine_proposer(sd_engine *e); /* the LLM draft; NULL: no draft model */
-/* The proposer of a draft type: SD_DRAFT_NGRAM and SD_DRAFT_SUFFIX always exist; SD_DRAFT_LLM and
- * SD_DRAFT_NGRAM_LLM need a draft model (else NULL); SD_DRAFT_NONE: NULL; SD_DRAFT_AUTO:
- * the LLM draft if any. */
+/* The proposer of a draft type: SD_DRAFT_NGRAM and SD_DRAFT_SUFFIX always exist; SD_DRAFT_LLM,
+ * SD_DRAFT_NGRAM_LLM and SD_DRAFT_SUFFIX_LLM need a draft model (else NULL); SD_DRAFT_NONE:
+ * NULL; SD_DRAFT_AUTO: the LLM draft if any. */
 sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t);
 int32_t sd_engine_n_ctx(const sd_engine *e);       /* target context in use */
 int32_t sd_engine_n_ctx_draft(const sd_engine *e); /* 0 without a draft */

@@ -197,7 +197,8 @@ static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply
     const char *t = NULL;
     if (get_str(o, "draft_type", &t, r) < 0) return -1;
     if (t && sd_draft_type_parse(t, &q->gp.draft_type) != 0)
-        return bad_field(r, "draft_type", "must be one of none, llm, ngram, ngram+llm");
+        return bad_field(r, "draft_type",
+                         "must be one of none, llm, ngram, ngram+llm, suffix, suffix+llm");
     t = NULL;
     if (get_str(o, "draft_policy", &t, r) < 0) return -1;
     if (t && sd_k_policy_parse(t, &q->gp.k_policy) != 0)
