@@ -20,38 +20,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "include/specdec.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum sd_status {
-    SD_OK = 0,
-    SD_ERR_IO = 1,          /* open/read/write/mmap/rename failed */
-    SD_ERR_FORMAT = 2,      /* malformed file (GGUF, llama2.c checkpoint, JSON) */
-    SD_ERR_UNSUPPORTED = 3, /* well-formed but not supported (tensor type, architecture) */
-    SD_ERR_OOM = 4,         /* allocation failed */
-    SD_ERR_ARG = 5,         /* bad argument from the caller/user (-k 0, unknown flag) */
-    SD_ERR_MISMATCH = 6,    /* draft and target do not pair (vocabulary) */
-    SD_ERR_CONTEXT = 7,     /* context full: prompt too long or KV cache out of room */
-    SD_ERR_CONFIG = 8,      /* bad config file key/value */
-    SD_ERR_BUSY = 9,        /* a queue is full: try again later (a server's 503) */
-} sd_status;
-
-#define SD_ERROR_MSG_MAX 512
-
-/* Longest draft of a speculative step: the proposals, the verification pass over
- * [last, d1 .. dK] and the verification result are sized for it (draft/, target/,
- * verify/ and the engine share this one limit). */
-#define SD_MAX_DRAFT 16
-
-/* The error record: status plus one printable line. Zero-initialise before use. */
-typedef struct sd_error {
-    sd_status status;
-    char msg[SD_ERROR_MSG_MAX];
-} sd_error;
-
-/* Short name of a status ("ok", "io error", ...). Never NULL. */
-const char *sd_status_str(sd_status st);
+/* The status codes (sd_status), the error record (sd_error, SD_ERROR_MSG_MAX), the
+ * longest draft of a speculative step (SD_MAX_DRAFT: the proposals, the verification
+ * pass over [last, d1 .. dK] and the verification result are sized for it; draft/,
+ * target/, verify/ and the engine share this one limit) and sd_status_str are the
+ * library's public face's (include/specdec.h), defined there once. */
 
 /*
  * Record an error: formats printf-style into err->msg (truncating safely) and sets
