@@ -3,7 +3,8 @@
  * helpers, the clock, the core count, the device enum, the draft-length limit, the hashes
  * every part shares (splitmix64's finaliser, FNV-1a) and the file helpers (reading only
  * regular files, writing through a temporary: file.c). Owns nothing; includes no other
- * part (every part may include it).
+ * part, only the public face include/specdec.h, where the status codes and the error
+ * record are defined (every part may include it).
  *
  * Every library function that can fail returns an int status (SD_OK == 0) and, when
  * the caller passes a non-NULL sd_error, fills it with one line naming the file, the
