@@ -7,14 +7,20 @@ Every project include ("dir/file.h") of every .c/.h/.cu/.cuh file in a library p
 be the part's own file or a face the part may use; a private header (a part's internal
 header, e.g. quant/cpu/kernels.h) may only be included from its own folder (and from
 tests). The CLI (runtime/cli) and the tests may include any face, and nothing in the
-library may include the CLI. Prints one line per violation and exits 1 if there is any.
+library may include the CLI. The public face, include/specdec.h, includes no project
+file; every part may include it (it defines the status codes, the error record and the
+statistics the library shares with its users), and the examples include nothing else. Prints one line per violation and exits 1 if there is any.
 """
 import os
 import re
 import sys
 
+# The library's public face (include/specdec.h): every part may include it.
+PUBLIC = "include/specdec.h"
+
 # Faces: the one public header of each part.
 FACE = {
+    "public": PUBLIC,
     "base": "runtime/base/sd_base.h",
     "gguf": "runtime/gguf/sd_gguf.h",
     "tokenizer": "runtime/tokenizer/sd_vocab.h",
@@ -33,6 +39,7 @@ FACE = {
 
 # Part folder -> the faces it may include (besides its own files).
 ALLOWED = {
+    "include": [],
     "runtime/base": [],
     "quant": ["base"],
     "kv": ["base", "quant"],
@@ -51,6 +58,9 @@ ALLOWED = {
 }
 # Folders free to include any face (not library parts).
 FREE = ["runtime/cli", "tests"]
+# Programs written against the public face alone (what a user of the installed library
+# has): they may include include/specdec.h and their own files only.
+USERS = ["examples"]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -58,7 +68,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 def part_of(path):
     """The longest ALLOWED/FREE folder that contains path."""
     best = None
-    for folder in list(ALLOWED) + FREE:
+    for folder in list(ALLOWED) + FREE + USERS:
         if path == folder or path.startswith(folder + "/"):
             if best is None or len(folder) > len(best):
                 best = folder
@@ -71,7 +81,7 @@ def main(argv):
     faces = set(FACE.values())
     bad = []
     n_files = 0
-    for top in list(ALLOWED) + FREE:
+    for top in list(ALLOWED) + FREE + USERS:
         base = os.path.join(root, top)
         for dirpath, _, files in os.walk(base):
             for f in sorted(files):
@@ -108,6 +118,14 @@ def main(argv):
 
 def check(part, inc, faces):
     inc_part = part_of(inc)
+    if part in USERS:
+        if inc == PUBLIC or os.path.basename(inc) == "specdec.h" or inc_part == part:
+            return None
+        return "%s may include only the public face, %s" % (part, PUBLIC)
+    if inc == PUBLIC:
+        if part == "include":
+            return "the public face includes no project file"
+        return None
     if inc_part == "runtime/cli" and part not in FREE:
         return "the library must not include the CLI"
     if part in FREE:

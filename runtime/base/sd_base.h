@@ -3,7 +3,8 @@
  * helpers, the clock, the core count, the device enum, the draft-length limit, the hashes
  * every part shares (splitmix64's finaliser, FNV-1a) and the file helpers (reading only
  * regular files, writing through a temporary: file.c). Owns nothing; includes no other
- * part (every part may include it).
+ * part, only the public face include/specdec.h, where the status codes and the error
+ * record are defined (every part may include it).
  *
  * Every library function that can fail returns an int status (SD_OK == 0) and, when
  * the caller passes a non-NULL sd_error, fills it with one line naming the file, the
@@ -20,41 +21,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "include/specdec.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum sd_status {
-    SD_OK = 0,
-    SD_ERR_IO = 1,          /* open/read/write/mmap/rename failed */
-    SD_ERR_FORMAT = 2,      /* malformed file (GGUF, llama2.c checkpoint, JSON) */
-    SD_ERR_UNSUPPORTED = 3, /* well-formed but not supported (tensor type, architecture) */
-    SD_ERR_OOM = 4,         /* allocation failed */
-    SD_ERR_ARG = 5,         /* bad argument from the caller/user (-k 0, unknown flag) */
-    SD_ERR_MISMATCH = 6,    /* draft and target do not pair (vocabulary) */
-    SD_ERR_CONTEXT = 7,     /* context full: prompt too long or KV cache out of room */
-    SD_ERR_CONFIG = 8,      /* bad config file key/value */
-    SD_ERR_BUSY = 9,        /* a queue is full: try again later (a server's 503) */
-} sd_status;
+/* The status codes (sd_status), the error record (sd_error, SD_ERROR_MSG_MAX), the
+ * longest draft of a speculative step (SD_MAX_DRAFT: the proposals, the verification
+ * pass over [last, d1 .. dK] and the verification result are sized for it; draft/,
+ * target/, verify/ and the engine share this one limit) and sd_status_str are the
+ * library's public face's (include/specdec.h), defined there once. */
 
-#define SD_ERROR_MSG_MAX 512
-
-/* Longest draft of a speculative step: the proposals, the verification pass over
- * [last, d1 .. dK] and the verification result are sized for it (draft/, target/,
- * verify/ and the engine share this one limit). */
-#define SD_MAX_DRAFT 16
 /* Most nodes of one token-tree pass (sd_session_decode_tree: the root and the drafted
  * nodes); a tree proposal holds at most SD_MAX_DRAFT drafted nodes. */
 #define SD_MAX_TREE 64
-
-/* The error record: status plus one printable line. Zero-initialise before use. */
-typedef struct sd_error {
-    sd_status status;
-    char msg[SD_ERROR_MSG_MAX];
-} sd_error;
-
-/* Short name of a status ("ok", "io error", ...). Never NULL. */
-const char *sd_status_str(sd_status st);
 
 /*
  * Record an error: formats printf-style into err->msg (truncating safely) and sets

@@ -15,15 +15,9 @@
  * side of an A/B run), so both sides share every kernel.
  *
  * The statistics (sd_gen_stats, one definition for generate, --json, bench, and a
- * batcher request's statistics; the derived figures are the sd_stats_* functions):
- *   acceptance_rate  = n_accepted / n_drafted
- *   tokens_per_pass  = (n_generated + n_stop_tokens) / n_target_passes: the tokens the
- *                      passes decided, the stop token that ended the run included
- *   per-position i   = accepted at draft position i / drafted at draft position i
- *   times            = ms from the start (sd_generate's call; a batcher request's
- *                      submission, so a request's times include its wait in the queue)
- * Counts cover only emitted tokens: an EOS inside an accepted block ends the output
- * there, and accepted tokens after it are not counted as accepted. The draft length of
+ * batcher request's statistics, with the sd_stats_* figures) are defined, with their
+ * meaning, in the public face, include/specdec.h, which wraps this engine for programs
+ * (runtime/engine/face.c: sd_context, sd_complete, sd_queue). The draft length of
  * the last steps is capped so that a step never emits more than the n_predict budget left.
  */
 #ifndef SD_ENGINE_H
@@ -32,6 +26,7 @@
 #include <stdint.h>
 
 #include "draft/sd_draft.h"
+#include "include/specdec.h"
 #include "kv/sd_kv.h"
 #include "runtime/base/sd_base.h"
 #include "runtime/tokenizer/sd_vocab.h"
@@ -303,63 +298,8 @@ typedef struct sd_pass_record {
 
 sd_gen_params sd_gen_default_params(void);
 
-typedef enum sd_stop_reason {
-    SD_STOP_NONE = 0,
-    SD_STOP_EOS,
-    SD_STOP_MAX_TOKENS,
-    SD_STOP_CONTEXT,
-    SD_STOP_STRING, /* a stop string of the request appeared (sd_batcher) */
-    SD_STOP_CANCEL, /* cancelled (sd_batcher_cancel, or the callback asked) */
-} sd_stop_reason;
-
-const char *sd_stop_reason_str(sd_stop_reason r);
-
-typedef struct sd_gen_stats {
-    int32_t n_prompt;
-    int32_t n_prompt_cached; /* of them, positions the batcher's prefix cache gave (0 else) */
-    int32_t n_generated;
-    int32_t n_target_passes; /* verification passes (decode steps when target alone) */
-    int32_t n_stop_tokens;   /* 1 when an EOS / stop token ended the run (not emitted) */
-    int32_t n_drafted;
-    int32_t n_accepted;
-    int32_t drafted_at[SD_MAX_DRAFT];  /* drafted at draft position i */
-    int32_t accepted_at[SD_MAX_DRAFT]; /* accepted (and emitted) at draft position i */
-    double t_prefill_ms; /* from the start until decoding began (the prompt evaluated) */
-    double t_draft_ms;
-    double t_verify_ms; /* target verification passes */
-    double t_sample_ms; /* warping + rejection sampling */
-    double t_total_ms;  /* from the start to the end of the run */
-    double ttft_ms;     /* from the start to the first emitted token */
-    double t_first_ms;  /* the same (kept for the callers that read it) */
-    sd_stop_reason stop;
-    /* K over the run: k_hist[k] = passes that drafted k tokens (0: a pass of the target
-     * alone: speculation off, calibration, no draft, or a proposer that had nothing). */
-    int32_t k_hist[SD_MAX_DRAFT + 1];
-    int32_t n_off_passes; /* target-alone passes while the auto-off switch was off */
-    double t_off_ms;      /* their time (target passes and sampling) */
-    int32_t n_switch_off; /* times the switch turned speculation off */
-    int32_t n_probes;     /* re-probe passes while off */
-    /* Passes whose proposal was one-hot (n-gram lookup), and its tokens. */
-    int32_t n_passes_lookup, n_drafted_lookup, n_accepted_lookup;
-} sd_gen_stats;
-
-/* Derived figures: 0 when the denominator is 0 (nothing drafted, no pass: the CLI
- * prints "-" and JSON null then). */
-double sd_stats_acceptance_rate(const sd_gen_stats *s);
-/* Accepted / drafted at draft position i (0-based). */
-double sd_stats_accept_at(const sd_gen_stats *s, int32_t i);
-/* Mean K over the passes (k_hist). */
-double sd_stats_mean_k(const sd_gen_stats *s);
-/* Tokens a pass decided, the stop token included (n_generated + n_stop_tokens) /
- * n_target_passes: >= 1, since every pass emits at least one token or the stop. */
-double sd_stats_tokens_per_pass(const sd_gen_stats *s);
-/* Add the counts and times of s to sum (figures over several runs or choices: the
- * derived figures of the sum are then the ones of the whole). */
-void sd_stats_add(sd_gen_stats *sum, const sd_gen_stats *s);
-/* Emitted tokens per second over the decode phase (n_generated / (t_total - t_prefill)). */
-double sd_stats_tokens_per_s(const sd_gen_stats *s);
-/* Mean inter-token latency: (t_total - t_first) / (n_generated - 1). */
-double sd_stats_itl_ms(const sd_gen_stats *s);
+/* sd_stop_reason, sd_gen_stats (the statistics: one definition) and the sd_stats_*
+ * figures are the public face's (include/specdec.h). */
 
 /* Called with each block of newly emitted tokens, in order. Non-zero return stops
  * generation (stop reason stays SD_STOP_NONE). */
@@ -553,8 +493,8 @@ typedef struct sd_req_event {
  * not block (a slow client must not stall the others) nor call into the batcher. */
 typedef int (*sd_req_cb)(void *user, const sd_req_event *ev);
 
-#define SD_MAX_STOP_STRINGS 8
-#define SD_MAX_CHOICES      16
+/* SD_MAX_STOP_STRINGS: include/specdec.h */
+#define SD_MAX_CHOICES 16
 
 typedef struct sd_request {
     const int32_t *prompt; /* int32 [n_prompt] (copied), n_prompt >= 1 */
