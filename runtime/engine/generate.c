@@ -80,6 +80,7 @@ double sd_stats_tokens_per_pass(const sd_gen_stats *s) {
 
 void sd_stats_add(sd_gen_stats *sum, const sd_gen_stats *s) {
     sum->n_prompt += s->n_prompt;
+    sum->n_prompt_cached += s->n_prompt_cached;
     sum->n_generated += s->n_generated;
     sum->n_target_passes += s->n_target_passes;
     sum->n_stop_tokens += s->n_stop_tokens;
