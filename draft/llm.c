@@ -249,6 +249,10 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
     for (int32_t i = 0; i < k; i++) {
         rc = sd_session_eval(p->sess, &tok, 1, p->logits, 1, err);
         if (rc) return draft_error(p, rc, err);
+        /* The logit biases and penalties of the target's rows (step.c), on the draft's. */
+        if (p->samp.n_logit_bias)
+            sd_logit_bias_apply(&p->samp, p->logits, p->n_head ? p->n_vocab : n_row(p),
+                                p->n_head ? p->col_of : NULL);
         if (penalize)
             sd_penalize(&p->samp, full, n_full, out->tokens, i, p->logits,
                         p->n_head ? p->n_vocab : n_row(p), p->n_head ? p->col_of : NULL);
