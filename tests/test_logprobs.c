@@ -376,3 +376,48 @@ Test(logprobs, batcher_equals_generate_with_and_without_draft) {
         expect_same_bits(&jb[i].r, &ban_g, names[i]);
     sd_engine_free(e);
 }
+
+/* ---- specdec generate --json --logprobs N ---- */
+
+/* The "logprobs" member of generate --json's output (malloc'd text), after checking the
+ * run drafted when it had a draft. */
+static char *cli_logprobs(const char *flags, int want_drafts) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -md %s -p 'Once upon a time, there was a little girl named Lily.'"
+             " -n 40 --temp 0.7 --seed 7 -t 1 --json --logprobs 4 --log-disable %s",
+             SD_BINARY, TARGET, DRAFT, flags);
+    char *o = NULL;
+    cr_assert_eq(tu_run(cmd, &o, NULL), 0, "%s", cmd);
+    const char *drafted = strstr(o, "\"n_drafted\":");
+    cr_assert_not_null(drafted);
+    if (want_drafts) cr_assert_gt(atoi(drafted + 12), 0, "%s drafted nothing", flags);
+    const char *lp = strstr(o, "\"logprobs\":[");
+    cr_assert_not_null(lp, "no logprobs in %s", o);
+    const char *end = strstr(lp, "]}]}");
+    cr_assert_not_null(end);
+    char *r = strndup(lp, (size_t)(end - lp));
+    cr_assert_not_null(strstr(r, "\"top\":[{\"id\""));
+    free(o);
+    return r;
+}
+
+Test(logprobs, cli_json_logprobs_equal_with_and_without_draft) {
+    tu_need_path(TARGET, "the shipped TinyStories target");
+    char *alone = cli_logprobs("--no-draft", 0);
+    char *llm = cli_logprobs("--draft-policy fixed", 1);
+    cr_expect_str_eq(llm, alone, "generate --logprobs with a draft differs from target alone");
+    free(llm);
+    free(alone);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p a -n 2 --logprobs 2", SD_BINARY, TARGET);
+    char *o = NULL;
+    cr_expect_neq(tu_run(cmd, NULL, &o), 0, "--logprobs without --json accepted");
+    cr_expect_not_null(strstr(o, "--json"), "%s", o);
+    free(o);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p a -n 2 --json --logprobs 21", SD_BINARY,
+             TARGET);
+    cr_expect_neq(tu_run(cmd, NULL, &o), 0, "--logprobs 21 accepted");
+    cr_expect_not_null(strstr(o, "--logprobs"), "%s", o);
+    free(o);
+}
