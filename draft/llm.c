@@ -216,6 +216,14 @@ static int draft_token(llm_proposer *p, int64_t pos, float *q_out, int32_t *tok,
     return SD_OK;
 }
 
+/* Greedy with nothing that reads draft position i's row (no penalties, no logit biases,
+ * no confidence cut-off there): the classifier's argmax alone will do, no row written
+ * (sd_session_eval_argmax: the same index as the argmax of the row). */
+static int argmax_only(const llm_proposer *p, int penalize, int32_t i) {
+    return !(p->samp.temp > 0.0f) && !penalize && !p->samp.n_logit_bias &&
+           !(p->p_min > 0.0f && i >= p->n_min);
+}
+
 static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t k,
                        sd_proposal *out, sd_error *err) {
     llm_proposer *p = (llm_proposer *)base;
@@ -250,20 +258,15 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
     int rc = SD_OK;
     for (; n_ctx - i0 > nb && !rc; i0 += nb)
         rc = sd_session_eval(p->sess, ctx + i0, nb, NULL, 0, err);
-        /* Greedy with nothing that reads the row (no penalties, no confidence cut-off at
-         * that position): the classifier's argmax alone, no row written
-         * (sd_session_eval_argmax: the same index as the argmax of the row). */
-#define ARGMAX_ONLY(i)                                                                             \
-    (!(p->samp.temp > 0.0f) && !penalize && !(p->p_min > 0.0f && (i) >= p->n_min))
     int32_t j0 = -1;
-    if (!rc && ARGMAX_ONLY(0))
+    if (!rc && argmax_only(p, penalize, 0))
         rc = sd_session_eval_argmax(p->sess, ctx + i0, n_ctx - i0, n_row(p), p->logits, &j0, err);
     else if (!rc)
         rc = sd_session_eval(p->sess, ctx + i0, n_ctx - i0, p->logits, 1, err);
     if (rc) return draft_error(p, rc, err);
     int32_t tok = ctx[n_ctx - 1];
     for (int32_t i = 0; i < k; i++) {
-        if (ARGMAX_ONLY(i)) {
+        if (argmax_only(p, penalize, i)) {
             int32_t j = j0;
             if (i > 0) {
                 rc = sd_session_eval_argmax(p->sess, &tok, 1, n_row(p), p->logits, &j, err);
@@ -282,6 +285,10 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
         }
         if (i > 0 && (rc = sd_session_eval(p->sess, &tok, 1, p->logits, 1, err)))
             return draft_error(p, rc, err);
+        /* The logit biases and penalties of the target's rows (step.c), on the draft's. */
+        if (p->samp.n_logit_bias)
+            sd_logit_bias_apply(&p->samp, p->logits, p->n_head ? p->n_vocab : n_row(p),
+                                p->n_head ? p->col_of : NULL);
         if (penalize)
             sd_penalize(&p->samp, full, n_full, out->tokens, i, p->logits,
                         p->n_head ? p->n_vocab : n_row(p), p->n_head ? p->col_of : NULL);
@@ -298,8 +305,6 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
     }
     return SD_OK;
 }
-
-#undef ARGMAX_ONLY
 
 static void llm_set_cutoff(sd_proposer *base, float p_min, int32_t n_min) {
     llm_proposer *p = (llm_proposer *)base;

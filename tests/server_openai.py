@@ -126,4 +126,29 @@ for t in ts:
 for i, (x, y) in enumerate(zip(got, alone)):
     if x != y:
         fail(f"concurrent request {i}: {x!r} != alone {y!r}")
+# Logprobs through the client's own types: chat content entries spelling the message,
+# completions' arrays spelling the text, streamed chunks carrying their tokens' logprobs,
+# and a logit_bias that changes the text.
+r = chat(msgs, logprobs=True, top_logprobs=3)
+lp = r.choices[0].logprobs.content
+if len(lp) != r.usage.completion_tokens or "".join(e.token for e in lp) != r.choices[0].message.content:
+    fail(f"chat logprobs {lp!r} do not spell {r.choices[0].message.content!r}")
+if any(len(e.top_logprobs) != 3 or e.logprob > e.top_logprobs[0].logprob + 1e-9 for e in lp):
+    fail("chat top_logprobs: not 3 each, or the token above the best")
+streamed = []
+for ch in client.chat.completions.create(model=model, messages=msgs, temperature=0, max_tokens=40,
+                                         stream=True, logprobs=True, top_logprobs=3):
+    if ch.choices and ch.choices[0].logprobs:
+        streamed += ch.choices[0].logprobs.content or []
+if [(e.token, e.logprob) for e in streamed] != [(e.token, e.logprob) for e in lp]:
+    fail("streamed chat logprobs differ from the answer's")
+c = complete(prompts[0], logprobs=2)
+cl = c.choices[0].logprobs
+if len(cl.tokens) != c.usage.completion_tokens or "".join(cl.tokens) != c.choices[0].text:
+    fail(f"completion logprobs {cl.tokens!r} do not spell {c.choices[0].text!r}")
+if len(cl.token_logprobs) != len(cl.tokens) or len(cl.top_logprobs) != len(cl.tokens):
+    fail("completion logprobs arrays differ in length")
+if complete(prompts[0], logit_bias={"300": 100}).choices[0].text == c.choices[0].text:
+    fail("logit_bias +100 changed nothing")
+
 print("server_openai.py: ok")

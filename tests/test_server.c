@@ -578,8 +578,8 @@ Test(server, faults_get_their_status_and_name_the_field) {
                  "required");
     expect_error(&s, "POST", "/v1/completions", "{\"prompt\":[1,99999]}", NULL, 400, "prompt",
                  "token id");
-    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":2}", NULL, 400,
-                 "logprobs", "not supported");
+    expect_error(&s, "POST", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":21}", NULL, 400,
+                 "logprobs", "0 .. 20");
     expect_error(&s, "POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"cat\"}]}", NULL,
                  400, "messages[0].role", NULL);
     expect_error(&s, "POST", "/v1/chat/completions", "{\"messages\":5}", NULL, 400, "messages",

@@ -1,5 +1,6 @@
 /* verify/penalty.c: llama.cpp's repetition, frequency and presence penalties over a
- * window of the history (see sd_penalize in sd_sample.h). */
+ * window of the history (see sd_penalize in sd_sample.h), and the logit biases
+ * (sd_logit_bias_apply). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,20 @@ int sd_penalties_on(const sd_sampling_params *sp) {
     if (sp->repeat_last_n <= 0) return 0;
     const int repeat = sp->repeat_penalty > 0.0f && sp->repeat_penalty != 1.0f;
     return repeat || sp->freq_penalty != 0.0f || sp->presence_penalty != 0.0f;
+}
+
+void sd_logit_bias_apply(const sd_sampling_params *sp, float *logits, int32_t n_vocab,
+                         const int32_t *col_of) {
+    for (int32_t i = 0; i < sp->n_logit_bias; i++) {
+        const sd_logit_bias *b = &sp->logit_bias[i];
+        if (b->id < 0 || b->id >= n_vocab) continue;
+        const int32_t col = col_of ? col_of[b->id] : b->id;
+        if (col < 0) continue;
+        if (b->bias <= SD_LOGIT_BIAS_MIN)
+            logits[col] = -INFINITY;
+        else
+            logits[col] += b->bias;
+    }
 }
 
 static int cmp_i32(const void *a, const void *b) {

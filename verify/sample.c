@@ -60,6 +60,19 @@ int sd_sampling_check(const sd_sampling_params *sp, sd_error *err) {
     if (sp->spec != SD_SPEC_REJECTION && sp->spec != SD_SPEC_GUMBEL)
         return sd_errorf(err, SD_ERR_ARG, "sampling: spec = %d, expected rejection or gumbel",
                          (int)sp->spec);
+    if (sp->n_logit_bias < 0 || (sp->n_logit_bias > 0 && !sp->logit_bias))
+        return sd_errorf(err, SD_ERR_ARG, "sampling: logit_bias: %d entries without an array",
+                         (int)sp->n_logit_bias);
+    for (int32_t i = 0; i < sp->n_logit_bias; i++) {
+        const sd_logit_bias *b = &sp->logit_bias[i];
+        if (b->id < 0)
+            return sd_errorf(err, SD_ERR_ARG, "sampling: logit_bias: token id %d is negative",
+                             (int)b->id);
+        if (!(b->bias >= SD_LOGIT_BIAS_MIN && b->bias <= SD_LOGIT_BIAS_MAX))
+            return sd_errorf(
+                err, SD_ERR_ARG, "sampling: logit_bias: token %d has bias %g, expected %g .. %g",
+                (int)b->id, (double)b->bias, (double)SD_LOGIT_BIAS_MIN, (double)SD_LOGIT_BIAS_MAX);
+    }
     return SD_OK;
 }
 

@@ -46,9 +46,19 @@ int sd_spec_sampling_parse(const char *s, sd_spec_sampling *out);
 /* Longest penalty window (repeat_last_n). */
 #define SD_PENALTY_MAX_N 4096
 
+/* One logit bias (OpenAI's logit_bias): bias added to token id's logit; a bias of
+ * SD_LOGIT_BIAS_MIN or below bans the token (its logit becomes -inf). */
+typedef struct sd_logit_bias {
+    int32_t id;
+    float bias; /* [SD_LOGIT_BIAS_MIN, SD_LOGIT_BIAS_MAX] */
+} sd_logit_bias;
+
+#define SD_LOGIT_BIAS_MIN (-100.0f)
+#define SD_LOGIT_BIAS_MAX 100.0f
+
 /* Sampling settings, applied alike to target and draft rows (so q and p are warped the
  * same way). A zeroed struct beyond temp / top_k / top_p means: min-p off, no
- * penalties, rejection sampling. */
+ * penalties, no logit bias, rejection sampling. */
 typedef struct sd_sampling_params {
     float temp;    /* <= 0: greedy */
     int32_t top_k; /* <= 0: off */
@@ -64,6 +74,10 @@ typedef struct sd_sampling_params {
     float presence_penalty;
     int32_t repeat_last_n; /* 0 .. SD_PENALTY_MAX_N */
     sd_spec_sampling spec; /* see sd_spec_sampling */
+    /* Logit biases (sd_logit_bias_apply), caller-owned: [n_logit_bias], or NULL. Applied
+     * to target and draft rows alike, before the penalties. */
+    const sd_logit_bias *logit_bias;
+    int32_t n_logit_bias;
 } sd_sampling_params;
 
 /* temp 0.8, top_k 40, top_p 0.95, min_p 0, repeat_penalty 1, freq / presence 0,
@@ -73,8 +87,20 @@ sd_sampling_params sd_sampling_default_params(void);
 
 /* SD_OK, or SD_ERR_ARG naming the field out of range (temp, top_p NaN or infinite;
  * min_p outside [0, 1]; a negative repeat_penalty, a non-finite penalty; repeat_last_n outside
- * [0, SD_PENALTY_MAX_N]; an unknown spec). */
+ * [0, SD_PENALTY_MAX_N]; an unknown spec; a logit bias with a negative id, a bias outside
+ * [SD_LOGIT_BIAS_MIN, SD_LOGIT_BIAS_MAX] or NaN, n_logit_bias < 0, or entries without an
+ * array). Ids above the vocabulary are the caller's to check (the vocabulary is not known
+ * here). */
 int sd_sampling_check(const sd_sampling_params *sp, sd_error *err);
+
+/*
+ * Add sp's logit biases to one logits row, in place: logits[id] += bias, or -inf when
+ * bias <= SD_LOGIT_BIAS_MIN (a ban). col_of as sd_penalize (NULL: the row is indexed by
+ * id). Ids outside [0, n_vocab) or without a column are skipped. Entries for one id
+ * add up in their order.
+ */
+void sd_logit_bias_apply(const sd_sampling_params *sp, float *logits, int32_t n_vocab,
+                         const int32_t *col_of);
 
 /* 1 if sp penalises anything (repeat_last_n > 0 and some penalty not neutral). */
 int sd_penalties_on(const sd_sampling_params *sp);

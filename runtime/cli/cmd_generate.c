@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,8 @@ enum {
     OPT_VERBOSE,
     OPT_INTERACTIVE,
     OPT_CONTEXT_SHIFT,
-    OPT_KEEP
+    OPT_KEEP,
+    OPT_LOGPROBS
 };
 
 typedef struct gen_cli {
@@ -48,6 +50,7 @@ typedef struct gen_cli {
     int interactive;           /* -i/--interactive: --chat goes on after the prompt's answer */
     int context_shift;         /* --context-shift: a full context drops its older half */
     long keep;                 /* --keep N: prompt tokens a shift keeps (-1: all), BOS aside */
+    int logprobs;              /* --logprobs N: 1 + N, 0 when not given */
 } gen_cli;
 
 static int generate_option(int o, const char *arg, void *user) {
@@ -95,6 +98,15 @@ static int generate_option(int o, const char *arg, void *user) {
         c->keep = v;
         return 0;
     }
+    case OPT_LOGPROBS: {
+        char *end = NULL;
+        errno = 0;
+        const long v = strtol(arg, &end, 10);
+        if (errno || end == arg || *end || v < 0 || v > SD_MAX_TOP_LOGPROBS)
+            return usage_error("--logprobs: expected an integer in 0 .. 20, found '%s'", arg);
+        c->logprobs = 1 + (int)v;
+        return 0;
+    }
     case 'h':
         sd_cli_generate_help(stdout);
         return -1;
@@ -120,6 +132,7 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         {"interactive", no_argument, 0, OPT_INTERACTIVE},
         {"context-shift", no_argument, 0, OPT_CONTEXT_SHIFT},
         {"keep", required_argument, 0, OPT_KEEP},
+        {"logprobs", required_argument, 0, OPT_LOGPROBS},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -131,6 +144,8 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         return usage_error("%s", "--interactive is a conversation: give --chat (-cnv) too");
     if (!rc && c->context_shift && c->g.has_n && c->g.n == -1)
         return usage_error("%s", "--context-shift with -n -1 would never stop: give -n N");
+    if (!rc && c->logprobs && !c->json)
+        return usage_error("%s", "--logprobs N: the logprobs are part of --json's output");
     if (!rc && c->context_shift && c->interactive)
         return usage_error("%s", "--context-shift: not in the interactive chat yet (one "
                                  "prompt's generation only)");
@@ -352,6 +367,31 @@ static void print_settings(const sd_gen_params *gp, const sd_engine_params *ep,
             ep->draft_head ? ep->draft_head : "full", ep->draft_head ? ep->draft_head_n : 0);
 }
 
+/* A token's text (NULL: its bytes are not whole UTF-8: a part of a character). */
+static json_t *token_json(const sd_vocab *vocab, int32_t id, double lp) {
+    char buf[256];
+    int n = sd_vocab_token_to_piece(vocab, id, 0, buf, sizeof buf);
+    if (n < 0) n = 0;
+    if (n > (int)sizeof buf) n = (int)sizeof buf;
+    json_t *text = json_stringn(buf, (size_t)n);
+    return json_pack("{s:i,s:o,s:f}", "id", (int)id, "text", text ? text : json_null(), "logprob",
+                     isfinite(lp) ? lp : -9999.0);
+}
+
+/* --logprobs N: per emitted token {id, text, logprob, top: [{id, text, logprob}]} (the
+ * target's raw distribution, see sd_token_logprob), full double precision. */
+static json_t *logprobs_json(const sd_vocab *vocab, const sd_token_logprob *lp, int32_t n) {
+    json_t *a = json_array();
+    for (int32_t i = 0; i < n; i++) {
+        json_t *e = token_json(vocab, lp[i].token, lp[i].logprob), *top = json_array();
+        for (int32_t t = 0; t < lp[i].n_top; t++)
+            json_array_append_new(top, token_json(vocab, lp[i].top_id[t], lp[i].top_logprob[t]));
+        json_object_set_new(e, "top", top);
+        json_array_append_new(a, e);
+    }
+    return a;
+}
+
 static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, const sd_gen_stats *st,
                       const sd_gen_params *gp, int with_draft, int32_t k, sd_error *err) {
     char *text = NULL;
@@ -378,6 +418,8 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, con
     json_t *root =
         json_pack("{s:s%, s:o, s:o}", "text", text, text_len, "tokens", ids, "stats", stats);
     free(text);
+    if (root && gp->logprobs)
+        json_object_set_new(root, "logprobs", logprobs_json(vocab, gp->logprobs_out, n));
     if (!root) return sd_errorf(err, SD_ERR_OOM, "json: cannot build output");
     char *s = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(root);
@@ -428,6 +470,9 @@ void sd_cli_generate_help(FILE *f) {
                "  --tensor-split N (-ts)   split the target over N GPUs (tensor parallel;\n"
                "                           -ts 1,1 and -sm row, every GPU, mean the same)\n"
                "  --json                   print one JSON object on stdout instead of text\n"
+               "  --logprobs N             with --json: each token's logprob and its N (0..20)\n"
+               "                           most probable alternatives (the target's raw\n"
+               "                           distribution: before temperature, penalties)\n"
                "  --chat          (-cnv)   the prompt is a user message in the model's chat\n"
                "                           template (ChatML, Llama 3, Mistral/Llama 2, ...);\n"
                "                           generation stops at its end of turn. Without a\n"
@@ -652,6 +697,7 @@ static int gen_shifts(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, c
                     n_keep, n_discard, n_win);
         sd_gen_params g = *gp;
         g.n_predict = gp->n_predict - total;
+        if (g.logprobs) g.logprobs_out = gp->logprobs_out + total;
         g.pass_trace = NULL; /* -v lists the first segment's passes */
         g.pass_trace_cap = 0;
         sd_gen_stats b;
@@ -789,6 +835,7 @@ int sd_cmd_generate(int argc, char **argv) {
     int32_t *prompt_ids = NULL, *out = NULL;
     uint8_t *k_trace = NULL;
     sd_pass_record *passes = NULL;
+    sd_token_logprob *lps = NULL; /* --logprobs N */
     sd_ngram_cache *cache = NULL;
     int rc = SD_OK, exit_code = EXIT_FAILURE;
     const int notes = !c.g.log_disable;
@@ -841,6 +888,12 @@ int sd_cmd_generate(int argc, char **argv) {
         fprintf(stderr, "specdec: no draft model (-md FILE, or --draft-type ngram): generating "
                         "with the target alone\n");
     out = malloc((size_t)gp.n_predict * sizeof(int32_t));
+    if (c.logprobs) { /* --logprobs N */
+        lps = malloc((size_t)gp.n_predict * sizeof *lps);
+        gp.logprobs = 1;
+        gp.top_logprobs = c.logprobs - 1;
+        gp.logprobs_out = lps;
+    }
     /* Passes <= tokens + 1 (a last pass may emit only EOS). */
     k_trace = malloc((size_t)gp.n_predict + 1);
     gp.k_trace = k_trace;
@@ -857,7 +910,7 @@ int sd_cmd_generate(int argc, char **argv) {
         print_weights("target", sd_scorer_session(sd_engine_scorer(e)));
         print_weights("draft", sd_proposer_llm_session(sd_engine_proposer(e)));
     }
-    if (!out || !k_trace || (c.verbose && !passes)) {
+    if (!out || !k_trace || (c.verbose && !passes) || (c.logprobs && !lps)) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);
         goto done;
     }
@@ -878,6 +931,7 @@ int sd_cmd_generate(int argc, char **argv) {
         st.stop == SD_STOP_NONE && sd_cli_interrupted() ? SD_EXIT_INTERRUPTED : EXIT_SUCCESS;
 done:
     if (rc) exit_code = sd_cli_fail(&err);
+    free(lps);
     free(out);
     free(k_trace);
     free(passes);

@@ -188,6 +188,7 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     const sd_sampling_params *sp = &gp->samp;
     const int32_t i = c->k, n = b->n_common;
     const int64_t pos = (int64_t)c->n_ctx + i;
+    if (sp->n_logit_bias) sd_logit_bias_apply(sp, l, n, NULL); /* as the target's rows */
     if (sd_penalties_on(sp)) sd_penalize(sp, c->ctx, c->n_ctx, c->dtok, i, l, n, NULL);
     const int cut = gp->draft_p_min > 0.0f && i - c->k_lookup >= gp->draft_min; /* its own */
     double conf = 1.0;
@@ -381,9 +382,13 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
                       .probs = b->probs,
                       .residual = b->residual,
                       .iscratch = b->iscratch,
-                      .st = &c->st};
+                      .st = &c->st,
+                      .raw = c->lp ? b->raw : NULL,
+                      .lp = c->lp ? b->lp : NULL};
     sd_verify_result res;
     if ((rc = sd_step_finish(&p, &res, err))) return rc;
+    if (c->lp) /* entry i of the output: ctx[n_prompt + i] */
+        memcpy(c->lp + (first_new - c->r->n_prompt), b->lp, (size_t)p.n_committed * sizeof *b->lp);
     c->n_ctx = p.n_ctx;
     c->st.t_draft_ms += c->t_draft_ms;
     c->st.t_verify_ms += t_pass_ms;

@@ -60,6 +60,7 @@ void sd_batcher_free(sd_batcher *b) {
     free(b->bwant);
     free(b->logits);
     free(b->probs);
+    free(b->raw);
     free(b->residual);
     free(b->iscratch);
     free(b->dbtok);
@@ -169,6 +170,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     b->bwant = xcalloc(nb, sizeof *b->bwant, &ok);
     b->logits = xcalloc((size_t)b->n_out * nv, sizeof(float), &ok);
     b->probs = xcalloc((size_t)(p->k_max + 1) * nv, sizeof(float), &ok);
+    b->raw = xcalloc((size_t)(p->k_max + 1) * nv, sizeof(float), &ok);
     b->residual = xcalloc(nv, sizeof(float), &ok);
     b->iscratch = xcalloc(nmax, sizeof(int32_t), &ok);
     b->ngram = xcalloc((size_t)np, sizeof *b->ngram, &ok);
@@ -225,8 +227,10 @@ void sd_req_free(sd_req *r) {
     for (int32_t i = 0; i < r->n_choices && r->ch; i++) {
         free(r->ch[i].ctx);
         free(r->ch[i].text);
+        free(r->ch[i].lp);
         sd_detok_free(r->ch[i].detok);
     }
+    free(r->bias);
     for (int32_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->ch);
@@ -255,6 +259,13 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
                          g->n_draft, b->p.k_max);
     int rc = sd_sampling_check(&g->samp, err);
     if (rc) return sd_error_prefix(err, rc, "request");
+    for (int32_t i = 0; i < g->samp.n_logit_bias; i++)
+        if (g->samp.logit_bias[i].id >= b->n_vocab)
+            return sd_errorf(err, SD_ERR_ARG, "request: logit_bias token id %d outside [0, %d)",
+                             g->samp.logit_bias[i].id, b->n_vocab);
+    if (g->logprobs && (g->top_logprobs < 0 || g->top_logprobs > SD_MAX_TOP_LOGPROBS))
+        return sd_errorf(err, SD_ERR_ARG, "request: top_logprobs %d, expected 0 .. %d",
+                         g->top_logprobs, SD_MAX_TOP_LOGPROBS);
     if (g->n_stop_ids < 0 || g->n_stop_ids > SD_MAX_STOP_IDS)
         return sd_errorf(err, SD_ERR_ARG, "request: %d stop ids, expected 0 .. %d", g->n_stop_ids,
                          SD_MAX_STOP_IDS);
@@ -302,6 +313,15 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     int ok = 1;
     q->prompt = xcalloc((size_t)r->n_prompt, sizeof *q->prompt, &ok);
     q->ch = xcalloc((size_t)r->n_choices, sizeof *q->ch, &ok);
+    q->gp.logprobs_out = NULL; /* sd_generate's; a request's go with its events */
+    q->gp.samp.logit_bias = NULL;
+    if (r->gen.samp.n_logit_bias > 0) { /* the request's own copy */
+        q->bias = xcalloc((size_t)r->gen.samp.n_logit_bias, sizeof *q->bias, &ok);
+        if (ok)
+            memcpy(q->bias, r->gen.samp.logit_bias,
+                   (size_t)r->gen.samp.n_logit_bias * sizeof *q->bias);
+        q->gp.samp.logit_bias = q->bias;
+    }
     for (int32_t i = 0; ok && i < r->n_stop; i++) {
         q->stop_len[i] = strlen(r->stop[i]);
         q->stop[i] = strdup(r->stop[i]);
@@ -331,8 +351,10 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
         c->drow = -1;
         c->cap = cap;
         c->ctx = malloc((size_t)cap * sizeof *c->ctx);
-        int rc = c->ctx ? sd_detok_init(b->vocab, SD_DETOK_REPLACE_INVALID, &c->detok, err)
-                        : sd_errorf(err, SD_ERR_OOM, "request: out of memory");
+        if (q->gp.logprobs) c->lp = malloc((size_t)r->gen.n_predict * sizeof *c->lp);
+        int rc = c->ctx && (c->lp || !q->gp.logprobs)
+                     ? sd_detok_init(b->vocab, SD_DETOK_REPLACE_INVALID, &c->detok, err)
+                     : sd_errorf(err, SD_ERR_OOM, "request: out of memory");
         if (rc) {
             sd_req_free(q);
             return rc;

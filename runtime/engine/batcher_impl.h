@@ -39,8 +39,9 @@ typedef struct sd_choice {
     char *text; /* the generated text so far ([text_len]), given up to text_sent */
     size_t text_len, text_cap, text_sent;
     sd_gen_stats st;
-    int first_done; /* the first token was emitted */
-    int failed;     /* out of memory for its text: ended with stop NONE */
+    sd_token_logprob *lp; /* [gp.n_predict] the emitted tokens' logprobs (gp.logprobs), or NULL */
+    int first_done;       /* the first token was emitted */
+    int failed;           /* out of memory for its text: ended with stop NONE */
     sd_stop_reason stop;
     /* This step's proposal and rows. */
     int32_t k;                     /* tokens drafted */
@@ -61,7 +62,9 @@ typedef struct sd_choice {
 
 struct sd_req {
     int64_t id;
-    sd_gen_params gp; /* with the vocabulary's end-of-generation ids among the stop ids */
+    sd_gen_params gp; /* with the vocabulary's end-of-generation ids among the stop ids;
+                         gp.samp.logit_bias points to bias, the request's own copy */
+    sd_logit_bias *bias;
     char *stop[SD_MAX_STOP_STRINGS];
     size_t stop_len[SD_MAX_STOP_STRINGS];
     int32_t n_stop;
@@ -114,10 +117,12 @@ struct sd_batcher {
     /* Target pass buffers. */
     int32_t *btok, *bseq;
     int8_t *bwant;
-    float *logits;     /* [n_out, n_vocab] */
-    float *probs;      /* [k_max + 1, n_vocab] warped target rows */
-    float *residual;   /* [n_vocab] */
-    int32_t *iscratch; /* [max(n_vocab, n_vocab_d)] */
+    float *logits; /* [n_out, n_vocab] */
+    float *probs;  /* [k_max + 1, n_vocab] warped target rows */
+    float *raw;    /* [k_max + 1, n_vocab] the model's rows, for logprobs (step.c) */
+    sd_token_logprob lp[SD_MAX_DRAFT + 1]; /* a pass's committed tokens' logprobs */
+    float *residual;                       /* [n_vocab] */
+    int32_t *iscratch;                     /* [max(n_vocab, n_vocab_d)] */
     /* Draft pass buffers. */
     int32_t n_batch_d;
     int32_t *dbtok, *dbseq;

@@ -146,6 +146,8 @@ typedef struct gen_run {
     float *probs;      /* [SD_MAX_DRAFT + 1, n_vocab] warped target rows (temp > 0) */
     float *residual;   /* [n_vocab] */
     int32_t *iscratch; /* [n_vocab] */
+    float *raw;        /* [SD_MAX_DRAFT + 1, n_vocab] the model's rows (logprobs), or NULL */
+    sd_token_logprob lp[SD_MAX_DRAFT + 1]; /* a pass's committed tokens' logprobs */
     sd_adaptive ctl;
     int adaptive;
     sd_pass_clock clock;
@@ -160,6 +162,7 @@ static void gen_free(gen_run *g) {
     free(g->probs);
     free(g->residual);
     free(g->iscratch);
+    free(g->raw);
 }
 
 static int gen_alloc(gen_run *g, int32_t cap_ctx, sd_error *err) {
@@ -172,7 +175,9 @@ static int gen_alloc(gen_run *g, int32_t cap_ctx, sd_error *err) {
     g->probs = malloc(rows);
     g->residual = malloc((size_t)g->n_vocab * sizeof(float));
     g->iscratch = malloc((size_t)g->n_vocab * sizeof(int32_t));
-    if (!g->ctx || !g->logits || !g->probs || !g->residual || !g->iscratch)
+    if (g->gp->logprobs) g->raw = malloc(rows);
+    if (!g->ctx || !g->logits || !g->probs || !g->residual || !g->iscratch ||
+        (g->gp->logprobs && !g->raw))
         return sd_errorf(err, SD_ERR_OOM, "generate: out of memory");
     return SD_OK;
 }
@@ -251,12 +256,15 @@ static int finish_pass(gen_run *g, const sd_proposal *prop, int32_t k, sd_verify
                       .probs = g->probs,
                       .residual = g->residual,
                       .iscratch = g->iscratch,
-                      .st = g->st};
+                      .st = g->st,
+                      .raw = g->raw,
+                      .lp = g->raw ? g->lp : NULL};
     int32_t path[SD_MAX_DRAFT];
     if (g->tree_width > 0 && k > 0) { /* a tree (a chain is one too: verified alike) */
         p.parent = prop->parent;
         p.path = path;
     }
+
     int rc = sd_step_finish(&p, res, err);
     /* Name the model: a NaN logit here means corrupt weights in that file. */
     if (rc)
@@ -265,6 +273,7 @@ static int finish_pass(gen_run *g, const sd_proposal *prop, int32_t k, sd_verify
     g->n_ctx = p.n_ctx;
     *n_new = g->n_ctx - first_new;
     memcpy(out + n_gen0, g->ctx + first_new, (size_t)*n_new * sizeof *out);
+    if (g->raw) memcpy(g->gp->logprobs_out + n_gen0, g->lp, (size_t)*n_new * sizeof *g->lp);
     if (p.parent) /* the accepted path's KV rows follow the root; the other branches go */
         sd_scorer_commit_tree(g->target, first_new, path, res->n_accepted, g->ctx, g->n_ctx);
     else
@@ -344,6 +353,10 @@ static int check_args(const gen_run *g, int32_t n_prompt, int32_t cap_out, sd_er
                              "generate: draft trees take a fixed K (--draft-tree with "
                              "--draft-policy %s)",
                              sd_k_policy_name(gp->k_policy));
+        if (gp->logprobs)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "generate: draft trees with logprobs are not supported (use a chain: "
+                             "no --draft-tree)");
         if (gp->samp.temp > 0.0f && gp->samp.spec != SD_SPEC_GUMBEL)
             return sd_errorf(err, SD_ERR_UNSUPPORTED,
                              "generate: draft trees are verified under greedy or Gumbel "
@@ -351,6 +364,15 @@ static int check_args(const gen_run *g, int32_t n_prompt, int32_t cap_out, sd_er
     }
     int rc = sd_sampling_check(&gp->samp, err);
     if (rc) return sd_error_prefix(err, rc, "generate");
+    for (int32_t i = 0; i < gp->samp.n_logit_bias; i++)
+        if (gp->samp.logit_bias[i].id >= g->n_vocab)
+            return sd_errorf(err, SD_ERR_ARG, "generate: logit_bias token id %d outside [0, %d)",
+                             gp->samp.logit_bias[i].id, g->n_vocab);
+    if (gp->logprobs &&
+        (!gp->logprobs_out || gp->top_logprobs < 0 || gp->top_logprobs > SD_MAX_TOP_LOGPROBS))
+        return sd_errorf(err, SD_ERR_ARG,
+                         "generate: logprobs need logprobs_out and top_logprobs %d in 0 .. %d",
+                         gp->top_logprobs, SD_MAX_TOP_LOGPROBS);
     if (n_prompt > g->n_ctx_max)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "prompt of %d tokens does not fit the context of %d tokens", n_prompt,

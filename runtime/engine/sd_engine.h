@@ -242,6 +242,29 @@ int sd_draft_type_parse(const char *s, sd_draft_type *out);
 #define SD_DRAFT_TYPE_NAMES                                                                        \
     "none, llm, ngram, ngram+llm, suffix, suffix+llm (llama.cpp: draft-simple, ngram-simple)"
 
+/* Most alternatives a token's logprobs carry (OpenAI's top_logprobs limit). */
+#define SD_MAX_TOP_LOGPROBS 20
+
+/*
+ * The log-probabilities of one emitted token (sd_gen_params.logprobs). Taken from the
+ * target's raw distribution at the token's position: log-softmax of the target's logits
+ * row as the model gives it, before the logit biases, the EOS mask of ignore_eos, the
+ * penalties, temperature and the top-k / top-p / min-p warps (OpenAI's and vLLM's
+ * default). The row is the same whether the token was drafted and accepted, a
+ * correction, a bonus or a target-alone draw, so the values are target-alone's bit for
+ * bit. Computed in double in one fixed order (sd_step_logprob, step.c): max, then
+ * sum_j exp(l_j - max) over j ascending, logprob(v) = l_v - max - log(sum).
+ */
+typedef struct sd_token_logprob {
+    int32_t token;
+    int32_t n_top;  /* alternatives in top_id / top_logprob (the request's top_logprobs) */
+    double logprob; /* of token */
+    /* The n_top most probable tokens of the row, by logprob descending (ties: the lower
+     * id first); the emitted token may or may not be among them. */
+    int32_t top_id[SD_MAX_TOP_LOGPROBS];
+    double top_logprob[SD_MAX_TOP_LOGPROBS];
+} sd_token_logprob;
+
 typedef struct sd_gen_params {
     int32_t n_predict; /* most tokens to emit (>= 1) */
     int32_t n_draft;   /* K: tokens drafted per step, 1 .. SD_MAX_DRAFT (adaptive: the most) */
@@ -280,6 +303,13 @@ typedef struct sd_gen_params {
      * attention mask and verified by target choice (greedy or Gumbel sampling; a fixed K;
      * a CPU target). 0 (the default): a chain. */
     int32_t tree_width;
+    /* 1: the logprobs of every emitted token (sd_token_logprob), with top_logprobs
+     * (0 .. SD_MAX_TOP_LOGPROBS) alternatives each. sd_generate writes entry i of the
+     * output to logprobs_out[i] (caller-owned, [cap_out]; required when logprobs is 1);
+     * a batcher request gives them with its events (sd_req_event.logprobs). */
+    int logprobs;
+    int32_t top_logprobs;
+    sd_token_logprob *logprobs_out;
 } sd_gen_params;
 
 /* One pass as the controller saw it (sd_gen_params.pass_trace). */
@@ -481,6 +511,8 @@ typedef struct sd_req_event {
     int32_t index;         /* the choice, 0 .. n_choices - 1 */
     const int32_t *tokens; /* the ids emitted since the last event of this choice */
     int32_t n_tokens;
+    /* [n_tokens] their logprobs when the request asked (gen.logprobs), else NULL */
+    const sd_token_logprob *logprobs;
     const char *text; /* the text that became final (UTF-8; a stop string and what */
     size_t len;       /* follows it are never given; bytes that could start one wait) */
     int done;         /* 1: the choice has ended; stop says why, stats are final */

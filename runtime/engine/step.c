@@ -3,6 +3,7 @@
 #include "runtime/engine/step.h"
 
 #include <math.h>
+#include <string.h>
 
 int32_t sd_step_cap_k(const sd_gen_params *gp, int32_t k, int32_t n_generated, int32_t n_ctx,
                       int32_t n_ctx_max) {
@@ -20,11 +21,16 @@ int sd_step_is_stop(const sd_gen_params *gp, int32_t eos, int32_t t) {
 }
 
 /* Row i of the pass's rows, whose history past the committed tokens is hist[0 .. n_hist). */
-static const float *make_row(const sd_step_pass *x, int32_t i, const int32_t *hist, int32_t n_hist,
+static const float *make_row(sd_step_pass *x, int32_t i, const int32_t *hist, int32_t n_hist,
                              sd_error *err) {
     const sd_gen_params *gp = x->gp;
     const int32_t nv = x->n_vocab;
     float *row = x->logits + (size_t)i * (size_t)nv;
+    if (x->raw && !(x->raw_have >> i & 1u)) { /* the model's row, for the logprobs */
+        memcpy(x->raw + (size_t)i * (size_t)nv, row, (size_t)nv * sizeof *row);
+        x->raw_have |= 1u << i;
+    }
+    if (gp->samp.n_logit_bias) sd_logit_bias_apply(&gp->samp, row, nv, NULL);
     if (gp->ignore_eos) { /* EOS and the stop ids (end of turn) never win, as llama.cpp */
         if (x->eos >= 0 && x->eos < nv) row[x->eos] = -INFINITY;
         for (int32_t j = 0; j < gp->n_stop_ids && j < SD_MAX_STOP_IDS; j++)
@@ -37,12 +43,12 @@ static const float *make_row(const sd_step_pass *x, int32_t i, const int32_t *hi
 }
 
 const float *sd_step_row(void *user, int32_t i, sd_error *err) {
-    const sd_step_pass *x = user;
+    sd_step_pass *x = user;
     return make_row(x, i, x->draft, i, err);
 }
 
 const float *sd_step_tree_row(void *user, int32_t r, sd_error *err) {
-    const sd_step_pass *x = user;
+    sd_step_pass *x = user;
     int32_t rev[SD_MAX_DRAFT], hist[SD_MAX_DRAFT], n = 0;
     for (int32_t a = r - 1; a >= 0 && n < SD_MAX_DRAFT; a = x->parent[a])
         rev[n++] = x->draft[a];
@@ -72,9 +78,51 @@ int sd_step_finish(sd_step_pass *p, sd_verify_result *res, sd_error *err) {
         for (int32_t i = max_depth; i < p->k; i++)
             p->st->drafted_at[i]--;
     }
-    sd_step_commit(p->gp, p->eos, res->tokens, res->n_tokens, res->n_accepted, lookup, p->ctx,
-                   &p->n_ctx, p->st);
+    p->n_committed = sd_step_commit(p->gp, p->eos, res->tokens, res->n_tokens, res->n_accepted,
+                                    lookup, p->ctx, &p->n_ctx, p->st);
+    if (p->raw && p->lp) {
+        const size_t nv = (size_t)p->n_vocab;
+        int32_t n_top = p->gp->top_logprobs;
+        if (n_top < 0) n_top = 0;
+        if (n_top > SD_MAX_TOP_LOGPROBS) n_top = SD_MAX_TOP_LOGPROBS;
+        for (int32_t i = 0; i < p->n_committed; i++) {
+            /* A row verification never read is still the model's own. */
+            const float *row =
+                (p->raw_have >> i & 1u) ? p->raw + (size_t)i * nv : p->logits + (size_t)i * nv;
+            sd_step_logprob(row, p->n_vocab, res->tokens[i], n_top, &p->lp[i]);
+        }
+    }
     return SD_OK;
+}
+
+void sd_step_logprob(const float *row, int32_t n_vocab, int32_t token, int32_t n_top,
+                     sd_token_logprob *out) {
+    double m = -INFINITY;
+    for (int32_t j = 0; j < n_vocab; j++)
+        if ((double)row[j] > m) m = row[j];
+    double s = 0.0;
+    if (isfinite(m))
+        for (int32_t j = 0; j < n_vocab; j++)
+            if (!isnan(row[j])) s += exp((double)row[j] - m);
+    const double log_s = s > 0.0 ? log(s) : 0.0;
+    out->token = token;
+    out->logprob = token >= 0 && token < n_vocab ? ((double)row[token] - m) - log_s : -INFINITY;
+    /* The n_top largest, kept sorted: a later entry enters only when strictly larger, so
+     * ties keep the lower id. */
+    int32_t n = 0;
+    for (int32_t j = 0; j < n_vocab && n_top > 0; j++) {
+        const float l = row[j];
+        if (isnan(l) || (n == n_top && !(l > row[out->top_id[n - 1]]))) continue;
+        int32_t at = n < n_top ? n++ : n - 1;
+        while (at > 0 && l > row[out->top_id[at - 1]]) {
+            out->top_id[at] = out->top_id[at - 1];
+            at--;
+        }
+        out->top_id[at] = j;
+    }
+    out->n_top = n;
+    for (int32_t t = 0; t < n; t++)
+        out->top_logprob[t] = ((double)row[out->top_id[t]] - m) - log_s;
 }
 
 void sd_step_count_pass(sd_gen_stats *st, int32_t k, int lookup) {

@@ -9,7 +9,9 @@
  *                        ignore_eos, penalties, warp), the pass's statistics
  *                        (sd_step_count_pass), the commit up to a stop id or the budget
  *                        with its statistics and stop reason (sd_step_commit);
- *   sd_step_add_eog      the vocabulary's end-of-generation ids merged into the stop ids.
+ *   sd_step_add_eog      the vocabulary's end-of-generation ids merged into the stop ids;
+ *   sd_step_logprob      an emitted token's logprobs from the target's raw row (the
+ *                        copies sd_step_row keeps before it changes a row).
  */
 #ifndef SD_ENGINE_STEP_H
 #define SD_ENGINE_STEP_H
@@ -47,10 +49,19 @@ typedef struct sd_step_pass {
      * sd_verify_tree_keyed, the accepted nodes into path. */
     const int32_t *parent;
     int32_t *path; /* [SD_MAX_DRAFT] (out, trees) */
+    /* Logprobs (gp->logprobs; NULL both: off). raw: [k + 1, n_vocab], row i a copy of
+     * logits row i as the model gave it, which sd_step_row makes before it changes the
+     * row (bit i of raw_have, zero at the start); lp: [k + 1] receives the committed
+     * tokens' logprobs (sd_step_finish), lp[i] for the i-th committed token. */
+    float *raw;
+    sd_token_logprob *lp;
+    uint32_t raw_have;
+    int32_t n_committed; /* out: the tokens sd_step_finish committed */
 } sd_step_pass;
 
 /* Row i of the pass (sd_verify_row_fn; user is an sd_step_pass), made when verification
- * first reads it: EOS and the stop ids masked (ignore_eos), the penalties of its history
+ * first reads it: first copied to p->raw (logprobs), then the logit biases (as the LLM
+ * draft's rows), EOS and the stop ids masked (ignore_eos), the penalties of its history
  * (the committed tokens, then the drafts before it), and for sampling the warp. NULL
  * with err set when the warp fails. */
 const float *sd_step_row(void *user, int32_t i, sd_error *err);
@@ -75,10 +86,20 @@ int32_t sd_step_commit(const sd_gen_params *gp, int32_t eos, const int32_t *toks
 
 /* The end of one sequence's pass, for both clients: verify the k drafts against the rows
  * made on demand (sd_step_row; every draw keyed by seed and the positions; its time in
- * st->t_sample_ms), count the pass, and commit the verified tokens (sd_step_commit).
+ * st->t_sample_ms), count the pass, and commit the verified tokens (sd_step_commit),
+ * with their logprobs in p->lp when p->raw is set (committed token i came from row i).
  * Returns the verification's status; on success p->n_ctx is past the committed tokens
- * and *res holds what verification gave. The caches are the caller's to roll back. */
+ * (p->n_committed of them) and *res holds what verification gave. The caches are the
+ * caller's to roll back. */
 int sd_step_finish(sd_step_pass *p, sd_verify_result *res, sd_error *err);
+
+/* The logprobs of token (in [0, n_vocab)) and its n_top (0 .. SD_MAX_TOP_LOGPROBS)
+ * alternatives from the raw logits row [n_vocab] (see sd_token_logprob): in double,
+ * m = max_j row[j] (NaN entries left out), s = sum_j exp(row[j] - m) over j ascending,
+ * logprob(v) = (row[v] - m) - log(s); the alternatives are the n_top largest entries,
+ * descending, ties to the lower id, NaN never among them. */
+void sd_step_logprob(const float *row, int32_t n_vocab, int32_t token, int32_t n_top,
+                     sd_token_logprob *out);
 
 /* Add the vocabulary's end-of-generation ids (<|im_end|>, <|eot_id|> ...) that g lacks to
  * its stop ids, as llama.cpp stops at them. SD_ERR_UNSUPPORTED when they do not fit. */

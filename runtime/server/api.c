@@ -79,16 +79,8 @@ static int get_str(json_t *o, const char *key, const char **out, srv_reply *r) {
 
 /* Fields that ask for what this server does not do: refused by name, never ignored. */
 static int refuse_unsupported(json_t *o, srv_reply *r) {
-    json_t *v = field(o, "logprobs");
-    if (v && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
-        return bad_field(r, "logprobs", "is not supported");
-    v = field(o, "top_logprobs");
-    if (v) return bad_field(r, "top_logprobs", "is not supported");
-    v = field(o, "echo");
+    json_t *v = field(o, "echo");
     if (v && !json_is_false(v)) return bad_field(r, "echo", "is not supported");
-    v = field(o, "logit_bias");
-    if (v && (!json_is_object(v) || json_object_size(v) > 0))
-        return bad_field(r, "logit_bias", "is not supported");
     v = field(o, "tools");
     if (v && (!json_is_array(v) || json_array_size(v) > 0))
         return bad_field(r, "tools", "is not supported");
@@ -119,6 +111,7 @@ typedef struct gen_req {
     int32_t n_stop;
     int32_t n;
     int stream, include_usage;
+    sd_logit_bias *bias; /* gp.samp's logit biases (logprobs.c), freed after submission */
 } gen_req;
 
 static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply *r) {
@@ -203,6 +196,8 @@ static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply
     if (get_str(o, "draft_policy", &t, r) < 0) return -1;
     if (t && sd_k_policy_parse(t, &q->gp.k_policy) != 0)
         return bad_field(r, "draft_policy", "must be fixed or adaptive");
+    if (srv_logprobs_parse(o, chat, sd_vocab_n_tokens(sd_engine_vocab(s->e)), &q->gp, &q->bias, r))
+        return -1;
     return refuse_unsupported(o, r);
 }
 
@@ -422,6 +417,7 @@ void srv_gen_unref(srv_gen *g) {
     for (int32_t i = 0; i < g->n_choices; i++) {
         free(g->ch[i].text);
         free(g->ch[i].toks);
+        free(g->ch[i].lp);
     }
     json_decref(g->fields);
     free(g->prompt_text);
@@ -505,8 +501,9 @@ static json_t *chunk_head(const srv_gen *g) {
                      SRV_FINGERPRINT);
 }
 
-/* The stream's chunk for choice i: a text delta, or the end of the choice. */
-static void sse_choice(srv_gen *g, int32_t i, const char *text, size_t len, int done) {
+/* The stream's chunk for choice i: a text delta (with its tokens' logprobs lp, a
+ * reference taken, or NULL), or the end of the choice. */
+static void sse_choice(srv_gen *g, int32_t i, const char *text, size_t len, int done, json_t *lp) {
     srv_choice *c = &g->ch[i];
     json_t *j = chunk_head(g), *ch = json_object();
     json_object_set_new(ch, "index", json_integer(i));
@@ -521,7 +518,7 @@ static void sse_choice(srv_gen *g, int32_t i, const char *text, size_t len, int 
     } else {
         json_object_set_new(ch, "text", jstr(text, len));
     }
-    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "logprobs", lp ? lp : json_null());
     json_object_set_new(ch, "finish_reason",
                         done ? json_string(finish_reason(c->stop)) : json_null());
     json_object_set_new(j, "choices", json_pack("[o]", ch));
@@ -549,6 +546,14 @@ static int on_event(void *user, const sd_req_event *ev_sub) {
     if (ev->n_tokens > 0 && sd_buf_append(&c->toks, &c->toks_len, &c->toks_cap, ev->tokens,
                                           (size_t)ev->n_tokens * sizeof *ev->tokens))
         g->oom = 1;
+    json_t *lp = NULL; /* this event's tokens' logprobs */
+    if (g->logprobs && ev->logprobs && ev->n_tokens > 0) {
+        if (g->stream)
+            lp = srv_logprobs_json(sd_engine_vocab(g->srv->e), g->chat, ev->logprobs, ev->n_tokens,
+                                   &c->text_offset);
+        else if (srv_logprobs_add(c, ev->logprobs, ev->n_tokens))
+            g->oom = 1;
+    }
     if (ev->done) {
         c->done = 1;
         c->stop = ev->stop;
@@ -558,10 +563,11 @@ static int on_event(void *user, const sd_req_event *ev_sub) {
         srv_count_done(g->srv, ev->stats);
     }
     if (g->stream && g->native) {
+        json_decref(lp); /* llama-server's stream has no OpenAI logprobs (n_probs refused) */
         srv_native_event(g, ev);
     } else if (g->stream) {
-        if (ev->len) sse_choice(g, ev->index, ev->text, ev->len, 0);
-        if (ev->done) sse_choice(g, ev->index, NULL, 0, 1);
+        if (ev->len || lp) sse_choice(g, ev->index, ev->text, ev->len, 0, lp);
+        if (ev->done) sse_choice(g, ev->index, NULL, 0, 1, NULL);
     }
     const int all = g->n_done == g->n_choices;
     if (all && g->stream && !g->native) {
@@ -645,6 +651,11 @@ static void final_json(srv_gen *g, srv_reply *r) {
         else
             ch = json_pack("{s:i,s:o,s:n,s:s}", "index", (int)i, "text", jstr(c->text, c->len),
                            "logprobs", "finish_reason", finish_reason(c->stop));
+        size_t offset = 0;
+        if (g->logprobs && ch)
+            json_object_set_new(
+                ch, "logprobs",
+                srv_logprobs_json(sd_engine_vocab(g->srv->e), g->chat, c->lp, c->n_lp, &offset));
         json_array_append_new(choices, ch);
     }
     json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", g->cmpl_id, "object",
@@ -689,6 +700,7 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     json_t *o = srv_parse_object(body, len, r);
     if (!o) return;
     gen_req q;
+    memset(&q, 0, sizeof q);
     int32_t *ids = NULL, n_ids = 0;
     /* The prompts (one, or a completion's list): their ids, lengths, settings. */
     int32_t *pids[SD_MAX_CHOICES] = {0}, pn[SD_MAX_CHOICES] = {0}, n_p = 0;
@@ -781,6 +793,7 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
         g->prompt_text = srv_native_prompt_text(sd_engine_vocab(s->e), pids[0], pn[0]);
     g->stream = q.stream;
     g->include_usage = q.include_usage;
+    g->logprobs = q.gp.logprobs;
     g->n_choices = n_p * q.n;
     g->n_prompt = (int32_t)n_prompt_all;
     for (int32_t p = 0; p < n_p; p++)
@@ -859,6 +872,7 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     g = NULL;
 done:
     json_decref(fields);
+    free(q.bias); /* the batcher holds its own copy */
     if (g) srv_gen_unref(g);
     if (texts)
         for (size_t i = 0; i < n_msgs; i++)

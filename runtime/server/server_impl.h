@@ -2,7 +2,8 @@
  * runtime/server/server_impl.h: PRIVATE to runtime/server. The records shared by
  * server.c (daemon, routing, bodies, the run loop), api.c (completions and chat: request
  * parsing, the engine callback, JSON and server-sent events), misc.c (models, health,
- * metrics, tokenize, detokenize) and page.c (the chat page).
+ * metrics, tokenize, detokenize), logprobs.c (logprobs, top_logprobs, logit_bias) and
+ * page.c (the chat page).
  */
 #ifndef SD_SERVER_IMPL_H
 #define SD_SERVER_IMPL_H
@@ -49,6 +50,9 @@ typedef struct srv_choice {
     size_t toks_len, toks_cap; /* bytes */
     int32_t n_prompt;          /* its prompt's tokens */
     int ctx_limited;           /* its n_predict was cut to the room left in the context */
+    sd_token_logprob *lp;      /* [n_lp] the tokens' logprobs (non-streaming, logprobs asked) */
+    int32_t n_lp, cap_lp;
+    size_t text_offset; /* completions' text_offset of the next token (streaming) */
 } srv_choice;
 
 /* One batcher request of a generation (one per prompt of a prompt list): its callback's
@@ -73,6 +77,7 @@ typedef struct srv_gen {
     struct sd_server *srv;
     int64_t id;
     int chat, stream, include_usage;
+    int logprobs;              /* the request asked for logprobs */
     int native, return_tokens; /* SRV_NATIVE; its "return_tokens" */
     json_t *fields;            /* SRV_NATIVE: "response_fields" (a reference), or NULL */
     char *prompt_text;         /* SRV_NATIVE: the prompt's ids as text, specials written */
@@ -182,6 +187,21 @@ void srv_tokenize(sd_server *s, const char *body, size_t len, srv_reply *r);
 void srv_detokenize(sd_server *s, const char *body, size_t len, srv_reply *r);
 /* Parse a body as a JSON object; on failure a 400 reply naming the position. NULL then. */
 json_t *srv_parse_object(const char *body, size_t len, srv_reply *r);
+
+/* logprobs.c */
+/* The request's logprobs / top_logprobs (chat: bool and 0 .. 20; completions: logprobs
+ * 0 .. 20) and logit_bias ({"id": -100 .. 100}, ids below n_vocab) into gp; *bias
+ * (malloc'd, the caller frees it once the request is submitted) holds the biases
+ * gp->samp points to. 0, or -1 with a 400 naming the field in r. */
+int srv_logprobs_parse(json_t *o, int chat, int32_t n_vocab, sd_gen_params *gp,
+                       sd_logit_bias **bias, srv_reply *r);
+/* The "logprobs" value of a choice (or a stream chunk) for tokens lp[0 .. n): chat
+ * {"content": [...], "refusal": null}; completions {tokens, token_logprobs, top_logprobs,
+ * text_offset}, the offsets counted from *offset (characters of the text), advanced. */
+json_t *srv_logprobs_json(const sd_vocab *v, int chat, const sd_token_logprob *lp, int32_t n,
+                          size_t *offset);
+/* Append lp[0 .. n) to c's logprobs. 0, or -1 out of memory. */
+int srv_logprobs_add(srv_choice *c, const sd_token_logprob *lp, int32_t n);
 
 /* page.c (generated from runtime/server/chat.html at build time) */
 extern const char sd_server_chat_page[];
