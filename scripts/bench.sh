@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's A/B sweep over K (Performance section; the side-by-side table with
+# The A/B sweep over K of docs/performance.md (the side-by-side table with
 # llama.cpp is scripts/vs_llamacpp.sh): build, synthesize a TinyLlama-1.1B-shaped
 # Q8_0 pair (target = grown copy of a 58M draft + seeded noise; ~1.2 GB, gitignored),
 # measure kernels (bandwidth, verification cost, prefill) and an A/B run (target alone vs

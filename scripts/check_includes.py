@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The include rules of specdec's parts (README.md, "Layout"), checked.
+"""The include rules of specdec's parts (docs/development.md, "Layout"), checked.
 
 usage: python3 scripts/check_includes.py [ROOT]
 

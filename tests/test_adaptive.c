@@ -24,7 +24,7 @@
  *    tokens in a row the draft got right; the controller and every fixed K are replayed on
  *    the same rounds. Asserted: the controller's throughput is >= 0.95 of the best fixed
  *    K's, it stays on (>= 90% of passes drafting) where some fixed K beats target alone,
- *    and >= 0.95 of target alone where none does (README "Real pair" has the figures).
+ *    and >= 0.95 of target alone where none does (docs/real-pair.md has the figures).
  */
 #include <criterion/criterion.h>
 #include <math.h>

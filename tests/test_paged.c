@@ -358,7 +358,7 @@ Test(paged, memory_per_token) {
 
 /* Quantized KV moves the logits a little: Q8_0 within a small relative distance of
  * F16, Q4_0 within a larger one (the stated perplexity change is measured on TinyStories
- * by scripts, README Serving). */
+ * by scripts, docs/serving.md). */
 Test(paged, quantized_kv_logits_close_to_f16) {
     sd_model *m = load();
     float *f16 = reference(m, SD_TYPE_F16, 4, 60), *q8 = reference(m, SD_TYPE_Q8_0, 4, 60);

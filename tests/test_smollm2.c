@@ -376,11 +376,11 @@ Test(smollm2, bench_formats_chat_prompts_with_the_template, .timeout = 600) {
 }
 
 /*
- * The README's figure without PyTorch: the float reference's top-1 at 2,000 positions of
+ * docs/architectures.md's figure without PyTorch: the float reference's top-1 at 2,000 positions of
  * TinyStories text was computed once (scripts/ref_smollm2.py, as the test above does live)
  * and stored with its inputs in tests/data/smollm2-ref-top1.txt, so this runs wherever the
  * model is (CI): specdec's Q4_1 logits agree on top-1 at >= 97% of the positions (measured
- * 97.25% against this file, made with Debian's PyTorch 1.13; the README's 97.4% is the live
+ * 97.25% against this file, made with Debian's PyTorch 1.13; the 97.4% there is the live
  * test's with another build), and where the reference is decided by a clear margin (top-1 -
  * top-2 >= 1 logit) at >= 99.5% of those (measured: all 1170; quantization flips near-ties
  * only).

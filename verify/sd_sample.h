@@ -81,7 +81,7 @@ typedef struct sd_sampling_params {
 } sd_sampling_params;
 
 /* temp 0.8, top_k 40, top_p 0.95, min_p 0, repeat_penalty 1, freq / presence 0,
- * repeat_last_n 64 (llama.cpp's defaults), spec SD_SPEC_GUMBEL (README "Real pair":
+ * repeat_last_n 64 (llama.cpp's defaults), spec SD_SPEC_GUMBEL (docs/real-pair.md:
  * measured acceptance of both modes, and same seed, same text). */
 sd_sampling_params sd_sampling_default_params(void);
 

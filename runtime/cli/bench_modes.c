@@ -30,7 +30,7 @@
  *             target passes; K: mean K chosen over passes (0: target alone; an n-gram
  *             without a match drafts nothing for its K); off: passes with speculation
  *             switched off
- * Token trees (README "Drafting"), not in "all": suffix-tree1, suffix-tree2,
+ * Token trees (docs/drafting.md), not in "all": suffix-tree1, suffix-tree2,
  * suffix-tree4, ngram-tree2 and ngram-tree4 draft trees of width 1, 2 or 4 and depth K
  * (capped at 16 / width).
  */

@@ -385,7 +385,7 @@ int sd_cmd_serve(int argc, char **argv) {
                                  sd_draft_type_name(gp.draft_type));
         goto done;
     }
-    if (gp.tree_width > 0) { /* the batcher verifies chains (README "Drafting") */
+    if (gp.tree_width > 0) { /* the batcher verifies chains (docs/drafting.md) */
         exit_code = sd_cli_usage(HINT,
                                  "--draft-tree%s: token trees run in generate and bench "
                                  "only, not in serve",

@@ -297,7 +297,7 @@ typedef struct sd_gen_params {
      * what the controller saw: the raw material of tests/data/traces/. */
     struct sd_pass_record *pass_trace;
     int32_t pass_trace_cap;
-    /* Token trees (sd_generate only; README "Drafting"): > 0, each pass drafts a tree of
+    /* Token trees (sd_generate only; docs/drafting.md): > 0, each pass drafts a tree of
      * up to tree_width alternatives for the first token, each a chain of up to n_draft
      * tokens (tree_width * n_draft <= SD_MAX_DRAFT), scored in one target pass with a tree
      * attention mask and verified by target choice (greedy or Gumbel sampling; a fixed K;

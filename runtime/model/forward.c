@@ -143,7 +143,7 @@ static int place_weights(sd_session *s, sd_error *err) {
         if (!s->be->ops->supports_type(s->be, all[i]->type))
             return sd_errorf(err, SD_ERR_UNSUPPORTED,
                              "%s: %s is %s: no %s kernels for that type (supported here: see "
-                             "README, Supported models)",
+                             "docs/architectures.md)",
                              m->path, i ? "output.weight" : "token_embd.weight",
                              sd_type_name((uint32_t)all[i]->type), sd_device_name(s->be->device));
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
