@@ -79,9 +79,10 @@ typedef enum sd_stop_reason {
     SD_STOP_CONTEXT,    /* the context is full */
     SD_STOP_STRING,     /* a stop string appeared (sd_queue) */
     SD_STOP_CANCEL,     /* cancelled (sd_queue_cancel, or the callback asked) */
+    SD_STOP_GRAMMAR,    /* the request's grammar allows no token (nor the end) here */
 } sd_stop_reason;
 
-/* "none", "eos", "max_tokens", "context", "stop", "cancelled". */
+/* "none", "eos", "max_tokens", "context", "stop", "cancelled", "grammar". */
 const char *sd_stop_reason_str(sd_stop_reason r);
 
 /*

@@ -35,6 +35,7 @@ FACE = {
     "target": "target/sd_target.h",
     "sample": "verify/sd_sample.h",
     "verify": "verify/sd_verify.h",
+    "grammar": "runtime/grammar/sd_grammar.h",
 }
 
 # Part folder -> the faces it may include (besides its own files).
@@ -48,13 +49,14 @@ ALLOWED = {
     "runtime/backend": ["base", "quant", "kv"],
     "runtime/model": ["base", "gguf", "tokenizer", "backend", "quant", "kv"],
     "verify": ["base", "sample"],
-    "draft": ["base", "model", "sample"],
+    "draft": ["base", "model", "sample", "grammar"],
     "target": ["base", "model", "sample"],
     "runtime/convert": ["base", "gguf", "quant", "tokenizer"],
     "runtime/engine": ["base", "gguf", "tokenizer", "model", "quant", "kv", "draft", "target",
-                       "sample", "verify"],
+                       "sample", "verify", "grammar"],
     "runtime/server": ["base", "gguf", "tokenizer", "model", "quant", "kv", "draft", "target",
-                       "sample", "verify", "engine"],
+                       "sample", "verify", "engine", "grammar"],
+    "runtime/grammar": ["base"],
 }
 # Folders free to include any face (not library parts).
 FREE = ["runtime/cli", "tests"]

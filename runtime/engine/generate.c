@@ -51,6 +51,8 @@ const char *sd_stop_reason_str(sd_stop_reason r) {
         return "stop";
     case SD_STOP_CANCEL:
         return "cancelled";
+    case SD_STOP_GRAMMAR:
+        return "grammar";
     }
     return "unknown";
 }

@@ -29,6 +29,7 @@
 #include "include/specdec.h"
 #include "kv/sd_kv.h"
 #include "runtime/base/sd_base.h"
+#include "runtime/grammar/sd_grammar.h"
 #include "runtime/tokenizer/sd_vocab.h"
 #include "target/sd_target.h"
 #include "verify/sd_verify.h"
@@ -310,6 +311,21 @@ typedef struct sd_gen_params {
     int logprobs;
     int32_t top_logprobs;
     sd_token_logprob *logprobs_out;
+    /* Constrained decoding (runtime/grammar/sd_grammar.h; docs/generate.md): GBNF text
+     * (NUL-terminated, llama.cpp's grammar syntax; NULL: none, the default) and its start
+     * rule (NULL: "root"). sd_generate and the batcher compile it for the request (a bad
+     * grammar is SD_ERR_FORMAT naming its line and column) and mask every target row
+     * (-inf for every token the grammar refuses, before penalties and warps; EOS and the
+     * stop ids allowed exactly when the grammar accepts) and every LLM draft row; one-hot
+     * proposals are cut at the first token the grammar refuses. The output is then the
+     * constrained target-alone output (greedy, and Gumbel sampling for a seed) whatever
+     * the draft. When no token can follow, generation ends with SD_STOP_GRAMMAR. Not with
+     * token trees (SD_ERR_UNSUPPORTED). */
+    const char *grammar;
+    const char *grammar_root;
+    /* The target vocabulary's token bytes for the masks (sd_engine_grammar_vocab): set by
+     * sd_engine_generate and the batcher; sd_generate needs it when grammar is set. */
+    const sd_grammar_vocab *grammar_vocab;
 } sd_gen_params;
 
 /* One pass as the controller saw it (sd_gen_params.pass_trace). */
@@ -407,6 +423,10 @@ sd_proposer *sd_engine_proposer(sd_engine *e); /* the LLM draft; NULL: no draft 
  * SD_DRAFT_NGRAM_LLM and SD_DRAFT_SUFFIX_LLM need a draft model (else NULL); SD_DRAFT_NONE:
  * NULL; SD_DRAFT_AUTO: the LLM draft if any. */
 sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t);
+/* The target vocabulary's token bytes for grammar masks (sd_grammar_vocab over
+ * sd_vocab_token_to_piece), built on the first call and kept by the engine (not
+ * thread-safe on that first call). Errors: SD_ERR_OOM. */
+int sd_engine_grammar_vocab(sd_engine *e, const sd_grammar_vocab **out, sd_error *err);
 int32_t sd_engine_n_ctx(const sd_engine *e);       /* target context in use */
 int32_t sd_engine_n_ctx_draft(const sd_engine *e); /* 0 without a draft */
 const sd_engine_params *sd_engine_params_of(const sd_engine *e);
