@@ -1,0 +1,414 @@
+/* runtime/grammar/match.c: the per-sequence state (a set of stacks of grammar positions
+ * and a pending partial UTF-8 code point) and the allowed tokens of a state.
+ *
+ * Stacks are linked lists of nodes (pos, up) in an arena owned by the state, so stacks
+ * that share their lower part share its nodes and pushing never copies a stack. A step
+ * appends the new stacks' tops to a scratch list (buf) and any new nodes to the arena;
+ * the mask's trie walk takes both back to their marks when it leaves a trie node, and
+ * an advance keeps only the nodes its stacks reach (compaction). */
+#include "runtime/grammar/grammar_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct gnode {
+    uint32_t pos; /* the element to match next at this level */
+    int32_t up;   /* the level below (-1: none) */
+} gnode;
+
+/* A stack's top: a node index, or EMPTY (every level finished: the sentence may end). */
+#define EMPTY (-1)
+
+struct sd_grammar_state {
+    const sd_grammar *g;
+    gnode *nodes;
+    size_t n_nodes, cap_nodes;
+    int32_t *tops; /* the live stacks */
+    size_t n_tops, cap_tops;
+    uint32_t cp; /* a pending code point's bits so far, and its continuation bytes to come */
+    int32_t rem;
+    int32_t *buf; /* scratch: segments of stack tops */
+    size_t n_buf, cap_buf;
+    int32_t *map; /* compaction: old node -> new node */
+    size_t cap_map;
+    int oom;
+};
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need) {
+        if (c > SIZE_MAX / 4 / elem) return -1;
+        c *= 2;
+    }
+    void *q = realloc(*p, c * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static int32_t push(sd_grammar_state *s, uint32_t pos, int32_t up) {
+    if (s->n_nodes >= INT32_MAX ||
+        grow((void **)&s->nodes, &s->cap_nodes, s->n_nodes + 1, sizeof *s->nodes)) {
+        s->oom = 1;
+        return EMPTY;
+    }
+    s->nodes[s->n_nodes] = (gnode){pos, up};
+    return (int32_t)s->n_nodes++;
+}
+
+static int stack_eq(const sd_grammar_state *s, int32_t a, int32_t b) {
+    while (a != b) {
+        if (a < 0 || b < 0 || s->nodes[a].pos != s->nodes[b].pos) return 0;
+        a = s->nodes[a].up;
+        b = s->nodes[b].up;
+    }
+    return 1;
+}
+
+/* Append top c to the segment buf[seg .. n_buf) unless an equal stack is there. */
+static void add(sd_grammar_state *s, size_t seg, int32_t c) {
+    for (size_t i = seg; i < s->n_buf; i++)
+        if (stack_eq(s, s->buf[i], c)) return;
+    if (grow((void **)&s->buf, &s->cap_buf, s->n_buf + 1, sizeof *s->buf)) {
+        s->oom = 1;
+        return;
+    }
+    s->buf[s->n_buf++] = c;
+}
+
+/* Add stack c to the segment with its top expanded down to character classes: a rule
+ * reference at the top becomes one stack per alternative of the rule (the reference's
+ * continuation below the alternative's first element). Ends: no left recursion. */
+static void expand(sd_grammar_state *s, size_t seg, int32_t c) {
+    if (s->oom) return;
+    if (c == EMPTY) {
+        add(s, seg, EMPTY);
+        return;
+    }
+    const sd_grammar *g = s->g;
+    const uint32_t pos = s->nodes[c].pos;
+    const gelem e = g->el[pos];
+    if (e.type == GE_CHARS) {
+        add(s, seg, c);
+        return;
+    }
+    const int32_t up = s->nodes[c].up;
+    const int32_t cont = g->el[pos + 1].type == GE_END ? up : push(s, pos + 1, up);
+    if (s->oom) return;
+    const uint32_t a0 = g->rules[e.arg].first_alt, na = g->rules[e.arg].n_alt;
+    for (uint32_t a = a0; a < a0 + na && !s->oom; a++) {
+        const uint32_t start = g->alt_start[a];
+        if (g->el[start].type == GE_END)
+            expand(s, seg, cont);
+        else
+            expand(s, seg, push(s, start, cont));
+    }
+}
+
+static int class_has(const sd_grammar *g, uint32_t k, uint32_t cp) {
+    const gclass *c = &g->cls[k];
+    const uint32_t *r = g->rng + 2 * (size_t)c->first;
+    uint32_t lo = 0, hi = c->n; /* the first range whose end is >= cp */
+    while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (r[2 * mid + 1] < cp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const int in = lo < c->n && r[2 * lo] <= cp;
+    return c->neg ? !in : in;
+}
+
+/* 1 if class k has a code point in [lo, hi]. */
+static int class_meets(const sd_grammar *g, uint32_t k, uint32_t lo, uint32_t hi) {
+    const gclass *c = &g->cls[k];
+    const uint32_t *r = g->rng + 2 * (size_t)c->first;
+    for (uint32_t i = 0; i < c->n; i++) {
+        if (c->neg) {
+            if (r[2 * i] <= lo && r[2 * i + 1] >= hi) return 0; /* all of it excluded */
+        } else if (r[2 * i] <= hi && r[2 * i + 1] >= lo) {
+            return 1;
+        }
+    }
+    return c->neg;
+}
+
+/* The stacks of buf[in .. in + n) after code point cp, appended as a new segment. */
+static void step_cp(sd_grammar_state *s, size_t in, size_t n, uint32_t cp) {
+    const sd_grammar *g = s->g;
+    const size_t seg = s->n_buf;
+    for (size_t i = 0; i < n && !s->oom; i++) {
+        const int32_t t = s->buf[in + i];
+        if (t == EMPTY) continue;
+        const uint32_t pos = s->nodes[t].pos;
+        if (!class_has(g, g->el[pos].arg, cp)) continue;
+        const int32_t up = s->nodes[t].up;
+        expand(s, seg, g->el[pos + 1].type == GE_END ? up : push(s, pos + 1, up));
+    }
+}
+
+/* The stacks of buf[in .. in + n) that may take a code point in [lo, hi]. */
+static void keep_range(sd_grammar_state *s, size_t in, size_t n, uint32_t lo, uint32_t hi) {
+    for (size_t i = 0; i < n; i++) {
+        const int32_t t = s->buf[in + i];
+        if (t == EMPTY || !class_meets(s->g, s->g->el[s->nodes[t].pos].arg, lo, hi)) continue;
+        if (grow((void **)&s->buf, &s->cap_buf, s->n_buf + 1, sizeof *s->buf)) {
+            s->oom = 1;
+            return;
+        }
+        s->buf[s->n_buf++] = t;
+    }
+}
+
+/* One byte: the stacks of buf[in .. in + n) with the pending code point (*cp, *rem)
+ * after byte b, appended as a new segment; returns its size (0: refused). */
+static size_t step_byte(sd_grammar_state *s, size_t in, size_t n, uint32_t *cp, int32_t *rem,
+                        uint8_t b) {
+    const size_t seg = s->n_buf;
+    if (*rem > 0) {
+        if ((b & 0xC0u) != 0x80u) return 0;
+        *cp = *cp << 6 | (b & 0x3Fu);
+        --*rem;
+    } else if (b < 0x80u) {
+        *cp = b;
+    } else if (b >= 0xC2u && b <= 0xDFu) {
+        *cp = b & 0x1Fu;
+        *rem = 1;
+    } else if (b >= 0xE0u && b <= 0xEFu) {
+        *cp = b & 0x0Fu;
+        *rem = 2;
+    } else if (b >= 0xF0u && b <= 0xF4u) {
+        *cp = b & 0x07u;
+        *rem = 3;
+    } else {
+        return 0;
+    }
+    if (*rem == 0) {
+        step_cp(s, in, n, *cp);
+    } else {
+        const uint32_t shift = 6u * (uint32_t)*rem;
+        const uint32_t lo = *cp << shift, hi = lo | ((1u << shift) - 1u);
+        if (lo > 0x10FFFFu) return 0;
+        keep_range(s, in, n, lo, hi > 0x10FFFFu ? 0x10FFFFu : hi);
+    }
+    return s->oom ? 0 : s->n_buf - seg;
+}
+
+/* Run bytes over the live stacks; on success (*out_seg, *out_n) is the resulting
+ * segment in buf and (*cp, *rem) the pending code point. Leaves nodes and buf grown:
+ * the caller resets or compacts. Returns the stacks left (0: refused). */
+static size_t run_bytes(sd_grammar_state *s, const char *bytes, size_t len, size_t *out_seg,
+                        uint32_t *cp, int32_t *rem) {
+    s->n_buf = 0;
+    if (grow((void **)&s->buf, &s->cap_buf, s->n_tops + 1, sizeof *s->buf)) {
+        s->oom = 1;
+        return 0;
+    }
+    memcpy(s->buf, s->tops, s->n_tops * sizeof *s->buf);
+    s->n_buf = s->n_tops;
+    size_t seg = 0, n = s->n_tops;
+    *cp = s->cp;
+    *rem = s->rem;
+    for (size_t i = 0; i < len && n > 0; i++) {
+        const size_t next = s->n_buf;
+        n = step_byte(s, seg, n, cp, rem, (uint8_t)bytes[i]);
+        seg = next;
+    }
+    *out_seg = seg;
+    return n;
+}
+
+/* Keep only the nodes the stacks buf[seg .. seg + n) reach, which become the live ones. */
+static int compact(sd_grammar_state *s, size_t seg, size_t n) {
+    if (grow((void **)&s->map, &s->cap_map, s->n_nodes + 1, sizeof *s->map) ||
+        grow((void **)&s->tops, &s->cap_tops, n + 1, sizeof *s->tops))
+        return -1;
+    for (size_t i = 0; i < s->n_nodes; i++)
+        s->map[i] = -2;
+    /* new nodes are written over the old array from the front: a node's new index is
+     * never above its old one when chains are copied bottom first, so copy through a
+     * second array instead to stay simple */
+    gnode *nn = malloc((s->n_nodes ? s->n_nodes : 1) * sizeof *nn);
+    if (!nn) return -1;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int32_t t = s->buf[seg + i];
+        /* map the chain bottom-up: find the deepest unmapped node first */
+        for (;;) {
+            int32_t c = t, below = EMPTY;
+            while (c != EMPTY && s->map[c] == -2) {
+                below = c;
+                c = s->nodes[c].up;
+            }
+            if (below == EMPTY) break; /* the whole chain is mapped */
+            nn[m] = (gnode){s->nodes[below].pos, c == EMPTY ? EMPTY : s->map[c]};
+            s->map[below] = (int32_t)m++;
+        }
+        s->tops[i] = t == EMPTY ? EMPTY : s->map[t];
+    }
+    free(s->nodes);
+    s->nodes = nn;
+    s->cap_nodes = s->n_nodes ? s->n_nodes : 1;
+    s->n_nodes = m;
+    s->n_tops = n;
+    return 0;
+}
+
+int sd_grammar_state_init(const sd_grammar *g, sd_grammar_state **out, sd_error *err) {
+    *out = NULL;
+    sd_grammar_state *s = calloc(1, sizeof *s);
+    if (!s) return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+    s->g = g;
+    const uint32_t a0 = g->rules[g->root].first_alt, na = g->rules[g->root].n_alt;
+    for (uint32_t a = a0; a < a0 + na && !s->oom; a++) {
+        const uint32_t start = g->alt_start[a];
+        expand(s, 0, g->el[start].type == GE_END ? EMPTY : push(s, start, EMPTY));
+    }
+    if (s->oom || compact(s, 0, s->n_buf)) {
+        sd_grammar_state_free(s);
+        return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+    }
+    *out = s;
+    return SD_OK;
+}
+
+void sd_grammar_state_free(sd_grammar_state *s) {
+    if (!s) return;
+    free(s->nodes);
+    free(s->tops);
+    free(s->buf);
+    free(s->map);
+    free(s);
+}
+
+int sd_grammar_state_copy(sd_grammar_state *dst, const sd_grammar_state *src, sd_error *err) {
+    if (dst == src) return SD_OK;
+    if (grow((void **)&dst->nodes, &dst->cap_nodes, src->n_nodes + 1, sizeof *dst->nodes) ||
+        grow((void **)&dst->tops, &dst->cap_tops, src->n_tops + 1, sizeof *dst->tops))
+        return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+    memcpy(dst->nodes, src->nodes, src->n_nodes * sizeof *dst->nodes);
+    memcpy(dst->tops, src->tops, src->n_tops * sizeof *dst->tops);
+    dst->g = src->g;
+    dst->n_nodes = src->n_nodes;
+    dst->n_tops = src->n_tops;
+    dst->cp = src->cp;
+    dst->rem = src->rem;
+    return SD_OK;
+}
+
+int sd_grammar_allows(sd_grammar_state *s, const char *bytes, size_t len) {
+    const size_t mark = s->n_nodes;
+    size_t seg;
+    uint32_t cp;
+    int32_t rem;
+    const size_t n = run_bytes(s, bytes, len, &seg, &cp, &rem);
+    s->n_nodes = mark;
+    s->oom = 0;
+    return n > 0;
+}
+
+int sd_grammar_advance(sd_grammar_state *s, const char *bytes, size_t len, sd_error *err) {
+    const size_t mark = s->n_nodes;
+    size_t seg;
+    uint32_t cp;
+    int32_t rem;
+    const size_t n = run_bytes(s, bytes, len, &seg, &cp, &rem);
+    if (s->oom) {
+        s->n_nodes = mark;
+        s->oom = 0;
+        return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+    }
+    if (n == 0) {
+        s->n_nodes = mark;
+        return sd_errorf(err, SD_ERR_ARG, "grammar: the text does not continue the grammar");
+    }
+    if (compact(s, seg, n)) {
+        s->n_nodes = mark;
+        return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+    }
+    s->cp = cp;
+    s->rem = rem;
+    return SD_OK;
+}
+
+int sd_grammar_accepting(const sd_grammar_state *s) {
+    if (s->rem > 0) return 0;
+    for (size_t i = 0; i < s->n_tops; i++)
+        if (s->tops[i] == EMPTY) return 1;
+    return 0;
+}
+
+int sd_grammar_finished(const sd_grammar_state *s) {
+    return sd_grammar_accepting(s) && s->n_tops == 1;
+}
+
+/* The trie walk below node: in buf[in .. in + n) the stacks after node's bytes. */
+static int64_t walk(sd_grammar_state *s, const sd_grammar_vocab *v, int32_t node, size_t in,
+                    size_t n, uint32_t cp, int32_t rem, uint64_t *bits) {
+    int64_t count = 0;
+    for (int32_t c = v->first_child[node]; c >= 0; c = v->next_sibling[c]) {
+        const size_t mark_nodes = s->n_nodes, mark_buf = s->n_buf;
+        uint32_t cp2 = cp;
+        int32_t rem2 = rem;
+        const size_t m = step_byte(s, in, n, &cp2, &rem2, v->byte[c]);
+        if (s->oom) return -1;
+        if (m > 0) {
+            for (int32_t t = v->tok_first[c]; t >= 0; t = v->tok_next[t]) {
+                bits[t >> 6] |= UINT64_C(1) << (t & 63);
+                count++;
+            }
+            if (v->first_child[c] >= 0) {
+                const int64_t k = walk(s, v, c, mark_buf, m, cp2, rem2, bits);
+                if (k < 0) return -1;
+                count += k;
+            }
+        }
+        s->n_nodes = mark_nodes;
+        s->n_buf = mark_buf;
+    }
+    return count;
+}
+
+int64_t sd_grammar_mask(sd_grammar_state *s, const sd_grammar_vocab *v, const int32_t *end_ids,
+                        int32_t n_end, uint64_t *bits) {
+    memset(bits, 0, (size_t)(v->n_vocab + 63) / 64 * sizeof *bits);
+    const size_t mark = s->n_nodes;
+    s->n_buf = 0;
+    if (grow((void **)&s->buf, &s->cap_buf, s->n_tops + 1, sizeof *s->buf)) return -1;
+    memcpy(s->buf, s->tops, s->n_tops * sizeof *s->buf);
+    s->n_buf = s->n_tops;
+    int64_t count = walk(s, v, 0, 0, s->n_tops, s->cp, s->rem, bits);
+    s->n_nodes = mark;
+    if (s->oom) {
+        s->oom = 0;
+        return -1;
+    }
+    const int accept = sd_grammar_accepting(s);
+    for (int32_t i = 0; i < n_end; i++) {
+        const int32_t id = end_ids[i];
+        if (id < 0 || id >= v->n_vocab) continue;
+        const uint64_t bit = UINT64_C(1) << (id & 63);
+        const int was = (bits[id >> 6] & bit) != 0;
+        if (accept && !was) {
+            bits[id >> 6] |= bit;
+            count++;
+        } else if (!accept && was) {
+            bits[id >> 6] &= ~bit;
+            count--;
+        }
+    }
+    return count;
+}
+
+int sd_grammar_allows_token(sd_grammar_state *s, const sd_grammar_vocab *v, int32_t id,
+                            const int32_t *end_ids, int32_t n_end) {
+    if (id < 0 || id >= v->n_vocab) return 0;
+    for (int32_t i = 0; i < n_end; i++)
+        if (end_ids[i] == id) return sd_grammar_accepting(s);
+    size_t len;
+    const char *p = sd_grammar_vocab_piece(v, id, &len);
+    return len > 0 && sd_grammar_allows(s, p, len);
+}
