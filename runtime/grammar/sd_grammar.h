@@ -105,6 +105,31 @@ int64_t sd_grammar_mask(sd_grammar_state *s, const sd_grammar_vocab *v, const in
 int sd_grammar_allows_token(sd_grammar_state *s, const sd_grammar_vocab *v, int32_t id,
                             const int32_t *end_ids, int32_t n_end);
 
+/* ---- JSON Schema -> GBNF (schema.c) ----
+ *
+ * The structured-output requests (response_format json_schema, llama-server's json_schema
+ * field, the CLI's --json-schema) compile a JSON Schema into GBNF here, then parse it with
+ * sd_grammar_parse. Supported: type (one or a list: object, array, string, number,
+ * integer, boolean, null), properties / required / additionalProperties (false, true or a
+ * schema; absent: no extra keys), items / prefixItems / minItems / maxItems, minLength /
+ * maxLength, pattern (a regex subset: literals, ., classes, \d \w \s, groups, |, ? * +
+ * {m,n}, anchors at the ends), format date / time / date-time / uuid, minimum / maximum /
+ * exclusiveMinimum / exclusiveMaximum (integers exactly; numbers: the bounds rounded inward
+ * to integers, fractions kept inside), enum, const, anyOf, oneOf (as anyOf), allOf of
+ * objects, $ref to #/$defs/... and #/definitions/... (recursion allowed), nullable.
+ * Annotations (title, description, default, examples, $schema, $id, $comment, ...) are
+ * ignored; every other keyword is refused with one line naming it and its place.
+ * The grammar accepts a subset of what the schema accepts: properties in schema order,
+ * whitespace bounded (a space, or a newline and at most 16 spaces, between tokens),
+ * integer parts of at most 15 digits, so a generation cannot run on spaces or digits.
+ */
+
+/* The GBNF grammar (start rule "root") of the JSON texts valid against the JSON Schema
+ * schema[0 .. len). *gbnf is malloc'd, NUL-terminated (the caller frees it). Errors:
+ * SD_ERR_ARG (not JSON, an unsupported keyword: e.g. "json_schema: #/properties/tags:
+ * 'uniqueItems' is not supported"), SD_ERR_OOM. */
+int sd_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf, sd_error *err);
+
 #ifdef __cplusplus
 }
 #endif
