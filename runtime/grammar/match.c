@@ -284,6 +284,17 @@ void sd_grammar_state_free(sd_grammar_state *s) {
     free(s);
 }
 
+int sd_grammar_state_clone(const sd_grammar_state *src, sd_grammar_state **out, sd_error *err) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+    const int rc = sd_grammar_state_copy(*out, src, err);
+    if (rc) {
+        sd_grammar_state_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 int sd_grammar_state_copy(sd_grammar_state *dst, const sd_grammar_state *src, sd_error *err) {
     if (dst == src) return SD_OK;
     if (grow((void **)&dst->nodes, &dst->cap_nodes, src->n_nodes + 1, sizeof *dst->nodes) ||
