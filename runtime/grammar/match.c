@@ -19,6 +19,29 @@ typedef struct gnode {
 /* A stack's top: a node index, or EMPTY (every level finished: the sentence may end). */
 #define EMPTY (-1)
 
+/* Masks kept per lineage of states (a sequence's state and its copies share one): the
+ * trie walk's bits for a state, keyed by the state's contents (the pending code point
+ * and every stack's positions top to bottom). A generation revisits few distinct states
+ * (the inside of a string, of a number, after a key), so most masks are a copy. */
+#define GCACHE_N 32
+
+typedef struct gcache_entry {
+    uint64_t hash, last_use;
+    uint32_t *key; /* [n_key] */
+    size_t n_key;
+    uint64_t *bits; /* [n_words] the walk's bits (no end ids) */
+    int64_t count;
+} gcache_entry;
+
+typedef struct gcache {
+    int32_t refs;
+    const sd_grammar_vocab *v; /* the vocabulary the entries are over */
+    size_t n_words;
+    uint64_t tick;
+    int32_t n;
+    gcache_entry e[GCACHE_N];
+} gcache;
+
 struct sd_grammar_state {
     const sd_grammar *g;
     gnode *nodes;
@@ -32,7 +55,19 @@ struct sd_grammar_state {
     int32_t *map; /* compaction: old node -> new node */
     size_t cap_map;
     int oom;
+    gcache *cache; /* shared with the states copied from this one */
+    uint32_t *key; /* scratch: this state's cache key */
+    size_t cap_key;
 };
+
+static void cache_release(gcache *c) {
+    if (!c || --c->refs > 0) return;
+    for (int32_t i = 0; i < c->n; i++) {
+        free(c->e[i].key);
+        free(c->e[i].bits);
+    }
+    free(c);
+}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
@@ -163,36 +198,55 @@ static void keep_range(sd_grammar_state *s, size_t in, size_t n, uint32_t lo, ui
     }
 }
 
+/* A pending code point: *rem holds the continuation bytes still to come (bits 0-1) and
+ * the sequence's length (bits 2-4); 0 when none is pending. */
+#define REM_LEFT(r)  ((r)&3)
+#define REM_TOTAL(r) ((r) >> 2)
+
+/* The smallest code point a UTF-8 sequence of total bytes encodes (shorter forms of it
+ * are overlong: refused, as every invalid sequence). */
+static uint32_t min_of_length(int32_t total) {
+    return total == 2 ? 0x80u : (total == 3 ? 0x800u : 0x10000u);
+}
+
 /* One byte: the stacks of buf[in .. in + n) with the pending code point (*cp, *rem)
- * after byte b, appended as a new segment; returns its size (0: refused). */
+ * after byte b, appended as a new segment; returns its size (0: refused). Only
+ * well-formed UTF-8 passes: no overlong form, no surrogate, nothing above U+10FFFF. */
 static size_t step_byte(sd_grammar_state *s, size_t in, size_t n, uint32_t *cp, int32_t *rem,
                         uint8_t b) {
     const size_t seg = s->n_buf;
     if (*rem > 0) {
         if ((b & 0xC0u) != 0x80u) return 0;
         *cp = *cp << 6 | (b & 0x3Fu);
-        --*rem;
+        *rem -= 1;
     } else if (b < 0x80u) {
         *cp = b;
     } else if (b >= 0xC2u && b <= 0xDFu) {
         *cp = b & 0x1Fu;
-        *rem = 1;
+        *rem = 1 | 2 << 2;
     } else if (b >= 0xE0u && b <= 0xEFu) {
         *cp = b & 0x0Fu;
-        *rem = 2;
+        *rem = 2 | 3 << 2;
     } else if (b >= 0xF0u && b <= 0xF4u) {
         *cp = b & 0x07u;
-        *rem = 3;
+        *rem = 3 | 4 << 2;
     } else {
         return 0;
     }
-    if (*rem == 0) {
+    const int32_t left = REM_LEFT(*rem), total = REM_TOTAL(*rem);
+    if (left == 0) {
+        if (total > 0 &&
+            (*cp < min_of_length(total) || *cp > 0x10FFFFu || (*cp >= 0xD800u && *cp <= 0xDFFFu)))
+            return 0;
+        *rem = 0;
         step_cp(s, in, n, *cp);
     } else {
-        const uint32_t shift = 6u * (uint32_t)*rem;
-        const uint32_t lo = *cp << shift, hi = lo | ((1u << shift) - 1u);
-        if (lo > 0x10FFFFu) return 0;
-        keep_range(s, in, n, lo, hi > 0x10FFFFu ? 0x10FFFFu : hi);
+        const uint32_t shift = 6u * (uint32_t)left;
+        uint32_t lo = *cp << shift, hi = lo | ((1u << shift) - 1u);
+        if (lo < min_of_length(total)) lo = min_of_length(total);
+        if (hi > 0x10FFFFu) hi = 0x10FFFFu;
+        if (lo > hi || (lo >= 0xD800u && hi <= 0xDFFFu)) return 0;
+        keep_range(s, in, n, lo, hi);
     }
     return s->oom ? 0 : s->n_buf - seg;
 }
@@ -262,6 +316,12 @@ int sd_grammar_state_init(const sd_grammar *g, sd_grammar_state **out, sd_error 
     sd_grammar_state *s = calloc(1, sizeof *s);
     if (!s) return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
     s->g = g;
+    s->cache = calloc(1, sizeof *s->cache);
+    if (!s->cache) {
+        free(s);
+        return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+    }
+    s->cache->refs = 1;
     const uint32_t a0 = g->rules[g->root].first_alt, na = g->rules[g->root].n_alt;
     for (uint32_t a = a0; a < a0 + na && !s->oom; a++) {
         const uint32_t start = g->alt_start[a];
@@ -281,6 +341,8 @@ void sd_grammar_state_free(sd_grammar_state *s) {
     free(s->tops);
     free(s->buf);
     free(s->map);
+    free(s->key);
+    cache_release(s->cache);
     free(s);
 }
 
@@ -307,6 +369,11 @@ int sd_grammar_state_copy(sd_grammar_state *dst, const sd_grammar_state *src, sd
     dst->n_tops = src->n_tops;
     dst->cp = src->cp;
     dst->rem = src->rem;
+    if (dst->cache != src->cache) {
+        cache_release(dst->cache);
+        dst->cache = src->cache;
+        dst->cache->refs++;
+    }
     return SD_OK;
 }
 
@@ -383,20 +450,96 @@ static int64_t walk(sd_grammar_state *s, const sd_grammar_vocab *v, int32_t node
     return count;
 }
 
-int64_t sd_grammar_mask(sd_grammar_state *s, const sd_grammar_vocab *v, const int32_t *end_ids,
-                        int32_t n_end, uint64_t *bits) {
-    memset(bits, 0, (size_t)(v->n_vocab + 63) / 64 * sizeof *bits);
+/* The state's cache key into s->key; returns its length (0: out of memory). */
+static size_t make_key(sd_grammar_state *s) {
+    size_t n = 3;
+    for (size_t i = 0; i < s->n_tops; i++) {
+        n++;
+        for (int32_t t = s->tops[i]; t != EMPTY; t = s->nodes[t].up)
+            n++;
+    }
+    if (grow((void **)&s->key, &s->cap_key, n, sizeof *s->key)) return 0;
+    size_t k = 0;
+    s->key[k++] = s->cp;
+    s->key[k++] = (uint32_t)s->rem;
+    s->key[k++] = (uint32_t)s->n_tops;
+    for (size_t i = 0; i < s->n_tops; i++) {
+        const size_t at = k++;
+        for (int32_t t = s->tops[i]; t != EMPTY; t = s->nodes[t].up)
+            s->key[k++] = s->nodes[t].pos;
+        s->key[at] = (uint32_t)(k - at - 1);
+    }
+    return k;
+}
+
+/* The walk's bits for s over v (cached), into bits; the count, or -1. */
+static int64_t walk_cached(sd_grammar_state *s, const sd_grammar_vocab *v, uint64_t *bits) {
+    const size_t n_words = ((size_t)v->n_vocab + 63) / 64;
+    gcache *c = s->cache;
+    if (c->v != v) { /* another vocabulary: start over */
+        for (int32_t i = 0; i < c->n; i++) {
+            free(c->e[i].key);
+            free(c->e[i].bits);
+        }
+        c->n = 0;
+        c->v = v;
+        c->n_words = n_words;
+    }
+    const size_t n_key = make_key(s);
+    uint64_t h = SD_FNV1A64_INIT;
+    for (size_t i = 0; i < n_key; i++)
+        h = (h ^ s->key[i]) * UINT64_C(0x100000001b3);
+    c->tick++;
+    for (int32_t i = 0; n_key && i < c->n; i++) {
+        gcache_entry *e = &c->e[i];
+        if (e->hash == h && e->n_key == n_key && !memcmp(e->key, s->key, n_key * sizeof *s->key)) {
+            e->last_use = c->tick;
+            memcpy(bits, e->bits, n_words * sizeof *bits);
+            return e->count;
+        }
+    }
+    memset(bits, 0, n_words * sizeof *bits);
     const size_t mark = s->n_nodes;
     s->n_buf = 0;
     if (grow((void **)&s->buf, &s->cap_buf, s->n_tops + 1, sizeof *s->buf)) return -1;
     memcpy(s->buf, s->tops, s->n_tops * sizeof *s->buf);
     s->n_buf = s->n_tops;
-    int64_t count = walk(s, v, 0, 0, s->n_tops, s->cp, s->rem, bits);
+    const int64_t count = walk(s, v, 0, 0, s->n_tops, s->cp, s->rem, bits);
     s->n_nodes = mark;
     if (s->oom) {
         s->oom = 0;
         return -1;
     }
+    if (!n_key) return count;
+    /* keep it: a free entry, else the least recently used */
+    gcache_entry *e = NULL;
+    if (c->n < GCACHE_N) {
+        e = &c->e[c->n];
+        memset(e, 0, sizeof *e);
+        e->bits = malloc(n_words * sizeof *bits);
+        if (!e->bits) return count;
+        c->n++;
+    } else {
+        e = &c->e[0];
+        for (int32_t i = 1; i < c->n; i++)
+            if (c->e[i].last_use < e->last_use) e = &c->e[i];
+    }
+    uint32_t *key = realloc(e->key, n_key * sizeof *key);
+    if (!key) return count;
+    e->key = key;
+    memcpy(e->key, s->key, n_key * sizeof *key);
+    e->n_key = n_key;
+    e->hash = h;
+    e->last_use = c->tick;
+    memcpy(e->bits, bits, n_words * sizeof *bits);
+    e->count = count;
+    return count;
+}
+
+int64_t sd_grammar_mask(sd_grammar_state *s, const sd_grammar_vocab *v, const int32_t *end_ids,
+                        int32_t n_end, uint64_t *bits) {
+    int64_t count = walk_cached(s, v, bits);
+    if (count < 0) return -1;
     const int accept = sd_grammar_accepting(s);
     for (int32_t i = 0; i < n_end; i++) {
         const int32_t id = end_ids[i];
