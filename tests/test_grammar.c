@@ -197,8 +197,9 @@ static int rec_list(const unsigned char *s, int n) { /* [a-b]+ ("," [a-b]+)* */
     return seg > 0;
 }
 
-/* UTF-8 decoding written here: lead bytes C2..DF (1 continuation), E0..EF (2); -1 if s
- * is not well formed. */
+/* UTF-8 decoding written here: lead bytes C2..DF (1 continuation), E0..EF (2), F0..F4
+ * (3); -1 if s is not well formed (a bad byte, an overlong form, a surrogate, above
+ * U+10FFFF). */
 static int decode(const unsigned char *s, int n, uint32_t *cps) {
     int k = 0;
     for (int i = 0; i < n;) {
@@ -213,6 +214,9 @@ static int decode(const unsigned char *s, int n, uint32_t *cps) {
         } else if (s[i] >= 0xE0 && s[i] <= 0xEF) {
             cp = s[i] & 0x0F;
             more = 2;
+        } else if (s[i] >= 0xF0 && s[i] <= 0xF4) {
+            cp = s[i] & 0x07;
+            more = 3;
         } else {
             return -1;
         }
@@ -221,6 +225,8 @@ static int decode(const unsigned char *s, int n, uint32_t *cps) {
             if (i >= n || (s[i] & 0xC0) != 0x80) return -1;
             cp = cp << 6 | (s[i] & 0x3F);
         }
+        const uint32_t min = more == 0 ? 0 : (more == 1 ? 0x80 : (more == 2 ? 0x800 : 0x10000));
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return -1;
         cps[k++] = cp;
     }
     return k;
@@ -233,6 +239,18 @@ static int rec_utf8(const unsigned char *s, int n) { /* [^.\u00e9]{1,2} "." */
     for (int i = 0; i < k - 1; i++)
         if (cps[i] == '.' || cps[i] == 0xE9) return 0;
     return 1;
+}
+
+static int rec_strict(const unsigned char *s, int n) { /* [\u0080-\U0010FFFF]? "." */
+    uint32_t cps[64];
+    const int k = decode(s, n, cps);
+    return (k == 1 && cps[0] == '.') || (k == 2 && cps[0] >= 0x80 && cps[1] == '.');
+}
+
+static int rec_neg(const unsigned char *s, int n) { /* [^\u0800-\uFFFF] "." */
+    uint32_t cps[64];
+    const int k = decode(s, n, cps);
+    return k == 2 && !(cps[0] >= 0x800 && cps[0] <= 0xFFFF) && cps[1] == '.';
 }
 
 typedef struct bf_case {
@@ -250,6 +268,9 @@ static const bf_case k_cases[] = {
     {"rep", "root ::= \"a\"{2,4} \"b\"? | \"c\"{3,}", rec_rep, "abc", 3, 9, 7},
     {"list", "root ::= [a-b]+ (\",\" [a-b]+)*", rec_list, "ab,c", 4, 8, 7},
     {"utf8", "root ::= [^.\\u00e9]{1,2} \".\"", rec_utf8, "a.\xc3\xa9\xe4\xb8", 6, 7, 4},
+    {"strict", "root ::= [\\u0080-\\U0010FFFF]? \".\"", rec_strict, ".\xe0\xf0\xf4\x80\x90\xa0\xed",
+     8, 7, 3},
+    {"neg", "root ::= [^\\u0800-\\uFFFF] \".\"", rec_neg, ".a\xc3\xe0\xf0\x80\x90\xa0", 8, 7, 3},
 };
 
 /* Strings up to l_max as base-n_alpha numbers: index = off[len] + digits. */
@@ -361,7 +382,7 @@ static sd_grammar_vocab *small_vocab(const bf_case *c, char (*store)[2], size_t 
             store[k][1] = c->alphabet[b2];
             lens[k++] = 2;
         }
-    const char *pieces[64];
+    const char *pieces[128];
     for (int32_t i = 0; i < k; i++)
         pieces[i] = store[i];
     sd_grammar_vocab *v = NULL;
@@ -377,8 +398,8 @@ Test(grammar, masks_equal_brute_force) {
         bf b;
         bf_fill(&b, c);
         sd_grammar *g = parse_ok(c->gbnf);
-        char store[64][2];
-        size_t lens[64];
+        char store[128][2];
+        size_t lens[128];
         int32_t nv = 0;
         sd_grammar_vocab *v = small_vocab(c, store, lens, &nv);
         const int32_t end = 0;

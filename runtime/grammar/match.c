@@ -171,7 +171,25 @@ static int class_meets(const sd_grammar *g, uint32_t k, uint32_t lo, uint32_t hi
     return c->neg;
 }
 
-/* The stacks of buf[in .. in + n) after code point cp, appended as a new segment. */
+/* 1 if class k holds every code point of [lo, hi]. */
+static int class_covers(const sd_grammar *g, uint32_t k, uint32_t lo, uint32_t hi) {
+    const gclass *c = &g->cls[k];
+    const uint32_t *r = g->rng + 2 * (size_t)c->first;
+    for (uint32_t i = 0; i < c->n; i++) {
+        const int meets = r[2 * i] <= hi && r[2 * i + 1] >= lo;
+        if (c->neg && meets) return 0;
+        if (!c->neg && r[2 * i] <= lo && r[2 * i + 1] >= hi) return 1;
+    }
+    return c->neg;
+}
+
+/* A pending code point whose value no longer matters (CP_ANY): what is left of it can
+ * only complete a valid code point that every stack kept takes. The automaton of a mask
+ * then has one configuration for all of them instead of one per partial value. */
+#define CP_ANY 0xFFFFFFFFu
+
+/* The stacks of buf[in .. in + n) after code point cp (CP_ANY: one every stack takes),
+ * appended as a new segment. */
 static void step_cp(sd_grammar_state *s, size_t in, size_t n, uint32_t cp) {
     const sd_grammar *g = s->g;
     const size_t seg = s->n_buf;
@@ -179,7 +197,7 @@ static void step_cp(sd_grammar_state *s, size_t in, size_t n, uint32_t cp) {
         const int32_t t = s->buf[in + i];
         if (t == EMPTY) continue;
         const uint32_t pos = s->nodes[t].pos;
-        if (!class_has(g, g->el[pos].arg, cp)) continue;
+        if (cp != CP_ANY && !class_has(g, g->el[pos].arg, cp)) continue;
         const int32_t up = s->nodes[t].up;
         expand(s, seg, g->el[pos + 1].type == GE_END ? up : push(s, pos + 1, up));
     }
@@ -217,7 +235,7 @@ static size_t step_byte(sd_grammar_state *s, size_t in, size_t n, uint32_t *cp, 
     const size_t seg = s->n_buf;
     if (*rem > 0) {
         if ((b & 0xC0u) != 0x80u) return 0;
-        *cp = *cp << 6 | (b & 0x3Fu);
+        if (*cp != CP_ANY) *cp = *cp << 6 | (b & 0x3Fu);
         *rem -= 1;
     } else if (b < 0x80u) {
         *cp = b;
@@ -235,18 +253,34 @@ static size_t step_byte(sd_grammar_state *s, size_t in, size_t n, uint32_t *cp, 
     }
     const int32_t left = REM_LEFT(*rem), total = REM_TOTAL(*rem);
     if (left == 0) {
-        if (total > 0 &&
+        if (total > 0 && *cp != CP_ANY &&
             (*cp < min_of_length(total) || *cp > 0x10FFFFu || (*cp >= 0xD800u && *cp <= 0xDFFFu)))
             return 0;
-        *rem = 0;
         step_cp(s, in, n, *cp);
+        *rem = 0;
+        *cp = 0;                /* nothing pending: one configuration whatever the character was */
+    } else if (*cp == CP_ANY) { /* every stack takes whatever completes it */
+        if (grow((void **)&s->buf, &s->cap_buf, s->n_buf + n, sizeof *s->buf)) {
+            s->oom = 1;
+            return 0;
+        }
+        memmove(s->buf + s->n_buf, s->buf + in, n * sizeof *s->buf);
+        s->n_buf += n;
     } else {
         const uint32_t shift = 6u * (uint32_t)left;
-        uint32_t lo = *cp << shift, hi = lo | ((1u << shift) - 1u);
+        const uint32_t raw_lo = *cp << shift, raw_hi = raw_lo | ((1u << shift) - 1u);
+        uint32_t lo = raw_lo, hi = raw_hi;
         if (lo < min_of_length(total)) lo = min_of_length(total);
         if (hi > 0x10FFFFu) hi = 0x10FFFFu;
         if (lo > hi || (lo >= 0xD800u && hi <= 0xDFFFu)) return 0;
         keep_range(s, in, n, lo, hi);
+        /* every completion valid (none overlong, above U+10FFFF or a surrogate) and taken
+         * by every stack kept: the value no longer matters */
+        int any = raw_lo >= min_of_length(total) && raw_hi <= 0x10FFFFu &&
+                  !(raw_lo <= 0xDFFFu && raw_hi >= 0xD800u);
+        for (size_t i = seg; i < s->n_buf && any; i++)
+            any = class_covers(s->g, s->g->el[s->nodes[s->buf[i]].pos].arg, lo, hi);
+        if (any && s->n_buf > seg) *cp = CP_ANY;
     }
     return s->oom ? 0 : s->n_buf - seg;
 }
@@ -423,53 +457,233 @@ int sd_grammar_finished(const sd_grammar_state *s) {
     return sd_grammar_accepting(s) && s->n_tops == 1;
 }
 
-/* The trie walk below node: in buf[in .. in + n) the stacks after node's bytes. */
-static int64_t walk(sd_grammar_state *s, const sd_grammar_vocab *v, int32_t node, size_t in,
-                    size_t n, uint32_t cp, int32_t rem, uint64_t *bits) {
-    int64_t count = 0;
-    for (int32_t c = v->first_child[node]; c >= 0; c = v->next_sibling[c]) {
-        const size_t mark_nodes = s->n_nodes, mark_buf = s->n_buf;
-        uint32_t cp2 = cp;
-        int32_t rem2 = rem;
-        const size_t m = step_byte(s, in, n, &cp2, &rem2, v->byte[c]);
-        if (s->oom) return -1;
-        if (m > 0) {
-            for (int32_t t = v->tok_first[c]; t >= 0; t = v->tok_next[t]) {
-                bits[t >> 6] |= UINT64_C(1) << (t & 63);
-                count++;
-            }
-            if (v->first_child[c] >= 0) {
-                const int64_t k = walk(s, v, c, mark_buf, m, cp2, rem2, bits);
-                if (k < 0) return -1;
-                count += k;
-            }
+/* The key of the stacks tops[0 .. n) with pending code point (cp, rem), appended to
+ * *key (growable, *len used, *cap allocated): cp, rem, n, then per stack its depth and
+ * its positions top to bottom. Returns the key's start, or SIZE_MAX on allocation
+ * failure. */
+static size_t key_append(const sd_grammar_state *s, const int32_t *tops, size_t n, uint32_t cp,
+                         int32_t rem, uint32_t **key, size_t *len, size_t *cap) {
+    size_t need = 3;
+    for (size_t i = 0; i < n; i++) {
+        need++;
+        for (int32_t t = tops[i]; t != EMPTY; t = s->nodes[t].up)
+            need++;
+    }
+    if (grow((void **)key, cap, *len + need, sizeof **key)) return SIZE_MAX;
+    const size_t start = *len;
+    uint32_t *k = *key + start;
+    size_t j = 0;
+    k[j++] = cp;
+    k[j++] = (uint32_t)rem;
+    k[j++] = (uint32_t)n;
+    for (size_t i = 0; i < n; i++) {
+        const size_t at = j++;
+        for (int32_t t = tops[i]; t != EMPTY; t = s->nodes[t].up)
+            k[j++] = s->nodes[t].pos;
+        k[at] = (uint32_t)(j - at - 1);
+    }
+    *len += j;
+    return start;
+}
+
+static uint64_t key_hash(const uint32_t *k, size_t n) {
+    uint64_t h = SD_FNV1A64_INIT;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ k[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+/*
+ * The walk of one mask as an automaton built on demand: a configuration (the stacks and
+ * the pending code point, interned by their key) and a byte lead to one configuration
+ * (or none), so a transition is computed once per walk and every other trie edge with
+ * the same configuration and byte is a table lookup. Inside a string, say, the stacks
+ * come back to the same few configurations after every character, and the vocabulary's
+ * million trie edges cost a hash probe each.
+ */
+typedef struct gwalk {
+    sd_grammar_state *s;
+    const sd_grammar_vocab *v;
+    uint64_t *bits;
+    uint32_t *keys; /* every configuration's key */
+    size_t n_keys, cap_keys;
+    size_t *koff; /* [n_cfg + 1] configuration i's key: keys[koff[i] .. koff[i + 1]) */
+    size_t cap_koff;
+    int32_t n_cfg;
+    int32_t *cfg_slot; /* open addressing: configuration ids by key hash (-1: empty) */
+    size_t cfg_cap;
+    uint64_t *tr_key; /* open addressing: (id << 8 | byte) + 1, 0 empty */
+    int32_t *tr_val;  /* the next configuration, -1: refused */
+    size_t tr_cap, tr_n;
+    int32_t *dense; /* [DENSE_CFG * 256] the first configurations' transitions (-2: not
+                       known), the hot ones: a lookup without hashing */
+    int oom;
+} gwalk;
+
+#define DENSE_CFG 256
+
+static int32_t cfg_intern(gwalk *w, size_t start, size_t n) {
+    const uint32_t *k = w->keys + start;
+    const uint64_t h = key_hash(k, n);
+    if ((size_t)(w->n_cfg + 1) * 2 > w->cfg_cap) { /* grow and rehash */
+        const size_t cap = w->cfg_cap ? w->cfg_cap * 2 : 1024;
+        int32_t *slot = malloc(cap * sizeof *slot);
+        if (!slot) return w->oom = 1, -1;
+        for (size_t i = 0; i < cap; i++)
+            slot[i] = -1;
+        for (int32_t c = 0; c < w->n_cfg; c++) {
+            const size_t o = w->koff[c];
+            size_t i = key_hash(w->keys + o, w->koff[c + 1] - o) & (cap - 1);
+            while (slot[i] >= 0)
+                i = (i + 1) & (cap - 1);
+            slot[i] = c;
         }
-        s->n_nodes = mark_nodes;
-        s->n_buf = mark_buf;
+        free(w->cfg_slot);
+        w->cfg_slot = slot;
+        w->cfg_cap = cap;
+    }
+    size_t i = h & (w->cfg_cap - 1);
+    for (; w->cfg_slot[i] >= 0; i = (i + 1) & (w->cfg_cap - 1)) {
+        const int32_t c = w->cfg_slot[i];
+        const size_t o = w->koff[c], m = w->koff[c + 1] - o;
+        if (m == n && !memcmp(w->keys + o, k, n * sizeof *k)) {
+            w->n_keys = start; /* a known configuration: drop the appended key */
+            return c;
+        }
+    }
+    if (grow((void **)&w->koff, &w->cap_koff, (size_t)w->n_cfg + 2, sizeof *w->koff))
+        return w->oom = 1, -1;
+    const int32_t c = w->n_cfg++;
+    w->koff[c] = start;
+    w->koff[c + 1] = start + n;
+    w->cfg_slot[i] = c;
+    return c;
+}
+
+static int32_t cfg_step_slow(gwalk *w, int32_t c, uint8_t b);
+
+/* Configuration c after byte b (-1: refused). */
+static inline int32_t cfg_step(gwalk *w, int32_t c, uint8_t b) {
+    if (c < DENSE_CFG) {
+        int32_t *d = &w->dense[(size_t)c * 256 + b];
+        if (*d == -2) *d = cfg_step_slow(w, c, b);
+        return *d;
+    }
+    return cfg_step_slow(w, c, b);
+}
+
+/* The same through the hash table, computed on the state's scratch when not known. */
+static int32_t cfg_step_slow(gwalk *w, int32_t c, uint8_t b) {
+    const uint64_t tk = ((uint64_t)c << 8 | b) + 1;
+    if (w->tr_cap && (w->tr_n + 1) * 2 <= w->tr_cap) {
+        for (size_t i = (tk * UINT64_C(0x9E3779B97F4A7C15) >> 20) & (w->tr_cap - 1); w->tr_key[i];
+             i = (i + 1) & (w->tr_cap - 1))
+            if (w->tr_key[i] == tk) return w->tr_val[i];
+    } else { /* grow the transition table, then look again */
+        const size_t cap = w->tr_cap ? w->tr_cap * 2 : 4096;
+        uint64_t *key = calloc(cap, sizeof *key);
+        int32_t *val = malloc(cap * sizeof *val);
+        if (!key || !val) {
+            free(key);
+            free(val);
+            return w->oom = 1, -1;
+        }
+        for (size_t j = 0; j < w->tr_cap; j++) {
+            if (!w->tr_key[j]) continue;
+            size_t i = (w->tr_key[j] * UINT64_C(0x9E3779B97F4A7C15) >> 20) & (cap - 1);
+            while (key[i])
+                i = (i + 1) & (cap - 1);
+            key[i] = w->tr_key[j];
+            val[i] = w->tr_val[j];
+        }
+        free(w->tr_key);
+        free(w->tr_val);
+        w->tr_key = key;
+        w->tr_val = val;
+        w->tr_cap = cap;
+        return cfg_step_slow(w, c, b);
+    }
+    /* not known: rebuild c's stacks on the scratch, step, intern the result */
+    sd_grammar_state *s = w->s;
+    const size_t mark_nodes = s->n_nodes;
+    s->n_buf = 0;
+    const uint32_t *k = w->keys + w->koff[c];
+    uint32_t cp = k[0];
+    int32_t rem = (int32_t)k[1];
+    const size_t n = k[2];
+    size_t j = 3;
+    if (grow((void **)&s->buf, &s->cap_buf, n + 1, sizeof *s->buf)) return w->oom = 1, -1;
+    for (size_t i = 0; i < n; i++) {
+        const size_t depth = k[j++];
+        int32_t up = EMPTY;
+        for (size_t d = depth; d > 0; d--)
+            up = push(s, k[j + d - 1], up);
+        j += depth;
+        s->buf[s->n_buf++] = up;
+    }
+    int32_t next = -1;
+    const size_t m = s->oom ? 0 : step_byte(s, 0, n, &cp, &rem, b);
+    if (s->oom) {
+        s->oom = 0;
+        w->oom = 1;
+    } else if (m > 0) {
+        const size_t start =
+            key_append(s, s->buf + n, m, cp, rem, &w->keys, &w->n_keys, &w->cap_keys);
+        next = start == SIZE_MAX ? (w->oom = 1, -1) : cfg_intern(w, start, w->n_keys - start);
+    }
+    s->n_nodes = mark_nodes;
+    s->n_buf = 0;
+    if (w->oom) return -1;
+    size_t i = (tk * UINT64_C(0x9E3779B97F4A7C15) >> 20) & (w->tr_cap - 1);
+    while (w->tr_key[i])
+        i = (i + 1) & (w->tr_cap - 1);
+    w->tr_key[i] = tk;
+    w->tr_val[i] = next;
+    w->tr_n++;
+    return next;
+}
+
+/* The trie walk below node, whose bytes led to configuration c. */
+static int64_t walk(gwalk *w, int32_t node, int32_t c) {
+    const sd_grammar_vocab *v = w->v;
+    int64_t count = 0;
+    for (int32_t ch = v->first_child[node]; ch >= 0; ch = v->next_sibling[ch]) {
+        const int32_t next = cfg_step(w, c, v->byte[ch]);
+        if (w->oom) return -1;
+        if (next < 0) continue;
+        for (int32_t t = v->tok_first[ch]; t >= 0; t = v->tok_next[t]) {
+            w->bits[t >> 6] |= UINT64_C(1) << (t & 63);
+            count++;
+        }
+        if (v->first_child[ch] >= 0) {
+            const int64_t k = walk(w, ch, next);
+            if (k < 0) return -1;
+            count += k;
+        }
     }
     return count;
 }
 
-/* The state's cache key into s->key; returns its length (0: out of memory). */
-static size_t make_key(sd_grammar_state *s) {
-    size_t n = 3;
-    for (size_t i = 0; i < s->n_tops; i++) {
-        n++;
-        for (int32_t t = s->tops[i]; t != EMPTY; t = s->nodes[t].up)
-            n++;
-    }
-    if (grow((void **)&s->key, &s->cap_key, n, sizeof *s->key)) return 0;
-    size_t k = 0;
-    s->key[k++] = s->cp;
-    s->key[k++] = (uint32_t)s->rem;
-    s->key[k++] = (uint32_t)s->n_tops;
-    for (size_t i = 0; i < s->n_tops; i++) {
-        const size_t at = k++;
-        for (int32_t t = s->tops[i]; t != EMPTY; t = s->nodes[t].up)
-            s->key[k++] = s->nodes[t].pos;
-        s->key[at] = (uint32_t)(k - at - 1);
-    }
-    return k;
+/* The walk's bits for s over v into bits (cleared first); the count, or -1. */
+static int64_t walk_all(sd_grammar_state *s, const sd_grammar_vocab *v, uint64_t *bits) {
+    memset(bits, 0, ((size_t)v->n_vocab + 63) / 64 * sizeof *bits);
+    gwalk w = {.s = s, .v = v, .bits = bits};
+    int64_t count = -1;
+    w.dense = malloc((size_t)DENSE_CFG * 256 * sizeof *w.dense);
+    if (!w.dense) return -1;
+    for (size_t i = 0; i < (size_t)DENSE_CFG * 256; i++)
+        w.dense[i] = -2;
+    const size_t start =
+        key_append(s, s->tops, s->n_tops, s->cp, s->rem, &w.keys, &w.n_keys, &w.cap_keys);
+    const int32_t c0 = start == SIZE_MAX ? -1 : cfg_intern(&w, start, w.n_keys - start);
+    if (c0 >= 0) count = walk(&w, 0, c0);
+    free(w.keys);
+    free(w.koff);
+    free(w.cfg_slot);
+    free(w.tr_key);
+    free(w.tr_val);
+    free(w.dense);
+    return w.oom ? -1 : count;
 }
 
 /* The walk's bits for s over v (cached), into bits; the count, or -1. */
@@ -485,7 +699,9 @@ static int64_t walk_cached(sd_grammar_state *s, const sd_grammar_vocab *v, uint6
         c->v = v;
         c->n_words = n_words;
     }
-    const size_t n_key = make_key(s);
+    size_t n_key = 0;
+    if (key_append(s, s->tops, s->n_tops, s->cp, s->rem, &s->key, &n_key, &s->cap_key) == SIZE_MAX)
+        n_key = 0;
     uint64_t h = SD_FNV1A64_INIT;
     for (size_t i = 0; i < n_key; i++)
         h = (h ^ s->key[i]) * UINT64_C(0x100000001b3);
@@ -498,18 +714,8 @@ static int64_t walk_cached(sd_grammar_state *s, const sd_grammar_vocab *v, uint6
             return e->count;
         }
     }
-    memset(bits, 0, n_words * sizeof *bits);
-    const size_t mark = s->n_nodes;
-    s->n_buf = 0;
-    if (grow((void **)&s->buf, &s->cap_buf, s->n_tops + 1, sizeof *s->buf)) return -1;
-    memcpy(s->buf, s->tops, s->n_tops * sizeof *s->buf);
-    s->n_buf = s->n_tops;
-    const int64_t count = walk(s, v, 0, 0, s->n_tops, s->cp, s->rem, bits);
-    s->n_nodes = mark;
-    if (s->oom) {
-        s->oom = 0;
-        return -1;
-    }
+    const int64_t count = walk_all(s, v, bits);
+    if (count < 0) return -1;
     if (!n_key) return count;
     /* keep it: a free entry, else the least recently used */
     gcache_entry *e = NULL;
