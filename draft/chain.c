@@ -15,7 +15,51 @@ typedef struct chain_proposer {
     float *probs; /* [SD_MAX_DRAFT, n_vocab_probs] a mixed block's q rows, or NULL */
     int32_t n_vocab_probs;
     sd_chain_counts counts;
+    /* The grammar (sd_proposer_set_grammar; gstate NULL: none) and gext, the state after
+     * the lookup tokens, which the second proposer continues from. */
+    const sd_grammar_state *gstate;
+    const sd_grammar_vocab *gv;
+    int32_t gends[SD_DRAFT_MAX_ENDS];
+    int32_t n_gends;
+    sd_grammar_state *gext;
 } chain_proposer;
+
+/* The lookup tokens t[0 .. m) cut at the first the grammar refuses (or an end id), with
+ * c->gext the state after the kept ones. Returns the tokens kept, or -1 with err set. */
+static int32_t grammar_keep(chain_proposer *c, const int32_t *t, int32_t m, sd_error *err) {
+    if (sd_grammar_state_copy(c->gext, c->gstate, err)) return -1;
+    for (int32_t i = 0; i < m; i++) {
+        for (int32_t j = 0; j < c->n_gends; j++)
+            if (c->gends[j] == t[i]) return i;
+        size_t len = 0;
+        const char *piece = sd_grammar_vocab_piece(c->gv, t[i], &len);
+        sd_error refused = {0};
+        if (!piece || len == 0) return i;
+        const int rc = sd_grammar_advance(c->gext, piece, len, &refused);
+        if (rc == SD_ERR_ARG) return i;
+        if (rc) {
+            sd_errorf(err, (sd_status)rc, "%s", refused.msg);
+            return -1;
+        }
+    }
+    return m;
+}
+
+static int chain_set_grammar(sd_proposer *base, const sd_grammar_state *state,
+                             const sd_grammar_vocab *gv, const int32_t *ends, int32_t n_end,
+                             sd_error *err) {
+    chain_proposer *c = (chain_proposer *)base;
+    c->gstate = NULL;
+    if (!state) return sd_proposer_set_grammar(c->second, NULL, NULL, NULL, 0, err);
+    int rc = c->gext ? sd_grammar_state_copy(c->gext, state, err)
+                     : sd_grammar_state_clone(state, &c->gext, err);
+    if (rc) return rc;
+    c->gv = gv;
+    memcpy(c->gends, ends, (size_t)n_end * sizeof *ends);
+    c->n_gends = n_end;
+    c->gstate = state;
+    return SD_OK;
+}
 
 static int chain_prefill(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
     chain_proposer *c = (chain_proposer *)base;
@@ -75,11 +119,17 @@ static int chain_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, i
     chain_proposer *c = (chain_proposer *)base;
     int rc = sd_proposer_propose(c->first, ctx, n_ctx, k, out, err);
     if (rc) return rc;
-    const int32_t m = sd_chain_lookup_keep(c->first, out->n, k);
+    int32_t m = sd_chain_lookup_keep(c->first, out->n, k);
+    if (c->gstate && m > 0 && (m = grammar_keep(c, out->tokens, m, err)) < 0) return SD_ERR_OOM;
     out->n = m;
     if (m >= k) {
         c->counts.n_first++;
         return SD_OK;
+    }
+    if (c->gstate) { /* the second continues from the state after the kept lookup tokens */
+        rc = sd_proposer_set_grammar(c->second, m > 0 ? c->gext : c->gstate, c->gv, c->gends,
+                                     c->n_gends, err);
+        if (rc) return rc;
     }
     if (m == 0) {
         rc = sd_proposer_propose(c->second, ctx, n_ctx, k, out, err);
@@ -140,6 +190,7 @@ static void chain_commit(sd_proposer *base, const int32_t *ctx, int32_t n_ctx) {
 
 static void chain_reset(sd_proposer *base, const sd_sampling_params *samp, uint64_t seed) {
     chain_proposer *c = (chain_proposer *)base;
+    c->gstate = NULL;
     sd_proposer_reset(c->first, samp, seed);
     sd_proposer_reset(c->second, samp, seed);
 }
@@ -154,6 +205,7 @@ static void chain_free(sd_proposer *base) {
     chain_proposer *c = (chain_proposer *)base;
     free(c->ext);
     free(c->probs);
+    sd_grammar_state_free(c->gext);
     free(c);
 }
 
@@ -172,6 +224,7 @@ int sd_proposer_chain_init(sd_proposer *first, sd_proposer *second, const char *
         .set_cutoff = chain_set_cutoff,
         .catch_up = chain_catch_up,
         .free = chain_free,
+        .set_grammar = chain_set_grammar,
     };
     c->base.ops = &c->ops;
     c->first = first;

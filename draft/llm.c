@@ -40,6 +40,15 @@ typedef struct llm_proposer {
      * catch-up ctx[0] followed by ctx[off ..] (its first token, then a recent window). */
     int32_t off;
     int32_t *view; /* [n_ctx of the session + 1] */
+    /* The grammar (sd_proposer_set_grammar): the state after the committed tokens (not
+     * owned; NULL: none), the token bytes, the end ids; gcur: its copy advanced along the
+     * drafts; gbits: the mask [(n_vocab_out + 63) / 64]. */
+    const sd_grammar_state *gstate;
+    const sd_grammar_vocab *gv;
+    int32_t gends[SD_DRAFT_MAX_ENDS];
+    int32_t n_gends;
+    sd_grammar_state *gcur;
+    uint64_t *gbits;
 } llm_proposer;
 
 /* Entries of a logits row. */
@@ -50,6 +59,30 @@ static int32_t n_row(const llm_proposer *p) {
 /* The token id of row entry j. */
 static int32_t id_of(const llm_proposer *p, int32_t j) {
     return p->n_head ? p->head[j] : j;
+}
+
+/* 1 if id is one of the grammar's end ids. */
+static int is_end(const llm_proposer *p, int32_t id) {
+    for (int32_t i = 0; i < p->n_gends; i++)
+        if (p->gends[i] == id) return 1;
+    return 0;
+}
+
+/* Mask the row p->logits (entries n_row) with the tokens the grammar allows after the
+ * drafts so far (p->gcur): -inf for the others. Returns the entries left finite, not
+ * counting end ids (0: stop drafting), or -1 on allocation failure. */
+static int64_t grammar_mask(llm_proposer *p) {
+    if (sd_grammar_mask(p->gcur, p->gv, p->gends, p->n_gends, p->gbits) < 0) return -1;
+    const int32_t n = n_row(p), nv = sd_grammar_vocab_size(p->gv);
+    int64_t left = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t id = id_of(p, j);
+        if (id >= nv || !(p->gbits[id >> 6] >> (id & 63) & 1u))
+            p->logits[j] = -INFINITY;
+        else if (p->logits[j] > -INFINITY && !is_end(p, id))
+            left++;
+    }
+    return left;
 }
 
 /* The context as the draft sees it; *len its length. NULL: it does not fit the draft's
@@ -220,7 +253,7 @@ static int draft_token(llm_proposer *p, int64_t pos, float *q_out, int32_t *tok,
  * no confidence cut-off there): the classifier's argmax alone will do, no row written
  * (sd_session_eval_argmax: the same index as the argmax of the row). */
 static int argmax_only(const llm_proposer *p, int penalize, int32_t i) {
-    return !(p->samp.temp > 0.0f) && !penalize && !p->samp.n_logit_bias &&
+    return !(p->samp.temp > 0.0f) && !penalize && !p->samp.n_logit_bias && !p->gstate &&
            !(p->p_min > 0.0f && i >= p->n_min);
 }
 
@@ -264,6 +297,7 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
     else if (!rc)
         rc = sd_session_eval(p->sess, ctx + i0, n_ctx - i0, p->logits, 1, err);
     if (rc) return draft_error(p, rc, err);
+    if (p->gstate && (rc = sd_grammar_state_copy(p->gcur, p->gstate, err))) return rc;
     int32_t tok = ctx[n_ctx - 1];
     for (int32_t i = 0; i < k; i++) {
         if (argmax_only(p, penalize, i)) {
@@ -292,6 +326,11 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
         if (penalize)
             sd_penalize(&p->samp, full, n_full, out->tokens, i, p->logits,
                         p->n_head ? p->n_vocab : n_row(p), p->n_head ? p->col_of : NULL);
+        if (p->gstate) { /* the grammar: nothing it refuses; stop where only the end may come */
+            const int64_t left = grammar_mask(p);
+            if (left < 0) return sd_errorf(err, SD_ERR_OOM, "draft: grammar: out of memory");
+            if (left == 0) break;
+        }
         /* Confidence cut-off (llama.cpp's --draft-p-min): stop before a token the draft
          * is unsure of, once n_min tokens are drafted. */
         const int cut = p->p_min > 0.0f && i >= p->n_min;
@@ -300,6 +339,14 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
                          cut ? &conf : NULL, err);
         if (rc) return draft_error(p, rc, err);
         if (cut && conf < (double)p->p_min) break;
+        if (p->gstate) { /* an end id is the target's to give; else the state moves on */
+            size_t len = 0;
+            const char *piece = sd_grammar_vocab_piece(p->gv, tok, &len);
+            sd_error refused = {0};
+            if (is_end(p, tok) || !piece || len == 0 ||
+                sd_grammar_advance(p->gcur, piece, len, &refused))
+                break;
+        }
         out->tokens[i] = tok;
         out->n = i + 1;
     }
@@ -329,8 +376,33 @@ static void llm_commit(sd_proposer *base, const int32_t *ctx, int32_t n_ctx) {
     (void)kept;
 }
 
+static int llm_set_grammar(sd_proposer *base, const sd_grammar_state *state,
+                           const sd_grammar_vocab *gv, const int32_t *ends, int32_t n_end,
+                           sd_error *err) {
+    llm_proposer *p = (llm_proposer *)base;
+    p->gstate = NULL;
+    if (!state) return SD_OK;
+    if (sd_grammar_vocab_size(gv) < p->n_common)
+        return sd_errorf(err, SD_ERR_ARG, "draft: grammar over %d tokens, the draft proposes %d",
+                         sd_grammar_vocab_size(gv), p->n_common);
+    int rc = p->gcur ? sd_grammar_state_copy(p->gcur, state, err)
+                     : sd_grammar_state_clone(state, &p->gcur, err);
+    if (rc) return rc;
+    if (!p->gbits || p->gv != gv) {
+        free(p->gbits);
+        p->gbits = malloc(((size_t)sd_grammar_vocab_size(gv) + 63) / 64 * sizeof *p->gbits);
+        if (!p->gbits) return sd_errorf(err, SD_ERR_OOM, "draft: out of memory");
+    }
+    p->gv = gv;
+    memcpy(p->gends, ends, (size_t)n_end * sizeof *ends);
+    p->n_gends = n_end;
+    p->gstate = state;
+    return SD_OK;
+}
+
 static void llm_reset(sd_proposer *base, const sd_sampling_params *samp, uint64_t seed) {
     llm_proposer *p = (llm_proposer *)base;
+    p->gstate = NULL; /* a new generation: unconstrained until set again */
     p->off = 0;
     p->samp = *samp;
     p->seed = seed;
@@ -346,6 +418,8 @@ static void llm_free(sd_proposer *base) {
     free(p->view);
     free(p->head);
     free(p->col_of);
+    sd_grammar_state_free(p->gcur);
+    free(p->gbits);
     free(p);
 }
 
@@ -358,6 +432,7 @@ static const sd_proposer_ops llm_ops = {
     .set_cutoff = llm_set_cutoff,
     .catch_up = llm_catch_up,
     .free = llm_free,
+    .set_grammar = llm_set_grammar,
 };
 
 int sd_proposer_llm_init(const sd_model *m, const sd_session_params *sp,

@@ -65,3 +65,12 @@ int sd_proposer_propose_tree(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, 
     }
     return rc;
 }
+
+int sd_proposer_set_grammar(sd_proposer *p, const sd_grammar_state *state,
+                            const sd_grammar_vocab *gv, const int32_t *ends, int32_t n_end,
+                            sd_error *err) {
+    if (state && (!gv || n_end < 0 || n_end > SD_DRAFT_MAX_ENDS || (n_end && !ends)))
+        return sd_errorf(err, SD_ERR_ARG, "draft: grammar with %d end ids (at most %d)", n_end,
+                         SD_DRAFT_MAX_ENDS);
+    return p->ops->set_grammar ? p->ops->set_grammar(p, state, gv, ends, n_end, err) : SD_OK;
+}

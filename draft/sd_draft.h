@@ -35,8 +35,9 @@
 
 #include <stdint.h>
 
-#include "runtime/model/sd_model.h"
 #include "runtime/base/sd_base.h"
+#include "runtime/grammar/sd_grammar.h"
+#include "runtime/model/sd_model.h"
 #include "verify/sd_sample.h"
 
 #ifdef __cplusplus
@@ -87,6 +88,9 @@ typedef struct sd_proposer_ops {
     /* See sd_proposer_propose_tree (NULL: the proposer drafts chains only). */
     int (*propose_tree)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t width,
                         int32_t depth, sd_proposal *out, sd_error *err);
+    /* See sd_proposer_set_grammar (NULL: the proposer ignores grammars). */
+    int (*set_grammar)(sd_proposer *p, const sd_grammar_state *state, const sd_grammar_vocab *gv,
+                       const int32_t *ends, int32_t n_end, sd_error *err);
 } sd_proposer_ops;
 
 struct sd_proposer {
@@ -183,6 +187,25 @@ int32_t sd_draft_room(const int32_t *ctx, int32_t n_ctx, int32_t k, int32_t n_ct
 int sd_draft_pick(const sd_sampling_params *sp, float *l, int32_t n, const int32_t *ids,
                   uint64_t seed, int64_t pos, float p_min, float *q, int32_t *scratch, int32_t *j,
                   double *conf, sd_error *err);
+
+/* Most end ids (EOS, stop ids) a proposer's grammar takes. */
+#define SD_DRAFT_MAX_ENDS 32
+
+/*
+ * Constrained drafting (runtime/grammar): the next proposals follow ctx's grammar state
+ * `state` (after the committed tokens; not owned, read during the propose calls until it
+ * is set again), over the target's token bytes gv, with the end ids ends[0 .. n_end)
+ * (EOS and stop ids: never proposed). The LLM proposer masks every row it drafts from
+ * (-inf for the tokens the grammar refuses, after the biases and penalties) advancing its
+ * own copy of the state along its drafts, and stops drafting where nothing but an end id
+ * may follow; the chain hands its LLM the state after its lookup tokens, cut at the
+ * first one the grammar refuses; lookup proposers ignore it (the engine cuts their
+ * proposals: sd_step_grammar_chain). state NULL, or sd_proposer_reset: unconstrained.
+ * Errors: SD_ERR_ARG (n_end above SD_DRAFT_MAX_ENDS), SD_ERR_OOM.
+ */
+int sd_proposer_set_grammar(sd_proposer *p, const sd_grammar_state *state,
+                            const sd_grammar_vocab *gv, const int32_t *ends, int32_t n_end,
+                            sd_error *err);
 
 /* The name of p's implementation ("llm", "ngram", "ngram+llm", "suffix", "suffix+llm"). */
 const char *sd_proposer_name(const sd_proposer *p);

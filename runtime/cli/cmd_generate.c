@@ -35,7 +35,9 @@ enum {
     OPT_INTERACTIVE,
     OPT_CONTEXT_SHIFT,
     OPT_KEEP,
-    OPT_LOGPROBS
+    OPT_LOGPROBS,
+    OPT_GRAMMAR,
+    OPT_GRAMMAR_FILE
 };
 
 typedef struct gen_cli {
@@ -51,6 +53,8 @@ typedef struct gen_cli {
     int context_shift;         /* --context-shift: a full context drops its older half */
     long keep;                 /* --keep N: prompt tokens a shift keeps (-1: all), BOS aside */
     int logprobs;              /* --logprobs N: 1 + N, 0 when not given */
+    const char *grammar;       /* --grammar TEXT: GBNF the output must follow */
+    const char *grammar_file;  /* --grammar-file FILE: the same from a file */
 } gen_cli;
 
 static int generate_option(int o, const char *arg, void *user) {
@@ -107,6 +111,12 @@ static int generate_option(int o, const char *arg, void *user) {
         c->logprobs = 1 + (int)v;
         return 0;
     }
+    case OPT_GRAMMAR:
+    case OPT_GRAMMAR_FILE:
+        if (c->grammar || c->grammar_file)
+            return usage_error("%s", "--grammar and --grammar-file: give one grammar");
+        *(o == OPT_GRAMMAR ? &c->grammar : &c->grammar_file) = arg;
+        return 0;
     case 'h':
         sd_cli_generate_help(stdout);
         return -1;
@@ -133,6 +143,8 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         {"context-shift", no_argument, 0, OPT_CONTEXT_SHIFT},
         {"keep", required_argument, 0, OPT_KEEP},
         {"logprobs", required_argument, 0, OPT_LOGPROBS},
+        {"grammar", required_argument, 0, OPT_GRAMMAR},
+        {"grammar-file", required_argument, 0, OPT_GRAMMAR_FILE},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -493,6 +505,9 @@ void sd_cli_generate_help(FILE *f) {
                "                           type for K and V (they must agree with --kv-type)\n"
                "  -cd N (--ctx-size-draft) the draft's context, 0 = the target's\n"
                "  --ignore-eos             never emit EOS (its logit is -inf): run to -n\n"
+               "  --grammar TEXT           constrain the output to a GBNF grammar (llama.cpp's\n"
+               "                           syntax, start rule root); exact with any draft\n"
+               "  --grammar-file FILE      the same, the grammar read from FILE\n"
                "  -e (--escape)            process \\n \\t \\r \\\\ \\' \\\" \\xHH in the prompt\n"
                "                           (--no-escape: as written, the default)\n"
                "  --no-display-prompt      do not echo the prompt before the text\n"
@@ -836,6 +851,7 @@ int sd_cmd_generate(int argc, char **argv) {
     uint8_t *k_trace = NULL;
     sd_pass_record *passes = NULL;
     sd_token_logprob *lps = NULL; /* --logprobs N */
+    char *grammar_buf = NULL;     /* --grammar-file's text */
     sd_ngram_cache *cache = NULL;
     int rc = SD_OK, exit_code = EXIT_FAILURE;
     const int notes = !c.g.log_disable;
@@ -866,6 +882,13 @@ int sd_cmd_generate(int argc, char **argv) {
     sd_engine *e = p.engine;
     sd_gen_params gp = p.ep.gen;
     if (c.no_draft) gp.draft_type = SD_DRAFT_NONE;
+    if (c.grammar_file) {
+        size_t glen = 0;
+        if ((rc = sd_cli_read_file(c.grammar_file, &grammar_buf, &glen, &err))) goto done;
+        gp.grammar = grammar_buf;
+    } else if (c.grammar) {
+        gp.grammar = c.grammar;
+    }
     const sd_proposer *prop = sd_engine_proposer_of(e, gp.draft_type);
     if (!prop && sd_draft_type_uses_llm(gp.draft_type)) {
         exit_code = usage_error("--draft-type %s needs a draft model: pass --draft FILE (-md)",
@@ -931,6 +954,7 @@ int sd_cmd_generate(int argc, char **argv) {
         st.stop == SD_STOP_NONE && sd_cli_interrupted() ? SD_EXIT_INTERRUPTED : EXIT_SUCCESS;
 done:
     if (rc) exit_code = sd_cli_fail(&err);
+    free(grammar_buf);
     free(lps);
     free(out);
     free(k_trace);

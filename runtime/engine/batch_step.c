@@ -115,6 +115,17 @@ static uint64_t seed_of(const sd_choice *c) {
     return c->r->gp.seed + (uint64_t)c->index;
 }
 
+/* The states of choice c's proposal t[0 .. *k) in b->gchain (made on first use), *k cut at
+ * the first token its grammar refuses (sd_step_grammar_chain). */
+static int grammar_chain(sd_batcher *b, sd_choice *c, const int32_t *t, int32_t *k, sd_error *err) {
+    for (int32_t i = 0; i <= SD_MAX_DRAFT; i++)
+        if (!b->gchain[i]) {
+            const int rc = sd_grammar_state_clone(c->gseq, &b->gchain[i], err);
+            if (rc) return rc;
+        }
+    return sd_step_grammar_chain(c->gseq, &c->r->gp, b->eos, t, k, b->gchain, err);
+}
+
 /* A proposal of the LLM draft carries q rows only for rejection sampling; greedy and
  * Gumbel drafts are a function of the context and the keyed noise (one-hot). */
 static int draft_rows(const sd_gen_params *gp) {
@@ -153,6 +164,13 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
         if (rc) return rc;
         /* Chained: the match's tokens the chain keeps (as draft/chain.c). */
         if (llm_type) prop.n = sd_chain_lookup_keep(lookup, prop.n, k);
+        /* The grammar: cut at the first token it refuses; the LLM continues from there. */
+        if (c->gseq && prop.n > 0) {
+            int32_t n = prop.n;
+            if ((rc = grammar_chain(b, c, prop.tokens, &n, err))) return rc;
+            prop.n = n;
+            if (llm_type && (rc = sd_grammar_state_copy(c->gdraft, b->gchain[n], err))) return rc;
+        }
         if (prop.n > 0) {
             c->k = prop.n;
             memcpy(c->dtok, prop.tokens, (size_t)prop.n * sizeof *c->dtok);
@@ -162,6 +180,10 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     }
     if (llm_type) {
         const int32_t m = c->k;
+        if (c->gseq && m == 0) {
+            const int rc = sd_grammar_state_copy(c->gdraft, c->gseq, err);
+            if (rc) return rc;
+        }
         SD_CHECK(c->n_ctx + k < c->cap, "choice context has room for the block");
         memcpy(c->ctx + c->n_ctx, c->dtok, (size_t)m * sizeof *c->dtok);
         /* Fewer near the draft's context limit, none for an id it lacks (as the proposer). */
@@ -190,6 +212,14 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     const int64_t pos = (int64_t)c->n_ctx + i;
     if (sp->n_logit_bias) sd_logit_bias_apply(sp, l, n, NULL); /* as the target's rows */
     if (sd_penalties_on(sp)) sd_penalize(sp, c->ctx, c->n_ctx, c->dtok, i, l, n, NULL);
+    if (c->gseq) { /* the grammar after the drafts so far: stop where nothing may follow */
+        const int64_t left = sd_step_grammar_mask_row(c->gdraft, gp, b->eos, b->gbits, l, n, NULL);
+        if (left < 0) return sd_errorf(err, SD_ERR_OOM, "draft: grammar: out of memory");
+        if (left == 0) {
+            c->llm = 0;
+            return SD_OK;
+        }
+    }
     const int cut = gp->draft_p_min > 0.0f && i - c->k_lookup >= gp->draft_min; /* its own */
     double conf = 1.0;
     int32_t tok;
@@ -203,6 +233,16 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     if (cut && conf < (double)gp->draft_p_min) {
         c->llm = 0; /* stop before a token the draft is unsure of */
         return SD_OK;
+    }
+    if (c->gseq) { /* an end id is the target's to give; else the state moves on */
+        size_t len = 0;
+        const char *piece = sd_grammar_vocab_piece(gp->grammar_vocab, tok, &len);
+        sd_error refused = {0};
+        if (sd_step_is_stop(gp, b->eos, tok) || !piece || len == 0 ||
+            sd_grammar_advance(c->gdraft, piece, len, &refused)) {
+            c->llm = 0;
+            return SD_OK;
+        }
     }
     c->dtok[i] = tok;
     c->k = i + 1;
@@ -364,9 +404,11 @@ static void tbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq, c
  * depends on neither the draft nor K) or rejection sampling. */
 static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_ms, sd_error *err) {
     const sd_gen_params *gp = &c->r->gp;
-    const int32_t k = c->k;
+    int32_t k = c->k;
     int rc = sd_target_check_rows(b->tm, rows, k + 1, err);
     if (rc) return rc;
+    /* The grammar: row i's state; the rows past a refused draft are not read. */
+    if (c->gseq && (rc = grammar_chain(b, c, c->dtok, &k, err))) return rc;
     const int32_t first_new = c->n_ctx;
     sd_step_pass p = {.gp = gp,
                       .eos = b->eos,
@@ -384,7 +426,10 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
                       .iscratch = b->iscratch,
                       .st = &c->st,
                       .raw = c->lp ? b->raw : NULL,
-                      .lp = c->lp ? b->lp : NULL};
+                      .lp = c->lp ? b->lp : NULL,
+                      .gseq = c->gseq,
+                      .gchain = c->gseq ? b->gchain : NULL,
+                      .gbits = b->gbits};
     sd_verify_result res;
     if ((rc = sd_step_finish(&p, &res, err))) return rc;
     if (c->lp) /* entry i of the output: ctx[n_prompt + i] */

@@ -63,6 +63,9 @@ void sd_batcher_free(sd_batcher *b) {
     free(b->raw);
     free(b->residual);
     free(b->iscratch);
+    for (int32_t i = 0; i <= SD_MAX_DRAFT; i++)
+        sd_grammar_state_free(b->gchain[i]);
+    free(b->gbits);
     free(b->dbtok);
     free(b->dbseq);
     free(b->dbwant);
@@ -229,7 +232,10 @@ void sd_req_free(sd_req *r) {
         free(r->ch[i].text);
         free(r->ch[i].lp);
         sd_detok_free(r->ch[i].detok);
+        sd_grammar_state_free(r->ch[i].gseq);
+        sd_grammar_state_free(r->ch[i].gdraft);
     }
+    sd_grammar_free(r->grammar);
     free(r->bias);
     for (int32_t i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
@@ -339,6 +345,23 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
         sd_req_free(q);
         return sd_error_prefix(err, rc0, "request");
     }
+    if (q->gp.grammar) {            /* compiled once for the request; the text is not kept */
+        pthread_mutex_lock(&b->mu); /* the engine builds its token bytes on first use */
+        rc0 =
+            q->gp.grammar_vocab ? SD_OK : sd_engine_grammar_vocab(b->e, &q->gp.grammar_vocab, err);
+        if (!rc0 && !b->gbits) {
+            b->gbits = calloc(((size_t)b->n_vocab + 63) / 64, sizeof *b->gbits);
+            if (!b->gbits) rc0 = sd_errorf(err, SD_ERR_OOM, "request: out of memory");
+        }
+        pthread_mutex_unlock(&b->mu);
+        if (!rc0) rc0 = sd_step_grammar_compile(&q->gp, b->n_vocab, &q->grammar, err);
+        q->gp.grammar = NULL;
+        q->gp.grammar_root = NULL;
+        if (rc0) {
+            sd_req_free(q);
+            return sd_error_prefix(err, rc0, "request");
+        }
+    }
     if (q->gp.n_draft == 0) q->gp.draft_type = SD_DRAFT_NONE;
     if (q->gp.draft_type == SD_DRAFT_AUTO) q->gp.draft_type = b->ds ? SD_DRAFT_LLM : SD_DRAFT_NONE;
     if (q->gp.draft_type == SD_DRAFT_NONE) q->gp.n_draft = 0;
@@ -355,6 +378,8 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
         int rc = c->ctx && (c->lp || !q->gp.logprobs)
                      ? sd_detok_init(b->vocab, SD_DETOK_REPLACE_INVALID, &c->detok, err)
                      : sd_errorf(err, SD_ERR_OOM, "request: out of memory");
+        if (!rc && q->grammar) rc = sd_grammar_state_init(q->grammar, &c->gseq, err);
+        if (!rc && q->grammar) rc = sd_grammar_state_clone(c->gseq, &c->gdraft, err);
         if (rc) {
             sd_req_free(q);
             return rc;

@@ -58,6 +58,9 @@ typedef struct sd_choice {
     int32_t prefill_n;             /* prompt tokens in the target pass (prefill) */
     int in_pass;                   /* takes part in this step's target pass */
     double t_draft_ms, c_draft_ms; /* drafting time this step (wall, thread clock) */
+    /* The grammar (r->grammar): the state after the committed tokens, and after this
+     * step's drafts so far (the LLM draft rows' masks); NULL both: none. */
+    sd_grammar_state *gseq, *gdraft;
 } sd_choice;
 
 struct sd_req {
@@ -74,10 +77,11 @@ struct sd_req {
     sd_choice *ch; /* [n_choices] */
     sd_req_cb cb;
     void *user;
-    int cancel;      /* set under the mutex by sd_batcher_cancel */
-    int n_done;      /* choices done */
-    double t_submit; /* ms, sd_time_ms */
-    sd_req *next;    /* the queue */
+    int cancel;          /* set under the mutex by sd_batcher_cancel */
+    int n_done;          /* choices done */
+    double t_submit;     /* ms, sd_time_ms */
+    sd_grammar *grammar; /* gp.grammar compiled (gp.grammar is then NULL), or NULL */
+    sd_req *next;        /* the queue */
 };
 
 #define SD_RATE_SAMPLES 64
@@ -138,6 +142,10 @@ struct sd_batcher {
     double rate_t[SD_RATE_SAMPLES];
     int64_t rate_n[SD_RATE_SAMPLES];
     int32_t rate_i;
+    /* Grammar scratch (allocated with the first request that has one): a pass's chain
+     * of states (sd_step_grammar_chain) and a mask [(n_vocab + 63) / 64]. */
+    sd_grammar_state *gchain[SD_MAX_DRAFT + 1];
+    uint64_t *gbits;
 };
 
 /* batcher.c */

@@ -18,6 +18,7 @@ struct sd_engine {
     sd_proposer *suffix_llm; /* chain: suffix then prop, or NULL */
     int32_t n_ctx, n_ctx_draft;
     sd_session_params sp, dsp;
+    sd_grammar_vocab *gvocab; /* the target's token bytes for grammar masks, built on demand */
 };
 
 sd_engine_params sd_engine_default_params(void) {
@@ -142,6 +143,7 @@ void sd_engine_free(sd_engine *e) {
     sd_proposer_free(e->ngram);
     sd_proposer_free(e->suffix);
     sd_proposer_free(e->prop);
+    sd_grammar_vocab_free(e->gvocab);
     sd_scorer_free(e->scorer);
     sd_model_free(e->dm);
     sd_model_free(e->tm);
@@ -195,6 +197,38 @@ sd_session_params sd_engine_session_params(const sd_engine *e, int draft) {
     return draft ? e->dsp : e->sp;
 }
 
+int sd_engine_grammar_vocab(sd_engine *e, const sd_grammar_vocab **out, sd_error *err) {
+    *out = e->gvocab;
+    if (e->gvocab) return SD_OK;
+    const sd_vocab *v = sd_model_vocab(e->tm);
+    const int32_t n = sd_model_hparams(e->tm)->n_vocab; /* ids past the vocabulary: no bytes */
+    char **pieces = calloc((size_t)(n > 0 ? n : 1), sizeof *pieces);
+    size_t *lens = calloc((size_t)(n > 0 ? n : 1), sizeof *lens);
+    int rc = pieces && lens ? SD_OK : sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+    char buf[256];
+    for (int32_t i = 0; i < n && !rc; i++) {
+        const int len = sd_vocab_token_to_piece(v, i, 0, buf, sizeof buf);
+        if (len <= 0) continue;
+        pieces[i] = malloc((size_t)len);
+        if (!pieces[i]) {
+            rc = sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+            break;
+        }
+        if ((size_t)len <= sizeof buf)
+            memcpy(pieces[i], buf, (size_t)len);
+        else
+            sd_vocab_token_to_piece(v, i, 0, pieces[i], (size_t)len);
+        lens[i] = (size_t)len;
+    }
+    if (!rc) rc = sd_grammar_vocab_init((const char *const *)pieces, lens, n, &e->gvocab, err);
+    for (int32_t i = 0; pieces && i < n; i++)
+        free(pieces[i]);
+    free(pieces);
+    free(lens);
+    *out = e->gvocab;
+    return rc;
+}
+
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err) {
@@ -215,6 +249,8 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
      * as llama.cpp does, besides EOS and the caller's stop ids (as the batcher). */
     int rc = sd_step_add_eog(&g, sd_model_vocab(e->tm), err);
     if (rc) return sd_error_prefix(err, rc, "%s", sd_model_path(e->tm));
+    if (g.grammar && !g.grammar_vocab && (rc = sd_engine_grammar_vocab(e, &g.grammar_vocab, err)))
+        return rc;
     if (g.draft_prior <= 0.0 && prop) { /* a memory-bound draft step: its bytes' share */
         const int llm = g.draft_type != SD_DRAFT_NGRAM && g.draft_type != SD_DRAFT_SUFFIX && e->dm;
         g.draft_prior =

@@ -156,6 +156,12 @@ typedef struct gen_run {
     int32_t n_ctx_drafted; /* the context when the proposer last drafted */
     int catchup_expensive;
     int32_t tree_width; /* token trees of this width (gp->tree_width), 0: chains */
+    /* The grammar (gp->grammar), or NULL: its state after the committed tokens, a pass's
+     * chain of states (row i's), the mask scratch. */
+    sd_grammar *grammar;
+    sd_grammar_state *gseq;
+    sd_grammar_state *gchain[SD_MAX_DRAFT + 1];
+    uint64_t *gbits;
 } gen_run;
 
 static void gen_free(gen_run *g) {
@@ -165,6 +171,21 @@ static void gen_free(gen_run *g) {
     free(g->residual);
     free(g->iscratch);
     free(g->raw);
+    for (int32_t i = 0; i <= SD_MAX_DRAFT; i++)
+        sd_grammar_state_free(g->gchain[i]);
+    sd_grammar_state_free(g->gseq);
+    sd_grammar_free(g->grammar);
+    free(g->gbits);
+}
+
+/* The grammar's state, chain and scratch (g->grammar compiled). */
+static int gen_alloc_grammar(gen_run *g, sd_error *err) {
+    int rc = sd_grammar_state_init(g->grammar, &g->gseq, err);
+    for (int32_t i = 0; i <= SD_MAX_DRAFT && !rc; i++)
+        rc = sd_grammar_state_clone(g->gseq, &g->gchain[i], err);
+    if (rc) return rc;
+    g->gbits = calloc(((size_t)g->n_vocab + 63) / 64, sizeof *g->gbits);
+    return g->gbits ? SD_OK : sd_errorf(err, SD_ERR_OOM, "generate: out of memory");
 }
 
 static int gen_alloc(gen_run *g, int32_t cap_ctx, sd_error *err) {
@@ -224,6 +245,12 @@ static int draft_pass(gen_run *g, int32_t k, int was_off, sd_proposal *prop, dou
         if (rc) return rc;
     }
     g->n_ctx_drafted = g->n_ctx;
+    if (g->grammar) {
+        int32_t ends[SD_MAX_STOP_IDS + 1];
+        const int32_t n_end = sd_step_grammar_ends(g->gp, g->eos, ends);
+        int rc = sd_proposer_set_grammar(g->draft, g->gseq, g->gp->grammar_vocab, ends, n_end, err);
+        if (rc) return rc;
+    }
     const double c0 = pass_clock_ms(g->clock);
     int rc = g->tree_width > 0
                  ? sd_proposer_propose_tree(g->draft, g->ctx, g->n_ctx, g->tree_width, k, prop, err)
@@ -260,7 +287,10 @@ static int finish_pass(gen_run *g, const sd_proposal *prop, int32_t k, sd_verify
                       .iscratch = g->iscratch,
                       .st = g->st,
                       .raw = g->raw,
-                      .lp = g->raw ? g->lp : NULL};
+                      .lp = g->raw ? g->lp : NULL,
+                      .gseq = g->gseq,
+                      .gchain = g->grammar ? g->gchain : NULL,
+                      .gbits = g->gbits};
     int32_t path[SD_MAX_DRAFT];
     if (g->tree_width > 0 && k > 0) { /* a tree (a chain is one too: verified alike) */
         p.parent = prop->parent;
@@ -300,6 +330,12 @@ static int run_pass(gen_run *g, int32_t *out, int32_t *n_new, sd_error *err) {
     /* a tree's nodes each take a KV slot: keep the first ones (parents come first) that fit */
     if (g->tree_width > 0 && prop.n > g->n_ctx_max - g->n_ctx)
         prop.n = g->n_ctx_max - g->n_ctx > 0 ? g->n_ctx_max - g->n_ctx : 0;
+    if (g->grammar) { /* the proposal cut at the first token the grammar refuses */
+        int32_t n = k_chosen > 0 ? prop.n : 0;
+        if ((rc = sd_step_grammar_chain(g->gseq, gp, g->eos, prop.tokens, &n, g->gchain, err)))
+            return rc;
+        prop.n = n;
+    }
     const int32_t k = k_chosen > 0 ? prop.n : 0;
     if (gp->k_trace && st->n_target_passes < gp->k_trace_cap)
         gp->k_trace[st->n_target_passes] = (uint8_t)k;
@@ -411,6 +447,8 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
     int64_t cap_ctx = (int64_t)n_prompt + gp->n_predict;
     if (cap_ctx > (int64_t)g.n_ctx_max + 1) cap_ctx = (int64_t)g.n_ctx_max + 1;
     if ((rc = gen_alloc(&g, (int32_t)cap_ctx, err))) goto done;
+    if ((rc = sd_step_grammar_compile(gp, g.n_vocab, &g.grammar, err))) goto done;
+    if (g.grammar && (rc = gen_alloc_grammar(&g, err))) goto done;
     memcpy(g.ctx, prompt, (size_t)n_prompt * sizeof(int32_t));
     g.n_ctx = g.n_ctx_drafted = n_prompt;
 

@@ -36,6 +36,18 @@ static const float *make_row(sd_step_pass *x, int32_t i, const int32_t *hist, in
         for (int32_t j = 0; j < gp->n_stop_ids && j < SD_MAX_STOP_IDS; j++)
             if (gp->stop_ids[j] >= 0 && gp->stop_ids[j] < nv) row[gp->stop_ids[j]] = -INFINITY;
     }
+    if (x->gchain) { /* the grammar: -inf for every token it refuses after row i's history */
+        const int64_t n_ok =
+            sd_step_grammar_mask_row(x->gchain[i], gp, x->eos, x->gbits, row, nv, NULL);
+        if (n_ok < 0) {
+            sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+            return NULL;
+        }
+        if (n_ok == 0) { /* nothing may follow: a stand-in row whose token the pass drops */
+            if (!x->g_dead || i + 1 < x->g_dead) x->g_dead = i + 1;
+            row[0] = 0.0f;
+        }
+    }
     sd_penalize(&gp->samp, x->ctx, x->n_ctx, hist, n_hist, row, nv, NULL);
     if (!(gp->samp.temp > 0.0f)) return row; /* greedy verification reads the logits */
     float *p = x->probs + (size_t)i * (size_t)nv;
@@ -67,6 +79,13 @@ int sd_step_finish(sd_step_pass *p, sd_verify_result *res, sd_error *err) {
                               p->n_vocab, p->seed, p->n_ctx, p->residual, res, err);
     p->st->t_sample_ms += sd_time_ms() - t;
     if (rc) return rc;
+    /* A row the grammar allowed nothing in ends the sequence before its token. */
+    const int32_t g_cut = p->g_dead - 1;
+    const int g_stop = p->g_dead > 0 && res->n_tokens > g_cut;
+    if (g_stop) {
+        res->n_tokens = g_cut;
+        if (res->n_accepted > g_cut) res->n_accepted = g_cut;
+    }
     const int lookup = p->k > 0 && p->lookup;
     sd_step_count_pass(p->st, p->k, lookup);
     if (p->parent) { /* a tree: drafted_at counts the depths drafted, not the nodes */
@@ -80,6 +99,15 @@ int sd_step_finish(sd_step_pass *p, sd_verify_result *res, sd_error *err) {
     }
     p->n_committed = sd_step_commit(p->gp, p->eos, res->tokens, res->n_tokens, res->n_accepted,
                                     lookup, p->ctx, &p->n_ctx, p->st);
+    if (g_stop && p->n_committed == g_cut && p->st->stop == SD_STOP_NONE)
+        p->st->stop = SD_STOP_GRAMMAR;
+    for (int32_t i = 0; p->gseq && i < p->n_committed; i++) {
+        size_t len = 0;
+        const char *piece = sd_grammar_vocab_piece(p->gp->grammar_vocab, res->tokens[i], &len);
+        const int rc_g = sd_grammar_advance(p->gseq, piece, len, err);
+        if (rc_g) /* the rows were masked: a refused token here is a bug */
+            return sd_error_prefix(err, rc_g, "grammar: committed token %d", res->tokens[i]);
+    }
     if (p->raw && p->lp) {
         const size_t nv = (size_t)p->n_vocab;
         int32_t n_top = p->gp->top_logprobs;
@@ -180,4 +208,72 @@ int sd_step_add_eog(sd_gen_params *g, const sd_vocab *v, sd_error *err) {
         g->stop_ids[g->n_stop_ids++] = eog[i];
     }
     return SD_OK;
+}
+
+/* ---- grammar ---- */
+
+int sd_step_grammar_compile(const sd_gen_params *gp, int32_t n_vocab, sd_grammar **out,
+                            sd_error *err) {
+    *out = NULL;
+    if (!gp->grammar) return SD_OK;
+    if (!gp->grammar_vocab || sd_grammar_vocab_size(gp->grammar_vocab) != n_vocab)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "grammar: the request needs the target vocabulary's token bytes "
+                         "(sd_gen_params.grammar_vocab of %d tokens)",
+                         (int)n_vocab);
+    if (gp->tree_width > 0)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "grammar: constrained decoding with draft trees is not supported (use "
+                         "a chain: no --draft-tree)");
+    return sd_grammar_parse(gp->grammar, strlen(gp->grammar), gp->grammar_root, out, err);
+}
+
+int32_t sd_step_grammar_ends(const sd_gen_params *gp, int32_t eos, int32_t *ends) {
+    int32_t n = 0;
+    if (eos >= 0) ends[n++] = eos;
+    for (int32_t i = 0; i < gp->n_stop_ids && i < SD_MAX_STOP_IDS; i++)
+        ends[n++] = gp->stop_ids[i];
+    return n;
+}
+
+int sd_step_grammar_chain(const sd_grammar_state *seq, const sd_gen_params *gp, int32_t eos,
+                          const int32_t *draft, int32_t *k, sd_grammar_state **chain,
+                          sd_error *err) {
+    int rc = sd_grammar_state_copy(chain[0], seq, err);
+    if (rc) return rc;
+    for (int32_t i = 0; i < *k; i++) {
+        size_t len = 0;
+        const char *piece = sd_grammar_vocab_piece(gp->grammar_vocab, draft[i], &len);
+        if (!piece || len == 0 || sd_step_is_stop(gp, eos, draft[i])) {
+            *k = i;
+            break;
+        }
+        if ((rc = sd_grammar_state_copy(chain[i + 1], chain[i], err))) return rc;
+        sd_error refused = {0};
+        rc = sd_grammar_advance(chain[i + 1], piece, len, &refused);
+        if (rc == SD_ERR_ARG) {
+            *k = i;
+            break;
+        }
+        if (rc) return sd_errorf(err, (sd_status)rc, "%s", refused.msg);
+    }
+    return SD_OK;
+}
+
+int64_t sd_step_grammar_mask_row(sd_grammar_state *state, const sd_gen_params *gp, int32_t eos,
+                                 uint64_t *bits, float *l, int32_t n, const int32_t *ids) {
+    int32_t ends[SD_MAX_STOP_IDS + 1];
+    const int32_t n_end = sd_step_grammar_ends(gp, eos, ends);
+    const sd_grammar_vocab *gv = gp->grammar_vocab;
+    if (sd_grammar_mask(state, gv, ends, n_end, bits) < 0) return -1;
+    const int32_t nv = sd_grammar_vocab_size(gv);
+    int64_t left = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t id = ids ? ids[j] : j;
+        if (id < 0 || id >= nv || !(bits[id >> 6] >> (id & 63) & 1u))
+            l[j] = -INFINITY;
+        else if (l[j] > -INFINITY)
+            left++;
+    }
+    return left;
 }

@@ -57,6 +57,15 @@ typedef struct sd_step_pass {
     sd_token_logprob *lp;
     uint32_t raw_have;
     int32_t n_committed; /* out: the tokens sd_step_finish committed */
+    /* Grammar (gp->grammar; NULL all: none). gseq: the sequence's state after the
+     * committed tokens, advanced by the commit; gchain: [k + 1] row i's state (after the
+     * committed tokens and draft[0 .. i): sd_step_grammar_chain); gbits: scratch
+     * [(n_vocab + 63) / 64]. g_dead: 1 + the first row the grammar allowed no token in
+     * (0: none; the pass then ends the sequence there with SD_STOP_GRAMMAR). */
+    sd_grammar_state *gseq;
+    sd_grammar_state *const *gchain;
+    uint64_t *gbits;
+    int32_t g_dead;
 } sd_step_pass;
 
 /* Row i of the pass (sd_verify_row_fn; user is an sd_step_pass), made when verification
@@ -100,6 +109,34 @@ int sd_step_finish(sd_step_pass *p, sd_verify_result *res, sd_error *err);
  * descending, ties to the lower id, NaN never among them. */
 void sd_step_logprob(const float *row, int32_t n_vocab, int32_t token, int32_t n_top,
                      sd_token_logprob *out);
+
+/* ---- grammar (gp->grammar), for both clients ---- */
+
+/* Compile gp->grammar (gp->grammar_root) into *out (NULL when gp->grammar is NULL) and
+ * check what it needs: gp->grammar_vocab of n_vocab tokens, no token trees. Errors:
+ * SD_ERR_FORMAT (the grammar's, prefixed "grammar"), SD_ERR_ARG, SD_ERR_UNSUPPORTED,
+ * SD_ERR_OOM. */
+int sd_step_grammar_compile(const sd_gen_params *gp, int32_t n_vocab, sd_grammar **out,
+                            sd_error *err);
+
+/* The end ids of gp's grammar masks: eos (if >= 0) and gp's stop ids, into ends
+ * [SD_MAX_STOP_IDS + 1]; returns how many. */
+int32_t sd_step_grammar_ends(const sd_gen_params *gp, int32_t eos, int32_t *ends);
+
+/* The states of a proposal: chain[0] := seq, chain[i + 1] := chain[i] after draft[i], and
+ * *k cut at the first draft token the grammar refuses or that ends generation (an end id:
+ * the target gives it itself). chain: [SD_MAX_DRAFT + 1] states of seq's grammar
+ * (sd_grammar_state_clone). Errors: SD_ERR_OOM. */
+int sd_step_grammar_chain(const sd_grammar_state *seq, const sd_gen_params *gp, int32_t eos,
+                          const int32_t *draft, int32_t *k, sd_grammar_state **chain,
+                          sd_error *err);
+
+/* Mask the n-entry logits row l (entry j is token ids[j], ids NULL: token j) with the
+ * tokens state allows (bits: scratch [(n_vocab + 63) / 64] of the grammar's vocabulary;
+ * -inf for the others). Returns the entries left finite (0: nothing may follow), or -1
+ * on allocation failure. The LLM draft rows of the batcher. */
+int64_t sd_step_grammar_mask_row(sd_grammar_state *state, const sd_gen_params *gp, int32_t eos,
+                                 uint64_t *bits, float *l, int32_t n, const int32_t *ids);
 
 /* Add the vocabulary's end-of-generation ids (<|im_end|>, <|eot_id|> ...) that g lacks to
  * its stop ids, as llama.cpp stops at them. SD_ERR_UNSUPPORTED when they do not fit. */

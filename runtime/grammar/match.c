@@ -19,6 +19,29 @@ typedef struct gnode {
 /* A stack's top: a node index, or EMPTY (every level finished: the sentence may end). */
 #define EMPTY (-1)
 
+/* Masks kept per lineage of states (a sequence's state and its copies share one): the
+ * trie walk's bits for a state, keyed by the state's contents (the pending code point
+ * and every stack's positions top to bottom). A generation revisits few distinct states
+ * (the inside of a string, of a number, after a key), so most masks are a copy. */
+#define GCACHE_N 32
+
+typedef struct gcache_entry {
+    uint64_t hash, last_use;
+    uint32_t *key; /* [n_key] */
+    size_t n_key;
+    uint64_t *bits; /* [n_words] the walk's bits (no end ids) */
+    int64_t count;
+} gcache_entry;
+
+typedef struct gcache {
+    int32_t refs;
+    const sd_grammar_vocab *v; /* the vocabulary the entries are over */
+    size_t n_words;
+    uint64_t tick;
+    int32_t n;
+    gcache_entry e[GCACHE_N];
+} gcache;
+
 struct sd_grammar_state {
     const sd_grammar *g;
     gnode *nodes;
@@ -32,7 +55,19 @@ struct sd_grammar_state {
     int32_t *map; /* compaction: old node -> new node */
     size_t cap_map;
     int oom;
+    gcache *cache; /* shared with the states copied from this one */
+    uint32_t *key; /* scratch: this state's cache key */
+    size_t cap_key;
 };
+
+static void cache_release(gcache *c) {
+    if (!c || --c->refs > 0) return;
+    for (int32_t i = 0; i < c->n; i++) {
+        free(c->e[i].key);
+        free(c->e[i].bits);
+    }
+    free(c);
+}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
@@ -136,7 +171,25 @@ static int class_meets(const sd_grammar *g, uint32_t k, uint32_t lo, uint32_t hi
     return c->neg;
 }
 
-/* The stacks of buf[in .. in + n) after code point cp, appended as a new segment. */
+/* 1 if class k holds every code point of [lo, hi]. */
+static int class_covers(const sd_grammar *g, uint32_t k, uint32_t lo, uint32_t hi) {
+    const gclass *c = &g->cls[k];
+    const uint32_t *r = g->rng + 2 * (size_t)c->first;
+    for (uint32_t i = 0; i < c->n; i++) {
+        const int meets = r[2 * i] <= hi && r[2 * i + 1] >= lo;
+        if (c->neg && meets) return 0;
+        if (!c->neg && r[2 * i] <= lo && r[2 * i + 1] >= hi) return 1;
+    }
+    return c->neg;
+}
+
+/* A pending code point whose value no longer matters (CP_ANY): what is left of it can
+ * only complete a valid code point that every stack kept takes. The automaton of a mask
+ * then has one configuration for all of them instead of one per partial value. */
+#define CP_ANY 0xFFFFFFFFu
+
+/* The stacks of buf[in .. in + n) after code point cp (CP_ANY: one every stack takes),
+ * appended as a new segment. */
 static void step_cp(sd_grammar_state *s, size_t in, size_t n, uint32_t cp) {
     const sd_grammar *g = s->g;
     const size_t seg = s->n_buf;
@@ -144,7 +197,7 @@ static void step_cp(sd_grammar_state *s, size_t in, size_t n, uint32_t cp) {
         const int32_t t = s->buf[in + i];
         if (t == EMPTY) continue;
         const uint32_t pos = s->nodes[t].pos;
-        if (!class_has(g, g->el[pos].arg, cp)) continue;
+        if (cp != CP_ANY && !class_has(g, g->el[pos].arg, cp)) continue;
         const int32_t up = s->nodes[t].up;
         expand(s, seg, g->el[pos + 1].type == GE_END ? up : push(s, pos + 1, up));
     }
@@ -163,36 +216,71 @@ static void keep_range(sd_grammar_state *s, size_t in, size_t n, uint32_t lo, ui
     }
 }
 
+/* A pending code point: *rem holds the continuation bytes still to come (bits 0-1) and
+ * the sequence's length (bits 2-4); 0 when none is pending. */
+#define REM_LEFT(r)  ((r)&3)
+#define REM_TOTAL(r) ((r) >> 2)
+
+/* The smallest code point a UTF-8 sequence of total bytes encodes (shorter forms of it
+ * are overlong: refused, as every invalid sequence). */
+static uint32_t min_of_length(int32_t total) {
+    return total == 2 ? 0x80u : (total == 3 ? 0x800u : 0x10000u);
+}
+
 /* One byte: the stacks of buf[in .. in + n) with the pending code point (*cp, *rem)
- * after byte b, appended as a new segment; returns its size (0: refused). */
+ * after byte b, appended as a new segment; returns its size (0: refused). Only
+ * well-formed UTF-8 passes: no overlong form, no surrogate, nothing above U+10FFFF. */
 static size_t step_byte(sd_grammar_state *s, size_t in, size_t n, uint32_t *cp, int32_t *rem,
                         uint8_t b) {
     const size_t seg = s->n_buf;
     if (*rem > 0) {
         if ((b & 0xC0u) != 0x80u) return 0;
-        *cp = *cp << 6 | (b & 0x3Fu);
-        --*rem;
+        if (*cp != CP_ANY) *cp = *cp << 6 | (b & 0x3Fu);
+        *rem -= 1;
     } else if (b < 0x80u) {
         *cp = b;
     } else if (b >= 0xC2u && b <= 0xDFu) {
         *cp = b & 0x1Fu;
-        *rem = 1;
+        *rem = 1 | 2 << 2;
     } else if (b >= 0xE0u && b <= 0xEFu) {
         *cp = b & 0x0Fu;
-        *rem = 2;
+        *rem = 2 | 3 << 2;
     } else if (b >= 0xF0u && b <= 0xF4u) {
         *cp = b & 0x07u;
-        *rem = 3;
+        *rem = 3 | 4 << 2;
     } else {
         return 0;
     }
-    if (*rem == 0) {
+    const int32_t left = REM_LEFT(*rem), total = REM_TOTAL(*rem);
+    if (left == 0) {
+        if (total > 0 && *cp != CP_ANY &&
+            (*cp < min_of_length(total) || *cp > 0x10FFFFu || (*cp >= 0xD800u && *cp <= 0xDFFFu)))
+            return 0;
         step_cp(s, in, n, *cp);
+        *rem = 0;
+        *cp = 0;                /* nothing pending: one configuration whatever the character was */
+    } else if (*cp == CP_ANY) { /* every stack takes whatever completes it */
+        if (grow((void **)&s->buf, &s->cap_buf, s->n_buf + n, sizeof *s->buf)) {
+            s->oom = 1;
+            return 0;
+        }
+        memmove(s->buf + s->n_buf, s->buf + in, n * sizeof *s->buf);
+        s->n_buf += n;
     } else {
-        const uint32_t shift = 6u * (uint32_t)*rem;
-        const uint32_t lo = *cp << shift, hi = lo | ((1u << shift) - 1u);
-        if (lo > 0x10FFFFu) return 0;
-        keep_range(s, in, n, lo, hi > 0x10FFFFu ? 0x10FFFFu : hi);
+        const uint32_t shift = 6u * (uint32_t)left;
+        const uint32_t raw_lo = *cp << shift, raw_hi = raw_lo | ((1u << shift) - 1u);
+        uint32_t lo = raw_lo, hi = raw_hi;
+        if (lo < min_of_length(total)) lo = min_of_length(total);
+        if (hi > 0x10FFFFu) hi = 0x10FFFFu;
+        if (lo > hi || (lo >= 0xD800u && hi <= 0xDFFFu)) return 0;
+        keep_range(s, in, n, lo, hi);
+        /* every completion valid (none overlong, above U+10FFFF or a surrogate) and taken
+         * by every stack kept: the value no longer matters */
+        int any = raw_lo >= min_of_length(total) && raw_hi <= 0x10FFFFu &&
+                  !(raw_lo <= 0xDFFFu && raw_hi >= 0xD800u);
+        for (size_t i = seg; i < s->n_buf && any; i++)
+            any = class_covers(s->g, s->g->el[s->nodes[s->buf[i]].pos].arg, lo, hi);
+        if (any && s->n_buf > seg) *cp = CP_ANY;
     }
     return s->oom ? 0 : s->n_buf - seg;
 }
@@ -262,6 +350,12 @@ int sd_grammar_state_init(const sd_grammar *g, sd_grammar_state **out, sd_error 
     sd_grammar_state *s = calloc(1, sizeof *s);
     if (!s) return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
     s->g = g;
+    s->cache = calloc(1, sizeof *s->cache);
+    if (!s->cache) {
+        free(s);
+        return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+    }
+    s->cache->refs = 1;
     const uint32_t a0 = g->rules[g->root].first_alt, na = g->rules[g->root].n_alt;
     for (uint32_t a = a0; a < a0 + na && !s->oom; a++) {
         const uint32_t start = g->alt_start[a];
@@ -281,7 +375,20 @@ void sd_grammar_state_free(sd_grammar_state *s) {
     free(s->tops);
     free(s->buf);
     free(s->map);
+    free(s->key);
+    cache_release(s->cache);
     free(s);
+}
+
+int sd_grammar_state_clone(const sd_grammar_state *src, sd_grammar_state **out, sd_error *err) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+    const int rc = sd_grammar_state_copy(*out, src, err);
+    if (rc) {
+        sd_grammar_state_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 int sd_grammar_state_copy(sd_grammar_state *dst, const sd_grammar_state *src, sd_error *err) {
@@ -296,6 +403,11 @@ int sd_grammar_state_copy(sd_grammar_state *dst, const sd_grammar_state *src, sd
     dst->n_tops = src->n_tops;
     dst->cp = src->cp;
     dst->rem = src->rem;
+    if (dst->cache != src->cache) {
+        cache_release(dst->cache);
+        dst->cache = src->cache;
+        dst->cache->refs++;
+    }
     return SD_OK;
 }
 
@@ -345,47 +457,295 @@ int sd_grammar_finished(const sd_grammar_state *s) {
     return sd_grammar_accepting(s) && s->n_tops == 1;
 }
 
-/* The trie walk below node: in buf[in .. in + n) the stacks after node's bytes. */
-static int64_t walk(sd_grammar_state *s, const sd_grammar_vocab *v, int32_t node, size_t in,
-                    size_t n, uint32_t cp, int32_t rem, uint64_t *bits) {
-    int64_t count = 0;
-    for (int32_t c = v->first_child[node]; c >= 0; c = v->next_sibling[c]) {
-        const size_t mark_nodes = s->n_nodes, mark_buf = s->n_buf;
-        uint32_t cp2 = cp;
-        int32_t rem2 = rem;
-        const size_t m = step_byte(s, in, n, &cp2, &rem2, v->byte[c]);
-        if (s->oom) return -1;
-        if (m > 0) {
-            for (int32_t t = v->tok_first[c]; t >= 0; t = v->tok_next[t]) {
-                bits[t >> 6] |= UINT64_C(1) << (t & 63);
-                count++;
-            }
-            if (v->first_child[c] >= 0) {
-                const int64_t k = walk(s, v, c, mark_buf, m, cp2, rem2, bits);
-                if (k < 0) return -1;
-                count += k;
-            }
-        }
-        s->n_nodes = mark_nodes;
-        s->n_buf = mark_buf;
+/* The key of the stacks tops[0 .. n) with pending code point (cp, rem), appended to
+ * *key (growable, *len used, *cap allocated): cp, rem, n, then per stack its depth and
+ * its positions top to bottom. Returns the key's start, or SIZE_MAX on allocation
+ * failure. */
+static size_t key_append(const sd_grammar_state *s, const int32_t *tops, size_t n, uint32_t cp,
+                         int32_t rem, uint32_t **key, size_t *len, size_t *cap) {
+    size_t need = 3;
+    for (size_t i = 0; i < n; i++) {
+        need++;
+        for (int32_t t = tops[i]; t != EMPTY; t = s->nodes[t].up)
+            need++;
     }
+    if (grow((void **)key, cap, *len + need, sizeof **key)) return SIZE_MAX;
+    const size_t start = *len;
+    uint32_t *k = *key + start;
+    size_t j = 0;
+    k[j++] = cp;
+    k[j++] = (uint32_t)rem;
+    k[j++] = (uint32_t)n;
+    for (size_t i = 0; i < n; i++) {
+        const size_t at = j++;
+        for (int32_t t = tops[i]; t != EMPTY; t = s->nodes[t].up)
+            k[j++] = s->nodes[t].pos;
+        k[at] = (uint32_t)(j - at - 1);
+    }
+    *len += j;
+    return start;
+}
+
+static uint64_t key_hash(const uint32_t *k, size_t n) {
+    uint64_t h = SD_FNV1A64_INIT;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ k[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+/*
+ * The walk of one mask as an automaton built on demand: a configuration (the stacks and
+ * the pending code point, interned by their key) and a byte lead to one configuration
+ * (or none), so a transition is computed once per walk and every other trie edge with
+ * the same configuration and byte is a table lookup. Inside a string, say, the stacks
+ * come back to the same few configurations after every character, and the vocabulary's
+ * million trie edges cost a hash probe each.
+ */
+typedef struct gwalk {
+    sd_grammar_state *s;
+    const sd_grammar_vocab *v;
+    uint64_t *bits;
+    uint32_t *keys; /* every configuration's key */
+    size_t n_keys, cap_keys;
+    size_t *koff; /* [n_cfg + 1] configuration i's key: keys[koff[i] .. koff[i + 1]) */
+    size_t cap_koff;
+    int32_t n_cfg;
+    int32_t *cfg_slot; /* open addressing: configuration ids by key hash (-1: empty) */
+    size_t cfg_cap;
+    uint64_t *tr_key; /* open addressing: (id << 8 | byte) + 1, 0 empty */
+    int32_t *tr_val;  /* the next configuration, -1: refused */
+    size_t tr_cap, tr_n;
+    int32_t *dense; /* [DENSE_CFG * 256] the first configurations' transitions (-2: not
+                       known), the hot ones: a lookup without hashing */
+    int oom;
+} gwalk;
+
+#define DENSE_CFG 256
+
+static int32_t cfg_intern(gwalk *w, size_t start, size_t n) {
+    const uint32_t *k = w->keys + start;
+    const uint64_t h = key_hash(k, n);
+    if ((size_t)(w->n_cfg + 1) * 2 > w->cfg_cap) { /* grow and rehash */
+        const size_t cap = w->cfg_cap ? w->cfg_cap * 2 : 1024;
+        int32_t *slot = malloc(cap * sizeof *slot);
+        if (!slot) return w->oom = 1, -1;
+        for (size_t i = 0; i < cap; i++)
+            slot[i] = -1;
+        for (int32_t c = 0; c < w->n_cfg; c++) {
+            const size_t o = w->koff[c];
+            size_t i = key_hash(w->keys + o, w->koff[c + 1] - o) & (cap - 1);
+            while (slot[i] >= 0)
+                i = (i + 1) & (cap - 1);
+            slot[i] = c;
+        }
+        free(w->cfg_slot);
+        w->cfg_slot = slot;
+        w->cfg_cap = cap;
+    }
+    size_t i = h & (w->cfg_cap - 1);
+    for (; w->cfg_slot[i] >= 0; i = (i + 1) & (w->cfg_cap - 1)) {
+        const int32_t c = w->cfg_slot[i];
+        const size_t o = w->koff[c], m = w->koff[c + 1] - o;
+        if (m == n && !memcmp(w->keys + o, k, n * sizeof *k)) {
+            w->n_keys = start; /* a known configuration: drop the appended key */
+            return c;
+        }
+    }
+    if (grow((void **)&w->koff, &w->cap_koff, (size_t)w->n_cfg + 2, sizeof *w->koff))
+        return w->oom = 1, -1;
+    const int32_t c = w->n_cfg++;
+    w->koff[c] = start;
+    w->koff[c + 1] = start + n;
+    w->cfg_slot[i] = c;
+    return c;
+}
+
+static int32_t cfg_step_slow(gwalk *w, int32_t c, uint8_t b);
+
+/* Configuration c after byte b (-1: refused). */
+static inline int32_t cfg_step(gwalk *w, int32_t c, uint8_t b) {
+    if (c < DENSE_CFG) {
+        int32_t *d = &w->dense[(size_t)c * 256 + b];
+        if (*d == -2) *d = cfg_step_slow(w, c, b);
+        return *d;
+    }
+    return cfg_step_slow(w, c, b);
+}
+
+/* The same through the hash table, computed on the state's scratch when not known. */
+static int32_t cfg_step_slow(gwalk *w, int32_t c, uint8_t b) {
+    const uint64_t tk = ((uint64_t)c << 8 | b) + 1;
+    if (w->tr_cap && (w->tr_n + 1) * 2 <= w->tr_cap) {
+        for (size_t i = (tk * UINT64_C(0x9E3779B97F4A7C15) >> 20) & (w->tr_cap - 1); w->tr_key[i];
+             i = (i + 1) & (w->tr_cap - 1))
+            if (w->tr_key[i] == tk) return w->tr_val[i];
+    } else { /* grow the transition table, then look again */
+        const size_t cap = w->tr_cap ? w->tr_cap * 2 : 4096;
+        uint64_t *key = calloc(cap, sizeof *key);
+        int32_t *val = malloc(cap * sizeof *val);
+        if (!key || !val) {
+            free(key);
+            free(val);
+            return w->oom = 1, -1;
+        }
+        for (size_t j = 0; j < w->tr_cap; j++) {
+            if (!w->tr_key[j]) continue;
+            size_t i = (w->tr_key[j] * UINT64_C(0x9E3779B97F4A7C15) >> 20) & (cap - 1);
+            while (key[i])
+                i = (i + 1) & (cap - 1);
+            key[i] = w->tr_key[j];
+            val[i] = w->tr_val[j];
+        }
+        free(w->tr_key);
+        free(w->tr_val);
+        w->tr_key = key;
+        w->tr_val = val;
+        w->tr_cap = cap;
+        return cfg_step_slow(w, c, b);
+    }
+    /* not known: rebuild c's stacks on the scratch, step, intern the result */
+    sd_grammar_state *s = w->s;
+    const size_t mark_nodes = s->n_nodes;
+    s->n_buf = 0;
+    const uint32_t *k = w->keys + w->koff[c];
+    uint32_t cp = k[0];
+    int32_t rem = (int32_t)k[1];
+    const size_t n = k[2];
+    size_t j = 3;
+    if (grow((void **)&s->buf, &s->cap_buf, n + 1, sizeof *s->buf)) return w->oom = 1, -1;
+    for (size_t i = 0; i < n; i++) {
+        const size_t depth = k[j++];
+        int32_t up = EMPTY;
+        for (size_t d = depth; d > 0; d--)
+            up = push(s, k[j + d - 1], up);
+        j += depth;
+        s->buf[s->n_buf++] = up;
+    }
+    int32_t next = -1;
+    const size_t m = s->oom ? 0 : step_byte(s, 0, n, &cp, &rem, b);
+    if (s->oom) {
+        s->oom = 0;
+        w->oom = 1;
+    } else if (m > 0) {
+        const size_t start =
+            key_append(s, s->buf + n, m, cp, rem, &w->keys, &w->n_keys, &w->cap_keys);
+        next = start == SIZE_MAX ? (w->oom = 1, -1) : cfg_intern(w, start, w->n_keys - start);
+    }
+    s->n_nodes = mark_nodes;
+    s->n_buf = 0;
+    if (w->oom) return -1;
+    size_t i = (tk * UINT64_C(0x9E3779B97F4A7C15) >> 20) & (w->tr_cap - 1);
+    while (w->tr_key[i])
+        i = (i + 1) & (w->tr_cap - 1);
+    w->tr_key[i] = tk;
+    w->tr_val[i] = next;
+    w->tr_n++;
+    return next;
+}
+
+/* The trie walk below node, whose bytes led to configuration c. */
+static int64_t walk(gwalk *w, int32_t node, int32_t c) {
+    const sd_grammar_vocab *v = w->v;
+    int64_t count = 0;
+    for (int32_t ch = v->first_child[node]; ch >= 0; ch = v->next_sibling[ch]) {
+        const int32_t next = cfg_step(w, c, v->byte[ch]);
+        if (w->oom) return -1;
+        if (next < 0) continue;
+        for (int32_t t = v->tok_first[ch]; t >= 0; t = v->tok_next[t]) {
+            w->bits[t >> 6] |= UINT64_C(1) << (t & 63);
+            count++;
+        }
+        if (v->first_child[ch] >= 0) {
+            const int64_t k = walk(w, ch, next);
+            if (k < 0) return -1;
+            count += k;
+        }
+    }
+    return count;
+}
+
+/* The walk's bits for s over v into bits (cleared first); the count, or -1. */
+static int64_t walk_all(sd_grammar_state *s, const sd_grammar_vocab *v, uint64_t *bits) {
+    memset(bits, 0, ((size_t)v->n_vocab + 63) / 64 * sizeof *bits);
+    gwalk w = {.s = s, .v = v, .bits = bits};
+    int64_t count = -1;
+    w.dense = malloc((size_t)DENSE_CFG * 256 * sizeof *w.dense);
+    if (!w.dense) return -1;
+    for (size_t i = 0; i < (size_t)DENSE_CFG * 256; i++)
+        w.dense[i] = -2;
+    const size_t start =
+        key_append(s, s->tops, s->n_tops, s->cp, s->rem, &w.keys, &w.n_keys, &w.cap_keys);
+    const int32_t c0 = start == SIZE_MAX ? -1 : cfg_intern(&w, start, w.n_keys - start);
+    if (c0 >= 0) count = walk(&w, 0, c0);
+    free(w.keys);
+    free(w.koff);
+    free(w.cfg_slot);
+    free(w.tr_key);
+    free(w.tr_val);
+    free(w.dense);
+    return w.oom ? -1 : count;
+}
+
+/* The walk's bits for s over v (cached), into bits; the count, or -1. */
+static int64_t walk_cached(sd_grammar_state *s, const sd_grammar_vocab *v, uint64_t *bits) {
+    const size_t n_words = ((size_t)v->n_vocab + 63) / 64;
+    gcache *c = s->cache;
+    if (c->v != v) { /* another vocabulary: start over */
+        for (int32_t i = 0; i < c->n; i++) {
+            free(c->e[i].key);
+            free(c->e[i].bits);
+        }
+        c->n = 0;
+        c->v = v;
+        c->n_words = n_words;
+    }
+    size_t n_key = 0;
+    if (key_append(s, s->tops, s->n_tops, s->cp, s->rem, &s->key, &n_key, &s->cap_key) == SIZE_MAX)
+        n_key = 0;
+    uint64_t h = SD_FNV1A64_INIT;
+    for (size_t i = 0; i < n_key; i++)
+        h = (h ^ s->key[i]) * UINT64_C(0x100000001b3);
+    c->tick++;
+    for (int32_t i = 0; n_key && i < c->n; i++) {
+        gcache_entry *e = &c->e[i];
+        if (e->hash == h && e->n_key == n_key && !memcmp(e->key, s->key, n_key * sizeof *s->key)) {
+            e->last_use = c->tick;
+            memcpy(bits, e->bits, n_words * sizeof *bits);
+            return e->count;
+        }
+    }
+    const int64_t count = walk_all(s, v, bits);
+    if (count < 0) return -1;
+    if (!n_key) return count;
+    /* keep it: a free entry, else the least recently used */
+    gcache_entry *e = NULL;
+    if (c->n < GCACHE_N) {
+        e = &c->e[c->n];
+        memset(e, 0, sizeof *e);
+        e->bits = malloc(n_words * sizeof *bits);
+        if (!e->bits) return count;
+        c->n++;
+    } else {
+        e = &c->e[0];
+        for (int32_t i = 1; i < c->n; i++)
+            if (c->e[i].last_use < e->last_use) e = &c->e[i];
+    }
+    uint32_t *key = realloc(e->key, n_key * sizeof *key);
+    if (!key) return count;
+    e->key = key;
+    memcpy(e->key, s->key, n_key * sizeof *key);
+    e->n_key = n_key;
+    e->hash = h;
+    e->last_use = c->tick;
+    memcpy(e->bits, bits, n_words * sizeof *bits);
+    e->count = count;
     return count;
 }
 
 int64_t sd_grammar_mask(sd_grammar_state *s, const sd_grammar_vocab *v, const int32_t *end_ids,
                         int32_t n_end, uint64_t *bits) {
-    memset(bits, 0, (size_t)(v->n_vocab + 63) / 64 * sizeof *bits);
-    const size_t mark = s->n_nodes;
-    s->n_buf = 0;
-    if (grow((void **)&s->buf, &s->cap_buf, s->n_tops + 1, sizeof *s->buf)) return -1;
-    memcpy(s->buf, s->tops, s->n_tops * sizeof *s->buf);
-    s->n_buf = s->n_tops;
-    int64_t count = walk(s, v, 0, 0, s->n_tops, s->cp, s->rem, bits);
-    s->n_nodes = mark;
-    if (s->oom) {
-        s->oom = 0;
-        return -1;
-    }
+    int64_t count = walk_cached(s, v, bits);
+    if (count < 0) return -1;
     const int accept = sd_grammar_accepting(s);
     for (int32_t i = 0; i < n_end; i++) {
         const int32_t id = end_ids[i];

@@ -62,6 +62,8 @@ extern const char *const sd_grammar_json_object;
 /* A state at the start of g (g must outlive it). Errors: SD_ERR_OOM. */
 int sd_grammar_state_init(const sd_grammar *g, sd_grammar_state **out, sd_error *err);
 void sd_grammar_state_free(sd_grammar_state *s); /* NULL accepted */
+/* A new state equal to src. Errors: SD_ERR_OOM (*out NULL). */
+int sd_grammar_state_clone(const sd_grammar_state *src, sd_grammar_state **out, sd_error *err);
 /* dst := src (same grammar). Errors: SD_ERR_OOM (dst then unchanged). */
 int sd_grammar_state_copy(sd_grammar_state *dst, const sd_grammar_state *src, sd_error *err);
 
