@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/grammar/sd_grammar.h"
 #include "runtime/server/server_impl.h"
 
 /* OpenAI's system_fingerprint in llama-server's form ("b" and the build): the version and
@@ -87,16 +88,108 @@ static int refuse_unsupported(json_t *o, srv_reply *r) {
     v = field(o, "best_of");
     if (v && !(json_is_integer(v) && json_integer_value(v) == 1))
         return bad_field(r, "best_of", "is not supported (only 1)");
-    /* llama-server's constrained-output fields: never silently unconstrained. */
-    v = field(o, "grammar");
-    if (v) return bad_field(r, "grammar", "is not supported (no constrained decoding)");
-    v = field(o, "json_schema");
-    if (v) return bad_field(r, "json_schema", "is not supported (no constrained decoding)");
-    v = field(o, "response_format");
-    if (v) {
-        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!t || !json_is_string(t) || strcmp(json_string_value(t), "text"))
-            return bad_field(r, "response_format", "is not supported (only {\"type\": \"text\"})");
+    return 0;
+}
+
+/* A JSON Schema (the value v of field key) as GBNF into *gbnf (malloc'd); -1 with a 400
+ * naming the field and the keyword. */
+static int schema_gbnf(json_t *v, const char *key, char **gbnf, srv_reply *r) {
+    if (!json_is_object(v) && !json_is_boolean(v))
+        return bad_field(r, key, "must be a JSON Schema object");
+    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text) {
+        srv_error(r, 500, "server_error", NULL, "out of memory");
+        return -1;
+    }
+    sd_error err = {0};
+    int rc = sd_json_schema_to_gbnf(text, strlen(text), gbnf, &err);
+    free(text);
+    if (rc == SD_ERR_OOM) {
+        srv_error(r, 500, "server_error", NULL, "out of memory");
+        return -1;
+    }
+    if (rc) {
+        srv_error(r, 400, "invalid_request_error", key, "'%s': %s", key, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Structured output: llama-server's "grammar" (GBNF) and "json_schema", OpenAI's
+ * "response_format" (text, json_object, json_schema; llama-server's json_object with a
+ * "schema"). At most one of them; the grammar is parsed here, so a bad one is a 400
+ * naming the field. *gbnf: malloc'd GBNF, or NULL for unconstrained text. */
+static int parse_structured(json_t *o, char **gbnf, srv_reply *r) {
+    *gbnf = NULL;
+    json_t *gr = field(o, "grammar"), *js = field(o, "json_schema"),
+           *rf = field(o, "response_format");
+    if (gr && json_is_string(gr) && !json_string_length(gr))
+        gr = NULL; /* "": none (llama-server) */
+    const char *key = NULL;
+    if (rf) {
+        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        if (!t || !json_is_string(t))
+            return bad_field(
+                r, "response_format",
+                "must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
+        const char *ty = json_string_value(t);
+        if (!strcmp(ty, "text")) {
+            rf = NULL;
+        } else if (strcmp(ty, "json_object") && strcmp(ty, "json_schema")) {
+            return bad_field(r, "response_format.type", "must be text, json_object or json_schema");
+        }
+    }
+    if (!!gr + !!js + !!rf > 1)
+        return bad_field(r, gr ? "grammar" : "json_schema",
+                         "goes alone: give one of grammar, json_schema and response_format");
+    if (gr) {
+        if (!json_is_string(gr)) return bad_field(r, "grammar", "must be a string (GBNF)");
+        *gbnf = strdup(json_string_value(gr));
+        key = "grammar";
+    } else if (js) {
+        if (schema_gbnf(js, "json_schema", gbnf, r)) return -1;
+        key = "json_schema";
+    } else if (rf) {
+        const char *ty = json_string_value(json_object_get(rf, "type"));
+        json_t *sc = NULL;
+        if (!strcmp(ty, "json_schema")) {
+            json_t *w = json_object_get(rf, "json_schema");
+            if (!json_is_object(w))
+                return bad_field(r, "response_format.json_schema",
+                                 "must be an object with a \"schema\"");
+            json_t *st = json_object_get(w, "strict");
+            if (st && !json_is_null(st) && !json_is_boolean(st))
+                return bad_field(r, "response_format.json_schema.strict", "must be true or false");
+            sc = json_object_get(w, "schema");
+            if (!sc) return bad_field(r, "response_format.json_schema.schema", "is required");
+        } else {
+            sc = field(rf, "schema"); /* llama-server: json_object with a schema */
+        }
+        key = "response_format";
+        if (sc) {
+            if (schema_gbnf(sc, "response_format", gbnf, r)) return -1;
+        } else {
+            *gbnf = strdup(sd_grammar_json_object);
+        }
+    } else {
+        return 0;
+    }
+    if (!*gbnf) {
+        srv_error(r, 500, "server_error", NULL, "out of memory");
+        return -1;
+    }
+    sd_grammar *g = NULL;
+    sd_error err = {0};
+    int rc = sd_grammar_parse(*gbnf, strlen(*gbnf), NULL, &g, &err);
+    sd_grammar_free(g);
+    if (rc) {
+        free(*gbnf);
+        *gbnf = NULL;
+        if (rc == SD_ERR_OOM)
+            srv_error(r, 500, "server_error", NULL, "out of memory");
+        else
+            srv_error(r, 400, "invalid_request_error", key, "'%s': %s", key, err.msg);
+        return -1;
     }
     return 0;
 }
@@ -112,6 +205,7 @@ typedef struct gen_req {
     int32_t n;
     int stream, include_usage;
     sd_logit_bias *bias; /* gp.samp's logit biases (logprobs.c), freed after submission */
+    char *grammar;       /* gp.grammar (GBNF, malloc'd), freed after submission */
 } gen_req;
 
 static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply *r) {
@@ -198,7 +292,9 @@ static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply
         return bad_field(r, "draft_policy", "must be fixed or adaptive");
     if (srv_logprobs_parse(o, chat, sd_vocab_n_tokens(sd_engine_vocab(s->e)), &q->gp, &q->bias, r))
         return -1;
-    return refuse_unsupported(o, r);
+    if (refuse_unsupported(o, r) || parse_structured(o, &q->grammar, r)) return -1;
+    q->gp.grammar = q->grammar;
+    return 0;
 }
 
 /* Chat messages: [{role, content: string | [{type: "text", text}] | null}]. *msgs and the
@@ -789,6 +885,7 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     g->fields = fields;
     fields = NULL;
     g->gp = gps[0];
+    g->gp.grammar = NULL; /* freed after submission (the batcher compiled it) */
     if (g->native && n_p == 1)
         g->prompt_text = srv_native_prompt_text(sd_engine_vocab(s->e), pids[0], pn[0]);
     g->stream = q.stream;
@@ -842,7 +939,8 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
         if (rc == SD_ERR_BUSY) {
             srv_error(r, 503, "server_error", NULL, "%s", err.msg);
             r->retry_after = "1";
-        } else if (rc == SD_ERR_CONTEXT || rc == SD_ERR_ARG) {
+        } else if (rc == SD_ERR_CONTEXT || rc == SD_ERR_ARG || rc == SD_ERR_FORMAT ||
+                   rc == SD_ERR_UNSUPPORTED) {
             if (rc == SD_ERR_CONTEXT) r->code = "context_length_exceeded";
             srv_error(r, 400, "invalid_request_error", rc == SD_ERR_CONTEXT ? "max_tokens" : NULL,
                       "%s", err.msg);
@@ -872,7 +970,8 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     g = NULL;
 done:
     json_decref(fields);
-    free(q.bias); /* the batcher holds its own copy */
+    free(q.bias);    /* the batcher holds its own copy */
+    free(q.grammar); /* and its compiled grammar */
     if (g) srv_gen_unref(g);
     if (texts)
         for (size_t i = 0; i < n_msgs; i++)
