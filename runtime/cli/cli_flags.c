@@ -89,6 +89,7 @@ static const char *const k_aliases[][2] = {
     {"-cnv", "--chat"},
     {"-sys", "--system"},
     {"-i", "--interactive"},
+    {"-j", "--json-schema"},
     /* serve's (other commands do not have them: the ignored table below notes them) */
     {"-np", "--parallel"},
     {"-b", "--batch-size"},

@@ -16,6 +16,7 @@
 #include "runtime/cli/chat_loop.h"
 #include "runtime/cli/cli.h"
 #include "runtime/engine/sd_engine.h"
+#include "runtime/grammar/sd_grammar.h"
 #include "runtime/tokenizer/sd_vocab.h"
 
 #define HINT "see 'specdec generate --help'"
@@ -37,7 +38,9 @@ enum {
     OPT_KEEP,
     OPT_LOGPROBS,
     OPT_GRAMMAR,
-    OPT_GRAMMAR_FILE
+    OPT_GRAMMAR_FILE,
+    OPT_JSON_SCHEMA,
+    OPT_JSON_SCHEMA_FILE
 };
 
 typedef struct gen_cli {
@@ -55,6 +58,8 @@ typedef struct gen_cli {
     int logprobs;              /* --logprobs N: 1 + N, 0 when not given */
     const char *grammar;       /* --grammar TEXT: GBNF the output must follow */
     const char *grammar_file;  /* --grammar-file FILE: the same from a file */
+    const char *schema;        /* --json-schema (-j) TEXT: a JSON Schema, compiled to GBNF */
+    const char *schema_file;   /* --json-schema-file FILE: the same from a file */
 } gen_cli;
 
 static int generate_option(int o, const char *arg, void *user) {
@@ -113,9 +118,15 @@ static int generate_option(int o, const char *arg, void *user) {
     }
     case OPT_GRAMMAR:
     case OPT_GRAMMAR_FILE:
-        if (c->grammar || c->grammar_file)
-            return usage_error("%s", "--grammar and --grammar-file: give one grammar");
-        *(o == OPT_GRAMMAR ? &c->grammar : &c->grammar_file) = arg;
+    case OPT_JSON_SCHEMA:
+    case OPT_JSON_SCHEMA_FILE:
+        if (c->grammar || c->grammar_file || c->schema || c->schema_file)
+            return usage_error("%s", "--grammar, --grammar-file, --json-schema (-j), "
+                                     "--json-schema-file: give one of them");
+        *(o == OPT_GRAMMAR        ? &c->grammar
+          : o == OPT_GRAMMAR_FILE ? &c->grammar_file
+          : o == OPT_JSON_SCHEMA  ? &c->schema
+                                  : &c->schema_file) = arg;
         return 0;
     case 'h':
         sd_cli_generate_help(stdout);
@@ -145,6 +156,8 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         {"logprobs", required_argument, 0, OPT_LOGPROBS},
         {"grammar", required_argument, 0, OPT_GRAMMAR},
         {"grammar-file", required_argument, 0, OPT_GRAMMAR_FILE},
+        {"json-schema", required_argument, 0, OPT_JSON_SCHEMA},
+        {"json-schema-file", required_argument, 0, OPT_JSON_SCHEMA_FILE},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -508,6 +521,9 @@ void sd_cli_generate_help(FILE *f) {
                "  --grammar TEXT           constrain the output to a GBNF grammar (llama.cpp's\n"
                "                           syntax, start rule root); exact with any draft\n"
                "  --grammar-file FILE      the same, the grammar read from FILE\n"
+               "  -j (--json-schema) TEXT  constrain the output to JSON valid against a JSON\n"
+               "                           Schema (compiled to a grammar; docs/serving.md)\n"
+               "  --json-schema-file FILE  the same, the schema read from FILE\n"
                "  -e (--escape)            process \\n \\t \\r \\\\ \\' \\\" \\xHH in the prompt\n"
                "                           (--no-escape: as written, the default)\n"
                "  --no-display-prompt      do not echo the prompt before the text\n"
@@ -888,6 +904,22 @@ int sd_cmd_generate(int argc, char **argv) {
         gp.grammar = grammar_buf;
     } else if (c.grammar) {
         gp.grammar = c.grammar;
+    } else if (c.schema || c.schema_file) {
+        char *schema = NULL;
+        size_t slen = 0;
+        if (c.schema_file) {
+            if ((rc = sd_cli_read_file(c.schema_file, &schema, &slen, &err))) goto done;
+        } else if (!(schema = strdup(c.schema))) {
+            rc = sd_errorf(&err, SD_ERR_OOM, "out of memory");
+            goto done;
+        } else {
+            slen = strlen(schema);
+        }
+        rc = sd_json_schema_to_gbnf(schema, slen, &grammar_buf, &err);
+        if (rc && c.schema_file) sd_error_prefix(&err, rc, "%s", c.schema_file);
+        free(schema);
+        if (rc) goto done;
+        gp.grammar = grammar_buf;
     }
     const sd_proposer *prop = sd_engine_proposer_of(e, gp.draft_type);
     if (!prop && sd_draft_type_uses_llm(gp.draft_type)) {
