@@ -1358,8 +1358,15 @@ static int merge_all_of(conv *c, json_t *s, json_t **out) {
         json_decref(req);
         return oom(c);
     }
-    int rc = 0, no_extra = 0;
-    json_t *addl = NULL;
+    int rc = 0;
+    /* The parts with additionalProperties false: a key must be in each one's properties. */
+    json_t *closed = json_array();
+    if (!closed) {
+        json_decref(m);
+        json_decref(props);
+        json_decref(req);
+        return oom(c);
+    }
     size_t i;
     json_t *p;
     json_array_foreach(parts, i, p) {
@@ -1380,10 +1387,16 @@ static int merge_all_of(conv *c, json_t *s, json_t **out) {
             if (!strcmp(k, "type") && json_is_string(v) && !strcmp(json_string_value(v), "object"))
                 continue;
             if (!strcmp(k, "additionalProperties")) {
-                if (json_is_false(v))
-                    no_extra = 1;
-                else if (!json_is_true(v))
-                    addl = v;
+                json_t *pp = json_object_get(p, "properties");
+                if (json_is_false(v)) {
+                    json_array_append_new(closed, pp ? json_incref(pp) : json_object());
+                } else if (!json_is_true(v)) {
+                    rc = fail(c,
+                              "'allOf' part %zu: 'additionalProperties' as a schema is not "
+                              "supported in allOf",
+                              i);
+                    break;
+                }
                 continue;
             }
             rc = fail(c, "'allOf' part %zu: '%s' is not supported in allOf (objects only)", i, k);
@@ -1392,8 +1405,13 @@ static int merge_all_of(conv *c, json_t *s, json_t **out) {
         if (rc) break;
         json_t *pp = json_object_get(p, "properties"), *rq = json_object_get(p, "required");
         json_object_foreach(pp, k, v) {
-            if (json_object_get(props, k)) {
-                rc = fail(c, "'allOf': property \"%s\" is in two parts (not supported)", k);
+            json_t *had = json_object_get(props, k);
+            if (had && json_equal(had, v)) continue;
+            if (had) {
+                rc = fail(c,
+                          "'allOf': property \"%s\" is in two parts with different schemas "
+                          "(not supported)",
+                          k);
                 break;
             }
             json_object_set(props, k, v);
@@ -1401,13 +1419,34 @@ static int merge_all_of(conv *c, json_t *s, json_t **out) {
         if (rc) break;
         if (json_is_array(rq)) json_array_extend(req, rq);
     }
+    /* A key some closed part does not list is not allowed: dropped, or (if required)
+     * refused. */
+    const char *k;
+    json_t *v, *tmp;
+    json_object_foreach_safe(props, tmp, k, v) {
+        size_t j;
+        json_t *cp;
+        int ok = 1;
+        json_array_foreach(closed, j, cp) {
+            if (!json_object_get(cp, k)) ok = 0;
+        }
+        if (ok || rc) continue;
+        size_t r;
+        json_t *e;
+        json_array_foreach(req, r, e) {
+            if (json_is_string(e) && !strcmp(json_string_value(e), k))
+                rc = fail(c,
+                          "'allOf': required \"%s\" is excluded by a part's "
+                          "additionalProperties false",
+                          k);
+        }
+        if (!rc) json_object_del(props, k);
+    }
+    json_decref(closed);
     json_object_set_new(m, "type", json_string("object"));
     json_object_set_new(m, "properties", props);
     json_object_set_new(m, "required", req);
-    if (no_extra || !addl)
-        json_object_set_new(m, "additionalProperties", json_false());
-    else
-        json_object_set(m, "additionalProperties", addl);
+    json_object_set_new(m, "additionalProperties", json_false()); /* absent: none (as above) */
     if (rc) {
         json_decref(m);
         return rc;
