@@ -871,8 +871,9 @@ Test(server, cors_and_x_api_key) {
 }
 
 /* llama-server's surface: /props, /chat/completions without /v1 and the chatml fallback
- * (the test model has no template), constrained-output fields refused by name, and the
- * context overflow's code. */
+ * (the test model has no template), a bad grammar and an unsupported schema keyword named
+ * in a 400 (structured output itself: scripts/schema_check.py), and the context
+ * overflow's code. */
 Test(server, llama_server_compatibility) {
     srv s;
     srv_start(&s, "-m " TS_TARGET " -np 2 -c 1024");
@@ -890,11 +891,12 @@ Test(server, llama_server_compatibility) {
         json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 3);
     json_decref(j);
     expect_error(&s, "POST", "/v1/completions",
-                 "{\"prompt\":\"a\",\"grammar\":\"root ::= \\\"x\\\"\"}", NULL, 400, "grammar",
-                 "not supported");
+                 "{\"prompt\":\"a\",\"grammar\":\"root ::= x-undefined\"}", NULL, 400, "grammar",
+                 "grammar:1:");
     expect_error(&s, "POST", "/v1/chat/completions",
-                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"json_schema\":{}}", NULL,
-                 400, "json_schema", "not supported");
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"json_schema\":"
+                 "{\"not\":{}}}",
+                 NULL, 400, "json_schema", "'not' is not supported");
     char *o = NULL;
     cr_expect_eq(
         http(&s, "POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":600}", NULL, &o),
