@@ -1298,7 +1298,7 @@ static int gen_array(conv *c, json_t *s, const char *hint, sb *o) {
         return fail(c, "'maxItems' below the number of 'prefixItems' is not supported");
     sb_add(o, "\"[\" ws");
     for (size_t i = 0; i < np; i++) {
-        char seg[32], h[96];
+        char seg[48], h[96];
         snprintf(seg, sizeof seg, "prefixItems/%zu", i);
         snprintf(h, sizeof h, "%s-%zu", hint, i);
         size_t old = path_push(c, seg);
