@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -220,6 +221,12 @@ def main():
            "invalid": 0, "text_equal": 0, "truncated_names": []}
     t_base = t_draft = 0.0
     drafted = accepted = toks_draft = passes_draft = 0
+    res["interrupted"] = False
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)  # a stopped run still prints what it has
     try:
         for it in items:
             base, fr0, _, dt0 = generate(args, port, it, False)
@@ -230,6 +237,7 @@ def main():
             accepted += st.get("accepted", 0)
             toks_draft += st.get("tokens", 0)
             passes_draft += st.get("target_passes", 0)
+            res["done"] = res.get("done", 0) + 1
             if base == spec and fr0 == fr1:
                 res["text_equal"] += 1
             else:
@@ -251,6 +259,9 @@ def main():
                 print("%-22s %-6s %s" % (it["name"], fr1, spec.replace("\n", "\\n")[:100]), file=sys.stderr)
         if args.surface:
             surface_checks(args, port, fails)
+    except KeyboardInterrupt:
+        res["interrupted"] = True
+        fails.append("interrupted after %d schemas" % res.get("done", 0))
     finally:
         srv.terminate()
         try:
