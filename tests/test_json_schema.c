@@ -199,3 +199,39 @@ Test(json_schema, json_object_grammar) {
     cr_expect(!accepts(g, "\"s\""));
     sd_grammar_free(g);
 }
+
+/* The CLI: --json-schema (-j) constrains generate's output (the greedy text with the draft
+ * equals the text without it, and parses as the schema's object); a refused keyword and
+ * two grammar flags at once are one-line errors. */
+Test(json_schema, cli_json_schema) {
+    const char *schema = "'{\"type\":\"object\",\"properties\":{\"ok\":{\"type\":\"boolean\"},"
+                         "\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}},"
+                         "\"required\":[\"ok\",\"n\"]}'";
+    char cmd[2048];
+    char *out[2] = {NULL, NULL};
+    for (int d = 0; d < 2; d++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s generate -m %s/models/tinystories-target-q8_0.gguf %s%s%s -p 'Once upon' "
+                 "-n 64 --temp 0 --no-display-prompt -j %s 2>/dev/null",
+                 SD_BINARY, SD_SOURCE_DIR, d ? "-md " : "--no-draft", d ? SD_SOURCE_DIR : "",
+                 d ? "/models/tinystories-draft-q8_0.gguf" : "", schema);
+        cr_assert_eq(tu_run(cmd, &out[d], NULL), 0, "%s", cmd);
+    }
+    cr_expect_str_eq(out[0], out[1]);
+    json_error_t je;
+    json_t *j = json_loads(out[0], JSON_DECODE_ANY, &je);
+    cr_assert_not_null(j, "not JSON: '%s' (%s)", out[0], je.text);
+    cr_expect(json_is_boolean(json_object_get(j, "ok")), "%s", out[0]);
+    json_int_t n = json_integer_value(json_object_get(j, "n"));
+    cr_expect(json_is_integer(json_object_get(j, "n")) && n >= 0 && n <= 9, "%s", out[0]);
+    cr_expect_eq(json_object_size(j), 2, "%s", out[0]);
+    json_decref(j);
+    free(out[0]);
+    free(out[1]);
+    tu_expect_cli_error("generate -m " SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf -p x "
+                        "-j '{\"type\":\"array\",\"uniqueItems\":true}'",
+                        "'uniqueItems' is not supported");
+    tu_expect_cli_error("generate -m " SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf -p x "
+                        "-j '{}' --grammar 'root ::= \"a\"'",
+                        "give one of them");
+}
