@@ -824,3 +824,83 @@ Test(grammar, batcher_equals_generate) {
     sd_batcher_free(b);
     sd_engine_free(e);
 }
+
+/* ---- the public face: sd_complete and sd_queue ---- */
+
+typedef struct face_text {
+    char s[4096];
+    size_t n;
+} face_text;
+
+static int on_piece(void *user, const sd_piece *p) {
+    face_text *t = user;
+    if (t->n + p->len < sizeof t->s) {
+        memcpy(t->s + t->n, p->text, p->len);
+        t->n += p->len;
+    }
+    return 0;
+}
+
+static int on_event(void *user, const sd_event *ev) {
+    face_text *t = user;
+    if (t->n + ev->len < sizeof t->s) {
+        memcpy(t->s + t->n, ev->text, ev->len);
+        t->n += ev->len;
+    }
+    return 0;
+}
+
+Test(grammar, public_face_complete_and_queue) {
+    tu_need_path(TARGET, "the shipped TinyStories target");
+    tu_need_path(DRAFT, "the shipped TinyStories draft");
+    sd_context_params cp = sd_context_default_params();
+    cp.target = TARGET;
+    cp.draft = DRAFT;
+    cp.n_ctx = 256;
+    cp.n_threads = 1;
+    sd_context *ctx = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_context_init(&cp, &ctx, &err), SD_OK, "%s", err.msg);
+    static face_text alone, spec, queued;
+    const char *types[2] = {"none", "llm"};
+    face_text *outs[2] = {&alone, &spec};
+    for (int i = 0; i < 2; i++) {
+        sd_completion_params p = sd_completion_default_params();
+        p.n_predict = NPRED;
+        p.temp = 0.0f;
+        p.adaptive = 0;
+        p.draft_type = types[i];
+        p.grammar = k_story;
+        sd_gen_stats st;
+        cr_assert_eq(sd_complete(ctx, "Once upon a time", &p, on_piece, outs[i], &st, &err), SD_OK,
+                     "%s", err.msg);
+        cr_assert_eq(st.stop, SD_STOP_EOS);
+        if (i == 1) cr_assert_gt(st.n_drafted, 0);
+    }
+    cr_assert_eq(spec.n, alone.n);
+    cr_assert(memcmp(spec.s, alone.s, alone.n) == 0, "'%.*s' vs '%.*s'", (int)spec.n, spec.s,
+              (int)alone.n, alone.s);
+    regex_t re;
+    cr_assert_eq(regcomp(&re, k_story_re, REG_EXTENDED | REG_NOSUB), 0);
+    cr_expect_eq(regexec(&re, alone.s, 0, NULL, 0), 0, "'%s'", alone.s);
+    regfree(&re);
+    /* the queue (the batcher) gives the same text */
+    sd_queue_params qp = sd_queue_default_params();
+    qp.n_ctx = 256;
+    sd_queue *q = NULL;
+    cr_assert_eq(sd_queue_init(ctx, &qp, &q, &err), SD_OK, "%s", err.msg);
+    sd_completion_params p = sd_completion_default_params();
+    p.n_predict = NPRED;
+    p.temp = 0.0f;
+    p.adaptive = 0;
+    p.draft_type = "llm";
+    p.grammar = k_story;
+    cr_assert_eq(sd_queue_submit(q, "Once upon a time", &p, on_event, &queued, NULL, &err), SD_OK,
+                 "%s", err.msg);
+    while (sd_queue_busy(q))
+        cr_assert_eq(sd_queue_step(q, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(queued.n, alone.n);
+    cr_assert(memcmp(queued.s, alone.s, alone.n) == 0);
+    sd_queue_free(q);
+    sd_context_free(ctx);
+}
