@@ -904,3 +904,63 @@ Test(grammar, public_face_complete_and_queue) {
     sd_queue_free(q);
     sd_context_free(ctx);
 }
+
+/* ---- a real instruct model (SmolLM2-135M-Instruct, when downloaded) and JSON ---- */
+
+#define SMOL       SD_SOURCE_DIR "/models/downloaded/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define SMOL_DRAFT SD_SOURCE_DIR "/models/smollm2-draft-q8_0.gguf"
+
+Test(grammar, smollm2_json_exact_with_draft) {
+    tu_need_path(SMOL, "scripts/get_models.sh downloads it");
+    tu_need_path(SMOL_DRAFT, "scripts/train_smollm2_draft.py makes it");
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = SMOL;
+    ep.draft = SMOL_DRAFT;
+    ep.n_threads = 1;
+    ep.n_ctx = 512;
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    const sd_chat_msg msg = {"user", "Describe a cat as a JSON object with its name, age and "
+                                     "color."};
+    sd_prompt_spec ps;
+    memset(&ps, 0, sizeof ps);
+    ps.messages = &msg;
+    ps.n_messages = 1;
+    int32_t *ids = NULL, n_ids = 0;
+    cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &ids, &n_ids, &err), SD_OK, "%s",
+                 err.msg);
+    enum { N = 160 };
+    static int32_t out[3][N];
+    sd_gen_stats st[3];
+    const sd_draft_type dts[3] = {SD_DRAFT_NONE, SD_DRAFT_LLM, SD_DRAFT_NGRAM_LLM};
+    for (int i = 0; i < 3; i++) {
+        sd_gen_params gp = sd_gen_default_params();
+        gp.n_predict = N;
+        gp.n_draft = dts[i] == SD_DRAFT_NONE ? 0 : 4;
+        gp.draft_type = dts[i];
+        gp.k_policy = SD_K_FIXED;
+        gp.samp.temp = 0.0f;
+        gp.grammar = sd_grammar_json_object;
+        cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out[i], N, &st[i], &err),
+                     SD_OK, "%s", err.msg);
+        if (i) {
+            cr_assert_gt(st[i].n_drafted, 0);
+            cr_assert_eq(st[i].n_generated, st[0].n_generated, "%s", sd_draft_type_name(dts[i]));
+            cr_assert(memcmp(out[i], out[0], (size_t)st[0].n_generated * sizeof(int32_t)) == 0,
+                      "%s", sd_draft_type_name(dts[i]));
+        }
+    }
+    char *s = calloc(1, 16384);
+    size_t n = 0;
+    for (int32_t i = 0; i < st[0].n_generated; i++) {
+        const int len = sd_vocab_token_to_piece(sd_engine_vocab(e), out[0][i], 0, s + n, 16383 - n);
+        cr_assert(len >= 0 && n + (size_t)len < 16383);
+        n += (size_t)len;
+    }
+    cr_assert_eq(s[0], '{', "'%s'", s);
+    if (st[0].stop == SD_STOP_EOS) cr_assert(jansson_object(s), "not a JSON object: '%s'", s);
+    free(s);
+    free(ids);
+    sd_engine_free(e);
+}
