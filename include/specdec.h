@@ -236,6 +236,11 @@ typedef struct sd_completion_params {
      * the first appearance of one (at most SD_MAX_STOP_STRINGS, copied). */
     const char *const *stop;
     int32_t n_stop;
+    /* A grammar the output must follow: GBNF text (llama.cpp's syntax, start rule "root";
+     * NULL: none), applied exactly under speculation (the text is the constrained
+     * target-alone text whatever the draft); a bad grammar is SD_ERR_FORMAT naming its
+     * line and column; when nothing may follow, stop SD_STOP_GRAMMAR. NULL */
+    const char *grammar;
 } sd_completion_params;
 
 /* The values above: the same defaults as `specdec generate`. */

@@ -824,3 +824,143 @@ Test(grammar, batcher_equals_generate) {
     sd_batcher_free(b);
     sd_engine_free(e);
 }
+
+/* ---- the public face: sd_complete and sd_queue ---- */
+
+typedef struct face_text {
+    char s[4096];
+    size_t n;
+} face_text;
+
+static int on_piece(void *user, const sd_piece *p) {
+    face_text *t = user;
+    if (t->n + p->len < sizeof t->s) {
+        memcpy(t->s + t->n, p->text, p->len);
+        t->n += p->len;
+    }
+    return 0;
+}
+
+static int on_event(void *user, const sd_event *ev) {
+    face_text *t = user;
+    if (t->n + ev->len < sizeof t->s) {
+        memcpy(t->s + t->n, ev->text, ev->len);
+        t->n += ev->len;
+    }
+    return 0;
+}
+
+Test(grammar, public_face_complete_and_queue) {
+    tu_need_path(TARGET, "the shipped TinyStories target");
+    tu_need_path(DRAFT, "the shipped TinyStories draft");
+    sd_context_params cp = sd_context_default_params();
+    cp.target = TARGET;
+    cp.draft = DRAFT;
+    cp.n_ctx = 256;
+    cp.n_threads = 1;
+    sd_context *ctx = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_context_init(&cp, &ctx, &err), SD_OK, "%s", err.msg);
+    static face_text alone, spec, queued;
+    const char *types[2] = {"none", "llm"};
+    face_text *outs[2] = {&alone, &spec};
+    for (int i = 0; i < 2; i++) {
+        sd_completion_params p = sd_completion_default_params();
+        p.n_predict = NPRED;
+        p.temp = 0.0f;
+        p.adaptive = 0;
+        p.draft_type = types[i];
+        p.grammar = k_story;
+        sd_gen_stats st;
+        cr_assert_eq(sd_complete(ctx, "Once upon a time", &p, on_piece, outs[i], &st, &err), SD_OK,
+                     "%s", err.msg);
+        cr_assert_eq(st.stop, SD_STOP_EOS);
+        if (i == 1) cr_assert_gt(st.n_drafted, 0);
+    }
+    cr_assert_eq(spec.n, alone.n);
+    cr_assert(memcmp(spec.s, alone.s, alone.n) == 0, "'%.*s' vs '%.*s'", (int)spec.n, spec.s,
+              (int)alone.n, alone.s);
+    regex_t re;
+    cr_assert_eq(regcomp(&re, k_story_re, REG_EXTENDED | REG_NOSUB), 0);
+    cr_expect_eq(regexec(&re, alone.s, 0, NULL, 0), 0, "'%s'", alone.s);
+    regfree(&re);
+    /* the queue (the batcher) gives the same text */
+    sd_queue_params qp = sd_queue_default_params();
+    qp.n_ctx = 256;
+    sd_queue *q = NULL;
+    cr_assert_eq(sd_queue_init(ctx, &qp, &q, &err), SD_OK, "%s", err.msg);
+    sd_completion_params p = sd_completion_default_params();
+    p.n_predict = NPRED;
+    p.temp = 0.0f;
+    p.adaptive = 0;
+    p.draft_type = "llm";
+    p.grammar = k_story;
+    cr_assert_eq(sd_queue_submit(q, "Once upon a time", &p, on_event, &queued, NULL, &err), SD_OK,
+                 "%s", err.msg);
+    while (sd_queue_busy(q))
+        cr_assert_eq(sd_queue_step(q, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(queued.n, alone.n);
+    cr_assert(memcmp(queued.s, alone.s, alone.n) == 0);
+    sd_queue_free(q);
+    sd_context_free(ctx);
+}
+
+/* ---- a real instruct model (SmolLM2-135M-Instruct, when downloaded) and JSON ---- */
+
+#define SMOL       SD_SOURCE_DIR "/models/downloaded/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define SMOL_DRAFT SD_SOURCE_DIR "/models/smollm2-draft-q8_0.gguf"
+
+Test(grammar, smollm2_json_exact_with_draft) {
+    tu_need_path(SMOL, "scripts/get_models.sh downloads it");
+    tu_need_path(SMOL_DRAFT, "scripts/train_smollm2_draft.py makes it");
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = SMOL;
+    ep.draft = SMOL_DRAFT;
+    ep.n_threads = 1;
+    ep.n_ctx = 512;
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    const sd_chat_msg msg = {"user", "Describe a cat as a JSON object with its name, age and "
+                                     "color."};
+    sd_prompt_spec ps;
+    memset(&ps, 0, sizeof ps);
+    ps.messages = &msg;
+    ps.n_messages = 1;
+    int32_t *ids = NULL, n_ids = 0;
+    cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &ids, &n_ids, &err), SD_OK, "%s",
+                 err.msg);
+    enum { N = 160 };
+    static int32_t out[3][N];
+    sd_gen_stats st[3];
+    const sd_draft_type dts[3] = {SD_DRAFT_NONE, SD_DRAFT_LLM, SD_DRAFT_NGRAM_LLM};
+    for (int i = 0; i < 3; i++) {
+        sd_gen_params gp = sd_gen_default_params();
+        gp.n_predict = N;
+        gp.n_draft = dts[i] == SD_DRAFT_NONE ? 0 : 4;
+        gp.draft_type = dts[i];
+        gp.k_policy = SD_K_FIXED;
+        gp.samp.temp = 0.0f;
+        gp.grammar = sd_grammar_json_object;
+        cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out[i], N, &st[i], &err),
+                     SD_OK, "%s", err.msg);
+        if (i) {
+            cr_assert_gt(st[i].n_drafted, 0);
+            cr_assert_eq(st[i].n_generated, st[0].n_generated, "%s", sd_draft_type_name(dts[i]));
+            cr_assert(memcmp(out[i], out[0], (size_t)st[0].n_generated * sizeof(int32_t)) == 0,
+                      "%s", sd_draft_type_name(dts[i]));
+        }
+    }
+    char *s = calloc(1, 16384);
+    size_t n = 0;
+    for (int32_t i = 0; i < st[0].n_generated; i++) {
+        const int len = sd_vocab_token_to_piece(sd_engine_vocab(e), out[0][i], 0, s + n, 16383 - n);
+        cr_assert(len >= 0 && n + (size_t)len < 16383);
+        n += (size_t)len;
+    }
+    cr_assert_eq(s[0], '{', "'%s'", s);
+    if (st[0].stop == SD_STOP_EOS) cr_assert(jansson_object(s), "not a JSON object: '%s'", s);
+    free(s);
+    free(ids);
+    sd_engine_free(e);
+}

@@ -156,6 +156,7 @@ static int gen_of(const sd_completion_params *p, sd_gen_params *g, sd_error *err
     g->samp.repeat_last_n = p->repeat_last_n;
     g->seed = p->seed;
     g->ignore_eos = p->ignore_eos != 0;
+    g->grammar = p->grammar;
     return sd_sampling_check(&g->samp, err);
 }
 
