@@ -484,6 +484,7 @@ typedef struct rx {
     size_t i, n;
     conv *c;
     int bad;
+    int depth; /* groups open */
 } rx;
 
 /* The safe character (no JSON escape needed) and its class text. */
@@ -675,8 +676,13 @@ static void rx_atom(rx *x, sb *o) {
                 return;
             }
         }
+        if (++x->depth > SC_MAX_DEPTH) {
+            rx_fail(x, "nesting deeper than 64 groups");
+            return;
+        }
         sb_add(o, "(");
         rx_alt(x, o);
+        x->depth--;
         if (x->bad) return;
         if (x->i >= x->n || x->s[x->i] != ')') {
             rx_fail(x, "an unclosed group");
@@ -839,7 +845,7 @@ static void rx_alt(rx *x, sb *o) {
 }
 
 static int gen_pattern(conv *c, const char *pat, sb *o) {
-    rx x = {pat, 0, strlen(pat), c, 0};
+    rx x = {pat, 0, strlen(pat), c, 0, 0};
     int anchored_start = 0, anchored_end = 0;
     if (x.n > 0 && pat[0] == '^') {
         anchored_start = 1;
