@@ -195,6 +195,11 @@ sd_session_params sd_engine_session_params(const sd_engine *e, int draft) {
     return draft ? e->dsp : e->sp;
 }
 
+double sd_engine_draft_prior(const sd_engine *e, sd_draft_type t) {
+    const int llm = t != SD_DRAFT_NGRAM && t != SD_DRAFT_SUFFIX && e->dm;
+    return llm ? (double)sd_model_weight_bytes(e->dm) / (double)sd_model_weight_bytes(e->tm) : 0.01;
+}
+
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err) {
@@ -215,12 +220,7 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
      * as llama.cpp does, besides EOS and the caller's stop ids (as the batcher). */
     int rc = sd_step_add_eog(&g, sd_model_vocab(e->tm), err);
     if (rc) return sd_error_prefix(err, rc, "%s", sd_model_path(e->tm));
-    if (g.draft_prior <= 0.0 && prop) { /* a memory-bound draft step: its bytes' share */
-        const int llm = g.draft_type != SD_DRAFT_NGRAM && g.draft_type != SD_DRAFT_SUFFIX && e->dm;
-        g.draft_prior =
-            llm ? (double)sd_model_weight_bytes(e->dm) / (double)sd_model_weight_bytes(e->tm)
-                : 0.01;
-    }
+    if (g.draft_prior <= 0.0 && prop) g.draft_prior = sd_engine_draft_prior(e, g.draft_type);
     if (g.clock == SD_CLOCK_AUTO) {
         /* One CPU thread does all the work of a pass: its CPU clock is the pass's cost. */
         const int one_thread = e->sp.n_threads == 1 || (e->sp.n_threads <= 0 && sd_n_cores() == 1);
