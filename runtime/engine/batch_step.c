@@ -237,10 +237,10 @@ static int32_t dbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq
 }
 
 /* One draft pass over the nb tokens of the draft batch, then each choice's row (c->drow)
- * drafted from its logits; the pass's time (rows included) is one sample of its cost. */
+ * drafted from its logits (its time reaches each drafting choice's controller through
+ * the step's drafting time, sd_batcher_step). */
 static int draft_pass(sd_batcher *b, int32_t nb, sd_error *err) {
     sd_batch bt = {nb, b->dbtok, NULL, b->dbseq, b->dbwant};
-    const double t0 = sd_time_ms();
     int rc = sd_session_decode(b->ds, &bt, b->dlogits, err);
     if (rc) {
         sd_error_prefix(err, rc, "%s: draft", sd_model_path(b->dm));
@@ -256,7 +256,6 @@ static int draft_pass(sd_batcher *b, int32_t nb, sd_error *err) {
             if (rc) return rc;
         }
     }
-    (void)t0;
     return SD_OK;
 }
 
