@@ -125,18 +125,6 @@ static double greedy_confidence(const float *l, int32_t n, float mx, float p_min
     return sum > 0.0 ? 1.0 / sum : 1.0;
 }
 
-/* Index of the largest of l[0 .. n) (the lowest on ties), or -1 if a logit is NaN: one
- * pass, as sd_warp's check, so a draft with NaN weights is an error, not token 0. */
-static int32_t argmax(const float *l, int32_t n) {
-    int32_t best = 0;
-    int nan = 0;
-    for (int32_t i = 0; i < n; i++) {
-        nan |= l[i] != l[i];
-        if (l[i] > l[best]) best = i;
-    }
-    return nan ? -1 : best;
-}
-
 /* Top entry of a warped row. */
 static double top_prob(const float *q, int32_t n) {
     float mx = 0.0f;
@@ -204,7 +192,7 @@ int sd_draft_pick(const sd_sampling_params *sp, float *l, int32_t n, const int32
                   uint64_t seed, int64_t pos, float p_min, float *q, int32_t *scratch, int32_t *j,
                   double *conf, sd_error *err) {
     if (!(sp->temp > 0.0f)) {
-        *j = argmax(l, n);
+        *j = sd_argmax_checked(l, n); /* -1: a NaN logit */
         if (*j < 0)
             return sd_errorf(err, SD_ERR_ARG,
                              "a logit is NaN: non-finite logits (the model's weights hold NaN "

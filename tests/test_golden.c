@@ -4,12 +4,16 @@
  * single-sequence sessions, the engine's proposers), the other the batcher (specdec
  * serve's: paged sessions, its own per-sequence proposal and batched LLM drafting), run
  * in-process as tests/test_batcher.c does. For greedy, Gumbel and rejection sampling,
- * n-gram, LLM and chained drafts and none, penalties, the confidence cut-off, K fixed: the emitted
- * ids, the stop reason, and the counts (generated, drafted, accepted, target passes, the stop
- * token, K histogram, per-position counts) must be equal, for a request that finds its prompt in
- * the batcher's prefix cache as for one that does not (each request is served twice). Neither side
- * is the reference of the other's text beyond that: greedy output is checked against target-alone
- * decoding elsewhere (test_spec, test_batcher).
+ * n-gram, LLM and chained drafts and none, penalties, the confidence cut-off, K fixed: the
+ * emitted ids, the stop reason, and the counts (generated, drafted, accepted, target
+ * passes, the stop token, K histogram, per-position counts) must be equal, for a request
+ * that finds its prompt in the batcher's prefix cache as for one that does not (each
+ * request is served twice); the LLM cases also with a trimmed draft head in both clients,
+ * the n-gram cases also with a lookup cache (sd_ngram_cache) in both.
+ * With the adaptive K (greedy and Gumbel: the same ids, stop and stop token), each
+ * client's K at every pass must be the one controller's, replayed from the client's own
+ * pass records. Neither side is the reference of the other's text beyond that: greedy
+ * output is checked against target-alone decoding elsewhere (test_spec, test_batcher).
  *
  * Also sd_stats_add (figures over several runs from the pooled counts).
  *
@@ -55,10 +59,11 @@ static int collect(void *user, const sd_req_event *ev) {
     return 0;
 }
 
-static sd_engine *open_pair(const char *t, const char *d) {
+static sd_engine *open_pair(const char *t, const char *d, const char *head) {
     sd_engine_params ep = sd_engine_default_params();
     ep.target = t;
     ep.draft = d;
+    ep.draft_head = head;
     ep.n_threads = 2;
     ep.n_ctx = N_CTX;
     sd_engine *e = NULL;
@@ -74,14 +79,15 @@ typedef struct gcase {
     float temp;
     sd_spec_sampling spec;
     float repeat_penalty;
-    float p_min; /* the LLM draft's confidence cut-off (generate's and serve's 0.75) */
+    float p_min;  /* the LLM draft's confidence cut-off (generate's and serve's 0.75) */
+    int adaptive; /* K by the adaptive controller (else fixed) */
 } gcase;
 
 static sd_gen_params params_of(const gcase *c, int32_t n_predict) {
     sd_gen_params gp = sd_gen_default_params();
     gp.n_predict = n_predict;
     gp.n_draft = 4;
-    gp.k_policy = SD_K_FIXED;
+    gp.k_policy = c->adaptive ? SD_K_ADAPTIVE : SD_K_FIXED;
     gp.draft_type = c->type;
     gp.seed = 7;
     gp.samp.temp = c->temp;
@@ -126,29 +132,95 @@ static void compare(const char *what, const int32_t *ga, int32_t na, const sd_ge
                  what);
 }
 
-static void run_pair(const char *t, const char *d, const char *const *prompts, int n_prompts,
-                     int32_t n_predict) {
+/* The adaptive K: the K of every pass of a client must be the one controller's, replayed
+ * here from the client's own pass records (what it measured and verified, the controller
+ * fed as the client fed it: the timings differ between runs, so the Ks may too, but not
+ * the rule that picks them). Alone in its pass the batcher's sequence uses the controller
+ * as generate does (tests/test_adaptive_batch.c: batch mode). */
+static void replay_k(const char *what, const char *client, sd_engine *e, const sd_gen_params *gp,
+                     const sd_pass_record *rec, int32_t n) {
+    sd_adaptive_params ap = sd_adaptive_default_params();
+    ap.k_max = gp->n_draft;
+    ap.draft_prior = sd_engine_draft_prior(e, gp->draft_type);
+    sd_adaptive a;
+    sd_error err = {0};
+    cr_assert_eq(sd_adaptive_init(&a, &ap, &err), SD_OK, "%s", err.msg);
+    cr_assert_gt(n, 0, "%s, %s: no pass recorded", what, client);
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t k = sd_adaptive_next_k(&a);
+        cr_assert_eq(rec[i].k_policy, k, "%s, %s: pass %d drafted for K %d, the controller's %d",
+                     what, client, i, rec[i].k_policy, k);
+        cr_assert_leq(rec[i].k_chosen, k, "%s, %s: pass %d", what, client, i);
+        sd_adaptive_observe(&a, rec[i].n_drafted, rec[i].n_accepted, rec[i].t_draft_ms,
+                            rec[i].t_pass_ms);
+    }
+}
+
+static void compare_adaptive(const char *what, const int32_t *ga, int32_t na, const sd_gen_stats *a,
+                             const got *b) {
+    cr_assert(b->done, "%s: the batcher did not finish", what);
+    int32_t diff = -1;
+    for (int32_t i = 0; i < na && i < b->n && diff < 0; i++)
+        if (ga[i] != b->toks[i]) diff = i;
+    cr_expect(diff < 0 && na == b->n,
+              "%s: generate gave %d tokens, serve %d; first difference at %d", what, na, b->n,
+              diff);
+    cr_expect_eq(a->stop, b->stop, "%s: stop", what);
+    cr_expect_eq(a->n_stop_tokens, b->st.n_stop_tokens, "%s: stop tokens", what);
+}
+
+#define MAXPASS (MAXOUT + 8)
+
+/* head: a trimmed draft head file for both clients (then only the cases that draft with
+ * the LLM run), or NULL; cache_doc: a text whose tokens make a lookup cache attached to
+ * both clients' n-gram proposers (then only the n-gram cases run), or NULL. */
+static void run_pair_ex(const char *t, const char *d, const char *head, const char *cache_doc,
+                        const char *const *prompts, int n_prompts, int32_t n_predict) {
     static const gcase cases[] = {
-        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
-        {"greedy ngram", SD_DRAFT_NGRAM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
-        {"gumbel llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
-        {"gumbel ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
-        {"rejection llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f},
-        {"rejection ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f},
-        {"penalties llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 1.3f, 0.0f},
-        {"penalties greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 1.3f, 0.0f},
-        {"greedy llm p-min", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.75f},
-        {"rejection llm p-min", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.75f},
-        {"greedy ngram+llm", SD_DRAFT_NGRAM_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
-        {"rejection ngram+llm", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f},
-        {"gumbel ngram+llm", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
-        {"penalties ngram+llm p-min", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_REJECTION, 1.3f, 0.75f},
-        {"greedy suffix+llm", SD_DRAFT_SUFFIX_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
-        {"rejection suffix+llm", SD_DRAFT_SUFFIX_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f},
-        {"target alone", SD_DRAFT_NONE, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f},
+        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"greedy ngram", SD_DRAFT_NGRAM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"gumbel llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"gumbel ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"rejection llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f, 0},
+        {"rejection ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f, 0},
+        {"penalties llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 1.3f, 0.0f, 0},
+        {"penalties greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 1.3f, 0.0f, 0},
+        {"greedy llm p-min", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.75f, 0},
+        {"rejection llm p-min", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.75f, 0},
+        {"greedy ngram+llm", SD_DRAFT_NGRAM_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"rejection ngram+llm", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f, 0},
+        {"gumbel ngram+llm", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"penalties ngram+llm p-min", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_REJECTION, 1.3f, 0.75f, 0},
+        {"greedy suffix+llm", SD_DRAFT_SUFFIX_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"rejection suffix+llm", SD_DRAFT_SUFFIX_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f, 0},
+        {"target alone", SD_DRAFT_NONE, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        /* Adaptive K: greedy and Gumbel sampling emit the same tokens whatever the K. */
+        {"greedy llm adaptive", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 1},
+        {"gumbel ngram adaptive", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 1},
+        {"greedy ngram+llm adaptive", SD_DRAFT_NGRAM_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 1},
     };
-    sd_engine *e = open_pair(t, d);
+    static sd_pass_record trace_g[MAXPASS], trace_b[MAXPASS];
+    sd_engine *e = open_pair(t, d, head);
     sd_batcher_params bp = sd_batcher_default_params();
+    sd_ngram_cache *cache = NULL;
+    if (cache_doc) {
+        sd_error e0 = {0};
+        sd_prompt_spec ps = {0};
+        ps.text = cache_doc;
+        ps.len = strlen(cache_doc);
+        int32_t *doc = NULL, n_doc = 0;
+        cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &doc, &n_doc, &e0), SD_OK);
+        cr_assert_eq(sd_ngram_cache_init(sd_draft_vocab_fingerprint(sd_engine_vocab(e)),
+                                         sd_vocab_n_tokens(sd_engine_vocab(e)),
+                                         &sd_engine_params_of(e)->ngram, 0, &cache, &e0),
+                     SD_OK, "%s", e0.msg);
+        cr_assert_eq(sd_ngram_cache_add(cache, doc, n_doc, &e0), SD_OK, "%s", e0.msg);
+        free(doc);
+        cr_assert_eq(
+            sd_proposer_ngram_set_cache(sd_engine_proposer_of(e, SD_DRAFT_NGRAM), cache, &e0),
+            SD_OK, "%s", e0.msg);
+        bp.lookup_cache = cache;
+    }
     bp.n_parallel = 1;
     bp.prefix_cache = 1; /* the second run of a request reuses the first one's blocks */
     bp.kv_block = 4;     /* blocks the short prompts fill (the cache keeps whole blocks) */
@@ -163,9 +235,14 @@ static void run_pair(const char *t, const char *d, const char *const *prompts, i
         cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &ids, &n_ids, &err), SD_OK, "%s",
                      err.msg);
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            if (head && !sd_draft_type_uses_llm(cases[c].type)) continue;
+            if (cache && cases[c].type != SD_DRAFT_NGRAM && cases[c].type != SD_DRAFT_NGRAM_LLM)
+                continue;
             char what[160];
             snprintf(what, sizeof what, "prompt %d, %s", p, cases[c].name);
-            const sd_gen_params gp = params_of(&cases[c], n_predict);
+            sd_gen_params gp = params_of(&cases[c], n_predict);
+            gp.pass_trace = trace_g;
+            gp.pass_trace_cap = MAXPASS;
             int32_t out[MAXOUT];
             sd_gen_stats st;
             cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err),
@@ -179,6 +256,7 @@ static void run_pair(const char *t, const char *d, const char *const *prompts, i
                 r.prompt = ids;
                 r.n_prompt = n_ids;
                 r.gen = gp;
+                r.gen.pass_trace = trace_b;
                 r.n_choices = 1;
                 r.cb = collect;
                 r.user = &g;
@@ -195,26 +273,85 @@ static void run_pair(const char *t, const char *d, const char *const *prompts, i
                 if (run == 1 && n_ids - 1 >= bp.kv_block) /* a whole block to cache */
                     cr_expect_gt(bs1.n_prefix_hit_tokens, bs0.n_prefix_hit_tokens,
                                  "%s: the second run found no cached prefix", what);
-                compare(what_run, out, st.n_generated, &st, &g);
+                if (cases[c].adaptive) {
+                    compare_adaptive(what_run, out, st.n_generated, &st, &g);
+                    replay_k(what_run, "generate", e, &gp, trace_g, st.n_target_passes);
+                    replay_k(what_run, "serve", e, &gp, trace_b, g.st.n_target_passes);
+                } else {
+                    compare(what_run, out, st.n_generated, &st, &g);
+                }
             }
         }
         free(ids);
     }
     sd_batcher_free(b);
     sd_engine_free(e);
+    sd_ngram_cache_free(cache);
+}
+
+static void run_pair(const char *t, const char *d, const char *head, const char *const *prompts,
+                     int n_prompts, int32_t n_predict) {
+    run_pair_ex(t, d, head, NULL, prompts, n_prompts, n_predict);
 }
 
 Test(golden, tiny_pair) {
     static const char *const prompts[] = {"Once upon a time", "The little dog",
                                           "Lily and Tom went to the park. They"};
-    run_pair(TINY_T, TINY_D, prompts, 3, 48);
+    run_pair(TINY_T, TINY_D, NULL, prompts, 3, 48);
+}
+
+static void put_le(unsigned char *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* The trimmed draft head (sd_engine_params.draft_head) in both clients: a head file of
+ * every other id of the first 2048 (the draft may then propose only those), written in the
+ * format of draft/head.c (sd_draft.h). */
+Test(golden, tiny_pair_trimmed_head) {
+    char dir[512], path[1024];
+    cr_assert_eq(tu_mkdtemp(dir, sizeof dir), 0);
+    tu_path(path, sizeof path, dir, "tiny.head");
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    const int32_t n_vocab = sd_vocab_n_tokens(sd_engine_vocab(e));
+    const int32_t n = n_vocab / 2 < 1024 ? n_vocab / 2 : 1024;
+    const size_t len = 32 + 4 * (size_t)n;
+    unsigned char *b = malloc(len + 8);
+    cr_assert(b);
+    memcpy(b, "SDHEAD\0\0", 8);
+    put_le(b + 8, 1, 4);
+    put_le(b + 12, (uint64_t)n_vocab, 4);
+    put_le(b + 16, sd_draft_vocab_fingerprint(sd_engine_vocab(e)), 8);
+    put_le(b + 24, (uint64_t)n, 4);
+    put_le(b + 28, 0, 4);
+    for (int32_t j = 0; j < n; j++)
+        put_le(b + 32 + 4 * (size_t)j, (uint64_t)(2 * j), 4);
+    put_le(b + len, sd_fnv1a64(SD_FNV1A64_INIT, b, len), 8);
+    cr_assert_eq(tu_write_file(path, b, len + 8), 0);
+    free(b);
+    sd_engine_free(e);
+    static const char *const prompts[] = {"Once upon a time", "The little dog"};
+    run_pair(TINY_T, TINY_D, path, prompts, 2, 48);
+    tu_rmdir(dir);
+}
+
+/* A lookup cache (generate's --lookup-cache) attached to both clients' n-gram proposers:
+ * the prompts' continuations are in its document, so the n-gram drafts find matches there
+ * that the prompts alone do not have. */
+Test(golden, tiny_pair_lookup_cache) {
+    static const char *const prompts[] = {"Once upon a time", "The little dog"};
+    static const char doc[] =
+        "Once upon a time, there was a little girl named Lily. She liked to play outside in "
+        "the sun. The little dog was very happy. He liked to run and play with his ball in "
+        "the park. One day, Lily and her mom went to the park. They saw a big tree.";
+    run_pair_ex(TINY_T, TINY_D, NULL, doc, prompts, 2, 48);
 }
 
 Test(golden, smollm2_pair) {
     if (access(SMOL_T, R_OK) != 0) cr_skip_test("models/downloaded lacks SmolLM2-135M-Instruct");
     static const char *const prompts[] = {"Once upon a time", "The capital of France is",
                                           "def fibonacci(n):"};
-    run_pair(SMOL_T, SMOL_D, prompts, 3, 48);
+    run_pair(SMOL_T, SMOL_D, NULL, prompts, 3, 48);
 }
 
 /* Figures over several runs (bench, a request's choices) come from their statistics added

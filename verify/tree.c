@@ -10,12 +10,7 @@
 static int32_t choice(const sd_sampling_params *sp, const float *row, int32_t n_vocab,
                       uint64_t seed, int64_t pos) {
     if (sp->temp > 0.0f) return sd_gumbel_sample(row, n_vocab, NULL, seed, pos);
-    int32_t best = 0;
-    for (int32_t i = 0; i < n_vocab; i++) {
-        if (row[i] != row[i]) return -1;
-        if (row[i] > row[best]) best = i;
-    }
-    return best;
+    return sd_argmax_checked(row, n_vocab);
 }
 
 int sd_verify_tree_keyed(const sd_sampling_params *sp, const int32_t *tokens, const int32_t *parent,

@@ -28,16 +28,6 @@ static int check_draft(const char *fn, const int32_t *draft, int32_t k, int32_t 
     return SD_OK;
 }
 
-/* sd_argmax that also reports a NaN in the row (returns -1). */
-static int32_t argmax_checked(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (x[i] != x[i]) return -1;
-        if (x[i] > x[best]) best = i;
-    }
-    return best;
-}
-
 /* Where the target rows come from: dense [k + 1, n_vocab], or made on demand. */
 typedef struct row_src {
     const float *dense;
@@ -77,7 +67,7 @@ static int greedy_core(const char *fn, const int32_t *draft, int32_t k, const ro
     for (int32_t i = 0; i <= k; i++) {
         const float *row = get_row(rows, i, err);
         if (!row) return row_failed(err);
-        const int32_t a = argmax_checked(row, n_vocab);
+        const int32_t a = sd_argmax_checked(row, n_vocab);
         if (a < 0)
             return sd_errorf(err, SD_ERR_ARG, "%s: target row %d has a NaN logit", fn, (int)i);
         r.tokens[i] = a;

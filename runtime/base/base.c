@@ -124,6 +124,15 @@ double sd_time_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+int32_t sd_argmax_checked(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (x[i] != x[i]) return -1;
+        if (x[i] > x[best]) best = i;
+    }
+    return best;
+}
+
 int sd_n_cores(void) {
     /* The cores this process may run on (taskset, cgroup cpusets), not all online ones:
      * more threads than cores makes spin-waiting pool workers fight each other. */

@@ -167,6 +167,11 @@ const char *sd_device_name(sd_device d);
 /* Monotonic wall clock in milliseconds (CLOCK_MONOTONIC). */
 double sd_time_ms(void);
 
+/* Index of the largest of x[0 .. n) (the lowest on ties; n >= 1), or -1 if an entry is
+ * NaN (a model with NaN weights is then an error, not token 0). The one checked argmax of
+ * logits rows: the LLM draft's, greedy verification's and the model's fused eval. */
+int32_t sd_argmax_checked(const float *x, int32_t n);
+
 /* Number of CPU cores this process may run on (its affinity mask; >= 1). */
 int sd_n_cores(void);
 

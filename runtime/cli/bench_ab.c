@@ -190,17 +190,18 @@ static int ab_prepare(ab_ctx *a, char **prompts, int n_prompts, sd_error *err) {
     a->out_b = malloc((size_t)p->ep.gen.n_predict * sizeof(int32_t));
     if (!a->prompt_ids || !a->n_prompt_ids || !a->out_a || !a->out_b)
         return sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
-    const unsigned tok_flags = c->g.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL;
     for (int i = 0; i < n_prompts; i++) {
-        size_t n = 0;
-        if ((rc = sd_vocab_tokenize(vocab, prompts[i], strlen(prompts[i]), tok_flags,
-                                    &a->prompt_ids[i], &n, err)))
-            return rc;
-        if (n == 0 || n + 1 > (size_t)ctx)
-            return sd_errorf(err, SD_ERR_CONTEXT, "bench: prompt %d is %zu tokens (context %d)", i,
-                             n, ctx);
-        a->n_prompt_ids[i] = (int32_t)n;
-        if ((int32_t)n > a->max_prompt) a->max_prompt = (int32_t)n;
+        sd_prompt_spec ps = {0};
+        ps.text = prompts[i];
+        ps.len = strlen(prompts[i]);
+        ps.no_bos = c->g.no_bos;
+        int32_t n = 0;
+        if ((rc = sd_prompt_tokenize(vocab, &ps, &a->prompt_ids[i], &n, err))) return rc;
+        if (n + 1 > ctx)
+            return sd_errorf(err, SD_ERR_CONTEXT, "bench: prompt %d is %d tokens (context %d)", i,
+                             (int)n, ctx);
+        a->n_prompt_ids[i] = n;
+        if (n > a->max_prompt) a->max_prompt = n;
     }
     return SD_OK;
 }

@@ -359,22 +359,21 @@ static int run_file(modes_ctx *m, const char *path, cell *all, sd_error *err) {
          * the model's chat template, as generate --chat does (raw, a chat model often ends
          * its turn at once). */
         const int is_chat = !strcmp(cat, "chat") || !strncmp(cat, "chat-", 5);
-        const char *tmpl = is_chat ? sd_vocab_chat_template(vocab) : NULL;
-        char *chat = NULL;
-        size_t len = strlen(prompts[pi]);
-        if (tmpl) {
-            const sd_chat_msg msg = {"user", prompts[pi]};
-            rc = sd_chat_apply(tmpl, &msg, 1, 1, &chat, &len, err);
-            if (rc)
-                sd_error_prefix(err, rc, "%s: tokenizer.chat_template",
-                                sd_model_path(sd_engine_target(m->e)));
+        const sd_chat_msg msg = {"user", prompts[pi]};
+        sd_prompt_spec ps = {0};
+        ps.no_bos = !add_bos;
+        if (is_chat && sd_vocab_chat_template(vocab)) { /* the engine's one prompt path */
+            ps.messages = &msg;
+            ps.n_messages = 1;
+        } else {
+            ps.text = prompts[pi];
+            ps.len = strlen(prompts[pi]);
         }
-        if (!rc)
-            rc = sd_vocab_tokenize(vocab, chat ? chat : prompts[pi], len,
-                                   (add_bos ? SD_VOCAB_ADD_SPECIAL : 0) |
-                                       (chat ? SD_VOCAB_PARSE_SPECIAL : 0),
-                                   &ids, &n_ids, err);
-        free(chat);
+        int32_t n32 = 0;
+        rc = sd_prompt_tokenize(vocab, &ps, &ids, &n32, err);
+        if (rc && ps.messages)
+            sd_error_prefix(err, rc, "%s", sd_model_path(sd_engine_target(m->e)));
+        n_ids = (size_t)n32;
         if (!rc && (n_ids == 0 || n_ids + 2 > (size_t)sd_engine_n_ctx(m->e)))
             rc = sd_errorf(err, SD_ERR_CONTEXT, "%s: prompt %d is %zu tokens (context %d)", path,
                            pi + 1, n_ids, sd_engine_n_ctx(m->e));

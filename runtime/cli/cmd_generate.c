@@ -606,46 +606,36 @@ static int gen_prompt(const gen_cli *c, const sd_cli_pair *p, char **buf, size_t
     return SD_OK;
 }
 
-/* Tokenize the prompt (BOS unless --no-bos) and size gp->n_predict to what the context
- * can ever emit. */
-/* --chat: the prompt as the user's message (after --system's) in the chat template
- * (--chat-template, else the model's tokenizer.chat_template), with the assistant header,
- * into a malloc'd *out. */
-static int gen_chat_format(const gen_cli *c, const sd_vocab *vocab, const char *path,
-                           const char *prompt, char **out, size_t *out_len, sd_error *err) {
-    const char *tmpl = c->chat_template ? c->chat_template : sd_vocab_chat_template(vocab);
-    if (!tmpl)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: --chat: the model has no tokenizer.chat_template; pass "
-                         "--chat-template NAME (one of %s)",
-                         path, sd_chat_template_names());
-    sd_chat_msg msgs[2];
-    size_t n = 0;
-    if (c->system) msgs[n++] = (sd_chat_msg){"system", c->system};
-    msgs[n++] = (sd_chat_msg){"user", prompt};
-    int rc = sd_chat_apply(tmpl, msgs, n, 1, out, out_len, err);
-    if (rc && !c->chat_template) sd_error_prefix(err, rc, "%s: tokenizer.chat_template", path);
-    return rc;
-}
-
+/* Tokenize the prompt through the engine's one prompt path (sd_prompt_tokenize: BOS unless
+ * --no-bos; --chat: the prompt as the user's message, after --system's, in the chat
+ * template, --chat-template else the model's tokenizer.chat_template, with the assistant
+ * header) and size gp->n_predict to what the context can ever emit. */
 static int gen_tokenize(const gen_cli *c, sd_engine *e, const char *prompt, size_t len,
                         int32_t **ids, size_t *n_ids, sd_gen_params *gp, sd_error *err) {
     const int32_t ctx = sd_engine_n_ctx(e);
-    const sd_vocab *vocab = sd_engine_vocab(e);
-    unsigned tok_flags = c->g.no_bos ? 0 : SD_VOCAB_ADD_SPECIAL;
-    if (c->special || c->chat) tok_flags |= SD_VOCAB_PARSE_SPECIAL;
-    char *chat = NULL;
-    int rc = SD_OK;
+    const char *path = sd_model_path(sd_engine_target(e));
+    sd_chat_msg msgs[2];
+    size_t n_msgs = 0;
+    sd_prompt_spec ps = {0};
+    ps.no_bos = c->g.no_bos;
     if (c->chat) {
-        rc =
-            gen_chat_format(c, vocab, sd_model_path(sd_engine_target(e)), prompt, &chat, &len, err);
-        prompt = chat;
+        if (c->system) msgs[n_msgs++] = (sd_chat_msg){"system", c->system};
+        msgs[n_msgs++] = (sd_chat_msg){"user", prompt};
+        ps.messages = msgs;
+        ps.n_messages = n_msgs;
+        ps.tmpl = c->chat_template;
+    } else {
+        ps.text = prompt;
+        ps.len = len;
+        ps.special = c->special;
     }
-    if (!rc) rc = sd_vocab_tokenize(vocab, prompt, len, tok_flags, ids, n_ids, err);
-    free(chat);
+    int32_t n = 0;
+    int rc = sd_prompt_tokenize(sd_engine_vocab(e), &ps, ids, &n, err);
+    if (rc == SD_ERR_UNSUPPORTED && c->chat && !c->chat_template)
+        return sd_error_prefix(err, rc, "%s: --chat (pass --chat-template NAME)", path);
+    if (rc && c->chat && !c->chat_template) return sd_error_prefix(err, rc, "%s", path);
     if (rc) return rc;
-    if (*n_ids == 0)
-        return sd_errorf(err, SD_ERR_ARG, "empty prompt and no BOS token: nothing to condition on");
+    *n_ids = (size_t)n;
     if (*n_ids > (size_t)ctx)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "prompt is %zu tokens, longer than the context of %d tokens (--ctx-size)",

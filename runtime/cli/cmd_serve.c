@@ -101,6 +101,10 @@ static void serve_help(FILE *f) {
             "  --suffix-cache-mb M     a cache of earlier requests' prompts and outputs, at\n"
             "                          most M MiB (LRU by request), that --draft-type suffix\n"
             "                          also drafts from (0: none, the default)\n"
+            "  --lookup-cache FILE     generate's n-gram cache: the n-gram drafts also look\n"
+            "                          there (read once at start, never written)\n"
+            "  --draft-head FILE, --draft-head-n N  the LLM draft scores only the first N\n"
+            "                          ids of a head file (as generate)\n"
             "Request defaults (a request's fields override them): -n/--n-predict N (max\n"
             "tokens; -1 = the rest of the sequence's context, the default), --temp, --top-k,\n"
             "--top-p, --seed, --ignore-eos, -k/--draft-max K (4), --draft-type, --draft-policy\n"
@@ -318,6 +322,7 @@ int sd_cmd_serve(int argc, char **argv) {
     if (prc) return prc < 0 ? EXIT_SUCCESS : prc;
     sd_error err = {0};
     sd_cli_pair p = {0};
+    sd_ngram_cache *lookup = NULL; /* --lookup-cache, read only */
     p.ep = sd_engine_default_params();
     p.ep.gen.k_policy = SD_K_FIXED;
     p.ep.gen.draft_p_min = 0.75f;
@@ -379,6 +384,13 @@ int sd_cmd_serve(int argc, char **argv) {
     bp.max_queue = (int32_t)c.max_queue;
     bp.prefix_cache = !c.no_prefix_cache;
     bp.suffix_cache_bytes = (size_t)(c.suffix_cache_mb * 1048576.0);
+    if (p.lookup_cache) { /* every sequence's n-gram drafts look there too (never written) */
+        const uint64_t fp = sd_draft_vocab_fingerprint(sd_engine_vocab(e));
+        const int32_t nv = sd_model_hparams(sd_engine_target(e))->n_vocab;
+        if ((rc = sd_ngram_cache_load(p.lookup_cache, fp, nv, &p.ep.ngram, 0, &lookup, &err)))
+            goto done;
+        bp.lookup_cache = lookup;
+    }
     sd_gen_params gp = p.ep.gen;
     if (!sd_engine_draft(e) && sd_draft_type_uses_llm(gp.draft_type)) {
         exit_code = sd_cli_usage(HINT, "--draft-type %s needs a draft model (-md FILE)",
@@ -447,6 +459,7 @@ done:
     g_server = NULL;
     sd_server_free(srv);
     sd_batcher_free(b);
+    sd_ngram_cache_free(lookup);
     sd_cli_pair_free(&p);
     free(key);
     return exit_code;

@@ -1,6 +1,8 @@
 /* runtime/engine/adaptive.c: the adaptive draft-length controller and its auto-off
  * switch (the model, the estimates and the rules are at sd_adaptive_params in
- * sd_engine.h), and the K-policy names. */
+ * sd_engine.h), for one sequence (sd_generate) and for a sequence of a batch (the
+ * batcher: sd_adaptive_batch, the batch's measured pass cost line sd_cost_fit), and the
+ * K-policy names. */
 #include <math.h>
 #include <string.h>
 
@@ -18,6 +20,45 @@
 
 /* A timing counts at most this many times its kind's median in the kind's mean. */
 #define SPIKE_CAP 10.0
+
+/* The batch's cost line (sd_cost_fit). */
+#define FIT_DECAY   0.98
+#define FIT_CLIP    2.0
+#define PRIOR_SLOPE 0.35
+
+void sd_cost_fit_add(sd_cost_fit *f, double x, double y) {
+    const double pred = sd_cost_fit_eval(f, x);
+    if (f->n > 4 && pred > 0 && y > FIT_CLIP * pred) y = FIT_CLIP * pred;
+    f->sw = FIT_DECAY * f->sw + 1.0;
+    f->sx = FIT_DECAY * f->sx + x;
+    f->sy = FIT_DECAY * f->sy + y;
+    f->sxx = FIT_DECAY * f->sxx + x * x;
+    f->sxy = FIT_DECAY * f->sxy + x * y;
+    if (f->n == 0) f->x0 = x;
+    if (x != f->x0) f->distinct = 1;
+    f->n++;
+}
+
+double sd_cost_fit_eval(const sd_cost_fit *f, double x) {
+    if (f->n == 0 || f->sw <= 0) return 0.0;
+    const double mx = f->sx / f->sw, my = f->sy / f->sw;
+    const double var = f->sxx / f->sw - mx * mx;
+    double beta, alpha;
+    if (f->distinct && var > 1e-9) {
+        beta = (f->sxy / f->sw - mx * my) / var;
+        if (beta < 0) beta = 0; /* a pass never gets cheaper with more tokens */
+        alpha = my - beta * mx;
+        if (alpha < 0) { /* through the origin then */
+            alpha = 0;
+            beta = f->sxy / (f->sxx > 0 ? f->sxx : 1);
+        }
+    } else { /* one size seen: y = my (1 + s (x - 1)) / (1 + s (mx - 1)) */
+        const double base = my / (1.0 + PRIOR_SLOPE * (mx - 1.0));
+        beta = base * PRIOR_SLOPE;
+        alpha = base - beta;
+    }
+    return alpha + beta * x;
+}
 
 sd_adaptive_params sd_adaptive_default_params(void) {
     sd_adaptive_params p;
@@ -178,9 +219,42 @@ double sd_adaptive_draft_ms(const sd_adaptive *a) {
     return draft_cost(a) * exp(a->log_load);
 }
 
+int sd_adaptive_in_batch(const sd_adaptive *a) {
+    return (a->batch.base_rows > 0 || a->batch.n_seqs > 1) && a->batch.pass.n > 0;
+}
+
+void sd_adaptive_set_batch(sd_adaptive *a, const sd_adaptive_batch *b) {
+    if (b)
+        a->batch = *b;
+    else
+        memset(&a->batch, 0, sizeof a->batch);
+}
+
+/* T(K): the time of a pass that drafts k tokens, alone (load-free units) or in the
+ * batch (ms, see sd_adaptive_batch). */
+static double pass_time(const sd_adaptive *a, int32_t k) {
+    if (!sd_adaptive_in_batch(a)) return k * draft_cost(a) + pass_cost(a, k + 1);
+    const sd_adaptive_batch *b = &a->batch;
+    const double n = b->n_seqs > 1 ? b->n_seqs : 1.0;
+    double c = 0.0;
+    if (k > 0)
+        c = kept(a, KIND_DRAFT) > 0 ? sd_adaptive_draft_ms(a)
+                                    : a->p.draft_prior * sd_cost_fit_eval(&b->pass, n);
+    return k * c + sd_cost_fit_eval(&b->pass, (double)b->base_rows + n * (k + 1.0));
+}
+
+/* The speedup of drafting k tokens that yield e tokens on average: against plain
+ * decoding alone, in batch mode against the same batch without its adaptive sequences'
+ * drafts (see sd_adaptive_batch). */
+static double speedup_of(const sd_adaptive *a, int32_t k, double e) {
+    const double t = pass_time(a, k);
+    if (!sd_adaptive_in_batch(a)) return t > 0 ? e * pass_time(a, 0) / t : 0.0;
+    const double y = a->batch.base_yield, n = a->batch.n_seqs > 1 ? a->batch.n_seqs : 1.0;
+    return t > 0 ? (y + n * e) * pass_time(a, 0) / ((y + n) * t) : 0.0;
+}
+
 static double speedup(const sd_adaptive *a, int32_t k, double floor_prior) {
-    const double t = k * draft_cost(a) + pass_cost(a, k + 1);
-    return t > 0 ? expected_tokens(a, k, floor_prior) * pass_cost(a, 1) / t : 0.0;
+    return speedup_of(a, k, expected_tokens(a, k, floor_prior));
 }
 
 double sd_adaptive_speedup(const sd_adaptive *a, int32_t k) {
@@ -208,8 +282,7 @@ int32_t sd_adaptive_best_k(const sd_adaptive *a) {
 double sd_adaptive_speedup_bound(const sd_adaptive *a) {
     double best = 0.0;
     for (int32_t k = 1; k <= a->p.k_max; k++) {
-        const double t = k * draft_cost(a) + pass_cost(a, k + 1);
-        const double s = t > 0 ? (k + 1) * pass_cost(a, 1) / t : 0.0;
+        const double s = speedup_of(a, k, k + 1.0);
         if (s > best) best = s;
     }
     return best;
@@ -226,6 +299,7 @@ sd_adaptive_state sd_adaptive_state_of(const sd_adaptive *a) {
 /* Every cost a decision at draft length k reads has min_samples timings kept. */
 static int measured(const sd_adaptive *a, int32_t k) {
     const int32_t m = a->p.min_samples;
+    if (sd_adaptive_in_batch(a)) return a->batch.pass.n >= m;
     return kept(a, KIND_DRAFT) >= m && kept(a, 1) >= m && kept(a, k + 1) >= m;
 }
 
@@ -323,7 +397,7 @@ int32_t sd_adaptive_next_k(sd_adaptive *a) {
     default:
         /* Calibration: measure v(1) (a plain pass costs plain decoding nothing). Close to
          * S = 1 the decision needs v(1) most and a plain pass costs least: more often. */
-        if (calibrating(a))
+        if (!sd_adaptive_in_batch(a) && calibrating(a))
             k = 0;
         else
             k = best_k(a, 0.0, NULL);
@@ -355,7 +429,7 @@ void sd_adaptive_observe(sd_adaptive *a, int32_t n_drafted, int32_t n_accepted, 
         a->acc_n[i] *= p->decay;
     }
     if (n_drafted > 0) observe_timing(a, KIND_DRAFT, t_draft_ms / n_drafted);
-    observe_timing(a, n_drafted + 1, t_pass_ms);
+    if (!sd_adaptive_in_batch(a)) observe_timing(a, n_drafted + 1, t_pass_ms);
     /* Position i is reached when tokens 0 .. i-1 were accepted: i <= n_accepted. */
     for (int32_t i = 0; i < n_drafted && i <= n_accepted; i++) {
         a->acc_n[i] += 1.0;

@@ -150,9 +150,11 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     c->t_draft_ms = c->c_draft_ms = 0.0;
     const int llm_type = sd_draft_type_uses_llm(gp->draft_type);
     int32_t k = gp->n_draft;
-    if (c->adaptive && llm_type && b->k_batch < k) k = b->k_batch; /* the batch's K */
+    c->ctl_state = c->adaptive ? sd_adaptive_state_of(&c->ctl) : SD_ADAPTIVE_ON;
+    if (c->adaptive) k = sd_adaptive_next_k(&c->ctl); /* its batch: plan_k */
+    c->k_policy = k;
     k = sd_step_cap_k(gp, k, c->st.n_generated, c->n_ctx, b->n_ctx);
-    c->k_want = k;
+    c->k_want = c->k_want_cap = k;
     if (k == 0) return SD_OK;
     const int suffix = gp->draft_type == SD_DRAFT_SUFFIX || gp->draft_type == SD_DRAFT_SUFFIX_LLM;
     if (gp->draft_type == SD_DRAFT_NGRAM || gp->draft_type == SD_DRAFT_NGRAM_LLM || suffix) {
@@ -208,12 +210,16 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
 static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     const sd_gen_params *gp = &c->r->gp;
     const sd_sampling_params *sp = &gp->samp;
-    const int32_t i = c->k, n = b->n_common;
+    const int32_t i = c->k, n = b->n_dhead ? b->n_dhead : b->n_common;
     const int64_t pos = (int64_t)c->n_ctx + i;
-    if (sp->n_logit_bias) sd_logit_bias_apply(sp, l, n, NULL); /* as the target's rows */
-    if (sd_penalties_on(sp)) sd_penalize(sp, c->ctx, c->n_ctx, c->dtok, i, l, n, NULL);
+    /* With a trimmed head the row's entries are the head's ids (dcol_of maps them). */
+    const int32_t *col = b->n_dhead ? b->dcol_of : NULL;
+    const int32_t n_ids = b->n_dhead ? b->n_vocab_d : n;
+    if (sp->n_logit_bias) sd_logit_bias_apply(sp, l, n_ids, col); /* as the target's rows */
+    if (sd_penalties_on(sp)) sd_penalize(sp, c->ctx, c->n_ctx, c->dtok, i, l, n_ids, col);
     if (c->gseq) { /* the grammar after the drafts so far: stop where nothing may follow */
-        const int64_t left = sd_step_grammar_mask_row(c->gdraft, gp, b->eos, b->gbits, l, n, NULL);
+        const int64_t left = sd_step_grammar_mask_row(c->gdraft, gp, b->eos, b->gbits, l, n,
+                                                      b->n_dhead ? b->dhead : NULL);
         if (left < 0) return sd_errorf(err, SD_ERR_OOM, "draft: grammar: out of memory");
         if (left == 0) {
             c->llm = 0;
@@ -224,12 +230,20 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     double conf = 1.0;
     int32_t tok;
     float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
-    int rc = sd_draft_pick(sp, l, n, NULL, seed_of(c), pos, gp->draft_p_min, q, b->iscratch, &tok,
-                           cut ? &conf : NULL, err);
+    int rc = sd_draft_pick(sp, l, n, b->n_dhead ? b->dhead : NULL, seed_of(c), pos, gp->draft_p_min,
+                           b->n_dhead ? b->dqrow : q, b->iscratch, &tok, cut ? &conf : NULL, err);
     if (rc) return sd_error_prefix(err, rc, "%s: draft", sd_model_path(b->dm));
-    if (sp->temp > 0.0f)
+    if (b->n_dhead) { /* entry -> id; q over the target's ids: zero outside the head */
+        tok = b->dhead[tok];
+        if (sp->temp > 0.0f) {
+            memset(q, 0, (size_t)b->n_vocab * sizeof *q);
+            for (int32_t j = 0; j < n; j++)
+                q[b->dhead[j]] = b->dqrow[j];
+        }
+    } else if (sp->temp > 0.0f) {
         for (int32_t v = n; v < b->n_vocab; v++) /* q over the target's ids */
             q[v] = 0.0f;
+    }
     if (cut && conf < (double)gp->draft_p_min) {
         c->llm = 0; /* stop before a token the draft is unsure of */
         return SD_OK;
@@ -264,10 +278,10 @@ static int32_t dbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq
 }
 
 /* One draft pass over the nb tokens of the draft batch, then each choice's row (c->drow)
- * drafted from its logits; the pass's time (rows included) is one sample of its cost. */
+ * drafted from its logits (its time reaches each drafting choice's controller through
+ * the step's drafting time, sd_batcher_step). */
 static int draft_pass(sd_batcher *b, int32_t nb, sd_error *err) {
     sd_batch bt = {nb, b->dbtok, NULL, b->dbseq, b->dbwant};
-    const double t0 = sd_time_ms();
     int rc = sd_session_decode(b->ds, &bt, b->dlogits, err);
     if (rc) {
         sd_error_prefix(err, rc, "%s: draft", sd_model_path(b->dm));
@@ -278,12 +292,11 @@ static int draft_pass(sd_batcher *b, int32_t nb, sd_error *err) {
         for (int32_t j = 0; j < r->n_choices; j++) {
             sd_choice *c = &r->ch[j];
             if (c->drow < 0) continue;
-            rc = draft_row(b, c, b->dlogits + (size_t)c->drow * (size_t)b->n_vocab_d, err);
+            rc = draft_row(b, c, b->dlogits + (size_t)c->drow * (size_t)b->n_dlog, err);
             c->drow = -1;
             if (rc) return rc;
         }
     }
-    sd_cost_fit_add(&b->dfit, (double)nb, sd_time_ms() - t0);
     return SD_OK;
 }
 
@@ -352,38 +365,55 @@ static int draft_phase(sd_batcher *b, sd_error *err) {
     return SD_OK;
 }
 
-/* This step's K for the adaptive requests that draft with the LLM (batch_policy.c). */
+/* The tokens a decoding choice's pass yields on average so far (1 before its first). */
+static double yield_of(const sd_choice *c) {
+    const sd_gen_stats *st = &c->st;
+    return st->n_target_passes > 0
+               ? (double)(st->n_generated + st->n_stop_tokens) / (double)st->n_target_passes
+               : 1.0;
+}
+
+/* Every adaptive choice's batch for this step's K (sd_adaptive_set_batch: the one
+ * controller in batch mode): the adaptive choices decoding (taken to draft alike), the
+ * rest of the pass (the fixed-K choices' rows, at most 1 + K each, and the prompt chunks
+ * that fit beside them) and what the rest yields, and the measured cost line of the
+ * target's passes. Alone in its pass a choice's controller decides as sd_generate's. */
 static void plan_k(sd_batcher *b) {
-    int32_t n_d = 0, base = 0, k_max = 0, decode_rows = 0;
+    int32_t rows = 0, n_adaptive = 0;
     double yield = 0.0;
     for (int32_t i = 0; i < b->n_running; i++) {
         const sd_req *r = b->running[i];
-        const sd_gen_params *gp = &r->gp;
-        const int llm = gp->n_draft > 0 && sd_draft_type_uses_llm(gp->draft_type);
         for (int32_t j = 0; j < r->n_choices; j++) {
-            sd_choice *c = &r->ch[j];
+            const sd_choice *c = &r->ch[j];
             if (c->state != CH_DECODE) continue;
-            decode_rows++;
-            if (c->adaptive && llm) {
-                const int32_t k =
-                    sd_step_cap_k(gp, gp->n_draft, c->st.n_generated, c->n_ctx, b->n_ctx);
-                if (k > k_max) k_max = k;
-                b->dlist[n_d++] = c;
-            } else {
-                yield += 1.0;
-                decode_rows += gp->n_draft; /* a fixed K's rows, at most */
+            if (c->adaptive) {
+                n_adaptive++;
+                continue;
             }
+            rows += 1 + r->gp.n_draft;
+            yield += yield_of(c);
         }
     }
-    base = decode_rows;
+    if (n_adaptive == 0) return;
     for (int32_t i = 0; i < b->n_running; i++) { /* the prompt chunks that fit beside them */
         const sd_choice *c = &b->running[i]->ch[0];
         if (c->state != CH_PREFILL) continue;
         const int32_t left = c->r->n_prompt - 1 - sd_session_seq_n_past(b->ts, c->slot);
-        base +=
-            left < b->p.n_batch - base ? left : (b->p.n_batch - base > 0 ? b->p.n_batch - base : 0);
+        const int32_t room = b->p.n_batch - rows - n_adaptive;
+        rows += left < room ? left : (room > 0 ? room : 0);
     }
-    b->k_batch = sd_batch_choose_k(b, (const sd_choice *const *)b->dlist, n_d, k_max, base, yield);
+    sd_adaptive_batch bt;
+    memset(&bt, 0, sizeof bt);
+    bt.pass = b->tfit;
+    bt.n_seqs = n_adaptive;
+    bt.base_rows = rows;
+    bt.base_yield = yield;
+    for (int32_t i = 0; i < b->n_running; i++) {
+        sd_req *r = b->running[i];
+        for (int32_t j = 0; j < r->n_choices; j++)
+            if (r->ch[j].state == CH_DECODE && r->ch[j].adaptive)
+                sd_adaptive_set_batch(&r->ch[j].ctl, &bt);
+    }
 }
 
 /* ---- the target pass and verification ---- */
@@ -407,6 +437,10 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     int32_t k = c->k;
     int rc = sd_target_check_rows(b->tm, rows, k + 1, err);
     if (rc) return rc;
+    if (c->lp && !b->raw) { /* the first request that asks for logprobs: the raw rows */
+        b->raw = malloc((size_t)(b->p.k_max + 1) * (size_t)b->n_vocab * sizeof *b->raw);
+        if (!b->raw) return sd_errorf(err, SD_ERR_OOM, "batcher: out of memory (logprobs rows)");
+    }
     /* The grammar: row i's state; the rows past a refused draft are not read. */
     if (c->gseq && (rc = grammar_chain(b, c, c->dtok, &k, err))) return rc;
     const int32_t first_new = c->n_ctx;
@@ -445,6 +479,29 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     if (c->r->gp.draft_type == SD_DRAFT_SUFFIX || c->r->gp.draft_type == SD_DRAFT_SUFFIX_LLM)
         sd_proposer_commit(b->suffix[c->slot], c->ctx, c->n_ctx);
     if (c->adaptive) sd_adaptive_observe(&c->ctl, k, res.n_accepted, c->t_draft_ms, t_pass_ms);
+    const int32_t i = c->st.n_target_passes - 1; /* the traces: the first choice's */
+    if (c->index == 0 && gp->k_trace && i < gp->k_trace_cap) gp->k_trace[i] = (uint8_t)k;
+    if (c->index == 0 && gp->pass_trace && i < gp->pass_trace_cap) {
+        sd_pass_record rec = {c->k_want_cap,
+                              k,
+                              res.n_accepted,
+                              (int32_t)c->ctl_state,
+                              c->t_draft_ms,
+                              t_pass_ms,
+                              0,
+                              0,
+                              0,
+                              0,
+                              c->k_policy};
+        if (c->adaptive) {
+            rec.k_best = sd_adaptive_best_k(&c->ctl);
+            rec.speedup = sd_adaptive_speedup(&c->ctl, rec.k_best);
+            const double v1 = sd_adaptive_pass_ms(&c->ctl, 1);
+            rec.c_rel = sd_adaptive_draft_ms(&c->ctl) / v1;
+            rec.v_rel = sd_adaptive_pass_ms(&c->ctl, rec.k_best + 1) / v1;
+        }
+        gp->pass_trace[i] = rec;
+    }
     return SD_OK;
 }
 

@@ -54,7 +54,6 @@ void sd_batcher_free(sd_batcher *b) {
     sd_session_free(b->ds);
     free(b->slots);
     free(b->running);
-    free(b->dlist);
     free(b->btok);
     free(b->bseq);
     free(b->bwant);
@@ -70,9 +69,44 @@ void sd_batcher_free(sd_batcher *b) {
     free(b->dbseq);
     free(b->dbwant);
     free(b->dlogits);
+    free(b->dhead);
+    free(b->dcol_of);
+    free(b->dqrow);
     pthread_cond_destroy(&b->cv);
     pthread_mutex_destroy(&b->mu);
     free(b);
+}
+
+/* The trimmed head of ep->draft_head (its first draft_head_n ids) on the draft session,
+ * as sd_proposer_llm_set_head for generate's proposer. */
+static int set_draft_head(sd_batcher *b, const sd_engine_params *ep, sd_error *err) {
+    int32_t *ids = NULL, n = 0;
+    int rc = sd_draft_head_load(ep->draft_head, b->vocab, ep->draft_head_n, &ids, &n, err);
+    if (rc) return rc;
+    for (int32_t j = 0; j < n && !rc; j++)
+        if (ids[j] < 0 || ids[j] >= b->n_common)
+            rc = sd_errorf(err, SD_ERR_ARG,
+                           "%s: draft head id %d at index %d: expected an id both models have, "
+                           "in [0, %d)",
+                           ep->draft_head, ids[j], j, b->n_common);
+    if (!rc) rc = sd_session_set_output_rows(b->ds, ids, n, err); /* checks repeats */
+    if (!rc && n > 0) {
+        b->dcol_of = malloc((size_t)b->n_vocab_d * sizeof *b->dcol_of);
+        b->dqrow = malloc((size_t)n * sizeof *b->dqrow);
+        if (!b->dcol_of || !b->dqrow)
+            rc = sd_errorf(err, SD_ERR_OOM, "batcher: draft head: out of memory");
+    }
+    if (rc || n == 0) {
+        free(ids);
+        return rc;
+    }
+    for (int32_t v = 0; v < b->n_vocab_d; v++)
+        b->dcol_of[v] = -1;
+    for (int32_t j = 0; j < n; j++)
+        b->dcol_of[ids[j]] = j;
+    b->dhead = ids;
+    b->n_dhead = n;
+    return SD_OK;
 }
 
 static int check_params(const sd_batcher_params *p, sd_error *err) {
@@ -160,6 +194,8 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
             goto fail;
         }
         b->n_batch_d = sd_session_n_batch(b->ds);
+        if (ep->draft_head && (rc = set_draft_head(b, ep, err))) goto fail;
+        b->n_dlog = sd_session_n_logits(b->ds);
     }
     int ok = 1;
     const size_t nv = (size_t)b->n_vocab;
@@ -167,13 +203,11 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     const size_t nb = (size_t)b->p.n_batch;
     b->slots = xcalloc((size_t)np, sizeof *b->slots, &ok);
     b->running = xcalloc((size_t)np, sizeof *b->running, &ok);
-    b->dlist = xcalloc((size_t)np, sizeof *b->dlist, &ok);
     b->btok = xcalloc(nb, sizeof *b->btok, &ok);
     b->bseq = xcalloc(nb, sizeof *b->bseq, &ok);
     b->bwant = xcalloc(nb, sizeof *b->bwant, &ok);
     b->logits = xcalloc((size_t)b->n_out * nv, sizeof(float), &ok);
     b->probs = xcalloc((size_t)(p->k_max + 1) * nv, sizeof(float), &ok);
-    b->raw = xcalloc((size_t)(p->k_max + 1) * nv, sizeof(float), &ok);
     b->residual = xcalloc(nv, sizeof(float), &ok);
     b->iscratch = xcalloc(nmax, sizeof(int32_t), &ok);
     b->ngram = xcalloc((size_t)np, sizeof *b->ngram, &ok);
@@ -195,8 +229,12 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     /* One n-gram proposer per slot (reset per request; it indexes a sequence's tokens). */
     sd_ngram_params ngp = b->ngram_params;
     ngp.n_ctx = b->n_ctx + 1;
-    for (int32_t i = 0; i < np; i++)
+    for (int32_t i = 0; i < np; i++) {
         if ((rc = sd_proposer_ngram_init(&ngp, b->n_vocab, &b->ngram[i], err))) goto fail;
+        if (p->lookup_cache &&
+            (rc = sd_proposer_ngram_set_cache(b->ngram[i], p->lookup_cache, err)))
+            goto fail;
+    }
     /* And a suffix proposer per slot (it rebuilds for a new request's tokens). */
     sd_suffix_params sxp = ep->suffix;
     sxp.n_ctx = b->n_ctx + 1;
@@ -392,6 +430,9 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
         if (c->adaptive) {
             sd_adaptive_params ap = sd_adaptive_default_params();
             ap.k_max = q->gp.n_draft;
+            ap.draft_prior = q->gp.draft_prior > 0.0
+                                 ? q->gp.draft_prior
+                                 : sd_engine_draft_prior(b->e, q->gp.draft_type);
             int rc2 = sd_adaptive_init(&c->ctl, &ap, err);
             if (rc2) {
                 sd_req_free(q);

@@ -32,9 +32,12 @@ typedef struct sd_choice {
     int32_t n_ctx, cap;
     int32_t n_emitted_sent; /* ctx index up to which ids were given to the callback */
     sd_proposer *ngram;     /* own n-gram proposer (n-gram draft types), or NULL */
-    sd_adaptive ctl;
+    sd_adaptive ctl;        /* the one controller (adaptive.c), in batch mode beside others */
     int adaptive;
-    int32_t quota_t, quota_d; /* worst-case blocks of the target / draft pool */
+    sd_adaptive_state ctl_state; /* the controller's state before this step's pass */
+    int32_t k_policy;            /* this step's K of the policy, before the caps */
+    int32_t k_want_cap;          /* ... capped by the budget and the context */
+    int32_t quota_t, quota_d;    /* worst-case blocks of the target / draft pool */
     sd_detok *detok;
     char *text; /* the generated text so far ([text_len]), given up to text_sent */
     size_t text_len, text_cap, text_sent;
@@ -86,14 +89,6 @@ struct sd_req {
 
 #define SD_RATE_SAMPLES 64
 
-/* A least-squares line y = alpha + beta x with forgetting (batch_policy.c). */
-typedef struct sd_cost_fit {
-    double sw, sx, sy, sxx, sxy;
-    double x0;    /* the first x */
-    int distinct; /* another x than x0 was seen */
-    int64_t n;    /* samples */
-} sd_cost_fit;
-
 struct sd_batcher {
     sd_engine *e;
     const sd_model *tm, *dm;
@@ -123,7 +118,8 @@ struct sd_batcher {
     int8_t *bwant;
     float *logits; /* [n_out, n_vocab] */
     float *probs;  /* [k_max + 1, n_vocab] warped target rows */
-    float *raw;    /* [k_max + 1, n_vocab] the model's rows, for logprobs (step.c) */
+    float *raw;    /* [k_max + 1, n_vocab] the model's rows, for logprobs (step.c); made
+                      when the first request asking for logprobs is verified */
     sd_token_logprob lp[SD_MAX_DRAFT + 1]; /* a pass's committed tokens' logprobs */
     float *residual;                       /* [n_vocab] */
     int32_t *iscratch;                     /* [max(n_vocab, n_vocab_d)] */
@@ -131,12 +127,17 @@ struct sd_batcher {
     int32_t n_batch_d;
     int32_t *dbtok, *dbseq;
     int8_t *dbwant;
-    float *dlogits; /* [n_parallel, n_vocab_d] */
-    /* The adaptive K (batch_policy.c): target pass ms over its tokens, draft pass ms
-     * over its tokens, steps in a row at K = 0, this step's K. */
-    sd_cost_fit tfit, dfit;
-    int32_t k_zero_steps, k_batch;
-    sd_choice **dlist; /* [n_parallel] scratch: the adaptive drafting choices */
+    float *dlogits; /* [n_parallel, n_dlog] */
+    int32_t n_dlog; /* entries of a draft logits row: n_dhead, or the draft's n_vocab */
+    /* The trimmed draft head (sd_engine_params.draft_head, as generate's LLM proposer):
+     * draft row entry j is token dhead[j], dcol_of maps a draft id to its entry (-1: not
+     * in the head); n_dhead 0: the full head (entry j = token j, j < n_common). */
+    int32_t n_dhead;
+    int32_t *dhead;   /* [n_dhead] */
+    int32_t *dcol_of; /* [n_vocab_d] */
+    float *dqrow;     /* [n_dhead] a warped row of the head (sampling) */
+    /* The adaptive K's batch cost (sd_adaptive_batch): target pass ms over its tokens. */
+    sd_cost_fit tfit;
     /* Statistics (under mu). */
     sd_batcher_stats st;
     double rate_t[SD_RATE_SAMPLES];
@@ -153,14 +154,6 @@ void sd_req_free(sd_req *r);
 /* The choice's sequences return their blocks (stored in the prefix cache first when
  * store); the slot is freed. */
 void sd_batcher_release(sd_batcher *b, sd_choice *c, int store);
-
-/* batch_policy.c */
-void sd_cost_fit_add(sd_cost_fit *f, double x, double y);
-double sd_cost_fit_eval(const sd_cost_fit *f, double x);
-/* The K of this step's adaptive requests d[0 .. n_d) (at most k_max), given the pass's
- * other tokens (base_tokens) and what they yield (base_yield tokens). */
-int32_t sd_batch_choose_k(sd_batcher *b, const sd_choice *const *d, int32_t n_d, int32_t k_max,
-                          int32_t base_tokens, double base_yield);
 
 /* batch_out.c */
 /* The text of choice c's tokens ctx[first_new .. n_ctx), just committed (step.c's

@@ -229,6 +229,11 @@ int sd_engine_grammar_vocab(sd_engine *e, const sd_grammar_vocab **out, sd_error
     return rc;
 }
 
+double sd_engine_draft_prior(const sd_engine *e, sd_draft_type t) {
+    const int llm = t != SD_DRAFT_NGRAM && t != SD_DRAFT_SUFFIX && e->dm;
+    return llm ? (double)sd_model_weight_bytes(e->dm) / (double)sd_model_weight_bytes(e->tm) : 0.01;
+}
+
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err) {
@@ -251,12 +256,7 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
     if (rc) return sd_error_prefix(err, rc, "%s", sd_model_path(e->tm));
     if (g.grammar && !g.grammar_vocab && (rc = sd_engine_grammar_vocab(e, &g.grammar_vocab, err)))
         return rc;
-    if (g.draft_prior <= 0.0 && prop) { /* a memory-bound draft step: its bytes' share */
-        const int llm = g.draft_type != SD_DRAFT_NGRAM && g.draft_type != SD_DRAFT_SUFFIX && e->dm;
-        g.draft_prior =
-            llm ? (double)sd_model_weight_bytes(e->dm) / (double)sd_model_weight_bytes(e->tm)
-                : 0.01;
-    }
+    if (g.draft_prior <= 0.0 && prop) g.draft_prior = sd_engine_draft_prior(e, g.draft_type);
     if (g.clock == SD_CLOCK_AUTO) {
         /* One CPU thread does all the work of a pass: its CPU clock is the pass's cost. */
         const int one_thread = e->sp.n_threads == 1 || (e->sp.n_threads <= 0 && sd_n_cores() == 1);

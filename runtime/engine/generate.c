@@ -207,7 +207,7 @@ static int gen_alloc(gen_run *g, int32_t cap_ctx, sd_error *err) {
 
 /* The policy's K for the next pass (0: target alone), capped so one pass never emits
  * past the budget or the context. *state: the controller's state before the pass. */
-static int32_t policy_k(gen_run *g, sd_adaptive_state *state) {
+static int32_t policy_k(gen_run *g, sd_adaptive_state *state, int32_t *k_policy) {
     const sd_gen_params *gp = g->gp;
     *state = g->adaptive ? sd_adaptive_state_of(&g->ctl) : SD_ADAPTIVE_ON;
     int32_t k = 0;
@@ -219,6 +219,7 @@ static int32_t policy_k(gen_run *g, sd_adaptive_state *state) {
         else
             k = gp->n_draft;
     }
+    *k_policy = k;
     return sd_step_cap_k(gp, k, g->st->n_generated, g->n_ctx, g->n_ctx_max);
 }
 
@@ -320,7 +321,8 @@ static int run_pass(gen_run *g, int32_t *out, int32_t *n_new, sd_error *err) {
     const sd_gen_params *gp = g->gp;
     sd_gen_stats *st = g->st;
     sd_adaptive_state state;
-    const int32_t k_chosen = policy_k(g, &state);
+    int32_t k_policy = 0;
+    const int32_t k_chosen = policy_k(g, &state, &k_policy);
     const int was_off = state != SD_ADAPTIVE_ON;
     sd_proposal prop = {0};
     prop.n_vocab = g->n_vocab;
@@ -359,7 +361,7 @@ static int run_pass(gen_run *g, int32_t *out, int32_t *n_new, sd_error *err) {
     const int32_t i = st->n_target_passes - 1;
     if (gp->pass_trace && i < gp->pass_trace_cap) {
         sd_pass_record r = {k_chosen, k, res.n_accepted, (int32_t)state, t_draft, c_pass, 0, 0,
-                            0,        0};
+                            0,        0, k_policy};
         if (g->adaptive) {
             r.k_best = sd_adaptive_best_k(&g->ctl);
             r.speedup = sd_adaptive_speedup(&g->ctl, r.k_best);

@@ -1,6 +1,7 @@
 /* runtime/engine/prompt.c: a prompt (raw text, or chat messages in the chat template) to
- * token ids (see sd_engine.h). The server tokenizes through it; the CLI's generate, chat
- * loop and bench still have their own copies of these steps (issue 24). */
+ * token ids (see sd_engine.h). The server, generate and bench (both modes) tokenize
+ * through it; the chat loop (runtime/cli/chat_loop.c) tokenizes only what a turn appends to
+ * the conversation's text, a different operation, with sd_vocab_tokenize. */
 #include <stdlib.h>
 
 #include "runtime/engine/sd_engine.h"

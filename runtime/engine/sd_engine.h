@@ -133,6 +133,45 @@ typedef struct sd_adaptive_params {
 /* k_max 4, auto_off 1, and the values above. */
 sd_adaptive_params sd_adaptive_default_params(void);
 
+/* A least-squares line y = alpha + beta x with forgetting (factor 0.98 a sample; a
+ * sample above twice the fit, after 4, counts as twice the fit: preemption on a shared
+ * machine): the measured cost of a pass over x tokens of a batch. Before two distinct
+ * sizes are seen, the line through the one mean with slope 0.35 of it per token. Zero
+ * is empty. */
+typedef struct sd_cost_fit {
+    double sw, sx, sy, sxx, sxy;
+    double x0;    /* the first x */
+    int distinct; /* another x than x0 was seen */
+    int64_t n;    /* samples */
+} sd_cost_fit;
+
+void sd_cost_fit_add(sd_cost_fit *f, double x, double y);
+double sd_cost_fit_eval(const sd_cost_fit *f, double x); /* 0 while empty */
+
+/*
+ * Batch mode (the batcher, a sequence beside others in one target pass). The n_seqs
+ * adaptive sequences of a pass (this one among them) are taken to draft alike, K tokens
+ * each, so that K is the one that maximises the batch's rate, and the speedup is that
+ * rate against K = 0 for all of them:
+ *     S_B(K) = (Y + n E(K)) T(0) / ((Y + n) T(K)),  T(K) = K c + v_B(R0 + n (K + 1)),
+ * n = n_seqs, R0 = base_rows and Y = base_yield the rows and the tokens of the rest of the
+ * pass (fixed-K sequences, prompt chunks), v_B the measured target pass over n tokens
+ * (pass), c the sequence's own measured drafting time per token (in a batch: the batched
+ * draft passes it took part in; before one is measured draft_prior v_B(n)). With n = 1,
+ * R0 = 0 and Y = 0 this is S(K) with v_B for v. While alone in its pass (n_seqs <= 1 and
+ * base_rows 0) or while pass is empty the controller works as for one sequence (its own
+ * per-size costs, calibration passes: as sd_generate). In batch mode there are no
+ * calibration passes (every pass measures v_B), pass timings are not kept as per-size
+ * costs (they are the batch's), and "measured" (auto-off) means that v_B has min_samples
+ * samples. The rest (acceptance, auto-off, probes) is the same.
+ */
+typedef struct sd_adaptive_batch {
+    sd_cost_fit pass;  /* target pass ms over its tokens */
+    int32_t n_seqs;    /* n: the adaptive sequences of the pass, this one included */
+    int32_t base_rows; /* R0 */
+    double base_yield; /* Y */
+} sd_adaptive_batch;
+
 /* Where the controller is. */
 typedef enum sd_adaptive_state {
     SD_ADAPTIVE_ON = 0,    /* speculating (calibration passes included) */
@@ -160,6 +199,7 @@ typedef struct sd_adaptive {
     int32_t n_load;
     int32_t below, countdown, backoff, k_last, empty_probes, probe_left, since_calib;
     int32_t n_passes, n_off_passes, n_probes, n_switch_off, n_calibration;
+    sd_adaptive_batch batch; /* the batch of the next pass (sd_adaptive_set_batch); zero: alone */
 } sd_adaptive;
 
 /* Start a controller. Errors: SD_ERR_ARG naming the parameter out of range. */
@@ -168,6 +208,12 @@ int sd_adaptive_init(sd_adaptive *a, const sd_adaptive_params *p, sd_error *err)
 /* The K for the next pass: 0 = a target-alone pass (speculation off, or calibration),
  * else 1 .. k_max. The caller may draft fewer (budget, context, no match). */
 int32_t sd_adaptive_next_k(sd_adaptive *a);
+
+/* The batch the next pass and its observation belong to (see sd_adaptive_batch); NULL, or
+ * n_seqs <= 1 and base_rows 0: alone. Set before sd_adaptive_next_k; it holds until set again. */
+void sd_adaptive_set_batch(sd_adaptive *a, const sd_adaptive_batch *b);
+/* 1 while the controller decides in batch mode (see sd_adaptive_batch). */
+int sd_adaptive_in_batch(const sd_adaptive *a);
 
 /*
  * Record the pass that followed the last sd_adaptive_next_k:
@@ -340,6 +386,7 @@ typedef struct sd_pass_record {
      * and v(K* + 1) / v(1). */
     double speedup, c_rel, v_rel;
     int32_t k_best;
+    int32_t k_policy; /* the policy's K before the budget and context caps (k_chosen) */
 } sd_pass_record;
 
 sd_gen_params sd_gen_default_params(void);
@@ -434,6 +481,11 @@ const sd_engine_params *sd_engine_params_of(const sd_engine *e);
  * (draft = 1) session with (e.g. for a benchmark's own sessions of the same models). */
 sd_session_params sd_engine_session_params(const sd_engine *e, int draft);
 
+/* The adaptive controller's draft_prior for draft type t when the request sets none: a
+ * memory-bound draft step costs its weight bytes' share of the target's (the LLM types),
+ * a lookup 0.01. Both clients (sd_engine_generate, the batcher) use it. */
+double sd_engine_draft_prior(const sd_engine *e, sd_draft_type t);
+
 /*
  * Generate after prompt[0 .. n_prompt) with gp (NULL: the engine's p->gen) and the
  * proposer of gp->draft_type (sd_engine_proposer_of), which gets gp's confidence cut-off
@@ -521,6 +573,11 @@ typedef struct sd_batcher_params {
      * prompt and output, LRU by request), which requests of draft type suffix also draft
      * from; 0: none (the default). */
     size_t suffix_cache_bytes;
+    /* A persistent lookup cache (sd_ngram_cache, specdec generate's --lookup-cache) that
+     * every sequence's n-gram proposer also looks in when its context has no match, as
+     * generate's (sd_proposer_ngram_set_cache); read only, caller-owned, outliving the
+     * batcher; NULL: none (the default). */
+    const sd_ngram_cache *lookup_cache;
 } sd_batcher_params;
 
 sd_batcher_params sd_batcher_default_params(void);

@@ -834,17 +834,6 @@ int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logi
     return decode(s, &b, n_out, logits, err);
 }
 
-/* Index of the largest of l[0 .. n) (the lowest on ties), -1 if one is NaN. */
-static int32_t row_argmax(const float *l, int32_t n) {
-    int32_t best = 0;
-    int nan = 0;
-    for (int32_t i = 0; i < n; i++) {
-        nan |= l[i] != l[i];
-        if (l[i] > l[best]) best = i;
-    }
-    return nan ? -1 : best;
-}
-
 int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int32_t n_rows,
                            float *row, int32_t *best, sd_error *err) {
     if (!s || !best || !row)
@@ -855,7 +844,7 @@ int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int3
                          sd_session_n_logits(s));
     if (s->group || s->tp || s->be->device != SD_DEVICE_CPU) { /* the row, then its argmax */
         int rc = sd_session_eval(s, tokens, n, row, 1, err);
-        if (rc == SD_OK) *best = row_argmax(row, n_rows);
+        if (rc == SD_OK) *best = sd_argmax_checked(row, n_rows);
         return rc;
     }
     const sd_batch b = sd_batch_of(tokens, n);
