@@ -106,6 +106,21 @@ SD_T SD_INL v8i pair16(v8i a, v8i b) {
     return _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
 }
 
+/* sd_prefetch_at(mp, bytes, SD_PF_BYTES_256) unrolled: bytes is a constant of the type
+ * (64..3328), so the loop becomes one prefetch per line, no counter. */
+SD_T SD_INL void pf256(const uint8_t *mp, const size_t bytes) {
+    _Pragma("GCC unroll 64") for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(mp + SD_PF_BYTES_256 + o, 0, 2);
+}
+
+/* v, computed here: an empty asm the compiler cannot move, so a chain of sums stays a
+ * chain (else GCC reassociates the unrolled int16 sums of tile_k45_1 into trees whose
+ * products all live at once and spill). */
+SD_T SD_INL v8i in_reg(v8i v) {
+    __asm__("" : "+x"(v));
+    return v;
+}
+
 /* Lanes < n of mask vectors for _mm256_maskstore_ps. */
 SD_T SD_INL v8i lanes_lt(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -455,8 +470,7 @@ SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t
             acc[h][t] = sm[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        sd_prefetch_at(mp, main,
-                       SD_PF_BYTES_256); /* both halves: one stream of the group's lines */
+        pf256(mp, main); /* both halves: one stream of the group's lines */
         for (int h = 0; h < nh; h++) {
             v8i w[8], aw[8];
             unpack32(mp + 32 * h, kind, w, aw);
@@ -484,11 +498,130 @@ SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t
 /* K-quants x Q8_K                                                                      */
 /* ---------------------------------------------------------------------------------- */
 
-/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins. */
+/* Q4_K / Q5_K: the 6-bit scales and mins of one half (mp: main part + 32 * half) as bytes,
+ * k45_scale's decoding done once for all 16: byte b of lane r of sc[0] is scale b of row r,
+ * of sc[1] scale 4 + b; mn[0], mn[1] the mins alike. 16-bit shifts move bits across the
+ * bytes of a lane, but every bit kept by the masks comes from its own byte. */
+SD_T SD_INL void k45_bytes(const uint8_t *mp, v8i *sc, v8i *mn) {
+    const v8i S = ld(mp), M = ld(mp + 64), S2 = ld(mp + 128);
+    const v8i m63 = _mm256_set1_epi8(0x3F), m15 = _mm256_set1_epi8(0x0F);
+    const v8i m48 = _mm256_set1_epi8(0x30);
+    sc[0] = _mm256_and_si256(S, m63);
+    mn[0] = _mm256_and_si256(M, m63);
+    sc[1] =
+        _mm256_or_si256(_mm256_and_si256(S2, m15), _mm256_and_si256(_mm256_srli_epi16(S, 2), m48));
+    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(S2, 4), m15),
+                            _mm256_and_si256(_mm256_srli_epi16(M, 2), m48));
+}
+
+/* The int16 pair (byte b0, byte b1) of each 32-bit lane of v, zero-extended (one vpshufb). */
+SD_T SD_INL v8i byte_pair(v8i v, const int b0, const int b1) {
+    const char z = (char)0x80;
+    const v8i c = _mm256_setr_epi8((char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
+                                   (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z,
+                                   (char)(12 + b1), z, (char)b0, z, (char)b1, z, (char)(4 + b0), z,
+                                   (char)(4 + b1), z, (char)(8 + b0), z, (char)(8 + b1), z,
+                                   (char)(12 + b0), z, (char)(12 + b1), z);
+    return _mm256_shuffle_epi8(v, c);
+}
+
+/* Q4_K / Q5_K: the min term of one half, sum over sub-blocks of min * (activation sum),
+ * from its mins as bytes and the token's part-B sub-block sums xs (8 int16). */
+SD_T SD_INL v8i k45_minsum(const v8i *mn, const uint8_t *xs) {
+    v8i c = _mm256_setzero_si256();
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) c = _mm256_add_epi32(
+        c, _mm256_madd_epi16(byte_pair(mn[j >> 1], 2 * (j & 1), 2 * (j & 1) + 1), bc4(xs + 4 * j)));
+    return c;
+}
+
+/* Q4_K / Q5_K level vectors of sub-blocks 2j (lo) and 2j + 1 (hi) from the byte vector q
+ * (qs vector 8j + k) and, for Q5_K, qh (the 5th-bit vector k). */
+SD_T SD_INL void k45_levels(v8i q, v8i qh, const int five, const int j, v8i *lo, v8i *hi) {
+    const v8i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    *lo = _mm256_and_si256(q, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    if (five) {
+        *lo = or_and(*lo, shl(qh, 4 - 2 * j), b4);
+        *hi = or_and(*hi, shl(qh, 3 - 2 * j), b4);
+    }
+}
+
+#if !SD_X256_VNNI
+/* Q4_K / Q5_K, one token (decode), AVX2: both halves at once, so each broadcast of 4
+ * activation bytes feeds the products of both halves (16 rows), with the same arithmetic
+ * per row as tile_k45. The padded rows of a group's last half are zero bytes in the
+ * packed layout, computed and not stored. */
+SD_T SD_INL void tile_k45_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, const uint8_t *xb,
+                            float *y, int n_rows, const int kind) {
+    const int five = kind == KQ5;
+    const int fold = five ? 4 : 8;
+    const size_t main = main_k(kind);
+    const size_t qso = five ? 704 : 192;
+    const uint8_t *tl = gp + (size_t)nb * main;
+    v8f acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *mp = gp + (size_t)i * main;
+        pf256(mp, main);
+        const uint8_t *x = xa + (size_t)i * XK + 4;
+        v8i P[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        v8i sc[2][2], mn[2][2];
+        k45_bytes(mp, sc[0], mn[0]);
+        k45_bytes(mp + 32, sc[1], mn[1]);
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+            v8i al[2], ah[2];
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                const v8i xl = bc4(x + 64 * j + 4 * k), xh = bc4(x + 64 * j + 32 + 4 * k);
+                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                    v8i lo, hi;
+                    k45_levels(ld(mp + qso + 64 * (8 * j + k) + 32 * h),
+                               five ? ld(mp + 192 + 64 * k + 32 * h) : _mm256_setzero_si256(), five,
+                               j, &lo, &hi);
+                    const v8i pl = _mm256_maddubs_epi16(lo, xl);
+                    const v8i ph = _mm256_maddubs_epi16(hi, xh);
+                    al[h] = in_reg(k % fold ? _mm256_add_epi16(al[h], pl) : pl);
+                    ah[h] = in_reg(k % fold ? _mm256_add_epi16(ah[h], ph) : ph);
+                    if (k % fold == fold - 1) {
+                        const int b = 2 * (j & 1);
+                        const v8i s = sc[h][j >> 1];
+                        P[h] = _mm256_add_epi32(
+                            P[h],
+                            _mm256_add_epi32(_mm256_madd_epi16(al[h], byte_pair(s, b, b)),
+                                             _mm256_madd_epi16(ah[h], byte_pair(s, b + 1, b + 1))));
+                    }
+                }
+            }
+        }
+        const v8f xd = bcf(xa + (size_t)i * XK);
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            const uint8_t *th = tl + (size_t)i * 64 + 16 * h;
+            acc[h] = kfin(acc[h], P[h], k45_minsum(mn[h], xb + (size_t)i * 16), xd, ldh(th),
+                          ldh(th + 32), 1);
+        }
+    }
+    store_rows(y, acc[0], half_rows(n_rows, 0));
+    if (n_rows > 8) store_rows(y + 8, acc[1], half_rows(n_rows, 1));
+}
+#endif
+
+/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins. Per half, the scales and
+ * mins are decoded once into bytes (k45_bytes) and each sub-block's scale taken as its
+ * vpmaddwd coefficient pair with one vpshufb; the sub-block loop is unrolled, so every
+ * offset and shift is an immediate. */
 SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
                           const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
                           const int kind, const int nt) {
+#if !SD_X256_VNNI
+    if (nt == 1) {
+        (void)sa;
+        (void)sb;
+        (void)ldy;
+        tile_k45_1(gp, nb, xa, xb, y, n_rows, kind);
+        return;
+    }
+#endif
+    const int five = kind == KQ5;
     const size_t main = main_k(kind);
+    const size_t qso = five ? 704 : 192;
     const uint8_t *tl = gp + (size_t)nb * main;
     const int nh = n_rows > 8 ? 2 : 1;
     v8f acc[2][SD_PT];
@@ -498,35 +631,46 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
             acc[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp0 = gp + (size_t)i * main;
-        sd_prefetch_at(mp0, main, SD_PF_BYTES_256);
+        pf256(mp0, main);
         for (int h = 0; h < nh; h++) {
             const uint8_t *mp = mp0 + 32 * h;
+            v8i sc[2], mn[2];
+            k45_bytes(mp, sc, mn);
             for (int t = 0; t < nt; t++)
                 P[t] = _mm256_setzero_si256();
-            for (int s = 0; s < 8; s++) {
-                v8i w[8];
-                unpack_k45(mp, kind, s, w);
-                const v8i sc = k45_scale(mp, 0, s);
-#if !SD_X256_VNNI
-                const v8i sc16 = pair16(sc, sc);
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+                v8i wl[8], wh[8];
+                _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) k45_levels(
+                    ld(mp + qso + 64 * (8 * j + k)),
+                    five ? ld(mp + 192 + 64 * k) : _mm256_setzero_si256(), five, j, &wl[k], &wh[k]);
+                const int b = 2 * (j & 1);
+#if SD_X256_VNNI
+                const v8i sl =
+                    _mm256_and_si256(_mm256_srli_epi32(sc[j >> 1], 8 * b), _mm256_set1_epi32(0xFF));
+                const v8i sh = _mm256_and_si256(_mm256_srli_epi32(sc[j >> 1], 8 * b + 8),
+                                                _mm256_set1_epi32(0xFF));
+#else
+                const v8i cl = byte_pair(sc[j >> 1], b, b),
+                          ch = byte_pair(sc[j >> 1], b + 1, b + 1);
 #endif
                 for (int t = 0; t < nt; t++) {
-                    const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * s;
+                    const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 64 * j;
 #if SD_X256_VNNI
                     P[t] = _mm256_add_epi32(
-                        P[t], _mm256_mullo_epi32(dot4n(_mm256_setzero_si256(), w, 8, x), sc));
+                        P[t],
+                        _mm256_add_epi32(
+                            _mm256_mullo_epi32(dot4n(_mm256_setzero_si256(), wl, 8, x), sl),
+                            _mm256_mullo_epi32(dot4n(_mm256_setzero_si256(), wh, 8, x + 32), sh)));
 #else
-                    P[t] = dotc(P[t], w, 8, kind == KQ5 ? 4 : 8, x, sc16);
+                    P[t] = dotc(dotc(P[t], wl, 8, five ? 4 : 8, x, cl), wh, 8, five ? 4 : 8, x + 32,
+                                ch);
 #endif
                 }
             }
-            v8i mp2[4];
-            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) mp2[j] =
-                pair16(k45_scale(mp, 1, 2 * j), k45_scale(mp, 1, 2 * j + 1));
             const uint8_t *th = tl + (size_t)i * 64 + 16 * h;
             const v8f dw = ldh(th), dmn = ldh(th + 32);
             for (int t = 0; t < nt; t++) {
-                const v8i M = pairdot(mp2, 4, xb + (size_t)t * sb + (size_t)i * 16);
+                const v8i M = k45_minsum(mn, xb + (size_t)t * sb + (size_t)i * 16);
                 acc[h][t] =
                     kfin(acc[h][t], P[t], M, bcf(xa + (size_t)t * sa + (size_t)i * XK), dw, dmn, 1);
             }
@@ -554,7 +698,7 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
             acc[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp0 = gp + (size_t)i * main;
-        sd_prefetch_at(mp0, main, SD_PF_BYTES_256);
+        pf256(mp0, main);
         for (int h = 0; h < nh; h++) {
             const uint8_t *mp = mp0 + 32 * h;
             for (int t = 0; t < nt; t++)
