@@ -113,14 +113,6 @@ SD_T SD_INL void pf256(const uint8_t *mp, const size_t bytes) {
         __builtin_prefetch(mp + SD_PF_BYTES_256 + o, 0, 2);
 }
 
-/* v, computed here: an empty asm the compiler cannot move, so a chain of sums stays a
- * chain (else GCC reassociates the unrolled int16 sums of tile_k45_1 into trees whose
- * products all live at once and spill). */
-SD_T SD_INL v8i in_reg(v8i v) {
-    __asm__("" : "+x"(v));
-    return v;
-}
-
 /* Lanes < n of mask vectors for _mm256_maskstore_ps. */
 SD_T SD_INL v8i lanes_lt(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -131,6 +123,14 @@ SD_T SD_INL void store_rows(float *y, v8f v, int n_rows) {
         _mm256_storeu_ps(y, v);
     else
         _mm256_maskstore_ps(y, lanes_lt(n_rows), v);
+}
+
+/* v, computed here: an empty asm the compiler cannot move, so a chain of sums stays a
+ * chain (else GCC reassociates the unrolled int16 sums of tile_k45_1 into trees whose
+ * products all live at once and spill). */
+SD_T SD_INL v8i in_reg(v8i v) {
+    __asm__("" : "+x"(v));
+    return v;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -150,7 +150,7 @@ SD_T SD_INL v8i dot4n(v8i s, const v8i *w, const int n, const uint8_t *x) {
 SD_T SD_INL v8i mub16(const v8i *w, const int n, const uint8_t *x) {
     v8i s = _mm256_maddubs_epi16(w[0], bc4(x));
     _Pragma("GCC unroll 8") for (int k = 1; k < n; k++) s =
-        _mm256_add_epi16(s, _mm256_maddubs_epi16(w[k], bc4(x + 4 * k)));
+        in_reg(_mm256_add_epi16(s, _mm256_maddubs_epi16(w[k], bc4(x + 4 * k))));
     return s;
 }
 
@@ -650,32 +650,33 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
             k45_bytes(mp, sc, mn);
             for (int t = 0; t < nt; t++)
                 P[t] = _mm256_setzero_si256();
-            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
-                v8i wl[8], wh[8];
-                _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) k45_levels(
-                    ld(mp + qso + 64 * (8 * j + k)),
-                    five ? ld(mp + 192 + 64 * k) : _mm256_setzero_si256(), five, j, &wl[k], &wh[k]);
-                const int b = 2 * (j & 1);
+            /* one sub-block at a time: its 8 level vectors stay in registers through the
+             * token loop (two at a time would spill) */
+            _Pragma("GCC unroll 8") for (int sb = 0; sb < 8; sb++) {
+                const int j = sb >> 1;
+                const uint8_t *ms = mp;
+                __asm__("" : "+r"(ms)); /* no reuse of the sub-block pair's loads: it spills */
+                v8i w[8];
+                _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                    v8i lo, hi;
+                    k45_levels(ld(ms + qso + 64 * (8 * j + k)),
+                               five ? ld(ms + 192 + 64 * k) : _mm256_setzero_si256(), five, j, &lo,
+                               &hi);
+                    w[k] = (sb & 1) ? hi : lo;
+                }
 #if SD_X256_VNNI
-                const v8i sl =
-                    _mm256_and_si256(_mm256_srli_epi32(sc[j >> 1], 8 * b), _mm256_set1_epi32(0xFF));
-                const v8i sh = _mm256_and_si256(_mm256_srli_epi32(sc[j >> 1], 8 * b + 8),
+                const v8i sl = _mm256_and_si256(_mm256_srli_epi32(sc[sb >> 2], 8 * (sb & 3)),
                                                 _mm256_set1_epi32(0xFF));
 #else
-                const v8i cl = byte_pair(sc[j >> 1], b, b),
-                          ch = byte_pair(sc[j >> 1], b + 1, b + 1);
+                const v8i cl = byte_pair(sc[sb >> 2], sb & 3, sb & 3);
 #endif
                 for (int t = 0; t < nt; t++) {
-                    const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 64 * j;
+                    const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * sb;
 #if SD_X256_VNNI
                     P[t] = _mm256_add_epi32(
-                        P[t],
-                        _mm256_add_epi32(
-                            _mm256_mullo_epi32(dot4n(_mm256_setzero_si256(), wl, 8, x), sl),
-                            _mm256_mullo_epi32(dot4n(_mm256_setzero_si256(), wh, 8, x + 32), sh)));
+                        P[t], _mm256_mullo_epi32(dot4n(_mm256_setzero_si256(), w, 8, x), sl));
 #else
-                    P[t] = dotc(dotc(P[t], wl, 8, five ? 4 : 8, x, cl), wh, 8, five ? 4 : 8, x + 32,
-                                ch);
+                    P[t] = dotc(P[t], w, 8, five ? 4 : 8, x, cl);
 #endif
                 }
             }
