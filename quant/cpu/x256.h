@@ -67,6 +67,9 @@
 
 #define SD_INL static inline __attribute__((always_inline))
 #define SD_PT  32 /* packed kernels: most tokens per call (one chunk for passes <= 32) */
+#ifndef K45_PAIRS_MAX
+#define K45_PAIRS_MAX 6 /* AVX2 Q4_K / Q5_K: widest pass run as token pairs (tile_k45) */
+#endif
 
 typedef __m256i v8i;
 typedef __m256 v8f;
@@ -563,56 +566,85 @@ SD_T SD_INL void k45_levels(v8i q, v8i qh, const int five, const int j, v8i *lo,
  * activation bytes feeds the products of both halves (16 rows), with the same arithmetic
  * per row as tile_k45. The padded rows of a group's last half are zero bytes in the
  * packed layout, computed and not stored. */
-SD_T SD_INL void tile_k45_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, const uint8_t *xb,
-                            float *y, int n_rows, const int kind) {
+SD_T SD_INL void tile_k45_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
+                            const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
+                            const int kind, const int NT) {
     const int five = kind == KQ5;
     const int fold = five ? 4 : 8;
     const size_t main = main_k(kind);
     const size_t qso = five ? 704 : 192;
     const uint8_t *tl = gp + (size_t)nb * main;
-    v8f acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    v8f acc[2][2];
+    for (int t = 0; t < NT; t++)
+        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
         pf256(mp, main);
-        const uint8_t *x = xa + (size_t)i * XK + 4;
-        v8i P[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        v8i P[2][2];
+        for (int t = 0; t < NT; t++)
+            P[t][0] = P[t][1] = _mm256_setzero_si256();
         v8i sc[2][2], mn[2][2];
         k45_bytes(mp, sc[0], mn[0]);
         k45_bytes(mp + 32, sc[1], mn[1]);
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
-            v8i al[2], ah[2];
+            v8i al[2][2], ah[2][2]; /* [token][half] */
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-                const v8i xl = bc4(x + 64 * j + 4 * k), xh = bc4(x + 64 * j + 32 + 4 * k);
-                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-                    v8i lo, hi;
+                v8i lo[2], hi[2];
+                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
                     k45_levels(ld(mp + qso + 64 * (8 * j + k) + 32 * h),
                                five ? ld(mp + 192 + 64 * k + 32 * h) : _mm256_setzero_si256(), five,
-                               j, &lo, &hi);
-                    const v8i pl = _mm256_maddubs_epi16(lo, xl);
-                    const v8i ph = _mm256_maddubs_epi16(hi, xh);
-                    al[h] = in_reg(k % fold ? _mm256_add_epi16(al[h], pl) : pl);
-                    ah[h] = in_reg(k % fold ? _mm256_add_epi16(ah[h], ph) : ph);
-                    if (k % fold == fold - 1) {
-                        const int b = 2 * (j & 1);
-                        const v8i s = sc[h][j >> 1];
-                        P[h] = _mm256_add_epi32(
-                            P[h],
-                            _mm256_add_epi32(_mm256_madd_epi16(al[h], byte_pair(s, b, b)),
-                                             _mm256_madd_epi16(ah[h], byte_pair(s, b + 1, b + 1))));
+                               j, &lo[h], &hi[h]);
+                _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {
+                    const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 64 * j + 4 * k;
+                    const v8i xl = bc4(x), xh = bc4(x + 32);
+                    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                        const v8i pl = _mm256_maddubs_epi16(lo[h], xl);
+                        const v8i ph = _mm256_maddubs_epi16(hi[h], xh);
+                        al[t][h] = in_reg(k % fold ? _mm256_add_epi16(al[t][h], pl) : pl);
+                        ah[t][h] = in_reg(k % fold ? _mm256_add_epi16(ah[t][h], ph) : ph);
+                    }
+                }
+                if (k % fold == fold - 1) {
+                    const int b = 2 * (j & 1);
+                    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                        const v8i cl = byte_pair(sc[h][j >> 1], b, b);
+                        const v8i ch = byte_pair(sc[h][j >> 1], b + 1, b + 1);
+                        _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) P[t][h] =
+                            _mm256_add_epi32(P[t][h],
+                                             _mm256_add_epi32(_mm256_madd_epi16(al[t][h], cl),
+                                                              _mm256_madd_epi16(ah[t][h], ch)));
                     }
                 }
             }
         }
-        const v8f xd = bcf(xa + (size_t)i * XK);
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-            const uint8_t *th = tl + (size_t)i * 64 + 16 * h;
-            acc[h] = kfin(acc[h], P[h], k45_minsum(mn[h], xb + (size_t)i * 16), xd, ldh(th),
-                          ldh(th + 32), 1);
+        _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {
+            const v8f xd = bcf(xa + (size_t)t * sa + (size_t)i * XK);
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                const uint8_t *th = tl + (size_t)i * 64 + 16 * h;
+                acc[t][h] = kfin(acc[t][h], P[t][h],
+                                 k45_minsum(mn[h], xb + (size_t)t * sb + (size_t)i * 16), xd,
+                                 ldh(th), ldh(th + 32), 1);
+            }
         }
     }
-    store_rows(y, acc[0], half_rows(n_rows, 0));
-    if (n_rows > 8) store_rows(y + 8, acc[1], half_rows(n_rows, 1));
+    for (int t = 0; t < NT; t++) {
+        store_rows(y + t * ldy, acc[t][0], half_rows(n_rows, 0));
+        if (n_rows > 8) store_rows(y + t * ldy + 8, acc[t][1], half_rows(n_rows, 1));
+    }
 }
+
+/* tile_k45_s per type and width, each its own function (inlined into the caller, the
+ * registers of the caller's other paths made it spill). */
+#define SD_K45S(NAME, KIND, NT)                                                                    \
+    SD_T __attribute__((noinline)) static void NAME(                                               \
+        const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa, const uint8_t *xb, size_t sb, \
+        float *y, int64_t ldy, int n_rows) {                                                       \
+        tile_k45_s(gp, nb, xa, sa, xb, sb, y, ldy, n_rows, KIND, NT);                              \
+    }
+SD_K45S(k45s_q4_1, KQ4, 1)
+SD_K45S(k45s_q4_2, KQ4, 2)
+SD_K45S(k45s_q5_1, KQ5, 1)
+SD_K45S(k45s_q5_2, KQ5, 2)
 #endif
 
 /* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins. Per half, the scales and
@@ -623,11 +655,21 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
                           const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
                           const int kind, const int nt) {
 #if !SD_X256_VNNI
-    if (nt == 1) {
-        (void)sa;
-        (void)sb;
-        (void)ldy;
-        tile_k45_1(gp, nb, xa, xb, y, n_rows, kind);
+    /* Up to K45_PAIRS_MAX tokens: in pairs, the last alone. Each pair's pass over the
+     * group's blocks unpacks them again (from cache) but keeps every sum in registers and
+     * shares each broadcast between the two halves. Instructions per 16 x 256 super-block
+     * (scripts/kernel_ir.sh, Q4_K): a pair 1216, one token 761; this tile beyond 2 tokens
+     * about 1648 + 541 per token more, so pairs cost fewer up to 6 tokens. */
+    if (nt <= K45_PAIRS_MAX) {
+        int t0 = 0;
+        for (; t0 + 2 <= nt; t0 += 2)
+            (kind == KQ5 ? k45s_q5_2 : k45s_q4_2)(gp, nb, xa + (size_t)t0 * sa, sa,
+                                                  xb + (size_t)t0 * sb, sb, y + t0 * ldy, ldy,
+                                                  n_rows);
+        if (t0 < nt)
+            (kind == KQ5 ? k45s_q5_1 : k45s_q4_1)(gp, nb, xa + (size_t)t0 * sa, sa,
+                                                  xb + (size_t)t0 * sb, sb, y + t0 * ldy, ldy,
+                                                  n_rows);
         return;
     }
 #endif
