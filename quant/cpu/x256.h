@@ -68,13 +68,13 @@
 #define SD_INL static inline __attribute__((always_inline))
 #define SD_PT  32 /* packed kernels: most tokens per call (one chunk for passes <= 32) */
 #ifndef K45_PAIRS_MAX
-#define K45_PAIRS_MAX 6 /* AVX2 Q4_K / Q5_K: widest pass run as token pairs (tile_k45) */
+#define K45_PAIRS_MAX 2 /* AVX2 Q4_K / Q5_K: widest pass run as token pairs (tile_k45) */
 #endif
 #ifndef K236_PAIRS_MAX
 /* AVX2 Q2_K / Q3_K / Q6_K: the widest pass run as token pairs (tile_k236). Q6_K: a pair
  * costs 1971 Ir per super-block, the general tile 2594 at 2 tokens + ~610 a token more,
  * so pairs pay at 2 tokens only. */
-#define K236_PAIRS_MAX 2
+#define K236_PAIRS_MAX 1
 #endif
 
 typedef __m256i v8i;
