@@ -70,12 +70,6 @@
 #ifndef K45_PAIRS_MAX
 #define K45_PAIRS_MAX 2 /* AVX2 Q4_K / Q5_K: widest pass run as token pairs (tile_k45) */
 #endif
-#ifndef K236_PAIRS_MAX
-/* AVX2 Q2_K / Q3_K / Q6_K: the widest pass run as token pairs (tile_k236). Q6_K: a pair
- * costs 1971 Ir per super-block, the general tile 2594 at 2 tokens + ~610 a token more,
- * so pairs pay at 2 tokens only. */
-#define K236_PAIRS_MAX 1
-#endif
 
 typedef __m256i v8i;
 typedef __m256 v8f;
@@ -775,78 +769,51 @@ SD_T SD_INL v8i k_pair2(const uint8_t *mp, const int kind, const int j) {
 #if !SD_X256_VNNI
 /* Q2_K / Q3_K / Q6_K, one token (decode), AVX2: both halves at once, each broadcast of 4
  * activation bytes feeding both halves' products; per row the arithmetic of tile_k236. */
-SD_T SD_INL void tile_k236_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa, float *y,
-                             int64_t ldy, int n_rows, const int kind, const int NT) {
+SD_T SD_INL void tile_k236_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, float *y, int n_rows,
+                             const int kind) {
     const size_t main = main_k(kind);
     const size_t tail = kind == KQ2 ? 64 : 32;
     const int fold = kind == KQ6 ? 2 : 4;
     const uint8_t *tl = gp + (size_t)nb * main;
-    v8f acc[2][2];
-    for (int t = 0; t < NT; t++)
-        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    v8f acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
         pf256(mp, main);
-        v8i P[2][2];
-        for (int t = 0; t < NT; t++)
-            P[t][0] = P[t][1] = _mm256_setzero_si256();
+        const uint8_t *xr = xa + (size_t)i * XK;
+        v8i P[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         _Pragma("GCC unroll 8") for (int hk = 0; hk < 8; hk++) {
-            v8i a[2][2]; /* [token][half] */
+            v8i a[2];
             _Pragma("GCC unroll 8") for (int kk = 0; kk < 8; kk++) {
-                v8i w[2];
-                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) w[h] =
-                    level_k236(mp + 32 * h, kind, hk, kk);
-                _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {
-                    const v8i x = bc4(xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * hk + 4 * kk);
-                    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-                        const v8i p = _mm256_maddubs_epi16(w[h], x);
-                        a[t][h] = in_reg(kk % fold ? _mm256_add_epi16(a[t][h], p) : p);
-                    }
+                const v8i x = bc4(xr + 4 + 32 * hk + 4 * kk);
+                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                    const v8i p = _mm256_maddubs_epi16(level_k236(mp + 32 * h, kind, hk, kk), x);
+                    a[h] = in_reg(kk % fold ? _mm256_add_epi16(a[h], p) : p);
+                    if (kk % fold == fold - 1)
+                        P[h] = _mm256_add_epi32(
+                            P[h],
+                            _mm256_madd_epi16(a[h], k_coef(mp + 32 * h, kind, 2 * hk + kk / 4)));
                 }
-                if (kk % fold == fold - 1) _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-                        const v8i c = k_coef(mp + 32 * h, kind, 2 * hk + kk / 4);
-                        _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) P[t][h] =
-                            _mm256_add_epi32(P[t][h], _mm256_madd_epi16(a[t][h], c));
-                    }
             }
         }
+        const v8f xd = bcf(xr);
         _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
             v8i pc[8];
             _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] =
                 k_pair2(mp + 32 * h, kind, j);
+            const v8i c = pairdot(pc, 8, xr + 260);
+            v8i Pt = P[h], M = _mm256_setzero_si256();
+            if (kind == KQ2)
+                M = c;
+            else /* levels stored with the offset (4 or 32) added: take it out */
+                Pt = _mm256_sub_epi32(Pt, _mm256_slli_epi32(c, kind == KQ3 ? 2 : 5));
             const uint8_t *th = tl + (size_t)i * tail + 16 * h;
-            const v8f dw = ldh(th), dmn = kind == KQ2 ? ldh(th + 32) : _mm256_setzero_ps();
-            _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {
-                const uint8_t *xr = xa + (size_t)t * sa + (size_t)i * XK;
-                const v8i c = pairdot(pc, 8, xr + 260);
-                v8i Pt = P[t][h], M = _mm256_setzero_si256();
-                if (kind == KQ2)
-                    M = c;
-                else /* levels stored with the offset (4 or 32) added: take it out */
-                    Pt = _mm256_sub_epi32(Pt, _mm256_slli_epi32(c, kind == KQ3 ? 2 : 5));
-                acc[t][h] = kfin(acc[t][h], Pt, M, bcf(xr), dw, dmn, kind == KQ2);
-            }
+            acc[h] = kfin(acc[h], Pt, M, xd, ldh(th),
+                          kind == KQ2 ? ldh(th + 32) : _mm256_setzero_ps(), kind == KQ2);
         }
     }
-    for (int t = 0; t < NT; t++) {
-        store_rows(y + t * ldy, acc[t][0], half_rows(n_rows, 0));
-        if (n_rows > 8) store_rows(y + t * ldy + 8, acc[t][1], half_rows(n_rows, 1));
-    }
+    store_rows(y, acc[0], half_rows(n_rows, 0));
+    if (n_rows > 8) store_rows(y + 8, acc[1], half_rows(n_rows, 1));
 }
-
-/* tile_k236_s per type and width, each its own function (see SD_K45S). */
-#define SD_K236S(NAME, KIND, NT)                                                                   \
-    SD_T __attribute__((noinline)) static void NAME(const uint8_t *gp, int64_t nb,                 \
-                                                    const uint8_t *xa, size_t sa, float *y,        \
-                                                    int64_t ldy, int n_rows) {                     \
-        tile_k236_s(gp, nb, xa, sa, y, ldy, n_rows, KIND, NT);                                     \
-    }
-SD_K236S(k236s_q2_1, KQ2, 1)
-SD_K236S(k236s_q2_2, KQ2, 2)
-SD_K236S(k236s_q3_1, KQ3, 1)
-SD_K236S(k236s_q3_2, KQ3, 2)
-SD_K236S(k236s_q6_1, KQ6, 1)
-SD_K236S(k236s_q6_2, KQ6, 2)
 #endif
 
 /* Q2_K / Q3_K / Q6_K: 16 groups of 16 (two per 32-element step hk). */
@@ -856,19 +823,10 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
     (void)xb;
     (void)sb;
 #if !SD_X256_VNNI
-    /* Up to K236_PAIRS_MAX tokens: in pairs, the last alone, as tile_k45 */
-    if (nt <= K236_PAIRS_MAX) {
-        int t0 = 0;
-        for (; t0 + 2 <= nt; t0 += 2)
-            (kind == KQ2 ? k236s_q2_2
-             : kind == KQ3
-                 ? k236s_q3_2
-                 : k236s_q6_2)(gp, nb, xa + (size_t)t0 * sa, sa, y + t0 * ldy, ldy, n_rows);
-        if (t0 < nt)
-            (kind == KQ2 ? k236s_q2_1
-             : kind == KQ3
-                 ? k236s_q3_1
-                 : k236s_q6_1)(gp, nb, xa + (size_t)t0 * sa, sa, y + t0 * ldy, ldy, n_rows);
+    if (nt == 1) {
+        (void)sa;
+        (void)ldy;
+        tile_k236_1(gp, nb, xa, y, n_rows, kind);
         return;
     }
 #endif
