@@ -528,18 +528,6 @@ SD_T SD_INL v8i byte_pair(v8i v, const int b0, const int b1) {
     return _mm256_shuffle_epi8(v, c);
 }
 
-/* The same pair sign-extended (bytes as int8): each byte placed in the high byte of its
- * int16 by the vpshufb, then an arithmetic shift right by 8. */
-SD_T SD_INL v8i sbyte_pair(v8i v, const int b0, const int b1) {
-    const char z = (char)0x80;
-    const v8i c =
-        _mm256_setr_epi8(z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
-                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1),
-                         z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
-                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1));
-    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, c), 8);
-}
-
 /* Q4_K / Q5_K: the min term of one half, sum over sub-blocks of min * (activation sum),
  * from its mins as bytes and the token's part-B sub-block sums xs (8 int16). */
 SD_T SD_INL v8i k45_minsum(const v8i *mn, const uint8_t *xs) {
@@ -736,100 +724,12 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
             store_rows(y + t * ldy + 8 * h, acc[h][t], half_rows(n_rows, h));
 }
 
-/* Q2_K / Q3_K / Q6_K: level vector kk of unpack_k236's step hk alone. */
-SD_T SD_INL v8i level_k236(const uint8_t *mp, const int kind, const int hk, const int kk) {
-    const int h = hk >> 2, k = hk & 3;
-    const v8i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
-    const v8i b2 = _mm256_set1_epi8(0x04), b45 = _mm256_set1_epi8(0x30);
-    if (kind == KQ6) {
-        const v8i q = ld(mp + 64 * (16 * h + 8 * (k & 1) + kk));
-        const v8i nib = _mm256_and_si256(k < 2 ? q : _mm256_srli_epi16(q, 4), m4);
-        return or_and(nib, shl(ld(mp + 2048 + 64 * (8 * h + kk)), 4 - 2 * k), b45);
-    }
-    const size_t qo = kind == KQ2 ? 256 : 512;
-    v8i w = _mm256_and_si256(_mm256_srli_epi32(ld(mp + qo + 64 * (8 * h + kk)), 2 * k), m2);
-    if (kind == KQ3) w = or_and(w, shl(ld(mp + 64 * kk), 2 - (4 * h + k)), b2);
-    return w;
-}
-
-/* The vpmaddwd coefficient pair (scale g, scale g) of one half (Q6_K: its int8 scale by
- * vpshufb; Q2_K / Q3_K: k_scale). */
-SD_T SD_INL v8i k_coef(const uint8_t *mp, const int kind, const int g) {
-    if (kind == KQ6) return sbyte_pair(ld(mp + 3072 + 64 * (g >> 2)), g & 3, g & 3);
-    const v8i s = k_scale(mp, kind, g);
-    return pair16(s, s);
-}
-
-/* The group-sum coefficient pair j (k_pair), Q6_K by vpshufb. */
-SD_T SD_INL v8i k_pair2(const uint8_t *mp, const int kind, const int j) {
-    if (kind == KQ6) return sbyte_pair(ld(mp + 3072 + 64 * (j >> 1)), 2 * (j & 1), 2 * (j & 1) + 1);
-    return k_pair(mp, kind, j);
-}
-
-#if !SD_X256_VNNI
-/* Q2_K / Q3_K / Q6_K, one token (decode), AVX2: both halves at once, each broadcast of 4
- * activation bytes feeding both halves' products; per row the arithmetic of tile_k236. */
-SD_T SD_INL void tile_k236_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, float *y, int n_rows,
-                             const int kind) {
-    const size_t main = main_k(kind);
-    const size_t tail = kind == KQ2 ? 64 : 32;
-    const int fold = kind == KQ6 ? 2 : 4;
-    const uint8_t *tl = gp + (size_t)nb * main;
-    v8f acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *mp = gp + (size_t)i * main;
-        pf256(mp, main);
-        const uint8_t *xr = xa + (size_t)i * XK;
-        v8i P[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-        _Pragma("GCC unroll 8") for (int hk = 0; hk < 8; hk++) {
-            v8i a[2];
-            _Pragma("GCC unroll 8") for (int kk = 0; kk < 8; kk++) {
-                const v8i x = bc4(xr + 4 + 32 * hk + 4 * kk);
-                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-                    const v8i p = _mm256_maddubs_epi16(level_k236(mp + 32 * h, kind, hk, kk), x);
-                    a[h] = in_reg(kk % fold ? _mm256_add_epi16(a[h], p) : p);
-                    if (kk % fold == fold - 1)
-                        P[h] = _mm256_add_epi32(
-                            P[h],
-                            _mm256_madd_epi16(a[h], k_coef(mp + 32 * h, kind, 2 * hk + kk / 4)));
-                }
-            }
-        }
-        const v8f xd = bcf(xr);
-        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-            v8i pc[8];
-            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] =
-                k_pair2(mp + 32 * h, kind, j);
-            const v8i c = pairdot(pc, 8, xr + 260);
-            v8i Pt = P[h], M = _mm256_setzero_si256();
-            if (kind == KQ2)
-                M = c;
-            else /* levels stored with the offset (4 or 32) added: take it out */
-                Pt = _mm256_sub_epi32(Pt, _mm256_slli_epi32(c, kind == KQ3 ? 2 : 5));
-            const uint8_t *th = tl + (size_t)i * tail + 16 * h;
-            acc[h] = kfin(acc[h], Pt, M, xd, ldh(th),
-                          kind == KQ2 ? ldh(th + 32) : _mm256_setzero_ps(), kind == KQ2);
-        }
-    }
-    store_rows(y, acc[0], half_rows(n_rows, 0));
-    if (n_rows > 8) store_rows(y + 8, acc[1], half_rows(n_rows, 1));
-}
-#endif
-
 /* Q2_K / Q3_K / Q6_K: 16 groups of 16 (two per 32-element step hk). */
 SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
                            const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
                            const int kind, const int nt) {
     (void)xb;
     (void)sb;
-#if !SD_X256_VNNI
-    if (nt == 1) {
-        (void)sa;
-        (void)ldy;
-        tile_k236_1(gp, nb, xa, y, n_rows, kind);
-        return;
-    }
-#endif
     const size_t main = main_k(kind);
     const size_t tail = kind == KQ2 ? 64 : 32;
     const uint8_t *tl = gp + (size_t)nb * main;
@@ -852,9 +752,7 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
                 unpack_k236(mp, kind, hk, w);
                 const v8i sa0 = k_scale(mp, kind, 2 * hk), sa1 = k_scale(mp, kind, 2 * hk + 1);
 #if !SD_X256_VNNI
-                const v8i c0 = k_coef(mp, kind, 2 * hk), c1 = k_coef(mp, kind, 2 * hk + 1);
-                (void)sa0;
-                (void)sa1;
+                const v8i c0 = pair16(sa0, sa0), c1 = pair16(sa1, sa1);
                 const int fold = kind == KQ6 ? 2 : 4;
 #endif
                 for (int t = 0; t < nt; t++) {
@@ -870,7 +768,7 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
                 }
             }
             v8i pc[8];
-            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] = k_pair2(mp, kind, j);
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] = k_pair(mp, kind, j);
             const uint8_t *th = tl + (size_t)i * tail + 16 * h;
             const v8f dw = ldh(th);
             const v8f dmn = kind == KQ2 ? ldh(th + 32) : _mm256_setzero_ps();
