@@ -18,6 +18,11 @@
  * halves, one software prefetch); each half's levels are unpacked once into 8 registers
  * and then every token of the chunk runs on them (its accumulators in L1; for 1 or 2
  * tokens in registers). So a pass unpacks each block once, whatever its width.
+ * AVX2 Q4_K / Q5_K, 1 or 2 tokens (decode and the narrowest verification): both halves
+ * at once, each level vector unpacked as it is used, so each broadcast of 4 activation
+ * bytes feeds the products of all 16 rows and every sum stays in a register (tile_k45_s);
+ * the scales and mins are decoded once per half into bytes and each sub-block's scale
+ * taken as its vpmaddwd coefficient pair by one vpshufb (k45_bytes, byte_pair).
  *
  * AVX2 products (SD_X256_VNNI 0): vpmaddubsw(w, x) gives per int16 the pair sum
  * w0 x0 + w1 x1 of unsigned levels w and signed activation bytes x; it saturates only if
