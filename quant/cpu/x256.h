@@ -18,6 +18,11 @@
  * halves, one software prefetch); each half's levels are unpacked once into 8 registers
  * and then every token of the chunk runs on them (its accumulators in L1; for 1 or 2
  * tokens in registers). So a pass unpacks each block once, whatever its width.
+ * AVX2 Q4_K / Q5_K, 1 or 2 tokens (decode and the narrowest verification): both halves
+ * at once, each level vector unpacked as it is used, so each broadcast of 4 activation
+ * bytes feeds the products of all 16 rows and every sum stays in a register (tile_k45_s);
+ * the scales and mins are decoded once per half into bytes and each sub-block's scale
+ * taken as its vpmaddwd coefficient pair by one vpshufb (k45_bytes, byte_pair).
  *
  * AVX2 products (SD_X256_VNNI 0): vpmaddubsw(w, x) gives per int16 the pair sum
  * w0 x0 + w1 x1 of unsigned levels w and signed activation bytes x; it saturates only if
@@ -67,6 +72,9 @@
 
 #define SD_INL static inline __attribute__((always_inline))
 #define SD_PT  32 /* packed kernels: most tokens per call (one chunk for passes <= 32) */
+#ifndef K45_PAIRS_MAX
+#define K45_PAIRS_MAX 2 /* AVX2 Q4_K / Q5_K: widest pass run as token pairs (tile_k45) */
+#endif
 
 typedef __m256i v8i;
 typedef __m256 v8f;
@@ -106,6 +114,13 @@ SD_T SD_INL v8i pair16(v8i a, v8i b) {
     return _mm256_blend_epi16(a, _mm256_slli_epi32(b, 16), 0xAA);
 }
 
+/* sd_prefetch_at(mp, bytes, SD_PF_BYTES_256) unrolled: bytes is a constant of the type
+ * (64..3328), so the loop becomes one prefetch per line, no counter. */
+SD_T SD_INL void pf256(const uint8_t *mp, const size_t bytes) {
+    _Pragma("GCC unroll 64") for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(mp + SD_PF_BYTES_256 + o, 0, 2);
+}
+
 /* Lanes < n of mask vectors for _mm256_maskstore_ps. */
 SD_T SD_INL v8i lanes_lt(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -116,6 +131,14 @@ SD_T SD_INL void store_rows(float *y, v8f v, int n_rows) {
         _mm256_storeu_ps(y, v);
     else
         _mm256_maskstore_ps(y, lanes_lt(n_rows), v);
+}
+
+/* v, computed here: an empty asm the compiler cannot move, so a chain of sums stays a
+ * chain (else GCC reassociates the unrolled int16 sums of tile_k45_1 into trees whose
+ * products all live at once and spill). */
+SD_T SD_INL v8i in_reg(v8i v) {
+    __asm__("" : "+x"(v));
+    return v;
 }
 
 /* ---------------------------------------------------------------------------------- */
@@ -135,7 +158,7 @@ SD_T SD_INL v8i dot4n(v8i s, const v8i *w, const int n, const uint8_t *x) {
 SD_T SD_INL v8i mub16(const v8i *w, const int n, const uint8_t *x) {
     v8i s = _mm256_maddubs_epi16(w[0], bc4(x));
     _Pragma("GCC unroll 8") for (int k = 1; k < n; k++) s =
-        _mm256_add_epi16(s, _mm256_maddubs_epi16(w[k], bc4(x + 4 * k)));
+        in_reg(_mm256_add_epi16(s, _mm256_maddubs_epi16(w[k], bc4(x + 4 * k))));
     return s;
 }
 
@@ -455,8 +478,7 @@ SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t
             acc[h][t] = sm[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        sd_prefetch_at(mp, main,
-                       SD_PF_BYTES_256); /* both halves: one stream of the group's lines */
+        pf256(mp, main); /* both halves: one stream of the group's lines */
         for (int h = 0; h < nh; h++) {
             v8i w[8], aw[8];
             unpack32(mp + 32 * h, kind, w, aw);
@@ -484,11 +506,169 @@ SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t
 /* K-quants x Q8_K                                                                      */
 /* ---------------------------------------------------------------------------------- */
 
-/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins. */
+/* Q4_K / Q5_K: the 6-bit scales and mins of one half (mp: main part + 32 * half) as bytes,
+ * k45_scale's decoding done once for all 16: byte b of lane r of sc[0] is scale b of row r,
+ * of sc[1] scale 4 + b; mn[0], mn[1] the mins alike. 16-bit shifts move bits across the
+ * bytes of a lane, but every bit kept by the masks comes from its own byte. */
+SD_T SD_INL void k45_bytes(const uint8_t *mp, v8i *sc, v8i *mn) {
+    const v8i S = ld(mp), M = ld(mp + 64), S2 = ld(mp + 128);
+    const v8i m63 = _mm256_set1_epi8(0x3F), m15 = _mm256_set1_epi8(0x0F);
+    const v8i m48 = _mm256_set1_epi8(0x30);
+    sc[0] = _mm256_and_si256(S, m63);
+    mn[0] = _mm256_and_si256(M, m63);
+    sc[1] =
+        _mm256_or_si256(_mm256_and_si256(S2, m15), _mm256_and_si256(_mm256_srli_epi16(S, 2), m48));
+    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(S2, 4), m15),
+                            _mm256_and_si256(_mm256_srli_epi16(M, 2), m48));
+}
+
+/* The int16 pair (byte b0, byte b1) of each 32-bit lane of v, zero-extended (one vpshufb). */
+SD_T SD_INL v8i byte_pair(v8i v, const int b0, const int b1) {
+    const char z = (char)0x80;
+    const v8i c = _mm256_setr_epi8((char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
+                                   (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z,
+                                   (char)(12 + b1), z, (char)b0, z, (char)b1, z, (char)(4 + b0), z,
+                                   (char)(4 + b1), z, (char)(8 + b0), z, (char)(8 + b1), z,
+                                   (char)(12 + b0), z, (char)(12 + b1), z);
+    return _mm256_shuffle_epi8(v, c);
+}
+
+/* Q4_K / Q5_K: the min term of one half, sum over sub-blocks of min * (activation sum),
+ * from its mins as bytes and the token's part-B sub-block sums xs (8 int16). */
+SD_T SD_INL v8i k45_minsum(const v8i *mn, const uint8_t *xs) {
+    v8i c = _mm256_setzero_si256();
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) c = _mm256_add_epi32(
+        c, _mm256_madd_epi16(byte_pair(mn[j >> 1], 2 * (j & 1), 2 * (j & 1) + 1), bc4(xs + 4 * j)));
+    return c;
+}
+
+/* Q4_K / Q5_K level vectors of sub-blocks 2j (lo) and 2j + 1 (hi) from the byte vector q
+ * (qs vector 8j + k) and, for Q5_K, qh (the 5th-bit vector k). */
+SD_T SD_INL void k45_levels(v8i q, v8i qh, const int five, const int j, v8i *lo, v8i *hi) {
+    const v8i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    *lo = _mm256_and_si256(q, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    if (five) {
+        *lo = or_and(*lo, shl(qh, 4 - 2 * j), b4);
+        *hi = or_and(*hi, shl(qh, 3 - 2 * j), b4);
+    }
+}
+
+#if !SD_X256_VNNI
+/* Q4_K / Q5_K, one token (decode), AVX2: both halves at once, so each broadcast of 4
+ * activation bytes feeds the products of both halves (16 rows), with the same arithmetic
+ * per row as tile_k45. The padded rows of a group's last half are zero bytes in the
+ * packed layout, computed and not stored. */
+SD_T SD_INL void tile_k45_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
+                            const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
+                            const int kind, const int NT) {
+    const int five = kind == KQ5;
+    const int fold = five ? 4 : 8;
+    const size_t main = main_k(kind);
+    const size_t qso = five ? 704 : 192;
+    const uint8_t *tl = gp + (size_t)nb * main;
+    v8f acc[2][2];
+    for (int t = 0; t < NT; t++)
+        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *mp = gp + (size_t)i * main;
+        pf256(mp, main);
+        v8i P[2][2];
+        for (int t = 0; t < NT; t++)
+            P[t][0] = P[t][1] = _mm256_setzero_si256();
+        v8i sc[2][2], mn[2][2];
+        k45_bytes(mp, sc[0], mn[0]);
+        k45_bytes(mp + 32, sc[1], mn[1]);
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+            v8i al[2][2], ah[2][2]; /* [token][half] */
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                v8i lo[2], hi[2];
+                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++)
+                    k45_levels(ld(mp + qso + 64 * (8 * j + k) + 32 * h),
+                               five ? ld(mp + 192 + 64 * k + 32 * h) : _mm256_setzero_si256(), five,
+                               j, &lo[h], &hi[h]);
+                _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {
+                    const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 64 * j + 4 * k;
+                    const v8i xl = bc4(x), xh = bc4(x + 32);
+                    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                        const v8i pl = _mm256_maddubs_epi16(lo[h], xl);
+                        const v8i ph = _mm256_maddubs_epi16(hi[h], xh);
+                        al[t][h] = in_reg(k % fold ? _mm256_add_epi16(al[t][h], pl) : pl);
+                        ah[t][h] = in_reg(k % fold ? _mm256_add_epi16(ah[t][h], ph) : ph);
+                    }
+                }
+                if (k % fold == fold - 1) {
+                    const int b = 2 * (j & 1);
+                    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                        const v8i cl = byte_pair(sc[h][j >> 1], b, b);
+                        const v8i ch = byte_pair(sc[h][j >> 1], b + 1, b + 1);
+                        _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) P[t][h] =
+                            _mm256_add_epi32(P[t][h],
+                                             _mm256_add_epi32(_mm256_madd_epi16(al[t][h], cl),
+                                                              _mm256_madd_epi16(ah[t][h], ch)));
+                    }
+                }
+            }
+        }
+        _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {
+            const v8f xd = bcf(xa + (size_t)t * sa + (size_t)i * XK);
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                const uint8_t *th = tl + (size_t)i * 64 + 16 * h;
+                acc[t][h] = kfin(acc[t][h], P[t][h],
+                                 k45_minsum(mn[h], xb + (size_t)t * sb + (size_t)i * 16), xd,
+                                 ldh(th), ldh(th + 32), 1);
+            }
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        store_rows(y + t * ldy, acc[t][0], half_rows(n_rows, 0));
+        if (n_rows > 8) store_rows(y + t * ldy + 8, acc[t][1], half_rows(n_rows, 1));
+    }
+}
+
+/* tile_k45_s per type and width, each its own function (inlined into the caller, the
+ * registers of the caller's other paths made it spill). */
+#define SD_K45S(NAME, KIND, NT)                                                                    \
+    SD_T __attribute__((noinline)) static void NAME(                                               \
+        const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa, const uint8_t *xb, size_t sb, \
+        float *y, int64_t ldy, int n_rows) {                                                       \
+        tile_k45_s(gp, nb, xa, sa, xb, sb, y, ldy, n_rows, KIND, NT);                              \
+    }
+SD_K45S(k45s_q4_1, KQ4, 1)
+SD_K45S(k45s_q4_2, KQ4, 2)
+SD_K45S(k45s_q5_1, KQ5, 1)
+SD_K45S(k45s_q5_2, KQ5, 2)
+#endif
+
+/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins. Per half, the scales and
+ * mins are decoded once into bytes (k45_bytes) and each sub-block's scale taken as its
+ * vpmaddwd coefficient pair with one vpshufb; the sub-block loop is unrolled, so every
+ * offset and shift is an immediate. */
 SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
                           const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
                           const int kind, const int nt) {
+#if !SD_X256_VNNI
+    /* Up to K45_PAIRS_MAX tokens: in pairs, the last alone. Each pair's pass over the
+     * group's blocks unpacks them again (from cache) but keeps every sum in registers and
+     * shares each broadcast between the two halves. Instructions per 16 x 256 super-block
+     * (scripts/kernel_ir.sh, Q4_K): a pair 1216, one token 761; this tile beyond 2 tokens
+     * about 1648 + 541 per token more, so pairs cost fewer up to 6 tokens. */
+    if (nt <= K45_PAIRS_MAX) {
+        int t0 = 0;
+        for (; t0 + 2 <= nt; t0 += 2)
+            (kind == KQ5 ? k45s_q5_2 : k45s_q4_2)(gp, nb, xa + (size_t)t0 * sa, sa,
+                                                  xb + (size_t)t0 * sb, sb, y + t0 * ldy, ldy,
+                                                  n_rows);
+        if (t0 < nt)
+            (kind == KQ5 ? k45s_q5_1 : k45s_q4_1)(gp, nb, xa + (size_t)t0 * sa, sa,
+                                                  xb + (size_t)t0 * sb, sb, y + t0 * ldy, ldy,
+                                                  n_rows);
+        return;
+    }
+#endif
+    const int five = kind == KQ5;
     const size_t main = main_k(kind);
+    const size_t qso = five ? 704 : 192;
     const uint8_t *tl = gp + (size_t)nb * main;
     const int nh = n_rows > 8 ? 2 : 1;
     v8f acc[2][SD_PT];
@@ -498,35 +678,47 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
             acc[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp0 = gp + (size_t)i * main;
-        sd_prefetch_at(mp0, main, SD_PF_BYTES_256);
+        pf256(mp0, main);
         for (int h = 0; h < nh; h++) {
             const uint8_t *mp = mp0 + 32 * h;
+            v8i sc[2], mn[2];
+            k45_bytes(mp, sc, mn);
             for (int t = 0; t < nt; t++)
                 P[t] = _mm256_setzero_si256();
-            for (int s = 0; s < 8; s++) {
+            /* one sub-block at a time: its 8 level vectors stay in registers through the
+             * token loop (two at a time would spill) */
+            _Pragma("GCC unroll 8") for (int sb = 0; sb < 8; sb++) {
+                const int j = sb >> 1;
+                const uint8_t *ms = mp;
+                __asm__("" : "+r"(ms)); /* no reuse of the sub-block pair's loads: it spills */
                 v8i w[8];
-                unpack_k45(mp, kind, s, w);
-                const v8i sc = k45_scale(mp, 0, s);
-#if !SD_X256_VNNI
-                const v8i sc16 = pair16(sc, sc);
+                _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                    v8i lo, hi;
+                    k45_levels(ld(ms + qso + 64 * (8 * j + k)),
+                               five ? ld(ms + 192 + 64 * k) : _mm256_setzero_si256(), five, j, &lo,
+                               &hi);
+                    w[k] = (sb & 1) ? hi : lo;
+                }
+#if SD_X256_VNNI
+                const v8i sl = _mm256_and_si256(_mm256_srli_epi32(sc[sb >> 2], 8 * (sb & 3)),
+                                                _mm256_set1_epi32(0xFF));
+#else
+                const v8i cl = byte_pair(sc[sb >> 2], sb & 3, sb & 3);
 #endif
                 for (int t = 0; t < nt; t++) {
-                    const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * s;
+                    const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * sb;
 #if SD_X256_VNNI
                     P[t] = _mm256_add_epi32(
-                        P[t], _mm256_mullo_epi32(dot4n(_mm256_setzero_si256(), w, 8, x), sc));
+                        P[t], _mm256_mullo_epi32(dot4n(_mm256_setzero_si256(), w, 8, x), sl));
 #else
-                    P[t] = dotc(P[t], w, 8, kind == KQ5 ? 4 : 8, x, sc16);
+                    P[t] = dotc(P[t], w, 8, five ? 4 : 8, x, cl);
 #endif
                 }
             }
-            v8i mp2[4];
-            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) mp2[j] =
-                pair16(k45_scale(mp, 1, 2 * j), k45_scale(mp, 1, 2 * j + 1));
             const uint8_t *th = tl + (size_t)i * 64 + 16 * h;
             const v8f dw = ldh(th), dmn = ldh(th + 32);
             for (int t = 0; t < nt; t++) {
-                const v8i M = pairdot(mp2, 4, xb + (size_t)t * sb + (size_t)i * 16);
+                const v8i M = k45_minsum(mn, xb + (size_t)t * sb + (size_t)i * 16);
                 acc[h][t] =
                     kfin(acc[h][t], P[t], M, bcf(xa + (size_t)t * sa + (size_t)i * XK), dw, dmn, 1);
             }
@@ -554,7 +746,7 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
             acc[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp0 = gp + (size_t)i * main;
-        sd_prefetch_at(mp0, main, SD_PF_BYTES_256);
+        pf256(mp0, main);
         for (int h = 0; h < nh; h++) {
             const uint8_t *mp = mp0 + 32 * h;
             for (int t = 0; t < nt; t++)
