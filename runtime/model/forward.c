@@ -59,6 +59,9 @@ struct sd_session {
     /* > 0: the layers alternate local and global attention (gemma3): each layer sets the
      * backend's window to this (local) or 0 (global) before its attention. */
     int32_t layer_window;
+    /* > 0: a paged cache and every layer windowed by this: blocks behind the window (and
+     * SD_KV_WINDOW_SLACK) go back to the pool after each pass (decode_local_ex). */
+    int32_t kv_window;
     int32_t n_out_last; /* logits rows of the last decode (for the soft cap) */
     /* Host state. */
     int32_t *tokens;   /* [n_ctx]: ids whose K/V the cache holds, [0, n_past) valid */
@@ -413,6 +416,10 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     if (rc == SD_OK) rc = check_arch_ops(s, bp.window, err);
     if (rc == SD_OK) rc = place_weights(s, err);
     if (rc == SD_OK) rc = alloc_kv(s, p, err);
+    /* Interleaved local / global layers (gemma3) keep every block: a block holds the rows
+     * of all layers, and a global layer reads every position. */
+    if (rc == SD_OK && s->pool && bp.window > 0 && hp->n_swa_layers == hp->n_layer)
+        s->kv_window = bp.window;
     if (rc == SD_OK) rc = alloc_scratch(s, err);
     if (rc == SD_OK && tp) {
         s->tp = tp;
@@ -754,6 +761,17 @@ static int decode_local_ex(sd_session *s, const sd_batch *b, int32_t n_last, flo
     int rc = check_batch(s, b, n_last, logits, &w, err);
     if (rc != SD_OK) return rc;
     const int32_t n = b->n_tokens;
+    /* Behind a sliding window: the first query of each run must find its keys (a
+     * rollback further than SD_KV_WINDOW_SLACK would need released rows). */
+    for (int32_t j = 0; s->kv_window && j < s->n_segs; j++) {
+        const sd_seg *g = &s->segs[j];
+        const int32_t first = sd_kv_first(s->seqs[g->seq]);
+        if (first > 0 && g->pos0 - s->kv_window + 1 < first)
+            return sd_errorf(err, SD_ERR_CONTEXT,
+                             "sequence %d: a pass at position %d reads keys from %d, but the "
+                             "blocks before %d were released behind the sliding window (%d)",
+                             g->seq, g->pos0, g->pos0 - s->kv_window + 1, first, s->kv_window);
+    }
     /* Blocks for every run's new positions; a failure gives back those mapped here. The
      * rows written below are beyond the committed range until sd_kv_commit, so a failure
      * (a full pool, a device error) leaves the session unchanged. */
@@ -788,6 +806,9 @@ static int decode_local_ex(sd_session *s, const sd_batch *b, int32_t n_last, flo
         const sd_seg *g = &s->segs[j];
         memcpy(s->seq_tok[g->seq] + g->pos0, b->token + g->start, (size_t)g->n * sizeof(int32_t));
         sd_kv_commit(s->seqs[g->seq], g->n);
+        if (s->kv_window) /* keys no later pass reads (rollbacks included) */
+            sd_kv_release_before(s->seqs[g->seq],
+                                 g->pos0 + g->n - s->kv_window + 1 - SD_KV_WINDOW_SLACK);
     }
     s->n_out_last = w;
     return SD_OK;
@@ -1002,6 +1023,12 @@ int sd_session_seq_truncate(sd_session *s, int32_t seq, int32_t n_keep, sd_error
     return sd_kv_truncate(s->seqs[seq], n_keep, err);
 }
 
+int32_t sd_session_seq_keep_floor(const sd_session *s, int32_t seq, int32_t keep) {
+    if (seq < 0 || seq >= s->n_seq || !s->kv_window) return keep;
+    const int32_t first = sd_kv_first(s->seqs[seq]);
+    return first > 0 && keep - s->kv_window + 1 < first ? 0 : keep;
+}
+
 int32_t sd_session_seq_keep_prefix(sd_session *s, int32_t seq, const int32_t *ctx, int32_t n) {
     if (seq < 0 || seq >= s->n_seq) return 0;
     const int32_t *cached = s->seq_tok[seq];
@@ -1009,6 +1036,7 @@ int32_t sd_session_seq_keep_prefix(sd_session *s, int32_t seq, const int32_t *ct
     int32_t keep = 0;
     while (keep < n_cached && keep < n && cached[keep] == ctx[keep])
         keep++;
+    keep = sd_session_seq_keep_floor(s, seq, keep);
     if (keep < n_cached) sd_session_seq_truncate(s, seq, keep, NULL); /* cannot fail */
     return keep;
 }
@@ -1057,10 +1085,13 @@ int sd_session_kv_check(const sd_session *s, sd_error *err) {
     int64_t refs = 0;
     for (int32_t i = 0; i < s->n_seq; i++) {
         refs += sd_kv_n_blocks(s->seqs[i]);
-        if (sd_kv_n_blocks(s->seqs[i]) != sd_kv_pool_blocks_for(s->pool, sd_kv_n(s->seqs[i])))
-            return sd_errorf(err, SD_ERR_ARG,
-                             "kv pool: sequence %d maps %d blocks for %d positions", i,
-                             sd_kv_n_blocks(s->seqs[i]), sd_kv_n(s->seqs[i]));
+        /* blocks released behind a sliding window are not mapped */
+        const int32_t released = sd_kv_pool_blocks_for(s->pool, sd_kv_first(s->seqs[i]));
+        if (sd_kv_n_blocks(s->seqs[i]) !=
+            sd_kv_pool_blocks_for(s->pool, sd_kv_n(s->seqs[i])) - released)
+            return sd_errorf(
+                err, SD_ERR_ARG, "kv pool: sequence %d maps %d blocks for %d positions (from %d)",
+                i, sd_kv_n_blocks(s->seqs[i]), sd_kv_n(s->seqs[i]), sd_kv_first(s->seqs[i]));
     }
     return sd_kv_pool_check(s->pool, refs, err);
 }

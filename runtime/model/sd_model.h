@@ -138,6 +138,12 @@ typedef struct sd_session_params {
 /* Most sequences a session holds, and the block size of a paged cache by default. */
 #define SD_MAX_SEQ          1024
 #define SD_DEFAULT_KV_BLOCK 16
+/* A paged cache of a model whose every layer has a sliding window W (Mistral-shaped)
+ * gives back the blocks wholly before position n - W + 1 - SD_KV_WINDOW_SLACK after each
+ * pass (n: the sequence's committed positions), so a rollback of up to this many
+ * positions (a rejected draft: at most SD_MAX_DRAFT + 1) still finds its window. A model
+ * with a global layer (Gemma 3) keeps every block: its blocks hold all layers' rows. */
+#define SD_KV_WINDOW_SLACK 32
 
 sd_session_params sd_session_default_params(void);
 
@@ -247,10 +253,15 @@ int32_t sd_session_n_seq(const sd_session *s); /* 1 for a contiguous cache */
 int32_t sd_session_seq_n_past(const sd_session *s, int32_t seq);
 /* int32 [sd_session_seq_n_past(s, seq)]: the ids whose K/V sequence seq holds. */
 const int32_t *sd_session_seq_tokens(const sd_session *s, int32_t seq);
-/* Roll sequence seq back to n_keep positions (its blocks past them return to the pool). */
+/* Roll sequence seq back to n_keep positions (its blocks past them return to the pool).
+ * SD_ERR_ARG also for 0 < n_keep <= the first position still held (blocks behind a
+ * sliding window were released, SD_KV_WINDOW_SLACK). */
 int sd_session_seq_truncate(sd_session *s, int32_t seq, int32_t n_keep, sd_error *err);
-/* Roll seq back to the longest common prefix of its tokens and ctx[0 .. n); returns the
- * positions kept. */
+/* keep, or 0 when a pass at position keep of sequence seq would read keys behind its
+ * sliding window that were released (then only a restart from 0 can reuse the cache). */
+int32_t sd_session_seq_keep_floor(const sd_session *s, int32_t seq, int32_t keep);
+/* Roll seq back to the longest common prefix of its tokens and ctx[0 .. n) (0 when that
+ * would need released blocks: sd_session_seq_keep_floor); returns the positions kept. */
 int32_t sd_session_seq_keep_prefix(sd_session *s, int32_t seq, const int32_t *ctx, int32_t n);
 /* Make the empty sequence dst share the first n positions of src (no copy; the first
  * write into a shared block copies it). Errors: SD_ERR_ARG. */
