@@ -990,6 +990,49 @@ int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
     return sd_kv_truncate(s->kv, n_keep, err);
 }
 
+int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error *err) {
+    if (!s) return sd_errorf(err, SD_ERR_ARG, "context shift: session is NULL");
+    const sd_hparams *hp = &s->m->hp;
+    const int32_t n = sd_kv_n(s->kv);
+    if (n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > n)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "context shift: keep %d, discard %d of %d cached positions", n_keep,
+                         n_discard, n);
+    if (s->group || s->tp || s->n_seq > 1 || s->be->device != SD_DEVICE_CPU)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift re-rotates the cached keys of a one-sequence cpu "
+                         "session",
+                         s->m->path);
+    if (hp->rope_attn_factor != 1.0f)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift with rope.scaling.attn_factor %g (the keys carry "
+                         "the factor once)",
+                         s->m->path, (double)hp->rope_attn_factor);
+    const int32_t kv_dim = hp->n_head_kv * hp->head_dim, n_move = n - n_keep - n_discard;
+    const sd_type t = sd_kv_type(s->kv);
+    const size_t rb = sd_kv_row_bytes(s->kv);
+    float *row = malloc((size_t)kv_dim * sizeof *row);
+    if (!row) return sd_errorf(err, SD_ERR_OOM, "context shift: out of memory");
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const sd_rope *rope = s->layers[l].swa && hp->sliding_window > 0 ? &s->rope_swa : &s->rope;
+        for (int32_t j = 0; j < n_move; j++) {
+            const int32_t src = n_keep + n_discard + j, dst = n_keep + j;
+            /* K: the stored row (exact in f32), rotated back by n_discard positions (RoPE
+             * angles add: rotating by p then by -d is rotating by p - d), stored again */
+            sd_dequantize_row(t, sd_kv_k(s->kv, l, src), row, kv_dim);
+            s->be->ops->rope(s->be, row, 1, -n_discard, hp->n_head_kv, hp->head_dim, rope);
+            if (t == SD_TYPE_F32)
+                memcpy(sd_kv_k(s->kv, l, dst), row, rb);
+            else
+                sd_quantize_row(t, row, sd_kv_k(s->kv, l, dst), kv_dim);
+            memmove(sd_kv_v(s->kv, l, dst), sd_kv_v(s->kv, l, src), rb); /* V: no position */
+        }
+    }
+    free(row);
+    memmove(s->tokens + n_keep, s->tokens + n_keep + n_discard, (size_t)n_move * sizeof(int32_t));
+    return sd_kv_truncate(s->kv, n - n_discard, err);
+}
+
 int sd_session_truncate_rank(sd_session *s, int32_t n_keep, sd_error *err) {
     return sd_kv_truncate(s->kv, n_keep, err);
 }

@@ -245,6 +245,17 @@ int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *
 int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int32_t n_keep,
                          sd_error *err);
 
+/* Context shift (llama.cpp's --context-shift), without recomputing: drop the cached
+ * positions [n_keep, n_keep + n_discard) and move the later ones down by n_discard, their
+ * keys re-rotated by RoPE to their new positions (values move as they are). The session
+ * then holds n_past - n_discard positions whose tokens are the old ones without the
+ * dropped run. Not the same as evaluating the shortened context afresh: the moved rows of
+ * layers after the first still carry what their tokens attended to in the dropped run
+ * (in a one-layer model the two agree to rounding). CPU sessions of one sequence.
+ * Errors: SD_ERR_ARG (bad range), SD_ERR_UNSUPPORTED (another backend, several
+ * sequences or ranks, rope.scaling.attn_factor). */
+int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error *err);
+
 /* ---- several sequences (n_seq > 0: a paged KV cache) ----
  * Sequence ids are 0 .. sd_session_n_seq(s) - 1; the single-sequence functions below act
  * on sequence 0. Errors of the functions that return a status: SD_ERR_ARG (a bad id or
