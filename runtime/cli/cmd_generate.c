@@ -147,9 +147,6 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         return usage_error("%s", "--context-shift with -n -1 would never stop: give -n N");
     if (!rc && c->logprobs && !c->json)
         return usage_error("%s", "--logprobs N: the logprobs are part of --json's output");
-    if (!rc && c->context_shift && c->interactive)
-        return usage_error("%s", "--context-shift: not in the interactive chat yet (one "
-                                 "prompt's generation only)");
     return rc;
 }
 
@@ -827,6 +824,10 @@ static int gen_chat_interactive(const gen_cli *c, const sd_cli_pair *p, sd_engin
     ch.echo_first = !c->g.no_display_prompt;
     ch.in = stdin;
     ch.prompt = isatty(STDIN_FILENO);
+    ch.context_shift = c->context_shift;
+    /* BOS (when added) and --keep N tokens of the conversation's start (-1: none more) */
+    ch.keep =
+        (ch.add_bos && sd_vocab_add_bos(vocab) ? 1 : 0) + (c->keep > 0 ? (int32_t)c->keep : 0);
     int32_t *conv = NULL, n_conv = 0;
     int by_interrupt = 0;
     int rc = sd_cli_chat_run(&ch, &conv, &n_conv, &by_interrupt, err);
