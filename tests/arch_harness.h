@@ -1,7 +1,7 @@
 /*
  * tests/arch_harness.h: the scaffolding the architecture tests share (test_qwen3.c,
  * test_phi3.c, test_gemma3.c): small random files written by gguf-py
- * (scripts/make_<arch>.py, skipped cleanly without gguf-py), the C forward over a fixed
+ * (scripts/make_arch.py ARCH, skipped cleanly without gguf-py), the C forward over a fixed
  * token list, scripts/ref_forward.py's float64 forward over the same tokens, the max-norm
  * relative error, the tensor-parallel and greedy-speculative checks. Static functions: one
  * test file includes it, after setting g_ah.arch, g_ah.tokens and g_ah.n_tokens.
@@ -26,7 +26,7 @@
 #define AH_REF_TOL 1e-4
 
 typedef struct ah_state {
-    const char *arch;      /* "qwen3": the files of scripts/make_qwen3.py */
+    const char *arch;      /* "qwen3": the files of scripts/make_arch.py qwen3 */
     const int32_t *tokens; /* the positions run by ah_forward / ah_reference */
     int32_t n_tokens;
     char dir[1024]; /* the files (a temporary folder per test) */
@@ -44,7 +44,7 @@ static void ah_teardown(void) {
 /* Writes the files into g_ah.dir, or skips the test without gguf-py. */
 static void ah_make_files(void) {
     char cmd[2048], *err = NULL;
-    snprintf(cmd, sizeof cmd, "python3 '%s/scripts/make_%s.py' '%s'", SD_SOURCE_DIR, g_ah.arch,
+    snprintf(cmd, sizeof cmd, "python3 '%s/scripts/make_arch.py' %s '%s'", SD_SOURCE_DIR, g_ah.arch,
              g_ah.dir);
     const int rc = tu_run(cmd, NULL, &err);
     if (rc == 3) {
@@ -53,7 +53,7 @@ static void ah_make_files(void) {
                      "the %s files",
                      g_ah.arch);
     }
-    cr_assert_eq(rc, 0, "make_%s.py: exit %d: %s", g_ah.arch, rc, err);
+    cr_assert_eq(rc, 0, "make_arch.py %s: exit %d: %s", g_ah.arch, rc, err);
     free(err);
 }
 

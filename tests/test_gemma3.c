@@ -1,7 +1,7 @@
 /*
  * The gemma3 architecture.
  *
- * On small random files written by gguf-py (scripts/make_gemma3.py: llama.cpp's own
+ * On small random files written by gguf-py (scripts/make_arch.py gemma3: llama.cpp's own
  * writer and tensor names; skipped cleanly when the python3 on PATH has no gguf-py):
  *   - the loader reads the row of the architecture table (GELU FFN, sqrt(n_embd) embedding
  *     scale, sandwich norms, per-head Q/K norms, NEOX RoPE) and the local layers: the

@@ -1,5 +1,5 @@
 /*
- * The phi3 architecture on small random files written by gguf-py (scripts/make_phi3.py:
+ * The phi3 architecture on small random files written by gguf-py (scripts/make_arch.py phi3:
  * llama.cpp's own writer and tensor names, Q/K/V fused in attn_qkv and gate/up in ffn_up
  * as llama.cpp's converter writes Phi-3; skipped cleanly without gguf-py):
  *   - the loader takes the fused matrices as row slices, the LongRoPE factors and

@@ -1,5 +1,5 @@
 /*
- * The qwen3 architecture on small random files written by gguf-py (scripts/make_qwen3.py:
+ * The qwen3 architecture on small random files written by gguf-py (scripts/make_arch.py qwen3:
  * llama.cpp's own writer and tensor names; skipped cleanly when the python3 on PATH has
  * no gguf-py):
  *   - the loader reads head_dim from qwen3.attention.key_length (32, where
