@@ -68,10 +68,12 @@ int sd_kv_seq_init(sd_kv_pool *pool, int32_t n_ctx, sd_kv **out, sd_error *err) 
     return seq_new(pool, n_ctx, out, err);
 }
 
-/* Return the blocks of table[keep ..] to the pool. */
+/* Return the blocks of table[keep ..] to the pool (the released ones below lo are not
+ * held: with keep <= lo the sequence then maps nothing, and lo drops to keep). */
 static void release_from(sd_kv *kv, int32_t keep) {
-    while (kv->held > keep)
+    while (kv->held > keep && kv->held > kv->lo)
         sd_kv_pool_unref(kv->pool, kv->table[--kv->held]);
+    if (kv->held > keep) kv->held = kv->lo = keep;
 }
 
 void sd_kv_free(sd_kv *kv) {
@@ -101,7 +103,22 @@ size_t sd_kv_row_bytes(const sd_kv *kv) {
     return kv->pool->row_bytes;
 }
 int32_t sd_kv_n_blocks(const sd_kv *kv) {
-    return kv->own_pool ? 0 : kv->held; /* a contiguous cache's one block is its own */
+    return kv->own_pool ? 0 : kv->held - kv->lo; /* a contiguous cache's one block is its own */
+}
+int32_t sd_kv_first(const sd_kv *kv) {
+    return kv->lo * kv->pool->bs;
+}
+
+int32_t sd_kv_release_before(sd_kv *kv, int32_t pos) {
+    if (kv->own_pool || pos <= 0) return 0;
+    if (pos > kv->n - 1) pos = kv->n - 1;    /* the block of position n - 1 stays */
+    const int32_t upto = pos / kv->pool->bs; /* blocks [0, upto) lie wholly before pos */
+    int32_t n = 0;
+    for (; kv->lo < upto && kv->lo < kv->held; kv->lo++, n++) {
+        sd_kv_pool_unref(kv->pool, kv->table[kv->lo]);
+        kv->table[kv->lo] = -1;
+    }
+    return n;
 }
 sd_kv_pool *sd_kv_pool_of(sd_kv *kv) {
     return kv->pool;
@@ -165,6 +182,11 @@ int sd_kv_truncate(sd_kv *kv, int32_t n_keep, sd_error *err) {
     if (n_keep < 0 || n_keep > kv->n)
         return sd_errorf(err, SD_ERR_ARG, "kv cache: cannot truncate to %d (0..%d committed)",
                          n_keep, kv->n);
+    if (n_keep > 0 && n_keep <= sd_kv_first(kv))
+        return sd_errorf(err, SD_ERR_ARG,
+                         "kv cache: cannot truncate to %d: positions before %d were released "
+                         "(behind the sliding window)",
+                         n_keep, sd_kv_first(kv));
     kv->n = n_keep;
     if (!kv->own_pool) release_from(kv, sd_kv_pool_blocks_for(kv->pool, n_keep));
     return SD_OK;
@@ -178,12 +200,17 @@ int sd_kv_fork(sd_kv *dst, const sd_kv *src, int32_t n, sd_error *err) {
     if (n < 0 || n > src->n || n > dst->n_ctx)
         return sd_errorf(err, SD_ERR_ARG, "kv fork: %d positions, expected 0 .. %d", n,
                          src->n < dst->n_ctx ? src->n : dst->n_ctx);
+    if (n > 0 && n <= sd_kv_first(src))
+        return sd_errorf(err, SD_ERR_ARG,
+                         "kv fork: %d positions, but positions before %d were released", n,
+                         sd_kv_first(src));
     const int32_t nb = sd_kv_pool_blocks_for(src->pool, n);
     for (int32_t i = 0; i < nb; i++) {
-        sd_kv_pool_ref(src->pool, src->table[i]);
+        if (i >= src->lo) sd_kv_pool_ref(src->pool, src->table[i]);
         dst->table[i] = src->table[i];
     }
     dst->held = nb;
+    dst->lo = n > 0 ? src->lo : 0;
     dst->n = n;
     return SD_OK;
 }
@@ -194,7 +221,7 @@ static size_t row_off(const sd_kv *kv, int32_t layer, int32_t pos) {
     const sd_kv_pool *p = kv->pool;
     if (layer < 0 || layer >= p->n_layer || pos < 0 || pos >= kv->n_ctx) return (size_t)-1;
     const int32_t i = pos / p->bs;
-    if (i >= kv->held) return (size_t)-1;
+    if (i >= kv->held || i < kv->lo) return (size_t)-1;
     return (size_t)layer * p->layer_len + (size_t)kv->table[i] * p->block_bytes +
            (size_t)(pos % p->bs) * p->row_bytes;
 }
@@ -214,7 +241,7 @@ void *sd_kv_v(sd_kv *kv, int32_t layer, int32_t pos) {
 int32_t sd_kv_span(const sd_kv *kv, int32_t pos) {
     if (pos < 0 || pos >= kv->n_ctx) return 0;
     const int32_t bs = kv->pool->bs;
-    if (pos / bs >= kv->held) return 0;
+    if (pos / bs >= kv->held || pos / bs < kv->lo) return 0;
     const int32_t span = bs - pos % bs;
     return span < kv->n_ctx - pos ? span : kv->n_ctx - pos;
 }

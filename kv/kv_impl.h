@@ -44,6 +44,7 @@ struct sd_kv {
     int32_t n_ctx;  /* most positions */
     int32_t n;      /* committed positions */
     int32_t held;   /* blocks mapped: table[0 .. held) */
+    int32_t lo;     /* table[0 .. lo) released behind a sliding window (-1 there), lo <= held */
     int32_t *table; /* [ceil(n_ctx / bs)] block ids */
 };
 

@@ -97,7 +97,8 @@ void sd_kv_cache_store(sd_kv *kv, const int32_t *tokens, int32_t n) {
     if (n > kv->n) n = kv->n;
     int32_t parent = -1;
     p->tick++;
-    for (int32_t i = 0; (int64_t)(i + 1) * p->bs <= n; i++) {
+    /* A chain starts at position 0: nothing to store once blocks were released. */
+    for (int32_t i = 0; kv->lo == 0 && (int64_t)(i + 1) * p->bs <= n; i++) {
         const int32_t b = kv->table[i];
         const int32_t *t = tokens + (size_t)i * p->bs;
         if (p->cached[b]) {

@@ -165,8 +165,11 @@ int32_t sd_kv_capacity(const sd_kv *kv); /* n_ctx */
 sd_type sd_kv_type(const sd_kv *kv);     /* element type of the rows */
 int32_t sd_kv_dim(const sd_kv *kv);      /* elements per row */
 size_t sd_kv_row_bytes(const sd_kv *kv); /* sd_kv_type_row_bytes(type, kv_dim) */
-int32_t sd_kv_n_blocks(const sd_kv *kv); /* blocks the sequence maps */
-sd_kv_pool *sd_kv_pool_of(sd_kv *kv);    /* the pool (a contiguous cache: its own) */
+int32_t sd_kv_n_blocks(const sd_kv *kv); /* blocks the sequence maps (released ones not) */
+/* First position whose rows are mapped: 0, or the positions [0, first) were released by
+ * sd_kv_release_before (a multiple of block_size). */
+int32_t sd_kv_first(const sd_kv *kv);
+sd_kv_pool *sd_kv_pool_of(sd_kv *kv); /* the pool (a contiguous cache: its own) */
 
 /* Make m more positions writable (see the contract at the top). Errors: SD_ERR_CONTEXT if
  * n + m > n_ctx, SD_ERR_OOM if the pool has no block left (neither free nor evictable);
@@ -175,9 +178,18 @@ sd_kv_pool *sd_kv_pool_of(sd_kv *kv);    /* the pool (a contiguous cache: its ow
 int sd_kv_reserve(sd_kv *kv, int32_t m, sd_error *err);
 /* Mark m reserved positions as written: n += m (m must have been reserved). */
 void sd_kv_commit(sd_kv *kv, int32_t m);
-/* Drop positions [n', n) and the blocks past position n' - 1. SD_ERR_ARG if n' < 0 or
- * n' > n (state unchanged). */
+/* Drop positions [n', n) and the blocks past position n' - 1. SD_ERR_ARG if n' < 0,
+ * n' > n, or 0 < n' <= sd_kv_first(kv) (its rows were released; state unchanged). n' = 0
+ * empties the sequence, released blocks or not. */
 int sd_kv_truncate(sd_kv *kv, int32_t n_keep, sd_error *err);
+/* Sliding-window attention: give back to the pool the blocks of a paged sequence whose
+ * positions all lie before pos (never the block of committed position n - 1). Their rows
+ * are never read again: sd_kv_k / sd_kv_v / sd_kv_span treat them as unmapped, the prefix
+ * cache stores nothing more of the sequence, and truncation into them is refused. A
+ * block the prefix cache also holds stays cached. Returns the blocks released (0 on a
+ * contiguous cache). Call it only for a model whose every layer is windowed: one global
+ * layer reads every key. */
+int32_t sd_kv_release_before(sd_kv *kv, int32_t pos);
 
 /* Row of K (resp. V) for layer l at position pos: sd_kv_row_bytes(kv) bytes of
  * sd_kv_type(kv) (float[kv_dim] for F32, uint16_t[kv_dim] binary16 for F16, kv_dim / 32

@@ -228,6 +228,9 @@ int tu_make_llama(const char *path, const tu_llama_spec *s) {
         .add_space_prefix = -1,
     };
     if (sd_gguf_set_llm_meta(w, &meta) != SD_OK) rc = -1;
+    if (s->sliding_window > 0 &&
+        sd_gguf_set_u32(w, "llama.attention.sliding_window", (uint32_t)s->sliding_window) != SD_OK)
+        rc = -1;
 
     char name[64];
     rc |= add_tensor(w, keep, &n_keep, "token_embd.weight", s->n_vocab, s->n_embd, s->wtype, 0, s,

@@ -61,6 +61,7 @@ typedef struct tu_llama_spec {
     int tied;               /* 1: no output.weight (token_embd is the classifier) */
     const char *tok_prefix; /* text of normal tokens: prefix + id (default "t") */
     int nan_output_norm;    /* 1: every output_norm weight is NaN (non-finite logits) */
+    int32_t sliding_window; /* > 0: llama.attention.sliding_window (Mistral-shaped) */
 } tu_llama_spec;
 
 tu_llama_spec tu_llama_default_spec(void);

@@ -22,6 +22,7 @@
 #include "runtime/cli/chat_loop.h"
 #include "runtime/cli/cli.h"
 #include "runtime/tokenizer/sd_vocab.h"
+#include "target/sd_target.h"
 
 /* A growable byte string (NUL-terminated when not empty). */
 typedef struct text_buf {
@@ -170,31 +171,96 @@ static void print_turn_stats(int turn, const sd_gen_stats *st, int32_t n_new, in
     fprintf(stderr, "]\n");
 }
 
+/* --context-shift: the conversation keeps its first c->keep tokens and drops the older half
+ * of the rest; the target's cache drops the same run with its later keys re-rotated
+ * (sd_scorer_shift; where it cannot, the next answer re-reads the rest). */
+static int shift_conversation(const sd_cli_chat *c, conversation *v, sd_error *err) {
+    const int32_t n_keep = c->keep < v->n_toks / 2 ? c->keep : 0;
+    const int32_t n_discard = (v->n_toks - n_keep) / 2;
+    if (n_discard < 1)
+        return sd_errorf(err, SD_ERR_CONTEXT, "chat: --context-shift: nothing left to drop");
+    sd_scorer *sc = sd_engine_scorer(c->engine);
+    int shifted = 0;
+    if (sc && sd_session_n_past(sd_scorer_session(sc)) >= n_keep + n_discard) {
+        const int32_t *cached = sd_session_tokens(sd_scorer_session(sc));
+        /* the cache must hold the conversation's tokens (it does after an answer) */
+        if (!memcmp(cached, v->toks, (size_t)(n_keep + n_discard) * sizeof *cached)) {
+            const int rc = sd_scorer_shift(sc, n_keep, n_discard, err);
+            if (rc && rc != SD_ERR_UNSUPPORTED) return rc;
+            shifted = rc == SD_OK;
+        }
+    }
+    memmove(v->toks + n_keep, v->toks + n_keep + n_discard,
+            (size_t)(v->n_toks - n_keep - n_discard) * sizeof *v->toks);
+    v->n_toks -= n_discard;
+    if (c->notes)
+        fprintf(stderr, "[context shift: kept %d, dropped %d, %d in context (%s)]\n", n_keep,
+                n_discard, v->n_toks, shifted ? "keys re-rotated" : "recomputed");
+    return SD_OK;
+}
+
 /* One answer to the conversation so far, appended to it. */
 static int answer_turn(const sd_cli_chat *c, conversation *v, int turn, int32_t n_cached,
                        sd_error *err) {
     sd_engine *e = c->engine;
     const int32_t n_ctx = sd_engine_n_ctx(e);
+    /* with --context-shift, room for an answer of a quarter of the context at least */
+    while (c->context_shift && v->n_toks > n_ctx - n_ctx / 4) {
+        const int rc = shift_conversation(c, v, err);
+        if (rc) return rc;
+        /* what the target's cache still holds of it (all but the last, after a shift) */
+        const sd_session *ts = sd_scorer_session(sd_engine_scorer(e));
+        const int32_t n_past = ts ? sd_session_n_past(ts) : 0;
+        const int32_t *cached = ts ? sd_session_tokens(ts) : NULL;
+        n_cached = 0;
+        while (n_cached < n_past && n_cached < v->n_toks - 1 &&
+               cached[n_cached] == v->toks[n_cached])
+            n_cached++;
+    }
     if (v->n_toks >= n_ctx)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "chat: the conversation is %d tokens, the context holds %d (n_ctx): "
-                         "no room for another answer",
-                         v->n_toks, n_ctx);
+                         "no room for another answer%s",
+                         v->n_toks, n_ctx, c->context_shift ? "" : " (see --context-shift)");
     sd_gen_params g = c->gen;
-    /* at most n_ctx - n + 1 tokens can be emitted; one more makes the stop "context" */
-    const int32_t room = n_ctx - v->n_toks + 2;
-    g.n_predict = c->max_tokens > 0 && c->max_tokens < room ? c->max_tokens : room;
+    /* the answer's most tokens: max_tokens, else (shifting) n_ctx, else the room left */
+    const int32_t cap = c->max_tokens > 0  ? c->max_tokens
+                        : c->context_shift ? n_ctx
+                                           : n_ctx - v->n_toks + 2;
     g.k_trace = NULL;
     g.k_trace_cap = 0;
     answer a = {0};
-    int32_t *out = malloc((size_t)g.n_predict * sizeof *out);
+    int32_t *out = malloc((size_t)cap * sizeof *out);
     int rc = out ? sd_detok_init(sd_engine_vocab(e), 0, &a.dt, err)
                  : sd_errorf(err, SD_ERR_OOM, "chat: out of memory");
     sd_gen_stats st;
     memset(&st, 0, sizeof st);
-    if (!rc)
-        rc = sd_engine_generate(e, &g, v->toks, v->n_toks, on_tokens, &a, out, g.n_predict, &st,
-                                err);
+    const int32_t n_prompt = v->n_toks;
+    int32_t total = 0;
+    for (int seg = 0; !rc; seg++) {
+        /* at most n_ctx - n + 1 tokens can be emitted; one more makes the stop "context" */
+        const int32_t room = n_ctx - v->n_toks + 2;
+        g.n_predict = cap - total < room ? cap - total : room;
+        sd_gen_stats b;
+        memset(&b, 0, sizeof b);
+        rc = sd_engine_generate(e, &g, v->toks, v->n_toks, on_tokens, &a, out + total, g.n_predict,
+                                &b, err);
+        if (seg == 0) {
+            st = b;
+        } else { /* the counts of every segment; the times of the first */
+            st.n_generated += b.n_generated;
+            st.n_drafted += b.n_drafted;
+            st.n_accepted += b.n_accepted;
+            st.stop = b.stop;
+        }
+        /* the answer so far is part of the conversation (the next segment continues it) */
+        if (!rc) rc = add_toks(v, out + total, (size_t)b.n_generated, err);
+        total += b.n_generated;
+        if (rc || !c->context_shift || b.stop != SD_STOP_CONTEXT || total >= cap || a.stopped ||
+            a.write_err)
+            break;
+        rc = shift_conversation(c, v, err);
+    }
     if (a.dt) {
         const char *s = NULL;
         size_t l = 0;
@@ -208,8 +274,6 @@ static int answer_turn(const sd_cli_chat *c, conversation *v, int turn, int32_t 
     if (!rc && a.write_err)
         rc = sd_errorf(err, SD_ERR_IO, "stdout: write error: %s", strerror(a.write_err));
     if (!rc && a.text.oom) rc = sd_errorf(err, SD_ERR_OOM, "chat: out of memory");
-    const int32_t n_prompt = v->n_toks;
-    if (!rc) rc = add_toks(v, out, (size_t)st.n_generated, err);
     if (!rc) rc = add_msg(v, "assistant", a.text.p ? a.text.p : "", a.text.n, err);
     if (!rc) text_add(&v->seen, a.text.p ? a.text.p : "", a.text.n);
     if (!rc && c->notes)

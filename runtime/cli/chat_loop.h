@@ -27,6 +27,12 @@ typedef struct sd_cli_chat {
     int echo_first;          /* print the first message as "> TEXT" before its answer */
     FILE *in;                /* the turns: one a line; a line ending in '\' continues */
     int prompt;              /* print "> " before each read (in is a terminal) */
+    /* --context-shift: a conversation that fills the context keeps its first keep tokens
+     * and drops the older half of the rest (the target's cache shifted, keys re-rotated),
+     * before an answer or during one; an answer then ends at its end of turn, max_tokens,
+     * or n_ctx tokens. 0: a full context ends the chat with an error. */
+    int context_shift;
+    int32_t keep;
     /* Optional: after each answer, the turn (1, 2, ...), the prompt's tokens (the whole
      * conversation before the answer), the answer's and those of the prompt the KV cache
      * already held. */

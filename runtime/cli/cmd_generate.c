@@ -18,6 +18,7 @@
 #include "runtime/engine/sd_engine.h"
 #include "runtime/grammar/sd_grammar.h"
 #include "runtime/tokenizer/sd_vocab.h"
+#include "target/sd_target.h"
 
 #define HINT "see 'specdec generate --help'"
 
@@ -171,9 +172,6 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         return usage_error("%s", "--context-shift with -n -1 would never stop: give -n N");
     if (!rc && c->logprobs && !c->json)
         return usage_error("%s", "--logprobs N: the logprobs are part of --json's output");
-    if (!rc && c->context_shift && c->interactive)
-        return usage_error("%s", "--context-shift: not in the interactive chat yet (one "
-                                 "prompt's generation only)");
     return rc;
 }
 
@@ -682,10 +680,13 @@ static void stats_add(sd_gen_stats *st, const sd_gen_stats *b) {
 /* --context-shift (llama.cpp's): each time generation stops at a full context, the context
  * (prompt and text so far) keeps its first n_keep tokens (BOS and --keep N prompt tokens),
  * drops the older half of the rest and generation goes on from the shortened context,
- * until n_predict tokens in all. The shortened context is evaluated afresh (the target
- * keeps the cached prefix it shares, the first n_keep tokens, and computes the rest), so
- * every token follows the logits of exactly the context it was drawn in. Each shift is
- * noted on stderr unless --json. */
+ * until n_predict tokens in all. The target's cache is shifted, not recomputed: the
+ * dropped run leaves it and the keys after it are re-rotated to their new positions
+ * (sd_scorer_shift; as llama.cpp, the kept rows still carry what they attended to in the
+ * dropped run, so this is not a fresh evaluation of the shortened context); where the
+ * cache cannot be shifted (another backend) the shortened context is evaluated afresh. An
+ * LLM draft re-reads its part of the context. Each shift is noted on stderr unless
+ * --json. */
 static int gen_shifts(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, const int32_t *ids,
                       size_t n_ids, sd_token_cb cb, void *user, int32_t *out, sd_gen_stats *st,
                       sd_error *err) {
@@ -713,9 +714,22 @@ static int gen_shifts(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, c
         memmove(win + n_keep, win + n_keep + n_discard,
                 (size_t)(n_cur - n_keep - n_discard) * sizeof *win);
         n_win = n_cur - n_discard;
+        /* the target's cache holds the context before the shift (but its last token) */
+        sd_scorer *sc = sd_engine_scorer(e);
+        const int32_t n_past = sc ? sd_session_n_past(sd_scorer_session(sc)) : 0;
+        int shifted = 0;
+        if (sc && n_past >= n_keep + n_discard) {
+            rc = sd_scorer_shift(sc, n_keep, n_discard, err);
+            if (rc == SD_ERR_UNSUPPORTED)
+                rc = SD_OK; /* evaluated afresh below */
+            else if (rc)
+                break;
+            else
+                shifted = 1;
+        }
         if (!c->json)
-            fprintf(stderr, "\nspecdec: context shift: kept %d, dropped %d, %d in context\n",
-                    n_keep, n_discard, n_win);
+            fprintf(stderr, "\nspecdec: context shift: kept %d, dropped %d, %d in context (%s)\n",
+                    n_keep, n_discard, n_win, shifted ? "keys re-rotated" : "recomputed");
         sd_gen_params g = *gp;
         g.n_predict = gp->n_predict - total;
         if (g.logprobs) g.logprobs_out = gp->logprobs_out + total;
@@ -831,6 +845,10 @@ static int gen_chat_interactive(const gen_cli *c, const sd_cli_pair *p, sd_engin
     ch.echo_first = !c->g.no_display_prompt;
     ch.in = stdin;
     ch.prompt = isatty(STDIN_FILENO);
+    ch.context_shift = c->context_shift;
+    /* BOS (when added) and --keep N tokens of the conversation's start (-1: none more) */
+    ch.keep =
+        (ch.add_bos && sd_vocab_add_bos(vocab) ? 1 : 0) + (c->keep > 0 ? (int32_t)c->keep : 0);
     int32_t *conv = NULL, n_conv = 0;
     int by_interrupt = 0;
     int rc = sd_cli_chat_run(&ch, &conv, &n_conv, &by_interrupt, err);

@@ -59,6 +59,9 @@ struct sd_session {
     /* > 0: the layers alternate local and global attention (gemma3): each layer sets the
      * backend's window to this (local) or 0 (global) before its attention. */
     int32_t layer_window;
+    /* > 0: a paged cache and every layer windowed by this: blocks behind the window (and
+     * SD_KV_WINDOW_SLACK) go back to the pool after each pass (decode_local_ex). */
+    int32_t kv_window;
     int32_t n_out_last; /* logits rows of the last decode (for the soft cap) */
     /* Host state. */
     int32_t *tokens;   /* [n_ctx]: ids whose K/V the cache holds, [0, n_past) valid */
@@ -413,6 +416,10 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     if (rc == SD_OK) rc = check_arch_ops(s, bp.window, err);
     if (rc == SD_OK) rc = place_weights(s, err);
     if (rc == SD_OK) rc = alloc_kv(s, p, err);
+    /* Interleaved local / global layers (gemma3) keep every block: a block holds the rows
+     * of all layers, and a global layer reads every position. */
+    if (rc == SD_OK && s->pool && bp.window > 0 && hp->n_swa_layers == hp->n_layer)
+        s->kv_window = bp.window;
     if (rc == SD_OK) rc = alloc_scratch(s, err);
     if (rc == SD_OK && tp) {
         s->tp = tp;
@@ -754,6 +761,17 @@ static int decode_local_ex(sd_session *s, const sd_batch *b, int32_t n_last, flo
     int rc = check_batch(s, b, n_last, logits, &w, err);
     if (rc != SD_OK) return rc;
     const int32_t n = b->n_tokens;
+    /* Behind a sliding window: the first query of each run must find its keys (a
+     * rollback further than SD_KV_WINDOW_SLACK would need released rows). */
+    for (int32_t j = 0; s->kv_window && j < s->n_segs; j++) {
+        const sd_seg *g = &s->segs[j];
+        const int32_t first = sd_kv_first(s->seqs[g->seq]);
+        if (first > 0 && g->pos0 - s->kv_window + 1 < first)
+            return sd_errorf(err, SD_ERR_CONTEXT,
+                             "sequence %d: a pass at position %d reads keys from %d, but the "
+                             "blocks before %d were released behind the sliding window (%d)",
+                             g->seq, g->pos0, g->pos0 - s->kv_window + 1, first, s->kv_window);
+    }
     /* Blocks for every run's new positions; a failure gives back those mapped here. The
      * rows written below are beyond the committed range until sd_kv_commit, so a failure
      * (a full pool, a device error) leaves the session unchanged. */
@@ -788,6 +806,9 @@ static int decode_local_ex(sd_session *s, const sd_batch *b, int32_t n_last, flo
         const sd_seg *g = &s->segs[j];
         memcpy(s->seq_tok[g->seq] + g->pos0, b->token + g->start, (size_t)g->n * sizeof(int32_t));
         sd_kv_commit(s->seqs[g->seq], g->n);
+        if (s->kv_window) /* keys no later pass reads (rollbacks included) */
+            sd_kv_release_before(s->seqs[g->seq],
+                                 g->pos0 + g->n - s->kv_window + 1 - SD_KV_WINDOW_SLACK);
     }
     s->n_out_last = w;
     return SD_OK;
@@ -958,6 +979,49 @@ int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
     return sd_kv_truncate(s->kv, n_keep, err);
 }
 
+int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error *err) {
+    if (!s) return sd_errorf(err, SD_ERR_ARG, "context shift: session is NULL");
+    const sd_hparams *hp = &s->m->hp;
+    const int32_t n = sd_kv_n(s->kv);
+    if (n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > n)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "context shift: keep %d, discard %d of %d cached positions", n_keep,
+                         n_discard, n);
+    if (s->group || s->tp || s->n_seq > 1 || s->be->device != SD_DEVICE_CPU)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift re-rotates the cached keys of a one-sequence cpu "
+                         "session",
+                         s->m->path);
+    if (hp->rope_attn_factor != 1.0f)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift with rope.scaling.attn_factor %g (the keys carry "
+                         "the factor once)",
+                         s->m->path, (double)hp->rope_attn_factor);
+    const int32_t kv_dim = hp->n_head_kv * hp->head_dim, n_move = n - n_keep - n_discard;
+    const sd_type t = sd_kv_type(s->kv);
+    const size_t rb = sd_kv_row_bytes(s->kv);
+    float *row = malloc((size_t)kv_dim * sizeof *row);
+    if (!row) return sd_errorf(err, SD_ERR_OOM, "context shift: out of memory");
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const sd_rope *rope = s->layers[l].swa && hp->sliding_window > 0 ? &s->rope_swa : &s->rope;
+        for (int32_t j = 0; j < n_move; j++) {
+            const int32_t src = n_keep + n_discard + j, dst = n_keep + j;
+            /* K: the stored row (exact in f32), rotated back by n_discard positions (RoPE
+             * angles add: rotating by p then by -d is rotating by p - d), stored again */
+            sd_dequantize_row(t, sd_kv_k(s->kv, l, src), row, kv_dim);
+            s->be->ops->rope(s->be, row, 1, -n_discard, hp->n_head_kv, hp->head_dim, rope);
+            if (t == SD_TYPE_F32)
+                memcpy(sd_kv_k(s->kv, l, dst), row, rb);
+            else
+                sd_quantize_row(t, row, sd_kv_k(s->kv, l, dst), kv_dim);
+            memmove(sd_kv_v(s->kv, l, dst), sd_kv_v(s->kv, l, src), rb); /* V: no position */
+        }
+    }
+    free(row);
+    memmove(s->tokens + n_keep, s->tokens + n_keep + n_discard, (size_t)n_move * sizeof(int32_t));
+    return sd_kv_truncate(s->kv, n - n_discard, err);
+}
+
 int sd_session_truncate_rank(sd_session *s, int32_t n_keep, sd_error *err) {
     return sd_kv_truncate(s->kv, n_keep, err);
 }
@@ -991,6 +1055,12 @@ int sd_session_seq_truncate(sd_session *s, int32_t seq, int32_t n_keep, sd_error
     return sd_kv_truncate(s->seqs[seq], n_keep, err);
 }
 
+int32_t sd_session_seq_keep_floor(const sd_session *s, int32_t seq, int32_t keep) {
+    if (seq < 0 || seq >= s->n_seq || !s->kv_window) return keep;
+    const int32_t first = sd_kv_first(s->seqs[seq]);
+    return first > 0 && keep - s->kv_window + 1 < first ? 0 : keep;
+}
+
 int32_t sd_session_seq_keep_prefix(sd_session *s, int32_t seq, const int32_t *ctx, int32_t n) {
     if (seq < 0 || seq >= s->n_seq) return 0;
     const int32_t *cached = s->seq_tok[seq];
@@ -998,6 +1068,7 @@ int32_t sd_session_seq_keep_prefix(sd_session *s, int32_t seq, const int32_t *ct
     int32_t keep = 0;
     while (keep < n_cached && keep < n && cached[keep] == ctx[keep])
         keep++;
+    keep = sd_session_seq_keep_floor(s, seq, keep);
     if (keep < n_cached) sd_session_seq_truncate(s, seq, keep, NULL); /* cannot fail */
     return keep;
 }
@@ -1046,10 +1117,13 @@ int sd_session_kv_check(const sd_session *s, sd_error *err) {
     int64_t refs = 0;
     for (int32_t i = 0; i < s->n_seq; i++) {
         refs += sd_kv_n_blocks(s->seqs[i]);
-        if (sd_kv_n_blocks(s->seqs[i]) != sd_kv_pool_blocks_for(s->pool, sd_kv_n(s->seqs[i])))
-            return sd_errorf(err, SD_ERR_ARG,
-                             "kv pool: sequence %d maps %d blocks for %d positions", i,
-                             sd_kv_n_blocks(s->seqs[i]), sd_kv_n(s->seqs[i]));
+        /* blocks released behind a sliding window are not mapped */
+        const int32_t released = sd_kv_pool_blocks_for(s->pool, sd_kv_first(s->seqs[i]));
+        if (sd_kv_n_blocks(s->seqs[i]) !=
+            sd_kv_pool_blocks_for(s->pool, sd_kv_n(s->seqs[i])) - released)
+            return sd_errorf(
+                err, SD_ERR_ARG, "kv pool: sequence %d maps %d blocks for %d positions (from %d)",
+                i, sd_kv_n_blocks(s->seqs[i]), sd_kv_n(s->seqs[i]), sd_kv_first(s->seqs[i]));
     }
     return sd_kv_pool_check(s->pool, refs, err);
 }

@@ -138,6 +138,12 @@ typedef struct sd_session_params {
 /* Most sequences a session holds, and the block size of a paged cache by default. */
 #define SD_MAX_SEQ          1024
 #define SD_DEFAULT_KV_BLOCK 16
+/* A paged cache of a model whose every layer has a sliding window W (Mistral-shaped)
+ * gives back the blocks wholly before position n - W + 1 - SD_KV_WINDOW_SLACK after each
+ * pass (n: the sequence's committed positions), so a rollback of up to this many
+ * positions (a rejected draft: at most SD_MAX_DRAFT + 1) still finds its window. A model
+ * with a global layer (Gemma 3) keeps every block: its blocks hold all layers' rows. */
+#define SD_KV_WINDOW_SLACK 32
 
 sd_session_params sd_session_default_params(void);
 
@@ -239,6 +245,17 @@ int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *
 int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int32_t n_keep,
                          sd_error *err);
 
+/* Context shift (llama.cpp's --context-shift), without recomputing: drop the cached
+ * positions [n_keep, n_keep + n_discard) and move the later ones down by n_discard, their
+ * keys re-rotated by RoPE to their new positions (values move as they are). The session
+ * then holds n_past - n_discard positions whose tokens are the old ones without the
+ * dropped run. Not the same as evaluating the shortened context afresh: the moved rows of
+ * layers after the first still carry what their tokens attended to in the dropped run
+ * (in a one-layer model the two agree to rounding). CPU sessions of one sequence.
+ * Errors: SD_ERR_ARG (bad range), SD_ERR_UNSUPPORTED (another backend, several
+ * sequences or ranks, rope.scaling.attn_factor). */
+int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error *err);
+
 /* ---- several sequences (n_seq > 0: a paged KV cache) ----
  * Sequence ids are 0 .. sd_session_n_seq(s) - 1; the single-sequence functions below act
  * on sequence 0. Errors of the functions that return a status: SD_ERR_ARG (a bad id or
@@ -247,10 +264,15 @@ int32_t sd_session_n_seq(const sd_session *s); /* 1 for a contiguous cache */
 int32_t sd_session_seq_n_past(const sd_session *s, int32_t seq);
 /* int32 [sd_session_seq_n_past(s, seq)]: the ids whose K/V sequence seq holds. */
 const int32_t *sd_session_seq_tokens(const sd_session *s, int32_t seq);
-/* Roll sequence seq back to n_keep positions (its blocks past them return to the pool). */
+/* Roll sequence seq back to n_keep positions (its blocks past them return to the pool).
+ * SD_ERR_ARG also for 0 < n_keep <= the first position still held (blocks behind a
+ * sliding window were released, SD_KV_WINDOW_SLACK). */
 int sd_session_seq_truncate(sd_session *s, int32_t seq, int32_t n_keep, sd_error *err);
-/* Roll seq back to the longest common prefix of its tokens and ctx[0 .. n); returns the
- * positions kept. */
+/* keep, or 0 when a pass at position keep of sequence seq would read keys behind its
+ * sliding window that were released (then only a restart from 0 can reuse the cache). */
+int32_t sd_session_seq_keep_floor(const sd_session *s, int32_t seq, int32_t keep);
+/* Roll seq back to the longest common prefix of its tokens and ctx[0 .. n) (0 when that
+ * would need released blocks: sd_session_seq_keep_floor); returns the positions kept. */
 int32_t sd_session_seq_keep_prefix(sd_session *s, int32_t seq, const int32_t *ctx, int32_t n);
 /* Make the empty sequence dst share the first n positions of src (no copy; the first
  * write into a shared block copies it). Errors: SD_ERR_ARG. */

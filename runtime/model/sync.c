@@ -7,6 +7,7 @@ int32_t sd_session_keep_prefix(sd_session *s, const int32_t *ctx, int32_t n) {
     int32_t keep = 0;
     while (keep < n_cached && keep < n && cached[keep] == ctx[keep])
         keep++;
+    keep = sd_session_seq_keep_floor(s, 0, keep);
     if (keep < n_cached) {
         /* keep <= n_past, so truncation cannot fail. */
         int rc = sd_session_truncate(s, keep, NULL);
