@@ -197,6 +197,42 @@ const char *sd_chat_template_names(void);
 int sd_chat_apply(const char *tmpl, const sd_chat_msg *msgs, size_t n_msgs,
                   int add_generation_prompt, char **out, size_t *out_len, sd_error *err);
 
+/* ---- Jinja chat templates (a subset of Jinja2, runtime/tokenizer/jinja_*.c) ---- */
+
+/*
+ * A template's text parsed once (sd_jinja_parse) and rendered over jansson values
+ * (sd_jinja_render): text, {{ expr }}, {% if / elif / else %}, {% for a[, b] in x [if c] %}
+ * with else and loop.index / index0 / revindex / revindex0 / first / last / length /
+ * previtem / nextitem, {% set %} (plain, attribute of a namespace(), block), {% macro %},
+ * {% filter %}, {% break %} / {% continue %}, {% generation %}, comments, `-` whitespace
+ * control and the chat-template settings trim_blocks and lstrip_blocks; literals, lists,
+ * dicts, tuples, attribute / index / slice access, `and or not`, comparisons, `in`, `+ - * /
+ * // % **`, `~`, `x if c else y`; the filters and tests chat templates use (trim, tojson,
+ * length, upper, lower, default, join, items, string, replace, selectattr, map, ...;
+ * defined, none, string, mapping, ...), string / dict / list methods (strip, split,
+ * startswith, items, get, append, ...), and the globals range, namespace, dict,
+ * raise_exception and strftime_now. Undefined names are empty and false, as Jinja's
+ * default. Anything else is an SD_ERR_FORMAT (parse) or SD_ERR_UNSUPPORTED (render) error
+ * naming the line and the construct; a template's raise_exception is SD_ERR_ARG with its
+ * message. Rendering is bounded (sd_jinja_limits): a hostile template stops with an error,
+ * never hangs, overflows the stack or exhausts memory.
+ */
+struct json_t; /* jansson's value */
+typedef struct sd_jinja sd_jinja;
+typedef struct sd_jinja_limits {
+    size_t max_output; /* bytes of rendered text, also the longest string a template builds */
+    int32_t max_depth; /* nesting while evaluating: expressions, blocks, macro calls */
+    int64_t max_steps; /* evaluation steps (expressions, statements, loop iterations) */
+    int64_t now;       /* strftime_now's clock, seconds since the epoch (0: the current time) */
+} sd_jinja_limits;
+sd_jinja_limits sd_jinja_default_limits(void); /* 4 MiB, 256, 20,000,000, 0 */
+int sd_jinja_parse(const char *src, size_t len, sd_jinja **out, sd_error *err);
+/* Render with vars (a JSON object: the template's global names; not modified). *out
+ * malloc'd, NUL-terminated. lim NULL: the defaults. */
+int sd_jinja_render(const sd_jinja *t, const struct json_t *vars, const sd_jinja_limits *lim,
+                    char **out, size_t *out_len, sd_error *err);
+void sd_jinja_free(sd_jinja *t);
+
 /* ---- pairing ---- */
 
 /*
