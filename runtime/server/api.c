@@ -716,15 +716,19 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     if (kind == SRV_NATIVE && srv_native_parse(o, &q.gp, &return_tokens, &fields, r)) goto done;
     if (chat) {
         if (srv_parse_messages(o, &msgs, &n_msgs, &texts, r)) goto done;
+        /* The template's text (chat_prompt.c), tokenized with its control tokens. */
+        char *chat_text = NULL;
+        size_t chat_len = 0;
+        if (srv_chat_text(s, o, 0, &chat_text, &chat_len, r)) goto done;
         sd_prompt_spec ps;
         memset(&ps, 0, sizeof ps);
-        ps.messages = msgs;
-        ps.n_messages = n_msgs;
-        /* A model without a template gets chatml (as llama-server), not a 400. */
-        ps.tmpl = s->p.chat_template;
-        if (!ps.tmpl && !sd_vocab_chat_template(sd_engine_vocab(s->e))) ps.tmpl = "chatml";
+        ps.text = chat_text;
+        ps.len = chat_len;
+        ps.special = 1;
         sd_error err = {0};
-        if (sd_prompt_tokenize(sd_engine_vocab(s->e), &ps, &ids, &n_ids, &err)) {
+        const int trc = sd_prompt_tokenize(sd_engine_vocab(s->e), &ps, &ids, &n_ids, &err);
+        free(chat_text);
+        if (trc) {
             srv_error(r, 400, "invalid_request_error", "messages", "messages: %s", err.msg);
             goto done;
         }

@@ -277,26 +277,10 @@ void srv_slots(sd_server *s, srv_reply *r) {
 void srv_apply_template(sd_server *s, const char *body, size_t len, srv_reply *r) {
     json_t *o = srv_parse_object(body, len, r);
     if (!o) return;
-    sd_chat_msg *msgs = NULL;
-    char **texts = NULL;
-    size_t n = 0;
-    if (srv_parse_messages(o, &msgs, &n, &texts, r) == 0) {
-        const char *tmpl = s->p.chat_template;
-        if (!tmpl) tmpl = sd_vocab_chat_template(sd_engine_vocab(s->e));
-        if (!tmpl) tmpl = "chatml"; /* as a chat request on a model without a template */
-        char *out = NULL;
-        size_t out_len = 0;
-        sd_error err = {0};
-        if (sd_chat_apply(tmpl, msgs, n, 1, &out, &out_len, &err))
-            srv_error(r, 400, "invalid_request_error", "messages", "messages: %s", err.msg);
-        else
-            srv_json(r, 200, json_pack("{s:o}", "prompt", text_json(out, out_len)));
-        free(out);
-    }
-    if (texts)
-        for (size_t i = 0; i < n; i++)
-            free(texts[i]);
-    free(texts);
-    free(msgs);
+    char *out = NULL;
+    size_t out_len = 0;
+    if (srv_chat_text(s, o, 1, &out, &out_len, r) == 0)
+        srv_json(r, 200, json_pack("{s:o}", "prompt", text_json(out, out_len)));
+    free(out);
     json_decref(o);
 }

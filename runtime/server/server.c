@@ -40,6 +40,7 @@ sd_server_params sd_server_default_params(void) {
     p.timeout_s = 60;
     p.http_threads = 4;
     p.n_slots = 1;
+    p.enable_thinking = 1;
     p.gen = sd_gen_default_params();
     p.shutdown_timeout_s = 30.0;
     return p;

@@ -176,6 +176,12 @@ void srv_apply_template(sd_server *s, const char *body, size_t len, srv_reply *r
  * a 400 reply. */
 int srv_parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, srv_reply *r);
 
+/* chat_prompt.c: the chat prompt text of body o (messages, add_generation_prompt,
+ * continue_final_message or an assistant prefill, chat_template_kwargs, reasoning_effort,
+ * and tools when allow_tools) in the server's template (--chat-template, else the model's,
+ * else chatml) as s->p.chat_mode says; *text malloc'd. -1 with a 400 reply. */
+int srv_chat_text(sd_server *s, json_t *o, int allow_tools, char **text, size_t *len, srv_reply *r);
+
 /* misc.c */
 /* Add a finished choice's statistics to llama-server's metric sums (any thread). */
 void srv_count_done(sd_server *s, const sd_gen_stats *st);

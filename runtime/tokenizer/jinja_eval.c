@@ -23,7 +23,8 @@
 #include "runtime/base/sd_base.h"
 #include "runtime/tokenizer/jinja_impl.h"
 
-#define MAX_ARGS 8
+#define MAX_ARGS           8
+#define SD_JINJA_MAX_RANGE 1000000
 
 typedef struct obuf {
     char *p;
@@ -52,7 +53,7 @@ typedef struct args {
 } args;
 
 sd_jinja_limits sd_jinja_default_limits(void) {
-    sd_jinja_limits l = {(size_t)4 << 20, 256, 20000000, 0};
+    sd_jinja_limits l = {(size_t)4 << 20, 256, 5000000, 0};
     return l;
 }
 
@@ -692,6 +693,10 @@ static json_t *concat_str(R *r, const json_t *a, const json_t *b) {
 
 static json_t *arith(R *r, int op, const json_t *a, const json_t *b, int line) {
     if (op == OP_CONCAT) return concat_str(r, a, b);
+    /* undefined + string is the string, as chat-template engines render it (llama.cpp's
+     * among them; Python's jinja2 raises) */
+    if (op == OP_ADD && ((!a && b && json_is_string(b)) || (!b && a && json_is_string(a))))
+        return concat_str(r, a, b);
     if (op == OP_ADD && a && b) {
         if (json_is_string(a) && json_is_string(b)) return concat_str(r, a, b);
         if (json_is_array(a) && json_is_array(b)) {
@@ -1540,6 +1545,13 @@ static json_t *call_global(R *r, const char *name, const args *a, int line, int 
         if (a->np >= 3) s = int_of(a->pos[2]);
         if (a->np == 0 || a->np > 3 || s == 0) {
             rfail(r, SD_ERR_ARG, line, "range takes 1 to 3 integers (a non-zero step)");
+            return NULL;
+        }
+        /* a range is built whole: bound its length (memory), as the steps bound time */
+        const double count =
+            s > 0 ? ((double)e - (double)b) / (double)s : ((double)b - (double)e) / (double)-s;
+        if (count > SD_JINJA_MAX_RANGE) {
+            rfail(r, SD_ERR_ARG, line, "range of more than %d items", SD_JINJA_MAX_RANGE);
             return NULL;
         }
         json_t *out = json_array();
