@@ -46,6 +46,7 @@ KEEP = {
     "--kv-unified": 0, "-kvu": 0, "--cont-batching": 0, "--top-k": 1, "--top-p": 1,
     "--timeout": 1, "--threads-http": 1, "--api-key-file": 1, "--slots": 0, "--no-slots": 0,
     "--no-ui": 0, "--jinja": 0, "--no-jinja": 0, "--chat-template-file": 1, "--reasoning": 1,
+    "--verbose": 0,
 }
 # renamed: llama-server's name -> specdec's
 RENAME = {
@@ -60,7 +61,6 @@ RENAME = {
 # dropped: name -> (takes a value, why)
 DROP = {
     "--offline": (0, "models are local files"),
-    "--verbose": (0, "no verbose log"),
     "--swa-full": (0, "no sliding-window models"),
     "--context-shift": (0, "no context shift: generation stops at the context limit"),
     "--embedding": (0, "no embeddings"),

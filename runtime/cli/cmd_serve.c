@@ -47,13 +47,14 @@ enum {
     OPT_JINJA,
     OPT_NO_JINJA,
     OPT_REASONING,
+    OPT_VERBOSE,
 };
 
 typedef struct serve_cli {
     sd_cli_gen_opts g;
     const char *host, *api_key, *api_key_file, *alias, *chat_template, *cors_origins;
     const char *chat_template_file;
-    int chat_mode, no_thinking;
+    int chat_mode, no_thinking, verbose;
     int64_t port, parallel, kv_block, max_queue, max_body, batch;
     int64_t max_connections, timeout, threads_http;
     double shutdown_timeout, suffix_cache_mb;
@@ -109,6 +110,8 @@ static void serve_help(FILE *f) {
             "                          the template and the request is plain, else Jinja)\n"
             "  --no-jinja              built-in formatters only\n"
             "  --reasoning on|off|auto templates' enable_thinking (off: false; auto)\n"
+            "  --verbose               answers carry __verbose {prompt, content} (a request's\n"
+            "                          \"verbose\" field overrides)\n"
             "  --shutdown-timeout S    seconds in-flight requests get after SIGTERM (30)\n"
             "  --no-draft              target alone even with -md\n"
             "  --suffix-cache-mb M     a cache of earlier requests' prompts and outputs, at\n"
@@ -173,6 +176,9 @@ static int serve_option(int o, const char *arg, void *user) {
         return 0;
     case OPT_NO_JINJA:
         c->chat_mode = SD_CHAT_BUILTIN;
+        return 0;
+    case OPT_VERBOSE:
+        c->verbose = 1;
         return 0;
     case OPT_REASONING:
         if (strcmp(arg, "on") && strcmp(arg, "off") && strcmp(arg, "auto"))
@@ -254,6 +260,7 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
         {"jinja", no_argument, 0, OPT_JINJA},
         {"no-jinja", no_argument, 0, OPT_NO_JINJA},
         {"reasoning", required_argument, 0, OPT_REASONING},
+        {"verbose", no_argument, 0, OPT_VERBOSE},
         {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
         {"kv-unified", no_argument, 0, OPT_KV_UNIFIED},
         {"cont-batching", no_argument, 0, OPT_CONT_BATCHING},
@@ -463,6 +470,7 @@ int sd_cmd_serve(int argc, char **argv) {
     sp.chat_template = c.chat_template;
     sp.chat_mode = c.chat_mode;
     sp.enable_thinking = !c.no_thinking;
+    sp.verbose = c.verbose;
     sp.gen = gp;
     if (sp.gen.n_predict == INT32_MAX) sp.gen.n_predict = sd_batcher_n_ctx(b);
     sp.shutdown_timeout_s = c.shutdown_timeout;

@@ -663,6 +663,11 @@ static void final_json(srv_gen *g, srv_reply *r) {
                           (json_int_t)g->created, "model", g->srv->model_name, "system_fingerprint",
                           SRV_FINGERPRINT, "choices", choices, "usage", usage(g), "speculative",
                           spec_stats(g, 0, g->n_choices));
+    if (j && g->verbose && g->prompt_text)
+        json_object_set_new(j, "__verbose",
+                            json_pack("{s:o,s:o}", "prompt",
+                                      jstr(g->prompt_text, strlen(g->prompt_text)), "content",
+                                      jstr(g->ch[0].text, g->ch[0].len)));
     srv_json(r, 200, j);
 }
 
@@ -793,7 +798,10 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     g->fields = fields;
     fields = NULL;
     g->gp = gps[0];
-    if (g->native && n_p == 1)
+    /* llama-server's debug field: the request's "verbose", else the server's --verbose */
+    json_t *vb = json_object_get(o, "verbose");
+    g->verbose = (vb ? json_is_true(vb) : s->p.verbose) && n_p == 1 && !g->native;
+    if ((g->native || g->verbose) && n_p == 1)
         g->prompt_text = srv_native_prompt_text(sd_engine_vocab(s->e), pids[0], pn[0]);
     g->stream = q.stream;
     g->include_usage = q.include_usage;

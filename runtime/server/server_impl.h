@@ -81,6 +81,7 @@ typedef struct srv_gen {
     int native, return_tokens; /* SRV_NATIVE; its "return_tokens" */
     json_t *fields;            /* SRV_NATIVE: "response_fields" (a reference), or NULL */
     char *prompt_text;         /* SRV_NATIVE: the prompt's ids as text, specials written */
+    int verbose;               /* the answer carries __verbose {prompt, content} */
     sd_gen_params gp;          /* what the request runs with (its generation_settings) */
     int32_t n_choices, n_done, n_prompt; /* n_prompt: all prompts' tokens */
     srv_sub sub[SD_MAX_CHOICES];         /* the batcher requests, n_sub of them */
