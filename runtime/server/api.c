@@ -420,6 +420,7 @@ void srv_gen_unref(srv_gen *g) {
         free(g->ch[i].lp);
     }
     json_decref(g->fields);
+    json_decref(g->bias_json);
     free(g->prompt_text);
     free(g->sse);
     pthread_cond_destroy(&g->cv);
@@ -563,7 +564,7 @@ static int on_event(void *user, const sd_req_event *ev_sub) {
         srv_count_done(g->srv, ev->stats);
     }
     if (g->stream && g->native) {
-        json_decref(lp); /* llama-server's stream has no OpenAI logprobs (n_probs refused) */
+        json_decref(lp); /* llama-server's stream carries n_probs in its own shape */
         srv_native_event(g, ev);
     } else if (g->stream) {
         if (ev->len || lp) sse_choice(g, ev->index, ev->text, ev->len, 0, lp);
@@ -715,10 +716,11 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     char **texts = NULL;
     size_t n_msgs = 0;
     srv_gen *g = NULL;
-    int return_tokens = 0;
+    int return_tokens = 0, post_probs = 0;
     json_t *fields = NULL;
     if (parse_common(s, o, chat, &q, r)) goto done;
-    if (kind == SRV_NATIVE && srv_native_parse(o, &q.gp, &return_tokens, &fields, r)) goto done;
+    if (kind == SRV_NATIVE && srv_native_parse(o, &q.gp, &return_tokens, &post_probs, &fields, r))
+        goto done;
     if (chat) {
         if (srv_parse_messages(o, &msgs, &n_msgs, &texts, r)) goto done;
         /* The template's text (chat_prompt.c), tokenized with its control tokens. */
@@ -795,6 +797,8 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     g->chat = chat;
     g->native = kind == SRV_NATIVE;
     g->return_tokens = return_tokens;
+    g->post_probs = post_probs;
+    if (g->native) g->bias_json = srv_native_bias_json(sd_engine_vocab(s->e), &q.gp);
     g->fields = fields;
     fields = NULL;
     g->gp = gps[0];

@@ -222,6 +222,32 @@ json_t *srv_logprobs_json(const sd_vocab *v, int chat, const sd_token_logprob *l
                      tops, "text_offset", offs);
 }
 
+/* One completion_probabilities entry: {id, token, bytes, logprob | prob}. */
+static json_t *native_entry(const sd_vocab *v, int32_t id, double lp, int post) {
+    char buf[256];
+    const size_t n = piece(v, id, buf, sizeof buf);
+    json_t *e = json_object();
+    json_object_set_new(e, "id", json_integer(id));
+    json_object_set_new(e, "token", token_str(buf, n));
+    json_object_set_new(e, "bytes", bytes_of(buf, n));
+    json_object_set_new(e, post ? "prob" : "logprob", post ? json_real(exp(lp)) : lp_real(lp));
+    return e;
+}
+
+json_t *srv_native_probs_json(const sd_vocab *v, const sd_token_logprob *lp, int32_t n, int post) {
+    json_t *a = json_array();
+    for (int32_t i = 0; a && i < n; i++) {
+        json_t *e = native_entry(v, lp[i].token, lp[i].logprob, post), *top = json_array();
+        for (int32_t t = 0; t < lp[i].n_top; t++)
+            if (!post || exp(lp[i].top_logprob[t]) > 0)
+                json_array_append_new(top,
+                                      native_entry(v, lp[i].top_id[t], lp[i].top_logprob[t], post));
+        json_object_set_new(e, post ? "top_probs" : "top_logprobs", top);
+        json_array_append_new(a, e);
+    }
+    return a ? a : json_array();
+}
+
 int srv_logprobs_add(srv_choice *c, const sd_token_logprob *lp, int32_t n) {
     if (n <= 0) return 0;
     if (c->n_lp + n > c->cap_lp) {

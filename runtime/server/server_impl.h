@@ -79,6 +79,8 @@ typedef struct srv_gen {
     int chat, stream, include_usage;
     int logprobs;              /* the request asked for logprobs */
     int native, return_tokens; /* SRV_NATIVE; its "return_tokens" */
+    int post_probs;            /* SRV_NATIVE n_probs as probabilities ("post_sampling_probs") */
+    json_t *bias_json;         /* generation_settings.logit_bias: [{token, bias}] */
     json_t *fields;            /* SRV_NATIVE: "response_fields" (a reference), or NULL */
     char *prompt_text;         /* SRV_NATIVE: the prompt's ids as text, specials written */
     int verbose;               /* the answer carries __verbose {prompt, content} */
@@ -156,10 +158,13 @@ void srv_gen_closed(srv_gen *g);
 
 /* native.c: llama-server's own shapes. */
 /* Its request fields beyond the OpenAI ones (return_tokens, cache_prompt,
- * speculative.n_max / n_min / p_min, response_fields, id_slot, n_probs refused) into gp
- * and g's flags; -1 with a 400 reply. */
-int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, json_t **fields,
-                     srv_reply *r);
+ * speculative.n_max / n_min / p_min, response_fields, id_slot, n_probs and
+ * post_sampling_probs) into gp and g's flags; -1 with a 400 reply. */
+int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, int *post_probs,
+                     json_t **fields, srv_reply *r);
+/* generation_settings.logit_bias of a request: its biases, and with ignore_eos every
+ * end-of-generation id at -inf (null), as [{"token": id, "bias": b}]. */
+json_t *srv_native_bias_json(const sd_vocab *v, const sd_gen_params *gp);
 /* The prompt's ids as text, control tokens written out (llama-server's "prompt"); malloc'd,
  * NULL when out of memory. */
 char *srv_native_prompt_text(const sd_vocab *v, const int32_t *ids, int32_t n);
@@ -207,6 +212,10 @@ int srv_logprobs_parse(json_t *o, int chat, int32_t n_vocab, sd_gen_params *gp,
  * text_offset}, the offsets counted from *offset (characters of the text), advanced. */
 json_t *srv_logprobs_json(const sd_vocab *v, int chat, const sd_token_logprob *lp, int32_t n,
                           size_t *offset);
+/* llama-server's completion_probabilities for tokens lp[0 .. n): [{id, token, bytes,
+ * logprob, top_logprobs: [{id, token, bytes, logprob}]}], or with post: prob / top_probs
+ * (exp of the logprobs; entries of probability 0 left out). */
+json_t *srv_native_probs_json(const sd_vocab *v, const sd_token_logprob *lp, int32_t n, int post);
 /* Append lp[0 .. n) to c's logprobs. 0, or -1 out of memory. */
 int srv_logprobs_add(srv_choice *c, const sd_token_logprob *lp, int32_t n);
 
