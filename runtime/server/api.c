@@ -196,8 +196,7 @@ static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply
     if (get_str(o, "draft_policy", &t, r) < 0) return -1;
     if (t && sd_k_policy_parse(t, &q->gp.k_policy) != 0)
         return bad_field(r, "draft_policy", "must be fixed or adaptive");
-    if (srv_logprobs_parse(o, chat, sd_vocab_n_tokens(sd_engine_vocab(s->e)), &q->gp, &q->bias, r))
-        return -1;
+    if (srv_logprobs_parse(o, chat, sd_engine_vocab(s->e), &q->gp, &q->bias, r)) return -1;
     return refuse_unsupported(o, r);
 }
 

@@ -202,10 +202,11 @@ json_t *srv_parse_object(const char *body, size_t len, srv_reply *r);
 
 /* logprobs.c */
 /* The request's logprobs / top_logprobs (chat: bool and 0 .. 20; completions: logprobs
- * 0 .. 20) and logit_bias ({"id": -100 .. 100}, ids below n_vocab) into gp; *bias
- * (malloc'd, the caller frees it once the request is submitted) holds the biases
- * gp->samp points to. 0, or -1 with a 400 naming the field in r. */
-int srv_logprobs_parse(json_t *o, int chat, int32_t n_vocab, sd_gen_params *gp,
+ * 0 .. 20) and logit_bias ({"id": -100 .. 100}, ids below v's size; llama-server's forms
+ * too: a text key whose every token gets the bias, [[id or text, bias], ...], false for a
+ * ban) into gp; *bias (malloc'd, the caller frees it once the request is submitted) holds
+ * the biases gp->samp points to. 0, or -1 with a 400 naming the field in r. */
+int srv_logprobs_parse(json_t *o, int chat, const sd_vocab *v, sd_gen_params *gp,
                        sd_logit_bias **bias, srv_reply *r);
 /* The "logprobs" value of a choice (or a stream chunk) for tokens lp[0 .. n): chat
  * {"content": [...], "refusal": null}; completions {tokens, token_logprobs, top_logprobs,
