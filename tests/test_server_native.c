@@ -391,6 +391,35 @@ Test(server_native, slots_template_and_byte_pieces) {
                     200);
     cr_expect_str_eq(jstr(t, "prompt"), "<|im_start|>system\nBe kind.<|im_end|>\n"
                                         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    /* A final assistant message is continued (the prefill), text parts joined by a blank
+     * line; add_generation_prompt with continue_final_message is a 400. */
+    json_t *pf = req(&s, "POST", "/apply-template",
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":"
+                     "\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"A\"},"
+                     "{\"type\":\"text\",\"text\":\"B\"}]}]}",
+                     200);
+    cr_expect_str_eq(jstr(pf, "prompt"),
+                     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nA\n\nB");
+    json_decref(pf);
+    json_decref(req(&s, "POST", "/apply-template",
+                    "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                    "\"add_generation_prompt\":true,\"continue_final_message\":true}",
+                    400));
+    /* input_tokens: the count /tokenize gives for the template's text (BOS added) */
+    json_t *it = req(&s, "POST", "/chat/completions/input_tokens",
+                     "{\"messages\":[{\"role\":\"system\",\"content\":\"Be kind.\"},"
+                     "{\"role\":\"user\",\"content\":\"Hi\"}]}",
+                     200);
+    char tb[512];
+    json_t *pj = json_string(jstr(t, "prompt"));
+    char *pjs = json_dumps(pj, JSON_ENCODE_ANY);
+    snprintf(tb, sizeof tb, "{\"content\":%s,\"add_special\":true}", pjs);
+    free(pjs);
+    json_decref(pj);
+    json_t *tk = req(&s, "POST", "/tokenize", tb, 200);
+    cr_expect_eq(jint(it, "input_tokens"), (int)json_array_size(json_object_get(tk, "tokens")));
+    json_decref(it);
+    json_decref(tk);
     /* U+5ABD is not in the 512-token vocabulary: byte-fallback tokens, each piece its byte
      * values, together its UTF-8 encoding. */
     json_t *k = req(&s, "POST", "/tokenize", "{\"content\":\"\\u5abd\",\"with_pieces\":true}", 200);

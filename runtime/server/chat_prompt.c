@@ -1,7 +1,8 @@
 /* runtime/server/chat_prompt.c: a chat request's prompt text (server_impl.h,
  * srv_chat_text): the template rendered by sd_chat_render with llama-server's request
  * fields around it (add_generation_prompt, continue_final_message and the assistant
- * prefill, chat_template_kwargs, reasoning_effort, tools for /apply-template). */
+ * prefill, chat_template_kwargs, reasoning_effort, tools for /apply-template), and the
+ * count of its tokens (/chat/completions/input_tokens). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,4 +114,27 @@ int srv_chat_text(sd_server *s, json_t *o, int allow_tools, char **text, size_t 
         return -1;
     }
     return 0;
+}
+
+void srv_input_tokens(sd_server *s, const char *body, size_t len, srv_reply *r) {
+    json_t *o = srv_parse_object(body, len, r);
+    if (!o) return;
+    char *text = NULL;
+    size_t tl = 0;
+    if (srv_chat_text(s, o, 1, &text, &tl, r) == 0) {
+        sd_prompt_spec ps;
+        memset(&ps, 0, sizeof ps);
+        ps.text = text;
+        ps.len = tl;
+        ps.special = 1;
+        int32_t *ids = NULL, n = 0;
+        sd_error err = {0};
+        if (sd_prompt_tokenize(sd_engine_vocab(s->e), &ps, &ids, &n, &err))
+            srv_error(r, 400, "invalid_request_error", "messages", "messages: %s", err.msg);
+        else
+            srv_json(r, 200, json_pack("{s:i}", "input_tokens", (int)n));
+        free(ids);
+    }
+    free(text);
+    json_decref(o);
 }

@@ -187,6 +187,9 @@ int srv_parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, 
  * and tools when allow_tools) in the server's template (--chat-template, else the model's,
  * else chatml) as s->p.chat_mode says; *text malloc'd. -1 with a 400 reply. */
 int srv_chat_text(sd_server *s, json_t *o, int allow_tools, char **text, size_t *len, srv_reply *r);
+/* POST /chat/completions/input_tokens: {"input_tokens": N}, the prompt tokens a chat
+ * request's messages make (llama-server's). */
+void srv_input_tokens(sd_server *s, const char *body, size_t len, srv_reply *r);
 
 /* misc.c */
 /* Add a finished choice's statistics to llama-server's metric sums (any thread). */
