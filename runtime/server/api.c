@@ -505,6 +505,15 @@ static json_t *chunk_head(const srv_gen *g) {
  * reference taken, or NULL), or the end of the choice. */
 static void sse_choice(srv_gen *g, int32_t i, const char *text, size_t len, int done, json_t *lp) {
     srv_choice *c = &g->ch[i];
+    if (g->chat && !c->role_sent) {
+        /* The role first, alone (content null), as OpenAI's and llama-server's streams. */
+        json_t *j0 = chunk_head(g);
+        json_object_set_new(j0, "choices",
+                            json_pack("[{s:i,s:{s:s,s:n},s:n,s:n}]", "index", (int)i, "delta",
+                                      "role", "assistant", "content", "logprobs", "finish_reason"));
+        sse_event(g, j0);
+        c->role_sent = 1;
+    }
     json_t *j = chunk_head(g), *ch = json_object();
     json_object_set_new(ch, "index", json_integer(i));
     if (g->chat) {
