@@ -150,6 +150,11 @@ Test(jinja, hostile_templates_are_bounded) {
     expect_error("{% set s = namespace(v='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}"
                  "{% set s.v = s.v ~ s.v %}{% endfor %}",
                  NULL, SD_ERR_ARG, "exceeds");
+    /* a value holding itself (reference counting would leak the cycle) */
+    expect_error("{% set ns = namespace(a=1) %}{% set ns.b = [ns] %}", NULL, SD_ERR_ARG,
+                 "cannot hold itself");
+    expect_error("{% set l = [] %}{% set m = [l] %}{{ l.append(m) }}", NULL, SD_ERR_ARG,
+                 "cannot hold itself");
     /* recursion: a macro calling itself, and deep nesting in the source */
     expect_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, SD_ERR_ARG,
                  "deeper than");

@@ -460,6 +460,24 @@ static size_t utf8_len(const char *s, size_t len) {
     return k;
 }
 
+/* 1 when v is c or holds it (a reference cycle, which reference counting would leak). */
+static int holds(const json_t *v, const json_t *c, int depth) {
+    if (!v) return 0;
+    if (v == c) return 1;
+    if (depth > 64) return 1; /* deeper than any template builds: refuse as a cycle */
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            if (holds(json_array_get(v, i), c, depth + 1)) return 1;
+    } else if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x) {
+            if (holds(x, c, depth + 1)) return 1;
+        }
+    }
+    return 0;
+}
+
 static json_t *lookup(R *r, const char *name) {
     for (int i = r->nf - 1; i >= 0; i--) {
         json_t *v = json_object_get(r->frames[i], name);
@@ -1416,6 +1434,10 @@ static json_t *call_method(R *r, json_t *obj, const char *name, const args *a, i
             return a1 ? json_incref((json_t *)a1) : chk(r, json_null());
         }
     } else if (obj && json_is_array(obj)) {
+        if ((!strcmp(name, "append") || !strcmp(name, "extend")) && holds(a0, obj, 0)) {
+            rfail(r, SD_ERR_ARG, line, "a list cannot hold itself");
+            return NULL;
+        }
         if (!strcmp(name, "append")) {
             if (json_array_append(obj, a0 ? (json_t *)a0 : json_null())) return oom(r);
             return chk(r, json_null());
@@ -1972,6 +1994,11 @@ static int exec_stmt(R *r, const jnode *n) {
                 json_decref(v);
                 rfail(r, SD_ERR_ARG, n->line, "cannot set an attribute of '%s' (a %s)", n->names[0],
                       type_name(obj));
+                return -1;
+            }
+            if (holds(v, obj, 0)) {
+                json_decref(v);
+                rfail(r, SD_ERR_ARG, n->line, "'%s' cannot hold itself", n->names[0]);
                 return -1;
             }
             if (json_object_set_new(obj, n->s, v ? v : json_null())) {
