@@ -8,7 +8,7 @@
 #
 # usage: bash scripts/fuzz.sh [--time SECONDS] [NAME...]
 #   --time S   seconds per target (default 12: the five targets take about a minute)
-#   NAME       gguf, spm, bpe, chat, config (default: all)
+#   NAME       gguf, spm, bpe, chat, config, jinja (default: all)
 # Needs clang and libclang-rt-dev (libFuzzer, the sanitizers: the compiler-rt of the default
 # clang) and libomp-dev.
 set -euo pipefail

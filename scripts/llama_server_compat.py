@@ -45,7 +45,8 @@ KEEP = {
     "--n-predict": 1, "-n": 1, "--api-key": 1, "--cors-origins": 1, "--chat-template": 1,
     "--kv-unified": 0, "-kvu": 0, "--cont-batching": 0, "--top-k": 1, "--top-p": 1,
     "--timeout": 1, "--threads-http": 1, "--api-key-file": 1, "--slots": 0, "--no-slots": 0,
-    "--no-ui": 0,
+    "--no-ui": 0, "--jinja": 0, "--no-jinja": 0, "--chat-template-file": 1, "--reasoning": 1,
+    "--verbose": 0,
 }
 # renamed: llama-server's name -> specdec's
 RENAME = {
@@ -60,9 +61,6 @@ RENAME = {
 # dropped: name -> (takes a value, why)
 DROP = {
     "--offline": (0, "models are local files"),
-    "--jinja": (0, "no Jinja: the model's template is matched to a built-in one"),
-    "--no-jinja": (0, "no Jinja: the model's template is matched to a built-in one"),
-    "--verbose": (0, "no verbose log"),
     "--swa-full": (0, "no sliding-window models"),
     "--context-shift": (0, "no context shift: generation stops at the context limit"),
     "--embedding": (0, "no embeddings"),
@@ -83,7 +81,6 @@ DROP = {
     "--pooling": (1, "no embeddings"),
     "--tags": (1, "no model tags"),
     "--reasoning-format": (1, "no reasoning parser"),
-    "--reasoning": (1, "no reasoning parser"),
     "--grp-attn-n": (1, "no group attention"),
     "--grp-attn-w": (1, "no group attention"),
     "--slot-save-path": (1, "no slot save / restore"),
@@ -92,7 +89,6 @@ DROP = {
     "--cache-ram": (1, "the prefix cache lives in the KV pool"),
     "--spec-synth-len": (1, "no synthetic draft"),
     "--spec-synth-rates": (1, "no synthetic draft"),
-    "--chat-template-file": (1, "no Jinja templates"),
     "--media-path": (1, "no multimodal input"),
     "--mmproj-url": (1, "no multimodal projector"),
     "--models-dir": (1, "no router mode"),

@@ -393,7 +393,7 @@ Test(server_logprobs, bad_input_names_the_field) {
                "\"top_logprobs\":21}",
                "top_logprobs");
     expect_400(c, "{\"prompt\":\"a\",\"logit_bias\":[1]}", "logit_bias");
-    expect_400(c, "{\"prompt\":\"a\",\"logit_bias\":{\"abc\":1}}", "logit_bias");
+    expect_400(c, "{\"prompt\":\"a\",\"logit_bias\":{\"abc\":true}}", "logit_bias");
     expect_400(c, "{\"prompt\":\"a\",\"logit_bias\":{\"512\":1}}", "logit_bias");
     expect_400(c, "{\"prompt\":\"a\",\"logit_bias\":{\"-1\":1}}", "logit_bias");
     expect_400(c, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":100.5}}", "logit_bias");

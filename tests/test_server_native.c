@@ -202,9 +202,42 @@ Test(server_native, completion_matches_v1_and_its_tokens) {
     cr_expect_eq(json_object_size(r2), 2);
     cr_expect_eq(json_integer_value(json_object_get(r2, "generation_settings/n_predict")), 4);
     cr_expect_eq(strncmp(jstr(r2, "content"), want, strlen(jstr(r2, "content"))), 0);
-    /* n_probs asks for what this server does not give: refused by name. */
-    json_t *e = req(&s, "POST", "/completion", "{\"prompt\":\"x\",\"n_probs\":3}", 400);
+    /* n_probs: out of range refused by name; else each token's logprob and the n most
+     * probable of its row, the values the OpenAI route's logprobs give for the request. */
+    json_t *e = req(&s, "POST", "/completion", "{\"prompt\":\"x\",\"n_probs\":21}", 400);
     cr_expect_str_eq(jstr(json_object_get(e, "error"), "param"), "n_probs");
+    json_t *np = req(&s, "POST", "/completion",
+                     "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":3,\"temperature\":0,"
+                     "\"n_probs\":3}",
+                     200);
+    json_t *oa = req(&s, "POST", "/v1/completions",
+                     "{\"prompt\":\"" NT_PROMPT "\",\"max_tokens\":3,\"temperature\":0,"
+                     "\"logprobs\":3}",
+                     200);
+    json_t *cp = json_object_get(np, "completion_probabilities");
+    json_t *tl = json_object_get(
+        json_object_get(json_array_get(json_object_get(oa, "choices"), 0), "logprobs"),
+        "token_logprobs");
+    cr_assert_eq(json_array_size(cp), 3);
+    cr_assert_eq(json_array_size(tl), 3);
+    cr_expect_eq(
+        json_integer_value(json_object_get(json_object_get(np, "generation_settings"), "n_probs")),
+        3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *en = json_array_get(cp, i), *top = json_object_get(en, "top_logprobs");
+        cr_assert_eq(json_array_size(top), 3);
+        const double lp = json_number_value(json_object_get(en, "logprob"));
+        cr_expect_leq(lp, 0.0);
+        cr_expect_eq(lp, json_number_value(json_array_get(tl, i)), "token %zu", i);
+        /* greedy: the emitted token is the row's most probable */
+        cr_expect_eq(json_integer_value(json_object_get(en, "id")),
+                     json_integer_value(json_object_get(json_array_get(top, 0), "id")));
+        for (size_t t = 1; t < 3; t++)
+            cr_expect_geq(json_number_value(json_object_get(json_array_get(top, t - 1), "logprob")),
+                          json_number_value(json_object_get(json_array_get(top, t), "logprob")));
+    }
+    json_decref(np);
+    json_decref(oa);
     json_decref(v1);
     json_decref(r);
     json_decref(r2);
@@ -358,6 +391,35 @@ Test(server_native, slots_template_and_byte_pieces) {
                     200);
     cr_expect_str_eq(jstr(t, "prompt"), "<|im_start|>system\nBe kind.<|im_end|>\n"
                                         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    /* A final assistant message is continued (the prefill), text parts joined by a blank
+     * line; add_generation_prompt with continue_final_message is a 400. */
+    json_t *pf = req(&s, "POST", "/apply-template",
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":"
+                     "\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"A\"},"
+                     "{\"type\":\"text\",\"text\":\"B\"}]}]}",
+                     200);
+    cr_expect_str_eq(jstr(pf, "prompt"),
+                     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nA\n\nB");
+    json_decref(pf);
+    json_decref(req(&s, "POST", "/apply-template",
+                    "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                    "\"add_generation_prompt\":true,\"continue_final_message\":true}",
+                    400));
+    /* input_tokens: the count /tokenize gives for the template's text (BOS added) */
+    json_t *it = req(&s, "POST", "/chat/completions/input_tokens",
+                     "{\"messages\":[{\"role\":\"system\",\"content\":\"Be kind.\"},"
+                     "{\"role\":\"user\",\"content\":\"Hi\"}]}",
+                     200);
+    char tb[512];
+    json_t *pj = json_string(jstr(t, "prompt"));
+    char *pjs = json_dumps(pj, JSON_ENCODE_ANY);
+    snprintf(tb, sizeof tb, "{\"content\":%s,\"add_special\":true}", pjs);
+    free(pjs);
+    json_decref(pj);
+    json_t *tk = req(&s, "POST", "/tokenize", tb, 200);
+    cr_expect_eq(jint(it, "input_tokens"), (int)json_array_size(json_object_get(tk, "tokens")));
+    json_decref(it);
+    json_decref(tk);
     /* U+5ABD is not in the 512-token vocabulary: byte-fallback tokens, each piece its byte
      * values, together its UTF-8 encoding. */
     json_t *k = req(&s, "POST", "/tokenize", "{\"content\":\"\\u5abd\",\"with_pieces\":true}", 200);

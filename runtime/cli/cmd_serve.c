@@ -43,11 +43,18 @@ enum {
     OPT_NO_SLOTS,
     OPT_NO_UI,
     OPT_NO_METRICS,
+    OPT_CHAT_TEMPLATE_FILE,
+    OPT_JINJA,
+    OPT_NO_JINJA,
+    OPT_REASONING,
+    OPT_VERBOSE,
 };
 
 typedef struct serve_cli {
     sd_cli_gen_opts g;
     const char *host, *api_key, *api_key_file, *alias, *chat_template, *cors_origins;
+    const char *chat_template_file;
+    int chat_mode, no_thinking, verbose;
     int64_t port, parallel, kv_block, max_queue, max_body, batch;
     int64_t max_connections, timeout, threads_http;
     double shutdown_timeout, suffix_cache_mb;
@@ -95,7 +102,16 @@ static void serve_help(FILE *f) {
             "  --no-ui                 no chat page (GET / answers 404)\n"
             "  --no-metrics            GET /metrics answers 501\n"
             "  --alias NAME            the model id /v1/models lists (the target's file name)\n"
-            "  --chat-template NAME    a built-in template instead of the model's\n"
+            "  --chat-template T       a template instead of the model's: a built-in name\n"
+            "                          (chatml, llama3, ...) or a Jinja template's text\n"
+            "  --chat-template-file F  the template (Jinja) in file F\n"
+            "  --jinja                 render every template text with the Jinja engine\n"
+            "                          (default: a built-in formatter where one recognises\n"
+            "                          the template and the request is plain, else Jinja)\n"
+            "  --no-jinja              built-in formatters only\n"
+            "  --reasoning on|off|auto templates' enable_thinking (off: false; auto)\n"
+            "  --verbose               answers carry __verbose {prompt, content} (a request's\n"
+            "                          \"verbose\" field overrides)\n"
             "  --shutdown-timeout S    seconds in-flight requests get after SIGTERM (30)\n"
             "  --no-draft              target alone even with -md\n"
             "  --suffix-cache-mb M     a cache of earlier requests' prompts and outputs, at\n"
@@ -155,6 +171,23 @@ static int serve_option(int o, const char *arg, void *user) {
         return 0;
     case OPT_CHAT_TEMPLATE:
         c->chat_template = arg;
+        return 0;
+    case OPT_CHAT_TEMPLATE_FILE:
+        c->chat_template_file = arg;
+        return 0;
+    case OPT_JINJA:
+        c->chat_mode = SD_CHAT_JINJA;
+        return 0;
+    case OPT_NO_JINJA:
+        c->chat_mode = SD_CHAT_BUILTIN;
+        return 0;
+    case OPT_VERBOSE:
+        c->verbose = 1;
+        return 0;
+    case OPT_REASONING:
+        if (strcmp(arg, "on") && strcmp(arg, "off") && strcmp(arg, "auto"))
+            return sd_cli_usage(h, "--reasoning: expected on, off or auto, found '%s'", arg);
+        c->no_thinking = !strcmp(arg, "off");
         return 0;
     case OPT_NO_PREFIX_CACHE:
         c->no_prefix_cache = 1;
@@ -227,6 +260,11 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
         {"batch-size", required_argument, 0, OPT_BATCH},
         {"alias", required_argument, 0, OPT_ALIAS},
         {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
+        {"chat-template-file", required_argument, 0, OPT_CHAT_TEMPLATE_FILE},
+        {"jinja", no_argument, 0, OPT_JINJA},
+        {"no-jinja", no_argument, 0, OPT_NO_JINJA},
+        {"reasoning", required_argument, 0, OPT_REASONING},
+        {"verbose", no_argument, 0, OPT_VERBOSE},
         {"no-prefix-cache", no_argument, 0, OPT_NO_PREFIX_CACHE},
         {"kv-unified", no_argument, 0, OPT_KV_UNIFIED},
         {"cont-batching", no_argument, 0, OPT_CONT_BATCHING},
@@ -329,7 +367,7 @@ int sd_cmd_serve(int argc, char **argv) {
     p.ep.gen.draft_min = 1;
     sd_batcher *b = NULL;
     sd_server *srv = NULL;
-    char *key = NULL;
+    char *key = NULL, *tmpl_text = NULL;
     int rc = SD_OK, exit_code = EXIT_FAILURE;
     if ((rc = sd_cli_pair_resolve(&c.g, &p, &err))) goto done;
     if (c.no_draft) p.ep.draft = NULL;
@@ -340,6 +378,16 @@ int sd_cmd_serve(int argc, char **argv) {
     if (c.g.prompt || c.g.prompt_file) {
         exit_code = sd_cli_usage(HINT, "%s", "serve takes prompts over HTTP, not -p / -f");
         goto done;
+    }
+    if (c.chat_template_file) {
+        size_t len = 0;
+        if ((rc = sd_cli_read_file(c.chat_template_file, &tmpl_text, &len, &err))) goto done;
+        if (strlen(tmpl_text) != len) {
+            exit_code = sd_cli_usage(HINT, "--chat-template-file %s: the file holds a NUL byte",
+                                     c.chat_template_file);
+            goto done;
+        }
+        c.chat_template = tmpl_text;
     }
     if (c.api_key_file) {
         size_t len = 0;
@@ -432,6 +480,9 @@ int sd_cmd_serve(int argc, char **argv) {
     raise_fd_limit((rlim_t)c.max_connections + 64);
     sp.model_name = c.alias;
     sp.chat_template = c.chat_template;
+    sp.chat_mode = c.chat_mode;
+    sp.enable_thinking = !c.no_thinking;
+    sp.verbose = c.verbose;
     sp.gen = gp;
     if (sp.gen.n_predict == INT32_MAX) sp.gen.n_predict = sd_batcher_n_ctx(b);
     sp.shutdown_timeout_s = c.shutdown_timeout;
@@ -462,5 +513,6 @@ done:
     sd_ngram_cache_free(lookup);
     sd_cli_pair_free(&p);
     free(key);
+    free(tmpl_text);
     return exit_code;
 }

@@ -290,8 +290,7 @@ static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply
     if (get_str(o, "draft_policy", &t, r) < 0) return -1;
     if (t && sd_k_policy_parse(t, &q->gp.k_policy) != 0)
         return bad_field(r, "draft_policy", "must be fixed or adaptive");
-    if (srv_logprobs_parse(o, chat, sd_vocab_n_tokens(sd_engine_vocab(s->e)), &q->gp, &q->bias, r))
-        return -1;
+    if (srv_logprobs_parse(o, chat, sd_engine_vocab(s->e), &q->gp, &q->bias, r)) return -1;
     if (refuse_unsupported(o, r) || parse_structured(o, &q->grammar, r)) return -1;
     q->gp.grammar = q->grammar;
     return 0;
@@ -516,6 +515,7 @@ void srv_gen_unref(srv_gen *g) {
         free(g->ch[i].lp);
     }
     json_decref(g->fields);
+    json_decref(g->bias_json);
     free(g->prompt_text);
     free(g->sse);
     pthread_cond_destroy(&g->cv);
@@ -601,6 +601,15 @@ static json_t *chunk_head(const srv_gen *g) {
  * reference taken, or NULL), or the end of the choice. */
 static void sse_choice(srv_gen *g, int32_t i, const char *text, size_t len, int done, json_t *lp) {
     srv_choice *c = &g->ch[i];
+    if (g->chat && !c->role_sent) {
+        /* The role first, alone (content null), as OpenAI's and llama-server's streams. */
+        json_t *j0 = chunk_head(g);
+        json_object_set_new(j0, "choices",
+                            json_pack("[{s:i,s:{s:s,s:n},s:n,s:n}]", "index", (int)i, "delta",
+                                      "role", "assistant", "content", "logprobs", "finish_reason"));
+        sse_event(g, j0);
+        c->role_sent = 1;
+    }
     json_t *j = chunk_head(g), *ch = json_object();
     json_object_set_new(ch, "index", json_integer(i));
     if (g->chat) {
@@ -659,7 +668,7 @@ static int on_event(void *user, const sd_req_event *ev_sub) {
         srv_count_done(g->srv, ev->stats);
     }
     if (g->stream && g->native) {
-        json_decref(lp); /* llama-server's stream has no OpenAI logprobs (n_probs refused) */
+        json_decref(lp); /* llama-server's stream carries n_probs in its own shape */
         srv_native_event(g, ev);
     } else if (g->stream) {
         if (ev->len || lp) sse_choice(g, ev->index, ev->text, ev->len, 0, lp);
@@ -759,6 +768,11 @@ static void final_json(srv_gen *g, srv_reply *r) {
                           (json_int_t)g->created, "model", g->srv->model_name, "system_fingerprint",
                           SRV_FINGERPRINT, "choices", choices, "usage", usage(g), "speculative",
                           spec_stats(g, 0, g->n_choices));
+    if (j && g->verbose && g->prompt_text)
+        json_object_set_new(j, "__verbose",
+                            json_pack("{s:o,s:o}", "prompt",
+                                      jstr(g->prompt_text, strlen(g->prompt_text)), "content",
+                                      jstr(g->ch[0].text, g->ch[0].len)));
     srv_json(r, 200, j);
 }
 
@@ -806,21 +820,26 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     char **texts = NULL;
     size_t n_msgs = 0;
     srv_gen *g = NULL;
-    int return_tokens = 0;
+    int return_tokens = 0, post_probs = 0;
     json_t *fields = NULL;
     if (parse_common(s, o, chat, &q, r)) goto done;
-    if (kind == SRV_NATIVE && srv_native_parse(o, &q.gp, &return_tokens, &fields, r)) goto done;
+    if (kind == SRV_NATIVE && srv_native_parse(o, &q.gp, &return_tokens, &post_probs, &fields, r))
+        goto done;
     if (chat) {
         if (srv_parse_messages(o, &msgs, &n_msgs, &texts, r)) goto done;
+        /* The template's text (chat_prompt.c), tokenized with its control tokens. */
+        char *chat_text = NULL;
+        size_t chat_len = 0;
+        if (srv_chat_text(s, o, 0, &chat_text, &chat_len, r)) goto done;
         sd_prompt_spec ps;
         memset(&ps, 0, sizeof ps);
-        ps.messages = msgs;
-        ps.n_messages = n_msgs;
-        /* A model without a template gets chatml (as llama-server), not a 400. */
-        ps.tmpl = s->p.chat_template;
-        if (!ps.tmpl && !sd_vocab_chat_template(sd_engine_vocab(s->e))) ps.tmpl = "chatml";
+        ps.text = chat_text;
+        ps.len = chat_len;
+        ps.special = 1;
         sd_error err = {0};
-        if (sd_prompt_tokenize(sd_engine_vocab(s->e), &ps, &ids, &n_ids, &err)) {
+        const int trc = sd_prompt_tokenize(sd_engine_vocab(s->e), &ps, &ids, &n_ids, &err);
+        free(chat_text);
+        if (trc) {
             srv_error(r, 400, "invalid_request_error", "messages", "messages: %s", err.msg);
             goto done;
         }
@@ -882,11 +901,16 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     g->chat = chat;
     g->native = kind == SRV_NATIVE;
     g->return_tokens = return_tokens;
+    g->post_probs = post_probs;
+    if (g->native) g->bias_json = srv_native_bias_json(sd_engine_vocab(s->e), &q.gp);
     g->fields = fields;
     fields = NULL;
     g->gp = gps[0];
     g->gp.grammar = NULL; /* freed after submission (the batcher compiled it) */
-    if (g->native && n_p == 1)
+    /* llama-server's debug field: the request's "verbose", else the server's --verbose */
+    json_t *vb = json_object_get(o, "verbose");
+    g->verbose = (vb ? json_is_true(vb) : s->p.verbose) && n_p == 1 && !g->native;
+    if ((g->native || g->verbose) && n_p == 1)
         g->prompt_text = srv_native_prompt_text(sd_engine_vocab(s->e), pids[0], pn[0]);
     g->stream = q.stream;
     g->include_usage = q.include_usage;

@@ -17,51 +17,126 @@ static int bad(srv_reply *r, const char *key, const char *what) {
     return -1;
 }
 
-/* logit_bias: {"id": bias, ...} (ids as decimal strings, OpenAI's form). */
-static int parse_bias(json_t *v, int32_t n_vocab, sd_sampling_params *sp, sd_logit_bias **bias,
-                      srv_reply *r) {
-    if (!json_is_object(v)) return bad(r, "logit_bias", "must be an object of token id: bias");
-    const size_t n = json_object_size(v);
-    if (n == 0) return 0;
-    if (n > (size_t)n_vocab) return bad(r, "logit_bias", "has more entries than the vocabulary");
-    *bias = calloc(n, sizeof **bias);
-    if (!*bias) {
-        srv_error(r, 500, "server_error", NULL, "out of memory");
-        return -1;
+/* The biases being collected. */
+typedef struct bias_set {
+    sd_logit_bias *b;
+    size_t n, cap;
+} bias_set;
+
+static int bias_push(bias_set *bs, int32_t id, float bias, srv_reply *r) {
+    if (bs->n == bs->cap) {
+        size_t cap = bs->cap ? bs->cap * 2 : 16;
+        sd_logit_bias *nb = realloc(bs->b, cap * sizeof *nb);
+        if (!nb) {
+            srv_error(r, 500, "server_error", NULL, "out of memory");
+            return -1;
+        }
+        bs->b = nb;
+        bs->cap = cap;
     }
-    const char *key;
-    json_t *x;
-    size_t i = 0;
-    json_object_foreach(v, key, x) {
-        char *end = NULL;
-        errno = 0;
-        const long id = strtol(key, &end, 10);
-        if (!key[0] || *end || errno || id < 0 || id >= n_vocab) {
-            srv_error(r, 400, "invalid_request_error", "logit_bias",
-                      "'logit_bias' key '%s' is not a token id in 0 .. %d", key, n_vocab - 1);
-            return -1;
-        }
-        if (!json_is_number(x)) {
-            srv_error(r, 400, "invalid_request_error", "logit_bias",
-                      "'logit_bias' value of token %ld must be a number", id);
-            return -1;
-        }
-        const double b = json_number_value(x);
-        if (!(b >= SD_LOGIT_BIAS_MIN && b <= SD_LOGIT_BIAS_MAX)) {
-            srv_error(r, 400, "invalid_request_error", "logit_bias",
-                      "'logit_bias' value of token %ld is %g, expected -100 .. 100", id, b);
-            return -1;
-        }
-        (*bias)[i].id = (int32_t)id;
-        (*bias)[i].bias = (float)b;
-        i++;
-    }
-    sp->logit_bias = *bias;
-    sp->n_logit_bias = (int32_t)i;
+    bs->b[bs->n].id = id;
+    bs->b[bs->n].bias = bias;
+    bs->n++;
     return 0;
 }
 
-int srv_logprobs_parse(json_t *o, int chat, int32_t n_vocab, sd_gen_params *gp,
+/* One entry: the key (a token id, as a number or decimal string, or a text whose every
+ * token gets the bias, llama-server's form) and the bias (a number in -100 .. 100, or
+ * false: the token banned, as -100). */
+static int bias_entry(const sd_vocab *v, json_t *key, const char *skey, json_t *x, bias_set *bs,
+                      srv_reply *r) {
+    float b;
+    if (json_is_false(x)) {
+        b = SD_LOGIT_BIAS_MIN;
+    } else if (json_is_number(x)) {
+        const double d = json_number_value(x);
+        if (!(d >= SD_LOGIT_BIAS_MIN && d <= SD_LOGIT_BIAS_MAX)) {
+            srv_error(r, 400, "invalid_request_error", "logit_bias",
+                      "'logit_bias' value %g is out of range, expected -100 .. 100 (or false)", d);
+            return -1;
+        }
+        b = (float)d;
+    } else {
+        return bad(r, "logit_bias", "values must be numbers in -100 .. 100 or false");
+    }
+    const int32_t n_vocab = sd_vocab_n_tokens(v);
+    if (key && json_is_integer(key)) {
+        const json_int_t id = json_integer_value(key);
+        if (id < 0 || id >= n_vocab) {
+            srv_error(r, 400, "invalid_request_error", "logit_bias",
+                      "'logit_bias' token id %lld is not in 0 .. %d", (long long)id, n_vocab - 1);
+            return -1;
+        }
+        return bias_push(bs, (int32_t)id, b, r);
+    }
+    const char *s = key ? json_string_value(key) : skey;
+    if (!s) return bad(r, "logit_bias", "keys must be token ids or texts");
+    char *end = NULL;
+    errno = 0;
+    const long id = strtol(s, &end, 10);
+    if (s[0] && !*end && !errno) { /* a decimal id (OpenAI's keys) */
+        if (id < 0 || id >= n_vocab) {
+            srv_error(r, 400, "invalid_request_error", "logit_bias",
+                      "'logit_bias' key '%s' is not a token id in 0 .. %d", s, n_vocab - 1);
+            return -1;
+        }
+        return bias_push(bs, (int32_t)id, b, r);
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    sd_error err = {0};
+    if (sd_vocab_tokenize(v, s, strlen(s), 0, &ids, &n, &err)) {
+        srv_error(r, 400, "invalid_request_error", "logit_bias", "'logit_bias' text: %s", err.msg);
+        return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = bias_push(bs, ids[i], b, r);
+    free(ids);
+    return rc;
+}
+
+/* logit_bias: {"id" or "text": bias, ...} (OpenAI's form; llama-server also takes texts) or
+ * [[id or text, bias], ...] (llama-server's). */
+static int parse_bias(json_t *v_, const sd_vocab *v, sd_sampling_params *sp, sd_logit_bias **bias,
+                      srv_reply *r) {
+    bias_set bs = {0};
+    int rc = 0;
+    if (json_is_object(v_)) {
+        const char *key;
+        json_t *x;
+        json_object_foreach(v_, key, x) {
+            if ((rc = bias_entry(v, NULL, key, x, &bs, r))) break;
+        }
+    } else if (json_is_array(v_)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(v_, i, e) {
+            if (!json_is_array(e) || json_array_size(e) != 2) {
+                rc = bad(r, "logit_bias", "entries must be [token id or text, bias] pairs");
+                break;
+            }
+            json_t *k = json_array_get(e, 0);
+            if (!json_is_integer(k) && !json_is_string(k)) {
+                rc = bad(r, "logit_bias", "entries must be [token id or text, bias] pairs");
+                break;
+            }
+            if ((rc = bias_entry(v, k, NULL, json_array_get(e, 1), &bs, r))) break;
+        }
+    } else {
+        return bad(r, "logit_bias", "must be an object of token id: bias (or [id, bias] pairs)");
+    }
+    if (rc || bs.n > (size_t)INT32_MAX) {
+        free(bs.b);
+        return rc ? rc : bad(r, "logit_bias", "has too many entries");
+    }
+    *bias = bs.b;
+    sp->logit_bias = bs.b;
+    sp->n_logit_bias = (int32_t)bs.n;
+    return 0;
+}
+
+int srv_logprobs_parse(json_t *o, int chat, const sd_vocab *v, sd_gen_params *gp,
                        sd_logit_bias **bias, srv_reply *r) {
     *bias = NULL;
     gp->logprobs = 0;
@@ -90,7 +165,7 @@ int srv_logprobs_parse(json_t *o, int chat, int32_t n_vocab, sd_gen_params *gp,
         }
     }
     json_t *b = json_object_get(o, "logit_bias");
-    if (b && !json_is_null(b)) return parse_bias(b, n_vocab, &gp->samp, bias, r);
+    if (b && !json_is_null(b)) return parse_bias(b, v, &gp->samp, bias, r);
     return 0;
 }
 
@@ -220,6 +295,32 @@ json_t *srv_logprobs_json(const sd_vocab *v, int chat, const sd_token_logprob *l
     }
     return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs",
                      tops, "text_offset", offs);
+}
+
+/* One completion_probabilities entry: {id, token, bytes, logprob | prob}. */
+static json_t *native_entry(const sd_vocab *v, int32_t id, double lp, int post) {
+    char buf[256];
+    const size_t n = piece(v, id, buf, sizeof buf);
+    json_t *e = json_object();
+    json_object_set_new(e, "id", json_integer(id));
+    json_object_set_new(e, "token", token_str(buf, n));
+    json_object_set_new(e, "bytes", bytes_of(buf, n));
+    json_object_set_new(e, post ? "prob" : "logprob", post ? json_real(exp(lp)) : lp_real(lp));
+    return e;
+}
+
+json_t *srv_native_probs_json(const sd_vocab *v, const sd_token_logprob *lp, int32_t n, int post) {
+    json_t *a = json_array();
+    for (int32_t i = 0; a && i < n; i++) {
+        json_t *e = native_entry(v, lp[i].token, lp[i].logprob, post), *top = json_array();
+        for (int32_t t = 0; t < lp[i].n_top; t++)
+            if (!post || exp(lp[i].top_logprob[t]) > 0)
+                json_array_append_new(top,
+                                      native_entry(v, lp[i].top_id[t], lp[i].top_logprob[t], post));
+        json_object_set_new(e, post ? "top_probs" : "top_logprobs", top);
+        json_array_append_new(a, e);
+    }
+    return a ? a : json_array();
 }
 
 int srv_logprobs_add(srv_choice *c, const sd_token_logprob *lp, int32_t n) {

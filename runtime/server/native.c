@@ -33,8 +33,8 @@ static int opt_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *
     return 1;
 }
 
-int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, json_t **fields,
-                     srv_reply *r) {
+int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, int *post_probs,
+                     json_t **fields, srv_reply *r) {
     json_t *v;
     if ((v = opt(o, "return_tokens"))) {
         if (!json_is_boolean(v)) return bad(r, "return_tokens", "must be true or false");
@@ -58,9 +58,21 @@ int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, json_t **
             return bad(r, "speculative.p_min", "must be a number in 0 .. 1");
         gp->draft_p_min = (float)json_number_value(v);
     }
-    /* n_probs asks for per-token probabilities: refused by name, never ignored. */
-    if ((v = opt(o, "n_probs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
-        return bad(r, "n_probs", "is not supported");
+    /* n_probs: each emitted token's logprob and the n most probable of its row (the
+     * target's distribution, as the OpenAI logprobs; logprobs.c). */
+    if ((v = opt(o, "n_probs"))) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > SD_MAX_TOP_LOGPROBS)
+            return bad(r, "n_probs", "must be an integer in 0 .. 20");
+        if (json_integer_value(v) > 0) {
+            gp->logprobs = 1;
+            gp->top_logprobs = (int32_t)json_integer_value(v);
+        }
+    }
+    if ((v = opt(o, "post_sampling_probs"))) {
+        if (!json_is_boolean(v)) return bad(r, "post_sampling_probs", "must be true or false");
+        *post_probs = json_is_true(v);
+    }
     if ((v = opt(o, "response_fields"))) {
         if (!json_is_array(v)) return bad(r, "response_fields", "must be an array of strings");
         size_t k;
@@ -118,12 +130,14 @@ static json_t *settings(const srv_gen *g) {
         "repeat_penalty", (double)p->samp.repeat_penalty, "repeat_last_n",
         (int)p->samp.repeat_last_n, "presence_penalty", (double)p->samp.presence_penalty,
         "frequency_penalty", (double)p->samp.freq_penalty, "ignore_eos", p->ignore_eos, "stream",
-        g->stream, "n_probs", 0, "adaptive_target", -1.0, "adaptive_decay", 0.9);
+        g->stream, "n_probs", p->logprobs ? (int)p->top_logprobs : 0, "adaptive_target", -1.0,
+        "adaptive_decay", 0.9);
     if (!j) return json_object();
     json_object_set_new(j, "speculative.n_max", json_integer(p->n_draft));
     json_object_set_new(j, "speculative.n_min", json_integer(p->draft_min));
     json_object_set_new(j, "speculative.p_min", json_real(p->draft_p_min));
     json_object_set_new(j, "model", json_string(g->srv->model_name));
+    json_object_set_new(j, "logit_bias", g->bias_json ? json_incref(g->bias_json) : json_array());
     return j;
 }
 
@@ -191,6 +205,25 @@ static json_t *project(json_t *full, json_t *fields) {
     return out;
 }
 
+json_t *srv_native_bias_json(const sd_vocab *v, const sd_gen_params *gp) {
+    json_t *a = json_array();
+    if (!a) return NULL;
+    for (int32_t i = 0; i < gp->samp.n_logit_bias; i++)
+        json_array_append_new(a, json_pack("{s:i,s:f}", "token", (int)gp->samp.logit_bias[i].id,
+                                           "bias", (double)gp->samp.logit_bias[i].bias));
+    if (gp->ignore_eos) {
+        const int32_t eog[3] = {sd_vocab_eos(v), sd_vocab_eot(v), sd_vocab_eom(v)};
+        for (int k = 0; k < 3; k++) {
+            int dup = eog[k] < 0;
+            for (int j = 0; j < k; j++)
+                dup |= eog[j] == eog[k];
+            if (!dup)
+                json_array_append_new(a, json_pack("{s:i,s:n}", "token", (int)eog[k], "bias"));
+        }
+    }
+    return a;
+}
+
 char *srv_native_prompt_text(const sd_vocab *v, const int32_t *ids, int32_t n) {
     char *out = NULL, piece[256];
     size_t len = 0, cap = 0;
@@ -226,10 +259,15 @@ void srv_native_event(srv_gen *g, const sd_req_event *ev) {
         json_t *toks = json_array();
         for (int32_t k = 0; k < ev->n_tokens; k++)
             json_array_append_new(toks, json_integer(ev->tokens[k]));
-        sse_put(g, json_pack("{s:i,s:o,s:o,s:b,s:i,s:i,s:i}", "index", (int)ev->index, "content",
-                             text_json(ev->text, ev->len), "tokens", toks, "stop", 0, "id_slot", -1,
-                             "tokens_predicted", (int)(c->toks_len / sizeof(int32_t)),
-                             "tokens_evaluated", (int)c->n_prompt));
+        json_t *j = json_pack("{s:i,s:o,s:o,s:b,s:i,s:i,s:i}", "index", (int)ev->index, "content",
+                              text_json(ev->text, ev->len), "tokens", toks, "stop", 0, "id_slot",
+                              -1, "tokens_predicted", (int)(c->toks_len / sizeof(int32_t)),
+                              "tokens_evaluated", (int)c->n_prompt);
+        if (j && g->logprobs && ev->logprobs && ev->n_tokens > 0)
+            json_object_set_new(j, "completion_probabilities",
+                                srv_native_probs_json(sd_engine_vocab(g->srv->e), ev->logprobs,
+                                                      ev->n_tokens, g->post_probs));
+        sse_put(g, j);
     }
     if (ev->done) {
         json_t *j = result(g, ev->index, json_string(""), json_array());
@@ -243,6 +281,10 @@ void srv_native_final(srv_gen *g, srv_reply *r) {
         const srv_choice *c = &g->ch[i];
         json_t *j = result(g, i, text_json(c->text, c->len),
                            g->return_tokens ? ids_json(c->toks, c->toks_len) : json_array());
+        if (g->logprobs)
+            json_object_set_new(
+                j, "completion_probabilities",
+                srv_native_probs_json(sd_engine_vocab(g->srv->e), c->lp, c->n_lp, g->post_probs));
         json_array_append_new(all, g->fields ? project(j, g->fields) : j);
     }
     if (g->n_choices == 1) {
@@ -277,26 +319,10 @@ void srv_slots(sd_server *s, srv_reply *r) {
 void srv_apply_template(sd_server *s, const char *body, size_t len, srv_reply *r) {
     json_t *o = srv_parse_object(body, len, r);
     if (!o) return;
-    sd_chat_msg *msgs = NULL;
-    char **texts = NULL;
-    size_t n = 0;
-    if (srv_parse_messages(o, &msgs, &n, &texts, r) == 0) {
-        const char *tmpl = s->p.chat_template;
-        if (!tmpl) tmpl = sd_vocab_chat_template(sd_engine_vocab(s->e));
-        if (!tmpl) tmpl = "chatml"; /* as a chat request on a model without a template */
-        char *out = NULL;
-        size_t out_len = 0;
-        sd_error err = {0};
-        if (sd_chat_apply(tmpl, msgs, n, 1, &out, &out_len, &err))
-            srv_error(r, 400, "invalid_request_error", "messages", "messages: %s", err.msg);
-        else
-            srv_json(r, 200, json_pack("{s:o}", "prompt", text_json(out, out_len)));
-        free(out);
-    }
-    if (texts)
-        for (size_t i = 0; i < n; i++)
-            free(texts[i]);
-    free(texts);
-    free(msgs);
+    char *out = NULL;
+    size_t out_len = 0;
+    if (srv_chat_text(s, o, 1, &out, &out_len, r) == 0)
+        srv_json(r, 200, json_pack("{s:o}", "prompt", text_json(out, out_len)));
+    free(out);
     json_decref(o);
 }

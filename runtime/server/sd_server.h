@@ -70,6 +70,9 @@ typedef struct sd_server_params {
     int no_ui;                 /* 1: no chat page: GET / answers 404 (--no-ui) */
     const char *model_name;    /* the id /v1/models lists (NULL: the target's file name) */
     const char *chat_template; /* NULL: the model's tokenizer.chat_template */
+    int chat_mode;             /* sd_chat_mode: SD_CHAT_AUTO (default), _JINJA, _BUILTIN */
+    int enable_thinking;       /* the templates' enable_thinking (1; 0: --reasoning off) */
+    int verbose;               /* 1: answers carry llama-server's __verbose (--verbose) */
     /* A request's defaults: n_predict (max_tokens), n_draft (K), samp, seed, draft_type,
      * k_policy, draft_p_min, draft_min, ignore_eos. */
     sd_gen_params gen;

@@ -40,6 +40,7 @@ sd_server_params sd_server_default_params(void) {
     p.timeout_s = 60;
     p.http_threads = 4;
     p.n_slots = 1;
+    p.enable_thinking = 1;
     p.gen = sd_gen_default_params();
     p.shutdown_timeout_s = 30.0;
     return p;
@@ -150,6 +151,7 @@ typedef enum route_id {
     R_NATIVE,
     R_SLOTS,
     R_APPLY_TEMPLATE,
+    R_INPUT_TOKENS,
 } route_id;
 
 typedef struct route {
@@ -176,6 +178,8 @@ static const route k_routes[] = {
     {"POST", "/completion", R_NATIVE, 1},
     {"GET", "/slots", R_SLOTS, 1},
     {"POST", "/apply-template", R_APPLY_TEMPLATE, 1},
+    {"POST", "/chat/completions/input_tokens", R_INPUT_TOKENS, 1},
+    {"POST", "/v1/chat/completions/input_tokens", R_INPUT_TOKENS, 1},
 };
 
 /* The route of (method, url); NULL with *path_known set when only the method differs.
@@ -405,6 +409,9 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
         return;
     case R_APPLY_TEMPLATE:
         srv_apply_template(s, k->body ? k->body : "", k->len, r);
+        return;
+    case R_INPUT_TOKENS:
+        srv_input_tokens(s, k->body ? k->body : "", k->len, r);
         return;
     case R_TOKENIZE:
         srv_tokenize(s, k->body ? k->body : "", k->len, r);

@@ -79,8 +79,11 @@ typedef struct srv_gen {
     int chat, stream, include_usage;
     int logprobs;              /* the request asked for logprobs */
     int native, return_tokens; /* SRV_NATIVE; its "return_tokens" */
+    int post_probs;            /* SRV_NATIVE n_probs as probabilities ("post_sampling_probs") */
+    json_t *bias_json;         /* generation_settings.logit_bias: [{token, bias}] */
     json_t *fields;            /* SRV_NATIVE: "response_fields" (a reference), or NULL */
     char *prompt_text;         /* SRV_NATIVE: the prompt's ids as text, specials written */
+    int verbose;               /* the answer carries __verbose {prompt, content} */
     sd_gen_params gp;          /* what the request runs with (its generation_settings) */
     int32_t n_choices, n_done, n_prompt; /* n_prompt: all prompts' tokens */
     srv_sub sub[SD_MAX_CHOICES];         /* the batcher requests, n_sub of them */
@@ -155,10 +158,13 @@ void srv_gen_closed(srv_gen *g);
 
 /* native.c: llama-server's own shapes. */
 /* Its request fields beyond the OpenAI ones (return_tokens, cache_prompt,
- * speculative.n_max / n_min / p_min, response_fields, id_slot, n_probs refused) into gp
- * and g's flags; -1 with a 400 reply. */
-int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, json_t **fields,
-                     srv_reply *r);
+ * speculative.n_max / n_min / p_min, response_fields, id_slot, n_probs and
+ * post_sampling_probs) into gp and g's flags; -1 with a 400 reply. */
+int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, int *post_probs,
+                     json_t **fields, srv_reply *r);
+/* generation_settings.logit_bias of a request: its biases, and with ignore_eos every
+ * end-of-generation id at -inf (null), as [{"token": id, "bias": b}]. */
+json_t *srv_native_bias_json(const sd_vocab *v, const sd_gen_params *gp);
 /* The prompt's ids as text, control tokens written out (llama-server's "prompt"); malloc'd,
  * NULL when out of memory. */
 char *srv_native_prompt_text(const sd_vocab *v, const int32_t *ids, int32_t n);
@@ -176,6 +182,15 @@ void srv_apply_template(sd_server *s, const char *body, size_t len, srv_reply *r
  * a 400 reply. */
 int srv_parse_messages(json_t *o, sd_chat_msg **msgs, size_t *n, char ***texts, srv_reply *r);
 
+/* chat_prompt.c: the chat prompt text of body o (messages, add_generation_prompt,
+ * continue_final_message or an assistant prefill, chat_template_kwargs, reasoning_effort,
+ * and tools when allow_tools) in the server's template (--chat-template, else the model's,
+ * else chatml) as s->p.chat_mode says; *text malloc'd. -1 with a 400 reply. */
+int srv_chat_text(sd_server *s, json_t *o, int allow_tools, char **text, size_t *len, srv_reply *r);
+/* POST /chat/completions/input_tokens: {"input_tokens": N}, the prompt tokens a chat
+ * request's messages make (llama-server's). */
+void srv_input_tokens(sd_server *s, const char *body, size_t len, srv_reply *r);
+
 /* misc.c */
 /* Add a finished choice's statistics to llama-server's metric sums (any thread). */
 void srv_count_done(sd_server *s, const sd_gen_stats *st);
@@ -190,16 +205,21 @@ json_t *srv_parse_object(const char *body, size_t len, srv_reply *r);
 
 /* logprobs.c */
 /* The request's logprobs / top_logprobs (chat: bool and 0 .. 20; completions: logprobs
- * 0 .. 20) and logit_bias ({"id": -100 .. 100}, ids below n_vocab) into gp; *bias
- * (malloc'd, the caller frees it once the request is submitted) holds the biases
- * gp->samp points to. 0, or -1 with a 400 naming the field in r. */
-int srv_logprobs_parse(json_t *o, int chat, int32_t n_vocab, sd_gen_params *gp,
+ * 0 .. 20) and logit_bias ({"id": -100 .. 100}, ids below v's size; llama-server's forms
+ * too: a text key whose every token gets the bias, [[id or text, bias], ...], false for a
+ * ban) into gp; *bias (malloc'd, the caller frees it once the request is submitted) holds
+ * the biases gp->samp points to. 0, or -1 with a 400 naming the field in r. */
+int srv_logprobs_parse(json_t *o, int chat, const sd_vocab *v, sd_gen_params *gp,
                        sd_logit_bias **bias, srv_reply *r);
 /* The "logprobs" value of a choice (or a stream chunk) for tokens lp[0 .. n): chat
  * {"content": [...], "refusal": null}; completions {tokens, token_logprobs, top_logprobs,
  * text_offset}, the offsets counted from *offset (characters of the text), advanced. */
 json_t *srv_logprobs_json(const sd_vocab *v, int chat, const sd_token_logprob *lp, int32_t n,
                           size_t *offset);
+/* llama-server's completion_probabilities for tokens lp[0 .. n): [{id, token, bytes,
+ * logprob, top_logprobs: [{id, token, bytes, logprob}]}], or with post: prob / top_probs
+ * (exp of the logprobs; entries of probability 0 left out). */
+json_t *srv_native_probs_json(const sd_vocab *v, const sd_token_logprob *lp, int32_t n, int post);
 /* Append lp[0 .. n) to c's logprobs. 0, or -1 out of memory. */
 int srv_logprobs_add(srv_choice *c, const sd_token_logprob *lp, int32_t n);
 

@@ -1,5 +1,6 @@
 /*
- * Built-in chat templates, as llama.cpp's src/llama-chat.cpp (no Jinja engine):
+ * Built-in chat templates, as llama.cpp's src/llama-chat.cpp (the Jinja engine is
+ * jinja_*.c, driven by chat_render.c):
  *   - sd_chat_template_detect: a template NAME is taken as is; otherwise the Jinja text of
  *     tokenizer.chat_template is classified by the marker strings llm_chat_detect_template
  *     looks for, in its order (the first rule that matches wins, so e.g. a ChatML template
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/tokenizer/chat_impl.h"
 #include "runtime/tokenizer/sd_vocab.h"
 
 typedef enum tmpl {
@@ -494,8 +496,20 @@ static void format(sbuf *b, tmpl t, const sd_chat_msg *m, size_t n, int add_ass)
     }
 }
 
-int sd_chat_apply(const char *tmpl_text, const sd_chat_msg *msgs, size_t n_msgs,
-                  int add_generation_prompt, char **out, size_t *out_len, sd_error *err) {
+int sd_chat_template_is_name(const char *s) {
+    for (size_t i = 0; s && i < N_NAMES; i++)
+        if (strcmp(s, NAMES[i].name) == 0) return 1;
+    return 0;
+}
+
+int chat_builtin_recognises(const char *s) {
+    if (!s) return 0;
+    tmpl t = detect(s);
+    return t != T_UNKNOWN && formats(t);
+}
+
+int chat_apply_builtin(const char *tmpl_text, const sd_chat_msg *msgs, size_t n_msgs,
+                       int add_generation_prompt, char **out, size_t *out_len, sd_error *err) {
     *out = NULL;
     if (out_len) *out_len = 0;
     tmpl t;
@@ -515,4 +529,15 @@ int sd_chat_apply(const char *tmpl_text, const sd_chat_msg *msgs, size_t n_msgs,
     *out = b.p;
     if (out_len) *out_len = b.n;
     return SD_OK;
+}
+
+int sd_chat_apply(const char *tmpl_text, const sd_chat_msg *msgs, size_t n_msgs,
+                  int add_generation_prompt, char **out, size_t *out_len, sd_error *err) {
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    if (tmpl_text && !sd_chat_template_is_name(tmpl_text) && !chat_builtin_recognises(tmpl_text) &&
+        (strstr(tmpl_text, "{{") || strstr(tmpl_text, "{%")))
+        return chat_apply_jinja_msgs(tmpl_text, msgs, n_msgs, add_generation_prompt, out, out_len,
+                                     err);
+    return chat_apply_builtin(tmpl_text, msgs, n_msgs, add_generation_prompt, out, out_len, err);
 }

@@ -170,7 +170,7 @@ int sd_detok_push(sd_detok *d, int32_t id, const char **text, size_t *len, sd_er
 void sd_detok_flush(sd_detok *d, const char **text, size_t *len);
 void sd_detok_free(sd_detok *d);
 
-/* ---- chat templates (llama.cpp llama-chat.cpp, no Jinja) ---- */
+/* ---- chat templates (built-in formatters as llama.cpp llama-chat.cpp) ---- */
 
 typedef struct sd_chat_msg {
     const char *role; /* "system", "user", "assistant" */
@@ -191,11 +191,94 @@ const char *sd_chat_template_names(void);
 /*
  * Format messages with the template tmpl (a name or a Jinja text, as above) as llama.cpp's
  * llm_chat_apply_template does; add_generation_prompt appends the assistant header. No BOS
- * is written (tokenize with SD_VOCAB_ADD_SPECIAL adds it). *out malloc'd, NUL-terminated.
+ * is written (tokenize with SD_VOCAB_ADD_SPECIAL adds it). A template text no built-in
+ * recognises but that holds Jinja tags ("{{" or "{%") is rendered by the Jinja engine
+ * (sd_chat_render, SD_CHAT_JINJA). *out malloc'd, NUL-terminated.
  * Errors: SD_ERR_UNSUPPORTED (template), SD_ERR_ARG (NULL role/content), SD_ERR_OOM.
  */
 int sd_chat_apply(const char *tmpl, const sd_chat_msg *msgs, size_t n_msgs,
                   int add_generation_prompt, char **out, size_t *out_len, sd_error *err);
+
+/* ---- Jinja chat templates (a subset of Jinja2, runtime/tokenizer/jinja_*.c) ---- */
+
+/*
+ * A template's text parsed once (sd_jinja_parse) and rendered over jansson values
+ * (sd_jinja_render): text, {{ expr }}, {% if / elif / else %}, {% for a[, b] in x [if c] %}
+ * with else and loop.index / index0 / revindex / revindex0 / first / last / length /
+ * previtem / nextitem, {% set %} (plain, attribute of a namespace(), block), {% macro %},
+ * {% filter %}, {% break %} / {% continue %}, {% generation %}, comments, `-` whitespace
+ * control and the chat-template settings trim_blocks and lstrip_blocks; literals, lists,
+ * dicts, tuples, attribute / index / slice access, `and or not`, comparisons, `in`, `+ - * /
+ * // % **`, `~`, `x if c else y`; the filters and tests chat templates use (trim, tojson,
+ * length, upper, lower, default, join, items, string, replace, selectattr, map, ...;
+ * defined, none, string, mapping, ...), string / dict / list methods (strip, split,
+ * startswith, items, get, append, ...), and the globals range, namespace, dict,
+ * raise_exception and strftime_now. Undefined names are empty and false, as Jinja's
+ * default. Anything else is an SD_ERR_FORMAT (parse) or SD_ERR_UNSUPPORTED (render) error
+ * naming the line and the construct; a template's raise_exception is SD_ERR_ARG with its
+ * message. Rendering is bounded (sd_jinja_limits): a hostile template stops with an error,
+ * never hangs, overflows the stack or exhausts memory.
+ */
+struct json_t; /* jansson's value */
+typedef struct sd_jinja sd_jinja;
+typedef struct sd_jinja_limits {
+    size_t max_output; /* bytes of rendered text, also the longest string a template builds */
+    int32_t max_depth; /* nesting while evaluating: expressions, blocks, macro calls */
+    int64_t max_steps; /* evaluation steps (expressions, statements, loop iterations) */
+    int64_t now;       /* strftime_now's clock, seconds since the epoch (0: the current time) */
+} sd_jinja_limits;
+sd_jinja_limits sd_jinja_default_limits(void); /* 4 MiB, 256, 5,000,000, 0 */
+int sd_jinja_parse(const char *src, size_t len, sd_jinja **out, sd_error *err);
+/* Render with vars (a JSON object: the template's global names; not modified). *out
+ * malloc'd, NUL-terminated. lim NULL: the defaults. */
+int sd_jinja_render(const sd_jinja *t, const struct json_t *vars, const sd_jinja_limits *lim,
+                    char **out, size_t *out_len, sd_error *err);
+void sd_jinja_free(sd_jinja *t);
+
+/* ---- chat rendering: built-in formatters and Jinja templates, one entry point ---- */
+
+typedef enum sd_chat_mode {
+    /* A built-in formatter where the template is a name, or a Jinja text it recognises and
+     * the request is plain (string contents, no tools, thinking on, no extra variables);
+     * otherwise the Jinja engine. */
+    SD_CHAT_AUTO = 0,
+    /* The Jinja engine for every template text (llama-server's --jinja); a name stays a
+     * built-in; a template the engine cannot run falls back to a built-in that recognises
+     * it (plain requests only). */
+    SD_CHAT_JINJA = 1,
+    SD_CHAT_BUILTIN = 2, /* built-in formatters only (--no-jinja) */
+} sd_chat_mode;
+
+typedef struct sd_chat_inputs {
+    /* [{"role": ..., "content": string | null | [{"type": "text", "text": ...}], ...}]:
+     * every field is passed to a Jinja template (tool_calls, reasoning_content, ...);
+     * content parts are joined with "\n". */
+    const struct json_t *messages;
+    const struct json_t *tools; /* NULL or an array (the template's `tools`) */
+    const struct json_t *extra; /* NULL or an object: more template variables */
+    int add_generation_prompt;  /* 1 (default): end with the assistant header */
+    /* 1: the last message (an assistant's) is continued: the others are rendered with the
+     * assistant header and its content follows (parts joined with "\n\n"). */
+    int continue_final;
+    int enable_thinking;   /* 1 (default); 0: the template's no-thinking form */
+    const char *bos_token; /* the templates' bos_token / eos_token ("" default) */
+    const char *eos_token;
+    int strip_bos; /* 1: drop a leading bos_token (the tokenizer adds BOS) */
+    int64_t now;   /* strftime_now's clock (0: the current time) */
+    sd_chat_mode mode;
+} sd_chat_inputs;
+sd_chat_inputs sd_chat_default_inputs(void);
+/* 1 when s is a built-in template's name (chatml, llama3, ...). */
+int sd_chat_template_is_name(const char *s);
+/*
+ * Render a chat with tmpl (a built-in name or a template text) as in->mode says. *out
+ * malloc'd, NUL-terminated. Errors: SD_ERR_ARG (messages not an array of objects with a
+ * string role; a template's raise_exception, with its message), SD_ERR_UNSUPPORTED /
+ * SD_ERR_FORMAT (a template neither a built-in nor the Jinja engine can render, naming
+ * the construct and line), SD_ERR_OOM.
+ */
+int sd_chat_render(const char *tmpl, const sd_chat_inputs *in, char **out, size_t *out_len,
+                   sd_error *err);
 
 /* ---- pairing ---- */
 
