@@ -864,6 +864,14 @@ Test(server, disconnect_cancels_and_slow_clients_do_not_stall) {
     free(ho);
     cr_expect_eq(metric(&s, "requests_cancelled_total"), 1,
                  "the half-closed request was cancelled");
+    /* Kept alive (HTTP/1.1, no Connection: close) and half-closed: the server closes after
+     * the answer, not at --timeout (3600 s here: the 120 s bound tells them apart). */
+    const char *ka = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    int kclosed = 0;
+    char *ko = raw_http(&s, ka, strlen(ka), 1, 120, &kclosed);
+    cr_expect_eq(raw_status(ko), 200, "half-closed keep-alive client: %.300s", ko);
+    cr_expect(kclosed, "a half-closed keep-alive connection was left open after its answer");
+    free(ko);
     /* The stalled client: HTTP/1.0 (the stream is close-delimited: its bytes are the
      * events), 1500 tokens, never read until its generation has ended. */
     const double g0 = metric(&s, "tokens_generated_total");
