@@ -7,8 +7,8 @@
 # (replay: build-fuzz/fuzz_NAME FILE).
 #
 # usage: bash scripts/fuzz.sh [--time SECONDS] [NAME...]
-#   --time S   seconds per target (default 12: the five targets take about a minute)
-#   NAME       gguf, spm, bpe, chat, config, jinja (default: all)
+#   --time S   seconds per target (default 12: about 12 s per target)
+#   NAME       gguf, spm, bpe, chat, config, jinja, json_schema, http (default: all)
 # Needs clang and libclang-rt-dev (libFuzzer, the sanitizers: the compiler-rt of the default
 # clang) and libomp-dev.
 set -euo pipefail

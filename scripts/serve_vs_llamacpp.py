@@ -119,7 +119,7 @@ def run_side(side, n, port, rpc):
         lt = [sys.executable, os.path.join(here, "load_test.py"), "--url",
               f"http://127.0.0.1:{port}", "--clients", str(n), "--requests",
               str(n * rpc), "--max-tokens", str(args.max_tokens), "--chat",
-              "--pid", str(proc.pid), "--label", side, "--timeout", "1800"]
+              "--pid", str(proc.pid), "--label", side, "--timeout", "1800", "--json"]
         for p in prompts:
             lt += ["-f", p]
         if side.startswith("specdec"):

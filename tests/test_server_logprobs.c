@@ -24,81 +24,26 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server_util.h"
 #include "testutil.h"
 
 #define TS_TARGET SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
 #define TS_DRAFT  SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
 #define PROMPT    "Once upon a time, there was a little girl named Lily."
 
-static char g_dir[512];
-static pid_t g_pid;
-static int g_port;
+static srv g_srv;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Start `specdec serve` with the pair and read its port from its first line. */
+/* Start `specdec serve` with the pair. */
 static void setup(void) {
     cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
     signal(SIGPIPE, SIG_IGN);
     tu_need_path(TS_TARGET, "the shipped TinyStories target");
     tu_need_path(TS_DRAFT, "the shipped TinyStories draft");
-    int pfd[2];
-    cr_assert_eq(pipe(pfd), 0);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "exec %s serve --host 127.0.0.1 --port 0 -t 1 -m %s -md %s -np 2 -c 1024 "
-             "2>>%s/server.log",
-             SD_BINARY, TS_TARGET, TS_DRAFT, g_dir);
-    g_pid = fork();
-    cr_assert_geq(g_pid, 0);
-    if (g_pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(pfd[1], 1);
-        close(pfd[0]);
-        close(pfd[1]);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    close(pfd[1]);
-    char line[256] = "";
-    size_t n = 0;
-    const double t0 = now_s();
-    while (n + 1 < sizeof line && !strchr(line, '\n')) {
-        struct pollfd pf = {pfd[0], POLLIN, 0};
-        const double left = 60.0 - (now_s() - t0);
-        cr_assert_gt(left, 0, "the server did not start in 60 s");
-        if (poll(&pf, 1, (int)(left * 1e3)) <= 0) continue;
-        const ssize_t r = read(pfd[0], line + n, sizeof line - 1 - n);
-        cr_assert_gt(r, 0, "the server exited before listening (log in %s)", g_dir);
-        n += (size_t)r;
-        line[n] = '\0';
-    }
-    close(pfd[0]);
-    const char *p = strstr(line, "http://127.0.0.1:");
-    cr_assert_not_null(p, "first line: %s", line);
-    g_port = atoi(p + strlen("http://127.0.0.1:"));
-    cr_assert_gt(g_port, 0);
+    srv_start(&g_srv, "-m " TS_TARGET " -md " TS_DRAFT " -np 2 -c 1024");
 }
 
 static void teardown(void) {
-    if (g_pid > 0) {
-        kill(g_pid, SIGTERM);
-        int st = 0;
-        const double t0 = now_s();
-        while (waitpid(g_pid, &st, WNOHANG) != g_pid) {
-            if (now_s() - t0 > 30) {
-                kill(g_pid, SIGKILL);
-                waitpid(g_pid, &st, 0);
-                break;
-            }
-            usleep(20000);
-        }
-        g_pid = 0;
-    }
+    if (g_srv.pid > 0) srv_term(&g_srv, 30.0);
     tu_rmdir(g_dir);
 }
 
@@ -106,23 +51,7 @@ TestSuite(server_logprobs, .init = setup, .fini = teardown, .timeout = 300);
 
 /* POST body to path; the status, *out the answer (malloc'd). */
 static int post(const char *path, const char *body, char **out) {
-    static int seq;
-    char bf[600], of[600], cmd[2048];
-    snprintf(bf, sizeof bf, "%s/body-%d", g_dir, seq);
-    snprintf(of, sizeof of, "%s/out-%d", g_dir, seq++);
-    cr_assert_eq(tu_write_file(bf, body, strlen(body)), 0);
-    snprintf(cmd, sizeof cmd,
-             "curl -s -N --max-time 120 -o %s -w '%%{http_code}' -H 'Content-Type: "
-             "application/json' --data-binary @%s http://127.0.0.1:%d%s",
-             of, bf, g_port, path);
-    char *o = NULL;
-    tu_run(cmd, &o, NULL);
-    const int code = o ? atoi(o) : 0;
-    free(o);
-    size_t n = 0;
-    *out = (char *)tu_read_file(of, &n);
-    if (!*out) *out = strdup("");
-    return code;
+    return http(&g_srv, "POST", path, body, NULL, out);
 }
 
 static json_t *post_json(const char *path, const char *body) {

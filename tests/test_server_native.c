@@ -22,13 +22,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server_util.h"
 #include "testutil.h"
 
 #define NT_TARGET SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
 #define NT_DRAFT  SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
 #define NT_PROMPT "Once upon a time, there was a little girl named Lily who"
-
-static char g_dir[512];
 
 static void setup(void) {
     cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
@@ -40,95 +39,9 @@ static void teardown(void) {
 
 TestSuite(server_native, .init = setup, .fini = teardown, .timeout = 300);
 
-typedef struct nsrv {
-    pid_t pid;
-    int port;
-    char log[600];
-} nsrv;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Start `specdec serve ARGS --port 0` (one thread) and read its "listening on" line. */
-static void start(nsrv *s, const char *args) {
-    int pfd[2];
-    cr_assert_eq(pipe(pfd), 0);
-    snprintf(s->log, sizeof s->log, "%s/server-%d.log", g_dir, (int)getpid());
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "exec %s serve --host 127.0.0.1 --port 0 -t 1 %s 2>>%s", SD_BINARY,
-             args, s->log);
-    const pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(pfd[1], 1);
-        close(pfd[0]);
-        close(pfd[1]);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    close(pfd[1]);
-    char line[256] = "";
-    size_t n = 0;
-    const double t0 = now_s();
-    while (n + 1 < sizeof line && !strchr(line, '\n')) {
-        cr_assert_lt(now_s() - t0, 60.0, "the server did not start (log %s)", s->log);
-        const ssize_t r = read(pfd[0], line + n, sizeof line - 1 - n);
-        cr_assert_gt(r, 0, "the server exited before listening (log %s)", s->log);
-        n += (size_t)r;
-        line[n] = '\0';
-    }
-    close(pfd[0]);
-    const char *p = strstr(line, "http://127.0.0.1:");
-    cr_assert_not_null(p, "first line: %s", line);
-    s->port = atoi(p + strlen("http://127.0.0.1:"));
-    s->pid = pid;
-}
-
-static void stop(nsrv *s) {
-    kill(s->pid, SIGTERM);
-    int st = 0;
-    cr_assert_eq(waitpid(s->pid, &st, 0), s->pid);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the server's exit status %d", st);
-}
-
-/* method path body through curl: the status; *out the body, *hdrs the headers (may be
- * NULL). */
-static int http(const nsrv *s, const char *method, const char *path, const char *body, char **out,
-                char **hdrs) {
-    static int seq;
-    char bf[700], of[700], hf[700], cmd[4096];
-    snprintf(bf, sizeof bf, "%s/body-%d", g_dir, seq);
-    snprintf(hf, sizeof hf, "%s/hdr-%d", g_dir, seq);
-    snprintf(of, sizeof of, "%s/out-%d", g_dir, seq++);
-    if (body) cr_assert_eq(tu_write_file(bf, body, strlen(body)), 0);
-    snprintf(cmd, sizeof cmd,
-             "curl -s -N --max-time 120 -D %s -o %s -w '%%{http_code}' -X %s -H 'Content-Type: "
-             "application/json' %s%s http://127.0.0.1:%d%s",
-             hf, of, method, body ? "--data-binary @" : "", body ? bf : "", s->port, path);
+static json_t *req(const srv *s, const char *method, const char *path, const char *body, int want) {
     char *o = NULL;
-    tu_run(cmd, &o, NULL);
-    const int code = o ? atoi(o) : 0;
-    free(o);
-    size_t n = 0;
-    if (out) {
-        *out = (char *)tu_read_file(of, &n);
-        if (!*out) *out = strdup("");
-    }
-    if (hdrs) {
-        *hdrs = (char *)tu_read_file(hf, &n);
-        if (!*hdrs) *hdrs = strdup("");
-    }
-    return code;
-}
-
-static json_t *req(const nsrv *s, const char *method, const char *path, const char *body,
-                   int want) {
-    char *o = NULL;
-    const int code = http(s, method, path, body, &o, NULL);
+    const int code = http_h(s, method, path, body, &o, NULL);
     cr_assert_eq(code, want, "%s %s: status %d, expected %d: %s", method, path, code, want, o);
     json_t *j = json_loads(o, 0, NULL);
     cr_assert_not_null(j, "%s %s: not JSON: %s", method, path, o);
@@ -153,7 +66,7 @@ static const char *jstr(json_t *o, const char *key) {
 }
 
 /* The prompt's token count with BOS, from /tokenize. */
-static int64_t n_tokens(const nsrv *s, const char *text) {
+static int64_t n_tokens(const srv *s, const char *text) {
     char body[512];
     snprintf(body, sizeof body, "{\"content\":\"%s\",\"add_special\":true}", text);
     json_t *t = req(s, "POST", "/tokenize", body, 200);
@@ -163,8 +76,8 @@ static int64_t n_tokens(const nsrv *s, const char *text) {
 }
 
 Test(server_native, completion_matches_v1_and_its_tokens) {
-    nsrv s;
-    start(&s, "-m " NT_TARGET " -c 512 -np 2");
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 2");
     json_t *v1 = req(&s, "POST", "/v1/completions",
                      "{\"prompt\":\"" NT_PROMPT "\",\"max_tokens\":16,\"temperature\":0}", 200);
     const char *want = json_string_value(
@@ -243,19 +156,19 @@ Test(server_native, completion_matches_v1_and_its_tokens) {
     json_decref(r2);
     json_decref(d);
     json_decref(e);
-    stop(&s);
+    srv_stop_ok(&s);
 }
 
 Test(server_native, completion_stream_equals_whole) {
-    nsrv s;
-    start(&s, "-m " NT_TARGET " -c 512 -np 2");
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 2");
     json_t *r = req(&s, "POST", "/completion",
                     "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":12,\"temperature\":0}", 200);
     char *o = NULL;
-    cr_assert_eq(http(&s, "POST", "/completion",
-                      "{\"prompt\":\"" NT_PROMPT
-                      "\",\"n_predict\":12,\"temperature\":0,\"stream\":true}",
-                      &o, NULL),
+    cr_assert_eq(http_h(&s, "POST", "/completion",
+                        "{\"prompt\":\"" NT_PROMPT
+                        "\",\"n_predict\":12,\"temperature\":0,\"stream\":true}",
+                        &o, NULL),
                  200);
     char text[4096] = "";
     int n_chunks = 0, n_final = 0;
@@ -281,17 +194,17 @@ Test(server_native, completion_stream_equals_whole) {
     cr_expect_str_eq(text, jstr(r, "content"));
     free(o);
     json_decref(r);
-    stop(&s);
+    srv_stop_ok(&s);
 }
 
 Test(server_native, draft_gives_the_same_greedy_text) {
     const char *body = "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":24,\"temperature\":0,"
                        "\"speculative.n_max\":6,\"speculative.n_min\":2}";
-    nsrv a, b;
-    start(&a, "-m " NT_TARGET " -c 512 -np 2");
+    srv a, b;
+    srv_start(&a, "-m " NT_TARGET " -c 512 -np 2");
     json_t *ra = req(&a, "POST", "/completion", body, 200);
-    stop(&a);
-    start(&b, "-m " NT_TARGET " -md " NT_DRAFT " -c 512 -np 2");
+    srv_stop_ok(&a);
+    srv_start(&b, "-m " NT_TARGET " -md " NT_DRAFT " -c 512 -np 2");
     json_t *rb = req(&b, "POST", "/completion", body, 200);
     cr_expect_str_eq(jstr(rb, "content"), jstr(ra, "content"));
     cr_expect_gt(jint(rb, "timings/draft_n"), 0);
@@ -300,14 +213,14 @@ Test(server_native, draft_gives_the_same_greedy_text) {
     cr_expect_eq(jint(rb, "generation_settings/speculative.n_max"), 6);
     json_decref(ra);
     json_decref(rb);
-    stop(&b);
+    srv_stop_ok(&b);
 }
 
 /* The prefix cache's positions: usage.prompt_tokens_details.cached_tokens, timings.cache_n,
  * and llama-server's metric names summing what the answers said. */
 Test(server_native, cached_tokens_and_metrics) {
-    nsrv s;
-    start(&s, "-m " NT_TARGET " -c 512 -np 1 --kv-block 16");
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 1 --kv-block 16");
     const int64_t n_prompt = n_tokens(&s, NT_PROMPT);
     cr_assert_gt(n_prompt, 17, "the prompt must cover a whole block");
     const char *body = "{\"prompt\":\"" NT_PROMPT "\",\"max_tokens\":4,\"temperature\":0}";
@@ -323,7 +236,7 @@ Test(server_native, cached_tokens_and_metrics) {
     cr_expect_eq(jint(c, "timings/cache_n"), cached);
     cr_expect_eq(jint(c, "timings/prompt_n"), n_prompt - cached);
     char *m = NULL, *h = NULL;
-    cr_assert_eq(http(&s, "GET", "/metrics", NULL, &m, &h), 200);
+    cr_assert_eq(http_h(&s, "GET", "/metrics", NULL, &m, &h), 200);
     cr_expect_not_null(strstr(h, "Process-Start-Time-Unix: "));
     char want[128];
     snprintf(want, sizeof want, "\nllamacpp:prompt_tokens_cached_total %lld\n",
@@ -339,19 +252,19 @@ Test(server_native, cached_tokens_and_metrics) {
     json_decref(a);
     json_decref(b);
     json_decref(c);
-    stop(&s);
-    start(&s, "-m " NT_TARGET " -c 512 -np 1 --no-metrics --no-slots --no-ui");
-    cr_expect_eq(http(&s, "GET", "/metrics", NULL, NULL, NULL), 501);
-    cr_expect_eq(http(&s, "GET", "/slots", NULL, NULL, NULL), 501);
-    cr_expect_eq(http(&s, "GET", "/", NULL, NULL, NULL), 404);
-    stop(&s);
+    srv_stop_ok(&s);
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 1 --no-metrics --no-slots --no-ui");
+    cr_expect_eq(http_h(&s, "GET", "/metrics", NULL, NULL, NULL), 501);
+    cr_expect_eq(http_h(&s, "GET", "/slots", NULL, NULL, NULL), 501);
+    cr_expect_eq(http_h(&s, "GET", "/", NULL, NULL, NULL), 404);
+    srv_stop_ok(&s);
 }
 
 /* llama-server's n_predict fills the context's room (-1: all of it; truncated), OpenAI's
  * max_tokens past it is a 400; a prompt that does not fit names both sizes. */
 Test(server_native, context_room) {
-    nsrv s;
-    start(&s, "-m " NT_TARGET " -c 256 -np 2"); /* 128 positions a sequence */
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 256 -np 2"); /* 128 positions a sequence */
     const int64_t n_prompt = n_tokens(&s, NT_PROMPT);
     json_t *r =
         req(&s, "POST", "/completion",
@@ -374,12 +287,12 @@ Test(server_native, context_room) {
     json_decref(r);
     json_decref(v);
     json_decref(e);
-    stop(&s);
+    srv_stop_ok(&s);
 }
 
 Test(server_native, slots_template_and_byte_pieces) {
-    nsrv s;
-    start(&s, "-m " NT_TARGET " -c 512 -np 2");
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 2");
     json_t *sl = req(&s, "GET", "/slots", NULL, 200);
     cr_assert_eq(json_array_size(sl), 2);
     cr_expect_eq(jint(json_array_get(sl, 1), "n_ctx"), 256);
@@ -441,14 +354,14 @@ Test(server_native, slots_template_and_byte_pieces) {
     json_decref(sl);
     json_decref(t);
     json_decref(k);
-    stop(&s);
+    srv_stop_ok(&s);
 }
 
 /* A list of prompts: one choice per prompt (OpenAI's route), one result per prompt
  * (llama-server's), each the text the prompt gives alone. */
 Test(server_native, prompt_list) {
-    nsrv s;
-    start(&s, "-m " NT_TARGET " -c 512 -np 2");
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 2");
     const char *prompts[3] = {"Once upon a time", "The cat", "Lily and Tom"};
     char body[512];
     char *alone[3];
@@ -499,5 +412,5 @@ Test(server_native, prompt_list) {
     json_decref(r);
     json_decref(nat);
     json_decref(e);
-    stop(&s);
+    srv_stop_ok(&s);
 }

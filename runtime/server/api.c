@@ -541,7 +541,8 @@ static double round4(double x) {
 
 /* specdec's statistics of choices [i0, i1). */
 static json_t *spec_stats(const srv_gen *g, int32_t i0, int32_t i1) {
-    int64_t drafted = 0, accepted = 0, passes = 0, gen = 0;
+    int64_t drafted = 0, accepted = 0, passes = 0, gen = 0, drafts = 0;
+    int64_t at[SD_MAX_DRAFT] = {0};
     double ttft = 0, tps = 0;
     for (int32_t i = i0; i < i1; i++) {
         const sd_gen_stats *st = &g->ch[i].st;
@@ -549,16 +550,28 @@ static json_t *spec_stats(const srv_gen *g, int32_t i0, int32_t i1) {
         accepted += st->n_accepted;
         passes += st->n_target_passes;
         gen += st->n_generated;
+        for (int k = 1; k <= SD_MAX_DRAFT; k++)
+            drafts += st->k_hist[k];
+        for (int k = 0; k < SD_MAX_DRAFT; k++)
+            at[k] += st->accepted_at[k];
         if (i == i0 || st->ttft_ms < ttft) ttft = st->ttft_ms;
         tps += sd_stats_tokens_per_s(st);
     }
+    /* accepted_per_pos: accepted at draft position 0, 1, ... up to the last nonzero. */
+    int n_at = SD_MAX_DRAFT;
+    while (n_at > 0 && at[n_at - 1] == 0)
+        n_at--;
+    json_t *per_pos = json_array();
+    for (int k = 0; k < n_at; k++)
+        json_array_append_new(per_pos, json_integer((json_int_t)at[k]));
     /* Rounded to what a reader uses (and printed with 6 significant digits). */
-    return json_pack("{s:I,s:I,s:I,s:f,s:I,s:f,s:f,s:f}", "tokens", (json_int_t)gen, "drafted",
-                     (json_int_t)drafted, "accepted", (json_int_t)accepted, "acceptance_rate",
-                     round4(drafted ? (double)accepted / (double)drafted : 0.0), "target_passes",
-                     (json_int_t)passes, "tokens_per_pass",
+    return json_pack("{s:I,s:I,s:I,s:f,s:I,s:f,s:f,s:f,s:I,s:o}", "tokens", (json_int_t)gen,
+                     "drafted", (json_int_t)drafted, "accepted", (json_int_t)accepted,
+                     "acceptance_rate", round4(drafted ? (double)accepted / (double)drafted : 0.0),
+                     "target_passes", (json_int_t)passes, "tokens_per_pass",
                      round4(passes ? (double)gen / passes : 0.0), "tokens_per_s", round4(tps),
-                     "ttft_ms", round4(ttft));
+                     "ttft_ms", round4(ttft), "drafts", (json_int_t)drafts, "accepted_per_pos",
+                     per_pos);
 }
 
 static json_t *usage(const srv_gen *g) {

@@ -1,5 +1,6 @@
 /* runtime/server/misc.c: GET /v1/models, /health, /metrics (Prometheus text), POST
  * /tokenize and /detokenize (llama-server's bodies), and the JSON body parser. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,18 +62,13 @@ void srv_props(sd_server *s, srv_reply *r) {
     srv_json(r, 200, j);
 }
 
-typedef struct mbuf {
-    char *b;
-    size_t len, cap;
-    int oom;
-} mbuf;
+typedef srv_mbuf mbuf;
 
-static void mprintf(mbuf *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void mprintf(mbuf *m, const char *fmt, ...) {
+void srv_vmprintf(srv_mbuf *m, const char *fmt, va_list ap0) {
     if (m->oom) return;
     for (;;) {
         va_list ap;
-        va_start(ap, fmt);
+        va_copy(ap, ap0);
         const int n = vsnprintf(m->b ? m->b + m->len : NULL, m->b ? m->cap - m->len : 0, fmt, ap);
         va_end(ap);
         if (n < 0) {
@@ -96,10 +92,17 @@ static void mprintf(mbuf *m, const char *fmt, ...) {
     }
 }
 
+void srv_mprintf(srv_mbuf *m, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    srv_vmprintf(m, fmt, ap);
+    va_end(ap);
+}
+
 /* One metric: HELP, TYPE and the sample. */
 static void metric(mbuf *m, const char *name, const char *type, const char *help, double v) {
-    mprintf(m, "# HELP specdec_%s %s\n# TYPE specdec_%s %s\nspecdec_%s %.17g\n", name, help, name,
-            type, name, v);
+    srv_mprintf(m, "# HELP specdec_%s %s\n# TYPE specdec_%s %s\nspecdec_%s %.17g\n", name, help,
+                name, type, name, v);
 }
 
 void srv_count_done(sd_server *s, const sd_gen_stats *st) {
@@ -111,6 +114,7 @@ void srv_count_done(sd_server *s, const sd_gen_stats *st) {
         drafts += st->k_hist[k];
     atomic_fetch_add(&s->n_drafts, drafts);
     atomic_fetch_add(&s->n_req_passes, (long long)st->n_target_passes);
+    srv_vllm_count(&s->vllm, st);
     const long long n = (long long)st->n_prompt + st->n_generated;
     long long cur = atomic_load(&s->n_tokens_max);
     while (n > cur && !atomic_compare_exchange_weak(&s->n_tokens_max, &cur, n)) {
@@ -119,8 +123,8 @@ void srv_count_done(sd_server *s, const sd_gen_stats *st) {
 
 /* One llama-server metric (its names, "llamacpp:" prefixed), beside specdec's own. */
 static void lmetric(mbuf *m, const char *name, const char *type, const char *help, double v) {
-    mprintf(m, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %.17g\n", name, help,
-            name, type, name, v);
+    srv_mprintf(m, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %.17g\n", name, help,
+                name, type, name, v);
 }
 
 void srv_metrics(sd_server *s, srv_reply *r) {
@@ -180,11 +184,11 @@ void srv_metrics(sd_server *s, srv_reply *r) {
     metric(&m, "kv_accounting_ok", "gauge",
            "1 if the KV pools balanced at the last idle check (0: a leak, logged).",
            (double)atomic_load(&s->kv_ok));
-    mprintf(&m, "# HELP specdec_http_responses_total HTTP responses by status class.\n"
-                "# TYPE specdec_http_responses_total counter\n");
+    srv_mprintf(&m, "# HELP specdec_http_responses_total HTTP responses by status class.\n"
+                    "# TYPE specdec_http_responses_total counter\n");
     for (int c = 1; c <= 5; c++)
-        mprintf(&m, "specdec_http_responses_total{class=\"%dxx\"} %lld\n", c,
-                (long long)atomic_load(&s->http_by_class[c]));
+        srv_mprintf(&m, "specdec_http_responses_total{class=\"%dxx\"} %lld\n", c,
+                    (long long)atomic_load(&s->http_by_class[c]));
     /* llama-server's names over the same counters. Prompt tokens count the positions
      * evaluated; those the prefix cache gave are counted apart. */
     const double prompt_s = (double)atomic_load(&s->prompt_us) / 1e6;
@@ -218,6 +222,7 @@ void srv_metrics(sd_server *s, srv_reply *r) {
     lmetric(&m, "n_busy_slots_per_decode", "gauge", "Average number of busy slots per pass.",
             st.n_target_passes ? (double)atomic_load(&s->n_req_passes) / (double)st.n_target_passes
                                : 0.0);
+    srv_vllm_write(&m, &s->vllm, &st, s->model_name);
     if (m.oom) {
         free(m.b);
         srv_error(r, 500, "server_error", NULL, "out of memory");

@@ -314,6 +314,15 @@ static void sweep(sd_server *s) {
     pthread_mutex_unlock(&s->conn_mu);
 }
 
+static int conn_fd(struct MHD_Connection *c);
+
+/* 1 if the peer of socket fd has shut its side (an EOF is waiting), else 0. */
+static int peer_eof(int fd) {
+    if (fd < 0) return 0;
+    char b;
+    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 static enum MHD_Result queue_reply(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply *r) {
     struct MHD_Response *resp;
     track_busy(s, c, 1);
@@ -339,6 +348,11 @@ static enum MHD_Result queue_reply(sd_server *s, struct MHD_Connection *c, conn 
     if (r->retry_after) MHD_add_response_header(resp, "Retry-After", r->retry_after);
     if (r->hdr_name) MHD_add_response_header(resp, r->hdr_name, r->hdr_value);
     if (r->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    /* A client that half-closed its side (shutdown(SHUT_WR)) sends no further request: the
+     * connection closes after this answer, not timeout_s later (a reader that waits for
+     * the EOF would wait that long). A request pipelined behind this one and read already
+     * goes unanswered then. */
+    if (peer_eof(conn_fd(c))) MHD_add_response_header(resp, "Connection", "close");
     if (k && k->origin) {
         const int any = !strcmp(s->p.cors_origins, "*");
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", any ? "*" : k->origin);

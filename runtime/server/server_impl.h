@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 
 #include "runtime/server/sd_server.h"
@@ -100,6 +101,29 @@ typedef struct srv_gen {
     int suspended;               /* conn is suspended waiting for news (under mu) */
 } srv_gen;
 
+/* A growing text buffer (the /metrics answer): oom set once an append failed. */
+typedef struct srv_mbuf {
+    char *b;
+    size_t len, cap;
+    int oom;
+} srv_mbuf;
+
+/* A Prometheus histogram over fixed upper bounds (seconds): cumulative counts are made
+ * when written; the sum is kept in microseconds. */
+#define SRV_HIST_MAX 24
+typedef struct srv_hist {
+    atomic_llong n[SRV_HIST_MAX + 1]; /* [i]: observations in (le[i-1], le[i]]; last: above */
+    atomic_llong count, sum_us;
+} srv_hist;
+
+/* vLLM's metric names (metrics_vllm.c), counted over finished choices (sequences). */
+typedef struct srv_vllm {
+    atomic_llong drafts, draft_tokens, accepted; /* spec_decode_num_* */
+    atomic_llong accepted_at[SD_MAX_DRAFT];      /* ..._per_pos, by draft position */
+    atomic_llong success[3];                     /* finished_reason stop, length, abort */
+    srv_hist ttft, tpot, e2e;
+} srv_vllm;
+
 struct sd_server {
     sd_engine *e;
     sd_batcher *b;
@@ -125,6 +149,7 @@ struct sd_server {
     pthread_mutex_t conn_mu;
     struct srv_track *conns;
     double t_sweep; /* ms of the last sweep */
+    srv_vllm vllm;  /* vLLM's names on /metrics */
 };
 
 /* server.c */
@@ -192,6 +217,9 @@ int srv_chat_text(sd_server *s, json_t *o, int allow_tools, char **text, size_t 
 void srv_input_tokens(sd_server *s, const char *body, size_t len, srv_reply *r);
 
 /* misc.c */
+/* Append printf-formatted text to m (m->oom set when out of memory; later appends do nothing). */
+void srv_mprintf(srv_mbuf *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void srv_vmprintf(srv_mbuf *m, const char *fmt, va_list ap);
 /* Add a finished choice's statistics to llama-server's metric sums (any thread). */
 void srv_count_done(sd_server *s, const sd_gen_stats *st);
 void srv_models(sd_server *s, srv_reply *r);
@@ -202,6 +230,14 @@ void srv_tokenize(sd_server *s, const char *body, size_t len, srv_reply *r);
 void srv_detokenize(sd_server *s, const char *body, size_t len, srv_reply *r);
 /* Parse a body as a JSON object; on failure a 400 reply naming the position. NULL then. */
 json_t *srv_parse_object(const char *body, size_t len, srv_reply *r);
+
+/* metrics_vllm.c */
+/* Count a finished choice's statistics under vLLM's names (any thread). */
+void srv_vllm_count(srv_vllm *v, const sd_gen_stats *st);
+/* Append vLLM's metrics to m: the counters above, and the batcher's gauges and token
+ * counters from st, labelled model_name (escaped) and engine="0". */
+void srv_vllm_write(srv_mbuf *m, const srv_vllm *v, const sd_batcher_stats *st,
+                    const char *model_name);
 
 /* logprobs.c */
 /* The request's logprobs / top_logprobs (chat: bool and 0 .. 20; completions: logprobs
