@@ -87,6 +87,8 @@ typedef struct sd_proposer_ops {
     /* See sd_proposer_propose_tree (NULL: the proposer drafts chains only). */
     int (*propose_tree)(sd_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t width,
                         int32_t depth, sd_proposal *out, sd_error *err);
+    /* See sd_proposer_sizes_itself (0: the caller's K is the draft length it wants). */
+    int sizes_itself;
 } sd_proposer_ops;
 
 struct sd_proposer {
@@ -183,6 +185,14 @@ int32_t sd_draft_room(const int32_t *ctx, int32_t n_ctx, int32_t k, int32_t n_ct
 int sd_draft_pick(const sd_sampling_params *sp, float *l, int32_t n, const int32_t *ids,
                   uint64_t seed, int64_t pos, float p_min, float *q, int32_t *scratch, int32_t *j,
                   double *conf, sd_error *err);
+
+/*
+ * 1 if p chooses how many of the k tokens it may draft from what it sees (the suffix
+ * proposer: by its match length and counts, or its expected rule), so a controller that
+ * picks K from average per-position acceptance should let it draft up to the largest K
+ * while speculation is on rather than clamp a long match to the average; 0 otherwise.
+ */
+int sd_proposer_sizes_itself(const sd_proposer *p);
 
 /* The name of p's implementation ("llm", "ngram", "ngram+llm", "suffix", "suffix+llm"). */
 const char *sd_proposer_name(const sd_proposer *p);

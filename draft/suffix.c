@@ -726,6 +726,7 @@ static const sd_proposer_ops suffix_ops = {
     .commit = suffix_commit,
     .free = suffix_free,
     .propose_tree = suffix_propose_tree,
+    .sizes_itself = 1,
 };
 
 sd_suffix_params sd_suffix_default_params(void) {

@@ -462,3 +462,43 @@ Test(suffix_expected, cli_flag_and_key) {
     snprintf(cmd, sizeof cmd, "generate --config %s -p t5t6 -n 4", cfg);
     tu_expect_cli_error(cmd, "suffix_cost");
 }
+
+/* The adaptive controller decides on or off; a proposer that sizes its own drafts (suffix,
+ * sd_proposer_sizes_itself) is then asked for the largest K, so a long match is not clamped
+ * to the K the average acceptance favours: every drafting pass of the adaptive policy has
+ * K = n_draft (or the budget's cap near the end), and the output is target alone's. */
+Test(suffix_expected, adaptive_policy_lets_the_match_size_the_draft) {
+    char t[2048], d[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    sd_engine *e = open_engine(t, 0.1f);
+    cr_assert(sd_proposer_sizes_itself(sd_engine_proposer_of(e, SD_DRAFT_SUFFIX)));
+    cr_assert(!sd_proposer_sizes_itself(sd_engine_proposer_of(e, SD_DRAFT_NGRAM)));
+    enum { N = 96, K = 12 };
+    const int32_t prompt[12] = {1, 5, 9, 13, 5, 9, 13, 5, 9, 13, 5, 9};
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = N;
+    gp.samp.temp = 0.0f;
+    sd_pass_record rec[N + 1];
+    gp.pass_trace = rec;
+    gp.pass_trace_cap = N + 1;
+    int32_t ref[N], got[N];
+    sd_gen_stats st;
+    const int32_t n_ref = run(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, 12, ref, &st);
+    const int32_t n = run(e, &gp, SD_DRAFT_SUFFIX, SD_K_ADAPTIVE, K, prompt, 12, got, &st);
+    cr_assert_eq(n, n_ref);
+    cr_assert(memcmp(got, ref, (size_t)n * sizeof *got) == 0, "adaptive suffix differs");
+    int32_t on = 0, full = 0, gen = 0;
+    for (int32_t i = 0; i < st.n_target_passes && i <= N; i++) {
+        const int32_t cap = N - gen - 1; /* sd_step_cap_k: one pass never passes the budget */
+        if (rec[i].k_chosen > 0) {
+            on++;
+            cr_assert_eq(rec[i].k_chosen, cap < K ? cap : K, "pass %d: K %d, expected %d", i,
+                         rec[i].k_chosen, cap < K ? cap : K);
+            full += rec[i].k_chosen == K;
+        }
+        gen += rec[i].n_accepted + 1;
+    }
+    cr_assert_gt(on, 0, "the controller never drafted: the test proves little");
+    cr_assert_gt(full, 0);
+    sd_engine_free(e);
+}
