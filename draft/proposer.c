@@ -41,6 +41,10 @@ void sd_proposer_set_cutoff(sd_proposer *p, float p_min, int32_t n_min) {
     if (p->ops->set_cutoff) p->ops->set_cutoff(p, p_min, n_min);
 }
 
+int sd_proposer_sizes_itself(const sd_proposer *p) {
+    return p->ops->sizes_itself;
+}
+
 const char *sd_proposer_name(const sd_proposer *p) {
     return p->ops->name;
 }

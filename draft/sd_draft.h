@@ -91,6 +91,8 @@ typedef struct sd_proposer_ops {
     /* See sd_proposer_set_grammar (NULL: the proposer ignores grammars). */
     int (*set_grammar)(sd_proposer *p, const sd_grammar_state *state, const sd_grammar_vocab *gv,
                        const int32_t *ends, int32_t n_end, sd_error *err);
+    /* See sd_proposer_sizes_itself (0: the caller's K is the draft length it wants). */
+    int sizes_itself;
 } sd_proposer_ops;
 
 struct sd_proposer {
@@ -206,6 +208,14 @@ int sd_draft_pick(const sd_sampling_params *sp, float *l, int32_t n, const int32
 int sd_proposer_set_grammar(sd_proposer *p, const sd_grammar_state *state,
                             const sd_grammar_vocab *gv, const int32_t *ends, int32_t n_end,
                             sd_error *err);
+
+/*
+ * 1 if p chooses how many of the k tokens it may draft from what it sees (the suffix
+ * proposer: by its match length and counts, or its expected rule), so a controller that
+ * picks K from average per-position acceptance should let it draft up to the largest K
+ * while speculation is on rather than clamp a long match to the average; 0 otherwise.
+ */
+int sd_proposer_sizes_itself(const sd_proposer *p);
 
 /* The name of p's implementation ("llm", "ngram", "ngram+llm", "suffix", "suffix+llm"). */
 const char *sd_proposer_name(const sd_proposer *p);
@@ -400,15 +410,39 @@ int sd_proposer_ngram_set_cache(sd_proposer *p, const sd_ngram_cache *c, sd_erro
  * count(token) / count(all followers)) falls below min_token_prob. Deterministic, so
  * the proposal is one-hot (probs NULL), verified like an n-gram draft.
  */
+typedef enum sd_suffix_rule {
+    /* The paper's: at most max_spec_factor x m tokens, stopping before the chain's
+     * empirical probability falls below min_token_prob. */
+    SD_SUFFIX_RULE_FACTOR = 0,
+    /* Expected tokens per unit cost: token i of the chain is accepted (its predecessors
+     * accepted) with a probability a_i learned during the generation from the outcome of
+     * earlier drafts, per (source: context or cache; the match length m + i at that token,
+     * in buckets; whether its follower was the only one), starting from a prior for each
+     * bucket; the draft is the prefix of n tokens (0 .. k) that maximises
+     * (1 + sum_{i<=n} prod_{j<=i} a_j) / (1 + draft_cost x n): the expected tokens a
+     * target pass emits over its cost, a pass of n + 1 tokens costing 1 + draft_cost x n
+     * one-token passes. A long match of a text the target has been copying drafts all k;
+     * a short or ambiguous one little or nothing. max_spec_factor and min_token_prob are
+     * not used. */
+    SD_SUFFIX_RULE_EXPECTED = 1,
+} sd_suffix_rule;
+
 typedef struct sd_suffix_params {
-    float max_spec_factor; /* tokens drafted per token of match length, > 0 */
-    float min_token_prob;  /* stop before the chain's probability falls below this, 0 .. 1 */
+    float max_spec_factor; /* tokens drafted per token of match length, > 0 (factor rule) */
+    float min_token_prob;  /* stop before the chain's probability falls below this, 0 .. 1
+                              (factor rule) */
     int32_t n_min;         /* shortest match that drafts, >= 1 */
     int32_t n_ctx;         /* most committed tokens indexed (the capacity), >= 1 */
+    sd_suffix_rule rule;   /* how many tokens a match drafts (0: the factor rule) */
+    float draft_cost;      /* expected rule: a drafted token's share of a one-token target
+                              pass, the slope of v(n) (0 .. 16; 0 in a zeroed struct: 0.25) */
 } sd_suffix_params;
 
 /* max_spec_factor 1, min_token_prob 0.1 (the paper's and vLLM's defaults), n_min 2 (as the
- * n-gram proposer's shortest n-gram), n_ctx 4096. */
+ * n-gram proposer's shortest n-gram), n_ctx 4096, the factor rule; draft_cost 0.25 for the
+ * expected rule (a pass of n tokens costs about 0.7 + 0.3 n one-token passes for
+ * SmolLM2-135M and 0.8 + 0.2 n for Qwen2.5-Coder-1.5B on the 2-core AVX-512 CPU; on these
+ * CPUs the two rules draft about as well: docs/drafting.md). */
 sd_suffix_params sd_suffix_default_params(void);
 
 /* SD_OK, or SD_ERR_ARG naming the field and the allowed range. */

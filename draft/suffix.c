@@ -359,18 +359,10 @@ int32_t suffix_index_walk(const sd_suffix_index *ix, const int32_t *q, int32_t n
     return s;
 }
 
-int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_suffix_params *p,
-                           int32_t k, int32_t tok_limit, int32_t *tokens, double *score,
-                           double *prob, int32_t *last_end) {
-    *score = 0.0;
-    *prob = 1.0;
-    *last_end = 0;
-    if (m < p->n_min || m < 1) return 0;
-    const double lim = (double)p->max_spec_factor * m;
-    const int32_t n_max = lim < (double)k ? (int32_t)lim : k;
-    double pr = 1.0;
+int32_t suffix_index_follow(sd_suffix_index *ix, int32_t s, int32_t k, int32_t tok_limit,
+                            int32_t *tokens, double *q, int32_t *ends) {
     int32_t n = 0;
-    while (n < n_max) {
+    while (n < k) {
         int64_t total = 0;
         int32_t best = -1, best_cnt = 0, best_last = -1;
         for (int32_t f = ix->st[s].edge; f >= 0; f = ix->ed[f].next) {
@@ -384,13 +376,36 @@ int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_s
             }
         }
         if (best < 0 || total <= 0 || ix->ed[best].tok >= tok_limit) break;
-        const double next = pr * (double)best_cnt / (double)total;
+        tokens[n] = ix->ed[best].tok;
+        q[n] = (double)best_cnt / (double)total;
+        ends[n] = best_last;
+        n++;
+        s = ix->ed[best].to;
+    }
+    return n;
+}
+
+int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_suffix_params *p,
+                           int32_t k, int32_t tok_limit, int32_t *tokens, double *score,
+                           double *prob, int32_t *last_end) {
+    *score = 0.0;
+    *prob = 1.0;
+    *last_end = 0;
+    if (m < p->n_min || m < 1) return 0;
+    const double lim = (double)p->max_spec_factor * m;
+    const int32_t n_max = lim < (double)k ? (int32_t)lim : k;
+    double q[SD_MAX_DRAFT];
+    int32_t ends[SD_MAX_DRAFT];
+    const int32_t n_walk = suffix_index_follow(ix, s, n_max < SD_MAX_DRAFT ? n_max : SD_MAX_DRAFT,
+                                               tok_limit, tokens, q, ends);
+    double pr = 1.0;
+    int32_t n = 0;
+    for (; n < n_walk; n++) {
+        const double next = pr * q[n];
         if (next < (double)p->min_token_prob) break;
         pr = next;
         *score += pr;
-        *last_end = best_last;
-        tokens[n++] = ix->ed[best].tok;
-        s = ix->ed[best].to;
+        *last_end = ends[n];
     }
     *prob = pr;
     return n;
@@ -411,6 +426,34 @@ int32_t sd_suffix_index_propose(sd_suffix_index *ix, const sd_suffix_params *p, 
 
 /* ---- the proposer ---- */
 
+/* The expected rule's acceptance model (sd_suffix_params.rule): a_i for a drafted token
+ * from its source (0: the context, 1: the cross-request cache), the bucket of the match
+ * length it follows (m + i for token i of a chain from a match of m) and whether its
+ * follower was ambiguous (another token also followed the same string). */
+#define SX_SRC     2
+#define SX_MB      10
+#define SX_KEYS    (SX_SRC * SX_MB * 2)
+#define SX_PRIOR_W 4.0 /* the prior counts as this many drafted tokens */
+
+/* Match length -> bucket: 1, 2, 3, 4, 5, 6-7, 8-11, 12-15, 16-31, 32+. */
+static int32_t m_bucket(int32_t m) {
+    static const int32_t lo[SX_MB] = {1, 2, 3, 4, 5, 6, 8, 12, 16, 32};
+    int32_t b = 0;
+    while (b + 1 < SX_MB && m >= lo[b + 1])
+        b++;
+    return b;
+}
+
+/* The priors per bucket: the acceptance of a token after a match of that length, measured
+ * on SmolLM2-135M's greedy answers to scripts/prompts/{rewrite,code-edit,doc-qa,agent-loop}
+ * (docs/drafting.md); an ambiguous follower's prior is SX_AMBIG of it. */
+static const double k_prior[SX_MB] = {0.30, 0.50, 0.65, 0.72, 0.85, 0.90, 0.92, 0.95, 0.97, 0.98};
+#define SX_AMBIG 0.6
+
+static int32_t model_key(int32_t src, int32_t m, double q) {
+    return (src * SX_MB + m_bucket(m)) * 2 + (q < 1.0);
+}
+
 typedef struct suffix_proposer {
     sd_proposer base; /* first member */
     sd_suffix_params prm;
@@ -419,15 +462,74 @@ typedef struct suffix_proposer {
     int32_t n_vocab;
     int32_t last_match;
     int64_t cache_hits; /* proposals taken from the cache */
+    /* the expected rule: accepted and reached drafted tokens per key since the index was
+     * last rebuilt (a new generation) */
+    double acc[SX_KEYS], seen[SX_KEYS];
+    /* the last chain proposal, learned from at the next commit: its tokens, their keys,
+     * and the context length it followed */
+    int32_t pend_n, pend_at;
+    int32_t pend_tok[SD_MAX_DRAFT], pend_key[SD_MAX_DRAFT];
 } suffix_proposer;
 
+static double model_a(const suffix_proposer *p, int32_t key) {
+    const double prior = k_prior[(key / 2) % SX_MB] * (key % 2 ? SX_AMBIG : 1.0);
+    return (p->acc[key] + SX_PRIOR_W * prior) / (p->seen[key] + SX_PRIOR_W);
+}
+
+/* The expected rule on a chain of n_walk tokens (q: their followers' shares) from a match
+ * of m in source src: the best length (0 .. n_walk), *keys[n_walk] the tokens' keys,
+ * *gain the expected tokens per unit cost of that length (1: drafting nothing). */
+static int32_t expected_len(const suffix_proposer *p, int32_t src, int32_t m, const double *q,
+                            int32_t n_walk, int32_t *keys, double *gain) {
+    const double cost = p->prm.draft_cost > 0.0f ? p->prm.draft_cost : 0.25;
+    double pr = 1.0, sum = 0.0, best = 1.0;
+    int32_t n = 0;
+    for (int32_t i = 0; i < n_walk; i++) {
+        keys[i] = model_key(src, m + i, q[i]);
+        pr *= model_a(p, keys[i]);
+        sum += pr;
+        const double g = (1.0 + sum) / (1.0 + cost * (i + 1));
+        if (g > best) {
+            best = g;
+            n = i + 1;
+        }
+    }
+    *gain = best;
+    return n;
+}
+
+/* Learn from the pending proposal against the committed ctx[0 .. n): its tokens up to the
+ * first that differs were accepted, that one rejected; tokens past the context's end were
+ * not verified (no outcome). */
+static void learn(suffix_proposer *p, const int32_t *ctx, int32_t n) {
+    const int32_t at = p->pend_at, np = p->pend_n;
+    p->pend_n = 0;
+    if (np == 0 || n <= at) return;
+    int32_t a = 0;
+    while (a < np && at + a < n && ctx[at + a] == p->pend_tok[a]) {
+        p->acc[p->pend_key[a]] += 1.0;
+        p->seen[p->pend_key[a]] += 1.0;
+        a++;
+    }
+    if (a < np && at + a < n) p->seen[p->pend_key[a]] += 1.0;
+}
+
 /* Make the index hold ctx[0 .. min(n, cap)): keep the common prefix (rebuilding from it
- * when ctx does not extend the indexed tokens), append the rest. */
-static void sync(sd_suffix_index *ix, const int32_t *ctx, int32_t n) {
+ * when ctx does not extend the indexed tokens: a new generation, which also forgets the
+ * acceptance model and the pending proposal), append the rest. Before that, a pending
+ * proposal that ctx extends is learned from. */
+static void sync(suffix_proposer *p, const int32_t *ctx, int32_t n) {
+    sd_suffix_index *ix = p->ix;
     if (n > ix->cap) n = ix->cap;
     int32_t l = 0;
     while (l < ix->n_toks && l < n && ix->toks[l] == ctx[l])
         l++;
+    if (p->pend_n > 0 && l >= p->pend_at) learn(p, ctx, n);
+    if (l < ix->n_toks || ix->n_toks == 0) { /* a new text */
+        memset(p->acc, 0, sizeof p->acc);
+        memset(p->seen, 0, sizeof p->seen);
+        p->pend_n = 0;
+    }
     sd_suffix_index_truncate(ix, l);
     for (int32_t j = l; j < n; j++)
         if (sd_suffix_index_append(ix, ctx[j])) break; /* a negative id: stop indexing */
@@ -435,12 +537,47 @@ static void sync(sd_suffix_index *ix, const int32_t *ctx, int32_t n) {
 
 static int suffix_prefill(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
     (void)err;
-    sync(((suffix_proposer *)base)->ix, ctx, n_ctx);
+    sync((suffix_proposer *)base, ctx, n_ctx);
     return SD_OK;
 }
 
 static void suffix_commit(sd_proposer *base, const int32_t *ctx, int32_t n_ctx) {
-    sync(((suffix_proposer *)base)->ix, ctx, n_ctx);
+    sync((suffix_proposer *)base, ctx, n_ctx);
+}
+
+/* The expected rule's proposal: the context's chain and the cache's, each cut to its best
+ * length; the one with the larger expected gain (the context's on a tie). */
+static void propose_expected(suffix_proposer *p, const int32_t *ctx, int32_t n_ctx, int32_t k,
+                             sd_proposal *out) {
+    int32_t ends[SD_MAX_DRAFT];
+    double q[SD_MAX_DRAFT], gain = 1.0;
+    if (p->ix->n_toks == n_ctx) {
+        sd_suffix_index *ix = p->ix;
+        const int32_t l = ix->st[ix->last].link;
+        const int32_t m = l >= 0 ? ix->st[l].len : 0;
+        p->last_match = m;
+        if (l >= 0 && m >= p->prm.n_min) {
+            const int32_t nw = suffix_index_follow(ix, l, k, INT32_MAX, out->tokens, q, ends);
+            out->n = expected_len(p, 0, m, q, nw, p->pend_key, &gain);
+        }
+    }
+    if (p->cache) {
+        int32_t toks[SD_MAX_DRAFT], ck[SD_MAX_DRAFT], m = 0;
+        const int32_t nw = suffix_cache_follow(p->cache, ctx, n_ctx, k, toks, q, ends, &m);
+        double cg = 1.0;
+        const int32_t n = m >= p->prm.n_min ? expected_len(p, 1, m, q, nw, ck, &cg) : 0;
+        if (n > 0 && cg > gain) {
+            memcpy(out->tokens, toks, (size_t)n * sizeof *toks);
+            memcpy(p->pend_key, ck, (size_t)n * sizeof *ck);
+            out->n = n;
+            p->last_match = m;
+            p->cache_hits++;
+            suffix_cache_touch(p->cache, ends[n - 1]);
+        }
+    }
+    p->pend_n = out->n;
+    p->pend_at = n_ctx;
+    memcpy(p->pend_tok, out->tokens, (size_t)out->n * sizeof *out->tokens);
 }
 
 static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t k,
@@ -453,7 +590,11 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
     out->one_hot = 1;
     out->lookup = 1;
     p->last_match = 0;
-    sync(p->ix, ctx, n_ctx);
+    sync(p, ctx, n_ctx);
+    if (p->prm.rule == SD_SUFFIX_RULE_EXPECTED) {
+        propose_expected(p, ctx, n_ctx, k, out);
+        return SD_OK;
+    }
     double score = 0.0;
     if (p->ix->n_toks == n_ctx) { /* else past the capacity: no proposal from the context */
         sd_suffix_index *ix = p->ix;
@@ -556,7 +697,8 @@ static int suffix_propose_tree(sd_proposer *base, const int32_t *ctx, int32_t n_
     out->one_hot = 1;
     out->lookup = 1;
     p->last_match = 0;
-    sync(p->ix, ctx, n_ctx);
+    sync(p, ctx, n_ctx);
+    p->pend_n = 0; /* trees are not learned from */
     if (p->ix->n_toks == n_ctx) {
         sd_suffix_index *ix = p->ix;
         const int32_t l = ix->st[ix->last].link;
@@ -584,6 +726,7 @@ static const sd_proposer_ops suffix_ops = {
     .commit = suffix_commit,
     .free = suffix_free,
     .propose_tree = suffix_propose_tree,
+    .sizes_itself = 1,
 };
 
 sd_suffix_params sd_suffix_default_params(void) {
@@ -592,6 +735,8 @@ sd_suffix_params sd_suffix_default_params(void) {
     p.min_token_prob = 0.1f;
     p.n_min = 2;
     p.n_ctx = 4096;
+    p.rule = SD_SUFFIX_RULE_FACTOR;
+    p.draft_cost = 0.25f;
     return p;
 }
 
@@ -605,6 +750,12 @@ int sd_suffix_check_params(const sd_suffix_params *p, sd_error *err) {
                          (double)p->min_token_prob);
     if (p->n_min < 1)
         return sd_errorf(err, SD_ERR_ARG, "suffix: n_min = %d, expected >= 1", p->n_min);
+    if (p->rule != SD_SUFFIX_RULE_FACTOR && p->rule != SD_SUFFIX_RULE_EXPECTED)
+        return sd_errorf(err, SD_ERR_ARG, "suffix: rule = %d, expected 0 (factor) or 1 (expected)",
+                         (int)p->rule);
+    if (!(p->draft_cost >= 0.0f && p->draft_cost <= 16.0f))
+        return sd_errorf(err, SD_ERR_ARG, "suffix: draft_cost = %g, expected 0 .. 16",
+                         (double)p->draft_cost);
     if (p->n_ctx < 1 || p->n_ctx > (INT32_MAX - 8) / 3)
         return sd_errorf(err, SD_ERR_ARG, "suffix: n_ctx = %d, expected 1 .. %d", p->n_ctx,
                          (INT32_MAX - 8) / 3);

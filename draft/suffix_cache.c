@@ -207,3 +207,20 @@ int32_t sd_suffix_cache_propose(sd_suffix_cache *c, const int32_t *ctx, int32_t 
     }
     return n;
 }
+
+int32_t suffix_cache_follow(sd_suffix_cache *c, const int32_t *ctx, int32_t n_ctx, int32_t k,
+                            int32_t *tokens, double *q, int32_t *ends, int32_t *match) {
+    *match = 0;
+    if (c->n_docs == 0 || n_ctx < 1) return 0;
+    const int32_t w = n_ctx < CACHE_MATCH_WINDOW ? n_ctx : CACHE_MATCH_WINDOW;
+    int32_t m = 0;
+    const int32_t s = suffix_index_walk(c->ix, ctx + n_ctx - w, w, &m);
+    *match = m;
+    if (m < 1) return 0;
+    return suffix_index_follow(c->ix, s, k, c->n_vocab, tokens, q, ends);
+}
+
+void suffix_cache_touch(sd_suffix_cache *c, int32_t end) {
+    const int32_t d = doc_of_end(c, end);
+    if (d >= 0) c->used[d] = ++c->clock;
+}

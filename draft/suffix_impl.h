@@ -18,6 +18,16 @@ size_t suffix_index_bytes_for(int32_t cap);
 int32_t suffix_index_walk(const sd_suffix_index *ix, const int32_t *q, int32_t n, int32_t *len);
 
 /*
+ * The most frequent follower chain from state s (no limit but k and tok_limit): at each
+ * step the follower with the largest count (ties: the most recent end), at most k tokens
+ * into tokens[k], never a token >= tok_limit (the chain stops there); q[i] = its count /
+ * the count of all followers at step i, ends[i] the most recent end position of the
+ * chain's string through token i. Returns the tokens walked.
+ */
+int32_t suffix_index_follow(sd_suffix_index *ix, int32_t s, int32_t k, int32_t tok_limit,
+                            int32_t *tokens, double *q, int32_t *ends);
+
+/*
  * The proposal chain (see sd_suffix_params) from state s, reached by a match of length m:
  * at most k tokens into tokens[k], never a token >= tok_limit (the cache's document
  * separators: the chain stops there). *score: the sum over the drafted tokens of the
@@ -28,5 +38,13 @@ int32_t suffix_index_walk(const sd_suffix_index *ix, const int32_t *q, int32_t n
 int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_suffix_params *p,
                            int32_t k, int32_t tok_limit, int32_t *tokens, double *score,
                            double *prob, int32_t *last_end);
+
+/* The cache's raw chain for the context ctx[0 .. n_ctx) (its last 64 tokens matched, *match
+ * the match length; suffix_index_follow from there, stopping at a document's end), for a
+ * proposer's own length rule; suffix_cache_touch(end) then marks the document holding the
+ * end position `end` (ends[i] of the token drafted last) used. */
+int32_t suffix_cache_follow(sd_suffix_cache *c, const int32_t *ctx, int32_t n_ctx, int32_t k,
+                            int32_t *tokens, double *q, int32_t *ends, int32_t *match);
+void suffix_cache_touch(sd_suffix_cache *c, int32_t end);
 
 #endif /* SD_SUFFIX_IMPL_H */

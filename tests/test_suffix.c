@@ -171,10 +171,10 @@ Test(suffix, proposals_equal_brute_force) {
     int32_t t[N];
     sd_error err = {0};
     const sd_suffix_params prms[4] = {
-        {1.0f, 0.1f, 2, N},
-        {2.0f, 0.0f, 1, N},
-        {0.5f, 0.3f, 1, N},
-        {4.0f, 0.6f, 3, N},
+        {1.0f, 0.1f, 2, N, SD_SUFFIX_RULE_FACTOR, 0.0f},
+        {2.0f, 0.0f, 1, N, SD_SUFFIX_RULE_FACTOR, 0.0f},
+        {0.5f, 0.3f, 1, N, SD_SUFFIX_RULE_FACTOR, 0.0f},
+        {4.0f, 0.6f, 3, N, SD_SUFFIX_RULE_FACTOR, 0.0f},
     };
     int64_t n_q = 0, n_tokens = 0, n_cut = 0;
     for (int32_t alpha = 2; alpha <= 8; alpha *= 2)
@@ -223,7 +223,7 @@ Test(suffix, truncate_equals_a_fresh_build) {
     sd_suffix_index *a = NULL, *b = NULL;
     cr_assert_eq(sd_suffix_index_init(N, &a, &err), SD_OK);
     cr_assert_eq(sd_suffix_index_init(N, &b, &err), SD_OK);
-    const sd_suffix_params p = {2.0f, 0.0f, 1, N};
+    const sd_suffix_params p = {2.0f, 0.0f, 1, N, SD_SUFFIX_RULE_FACTOR, 0.0f};
     for (int32_t keep = 0; keep <= N; keep += 17) {
         sd_suffix_index_clear(a);
         for (int32_t i = 0; i < N; i++)
@@ -392,7 +392,7 @@ Test(suffix, cache_proposals_equal_brute_force) {
     sd_suffix_cache *c = NULL;
     cr_assert_eq(sd_suffix_cache_init(NV, 1 << 20, &c, &err), SD_OK, "%s", err.msg);
     int32_t T[4096], nT = 0, doc[200];
-    const sd_suffix_params p = {2.0f, 0.05f, 1, 4096};
+    const sd_suffix_params p = {2.0f, 0.05f, 1, 4096, SD_SUFFIX_RULE_FACTOR, 0.0f};
     int64_t n_tok = 0, n_q = 0;
     uint64_t s = 7;
     for (int d = 0; d < NDOC; d++) {
@@ -452,7 +452,7 @@ Test(suffix, cache_memory_bound_and_lru) {
     const int32_t cap = sd_suffix_cache_capacity(c);
     cr_assert_leq(bytes, budget);
     cr_assert_gt(cap, 1000);
-    const sd_suffix_params p = {8.0f, 0.0f, 1, 4096};
+    const sd_suffix_params p = {8.0f, 0.0f, 1, 4096, SD_SUFFIX_RULE_FACTOR, 0.0f};
     uint64_t s = 11;
     int32_t *doc = malloc(2000 * sizeof *doc);
     int64_t sum_docs = 0;

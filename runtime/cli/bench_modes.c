@@ -335,6 +335,25 @@ static int make_variants(modes_ctx *m, sd_error *err) {
     return SD_OK;
 }
 
+/* {"prompt": [ids], "output": [ids]} (NULL on OOM: the record goes without). */
+static json_t *ids_json(const int32_t *prompt, int32_t n_prompt, const int32_t *out,
+                        int32_t n_out) {
+    json_t *o = json_object(), *a = json_array(), *b = json_array();
+    for (int32_t i = 0; a && i < n_prompt; i++)
+        json_array_append_new(a, json_integer(prompt[i]));
+    for (int32_t i = 0; b && i < n_out; i++)
+        json_array_append_new(b, json_integer(out[i]));
+    if (o && a && b) {
+        json_object_set_new(o, "prompt", a);
+        json_object_set_new(o, "output", b);
+        return o;
+    }
+    json_decref(o);
+    json_decref(a);
+    json_decref(b);
+    return NULL;
+}
+
 /* All prompts of one file: every variant per prompt; cells[v] accumulate, and all[v]. */
 static int run_file(modes_ctx *m, const char *path, cell *all, sd_error *err) {
     const bench_cli *c = m->c;
@@ -411,6 +430,9 @@ static int run_file(modes_ctx *m, const char *path, cell *all, sd_error *err) {
                 bench_jnum(sp), "mean_k", bench_jnum(sd_stats_mean_k(&st)), "t_off_ms",
                 bench_jnum(st.t_off_ms), "n_off_passes", st.n_off_passes, "greedy_match",
                 m->checked ? json_boolean(match) : json_null());
+            if (rec && v == 0) /* the reference's ids: replayable offline (tokens per pass of
+                                * any greedy drafter follow from them alone) */
+                json_object_set_new(rec, "ids", ids_json(ids, (int32_t)n_ids, out, n_ref));
             if (rec) json_array_append_new(m->jruns, rec);
         }
         free(ids);

@@ -203,6 +203,9 @@ enum {
  *                                           (0 < F <= 64, default 1)
  *   --suffix-min-prob P                     suffix draft stops before its continuation's
  *                                           empirical probability falls below P (default 0.1)
+ *   --suffix-cost C                         suffix drafts by expected tokens per unit cost
+ *                                           (SD_SUFFIX_RULE_EXPECTED), a drafted token costing
+ *                                           C of a one-token pass (0 < C <= 16)
  *   --draft-tree WxD (or W)                 token trees: W alternatives for the first token,
  *                                           each a chain of D (or K) tokens, W x D <= 16, in
  *                                           one target pass (generate and bench; default: a
@@ -220,8 +223,9 @@ enum {
     SD_CLI_OPT_SUFFIX_FACTOR,
     SD_CLI_OPT_SUFFIX_MIN_PROB,
     SD_CLI_OPT_DRAFT_TREE,
+    SD_CLI_OPT_SUFFIX_COST,
 };
-_Static_assert(SD_CLI_OPT_DRAFT_TREE < 1050, "drafting option ids run into cli_flags.c's");
+_Static_assert(SD_CLI_OPT_SUFFIX_COST < 1050, "drafting option ids run into cli_flags.c's");
 
 /* clang-format off */
 #define SD_CLI_DRAFT_LONGOPTS                                                                      \
@@ -239,7 +243,8 @@ _Static_assert(SD_CLI_OPT_DRAFT_TREE < 1050, "drafting option ids run into cli_f
     {"lookup-cache", required_argument, 0, SD_CLI_OPT_LOOKUP_CACHE},                               \
     {"suffix-factor", required_argument, 0, SD_CLI_OPT_SUFFIX_FACTOR},                             \
     {"suffix-min-prob", required_argument, 0, SD_CLI_OPT_SUFFIX_MIN_PROB},                         \
-    {"draft-tree", required_argument, 0, SD_CLI_OPT_DRAFT_TREE}
+    {"draft-tree", required_argument, 0, SD_CLI_OPT_DRAFT_TREE},                                   \
+    {"suffix-cost", required_argument, 0, SD_CLI_OPT_SUFFIX_COST}
 /* clang-format on */
 
 #define SD_CLI_GEN_SHORTOPTS ":m:p:f:n:k:s:t:c:hv"
@@ -302,8 +307,8 @@ typedef struct sd_cli_gen_opts {
     sd_k_policy policy;
     int64_t ngram_min, ngram_max, draft_min;
     double p_min;
-    int has_suffix_factor, has_suffix_min_prob;
-    double suffix_factor, suffix_min_prob;
+    int has_suffix_factor, has_suffix_min_prob, has_suffix_cost;
+    double suffix_factor, suffix_min_prob, suffix_cost;
     const char *lookup_cache;
     int64_t tree_width, tree_depth; /* --draft-tree WxD (depth 0: K) */
 } sd_cli_gen_opts;

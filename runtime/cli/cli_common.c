@@ -364,6 +364,11 @@ static int draft_option(int o, const char *arg, sd_cli_gen_opts *g) {
                                 arg);
         g->has_suffix_factor = 1;
         break;
+    case SD_CLI_OPT_SUFFIX_COST:
+        if (sd_cli_parse_f64(arg, 0.0, 16.0, &g->suffix_cost) || !(g->suffix_cost > 0.0))
+            return sd_cli_usage(h, "--suffix-cost: expected a number in (0, 16], found '%s'", arg);
+        g->has_suffix_cost = 1;
+        break;
     case SD_CLI_OPT_SUFFIX_MIN_PROB:
         if (sd_cli_parse_f64(arg, 0.0, 1.0, &g->suffix_min_prob))
             return sd_cli_usage(h, "--suffix-min-prob: expected a number in [0, 1], found '%s'",
@@ -498,6 +503,10 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     if (cfg->has_suffix_min_prob) ep->suffix.min_token_prob = cfg->suffix_min_prob;
     if (g->has_suffix_factor) ep->suffix.max_spec_factor = (float)g->suffix_factor;
     if (g->has_suffix_min_prob) ep->suffix.min_token_prob = (float)g->suffix_min_prob;
+    if (cfg->has_suffix_cost || g->has_suffix_cost) { /* the expected rule */
+        ep->suffix.rule = SD_SUFFIX_RULE_EXPECTED;
+        ep->suffix.draft_cost = (float)(g->has_suffix_cost ? g->suffix_cost : cfg->suffix_cost);
+    }
     gp->tree_width = (int32_t)g->tree_width;
     if (g->tree_depth > 0) gp->n_draft = (int32_t)g->tree_depth;
     /* a tree takes a fixed K unless a policy was asked for (which is then refused) */

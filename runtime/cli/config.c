@@ -239,6 +239,9 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
         } else if (!strcmp(key, "suffix_factor")) {
             rc = get_num(path, key, v, 1e-6, 64.0, &cfg->suffix_factor, err);
             cfg->has_suffix_factor = 1;
+        } else if (!strcmp(key, "suffix_cost")) {
+            rc = get_num(path, key, v, 1e-6, 16.0, &cfg->suffix_cost, err);
+            cfg->has_suffix_cost = 1;
         } else if (!strcmp(key, "suffix_min_prob")) {
             rc = get_num(path, key, v, 0.0, 1.0, &cfg->suffix_min_prob, err);
             cfg->has_suffix_min_prob = 1;
@@ -278,7 +281,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                            "draft_tokens, max_tokens, temp, top_k, top_p, seed, threads, "
                            "ctx_size, prompt, kv_type, draft_type, draft_policy, draft_p_min, "
                            "draft_min, ngram_min, ngram_max, suffix_factor, suffix_min_prob, "
-                           "lookup_cache, device, device_draft, "
+                           "suffix_cost, lookup_cache, device, device_draft, "
                            "tensor_split, chat, spec_sampling, min_p, repeat_penalty, "
                            "presence_penalty, frequency_penalty, repeat_last_n, draft_head, "
                            "draft_head_n)",

@@ -24,6 +24,7 @@
  *   "suffix_factor" number  (0, 64]: the suffix draft's tokens per token of match length
  *   "suffix_min_prob" number [0, 1]: the suffix draft stops before its continuation's
  *                           empirical probability falls below this
+ *   "suffix_cost"  number   (0, 16]: the suffix draft's expected rule (--suffix-cost)
  *   "lookup_cache" string   persistent n-gram cache file (same path rule as "target")
  *   "device"       string   "cpu" or "cuda": where the target runs (--device)
  *   "device_draft" string   "cpu" or "cuda": where the draft runs (default: "device")
@@ -72,8 +73,8 @@ typedef struct sd_config {
     sd_k_policy draft_policy;
     float draft_p_min;
     int32_t draft_min, ngram_min, ngram_max;
-    int has_suffix_factor, has_suffix_min_prob;
-    float suffix_factor, suffix_min_prob;
+    int has_suffix_factor, has_suffix_min_prob, has_suffix_cost;
+    float suffix_factor, suffix_min_prob, suffix_cost;
     /* generate's chat mode, sampling, the draft head */
     int has_chat, chat;
     int has_spec_sampling, has_min_p, has_repeat_penalty, has_presence_penalty,

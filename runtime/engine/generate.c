@@ -212,9 +212,12 @@ static int32_t policy_k(gen_run *g, sd_adaptive_state *state, int32_t *k_policy)
     *state = g->adaptive ? sd_adaptive_state_of(&g->ctl) : SD_ADAPTIVE_ON;
     int32_t k = 0;
     if (g->draft) {
-        if (g->adaptive)
+        if (g->adaptive) {
             k = sd_adaptive_next_k(&g->ctl);
-        else if (gp->k_policy == SD_K_SWEEP)
+            /* The controller decides on or off; a proposer that sizes its drafts by its
+             * match (suffix) may draft up to the largest K, not the average's best K. */
+            if (k > 0 && sd_proposer_sizes_itself(g->draft)) k = gp->n_draft;
+        } else if (gp->k_policy == SD_K_SWEEP)
             k = g->st->n_target_passes % (gp->n_draft + 1);
         else
             k = gp->n_draft;
