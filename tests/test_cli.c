@@ -300,7 +300,8 @@ Test(cli, library_messages_name_settings_the_cli_names_flags) {
     cr_expect(strstr(se, "specdec: context size 100000 (-c/--ctx-size) exceeds"), "stderr: %s", se);
     free(so);
     free(se);
-    snprintf(cmd, sizeof cmd, "generate -m %s --chat-template '{{ nothing }}' -p hi", g_t);
+    /* Neither a built-in name nor a Jinja text ({{ or {%): the flag is named. */
+    snprintf(cmd, sizeof cmd, "generate -m %s --chat-template 'nosuchtemplate' -p hi", g_t);
     expect_error_soon(cmd, "(--chat-template NAME)");
 }
 
