@@ -46,7 +46,7 @@ fi
 read -r _ ta _ tb _ speedup _ accept accps v _ _ c _ <<<"$row"
 match="$(printf '%s\n' "$ab" | grep -q 'greedy speculative output equals' && echo yes || echo NO)"
 echo "demo.sh: A/B \"$prompt\", greedy, 128 tokens x 3 runs: target alone $ta tok/s," \
-    "speculative (K = 4) $tb tok/s = ${speedup}x; $(awk -v a="$accps" 'BEGIN { printf "%.2f", a + 1 }')" \
+    "speculative (K = 4) $tb tok/s (medians; the median of the per-run ratios: ${speedup}x); $(awk -v a="$accps" 'BEGIN { printf "%.2f", a + 1 }')" \
     "tokens per target pass, acceptance $accept; identical text: $match" >&2
 if awk -v s="$speedup" 'BEGIN { exit !(s < 1) }'; then
     echo "demo.sh: drafting does not pay here: this 1M-parameter target is so cheap (compute-bound," \
