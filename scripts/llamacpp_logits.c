@@ -1,0 +1,112 @@
+/* Per-position top-1 of llama.cpp on a token sequence, through its public C API (llama.h).
+ *
+ * usage: llamacpp_logits MODEL.gguf IDS.txt [N_BATCH]
+ *
+ * IDS.txt: token ids, whitespace-separated. All ids go through one context of exactly
+ * their count (one sequence from position 0), N_BATCH (default 250) per decode call, with
+ * logits for every position. Prints one line per position: "pos top1 top2 gap", where
+ * gap = logit(top1) - logit(top2) (lowest id first on ties). Exit 1 on any failure.
+ * Built by scripts/arch_vs_llamacpp.py against the peer build (build-peer/native). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "llama.h"
+
+static void quiet(enum ggml_log_level level, const char *text, void *user) {
+    (void)user;
+    if (level == GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: llamacpp_logits MODEL.gguf IDS.txt [N_BATCH]\n");
+        return 1;
+    }
+    int n_batch = argc > 3 ? atoi(argv[3]) : 250;
+    if (n_batch < 1) n_batch = 250;
+    FILE *f = fopen(argv[2], "r");
+    if (!f) {
+        perror(argv[2]);
+        return 1;
+    }
+    int cap = 4096, n = 0;
+    llama_token *ids = malloc(sizeof *ids * (size_t)cap);
+    int v;
+    while (ids && fscanf(f, "%d", &v) == 1) {
+        if (n == cap) {
+            cap *= 2;
+            llama_token *t = realloc(ids, sizeof *ids * (size_t)cap);
+            if (!t) {
+                free(ids);
+                ids = NULL;
+                break;
+            }
+            ids = t;
+        }
+        ids[n++] = v;
+    }
+    fclose(f);
+    if (!ids || n == 0) {
+        fprintf(stderr, "llamacpp_logits: no ids in %s\n", argv[2]);
+        return 1;
+    }
+    llama_log_set(quiet, NULL);
+    llama_backend_init();
+    struct llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    struct llama_model *model = llama_model_load_from_file(argv[1], mp);
+    if (!model) {
+        fprintf(stderr, "llamacpp_logits: llama.cpp cannot load %s\n", argv[1]);
+        return 1;
+    }
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t)n;
+    cp.n_batch = (uint32_t)n_batch;
+    cp.n_ubatch = (uint32_t)n_batch;
+    cp.n_seq_max = 1;
+    struct llama_context *ctx = llama_init_from_model(model, cp);
+    if (!ctx) {
+        fprintf(stderr, "llamacpp_logits: no context of %d positions\n", n);
+        return 1;
+    }
+    const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    struct llama_batch b = llama_batch_init(n_batch, 0, 1);
+    for (int i = 0; i < n; i += n_batch) {
+        int m = n - i < n_batch ? n - i : n_batch;
+        b.n_tokens = m;
+        for (int j = 0; j < m; j++) {
+            b.token[j] = ids[i + j];
+            b.pos[j] = i + j;
+            b.n_seq_id[j] = 1;
+            b.seq_id[j][0] = 0;
+            b.logits[j] = 1;
+        }
+        if (llama_decode(ctx, b) != 0) {
+            fprintf(stderr, "llamacpp_logits: llama_decode failed at position %d\n", i);
+            return 1;
+        }
+        for (int j = 0; j < m; j++) {
+            const float *row = llama_get_logits_ith(ctx, j);
+            if (!row) {
+                fprintf(stderr, "llamacpp_logits: no logits at position %d\n", i + j);
+                return 1;
+            }
+            int t1 = 0, t2 = -1;
+            for (int k = 1; k < n_vocab; k++) {
+                if (row[k] > row[t1]) {
+                    t2 = t1;
+                    t1 = k;
+                } else if (t2 < 0 || row[k] > row[t2]) {
+                    t2 = k;
+                }
+            }
+            printf("%d %d %d %.6f\n", i + j, t1, t2, (double)(row[t1] - row[t2]));
+        }
+    }
+    llama_batch_free(b);
+    llama_free(ctx);
+    llama_model_free(model);
+    llama_backend_free();
+    free(ids);
+    return 0;
+}
