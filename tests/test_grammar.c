@@ -61,6 +61,55 @@ static int is_member(const sd_grammar *g, const char *s) {
 
 /* ---- the parser ---- */
 
+/* What a request's grammar can cost is bounded: elements (a short item repeated), nesting
+ * (the parser recurses), live parses (an ambiguous grammar doubles them per byte). */
+Test(grammar, hostile_grammars_are_bounded) {
+    sd_grammar *g = NULL;
+    sd_error err = {0};
+    /* 4,000 alternatives of a 1,000-byte literal repeated 1,024 times: ~4e9 elements */
+    const size_t lit = 1000, alts = 4000;
+    size_t cap = alts * (lit + 16) + 64, n = 0;
+    char *src = malloc(cap);
+    cr_assert_not_null(src);
+    n += (size_t)snprintf(src, cap, "root ::= ");
+    for (size_t a = 0; a < alts; a++) {
+        if (a) src[n++] = '|';
+        src[n++] = '"';
+        memset(src + n, 'x', lit);
+        n += lit;
+        n += (size_t)snprintf(src + n, cap - n, "\"{1024}");
+    }
+    cr_assert_lt(n, cap);
+    cr_expect_eq(sd_grammar_parse(src, n, NULL, &g, &err), SD_ERR_FORMAT);
+    cr_expect(strstr(err.msg, "grammar too large") != NULL, "%s", err.msg);
+    cr_expect_null(g);
+    /* 100,000 nested groups */
+    n = (size_t)snprintf(src, cap, "root ::= ");
+    for (int i = 0; i < 100000; i++)
+        src[n++] = '(';
+    src[n++] = '"';
+    src[n++] = 'a';
+    src[n++] = '"';
+    for (int i = 0; i < 100000; i++)
+        src[n++] = ')';
+    cr_expect_eq(sd_grammar_parse(src, n, NULL, &g, &err), SD_ERR_FORMAT);
+    cr_expect(strstr(err.msg, "nested more than") != NULL, "%s", err.msg);
+    cr_expect_null(g);
+    free(src);
+    /* an ambiguous grammar: the parses double with every "a" until the bound */
+    g = parse_ok("root ::= \"a\" root \"b\" | \"a\" root \"c\" | \"\"");
+    sd_grammar_state *st = NULL;
+    cr_assert_eq(sd_grammar_state_init(g, &st, &err), SD_OK, "%s", err.msg);
+    int rc = SD_OK, i = 0;
+    for (; i < 64 && rc == SD_OK; i++)
+        rc = sd_grammar_advance(st, "a", 1, &err);
+    cr_expect_eq(rc, SD_ERR_UNSUPPORTED, "after %d bytes: %d %s", i, rc, err.msg);
+    cr_expect(strstr(err.msg, "parses at once") != NULL, "%s", err.msg);
+    cr_expect_leq(i, 20, "the bound came after %d bytes", i);
+    sd_grammar_state_free(st);
+    sd_grammar_free(g);
+}
+
 Test(grammar, parser_errors_name_line_and_column) {
     static const struct {
         const char *gbnf;

@@ -146,10 +146,24 @@ Test(jinja, hostile_templates_are_bounded) {
                  "{% endfor %}",
                  NULL, SD_ERR_ARG, "evaluation steps");
     /* output and string size */
-    expect_error("{{ 'x' * 1000000000 }}", NULL, SD_ERR_ARG, "exceeds");
+    expect_error("{{ 'x' * 1000000000 }}", NULL, SD_ERR_ARG,
+                 "evaluation steps"); /* a step a copy */
     expect_error("{% set s = namespace(v='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}"
                  "{% set s.v = s.v ~ s.v %}{% endfor %}",
                  NULL, SD_ERR_ARG, "exceeds");
+    /* repeats that cost no output: each copy (an empty string's, a list element) is a step */
+    expect("{{ '' * 9223372036854775807 }}", NULL, ""); /* at once, not 2^63 empty copies */
+    expect_error("{{ ('x' * 100) * 9223372036854775807 }}", NULL, SD_ERR_ARG, "exceeds");
+    expect_error("{{ ((([0] * 1000) * 1000) * 1000) | length }}", NULL, SD_ERR_ARG,
+                 "evaluation steps");
+    expect_error("{% set ns = namespace(a=[1]) %}{% for i in range(64) %}"
+                 "{% set ns.a = ns.a + ns.a %}{% endfor %}",
+                 NULL, SD_ERR_ARG, "evaluation steps");
+    expect("{{ ([] * 1000000000) | length }}", NULL, "0");
+    /* numbers at the ends of the integers: clamped, no undefined cast or overflow */
+    expect("{{ range(9223372036854775806, 9223372036854775807, 9223372036854775807) | length }}",
+           NULL, "1");
+    expect_error("{{ range(0, 10, -9223372036854775807 - 1) }}", NULL, SD_ERR_ARG, "non-zero step");
     /* a value holding itself (reference counting would leak the cycle) */
     expect_error("{% set ns = namespace(a=1) %}{% set ns.b = [ns] %}", NULL, SD_ERR_ARG,
                  "cannot hold itself");

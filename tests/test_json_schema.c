@@ -141,6 +141,9 @@ Test(json_schema, unsupported_keywords_refused_by_name) {
         {"{\"type\":\"object\",\"properties\":{\"a\":false},\"required\":[\"a\"]}",
          {"false matches nothing", "#/properties/a"}},
         {"{\"type\":", {"not valid JSON", "line 1"}},
+        /* bounds of the work a request can ask for */
+        {"{\"type\":\"string\",\"maxLength\":5000}", {"'maxLength'", "0 .. 1024"}},
+        {"{\"type\":[\"array\",\"array\"],\"items\":{}}", {"'type' lists 'array' twice", "#"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *gbnf = NULL;
@@ -153,6 +156,49 @@ Test(json_schema, unsupported_keywords_refused_by_name) {
                       cases[i].schema, err.msg, cases[i].words[w]);
         cr_expect(strncmp(err.msg, "json_schema: ", 13) == 0, "%s", err.msg);
     }
+}
+
+/* A $ref segment longer than the resolver's buffer is not found (not cut to another name),
+ * and a type list cannot convert the same subschemas twice at every level (2^depth). */
+Test(json_schema, refs_and_repeats_are_bounded) {
+    char s[2048];
+    char name[400];
+    memset(name, 'a', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    char cut[256];
+    memcpy(cut, name, 255);
+    cut[255] = '\0';
+    snprintf(s, sizeof s, "{\"$defs\":{\"%s\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/%s\"}", cut,
+             name);
+    char *gbnf = NULL;
+    sd_error err = {0};
+    cr_expect_eq(sd_json_schema_to_gbnf(s, strlen(s), &gbnf, &err), SD_ERR_ARG, "%s", gbnf);
+    cr_expect(strstr(err.msg, "'$ref'") != NULL, "%s", err.msg); /* (the name fills the rest) */
+    free(gbnf);
+    gbnf = NULL;
+    /* 40 levels of a type list naming one container twice: 2^40 visits of the same items
+     * without the check (refused at the first level) */
+    size_t n = 0;
+    for (int i = 0; i < 40; i++)
+        n += (size_t)snprintf(s + n, sizeof s - n, "{\"type\":[\"array\",\"array\"],\"items\":");
+    n += (size_t)snprintf(s + n, sizeof s - n, "{\"type\":\"integer\"}");
+    for (int i = 0; i < 40; i++)
+        n += (size_t)snprintf(s + n, sizeof s - n, "}");
+    cr_assert_lt(n, sizeof s - 1);
+    cr_expect_eq(sd_json_schema_to_gbnf(s, n, &gbnf, &err), SD_ERR_ARG);
+    cr_expect(strstr(err.msg, "twice") != NULL, "%s", err.msg);
+    free(gbnf);
+    gbnf = NULL;
+    /* 30 levels of anyOf, each converted once: fine */
+    n = 0;
+    for (int i = 0; i < 30; i++)
+        n += (size_t)snprintf(s + n, sizeof s - n, "{\"anyOf\":[");
+    n += (size_t)snprintf(s + n, sizeof s - n, "{\"type\":\"integer\"}");
+    for (int i = 0; i < 30; i++)
+        n += (size_t)snprintf(s + n, sizeof s - n, ",{\"type\":\"null\"}]}");
+    cr_assert_lt(n, sizeof s - 1);
+    cr_expect_eq(sd_json_schema_to_gbnf(s, n, &gbnf, &err), SD_OK, "%s", err.msg);
+    free(gbnf);
 }
 
 /* Annotations are no constraint: ignored. */

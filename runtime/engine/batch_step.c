@@ -252,8 +252,11 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
         size_t len = 0;
         const char *piece = sd_grammar_vocab_piece(gp->grammar_vocab, tok, &len);
         sd_error refused = {0};
-        if (sd_step_is_stop(gp, b->eos, tok) || !piece || len == 0 ||
-            sd_grammar_advance(c->gdraft, piece, len, &refused)) {
+        const int grc = sd_step_is_stop(gp, b->eos, tok) || !piece || len == 0
+                            ? SD_ERR_ARG
+                            : sd_grammar_advance(c->gdraft, piece, len, &refused);
+        if (grc == SD_ERR_OOM) return sd_errorf(err, SD_ERR_OOM, "draft: grammar: out of memory");
+        if (grc) { /* refused (or past a bound: the target's step reports that) */
             c->llm = 0;
             return SD_OK;
         }

@@ -11,8 +11,13 @@
 #include "runtime/grammar/sd_grammar.h"
 
 /* Limits of one grammar (a schema of a few thousand fields fits well inside). */
-#define GRAMMAR_MAX_RULES 65536
-#define GRAMMAR_MAX_ELEMS (1u << 22)
+#define GRAMMAR_MAX_RULES  65536
+#define GRAMMAR_MAX_ELEMS  (1u << 22)
+#define GRAMMAR_MAX_STACKS 4096 /* live parses of one state (an ambiguous grammar) */
+#define GRAMMAR_MAX_EXPAND 2048 /* rule references expanded in a chain */
+#define GRAMMAR_MAX_DEPTH  256  /* nested groups; the matcher's expansion is bounded by it too */
+#define SD_STR_(x)         #x
+#define SD_STR(x)          SD_STR_(x)
 
 enum { GE_END = 0, GE_CHARS = 1, GE_RULE = 2 };
 

@@ -54,7 +54,9 @@ struct sd_grammar_state {
     size_t n_buf, cap_buf;
     int32_t *map; /* compaction: old node -> new node */
     size_t cap_map;
-    int oom;
+    int oom;       /* out of memory, or past a bound below (refused like out of memory) */
+    int too_many;  /* past GRAMMAR_MAX_STACKS live parses or GRAMMAR_MAX_EXPAND nested rules */
+    int depth;     /* expand's recursion */
     gcache *cache; /* shared with the states copied from this one */
     uint32_t *key; /* scratch: this state's cache key */
     size_t cap_key;
@@ -106,6 +108,10 @@ static int stack_eq(const sd_grammar_state *s, int32_t a, int32_t b) {
 static void add(sd_grammar_state *s, size_t seg, int32_t c) {
     for (size_t i = seg; i < s->n_buf; i++)
         if (stack_eq(s, s->buf[i], c)) return;
+    if (s->n_buf - seg >= GRAMMAR_MAX_STACKS) { /* an ambiguous grammar: bounded work */
+        s->oom = s->too_many = 1;
+        return;
+    }
     if (grow((void **)&s->buf, &s->cap_buf, s->n_buf + 1, sizeof *s->buf)) {
         s->oom = 1;
         return;
@@ -116,8 +122,20 @@ static void add(sd_grammar_state *s, size_t seg, int32_t c) {
 /* Add stack c to the segment with its top expanded down to character classes: a rule
  * reference at the top becomes one stack per alternative of the rule (the reference's
  * continuation below the alternative's first element). Ends: no left recursion. */
+static void expand_at(sd_grammar_state *s, size_t seg, int32_t c);
+
 static void expand(sd_grammar_state *s, size_t seg, int32_t c) {
     if (s->oom) return;
+    if (s->depth >= GRAMMAR_MAX_EXPAND) { /* a chain of rule references: bounded stack */
+        s->oom = s->too_many = 1;
+        return;
+    }
+    s->depth++;
+    expand_at(s, seg, c);
+    s->depth--;
+}
+
+static void expand_at(sd_grammar_state *s, size_t seg, int32_t c) {
     if (c == EMPTY) {
         add(s, seg, EMPTY);
         return;
@@ -362,7 +380,13 @@ int sd_grammar_state_init(const sd_grammar *g, sd_grammar_state **out, sd_error 
         expand(s, 0, g->el[start].type == GE_END ? EMPTY : push(s, start, EMPTY));
     }
     if (s->oom || compact(s, 0, s->n_buf)) {
+        const int too_many = s->too_many;
         sd_grammar_state_free(s);
+        if (too_many)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "grammar: its start needs more than %d parses or rules nested more "
+                             "than %d deep",
+                             GRAMMAR_MAX_STACKS, GRAMMAR_MAX_EXPAND);
         return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
     }
     *out = s;
@@ -418,7 +442,7 @@ int sd_grammar_allows(sd_grammar_state *s, const char *bytes, size_t len) {
     int32_t rem;
     const size_t n = run_bytes(s, bytes, len, &seg, &cp, &rem);
     s->n_nodes = mark;
-    s->oom = 0;
+    s->oom = s->too_many = 0;
     return n > 0;
 }
 
@@ -429,8 +453,14 @@ int sd_grammar_advance(sd_grammar_state *s, const char *bytes, size_t len, sd_er
     int32_t rem;
     const size_t n = run_bytes(s, bytes, len, &seg, &cp, &rem);
     if (s->oom) {
+        const int too_many = s->too_many;
         s->n_nodes = mark;
-        s->oom = 0;
+        s->oom = s->too_many = 0;
+        if (too_many)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "grammar: more than %d parses at once or rules nested more than %d "
+                             "deep (an ambiguous or deeply recursive grammar)",
+                             GRAMMAR_MAX_STACKS, GRAMMAR_MAX_EXPAND);
         return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
     }
     if (n == 0) {
@@ -623,8 +653,8 @@ static int32_t cfg_step_slow(gwalk *w, int32_t c, uint8_t b) {
     }
     int32_t next = -1;
     const size_t m = s->oom ? 0 : step_byte(s, 0, n, &cp, &rem, b);
-    if (s->oom) {
-        s->oom = 0;
+    if (s->oom) { /* (past a bound too: the mask fails rather than guess) */
+        s->oom = s->too_many = 0;
         w->oom = 1;
     } else if (m > 0) {
         const size_t start =

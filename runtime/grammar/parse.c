@@ -35,6 +35,8 @@ typedef struct parser {
     size_t n_cls, cap_cls;
     uint32_t *rng; /* pairs lo, hi */
     size_t n_rng, cap_rng;
+    size_t n_pushed; /* elements pushed in all (copies by repetition included): bounded */
+    int depth;       /* nesting of groups being parsed: bounded (the parser recurses) */
     sd_error *err;
     int rc;
 } parser;
@@ -156,7 +158,10 @@ static seqv *alt_new(parser *p, int32_t r) {
 }
 
 static int seq_push(parser *p, seqv *s, gelem e) {
-    if (s->n >= GRAMMAR_MAX_ELEMS) return fail_at(p, p->pos, "grammar too large");
+    /* Both bounds before anything grows: a short repeated item cannot allocate gigabytes. */
+    if (s->n >= GRAMMAR_MAX_ELEMS || p->n_pushed >= 2 * (size_t)GRAMMAR_MAX_ELEMS)
+        return fail_at(p, p->pos, "grammar too large");
+    p->n_pushed++;
     if (grow((void **)&s->e, &s->cap, s->n + 1, sizeof *s->e)) return oom(p);
     s->e[s->n++] = e;
     return 0;
@@ -474,13 +479,18 @@ static int parse_sequence(parser *p, int32_t rule, int nested) {
 }
 
 static int parse_alternatives(parser *p, int32_t rule, int nested) {
-    if (parse_sequence(p, rule, nested)) return -1;
-    for (;;) {
+    if (p->depth >= GRAMMAR_MAX_DEPTH)
+        return fail_at(p, p->pos, "groups nested more than " SD_STR(GRAMMAR_MAX_DEPTH) " deep");
+    p->depth++;
+    int rc = parse_sequence(p, rule, nested);
+    while (!rc) {
         skip_space(p);
-        if (peek(p) != '|') return 0;
+        if (peek(p) != '|') break;
         p->pos++;
-        if (parse_sequence(p, rule, nested)) return -1;
+        rc = parse_sequence(p, rule, nested);
     }
+    p->depth--;
+    return rc ? -1 : 0;
 }
 
 static int parse_rules(parser *p) {

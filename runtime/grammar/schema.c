@@ -13,9 +13,10 @@
 #include "runtime/grammar/sd_grammar.h"
 
 /* Largest integer magnitude the grammars produce: 15 digits. */
-#define SC_INT_LIMIT 999999999999999LL
-#define SC_MAX_DEPTH 64
-#define SC_MAX_RULES 4096
+#define SC_INT_LIMIT  999999999999999LL
+#define SC_MAX_DEPTH  64
+#define SC_MAX_VISITS 20000 /* subschemas converted in one schema (each repeat counts) */
+#define SC_MAX_RULES  4096
 
 /* The shared rules, emitted once each when used. */
 #define SC_WS "ws ::= | \" \" | \"\\n\" [ ]{0,16}\n"
@@ -78,6 +79,7 @@ typedef struct conv {
     unsigned use;
     char path[512]; /* the JSON pointer of the schema being visited */
     int depth;
+    long visits; /* subschemas converted: bounded (repeated subschemas multiply the work) */
     sd_error *err;
     int status; /* the first failure's status */
 } conv;
@@ -437,8 +439,11 @@ static int gen_number(conv *c, json_t *s, int integer, sb *o) {
 static int get_count(conv *c, json_t *s, const char *key, long long *out) {
     json_t *v = json_object_get(s, key);
     if (!v) return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 100000)
-        return fail(c, "'%s' must be an integer in 0 .. 100000", key), -1;
+    /* The grammar's repetition bound: a larger count would be refused by the parser, with
+     * a message about GBNF the client never wrote. */
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > SD_GRAMMAR_MAX_REPEAT)
+        return fail(c, "'%s' must be an integer in 0 .. %d", key, SD_GRAMMAR_MAX_REPEAT), -1;
     *out = json_integer_value(v);
     return 1;
 }
@@ -983,6 +988,7 @@ static json_t *resolve(conv *c, const char *ref) {
         const char *slash = strchr(p, '/');
         const size_t n = slash ? (size_t)(slash - p) : strlen(p);
         char key[256];
+        if (n >= sizeof key) return NULL; /* not cut to another name: not found */
         size_t m = 0;
         for (size_t i = 0; i < n && m + 1 < sizeof key; i++) { /* ~1 -> /, ~0 -> ~ */
             if (p[i] == '~' && i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
@@ -1603,6 +1609,9 @@ static int gen_body(conv *c, json_t *s, const char *hint, sb *o) {
         json_t *e;
         json_array_foreach(ty, i, e) {
             if (!json_is_string(e)) return fail(c, "'type' must hold strings");
+            for (size_t j = 0; j < i; j++) /* a repeat would convert the same subschemas twice */
+                if (json_equal(e, json_array_get(ty, j)))
+                    return fail(c, "'type' lists '%s' twice", json_string_value(e));
             if (i) sb_add(o, " | ");
             if (gen_type(c, s, json_string_value(e), hint, o)) return -1;
         }
@@ -1623,6 +1632,10 @@ static int visit(conv *c, json_t *s, const char *hint, const char **name) {
     if (++c->depth > SC_MAX_DEPTH) {
         c->depth--;
         return fail(c, "the schema nests deeper than %d", SC_MAX_DEPTH);
+    }
+    if (++c->visits > SC_MAX_VISITS) {
+        c->depth--;
+        return fail(c, "the schema needs more than %d subschema conversions", SC_MAX_VISITS);
     }
     sb b = {0};
     int rc = gen_body(c, s, hint, &b);

@@ -992,6 +992,10 @@ int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error 
                          "%s: a context shift re-rotates the cached keys of a one-sequence cpu "
                          "session",
                          s->m->path);
+    if (sd_kv_first(s->kv) > 0) /* rows behind a sliding window were given back */
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift of a cache whose first %d positions were released",
+                         s->m->path, sd_kv_first(s->kv));
     if (hp->rope_attn_factor != 1.0f)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: a context shift with rope.scaling.attn_factor %g (the keys carry "

@@ -57,7 +57,8 @@ void srv_vllm_count(srv_vllm *v, const sd_gen_stats *st) {
     for (int i = 0; i < SD_MAX_DRAFT; i++)
         if (st->accepted_at[i]) atomic_fetch_add(&v->accepted_at[i], (long long)st->accepted_at[i]);
     int reason = 2; /* abort: cancelled, or ended by an error */
-    if (st->stop == SD_STOP_EOS || st->stop == SD_STOP_STRING) reason = 0;
+    if (st->stop == SD_STOP_EOS || st->stop == SD_STOP_STRING || st->stop == SD_STOP_GRAMMAR)
+        reason = 0;
     if (st->stop == SD_STOP_MAX_TOKENS || st->stop == SD_STOP_CONTEXT) reason = 1;
     atomic_fetch_add(&v->success[reason], 1);
     const double ttft = st->ttft_ms > 0 ? st->ttft_ms : st->t_prefill_ms;

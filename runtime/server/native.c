@@ -88,6 +88,7 @@ int srv_native_parse(json_t *o, sd_gen_params *gp, int *return_tokens, int *post
 static const char *stop_type(sd_stop_reason st) {
     switch (st) {
     case SD_STOP_EOS:
+    case SD_STOP_GRAMMAR: /* the grammar's text is complete: an end, as EOS */
         return "eos";
     case SD_STOP_STRING:
         return "word";

@@ -391,7 +391,13 @@ static int is_intish(const json_t *v) {
 
 static int64_t int_of(const json_t *v) {
     if (json_is_integer(v)) return json_integer_value(v);
-    if (json_is_real(v)) return (int64_t)json_real_value(v);
+    if (json_is_real(v)) { /* clamped: a cast of a value out of range is undefined */
+        const double d = json_real_value(v);
+        if (!(d == d)) return 0;
+        if (d >= 9.2e18) return INT64_MAX;
+        if (d <= -9.2e18) return INT64_MIN;
+        return (int64_t)d;
+    }
     return json_is_true(v) ? 1 : 0;
 }
 
@@ -497,6 +503,18 @@ static int step(R *r, int line) {
         rfail(r, SD_ERR_ARG, line, "more than %lld evaluation steps", (long long)r->lim.max_steps);
         return -1;
     }
+    return 0;
+}
+
+/* n steps at once: building n list elements or string copies costs one step each, so the
+ * step limit also bounds what a template can allocate. */
+static int charge(R *r, int line, size_t n) {
+    if (r->failed) return -1;
+    if (n > (size_t)r->lim.max_steps || (int64_t)n > r->lim.max_steps - r->steps) {
+        r->steps = r->lim.max_steps;
+        return step(r, line);
+    }
+    r->steps += (int64_t)n;
     return 0;
 }
 
@@ -718,6 +736,7 @@ static json_t *arith(R *r, int op, const json_t *a, const json_t *b, int line) {
     if (op == OP_ADD && a && b) {
         if (json_is_string(a) && json_is_string(b)) return concat_str(r, a, b);
         if (json_is_array(a) && json_is_array(b)) {
+            if (charge(r, line, json_array_size(a) + json_array_size(b))) return NULL;
             json_t *out = json_copy((json_t *)a);
             if (!out || json_array_extend(out, (json_t *)b)) {
                 json_decref(out);
@@ -731,13 +750,14 @@ static json_t *arith(R *r, int op, const json_t *a, const json_t *b, int line) {
         if (json_is_string(a)) {
             obuf o = {0};
             ob_add(r, &o, "", 0);
-            for (int64_t i = 0; i < k && !r->failed; i++)
+            for (int64_t i = 0; i < k && json_string_length(a) && !step(r, line); i++)
                 ob_add(r, &o, json_string_value(a), json_string_length(a));
             return ob_take(r, &o);
         }
         json_t *out = json_array();
         for (int64_t i = 0; out && i < k && !r->failed; i++) {
-            if (step(r, line) || json_array_extend(out, (json_t *)a)) break;
+            if (!json_array_size(a)) break;
+            if (charge(r, line, json_array_size(a)) || json_array_extend(out, (json_t *)a)) break;
         }
         if (r->failed || !out) {
             json_decref(out);
@@ -1565,7 +1585,7 @@ static json_t *call_global(R *r, const char *name, const args *a, int line, int 
             e = int_of(a->pos[1]);
         }
         if (a->np >= 3) s = int_of(a->pos[2]);
-        if (a->np == 0 || a->np > 3 || s == 0) {
+        if (a->np == 0 || a->np > 3 || s == 0 || s == INT64_MIN) {
             rfail(r, SD_ERR_ARG, line, "range takes 1 to 3 integers (a non-zero step)");
             return NULL;
         }
@@ -1577,8 +1597,10 @@ static json_t *call_global(R *r, const char *name, const args *a, int line, int 
             return NULL;
         }
         json_t *out = json_array();
-        for (int64_t i = b; out && (s > 0 ? i < e : i > e); i += s) {
+        for (int64_t i = b; out && (s > 0 ? i < e : i > e);) {
             if (step(r, line) || json_array_append_new(out, json_integer(i))) break;
+            if (s > 0 ? i > INT64_MAX - s : i < INT64_MIN - s) break; /* the next is past e */
+            i += s;
         }
         if (!out || r->failed) {
             json_decref(out);
