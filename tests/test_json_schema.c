@@ -141,6 +141,8 @@ Test(json_schema, unsupported_keywords_refused_by_name) {
         {"{\"type\":\"object\",\"properties\":{\"a\":false},\"required\":[\"a\"]}",
          {"false matches nothing", "#/properties/a"}},
         {"{\"type\":", {"not valid JSON", "line 1"}},
+        /* a key with a newline (found by fuzz_json_schema): the message stays one line */
+        {"{\"\\num\": [1]}", {"'\\x0Aum' is not supported", "#"}},
         /* bounds of the work a request can ask for */
         {"{\"type\":\"string\",\"maxLength\":5000}", {"'maxLength'", "0 .. 1024"}},
         {"{\"type\":[\"array\",\"array\"],\"items\":{}}", {"'type' lists 'array' twice", "#"}},
