@@ -144,3 +144,20 @@ int sd_n_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
+
+const char *sd_one_line(const char *s, char *buf, size_t cap) {
+    size_t o = 0;
+    for (; *s && o + 8 < cap; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c < 0x20 || c == 0x7f)
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02X", c);
+        else
+            buf[o++] = (char)c;
+    }
+    if (*s) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o] = '\0';
+    return buf;
+}

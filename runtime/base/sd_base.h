@@ -46,6 +46,11 @@ extern "C" {
 int sd_errorf(sd_error *err, sd_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* s for a one-line message: control bytes (and DEL) as \xNN, cut with "..." to fit
+ * buf[cap] (cap >= 12). Returns buf. For keys, values and input quoted from files and
+ * requests, which can hold any byte (a newline included). */
+const char *sd_one_line(const char *s, char *buf, size_t cap);
+
 /*
  * Add context in front of a recorded error: err->msg becomes "<prefix>: <old msg>"
  * (printf-style prefix, truncated safely); err->status is kept. Returns rc, the status

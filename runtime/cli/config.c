@@ -20,25 +20,6 @@ static char *resolve_path(const char *cfg_path, const char *p) {
     return out;
 }
 
-/* s for a one-line message: control bytes as \\xNN, cut with "..." to fit buf[cap]. A key
- * or a value from the file can hold any character JSON can escape (a newline included). */
-static const char *shown(const char *s, char *buf, size_t cap) {
-    size_t o = 0;
-    for (; *s && o + 8 < cap; s++) {
-        const unsigned char c = (unsigned char)*s;
-        if (c < 0x20 || c == 0x7f)
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02X", c);
-        else
-            buf[o++] = (char)c;
-    }
-    if (*s) {
-        memcpy(buf + o, "...", 3);
-        o += 3;
-    }
-    buf[o] = '\0';
-    return buf;
-}
-
 static int get_int(const char *path, const char *key, json_t *v, int64_t lo, int64_t hi,
                    int64_t *out, sd_error *err) {
     if (!json_is_integer(v))
@@ -89,7 +70,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
     close(fd);
     if (!root) {
         char text[sizeof jerr.text + 8]; /* jansson quotes the bad token, control bytes too */
-        shown(jerr.text, text, sizeof text);
+        sd_one_line(jerr.text, text, sizeof text);
         if (jerr.line < 0 || jerr.position == 0)
             return sd_errorf(err, SD_ERR_IO, "%s: cannot read config: %s", path, text);
         return sd_errorf(err, SD_ERR_CONFIG, "%s:%d:%d: bad JSON: %s", path, jerr.line, jerr.column,
@@ -136,7 +117,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                 rc = sd_errorf(err, SD_ERR_CONFIG,
                                "%s: key 'kv_type': expected \"f32\", \"f16\", \"q8_0\" or "
                                "\"q4_0\", found \"%s\"",
-                               path, shown(t, vshow, sizeof vshow));
+                               path, sd_one_line(t, vshow, sizeof vshow));
         } else if (!strcmp(key, "device") || !strcmp(key, "device_draft")) {
             rc = get_str(path, key, v, err);
             if (rc) break;
@@ -149,7 +130,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
             else
                 rc = sd_errorf(err, SD_ERR_CONFIG,
                                "%s: key '%s': expected \"cpu\" or \"cuda\", found \"%s\"", path,
-                               key, shown(t, vshow, sizeof vshow));
+                               key, sd_one_line(t, vshow, sizeof vshow));
         } else if (!strcmp(key, "tensor_split")) {
             rc = get_int(path, key, v, 0, 64, &i, err);
             cfg->tensor_split = (int32_t)i;
@@ -209,7 +190,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                 rc = sd_errorf(err, SD_ERR_CONFIG,
                                "%s: key 'draft_type': expected " SD_DRAFT_TYPE_NAMES
                                ", found \"%s\"",
-                               path, shown(json_string_value(v), vshow, sizeof vshow));
+                               path, sd_one_line(json_string_value(v), vshow, sizeof vshow));
             cfg->has_draft_type = 1;
         } else if (!strcmp(key, "draft_policy")) {
             rc = get_str(path, key, v, err);
@@ -218,7 +199,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                 rc = sd_errorf(err, SD_ERR_CONFIG,
                                "%s: key 'draft_policy': expected \"fixed\" or \"adaptive\", "
                                "found \"%s\"",
-                               path, shown(json_string_value(v), vshow, sizeof vshow));
+                               path, sd_one_line(json_string_value(v), vshow, sizeof vshow));
             cfg->has_draft_policy = 1;
         } else if (!strcmp(key, "draft_p_min")) {
             rc = get_num(path, key, v, 0.0, 1.0, &cfg->draft_p_min, err);
@@ -285,7 +266,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                            "tensor_split, chat, spec_sampling, min_p, repeat_penalty, "
                            "presence_penalty, frequency_penalty, repeat_last_n, draft_head, "
                            "draft_head_n)",
-                           path, shown(key, vshow, sizeof vshow));
+                           path, sd_one_line(key, vshow, sizeof vshow));
         }
         if (rc) break;
     }

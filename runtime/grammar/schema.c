@@ -95,15 +95,7 @@ static int fail(conv *c, const char *fmt, ...) {
     /* One line: a control byte of a key or value (and of the path) shown as \xNN. */
     char line[sizeof msg + sizeof c->path + 16], shown[4 * sizeof line];
     snprintf(line, sizeof line, "%s: %s", c->path, msg);
-    size_t m = 0;
-    for (const unsigned char *q = (const unsigned char *)line; *q && m + 5 < sizeof shown; q++) {
-        if (*q < 0x20 || *q == 0x7f)
-            m += (size_t)snprintf(shown + m, sizeof shown - m, "\\x%02X", *q);
-        else
-            shown[m++] = (char)*q;
-    }
-    shown[m] = '\0';
-    return sd_errorf(c->err, SD_ERR_ARG, "json_schema: %s", shown);
+    return sd_errorf(c->err, SD_ERR_ARG, "json_schema: %s", sd_one_line(line, shown, sizeof shown));
 }
 
 static int oom(conv *c) {
@@ -1684,17 +1676,8 @@ int sd_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf, sd_error
     json_t *root = json_loadb(schema, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
     if (!root) { /* jansson quotes the input near the error: control bytes shown as \xNN */
         char text[4 * sizeof je.text];
-        size_t m = 0;
-        for (const unsigned char *q = (const unsigned char *)je.text; *q && m + 5 < sizeof text;
-             q++) {
-            if (*q < 0x20 || *q == 0x7f)
-                m += (size_t)snprintf(text + m, sizeof text - m, "\\x%02X", *q);
-            else
-                text[m++] = (char)*q;
-        }
-        text[m] = '\0';
         return sd_errorf(err, SD_ERR_ARG, "json_schema: not valid JSON (line %d, column %d: %s)",
-                         je.line, je.column, text);
+                         je.line, je.column, sd_one_line(je.text, text, sizeof text));
     }
     conv c = {0};
     c.root = root;
