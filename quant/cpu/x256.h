@@ -115,7 +115,11 @@ SD_T SD_INL v8i pair16(v8i a, v8i b) {
 }
 
 /* sd_prefetch_at(mp, bytes, SD_PF_BYTES_256) unrolled: bytes is a constant of the type
- * (64..3328), so the loop becomes one prefetch per line, no counter. */
+ * (64..3328), so the loop becomes one prefetch per line, no counter. Not in the Q2_K /
+ * Q3_K / Q6_K tile: there it made one token of a 32768 x 2048 Q6_K matrix (from memory,
+ * 1 thread, Zen 5, SD_KERNELS=avx2 and avxvnni) take 3.3-3.7 ms against 1.9-2.1 with the
+ * plain loop (scripts/width_bench.c, interleaved, load ~2.4), and the real pair's decode
+ * about 20% longer. */
 SD_T SD_INL void pf256(const uint8_t *mp, const size_t bytes) {
     _Pragma("GCC unroll 64") for (size_t o = 0; o < bytes; o += 64)
         __builtin_prefetch(mp + SD_PF_BYTES_256 + o, 0, 2);
@@ -746,7 +750,7 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
             acc[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp0 = gp + (size_t)i * main;
-        pf256(mp0, main);
+        sd_prefetch_at(mp0, main, SD_PF_BYTES_256); /* not pf256: see its comment */
         for (int h = 0; h < nh; h++) {
             const uint8_t *mp = mp0 + 32 * h;
             for (int t = 0; t < nt; t++)
