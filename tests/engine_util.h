@@ -1,0 +1,144 @@
+/*
+ * tests/engine_util.h: the engine scaffolding the end-to-end tests share (test_grammar.c,
+ * test_logprobs.c, test_face.c, the suffix, batcher and golden tests): an engine or a
+ * public-face context on a pair with a few settings, a prompt's tokens, one generation
+ * with a given draft type and K, and driving a batcher until it is idle.
+ *
+ * Included once by each test file, after testutil.h and criterion.h. Every helper fails
+ * the test on an error (the error's message in the report) and is static inline, so a file
+ * that uses a few builds without unused-function warnings.
+ */
+#ifndef SD_TESTS_ENGINE_UTIL_H
+#define SD_TESTS_ENGINE_UTIL_H
+
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "include/specdec.h"
+#include "runtime/engine/sd_engine.h"
+#include "testutil.h"
+
+/* The shipped TinyStories pair. */
+#define EU_TINY_TARGET SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
+#define EU_TINY_DRAFT  SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
+
+/* How many steps a batcher may take before a test says it does not finish. */
+#define EU_MAX_STEPS 100000
+
+/* The engine parameters of target + draft (NULL: target alone) with n_ctx positions (0:
+ * the target's) and n_threads threads; the rest sd_engine_default_params's. */
+static inline sd_engine_params eu_engine_params(const char *target, const char *draft,
+                                                int32_t n_ctx, int32_t n_threads) {
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = target;
+    ep.draft = draft;
+    ep.n_ctx = n_ctx;
+    ep.n_threads = n_threads;
+    return ep;
+}
+
+/* An engine made with ep. */
+static inline sd_engine *eu_engine_open(const sd_engine_params *ep) {
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(ep, &e, &err), SD_OK, "%s", err.msg);
+    return e;
+}
+
+/* An engine on target + draft (see eu_engine_params); models_only: no single-sequence
+ * sessions (a batcher's engine). */
+static inline sd_engine *eu_engine(const char *target, const char *draft, int32_t n_ctx,
+                                   int32_t n_threads, int models_only) {
+    sd_engine_params ep = eu_engine_params(target, draft, n_ctx, n_threads);
+    ep.models_only = models_only;
+    return eu_engine_open(&ep);
+}
+
+/* Skips the test unless the shipped TinyStories pair is there. */
+static inline void eu_need_tiny(void) {
+    tu_need_path(EU_TINY_TARGET, "the shipped TinyStories target");
+    tu_need_path(EU_TINY_DRAFT, "the shipped TinyStories draft");
+}
+
+/* The shipped TinyStories pair, 256 positions, one thread (skipped without the files). */
+static inline sd_engine *eu_tiny_engine(int models_only) {
+    eu_need_tiny();
+    return eu_engine(EU_TINY_TARGET, EU_TINY_DRAFT, 256, 1, models_only);
+}
+
+/* A public-face context on target + draft (NULL: target alone). */
+static inline sd_context *eu_context(const char *target, const char *draft, int32_t n_ctx,
+                                     int32_t n_threads) {
+    sd_context_params p = sd_context_default_params();
+    p.target = target;
+    p.draft = draft;
+    p.n_ctx = n_ctx;
+    p.n_threads = n_threads;
+    sd_context *ctx = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_context_init(&p, &ctx, &err), SD_OK, "%s", err.msg);
+    cr_assert_not_null(ctx);
+    return ctx;
+}
+
+/* The tokens of text in e's vocabulary (*ids malloc'd: the caller frees it); the count. */
+static inline int32_t eu_prompt(sd_engine *e, const char *text, int32_t **ids) {
+    sd_prompt_spec ps;
+    memset(&ps, 0, sizeof ps);
+    ps.text = text;
+    ps.len = strlen(text);
+    int32_t n = 0;
+    sd_error err = {0};
+    cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, ids, &n, &err), SD_OK, "%s", err.msg);
+    return n;
+}
+
+/* sd_engine_generate of base with draft type t, policy pol and K k (0 when t is
+ * SD_DRAFT_NONE); out holds base->n_predict tokens. Returns the tokens emitted. */
+static inline int32_t eu_generate(sd_engine *e, const sd_gen_params *base, sd_draft_type t,
+                                  sd_k_policy pol, int32_t k, const int32_t *prompt,
+                                  int32_t n_prompt, int32_t *out, sd_gen_stats *st) {
+    sd_gen_params gp = *base;
+    gp.draft_type = t;
+    gp.k_policy = pol;
+    gp.n_draft = t == SD_DRAFT_NONE ? 0 : k;
+    sd_error err = {0};
+    cr_assert_eq(
+        sd_engine_generate(e, &gp, prompt, n_prompt, NULL, NULL, out, gp.n_predict, st, &err),
+        SD_OK, "%s", err.msg);
+    return st->n_generated;
+}
+
+/* Submits one request of one choice: prompt, gen, and the callback cb(user). */
+static inline void eu_submit(sd_batcher *b, const int32_t *prompt, int32_t n_prompt,
+                             const sd_gen_params *gen, sd_req_cb cb, void *user) {
+    sd_request r;
+    memset(&r, 0, sizeof r);
+    r.prompt = prompt;
+    r.n_prompt = n_prompt;
+    r.gen = *gen;
+    r.n_choices = 1;
+    r.cb = cb;
+    r.user = user;
+    sd_error err = {0};
+    cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
+}
+
+/* Step number `guard` of b: fails the test past EU_MAX_STEPS steps; with check, b's
+ * accounting is checked after the step (sd_batcher_check). */
+static inline void eu_step(sd_batcher *b, int guard, int check) {
+    cr_assert_lt(guard, EU_MAX_STEPS, "the batcher does not finish");
+    sd_error err = {0};
+    cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s", err.msg);
+    if (check) cr_assert_eq(sd_batcher_check(b, &err), SD_OK, "%s", err.msg);
+}
+
+/* Steps b until nothing is running or queued (see eu_step). */
+static inline void eu_drain(sd_batcher *b, int check) {
+    for (int guard = 0; sd_batcher_busy(b); guard++)
+        eu_step(b, guard, check);
+}
+
+#endif
