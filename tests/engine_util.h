@@ -141,4 +141,75 @@ static inline void eu_drain(sd_batcher *b, int check) {
         eu_step(b, guard, check);
 }
 
+/* What a request's callback collected (eu_collect): its tokens (the first EU_OUT_MAX), and
+ * at the done event its stop reason and statistics. */
+#define EU_OUT_MAX 512
+typedef struct eu_out {
+    int32_t toks[EU_OUT_MAX];
+    int32_t n;
+    int done;
+    sd_stop_reason stop;
+    sd_gen_stats st;
+} eu_out;
+
+/* The sd_req_cb of a one-choice request whose user is an eu_out. */
+static inline int eu_collect(void *user, const sd_req_event *ev) {
+    eu_out *o = user;
+    for (int32_t i = 0; i < ev->n_tokens && o->n < EU_OUT_MAX; i++)
+        o->toks[o->n++] = ev->tokens[i];
+    if (ev->done) {
+        o->done = 1;
+        o->stop = ev->stop;
+        o->st = *ev->stats;
+    }
+    return 0;
+}
+
+/* Generate against the batcher: each of the n_prompts prompts (rows of n_prompt ids)
+ * through ref's sd_engine_generate with gp alone (no draft), then n_rounds times all of
+ * them at once through b as requests of gp with draft type t and K k (fixed): every
+ * request's output must be its prompt's target-alone output. drafted[round] and
+ * accepted[round] (either NULL: not wanted) sum the round's statistics. */
+static inline void eu_batcher_equals_generate(sd_engine *ref, sd_batcher *b,
+                                              const sd_gen_params *gp, const int32_t *prompts,
+                                              int n_prompts, int32_t n_prompt, sd_draft_type t,
+                                              int32_t k, int n_rounds, int64_t *drafted,
+                                              int64_t *accepted) {
+    cr_assert_leq(gp->n_predict, EU_OUT_MAX);
+    int32_t *want = malloc((size_t)n_prompts * (size_t)gp->n_predict * sizeof *want);
+    int32_t *n_want = malloc((size_t)n_prompts * sizeof *n_want);
+    eu_out *outs = malloc((size_t)n_prompts * sizeof *outs);
+    cr_assert(want && n_want && outs);
+    for (int p = 0; p < n_prompts; p++) {
+        sd_gen_stats st;
+        n_want[p] = eu_generate(ref, gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts + p * n_prompt,
+                                n_prompt, want + (size_t)p * (size_t)gp->n_predict, &st);
+    }
+    sd_gen_params rg = *gp;
+    rg.n_draft = k;
+    rg.draft_type = t;
+    rg.k_policy = SD_K_FIXED;
+    for (int round = 0; round < n_rounds; round++) {
+        memset(outs, 0, (size_t)n_prompts * sizeof *outs);
+        for (int p = 0; p < n_prompts; p++)
+            eu_submit(b, prompts + p * n_prompt, n_prompt, &rg, eu_collect, &outs[p]);
+        eu_drain(b, 0);
+        if (drafted) drafted[round] = 0;
+        if (accepted) accepted[round] = 0;
+        for (int p = 0; p < n_prompts; p++) {
+            cr_assert(outs[p].done);
+            cr_assert_eq(outs[p].n, n_want[p], "round %d request %d: %d tokens, alone %d", round, p,
+                         outs[p].n, n_want[p]);
+            cr_assert(memcmp(outs[p].toks, want + (size_t)p * (size_t)gp->n_predict,
+                             (size_t)outs[p].n * sizeof(int32_t)) == 0,
+                      "round %d request %d differs from target alone", round, p);
+            if (drafted) drafted[round] += outs[p].st.n_drafted;
+            if (accepted) accepted[round] += outs[p].st.n_accepted;
+        }
+    }
+    free(outs);
+    free(n_want);
+    free(want);
+}
+
 #endif
