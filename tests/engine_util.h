@@ -13,6 +13,7 @@
 
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,6 +211,42 @@ static inline void eu_batcher_equals_generate(sd_engine *ref, sd_batcher *b,
     free(outs);
     free(n_want);
     free(want);
+}
+
+/* The value of "key": N in a JSON text, or -1. */
+static inline long eu_json_long(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(json, pat);
+    return at ? strtol(at + strlen(pat), NULL, 10) : -1;
+}
+
+/* `specdec generate --json` of the prompt t5t9t13t5t9t13t5t9, 48 tokens, greedy, K k
+ * fixed, one thread, once per entry of runs: its flags after -m target, or "CONFIG": the
+ * configuration file cfg in place of -m target. outs[i]: the output of runs[i] (malloc'd);
+ * every run must give the "tokens" of the first. */
+static inline void eu_cli_same_tokens(const char *target, const char *cfg, int k,
+                                      const char *const *runs, int n_runs, char **outs) {
+    char cmd[8192];
+    for (int i = 0; i < n_runs; i++) {
+        if (strcmp(runs[i], "CONFIG") != 0)
+            snprintf(cmd, sizeof cmd,
+                     "%s generate -m %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n 48 "
+                     "--temp 0 -k %d --draft-policy fixed --json %s",
+                     SD_BINARY, target, k, runs[i]);
+        else
+            snprintf(cmd, sizeof cmd,
+                     "%s generate --config %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n "
+                     "48 --temp 0 -k %d --draft-policy fixed --json",
+                     SD_BINARY, cfg, k);
+        char *e = NULL;
+        cr_assert_eq(tu_run(cmd, &outs[i], &e), 0, "%s: %s", runs[i], e);
+        free(e);
+        const char *a = strstr(outs[i], "\"tokens\":["), *a0 = strstr(outs[0], "\"tokens\":[");
+        cr_assert(a && a0);
+        cr_assert_eq(strncmp(a, a0, (size_t)(strchr(a0, ']') - a0)), 0,
+                     "%s: tokens differ from target alone", runs[i]);
+    }
 }
 
 #endif

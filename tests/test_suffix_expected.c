@@ -346,14 +346,6 @@ Test(suffix_expected, batcher_with_the_cache_equals_target_alone) {
     sd_engine_free(ref);
 }
 
-/* The value of "key": N in a JSON text, or -1. */
-static long json_long(const char *json, const char *key) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *at = strstr(json, pat);
-    return at ? strtol(at + strlen(pat), NULL, 10) : -1;
-}
-
 /* generate --suffix-cost C: the expected rule, the target-alone tokens; a cost no draft can
  * repay (16 passes a drafted token) drafts nothing, by flag and by the config key
  * suffix_cost; bad values are one-line errors naming the flag or key. */
@@ -368,28 +360,10 @@ Test(suffix_expected, cli_flag_and_key) {
              "{\"target\": \"%s\", \"draft_type\": \"suffix\", \"suffix_cost\": 16}", t);
     cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
     char *outs[4];
-    for (int i = 0; i < 4; i++) {
-        if (i < 3)
-            snprintf(cmd, sizeof cmd,
-                     "%s generate -m %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n 48 "
-                     "--temp 0 -k 8 --draft-policy fixed --json %s",
-                     SD_BINARY, t, runs[i]);
-        else
-            snprintf(cmd, sizeof cmd,
-                     "%s generate --config %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n "
-                     "48 --temp 0 -k 8 --draft-policy fixed --json",
-                     SD_BINARY, cfg);
-        char *e = NULL;
-        cr_assert_eq(tu_run(cmd, &outs[i], &e), 0, "%s: %s", runs[i], e);
-        free(e);
-        const char *a = strstr(outs[i], "\"tokens\":["), *a0 = strstr(outs[0], "\"tokens\":[");
-        cr_assert(a && a0);
-        cr_assert_eq(strncmp(a, a0, (size_t)(strchr(a0, ']') - a0)), 0,
-                     "%s: tokens differ from target alone", runs[i]);
-    }
-    cr_assert_gt(json_long(outs[1], "n_drafted"), 0, "--suffix-cost 0.01 drafted nothing");
-    cr_assert_eq(json_long(outs[2], "n_drafted"), 0, "--suffix-cost 16 was not applied");
-    cr_assert_eq(json_long(outs[3], "n_drafted"), 0, "the key suffix_cost was not applied");
+    eu_cli_same_tokens(t, cfg, 8, runs, 4, outs);
+    cr_assert_gt(eu_json_long(outs[1], "n_drafted"), 0, "--suffix-cost 0.01 drafted nothing");
+    cr_assert_eq(eu_json_long(outs[2], "n_drafted"), 0, "--suffix-cost 16 was not applied");
+    cr_assert_eq(eu_json_long(outs[3], "n_drafted"), 0, "the key suffix_cost was not applied");
     for (int i = 0; i < 4; i++)
         free(outs[i]);
     const char *bad[] = {"--suffix-cost 0", "--suffix-cost 17", "--suffix-cost x"};

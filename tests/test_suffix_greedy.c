@@ -189,14 +189,6 @@ Test(suffix_greedy, gumbel_same_seed_equals_target_alone) {
     sd_engine_free(e);
 }
 
-/* The value of "key": N in a JSON text, or -1. */
-static long json_long(const char *json, const char *key) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *at = strstr(json, pat);
-    return at ? strtol(at + strlen(pat), NULL, 10) : -1;
-}
-
 /* generate --draft-type suffix: the greedy tokens of --draft-type none; --suffix-factor
  * and the config key suffix_factor take effect (a factor too small to draft a token for
  * any match drafts nothing); bad values (and serve's --suffix-cache-mb) are one-line
@@ -214,31 +206,13 @@ Test(suffix_greedy, cli_flags_and_keys) {
              t);
     cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
     char *outs[4];
-    for (int i = 0; i < 4; i++) {
-        if (i < 3)
-            snprintf(cmd, sizeof cmd,
-                     "%s generate -m %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n 48 "
-                     "--temp 0 -k 4 --draft-policy fixed --json %s",
-                     SD_BINARY, t, runs[i]);
-        else
-            snprintf(cmd, sizeof cmd,
-                     "%s generate --config %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n "
-                     "48 --temp 0 -k 4 --draft-policy fixed --json",
-                     SD_BINARY, cfg);
-        char *e = NULL;
-        cr_assert_eq(tu_run(cmd, &outs[i], &e), 0, "%s: %s", runs[i], e);
-        free(e);
-        const char *a = strstr(outs[i], "\"tokens\":["), *a0 = strstr(outs[0], "\"tokens\":[");
-        cr_assert(a && a0);
-        cr_assert_eq(strncmp(a, a0, (size_t)(strchr(a0, ']') - a0)), 0,
-                     "%s: tokens differ from target alone", runs[i]);
-    }
+    eu_cli_same_tokens(t, cfg, 4, runs, 4, outs);
     cr_assert(strstr(outs[1], "\"draft_type\":\"suffix\"") ||
                   strstr(outs[1], "\"draft_type\": \"suffix\""),
               "%s", outs[1]);
-    cr_assert_gt(json_long(outs[1], "n_drafted"), 0, "suffix drafted nothing");
-    cr_assert_eq(json_long(outs[2], "n_drafted"), 0, "--suffix-factor was not applied");
-    cr_assert_eq(json_long(outs[3], "n_drafted"), 0, "the key suffix_factor was not applied");
+    cr_assert_gt(eu_json_long(outs[1], "n_drafted"), 0, "suffix drafted nothing");
+    cr_assert_eq(eu_json_long(outs[2], "n_drafted"), 0, "--suffix-factor was not applied");
+    cr_assert_eq(eu_json_long(outs[3], "n_drafted"), 0, "the key suffix_factor was not applied");
     for (int i = 0; i < 4; i++)
         free(outs[i]);
     const char *bad[][2] = {{"--suffix-factor 0", "--suffix-factor"},
