@@ -19,14 +19,9 @@ static void quiet(enum ggml_log_level level, const char *text, void *user) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: llamacpp_logits MODEL.gguf IDS.txt [N_BATCH]\n");
-        return 1;
-    }
-    int n_batch = argc > 3 ? atoi(argv[3]) : 250;
-    if (n_batch < 1) n_batch = 250;
+    int32_t n_batch = 0;
     size_t n_ids = 0;
-    int32_t *ids = top1_read_ids("llamacpp_logits", argv[2], &n_ids);
+    int32_t *ids = top1_args("llamacpp_logits", argc, argv, &n_batch, &n_ids);
     if (!ids) return 1;
     const int n = (int)n_ids;
     llama_log_set(quiet, NULL);

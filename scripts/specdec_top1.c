@@ -14,14 +14,9 @@
 #include "top1_util.h"
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: specdec_top1 MODEL.gguf IDS.txt [N_BATCH]\n");
-        return 1;
-    }
-    int32_t n_batch = argc > 3 ? atoi(argv[3]) : 250;
-    if (n_batch < 1) n_batch = 250;
+    int32_t n_batch = 0;
     size_t n = 0;
-    int32_t *ids = top1_read_ids("specdec_top1", argv[2], &n);
+    int32_t *ids = top1_args("specdec_top1", argc, argv, &n_batch, &n);
     if (!ids) return 1;
     sd_error err = {0};
     sd_model *m = NULL;

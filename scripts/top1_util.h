@@ -62,4 +62,18 @@ static void top1_top2(const float *row, int32_t n_vocab, int32_t *t1, int32_t *t
     *t2 = b;
 }
 
+/* The command line of both programs, "PROG MODEL.gguf IDS.txt [N_BATCH]": the ids of
+ * argv[2] (as top1_read_ids; *n_out their count) and *n_batch (default 250, also for a
+ * value below 1), or NULL with a line on stderr (the usage when arguments are missing). */
+static int32_t *top1_args(const char *prog, int argc, char **argv, int32_t *n_batch,
+                          size_t *n_out) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s MODEL.gguf IDS.txt [N_BATCH]\n", prog);
+        return NULL;
+    }
+    *n_batch = argc > 3 ? atoi(argv[3]) : 250;
+    if (*n_batch < 1) *n_batch = 250;
+    return top1_read_ids(prog, argv[2], n_out);
+}
+
 #endif
