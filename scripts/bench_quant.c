@@ -25,12 +25,7 @@
 #include "quant/cpu/kernels.h"
 #include "quant/pack_impl.h"
 #include "quant/sd_quant.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 static uint64_t g_s = 1;
 static uint64_t rn(void) {
@@ -73,20 +68,9 @@ int main(int argc, char **argv) {
     }
     float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
     int64_t toks[32];
-    int n_toks = 0, max_tok = 1;
-    {
-        char tl[256];
-        snprintf(tl, sizeof tl, "%s", toks_arg);
-        for (char *t = strtok(tl, ","); t && n_toks < 32; t = strtok(NULL, ",")) {
-            toks[n_toks] = atoll(t);
-            if (toks[n_toks] < 1 || toks[n_toks] > 512) {
-                fprintf(stderr, "--toks: %s out of range 1..512\n", t);
-                return 2;
-            }
-            if (toks[n_toks] > max_tok) max_tok = (int)toks[n_toks];
-            n_toks++;
-        }
-    }
+    int max_tok = 1;
+    const int n_toks = bench_parse_toks(toks_arg, toks, 32, 512, &max_tok);
+    if (n_toks < 0) return 2;
     float *x = malloc(sizeof(float) * (size_t)(max_tok * cols));
     const int64_t ldy = rows + pad; /* y [n_tok, ldy], as the backend's y [n_tok, rows] */
     float *y = malloc(sizeof(float) * (size_t)(max_tok * ldy));
@@ -148,12 +132,12 @@ int main(int argc, char **argv) {
                     for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up */
                         const int c =
                             mode && rep >= 0 ? (rep + 1) % copies : 0; /* never the warm copy */
-                        const double t0 = now_s();
+                        const double t0 = bench_now_s();
                         if (pk)
                             pk(wp[c], rows, cols, xq, nt, y, ldy, 0, (rows + 15) / 16);
                         else
                             k(w[c], rb, cols, xq, nt, y, ldy, 0, rows);
-                        const double dt = now_s() - t0;
+                        const double dt = bench_now_s() - t0;
                         if (rep >= 0 && dt < best) best = dt;
                         if (rep >= 0) total += dt;
                     }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "llama.h"
+#include "top1_util.h"
 
 static void quiet(enum ggml_log_level level, const char *text, void *user) {
     (void)user;
@@ -18,38 +19,11 @@ static void quiet(enum ggml_log_level level, const char *text, void *user) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: llamacpp_logits MODEL.gguf IDS.txt [N_BATCH]\n");
-        return 1;
-    }
-    int n_batch = argc > 3 ? atoi(argv[3]) : 250;
-    if (n_batch < 1) n_batch = 250;
-    FILE *f = fopen(argv[2], "r");
-    if (!f) {
-        perror(argv[2]);
-        return 1;
-    }
-    int cap = 4096, n = 0;
-    llama_token *ids = malloc(sizeof *ids * (size_t)cap);
-    int v;
-    while (ids && fscanf(f, "%d", &v) == 1) {
-        if (n == cap) {
-            cap *= 2;
-            llama_token *t = realloc(ids, sizeof *ids * (size_t)cap);
-            if (!t) {
-                free(ids);
-                ids = NULL;
-                break;
-            }
-            ids = t;
-        }
-        ids[n++] = v;
-    }
-    fclose(f);
-    if (!ids || n == 0) {
-        fprintf(stderr, "llamacpp_logits: no ids in %s\n", argv[2]);
-        return 1;
-    }
+    int32_t n_batch = 0;
+    size_t n_ids = 0;
+    int32_t *ids = top1_args("llamacpp_logits", argc, argv, &n_batch, &n_ids);
+    if (!ids) return 1;
+    const int n = (int)n_ids;
     llama_log_set(quiet, NULL);
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
@@ -91,15 +65,8 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "llamacpp_logits: no logits at position %d\n", i + j);
                 return 1;
             }
-            int t1 = 0, t2 = -1;
-            for (int k = 1; k < n_vocab; k++) {
-                if (row[k] > row[t1]) {
-                    t2 = t1;
-                    t1 = k;
-                } else if (t2 < 0 || row[k] > row[t2]) {
-                    t2 = k;
-                }
-            }
+            int32_t t1, t2;
+            top1_top2(row, n_vocab, &t1, &t2);
             printf("%d %d %d %.6f\n", i + j, t1, t2, (double)(row[t1] - row[t2]));
         }
     }

@@ -11,40 +11,13 @@
 #include <stdlib.h>
 
 #include "runtime/model/sd_model.h"
+#include "top1_util.h"
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: specdec_top1 MODEL.gguf IDS.txt [N_BATCH]\n");
-        return 1;
-    }
-    int32_t n_batch = argc > 3 ? atoi(argv[3]) : 250;
-    if (n_batch < 1) n_batch = 250;
-    FILE *f = fopen(argv[2], "r");
-    if (!f) {
-        perror(argv[2]);
-        return 1;
-    }
-    size_t cap = 4096, n = 0;
-    int32_t *ids = malloc(sizeof *ids * cap);
-    int v;
-    while (ids && fscanf(f, "%d", &v) == 1) {
-        if (n == cap) {
-            cap *= 2;
-            int32_t *t = realloc(ids, sizeof *ids * cap);
-            if (!t) {
-                free(ids);
-                ids = NULL;
-                break;
-            }
-            ids = t;
-        }
-        ids[n++] = v;
-    }
-    fclose(f);
-    if (!ids || n == 0 || n > 1000000) {
-        fprintf(stderr, "specdec_top1: no ids (or too many) in %s\n", argv[2]);
-        return 1;
-    }
+    int32_t n_batch = 0;
+    size_t n = 0;
+    int32_t *ids = top1_args("specdec_top1", argc, argv, &n_batch, &n);
+    if (!ids) return 1;
     sd_error err = {0};
     sd_model *m = NULL;
     if (sd_model_load(argv[1], &m, &err) != 0) {
@@ -70,15 +43,8 @@ int main(int argc, char **argv) {
         }
         for (int32_t j = 0; j < k; j++) {
             const float *row = logits + (size_t)j * (size_t)n_vocab;
-            int32_t t1 = 0, t2 = -1;
-            for (int32_t c = 1; c < n_vocab; c++) {
-                if (row[c] > row[t1]) {
-                    t2 = t1;
-                    t1 = c;
-                } else if (t2 < 0 || row[c] > row[t2]) {
-                    t2 = c;
-                }
-            }
+            int32_t t1, t2;
+            top1_top2(row, n_vocab, &t1, &t2);
             printf("%zu %d %d %.6f\n", i + (size_t)j, t1, t2, (double)(row[t1] - row[t2]));
         }
     }

@@ -19,12 +19,7 @@
 #include "quant/cpu/kernels.h"
 #include "quant/pack_impl.h"
 #include "quant/sd_quant.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv) {
     int64_t rows = 2048, cols = 2048;
@@ -50,15 +45,9 @@ int main(int argc, char **argv) {
         }
     }
     int64_t toks[32];
-    int n_toks = 0, max_tok = 1;
-    char tl[256];
-    snprintf(tl, sizeof tl, "%s", toks_arg);
-    for (char *t = strtok(tl, ","); t && n_toks < 32; t = strtok(NULL, ",")) {
-        toks[n_toks] = atoll(t);
-        if (toks[n_toks] < 1 || toks[n_toks] > 32) return 2;
-        if (toks[n_toks] > max_tok) max_tok = (int)toks[n_toks];
-        n_toks++;
-    }
+    int max_tok = 1;
+    const int n_toks = bench_parse_toks(toks_arg, toks, 32, 32, &max_tok);
+    if (n_toks < 0) return 2;
     float *wf = malloc(sizeof(float) * (size_t)(rows * cols));
     float *x = malloc(sizeof(float) * (size_t)(max_tok * cols));
     float *y = malloc(sizeof(float) * (size_t)(max_tok * rows));
@@ -104,9 +93,9 @@ int main(int argc, char **argv) {
             }
             for (int r = -1; r < reps; r++)
                 for (int k = 0; k < n_toks; k++) {
-                    const double t0 = now_s();
+                    const double t0 = bench_now_s();
                     pk(wp, rows, cols, xq[k], toks[k], y, rows, 0, (rows + 15) / 16);
-                    const double dt = now_s() - t0;
+                    const double dt = bench_now_s() - t0;
                     if (r >= 0 && dt < best[k]) best[k] = dt;
                 }
             printf("%-5s %-8s ms (k(n)):", tn, sn);

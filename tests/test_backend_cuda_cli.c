@@ -22,19 +22,9 @@
 #include "runtime/backend/sd_backend.h"
 #include "runtime/model/sd_model.h"
 #include "testutil.h"
+#include "pair_fixture.h"
 
-static char g_dir[1024];
-static char g_t[2048], g_d[2048];
-
-static void setup(void) {
-    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
-    cr_assert_eq(tu_make_test_pair(g_dir, g_t, sizeof g_t, g_d, sizeof g_d), 0);
-}
-static void teardown(void) {
-    tu_rmdir(g_dir);
-}
-
-TestSuite(device_cli, .init = setup, .fini = teardown, .timeout = 300);
+TestSuite(device_cli, .init = pair_setup, .fini = pair_teardown, .timeout = 300);
 
 /* The program under test: SD_BINARY, or $SD_TEST_SPECDEC (scripts/gpu_check.sh runs these
  * tests from a carried folder, where the build's path does not exist). */

@@ -18,6 +18,7 @@
 #include "runtime/engine/sd_engine.h"
 #include "runtime/model/sd_model.h"
 #include "testutil.h"
+#include "engine_util.h"
 
 static char g_dir[1024], g_t[1200], g_d[1200];
 
@@ -70,16 +71,10 @@ static int collect(void *user, const sd_req_event *ev) {
 }
 
 static sd_engine *engine(int with_draft) {
-    sd_engine_params ep = sd_engine_default_params();
-    ep.target = g_t;
-    ep.draft = with_draft ? g_d : NULL;
-    ep.n_threads = 2;
+    sd_engine_params ep = eu_engine_params(g_t, with_draft ? g_d : NULL, 0, 2);
     ep.kv_type = SD_TYPE_F16;
     ep.models_only = 1;
-    sd_engine *e = NULL;
-    sd_error err = {0};
-    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
-    return e;
+    return eu_engine_open(&ep);
 }
 
 static sd_batcher *batcher(sd_engine *e, int32_t n_parallel, int32_t n_blocks, int32_t n_batch) {
@@ -93,15 +88,6 @@ static sd_batcher *batcher(sd_engine *e, int32_t n_parallel, int32_t n_blocks, i
     sd_error err = {0};
     cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
     return b;
-}
-
-static void run_all(sd_batcher *b) {
-    sd_error err = {0};
-    for (int guard = 0; sd_batcher_busy(b); guard++) {
-        cr_assert_lt(guard, 100000, "the batcher does not finish");
-        cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s", err.msg);
-        cr_assert_eq(sd_batcher_check(b, &err), SD_OK, "%s", err.msg);
-    }
 }
 
 static void expect_all_blocks_back(sd_batcher *b) {
@@ -203,7 +189,7 @@ Test(batcher, greedy_concurrent_equals_target_alone) {
             if (p % 2) r.gen.k_policy = SD_K_ADAPTIVE; /* the batch's K: the same tokens */
             cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
         }
-        run_all(b);
+        eu_drain(b, 1);
         int64_t n_drafted = 0;
         for (int p = 0; p < NREQ; p++) {
             const out *o = &jobs[p].ch[0];
@@ -248,7 +234,7 @@ Test(batcher, sampled_output_is_batch_invariant) {
                                1000 + (uint64_t)p, &alone[p]);
         if (p % 2 == 0) r.gen.samp.spec = SD_SPEC_REJECTION; /* q rows, fixed K */
         cr_assert_eq(sd_batcher_submit(b1, &r, NULL, &err), SD_OK, "%s", err.msg);
-        run_all(b1); /* one at a time */
+        eu_drain(b1, 1); /* one at a time */
     }
     expect_all_blocks_back(b1);
     sd_batcher_free(b1);
@@ -264,7 +250,7 @@ Test(batcher, sampled_output_is_batch_invariant) {
             sd_batcher_step(b4, &err);
         }
     }
-    run_all(b4);
+    eu_drain(b4, 1);
     int differ_from_first = 0;
     for (int p = 0; p < NREQ; p++) {
         const out *a = &alone[p].ch[0], *t = &together[p].ch[0];
@@ -324,7 +310,7 @@ Test(batcher, gumbel_sampled_equals_generate_target_alone) {
         r.gen.k_policy = p % 2 ? SD_K_ADAPTIVE : SD_K_FIXED;
         cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
     }
-    run_all(b);
+    eu_drain(b, 1);
     int64_t drafted = 0;
     for (int p = 0; p < NREQ; p++) {
         const out *o = &jobs[p].ch[0];
@@ -355,11 +341,11 @@ Test(batcher, choices_share_the_prompt) {
     sd_request r = request(prompt, 30, 32, SD_DRAFT_LLM, 2, 0.8f, 77, &multi);
     r.n_choices = 3;
     cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
-    run_all(b);
+    eu_drain(b, 1);
     for (int i = 0; i < 3; i++) {
         sd_request s = request(prompt, 30, 32, SD_DRAFT_LLM, 2, 0.8f, 77 + (uint64_t)i, &single[i]);
         cr_assert_eq(sd_batcher_submit(b, &s, NULL, &err), SD_OK, "%s", err.msg);
-        run_all(b);
+        eu_drain(b, 1);
         const out *m = &multi.ch[i], *o = &single[i].ch[0];
         cr_assert(m->done && o->done);
         cr_assert_eq(m->n, o->n, "choice %d", i);
@@ -373,7 +359,7 @@ Test(batcher, choices_share_the_prompt) {
     r = request(prompt, 30, 32, SD_DRAFT_NGRAM_LLM, 3, 0.0f, 1, &g);
     r.n_choices = 2;
     cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
-    run_all(b);
+    eu_drain(b, 1);
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(g.ch[i].n, n_ref);
         cr_assert(memcmp(g.ch[i].toks, ref, (size_t)n_ref * sizeof(int32_t)) == 0);
@@ -416,7 +402,7 @@ Test(batcher, stop_strings) {
     r.n_stop = 2;
     sd_error err = {0};
     cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
-    run_all(b);
+    eu_drain(b, 1);
     const out *o = &j.ch[0];
     cr_assert(o->done);
     cr_expect_eq(o->stop, SD_STOP_STRING);
@@ -485,7 +471,7 @@ Test(batcher, admission_queue_and_cancel) {
     jc.ch[0].cancel_after = 3;
     sd_request rc = request(prompt, 40, 40, SD_DRAFT_NGRAM, 2, 0.0f, 1, &jc);
     cr_assert_eq(sd_batcher_submit(b, &rc, NULL, &err), SD_OK, "%s", err.msg);
-    run_all(b);
+    eu_drain(b, 1);
     cr_expect(jobs[1].ch[0].done && jobs[1].ch[0].stop != SD_STOP_CANCEL);
     cr_expect(jobs[2].ch[0].done && jobs[2].ch[0].stop != SD_STOP_CANCEL);
     cr_expect(jc.ch[0].done && jc.ch[0].stop == SD_STOP_CANCEL);

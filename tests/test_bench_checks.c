@@ -20,19 +20,9 @@
 
 #include "runtime/cli/bench.h"
 #include "testutil.h"
+#include "pair_fixture.h"
 
-static char g_dir[1024];
-static char g_t[2048], g_d[2048];
-
-static void setup(void) {
-    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
-    cr_assert_eq(tu_make_test_pair(g_dir, g_t, sizeof g_t, g_d, sizeof g_d), 0);
-}
-static void teardown(void) {
-    tu_rmdir(g_dir);
-}
-
-TestSuite(bench_checks, .init = setup, .fini = teardown, .timeout = 600);
+TestSuite(bench_checks, .init = pair_setup, .fini = pair_teardown, .timeout = 600);
 
 /* `bench ... --json PATH` fails before running: exit 1, empty stdout, one stderr line
  * naming `needle`. */

@@ -13,19 +13,9 @@
 #include "runtime/cli/cli.h"
 #include "runtime/engine/sd_engine.h"
 #include "testutil.h"
+#include "pair_fixture.h"
 
-static char g_dir[1024];
-static char g_t[2048], g_d[2048];
-
-static void setup(void) {
-    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
-    cr_assert_eq(tu_make_test_pair(g_dir, g_t, sizeof g_t, g_d, sizeof g_d), 0);
-}
-static void teardown(void) {
-    tu_rmdir(g_dir);
-}
-
-TestSuite(cli, .init = setup, .fini = teardown, .timeout = 300);
+TestSuite(cli, .init = pair_setup, .fini = pair_teardown, .timeout = 300);
 
 static void write_file(const char *path, const char *text) {
     cr_assert_eq(tu_write_file(path, text, strlen(text)), 0, "cannot write %s", path);

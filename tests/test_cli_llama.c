@@ -21,19 +21,9 @@
 #include "runtime/gguf/sd_gguf.h"
 #include "runtime/tokenizer/sd_vocab.h"
 #include "testutil.h"
+#include "pair_fixture.h"
 
-static char g_dir[1024];
-static char g_t[2048], g_d[2048];
-
-static void setup(void) {
-    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
-    cr_assert_eq(tu_make_test_pair(g_dir, g_t, sizeof g_t, g_d, sizeof g_d), 0);
-}
-static void teardown(void) {
-    tu_rmdir(g_dir);
-}
-
-TestSuite(cli_llama, .init = setup, .fini = teardown, .timeout = 600);
+TestSuite(cli_llama, .init = pair_setup, .fini = pair_teardown, .timeout = 600);
 
 /* Run `specdec ARGS`; returns the exit status; out/err malloc'd. */
 static int run(const char *args, char **out, char **err) {

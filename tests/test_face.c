@@ -21,24 +21,16 @@
 #include "include/specdec.h"
 #include "runtime/engine/sd_engine.h"
 #include "testutil.h"
+#include "engine_util.h"
 
-#define TINY_T SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
-#define TINY_D SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
+#define TINY_T EU_TINY_TARGET
+#define TINY_D EU_TINY_DRAFT
 #define MAXOUT 256
 
 TestSuite(face, .timeout = 600);
 
 static sd_context *open_ctx(const char *draft) {
-    sd_context_params p = sd_context_default_params();
-    p.target = TINY_T;
-    p.draft = draft;
-    p.n_ctx = 512;
-    p.n_threads = 2;
-    sd_context *ctx = NULL;
-    sd_error err = {0};
-    cr_assert_eq(sd_context_init(&p, &ctx, &err), SD_OK, "%s", err.msg);
-    cr_assert_not_null(ctx);
-    return ctx;
+    return eu_context(TINY_T, draft, 512, 2);
 }
 
 /* What the callbacks received. */
@@ -89,24 +81,16 @@ static int on_event(void *user, const sd_event *ev) {
 
 /* The target-alone greedy ids after the prompt, through the engine itself. */
 static int32_t reference_ids(const char *prompt, int32_t n_predict, int32_t *out) {
-    sd_engine_params ep = sd_engine_default_params();
-    ep.target = TINY_T;
-    ep.n_ctx = 512;
-    ep.n_threads = 2;
-    sd_engine *e = NULL;
-    sd_error err = {0};
-    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
-    int32_t *ids = NULL, n = 0;
-    sd_prompt_spec ps = {0};
-    ps.text = prompt;
-    ps.len = strlen(prompt);
-    cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &ids, &n, &err), SD_OK, "%s", err.msg);
+    sd_engine *e = eu_engine(TINY_T, NULL, 512, 2, 0);
+    int32_t *ids = NULL;
+    const int32_t n = eu_prompt(e, prompt, &ids);
     sd_gen_params gp = sd_gen_default_params();
     gp.n_predict = n_predict;
     gp.n_draft = 0;
     gp.draft_type = SD_DRAFT_NONE;
     gp.samp.temp = 0.0f;
     sd_gen_stats st;
+    sd_error err = {0};
     cr_assert_eq(sd_engine_generate(e, &gp, ids, n, NULL, NULL, out, n_predict, &st, &err), SD_OK,
                  "%s", err.msg);
     free(ids);

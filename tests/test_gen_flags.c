@@ -12,18 +12,9 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "pair_fixture.h"
 
-static char g_dir[1024], g_t[2048], g_d[2048];
-
-static void setup(void) {
-    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
-    cr_assert_eq(tu_make_test_pair(g_dir, g_t, sizeof g_t, g_d, sizeof g_d), 0);
-}
-static void teardown(void) {
-    tu_rmdir(g_dir);
-}
-
-TestSuite(gen_flags, .init = setup, .fini = teardown, .timeout = 300);
+TestSuite(gen_flags, .init = pair_setup, .fini = pair_teardown, .timeout = 300);
 
 /* The "tokens":[...] array of a JSON output (malloc'd), the part that must repeat. */
 static char *tokens_of(const char *json) {

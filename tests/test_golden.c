@@ -98,8 +98,8 @@ static sd_gen_params params_of(const gcase *c, int32_t n_predict) {
     return gp;
 }
 
-static void compare(const char *what, const int32_t *ga, int32_t na, const sd_gen_stats *a,
-                    const got *b) {
+/* The batcher finished and gave generate's na ids ga. */
+static void expect_same_ids(const char *what, const int32_t *ga, int32_t na, const got *b) {
     cr_assert(b->done, "%s: the batcher did not finish", what);
     int32_t diff = -1;
     for (int32_t i = 0; i < na && i < b->n && diff < 0; i++)
@@ -107,6 +107,11 @@ static void compare(const char *what, const int32_t *ga, int32_t na, const sd_ge
     cr_expect(diff < 0 && na == b->n,
               "%s: generate gave %d tokens, serve %d; first difference at %d", what, na, b->n,
               diff);
+}
+
+static void compare(const char *what, const int32_t *ga, int32_t na, const sd_gen_stats *a,
+                    const got *b) {
+    expect_same_ids(what, ga, na, b);
     cr_expect_eq(a->stop, b->stop, "%s: stop %s vs %s", what, sd_stop_reason_str(a->stop),
                  sd_stop_reason_str(b->stop));
     const sd_gen_stats *s = &b->st;
@@ -158,13 +163,7 @@ static void replay_k(const char *what, const char *client, sd_engine *e, const s
 
 static void compare_adaptive(const char *what, const int32_t *ga, int32_t na, const sd_gen_stats *a,
                              const got *b) {
-    cr_assert(b->done, "%s: the batcher did not finish", what);
-    int32_t diff = -1;
-    for (int32_t i = 0; i < na && i < b->n && diff < 0; i++)
-        if (ga[i] != b->toks[i]) diff = i;
-    cr_expect(diff < 0 && na == b->n,
-              "%s: generate gave %d tokens, serve %d; first difference at %d", what, na, b->n,
-              diff);
+    expect_same_ids(what, ga, na, b);
     cr_expect_eq(a->stop, b->stop, "%s: stop", what);
     cr_expect_eq(a->n_stop_tokens, b->st.n_stop_tokens, "%s: stop tokens", what);
 }

@@ -31,6 +31,7 @@
 #include "runtime/engine/sd_engine.h"
 #include "runtime/grammar/sd_grammar.h"
 #include "testutil.h"
+#include "engine_util.h"
 
 TestSuite(grammar, .timeout = 900);
 
@@ -611,8 +612,8 @@ Test(grammar, json_grammar_equals_jansson) {
 
 /* ---- exactness under speculation, on the shipped TinyStories pair ---- */
 
-#define TARGET SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
-#define DRAFT  SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
+#define TARGET EU_TINY_TARGET
+#define DRAFT  EU_TINY_DRAFT
 #define NPRED  96
 
 /* A grammar that ends (then only EOS may come) and a regular expression for it. */
@@ -623,32 +624,6 @@ static const char *const k_story =
     "cap  ::= [A-Z] [a-z]{0,11}\n";
 static const char *const k_story_re = "^ there was a [a-z]{1,12}( [a-z]{1,12}){3,14}\\."
                                       "( [A-Z][a-z]{0,11}( [a-z]{1,12}){2,10}\\.){0,2}$";
-
-static sd_engine *engine(int models_only) {
-    tu_need_path(TARGET, "the shipped TinyStories target");
-    tu_need_path(DRAFT, "the shipped TinyStories draft");
-    sd_engine_params ep = sd_engine_default_params();
-    ep.target = TARGET;
-    ep.draft = DRAFT;
-    ep.n_threads = 1;
-    ep.n_ctx = 256;
-    ep.models_only = models_only;
-    sd_engine *e = NULL;
-    sd_error err = {0};
-    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
-    return e;
-}
-
-static int32_t prompt(sd_engine *e, const char *text, int32_t **ids) {
-    sd_prompt_spec ps;
-    memset(&ps, 0, sizeof ps);
-    ps.text = text;
-    ps.len = strlen(text);
-    int32_t n = 0;
-    sd_error err = {0};
-    cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, ids, &n, &err), SD_OK, "%s", err.msg);
-    return n;
-}
 
 typedef struct run {
     int32_t toks[NPRED];
@@ -671,7 +646,7 @@ static sd_gen_params params(const char *grammar, sd_draft_type dt, float temp) {
 
 static void gen(sd_engine *e, const char *grammar, sd_draft_type dt, float temp, run *r) {
     int32_t *ids = NULL;
-    const int32_t n_ids = prompt(e, "Once upon a time", &ids);
+    const int32_t n_ids = eu_prompt(e, "Once upon a time", &ids);
     sd_gen_params gp = params(grammar, dt, temp);
     memset(r, 0, sizeof *r);
     sd_error err = {0};
@@ -718,7 +693,7 @@ static void expect_same(const run *a, const run *b, const char *what) {
 }
 
 Test(grammar, greedy_and_gumbel_exact_with_every_draft) {
-    sd_engine *e = engine(0);
+    sd_engine *e = eu_tiny_engine(0);
     static run alone, other;
     const sd_draft_type dts[] = {SD_DRAFT_LLM, SD_DRAFT_NGRAM, SD_DRAFT_NGRAM_LLM, SD_DRAFT_SUFFIX,
                                  SD_DRAFT_SUFFIX_LLM};
@@ -750,11 +725,11 @@ Test(grammar, greedy_and_gumbel_exact_with_every_draft) {
 }
 
 Test(grammar, finished_grammar_stops_with_reason) {
-    sd_engine *e = engine(0);
+    sd_engine *e = eu_tiny_engine(0);
     static run alone, free_run, spec;
     /* with --ignore-eos, a grammar that is complete allows nothing: stop "grammar" */
     int32_t *ids = NULL;
-    const int32_t n_ids = prompt(e, "Once upon a time", &ids);
+    const int32_t n_ids = eu_prompt(e, "Once upon a time", &ids);
     for (int d = 0; d < 2; d++) {
         sd_gen_params gp = params(k_story, d ? SD_DRAFT_LLM : SD_DRAFT_NONE, 0.0f);
         gp.ignore_eos = 1;
@@ -813,24 +788,14 @@ static void batch_run(sd_engine *e, const char *grammar, float temp, bjob *jobs)
     sd_error err = {0};
     cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
     int32_t *ids = NULL;
-    const int32_t n_ids = prompt(e, "Once upon a time", &ids);
+    const int32_t n_ids = eu_prompt(e, "Once upon a time", &ids);
     const sd_draft_type dts[4] = {SD_DRAFT_NONE, SD_DRAFT_LLM, SD_DRAFT_NGRAM, SD_DRAFT_NGRAM_LLM};
     for (int i = 0; i < 4; i++) {
-        sd_request r;
-        memset(&r, 0, sizeof r);
-        r.prompt = ids;
-        r.n_prompt = n_ids;
-        r.gen = params(grammar, dts[i], temp);
-        r.n_choices = 1;
-        r.cb = collect;
-        r.user = &jobs[i];
-        cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
+        const sd_gen_params gp = params(grammar, dts[i], temp);
+        eu_submit(b, ids, n_ids, &gp, collect, &jobs[i]);
     }
     free(ids);
-    for (int guard = 0; sd_batcher_busy(b); guard++) {
-        cr_assert_lt(guard, 100000);
-        cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s", err.msg);
-    }
+    eu_drain(b, 0);
     for (int i = 0; i < 4; i++) {
         cr_assert(jobs[i].done);
         jobs[i].r.n = jobs[i].r.st.n_generated;
@@ -841,7 +806,7 @@ static void batch_run(sd_engine *e, const char *grammar, float temp, bjob *jobs)
 }
 
 Test(grammar, batcher_equals_generate) {
-    sd_engine *e = engine(0);
+    sd_engine *e = eu_tiny_engine(0);
     static run alone;
     static bjob jobs[4];
     const char *names[4] = {"batcher, none", "batcher, llm", "batcher, ngram",
@@ -901,16 +866,9 @@ static int on_event(void *user, const sd_event *ev) {
 }
 
 Test(grammar, public_face_complete_and_queue) {
-    tu_need_path(TARGET, "the shipped TinyStories target");
-    tu_need_path(DRAFT, "the shipped TinyStories draft");
-    sd_context_params cp = sd_context_default_params();
-    cp.target = TARGET;
-    cp.draft = DRAFT;
-    cp.n_ctx = 256;
-    cp.n_threads = 1;
-    sd_context *ctx = NULL;
+    eu_need_tiny();
+    sd_context *ctx = eu_context(TARGET, DRAFT, 256, 1);
     sd_error err = {0};
-    cr_assert_eq(sd_context_init(&cp, &ctx, &err), SD_OK, "%s", err.msg);
     static face_text alone, spec, queued;
     const char *types[2] = {"none", "llm"};
     face_text *outs[2] = {&alone, &spec};
@@ -963,14 +921,8 @@ Test(grammar, public_face_complete_and_queue) {
 Test(grammar, smollm2_json_exact_with_draft) {
     tu_need_path(SMOL, "scripts/get_models.sh downloads it");
     tu_need_path(SMOL_DRAFT, "scripts/train_smollm2_draft.py makes it");
-    sd_engine_params ep = sd_engine_default_params();
-    ep.target = SMOL;
-    ep.draft = SMOL_DRAFT;
-    ep.n_threads = 1;
-    ep.n_ctx = 512;
-    sd_engine *e = NULL;
+    sd_engine *e = eu_engine(SMOL, SMOL_DRAFT, 512, 1, 0);
     sd_error err = {0};
-    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
     const sd_chat_msg msg = {"user", "Describe a cat as a JSON object with its name, age and "
                                      "color."};
     sd_prompt_spec ps;
@@ -1018,8 +970,7 @@ Test(grammar, smollm2_json_exact_with_draft) {
 /* ---- specdec generate --grammar / --grammar-file ---- */
 
 Test(grammar, cli_flags) {
-    tu_need_path(TARGET, "the shipped TinyStories target");
-    tu_need_path(DRAFT, "the shipped TinyStories draft");
+    eu_need_tiny();
     char dir[256], path[512];
     cr_assert_eq(tu_mkdtemp(dir, sizeof dir), 0);
     tu_path(path, sizeof path, dir, "story.gbnf");

@@ -25,19 +25,10 @@
 #include "runtime/engine/sd_engine.h"
 #include "runtime/model/sd_model.h"
 #include "testutil.h"
+#include "pair_fixture.h"
 #include "verify/sd_verify.h"
 
-static char g_dir[1024], g_t[2048], g_d[2048];
-
-static void setup(void) {
-    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
-    cr_assert_eq(tu_make_test_pair(g_dir, g_t, sizeof g_t, g_d, sizeof g_d), 0);
-}
-static void teardown(void) {
-    tu_rmdir(g_dir);
-}
-
-TestSuite(head, .init = setup, .fini = teardown, .timeout = 600);
+TestSuite(head, .init = pair_setup, .fini = pair_teardown, .timeout = 600);
 
 /* Every other id from 3, and a few high ones: 40 distinct ids of the 96. */
 static int32_t make_ids(int32_t *ids) {

@@ -19,38 +19,17 @@
 #include "runtime/engine/sd_engine.h"
 #include "runtime/model/sd_model.h"
 #include "testutil.h"
+#include "engine_util.h"
 
-#define TARGET SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
-#define DRAFT  SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
+#define TARGET EU_TINY_TARGET
+#define DRAFT  EU_TINY_DRAFT
 #define NPRED  40
 #define NTOP   5
 
 TestSuite(logprobs, .timeout = 600);
 
-static sd_engine *engine(int models_only) {
-    tu_need_path(TARGET, "the shipped TinyStories target");
-    tu_need_path(DRAFT, "the shipped TinyStories draft");
-    sd_engine_params ep = sd_engine_default_params();
-    ep.target = TARGET;
-    ep.draft = DRAFT;
-    ep.n_threads = 1;
-    ep.n_ctx = 256;
-    ep.models_only = models_only;
-    sd_engine *e = NULL;
-    sd_error err = {0};
-    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
-    return e;
-}
-
 static int32_t prompt(sd_engine *e, int32_t **ids) {
-    sd_prompt_spec ps;
-    memset(&ps, 0, sizeof ps);
-    ps.text = "Once upon a time, there was a little girl named Lily. She";
-    ps.len = strlen(ps.text);
-    int32_t n = 0;
-    sd_error err = {0};
-    cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, ids, &n, &err), SD_OK, "%s", err.msg);
-    return n;
+    return eu_prompt(e, "Once upon a time, there was a little girl named Lily. She", ids);
 }
 
 typedef struct run {
@@ -171,7 +150,7 @@ static void expect_independent(sd_engine *e, const run *r) {
 }
 
 Test(logprobs, generate_greedy_equals_target_alone_and_reference) {
-    sd_engine *e = engine(0);
+    sd_engine *e = eu_tiny_engine(0);
     static run alone, llm, ngram;
     gen(e, SD_DRAFT_NONE, 0.0f, NULL, 0, 1, &alone);
     expect_independent(e, &alone);
@@ -183,7 +162,7 @@ Test(logprobs, generate_greedy_equals_target_alone_and_reference) {
 }
 
 Test(logprobs, generate_sampled_equals_target_alone_and_reference) {
-    sd_engine *e = engine(0);
+    sd_engine *e = eu_tiny_engine(0);
     static run alone, llm, ngram;
     gen(e, SD_DRAFT_NONE, 0.7f, NULL, 0, 1, &alone);
     expect_independent(e, &alone);
@@ -226,7 +205,7 @@ static int32_t greedy_banned(sd_engine *e, int32_t ban, int32_t *out) {
 }
 
 Test(logprobs, logit_bias_plus_100_forces_and_minus_100_bans) {
-    sd_engine *e = engine(0);
+    sd_engine *e = eu_tiny_engine(0);
     static run plain, forced, ban_alone, ban_llm, ban_ngram;
     gen(e, SD_DRAFT_NONE, 0.0f, NULL, 0, 0, &plain);
     /* +100 on a token greedy does not emit first: greedy emits it. */
@@ -267,7 +246,7 @@ Test(logprobs, logit_bias_plus_100_forces_and_minus_100_bans) {
 }
 
 Test(logprobs, logit_bias_checked) {
-    sd_engine *e = engine(0);
+    sd_engine *e = eu_tiny_engine(0);
     int32_t *ids = NULL;
     const int32_t n_ids = prompt(e, &ids);
     const int32_t nv = sd_model_hparams(sd_engine_target(e))->n_vocab;
@@ -322,31 +301,21 @@ static void batch_run(sd_engine *e, float temp, const sd_logit_bias *bias, int32
     const int32_t n_ids = prompt(e, &ids);
     const sd_draft_type dts[3] = {SD_DRAFT_NONE, SD_DRAFT_LLM, SD_DRAFT_NGRAM};
     for (int i = 0; i < 3; i++) {
-        sd_request r;
-        memset(&r, 0, sizeof r);
-        r.prompt = ids;
-        r.n_prompt = n_ids;
-        r.gen = sd_gen_default_params();
-        r.gen.n_predict = NPRED;
-        r.gen.n_draft = dts[i] == SD_DRAFT_NONE ? 0 : 4;
-        r.gen.draft_type = dts[i];
-        r.gen.k_policy = SD_K_FIXED;
-        r.gen.samp.temp = temp;
-        r.gen.seed = 1234;
-        r.gen.logprobs = 1;
-        r.gen.top_logprobs = NTOP;
-        r.gen.samp.logit_bias = bias;
-        r.gen.samp.n_logit_bias = n_bias;
-        r.n_choices = 1;
-        r.cb = collect;
-        r.user = &jobs[i];
-        cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
+        sd_gen_params gp = sd_gen_default_params();
+        gp.n_predict = NPRED;
+        gp.n_draft = dts[i] == SD_DRAFT_NONE ? 0 : 4;
+        gp.draft_type = dts[i];
+        gp.k_policy = SD_K_FIXED;
+        gp.samp.temp = temp;
+        gp.seed = 1234;
+        gp.logprobs = 1;
+        gp.top_logprobs = NTOP;
+        gp.samp.logit_bias = bias;
+        gp.samp.n_logit_bias = n_bias;
+        eu_submit(b, ids, n_ids, &gp, collect, &jobs[i]);
     }
     free(ids);
-    for (int guard = 0; sd_batcher_busy(b); guard++) {
-        cr_assert_lt(guard, 100000);
-        cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s", err.msg);
-    }
+    eu_drain(b, 0);
     for (int i = 0; i < 3; i++) {
         cr_assert(jobs[i].done);
         cr_assert(!jobs[i].bad, "an event without logprobs");
@@ -356,7 +325,7 @@ static void batch_run(sd_engine *e, float temp, const sd_logit_bias *bias, int32
 }
 
 Test(logprobs, batcher_equals_generate_with_and_without_draft) {
-    sd_engine *e = engine(0);
+    sd_engine *e = eu_tiny_engine(0);
     static run alone_g, alone_s, ban_g;
     static bjob jg[3], js[3], jb[3];
     gen(e, SD_DRAFT_NONE, 0.0f, NULL, 0, 1, &alone_g);
@@ -403,7 +372,7 @@ static char *cli_logprobs(const char *flags, int want_drafts) {
 }
 
 Test(logprobs, cli_json_logprobs_equal_with_and_without_draft) {
-    tu_need_path(TARGET, "the shipped TinyStories target");
+    eu_need_tiny();
     char *alone = cli_logprobs("--no-draft", 0);
     char *llm = cli_logprobs("--draft-policy fixed", 1);
     cr_expect_str_eq(llm, alone, "generate --logprobs with a draft differs from target alone");

@@ -25,19 +25,10 @@
 #include "draft/sd_draft.h"
 #include "runtime/engine/sd_engine.h"
 #include "testutil.h"
+#include "pair_fixture.h"
 #include "verify/sd_sample.h"
 
-static char g_dir[1024], g_t[2048], g_d[2048];
-
-static void setup(void) {
-    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
-    cr_assert_eq(tu_make_test_pair(g_dir, g_t, sizeof g_t, g_d, sizeof g_d), 0);
-}
-static void teardown(void) {
-    tu_rmdir(g_dir);
-}
-
-TestSuite(sampling_opts, .init = setup, .fini = teardown, .timeout = 600);
+TestSuite(sampling_opts, .init = pair_setup, .fini = pair_teardown, .timeout = 600);
 
 /* Brute force: for each id, count it in the window and apply the formula. */
 static void penalize_ref(const sd_sampling_params *sp, const int32_t *a, int32_t na,

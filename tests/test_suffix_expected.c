@@ -18,6 +18,7 @@
 #include "draft/sd_draft.h"
 #include "runtime/engine/sd_engine.h"
 #include "testutil.h"
+#include "engine_util.h"
 
 static char g_dir[1024];
 
@@ -260,20 +261,6 @@ static sd_engine *open_engine(const char *target, float cost) {
     return e;
 }
 
-static int32_t run(sd_engine *e, const sd_gen_params *base, sd_draft_type t, sd_k_policy pol,
-                   int32_t k, const int32_t *prompt, int32_t n_prompt, int32_t *out,
-                   sd_gen_stats *st) {
-    sd_gen_params gp = *base;
-    gp.draft_type = t;
-    gp.k_policy = pol;
-    gp.n_draft = t == SD_DRAFT_NONE ? 0 : k;
-    sd_error err = {0};
-    cr_assert_eq(
-        sd_engine_generate(e, &gp, prompt, n_prompt, NULL, NULL, out, gp.n_predict, st, &err),
-        SD_OK, "%s", err.msg);
-    return st->n_generated;
-}
-
 /* Greedy and Gumbel: every K 1..16 fixed, and adaptive, gives the target-alone tokens. */
 Test(suffix_expected, generate_equals_target_alone) {
     char t[2048], d[2048];
@@ -296,12 +283,12 @@ Test(suffix_expected, generate_equals_target_alone) {
                 int32_t ref[N], got[N];
                 sd_gen_stats st;
                 const int32_t n_ref =
-                    run(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts[p], 12, ref, &st);
+                    eu_generate(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts[p], 12, ref, &st);
                 for (int32_t k = 1; k <= SD_MAX_DRAFT + 1; k++) {
                     const sd_k_policy pol = k <= SD_MAX_DRAFT ? SD_K_FIXED : SD_K_ADAPTIVE;
                     const int32_t kk = k <= SD_MAX_DRAFT ? k : SD_MAX_DRAFT;
                     const int32_t n =
-                        run(e, &gp, SD_DRAFT_SUFFIX, pol, kk, prompts[p], 12, got, &st);
+                        eu_generate(e, &gp, SD_DRAFT_SUFFIX, pol, kk, prompts[p], 12, got, &st);
                     cr_assert_eq(n, n_ref, "cost %g mode %d prompt %d K %d: %d tokens vs %d",
                                  (double)costs[ci], mode, p, k, n, n_ref);
                     cr_assert(memcmp(got, ref, (size_t)n * sizeof *got) == 0,
@@ -315,24 +302,6 @@ Test(suffix_expected, generate_equals_target_alone) {
     }
     fprintf(stderr, "  drafted %lld, accepted %lld\n", (long long)drafted, (long long)accepted);
     cr_assert_gt(accepted, 0, "no draft was ever accepted: the test proves little");
-}
-
-typedef struct sx_out {
-    int32_t toks[64];
-    int32_t n;
-    int done;
-    sd_gen_stats st;
-} sx_out;
-
-static int sx_collect(void *user, const sd_req_event *ev) {
-    sx_out *o = user;
-    for (int32_t i = 0; i < ev->n_tokens && o->n < 64; i++)
-        o->toks[o->n++] = ev->tokens[i];
-    if (ev->done) {
-        o->done = 1;
-        o->st = *ev->stats;
-    }
-    return 0;
 }
 
 /* The batcher (serve) with the cross-request cache, K 16: every request's output is the
@@ -358,7 +327,7 @@ Test(suffix_expected, batcher_with_the_cache_equals_target_alone) {
     sd_batcher *b = NULL;
     cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
     enum { NP = 4, NPRED = 48 };
-    int32_t prompts[NP][16], want[NP][NPRED], n_want[NP];
+    int32_t prompts[NP][16];
     sd_gen_params gp = sd_gen_default_params();
     gp.n_predict = NPRED;
     gp.samp.temp = 0.0f;
@@ -366,52 +335,15 @@ Test(suffix_expected, batcher_with_the_cache_equals_target_alone) {
         prompts[p][0] = 1;
         for (int i = 1; i < 16; i++)
             prompts[p][i] = 3 + (i * (p + 2) + 7 * p) % 29;
-        sd_gen_stats st;
-        n_want[p] = run(ref, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts[p], 16, want[p], &st);
     }
-    int64_t drafted = 0;
-    for (int round = 0; round < 2; round++) {
-        static sx_out outs[NP];
-        memset(outs, 0, sizeof outs);
-        for (int p = 0; p < NP; p++) {
-            sd_request r;
-            memset(&r, 0, sizeof r);
-            r.prompt = prompts[p];
-            r.n_prompt = 16;
-            r.gen = gp;
-            r.gen.n_draft = SD_MAX_DRAFT;
-            r.gen.draft_type = SD_DRAFT_SUFFIX;
-            r.gen.k_policy = SD_K_FIXED;
-            r.n_choices = 1;
-            r.cb = sx_collect;
-            r.user = &outs[p];
-            cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
-        }
-        for (int guard = 0; sd_batcher_busy(b); guard++) {
-            cr_assert_lt(guard, 100000);
-            cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s", err.msg);
-        }
-        for (int p = 0; p < NP; p++) {
-            cr_assert(outs[p].done);
-            cr_assert_eq(outs[p].n, n_want[p], "round %d request %d: %d tokens, alone %d", round, p,
-                         outs[p].n, n_want[p]);
-            cr_assert(memcmp(outs[p].toks, want[p], (size_t)outs[p].n * sizeof(int32_t)) == 0,
-                      "round %d request %d differs from target alone", round, p);
-            drafted += outs[p].st.n_drafted;
-        }
-    }
+    int64_t drafted_by_round[2] = {0, 0};
+    eu_batcher_equals_generate(ref, b, &gp, &prompts[0][0], NP, 16, SD_DRAFT_SUFFIX, SD_MAX_DRAFT,
+                               2, drafted_by_round, NULL);
+    const int64_t drafted = drafted_by_round[0] + drafted_by_round[1];
     cr_assert_gt(drafted, 0, "nothing drafted: the test proves little");
     sd_batcher_free(b);
     sd_engine_free(e);
     sd_engine_free(ref);
-}
-
-/* The value of "key": N in a JSON text, or -1. */
-static long json_long(const char *json, const char *key) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *at = strstr(json, pat);
-    return at ? strtol(at + strlen(pat), NULL, 10) : -1;
 }
 
 /* generate --suffix-cost C: the expected rule, the target-alone tokens; a cost no draft can
@@ -428,28 +360,10 @@ Test(suffix_expected, cli_flag_and_key) {
              "{\"target\": \"%s\", \"draft_type\": \"suffix\", \"suffix_cost\": 16}", t);
     cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
     char *outs[4];
-    for (int i = 0; i < 4; i++) {
-        if (i < 3)
-            snprintf(cmd, sizeof cmd,
-                     "%s generate -m %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n 48 "
-                     "--temp 0 -k 8 --draft-policy fixed --json %s",
-                     SD_BINARY, t, runs[i]);
-        else
-            snprintf(cmd, sizeof cmd,
-                     "%s generate --config %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n "
-                     "48 --temp 0 -k 8 --draft-policy fixed --json",
-                     SD_BINARY, cfg);
-        char *e = NULL;
-        cr_assert_eq(tu_run(cmd, &outs[i], &e), 0, "%s: %s", runs[i], e);
-        free(e);
-        const char *a = strstr(outs[i], "\"tokens\":["), *a0 = strstr(outs[0], "\"tokens\":[");
-        cr_assert(a && a0);
-        cr_assert_eq(strncmp(a, a0, (size_t)(strchr(a0, ']') - a0)), 0,
-                     "%s: tokens differ from target alone", runs[i]);
-    }
-    cr_assert_gt(json_long(outs[1], "n_drafted"), 0, "--suffix-cost 0.01 drafted nothing");
-    cr_assert_eq(json_long(outs[2], "n_drafted"), 0, "--suffix-cost 16 was not applied");
-    cr_assert_eq(json_long(outs[3], "n_drafted"), 0, "the key suffix_cost was not applied");
+    eu_cli_same_tokens(t, cfg, 8, runs, 4, outs);
+    cr_assert_gt(eu_json_long(outs[1], "n_drafted"), 0, "--suffix-cost 0.01 drafted nothing");
+    cr_assert_eq(eu_json_long(outs[2], "n_drafted"), 0, "--suffix-cost 16 was not applied");
+    cr_assert_eq(eu_json_long(outs[3], "n_drafted"), 0, "the key suffix_cost was not applied");
     for (int i = 0; i < 4; i++)
         free(outs[i]);
     const char *bad[] = {"--suffix-cost 0", "--suffix-cost 17", "--suffix-cost x"};
@@ -483,8 +397,8 @@ Test(suffix_expected, adaptive_policy_lets_the_match_size_the_draft) {
     gp.pass_trace_cap = N + 1;
     int32_t ref[N], got[N];
     sd_gen_stats st;
-    const int32_t n_ref = run(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, 12, ref, &st);
-    const int32_t n = run(e, &gp, SD_DRAFT_SUFFIX, SD_K_ADAPTIVE, K, prompt, 12, got, &st);
+    const int32_t n_ref = eu_generate(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, 12, ref, &st);
+    const int32_t n = eu_generate(e, &gp, SD_DRAFT_SUFFIX, SD_K_ADAPTIVE, K, prompt, 12, got, &st);
     cr_assert_eq(n, n_ref);
     cr_assert(memcmp(got, ref, (size_t)n * sizeof *got) == 0, "adaptive suffix differs");
     int32_t on = 0, full = 0, gen = 0;

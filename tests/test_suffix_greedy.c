@@ -17,6 +17,7 @@
 #include "runtime/tokenizer/sd_vocab.h"
 #include "target/sd_target.h"
 #include "testutil.h"
+#include "engine_util.h"
 
 static char g_dir[1024];
 
@@ -29,21 +30,6 @@ static void teardown(void) {
 
 TestSuite(suffix_greedy, .init = setup, .fini = teardown, .timeout = 900);
 
-/* Generate with engine e: draft type t, policy pol, K k; returns the tokens emitted. */
-static int32_t run(sd_engine *e, const sd_gen_params *base, sd_draft_type t, sd_k_policy pol,
-                   int32_t k, const int32_t *prompt, int32_t n_prompt, int32_t *out,
-                   sd_gen_stats *st) {
-    sd_gen_params gp = *base;
-    gp.draft_type = t;
-    gp.k_policy = pol;
-    gp.n_draft = t == SD_DRAFT_NONE ? 0 : k;
-    sd_error err = {0};
-    cr_assert_eq(
-        sd_engine_generate(e, &gp, prompt, n_prompt, NULL, NULL, out, gp.n_predict, st, &err),
-        SD_OK, "%s", err.msg);
-    return st->n_generated;
-}
-
 /* Every K in ks (fixed) and adaptive at the largest: the target-alone tokens. Returns the
  * suffix acceptance (accepted / drafted) over the runs, *drafted the drafted tokens. */
 static double all_k_equal(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
@@ -53,12 +39,13 @@ static double all_k_equal(sd_engine *e, const sd_gen_params *gp, const int32_t *
     int32_t *got = malloc((size_t)gp->n_predict * sizeof *got);
     cr_assert(ref && got);
     sd_gen_stats st;
-    const int32_t n_ref = run(e, gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, n_prompt, ref, &st);
+    const int32_t n_ref =
+        eu_generate(e, gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, n_prompt, ref, &st);
     int64_t d = 0, a = 0;
     for (int i = 0; i <= n_ks; i++) {
         const sd_k_policy pol = i < n_ks ? SD_K_FIXED : SD_K_ADAPTIVE;
         const int32_t k = i < n_ks ? ks[i] : ks[n_ks - 1];
-        const int32_t n = run(e, gp, SD_DRAFT_SUFFIX, pol, k, prompt, n_prompt, got, &st);
+        const int32_t n = eu_generate(e, gp, SD_DRAFT_SUFFIX, pol, k, prompt, n_prompt, got, &st);
         cr_assert_eq(n, n_ref, "%s suffix %s K=%d: %d tokens, target alone %d", name,
                      sd_k_policy_name(pol), k, n, n_ref);
         for (int32_t j = 0; j < n; j++)
@@ -183,11 +170,13 @@ Test(suffix_greedy, gumbel_same_seed_equals_target_alone) {
         gp.seed = seed;
         int32_t ref[N], got[N];
         sd_gen_stats st;
-        const int32_t n_ref = run(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, 12, ref, &st);
+        const int32_t n_ref =
+            eu_generate(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, 12, ref, &st);
         const sd_k_policy pols[] = {SD_K_FIXED, SD_K_ADAPTIVE, SD_K_SWEEP};
         for (int pi = 0; pi < 3; pi++)
             for (int32_t k = 1; k <= 8; k += (k < 4 ? 1 : 4)) {
-                const int32_t n = run(e, &gp, SD_DRAFT_SUFFIX, pols[pi], k, prompt, 12, got, &st);
+                const int32_t n =
+                    eu_generate(e, &gp, SD_DRAFT_SUFFIX, pols[pi], k, prompt, 12, got, &st);
                 cr_assert_eq(n, n_ref, "seed %llu %s K %d: %d tokens vs %d",
                              (unsigned long long)seed, sd_k_policy_name(pols[pi]), k, n, n_ref);
                 for (int32_t i = 0; i < n; i++)
@@ -198,14 +187,6 @@ Test(suffix_greedy, gumbel_same_seed_equals_target_alone) {
     }
     cr_assert_gt(drafted, 0, "the suffix proposer never drafted: the test proves little");
     sd_engine_free(e);
-}
-
-/* The value of "key": N in a JSON text, or -1. */
-static long json_long(const char *json, const char *key) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *at = strstr(json, pat);
-    return at ? strtol(at + strlen(pat), NULL, 10) : -1;
 }
 
 /* generate --draft-type suffix: the greedy tokens of --draft-type none; --suffix-factor
@@ -225,31 +206,13 @@ Test(suffix_greedy, cli_flags_and_keys) {
              t);
     cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
     char *outs[4];
-    for (int i = 0; i < 4; i++) {
-        if (i < 3)
-            snprintf(cmd, sizeof cmd,
-                     "%s generate -m %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n 48 "
-                     "--temp 0 -k 4 --draft-policy fixed --json %s",
-                     SD_BINARY, t, runs[i]);
-        else
-            snprintf(cmd, sizeof cmd,
-                     "%s generate --config %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n "
-                     "48 --temp 0 -k 4 --draft-policy fixed --json",
-                     SD_BINARY, cfg);
-        char *e = NULL;
-        cr_assert_eq(tu_run(cmd, &outs[i], &e), 0, "%s: %s", runs[i], e);
-        free(e);
-        const char *a = strstr(outs[i], "\"tokens\":["), *a0 = strstr(outs[0], "\"tokens\":[");
-        cr_assert(a && a0);
-        cr_assert_eq(strncmp(a, a0, (size_t)(strchr(a0, ']') - a0)), 0,
-                     "%s: tokens differ from target alone", runs[i]);
-    }
+    eu_cli_same_tokens(t, cfg, 4, runs, 4, outs);
     cr_assert(strstr(outs[1], "\"draft_type\":\"suffix\"") ||
                   strstr(outs[1], "\"draft_type\": \"suffix\""),
               "%s", outs[1]);
-    cr_assert_gt(json_long(outs[1], "n_drafted"), 0, "suffix drafted nothing");
-    cr_assert_eq(json_long(outs[2], "n_drafted"), 0, "--suffix-factor was not applied");
-    cr_assert_eq(json_long(outs[3], "n_drafted"), 0, "the key suffix_factor was not applied");
+    cr_assert_gt(eu_json_long(outs[1], "n_drafted"), 0, "suffix drafted nothing");
+    cr_assert_eq(eu_json_long(outs[2], "n_drafted"), 0, "--suffix-factor was not applied");
+    cr_assert_eq(eu_json_long(outs[3], "n_drafted"), 0, "the key suffix_factor was not applied");
     for (int i = 0; i < 4; i++)
         free(outs[i]);
     const char *bad[][2] = {{"--suffix-factor 0", "--suffix-factor"},
@@ -275,24 +238,6 @@ Test(suffix_greedy, cli_flags_and_keys) {
 
 /* ---- the batcher with the cross-request cache ---- */
 
-typedef struct sx_out {
-    int32_t toks[128];
-    int32_t n;
-    int done;
-    sd_gen_stats st;
-} sx_out;
-
-static int sx_collect(void *user, const sd_req_event *ev) {
-    sx_out *o = user;
-    for (int32_t i = 0; i < ev->n_tokens && o->n < 128; i++)
-        o->toks[o->n++] = ev->tokens[i];
-    if (ev->done) {
-        o->done = 1;
-        o->st = *ev->stats;
-    }
-    return 0;
-}
-
 /* Requests of draft type suffix through a batcher with a suffix cache, twice over the
  * same prompts: every output is the target-alone text, and the second round, whose
  * answers are in the cache, accepts more drafted tokens. */
@@ -314,7 +259,7 @@ Test(suffix_greedy, batcher_with_the_suffix_cache) {
     sd_batcher *b = NULL;
     cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
     enum { NP = 4, NPRED = 48 };
-    int32_t prompts[NP][16], want[NP][NPRED], n_want[NP];
+    int32_t prompts[NP][16];
     sd_gen_params gp = sd_gen_default_params();
     gp.n_predict = NPRED;
     gp.samp.temp = 0.0f;
@@ -322,40 +267,10 @@ Test(suffix_greedy, batcher_with_the_suffix_cache) {
         prompts[p][0] = 1;
         for (int i = 1; i < 16; i++)
             prompts[p][i] = 3 + (i * (p + 2) + 7 * p) % 29;
-        sd_gen_stats st;
-        n_want[p] = run(ref, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts[p], 16, want[p], &st);
     }
     int64_t accepted[2] = {0, 0};
-    for (int round = 0; round < 2; round++) {
-        static sx_out outs[NP];
-        memset(outs, 0, sizeof outs);
-        for (int p = 0; p < NP; p++) {
-            sd_request r;
-            memset(&r, 0, sizeof r);
-            r.prompt = prompts[p];
-            r.n_prompt = 16;
-            r.gen = gp;
-            r.gen.n_draft = 4;
-            r.gen.draft_type = SD_DRAFT_SUFFIX;
-            r.gen.k_policy = SD_K_FIXED;
-            r.n_choices = 1;
-            r.cb = sx_collect;
-            r.user = &outs[p];
-            cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s", err.msg);
-        }
-        for (int guard = 0; sd_batcher_busy(b); guard++) {
-            cr_assert_lt(guard, 100000);
-            cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s", err.msg);
-        }
-        for (int p = 0; p < NP; p++) {
-            cr_assert(outs[p].done);
-            cr_assert_eq(outs[p].n, n_want[p], "round %d request %d: %d tokens, alone %d", round, p,
-                         outs[p].n, n_want[p]);
-            cr_assert(memcmp(outs[p].toks, want[p], (size_t)outs[p].n * sizeof(int32_t)) == 0,
-                      "round %d request %d differs from target alone", round, p);
-            accepted[round] += outs[p].st.n_accepted;
-        }
-    }
+    eu_batcher_equals_generate(ref, b, &gp, &prompts[0][0], NP, 16, SD_DRAFT_SUFFIX, 4, 2, NULL,
+                               accepted);
     fprintf(stderr,
             "  batcher: accepted %lld drafted tokens without the answers cached, %lld "
             "with\n",

@@ -22,6 +22,7 @@
 #include "runtime/engine/sd_engine.h"
 #include "runtime/model/sd_model.h"
 #include "testutil.h"
+#include "engine_util.h"
 
 #define W     64  /* the window */
 #define BS    16  /* positions per block */
@@ -177,20 +178,6 @@ Test(swa_paged, rollback_into_released_rows_is_refused) {
 
 #define NPRED 400
 
-typedef struct out {
-    int32_t toks[NPRED];
-    int32_t n;
-    int done;
-} out;
-
-static int collect(void *user, const sd_req_event *ev) {
-    out *o = user;
-    for (int32_t i = 0; i < ev->n_tokens && o->n < NPRED; i++)
-        o->toks[o->n++] = ev->tokens[i];
-    if (ev->done) o->done = 1;
-    return 0;
-}
-
 /* Greedy target alone on a contiguous cache, one token at a time; the requests ignore
  * EOS, so end-of-generation ids never win (as the engine's ignore_eos). */
 static void greedy_ref(const sd_model *m, const int32_t *prompt, int32_t n_prompt, int32_t *ref) {
@@ -212,15 +199,11 @@ static void greedy_ref(const sd_model *m, const int32_t *prompt, int32_t n_promp
 }
 
 Test(swa_paged, batcher_greedy_equals_unpaged_with_bounded_blocks) {
-    sd_engine_params ep = sd_engine_default_params();
-    ep.target = g_model;
-    ep.n_ctx = CTX;
-    ep.n_threads = 1;
+    sd_engine_params ep = eu_engine_params(g_model, NULL, CTX, 1);
     ep.kv_type = SD_TYPE_F16;
     ep.models_only = 1;
-    sd_engine *e = NULL;
+    sd_engine *e = eu_engine_open(&ep);
     sd_error err = {0};
-    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
     sd_batcher_params bp = sd_batcher_default_params();
     bp.n_parallel = 2;
     bp.kv_block = BS;
@@ -231,28 +214,20 @@ Test(swa_paged, batcher_greedy_equals_unpaged_with_bounded_blocks) {
     for (int r = 0; r < 2; r++)
         for (int32_t i = 0; i < 24; i++)
             prompt[r][i] = i == 0 ? 1 : 3 + (i * (r + 3) + r * 5) % 13;
-    out o[2];
+    static eu_out o[2];
     memset(o, 0, sizeof o);
     for (int r = 0; r < 2; r++) {
-        sd_request q = {0};
-        q.prompt = prompt[r];
-        q.n_prompt = 24;
-        q.gen = sd_gen_default_params();
-        q.gen.n_predict = NPRED;
-        q.gen.samp.temp = 0.0f;
-        q.gen.ignore_eos = 1;
-        q.gen.draft_type = r == 0 ? SD_DRAFT_NONE : SD_DRAFT_NGRAM;
-        q.gen.n_draft = r == 0 ? 0 : 4;
-        q.n_choices = 1;
-        q.cb = collect;
-        q.user = &o[r];
-        cr_assert_eq(sd_batcher_submit(b, &q, NULL, &err), SD_OK, "%s", err.msg);
+        sd_gen_params gp = sd_gen_default_params();
+        gp.n_predict = NPRED;
+        gp.samp.temp = 0.0f;
+        gp.ignore_eos = 1;
+        gp.draft_type = r == 0 ? SD_DRAFT_NONE : SD_DRAFT_NGRAM;
+        gp.n_draft = r == 0 ? 0 : 4;
+        eu_submit(b, prompt[r], 24, &gp, eu_collect, &o[r]);
     }
     int32_t max_used = 0;
     for (int guard = 0; sd_batcher_busy(b); guard++) {
-        cr_assert_lt(guard, 100000, "the batcher does not finish");
-        cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s", err.msg);
-        cr_assert_eq(sd_batcher_check(b, &err), SD_OK, "%s", err.msg);
+        eu_step(b, guard, 1);
         sd_batcher_stats st;
         sd_batcher_get_stats(b, &st);
         const int32_t used = st.kv.n_blocks - st.kv.n_free - st.kv.n_cached_idle;
