@@ -19,6 +19,11 @@
  * a multiple of 32). Readers convert elements to f32 exactly (a scale times an integer).
  * Bytes per position of one layer: 2 * sd_kv_type_row_bytes(type, kv_dim) (the KV
  * formula 2 x layers x KV heads x head dim x bytes per element over all layers).
+ * A grouped pool (sd_kv_pool_params.n_group > 1, kv/group.c) is one such pool per layer
+ * group, each over its group's layers and its own blocks, and a sequence one block table
+ * per group: a windowed group gives back its blocks behind the window, the others keep
+ * theirs (Gemma 3's local and global layers). Every function below takes the grouped pool
+ * and its sequences as it takes a plain one.
  *
  * Callers reach rows only through sd_kv_k / sd_kv_v, and never step from a row beyond
  * the span sd_kv_span returns (the rest of its block): that is what lets a sequence's
