@@ -19,6 +19,14 @@ static int seq_new(sd_kv_pool *pool, int32_t n_ctx, sd_kv **out, sd_error *err) 
     }
     kv->pool = pool;
     kv->n_ctx = n_ctx;
+    if (pool->n_group > 1) {
+        const int rc = sd_kv_group_seq_init(kv, err);
+        if (rc) {
+            free(kv->table);
+            free(kv);
+            return rc;
+        }
+    }
     pool->n_seqs++;
     *out = kv;
     return SD_OK;
@@ -26,7 +34,11 @@ static int seq_new(sd_kv_pool *pool, int32_t n_ctx, sd_kv **out, sd_error *err) 
 
 int sd_kv_storage_bytes(const sd_kv_params *p, size_t *out, sd_error *err) {
     if (!p) return sd_errorf(err, SD_ERR_ARG, "kv cache: params is NULL");
-    sd_kv_pool_params pp = {p->n_layer, p->kv_dim, p->n_ctx, 1, p->type, NULL};
+    sd_kv_pool_params pp = {.n_layer = p->n_layer,
+                            .kv_dim = p->kv_dim,
+                            .block_size = p->n_ctx,
+                            .n_blocks = 1,
+                            .type = p->type};
     if (p->n_ctx <= 0)
         return sd_errorf(err, SD_ERR_ARG,
                          "kv cache: sizes must be positive (n_layer %d, n_ctx %d, kv_dim %d)",
@@ -41,7 +53,12 @@ int sd_kv_init(const sd_kv_params *p, sd_kv **out, sd_error *err) {
         return sd_errorf(err, SD_ERR_ARG,
                          "kv cache: sizes must be positive (n_layer %d, n_ctx %d, kv_dim %d)",
                          p->n_layer, p->n_ctx, p->kv_dim);
-    sd_kv_pool_params pp = {p->n_layer, p->kv_dim, p->n_ctx, 1, p->type, p->storage};
+    sd_kv_pool_params pp = {.n_layer = p->n_layer,
+                            .kv_dim = p->kv_dim,
+                            .block_size = p->n_ctx,
+                            .n_blocks = 1,
+                            .type = p->type,
+                            .storage = p->storage};
     sd_kv_pool *pool = NULL;
     int rc = sd_kv_pool_init(&pp, &pool, err);
     if (rc) return rc;
@@ -79,6 +96,7 @@ static void release_from(sd_kv *kv, int32_t keep) {
 void sd_kv_free(sd_kv *kv) {
     if (!kv) return;
     sd_kv_pool *pool = kv->pool;
+    if (kv->sub[0]) sd_kv_group_seq_free(kv);
     release_from(kv, 0);
     pool->n_seqs--;
     free(kv->table);
@@ -103,14 +121,27 @@ size_t sd_kv_row_bytes(const sd_kv *kv) {
     return kv->pool->row_bytes;
 }
 int32_t sd_kv_n_blocks(const sd_kv *kv) {
+    if (kv->sub[0]) {
+        int32_t n = 0;
+        for (int32_t g = 0; g < kv->pool->n_group; g++)
+            n += sd_kv_n_blocks(kv->sub[g]);
+        return n;
+    }
     return kv->own_pool ? 0 : kv->held - kv->lo; /* a contiguous cache's one block is its own */
 }
 int32_t sd_kv_first(const sd_kv *kv) {
+    if (kv->sub[0]) {
+        int32_t first = 0;
+        for (int32_t g = 0; g < kv->pool->n_group; g++)
+            if (sd_kv_first(kv->sub[g]) > first) first = sd_kv_first(kv->sub[g]);
+        return first;
+    }
     return kv->lo * kv->pool->bs;
 }
 
 int32_t sd_kv_release_before(sd_kv *kv, int32_t pos) {
     if (kv->own_pool || pos <= 0) return 0;
+    if (kv->sub[0]) return sd_kv_group_release_before(kv, pos);
     if (pos > kv->n - 1) pos = kv->n - 1;    /* the block of position n - 1 stays */
     const int32_t upto = pos / kv->pool->bs; /* blocks [0, upto) lie wholly before pos */
     int32_t n = 0;
@@ -144,6 +175,7 @@ int sd_kv_reserve(sd_kv *kv, int32_t m, sd_error *err) {
                          "context full: %d positions in use + %d new > n_ctx %d", kv->n, m,
                          kv->n_ctx);
     if (m == 0 || kv->own_pool) return SD_OK;
+    if (kv->sub[0]) return sd_kv_group_reserve(kv, m, err);
     sd_kv_pool *p = kv->pool;
     const int32_t first = kv->n / p->bs, last = (kv->n + m - 1) / p->bs;
     const int32_t held0 = kv->held;
@@ -173,6 +205,12 @@ full:
 void sd_kv_commit(sd_kv *kv, int32_t m) {
     SD_CHECK(m >= 0 && m <= kv->n_ctx - kv->n, "sd_kv_commit: m was not reserved");
     if (m < 0 || m > kv->n_ctx - kv->n) return; /* our bug; never corrupt n */
+    if (kv->sub[0]) {
+        for (int32_t g = 0; g < kv->pool->n_group; g++)
+            sd_kv_commit(kv->sub[g], m);
+        kv->n += m;
+        return;
+    }
     SD_CHECK(kv->own_pool || sd_kv_pool_blocks_for(kv->pool, kv->n + m) <= kv->held,
              "sd_kv_commit: positions without blocks");
     kv->n += m;
@@ -188,6 +226,8 @@ int sd_kv_truncate(sd_kv *kv, int32_t n_keep, sd_error *err) {
                          "(behind the sliding window)",
                          n_keep, sd_kv_first(kv));
     kv->n = n_keep;
+    for (int32_t g = 0; kv->sub[0] && g < kv->pool->n_group; g++)
+        sd_kv_truncate(kv->sub[g], n_keep, NULL); /* cannot fail: checked above */
     if (!kv->own_pool) release_from(kv, sd_kv_pool_blocks_for(kv->pool, n_keep));
     return SD_OK;
 }
@@ -204,6 +244,18 @@ int sd_kv_fork(sd_kv *dst, const sd_kv *src, int32_t n, sd_error *err) {
         return sd_errorf(err, SD_ERR_ARG,
                          "kv fork: %d positions, but positions before %d were released", n,
                          sd_kv_first(src));
+    if (src->sub[0]) {
+        for (int32_t g = 0; g < src->pool->n_group; g++) {
+            const int rc = sd_kv_fork(dst->sub[g], src->sub[g], n, err);
+            if (rc) { /* cannot happen after the checks above; undo anyway */
+                for (int32_t i = 0; i < g; i++)
+                    sd_kv_truncate(dst->sub[i], 0, NULL);
+                return rc;
+            }
+        }
+        dst->n = n;
+        return SD_OK;
+    }
     const int32_t nb = sd_kv_pool_blocks_for(src->pool, n);
     for (int32_t i = 0; i < nb; i++) {
         if (i >= src->lo) sd_kv_pool_ref(src->pool, src->table[i]);
@@ -226,13 +278,23 @@ static size_t row_off(const sd_kv *kv, int32_t layer, int32_t pos) {
            (size_t)(pos % p->bs) * p->row_bytes;
 }
 
+/* A grouped sequence: the group sequence holding layer's rows, and its index there. */
+static sd_kv *group_of(sd_kv *kv, int32_t *layer) {
+    if (!kv->sub[0] || *layer < 0 || *layer >= kv->pool->n_layer) return kv;
+    sd_kv *g = kv->sub[kv->pool->layer_sub[*layer]];
+    *layer = kv->pool->layer_idx[*layer];
+    return g;
+}
+
 void *sd_kv_k(sd_kv *kv, int32_t layer, int32_t pos) {
+    kv = group_of(kv, &layer);
     const size_t off = row_off(kv, layer, pos);
     SD_CHECK(off != (size_t)-1, "sd_kv_k: layer or position out of range");
     return off == (size_t)-1 ? NULL : kv->pool->k + off;
 }
 
 void *sd_kv_v(sd_kv *kv, int32_t layer, int32_t pos) {
+    kv = group_of(kv, &layer);
     const size_t off = row_off(kv, layer, pos);
     SD_CHECK(off != (size_t)-1, "sd_kv_v: layer or position out of range");
     return off == (size_t)-1 ? NULL : kv->pool->v + off;
@@ -240,8 +302,36 @@ void *sd_kv_v(sd_kv *kv, int32_t layer, int32_t pos) {
 
 int32_t sd_kv_span(const sd_kv *kv, int32_t pos) {
     if (pos < 0 || pos >= kv->n_ctx) return 0;
+    if (kv->sub[0]) { /* one block size: a group that maps pos gives the same span */
+        int32_t span = 0;
+        for (int32_t g = 0; g < kv->pool->n_group; g++)
+            if (sd_kv_span(kv->sub[g], pos) > span) span = sd_kv_span(kv->sub[g], pos);
+        return span;
+    }
     const int32_t bs = kv->pool->bs;
     if (pos / bs >= kv->held || pos / bs < kv->lo) return 0;
     const int32_t span = bs - pos % bs;
     return span < kv->n_ctx - pos ? span : kv->n_ctx - pos;
+}
+
+int sd_kv_seq_check(const sd_kv *kv, sd_error *err) {
+    if (kv->own_pool) return SD_OK;
+    if (kv->sub[0]) {
+        for (int32_t g = 0; g < kv->pool->n_group; g++) {
+            if (kv->sub[g]->n != kv->n)
+                return sd_errorf(err, SD_ERR_ARG,
+                                 "kv sequence: group %d holds %d positions, not %d", g,
+                                 kv->sub[g]->n, kv->n);
+            const int rc = sd_kv_seq_check(kv->sub[g], err);
+            if (rc) return sd_error_prefix(err, rc, "group %d", g);
+        }
+        return SD_OK;
+    }
+    const int32_t want =
+        sd_kv_pool_blocks_for(kv->pool, kv->n) - sd_kv_pool_blocks_for(kv->pool, sd_kv_first(kv));
+    if (sd_kv_n_blocks(kv) != want)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "kv sequence: maps %d blocks for %d positions (from %d), expected %d",
+                         sd_kv_n_blocks(kv), kv->n, sd_kv_first(kv), want);
+    return SD_OK;
 }

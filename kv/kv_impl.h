@@ -36,6 +36,15 @@ struct sd_kv_pool {
     int32_t n_cached, n_cached_idle;
     uint64_t tick;
     int64_t n_hit_blocks, n_evicted;
+    int32_t peak_used;    /* most blocks not free at once */
+    size_t storage_bytes; /* all K and V rows (a grouped pool: every group's slices) */
+    /* A grouped pool (group.c): n_group > 1 sub-pools, one per layer group, that hold the
+     * blocks; this record then holds no blocks itself (refs, free_list NULL; n_blocks and
+     * bs are group 0's), and layer l's rows are layer layer_idx[l] of sub[layer_sub[l]]. */
+    int32_t n_group;
+    sd_kv_pool *sub[SD_KV_MAX_GROUPS];
+    int32_t group_window[SD_KV_MAX_GROUPS];
+    int32_t *layer_sub, *layer_idx; /* [n_layer] */
 };
 
 struct sd_kv {
@@ -46,6 +55,9 @@ struct sd_kv {
     int32_t held;   /* blocks mapped: table[0 .. held) */
     int32_t lo;     /* table[0 .. lo) released behind a sliding window (-1 there), lo <= held */
     int32_t *table; /* [ceil(n_ctx / bs)] block ids */
+    /* A sequence of a grouped pool: one sequence per group (sub[g] over pool->sub[g]), n
+     * mirrored here; table unused. NULL otherwise. */
+    sd_kv *sub[SD_KV_MAX_GROUPS];
 };
 
 /* pool.c */
@@ -55,6 +67,20 @@ int32_t sd_kv_pool_take(sd_kv_pool *p);
 /* One more / one less reference to block b (b returns to the free list at 0). */
 void sd_kv_pool_ref(sd_kv_pool *p, int32_t b);
 void sd_kv_pool_unref(sd_kv_pool *p, int32_t b);
+
+/* group.c: a grouped pool and its sequences (the public functions call these when
+ * pool->n_group > 1, resp. kv->sub[0] != NULL). */
+int sd_kv_group_sizes(const sd_kv_pool_params *p, size_t *total, sd_error *err);
+int sd_kv_group_pool_init(const sd_kv_pool_params *p, sd_kv_pool **out, sd_error *err);
+void sd_kv_group_pool_free(sd_kv_pool *p);
+int sd_kv_group_pool_check(const sd_kv_pool *p, int64_t n_seq_refs, sd_error *err);
+int sd_kv_group_seq_init(sd_kv *kv, sd_error *err);
+void sd_kv_group_seq_free(sd_kv *kv);
+int sd_kv_group_reserve(sd_kv *kv, int32_t m, sd_error *err);
+int32_t sd_kv_group_release_before(sd_kv *kv, int32_t pos);
+int32_t sd_kv_group_attach(sd_kv *kv, const int32_t *tokens, int32_t n);
+/* pool.c: the check of one block pool; *refs: the sequence references it counts. */
+int sd_kv_pool_check_one(const sd_kv_pool *p, int64_t *refs, sd_error *err);
 
 /* prefix.c */
 /* Evict one idle cached block (the least recently used without cached children) to the

@@ -62,6 +62,7 @@ static int pool_sizes(const sd_kv_pool_params *p, size_t *row_bytes, size_t *blo
 }
 
 int sd_kv_pool_storage_bytes(const sd_kv_pool_params *p, size_t *out, sd_error *err) {
+    if (p && p->n_group > 1) return sd_kv_group_sizes(p, out, err);
     size_t rb, bb, ll;
     return pool_sizes(p, &rb, &bb, &ll, out, err);
 }
@@ -69,6 +70,10 @@ int sd_kv_pool_storage_bytes(const sd_kv_pool_params *p, size_t *out, sd_error *
 void sd_kv_pool_free(sd_kv_pool *p) {
     if (!p) return;
     SD_CHECK(p->n_seqs == 0, "sd_kv_pool_free: sequences still use the pool");
+    if (p->n_group > 1) {
+        sd_kv_group_pool_free(p);
+        return;
+    }
     free(p->owned);
     free(p->refs);
     free(p->free_list);
@@ -85,6 +90,10 @@ void sd_kv_pool_free(sd_kv_pool *p) {
 
 int sd_kv_pool_init(const sd_kv_pool_params *pp, sd_kv_pool **out, sd_error *err) {
     *out = NULL;
+    if (pp && (pp->n_group < 0 || pp->n_group > SD_KV_MAX_GROUPS))
+        return sd_errorf(err, SD_ERR_ARG, "kv cache: %d layer groups, expected 0 .. %d",
+                         pp->n_group, SD_KV_MAX_GROUPS);
+    if (pp && pp->n_group > 1) return sd_kv_group_pool_init(pp, out, err);
     size_t row_bytes = 0, block_bytes = 0, layer_len = 0, total = 0;
     int rc = pool_sizes(pp, &row_bytes, &block_bytes, &layer_len, &total, err);
     if (rc) return rc;
@@ -101,6 +110,8 @@ int sd_kv_pool_init(const sd_kv_pool_params *pp, sd_kv_pool **out, sd_error *err
     p->row_bytes = row_bytes;
     p->block_bytes = block_bytes;
     p->layer_len = layer_len;
+    p->storage_bytes = total;
+    p->n_group = 1;
     const size_t nb = (size_t)pp->n_blocks;
     p->refs = calloc(nb, sizeof *p->refs);
     p->free_list = malloc(nb * sizeof *p->free_list);
@@ -151,6 +162,7 @@ int32_t sd_kv_pool_take(sd_kv_pool *p) {
     const int32_t b = p->free_list[--p->n_free];
     SD_CHECK(p->refs[b] == 0, "a free block has references");
     p->refs[b] = 1;
+    if (p->n_blocks - p->n_free > p->peak_used) p->peak_used = p->n_blocks - p->n_free;
     return b;
 }
 
@@ -169,6 +181,28 @@ void sd_kv_pool_unref(sd_kv_pool *p, int32_t b) {
 
 void sd_kv_pool_get_stats(const sd_kv_pool *p, sd_kv_pool_stats *o) {
     memset(o, 0, sizeof *o);
+    if (p->n_group > 1) {
+        sd_kv_pool_get_stats(p->sub[0], o);
+        o->storage_bytes = p->storage_bytes;
+        o->n_group = p->n_group;
+        for (int32_t g = 0; g < p->n_group; g++) {
+            const sd_kv_pool *q = p->sub[g];
+            o->group_blocks[g] = q->n_blocks;
+            o->group_free[g] = q->n_free;
+            o->group_peak_used[g] = q->peak_used;
+            o->group_cached_idle[g] = q->n_cached_idle;
+            o->group_layers[g] = q->n_layer;
+        }
+        return;
+    }
+    o->n_peak_used = p->peak_used;
+    o->storage_bytes = p->storage_bytes;
+    o->n_group = 1;
+    o->group_blocks[0] = p->n_blocks;
+    o->group_free[0] = p->n_free;
+    o->group_peak_used[0] = p->peak_used;
+    o->group_cached_idle[0] = p->n_cached_idle;
+    o->group_layers[0] = p->n_layer;
     o->n_blocks = p->n_blocks;
     o->block_size = p->bs;
     o->n_free = p->n_free;
@@ -180,6 +214,7 @@ void sd_kv_pool_get_stats(const sd_kv_pool *p, sd_kv_pool_stats *o) {
 }
 
 int32_t sd_kv_pool_n_available(const sd_kv_pool *p) {
+    if (p->n_group > 1) p = p->sub[0];
     return p->n_free + p->n_cached_idle;
 }
 
@@ -190,6 +225,19 @@ int32_t sd_kv_pool_blocks_for(const sd_kv_pool *p, int64_t n) {
 }
 
 int sd_kv_pool_check(const sd_kv_pool *p, int64_t n_seq_refs, sd_error *err) {
+    if (p->n_group > 1) return sd_kv_group_pool_check(p, n_seq_refs, err);
+    int64_t refs = 0;
+    int rc = sd_kv_pool_check_one(p, &refs, err);
+    if (rc) return rc;
+    if (n_seq_refs >= 0 && refs != n_seq_refs)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "kv pool: sequences hold %lld block references, the pool counts %lld "
+                         "(a leak)",
+                         (long long)n_seq_refs, (long long)refs);
+    return SD_OK;
+}
+
+int sd_kv_pool_check_one(const sd_kv_pool *p, int64_t *refs_out, sd_error *err) {
     uint8_t *on_list = calloc((size_t)p->n_blocks, 1);
     if (!on_list) return sd_errorf(err, SD_ERR_OOM, "kv pool check: out of memory");
     int rc = SD_OK;
@@ -220,10 +268,6 @@ int sd_kv_pool_check(const sd_kv_pool *p, int64_t n_seq_refs, sd_error *err) {
         return sd_errorf(err, SD_ERR_ARG,
                          "kv pool: %d cached blocks (%d idle) counted, %d (%d) recorded", n_cached,
                          n_idle, p->n_cached, p->n_cached_idle);
-    if (n_seq_refs >= 0 && refs != n_seq_refs)
-        return sd_errorf(err, SD_ERR_ARG,
-                         "kv pool: sequences hold %lld block references, the pool counts %lld "
-                         "(a leak)",
-                         (long long)n_seq_refs, (long long)refs);
+    *refs_out = refs;
     return SD_OK;
 }

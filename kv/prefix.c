@@ -71,6 +71,7 @@ int sd_kv_prefix_evict_one(sd_kv_pool *p) {
 }
 
 int32_t sd_kv_cache_attach(sd_kv *kv, const int32_t *tokens, int32_t n) {
+    if (kv->sub[0]) return sd_kv_group_attach(kv, tokens, n);
     sd_kv_pool *p = kv->pool;
     if (kv->own_pool || !p->cached || kv->n != 0 || kv->held != 0 || !tokens) return 0;
     if (n > kv->n_ctx) n = kv->n_ctx;
@@ -92,6 +93,11 @@ int32_t sd_kv_cache_attach(sd_kv *kv, const int32_t *tokens, int32_t n) {
 }
 
 void sd_kv_cache_store(sd_kv *kv, const int32_t *tokens, int32_t n) {
+    if (kv->sub[0]) { /* every group's chain, or none once a group released blocks */
+        for (int32_t g = 0; sd_kv_first(kv) == 0 && g < kv->pool->n_group; g++)
+            sd_kv_cache_store(kv->sub[g], tokens, n);
+        return;
+    }
     sd_kv_pool *p = kv->pool;
     if (kv->own_pool || !p->cached || !tokens) return;
     if (n > kv->n) n = kv->n;
@@ -138,6 +144,8 @@ void sd_kv_cache_store(sd_kv *kv, const int32_t *tokens, int32_t n) {
 }
 
 void sd_kv_pool_cache_clear(sd_kv_pool *p) {
+    for (int32_t g = 0; p && p->n_group > 1 && g < p->n_group; g++)
+        sd_kv_pool_cache_clear(p->sub[g]);
     if (!p || !p->cached) return;
     while (sd_kv_prefix_evict_one(p) == 0) {
     }

@@ -19,6 +19,11 @@
  * a multiple of 32). Readers convert elements to f32 exactly (a scale times an integer).
  * Bytes per position of one layer: 2 * sd_kv_type_row_bytes(type, kv_dim) (the KV
  * formula 2 x layers x KV heads x head dim x bytes per element over all layers).
+ * A grouped pool (sd_kv_pool_params.n_group > 1, kv/group.c) is one such pool per layer
+ * group, each over its group's layers and its own blocks, and a sequence one block table
+ * per group: a windowed group gives back its blocks behind the window, the others keep
+ * theirs (Gemma 3's local and global layers). Every function below takes the grouped pool
+ * and its sequences as it takes a plain one.
  *
  * Callers reach rows only through sd_kv_k / sd_kv_v, and never step from a row beyond
  * the span sd_kv_span returns (the rest of its block): that is what lets a sequence's
@@ -54,6 +59,8 @@ typedef struct sd_kv_pool sd_kv_pool;
 
 /* Largest block a paged pool takes (positions). */
 #define SD_KV_MAX_BLOCK 256
+/* Most layer groups of a grouped pool (sd_kv_pool_params.n_group). */
+#define SD_KV_MAX_GROUPS 4
 
 /* 1 if t is a KV element type here (F32, F16, Q8_0, Q4_0), else 0. */
 int sd_kv_type_ok(sd_type t);
@@ -96,6 +103,22 @@ typedef struct sd_kv_pool_params {
     /* Host storage of sd_kv_pool_storage_bytes(p) bytes, not owned, zeroed; NULL: the
      * pool allocates it. */
     void *storage;
+    /* Layer groups, for a model whose sliding-window (local) layers interleave with global
+     * ones (Gemma 3). n_group 0 or 1: one group, each block holds every layer's rows.
+     * 2 .. SD_KV_MAX_GROUPS: layer l's rows live only in the blocks of group
+     * layer_group[l]; each group is a pool of its own (group_blocks[g] blocks of
+     * block_size positions, 0: n_blocks; its storage a 64-byte aligned slice of the
+     * pool's, in group order) and each sequence holds one block table per group.
+     * group_window[g] > 0 marks a windowed group: sd_kv_release_before gives back its
+     * blocks only. Group 0 must be unwindowed: it holds every position of every sequence,
+     * so the pool's accounting (sd_kv_pool_get_stats' counts, sd_kv_pool_n_available,
+     * sd_kv_pool_blocks_for) is group 0's; a windowed group is sized by its caller for
+     * what its sequences hold behind the window (sd_kv_reserve fails with SD_ERR_OOM
+     * naming the group when it runs out). */
+    int32_t n_group;
+    const int32_t *layer_group; /* [n_layer], each 0 .. n_group - 1, no group empty */
+    int32_t group_blocks[SD_KV_MAX_GROUPS];
+    int32_t group_window[SD_KV_MAX_GROUPS];
 } sd_kv_pool_params;
 
 int sd_kv_pool_storage_bytes(const sd_kv_pool_params *p, size_t *out, sd_error *err);
@@ -118,6 +141,17 @@ typedef struct sd_kv_pool_stats {
     int64_t n_hit_blocks;  /* blocks a sequence reused from the prefix cache, ever */
     int64_t n_evicted;     /* cached blocks evicted to make room, ever */
     int64_t n_cow;         /* copy-on-write copies, ever */
+    /* Every pool: the most blocks in use (not free) at once, ever; storage bytes. A
+     * grouped pool: the counts above are group 0's; per group g < n_group its blocks,
+     * free blocks, peak in use and layers. A one-group pool: n_group 1, group 0 = above. */
+    int32_t n_peak_used;
+    size_t storage_bytes;
+    int32_t n_group;
+    int32_t group_blocks[SD_KV_MAX_GROUPS];
+    int32_t group_free[SD_KV_MAX_GROUPS];
+    int32_t group_peak_used[SD_KV_MAX_GROUPS];
+    int32_t group_cached_idle[SD_KV_MAX_GROUPS]; /* held by the prefix cache alone */
+    int32_t group_layers[SD_KV_MAX_GROUPS];
 } sd_kv_pool_stats;
 
 void sd_kv_pool_get_stats(const sd_kv_pool *pool, sd_kv_pool_stats *out);
@@ -165,7 +199,12 @@ int32_t sd_kv_capacity(const sd_kv *kv); /* n_ctx */
 sd_type sd_kv_type(const sd_kv *kv);     /* element type of the rows */
 int32_t sd_kv_dim(const sd_kv *kv);      /* elements per row */
 size_t sd_kv_row_bytes(const sd_kv *kv); /* sd_kv_type_row_bytes(type, kv_dim) */
-int32_t sd_kv_n_blocks(const sd_kv *kv); /* blocks the sequence maps (released ones not) */
+/* Blocks the sequence maps (released ones not; a grouped pool: summed over its groups). */
+int32_t sd_kv_n_blocks(const sd_kv *kv);
+/* Check a paged sequence's tables: each group maps exactly the blocks of its positions
+ * [first, n) (first: 0, or where that group's released blocks end). SD_OK, or
+ * SD_ERR_ARG naming the group and counts (a bug). */
+int sd_kv_seq_check(const sd_kv *kv, sd_error *err);
 /* First position whose rows are mapped: 0, or the positions [0, first) were released by
  * sd_kv_release_before (a multiple of block_size). */
 int32_t sd_kv_first(const sd_kv *kv);
@@ -187,8 +226,10 @@ int sd_kv_truncate(sd_kv *kv, int32_t n_keep, sd_error *err);
  * are never read again: sd_kv_k / sd_kv_v / sd_kv_span treat them as unmapped, the prefix
  * cache stores nothing more of the sequence, and truncation into them is refused. A
  * block the prefix cache also holds stays cached. Returns the blocks released (0 on a
- * contiguous cache). Call it only for a model whose every layer is windowed: one global
- * layer reads every key. */
+ * contiguous cache). Call it for a model whose every layer is windowed (one global layer
+ * reads every key), or on a grouped pool: there only the windowed groups' blocks go
+ * (summed in the count), and sd_kv_first is then the first position the windowed groups
+ * still map (group 0 keeps every row, but the sequence is treated as released). */
 int32_t sd_kv_release_before(sd_kv *kv, int32_t pos);
 
 /* Row of K (resp. V) for layer l at position pos: sd_kv_row_bytes(kv) bytes of

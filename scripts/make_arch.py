@@ -36,6 +36,8 @@ DIR/gemma3-target-q8_0.gguf  the same weights, its matrices Q8_0
 DIR/gemma3-pattern.gguf      the target with attention.sliding_window_pattern as one bool
                              per layer (local, global, local, global, local, global),
                              rope.freq_base_swa 500 and final_logit_softcapping 3
+DIR/gemma3-w32.gguf          the target with attention.sliding_window 32 and context_length
+                             1024 (paged layer groups over hundreds of positions)
 DIR/gemma3-draft.gguf        the target's weights plus noise
 DIR/gemma3-no-post-norm.gguf the target without blk.2.post_ffw_norm.weight (refused)
 
@@ -68,6 +70,7 @@ SIZES = {
 }
 PHI3_CTX_ORIG = 16
 GEMMA3_WINDOW = 4
+GEMMA3_WIDE_WINDOW, GEMMA3_WIDE_CTX = 32, 1024  # gemma3-w32.gguf (tests/test_swa_groups.c)
 
 
 def draws(seed, noise):
@@ -138,8 +141,10 @@ def weights(arch, seed, noise):
     return out
 
 
-def write(arch, path, tensors, qtype, pattern=None, base_swa=None, softcap=None):
+def write(arch, path, tensors, qtype, pattern=None, base_swa=None, softcap=None, window=None,
+          ctx=None):
     n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx = SIZES[arch]
+    n_ctx = ctx or n_ctx
     ids = {"qwen3": gguf.MODEL_ARCH.QWEN3, "phi3": gguf.MODEL_ARCH.PHI3,
            "gemma3": gguf.MODEL_ARCH.GEMMA3}
     w = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[ids[arch]])
@@ -164,7 +169,7 @@ def write(arch, path, tensors, qtype, pattern=None, base_swa=None, softcap=None)
         w.add_layer_norm_rms_eps(1e-6)
         w.add_rope_freq_base(1000000.0)
     if arch == "gemma3":
-        w.add_sliding_window(GEMMA3_WINDOW)
+        w.add_sliding_window(window or GEMMA3_WINDOW)
         if pattern is not None:
             w.add_sliding_window_pattern(pattern)
         if base_swa is not None:
@@ -229,6 +234,7 @@ def main(argv):
     if arch == "gemma3":
         write(arch, path("pattern"), target, None,
               pattern=[True, False, True, False, True, False], base_swa=500.0, softcap=3.0)
+        write(arch, path("w32"), target, None, window=GEMMA3_WIDE_WINDOW, ctx=GEMMA3_WIDE_CTX)
     write(arch, path("draft"), weights(arch, SEEDS[arch], 0.4), None)
     suffix, gone = MISSING[arch]
     write(arch, path(suffix), [t for t in target if t[0] != gone], None)

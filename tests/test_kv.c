@@ -15,7 +15,8 @@
 #define KD 4 /* kv_dim */
 
 static sd_kv_pool *pool_new(int32_t bs, int32_t n_blocks) {
-    sd_kv_pool_params p = {NL, KD, bs, n_blocks, SD_TYPE_F32, NULL};
+    sd_kv_pool_params p = {
+        .n_layer = NL, .kv_dim = KD, .block_size = bs, .n_blocks = n_blocks, .type = SD_TYPE_F32};
     sd_kv_pool *pool = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_kv_pool_init(&p, &pool, &err), SD_OK, "%s", err.msg);
@@ -338,7 +339,8 @@ Test(kv, element_types_and_bytes_per_token) {
     cr_expect_leq((double)sd_kv_type_row_bytes(SD_TYPE_Q4_0, 128) / f16, 0.30);
     cr_expect_eq(sd_kv_type_row_bytes(SD_TYPE_Q8_0, 48), 0, "not whole blocks");
     cr_expect_eq(sd_kv_type_row_bytes(SD_TYPE_Q4_1, 128), 0, "not a KV type");
-    sd_kv_pool_params p = {2, 48, 16, 4, SD_TYPE_Q8_0, NULL};
+    sd_kv_pool_params p = {
+        .n_layer = 2, .kv_dim = 48, .block_size = 16, .n_blocks = 4, .type = SD_TYPE_Q8_0};
     sd_kv_pool *pool = NULL;
     sd_error err = {0};
     cr_expect_eq(sd_kv_pool_init(&p, &pool, &err), SD_ERR_ARG);

@@ -405,7 +405,8 @@ Test(paged, attention_over_blocks_against_float64) {
     }
     for (int ti = 0; ti < 4; ti++) {
         const sd_type t = types[ti];
-        sd_kv_pool_params pp = {1, KVD, 8, 16, t, NULL};
+        sd_kv_pool_params pp = {
+            .n_layer = 1, .kv_dim = KVD, .block_size = 8, .n_blocks = 16, .type = t};
         sd_kv_pool *pool = NULL;
         cr_assert_eq(sd_kv_pool_init(&pp, &pool, &err), SD_OK, "%s", err.msg);
         sd_kv *filler = NULL, *kv = NULL, *cont = NULL;

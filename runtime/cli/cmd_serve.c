@@ -346,12 +346,18 @@ static void print_kv(const char *what, const sd_model *m, const sd_kv_pool_stats
     const sd_hparams *hp = sd_model_hparams(m);
     const double per_elem =
         (double)bytes_per_token / (2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim);
-    const double total = (double)bytes_per_token * kv->n_blocks * kv->block_size;
+    const double total = (double)kv->storage_bytes;
     fprintf(stderr,
             "specdec: serve: %s KV %s: %zu bytes per token (2 x %d layers x %d KV heads x %d "
             "head dim x %.4g bytes), %d blocks of %d positions, %.1f MiB\n",
             what, type, bytes_per_token, hp->n_layer, hp->n_head_kv, hp->head_dim, per_elem,
             kv->n_blocks, kv->block_size, total / 1048576.0);
+    if (kv->n_group > 1) /* interleaved local / global layers: a block group each */
+        fprintf(stderr,
+                "specdec: serve: %s KV layer groups: %d global layers in %d blocks (every "
+                "position), %d local layers in %d blocks (their window)\n",
+                what, kv->group_layers[0], kv->group_blocks[0], kv->group_layers[1],
+                kv->group_blocks[1]);
 }
 
 int sd_cmd_serve(int argc, char **argv) {

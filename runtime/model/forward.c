@@ -295,9 +295,11 @@ static int alloc_kv(sd_session *s, const sd_session_params *p, sd_error *err) {
         s->seqs[0] = s->kv;
         return SD_OK;
     }
-    sd_kv_pool_params pp = {
-        hp->n_layer,    kv_dim,     p->kv_block ? p->kv_block : SD_DEFAULT_KV_BLOCK,
-        p->n_kv_blocks, p->kv_type, NULL};
+    sd_kv_pool_params pp = {.n_layer = hp->n_layer,
+                            .kv_dim = kv_dim,
+                            .block_size = p->kv_block ? p->kv_block : SD_DEFAULT_KV_BLOCK,
+                            .n_blocks = p->n_kv_blocks,
+                            .type = p->kv_type};
     if (pp.block_size < 1 || pp.block_size > SD_KV_MAX_BLOCK)
         return sd_errorf(err, SD_ERR_ARG, "session: kv_block %d out of range [1, %d]", p->kv_block,
                          SD_KV_MAX_BLOCK);
@@ -310,13 +312,38 @@ static int alloc_kv(sd_session *s, const sd_session_params *p, sd_error *err) {
                              s->n_seq, s->n_ctx);
         pp.n_blocks = (int32_t)nb;
     }
+    int32_t *layer_group = NULL;
+    if (s->layer_window > 0) {
+        /* Local and global layers (gemma3): two layer groups, each with its own blocks.
+         * Group 0 (global layers) holds every position; group 1 (local layers) gives back
+         * the blocks behind the window after each pass, so a sequence holds at most the
+         * window, SD_KV_WINDOW_SLACK and one pass of positions there, plus a partial block
+         * at each end and one copy-on-write copy. Group 1 is sized for that (never above
+         * group 0's count). */
+        layer_group = malloc((size_t)hp->n_layer * sizeof *layer_group);
+        if (!layer_group) return sd_errorf(err, SD_ERR_OOM, "session: out of memory");
+        for (int32_t l = 0; l < hp->n_layer; l++)
+            layer_group[l] = s->layers[l].swa ? 1 : 0;
+        const int64_t per_seq =
+            (s->layer_window + SD_KV_WINDOW_SLACK + s->n_batch + pp.block_size - 1) /
+                pp.block_size +
+            3;
+        const int64_t local = (int64_t)s->n_seq * per_seq;
+        pp.n_group = 2;
+        pp.layer_group = layer_group;
+        pp.group_blocks[1] = local < pp.n_blocks ? (int32_t)local : pp.n_blocks;
+        pp.group_window[1] = s->layer_window;
+    }
     rc = sd_kv_pool_storage_bytes(&pp, &bytes, err);
     if (!rc) rc = sd_buffer_alloc(s->be, bytes, SD_BUFFER_KV, &s->b_kv, err);
-    if (rc)
+    if (rc) {
+        free(layer_group);
         return sd_error_prefix(err, rc, "%s: paged KV cache (%d blocks of %d positions)",
                                s->m->path, pp.n_blocks, pp.block_size);
+    }
     pp.storage = s->b_kv->addr;
     rc = sd_kv_pool_init(&pp, &s->pool, err);
+    free(layer_group);
     for (int32_t i = 0; rc == SD_OK && i < s->n_seq; i++)
         rc = sd_kv_seq_init(s->pool, s->n_ctx, &s->seqs[i], err);
     if (rc) return sd_error_prefix(err, rc, "%s: paged KV cache", s->m->path);
@@ -416,9 +443,11 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     if (rc == SD_OK) rc = check_arch_ops(s, bp.window, err);
     if (rc == SD_OK) rc = place_weights(s, err);
     if (rc == SD_OK) rc = alloc_kv(s, p, err);
-    /* Interleaved local / global layers (gemma3) keep every block: a block holds the rows
-     * of all layers, and a global layer reads every position. */
-    if (rc == SD_OK && s->pool && bp.window > 0 && hp->n_swa_layers == hp->n_layer)
+    /* Every layer windowed: the blocks behind the window go back to the pool. Interleaved
+     * local / global layers (gemma3): the pool has a block group per kind (alloc_kv), and
+     * only the local layers' blocks behind the window go back. */
+    if (rc == SD_OK && s->pool && bp.window > 0 &&
+        (hp->n_swa_layers == hp->n_layer || s->layer_window > 0))
         s->kv_window = bp.window;
     if (rc == SD_OK) rc = alloc_scratch(s, err);
     if (rc == SD_OK && tp) {
@@ -1122,12 +1151,8 @@ int sd_session_kv_check(const sd_session *s, sd_error *err) {
     for (int32_t i = 0; i < s->n_seq; i++) {
         refs += sd_kv_n_blocks(s->seqs[i]);
         /* blocks released behind a sliding window are not mapped */
-        const int32_t released = sd_kv_pool_blocks_for(s->pool, sd_kv_first(s->seqs[i]));
-        if (sd_kv_n_blocks(s->seqs[i]) !=
-            sd_kv_pool_blocks_for(s->pool, sd_kv_n(s->seqs[i])) - released)
-            return sd_errorf(
-                err, SD_ERR_ARG, "kv pool: sequence %d maps %d blocks for %d positions (from %d)",
-                i, sd_kv_n_blocks(s->seqs[i]), sd_kv_n(s->seqs[i]), sd_kv_first(s->seqs[i]));
+        const int rc = sd_kv_seq_check(s->seqs[i], err);
+        if (rc) return sd_error_prefix(err, rc, "kv pool: sequence %d", i);
     }
     return sd_kv_pool_check(s->pool, refs, err);
 }

@@ -142,7 +142,8 @@ typedef struct sd_session_params {
  * gives back the blocks wholly before position n - W + 1 - SD_KV_WINDOW_SLACK after each
  * pass (n: the sequence's committed positions), so a rollback of up to this many
  * positions (a rejected draft: at most SD_MAX_DRAFT + 1) still finds its window. A model
- * with a global layer (Gemma 3) keeps every block: its blocks hold all layers' rows. */
+ * with global layers too (Gemma 3) gets a pool of two layer groups (kv/sd_kv.h): only the
+ * local layers' group gives back its blocks; the global layers' keeps every position. */
 #define SD_KV_WINDOW_SLACK 32
 
 sd_session_params sd_session_default_params(void);

@@ -175,6 +175,20 @@ void srv_metrics(sd_server *s, srv_reply *r) {
     metric(&m, "kv_block_size", "gauge", "Positions per KV block.", (double)st.kv.block_size);
     metric(&m, "kv_bytes_per_token", "gauge", "Target KV bytes per position.",
            (double)st.kv_bytes_per_token);
+    metric(&m, "kv_pool_bytes", "gauge", "Bytes of the target's KV pool (every layer group).",
+           (double)st.kv.storage_bytes);
+    metric(&m, "kv_blocks_peak", "gauge", "Most target KV blocks in use at once.",
+           (double)st.kv.n_peak_used);
+    /* A grouped pool (interleaved local / global layers): the blocks above are the global
+     * layers'; the local layers' own blocks, given back behind their window. */
+    const int lg = st.kv.n_group > 1;
+    metric(&m, "kv_local_blocks_total", "gauge",
+           "Blocks of the target's local-layer group (0 without one).",
+           lg ? (double)st.kv.group_blocks[1] : 0.0);
+    metric(&m, "kv_local_blocks_used", "gauge", "Local-layer KV blocks in use.",
+           lg ? (double)(st.kv.group_blocks[1] - st.kv.group_free[1]) : 0.0);
+    metric(&m, "kv_local_blocks_peak", "gauge", "Most local-layer KV blocks in use at once.",
+           lg ? (double)st.kv.group_peak_used[1] : 0.0);
     metric(&m, "kv_draft_blocks_used", "gauge", "Draft KV blocks in use.",
            (double)(st.kv_draft.n_blocks - st.kv_draft.n_free));
     metric(&m, "kv_draft_blocks_total", "gauge", "Blocks of the draft's KV pool.",
