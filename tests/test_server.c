@@ -625,6 +625,43 @@ Test(server, hostile_clients_get_their_status) {
     free(log);
 }
 
+/* A client that half-closes (shutdown(SHUT_WR)) before its request is whole can never
+ * complete it: the connection is closed (or answered) at once, not held until --timeout
+ * (600 s here: the 60 s bound tells them apart). Cut in the headers, in a chunked body and
+ * in a Content-Length body; the three wait side by side. */
+Test(server, half_closed_incomplete_request_is_closed) {
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " --timeout 600");
+    const char *const parts[] = {
+        "POST /v1/completions HTTP/1.1\r\nHo",
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "5\r\n{\"pro",
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro",
+    };
+    enum { N = sizeof parts / sizeof parts[0] };
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = tcp_connect(s.port, 0);
+        cr_assert_geq(fds[i], 0, "connect: %s", strerror(errno));
+        const size_t n = strlen(parts[i]);
+        cr_assert_eq(send(fds[i], parts[i], n, MSG_NOSIGNAL), (ssize_t)n);
+        shutdown(fds[i], SHUT_WR);
+    }
+    const double t0 = now_s();
+    for (int i = 0; i < N; i++) {
+        const double left = 60 - (now_s() - t0);
+        int closed = 0;
+        char *o = read_until_close(fds[i], left > 1 ? left : 1, NULL, &closed);
+        cr_expect(closed, "a half-closed incomplete request (%d) was held open", i);
+        cr_expect(raw_status(o) == 0 || raw_status(o) == 400, "%d: %s", i, o);
+        free(o);
+        close(fds[i]);
+    }
+    json_t *j = http_json(&s, "GET", "/health", NULL, 200);
+    json_decref(j);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+}
+
 /* 512 idle or dripping sockets (a slot each, no thread each) leave the server on the air;
  * the ones that never finish a request are closed at --timeout however they drip. */
 Test(server, idle_and_dripping_connections_do_not_block) {
