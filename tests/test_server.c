@@ -973,7 +973,8 @@ Test(server, disconnect_cancels_and_slow_clients_do_not_stall) {
 }
 
 /* SIGTERM with a stream in flight: the stream finishes, the server exits 0; with a zero
- * grace the stream is cancelled and still ends properly. And it binds only 127.0.0.1. */
+ * grace the stream is cancelled and still ends properly, saying so (finish_reason
+ * "abort", not "stop"). And it binds only 127.0.0.1. */
 Test(server, sigterm_finishes_in_flight_and_binds_loopback) {
     char model[600];
     slow_model(model, sizeof model);
@@ -1023,7 +1024,7 @@ Test(server, sigterm_finishes_in_flight_and_binds_loopback) {
     waitpid(c2, &st, 0);
     o = slurp(of);
     t = sse_text(o, 0, &fin);
-    cr_expect_str_eq(fin, "stop", "a cancelled stream ends with finish_reason stop");
+    cr_expect_str_eq(fin, "abort", "a stream cut by the shutdown ends with finish_reason abort");
     int events = 0; /* a zero grace did not wait for the 3000 tokens */
     for (const char *p = o; (p = strstr(p, "\"text\":")); p++)
         events++;
