@@ -720,6 +720,27 @@ Test(server, idle_and_dripping_connections_do_not_block) {
     cr_expect_eq(srv_stop(&s, 30), 0);
 }
 
+/* Silent sockets that take every connection slot (--max-connections) do not keep a new
+ * client waiting for --timeout (600 s here): with half the slots or more taken, a
+ * connection without a whole request is closed after a few seconds, and the waiting
+ * client is served (curl's 120 s bound tells them apart). */
+Test(server, full_connection_slots_free_silent_sockets) {
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " --timeout 600 --max-connections 32");
+    enum { N = 40 }; /* all the slots, and some waiting in the listen queue */
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = tcp_connect(s.port, 0);
+        cr_assert_geq(fds[i], 0, "connect %d: %s", i, strerror(errno));
+    }
+    json_t *j = http_json(&s, "POST", "/v1/completions",
+                          "{\"prompt\":\"Once\",\"max_tokens\":2,\"temperature\":0}", 200);
+    json_decref(j);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+}
+
 /* CORS: the allowed origins get Access-Control-Allow-Origin on every answer and a 204
  * preflight; other origins get nothing; X-Api-Key is a key. */
 static char *headers_of(const srv *s, const char *method, const char *path, const char *extra) {

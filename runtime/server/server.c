@@ -25,6 +25,10 @@
  * complete its request. The wait lets the polling thread hand a request that did arrive
  * whole (the EOF behind it) to on_request first. */
 #define SD_SERVER_EOF_MS 1000
+/* When half of --max-connections or more are open, a connection without a whole request
+ * gets at most this long (not timeout_s): silent sockets that fill the slots would
+ * otherwise keep every new client in the listen queue for timeout_s. */
+#define SD_SERVER_PRESSURE_MS 5000
 
 /* One open connection (MHD_OPTION_NOTIFY_CONNECTION), for the deadline sweep. */
 typedef struct srv_track {
@@ -313,15 +317,21 @@ static int peer_eof(int fd) {
 }
 
 /* Close (shutdown: the polling thread then sees the EOF and frees it) every connection
- * whose request has not fully arrived within timeout_s, or whose peer half-closed
+ * whose request has not fully arrived within timeout_s (SD_SERVER_PRESSURE_MS when half
+ * the connection slots or more are taken), or whose peer half-closed
  * (shutdown(SHUT_WR)) before its request was whole: libmicrohttpd would hold that one
  * until timeout_s, waiting for bytes that cannot come. */
 static void sweep(sd_server *s) {
     const double now = sd_time_ms();
     if (now - s->t_sweep < SD_SERVER_SWEEP_MS) return;
     s->t_sweep = now;
-    const double limit = s->p.timeout_s * 1e3;
+    double limit = s->p.timeout_s * 1e3;
     pthread_mutex_lock(&s->conn_mu);
+    int n_open = 0;
+    for (const srv_track *t = s->conns; t; t = t->next)
+        n_open++;
+    if (2 * n_open >= s->p.max_connections && limit > SD_SERVER_PRESSURE_MS)
+        limit = SD_SERVER_PRESSURE_MS;
     for (srv_track *t = s->conns; t; t = t->next) {
         if (t->busy || t->shut || t->fd < 0) continue;
         int cut = now - t->t0 > limit;
