@@ -548,6 +548,18 @@ Test(server, hostile_clients_get_their_status) {
     o = raw_http(&s, h10, strlen(h10), 0, 60, &closed);
     cr_expect_eq(raw_status(o), 200, "%s", o);
     free(o);
+    /* The body's length given twice (two Content-Length, or one beside chunked): 400. */
+    const char *const twice[] = {
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+        "Content-Length: 50\r\nConnection: close\r\n\r\n{\"a\":",
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+        "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"};
+    for (int i = 0; i < 2; i++) {
+        o = raw_http(&s, twice[i], strlen(twice[i]), 0, 60, &closed);
+        cr_expect_eq(raw_status(o), 400, "%s", o);
+        cr_expect_not_null(strstr(o, "given twice"), "%s", o);
+        free(o);
+    }
     /* HEAD /health: 200 without a body. */
     const char *head = "HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     o = raw_http(&s, head, strlen(head), 0, 60, &closed);

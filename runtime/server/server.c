@@ -467,6 +467,16 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
     srv_error(r, 500, "server_error", NULL, "no handler");
 }
 
+static enum MHD_Result count_length_headers(void *cls, enum MHD_ValueKind kind, const char *key,
+                                            const char *value) {
+    (void)kind;
+    (void)value;
+    int *n = cls;
+    if (key && (!strcasecmp(key, "Content-Length") || !strcasecmp(key, "Transfer-Encoding")))
+        (*n)++;
+    return MHD_YES;
+}
+
 /* The checks on a request's headers (its first callback): 0 to read the body, else an
  * early reply was made in r. */
 static int check_head(sd_server *s, struct MHD_Connection *c, conn *k, const char *url,
@@ -474,6 +484,15 @@ static int check_head(sd_server *s, struct MHD_Connection *c, conn *k, const cha
     if (!strcmp(version, MHD_HTTP_VERSION_1_1) &&
         !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")) {
         srv_error(r, 400, "invalid_request_error", NULL, "HTTP/1.1 request without Host");
+        return -1;
+    }
+    /* Two Content-Length headers, or one beside Transfer-Encoding: a body whose length two
+     * parsers read differently (a proxy in front may frame it otherwise: smuggling). */
+    int n_len = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_length_headers, &n_len);
+    if (n_len > 1) {
+        srv_error(r, 400, "invalid_request_error", NULL,
+                  "the body's length is given twice (Content-Length, Transfer-Encoding)");
         return -1;
     }
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
