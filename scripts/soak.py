@@ -247,6 +247,9 @@ def one(rng, final=False):
     if final and r[0] == 503:
         count("final_cut")
         return
+    if final and "abort" in r[2].values():
+        count("final_cut")  # cancelled when the shutdown grace ran out (finish_reason abort)
+        return
     exact = not final and greedy and n_choices == 1 and not stop
     err = check((chat, p, n_tok), r, n_choices, exact, n_tok)
     if not err and final:

@@ -271,6 +271,20 @@ Test(chat_render, modes) {
                  SD_OK, "%s", err.msg);
     cr_expect_str_eq(out, "fFalseTrue");
     free(out);
+    /* extra variables add names, never replace the renderer's own (messages, bos_token,
+     * tools); a name of their own reaches the template */
+    json_t *extra = json_pack("{s:[{s:s,s:s}],s:s,s:[],s:s}", "messages", "role", "user", "content",
+                              "other", "bos_token", "EVIL", "tools", "custom", "v");
+    in.extra = extra;
+    in.bos_token = "<s>";
+    cr_assert_eq(sd_chat_render("{% for m in messages %}[{{ m.content }}]{% endfor %}"
+                                "{{ bos_token }}{{ tools | length }}{{ custom }}",
+                                &in, &out, NULL, &err),
+                 SD_OK, "%s", err.msg);
+    cr_expect_str_eq(out, "[hi]<s>1v");
+    free(out);
+    in.extra = NULL;
+    json_decref(extra);
     /* sd_chat_apply: an unrecognised Jinja text goes to the engine */
     sd_chat_msg cm[1] = {{"user", "hi"}};
     size_t len = 0;

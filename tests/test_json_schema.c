@@ -93,6 +93,35 @@ Test(json_schema, schema_order_and_optional_members) {
     sd_grammar_free(g);
 }
 
+/* additionalProperties as a schema (or true): an extra key is never a declared name (nor
+ * a required one outside properties), whether that member came, was left out, or is
+ * spelled with escapes; so no declared key appears twice. Two free extra keys can still be
+ * equal: a context-free grammar cannot make an unbounded set of keys distinct (documented
+ * in docs/serving.md). */
+Test(json_schema, extra_keys_never_repeat_a_declared_name) {
+    const char *s = "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"},"
+                    "\"name\":{\"type\":\"string\"}},\"required\":[\"id\",\"kind\"],"
+                    "\"additionalProperties\":{\"type\":\"number\"}}";
+    sd_grammar *g = compile(s, strlen(s), "extra-keys");
+    cr_expect(accepts(g, "{\"id\":1,\"kind\":2}"));
+    cr_expect(accepts(g, "{\"id\":1,\"name\":\"a\",\"kind\":2,\"x\":3,\"i\":4,\"idx\":5}"));
+    cr_expect(accepts(g, "{\"id\":1,\"kind\":2,\"nam\":3,\"names\":4,\"kinds\":5}"));
+    cr_expect(!accepts(g, "{\"id\":1,\"kind\":2,\"id\":3}"));   /* a declared one again */
+    cr_expect(!accepts(g, "{\"id\":1,\"kind\":2,\"name\":3}")); /* one left out, then extra */
+    cr_expect(!accepts(g, "{\"id\":1,\"kind\":2,\"kind\":3}")); /* required, not in properties */
+    cr_expect(!accepts(g, "{\"id\":1,\"kind\":2,\"\\u0069d\":3}")); /* "id" with an escape */
+    /* the limit: two equal free extra keys are not told apart */
+    cr_expect(accepts(g, "{\"id\":1,\"kind\":2,\"x\":3,\"x\":4}"));
+    sd_grammar_free(g);
+    const char *t = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+                    "\"additionalProperties\":true}";
+    g = compile(t, strlen(t), "extra-true");
+    cr_expect(accepts(g, "{\"b\":[1]}"));
+    cr_expect(!accepts(g, "{\"b\":[1],\"a\":1}")); /* a declared key after the extras */
+    cr_expect(!accepts(g, "{\"a\":1,\"a\":2}"));
+    sd_grammar_free(g);
+}
+
 /* Whitespace between tokens is bounded: a newline and at most 16 spaces. */
 Test(json_schema, whitespace_is_bounded) {
     const char *s = "{\"type\":\"array\",\"items\":{\"type\":\"boolean\"}}";

@@ -548,6 +548,18 @@ Test(server, hostile_clients_get_their_status) {
     o = raw_http(&s, h10, strlen(h10), 0, 60, &closed);
     cr_expect_eq(raw_status(o), 200, "%s", o);
     free(o);
+    /* The body's length given twice (two Content-Length, or one beside chunked): 400. */
+    const char *const twice[] = {
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+        "Content-Length: 50\r\nConnection: close\r\n\r\n{\"a\":",
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+        "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"};
+    for (int i = 0; i < 2; i++) {
+        o = raw_http(&s, twice[i], strlen(twice[i]), 0, 60, &closed);
+        cr_expect_eq(raw_status(o), 400, "%s", o);
+        cr_expect_not_null(strstr(o, "given twice"), "%s", o);
+        free(o);
+    }
     /* HEAD /health: 200 without a body. */
     const char *head = "HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     o = raw_http(&s, head, strlen(head), 0, 60, &closed);
@@ -625,6 +637,43 @@ Test(server, hostile_clients_get_their_status) {
     free(log);
 }
 
+/* A client that half-closes (shutdown(SHUT_WR)) before its request is whole can never
+ * complete it: the connection is closed (or answered) at once, not held until --timeout
+ * (600 s here: the 60 s bound tells them apart). Cut in the headers, in a chunked body and
+ * in a Content-Length body; the three wait side by side. */
+Test(server, half_closed_incomplete_request_is_closed) {
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " --timeout 600");
+    const char *const parts[] = {
+        "POST /v1/completions HTTP/1.1\r\nHo",
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "5\r\n{\"pro",
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro",
+    };
+    enum { N = sizeof parts / sizeof parts[0] };
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = tcp_connect(s.port, 0);
+        cr_assert_geq(fds[i], 0, "connect: %s", strerror(errno));
+        const size_t n = strlen(parts[i]);
+        cr_assert_eq(send(fds[i], parts[i], n, MSG_NOSIGNAL), (ssize_t)n);
+        shutdown(fds[i], SHUT_WR);
+    }
+    const double t0 = now_s();
+    for (int i = 0; i < N; i++) {
+        const double left = 60 - (now_s() - t0);
+        int closed = 0;
+        char *o = read_until_close(fds[i], left > 1 ? left : 1, NULL, &closed);
+        cr_expect(closed, "a half-closed incomplete request (%d) was held open", i);
+        cr_expect(raw_status(o) == 0 || raw_status(o) == 400, "%d: %s", i, o);
+        free(o);
+        close(fds[i]);
+    }
+    json_t *j = http_json(&s, "GET", "/health", NULL, 200);
+    json_decref(j);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+}
+
 /* 512 idle or dripping sockets (a slot each, no thread each) leave the server on the air;
  * the ones that never finish a request are closed at --timeout however they drip. */
 Test(server, idle_and_dripping_connections_do_not_block) {
@@ -680,6 +729,27 @@ Test(server, idle_and_dripping_connections_do_not_block) {
     cr_expect_eq(n_closed, N, "%d of %d silent connections closed", n_closed, N);
     j = http_json(&s, "GET", "/health", NULL, 200);
     json_decref(j);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+}
+
+/* Silent sockets that take every connection slot (--max-connections) do not keep a new
+ * client waiting for --timeout (600 s here): with half the slots or more taken, a
+ * connection without a whole request is closed after a few seconds, and the waiting
+ * client is served (curl's 120 s bound tells them apart). */
+Test(server, full_connection_slots_free_silent_sockets) {
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " --timeout 600 --max-connections 32");
+    enum { N = 40 }; /* all the slots, and some waiting in the listen queue */
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = tcp_connect(s.port, 0);
+        cr_assert_geq(fds[i], 0, "connect %d: %s", i, strerror(errno));
+    }
+    json_t *j = http_json(&s, "POST", "/v1/completions",
+                          "{\"prompt\":\"Once\",\"max_tokens\":2,\"temperature\":0}", 200);
+    json_decref(j);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
     cr_expect_eq(srv_stop(&s, 30), 0);
 }
 
@@ -936,7 +1006,8 @@ Test(server, disconnect_cancels_and_slow_clients_do_not_stall) {
 }
 
 /* SIGTERM with a stream in flight: the stream finishes, the server exits 0; with a zero
- * grace the stream is cancelled and still ends properly. And it binds only 127.0.0.1. */
+ * grace the stream is cancelled and still ends properly, saying so (finish_reason
+ * "abort", not "stop"). And it binds only 127.0.0.1. */
 Test(server, sigterm_finishes_in_flight_and_binds_loopback) {
     char model[600];
     slow_model(model, sizeof model);
@@ -986,7 +1057,7 @@ Test(server, sigterm_finishes_in_flight_and_binds_loopback) {
     waitpid(c2, &st, 0);
     o = slurp(of);
     t = sse_text(o, 0, &fin);
-    cr_expect_str_eq(fin, "stop", "a cancelled stream ends with finish_reason stop");
+    cr_expect_str_eq(fin, "abort", "a stream cut by the shutdown ends with finish_reason abort");
     int events = 0; /* a zero grace did not wait for the 3000 tokens */
     for (const char *p = o; (p = strstr(p, "\"text\":")); p++)
         events++;

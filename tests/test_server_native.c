@@ -318,6 +318,28 @@ Test(server_native, slots_template_and_byte_pieces) {
                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
                     "\"add_generation_prompt\":true,\"continue_final_message\":true}",
                     400));
+    /* chat_template_kwargs adds variables; those the server sets are refused by name */
+    const char *const reserved[] = {"messages", "add_generation_prompt", "bos_token", "tools"};
+    for (int i = 0; i < 4; i++) {
+        char kb[512];
+        snprintf(kb, sizeof kb,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                 "\"chat_template_kwargs\":{\"%s\":[]}}",
+                 reserved[i]);
+        json_t *e = req(&s, "POST", "/apply-template", kb, 400);
+        char want[96];
+        snprintf(want, sizeof want, "chat_template_kwargs.%s", reserved[i]);
+        const char *param =
+            json_string_value(json_object_get(json_object_get(e, "error"), "param"));
+        cr_expect(param && !strcmp(param, want), "param %s, expected %s", param, want);
+        json_decref(e);
+    }
+    json_t *kw = req(&s, "POST", "/apply-template",
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                     "\"chat_template_kwargs\":{\"custom\":1}}",
+                     200);
+    cr_expect_str_eq(jstr(kw, "prompt"), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    json_decref(kw);
     /* input_tokens: the count /tokenize gives for the template's text (BOS added) */
     json_t *it = req(&s, "POST", "/chat/completions/input_tokens",
                      "{\"messages\":[{\"role\":\"system\",\"content\":\"Be kind.\"},"

@@ -523,11 +523,15 @@ void srv_gen_unref(srv_gen *g) {
     free(g);
 }
 
+/* OpenAI's reasons, and vLLM's "abort" for a generation the server cut (the shutdown
+ * grace ran out): neither a stop nor the budget. */
 static const char *finish_reason(sd_stop_reason st) {
     switch (st) {
     case SD_STOP_MAX_TOKENS:
     case SD_STOP_CONTEXT:
         return "length";
+    case SD_STOP_CANCEL:
+        return "abort";
     case SD_STOP_NONE:
         return "error";
     default:

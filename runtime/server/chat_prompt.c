@@ -3,6 +3,7 @@
  * fields around it (add_generation_prompt, continue_final_message and the assistant
  * prefill, chat_template_kwargs, reasoning_effort, tools for /apply-template), and the
  * count of its tokens (/chat/completions/input_tokens). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +80,22 @@ int srv_chat_text(sd_server *s, json_t *o, int allow_tools, char **text, size_t 
         return bad(r, "chat_template_kwargs", "must be an object");
     }
     if (f && json_is_object(f)) {
+        /* The variables the server sets are not the request's to replace (a kwarg named
+         * messages would render other messages than those counted and cached). */
+        static const char *const k_reserved[] = {
+            "messages",   "add_generation_prompt", "bos_token", "eos_token", "tools", "datetime",
+            "date_string"};
+        for (size_t i = 0; i < sizeof k_reserved / sizeof k_reserved[0]; i++)
+            if (json_object_get(f, k_reserved[i])) {
+                json_decref(msgs);
+                char field[96];
+                snprintf(field, sizeof field, "chat_template_kwargs.%s", k_reserved[i]);
+                srv_error(r, 400, "invalid_request_error", field,
+                          "%s is set by the server (its own request field, or the model's), "
+                          "not by chat_template_kwargs",
+                          field);
+                return -1;
+            }
         json_t *et = json_object_get(f, "enable_thinking");
         if (et && !json_is_boolean(et)) {
             json_decref(msgs);

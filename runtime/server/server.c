@@ -20,14 +20,24 @@
 #define SD_SERVER_FLUSH_MS 5000
 /* How often the run loop closes connections past their deadline. */
 #define SD_SERVER_SWEEP_MS 250
+/* A connection whose peer has shut its side (EOF waiting) and whose request has not
+ * arrived whole is closed once the EOF has been seen this long: that client can never
+ * complete its request. The wait lets the polling thread hand a request that did arrive
+ * whole (the EOF behind it) to on_request first. */
+#define SD_SERVER_EOF_MS 1000
+/* When half of --max-connections or more are open, a connection without a whole request
+ * gets at most this long (not timeout_s): silent sockets that fill the slots would
+ * otherwise keep every new client in the listen queue for timeout_s. */
+#define SD_SERVER_PRESSURE_MS 5000
 
 /* One open connection (MHD_OPTION_NOTIFY_CONNECTION), for the deadline sweep. */
 typedef struct srv_track {
     struct srv_track *prev, *next;
     int fd;
-    int busy;  /* its request has fully arrived (answered, waiting or sending) */
-    double t0; /* ms: opened, or its previous answer ended */
-    int shut;  /* the sweep shut it down */
+    int busy;     /* its request has fully arrived (answered, waiting or sending) */
+    double t0;    /* ms: opened, or its previous answer ended */
+    int shut;     /* the sweep shut it down */
+    double t_eof; /* ms: when the sweep first saw the peer's EOF while not busy, or 0 */
 } srv_track;
 
 sd_server_params sd_server_default_params(void) {
@@ -264,6 +274,7 @@ static void track_busy(sd_server *s, struct MHD_Connection *c, int busy) {
     if (!t) return;
     pthread_mutex_lock(&s->conn_mu);
     t->busy = busy;
+    t->t_eof = 0;
     if (!busy) t->t0 = sd_time_ms();
     pthread_mutex_unlock(&s->conn_mu);
 }
@@ -298,30 +309,49 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
-/* Close (shutdown: the polling thread then sees the EOF and frees it) every connection
- * whose request has not fully arrived within timeout_s. */
-static void sweep(sd_server *s) {
-    const double now = sd_time_ms();
-    if (now - s->t_sweep < SD_SERVER_SWEEP_MS) return;
-    s->t_sweep = now;
-    const double limit = s->p.timeout_s * 1e3;
-    pthread_mutex_lock(&s->conn_mu);
-    for (srv_track *t = s->conns; t; t = t->next)
-        if (!t->busy && !t->shut && t->fd >= 0 && now - t->t0 > limit) {
-            shutdown(t->fd, SHUT_RDWR);
-            t->shut = 1;
-        }
-    pthread_mutex_unlock(&s->conn_mu);
-}
-
-static int conn_fd(struct MHD_Connection *c);
-
 /* 1 if the peer of socket fd has shut its side (an EOF is waiting), else 0. */
 static int peer_eof(int fd) {
     if (fd < 0) return 0;
     char b;
     return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
+
+/* Close (shutdown: the polling thread then sees the EOF and frees it) every connection
+ * whose request has not fully arrived within timeout_s (SD_SERVER_PRESSURE_MS when half
+ * the connection slots or more are taken), or whose peer half-closed
+ * (shutdown(SHUT_WR)) before its request was whole: libmicrohttpd would hold that one
+ * until timeout_s, waiting for bytes that cannot come. */
+static void sweep(sd_server *s) {
+    const double now = sd_time_ms();
+    if (now - s->t_sweep < SD_SERVER_SWEEP_MS) return;
+    s->t_sweep = now;
+    double limit = s->p.timeout_s * 1e3;
+    pthread_mutex_lock(&s->conn_mu);
+    int n_open = 0;
+    for (const srv_track *t = s->conns; t; t = t->next)
+        n_open++;
+    if (2 * n_open >= s->p.max_connections && limit > SD_SERVER_PRESSURE_MS)
+        limit = SD_SERVER_PRESSURE_MS;
+    for (srv_track *t = s->conns; t; t = t->next) {
+        if (t->busy || t->shut || t->fd < 0) continue;
+        int cut = now - t->t0 > limit;
+        if (!cut && peer_eof(t->fd)) {
+            if (t->t_eof == 0)
+                t->t_eof = now;
+            else
+                cut = now - t->t_eof >= SD_SERVER_EOF_MS;
+        } else if (!cut) {
+            t->t_eof = 0;
+        }
+        if (cut) {
+            shutdown(t->fd, SHUT_RDWR);
+            t->shut = 1;
+        }
+    }
+    pthread_mutex_unlock(&s->conn_mu);
+}
+
+static int conn_fd(struct MHD_Connection *c);
 
 static enum MHD_Result queue_reply(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply *r) {
     struct MHD_Response *resp;
@@ -437,6 +467,16 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
     srv_error(r, 500, "server_error", NULL, "no handler");
 }
 
+static enum MHD_Result count_length_headers(void *cls, enum MHD_ValueKind kind, const char *key,
+                                            const char *value) {
+    (void)kind;
+    (void)value;
+    int *n = cls;
+    if (key && (!strcasecmp(key, "Content-Length") || !strcasecmp(key, "Transfer-Encoding")))
+        (*n)++;
+    return MHD_YES;
+}
+
 /* The checks on a request's headers (its first callback): 0 to read the body, else an
  * early reply was made in r. */
 static int check_head(sd_server *s, struct MHD_Connection *c, conn *k, const char *url,
@@ -444,6 +484,15 @@ static int check_head(sd_server *s, struct MHD_Connection *c, conn *k, const cha
     if (!strcmp(version, MHD_HTTP_VERSION_1_1) &&
         !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")) {
         srv_error(r, 400, "invalid_request_error", NULL, "HTTP/1.1 request without Host");
+        return -1;
+    }
+    /* Two Content-Length headers, or one beside Transfer-Encoding: a body whose length two
+     * parsers read differently (a proxy in front may frame it otherwise: smuggling). */
+    int n_len = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_length_headers, &n_len);
+    if (n_len > 1) {
+        srv_error(r, 400, "invalid_request_error", NULL,
+                  "the body's length is given twice (Content-Length, Transfer-Encoding)");
         return -1;
     }
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");

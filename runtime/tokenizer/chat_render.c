@@ -122,7 +122,7 @@ static int render_jinja(const char *tmpl, const sd_chat_inputs *in, const json_t
     if (in->tools && json_is_array(in->tools))
         bad |= json_object_set(vars, "tools", (json_t *)in->tools);
     if (in->extra && json_is_object(in->extra))
-        bad |= json_object_update(vars, (json_t *)in->extra);
+        bad |= json_object_update_missing(vars, (json_t *)in->extra); /* adds, never replaces */
     if (bad) {
         json_decref(vars);
         return sd_errorf(err, SD_ERR_OOM, "chat: out of memory");

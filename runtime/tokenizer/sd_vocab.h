@@ -255,7 +255,8 @@ typedef struct sd_chat_inputs {
      * content parts are joined with "\n". */
     const struct json_t *messages;
     const struct json_t *tools; /* NULL or an array (the template's `tools`) */
-    const struct json_t *extra; /* NULL or an object: more template variables */
+    const struct json_t *extra; /* NULL or an object: more template variables (names
+                                 * the renderer sets itself keep their values) */
     int add_generation_prompt;  /* 1 (default): end with the assistant header */
     /* 1: the last message (an assistant's) is continued: the others are rendered with the
      * assistant header and its content follows (parts joined with "\n\n"). */
