@@ -412,6 +412,7 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
     case R_COMPLETIONS:
     case R_CHAT:
     case R_NATIVE:
+        r->llama_path = strncmp(k->rt->path, "/v1/", 4) != 0;
         srv_generate(s,
                      k->rt->id == R_CHAT     ? SRV_CHAT
                      : k->rt->id == R_NATIVE ? SRV_NATIVE

@@ -37,6 +37,8 @@ typedef struct srv_reply {
     char hdr_value[32];
     int32_t n_prompt_tokens, n_ctx; /* a context overflow: the error body carries both
                                        (llama-server's fields) when n_ctx > 0 */
+    int llama_path; /* in: the request came on llama-server's path (no /v1/ prefix): a
+                       context overflow is answered with its error type */
 } srv_reply;
 
 /* One generation request (completions or chat) between the HTTP thread that owns the
@@ -195,6 +197,8 @@ json_t *srv_native_bias_json(const sd_vocab *v, const sd_gen_params *gp);
 char *srv_native_prompt_text(const sd_vocab *v, const int32_t *ids, int32_t n);
 /* The stream's chunk for ev (under g->mu): a text delta, then at the end the whole
  * result with "stop": true. */
+/* llama-server's "timings" object of choice i (a new reference; never NULL). */
+json_t *srv_native_timings(const srv_gen *g, int32_t i);
 void srv_native_event(srv_gen *g, const sd_req_event *ev);
 /* The answer of a finished non-streaming /completion. */
 void srv_native_final(srv_gen *g, srv_reply *r);
