@@ -142,3 +142,122 @@ Test(server_llama, stream_usage_carries_timings) {
     free(o);
     srv_stop_ok(&s);
 }
+
+/* ---- POST /infill ---- */
+
+#define LT_FIM SD_SOURCE_DIR "/models/downloaded/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+/* A request body from a jansson pack (the test's strings escaped by jansson). */
+static char *body_of(json_t *j) {
+    cr_assert_not_null(j);
+    char *b = json_dumps(j, JSON_COMPACT);
+    cr_assert_not_null(b);
+    json_decref(j);
+    return b;
+}
+
+/* The ids of text (no BOS, control texts not parsed), from /tokenize. */
+static json_t *tokens_of(const srv *s, const char *text) {
+    char *b = body_of(json_pack("{s:s,s:b}", "content", text, "add_special", 0));
+    json_t *t = http_json(s, "POST", "/tokenize", b, 200);
+    free(b);
+    json_t *ids = json_incref(json_object_get(t, "tokens"));
+    json_decref(t);
+    cr_assert(json_is_array(ids));
+    return ids;
+}
+
+/* The text of ids [from, from + n), from /detokenize. */
+static char *text_of(const srv *s, json_t *ids, size_t from, size_t n) {
+    json_t *part = json_array();
+    for (size_t i = from; i < from + n; i++)
+        json_array_append(part, json_array_get(ids, i));
+    char *b = body_of(json_pack("{s:o}", "tokens", part));
+    json_t *d = http_json(s, "POST", "/detokenize", b, 200);
+    free(b);
+    char *t = strdup(jstr(d, "content"));
+    json_decref(d);
+    return t;
+}
+
+/* The prompt /infill builds on a FIM vocabulary (Qwen2.5-Coder's: <|repo_name|>,
+ * <|file_sep|>, <|fim_prefix|> ...), written out here; with long inputs the prefix keeps its
+ * last 3/4 of a batch and the suffix its first batch/4 - 2 - prompt tokens (/tokenize's
+ * ids, cut here and /detokenize'd). */
+Test(server_llama, infill_prompt_layout) {
+    if (access(LT_FIM, R_OK) != 0) cr_skip_test("no %s (scripts/get_models.sh)", LT_FIM);
+    srv s;
+    srv_start(&s, "-m " LT_FIM " -c 512 -np 1 -b 64 -n 8 --temp 0");
+    char *b = body_of(json_pack("{s:[{s:s,s:s}],s:s,s:s,s:s,s:i}", "input_extra", "filename", "a.h",
+                                "text", "int f(void);\n", "input_prefix", "int main() {\n",
+                                "prompt", "    return ", "input_suffix", "}\n", "n_predict", 2));
+    json_t *a = http_json(&s, "POST", "/infill", b, 200);
+    cr_expect_str_eq(jstr(a, "prompt"),
+                     "<|repo_name|>myproject\n<|file_sep|>a.h\nint f(void);\n<|file_sep|>filename\n"
+                     "<|fim_prefix|>int main() {\n    return <|fim_suffix|>}\n<|fim_middle|>");
+    cr_expect_eq(jint(a, "tokens_predicted"), 2);
+    json_decref(a);
+    free(b);
+    /* Long inputs: -b 64 keeps 48 prefix tokens and 16 - 2 - 0 = 14 suffix tokens. */
+    char pre[2048] = "", suf[2048] = "";
+    for (int i = 0; i < 60; i++) {
+        char w[32];
+        snprintf(w, sizeof w, "int a%d = %d;\n", i, i);
+        strcat(pre, w);
+        snprintf(w, sizeof w, "b%d();\n", i);
+        strcat(suf, w);
+    }
+    json_t *tp = tokens_of(&s, pre), *ts = tokens_of(&s, suf);
+    cr_assert_gt(json_array_size(tp), 48);
+    cr_assert_gt(json_array_size(ts), 14);
+    char *pre_kept = text_of(&s, tp, json_array_size(tp) - 48, 48);
+    char *suf_kept = text_of(&s, ts, 0, 14);
+    b = body_of(
+        json_pack("{s:s,s:s,s:i}", "input_prefix", pre, "input_suffix", suf, "n_predict", 1));
+    a = http_json(&s, "POST", "/infill", b, 200);
+    char want[4096];
+    snprintf(want, sizeof want,
+             "<|repo_name|>myproject\n<|file_sep|>filename\n<|fim_prefix|>%s"
+             "<|fim_suffix|>%s<|fim_middle|>",
+             pre_kept, suf_kept);
+    cr_expect_str_eq(jstr(a, "prompt"), want);
+    json_decref(a);
+    json_decref(tp);
+    json_decref(ts);
+    free(pre_kept);
+    free(suf_kept);
+    free(b);
+    srv_stop_ok(&s);
+}
+
+/* Malformed /infill fields are 400 (each named); a vocabulary without FIM tokens is 501. */
+Test(server_llama, infill_refusals) {
+    srv s;
+    srv_start(&s, "-m " LT_TARGET " -c 256 -np 1");
+    json_t *e =
+        http_json(&s, "POST", "/infill", "{\"input_prefix\":\"a\",\"input_suffix\":\"b\"}", 501);
+    cr_expect_str_eq(jstr(e, "error/type"), "not_supported_error");
+    json_decref(e);
+    srv_stop_ok(&s);
+    if (access(LT_FIM, R_OK) != 0) cr_skip_test("no %s (scripts/get_models.sh)", LT_FIM);
+    srv_start(&s, "-m " LT_FIM " -c 512 -np 1 -b 64 -n 8");
+    const char *bad[] = {
+        "{\"input_suffix\":\"b\"}",
+        "{\"input_prefix\":\"a\"}",
+        "{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"prompt\":5}",
+        "{\"input_prefix\":[\"a\",-1],\"input_suffix\":\"b\"}",
+        "{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"input_extra\":{}}",
+        "{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"input_extra\":[{}]}",
+        "{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"input_extra\":[{\"filename\":\"ok\"}]}",
+        "{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"input_extra\":[{\"filename\":1,"
+        "\"text\":\"x\"}]}",
+        "{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"input_extra\":[{\"text\":4}]}",
+        "[1]",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *r = http_json(&s, "POST", "/infill", bad[i], 400);
+        cr_expect_str_eq(jstr(r, "error/type"), "invalid_request_error", "%s", bad[i]);
+        json_decref(r);
+    }
+    srv_stop_ok(&s);
+}

@@ -477,6 +477,7 @@ int sd_cmd_serve(int argc, char **argv) {
     sp.no_ui = c.no_ui;
     sp.no_metrics = c.no_metrics;
     sp.n_slots = (int32_t)np;
+    sp.n_batch = bp.n_batch;
     raise_fd_limit((rlim_t)c.max_connections + 64);
     sp.model_name = c.alias;
     sp.chat_template = c.chat_template;

@@ -65,6 +65,7 @@ typedef struct sd_server_params {
     int32_t http_threads;      /* threads polling the connections (4) */
     const char *cors_origins;  /* NULL: no CORS headers; "*" or "https://a,https://b" */
     int32_t n_slots;           /* /props's total_slots (the batcher's n_parallel; 1) */
+    int32_t n_batch;           /* the batcher's -b: /infill's budget (512) */
     int no_slots;              /* 1: GET /slots answers 501 (llama-server's --no-slots) */
     int no_metrics;            /* 1: GET /metrics answers 501 (llama-server without --metrics) */
     int no_ui;                 /* 1: no chat page: GET / answers 404 (--no-ui) */

@@ -40,6 +40,7 @@ sd_server_params sd_server_default_params(void) {
     p.timeout_s = 60;
     p.http_threads = 4;
     p.n_slots = 1;
+    p.n_batch = 512;
     p.enable_thinking = 1;
     p.gen = sd_gen_default_params();
     p.shutdown_timeout_s = 30.0;
@@ -152,6 +153,7 @@ typedef enum route_id {
     R_SLOTS,
     R_APPLY_TEMPLATE,
     R_INPUT_TOKENS,
+    R_INFILL,
 } route_id;
 
 typedef struct route {
@@ -179,6 +181,7 @@ static const route k_routes[] = {
     {"GET", "/slots", R_SLOTS, 1},
     {"POST", "/apply-template", R_APPLY_TEMPLATE, 1},
     {"POST", "/chat/completions/input_tokens", R_INPUT_TOKENS, 1},
+    {"POST", "/infill", R_INFILL, 1},
     {"POST", "/v1/chat/completions/input_tokens", R_INPUT_TOKENS, 1},
 };
 
@@ -424,6 +427,10 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
         return;
     case R_APPLY_TEMPLATE:
         srv_apply_template(s, k->body ? k->body : "", k->len, r);
+        return;
+    case R_INFILL:
+        r->llama_path = 1;
+        srv_infill(s, k->body ? k->body : "", k->len, c, conn_fd(c), r);
         return;
     case R_INPUT_TOKENS:
         srv_input_tokens(s, k->body ? k->body : "", k->len, r);

@@ -219,6 +219,10 @@ int srv_chat_text(sd_server *s, json_t *o, int allow_tools, char **text, size_t 
 /* POST /chat/completions/input_tokens: {"input_tokens": N}, the prompt tokens a chat
  * request's messages make (llama-server's). */
 void srv_input_tokens(sd_server *s, const char *body, size_t len, srv_reply *r);
+/* infill.c: POST /infill (llama-server's fill-in-the-middle): the prompt built from the
+ * vocabulary's FIM tokens, then answered as POST /completion. */
+void srv_infill(sd_server *s, const char *body, size_t len, struct MHD_Connection *c, int fd,
+                srv_reply *r);
 
 /* misc.c */
 /* Append printf-formatted text to m (m->oom set when out of memory; later appends do nothing). */
