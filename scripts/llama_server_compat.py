@@ -53,7 +53,7 @@ KEEP = {
     "--kv-unified": 0, "-kvu": 0, "--cont-batching": 0, "--top-k": 1, "--top-p": 1,
     "--timeout": 1, "--threads-http": 1, "--api-key-file": 1, "--slots": 0, "--no-slots": 0,
     "--no-ui": 0, "--jinja": 0, "--no-jinja": 0, "--chat-template-file": 1, "--reasoning": 1,
-    "--verbose": 0,
+    "--verbose": 0, "--tags": 1,
 }
 # renamed: llama-server's name -> specdec's
 RENAME = {
@@ -86,7 +86,6 @@ DROP = {
     "-fa": (1, "attention has one implementation"),
     "--flash-attn": (1, "attention has one implementation"),
     "--pooling": (1, "no embeddings"),
-    "--tags": (1, "no model tags"),
     "--reasoning-format": (1, "no reasoning parser"),
     "--grp-attn-n": (1, "no group attention"),
     "--grp-attn-w": (1, "no group attention"),

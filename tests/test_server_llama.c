@@ -261,3 +261,37 @@ Test(server_llama, infill_refusals) {
     }
     srv_stop_ok(&s);
 }
+
+/* llama-server's --alias list and --tags: /v1/models lists them sorted without repeats, the
+ * id is the first alias in byte order, and answers carry that id; one plain --alias (or none)
+ * is the one alias. */
+Test(server_llama, model_aliases_and_tags) {
+    srv s;
+    srv_start(&s, "-m " LT_TARGET " -c 256 -np 1 --alias tinyllama-2,fim,code,fim --tags "
+                  "small,chat,fim");
+    json_t *m = http_json(&s, "GET", "/v1/models", NULL, 200);
+    json_t *d = json_array_get(json_object_get(m, "data"), 0);
+    cr_expect_str_eq(jstr(d, "id"), "code");
+    const char *al[] = {"code", "fim", "tinyllama-2"}, *tg[] = {"chat", "fim", "small"};
+    json_t *ja = json_object_get(d, "aliases"), *jt = json_object_get(d, "tags");
+    cr_assert_eq(json_array_size(ja), 3);
+    cr_assert_eq(json_array_size(jt), 3);
+    for (size_t i = 0; i < 3; i++) {
+        cr_expect_str_eq(json_string_value(json_array_get(ja, i)), al[i]);
+        cr_expect_str_eq(json_string_value(json_array_get(jt, i)), tg[i]);
+    }
+    json_t *c = http_json(&s, "POST", "/v1/completions",
+                          "{\"prompt\":\"Once\",\"max_tokens\":1,\"temperature\":0}", 200);
+    cr_expect_str_eq(jstr(c, "model"), "code");
+    json_decref(c);
+    json_decref(m);
+    srv_stop_ok(&s);
+    srv_start(&s, "-m " LT_TARGET " -c 256 -np 1 --alias one");
+    m = http_json(&s, "GET", "/v1/models", NULL, 200);
+    d = json_array_get(json_object_get(m, "data"), 0);
+    cr_expect_str_eq(jstr(d, "id"), "one");
+    cr_expect_eq(json_array_size(json_object_get(d, "aliases")), 1);
+    cr_expect_eq(json_array_size(json_object_get(d, "tags")), 0);
+    json_decref(m);
+    srv_stop_ok(&s);
+}

@@ -675,7 +675,12 @@ int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_se
         const char *slash = strrchr(path, '/');
         name = slash ? slash + 1 : path;
     }
+    /* an --alias list: the first in byte order is the id */
+    json_t *aliases = name == p->model_name && strchr(name, ',') ? srv_csv_set(name) : NULL;
+    if (aliases && json_array_size(aliases) > 0)
+        name = json_string_value(json_array_get(aliases, 0));
     s->model_name = strdup(name);
+    json_decref(aliases);
     if (!s->model_name) {
         sd_server_free(s);
         return sd_errorf(err, SD_ERR_OOM, "server: out of memory");

@@ -231,6 +231,9 @@ void srv_vmprintf(srv_mbuf *m, const char *fmt, va_list ap);
 /* Add a finished choice's statistics to llama-server's metric sums (any thread). */
 void srv_count_done(sd_server *s, const sd_gen_stats *st);
 void srv_models(sd_server *s, srv_reply *r);
+/* The items of a comma-separated list, sorted in byte order, without repeats or empty
+ * items (a new array; NULL: out of memory; an empty array for NULL). */
+json_t *srv_csv_set(const char *csv);
 void srv_health(sd_server *s, srv_reply *r);
 void srv_metrics(sd_server *s, srv_reply *r);
 void srv_props(sd_server *s, srv_reply *r);
