@@ -18,6 +18,9 @@
 #include "testutil.h"
 
 #define LT_TARGET SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
+#define NT_LONG                                                                                    \
+    "Once upon a time, there was a little girl named Lily who liked to play in the park with her " \
+    "big red ball every day"
 
 static void setup(void) {
     cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
@@ -293,5 +296,45 @@ Test(server_llama, model_aliases_and_tags) {
     cr_expect_eq(json_array_size(json_object_get(d, "aliases")), 1);
     cr_expect_eq(json_array_size(json_object_get(d, "tags")), 0);
     json_decref(m);
+    srv_stop_ok(&s);
+}
+
+/* POST /slots/N?action=erase drops the prefix cache's idle blocks: a prompt served from the
+ * cache before (cache_n > 0) is evaluated whole after it (cache_n 0, prompt_n its length from
+ * /tokenize); n_erased counts whole blocks (-kv-block 16). save / restore are 501, a slot
+ * out of range or an unknown action 400. */
+Test(server_llama, slot_erase) {
+    srv s;
+    srv_start(&s, "-m " LT_TARGET " -c 512 -np 2");
+    const char *body = "{\"prompt\":\"" NT_LONG "\",\"n_predict\":4,\"temperature\":0}";
+    char *tb = body_of(json_pack("{s:s,s:b}", "content", NT_LONG, "add_special", 1));
+    json_t *tk = http_json(&s, "POST", "/tokenize", tb, 200);
+    const int64_t n_prompt = (int64_t)json_array_size(json_object_get(tk, "tokens"));
+    cr_assert_gt(n_prompt, 32);
+    json_t *a = http_json(&s, "POST", "/completion", body, 200);
+    json_t *b = http_json(&s, "POST", "/completion", body, 200);
+    cr_expect_gt(jint(b, "timings/cache_n"), 0);
+    json_t *e = http_json(&s, "POST", "/slots/1?action=erase", NULL, 200);
+    cr_expect_eq(jint(e, "id_slot"), 1);
+    cr_expect_gt(jint(e, "n_erased"), 0);
+    cr_expect_eq(jint(e, "n_erased") % 16, 0);
+    json_t *c = http_json(&s, "POST", "/completion", body, 200);
+    cr_expect_eq(jint(c, "timings/cache_n"), 0);
+    cr_expect_eq(jint(c, "timings/prompt_n"), n_prompt);
+    cr_expect_str_eq(jstr(c, "content"), jstr(a, "content"));
+    const char *bad[] = {"/slots/2?action=erase", "/slots/0", "/slots/0?action=drop"};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *r = http_json(&s, "POST", bad[i], NULL, 400);
+        json_decref(r);
+    }
+    json_t *sv = http_json(&s, "POST", "/slots/0?action=save", "{\"filename\":\"x.bin\"}", 501);
+    cr_expect_str_eq(jstr(sv, "error/type"), "not_supported_error");
+    json_decref(sv);
+    json_decref(tk);
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+    json_decref(e);
+    free(tb);
     srv_stop_ok(&s);
 }

@@ -146,7 +146,10 @@ struct sd_server {
     double t_start_unix; /* seconds since the epoch at start */
     atomic_int kv_ok;    /* the last idle accounting check passed (1) or failed (0) */
     atomic_int n_open;   /* requests between their first callback and on_completed */
-    double t_start;      /* ms */
+    /* /slots/N?action=erase (slot_action.c): tickets asked and served by the stepping
+     * thread, and the positions the last one dropped */
+    atomic_llong erase_asked, erase_done, erase_n;
+    double t_start; /* ms */
     /* Open connections (deadline sweeps): a doubly linked list under conn_mu. */
     pthread_mutex_t conn_mu;
     struct srv_track *conns;
@@ -219,6 +222,10 @@ int srv_chat_text(sd_server *s, json_t *o, int allow_tools, char **text, size_t 
 /* POST /chat/completions/input_tokens: {"input_tokens": N}, the prompt tokens a chat
  * request's messages make (llama-server's). */
 void srv_input_tokens(sd_server *s, const char *body, size_t len, srv_reply *r);
+/* slot_action.c: POST /slots/N?action=erase|save|restore (action NULL: none given). */
+void srv_slot_action(sd_server *s, int32_t slot, const char *action, srv_reply *r);
+/* slot_action.c: the stepping thread's side (between steps): serve the erases asked. */
+void srv_slot_serve(sd_server *s);
 /* infill.c: POST /infill (llama-server's fill-in-the-middle): the prompt built from the
  * vocabulary's FIM tokens, then answered as POST /completion. */
 void srv_infill(sd_server *s, const char *body, size_t len, struct MHD_Connection *c, int fd,
