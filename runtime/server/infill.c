@@ -49,6 +49,11 @@ static void push(ids *a, const int32_t *v, size_t n) {
     a->n += n;
 }
 
+/* The last n ids of src (no pointer arithmetic on an empty list's NULL). */
+static void push_last(ids *a, const ids *src, size_t n) {
+    if (n > 0) push(a, src->v + (src->n - n), n);
+}
+
 static void push1(ids *a, int32_t id) {
     push(a, &id, 1);
 }
@@ -186,10 +191,10 @@ void srv_infill(sd_server *s, const char *body, size_t len, struct MHD_Connectio
     const int64_t take_suf =
         min64((int64_t)suffix.n, max64(0, n_batch / 4 - (2 + (int64_t)prompt.n)));
     const int64_t take_extra = min64((int64_t)extra.n, max64(0, n_ctx - n_batch - 2 * n_pred));
-    push(&all, extra.v + (extra.n - (size_t)take_extra), (size_t)take_extra);
+    push_last(&all, &extra, (size_t)take_extra);
     if (sd_vocab_add_bos(v) && sd_vocab_bos(v) >= 0) push1(&all, sd_vocab_bos(v));
     push1(&all, pre);
-    push(&all, prefix.v + (prefix.n - (size_t)take_pre), (size_t)take_pre);
+    push_last(&all, &prefix, (size_t)take_pre);
     push(&all, prompt.v, prompt.n);
     push1(&all, suf);
     push(&all, suffix.v, (size_t)take_suf);
