@@ -112,7 +112,7 @@ void srv_infill(sd_server *s, const char *body, size_t len, struct MHD_Connectio
                   sep = sd_vocab_fim(v, SD_VOCAB_FIM_SEP);
     if (pre < 0 || suf < 0 || mid < 0) {
         srv_error(r, 501, "not_supported_error", NULL,
-                  "infill is not supported by this model: it has no FIM%s%s%s token",
+                  "infill is not supported by this model: its vocabulary lacks FIM token(s):%s%s%s",
                   pre < 0 ? " prefix" : "", suf < 0 ? " suffix" : "", mid < 0 ? " middle" : "");
         return;
     }
