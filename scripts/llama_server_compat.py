@@ -17,6 +17,10 @@ environment:
 The suite's Hugging Face models map as follows (anything else: exit 1, naming it):
   ggml-org/test-model-stories260K, ggml-org/models tinyllamas/stories260K.gguf
       -> stories260K.gguf (the same checkpoint the suite downloads, converted locally)
+  ggml-org/test-model-stories260K-infill (test_infill's FIM model)
+      -> models/downloaded/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (a FIM vocabulary:
+         <|fim_prefix|>, <|repo_name|>, <|file_sep|> ...; the suite's two text cases expect
+         the stories model's words and fail with it)
   ggml-org/stories15M_MOE (test_speculative's target)
       -> models/tinystories-target-f32.gguf (the project's 1M-parameter TinyStories
          target; its draft, models/tinystories-draft-q8_0.gguf, is put where the suite
@@ -31,6 +35,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HF_MAP = {
     ("ggml-org/test-model-stories260K", None): "stories260K.gguf",
     ("ggml-org/models", "tinyllamas/stories260K.gguf"): "stories260K.gguf",
+    ("ggml-org/test-model-stories260K-infill", None): os.path.join(
+        ROOT, "models", "downloaded", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    ),
     ("ggml-org/stories15M_MOE", "stories15M_MOE-F16.gguf"): os.path.join(
         ROOT, "models", "tinystories-target-f32.gguf"
     ),
@@ -46,7 +53,7 @@ KEEP = {
     "--kv-unified": 0, "-kvu": 0, "--cont-batching": 0, "--top-k": 1, "--top-p": 1,
     "--timeout": 1, "--threads-http": 1, "--api-key-file": 1, "--slots": 0, "--no-slots": 0,
     "--no-ui": 0, "--jinja": 0, "--no-jinja": 0, "--chat-template-file": 1, "--reasoning": 1,
-    "--verbose": 0,
+    "--verbose": 0, "--tags": 1,
 }
 # renamed: llama-server's name -> specdec's
 RENAME = {
@@ -79,7 +86,6 @@ DROP = {
     "-fa": (1, "attention has one implementation"),
     "--flash-attn": (1, "attention has one implementation"),
     "--pooling": (1, "no embeddings"),
-    "--tags": (1, "no model tags"),
     "--reasoning-format": (1, "no reasoning parser"),
     "--grp-attn-n": (1, "no group attention"),
     "--grp-attn-w": (1, "no group attention"),

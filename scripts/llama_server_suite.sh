@@ -23,7 +23,10 @@
 #                        XML and a log per file
 #   --check LIST         fail (exit 1) when a test listed in LIST (e.g.
 #                        scripts/server_suite_pass.txt) did not pass; the files run are
-#                        then those LIST names
+#                        then those LIST names. A line "NODE  needs:PATH" (two spaces)
+#                        lists NODE only where PATH (from the repository root) exists
+#                        (a model of models/downloaded/); otherwise it is left out, said
+#                        in one line
 #   -k EXPR              pytest's -k (select tests by name)
 #   --timeout S          per-file wall limit (900)
 # Exit: 0 done (with --check: no regression), 1 a regression or a file that could not run,
@@ -129,6 +132,26 @@ ln -sf "$ROOT/models/tinystories-draft-q8_0.gguf" "$suite/tmp/stories15M-q4_0.gg
 [ -n "$out" ] && out=$(realpath -m "$out") || out=$work/out-$name
 rm -rf "$out"
 mkdir -p "$out"
+if [ -n "$check" ]; then
+    # The listed tests whose file needs (needs:PATH) are there; the others left out.
+    [ -f "$check" ] || { echo "llama_server_suite: no $check" >&2; exit 1; }
+    listed=$out/check-list.txt
+    while IFS= read -r line || [ -n "$line" ]; do
+        case "$line" in
+        '#'* | '') continue ;;
+        *'  needs:'*)
+            need=${line##*  needs:}
+            if [ -e "$ROOT/$need" ]; then
+                echo "${line%%  needs:*}"
+            else
+                echo "llama_server_suite: not checked (no $need): ${line%%  needs:*}" >&2
+            fi
+            ;;
+        *) echo "$line" ;;
+        esac
+    done <"$check" >"$listed"
+    check=$listed
+fi
 if [ -n "$check" ] && [ "${#files[@]}" -eq 0 ]; then
     mapfile -t files < <(grep -v '^#' "$check" | sed -n 's/::.*//p' | sort -u)
 fi

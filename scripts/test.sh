@@ -44,7 +44,8 @@ t_start=$SECONDS
 # The sanitizer pass of a default run: the tests of the server, the engine (batcher,
 # public face, generation loop), the KV cache and verification.
 SANITIZE_QUICK="test_server test_server_native test_server_logprobs test_server_metrics
-test_batcher test_adaptive_batch test_face test_pool test_kv test_paged test_swa_paged test_alloc_fail test_verify test_spec"
+test_server_llama test_batcher test_adaptive_batch test_face test_pool test_kv test_paged
+test_swa_paged test_swa_groups test_kv_groups test_alloc_fail test_verify test_spec"
 # Checked in every mode (so CI's --full run catches a renamed or deleted test, which the
 # default run would otherwise only meet as a build error).
 for t in $SANITIZE_QUICK; do

@@ -27,6 +27,7 @@ enum {
     OPT_MAX_QUEUE,
     OPT_MAX_BODY,
     OPT_ALIAS,
+    OPT_TAGS,
     OPT_CHAT_TEMPLATE,
     OPT_NO_PREFIX_CACHE,
     OPT_BATCH,
@@ -53,7 +54,7 @@ enum {
 typedef struct serve_cli {
     sd_cli_gen_opts g;
     const char *host, *api_key, *api_key_file, *alias, *chat_template, *cors_origins;
-    const char *chat_template_file;
+    const char *chat_template_file, *tags;
     int chat_mode, no_thinking, verbose;
     int64_t port, parallel, kv_block, max_queue, max_body, batch;
     int64_t max_connections, timeout, threads_http;
@@ -101,7 +102,9 @@ static void serve_help(FILE *f) {
             "  --no-slots              GET /slots answers 501 (--slots: on, the default)\n"
             "  --no-ui                 no chat page (GET / answers 404)\n"
             "  --no-metrics            GET /metrics answers 501\n"
-            "  --alias NAME            the model id /v1/models lists (the target's file name)\n"
+            "  --alias NAME            the model id /v1/models lists (the target's file name);\n"
+            "                          a,b,c: its aliases, the id the first in byte order\n"
+            "  --tags a,b              the model's tags (/v1/models' \"tags\")\n"
             "  --chat-template T       a template instead of the model's: a built-in name\n"
             "                          (chatml, llama3, ...) or a Jinja template's text\n"
             "  --chat-template-file F  the template (Jinja) in file F\n"
@@ -168,6 +171,9 @@ static int serve_option(int o, const char *arg, void *user) {
         return 0;
     case OPT_ALIAS:
         c->alias = arg;
+        return 0;
+    case OPT_TAGS:
+        c->tags = arg;
         return 0;
     case OPT_CHAT_TEMPLATE:
         c->chat_template = arg;
@@ -259,6 +265,7 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
         {"max-body", required_argument, 0, OPT_MAX_BODY},
         {"batch-size", required_argument, 0, OPT_BATCH},
         {"alias", required_argument, 0, OPT_ALIAS},
+        {"tags", required_argument, 0, OPT_TAGS},
         {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
         {"chat-template-file", required_argument, 0, OPT_CHAT_TEMPLATE_FILE},
         {"jinja", no_argument, 0, OPT_JINJA},
@@ -483,8 +490,10 @@ int sd_cmd_serve(int argc, char **argv) {
     sp.no_ui = c.no_ui;
     sp.no_metrics = c.no_metrics;
     sp.n_slots = (int32_t)np;
+    sp.n_batch = bp.n_batch;
     raise_fd_limit((rlim_t)c.max_connections + 64);
     sp.model_name = c.alias;
+    sp.model_tags = c.tags;
     sp.chat_template = c.chat_template;
     sp.chat_mode = c.chat_mode;
     sp.enable_thinking = !c.no_thinking;

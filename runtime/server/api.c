@@ -697,6 +697,8 @@ static int on_event(void *user, const sd_req_event *ev_sub) {
             json_t *j = chunk_head(g);
             json_object_set_new(j, "choices", json_array());
             json_object_set_new(j, "usage", usage(g));
+            /* llama-server's timings beside the usage (one choice: its own) */
+            if (g->n_choices == 1) json_object_set_new(j, "timings", srv_native_timings(g, 0));
             sse_event(g, j);
         }
         if (sd_buf_append(&g->sse, &g->sse_len, &g->sse_cap, "data: [DONE]\n\n", 14)) g->oom = 1;
@@ -884,9 +886,11 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
             r->code = "context_length_exceeded";
             r->n_prompt_tokens = n_ids;
             r->n_ctx = n_ctx;
-            /* /completion answers with llama-server's error type, the OpenAI routes OpenAI's. */
+            /* llama-server's paths (/completion, /completions, /chat/completions) answer
+             * with its error type, the OpenAI routes (/v1/...) with OpenAI's. */
             srv_error(r, 400,
-                      kind == SRV_NATIVE ? "exceed_context_size_error" : "invalid_request_error",
+                      kind == SRV_NATIVE || r->llama_path ? "exceed_context_size_error"
+                                                          : "invalid_request_error",
                       chat ? "messages" : "prompt",
                       "the request exceeds the available context size: the prompt is %d tokens, "
                       "the context holds %d (with room for one more)",

@@ -24,10 +24,55 @@ json_t *srv_parse_object(const char *body, size_t len, srv_reply *r) {
     return o;
 }
 
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+json_t *srv_csv_set(const char *csv) {
+    json_t *out = json_array();
+    char *dup = csv ? strdup(csv) : NULL;
+    size_t n = 0, cap = 0;
+    char **items = NULL;
+    if (!out || (csv && !dup)) goto oom;
+    for (char *save = NULL, *t = dup ? strtok_r(dup, ",", &save) : NULL; t;
+         t = strtok_r(NULL, ",", &save)) {
+        if (n == cap) {
+            char **p = realloc(items, (cap = cap ? 2 * cap : 8) * sizeof *p);
+            if (!p) goto oom;
+            items = p;
+        }
+        items[n++] = t;
+    }
+    if (n) qsort(items, n, sizeof *items, cmp_str);
+    for (size_t i = 0; i < n; i++)
+        if ((i == 0 || strcmp(items[i], items[i - 1])) &&
+            json_array_append_new(out, json_string(items[i])))
+            goto oom;
+    free(items);
+    free(dup);
+    return out;
+oom:
+    free(items);
+    free(dup);
+    json_decref(out);
+    return NULL;
+}
+
 void srv_models(sd_server *s, srv_reply *r) {
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", s->model_name, "object", "model", "created",
-                          (json_int_t)(time(NULL) - (time_t)((sd_time_ms() - s->t_start) / 1e3)),
-                          "owned_by", "specdec");
+    /* llama-server's aliases (the --alias list, or the one id) and tags beside OpenAI's */
+    const char *names = s->p.model_name && s->p.model_name[0] ? s->p.model_name : NULL;
+    json_t *aliases = names ? srv_csv_set(names) : json_pack("[s]", s->model_name),
+           *tags = srv_csv_set(s->p.model_tags);
+    if (!aliases || !tags) {
+        json_decref(aliases);
+        json_decref(tags);
+        srv_error(r, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    json_t *m =
+        json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", s->model_name, "object", "model", "created",
+                  (json_int_t)(time(NULL) - (time_t)((sd_time_ms() - s->t_start) / 1e3)),
+                  "owned_by", "specdec", "aliases", aliases, "tags", tags);
     srv_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
 }
 

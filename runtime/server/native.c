@@ -144,7 +144,7 @@ static json_t *settings(const srv_gen *g) {
 
 /* llama-server's timings of choice i: prompt_n counts the prompt positions evaluated
  * (cache_n came from the prefix cache), draft_n / draft_n_accepted the draft tokens. */
-static json_t *timings(const srv_gen *g, int32_t i) {
+json_t *srv_native_timings(const srv_gen *g, int32_t i) {
     const sd_gen_stats *st = &g->ch[i].st;
     const int32_t cached = st->n_prompt_cached, prompt_n = g->ch[i].n_prompt - cached;
     /* The prompt's time runs to the first token (it comes from the prompt's last pass);
@@ -173,7 +173,7 @@ static json_t *result(const srv_gen *g, int32_t i, json_t *content, json_t *toke
         settings(g), "has_new_line", c->text && memchr(c->text, '\n', c->len) != NULL, "truncated",
         c->stop == SD_STOP_CONTEXT || (c->ctx_limited && c->stop == SD_STOP_MAX_TOKENS),
         "stop_type", stop_type(c->stop), "stopping_word", "", "tokens_cached",
-        (int)(c->n_prompt + n_gen), "timings", timings(g, i));
+        (int)(c->n_prompt + n_gen), "timings", srv_native_timings(g, i));
     if (j && g->prompt_text)
         json_object_set_new(j, "prompt", text_json(g->prompt_text, strlen(g->prompt_text)));
     return j ? j : json_object();

@@ -65,10 +65,12 @@ typedef struct sd_server_params {
     int32_t http_threads;      /* threads polling the connections (4) */
     const char *cors_origins;  /* NULL: no CORS headers; "*" or "https://a,https://b" */
     int32_t n_slots;           /* /props's total_slots (the batcher's n_parallel; 1) */
+    int32_t n_batch;           /* the batcher's -b: /infill's budget (512) */
     int no_slots;              /* 1: GET /slots answers 501 (llama-server's --no-slots) */
     int no_metrics;            /* 1: GET /metrics answers 501 (llama-server without --metrics) */
     int no_ui;                 /* 1: no chat page: GET / answers 404 (--no-ui) */
     const char *model_name;    /* the id /v1/models lists (NULL: the target's file name) */
+    const char *model_tags;    /* "x,y": /v1/models' tags (NULL: none); model_name "a,b": aliases */
     const char *chat_template; /* NULL: the model's tokenizer.chat_template */
     int chat_mode;             /* sd_chat_mode: SD_CHAT_AUTO (default), _JINJA, _BUILTIN */
     int enable_thinking;       /* the templates' enable_thinking (1; 0: --reasoning off) */

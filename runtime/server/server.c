@@ -50,6 +50,7 @@ sd_server_params sd_server_default_params(void) {
     p.timeout_s = 60;
     p.http_threads = 4;
     p.n_slots = 1;
+    p.n_batch = 512;
     p.enable_thinking = 1;
     p.gen = sd_gen_default_params();
     p.shutdown_timeout_s = 30.0;
@@ -162,6 +163,8 @@ typedef enum route_id {
     R_SLOTS,
     R_APPLY_TEMPLATE,
     R_INPUT_TOKENS,
+    R_INFILL,
+    R_SLOT_ACTION,
 } route_id;
 
 typedef struct route {
@@ -189,13 +192,25 @@ static const route k_routes[] = {
     {"GET", "/slots", R_SLOTS, 1},
     {"POST", "/apply-template", R_APPLY_TEMPLATE, 1},
     {"POST", "/chat/completions/input_tokens", R_INPUT_TOKENS, 1},
+    {"POST", "/infill", R_INFILL, 1},
+    {"POST", "/slots/{id}", R_SLOT_ACTION, 1}, /* matched by slot_path */
     {"POST", "/v1/chat/completions/input_tokens", R_INPUT_TOKENS, 1},
 };
 
 /* The route of (method, url); NULL with *path_known set when only the method differs.
  * HEAD is GET without the body (libmicrohttpd drops it). */
+/* "/slots/N" (N: 1 to 9 digits): N, else -1. */
+static int32_t slot_path(const char *url) {
+    if (strncmp(url, "/slots/", 7)) return -1;
+    const char *d = url + 7;
+    size_t n = strspn(d, "0123456789");
+    if (n < 1 || n > 9 || d[n]) return -1;
+    return (int32_t)atol(d);
+}
+
 static const route *find_route(const char *method, const char *url, int *path_known) {
     *path_known = 0;
+    if (slot_path(url) >= 0) url = "/slots/{id}";
     const char *m = strcmp(method, "HEAD") ? method : "GET";
     for (size_t i = 0; i < sizeof k_routes / sizeof k_routes[0]; i++) {
         if (strcmp(url, k_routes[i].path)) continue;
@@ -261,6 +276,7 @@ typedef struct conn {
     const char *origin; /* the Origin to allow (the request's header), or NULL */
     srv_gen *gen;       /* a generation waiting for its end (r.pending) */
     srv_gen *sgen;      /* a stream's record (a reference: its socket forgotten at close) */
+    int32_t slot;       /* R_SLOT_ACTION: the slot of the path */
 } conn;
 
 static srv_track *track_of(struct MHD_Connection *c) {
@@ -442,6 +458,7 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
     case R_COMPLETIONS:
     case R_CHAT:
     case R_NATIVE:
+        r->llama_path = strncmp(k->rt->path, "/v1/", 4) != 0;
         srv_generate(s,
                      k->rt->id == R_CHAT     ? SRV_CHAT
                      : k->rt->id == R_NATIVE ? SRV_NATIVE
@@ -453,6 +470,14 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
         return;
     case R_APPLY_TEMPLATE:
         srv_apply_template(s, k->body ? k->body : "", k->len, r);
+        return;
+    case R_INFILL:
+        r->llama_path = 1;
+        srv_infill(s, k->body ? k->body : "", k->len, c, conn_fd(c), r);
+        return;
+    case R_SLOT_ACTION:
+        srv_slot_action(s, k->slot, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action"),
+                        r);
         return;
     case R_INPUT_TOKENS:
         srv_input_tokens(s, k->body ? k->body : "", k->len, r);
@@ -499,6 +524,7 @@ static int check_head(sd_server *s, struct MHD_Connection *c, conn *k, const cha
     if (origin_allowed(s->p.cors_origins, origin)) k->origin = origin;
     int known = 0;
     k->rt = find_route(method, url, &known);
+    k->slot = slot_path(url);
     if (!k->rt && known && !strcmp(method, "OPTIONS")) { /* a CORS preflight */
         k->preflight = 1;
         r->status = 204;
@@ -716,7 +742,12 @@ int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_se
         const char *slash = strrchr(path, '/');
         name = slash ? slash + 1 : path;
     }
+    /* an --alias list: the first in byte order is the id */
+    json_t *aliases = name == p->model_name && strchr(name, ',') ? srv_csv_set(name) : NULL;
+    if (aliases && json_array_size(aliases) > 0)
+        name = json_string_value(json_array_get(aliases, 0));
     s->model_name = strdup(name);
+    json_decref(aliases);
     if (!s->model_name) {
         sd_server_free(s);
         return sd_errorf(err, SD_ERR_OOM, "server: out of memory");
@@ -776,6 +807,7 @@ int sd_server_run(sd_server *s, sd_error *err) {
     int rc_first = SD_OK, checked = 0;
     sd_error e = {0};
     while (!s->stop) {
+        srv_slot_serve(s); /* between steps: an erase asked for */
         if (sd_batcher_busy(s->b)) {
             const int rc = sd_batcher_step(s->b, &e);
             checked = 0;

@@ -37,6 +37,8 @@ typedef struct srv_reply {
     char hdr_value[32];
     int32_t n_prompt_tokens, n_ctx; /* a context overflow: the error body carries both
                                        (llama-server's fields) when n_ctx > 0 */
+    int llama_path; /* in: the request came on llama-server's path (no /v1/ prefix): a
+                       context overflow is answered with its error type */
 } srv_reply;
 
 /* One generation request (completions or chat) between the HTTP thread that owns the
@@ -144,7 +146,10 @@ struct sd_server {
     double t_start_unix; /* seconds since the epoch at start */
     atomic_int kv_ok;    /* the last idle accounting check passed (1) or failed (0) */
     atomic_int n_open;   /* requests between their first callback and on_completed */
-    double t_start;      /* ms */
+    /* /slots/N?action=erase (slot_action.c): tickets asked and served by the stepping
+     * thread, and the positions the last one dropped */
+    atomic_llong erase_asked, erase_done, erase_n;
+    double t_start; /* ms */
     /* Open connections (deadline sweeps): a doubly linked list under conn_mu. */
     pthread_mutex_t conn_mu;
     struct srv_track *conns;
@@ -195,6 +200,8 @@ json_t *srv_native_bias_json(const sd_vocab *v, const sd_gen_params *gp);
 char *srv_native_prompt_text(const sd_vocab *v, const int32_t *ids, int32_t n);
 /* The stream's chunk for ev (under g->mu): a text delta, then at the end the whole
  * result with "stop": true. */
+/* llama-server's "timings" object of choice i (a new reference; never NULL). */
+json_t *srv_native_timings(const srv_gen *g, int32_t i);
 void srv_native_event(srv_gen *g, const sd_req_event *ev);
 /* The answer of a finished non-streaming /completion. */
 void srv_native_final(srv_gen *g, srv_reply *r);
@@ -215,6 +222,14 @@ int srv_chat_text(sd_server *s, json_t *o, int allow_tools, char **text, size_t 
 /* POST /chat/completions/input_tokens: {"input_tokens": N}, the prompt tokens a chat
  * request's messages make (llama-server's). */
 void srv_input_tokens(sd_server *s, const char *body, size_t len, srv_reply *r);
+/* slot_action.c: POST /slots/N?action=erase|save|restore (action NULL: none given). */
+void srv_slot_action(sd_server *s, int32_t slot, const char *action, srv_reply *r);
+/* slot_action.c: the stepping thread's side (between steps): serve the erases asked. */
+void srv_slot_serve(sd_server *s);
+/* infill.c: POST /infill (llama-server's fill-in-the-middle): the prompt built from the
+ * vocabulary's FIM tokens, then answered as POST /completion. */
+void srv_infill(sd_server *s, const char *body, size_t len, struct MHD_Connection *c, int fd,
+                srv_reply *r);
 
 /* misc.c */
 /* Append printf-formatted text to m (m->oom set when out of memory; later appends do nothing). */
@@ -223,6 +238,9 @@ void srv_vmprintf(srv_mbuf *m, const char *fmt, va_list ap);
 /* Add a finished choice's statistics to llama-server's metric sums (any thread). */
 void srv_count_done(sd_server *s, const sd_gen_stats *st);
 void srv_models(sd_server *s, srv_reply *r);
+/* The items of a comma-separated list, sorted in byte order, without repeats or empty
+ * items (a new array; NULL: out of memory; an empty array for NULL). */
+json_t *srv_csv_set(const char *csv);
 void srv_health(sd_server *s, srv_reply *r);
 void srv_metrics(sd_server *s, srv_reply *r);
 void srv_props(sd_server *s, srv_reply *r);

@@ -82,6 +82,17 @@ int32_t sd_vocab_eos(const sd_vocab *v);
 int32_t sd_vocab_eot(const sd_vocab *v);
 int32_t sd_vocab_eom(const sd_vocab *v);
 int32_t sd_vocab_unk(const sd_vocab *v);
+/* The fill-in-the-middle tokens (tokenizer.ggml.fim_*_token_id, else detected from their
+ * texts as llama.cpp does: <|fim_prefix|>, <|repo_name|>, <|file_sep|>, ...); -1 when the
+ * vocabulary has none. */
+typedef enum sd_vocab_fim_kind {
+    SD_VOCAB_FIM_PRE = 0, /* before the prefix */
+    SD_VOCAB_FIM_SUF = 1, /* before the suffix */
+    SD_VOCAB_FIM_MID = 2, /* the middle: generation starts after it */
+    SD_VOCAB_FIM_REP = 3, /* a repository's name follows */
+    SD_VOCAB_FIM_SEP = 4, /* a file's name and text follow */
+} sd_vocab_fim_kind;
+int32_t sd_vocab_fim(const sd_vocab *v, sd_vocab_fim_kind kind);
 int sd_vocab_add_bos(const sd_vocab *v);
 int sd_vocab_add_eos(const sd_vocab *v);
 /*

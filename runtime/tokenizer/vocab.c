@@ -451,6 +451,21 @@ const char *sd_vocab_pre_name(const sd_vocab *v) {
 int32_t sd_vocab_n_merges(const sd_vocab *v) {
     return v->n_merges;
 }
+int32_t sd_vocab_fim(const sd_vocab *v, sd_vocab_fim_kind kind) {
+    switch (kind) {
+    case SD_VOCAB_FIM_PRE:
+        return v->fim_pre;
+    case SD_VOCAB_FIM_SUF:
+        return v->fim_suf;
+    case SD_VOCAB_FIM_MID:
+        return v->fim_mid;
+    case SD_VOCAB_FIM_REP:
+        return v->fim_rep;
+    case SD_VOCAB_FIM_SEP:
+        return v->fim_sep;
+    }
+    return -1;
+}
 int32_t sd_vocab_bos(const sd_vocab *v) {
     return v->bos;
 }
