@@ -232,8 +232,9 @@ typedef struct sd_completion_params {
      * model's chat template, then the assistant's header; 0: raw text with BOS. 0 */
     int chat;
     const char *system;
-    /* Stop strings (sd_queue only; sd_complete refuses them): the output ends before
-     * the first appearance of one (at most SD_MAX_STOP_STRINGS, copied). */
+    /* Stop strings (sd_complete and sd_queue alike): the output ends before the first
+     * appearance of one (at most SD_MAX_STOP_STRINGS, non-empty, copied); generation
+     * stops after the pass that made it, with stop SD_STOP_STRING. */
     const char *const *stop;
     int32_t n_stop;
     /* A grammar the output must follow: GBNF text (llama.cpp's syntax, start rule "root";
@@ -266,8 +267,8 @@ typedef int (*sd_piece_cb)(void *user, const sd_piece *piece);
  * block goes to cb (may be NULL) and the statistics to *stats (may be NULL). The KV
  * caches start empty at each call (no state is kept between completions).
  * Errors: SD_ERR_ARG (NULL ctx or prompt, a parameter out of range, naming it; an
- * unknown draft type; "llm" without a draft model), SD_ERR_UNSUPPORTED (stop strings;
- * a chat template specdec does not know), SD_ERR_CONTEXT (the prompt does not fit the
+ * unknown draft type; "llm" without a draft model, an empty stop string),
+ * SD_ERR_UNSUPPORTED (a chat template specdec does not know), SD_ERR_CONTEXT (the prompt does not fit the
  * context), SD_ERR_OOM, a device error. Running out of context while generating is not
  * an error: stats->stop = SD_STOP_CONTEXT.
  */
