@@ -98,7 +98,10 @@ const char *sd_stop_reason_str(sd_stop_reason r);
  */
 typedef struct sd_gen_stats {
     int32_t n_prompt;
-    int32_t n_prompt_cached; /* of them, positions the batcher's prefix cache gave (0 else) */
+    /* Of them, positions not evaluated again: the batcher's prefix-cache hit (whole
+     * blocks), or in sd_engine_generate the prefix the target's cache kept from the
+     * engine's last run (a chat turn after the previous one) */
+    int32_t n_prompt_cached;
     int32_t n_generated;
     int32_t n_target_passes; /* verification passes (decode steps when target alone) */
     int32_t n_stop_tokens;   /* 1 when an EOS / stop token ended the run (not emitted) */
@@ -268,9 +271,9 @@ typedef int (*sd_piece_cb)(void *user, const sd_piece *piece);
  * caches start empty at each call (no state is kept between completions).
  * Errors: SD_ERR_ARG (NULL ctx or prompt, a parameter out of range, naming it; an
  * unknown draft type; "llm" without a draft model, an empty stop string),
- * SD_ERR_UNSUPPORTED (a chat template specdec does not know), SD_ERR_CONTEXT (the prompt does not fit the
- * context), SD_ERR_OOM, a device error. Running out of context while generating is not
- * an error: stats->stop = SD_STOP_CONTEXT.
+ * SD_ERR_UNSUPPORTED (a chat template specdec does not know), SD_ERR_CONTEXT (the prompt does not
+ * fit the context), SD_ERR_OOM, a device error. Running out of context while generating is not an
+ * error: stats->stop = SD_STOP_CONTEXT.
  */
 int sd_complete(sd_context *ctx, const char *prompt, const sd_completion_params *p, sd_piece_cb cb,
                 void *user, sd_gen_stats *stats, sd_error *err);

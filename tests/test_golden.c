@@ -470,6 +470,55 @@ Test(golden, tiny_pair_stop_strings) {
     sd_engine_free(e);
 }
 
+/* generate's prefix reuse: a run whose prompt extends the last run's context (a chat
+ * turn) finds that prefix in the target's cache (n_prompt_cached: all of the prompt but its
+ * last token, which the first pass evaluates) and continues exactly as a fresh engine does
+ * (greedy: the first run's own continuation); an unrelated prompt finds none. */
+Test(golden, generate_counts_its_prefix_reuse) {
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_error err = {0};
+    sd_prompt_spec ps = {0};
+    ps.text = "Once upon a time";
+    ps.len = strlen(ps.text);
+    int32_t *ids = NULL, n_ids = 0;
+    cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &ids, &n_ids, &err), SD_OK);
+    const gcase c = {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0};
+    sd_gen_params gp = params_of(&c, 40);
+    gp.ignore_eos = 1;
+    int32_t out1[MAXOUT], out2[MAXOUT], out3[MAXOUT];
+    sd_gen_stats st1, st2, st3;
+    cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out1, MAXOUT, &st1, &err),
+                 SD_OK, "%s", err.msg);
+    cr_assert_eq(st1.n_generated, 40);
+    cr_assert_eq(st1.n_prompt_cached, 0, "a fresh engine holds nothing");
+    /* the next turn: the prompt and 10 tokens of the answer */
+    int32_t turn[64];
+    memcpy(turn, ids, (size_t)n_ids * sizeof *turn);
+    memcpy(turn + n_ids, out1, 10 * sizeof *turn);
+    gp.n_predict = 30;
+    cr_assert_eq(sd_engine_generate(e, &gp, turn, n_ids + 10, NULL, NULL, out2, MAXOUT, &st2, &err),
+                 SD_OK, "%s", err.msg);
+    cr_assert_eq(st2.n_prompt_cached, n_ids + 10 - 1);
+    cr_assert_eq(st2.n_generated, 30);
+    cr_assert_eq(memcmp(out2, out1 + 10, 30 * sizeof *out2), 0, "the turn continues as greedy");
+    /* the same through a fresh engine */
+    sd_engine *f = open_pair(TINY_T, TINY_D, NULL);
+    cr_assert_eq(sd_engine_generate(f, &gp, turn, n_ids + 10, NULL, NULL, out3, MAXOUT, &st3, &err),
+                 SD_OK, "%s", err.msg);
+    cr_assert_eq(st3.n_prompt_cached, 0);
+    cr_assert_eq(memcmp(out2, out3, 30 * sizeof *out2), 0);
+    cr_assert_eq(st2.n_target_passes, st3.n_target_passes);
+    cr_assert_eq(st2.n_accepted, st3.n_accepted);
+    sd_engine_free(f);
+    /* an unrelated prompt: nothing to reuse past a shared BOS */
+    const int32_t other[2] = {ids[0], ids[n_ids - 1] + 1};
+    cr_assert_eq(sd_engine_generate(e, &gp, other, 2, NULL, NULL, out2, MAXOUT, &st2, &err), SD_OK,
+                 "%s", err.msg);
+    cr_assert_leq(st2.n_prompt_cached, 1);
+    free(ids);
+    sd_engine_free(e);
+}
+
 /* Figures over several runs (bench, a request's choices) come from their statistics added
  * up: the sum's derived figures are those of the pooled counts. */
 Test(golden, stats_add_pools_the_counts) {
