@@ -47,6 +47,8 @@ typedef struct got {
     sd_gen_stats st;
     char text[4096]; /* the streamed text */
     size_t len;
+    sd_token_logprob lp[MAXOUT]; /* the events' logprobs (requests that ask) */
+    int32_t n_lp;
 } got;
 
 static void add_text(got *g, const char *t, size_t len) {
@@ -60,6 +62,8 @@ static int collect(void *user, const sd_req_event *ev) {
     got *g = user;
     for (int32_t i = 0; i < ev->n_tokens && g->n < MAXOUT; i++)
         g->toks[g->n++] = ev->tokens[i];
+    for (int32_t i = 0; ev->logprobs && i < ev->n_tokens && g->n_lp < MAXOUT; i++)
+        g->lp[g->n_lp++] = ev->logprobs[i];
     add_text(g, ev->text, ev->len);
     if (ev->done) {
         g->done = 1;
@@ -466,6 +470,87 @@ Test(golden, tiny_pair_stop_strings) {
         free(ids);
     }
     cr_assert_gt(n_stopped, 0, "no stop string ended a generation early");
+    sd_batcher_free(b);
+    sd_engine_free(e);
+}
+
+/* Logprobs and a grammar through both clients: the same ids and statistics, and the same
+ * logprobs for every emitted token, bit for bit (the target's raw rows, sd_step_logprob);
+ * under the grammar every emitted token is one the grammar allows (the text is lower-case
+ * letters and spaces). */
+Test(golden, tiny_pair_logprobs_and_grammar) {
+    static const gcase cases[] = {
+        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"rejection ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f, 0},
+        {"gumbel ngram+llm", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+    };
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 1;
+    sd_batcher *b = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    sd_prompt_spec ps = {0};
+    ps.text = "Once upon a time";
+    ps.len = strlen(ps.text);
+    int32_t *ids = NULL, n_ids = 0;
+    cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &ids, &n_ids, &err), SD_OK);
+    static sd_token_logprob lp[MAXOUT];
+    for (int grammar = 0; grammar <= 1; grammar++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            char what[160];
+            snprintf(what, sizeof what, "%s, %s", cases[c].name, grammar ? "grammar" : "logprobs");
+            sd_gen_params gp = params_of(&cases[c], 32);
+            if (grammar) {
+                gp.grammar = "root ::= [a-z ]+";
+            } else {
+                gp.logprobs = 1;
+                gp.top_logprobs = 3;
+                gp.logprobs_out = lp;
+            }
+            int32_t out[MAXOUT];
+            sd_gen_stats st;
+            memset(lp, 0, sizeof lp);
+            cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err),
+                         SD_OK, "%s: %s", what, err.msg);
+            got g;
+            memset(&g, 0, sizeof g);
+            sd_request r = {0};
+            r.prompt = ids;
+            r.n_prompt = n_ids;
+            r.gen = gp;
+            r.n_choices = 1;
+            r.cb = collect;
+            r.user = &g;
+            cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s: %s", what, err.msg);
+            for (int guard = 0; sd_batcher_busy(b); guard++) {
+                cr_assert_lt(guard, 100000, "the batcher does not finish");
+                cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s: %s", what, err.msg);
+            }
+            compare(what, out, st.n_generated, &st, &g);
+            cr_assert_gt(st.n_generated, 0, "%s", what);
+            if (grammar) {
+                for (size_t i = 0; i < g.len; i++)
+                    cr_expect((g.text[i] >= 'a' && g.text[i] <= 'z') || g.text[i] == ' ',
+                              "%s: byte %d of '%s' outside the grammar", what, (int)i, g.text);
+                continue;
+            }
+            cr_assert_eq(g.n_lp, st.n_generated, "%s: the batcher gave %d logprobs", what, g.n_lp);
+            for (int32_t i = 0; i < st.n_generated; i++) {
+                cr_expect_eq(lp[i].token, out[i], "%s: logprob %d's token", what, i);
+                cr_expect_eq(lp[i].token, g.lp[i].token, "%s: token %d", what, i);
+                cr_expect(lp[i].logprob == g.lp[i].logprob, "%s: logprob %d: %.17g vs %.17g", what,
+                          i, lp[i].logprob, g.lp[i].logprob);
+                cr_expect_eq(lp[i].n_top, 3);
+                cr_expect_eq(g.lp[i].n_top, 3);
+                for (int32_t t = 0; t < 3; t++) {
+                    cr_expect_eq(lp[i].top_id[t], g.lp[i].top_id[t], "%s: %d top %d", what, i, t);
+                    cr_expect(lp[i].top_logprob[t] == g.lp[i].top_logprob[t], "%s: %d top %d", what,
+                              i, t);
+                }
+            }
+        }
+    free(ids);
     sd_batcher_free(b);
     sd_engine_free(e);
 }
