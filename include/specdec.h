@@ -98,7 +98,10 @@ const char *sd_stop_reason_str(sd_stop_reason r);
  */
 typedef struct sd_gen_stats {
     int32_t n_prompt;
-    int32_t n_prompt_cached; /* of them, positions the batcher's prefix cache gave (0 else) */
+    /* Of them, positions not evaluated again: the batcher's prefix-cache hit (whole
+     * blocks), or in sd_engine_generate the prefix the target's cache kept from the
+     * engine's last run (a chat turn after the previous one) */
+    int32_t n_prompt_cached;
     int32_t n_generated;
     int32_t n_target_passes; /* verification passes (decode steps when target alone) */
     int32_t n_stop_tokens;   /* 1 when an EOS / stop token ended the run (not emitted) */
@@ -232,8 +235,9 @@ typedef struct sd_completion_params {
      * model's chat template, then the assistant's header; 0: raw text with BOS. 0 */
     int chat;
     const char *system;
-    /* Stop strings (sd_queue only; sd_complete refuses them): the output ends before
-     * the first appearance of one (at most SD_MAX_STOP_STRINGS, copied). */
+    /* Stop strings (sd_complete and sd_queue alike): the output ends before the first
+     * appearance of one (at most SD_MAX_STOP_STRINGS, non-empty, copied); generation
+     * stops after the pass that made it, with stop SD_STOP_STRING. */
     const char *const *stop;
     int32_t n_stop;
     /* A grammar the output must follow: GBNF text (llama.cpp's syntax, start rule "root";
@@ -266,10 +270,10 @@ typedef int (*sd_piece_cb)(void *user, const sd_piece *piece);
  * block goes to cb (may be NULL) and the statistics to *stats (may be NULL). The KV
  * caches start empty at each call (no state is kept between completions).
  * Errors: SD_ERR_ARG (NULL ctx or prompt, a parameter out of range, naming it; an
- * unknown draft type; "llm" without a draft model), SD_ERR_UNSUPPORTED (stop strings;
- * a chat template specdec does not know), SD_ERR_CONTEXT (the prompt does not fit the
- * context), SD_ERR_OOM, a device error. Running out of context while generating is not
- * an error: stats->stop = SD_STOP_CONTEXT.
+ * unknown draft type; "llm" without a draft model, an empty stop string),
+ * SD_ERR_UNSUPPORTED (a chat template specdec does not know), SD_ERR_CONTEXT (the prompt does not
+ * fit the context), SD_ERR_OOM, a device error. Running out of context while generating is not an
+ * error: stats->stop = SD_STOP_CONTEXT.
  */
 int sd_complete(sd_context *ctx, const char *prompt, const sd_completion_params *p, sd_piece_cb cb,
                 void *user, sd_gen_stats *stats, sd_error *err);

@@ -4,6 +4,7 @@
  * --json output contract and the llama.cpp flag aliases.
  */
 #include <criterion/criterion.h>
+#include <ctype.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,4 +303,84 @@ Test(cli, config_strings_with_control_characters_stay_one_line) {
                         "unknown key 'draft_tok\\x0As'");
     expect_config_error("nl-value.json", "{\"target\": \"t.gguf\", \"kv_type\": \"f3\\n2\"}\n",
                         "found \"f3\\x0A2\"");
+}
+
+/* Run `specdec generate` on the test pair (greedy, 24 tokens) with extra flags; the JSON
+ * record. */
+static json_t *generate_json(const char *extra) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -md %s -p t5t6 -n 24 --draft-max 3 --temp 0 -s 5 -t 1 -c 64 "
+             "--json %s",
+             SD_BINARY, g_t, g_d, extra);
+    char *out = NULL, *err = NULL;
+    int rc = tu_run(cmd, &out, &err);
+    cr_assert_eq(rc, 0, "'%s': exit %d: %s", extra, rc, err);
+    json_error_t je;
+    json_t *root = json_loads(out, 0, &je);
+    cr_assert_not_null(root, "not JSON: %s", out);
+    free(out);
+    free(err);
+    return root;
+}
+
+/* --stop / -r (--reverse-prompt): the text ends before the first appearance of the stop
+ * string in the full text, generation ends after the pass that wrote it (its tokens a
+ * prefix of the full run's), stop "stop"; text mode writes the same text. */
+Test(cli, stop_strings) {
+    json_t *full = generate_json("");
+    const char *text = json_string_value(json_object_get(full, "text"));
+    cr_assert_not_null(text);
+    const size_t n_full = strlen(text);
+    cr_assert_gt(n_full, 12, "text '%s'", text);
+    /* a stop string from the middle of the text, of shell-safe characters */
+    char stop[8];
+    size_t at = n_full / 2;
+    while (at + 3 < n_full &&
+           !(isalnum((unsigned char)text[at]) && isalnum((unsigned char)text[at + 1]) &&
+             isalnum((unsigned char)text[at + 2])))
+        at++;
+    cr_assert_lt(at + 3, n_full, "no alphanumeric run in '%s'", text);
+    memcpy(stop, text + at, 3);
+    stop[3] = '\0';
+    const size_t cut = (size_t)(strstr(text, stop) - text);
+    json_t *toks_full = json_object_get(full, "tokens");
+
+    const char *flags[] = {"--stop", "-r", "--reverse-prompt"};
+    for (int f = 0; f < 3; f++) {
+        char extra[64];
+        snprintf(extra, sizeof extra, "%s %s --stop zzzzzz", flags[f], stop);
+        json_t *got = generate_json(extra);
+        const char *t = json_string_value(json_object_get(got, "text"));
+        cr_assert_eq(strlen(t), cut, "%s %s: text '%s' of '%s'", flags[f], stop, t, text);
+        cr_assert_eq(strncmp(t, text, cut), 0);
+        json_t *st = json_object_get(got, "stats");
+        cr_assert_str_eq(json_string_value(json_object_get(st, "stop")), "stop");
+        json_t *toks = json_object_get(got, "tokens");
+        const size_t n = json_array_size(toks);
+        cr_assert_lt(n, json_array_size(toks_full), "generation went on past the stop string");
+        cr_assert_eq((json_int_t)n, json_integer_value(json_object_get(st, "n_generated")));
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(json_integer_value(json_array_get(toks, i)),
+                         json_integer_value(json_array_get(toks_full, i)), "token %zu", i);
+        json_decref(got);
+    }
+
+    /* text mode: the same text on stdout (the prompt not echoed) */
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -md %s -p t5t6 -n 24 --draft-max 3 --temp 0 -s 5 -t 1 -c 64 "
+             "--no-display-prompt --log-disable -r %s",
+             SD_BINARY, g_t, g_d, stop);
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(tu_run(cmd, &out, &err), 0, "%s", err);
+    cr_assert_eq(strlen(out), cut, "stdout '%s', want the first %zu bytes of '%s'", out, cut, text);
+    cr_assert_eq(strncmp(out, text, cut), 0);
+    free(out);
+    free(err);
+    json_decref(full);
+
+    expect_error("generate -m x.gguf -p hi --stop ''", "empty");
+    snprintf(cmd, sizeof cmd, "generate -m %s -md %s --chat -i -r x", g_t, g_d);
+    expect_error(cmd, "interactive");
 }

@@ -230,10 +230,11 @@ Test(face, errors) {
     cp.draft_type = "llm"; /* no draft model */
     cr_assert_eq(sd_complete(ctx, "x", &cp, NULL, NULL, NULL, &err), SD_ERR_ARG);
     cp = sd_completion_default_params();
-    const char *stop[] = {"."};
+    const char *stop[] = {""};
     cp.stop = stop;
     cp.n_stop = 1;
-    cr_assert_eq(sd_complete(ctx, "x", &cp, NULL, NULL, NULL, &err), SD_ERR_UNSUPPORTED);
+    cr_assert_eq(sd_complete(ctx, "x", &cp, NULL, NULL, NULL, &err), SD_ERR_ARG);
+    cr_assert(strstr(err.msg, "empty"), "%s", err.msg);
     cp = sd_completion_default_params();
     cp.n_predict = 0;
     cr_assert_eq(sd_complete(ctx, "x", &cp, NULL, NULL, NULL, &err), SD_ERR_ARG);
@@ -322,6 +323,19 @@ Test(face, queue_matches_complete) {
     const size_t cut = (size_t)(strstr(full, stop_s) - full);
     cr_assert_eq(gs.len, cut, "text '%s', stop '%s'", gs.text, stop_s);
     cr_assert_eq(strncmp(gs.text, full, cut), 0);
+    /* sd_complete with the same stop string: the same text, ids, stop and counts (both
+     * clients search the text after each pass: runtime/engine/stop_text.c). */
+    got gc1 = {0};
+    cr_assert_eq(sd_complete(ctx, prompts[0], &cs, on_piece, &gc1, &gc1.st, &err), SD_OK, "%s",
+                 err.msg);
+    cr_assert_eq(gc1.st.stop, SD_STOP_STRING);
+    cr_assert_eq(gc1.len, cut, "text '%s', stop '%s'", gc1.text, stop_s);
+    cr_assert_eq(strncmp(gc1.text, full, cut), 0);
+    cr_assert_eq(gc1.n, gs.n, "ids %d vs the queue's %d", gc1.n, gs.n);
+    cr_assert_eq(memcmp(gc1.ids, gs.ids, (size_t)gs.n * sizeof(int32_t)), 0);
+    cr_assert_eq(gc1.st.n_generated, gs.st.n_generated);
+    cr_assert_eq(gc1.st.n_target_passes, gs.st.n_target_passes);
+    cr_assert_lt(gc1.n, alone[0].n, "the stop string ended generation early");
 
     /* Cancel before the first step: one done event, SD_STOP_CANCEL, no ids. */
     got gc = {0};

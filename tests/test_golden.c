@@ -45,12 +45,26 @@ typedef struct got {
     int done;
     sd_stop_reason stop;
     sd_gen_stats st;
+    char text[4096]; /* the streamed text */
+    size_t len;
+    sd_token_logprob lp[MAXOUT]; /* the events' logprobs (requests that ask) */
+    int32_t n_lp;
 } got;
+
+static void add_text(got *g, const char *t, size_t len) {
+    cr_assert_lt(g->len + len, sizeof g->text);
+    memcpy(g->text + g->len, t, len);
+    g->len += len;
+    g->text[g->len] = '\0';
+}
 
 static int collect(void *user, const sd_req_event *ev) {
     got *g = user;
     for (int32_t i = 0; i < ev->n_tokens && g->n < MAXOUT; i++)
         g->toks[g->n++] = ev->tokens[i];
+    for (int32_t i = 0; ev->logprobs && i < ev->n_tokens && g->n_lp < MAXOUT; i++)
+        g->lp[g->n_lp++] = ev->logprobs[i];
+    add_text(g, ev->text, ev->len);
     if (ev->done) {
         g->done = 1;
         g->stop = ev->stop;
@@ -351,6 +365,242 @@ Test(golden, smollm2_pair) {
     static const char *const prompts[] = {"Once upon a time", "The capital of France is",
                                           "def fibonacci(n):"};
     run_pair(SMOL_T, SMOL_D, NULL, prompts, 3, 48);
+}
+
+/* generate's text callback (sd_engine_generate_text): the text as streamed. */
+static int collect_text(void *user, const int32_t *tokens, int32_t n, const char *text,
+                        size_t len) {
+    (void)tokens;
+    (void)n;
+    add_text(user, text, len);
+    return 0;
+}
+
+/* Stop strings through both clients: sd_engine_generate_text (specdec generate --stop) and
+ * a batcher request's stop: the same ids (every token of the pass that wrote the stop
+ * string), the same statistics and stop reason, the same text, cut before the stop
+ * string's first appearance in the full text. The stop string is taken from the middle of
+ * each case's own full text; a second stop string that never appears rides along. */
+Test(golden, tiny_pair_stop_strings) {
+    static const gcase cases[] = {
+        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"gumbel ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"rejection llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f, 0},
+        {"greedy ngram+llm", SD_DRAFT_NGRAM_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"target alone", SD_DRAFT_NONE, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+    };
+    static const char *const prompts[] = {"Once upon a time", "The little dog"};
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 1;
+    sd_batcher *b = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    int n_stopped = 0;
+    for (int p = 0; p < 2; p++) {
+        sd_prompt_spec ps = {0};
+        ps.text = prompts[p];
+        ps.len = strlen(prompts[p]);
+        int32_t *ids = NULL, n_ids = 0;
+        cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &ids, &n_ids, &err), SD_OK);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            char what[160];
+            snprintf(what, sizeof what, "prompt %d, %s", p, cases[c].name);
+            const sd_gen_params gp = params_of(&cases[c], 48);
+            int32_t out[MAXOUT];
+            sd_gen_stats st;
+            /* the full text, no stop string */
+            got full;
+            memset(&full, 0, sizeof full);
+            sd_stop_text *txt = NULL;
+            cr_assert_eq(sd_stop_text_init(sd_engine_vocab(e), NULL, 0, SD_DETOK_REPLACE_INVALID,
+                                           collect_text, &full, &txt, &err),
+                         SD_OK);
+            cr_assert_eq(sd_engine_generate_text(e, &gp, txt, ids, n_ids, out, MAXOUT, &st, &err),
+                         SD_OK, "%s: %s", what, err.msg);
+            sd_stop_text_finish(txt, &st);
+            sd_stop_text_free(txt);
+            cr_assert_neq(st.stop, SD_STOP_STRING, "%s", what);
+            const int32_t n_full = st.n_generated;
+            cr_assert_gt(full.len, 8, "%s: text '%s'", what, full.text);
+            char stop[4];
+            memcpy(stop, full.text + full.len / 2, 3);
+            stop[3] = '\0';
+            if (strlen(stop) < 3) continue; /* a NUL byte in the text */
+            const size_t cut = (size_t)(strstr(full.text, stop) - full.text);
+            const char *stops[] = {stop, "\x01never\x02"};
+
+            got gen;
+            memset(&gen, 0, sizeof gen);
+            cr_assert_eq(sd_stop_text_init(sd_engine_vocab(e), stops, 2, SD_DETOK_REPLACE_INVALID,
+                                           collect_text, &gen, &txt, &err),
+                         SD_OK);
+            cr_assert_eq(sd_engine_generate_text(e, &gp, txt, ids, n_ids, out, MAXOUT, &st, &err),
+                         SD_OK, "%s: %s", what, err.msg);
+            sd_stop_text_finish(txt, &st);
+            sd_stop_text_free(txt);
+            cr_expect_eq(st.stop, SD_STOP_STRING, "%s: stop %s", what, sd_stop_reason_str(st.stop));
+            cr_expect_eq(gen.len, cut, "%s: text '%s', stop '%s' in '%s'", what, gen.text, stop,
+                         full.text);
+            cr_expect_eq(strncmp(gen.text, full.text, cut), 0, "%s", what);
+
+            got g;
+            memset(&g, 0, sizeof g);
+            sd_request r = {0};
+            r.prompt = ids;
+            r.n_prompt = n_ids;
+            r.gen = gp;
+            r.stop = stops;
+            r.n_stop = 2;
+            r.n_choices = 1;
+            r.cb = collect;
+            r.user = &g;
+            cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s: %s", what, err.msg);
+            for (int guard = 0; sd_batcher_busy(b); guard++) {
+                cr_assert_lt(guard, 100000, "the batcher does not finish");
+                cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s: %s", what, err.msg);
+            }
+            compare(what, out, st.n_generated, &st, &g);
+            cr_expect_eq(g.len, gen.len, "%s: text '%s' vs '%s'", what, gen.text, g.text);
+            cr_expect_eq(memcmp(g.text, gen.text, gen.len), 0, "%s: text '%s' vs '%s'", what,
+                         gen.text, g.text);
+            n_stopped += st.n_generated < n_full;
+        }
+        free(ids);
+    }
+    cr_assert_gt(n_stopped, 0, "no stop string ended a generation early");
+    sd_batcher_free(b);
+    sd_engine_free(e);
+}
+
+/* Logprobs and a grammar through both clients: the same ids and statistics, and the same
+ * logprobs for every emitted token, bit for bit (the target's raw rows, sd_step_logprob);
+ * under the grammar every emitted token is one the grammar allows (the text is lower-case
+ * letters and spaces). */
+Test(golden, tiny_pair_logprobs_and_grammar) {
+    static const gcase cases[] = {
+        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"rejection ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f, 0},
+        {"gumbel ngram+llm", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+    };
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 1;
+    sd_batcher *b = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    sd_prompt_spec ps = {0};
+    ps.text = "Once upon a time";
+    ps.len = strlen(ps.text);
+    int32_t *ids = NULL, n_ids = 0;
+    cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &ids, &n_ids, &err), SD_OK);
+    static sd_token_logprob lp[MAXOUT];
+    for (int grammar = 0; grammar <= 1; grammar++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            char what[160];
+            snprintf(what, sizeof what, "%s, %s", cases[c].name, grammar ? "grammar" : "logprobs");
+            sd_gen_params gp = params_of(&cases[c], 32);
+            if (grammar) {
+                gp.grammar = "root ::= [a-z ]+";
+            } else {
+                gp.logprobs = 1;
+                gp.top_logprobs = 3;
+                gp.logprobs_out = lp;
+            }
+            int32_t out[MAXOUT];
+            sd_gen_stats st;
+            memset(lp, 0, sizeof lp);
+            cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err),
+                         SD_OK, "%s: %s", what, err.msg);
+            got g;
+            memset(&g, 0, sizeof g);
+            sd_request r = {0};
+            r.prompt = ids;
+            r.n_prompt = n_ids;
+            r.gen = gp;
+            r.n_choices = 1;
+            r.cb = collect;
+            r.user = &g;
+            cr_assert_eq(sd_batcher_submit(b, &r, NULL, &err), SD_OK, "%s: %s", what, err.msg);
+            for (int guard = 0; sd_batcher_busy(b); guard++) {
+                cr_assert_lt(guard, 100000, "the batcher does not finish");
+                cr_assert_eq(sd_batcher_step(b, &err), SD_OK, "%s: %s", what, err.msg);
+            }
+            compare(what, out, st.n_generated, &st, &g);
+            cr_assert_gt(st.n_generated, 0, "%s", what);
+            if (grammar) {
+                for (size_t i = 0; i < g.len; i++)
+                    cr_expect((g.text[i] >= 'a' && g.text[i] <= 'z') || g.text[i] == ' ',
+                              "%s: byte %d of '%s' outside the grammar", what, (int)i, g.text);
+                continue;
+            }
+            cr_assert_eq(g.n_lp, st.n_generated, "%s: the batcher gave %d logprobs", what, g.n_lp);
+            for (int32_t i = 0; i < st.n_generated; i++) {
+                cr_expect_eq(lp[i].token, out[i], "%s: logprob %d's token", what, i);
+                cr_expect_eq(lp[i].token, g.lp[i].token, "%s: token %d", what, i);
+                cr_expect(lp[i].logprob == g.lp[i].logprob, "%s: logprob %d: %.17g vs %.17g", what,
+                          i, lp[i].logprob, g.lp[i].logprob);
+                cr_expect_eq(lp[i].n_top, 3);
+                cr_expect_eq(g.lp[i].n_top, 3);
+                for (int32_t t = 0; t < 3; t++) {
+                    cr_expect_eq(lp[i].top_id[t], g.lp[i].top_id[t], "%s: %d top %d", what, i, t);
+                    cr_expect(lp[i].top_logprob[t] == g.lp[i].top_logprob[t], "%s: %d top %d", what,
+                              i, t);
+                }
+            }
+        }
+    free(ids);
+    sd_batcher_free(b);
+    sd_engine_free(e);
+}
+
+/* generate's prefix reuse: a run whose prompt extends the last run's context (a chat
+ * turn) finds that prefix in the target's cache (n_prompt_cached: all of the prompt but its
+ * last token, which the first pass evaluates) and continues exactly as a fresh engine does
+ * (greedy: the first run's own continuation); an unrelated prompt finds none. */
+Test(golden, generate_counts_its_prefix_reuse) {
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_error err = {0};
+    sd_prompt_spec ps = {0};
+    ps.text = "Once upon a time";
+    ps.len = strlen(ps.text);
+    int32_t *ids = NULL, n_ids = 0;
+    cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &ids, &n_ids, &err), SD_OK);
+    const gcase c = {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0};
+    sd_gen_params gp = params_of(&c, 40);
+    gp.ignore_eos = 1;
+    int32_t out1[MAXOUT], out2[MAXOUT], out3[MAXOUT];
+    sd_gen_stats st1, st2, st3;
+    cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out1, MAXOUT, &st1, &err),
+                 SD_OK, "%s", err.msg);
+    cr_assert_eq(st1.n_generated, 40);
+    cr_assert_eq(st1.n_prompt_cached, 0, "a fresh engine holds nothing");
+    /* the next turn: the prompt and 10 tokens of the answer */
+    int32_t turn[64];
+    memcpy(turn, ids, (size_t)n_ids * sizeof *turn);
+    memcpy(turn + n_ids, out1, 10 * sizeof *turn);
+    gp.n_predict = 30;
+    cr_assert_eq(sd_engine_generate(e, &gp, turn, n_ids + 10, NULL, NULL, out2, MAXOUT, &st2, &err),
+                 SD_OK, "%s", err.msg);
+    cr_assert_eq(st2.n_prompt_cached, n_ids + 10 - 1);
+    cr_assert_eq(st2.n_generated, 30);
+    cr_assert_eq(memcmp(out2, out1 + 10, 30 * sizeof *out2), 0, "the turn continues as greedy");
+    /* the same through a fresh engine */
+    sd_engine *f = open_pair(TINY_T, TINY_D, NULL);
+    cr_assert_eq(sd_engine_generate(f, &gp, turn, n_ids + 10, NULL, NULL, out3, MAXOUT, &st3, &err),
+                 SD_OK, "%s", err.msg);
+    cr_assert_eq(st3.n_prompt_cached, 0);
+    cr_assert_eq(memcmp(out2, out3, 30 * sizeof *out2), 0);
+    cr_assert_eq(st2.n_target_passes, st3.n_target_passes);
+    cr_assert_eq(st2.n_accepted, st3.n_accepted);
+    sd_engine_free(f);
+    /* an unrelated prompt: nothing to reuse past a shared BOS */
+    const int32_t other[2] = {ids[0], ids[n_ids - 1] + 1};
+    cr_assert_eq(sd_engine_generate(e, &gp, other, 2, NULL, NULL, out2, MAXOUT, &st2, &err), SD_OK,
+                 "%s", err.msg);
+    cr_assert_leq(st2.n_prompt_cached, 1);
+    free(ids);
+    sd_engine_free(e);
 }
 
 /* Figures over several runs (bench, a request's choices) come from their statistics added

@@ -90,6 +90,7 @@ static const char *const k_aliases[][2] = {
     {"-sys", "--system"},
     {"-i", "--interactive"},
     {"-j", "--json-schema"},
+    {"-r", "--reverse-prompt"},
     /* serve's (other commands do not have them: the ignored table below notes them) */
     {"-np", "--parallel"},
     {"-b", "--batch-size"},

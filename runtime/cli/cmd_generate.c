@@ -41,7 +41,8 @@ enum {
     OPT_GRAMMAR,
     OPT_GRAMMAR_FILE,
     OPT_JSON_SCHEMA,
-    OPT_JSON_SCHEMA_FILE
+    OPT_JSON_SCHEMA_FILE,
+    OPT_STOP
 };
 
 typedef struct gen_cli {
@@ -61,6 +62,10 @@ typedef struct gen_cli {
     const char *grammar_file;  /* --grammar-file FILE: the same from a file */
     const char *schema;        /* --json-schema (-j) TEXT: a JSON Schema, compiled to GBNF */
     const char *schema_file;   /* --json-schema-file FILE: the same from a file */
+    /* --stop / -r (--reverse-prompt) TEXT, repeatable: the text ends before the first
+     * appearance of one (sd_engine_generate_text, as a server request's "stop") */
+    const char *stop[SD_MAX_STOP_STRINGS];
+    int32_t n_stop;
 } gen_cli;
 
 static int generate_option(int o, const char *arg, void *user) {
@@ -129,6 +134,12 @@ static int generate_option(int o, const char *arg, void *user) {
           : o == OPT_JSON_SCHEMA  ? &c->schema
                                   : &c->schema_file) = arg;
         return 0;
+    case OPT_STOP:
+        if (!arg[0]) return usage_error("%s", "--stop (-r, --reverse-prompt): an empty string");
+        if (c->n_stop == SD_MAX_STOP_STRINGS)
+            return usage_error("%s", "--stop (-r, --reverse-prompt): at most 8 stop strings");
+        c->stop[c->n_stop++] = arg;
+        return 0;
     case 'h':
         sd_cli_generate_help(stdout);
         return -1;
@@ -159,6 +170,8 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
         {"grammar-file", required_argument, 0, OPT_GRAMMAR_FILE},
         {"json-schema", required_argument, 0, OPT_JSON_SCHEMA},
         {"json-schema-file", required_argument, 0, OPT_JSON_SCHEMA_FILE},
+        {"stop", required_argument, 0, OPT_STOP},
+        {"reverse-prompt", required_argument, 0, OPT_STOP},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -175,11 +188,13 @@ static int parse_generate(int argc, char **argv, gen_cli *c) {
     return rc;
 }
 
-/* Text mode: the tokens' pieces streamed to stdout through the streaming detokenizer (raw
- * bytes, a character split across tokens written once it is complete). Both modes stop at
- * Ctrl-C (sd_cli_interrupted). */
+/* The tokens' text through the engine's streaming detokenizer and stop strings
+ * (sd_stop_text): in text mode written to stdout as it becomes final (raw bytes, a
+ * character split across tokens written once it is complete, bytes that may start a stop
+ * string once they do not); in --json mode kept for the record (invalid UTF-8 replaced).
+ * Both modes stop at Ctrl-C (sd_cli_interrupted). */
 typedef struct stream_ctx {
-    sd_detok *dt;  /* NULL: --json, nothing is written while generating */
+    int json;      /* 1: --json, nothing is written while generating */
     int write_err; /* errno of a failed write to stdout (generation stops), or 0 */
     int stopped;   /* stopped by Ctrl-C */
 } stream_ctx;
@@ -194,14 +209,11 @@ static int stream_write(stream_ctx *s, const void *p, size_t n) {
     return 0;
 }
 
-static int stream_tokens(void *user, const int32_t *tokens, int32_t n) {
+static int stream_text(void *user, const int32_t *tokens, int32_t n, const char *text, size_t len) {
+    (void)tokens;
+    (void)n;
     stream_ctx *s = user;
-    for (int32_t i = 0; s->dt && i < n; i++) {
-        const char *t = NULL;
-        size_t len = 0;
-        if (sd_detok_push(s->dt, tokens[i], &t, &len, NULL) != SD_OK) continue;
-        if (stream_write(s, t, len)) return 1; /* stop: the output is lost */
-    }
+    if (!s->json && stream_write(s, text, len)) return 1; /* stop: the output is lost */
     if (sd_cli_interrupted()) return s->stopped = 1;
     return 0;
 }
@@ -270,39 +282,6 @@ static void print_stats(const sd_gen_stats *st, const sd_gen_params *gp, int wit
     fprintf(f, "ITL             %.3f ms (mean)\n", sd_stats_itl_ms(st));
     fprintf(f, "time            prefill %.2f ms, draft %.2f ms, verify %.2f ms, sampling %.2f ms\n",
             st->t_prefill_ms, st->t_draft_ms, st->t_verify_ms, st->t_sample_ms);
-}
-
-/* The generated text exactly as streamed (the concatenated pieces: a continuation keeps its
- * leading space, unlike a detokenization of the ids alone), valid UTF-8 as jansson needs:
- * the streaming detokenizer replaces each invalid sequence (a byte-fallback token, a
- * character cut at -n) with U+FFFD, as a text decoder would. malloc'd, NUL-terminated. */
-static int json_text(const sd_vocab *vocab, const int32_t *toks, int32_t n, char **out,
-                     size_t *out_len, sd_error *err) {
-    sd_detok *dt = NULL;
-    int rc = sd_detok_init(vocab, SD_DETOK_REPLACE_INVALID, &dt, err);
-    size_t cap = 256, len = 0;
-    char *buf = rc ? NULL : malloc(cap);
-    for (int32_t i = 0; buf && i <= n; i++) {
-        const char *t = NULL;
-        size_t l = 0;
-        if (i < n && (rc = sd_detok_push(dt, toks[i], &t, &l, err))) break;
-        if (i == n) sd_detok_flush(dt, &t, &l);
-        if (sd_buf_append(&buf, &len, &cap, t, l)) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-    }
-    sd_detok_free(dt);
-    if (!rc && !buf) rc = sd_errorf(err, SD_ERR_OOM, "out of memory building the output text");
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    buf[len] = '\0';
-    *out = buf;
-    *out_len = len;
-    return SD_OK;
 }
 
 /* The drafting part of the JSON stats: policy, K histogram and trace, auto-off, lookup. */
@@ -415,12 +394,14 @@ static json_t *logprobs_json(const sd_vocab *vocab, const sd_token_logprob *lp, 
     return a;
 }
 
-static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, const sd_gen_stats *st,
-                      const sd_gen_params *gp, int with_draft, int32_t k, sd_error *err) {
-    char *text = NULL;
-    size_t text_len = 0;
-    int rc = json_text(vocab, toks, n, &text, &text_len, err);
-    if (rc) return rc;
+/* The JSON record. text: the generated text exactly as streamed (the concatenated pieces:
+ * a continuation keeps its leading space, unlike a detokenization of the ids alone), cut
+ * at a stop string, valid UTF-8 as jansson needs: the streaming detokenizer replaced each
+ * invalid sequence (a byte-fallback token, a character cut at -n) with U+FFFD, as a text
+ * decoder would. */
+static int print_json(const sd_vocab *vocab, const char *text, size_t text_len, const int32_t *toks,
+                      int32_t n, const sd_gen_stats *st, const sd_gen_params *gp, int with_draft,
+                      int32_t k, sd_error *err) {
     json_t *ids = json_array();
     for (int32_t i = 0; i < n; i++)
         json_array_append_new(ids, json_integer(toks[i]));
@@ -440,7 +421,6 @@ static int print_json(const sd_vocab *vocab, const int32_t *toks, int32_t n, con
     if (stats) json_drafting(stats, st, gp, with_draft);
     json_t *root =
         json_pack("{s:s%, s:o, s:o}", "text", text, text_len, "tokens", ids, "stats", stats);
-    free(text);
     if (root && gp->logprobs)
         json_object_set_new(root, "logprobs", logprobs_json(vocab, gp->logprobs_out, n));
     if (!root) return sd_errorf(err, SD_ERR_OOM, "json: cannot build output");
@@ -516,6 +496,9 @@ void sd_cli_generate_help(FILE *f) {
                "                           type for K and V (they must agree with --kv-type)\n"
                "  -cd N (--ctx-size-draft) the draft's context, 0 = the target's\n"
                "  --ignore-eos             never emit EOS (its logit is -inf): run to -n\n"
+               "  --stop TEXT (-r, --reverse-prompt)  end the text before TEXT (repeat for up\n"
+               "                           to 8): stops after the pass that wrote it, stop\n"
+               "                           \"stop\" (as a server request's \"stop\")\n"
                "  --grammar TEXT           constrain the output to a GBNF grammar (llama.cpp's\n"
                "                           syntax, start rule root); exact with any draft\n"
                "  --grammar-file FILE      the same, the grammar read from FILE\n"
@@ -572,6 +555,10 @@ static int gen_interactive(const gen_cli *c, const sd_cli_pair *p) {
 static int gen_check_args(const gen_cli *c, const sd_cli_pair *p) {
     if (!p->ep.target)
         return usage_error("%s", "no target model: pass --target FILE (-m) or --config FILE");
+    if (c->n_stop && gen_interactive(c, p))
+        return usage_error("%s", "--stop (-r, --reverse-prompt) in the interactive chat: each "
+                                 "answer ends at the chat template's end of turn; stop strings "
+                                 "are for one generation (give a prompt, no --interactive)");
     if (c->g.draft && !c->no_draft) {
         /* llama.cpp's old `--draft N` was a token count; here --draft is a file. */
         const char *d = c->g.draft;
@@ -692,7 +679,7 @@ static void stats_add(sd_gen_stats *st, const sd_gen_stats *b) {
  * LLM draft re-reads its part of the context. Each shift is noted on stderr unless
  * --json. */
 static int gen_shifts(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, const int32_t *ids,
-                      size_t n_ids, sd_token_cb cb, void *user, int32_t *out, sd_gen_stats *st,
+                      size_t n_ids, sd_stop_text *txt, int32_t *out, sd_gen_stats *st,
                       sd_error *err) {
     const int32_t ctx = sd_engine_n_ctx(e);
     int32_t n_keep = c->keep < 0 || c->keep > (long)n_ids ? (int32_t)n_ids : (int32_t)c->keep;
@@ -740,7 +727,7 @@ static int gen_shifts(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, c
         g.pass_trace = NULL; /* -v lists the first segment's passes */
         g.pass_trace_cap = 0;
         sd_gen_stats b;
-        rc = sd_engine_generate(e, &g, win, n_win, cb, user, out + total, g.n_predict, &b, err);
+        rc = sd_engine_generate_text(e, &g, txt, win, n_win, out + total, g.n_predict, &b, err);
         if (rc) break;
         stats_add(st, &b);
         seg0 = total;
@@ -751,27 +738,23 @@ static int gen_shifts(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, c
 }
 
 /* Generate into out[gp->n_predict], streaming the prompt (unless --no-display-prompt)
- * and the text in text mode; a failed write to stdout stops it and is the error. */
+ * and the text in text mode; a failed write to stdout stops it and is the error. *txt:
+ * the text (cut at a stop string; the caller frees it). */
 static int gen_run(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, const char *prompt,
                    size_t prompt_len, const int32_t *ids, size_t n_ids, int32_t *out,
-                   sd_gen_stats *st, sd_error *err) {
-    stream_ctx sc = {NULL, 0, 0};
-    int rc = c->json ? SD_OK : sd_detok_init(sd_engine_vocab(e), 0, &sc.dt, err);
+                   sd_gen_stats *st, sd_stop_text **txt, sd_error *err) {
+    stream_ctx sc = {c->json, 0, 0};
+    int rc = sd_stop_text_init(sd_engine_vocab(e), c->stop, c->n_stop,
+                               c->json ? SD_DETOK_REPLACE_INVALID : 0, stream_text, &sc, txt, err);
     if (rc) return rc;
     if (c->json || c->g.no_display_prompt ||
         (stream_write(&sc, prompt, prompt_len) == 0 &&
          (!c->chat || stream_write(&sc, "\n", 1) == 0)))
-        rc = sd_engine_generate(e, gp, ids, (int32_t)n_ids, stream_tokens, &sc, out, gp->n_predict,
-                                st, err);
+        rc = sd_engine_generate_text(e, gp, *txt, ids, (int32_t)n_ids, out, gp->n_predict, st, err);
     if (!rc && c->context_shift && !sc.write_err)
-        rc = gen_shifts(c, e, gp, ids, n_ids, stream_tokens, &sc, out, st, err);
-    if (sc.dt && !sc.write_err) { /* a character the last token left incomplete, raw */
-        const char *t = NULL;
-        size_t len = 0;
-        sd_detok_flush(sc.dt, &t, &len);
-        stream_write(&sc, t, len);
-    }
-    sd_detok_free(sc.dt);
+        rc = gen_shifts(c, e, gp, ids, n_ids, *txt, out, st, err);
+    /* a character the last token left incomplete (raw), bytes held back for a stop string */
+    if (!rc && !sc.write_err) sd_stop_text_finish(*txt, st);
     if (!rc && sc.write_err)
         rc = sd_errorf(err, SD_ERR_IO, "stdout: write error: %s", strerror(sc.write_err));
     return rc;
@@ -881,6 +864,7 @@ int sd_cmd_generate(int argc, char **argv) {
     sd_token_logprob *lps = NULL; /* --logprobs N */
     char *grammar_buf = NULL;     /* --grammar-file's text */
     sd_ngram_cache *cache = NULL;
+    sd_stop_text *txt = NULL; /* the generated text (stop strings) */
     int rc = SD_OK, exit_code = EXIT_FAILURE;
     const int notes = !c.g.log_disable;
 
@@ -982,15 +966,17 @@ int sd_cmd_generate(int argc, char **argv) {
         goto done;
     }
     sd_gen_stats st;
-    if ((rc = gen_run(&c, e, &gp, prompt, prompt_len, prompt_ids, n_ids, out, &st, &err)))
+    if ((rc = gen_run(&c, e, &gp, prompt, prompt_len, prompt_ids, n_ids, out, &st, &txt, &err)))
         goto done;
     if (cache && (rc = gen_save_cache(&p, cache, prompt_ids, n_ids, out, &st, &err))) goto done;
     if (notes && st.stop == SD_STOP_CONTEXT)
         fprintf(stderr, "\nspecdec: stopped at the context limit of %d tokens\n",
                 sd_engine_n_ctx(e));
     const int32_t k_shown = with_draft ? gp.n_draft : 0;
-    if (c.json && (rc = print_json(sd_engine_vocab(e), out, st.n_generated, &st, &gp, with_draft,
-                                   k_shown, &err)))
+    size_t text_len = 0;
+    const char *text = sd_stop_text_get(txt, &text_len);
+    if (c.json && (rc = print_json(sd_engine_vocab(e), text, text_len, out, st.n_generated, &st,
+                                   &gp, with_draft, k_shown, &err)))
         goto done;
     if (notes) print_stats(&st, &gp, with_draft, k_shown);
     if (notes && c.verbose) print_passes(&st, &gp);
@@ -999,6 +985,7 @@ int sd_cmd_generate(int argc, char **argv) {
 done:
     if (rc) exit_code = sd_cli_fail(&err);
     free(grammar_buf);
+    sd_stop_text_free(txt);
     free(lps);
     free(out);
     free(k_trace);

@@ -465,6 +465,13 @@ int sd_cmd_serve(int argc, char **argv) {
                                  "");
         goto done;
     }
+    if (gp.k_policy == SD_K_SWEEP) { /* refused by the batcher too (a request's) */
+        exit_code = sd_cli_usage(HINT,
+                                 "--draft-policy sweep%s: cost traces are recorded with "
+                                 "generate, not serve",
+                                 "");
+        goto done;
+    }
     bp.k_max = gp.n_draft > 0 ? gp.n_draft : 1;
     if (bp.k_max < 8) bp.k_max = 8; /* requests may ask for more than the default K */
     if (!sd_engine_draft(e) && gp.draft_type == SD_DRAFT_AUTO) gp.n_draft = 0;

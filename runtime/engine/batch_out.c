@@ -11,38 +11,23 @@ static int text_append(sd_choice *c, const char *s, size_t n) {
     return sd_buf_append(&c->text, &c->text_len, &c->text_cap, s, n);
 }
 
-/* The earliest stop string in text[from, text_len): cut the text there. 1 if found. */
+/* The earliest stop string in text[from, text_len) (sd_stop_find): cut the text there.
+ * 1 if found. */
 static int cut_at_stop(sd_choice *c, size_t from) {
     const sd_req *r = c->r;
-    size_t best = (size_t)-1;
-    for (int32_t i = 0; i < r->n_stop; i++) {
-        if (c->text_len < r->stop_len[i]) continue;
-        for (size_t p = from; p + r->stop_len[i] <= c->text_len && p < best; p++)
-            if (memcmp(c->text + p, r->stop[i], r->stop_len[i]) == 0) {
-                best = p;
-                break;
-            }
-    }
-    if (best == (size_t)-1) return 0;
-    c->text_len = best;
-    c->text[best] = '\0';
+    const size_t p = sd_stop_find(c->text, c->text_len, from, (const char *const *)r->stop,
+                                  r->stop_len, r->n_stop);
+    if (p == SD_STOP_NOT_FOUND) return 0;
+    c->text_len = p;
+    c->text[p] = '\0';
     return 1;
 }
 
 /* Bytes at the end of the unsent text that may be the start of a stop string. */
 static size_t holdback(const sd_choice *c) {
     const sd_req *r = c->r;
-    const size_t avail = c->text_len - c->text_sent;
-    size_t keep = 0;
-    for (int32_t i = 0; i < r->n_stop; i++) {
-        const size_t max = r->stop_len[i] - 1 < avail ? r->stop_len[i] - 1 : avail;
-        for (size_t m = max; m > keep; m--)
-            if (memcmp(c->text + c->text_len - m, r->stop[i], m) == 0) {
-                keep = m;
-                break;
-            }
-    }
-    return keep;
+    return sd_stop_holdback(c->text, c->text_len, c->text_sent, (const char *const *)r->stop,
+                            r->stop_len, r->n_stop);
 }
 
 void sd_choice_text(sd_batcher *b, sd_choice *c, int32_t first_new) {

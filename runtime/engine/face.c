@@ -180,33 +180,17 @@ static int prompt_ids(const sd_context *ctx, const char *prompt, const sd_comple
     return sd_prompt_tokenize(sd_engine_vocab(ctx->e), &ps, ids, n, err);
 }
 
-/* sd_complete's state between the engine's token callback and the caller's. */
+/* sd_complete's caller's callback, under the text's (sd_stop_text: the pieces' text, cut
+ * at a stop string). */
 typedef struct piece_state {
     sd_piece_cb cb;
     void *user;
-    sd_detok *dt;
-    char *text; /* the text of one block */
-    size_t len, cap;
-    int rc; /* a failure inside the callback (out of memory) */
-    sd_error *err;
 } piece_state;
 
-static int on_tokens(void *user, const int32_t *tokens, int32_t n) {
-    piece_state *s = user;
-    s->len = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const char *t = NULL;
-        size_t len = 0;
-        int rc = sd_detok_push(s->dt, tokens[i], &t, &len, s->err);
-        if (!rc && len) rc = sd_buf_append(&s->text, &s->len, &s->cap, t, len);
-        if (rc) {
-            s->rc = rc == SD_ERR_OOM || rc < 0 ? SD_ERR_OOM : rc;
-            if (s->rc == SD_ERR_OOM) sd_errorf(s->err, SD_ERR_OOM, "completion: out of memory");
-            return 1;
-        }
-    }
+static int on_text(void *user, const int32_t *tokens, int32_t n, const char *text, size_t len) {
+    const piece_state *s = user;
     if (!s->cb) return 0;
-    const sd_piece piece = {tokens, n, s->len ? s->text : "", s->len};
+    const sd_piece piece = {tokens, n, text, len};
     return s->cb(s->user, &piece);
 }
 
@@ -221,34 +205,22 @@ int sd_complete_tokens(sd_context *ctx, const int32_t *prompt, int32_t n_prompt,
     sd_gen_params g;
     int rc = gen_of(p, &g, err);
     if (rc) return rc;
-    if (p->n_stop > 0)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "sd_complete: stop strings are a queue's (sd_queue_submit)");
     sd_gen_stats local;
     if (!stats) stats = &local;
     int32_t *out = malloc((size_t)g.n_predict * sizeof *out);
-    piece_state s = {cb, user, NULL, NULL, 0, 0, SD_OK, err};
     if (!out) return sd_errorf(err, SD_ERR_OOM, "sd_complete: out of memory");
-    rc = sd_detok_init(sd_engine_vocab(ctx->e), SD_DETOK_REPLACE_INVALID, &s.dt, err);
-    if (!rc) {
-        rc = sd_engine_generate(ctx->e, &g, prompt, n_prompt, on_tokens, &s, out, g.n_predict,
-                                stats, err);
-        if (s.rc) rc = s.rc; /* the callback's own failure */
-    }
-    /* The bytes the detokenizer held back (a character cut at the end), unless the
-     * caller asked to stop or something failed. */
-    const int stopped_by_cb = stats->stop == SD_STOP_NONE;
-    if (!rc && !stopped_by_cb && cb) {
-        const char *tail = NULL;
-        size_t len = 0;
-        sd_detok_flush(s.dt, &tail, &len);
-        if (len) {
-            const sd_piece piece = {NULL, 0, tail, len};
-            cb(user, &piece);
-        }
-    }
-    sd_detok_free(s.dt);
-    free(s.text);
+    piece_state s = {cb, user};
+    sd_stop_text *txt = NULL;
+    rc = sd_stop_text_init(sd_engine_vocab(ctx->e), p->stop, p->n_stop, SD_DETOK_REPLACE_INVALID,
+                           on_text, &s, &txt, err);
+    if (rc) rc = sd_error_prefix(err, rc, "sd_complete");
+    if (!rc)
+        rc = sd_engine_generate_text(ctx->e, &g, txt, prompt, n_prompt, out, g.n_predict, stats,
+                                     err);
+    /* The bytes held back (a character cut at the end, the start of a stop string),
+     * unless the caller asked to stop or something failed. */
+    if (!rc && stats->stop != SD_STOP_NONE) sd_stop_text_finish(txt, stats);
+    sd_stop_text_free(txt);
     free(out);
     return rc;
 }

@@ -423,6 +423,19 @@ static int check_args(const gen_run *g, int32_t n_prompt, int32_t cap_out, sd_er
     return SD_OK;
 }
 
+/* The prompt positions the target's cache already holds from the engine's last run (the
+ * longest common prefix, as the prefill's sync keeps it, sd_session_keep_prefix): the
+ * prefix reuse of one sequence, counted as the batcher counts its prefix-cache hits. */
+static int32_t cached_prefix(const sd_scorer *target, const int32_t *prompt, int32_t n_prompt) {
+    const sd_session *s = sd_scorer_session(target);
+    const int32_t *have = sd_session_tokens(s);
+    const int32_t n_have = sd_session_n_past(s);
+    int32_t keep = 0;
+    while (keep < n_have && keep < n_prompt - 1 && have[keep] == prompt[keep])
+        keep++;
+    return sd_session_seq_keep_floor(s, 0, keep);
+}
+
 int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, int32_t n_prompt,
                 int32_t eos, const sd_gen_params *gp, sd_token_cb cb, void *user, int32_t *out,
                 int32_t cap_out, sd_gen_stats *st, sd_error *err) {
@@ -460,6 +473,7 @@ int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, in
     /* The proposer draws with this generation's sampling and seed (keyed draws: the same
      * seed as the verifier's, its own purposes; Gumbel drafting shares the noise). */
     if (draft) sd_proposer_reset(draft, &gp->samp, gp->seed);
+    st->n_prompt_cached = cached_prefix(target, prompt, n_prompt);
     const double t0 = sd_time_ms();
     rc = sd_scorer_sync(target, g.ctx, g.n_ctx, err); /* prefill */
     if (!rc && draft) rc = sd_proposer_prefill(draft, g.ctx, g.n_ctx, err);

@@ -500,6 +500,59 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err);
 
+/* ---- stop strings over the streamed text (stop_text.c): both clients ---- */
+
+#define SD_STOP_NOT_FOUND ((size_t)-1)
+
+/* The earliest offset p >= from in text[0 .. len) where one of the n_stop stop strings
+ * (stop[i] of stop_len[i] >= 1 bytes) starts, or SD_STOP_NOT_FOUND. */
+size_t sd_stop_find(const char *text, size_t len, size_t from, const char *const *stop,
+                    const size_t *stop_len, int32_t n_stop);
+/* The bytes at the end of text[sent .. len) that may be the start of a stop string: held
+ * back until the next text shows whether it is one. */
+size_t sd_stop_holdback(const char *text, size_t len, size_t sent, const char *const *stop,
+                        const size_t *stop_len, int32_t n_stop);
+
+/* A block of emitted tokens and the text that became final with them (len may be 0; at
+ * the end tokens may be NULL, n 0). Non-zero return stops generation (stop NONE). */
+typedef int (*sd_text_cb)(void *user, const int32_t *tokens, int32_t n, const char *text,
+                          size_t len);
+
+/* One generation's text: the tokens' pieces through a streaming detokenizer
+ * (detok_flags: sd_detok_init's), cut at the earliest of its stop strings. The batcher's
+ * choices do the same (batch_out.c, with sd_stop_find and sd_stop_holdback): a stop
+ * string is searched for after each pass, in the text not given yet, so both clients stop
+ * at the same pass, with the same tokens and statistics, and give the same text. */
+typedef struct sd_stop_text sd_stop_text;
+/* stop: n_stop (0 .. SD_MAX_STOP_STRINGS) non-empty strings, copied. Errors: SD_ERR_ARG,
+ * SD_ERR_OOM. */
+int sd_stop_text_init(const sd_vocab *v, const char *const *stop, int32_t n_stop,
+                      unsigned detok_flags, sd_text_cb cb, void *user, sd_stop_text **out,
+                      sd_error *err);
+void sd_stop_text_free(sd_stop_text *s); /* NULL accepted */
+/* The text so far (cut before a stop string; NUL-terminated when *len > 0). */
+const char *sd_stop_text_get(const sd_stop_text *s, size_t *len);
+/* 1 once a stop string was found. */
+int sd_stop_text_hit(const sd_stop_text *s);
+/* An sd_token_cb (user: the sd_stop_text): the tokens' text, the callback with the part
+ * that became final; returns 1 at a stop string or when the callback asks to stop. */
+int sd_stop_text_tokens(void *user, const int32_t *tokens, int32_t n);
+/* The end of the text: the detokenizer's held-back bytes (unless a stop string was
+ * found), the search, and the callback with every byte not given yet. st (may be NULL):
+ * its stop becomes SD_STOP_STRING when a stop string ended the text. Returns the
+ * callback's value. */
+int sd_stop_text_finish(sd_stop_text *s, sd_gen_stats *st);
+
+/* sd_engine_generate streaming through txt (its callback gets the tokens and the text):
+ * generation stops after the pass whose text holds one of txt's stop strings, with stop
+ * SD_STOP_STRING (out and the statistics hold every token of that pass, as the batcher's
+ * do); call sd_stop_text_finish at the end. Several calls with one txt continue one text
+ * (context shifts); after a stop string a further call generates nothing. Errors: as
+ * sd_engine_generate, and the text's SD_ERR_OOM. */
+int sd_engine_generate_text(sd_engine *e, const sd_gen_params *gp, sd_stop_text *txt,
+                            const int32_t *prompt, int32_t n_prompt, int32_t *out, int32_t cap_out,
+                            sd_gen_stats *stats, sd_error *err);
+
 /* ---- prompts: text or chat messages -> token ids (prompt.c) ---- */
 
 /* What a prompt is made of (generate's -p / --chat and a server's request bodies). */
