@@ -741,3 +741,66 @@ Test(chain_draft, limits_equal_target_alone) {
     cr_assert_leq(lookup, 2 * blocks, "a mixed block carried a lookup of 3 (long) or more");
     sd_engine_free(e);
 }
+
+/* The value of "key": N in a JSON text, or -1. */
+static long json_long(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(json, pat);
+    return at ? strtol(at + strlen(pat), NULL, 10) : -1;
+}
+
+/* generate --chain-draft-max / --chain-long-match and the config keys: the tokens of target
+ * alone; a draft-model share of 1 drafts fewer tokens than the block's K (the flag and the
+ * key alike); bad values are one-line errors naming the flag or key. */
+Test(chain_draft, limits_cli_flags_and_keys) {
+    char cmd[8192], cfg[2048], json[4096];
+    const char *runs[4] = {"--draft-type none", "--draft-type suffix+llm",
+                           "--draft-type suffix+llm --chain-draft-max 1 --chain-long-match 16",
+                           "CONFIG"};
+    tu_path(cfg, sizeof cfg, g_dir, "chain.json");
+    snprintf(json, sizeof json,
+             "{\"target\": \"%s\", \"draft\": \"%s\", \"draft_type\": \"suffix+llm\", "
+             "\"chain_draft_max\": 1, \"chain_long_match\": 16}",
+             g_t, g_d);
+    cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
+    char *outs[4];
+    for (int i = 0; i < 4; i++) {
+        if (i < 3)
+            snprintf(cmd, sizeof cmd,
+                     "%s generate -m %s -md %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 "
+                     "-n 48 --temp 0 -k 8 --draft-policy fixed --draft-p-min 0 --json %s",
+                     SD_BINARY, g_t, g_d, runs[i]);
+        else
+            snprintf(cmd, sizeof cmd,
+                     "%s generate --config %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n "
+                     "48 --temp 0 -k 8 --draft-policy fixed --draft-p-min 0 --json",
+                     SD_BINARY, cfg);
+        char *e = NULL;
+        cr_assert_eq(tu_run(cmd, &outs[i], &e), 0, "%s: %s", runs[i], e);
+        free(e);
+        const char *a = strstr(outs[i], "\"tokens\":["), *a0 = strstr(outs[0], "\"tokens\":[");
+        cr_assert(a && a0);
+        cr_assert_eq(strncmp(a, a0, (size_t)(strchr(a0, ']') - a0)), 0,
+                     "%s: tokens differ from target alone", runs[i]);
+    }
+    const long d_full = json_long(outs[1], "n_drafted"), d_flag = json_long(outs[2], "n_drafted"),
+               d_key = json_long(outs[3], "n_drafted");
+    const long p_flag = json_long(outs[2], "n_target_passes");
+    fprintf(stderr, "  drafted: K 8 %ld, --chain-draft-max 1 %ld (%ld passes), key %ld\n", d_full,
+            d_flag, p_flag, d_key);
+    cr_assert_gt(d_flag, 0, "the limited chain drafted nothing");
+    cr_assert_lt(d_flag, d_full, "--chain-draft-max 1 drafted as much as K 8");
+    cr_assert_eq(d_key, d_flag, "the keys chain_draft_max / chain_long_match were not applied");
+    for (int i = 0; i < 4; i++)
+        free(outs[i]);
+    const char *bad[] = {"--chain-draft-max 17", "--chain-draft-max x", "--chain-long-match -1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "generate -m %s -p t5t6 -n 4 %s", g_t, bad[i]);
+        tu_expect_cli_error(cmd, bad[i][8] == 'd' ? "--chain-draft-max" : "--chain-long-match");
+    }
+    snprintf(json, sizeof json, "{\"target\": \"%s\", \"chain_long_match\": 17}", g_t);
+    cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
+    snprintf(cmd, sizeof cmd, "generate --config %s -p t5t6 -n 4", cfg);
+    tu_expect_cli_error(cmd, "chain_long_match");
+}
