@@ -54,6 +54,9 @@ static double v_of(int n) {
 
 typedef struct totals {
     long tokens, passes, drafted, accepted, draft_steps, lookup_only, mixed, llm_only;
+    /* passes whose draft held a wrong token at the root / below it, and the tokens the copy
+     * bound would have had accepted beyond those passes' accepted prefix */
+    long wrong_root, wrong_below, lost_root, lost_below;
     double cost;
 } totals;
 
@@ -234,6 +237,23 @@ int main(int argc, char **argv) {
                         nl = nd;
                 }
             }
+            if (!copy && a < nd) { /* a wrong token: what a copy would have added */
+                int best = 0;
+                for (int j = 0; j < n_ctx; j++) {
+                    int l = 0;
+                    while (l < k && j + l < n_ctx && ctx[j + l] == ref[gen + l])
+                        l++;
+                    if (l > best) best = l;
+                }
+                const long lost = best > a ? best - a : 0;
+                if (a == 0) {
+                    t.wrong_root++;
+                    t.lost_root += lost;
+                } else {
+                    t.wrong_below++;
+                    t.lost_below += lost;
+                }
+            }
             int e = a + 1 < no - gen ? a + 1 : no - gen;
             memcpy(ctx + n_ctx, ref + gen, (size_t)e * sizeof *ctx);
             n_ctx += e;
@@ -273,6 +293,10 @@ int main(int argc, char **argv) {
            t.drafted ? (double)t.accepted / (double)t.drafted : 0.0,
            (double)t.draft_steps / (double)t.passes, t.lookup_only, t.mixed, t.llm_only,
            (double)t.tokens / t.cost);
+    if (!copy)
+        printf("  passes with a wrong token: at the root %ld (a copy: %ld tokens more), below it "
+               "%ld (%ld more)\n",
+               t.wrong_root, t.lost_root, t.wrong_below, t.lost_below);
     sd_model_free(md);
     json_decref(root);
     return 0;
