@@ -14,7 +14,7 @@
  * extrapolated past the last; default v(n) = n) and c a draft step's cost in target steps.
  *
  * usage: replay_draft --json F [--category C|all] --type T [--draft D.gguf] [--k K]
- *                     [--tree W] [--second-max N] [--long-match L] [--p-min P]
+ *                     [--tree W] [--second-max N] [--long-match L] [--p-min P] [--draft-min M]
  *                     [--v 2:1.2,5:1.44,...] [--c 0.55] [--threads N] [--verbose]
  *   T: ngram, suffix, llm, ngram+llm, suffix+llm, copy (the copy bound: each pass drafts the
  *   longest prefix of the rest of the output, at most K, that occurs in the text so far).
@@ -76,7 +76,7 @@ static int tree_accept(const sd_proposal *p, const int32_t *ref, int n_ref) {
 
 int main(int argc, char **argv) {
     const char *json = NULL, *cat = "all", *type = NULL, *dpath = NULL;
-    int K = 8, W = 0, second_max = 0, long_match = 0, threads = 2, verbose = 0;
+    int K = 8, W = 0, second_max = 0, long_match = 0, threads = 2, verbose = 0, draft_min = 1;
     double c_draft = 0.55, p_min = 0.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -103,6 +103,8 @@ int main(int argc, char **argv) {
             long_match = atoi(argv[++i]);
         else if (!strcmp(a, "--p-min"))
             p_min = atof(argv[++i]);
+        else if (!strcmp(a, "--draft-min"))
+            draft_min = atoi(argv[++i]);
         else if (!strcmp(a, "--c"))
             c_draft = atof(argv[++i]);
         else if (!strcmp(a, "--threads"))
@@ -182,7 +184,7 @@ int main(int argc, char **argv) {
             sd_sampling_params samp = sd_sampling_default_params();
             samp.temp = 0.0f;
             if (sd_proposer_llm_init(md, &sp, &samp, 42, 0, &llm, &err)) goto fail;
-            sd_proposer_set_cutoff(llm, (float)p_min, 1);
+            sd_proposer_set_cutoff(llm, (float)p_min, draft_min);
         }
         if (look && llm) {
             if (sd_proposer_chain_init(look, llm, type, &chain, &err) ||
