@@ -15,6 +15,9 @@ typedef struct chain_proposer {
     float *probs; /* [SD_MAX_DRAFT, n_vocab_probs] a mixed block's q rows, or NULL */
     int32_t n_vocab_probs;
     sd_chain_counts counts;
+    /* sd_proposer_chain_set_limits: the second's most tokens (0: the block's k) and the
+     * kept lookup length from which the lookup drafts alone (0: k). */
+    int32_t second_max, long_match;
     /* The grammar (sd_proposer_set_grammar; gstate NULL: none) and gext, the state after
      * the lookup tokens, which the second proposer continues from. */
     const sd_grammar_state *gstate;
@@ -122,17 +125,19 @@ static int chain_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, i
     int32_t m = sd_chain_lookup_keep(c->first, out->n, k);
     if (c->gstate && m > 0 && (m = grammar_keep(c, out->tokens, m, err)) < 0) return SD_ERR_OOM;
     out->n = m;
-    if (m >= k) {
+    if (m >= k || (c->long_match > 0 && m >= c->long_match)) {
         c->counts.n_first++;
         return SD_OK;
     }
+    /* the second's share of the block: what is left of k, at most second_max */
+    const int32_t k2 = c->second_max > 0 && k - m > c->second_max ? c->second_max : k - m;
     if (c->gstate) { /* the second continues from the state after the kept lookup tokens */
         rc = sd_proposer_set_grammar(c->second, m > 0 ? c->gext : c->gstate, c->gv, c->gends,
                                      c->n_gends, err);
         if (rc) return rc;
     }
     if (m == 0) {
-        rc = sd_proposer_propose(c->second, ctx, n_ctx, k, out, err);
+        rc = sd_proposer_propose(c->second, ctx, n_ctx, k2, out, err);
         if (!rc && out->n > 0) c->counts.n_second++;
         return rc;
     }
@@ -142,7 +147,7 @@ static int chain_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, i
     sd_proposal sub;
     memset(&sub, 0, sizeof sub);
     sub.n_vocab = out->n_vocab;
-    rc = sd_proposer_propose(c->second, c->ext, n_ctx + m, k - m, &sub, err);
+    rc = sd_proposer_propose(c->second, c->ext, n_ctx + m, k2, &sub, err);
     if (rc) return rc;
     if (sub.n == 0) { /* nothing to add (the draft's context is full, a cut-off): the match */
         c->counts.n_first++;
@@ -230,6 +235,21 @@ int sd_proposer_chain_init(sd_proposer *first, sd_proposer *second, const char *
     c->first = first;
     c->second = second;
     *out = &c->base;
+    return SD_OK;
+}
+
+int sd_proposer_chain_set_limits(sd_proposer *p, int32_t second_max, int32_t long_match,
+                                 sd_error *err) {
+    if (!p || p->ops->propose != chain_propose)
+        return sd_errorf(err, SD_ERR_ARG, "draft chain: limits on a proposer that is not a chain");
+    if (second_max < 0 || second_max > SD_MAX_DRAFT || long_match < 0 || long_match > SD_MAX_DRAFT)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "draft chain: limits %d (draft model) and %d (long match), expected "
+                         "0 .. %d each",
+                         second_max, long_match, SD_MAX_DRAFT);
+    chain_proposer *c = (chain_proposer *)p;
+    c->second_max = second_max;
+    c->long_match = long_match;
     return SD_OK;
 }
 

@@ -568,6 +568,20 @@ int64_t sd_proposer_suffix_cache_hits(const sd_proposer *p);
 int sd_proposer_chain_init(sd_proposer *first, sd_proposer *second, const char *name,
                            sd_proposer **out, sd_error *err);
 
+/*
+ * Limits that let one block carry a long lookup and a short draft-model tail (the block's
+ * k then caps the lookup, e.g. 16, while the draft model, whose tokens cost a fraction of
+ * a target step each, drafts few): second_max > 0, the second proposes at most second_max
+ * tokens (after m kept lookup tokens: min(k - m, second_max); alone: min(k, second_max));
+ * long_match > 0, a lookup of m >= long_match kept tokens drafts alone (no tail: past a long
+ * match the target usually keeps copying, and the tail would cost draft steps for tokens the
+ * next pass's lookup drafts for free). 0 for either: the block's k (the behaviour above).
+ * Verification is unchanged (the block is a chain of one-hot or q rows, as above).
+ * Errors: SD_ERR_ARG (p not a chain, a limit outside 0 .. SD_MAX_DRAFT).
+ */
+int sd_proposer_chain_set_limits(sd_proposer *p, int32_t second_max, int32_t long_match,
+                                 sd_error *err);
+
 /* How many of the m tokens `first` just proposed for a block of k a chain keeps (the
  * batcher's chained drafting uses it too): an n-gram proposal is cut to
  * sd_proposer_ngram_last_extent(first, k) when shorter; others are kept whole. */

@@ -572,7 +572,8 @@ static int collect(void *user, const sd_req_event *ev) {
     return 0;
 }
 
-Test(chain_draft, batcher_drafts_as_generate) {
+/* dmax, lmatch: the chain limits (sd_gen_params.chain_draft_max, chain_long_match). */
+static void batcher_vs_generate(int32_t dmax, int32_t lmatch) {
     sd_engine *ge = open_engine(g_t, g_d, 0);
     sd_engine *be = open_engine(g_t, g_d, 1);
     sd_batcher_params bp = sd_batcher_default_params();
@@ -587,6 +588,7 @@ Test(chain_draft, batcher_drafts_as_generate) {
     for (int ti = 0; ti < 2; ti++)
         for (int32_t k = 2; k <= 8; k += 2) {
             static job jobs[3];
+            if (dmax > 0) k += 2; /* K 4, 8: where the limits bite */
             memset(jobs, 0, sizeof jobs);
             sd_gen_stats ref[3];
             int32_t ref_toks[3][40];
@@ -594,6 +596,8 @@ Test(chain_draft, batcher_drafts_as_generate) {
                 sd_gen_params gp = sd_gen_default_params();
                 gp.n_predict = 40;
                 gp.samp.temp = 0.0f;
+                gp.chain_draft_max = dmax;
+                gp.chain_long_match = lmatch;
                 run(ge, &gp, types[ti], SD_K_FIXED, k, RPROMPTS[p], 12, ref_toks[p], &ref[p]);
                 sd_request r;
                 memset(&r, 0, sizeof r);
@@ -630,4 +634,173 @@ Test(chain_draft, batcher_drafts_as_generate) {
     sd_batcher_free(b);
     sd_engine_free(be);
     sd_engine_free(ge);
+}
+
+Test(chain_draft, batcher_drafts_as_generate) {
+    batcher_vs_generate(0, 0);
+}
+
+Test(chain_draft, batcher_drafts_as_generate_with_limits) {
+    batcher_vs_generate(2, 3);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Limits: a long lookup with a short draft-model tail (sd_proposer_chain_set_limits)     */
+
+Test(chain_draft, limits_layout) {
+    fake_lookup lk = {{&lookup_ops}, 5, {3, 5, 2, 4, 6}, 0};
+    fake_llm lm;
+    memset(&lm, 0, sizeof lm);
+    lm.base.ops = &llm_ops;
+    sd_proposer *chain = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_chain_init(&lk.base, &lm.base, "lookup+llm", &chain, &err), 0);
+    cr_assert_eq(sd_proposer_chain_set_limits(chain, 2, 4, &err), 0, "%s", err.msg);
+    const int32_t ctx[] = {1, 4, 4, 2};
+    sd_proposal prop;
+
+    /* m = 5 >= long_match 4: the lookup alone, all 5 of a block of 12. */
+    cr_assert_eq(sd_proposer_propose(chain, ctx, 4, 12, &prop, &err), 0, "%s", err.msg);
+    cr_assert_eq(lm.calls, 0);
+    cr_assert_eq(prop.n, 5);
+    cr_assert_eq(prop.lookup, 1);
+
+    /* m = 3 < 4: the draft model continues with min(12 - 3, 2) = 2. */
+    lk.m = 3;
+    cr_assert_eq(sd_proposer_propose(chain, ctx, 4, 12, &prop, &err), 0);
+    cr_assert_eq(lm.calls, 1);
+    cr_assert_eq(lm.last_k, 2);
+    cr_assert_eq(lm.last_n_ctx, 7);
+    const int32_t want[] = {3, 5, 2, 7, 6};
+    cr_assert_eq(prop.n, 5);
+    cr_assert(memcmp(prop.tokens, want, sizeof want) == 0);
+    /* ... and with min(4 - 3, 2) = 1 in a block of 4 */
+    cr_assert_eq(sd_proposer_propose(chain, ctx, 4, 4, &prop, &err), 0);
+    cr_assert_eq(lm.last_k, 1);
+    cr_assert_eq(prop.n, 4);
+
+    /* No match: the draft model alone, at most 2. */
+    lk.m = 0;
+    cr_assert_eq(sd_proposer_propose(chain, ctx, 4, 12, &prop, &err), 0);
+    cr_assert_eq(lm.last_k, 2);
+    cr_assert_eq(lm.last_n_ctx, 4);
+    cr_assert_eq(prop.n, 2);
+
+    /* 0, 0: the block's K again (m = 3 of 12: 9 from the draft model). */
+    cr_assert_eq(sd_proposer_chain_set_limits(chain, 0, 0, &err), 0);
+    lk.m = 3;
+    cr_assert_eq(sd_proposer_propose(chain, ctx, 4, 12, &prop, &err), 0);
+    cr_assert_eq(lm.last_k, 9);
+    cr_assert_eq(prop.n, 12);
+
+    cr_assert_eq(sd_proposer_chain_set_limits(chain, SD_MAX_DRAFT + 1, 0, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_proposer_chain_set_limits(chain, 0, -1, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_proposer_chain_set_limits(&lm.base, 2, 2, &err), SD_ERR_ARG, "not a chain");
+    sd_proposer_free(chain);
+}
+
+/* Greedy and Gumbel output with the limits on equal target alone (K 2..8, fixed and
+ * adaptive), and the limits bite: no mixed block carries more than 2 draft-model tokens. */
+Test(chain_draft, limits_equal_target_alone) {
+    sd_engine *e = open_engine(g_t, g_d, 0);
+    const sd_draft_type ts[2] = {SD_DRAFT_NGRAM_LLM, SD_DRAFT_SUFFIX_LLM};
+    sd_chain_counts c0[2], c1[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(sd_proposer_chain_counts(sd_engine_proposer_of(e, ts[i]), &c0[i]), 0);
+    int64_t mixed = 0;
+    for (int mode = 0; mode < 2; mode++) {
+        sd_gen_params gp = sd_gen_default_params();
+        gp.n_predict = 48;
+        gp.chain_draft_max = 2;
+        gp.chain_long_match = 3;
+        if (mode == 1) {
+            gp.samp.temp = 0.9f;
+            gp.samp.top_k = 0;
+            gp.samp.spec = SD_SPEC_GUMBEL;
+            gp.seed = 5;
+        } else {
+            gp.samp.temp = 0.0f;
+        }
+        for (int p = 0; p < 3; p++) {
+            char name[48];
+            snprintf(name, sizeof name, "limits %s prompt %d", mode ? "gumbel" : "greedy", p);
+            mixed += equal_to_alone(e, gp, RPROMPTS[p], 12, name);
+        }
+    }
+    int64_t blocks = 0, second = 0, lookup = 0;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(sd_proposer_chain_counts(sd_engine_proposer_of(e, ts[i]), &c1[i]), 0);
+        blocks += c1[i].n_mixed - c0[i].n_mixed;
+        second += c1[i].n_mixed_second - c0[i].n_mixed_second;
+        lookup += c1[i].n_mixed_lookup - c0[i].n_mixed_lookup;
+    }
+    fprintf(stderr, "  limits: %lld mixed blocks, %lld lookup and %lld draft-model tokens\n",
+            (long long)blocks, (long long)lookup, (long long)second);
+    cr_assert_gt(mixed, 0, "no mixed block was drafted: the test proves little");
+    cr_assert_leq(second, 2 * blocks, "a mixed block carried more than 2 draft-model tokens");
+    cr_assert_leq(lookup, 2 * blocks, "a mixed block carried a lookup of 3 (long) or more");
+    sd_engine_free(e);
+}
+
+/* The value of "key": N in a JSON text, or -1. */
+static long json_long(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(json, pat);
+    return at ? strtol(at + strlen(pat), NULL, 10) : -1;
+}
+
+/* generate --chain-draft-max / --chain-long-match and the config keys: the tokens of target
+ * alone; a draft-model share of 1 drafts fewer tokens than the block's K (the flag and the
+ * key alike); bad values are one-line errors naming the flag or key. */
+Test(chain_draft, limits_cli_flags_and_keys) {
+    char cmd[8192], cfg[2048], json[4096];
+    const char *runs[4] = {"--draft-type none", "--draft-type suffix+llm",
+                           "--draft-type suffix+llm --chain-draft-max 1 --chain-long-match 16",
+                           "CONFIG"};
+    tu_path(cfg, sizeof cfg, g_dir, "chain.json");
+    snprintf(json, sizeof json,
+             "{\"target\": \"%s\", \"draft\": \"%s\", \"draft_type\": \"suffix+llm\", "
+             "\"chain_draft_max\": 1, \"chain_long_match\": 16}",
+             g_t, g_d);
+    cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
+    char *outs[4];
+    for (int i = 0; i < 4; i++) {
+        if (i < 3)
+            snprintf(cmd, sizeof cmd,
+                     "%s generate -m %s -md %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 "
+                     "-n 48 --temp 0 -k 8 --draft-policy fixed --draft-p-min 0 --json %s",
+                     SD_BINARY, g_t, g_d, runs[i]);
+        else
+            snprintf(cmd, sizeof cmd,
+                     "%s generate --config %s -t 1 --no-display-prompt -p t5t9t13t5t9t13t5t9 -n "
+                     "48 --temp 0 -k 8 --draft-policy fixed --draft-p-min 0 --json",
+                     SD_BINARY, cfg);
+        char *e = NULL;
+        cr_assert_eq(tu_run(cmd, &outs[i], &e), 0, "%s: %s", runs[i], e);
+        free(e);
+        const char *a = strstr(outs[i], "\"tokens\":["), *a0 = strstr(outs[0], "\"tokens\":[");
+        cr_assert(a && a0);
+        cr_assert_eq(strncmp(a, a0, (size_t)(strchr(a0, ']') - a0)), 0,
+                     "%s: tokens differ from target alone", runs[i]);
+    }
+    const long d_full = json_long(outs[1], "n_drafted"), d_flag = json_long(outs[2], "n_drafted"),
+               d_key = json_long(outs[3], "n_drafted");
+    const long p_flag = json_long(outs[2], "n_target_passes");
+    fprintf(stderr, "  drafted: K 8 %ld, --chain-draft-max 1 %ld (%ld passes), key %ld\n", d_full,
+            d_flag, p_flag, d_key);
+    cr_assert_gt(d_flag, 0, "the limited chain drafted nothing");
+    cr_assert_lt(d_flag, d_full, "--chain-draft-max 1 drafted as much as K 8");
+    cr_assert_eq(d_key, d_flag, "the keys chain_draft_max / chain_long_match were not applied");
+    for (int i = 0; i < 4; i++)
+        free(outs[i]);
+    const char *bad[] = {"--chain-draft-max 17", "--chain-draft-max x", "--chain-long-match -1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "generate -m %s -p t5t6 -n 4 %s", g_t, bad[i]);
+        tu_expect_cli_error(cmd, bad[i][8] == 'd' ? "--chain-draft-max" : "--chain-long-match");
+    }
+    snprintf(json, sizeof json, "{\"target\": \"%s\", \"chain_long_match\": 17}", g_t);
+    cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
+    snprintf(cmd, sizeof cmd, "generate --config %s -p t5t6 -n 4", cfg);
+    tu_expect_cli_error(cmd, "chain_long_match");
 }

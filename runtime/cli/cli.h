@@ -210,6 +210,10 @@ enum {
  *                                           each a chain of D (or K) tokens, W x D <= 16, in
  *                                           one target pass (generate and bench; default: a
  *                                           chain)
+ *   --chain-draft-max N                     ngram+llm / suffix+llm: the draft model's most
+ *                                           tokens in a block, 0 .. 16 (0, default: K)
+ *   --chain-long-match N                    ngram+llm / suffix+llm: a lookup of N or more
+ *                                           tokens drafts alone, 0 .. 16 (0, default: K)
  */
 enum {
     SD_CLI_OPT_DRAFT_TYPE = 1020, /* 1020..1049: drafting; 1050..1099: cli_flags.c */
@@ -224,8 +228,10 @@ enum {
     SD_CLI_OPT_SUFFIX_MIN_PROB,
     SD_CLI_OPT_DRAFT_TREE,
     SD_CLI_OPT_SUFFIX_COST,
+    SD_CLI_OPT_CHAIN_DRAFT_MAX,
+    SD_CLI_OPT_CHAIN_LONG_MATCH,
 };
-_Static_assert(SD_CLI_OPT_SUFFIX_COST < 1050, "drafting option ids run into cli_flags.c's");
+_Static_assert(SD_CLI_OPT_CHAIN_LONG_MATCH < 1050, "drafting option ids run into cli_flags.c's");
 
 /* clang-format off */
 #define SD_CLI_DRAFT_LONGOPTS                                                                      \
@@ -244,7 +250,9 @@ _Static_assert(SD_CLI_OPT_SUFFIX_COST < 1050, "drafting option ids run into cli_
     {"suffix-factor", required_argument, 0, SD_CLI_OPT_SUFFIX_FACTOR},                             \
     {"suffix-min-prob", required_argument, 0, SD_CLI_OPT_SUFFIX_MIN_PROB},                         \
     {"draft-tree", required_argument, 0, SD_CLI_OPT_DRAFT_TREE},                                   \
-    {"suffix-cost", required_argument, 0, SD_CLI_OPT_SUFFIX_COST}
+    {"suffix-cost", required_argument, 0, SD_CLI_OPT_SUFFIX_COST},                                 \
+    {"chain-draft-max", required_argument, 0, SD_CLI_OPT_CHAIN_DRAFT_MAX},                         \
+    {"chain-long-match", required_argument, 0, SD_CLI_OPT_CHAIN_LONG_MATCH}
 /* clang-format on */
 
 #define SD_CLI_GEN_SHORTOPTS ":m:p:f:n:k:s:t:c:hv"
@@ -311,6 +319,8 @@ typedef struct sd_cli_gen_opts {
     double suffix_factor, suffix_min_prob, suffix_cost;
     const char *lookup_cache;
     int64_t tree_width, tree_depth; /* --draft-tree WxD (depth 0: K) */
+    int has_chain_draft_max, has_chain_long_match;
+    int64_t chain_draft_max, chain_long_match;
 } sd_cli_gen_opts;
 
 /* What a command's own-option callback returns for an option it leaves to the shared

@@ -349,6 +349,18 @@ static int draft_option(int o, const char *arg, sd_cli_gen_opts *g) {
             return sd_cli_usage(h, "--draft-min: expected an integer in [0, 16], found '%s'", arg);
         g->has_draft_min = 1;
         break;
+    case SD_CLI_OPT_CHAIN_DRAFT_MAX:
+        if (sd_cli_parse_i64(arg, 0, SD_MAX_DRAFT, &g->chain_draft_max))
+            return sd_cli_usage(h, "--chain-draft-max: expected an integer in [0, 16], found '%s'",
+                                arg);
+        g->has_chain_draft_max = 1;
+        break;
+    case SD_CLI_OPT_CHAIN_LONG_MATCH:
+        if (sd_cli_parse_i64(arg, 0, SD_MAX_DRAFT, &g->chain_long_match))
+            return sd_cli_usage(h, "--chain-long-match: expected an integer in [0, 16], found '%s'",
+                                arg);
+        g->has_chain_long_match = 1;
+        break;
     case SD_CLI_OPT_DRAFT_POLICY:
         if (sd_k_policy_parse(arg, &g->policy))
             return sd_cli_usage(h, "--draft-policy: expected fixed or adaptive, found '%s'", arg);
@@ -497,6 +509,10 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     if (g->has_policy) gp->k_policy = g->policy;
     if (g->has_p_min) gp->draft_p_min = (float)g->p_min;
     if (g->has_draft_min) gp->draft_min = (int32_t)g->draft_min;
+    if (cfg->has_chain_draft_max) gp->chain_draft_max = cfg->chain_draft_max;
+    if (cfg->has_chain_long_match) gp->chain_long_match = cfg->chain_long_match;
+    if (g->has_chain_draft_max) gp->chain_draft_max = (int32_t)g->chain_draft_max;
+    if (g->has_chain_long_match) gp->chain_long_match = (int32_t)g->chain_long_match;
     if (g->has_ngram_min) ep->ngram.n_min = (int32_t)g->ngram_min;
     if (g->has_ngram_max) ep->ngram.n_max = (int32_t)g->ngram_max;
     if (cfg->has_suffix_factor) ep->suffix.max_spec_factor = cfg->suffix_factor;

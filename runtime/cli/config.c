@@ -208,6 +208,15 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
             rc = get_int(path, key, v, 0, SD_MAX_DRAFT, &i, err);
             cfg->draft_min = (int32_t)i;
             cfg->has_draft_min = 1;
+        } else if (!strcmp(key, "chain_draft_max") || !strcmp(key, "chain_long_match")) {
+            rc = get_int(path, key, v, 0, SD_MAX_DRAFT, &i, err);
+            if (key[6] == 'd') {
+                cfg->chain_draft_max = (int32_t)i;
+                cfg->has_chain_draft_max = 1;
+            } else {
+                cfg->chain_long_match = (int32_t)i;
+                cfg->has_chain_long_match = 1;
+            }
         } else if (!strcmp(key, "ngram_min") || !strcmp(key, "ngram_max")) {
             rc = get_int(path, key, v, 1, SD_NGRAM_MAX, &i, err);
             if (key[7] == 'i') {
@@ -265,7 +274,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                            "suffix_cost, lookup_cache, device, device_draft, "
                            "tensor_split, chat, spec_sampling, min_p, repeat_penalty, "
                            "presence_penalty, frequency_penalty, repeat_last_n, draft_head, "
-                           "draft_head_n)",
+                           "draft_head_n, chain_draft_max, chain_long_match)",
                            path, sd_one_line(key, vshow, sizeof vshow));
         }
         if (rc) break;

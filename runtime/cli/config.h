@@ -25,6 +25,8 @@
  *   "suffix_min_prob" number [0, 1]: the suffix draft stops before its continuation's
  *                           empirical probability falls below this
  *   "suffix_cost"  number   (0, 16]: the suffix draft's expected rule (--suffix-cost)
+ *   "chain_draft_max", "chain_long_match" integers 0 .. 16: ngram+llm / suffix+llm limits
+ *                           (--chain-draft-max, --chain-long-match)
  *   "lookup_cache" string   persistent n-gram cache file (same path rule as "target")
  *   "device"       string   "cpu" or "cuda": where the target runs (--device)
  *   "device_draft" string   "cpu" or "cuda": where the draft runs (default: "device")
@@ -75,6 +77,8 @@ typedef struct sd_config {
     int32_t draft_min, ngram_min, ngram_max;
     int has_suffix_factor, has_suffix_min_prob, has_suffix_cost;
     float suffix_factor, suffix_min_prob, suffix_cost;
+    int has_chain_draft_max, has_chain_long_match;
+    int32_t chain_draft_max, chain_long_match;
     /* generate's chat mode, sampling, the draft head */
     int has_chat, chat;
     int has_spec_sampling, has_min_p, has_repeat_penalty, has_presence_penalty,

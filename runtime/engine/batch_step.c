@@ -178,6 +178,8 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
             memcpy(c->dtok, prop.tokens, (size_t)prop.n * sizeof *c->dtok);
             c->one_hot = 1;
             if (prop.n >= k || !llm_type) return SD_OK;
+            /* a long match drafts alone (sd_proposer_chain_set_limits) */
+            if (gp->chain_long_match > 0 && prop.n >= gp->chain_long_match) return SD_OK;
         }
     }
     if (llm_type) {
@@ -189,7 +191,13 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
         SD_CHECK(c->n_ctx + k < c->cap, "choice context has room for the block");
         memcpy(c->ctx + c->n_ctx, c->dtok, (size_t)m * sizeof *c->dtok);
         /* Fewer near the draft's context limit, none for an id it lacks (as the proposer). */
-        const int32_t room = sd_draft_room(c->ctx, c->n_ctx + m, k - m, b->n_ctx_d, b->n_vocab_d);
+        /* a chain's draft-model share: at most chain_draft_max (as draft/chain.c) */
+        const int chained =
+            gp->draft_type == SD_DRAFT_NGRAM_LLM || gp->draft_type == SD_DRAFT_SUFFIX_LLM;
+        const int32_t k2 = chained && gp->chain_draft_max > 0 && k - m > gp->chain_draft_max
+                               ? gp->chain_draft_max
+                               : k - m;
+        const int32_t room = sd_draft_room(c->ctx, c->n_ctx + m, k2, b->n_ctx_d, b->n_vocab_d);
         c->k_lookup = m;
         c->k_want = m + room;
         c->llm = c->used_llm = room > 0;

@@ -301,6 +301,12 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
     if (g->n_draft < 0 || g->n_draft > b->p.k_max)
         return sd_errorf(err, SD_ERR_ARG, "request: draft tokens %d, expected 0 .. %d (k_max)",
                          g->n_draft, b->p.k_max);
+    if (g->chain_draft_max < 0 || g->chain_draft_max > SD_MAX_DRAFT || g->chain_long_match < 0 ||
+        g->chain_long_match > SD_MAX_DRAFT)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "request: chain limits %d (draft model) and %d (long match), expected "
+                         "0 .. %d each",
+                         g->chain_draft_max, g->chain_long_match, SD_MAX_DRAFT);
     int rc = sd_sampling_check(&g->samp, err);
     if (rc) return sd_error_prefix(err, rc, "request");
     for (int32_t i = 0; i < g->samp.n_logit_bias; i++)

@@ -249,6 +249,11 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
                          "draft type %s needs a draft model (draft): the engine has none",
                          sd_draft_type_name(gp->draft_type));
     if (prop) sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
+    if (prop && (gp->draft_type == SD_DRAFT_NGRAM_LLM || gp->draft_type == SD_DRAFT_SUFFIX_LLM)) {
+        int rc0 =
+            sd_proposer_chain_set_limits(prop, gp->chain_draft_max, gp->chain_long_match, err);
+        if (rc0) return sd_error_prefix(err, rc0, "generate");
+    }
     sd_gen_params g = *gp;
     /* Stop at every end-of-generation token of the vocabulary (<|im_end|>, <|eot_id|>...),
      * as llama.cpp does, besides EOS and the caller's stop ids (as the batcher). */

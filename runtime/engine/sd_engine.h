@@ -331,6 +331,12 @@ typedef struct sd_gen_params {
      * stop drafting below draft_p_min (0: off) once draft_min tokens are drafted. */
     float draft_p_min;
     int32_t draft_min;
+    /* Chained drafting (ngram+llm, suffix+llm; sd_proposer_chain_set_limits, generate and
+     * serve alike): the draft model's most tokens in a block (0: K) and the kept lookup
+     * length from which the lookup drafts alone (0: K), each 0 .. SD_MAX_DRAFT. With K 16,
+     * 3 and 3: a long match drafts up to 16 tokens, the draft model at most 3. */
+    int32_t chain_draft_max;
+    int32_t chain_long_match;
     sd_pass_clock clock; /* the adaptive controller's clock */
     /* The controller's draft_prior (c / v(1) before c is measured); 0: its default.
      * sd_engine_generate sets it from the models' weight bytes. */

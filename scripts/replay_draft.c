@@ -1,0 +1,305 @@
+/*
+ * scripts/replay_draft.c: offline replay of greedy drafting over the reference output ids that
+ * `specdec bench --json F` stores (each prompt's ids and the target-alone output ids). Greedy
+ * speculative decoding emits exactly the target's own text, so the tokens a proposer gets
+ * accepted follow from that text alone: each pass proposes, accepts the longest prefix (or,
+ * for a tree, the longest root path) that equals the reference, emits one more token and
+ * commits. Passes and tokens per pass are then exact whatever the load; a draft model (the
+ * LLM proposer, alone or chained) runs for real, so its drafts are the ones generate makes.
+ * Not a test: a measurement, built and run by scripts/replay_draft.sh.
+ *
+ * Predicted speedup = tokens / sum over passes of (v(n + 1) + c * s): n the nodes scored
+ * that pass, s the draft model's decode steps (one per token it drafted), v(n) the cost of a
+ * target pass over n rows in target decode steps (--v n:v,... points, linear between them and
+ * extrapolated past the last; default v(n) = n) and c a draft step's cost in target steps.
+ *
+ * usage: replay_draft --json F [--category C|all] --type T [--draft D.gguf] [--k K]
+ *                     [--tree W] [--second-max N] [--long-match L] [--p-min P] [--draft-min M]
+ *                     [--v 2:1.2,5:1.44,...] [--c 0.55] [--threads N] [--verbose]
+ *   T: ngram, suffix, llm, ngram+llm, suffix+llm, copy (the copy bound: each pass drafts the
+ *   longest prefix of the rest of the output, at most K, that occurs in the text so far).
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "draft/sd_draft.h"
+
+static double vpt[64]; /* vpt[n]: v(n), 0 where not given */
+
+static double v_of(int n) {
+    if (n <= 1) return 1.0;
+    int lo = 1, hi = -1;
+    for (int i = 2; i < 64; i++) {
+        if (vpt[i] <= 0) continue;
+        if (i <= n) lo = i;
+        if (i >= n) {
+            hi = i;
+            break;
+        }
+    }
+    const double vlo = lo == 1 ? 1.0 : vpt[lo];
+    if (lo == n) return vlo;
+    if (hi < 0) { /* past the last point: the slope of the last two */
+        int l2 = 1;
+        for (int i = 2; i < lo; i++)
+            if (vpt[i] > 0) l2 = i;
+        if (lo == 1) return n; /* no points: v(n) = n */
+        const double v2 = l2 == 1 ? 1.0 : vpt[l2];
+        return vlo + (vlo - v2) / (lo - l2) * (n - lo);
+    }
+    return vlo + (vpt[hi] - vlo) * (n - lo) / (hi - lo);
+}
+
+typedef struct totals {
+    long tokens, passes, drafted, accepted, draft_steps, lookup_only, mixed, llm_only;
+    /* passes whose draft held a wrong token at the root / below it, and the tokens the copy
+     * bound would have had accepted beyond those passes' accepted prefix */
+    long wrong_root, wrong_below, lost_root, lost_below;
+    double cost;
+} totals;
+
+/* Tokens a tree proposal gets accepted: the longest root path equal to ref[0 .. n_ref). */
+static int tree_accept(const sd_proposal *p, const int32_t *ref, int n_ref) {
+    int node = -1, a = 0;
+    while (a < n_ref) {
+        int next = -1;
+        for (int i = 0; i < p->n && next < 0; i++)
+            if (p->parent[i] == node && p->tokens[i] == ref[a]) next = i;
+        if (next < 0) break;
+        node = next;
+        a++;
+    }
+    return a;
+}
+
+int main(int argc, char **argv) {
+    const char *json = NULL, *cat = "all", *type = NULL, *dpath = NULL;
+    int K = 8, W = 0, second_max = 0, long_match = 0, threads = 2, verbose = 0, draft_min = 1;
+    double c_draft = 0.55, p_min = 0.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--verbose"))
+            verbose = 1;
+        else if (i + 1 >= argc) {
+            fprintf(stderr, "replay_draft: %s needs a value\n", a);
+            return 2;
+        } else if (!strcmp(a, "--json"))
+            json = argv[++i];
+        else if (!strcmp(a, "--category"))
+            cat = argv[++i];
+        else if (!strcmp(a, "--type"))
+            type = argv[++i];
+        else if (!strcmp(a, "--draft"))
+            dpath = argv[++i];
+        else if (!strcmp(a, "--k"))
+            K = atoi(argv[++i]);
+        else if (!strcmp(a, "--tree"))
+            W = atoi(argv[++i]);
+        else if (!strcmp(a, "--second-max"))
+            second_max = atoi(argv[++i]);
+        else if (!strcmp(a, "--long-match"))
+            long_match = atoi(argv[++i]);
+        else if (!strcmp(a, "--p-min"))
+            p_min = atof(argv[++i]);
+        else if (!strcmp(a, "--draft-min"))
+            draft_min = atoi(argv[++i]);
+        else if (!strcmp(a, "--c"))
+            c_draft = atof(argv[++i]);
+        else if (!strcmp(a, "--threads"))
+            threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--v")) {
+            char *s = strdup(argv[++i]);
+            for (char *t = strtok(s, ","); t; t = strtok(NULL, ",")) {
+                int n;
+                double v;
+                if (sscanf(t, "%d:%lf", &n, &v) == 2 && n >= 2 && n < 64) vpt[n] = v;
+            }
+            free(s);
+        } else {
+            fprintf(stderr, "replay_draft: unknown option %s\n", a);
+            return 2;
+        }
+    }
+    if (!json || !type || K < 1 || K > SD_MAX_DRAFT || W < 0 || (W > 0 && W * K > SD_MAX_DRAFT)) {
+        fprintf(stderr, "usage: replay_draft --json F --type T [--k K <= %d] [--tree W] ...\n",
+                SD_MAX_DRAFT);
+        return 2;
+    }
+    const int copy = !strcmp(type, "copy");
+    const int use_llm = strstr(type, "llm") != NULL;
+    const int use_ngram = !strncmp(type, "ngram", 5), use_suffix = !strncmp(type, "suffix", 6);
+    if (!copy && !use_llm && !use_ngram && !use_suffix) {
+        fprintf(stderr, "replay_draft: unknown type %s\n", type);
+        return 2;
+    }
+    if (use_llm && !dpath) {
+        fprintf(stderr, "replay_draft: %s needs --draft\n", type);
+        return 2;
+    }
+    json_error_t je;
+    json_t *root = json_load_file(json, 0, &je);
+    if (!root) {
+        fprintf(stderr, "replay_draft: %s: %s\n", json, je.text);
+        return 1;
+    }
+    sd_error err = {0};
+    sd_model *md = NULL;
+    if (use_llm && sd_model_load(dpath, &md, &err)) {
+        fprintf(stderr, "replay_draft: %s\n", err.msg);
+        return 1;
+    }
+    const int32_t n_vocab = md ? sd_model_hparams(md)->n_vocab : 1 << 20;
+    totals t = {0};
+    json_t *runs = json_object_get(root, "runs"), *r;
+    size_t ri;
+    json_array_foreach(runs, ri, r) {
+        json_t *ids = json_object_get(r, "ids");
+        const char *c = json_string_value(json_object_get(r, "category"));
+        if (!ids || !c || (strcmp(cat, "all") && strcmp(cat, c))) continue;
+        json_t *jp = json_object_get(ids, "prompt"), *jo = json_object_get(ids, "output");
+        const int np = (int)json_array_size(jp), no = (int)json_array_size(jo);
+        if (np < 1) continue;
+        int32_t *ctx = malloc((size_t)(np + no + 1) * sizeof *ctx);
+        int32_t *ref = malloc((size_t)(no + 1) * sizeof *ref);
+        for (int j = 0; j < np; j++)
+            ctx[j] = (int32_t)json_integer_value(json_array_get(jp, j));
+        for (int j = 0; j < no; j++)
+            ref[j] = (int32_t)json_integer_value(json_array_get(jo, j));
+        sd_proposer *look = NULL, *llm = NULL, *chain = NULL, *p = NULL;
+        if (use_ngram) {
+            sd_ngram_params q = sd_ngram_default_params();
+            q.n_ctx = np + no + 1;
+            if (sd_proposer_ngram_init(&q, n_vocab, &look, &err)) goto fail;
+        } else if (use_suffix) {
+            sd_suffix_params q = sd_suffix_default_params();
+            q.n_ctx = np + no + 1;
+            if (sd_proposer_suffix_init(&q, n_vocab, &look, &err)) goto fail;
+        }
+        if (use_llm) {
+            sd_session_params sp = sd_session_default_params();
+            sp.n_ctx = np + no + SD_MAX_DRAFT + 8;
+            sp.n_threads = threads;
+            sd_sampling_params samp = sd_sampling_default_params();
+            samp.temp = 0.0f;
+            if (sd_proposer_llm_init(md, &sp, &samp, 42, 0, &llm, &err)) goto fail;
+            sd_proposer_set_cutoff(llm, (float)p_min, draft_min);
+        }
+        if (look && llm) {
+            if (sd_proposer_chain_init(look, llm, type, &chain, &err) ||
+                sd_proposer_chain_set_limits(chain, second_max, long_match, &err))
+                goto fail;
+            p = chain;
+        } else
+            p = look ? look : llm;
+        int n_ctx = np, gen = 0;
+        long passes = 0, steps0 = t.draft_steps;
+        sd_chain_counts last = {0};
+        if (p && sd_proposer_prefill(p, ctx, n_ctx, &err)) goto fail;
+        while (gen < no) {
+            int k = K < no - gen - 1 ? K : no - gen - 1, a = 0, nd = 0, nl = 0;
+            if (k > 0) {
+                sd_proposal prop;
+                memset(&prop, 0, sizeof prop);
+                prop.n_vocab = n_vocab;
+                if (copy) { /* the longest prefix of the rest found anywhere so far */
+                    for (int j = 0; j < n_ctx; j++) {
+                        int l = 0;
+                        while (l < k && j + l < n_ctx && ctx[j + l] == ref[gen + l])
+                            l++;
+                        if (l > nd) nd = l;
+                    }
+                    a = nd;
+                } else {
+                    int rc = W > 0 ? sd_proposer_propose_tree(p, ctx, n_ctx, W, k, &prop, &err)
+                                   : sd_proposer_propose(p, ctx, n_ctx, k, &prop, &err);
+                    if (rc) goto fail;
+                    nd = prop.n;
+                    if (W > 0)
+                        a = tree_accept(&prop, ref + gen, no - gen);
+                    else
+                        while (a < nd && prop.tokens[a] == ref[gen + a])
+                            a++;
+                    /* the draft model's steps this pass: the tokens it drafted */
+                    if (chain) {
+                        sd_chain_counts after;
+                        sd_proposer_chain_counts(chain, &after);
+                        const long lk = (long)(after.n_mixed_lookup - last.n_mixed_lookup);
+                        if (after.n_second > last.n_second) {
+                            nl = nd;
+                            t.llm_only++;
+                        } else if (after.n_mixed > last.n_mixed) {
+                            nl = nd - (int)lk;
+                            t.mixed++;
+                        } else if (nd > 0)
+                            t.lookup_only++;
+                        last = after;
+                    } else if (llm)
+                        nl = nd;
+                }
+            }
+            if (!copy && a < nd) { /* a wrong token: what a copy would have added */
+                int best = 0;
+                for (int j = 0; j < n_ctx; j++) {
+                    int l = 0;
+                    while (l < k && j + l < n_ctx && ctx[j + l] == ref[gen + l])
+                        l++;
+                    if (l > best) best = l;
+                }
+                const long lost = best > a ? best - a : 0;
+                if (a == 0) {
+                    t.wrong_root++;
+                    t.lost_root += lost;
+                } else {
+                    t.wrong_below++;
+                    t.lost_below += lost;
+                }
+            }
+            int e = a + 1 < no - gen ? a + 1 : no - gen;
+            memcpy(ctx + n_ctx, ref + gen, (size_t)e * sizeof *ctx);
+            n_ctx += e;
+            gen += e;
+            passes++;
+            t.drafted += nd;
+            t.accepted += a;
+            t.draft_steps += nl;
+            t.cost += v_of(nd + 1) + c_draft * nl;
+            if (p) sd_proposer_commit(p, ctx, n_ctx);
+        }
+        if (verbose)
+            printf("  %s #%lld: %d tokens, %ld passes, %.3f tokens/pass, %ld draft steps\n", c,
+                   (long long)json_integer_value(json_object_get(r, "prompt_index")), no, passes,
+                   (double)no / (double)passes, t.draft_steps - steps0);
+        t.tokens += no;
+        t.passes += passes;
+        sd_proposer_free(chain);
+        sd_proposer_free(llm);
+        sd_proposer_free(look);
+        free(ctx);
+        free(ref);
+        continue;
+    fail:
+        fprintf(stderr, "replay_draft: %s\n", err.msg);
+        return 1;
+    }
+    if (t.passes == 0) {
+        fprintf(stderr, "replay_draft: no run of category %s with ids in %s\n", cat, json);
+        return 1;
+    }
+    printf("%s %s K=%d W=%d second_max=%d long_match=%d p_min=%.2f c=%.2f: %ld tokens, %ld "
+           "passes, tokens/pass %.3f, drafted/pass %.2f, accept %.3f, draft steps/pass %.2f, "
+           "passes lookup/mixed/llm %ld/%ld/%ld, predicted %.3f\n",
+           cat, type, K, W, second_max, long_match, p_min, c_draft, t.tokens, t.passes,
+           (double)t.tokens / (double)t.passes, (double)t.drafted / (double)t.passes,
+           t.drafted ? (double)t.accepted / (double)t.drafted : 0.0,
+           (double)t.draft_steps / (double)t.passes, t.lookup_only, t.mixed, t.llm_only,
+           (double)t.tokens / t.cost);
+    if (!copy)
+        printf("  passes with a wrong token: at the root %ld (a copy: %ld tokens more), below it "
+               "%ld (%ld more)\n",
+               t.wrong_root, t.lost_root, t.wrong_below, t.lost_below);
+    sd_model_free(md);
+    json_decref(root);
+    return 0;
+}
