@@ -188,6 +188,52 @@ SD_T static void avx2_quant_q8_0(const float *x, void *vy, int64_t n) {
     }
 }
 
+/* Q8_S quantization of an activation row (the activations of Q4_1 / Q5_1 / Q5_0 weights,
+ * part A), byte-identical to quant.c's reference: Q8_0's quants from a float d (not rounded
+ * to fp16), and ds = d * (their exact sum). Blocks with a NaN or an infinity, or with
+ * 1 / d = inf, go through the reference. */
+SD_T static void avx2_quant_q8_s(const float *x, void *vy, int64_t n) {
+    sd_block_q8_s *y = (sd_block_q8_s *)vy;
+    const v8f sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+    const v8f one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n / SD_QK8_S; i++) {
+        const float *xb = x + i * SD_QK8_S;
+        v8f v[4];
+        v8f am = _mm256_setzero_ps();
+        int bad = 0;
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            const v8f a = _mm256_andnot_ps(sign, v[k]);
+            bad |= any_bad(a);
+            am = _mm256_max_ps(am, a);
+        }
+        const float amax = hmax8(am);
+        const float d = amax / ((1 << 7) - 1);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        if (bad || !(id <= 3.40282347e38f)) {
+            sd_quantize_row(SD_TYPE_Q8_S, xb, y + i, SD_QK8_S);
+            continue;
+        }
+        const v8f vid = _mm256_set1_ps(id);
+        v8i q[4];
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            const v8f t = _mm256_mul_ps(v[k], vid);
+            const v8f r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const v8f f = _mm256_andnot_ps(sign, _mm256_sub_ps(t, r));
+            const v8f up = _mm256_cmp_ps(f, half, _CMP_GE_OQ);
+            const v8f sv = _mm256_or_ps(_mm256_and_ps(t, sign), one); /* copysign(1, t) */
+            q[k] = _mm256_cvttps_epi32(_mm256_add_ps(r, _mm256_and_ps(up, sv)));
+        }
+        store_i8x32(y[i].qs, q);
+        const v8i s4 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+        s = _mm_hadd_epi32(s, s);
+        s = _mm_hadd_epi32(s, s);
+        y[i].d = d;
+        y[i].ds = d * (float)_mm_cvtsi128_si32(s);
+    }
+}
+
 /* Q8_K quantization of an activation row, byte-identical to kquants.c's reference: the
  * signed maximum (the first value of the largest magnitude: max |x| by an order-free
  * reduction, then the first element equal to it in magnitude), iscale = -127 / max and
@@ -271,7 +317,9 @@ const sd_kernel_set sd_kernels_avx2 = {
             [SD_TYPE_Q5_K] = {NULL, p_q5_k},
             [SD_TYPE_Q6_K] = {NULL, p_q6_k},
         },
-    .quant = {[SD_TYPE_Q8_0] = avx2_quant_q8_0, [SD_TYPE_Q8_K] = avx2_quant_q8_k},
+    .quant = {[SD_TYPE_Q8_0] = avx2_quant_q8_0,
+              [SD_TYPE_Q8_S] = avx2_quant_q8_s,
+              [SD_TYPE_Q8_K] = avx2_quant_q8_k},
 };
 
 #else  /* !__x86_64__ */
