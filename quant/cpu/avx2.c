@@ -120,6 +120,181 @@ SD_T static void avx2_bf16(const void *w, size_t wrb, int64_t n, const void *xq,
     frows(w, wrb, n, xq, n_tok, y, ldy, r0, r1, 2);
 }
 
+/* ---------------------------------------------------------------------------------- */
+/* Activation quantization (Q8_0, Q8_K), byte-identical to the references             */
+/* ---------------------------------------------------------------------------------- */
+
+SD_T SD_INL float hmax8(v8f v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+/* Whether any lane of a (|x|) is NaN or an infinity. */
+SD_T SD_INL int any_bad(v8f a) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(3.40282347e38f), _CMP_NLE_UQ)) != 0;
+}
+
+/* 32 int32 in [-128, 127] (q[0..3], 8 each, in element order) as 32 int8 at out. */
+SD_T SD_INL void store_i8x32(int8_t *out, const v8i *q) {
+    const v8i a = _mm256_packs_epi32(q[0], q[1]); /* 128-bit lanes: q0lo q1lo | q0hi q1hi */
+    const v8i b = _mm256_packs_epi32(q[2], q[3]);
+    const v8i c = _mm256_packs_epi16(a, b); /* q0lo q1lo q2lo q3lo | q0hi q1hi q2hi q3hi */
+    const v8i o = _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)(void *)out, o);
+}
+
+/* Q8_0 quantization of an activation row, byte-identical to quant.c's reference: amax by a
+ * max reduction (order-free), d = amax / 127 and id = 1 / d in scalar float, x * id in
+ * vector float (the same IEEE product), roundf as r = trunc(v), r += sign(v) where
+ * |v - r| >= 0.5 (v - r is exact), then int32 and signed saturation to int8 (|v| <= 127
+ * here). A block with a NaN or an infinity, or with 1 / d = inf, goes through the
+ * reference. */
+SD_T static void avx2_quant_q8_0(const float *x, void *vy, int64_t n) {
+    sd_block_q8_0 *y = (sd_block_q8_0 *)vy;
+    const v8f sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+    const v8f one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n / SD_QK8_0; i++) {
+        const float *xb = x + i * SD_QK8_0;
+        v8f v[4];
+        v8f am = _mm256_setzero_ps();
+        int bad = 0;
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            const v8f a = _mm256_andnot_ps(sign, v[k]);
+            bad |= any_bad(a);
+            am = _mm256_max_ps(am, a);
+        }
+        const float amax = hmax8(am);
+        const float d = amax / ((1 << 7) - 1);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        if (bad || !(id <= 3.40282347e38f)) {
+            sd_quantize_row(SD_TYPE_Q8_0, xb, y + i, SD_QK8_0);
+            continue;
+        }
+        y[i].d = sd_fp32_to_fp16(d);
+        const v8f vid = _mm256_set1_ps(id);
+        v8i q[4];
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            const v8f t = _mm256_mul_ps(v[k], vid);
+            const v8f r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const v8f f = _mm256_andnot_ps(sign, _mm256_sub_ps(t, r));
+            const v8f up = _mm256_cmp_ps(f, half, _CMP_GE_OQ);
+            const v8f sv = _mm256_or_ps(_mm256_and_ps(t, sign), one); /* copysign(1, t) */
+            q[k] = _mm256_cvttps_epi32(_mm256_add_ps(r, _mm256_and_ps(up, sv)));
+        }
+        store_i8x32(y[i].qs, q);
+    }
+}
+
+/* Q8_S quantization of an activation row (the activations of Q4_1 / Q5_1 / Q5_0 weights,
+ * part A), byte-identical to quant.c's reference: Q8_0's quants from a float d (not rounded
+ * to fp16), and ds = d * (their exact sum). Blocks with a NaN or an infinity, or with
+ * 1 / d = inf, go through the reference. */
+SD_T static void avx2_quant_q8_s(const float *x, void *vy, int64_t n) {
+    sd_block_q8_s *y = (sd_block_q8_s *)vy;
+    const v8f sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+    const v8f one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n / SD_QK8_S; i++) {
+        const float *xb = x + i * SD_QK8_S;
+        v8f v[4];
+        v8f am = _mm256_setzero_ps();
+        int bad = 0;
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            const v8f a = _mm256_andnot_ps(sign, v[k]);
+            bad |= any_bad(a);
+            am = _mm256_max_ps(am, a);
+        }
+        const float amax = hmax8(am);
+        const float d = amax / ((1 << 7) - 1);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        if (bad || !(id <= 3.40282347e38f)) {
+            sd_quantize_row(SD_TYPE_Q8_S, xb, y + i, SD_QK8_S);
+            continue;
+        }
+        const v8f vid = _mm256_set1_ps(id);
+        v8i q[4];
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            const v8f t = _mm256_mul_ps(v[k], vid);
+            const v8f r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const v8f f = _mm256_andnot_ps(sign, _mm256_sub_ps(t, r));
+            const v8f up = _mm256_cmp_ps(f, half, _CMP_GE_OQ);
+            const v8f sv = _mm256_or_ps(_mm256_and_ps(t, sign), one); /* copysign(1, t) */
+            q[k] = _mm256_cvttps_epi32(_mm256_add_ps(r, _mm256_and_ps(up, sv)));
+        }
+        store_i8x32(y[i].qs, q);
+        const v8i s4 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+        s = _mm_hadd_epi32(s, s);
+        s = _mm_hadd_epi32(s, s);
+        y[i].d = d;
+        y[i].ds = d * (float)_mm_cvtsi128_si32(s);
+    }
+}
+
+/* Q8_K quantization of an activation row, byte-identical to kquants.c's reference: the
+ * signed maximum (the first value of the largest magnitude: max |x| by an order-free
+ * reduction, then the first element equal to it in magnitude), iscale = -127 / max and
+ * d = 1 / iscale in scalar float, iscale * x in vector float (the same IEEE product),
+ * round to nearest even (the reference's nearbyintf), the clamp to [-128, 127] (a value
+ * past a bound gives the bound, as rounding then clamping does), group sums exact. A
+ * block with a NaN or an infinity goes through the reference. */
+SD_T static void avx2_quant_q8_k(const float *x, void *vy, int64_t n) {
+    sd_block_q8_k *y = (sd_block_q8_k *)vy;
+    const v8f sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / SD_QK_K; i++) {
+        const float *xb = x + i * SD_QK_K;
+        v8f am = _mm256_setzero_ps();
+        int bad = 0;
+        _Pragma("GCC unroll 8") for (int k = 0; k < 32; k++) {
+            const v8f a = _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k));
+            bad |= any_bad(a);
+            am = _mm256_max_ps(am, a);
+        }
+        if (bad) {
+            sd_quantize_row(SD_TYPE_Q8_K, xb, y + i, SD_QK_K);
+            continue;
+        }
+        const float amax = hmax8(am);
+        memset(&y[i], 0, sizeof y[i]);
+        if (!(amax > 0)) continue; /* all-zero block: d = 0 */
+        float max = 0.0f;
+        const v8f vam = _mm256_set1_ps(amax);
+        for (int k = 0; k < 32; k++) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(
+                _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k)), vam, _CMP_EQ_OQ));
+            if (hit) {
+                max = xb[8 * k + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const v8f vs = _mm256_set1_ps(iscale);
+        const v8f lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
+        _Pragma("GCC unroll 2") for (int c = 0; c < 8; c++) { /* 32 elements, 2 groups */
+            v8i q[4];
+            _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+                const v8f r =
+                    _mm256_round_ps(_mm256_mul_ps(vs, _mm256_loadu_ps(xb + 32 * c + 8 * k)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                q[k] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+            }
+            store_i8x32(y[i].qs + 32 * c, q);
+            /* group sums: lanes of q0 + q1 (group 2c), q2 + q3 (group 2c + 1) */
+            const v8i s01 = _mm256_add_epi32(q[0], q[1]), s23 = _mm256_add_epi32(q[2], q[3]);
+            const v8i h = _mm256_hadd_epi32(s01, s23); /* per 128-bit lane: a a b b */
+            const __m128i g =
+                _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            const __m128i g2 = _mm_hadd_epi32(g, g); /* sum(s01), sum(s23), .. */
+            y[i].bsums[2 * c] = (int16_t)_mm_cvtsi128_si32(g2);
+            y[i].bsums[2 * c + 1] = (int16_t)_mm_extract_epi32(g2, 1);
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
 /* Quantized types run packed (the backend packs their weights at load); in GGUF rows
  * they run the scalar reference. */
 const sd_kernel_set sd_kernels_avx2 = {
@@ -142,6 +317,9 @@ const sd_kernel_set sd_kernels_avx2 = {
             [SD_TYPE_Q5_K] = {NULL, p_q5_k},
             [SD_TYPE_Q6_K] = {NULL, p_q6_k},
         },
+    .quant = {[SD_TYPE_Q8_0] = avx2_quant_q8_0,
+              [SD_TYPE_Q8_S] = avx2_quant_q8_s,
+              [SD_TYPE_Q8_K] = avx2_quant_q8_k},
 };
 
 #else  /* !__x86_64__ */

@@ -687,8 +687,7 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
             const uint8_t *mp = mp0 + 32 * h;
             v8i sc[2], mn[2];
             k45_bytes(mp, sc, mn);
-            for (int t = 0; t < nt; t++)
-                P[t] = _mm256_setzero_si256();
+            /* P[t] starts at sub-block 0 (a zeroing loop here became a memset call) */
             /* one sub-block at a time: its 8 level vectors stay in registers through the
              * token loop (two at a time would spill) */
             _Pragma("GCC unroll 8") for (int sb = 0; sb < 8; sb++) {
@@ -711,11 +710,12 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
 #endif
                 for (int t = 0; t < nt; t++) {
                     const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 32 * sb;
+                    const v8i p0 = sb ? P[t] : _mm256_setzero_si256();
 #if SD_X256_VNNI
                     P[t] = _mm256_add_epi32(
-                        P[t], _mm256_mullo_epi32(dot4n(_mm256_setzero_si256(), w, 8, x), sl));
+                        p0, _mm256_mullo_epi32(dot4n(_mm256_setzero_si256(), w, 8, x), sl));
 #else
-                    P[t] = dotc(P[t], w, 8, five ? 4 : 8, x, cl);
+                    P[t] = dotc(p0, w, 8, five ? 4 : 8, x, cl);
 #endif
                 }
             }
@@ -798,6 +798,109 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
             store_rows(y + t * ldy + 8 * h, acc[h][t], half_rows(n_rows, h));
 }
 
+#if !SD_X256_VNNI
+/* Q6_K, AVX2: both halves at once, one 16-element group (one scale) at a time. The
+ * group's 4 level vectors of each half are unpacked once; then every token of the chunk
+ * runs on them, each broadcast of 4 activation bytes feeding the products of all 16 rows
+ * (tile_k236 broadcasts per half), two products summed in int16 (the 6-bit fold) and
+ * widened by the group's scale pair. The integer sums are the same as tile_k236's (exact,
+ * in another order), the float part is the same: the scalar oracle's bits. The padded
+ * rows of a group's last half are zero bytes in the packed layout, computed and not
+ * stored. */
+SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa, float *y,
+                           int64_t ldy, int n_rows, const int nt) {
+    const size_t main = main_k(KQ6);
+    const uint8_t *tl = gp + (size_t)nb * main;
+    const v8i m4 = _mm256_set1_epi8(0x0F), b45 = _mm256_set1_epi8(0x30);
+    v8f acc[SD_PT][2];
+    v8i P[SD_PT][2];
+    for (int t = 0; t < nt; t++)
+        acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *mp = gp + (size_t)i * main;
+        pf256(mp, main);
+        for (int t = 0; t < nt; t++)
+            P[t][0] = P[t][1] = _mm256_setzero_si256();
+        /* unrolled: the level and scale shifts become immediates */
+        _Pragma("GCC unroll 16") for (int g = 0; g < 16; g++) {
+            const int hk = g >> 1, h6 = hk >> 2, k = hk & 3, kk0 = 4 * (g & 1);
+            const uint8_t *ms = mp;
+            __asm__("" : "+r"(ms)); /* no hoisting of the next groups' unpacking: it spills */
+            v8i w[2][4], c[2];
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                const uint8_t *mh = ms + 32 * h;
+                _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
+                    const int kk = kk0 + q;
+                    const v8i v = ld(mh + 64 * (16 * h6 + 8 * (k & 1) + kk));
+                    const v8i nib = _mm256_and_si256(k < 2 ? v : _mm256_srli_epi16(v, 4), m4);
+                    w[h][q] = or_and(nib, shl(ld(mh + 2048 + 64 * (8 * h6 + kk)), 4 - 2 * k), b45);
+                }
+                const v8i sc = k_scale(mh, KQ6, g);
+                c[h] = pair16(sc, sc);
+            }
+            for (int t = 0; t < nt; t++) {
+                const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 16 * g;
+                _Pragma("GCC unroll 2") for (int j = 0; j < 2; j++) {
+                    v8i m[2];
+                    _Pragma("GCC unroll 2") for (int q = 2 * j; q < 2 * j + 2; q++) {
+                        const v8i b = bc4(x + 4 * q);
+                        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                            const v8i p = _mm256_maddubs_epi16(w[h][q], b);
+                            m[h] = in_reg(q & 1 ? _mm256_add_epi16(m[h], p) : p);
+                        }
+                    }
+                    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) P[t][h] =
+                        _mm256_add_epi32(P[t][h], _mm256_madd_epi16(m[h], c[h]));
+                }
+            }
+        }
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            const uint8_t *mh = mp + 32 * h;
+            v8i pc[8];
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] = k_pair(mh, KQ6, j);
+            const v8f dw = ldh(tl + (size_t)i * 32 + 16 * h);
+            for (int t = 0; t < nt; t++) {
+                const uint8_t *xr = xa + (size_t)t * sa + (size_t)i * XK;
+                const v8i cs = pairdot(pc, 8, xr + 260);
+                /* levels stored with the offset 32 added: take it out */
+                const v8i Pt = _mm256_sub_epi32(P[t][h], _mm256_slli_epi32(cs, 5));
+                acc[t][h] = kfin(acc[t][h], Pt, _mm256_setzero_si256(), bcf(xr), dw,
+                                 _mm256_setzero_ps(), 0);
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        store_rows(y + t * ldy, acc[t][0], half_rows(n_rows, 0));
+        if (n_rows > 8) store_rows(y + t * ldy + 8, acc[t][1], half_rows(n_rows, 1));
+    }
+}
+#endif
+
+#if !SD_X256_VNNI
+/* tile_q6_s as its own function: inlined beside tile_k236 in the caller it spilled (width
+ * 5: 4180 Ir per super-block against 3969) */
+SD_T __attribute__((noinline)) static void q6s_n(const uint8_t *gp, int64_t nb, const uint8_t *xa,
+                                                 size_t sa, float *y, int64_t ldy, int n_rows,
+                                                 int nt) {
+    tile_q6_s(gp, nb, xa, sa, y, ldy, n_rows, nt);
+}
+#endif
+
+/* Q6_K: passes of 2 or more tokens in the AVX2 set run tile_q6_s; one token, and the
+ * AVX-VNNI set, tile_k236 (tile_q6_s at one token: 1664 Ir per super-block against 1592,
+ * scripts/kernel_ir.sh). */
+SD_T SD_INL void tile_q6(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
+                         const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
+                         const int kind, const int nt) {
+#if !SD_X256_VNNI
+    if (nt > 1) {
+        q6s_n(gp, nb, xa, sa, y, ldy, n_rows, nt);
+        return;
+    }
+#endif
+    tile_k236(gp, nb, xa, sa, xb, sb, y, ldy, n_rows, kind, nt);
+}
+
 SD_TILES(p_q8_0, tile32, K8)
 SD_TILES(p_q4_0, tile32, K4)
 SD_TILES(p_q5_0, tile32, K50)
@@ -807,7 +910,7 @@ SD_TILES(p_q2_k, tile_k236, KQ2)
 SD_TILES(p_q3_k, tile_k236, KQ3)
 SD_TILES(p_q4_k, tile_k45, KQ4)
 SD_TILES(p_q5_k, tile_k45, KQ5)
-SD_TILES(p_q6_k, tile_k236, KQ6)
+SD_TILES(p_q6_k, tile_q6, KQ6)
 
 #endif /* __x86_64__ */
 #endif /* SD_QUANT_CPU_X256_H */
