@@ -818,7 +818,7 @@ SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
         acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        pf256(mp, main);
+        sd_prefetch_at(mp, main, SD_PF_BYTES_256); /* not pf256: see its comment */
         for (int t = 0; t < nt; t++)
             P[t][0] = P[t][1] = _mm256_setzero_si256();
         /* unrolled: the level and scale shifts become immediates */
