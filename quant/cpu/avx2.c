@@ -145,6 +145,39 @@ SD_T SD_INL void store_i8x32(int8_t *out, const v8i *q) {
     _mm256_storeu_si256((__m256i *)(void *)out, o);
 }
 
+/* One block of 32 floats quantized as Q8_0's reference does (shared by Q8_0 and Q8_S):
+ * d = amax / 127 in float, the quants q[4] (int32 lanes) and d; returns 1 (nothing
+ * written) where the block must go through the reference: a NaN or an infinity, or
+ * 1 / d = inf. */
+SD_T SD_INL int q8_block32(const float *xb, v8i q[4], float *d_out) {
+    const v8f sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+    const v8f one = _mm256_set1_ps(1.0f);
+    v8f v[4];
+    v8f am = _mm256_setzero_ps();
+    int bad = 0;
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(xb + 8 * k);
+        const v8f a = _mm256_andnot_ps(sign, v[k]);
+        bad |= any_bad(a);
+        am = _mm256_max_ps(am, a);
+    }
+    const float amax = hmax8(am);
+    const float d = amax / ((1 << 7) - 1);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (bad || !(id <= 3.40282347e38f)) return 1;
+    const v8f vid = _mm256_set1_ps(id);
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+        const v8f t = _mm256_mul_ps(v[k], vid);
+        const v8f r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        const v8f f = _mm256_andnot_ps(sign, _mm256_sub_ps(t, r));
+        const v8f up = _mm256_cmp_ps(f, half, _CMP_GE_OQ);
+        const v8f sv = _mm256_or_ps(_mm256_and_ps(t, sign), one); /* copysign(1, t) */
+        q[k] = _mm256_cvttps_epi32(_mm256_add_ps(r, _mm256_and_ps(up, sv)));
+    }
+    *d_out = d;
+    return 0;
+}
+
 /* Q8_0 quantization of an activation row, byte-identical to quant.c's reference: amax by a
  * max reduction (order-free), d = amax / 127 and id = 1 / d in scalar float, x * id in
  * vector float (the same IEEE product), roundf as r = trunc(v), r += sign(v) where
@@ -153,37 +186,15 @@ SD_T SD_INL void store_i8x32(int8_t *out, const v8i *q) {
  * reference. */
 SD_T static void avx2_quant_q8_0(const float *x, void *vy, int64_t n) {
     sd_block_q8_0 *y = (sd_block_q8_0 *)vy;
-    const v8f sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
-    const v8f one = _mm256_set1_ps(1.0f);
     for (int64_t i = 0; i < n / SD_QK8_0; i++) {
         const float *xb = x + i * SD_QK8_0;
-        v8f v[4];
-        v8f am = _mm256_setzero_ps();
-        int bad = 0;
-        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(xb + 8 * k);
-            const v8f a = _mm256_andnot_ps(sign, v[k]);
-            bad |= any_bad(a);
-            am = _mm256_max_ps(am, a);
-        }
-        const float amax = hmax8(am);
-        const float d = amax / ((1 << 7) - 1);
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        if (bad || !(id <= 3.40282347e38f)) {
+        v8i q[4];
+        float d;
+        if (q8_block32(xb, q, &d)) {
             sd_quantize_row(SD_TYPE_Q8_0, xb, y + i, SD_QK8_0);
             continue;
         }
         y[i].d = sd_fp32_to_fp16(d);
-        const v8f vid = _mm256_set1_ps(id);
-        v8i q[4];
-        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-            const v8f t = _mm256_mul_ps(v[k], vid);
-            const v8f r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            const v8f f = _mm256_andnot_ps(sign, _mm256_sub_ps(t, r));
-            const v8f up = _mm256_cmp_ps(f, half, _CMP_GE_OQ);
-            const v8f sv = _mm256_or_ps(_mm256_and_ps(t, sign), one); /* copysign(1, t) */
-            q[k] = _mm256_cvttps_epi32(_mm256_add_ps(r, _mm256_and_ps(up, sv)));
-        }
         store_i8x32(y[i].qs, q);
     }
 }
@@ -194,35 +205,13 @@ SD_T static void avx2_quant_q8_0(const float *x, void *vy, int64_t n) {
  * 1 / d = inf, go through the reference. */
 SD_T static void avx2_quant_q8_s(const float *x, void *vy, int64_t n) {
     sd_block_q8_s *y = (sd_block_q8_s *)vy;
-    const v8f sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
-    const v8f one = _mm256_set1_ps(1.0f);
     for (int64_t i = 0; i < n / SD_QK8_S; i++) {
         const float *xb = x + i * SD_QK8_S;
-        v8f v[4];
-        v8f am = _mm256_setzero_ps();
-        int bad = 0;
-        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(xb + 8 * k);
-            const v8f a = _mm256_andnot_ps(sign, v[k]);
-            bad |= any_bad(a);
-            am = _mm256_max_ps(am, a);
-        }
-        const float amax = hmax8(am);
-        const float d = amax / ((1 << 7) - 1);
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        if (bad || !(id <= 3.40282347e38f)) {
+        v8i q[4];
+        float d;
+        if (q8_block32(xb, q, &d)) {
             sd_quantize_row(SD_TYPE_Q8_S, xb, y + i, SD_QK8_S);
             continue;
-        }
-        const v8f vid = _mm256_set1_ps(id);
-        v8i q[4];
-        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
-            const v8f t = _mm256_mul_ps(v[k], vid);
-            const v8f r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            const v8f f = _mm256_andnot_ps(sign, _mm256_sub_ps(t, r));
-            const v8f up = _mm256_cmp_ps(f, half, _CMP_GE_OQ);
-            const v8f sv = _mm256_or_ps(_mm256_and_ps(t, sign), one); /* copysign(1, t) */
-            q[k] = _mm256_cvttps_epi32(_mm256_add_ps(r, _mm256_and_ps(up, sv)));
         }
         store_i8x32(y[i].qs, q);
         const v8i s4 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
