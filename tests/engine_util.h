@@ -12,6 +12,7 @@
 #define SD_TESTS_ENGINE_UTIL_H
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,9 @@
 
 #include "include/specdec.h"
 #include "runtime/engine/sd_engine.h"
+#include "runtime/model/sd_model.h"
 #include "testutil.h"
+#include "verify/sd_sample.h"
 
 /* The shipped TinyStories pair. */
 #define EU_TINY_TARGET SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
@@ -247,6 +250,27 @@ static inline void eu_cli_same_tokens(const char *target, const char *cfg, int k
         cr_assert_eq(strncmp(a, a0, (size_t)(strchr(a0, ']') - a0)), 0,
                      "%s: tokens differ from target alone", runs[i]);
     }
+}
+
+/* Greedy target alone on session s (a fresh contiguous session of model m), one token at a
+ * time: ref[0..n_pred) after the prompt; end-of-generation ids never win (as a request
+ * with ignore_eos). */
+static inline void eu_greedy_ref(sd_session *s, const sd_model *m, const int32_t *prompt,
+                                 int32_t n_prompt, int32_t *ref, int32_t n_pred) {
+    const int32_t nv = sd_model_hparams(m)->n_vocab;
+    float *l = malloc((size_t)nv * sizeof(float));
+    cr_assert_not_null(l);
+    sd_error err = {0};
+    cr_assert_eq(sd_session_eval(s, prompt, n_prompt, l, 1, &err), SD_OK, "%s", err.msg);
+    const sd_vocab *v = sd_model_vocab(m);
+    for (int32_t i = 0; i < n_pred; i++) {
+        for (int32_t t = 0; t < nv; t++)
+            if (t == sd_vocab_eos(v) || sd_vocab_is_eog(v, t)) l[t] = -INFINITY;
+        ref[i] = sd_argmax(l, nv);
+        if (i + 1 < n_pred)
+            cr_assert_eq(sd_session_eval(s, &ref[i], 1, l, 1, &err), SD_OK, "%s", err.msg);
+    }
+    free(l);
 }
 
 #endif

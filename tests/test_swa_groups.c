@@ -18,6 +18,7 @@
 /* the harness's other checks (reference, tensor-parallel, speculative) are not used here */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "arch_harness.h"
+#include "engine_util.h"
 
 #define W     32  /* the local layers' window (gemma3-w32.gguf) */
 #define BS    16  /* positions per block */
@@ -191,26 +192,6 @@ static int collect(void *user, const sd_req_event *ev) {
     return 0;
 }
 
-/* Greedy target alone on a contiguous cache, one token at a time, end-of-generation ids
- * never winning (the requests ignore EOS). */
-static void greedy_ref(const sd_model *m, const int32_t *prompt, int32_t n_prompt, int32_t *ref) {
-    sd_session *s = session(m, 0);
-    const int32_t nv = sd_model_hparams(m)->n_vocab;
-    float *l = malloc((size_t)nv * sizeof(float));
-    sd_error err = {0};
-    cr_assert_eq(sd_session_eval(s, prompt, n_prompt, l, 1, &err), SD_OK, "%s", err.msg);
-    const sd_vocab *v = sd_model_vocab(m);
-    for (int32_t i = 0; i < NPRED; i++) {
-        for (int32_t t = 0; t < nv; t++)
-            if (t == sd_vocab_eos(v) || sd_vocab_is_eog(v, t)) l[t] = -INFINITY;
-        ref[i] = sd_argmax(l, nv);
-        if (i + 1 < NPRED)
-            cr_assert_eq(sd_session_eval(s, &ref[i], 1, l, 1, &err), SD_OK, "%s", err.msg);
-    }
-    free(l);
-    sd_session_free(s);
-}
-
 Test(swa_groups, batcher_greedy_equals_unpaged_with_bounded_local_blocks) {
     sd_model *m = load();
     char path[1200];
@@ -270,7 +251,11 @@ Test(swa_groups, batcher_greedy_equals_unpaged_with_bounded_local_blocks) {
     for (int r = 0; r < 2; r++) {
         cr_assert(o[r].done);
         cr_assert_eq(o[r].n, NPRED, "request %d: %d tokens", r, o[r].n);
-        greedy_ref(m, prompt[r], 24, ref);
+        {
+            sd_session *rs = session(m, 0);
+            eu_greedy_ref(rs, m, prompt[r], 24, ref, NPRED);
+            sd_session_free(rs);
+        }
         for (int32_t i = 0; i < NPRED; i++)
             cr_assert_eq(o[r].toks[i], ref[i], "request %d, token %d: %d, unpaged %d", r, i,
                          o[r].toks[i], ref[i]);
