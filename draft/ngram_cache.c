@@ -382,3 +382,11 @@ int sd_ngram_cache_save(const sd_ngram_cache *c, const char *path, sd_error *err
     if (rc) sd_error_prefix(err, rc, "cannot write the lookup cache");
     return rc;
 }
+
+int sd_proposer_ngram_set_cache(sd_proposer *p, const sd_ngram_cache *c, sd_error *err) {
+    if (ngram_proposer_set_cache(p, c ? ngram_cache_index(c) : NULL))
+        return sd_errorf(err, SD_ERR_ARG,
+                         "lookup cache: not an n-gram proposer, or its n-gram sizes differ from "
+                         "the cache's");
+    return SD_OK;
+}

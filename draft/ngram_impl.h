@@ -1,7 +1,7 @@
 /*
- * draft/ngram_impl.h: PRIVATE to draft/ (ngram.c, ngram_cache.c, head.c): the n-gram
- * index the lookup proposer and the lookup cache share (see the top of ngram.c), and
- * the files' checksum.
+ * draft/ngram_impl.h: PRIVATE to draft/ (ngram_index.c, ngram.c, ngram_cache.c, head.c):
+ * the n-gram index the lookup proposer and the lookup cache share (ngram_index.c; how it
+ * works: the top of that file), and the files' checksum.
  */
 #ifndef SD_NGRAM_IMPL_H
 #define SD_NGRAM_IMPL_H
@@ -43,11 +43,19 @@ void ngram_index_sync(ngram_index *ix, const int32_t *ctx, int32_t n);
  * follower; *pos = the most recent such follower position. 0 if none. */
 int32_t ngram_index_lookup(const ngram_index *ix, const int32_t *q, int32_t n_q, int32_t *pos);
 
+/* The most recent follower position whose key is that of the n-gram q[n_q - n .. n_q)
+ * (n in [n_min, n_max]), -1: none; a hash collision can give a position whose n-gram
+ * differs (the caller compares the tokens). ngram_index_older: the position before j
+ * with the same key for size n, -1: none. */
+int32_t ngram_index_newest(const ngram_index *ix, const int32_t *q, int32_t n_q, int32_t n);
+int32_t ngram_index_older(const ngram_index *ix, int32_t j, int32_t n);
+
 /* Attach a lookup cache's index to an n-gram proposer (consulted when the context has
  * no match). -1 if p is not an n-gram proposer or the n-gram sizes differ. */
 int ngram_proposer_set_cache(sd_proposer *p, const ngram_index *cache);
 
-/* The index of a lookup cache (ngram_cache.c). */
+/* The index of a lookup cache (ngram_cache.c, which also attaches it to a proposer:
+ * sd_proposer_ngram_set_cache). */
 const ngram_index *ngram_cache_index(const sd_ngram_cache *c);
 
 #endif /* SD_NGRAM_IMPL_H */

@@ -1,6 +1,7 @@
 /*
- * draft/suffix_impl.h: PRIVATE to draft/ (suffix.c, suffix_cache.c): the suffix index's
- * pieces the cross-request cache uses besides the face.
+ * draft/suffix_impl.h: PRIVATE to draft/ (suffix_index.c, suffix.c, suffix_cache.c): the
+ * suffix index's layout and the pieces the proposer and the cross-request cache use
+ * besides the face.
  */
 #ifndef SD_SUFFIX_IMPL_H
 #define SD_SUFFIX_IMPL_H
@@ -9,6 +10,44 @@
 #include <stdint.h>
 
 #include "draft/sd_draft.h"
+
+typedef struct sx_state {
+    int32_t len;  /* longest string of the class */
+    int32_t link; /* suffix link; -1 for the root (state 0, the empty string) */
+    int32_t edge; /* first out-transition, -1: none */
+} sx_state;
+
+typedef struct sx_edge {
+    int32_t from, tok, to;
+    int32_t next; /* next out-transition of `from`, -1: none */
+} sx_edge;
+
+/* A link-cut tree node (per state). par: the splay parent, or for the root of a splay
+ * tree the path parent (the tree parent of the path's top), -1: none. */
+typedef struct sx_node {
+    int32_t ch[2], par;
+    int32_t cnt;  /* occurrences of the state's strings (valid once the tags above are pushed) */
+    int32_t last; /* the most recent end position */
+    int32_t add;  /* pending: add to cnt in the subtree */
+    int32_t set;  /* pending: set last in the subtree (-1: none) */
+} sx_node;
+
+struct sd_suffix_index {
+    int32_t cap; /* tokens it holds at most */
+    int32_t n_toks;
+    int32_t *toks; /* [cap] */
+    sx_state *st;  /* [2 cap + 1] */
+    sx_node *nd;   /* [2 cap + 1] */
+    int32_t n_st, last;
+    sx_edge *ed; /* [3 cap + 4] */
+    int32_t n_ed;
+    int32_t *slot; /* [mask + 1] edge index, -1: empty */
+    size_t mask;
+    int32_t *stack; /* [2 cap + 1] splay scratch */
+};
+
+/* The state's occurrence count and most recent end (its tags pushed by the access). */
+int32_t suffix_state_count(sd_suffix_index *ix, int32_t s, int32_t *last);
 
 /* The bytes sd_suffix_index_init allocates for cap tokens (sd_suffix_index_bytes). */
 size_t suffix_index_bytes_for(int32_t cap);
