@@ -11,18 +11,6 @@
 
 #include "runtime/tokenizer/vocab_impl.h"
 
-int ids_push(ids_buf *b, int32_t id) {
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 64;
-        int32_t *p = realloc(b->p, cap * sizeof *p);
-        if (!p) return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    b->p[b->n++] = id;
-    return 0;
-}
-
 int sd_vocab_tokenize(const sd_vocab *v, const char *text, size_t len, unsigned flags,
                       int32_t **ids, size_t *n_ids, sd_error *err) {
     *ids = NULL;

@@ -2,8 +2,9 @@
  * The vocabulary record and the functions the tokenizer's files share (private to
  * runtime/tokenizer/; the face is sd_vocab.h).
  *
- *   vocab.c    load from GGUF (model type, tokens, types, special ids, flags), accessors,
- *              the draft/target pair check
+ *   vocab_load.c   load from GGUF (model type, tokens, types, special ids, flags),
+ *                  accessors, the draft/target pair check
+ *   vocab_lookup.c the text -> id lookups and the id buffer every tokenizer file shares
  *   special.c  llama.cpp's text-based special-token fixups (EOT/EOM/FIM/EOG), the special
  *              token cache, partitioning text on special tokens
  *   tokenize.c sd_vocab_tokenize: partition, then SPM or BPE per raw fragment
@@ -106,7 +107,7 @@ struct sd_vocab {
 #define KEY_TOKENS "tokenizer.ggml.tokens"
 #define KEY_MERGES "tokenizer.ggml.merges"
 
-/* Token text and lookup (vocab.c). */
+/* Token text and lookup (vocab_lookup.c). */
 static inline const char *vocab_text(const sd_vocab *v, int32_t id) {
     return v->arena + v->off[id];
 }
@@ -153,7 +154,7 @@ typedef struct ids_buf {
     int32_t *p;
     size_t n, cap;
 } ids_buf;
-int ids_push(ids_buf *b, int32_t id); /* 0 or -1 on OOM */
+int ids_push(ids_buf *b, int32_t id); /* 0 or -1 on OOM (vocab_lookup.c) */
 
 /* spm.c: tokenize one raw fragment (prefix: prepend " " first, add_space_prefix). */
 int spm_tokenize(const sd_vocab *v, const char *s, size_t n, int prefix, ids_buf *out,

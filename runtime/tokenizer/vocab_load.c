@@ -43,27 +43,6 @@
 
 enum { TT_NORMAL = 1, TT_UNKNOWN, TT_CONTROL, TT_USER_DEFINED, TT_UNUSED, TT_BYTE };
 
-/* ------------------------------------------------------------------ hash table */
-
-uint64_t vocab_hash(const char *s, size_t n) {
-    return vocab_hash_end(vocab_hash_more(VOCAB_HASH_INIT, s, n));
-}
-
-int32_t vocab_lookup_hashed(const sd_vocab *v, const char *s, size_t n, uint64_t h) {
-    if (n > v->max_len) return -1;
-    const uint32_t hi = (uint32_t)(h >> 32);
-    for (size_t i = (size_t)h & v->ht_mask;; i = (i + 1) & v->ht_mask) {
-        const int32_t id = v->ht[i].id;
-        if (id < 0) return -1;
-        if (v->ht[i].h == hi && v->len[id] == n && memcmp(vocab_text(v, id), s, n) == 0) return id;
-    }
-}
-
-int32_t vocab_lookup(const sd_vocab *v, const char *s, size_t n) {
-    if (n > v->max_len) return -1;
-    return vocab_lookup_hashed(v, s, n, vocab_hash(s, n));
-}
-
 void sd_vocab_free(sd_vocab *v) {
     if (!v) return;
     free(v->path);
