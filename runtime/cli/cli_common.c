@@ -12,15 +12,7 @@
 #include "runtime/cli/cli.h"
 #include "runtime/tokenizer/sd_vocab.h"
 
-/* ---- messages, numbers, files ---- */
-
-int sd_cli_usage(const char *hint, const char *fmt, const char *arg) {
-    fprintf(stderr, "specdec: ");
-    fprintf(stderr, fmt, arg);
-    if (hint) fprintf(stderr, " (%s)", hint);
-    fprintf(stderr, "\n");
-    return SD_EXIT_USAGE;
-}
+/* ---- messages, files ---- */
 
 /* Library messages name a setting in the library's terms, in parentheses ("(n_ctx)");
  * the CLI shows the flag that sets it. */
@@ -63,26 +55,6 @@ int32_t sd_cli_cap_threads(int64_t n, int force) {
             "wait for each other and run far slower); using %d (--threads-force keeps %lld)\n",
             (long long)n, cores, cores, (long long)n);
     return cores;
-}
-
-int sd_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
-int sd_cli_parse_f64(const char *s, double lo, double hi, double *out) {
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || *end || !(v >= lo && v <= hi)) return -1;
-    *out = v;
-    return 0;
 }
 
 int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err) {
