@@ -9,7 +9,16 @@ header, e.g. quant/cpu/kernels.h) may only be included from its own folder (and 
 tests). The CLI (runtime/cli) and the tests may include any face, and nothing in the
 library may include the CLI. The public face, include/specdec.h, includes no project
 file; every part may include it (it defines the status codes, the error record and the
-statistics the library shares with its users), and the examples include nothing else. Prints one line per violation and exits 1 if there is any.
+statistics the library shares with its users), and the examples include nothing else.
+
+Call circles: within one folder, the .c/.cu files whose functions call each other in a
+circle (a calls b, b calls a, possibly through others) are one tangle that can only be
+read and changed together; a helper both need belongs in a file below them. Every such
+circle must be one of KNOWN_CIRCLES below (or part of one): a new circle, or a known one
+that grew, is a violation. A function counts as a file's when the file defines it without
+`static`; a file uses it when it names it (a call or a function pointer).
+
+Prints one line per violation and exits 1 if there is any.
 """
 import os
 import re
@@ -66,6 +75,92 @@ USERS = ["examples"]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
+# The call circles that exist and are allowed to (each a set of files of one folder): the
+# KV cache's blocks and prefix cache, the bench's modes around its shared code, the
+# model's forward pass and tensor parallelism, the server's endpoints around its core,
+# the chat templates and their renderer, the quantizers' float / K-quant halves, the CUDA
+# backend's op files around its core. Shrink this list; never grow it.
+KNOWN_CIRCLES = [
+    {"quant/kquants.c", "quant/quant.c"},
+    {"runtime/backend/cuda/" + f for f in (
+        "attention.cu", "backend.cu", "comm.cu", "elementwise.cu", "gemm.cu", "get_rows.cu",
+        "graph.cu", "kv_store.cu", "matmul.cu", "ops.cu", "rmsnorm.cu", "rope.cu", "softmax.cu")},
+    {"kv/group.c", "kv/kv.c", "kv/pool.c", "kv/prefix.c"},
+    {"runtime/cli/bench.c", "runtime/cli/bench_ab.c", "runtime/cli/bench_kernels.c",
+     "runtime/cli/bench_modes.c"},
+    {"runtime/model/forward.c", "runtime/model/tp.c"},
+    {"runtime/server/api.c", "runtime/server/chat_prompt.c", "runtime/server/infill.c",
+     "runtime/server/logprobs.c", "runtime/server/metrics_vllm.c", "runtime/server/misc.c",
+     "runtime/server/native.c", "runtime/server/server.c", "runtime/server/slot_action.c"},
+    {"runtime/tokenizer/chat.c", "runtime/tokenizer/chat_render.c"},
+]
+
+COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
+                               re.S)
+# A function definition at the start of a line: its return type, its name, its parameters
+# and the opening brace; not static (a static function is the file's own).
+DEFINITION = re.compile(r'^(?!static\b|typedef\b|extern\b|struct\b|enum\b|union\b|#)'
+                        r'[A-Za-z_][\w \t*]*?\b([A-Za-z_]\w*)\s*\(([^;{}]*?)\)\s*\{', re.M)
+IDENT = re.compile(r'(?<![.>\w])([A-Za-z_]\w*)\b')
+
+
+def strip_code(text):
+    """The text without comments and string or character literals (lines kept)."""
+    return COMMENT_OR_STRING.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+
+
+def find_circles(root, folders):
+    """The call circles (strongly connected sets of two or more files) of each folder."""
+    circles = []
+    for top in folders:
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            srcs = sorted(f for f in files if f.endswith((".c", ".cu")))
+            code, defs = {}, {}
+            for f in srcs:
+                rel = os.path.relpath(os.path.join(dirpath, f), root)
+                with open(os.path.join(dirpath, f), encoding="utf-8", errors="replace") as fh:
+                    code[rel] = strip_code(fh.read())
+                for m in DEFINITION.finditer(code[rel]):
+                    defs.setdefault(m.group(1), rel)
+            edges = {rel: set() for rel in code}
+            for rel, text in code.items():
+                for name in set(IDENT.findall(text)):
+                    owner = defs.get(name)
+                    if owner and owner != rel:
+                        edges[rel].add(owner)
+            circles.extend(scc for scc in strongly_connected(edges) if len(scc) > 1)
+    return circles
+
+
+def strongly_connected(edges):
+    """Tarjan's strongly connected components of a graph {node: set(nodes)}."""
+    index, low, on, stack, out = {}, {}, set(), [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                scc.add(w)
+                if w == v:
+                    break
+            out.append(scc)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
 
 def part_of(path):
     """The longest ALLOWED/FREE folder that contains path."""
@@ -106,6 +201,11 @@ def main(argv):
                         why = check(part, inc, faces)
                         if why:
                             bad.append("%s:%d: includes %s: %s" % (rel, lineno, inc, why))
+    for scc in find_circles(root, list(ALLOWED) + ["runtime/cli"]):
+        if not any(scc <= known for known in KNOWN_CIRCLES):
+            bad.append("call circle: %s call each other (put what they share in a file below "
+                       "them; scripts/check_includes.py's KNOWN_CIRCLES lists the allowed ones)"
+                       % ", ".join(sorted(scc)))
     for b in bad:
         print(b)
     if not n_files:
