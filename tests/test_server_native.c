@@ -436,3 +436,40 @@ Test(server_native, prompt_list) {
     json_decref(e);
     srv_stop_ok(&s);
 }
+
+/* Chat templates go through the Jinja engine by default: SmolLM2's template adds its
+ * default system message when the chat has none (the text below is the template's, as
+ * Hugging Face's jinja2 renders it); --no-jinja's built-in chatml formatter leaves it out.
+ * A chat request's prompt_tokens is /tokenize's count of /apply-template's text. */
+Test(server_native, jinja_by_default_keeps_the_default_system_message) {
+    const char *model = SD_SOURCE_DIR "/models/smollm2-draft-q8_0.gguf";
+    const char *user = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
+    const char *sys_msg = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+                          "trained by Hugging Face<|im_end|>\n";
+    const char *rest = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+    char want[512];
+    for (int mode = 0; mode < 2; mode++) {
+        char args[512];
+        snprintf(args, sizeof args, "-m %s -c 512 -np 1%s", model, mode ? " --no-jinja" : "");
+        srv s;
+        srv_start(&s, args);
+        snprintf(want, sizeof want, "%s%s", mode ? "" : sys_msg, rest);
+        json_t *t = req(&s, "POST", "/apply-template", user, 200);
+        cr_expect_str_eq(jstr(t, "prompt"), want, "mode %s", mode ? "--no-jinja" : "default");
+        json_t *c = req(&s, "POST", "/v1/chat/completions",
+                        "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                        "\"max_tokens\":2,\"temperature\":0}",
+                        200);
+        json_t *tb = json_pack("{s:s,s:b}", "content", want, "add_special", 1);
+        char *tbs = json_dumps(tb, JSON_COMPACT);
+        json_t *k = req(&s, "POST", "/tokenize", tbs, 200);
+        cr_expect_eq(jint(c, "usage/prompt_tokens"),
+                     (int64_t)json_array_size(json_object_get(k, "tokens")));
+        free(tbs);
+        json_decref(tb);
+        json_decref(k);
+        json_decref(c);
+        json_decref(t);
+        srv_stop_ok(&s);
+    }
+}

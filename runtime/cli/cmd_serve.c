@@ -108,9 +108,9 @@ static void serve_help(FILE *f) {
             "  --chat-template T       a template instead of the model's: a built-in name\n"
             "                          (chatml, llama3, ...) or a Jinja template's text\n"
             "  --chat-template-file F  the template (Jinja) in file F\n"
-            "  --jinja                 render every template text with the Jinja engine\n"
-            "                          (default: a built-in formatter where one recognises\n"
-            "                          the template and the request is plain, else Jinja)\n"
+            "  --jinja                 render every template text with the Jinja engine (the\n"
+            "                          default; a template it cannot run falls back to a\n"
+            "                          built-in formatter that recognises it)\n"
             "  --no-jinja              built-in formatters only\n"
             "  --reasoning on|off|auto templates' enable_thinking (off: false; auto)\n"
             "  --verbose               answers carry __verbose {prompt, content} (a request's\n"
@@ -291,6 +291,7 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
     c->host = "127.0.0.1";
     c->port = 8080;
+    c->chat_mode = SD_CHAT_JINJA;
     c->parallel = 4;
     c->kv_block = 16;
     c->max_queue = 64;

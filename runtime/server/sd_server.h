@@ -72,7 +72,7 @@ typedef struct sd_server_params {
     const char *model_name;    /* the id /v1/models lists (NULL: the target's file name) */
     const char *model_tags;    /* "x,y": /v1/models' tags (NULL: none); model_name "a,b": aliases */
     const char *chat_template; /* NULL: the model's tokenizer.chat_template */
-    int chat_mode;             /* sd_chat_mode: SD_CHAT_AUTO (default), _JINJA, _BUILTIN */
+    int chat_mode;             /* sd_chat_mode: SD_CHAT_JINJA (default), _AUTO, _BUILTIN */
     int enable_thinking;       /* the templates' enable_thinking (1; 0: --reasoning off) */
     int verbose;               /* 1: answers carry llama-server's __verbose (--verbose) */
     /* A request's defaults: n_predict (max_tokens), n_draft (K), samp, seed, draft_type,

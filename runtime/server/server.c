@@ -52,6 +52,7 @@ sd_server_params sd_server_default_params(void) {
     p.n_slots = 1;
     p.n_batch = 512;
     p.enable_thinking = 1;
+    p.chat_mode = SD_CHAT_JINJA;
     p.gen = sd_gen_default_params();
     p.shutdown_timeout_s = 30.0;
     return p;
