@@ -71,7 +71,7 @@ static void serve_help(FILE *f) {
             "speculative target pass per step over a paged KV cache; each request's output\n"
             "is the same alone or beside others.\n"
             "\n"
-            "  --host ADDR             address to bind (127.0.0.1)\n"
+            "  --host ADDR[,ADDR...]   addresses to bind, all on one port (127.0.0.1)\n"
             "  --port N                port, 0 = any free one (8080); printed at start\n"
             "  --parallel N     (-np)  sequences decoding at once (4)\n"
             "  --ctx-size N     (-c)   KV positions of the pool, all sequences together;\n"
@@ -335,6 +335,25 @@ static void note_line(void *user, const char *line) {
 
 /* Raise the soft limit on open files to want (at most the hard limit): each connection
  * holds a socket. A note when the hard limit is lower. */
+/* "listening on http://ADDR:PORT", one line per address of the --host list (an IPv6
+ * literal in brackets), the first address first. */
+static void print_listening(const char *hosts, int port) {
+    const char *p = hosts;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = strcspn(p, ",");
+        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+            n--;
+        const int bare_v6 = memchr(p, ':', n) != NULL && p[0] != '[';
+        printf("listening on http://%s%.*s%s:%d\n", bare_v6 ? "[" : "", (int)n, p,
+               bare_v6 ? "]" : "", port);
+        p = strchr(p, ',');
+        if (!p) break;
+        p++;
+    }
+}
+
 static void raise_fd_limit(rlim_t want) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return;
@@ -521,7 +540,7 @@ int sd_cmd_serve(int argc, char **argv) {
                                    ? SD_DRAFT_LLM
                                    : gp.draft_type),
             sd_k_policy_name(gp.k_policy), c.host, sd_server_port(srv));
-    printf("listening on http://%s:%d\n", c.host, sd_server_port(srv));
+    print_listening(c.host, sd_server_port(srv));
     fflush(stdout);
     rc = sd_server_run(srv, &err);
     g_server = NULL;

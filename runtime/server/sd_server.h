@@ -56,7 +56,10 @@ extern "C" {
 typedef struct sd_server sd_server;
 
 typedef struct sd_server_params {
-    const char *host;          /* address to bind (a name or a literal), "127.0.0.1" */
+    const char *host;          /* addresses to bind, all on one port: a name or a literal,
+                                * or a comma list of up to 8 ("127.0.0.1,::1"; an IPv6 one
+                                * may be in brackets), each its own HTTP threads and
+                                * max_connections; "127.0.0.1" */
     int port;                  /* 0: any free port (sd_server_port says which) */
     const char *api_key;       /* NULL: no key ("" is refused: SD_ERR_ARG) */
     size_t max_body;           /* most bytes of a request body (1 MiB) */

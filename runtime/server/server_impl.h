@@ -103,6 +103,10 @@ typedef struct srv_gen {
     int suspended;               /* conn is suspended waiting for news (under mu) */
 } srv_gen;
 
+/* The most addresses --host lists ("127.0.0.1,::1"): one listening socket and one
+ * libmicrohttpd daemon each. */
+#define SRV_MAX_HOSTS 8
+
 /* A growing text buffer (the /metrics answer): oom set once an append failed. */
 typedef struct srv_mbuf {
     char *b;
@@ -131,8 +135,9 @@ struct sd_server {
     sd_batcher *b;
     sd_server_params p;
     char *model_name;
-    struct MHD_Daemon *d;
-    int listen_fd;
+    struct MHD_Daemon *d[SRV_MAX_HOSTS]; /* one daemon per address of p.host's list */
+    int listen_fd[SRV_MAX_HOSTS];        /* sockets not (or no longer) a daemon's, or -1 */
+    int n_d;                             /* addresses bound */
     int port;
     volatile sig_atomic_t stop;
     atomic_int stopping; /* the run loop is shutting down: generation answers 503 */
