@@ -18,8 +18,11 @@
 
 struct MHD_Connection;
 
-/* Every JSON answer and event: compact, reals with 6 significant digits. */
-#define SRV_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(6))
+/* Every JSON answer and event: compact, reals with 15 significant digits (what a double
+ * holds exactly in decimal: a reader's arithmetic on two printed values, such as
+ * llama-server's predicted_n / predicted_ms, matches the server's to ~1e-15; jansson's
+ * default of 17 digits prints 0.1 as 0.10000000000000001). */
+#define SRV_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
 
 /* An HTTP answer built by a handler: status, body, content type, extra header. */
 typedef struct srv_reply {
