@@ -1066,6 +1066,64 @@ Test(server, sigterm_finishes_in_flight_and_binds_loopback) {
     free(o);
 }
 
+/* --host takes a list: each address is bound on the one port (and only those: 127.0.0.1
+ * in /proc/net/tcp, ::1 in /proc/net/tcp6, listening), a greedy completion through either
+ * gives the same text; an empty address in the list is refused at start. */
+Test(server, host_list_binds_each_address) {
+    const int probe = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a6;
+    memset(&a6, 0, sizeof a6);
+    a6.sin6_family = AF_INET6;
+    a6.sin6_addr = in6addr_loopback;
+    const int v6_ok = probe >= 0 && bind(probe, (struct sockaddr *)&a6, sizeof a6) == 0;
+    if (probe >= 0) close(probe);
+    if (!v6_ok) cr_skip_test("IPv6 loopback is unavailable");
+    srv s;
+    srv_start(&s, "-m " TS_TARGET " -np 1 --host '127.0.0.1, [::1]'");
+    char want[96];
+    char *tcp = slurp_proc("/proc/net/tcp");
+    snprintf(want, sizeof want, "0100007F:%04X 00000000:0000 0A", s.port);
+    cr_expect_not_null(strstr(tcp, want), "not listening on 127.0.0.1:%d", s.port);
+    free(tcp);
+    tcp = slurp_proc("/proc/net/tcp6");
+    snprintf(want, sizeof want, "00000000000000000000000001000000:%04X", s.port);
+    const char *l6 = strstr(tcp, want);
+    cr_expect(l6 && strstr(l6, " 0A "), "not listening on [::1]:%d", s.port);
+    snprintf(want, sizeof want, "00000000000000000000000000000000:%04X", s.port);
+    cr_expect_null(strstr(tcp, want), "listening on [::]");
+    free(tcp);
+    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":12,\"temperature\":0}";
+    char *via4 = NULL, *via6 = NULL;
+    json_t *j4 = http_json(&s, "POST", "/v1/completions", body, 200);
+    char bf[700], cmd[2048];
+    snprintf(bf, sizeof bf, "%s/host6.json", g_dir);
+    cr_assert_eq(tu_write_file(bf, body, strlen(body)), 0);
+    snprintf(cmd, sizeof cmd,
+             "curl -s --max-time 60 -H 'Content-Type: application/json' --data-binary @%s "
+             "'http://[::1]:%d/v1/completions'",
+             bf, s.port);
+    cr_assert_eq(tu_run(cmd, &via6, NULL), 0);
+    json_t *j6 = json_loads(via6, 0, NULL);
+    cr_assert_not_null(j6, "through [::1]: %s", via6);
+    via4 = strdup(json_string_value(
+        json_object_get(json_array_get(json_object_get(j4, "choices"), 0), "text")));
+    const char *t6 = json_string_value(
+        json_object_get(json_array_get(json_object_get(j6, "choices"), 0), "text"));
+    cr_assert_not_null(t6);
+    cr_expect_str_eq(t6, via4);
+    free(via4);
+    free(via6);
+    json_decref(j4);
+    json_decref(j6);
+    srv_stop_ok(&s);
+    char *err = NULL;
+    snprintf(cmd, sizeof cmd, "%s serve -m %s --port 0 --host '127.0.0.1,,::1'", SD_BINARY,
+             TS_TARGET);
+    cr_expect_neq(tu_run(cmd, NULL, &err), 0, "an empty address was accepted");
+    cr_expect(err && strstr(err, "empty address"), "stderr: %s", err ? err : "");
+    free(err);
+}
+
 /* The openai Python package against the server (tests/server_openai.py). */
 Test(server, openai_python_client) {
     if (tu_run("python3 -c 'import openai' 2>/dev/null", NULL, NULL) != 0)

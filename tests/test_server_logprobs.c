@@ -4,12 +4,11 @@
  *
  * References are independent of the server: `specdec generate --json --logprobs N` (the
  * CLI, target alone) gives each token's logprob and alternatives, which the completions
- * answer must carry (to the server's 6 significant digits); with a draft (LLM, n-gram)
- * the answer's logprobs must be the same JSON as target alone's; a stream's chunks
- * together must be the non-streamed answer's logprobs; the shapes are OpenAI's (chat:
- * content[] of {token, logprob, bytes, top_logprobs}; completions: tokens,
- * token_logprobs, top_logprobs, text_offset), checked field by field. Bad input gets a
- * 400 naming the field.
+ * answer must carry (to the server's 15 significant digits; checked to 1e-5); with a draft (LLM,
+ * n-gram) the answer's logprobs must be the same JSON as target alone's; a stream's chunks together
+ * must be the non-streamed answer's logprobs; the shapes are OpenAI's (chat: content[] of {token,
+ * logprob, bytes, top_logprobs}; completions: tokens, token_logprobs, top_logprobs, text_offset),
+ * checked field by field. Bad input gets a 400 naming the field.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>

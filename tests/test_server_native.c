@@ -13,6 +13,7 @@
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -434,5 +435,106 @@ Test(server_native, prompt_list) {
     json_decref(r);
     json_decref(nat);
     json_decref(e);
+    srv_stop_ok(&s);
+}
+
+/* Chat templates go through the Jinja engine by default: SmolLM2's template adds its
+ * default system message when the chat has none (the text below is the template's, as
+ * Hugging Face's jinja2 renders it); --no-jinja's built-in chatml formatter leaves it out.
+ * A chat request's prompt_tokens is /tokenize's count of /apply-template's text. */
+Test(server_native, jinja_by_default_keeps_the_default_system_message) {
+    const char *model = SD_SOURCE_DIR "/models/smollm2-draft-q8_0.gguf";
+    const char *user = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
+    const char *sys_msg = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+                          "trained by Hugging Face<|im_end|>\n";
+    const char *rest = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+    char want[512];
+    for (int mode = 0; mode < 2; mode++) {
+        char args[512];
+        snprintf(args, sizeof args, "-m %s -c 512 -np 1%s", model, mode ? " --no-jinja" : "");
+        srv s;
+        srv_start(&s, args);
+        snprintf(want, sizeof want, "%s%s", mode ? "" : sys_msg, rest);
+        json_t *t = req(&s, "POST", "/apply-template", user, 200);
+        cr_expect_str_eq(jstr(t, "prompt"), want, "mode %s", mode ? "--no-jinja" : "default");
+        json_t *c = req(&s, "POST", "/v1/chat/completions",
+                        "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                        "\"max_tokens\":2,\"temperature\":0}",
+                        200);
+        json_t *tb = json_pack("{s:s,s:b}", "content", want, "add_special", 1);
+        char *tbs = json_dumps(tb, JSON_COMPACT);
+        json_t *k = req(&s, "POST", "/tokenize", tbs, 200);
+        cr_expect_eq(jint(c, "usage/prompt_tokens"),
+                     (int64_t)json_array_size(json_object_get(k, "tokens")));
+        free(tbs);
+        json_decref(tb);
+        json_decref(k);
+        json_decref(c);
+        json_decref(t);
+        srv_stop_ok(&s);
+    }
+}
+
+/* The significant digits of the JSON number starting at p (leading zeros, sign, point and
+ * exponent not counted); *end past it. */
+static int sig_digits(const char *p, const char **end) {
+    int n = 0, lead = 1;
+    if (*p == '-') p++;
+    for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) {
+        if (*p == '.') continue;
+        if (lead && *p == '0') continue;
+        lead = 0;
+        n++;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    *end = p;
+    return n;
+}
+
+/* Reals carry 15 significant digits: llama-server's predicted_per_second recomputed from
+ * the printed predicted_ms and predicted_n (the rate is over n - 1 steps) agrees to 1e-12
+ * relative (6 digits left ~1e-6), and no number of the raw answer has more than 15. */
+Test(server_native, json_reals_carry_15_digits) {
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 1");
+    char *o = NULL;
+    const int code = http_h(&s, "POST", "/completion",
+                            "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":16,\"ignore_eos\":true,"
+                            "\"temperature\":0}",
+                            &o, NULL);
+    cr_assert_eq(code, 200, "%s", o);
+    int most = 0;
+    for (const char *p = o; *p;) {
+        /* a number: after ':' , '[' or ',' outside strings (the answer's text is plain words) */
+        if ((*p == ':' || *p == '[' || *p == ',') &&
+            (p[1] == '-' || (p[1] >= '0' && p[1] <= '9'))) {
+            const char *end;
+            const int d = sig_digits(p + 1, &end);
+            if (d > most) most = d;
+            p = end;
+        } else {
+            p++;
+        }
+    }
+    cr_expect_leq(most, 15, "a number with %d significant digits: %s", most, o);
+    json_t *j = json_loads(o, 0, NULL);
+    cr_assert_not_null(j);
+    json_t *t = json_object_get(j, "timings");
+    const double ms = json_number_value(json_object_get(t, "predicted_ms"));
+    const double rate = json_number_value(json_object_get(t, "predicted_per_second"));
+    cr_assert_eq(jint(t, "predicted_n"), 16);
+    cr_assert_gt(ms, 0);
+    const double want = 1e3 * 15 / ms;
+    cr_expect(fabs(rate - want) <= 1e-12 * want,
+              "predicted_per_second %.17g, from the printed "
+              "predicted_ms %.17g",
+              rate, want);
+    json_decref(j);
+    free(o);
     srv_stop_ok(&s);
 }

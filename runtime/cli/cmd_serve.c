@@ -71,7 +71,7 @@ static void serve_help(FILE *f) {
             "speculative target pass per step over a paged KV cache; each request's output\n"
             "is the same alone or beside others.\n"
             "\n"
-            "  --host ADDR             address to bind (127.0.0.1)\n"
+            "  --host ADDR[,ADDR...]   addresses to bind, all on one port (127.0.0.1)\n"
             "  --port N                port, 0 = any free one (8080); printed at start\n"
             "  --parallel N     (-np)  sequences decoding at once (4)\n"
             "  --ctx-size N     (-c)   KV positions of the pool, all sequences together;\n"
@@ -108,9 +108,9 @@ static void serve_help(FILE *f) {
             "  --chat-template T       a template instead of the model's: a built-in name\n"
             "                          (chatml, llama3, ...) or a Jinja template's text\n"
             "  --chat-template-file F  the template (Jinja) in file F\n"
-            "  --jinja                 render every template text with the Jinja engine\n"
-            "                          (default: a built-in formatter where one recognises\n"
-            "                          the template and the request is plain, else Jinja)\n"
+            "  --jinja                 render every template text with the Jinja engine (the\n"
+            "                          default; a template it cannot run falls back to a\n"
+            "                          built-in formatter that recognises it)\n"
             "  --no-jinja              built-in formatters only\n"
             "  --reasoning on|off|auto templates' enable_thinking (off: false; auto)\n"
             "  --verbose               answers carry __verbose {prompt, content} (a request's\n"
@@ -291,6 +291,7 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
     c->host = "127.0.0.1";
     c->port = 8080;
+    c->chat_mode = SD_CHAT_JINJA;
     c->parallel = 4;
     c->kv_block = 16;
     c->max_queue = 64;
@@ -334,6 +335,25 @@ static void note_line(void *user, const char *line) {
 
 /* Raise the soft limit on open files to want (at most the hard limit): each connection
  * holds a socket. A note when the hard limit is lower. */
+/* "listening on http://ADDR:PORT", one line per address of the --host list (an IPv6
+ * literal in brackets), the first address first. */
+static void print_listening(const char *hosts, int port) {
+    const char *p = hosts;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = strcspn(p, ",");
+        while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+            n--;
+        const int bare_v6 = memchr(p, ':', n) != NULL && p[0] != '[';
+        printf("listening on http://%s%.*s%s:%d\n", bare_v6 ? "[" : "", (int)n, p,
+               bare_v6 ? "]" : "", port);
+        p = strchr(p, ',');
+        if (!p) break;
+        p++;
+    }
+}
+
 static void raise_fd_limit(rlim_t want) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want) return;
@@ -520,7 +540,7 @@ int sd_cmd_serve(int argc, char **argv) {
                                    ? SD_DRAFT_LLM
                                    : gp.draft_type),
             sd_k_policy_name(gp.k_policy), c.host, sd_server_port(srv));
-    printf("listening on http://%s:%d\n", c.host, sd_server_port(srv));
+    print_listening(c.host, sd_server_port(srv));
     fflush(stdout);
     rc = sd_server_run(srv, &err);
     g_server = NULL;

@@ -568,7 +568,7 @@ static json_t *spec_stats(const srv_gen *g, int32_t i0, int32_t i1) {
     json_t *per_pos = json_array();
     for (int k = 0; k < n_at; k++)
         json_array_append_new(per_pos, json_integer((json_int_t)at[k]));
-    /* Rounded to what a reader uses (and printed with 6 significant digits). */
+    /* Rounded to what a reader uses (4 decimals). */
     return json_pack("{s:I,s:I,s:I,s:f,s:I,s:f,s:f,s:f,s:I,s:o}", "tokens", (json_int_t)gen,
                      "drafted", (json_int_t)drafted, "accepted", (json_int_t)accepted,
                      "acceptance_rate", round4(drafted ? (double)accepted / (double)drafted : 0.0),

@@ -3,7 +3,7 @@
  * OpenAI's two shapes (chat: content[] of {token, logprob, bytes, top_logprobs[]};
  * completions: {tokens, token_logprobs, top_logprobs, text_offset}). The values are the
  * engine's (sd_token_logprob: the target's raw distribution, the same with a draft or
- * without), printed with the server's 6 significant digits. */
+ * without), printed with the server's 15 significant digits. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

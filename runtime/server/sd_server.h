@@ -56,7 +56,10 @@ extern "C" {
 typedef struct sd_server sd_server;
 
 typedef struct sd_server_params {
-    const char *host;          /* address to bind (a name or a literal), "127.0.0.1" */
+    const char *host;          /* addresses to bind, all on one port: a name or a literal,
+                                * or a comma list of up to 8 ("127.0.0.1,::1"; an IPv6 one
+                                * may be in brackets), each its own HTTP threads and
+                                * max_connections; "127.0.0.1" */
     int port;                  /* 0: any free port (sd_server_port says which) */
     const char *api_key;       /* NULL: no key ("" is refused: SD_ERR_ARG) */
     size_t max_body;           /* most bytes of a request body (1 MiB) */
@@ -72,7 +75,7 @@ typedef struct sd_server_params {
     const char *model_name;    /* the id /v1/models lists (NULL: the target's file name) */
     const char *model_tags;    /* "x,y": /v1/models' tags (NULL: none); model_name "a,b": aliases */
     const char *chat_template; /* NULL: the model's tokenizer.chat_template */
-    int chat_mode;             /* sd_chat_mode: SD_CHAT_AUTO (default), _JINJA, _BUILTIN */
+    int chat_mode;             /* sd_chat_mode: SD_CHAT_JINJA (default), _AUTO, _BUILTIN */
     int enable_thinking;       /* the templates' enable_thinking (1; 0: --reasoning off) */
     int verbose;               /* 1: answers carry llama-server's __verbose (--verbose) */
     /* A request's defaults: n_predict (max_tokens), n_draft (K), samp, seed, draft_type,

@@ -52,6 +52,7 @@ sd_server_params sd_server_default_params(void) {
     p.n_slots = 1;
     p.n_batch = 512;
     p.enable_thinking = 1;
+    p.chat_mode = SD_CHAT_JINJA;
     p.gen = sd_gen_default_params();
     p.shutdown_timeout_s = 30.0;
     return p;
@@ -670,8 +671,9 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *str) {
     return (size_t)(w - str);
 }
 
-/* A listening socket on host:port (SO_REUSEADDR; the first address the name gives). */
-static int bind_listen(const char *host, int port, int *fd_out, int *port_out, int *v6,
+/* A listening socket on host:port (SO_REUSEADDR; the first address the name gives); with
+ * v6only an IPv6 socket takes no IPv4 connections (so "0.0.0.0,::" binds both). */
+static int bind_listen(const char *host, int port, int v6only, int *fd_out, int *port_out, int *v6,
                        sd_error *err) {
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
@@ -689,6 +691,8 @@ static int bind_listen(const char *host, int port, int *fd_out, int *port_out, i
     }
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (v6only && res->ai_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
     if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
         const int e = errno;
         close(fd);
@@ -704,6 +708,41 @@ static int bind_listen(const char *host, int port, int *fd_out, int *port_out, i
     *port_out = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                          : ntohs(((struct sockaddr_in *)&ss)->sin_port);
     *fd_out = fd;
+    return SD_OK;
+}
+
+/* Split a host list ("127.0.0.1, ::1", "[::1]") into at most SRV_MAX_HOSTS addresses in
+ * buf (spaces and an IPv6 literal's brackets dropped), *n_out of them. SD_ERR_ARG: an
+ * empty address, too many, or a list longer than buf. */
+static int split_hosts(const char *list, char *buf, size_t cap, const char **out, int *n_out,
+                       sd_error *err) {
+    if (strlen(list) >= cap)
+        return sd_errorf(err, SD_ERR_ARG, "server: host list longer than %zu bytes", cap - 1);
+    memcpy(buf, list, strlen(list) + 1);
+    int n = 0;
+    for (char *p = buf;;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        while (*p == ' ' || *p == '\t')
+            p++;
+        char *end = p + strlen(p);
+        while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+            *--end = '\0';
+        if (*p == '[' && end > p + 1 && end[-1] == ']') {
+            *--end = '\0';
+            p++;
+        }
+        if (!*p)
+            return sd_errorf(err, SD_ERR_ARG, "server: host '%s': an empty address in the list",
+                             list);
+        if (n == SRV_MAX_HOSTS)
+            return sd_errorf(err, SD_ERR_ARG, "server: host '%s': more than %d addresses", list,
+                             SRV_MAX_HOSTS);
+        out[n++] = p;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    *n_out = n;
     return SD_OK;
 }
 
@@ -732,7 +771,8 @@ int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_se
     s->e = e;
     s->b = b;
     s->p = *p;
-    s->listen_fd = -1;
+    for (int i = 0; i < SRV_MAX_HOSTS; i++)
+        s->listen_fd[i] = -1;
     atomic_store(&s->kv_ok, 1);
     s->t_start = sd_time_ms();
     s->t_start_unix = (double)time(NULL);
@@ -752,28 +792,44 @@ int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_se
         sd_server_free(s);
         return sd_errorf(err, SD_ERR_OOM, "server: out of memory");
     }
-    int v6 = 0;
-    int rc =
-        bind_listen(p->host ? p->host : "127.0.0.1", p->port, &s->listen_fd, &s->port, &v6, err);
+    char hbuf[1024];
+    const char *hosts[SRV_MAX_HOSTS];
+    int n_hosts = 0;
+    int rc = split_hosts(p->host ? p->host : "127.0.0.1", hbuf, sizeof hbuf, hosts, &n_hosts, err);
     if (rc) {
         sd_server_free(s);
         return rc;
     }
-    /* A pool of polling threads (epoll on Linux) for every connection: an idle or slow
-     * socket costs a slot, not a thread; a waiting request is suspended. */
-    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    if (v6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)p->http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape, s, MHD_OPTION_END);
-    if (s->d) s->listen_fd = -1; /* the daemon closes it (or hands it back when quiesced) */
-    if (!s->d) {
-        sd_server_free(s);
-        return sd_errorf(err, SD_ERR_IO, "server: libmicrohttpd did not start on port %d", p->port);
+    /* Every address on one port: the first chooses it when p->port is 0. */
+    int v6[SRV_MAX_HOSTS] = {0};
+    for (int i = 0; i < n_hosts; i++) {
+        rc = bind_listen(hosts[i], i ? s->port : p->port, n_hosts > 1, &s->listen_fd[i], &s->port,
+                         &v6[i], err);
+        if (rc) {
+            sd_server_free(s);
+            return rc;
+        }
+    }
+    /* Per address, a pool of polling threads (epoll on Linux) for every connection: an
+     * idle or slow socket costs a slot, not a thread; a waiting request is suspended. */
+    for (int i = 0; i < n_hosts; i++) {
+        unsigned flags =
+            MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+        if (v6[i]) flags |= MHD_USE_IPv6;
+        s->d[i] = MHD_start_daemon(
+            flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd[i], MHD_OPTION_THREAD_POOL_SIZE,
+            (unsigned)p->http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)p->max_connections,
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)p->timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+            on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+            MHD_OPTION_UNESCAPE_CALLBACK, unescape, s, MHD_OPTION_END);
+        if (!s->d[i]) {
+            sd_server_free(s);
+            return sd_errorf(err, SD_ERR_IO, "server: libmicrohttpd did not start on %s port %d",
+                             hosts[i], p->port);
+        }
+        s->listen_fd[i] = -1; /* the daemon closes it (or hands it back when quiesced) */
+        s->n_d = i + 1;
     }
     *out = s;
     return SD_OK;
@@ -835,10 +891,9 @@ int sd_server_run(sd_server *s, sd_error *err) {
     atomic_store(&s->stopping, 1);
     logf_(s, "stopping: finishing in-flight requests (up to %.0f s; a second signal cancels them)",
           s->p.shutdown_timeout_s);
-    const MHD_socket lfd = MHD_quiesce_daemon(s->d);
-    if (lfd != MHD_INVALID_SOCKET) {
-        close((int)lfd);
-        s->listen_fd = -1;
+    for (int i = 0; i < s->n_d; i++) {
+        const MHD_socket lfd = MHD_quiesce_daemon(s->d[i]);
+        if (lfd != MHD_INVALID_SOCKET) close((int)lfd);
     }
     sd_batcher_close(s->b, 0);
     drain(s, sd_time_ms() + s->p.shutdown_timeout_s * 1e3, 1, &rc_first, err);
@@ -857,8 +912,10 @@ int sd_server_run(sd_server *s, sd_error *err) {
     if (atomic_load(&s->n_open) > 0)
         logf_(s, "stopping: %d answers not sent in %d ms: closing their connections",
               atomic_load(&s->n_open), SD_SERVER_FLUSH_MS);
-    MHD_stop_daemon(s->d);
-    s->d = NULL;
+    for (int i = 0; i < s->n_d; i++) {
+        MHD_stop_daemon(s->d[i]);
+        s->d[i] = NULL;
+    }
     sd_error ce = {0};
     if (sd_batcher_check(s->b, &ce) != SD_OK) logf_(s, "kv accounting: %s", ce.msg);
     logf_(s, "stopped");
@@ -867,8 +924,10 @@ int sd_server_run(sd_server *s, sd_error *err) {
 
 void sd_server_free(sd_server *s) {
     if (!s) return;
-    if (s->d) MHD_stop_daemon(s->d);
-    if (s->listen_fd >= 0) close(s->listen_fd);
+    for (int i = 0; i < SRV_MAX_HOSTS; i++) {
+        if (s->d[i]) MHD_stop_daemon(s->d[i]);
+        if (s->listen_fd[i] >= 0) close(s->listen_fd[i]);
+    }
     free(s->model_name);
     pthread_mutex_destroy(&s->conn_mu);
     free(s);

@@ -18,8 +18,11 @@
 
 struct MHD_Connection;
 
-/* Every JSON answer and event: compact, reals with 6 significant digits. */
-#define SRV_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(6))
+/* Every JSON answer and event: compact, reals with 15 significant digits (what a double
+ * holds exactly in decimal: a reader's arithmetic on two printed values, such as
+ * llama-server's predicted_n / predicted_ms, matches the server's to ~1e-15; jansson's
+ * default of 17 digits prints 0.1 as 0.10000000000000001). */
+#define SRV_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(15))
 
 /* An HTTP answer built by a handler: status, body, content type, extra header. */
 typedef struct srv_reply {
@@ -103,6 +106,10 @@ typedef struct srv_gen {
     int suspended;               /* conn is suspended waiting for news (under mu) */
 } srv_gen;
 
+/* The most addresses --host lists ("127.0.0.1,::1"): one listening socket and one
+ * libmicrohttpd daemon each. */
+#define SRV_MAX_HOSTS 8
+
 /* A growing text buffer (the /metrics answer): oom set once an append failed. */
 typedef struct srv_mbuf {
     char *b;
@@ -131,8 +138,9 @@ struct sd_server {
     sd_batcher *b;
     sd_server_params p;
     char *model_name;
-    struct MHD_Daemon *d;
-    int listen_fd;
+    struct MHD_Daemon *d[SRV_MAX_HOSTS]; /* one daemon per address of p.host's list */
+    int listen_fd[SRV_MAX_HOSTS];        /* sockets not (or no longer) a daemon's, or -1 */
+    int n_d;                             /* addresses bound */
     int port;
     volatile sig_atomic_t stop;
     atomic_int stopping; /* the run loop is shutting down: generation answers 503 */
