@@ -119,7 +119,11 @@ SD_T SD_INL v8i pair16(v8i a, v8i b) {
  * Q3_K / Q6_K tile: there it made one token of a 32768 x 2048 Q6_K matrix (from memory,
  * 1 thread, Zen 5, SD_KERNELS=avx2 and avxvnni) take 3.3-3.7 ms against 1.9-2.1 with the
  * plain loop (scripts/width_bench.c, interleaved, load ~2.4), and the real pair's decode
- * about 20% longer. */
+ * about 20% longer. prefetcht0 in place of prefetcht1, in a plain loop in every tile here,
+ * made one token from memory slower (4096 x 4096, 1 thread, Zen 5, SD_KERNELS=avx2, load
+ * 4-6, 5 interleaved rounds, scripts/bench_quant.c stream mode): Q4_K 0.32-0.52 -> 0.85-0.94
+ * ms, Q6_K 0.66-0.92 -> 1.18-1.55, Q5_0 0.59-0.76 -> 0.69-0.86, Q8_0 0.77-1.01 ->
+ * 0.90-1.06; a plain loop of prefetcht1 in every tile: no change beyond the noise. */
 SD_T SD_INL void pf256(const uint8_t *mp, const size_t bytes) {
     _Pragma("GCC unroll 64") for (size_t o = 0; o < bytes; o += 64)
         __builtin_prefetch(mp + SD_PF_BYTES_256 + o, 0, 2);
@@ -877,6 +881,90 @@ SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
 #endif
 
 #if !SD_X256_VNNI
+/* The int16 pair (b0, b1) of each 32-bit lane of v taken as signed bytes, sign-extended:
+ * one vpshufb into the high byte of each int16, one arithmetic shift. */
+SD_T SD_INL v8i sbyte_pair(v8i v, const int b0, const int b1) {
+    const char z = (char)0x80;
+    const v8i c =
+        _mm256_setr_epi8(z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
+                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1),
+                         z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
+                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1));
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, c), 8);
+}
+
+/* Q6_K, one token (decode), AVX2: both halves at once as tile_q6_s, but each level vector
+ * (used once at one token) unpacked where it is multiplied, every sum in registers (the
+ * super-block's sums kept a chain by in_reg, else GCC makes them a tree that spills), and
+ * the int8 scales taken as vpmaddwd coefficient pairs straight from their bytes
+ * (sbyte_pair: 2 instructions where k_scale + pair16 took 5), for the products and the
+ * level-offset term alike. Integer sums exact, as tile_k236's and tile_q6_s's; the float
+ * part the same: the scalar oracle's bits. Against tile_k236 (the one-token tile before):
+ * 1737 -> 1566 Ir per super-block (scripts/kernel_ir.sh); 4096 x 4096 in cache, 1 thread,
+ * Zen 5, SD_KERNELS=avx2, load ~5: 0.53-0.68 -> 0.43-0.62 ms (scripts/bench_quant.c). */
+SD_T SD_INL void tile_q6_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, float *y, int n_rows) {
+    const size_t main = main_k(KQ6);
+    const uint8_t *tl = gp + (size_t)nb * main;
+    const v8i m4 = _mm256_set1_epi8(0x0F), b45 = _mm256_set1_epi8(0x30);
+    v8f acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *mp = gp + (size_t)i * main;
+        const uint8_t *xr = xa + (size_t)i * XK;
+        sd_prefetch_at(mp, main, SD_PF_BYTES_256); /* not pf256: see its comment */
+        v8i P[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        /* unrolled: the level and scale shifts become immediates */
+        _Pragma("GCC unroll 16") for (int g = 0; g < 16; g++) {
+            const int hk = g >> 1, h6 = hk >> 2, k = hk & 3, kk0 = 4 * (g & 1);
+            const uint8_t *ms = mp;
+            __asm__("" : "+r"(ms)); /* no hoisting of the next groups' unpacking: it spills */
+            const uint8_t *x = xr + 4 + 16 * g;
+            /* each level vector is used once: unpacked where it is multiplied */
+            _Pragma("GCC unroll 2") for (int j = 0; j < 2; j++) {
+                v8i m[2];
+                _Pragma("GCC unroll 2") for (int q = 2 * j; q < 2 * j + 2; q++) {
+                    const v8i b = bc4(x + 4 * q);
+                    const int kk = kk0 + q;
+                    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                        const uint8_t *mh = ms + 32 * h;
+                        const v8i v = ld(mh + 64 * (16 * h6 + 8 * (k & 1) + kk));
+                        const v8i nib = _mm256_and_si256(k < 2 ? v : _mm256_srli_epi16(v, 4), m4);
+                        const v8i w =
+                            or_and(nib, shl(ld(mh + 2048 + 64 * (8 * h6 + kk)), 4 - 2 * k), b45);
+                        const v8i p = _mm256_maddubs_epi16(w, b);
+                        m[h] = in_reg(q & 1 ? _mm256_add_epi16(m[h], p) : p);
+                    }
+                }
+                /* in_reg: a chain, not a tree of 32 live products */
+                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) P[h] = in_reg(_mm256_add_epi32(
+                    P[h], _mm256_madd_epi16(m[h], sbyte_pair(ld(ms + 32 * h + 3072 + 64 * (g >> 2)),
+                                                             g & 3, g & 3))));
+            }
+        }
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            const uint8_t *mh = mp + 32 * h;
+            v8i cs = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) cs =
+                _mm256_add_epi32(cs, _mm256_madd_epi16(sbyte_pair(ld(mh + 3072 + 64 * (j >> 1)),
+                                                                  2 * (j & 1), 2 * (j & 1) + 1),
+                                                       bc4(xr + 260 + 4 * j)));
+            /* levels stored with the offset 32 added: take it out */
+            const v8i Pt = _mm256_sub_epi32(P[h], _mm256_slli_epi32(cs, 5));
+            acc[h] = kfin(acc[h], Pt, _mm256_setzero_si256(), bcf(xr),
+                          ldh(tl + (size_t)i * 32 + 16 * h), _mm256_setzero_ps(), 0);
+        }
+    }
+    store_rows(y, acc[0], half_rows(n_rows, 0));
+    if (n_rows > 8) store_rows(y + 8, acc[1], half_rows(n_rows, 1));
+}
+
+/* tile_q6_1 as its own function (as q6s_n: kept apart from the caller's registers) */
+SD_T __attribute__((noinline)) static void q6_1(const uint8_t *gp, int64_t nb, const uint8_t *xa,
+                                                float *y, int n_rows) {
+    tile_q6_1(gp, nb, xa, y, n_rows);
+}
+#endif
+
+#if !SD_X256_VNNI
 /* tile_q6_s as its own function: inlined beside tile_k236 in the caller it spilled (width
  * 5: 4180 Ir per super-block against 3969) */
 SD_T __attribute__((noinline)) static void q6s_n(const uint8_t *gp, int64_t nb, const uint8_t *xa,
@@ -886,17 +974,18 @@ SD_T __attribute__((noinline)) static void q6s_n(const uint8_t *gp, int64_t nb, 
 }
 #endif
 
-/* Q6_K: passes of 2 or more tokens in the AVX2 set run tile_q6_s; one token, and the
- * AVX-VNNI set, tile_k236 (tile_q6_s at one token: 1664 Ir per super-block against 1592,
- * scripts/kernel_ir.sh). */
+/* Q6_K: in the AVX2 set one token runs tile_q6_1, passes of 2 or more tokens tile_q6_s;
+ * the AVX-VNNI set tile_k236 (tile_q6_s at one token: 1664 Ir per super-block against
+ * tile_k236's 1592, scripts/kernel_ir.sh). */
 SD_T SD_INL void tile_q6(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
                          const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
                          const int kind, const int nt) {
 #if !SD_X256_VNNI
-    if (nt > 1) {
+    if (nt == 1)
+        q6_1(gp, nb, xa, y, n_rows);
+    else
         q6s_n(gp, nb, xa, sa, y, ldy, n_rows, nt);
-        return;
-    }
+    return;
 #endif
     tile_k236(gp, nb, xa, sa, xb, sb, y, ldy, n_rows, kind, nt);
 }
