@@ -229,9 +229,9 @@ Test(server_native, cached_tokens_and_metrics) {
     json_t *b = req(&s, "POST", "/v1/completions", body, 200);
     cr_expect_eq(jint(a, "usage/prompt_tokens_details/cached_tokens"), 0);
     const int64_t cached = jint(b, "usage/prompt_tokens_details/cached_tokens");
-    cr_expect_gt(cached, 0);
-    cr_expect_eq(cached % 16, 0);
-    cr_expect_leq(cached, n_prompt - 1);
+    cr_expect_eq(cached, n_prompt - 1,
+                 "the same prompt: all but its last token (fed for "
+                 "its logits) from the cache, to the token");
     json_t *c = req(&s, "POST", "/completion",
                     "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":4,\"temperature\":0}", 200);
     cr_expect_eq(jint(c, "timings/cache_n"), cached);
@@ -259,6 +259,77 @@ Test(server_native, cached_tokens_and_metrics) {
     cr_expect_eq(http_h(&s, "GET", "/slots", NULL, NULL, NULL), 501);
     cr_expect_eq(http_h(&s, "GET", "/", NULL, NULL, NULL), 404);
     srv_stop_ok(&s);
+}
+
+/* The token ids /tokenize gives text (BOS added) into ids (at most cap); the count. */
+static int64_t token_ids(const srv *s, const char *text, int32_t *ids, int64_t cap) {
+    json_t *tb = json_pack("{s:s,s:b}", "content", text, "add_special", 1);
+    char *tbs = json_dumps(tb, JSON_COMPACT);
+    json_t *t = req(s, "POST", "/tokenize", tbs, 200);
+    json_t *a = json_object_get(t, "tokens");
+    const int64_t n = (int64_t)json_array_size(a);
+    for (int64_t i = 0; i < n && i < cap; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    json_decref(t);
+    json_decref(tb);
+    free(tbs);
+    return n;
+}
+
+/* A greedy completion's text and its cached_tokens. */
+static char *complete(const srv *s, const char *prompt, int64_t *cached) {
+    json_t *rb = json_pack("{s:s,s:i,s:i}", "prompt", prompt, "max_tokens", 12, "temperature", 0);
+    char *rbs = json_dumps(rb, JSON_COMPACT);
+    json_t *r = req(s, "POST", "/v1/completions", rbs, 200);
+    if (cached) *cached = jint(r, "usage/prompt_tokens_details/cached_tokens");
+    char *text = strdup(jstr(json_array_get(json_object_get(r, "choices"), 0), "text"));
+    json_decref(r);
+    json_decref(rb);
+    free(rbs);
+    return text;
+}
+
+/* The prefix cache reuses the longest common prefix to the token: a request whose prompt
+ * parts from an earlier one inside a KV block takes exactly the shared tokens (the common
+ * prefix of the two /tokenize answers) from the cache, and its text equals its text on a
+ * server without the prefix cache. */
+Test(server_native, prefix_cache_reuses_to_the_token) {
+    const char *pa = NT_PROMPT " loved her red ball very much.";
+    const char *pb = NT_PROMPT " was very happy with her friends.";
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 1 --kv-block 16");
+    int32_t ia[256], ib[256];
+    const int64_t na = token_ids(&s, pa, ia, 256), nb = token_ids(&s, pb, ib, 256);
+    int64_t lcp = 0;
+    while (lcp < na && lcp < nb && ia[lcp] == ib[lcp])
+        lcp++;
+    cr_assert(lcp > 16 && lcp % 16 != 0 && lcp < nb - 1,
+              "the prompts must part inside a block after the first: %lld shared of %lld",
+              (long long)lcp, (long long)nb);
+    int64_t cached_a = -1, cached_b = -1;
+    char *ta = complete(&s, pa, &cached_a);
+    char *tb = complete(&s, pb, &cached_b);
+    cr_expect_eq(cached_a, 0);
+    cr_expect_eq(cached_b, lcp, "cached %lld, shared %lld", (long long)cached_b, (long long)lcp);
+    /* B again: all of its prompt but the last token; the same text */
+    int64_t cached_b2 = -1;
+    char *tb2 = complete(&s, pb, &cached_b2);
+    cr_expect_eq(cached_b2, nb - 1);
+    cr_expect_str_eq(tb2, tb);
+    srv_stop_ok(&s);
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 1 --kv-block 16 --no-prefix-cache");
+    int64_t cached_alone = -1;
+    char *alone = complete(&s, pb, &cached_alone);
+    cr_expect_eq(cached_alone, 0);
+    cr_expect_str_eq(tb, alone, "with the cache: '%s', alone: '%s'", tb, alone);
+    char *alone_a = complete(&s, pa, NULL);
+    cr_expect_str_eq(ta, alone_a);
+    srv_stop_ok(&s);
+    free(ta);
+    free(tb);
+    free(tb2);
+    free(alone);
+    free(alone_a);
 }
 
 /* llama-server's n_predict fills the context's room (-1: all of it; truncated), OpenAI's
