@@ -1055,6 +1055,12 @@ Test(server, sigterm_finishes_in_flight_and_binds_loopback) {
              of, s.port);
     const pid_t c = spawn(cmd, -1, -1);
     wait_bytes(of, 100, 120);
+    /* in flight: llama-server's requests_processing counts it (the server's own count) */
+    char *mt = NULL;
+    cr_assert_eq(http(&s, "GET", "/metrics", NULL, NULL, &mt), 200);
+    cr_expect_eq(metric_in(mt, "llamacpp:requests_processing"), 1.0, "%s", mt);
+    cr_expect_eq(metric_in(mt, "llamacpp:requests_deferred"), 0.0);
+    free(mt);
     cr_expect_eq(srv_stop(&s, 60), 0, "exit status after SIGTERM");
     int st = 0;
     waitpid(c, &st, 0);
