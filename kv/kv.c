@@ -155,8 +155,7 @@ sd_kv_pool *sd_kv_pool_of(sd_kv *kv) {
     return kv->pool;
 }
 
-/* Copy rows [0, n_rows) of every layer's K and V from block src to block dst. */
-static void copy_rows(sd_kv_pool *p, int32_t dst, int32_t src, int32_t n_rows) {
+void sd_kv_pool_copy_rows(sd_kv_pool *p, int32_t dst, int32_t src, int32_t n_rows) {
     const size_t bytes = (size_t)n_rows * p->row_bytes;
     for (int32_t l = 0; l < p->n_layer; l++) {
         const size_t base = (size_t)l * p->layer_len;
@@ -184,7 +183,7 @@ int sd_kv_reserve(sd_kv *kv, int32_t m, sd_error *err) {
         const int32_t nb = sd_kv_pool_take(p);
         if (nb < 0) goto full;
         const int32_t old = kv->table[first];
-        if (kv->n % p->bs) copy_rows(p, nb, old, kv->n % p->bs);
+        if (kv->n % p->bs) sd_kv_pool_copy_rows(p, nb, old, kv->n % p->bs);
         kv->table[first] = nb;
         sd_kv_pool_unref(p, old);
     }

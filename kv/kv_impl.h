@@ -22,10 +22,13 @@ struct sd_kv_pool {
     int32_t n_seqs; /* live sequences (sd_kv_pool_free checks there are none) */
     int64_t n_cow;
     /* Prefix cache (prefix.c); NULL arrays when the pool has a single block (a
-     * contiguous cache). A cached block b: cached[b] = 1, its tokens tok[b * bs ..],
-     * parent[b] (-1: the first block of a sequence), key[b], and a bucket chain link. */
+     * contiguous cache). A cached block b: cached[b] = 1, its n_tok[b] tokens
+     * tok[b * bs ..] (bs: a full block; fewer: a partial leaf, the last block of a stored
+     * sequence, its unused slots -1), parent[b] (-1: the first block of a sequence),
+     * key[b], and a bucket chain link. */
     uint8_t *cached;      /* [n_blocks] */
     int32_t *tok;         /* [n_blocks * bs] */
+    int32_t *n_tok;       /* [n_blocks] */
     int32_t *parent;      /* [n_blocks] */
     int32_t *n_child;     /* [n_blocks] cached blocks whose parent it is */
     uint64_t *key;        /* [n_blocks] */
@@ -79,6 +82,8 @@ void sd_kv_group_seq_free(sd_kv *kv);
 int sd_kv_group_reserve(sd_kv *kv, int32_t m, sd_error *err);
 int32_t sd_kv_group_release_before(sd_kv *kv, int32_t pos);
 int32_t sd_kv_group_attach(sd_kv *kv, const int32_t *tokens, int32_t n);
+/* kv.c: copy rows [0, n_rows) of every layer's K and V from block src to block dst. */
+void sd_kv_pool_copy_rows(sd_kv_pool *p, int32_t dst, int32_t src, int32_t n_rows);
 /* pool.c: the check of one block pool; *refs: the sequence references it counts. */
 int sd_kv_pool_check_one(const sd_kv_pool *p, int64_t *refs, sd_error *err);
 

@@ -79,6 +79,7 @@ void sd_kv_pool_free(sd_kv_pool *p) {
     free(p->free_list);
     free(p->cached);
     free(p->tok);
+    free(p->n_tok);
     free(p->parent);
     free(p->n_child);
     free(p->key);
@@ -123,14 +124,15 @@ int sd_kv_pool_init(const sd_kv_pool_params *pp, sd_kv_pool **out, sd_error *err
         p->bucket_mask = n_buckets - 1;
         p->cached = calloc(nb, 1);
         p->tok = malloc(nb * (size_t)pp->block_size * sizeof *p->tok);
+        p->n_tok = calloc(nb, sizeof *p->n_tok);
         p->parent = malloc(nb * sizeof *p->parent);
         p->n_child = calloc(nb, sizeof *p->n_child);
         p->key = calloc(nb, sizeof *p->key);
         p->last_use = calloc(nb, sizeof *p->last_use);
         p->next = malloc(nb * sizeof *p->next);
         p->bucket = malloc((size_t)n_buckets * sizeof *p->bucket);
-        ok = p->cached && p->tok && p->parent && p->n_child && p->key && p->last_use && p->next &&
-             p->bucket;
+        ok = p->cached && p->tok && p->n_tok && p->parent && p->n_child && p->key && p->last_use &&
+             p->next && p->bucket;
         if (ok)
             for (uint32_t i = 0; i < n_buckets; i++)
                 p->bucket[i] = -1;

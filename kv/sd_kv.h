@@ -175,17 +175,24 @@ int sd_kv_fork(sd_kv *dst, const sd_kv *src, int32_t n, sd_error *err);
  * their tokens and their parent (the cached block before them), so a block is found
  * only after the exact same tokens from position 0: its rows are then exactly the rows
  * that sequence would compute (K/V at a position depend only on the tokens up to it).
- * The cache holds one reference to each block it registers; blocks it alone holds are
- * evicted, least recently used first and children before parents, when the pool runs
- * out of free blocks.
+ * A stored sequence's last, partly filled block is registered too, as a partial leaf
+ * holding its n mod block_size tokens. The cache holds one reference to each block it
+ * registers; blocks it alone holds are evicted, least recently used first and children
+ * before parents, when the pool runs out of free blocks.
  *
- * sd_kv_cache_attach: an empty sequence takes the longest cached chain of full blocks
- * matching tokens[0 .. n) (n limits the match: whole blocks inside [0, n)). Returns the
- * positions it now holds (a multiple of block_size, possibly 0).
+ * sd_kv_cache_attach: an empty sequence takes the longest cached prefix of tokens[0 .. n)
+ * to the token: the chain of full blocks matching whole blocks inside [0, n), then the
+ * longest common run of the tokens after it with a cached child of the chain's last block
+ * (a full block whose tokens part from them, or a partial leaf), whose rows are copied
+ * into a block of the sequence's own (when one is free or evictable; else the run is left
+ * out). Returns the positions it now holds (possibly 0).
  * sd_kv_cache_store: register the full blocks of positions [0, n) of kv (n <= sd_kv_n;
- * tokens[0 .. n) are the ids at those positions) that are not cached yet. A block whose
- * tokens and parent are already cached under another block is not stored twice; its
- * children are stored under that block. No-op on a contiguous cache.
+ * tokens[0 .. n) are the ids at those positions) that are not cached yet, and the
+ * partly filled block holding positions past the last full one as a partial leaf (unless
+ * a cached child of the same parent already holds those tokens). A block whose tokens
+ * and parent are already cached under another block is not stored twice; its children
+ * are stored under that block. A sequence that goes on writing into a block the cache
+ * now holds copies it first. No-op on a contiguous cache.
  * sd_kv_pool_cache_clear: drop every cached block that no sequence maps.
  */
 int32_t sd_kv_cache_attach(sd_kv *kv, const int32_t *tokens, int32_t n);

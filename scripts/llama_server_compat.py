@@ -14,6 +14,10 @@ environment:
                      made by scripts/llama_server_suite.sh: stories260K.gguf (llama2.c's
                      stories260K converted by `specdec convert`).
 
+No model flag (llama-server's router mode, which specdec does not have): specdec serves
+stories260K.gguf alone, said in one line (the suite's router-mode CORS cases check the HTTP
+layer only); a llama-server baseline exits 1 there.
+
 The suite's Hugging Face models map as follows (anything else: exit 1, naming it):
   ggml-org/test-model-stories260K, ggml-org/models tinyllamas/stories260K.gguf
       -> stories260K.gguf (the same checkpoint the suite downloads, converted locally)
@@ -146,14 +150,21 @@ def main(argv):
             rest.append(a)
             i += 1
     if model is None:
+        if hf_repo is None and model_url is None and peer:
+            note("no model flag (router mode): not run here")
+            return 1
         if hf_repo is None and model_url is None:
-            note("no model flag (router mode): not supported")
-            return 1
-        model = local_model(hf_repo, hf_file, models_dir) if hf_repo else None
-        if model is None:
-            note(f"no local model for --hf-repo {hf_repo} --hf-file {hf_file} --model-url {model_url}")
-            return 1
-        note(f"model {hf_repo} {hf_file or ''} -> {model}")
+            # llama-server's router mode (no model: it loads them on demand) is not
+            # specdec's; its suite cases that check the HTTP layer (CORS) run against the
+            # local stories260K model served alone
+            model = os.path.join(models_dir, "stories260K.gguf")
+            note(f"no model flag (router mode): no router, serving {model} alone")
+        else:
+            model = local_model(hf_repo, hf_file, models_dir) if hf_repo else None
+            if model is None:
+                note(f"no local model for --hf-repo {hf_repo} --hf-file {hf_file} --model-url {model_url}")
+                return 1
+            note(f"model {hf_repo} {hf_file or ''} -> {model}")
     if not os.path.exists(model):
         note(f"model file {model} does not exist")
         return 1

@@ -202,45 +202,58 @@ Test(kv, fork_shares_and_copies_on_write) {
     sd_kv_pool_free(pool);
 }
 
-Test(kv, prefix_cache_matches_exact_prefixes_only) {
+/* The cache matches exact prefixes from position 0, to the token: the full blocks, then
+ * the longest common run with a cached child (a full block or the partial leaf a stored
+ * sequence's last block makes), copied into the sequence's own block. */
+Test(kv, prefix_cache_matches_exact_prefixes_to_the_token) {
     sd_kv_pool *pool = pool_new(4, 16);
     sd_kv *a = seq_new(pool, 64);
     int32_t ha[64], t[64];
     for (int i = 0; i < 64; i++)
         t[i] = 50 + i;
     cr_assert_eq(append(a, ha, t, 10), SD_OK);
-    sd_kv_cache_store(a, ha, 10); /* blocks 0, 1 (block 2 is partial) */
+    sd_kv_cache_store(a, ha, 10); /* blocks 0, 1 and block 2's 2 tokens (a partial leaf) */
     sd_kv_pool_stats st;
     sd_kv_pool_get_stats(pool, &st);
-    cr_expect_eq(st.n_cached, 2);
+    cr_expect_eq(st.n_cached, 3);
     cr_expect_eq(st.n_cached_idle, 0, "a still maps them");
     sd_kv_cache_store(a, ha, 10); /* idempotent */
     sd_kv_pool_get_stats(pool, &st);
-    cr_expect_eq(st.n_cached, 2);
+    cr_expect_eq(st.n_cached, 3);
     sd_kv_free(a);
     sd_kv_pool_get_stats(pool, &st);
-    cr_expect_eq(st.n_cached_idle, 2);
-    cr_expect_eq(st.n_free, 14);
+    cr_expect_eq(st.n_cached_idle, 3);
+    cr_expect_eq(st.n_free, 13);
     cr_expect_eq(sd_kv_pool_n_available(pool), 16);
 
-    /* The same first 9 tokens: both full blocks. */
+    /* The same first 9 tokens: both full blocks and 1 token of the partial leaf (a copy:
+     * the sequence maps 2 cached blocks and 1 of its own). */
     sd_kv *b = seq_new(pool, 64);
-    cr_expect_eq(sd_kv_cache_attach(b, t, 9), 8);
+    cr_expect_eq(sd_kv_cache_attach(b, t, 9), 9);
+    cr_expect_eq(sd_kv_n_blocks(b), 3);
+    sd_kv_pool_get_stats(pool, &st);
+    cr_expect_eq(st.n_cached_idle, 1, "the partial leaf is the cache's alone");
     int32_t hb[64];
-    memcpy(hb, t, 8 * sizeof *t);
+    memcpy(hb, t, 9 * sizeof *t);
     expect_rows(b, hb, "attached");
-    cr_assert_eq(append(b, hb, t + 8, 1), SD_OK);
+    cr_assert_eq(append(b, hb, t + 9, 1), SD_OK);
     expect_rows(b, hb, "attached + 1");
-    /* n limits the match to whole blocks inside it. */
+    /* n limits the match: 1 block, then 3 tokens of the full second block. */
     sd_kv *c = seq_new(pool, 64);
-    cr_expect_eq(sd_kv_cache_attach(c, t, 7), 4);
+    cr_expect_eq(sd_kv_cache_attach(c, t, 7), 7);
+    expect_rows(c, t, "7 attached");
     sd_kv_free(c);
-    /* A different token in the second block: only the first block matches. */
+    /* A different token at position 6: the first block and 2 tokens of the second. */
     int32_t u[16];
     memcpy(u, t, sizeof u);
     u[6] = 999;
     c = seq_new(pool, 64);
-    cr_expect_eq(sd_kv_cache_attach(c, u, 16), 4);
+    cr_expect_eq(sd_kv_cache_attach(c, u, 16), 6);
+    expect_rows(c, u, "6 attached");
+    int32_t hc[64];
+    memcpy(hc, u, 6 * sizeof *u);
+    cr_assert_eq(append(c, hc, u + 6, 2), SD_OK);
+    expect_rows(c, hc, "6 attached + 2 of its own");
     sd_kv_free(c);
     /* A different first token: nothing, though the second block's tokens agree. */
     u[6] = t[6];
@@ -255,7 +268,7 @@ Test(kv, prefix_cache_matches_exact_prefixes_only) {
     sd_kv_free(b);
     sd_kv_free(c);
     sd_kv_pool_get_stats(pool, &st);
-    cr_expect_eq(st.n_hit_blocks, 2 + 1 + 1);
+    cr_expect_eq(st.n_hit_blocks, 3 + 2 + 2);
     sd_kv_pool_cache_clear(pool);
     sd_kv_pool_get_stats(pool, &st);
     cr_expect_eq(st.n_free, 16);

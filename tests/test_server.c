@@ -753,8 +753,9 @@ Test(server, full_connection_slots_free_silent_sockets) {
     cr_expect_eq(srv_stop(&s, 30), 0);
 }
 
-/* CORS: the allowed origins get Access-Control-Allow-Origin on every answer and a 204
- * preflight; other origins get nothing; X-Api-Key is a key. */
+/* CORS: the allowed origins get Access-Control-Allow-Origin on every answer and a 200
+ * preflight (llama-server's); other origins get nothing; "localhost" allows the local
+ * origins only; X-Api-Key is a key. */
 static char *headers_of(const srv *s, const char *method, const char *path, const char *extra) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
@@ -771,7 +772,7 @@ Test(server, cors_and_x_api_key) {
               "-m " TS_TARGET " -np 1 --api-key k3y --cors-origins 'http://a.test, http://b.test'");
     char *h = headers_of(&s, "OPTIONS", "/v1/chat/completions",
                          "-H 'Origin: http://b.test' -H 'Access-Control-Request-Method: POST'");
-    cr_expect_not_null(strstr(h, " 204"), "%s", h);
+    cr_expect_not_null(strstr(h, " 200"), "%s", h);
     cr_expect_not_null(strstr(h, "Access-Control-Allow-Origin: http://b.test"), "%s", h);
     cr_expect_not_null(strstr(h, "Access-Control-Allow-Methods:"), "%s", h);
     cr_expect_not_null(strstr(h, "Authorization"), "%s", h);
@@ -795,6 +796,27 @@ Test(server, cors_and_x_api_key) {
     h = headers_of(&s, "GET", "/health", "-H 'Origin: http://a.test'");
     cr_expect_null(strstr(h, "Access-Control"), "no --cors-origins: %s", h);
     free(h);
+    cr_expect_eq(srv_stop(&s, 30), 0);
+    /* "localhost": http(s) on localhost, 127.0.0.1 or [::1], any port, reflected */
+    srv_start(&s, "-m " TS_TARGET " -np 1 --cors-origins localhost");
+    const char *const local[4] = {"http://localhost", "http://127.0.0.1:3000", "https://[::1]:8080",
+                                  "HTTP://LOCALHOST:1"};
+    const char *const remote[5] = {"http://evil.com", "http://localhost.evil.com",
+                                   "http://notlocalhost", "http://localhost:80x",
+                                   "ftp://localhost"};
+    for (int i = 0; i < 9; i++) {
+        const char *o = i < 4 ? local[i] : remote[i - 4];
+        char hdr[256], want[256];
+        snprintf(hdr, sizeof hdr, "-H 'Origin: %s' -H 'Access-Control-Request-Method: POST'", o);
+        h = headers_of(&s, "OPTIONS", "/completions", hdr);
+        cr_expect_not_null(strstr(h, " 200"), "%s: %s", o, h);
+        snprintf(want, sizeof want, "Access-Control-Allow-Origin: %s\r\n", o);
+        if (i < 4)
+            cr_expect_not_null(strstr(h, want), "%s: %s", o, h);
+        else
+            cr_expect_null(strstr(h, "Access-Control"), "%s: %s", o, h);
+        free(h);
+    }
     cr_expect_eq(srv_stop(&s, 30), 0);
     srv_start(&s, "-m " TS_TARGET " -np 1 --cors-origins '*'");
     h = headers_of(&s, "POST", "/tokenize",
@@ -1033,6 +1055,12 @@ Test(server, sigterm_finishes_in_flight_and_binds_loopback) {
              of, s.port);
     const pid_t c = spawn(cmd, -1, -1);
     wait_bytes(of, 100, 120);
+    /* in flight: llama-server's requests_processing counts it (the server's own count) */
+    char *mt = NULL;
+    cr_assert_eq(http(&s, "GET", "/metrics", NULL, NULL, &mt), 200);
+    cr_expect_eq(metric_in(mt, "llamacpp:requests_processing"), 1.0, "%s", mt);
+    cr_expect_eq(metric_in(mt, "llamacpp:requests_deferred"), 0.0);
+    free(mt);
     cr_expect_eq(srv_stop(&s, 60), 0, "exit status after SIGTERM");
     int st = 0;
     waitpid(c, &st, 0);

@@ -29,6 +29,9 @@
 #define NT_TARGET SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
 #define NT_DRAFT  SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
 #define NT_PROMPT "Once upon a time, there was a little girl named Lily who"
+#define NT_LONG_PROMPT                                                                             \
+    NT_PROMPT " loved to play outside in the park with her big red ball. One day she met a "       \
+              "small dog who wanted to play too"
 
 static void setup(void) {
     cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
@@ -229,9 +232,9 @@ Test(server_native, cached_tokens_and_metrics) {
     json_t *b = req(&s, "POST", "/v1/completions", body, 200);
     cr_expect_eq(jint(a, "usage/prompt_tokens_details/cached_tokens"), 0);
     const int64_t cached = jint(b, "usage/prompt_tokens_details/cached_tokens");
-    cr_expect_gt(cached, 0);
-    cr_expect_eq(cached % 16, 0);
-    cr_expect_leq(cached, n_prompt - 1);
+    cr_expect_eq(cached, n_prompt - 1,
+                 "the same prompt: all but its last token (fed for "
+                 "its logits) from the cache, to the token");
     json_t *c = req(&s, "POST", "/completion",
                     "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":4,\"temperature\":0}", 200);
     cr_expect_eq(jint(c, "timings/cache_n"), cached);
@@ -248,6 +251,8 @@ Test(server_native, cached_tokens_and_metrics) {
     cr_expect_not_null(strstr(m, want), "want%s", want);
     cr_expect_not_null(strstr(m, "\nllamacpp:tokens_predicted_total 12\n"));
     cr_expect_not_null(strstr(m, "\n# TYPE llamacpp:requests_processing gauge\n"));
+    /* counted by the server: 0 as soon as the answers are in */
+    cr_expect_not_null(strstr(m, "\nllamacpp:requests_processing 0\n"), "%s", m);
     free(m);
     free(h);
     json_decref(a);
@@ -259,6 +264,77 @@ Test(server_native, cached_tokens_and_metrics) {
     cr_expect_eq(http_h(&s, "GET", "/slots", NULL, NULL, NULL), 501);
     cr_expect_eq(http_h(&s, "GET", "/", NULL, NULL, NULL), 404);
     srv_stop_ok(&s);
+}
+
+/* The token ids /tokenize gives text (BOS added) into ids (at most cap); the count. */
+static int64_t token_ids(const srv *s, const char *text, int32_t *ids, int64_t cap) {
+    json_t *tb = json_pack("{s:s,s:b}", "content", text, "add_special", 1);
+    char *tbs = json_dumps(tb, JSON_COMPACT);
+    json_t *t = req(s, "POST", "/tokenize", tbs, 200);
+    json_t *a = json_object_get(t, "tokens");
+    const int64_t n = (int64_t)json_array_size(a);
+    for (int64_t i = 0; i < n && i < cap; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    json_decref(t);
+    json_decref(tb);
+    free(tbs);
+    return n;
+}
+
+/* A greedy completion's text and its cached_tokens. */
+static char *complete(const srv *s, const char *prompt, int64_t *cached) {
+    json_t *rb = json_pack("{s:s,s:i,s:i}", "prompt", prompt, "max_tokens", 12, "temperature", 0);
+    char *rbs = json_dumps(rb, JSON_COMPACT);
+    json_t *r = req(s, "POST", "/v1/completions", rbs, 200);
+    if (cached) *cached = jint(r, "usage/prompt_tokens_details/cached_tokens");
+    char *text = strdup(jstr(json_array_get(json_object_get(r, "choices"), 0), "text"));
+    json_decref(r);
+    json_decref(rb);
+    free(rbs);
+    return text;
+}
+
+/* The prefix cache reuses the longest common prefix to the token: a request whose prompt
+ * parts from an earlier one inside a KV block takes exactly the shared tokens (the common
+ * prefix of the two /tokenize answers) from the cache, and its text equals its text on a
+ * server without the prefix cache. */
+Test(server_native, prefix_cache_reuses_to_the_token) {
+    const char *pa = NT_PROMPT " loved her red ball very much.";
+    const char *pb = NT_PROMPT " was very happy with her friends.";
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 1 --kv-block 16");
+    int32_t ia[256], ib[256];
+    const int64_t na = token_ids(&s, pa, ia, 256), nb = token_ids(&s, pb, ib, 256);
+    int64_t lcp = 0;
+    while (lcp < na && lcp < nb && ia[lcp] == ib[lcp])
+        lcp++;
+    cr_assert(lcp > 16 && lcp % 16 != 0 && lcp < nb - 1,
+              "the prompts must part inside a block after the first: %lld shared of %lld",
+              (long long)lcp, (long long)nb);
+    int64_t cached_a = -1, cached_b = -1;
+    char *ta = complete(&s, pa, &cached_a);
+    char *tb = complete(&s, pb, &cached_b);
+    cr_expect_eq(cached_a, 0);
+    cr_expect_eq(cached_b, lcp, "cached %lld, shared %lld", (long long)cached_b, (long long)lcp);
+    /* B again: all of its prompt but the last token; the same text */
+    int64_t cached_b2 = -1;
+    char *tb2 = complete(&s, pb, &cached_b2);
+    cr_expect_eq(cached_b2, nb - 1);
+    cr_expect_str_eq(tb2, tb);
+    srv_stop_ok(&s);
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 1 --kv-block 16 --no-prefix-cache");
+    int64_t cached_alone = -1;
+    char *alone = complete(&s, pb, &cached_alone);
+    cr_expect_eq(cached_alone, 0);
+    cr_expect_str_eq(tb, alone, "with the cache: '%s', alone: '%s'", tb, alone);
+    char *alone_a = complete(&s, pa, NULL);
+    cr_expect_str_eq(ta, alone_a);
+    srv_stop_ok(&s);
+    free(ta);
+    free(tb);
+    free(tb2);
+    free(alone);
+    free(alone_a);
 }
 
 /* llama-server's n_predict fills the context's room (-1: all of it; truncated), OpenAI's
@@ -535,6 +611,103 @@ Test(server_native, json_reals_carry_15_digits) {
               "predicted_ms %.17g",
               rate, want);
     json_decref(j);
+    free(o);
+    srv_stop_ok(&s);
+}
+
+/* The prompt_progress chunks of a stream with path's route: their "processed" values in
+ * order into pr (at most cap; the count), total and cache checked the same in each, and
+ * the text of the stream's choice 0 appended to text. */
+static int progress_of(const srv *s, const char *path, const char *body, int32_t *pr, int cap,
+                       int64_t *total, int64_t *cache, char *text, size_t text_cap) {
+    char *o = NULL;
+    cr_assert_eq(http_h(s, "POST", path, body, &o, NULL), 200, "%s", o);
+    int n = 0;
+    char *save = NULL; /* jint tokenizes its path with strtok */
+    for (char *line = strtok_r(o, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(line, "data: ", 6) || !strcmp(line, "data: [DONE]")) continue;
+        json_t *c = json_loads(line + 6, 0, NULL);
+        cr_assert_not_null(c, "chunk: %s", line);
+        json_t *pp = json_object_get(c, "prompt_progress");
+        if (pp) {
+            cr_assert_lt(n, cap);
+            if (n == 0) {
+                *total = jint(pp, "total");
+                *cache = jint(pp, "cache");
+            }
+            cr_expect_eq(jint(pp, "total"), *total);
+            cr_expect_eq(jint(pp, "cache"), *cache);
+            pr[n++] = (int32_t)jint(pp, "processed");
+        } else {
+            json_t *ch = json_array_get(json_object_get(c, "choices"), 0);
+            const char *t = json_string_value(json_object_get(ch, "text"));
+            if (t) strncat(text, t, text_cap - strlen(text) - 1);
+        }
+        json_decref(c);
+    }
+    free(o);
+    return n;
+}
+
+/* llama-server's return_progress: with -b 16 a prompt of n tokens is fed in chunks of 16
+ * but its last token (which goes with the first decoding pass), so the chunks report 0
+ * (cache 0), 16, 32, ... below n - 1, then n before the first token; the same prompt again
+ * reports its cached n - 1, then n. The text equals the stream's without progress. */
+Test(server_native, return_progress_reports_each_prompt_chunk) {
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 512 -np 1 -b 16");
+    const char *prompt = NT_LONG_PROMPT;
+    const int64_t n = n_tokens(&s, prompt);
+    cr_assert_gt(n, 34, "the prompt must take three chunks or more");
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"%s\",\"max_tokens\":6,\"temperature\":0,\"stream\":true%s}", prompt,
+             ",\"return_progress\":true");
+    int32_t pr[64];
+    int64_t total = -1, cache = -1;
+    char text[2048] = "", plain[2048] = "";
+    int np = progress_of(&s, "/v1/completions", body, pr, 64, &total, &cache, text, sizeof text);
+    int32_t want[64];
+    int nw = 0;
+    want[nw++] = 0;
+    for (int32_t k = 16; k < n - 1; k += 16)
+        want[nw++] = k;
+    want[nw++] = (int32_t)n;
+    cr_expect_eq(total, n);
+    cr_expect_eq(cache, 0);
+    cr_assert_eq(np, nw, "%d progress chunks, expected %d", np, nw);
+    for (int i = 0; i < nw; i++)
+        cr_expect_eq(pr[i], want[i], "chunk %d: processed %d, expected %d", i, pr[i], want[i]);
+    /* again: the prefix cache holds all but the last token */
+    char again[2048] = "";
+    np = progress_of(&s, "/v1/completions", body, pr, 64, &total, &cache, again, sizeof again);
+    cr_expect_eq(cache, n - 1);
+    cr_assert_eq(np, 2);
+    cr_expect_eq(pr[0], n - 1);
+    cr_expect_eq(pr[1], n);
+    cr_expect_str_eq(again, text);
+    /* without return_progress: no progress chunk, the same text */
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"%s\",\"max_tokens\":6,\"temperature\":0,\"stream\":true}", prompt);
+    np = progress_of(&s, "/v1/completions", body, pr, 64, &total, &cache, plain, sizeof plain);
+    cr_expect_eq(np, 0);
+    cr_expect_str_eq(plain, text);
+    /* the native route's chunks carry the prompt's timings, none predicted yet */
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"%s x\",\"n_predict\":2,\"stream\":true,\"return_progress\":true}",
+             prompt);
+    char *o = NULL;
+    cr_assert_eq(http_h(&s, "POST", "/completion", body, &o, NULL), 200);
+    const char *first = strstr(o, "\"prompt_progress\"");
+    cr_assert_not_null(first, "%s", o);
+    const char *line = first;
+    while (line > o && line[-1] != '\n')
+        line--;
+    json_t *c = json_loads(line + 6, JSON_DISABLE_EOF_CHECK, NULL);
+    cr_assert_not_null(c);
+    cr_expect_eq(jint(c, "timings/predicted_n"), 0);
+    cr_expect_eq(jint(c, "timings/prompt_n"), 0, "the first chunk: nothing evaluated yet");
+    json_decref(c);
     free(o);
     srv_stop_ok(&s);
 }

@@ -335,9 +335,10 @@ static void note_line(void *user, const char *line) {
 
 /* Raise the soft limit on open files to want (at most the hard limit): each connection
  * holds a socket. A note when the hard limit is lower. */
-/* "listening on http://ADDR:PORT", one line per address of the --host list (an IPv6
- * literal in brackets), the first address first. */
-static void print_listening(const char *hosts, int port) {
+/* "listening on http://ADDR:PORT" to f, one line per address of the --host list (an IPv6
+ * literal in brackets), the first address first; with a prefix (stderr's summary line,
+ * which ends with it), only the first address, after the prefix. */
+static void print_listening(FILE *f, const char *prefix, const char *hosts, int port) {
     const char *p = hosts;
     for (;;) {
         while (*p == ' ' || *p == '\t')
@@ -346,10 +347,10 @@ static void print_listening(const char *hosts, int port) {
         while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t'))
             n--;
         const int bare_v6 = memchr(p, ':', n) != NULL && p[0] != '[';
-        printf("listening on http://%s%.*s%s:%d\n", bare_v6 ? "[" : "", (int)n, p,
-               bare_v6 ? "]" : "", port);
+        fprintf(f, "%slistening on http://%s%.*s%s:%d\n", prefix, bare_v6 ? "[" : "", (int)n, p,
+                bare_v6 ? "]" : "", port);
         p = strchr(p, ',');
-        if (!p) break;
+        if (!p || prefix[0]) break;
         p++;
     }
 }
@@ -532,15 +533,15 @@ int sd_cmd_serve(int argc, char **argv) {
     if ((rc = sd_server_init(e, b, &sp, &srv, &err))) goto done;
     g_server = srv;
     install_signals();
-    fprintf(stderr,
-            "specdec: serve: %d sequences of up to %d tokens, K %d (%s, %s), listening on "
-            "http://%s:%d\n",
-            (int)np, sd_batcher_n_ctx(b), gp.n_draft,
-            sd_draft_type_name(sd_engine_draft(e) && gp.draft_type == SD_DRAFT_AUTO
-                                   ? SD_DRAFT_LLM
-                                   : gp.draft_type),
-            sd_k_policy_name(gp.k_policy), c.host, sd_server_port(srv));
-    print_listening(c.host, sd_server_port(srv));
+    char summary[256];
+    snprintf(
+        summary, sizeof summary, "specdec: serve: %d sequences of up to %d tokens, K %d (%s, %s), ",
+        (int)np, sd_batcher_n_ctx(b), gp.n_draft,
+        sd_draft_type_name(sd_engine_draft(e) && gp.draft_type == SD_DRAFT_AUTO ? SD_DRAFT_LLM
+                                                                                : gp.draft_type),
+        sd_k_policy_name(gp.k_policy));
+    print_listening(stderr, summary, c.host, sd_server_port(srv));
+    print_listening(stdout, "", c.host, sd_server_port(srv));
     fflush(stdout);
     rc = sd_server_run(srv, &err);
     g_server = NULL;

@@ -73,6 +73,20 @@ int sd_choice_event(sd_batcher *b, sd_choice *c) {
     return c->r->cb ? c->r->cb(c->r->user, &ev) : 0;
 }
 
+int sd_choice_progress(sd_batcher *b, sd_choice *c, int32_t n_processed) {
+    (void)b;
+    sd_req_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.id = c->r->id;
+    ev.index = c->index;
+    ev.text = "";
+    ev.stop = SD_STOP_NONE;
+    ev.stats = &c->st;
+    ev.progress = 1;
+    ev.n_processed = n_processed;
+    return c->r->cb ? c->r->cb(c->r->user, &ev) : 0;
+}
+
 void sd_choice_finish(sd_batcher *b, sd_choice *c, sd_stop_reason stop) {
     if (c->state == CH_DONE) return;
     if (c->stop == SD_STOP_NONE) c->stop = stop;

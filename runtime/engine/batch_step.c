@@ -560,6 +560,16 @@ static int start_decoding(sd_batcher *b, sd_error *err) {
 
 /* ---- the step ---- */
 
+/* A prompt-progress event of r's first choice; a non-zero answer cancels r. */
+static void progress_event(sd_batcher *b, sd_req *r) {
+    const sd_choice *c0 = &r->ch[0];
+    if (sd_choice_progress(b, &r->ch[0], sd_session_seq_n_past(b->ts, c0->slot))) {
+        pthread_mutex_lock(&b->mu);
+        r->cancel = 1;
+        pthread_mutex_unlock(&b->mu);
+    }
+}
+
 static void compact(sd_batcher *b);
 
 /* Events for every choice that moved, finishing those that stopped; the callback's
@@ -655,6 +665,13 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
     compact(b);
     admit(b);
     pthread_mutex_unlock(&b->mu);
+    /* Prompt progress: the admitted requests' first event (the cached positions). */
+    for (int32_t i = 0; i < b->n_running; i++) {
+        sd_req *r = b->running[i];
+        if (!r->progress || r->progress_sent || r->ch[0].slot < 0) continue;
+        r->progress_sent = 1;
+        progress_event(b, r);
+    }
 
     int64_t gen0 = 0, drafted0 = 0, accepted0 = 0;
     for (int32_t i = 0; i < b->n_running; i++)
@@ -729,6 +746,14 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
                 rc = after_decode(b, &r->ch[j],
                                   b->logits + (size_t)r->ch[j].row0 * (size_t)b->n_vocab, t_pass,
                                   err);
+    }
+    /* Prompt progress after each chunk but the prompt's last (its last token goes with
+     * the first decoding pass). */
+    for (int32_t i = 0; i < b->n_running && !rc; i++) {
+        sd_req *r = b->running[i];
+        if (r->progress && r->ch[0].state == CH_PREFILL && r->ch[0].in_pass &&
+            sd_session_seq_n_past(b->ts, r->ch[0].slot) < r->n_prompt - 1)
+            progress_event(b, r);
     }
     if (rc) { /* a model error ends every request of the pass */
         for (int32_t i = 0; i < b->n_running; i++) {

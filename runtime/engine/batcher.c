@@ -369,6 +369,7 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     q->n_choices = r->n_choices;
     q->cb = r->cb;
     q->user = r->user;
+    q->progress = r->progress != 0;
     q->t_submit = sd_time_ms();
     int ok = 1;
     q->prompt = xcalloc((size_t)r->n_prompt, sizeof *q->prompt, &ok);

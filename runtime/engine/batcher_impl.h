@@ -80,6 +80,8 @@ struct sd_req {
     sd_choice *ch; /* [n_choices] */
     sd_req_cb cb;
     void *user;
+    int progress;        /* prompt-progress events asked (sd_request.progress) */
+    int progress_sent;   /* the admission's progress event went out */
     int cancel;          /* set under the mutex by sd_batcher_cancel */
     int n_done;          /* choices done */
     double t_submit;     /* ms, sd_time_ms */
@@ -163,6 +165,9 @@ void sd_choice_text(sd_batcher *b, sd_choice *c, int32_t first_new);
 /* Give the callback what is new for c (ids, final text, done). Returns the callback's
  * value (non-zero: cancel the request). */
 int sd_choice_event(sd_batcher *b, sd_choice *c);
+/* A prompt-progress event of choice c (0) of a request that asked (sd_req_event.progress):
+ * n_processed positions of its prompt are in the target's cache; the callback's value. */
+int sd_choice_progress(sd_batcher *b, sd_choice *c, int32_t n_processed);
 /* End choice c with reason stop (flushes its text, sends the done event, releases its
  * sequences). */
 void sd_choice_finish(sd_batcher *b, sd_choice *c, sd_stop_reason stop);

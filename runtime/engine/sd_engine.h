@@ -654,6 +654,14 @@ typedef struct sd_req_event {
     int done;         /* 1: the choice has ended; stop says why, stats are final */
     sd_stop_reason stop;
     const sd_gen_stats *stats; /* this choice's statistics so far */
+    /* 1: a prompt-progress event (only when the request asked: sd_request.progress) of
+     * choice 0, no tokens and no text: n_processed of the prompt's positions are in the
+     * target's KV cache (stats->n_prompt_cached of them from the prefix cache). One when
+     * the request is admitted (n_processed: the cached positions), one after each prompt
+     * chunk but the last (the prompt but its last token: that token goes with the first
+     * decoding pass, whose token event follows). */
+    int progress;
+    int32_t n_processed;
 } sd_req_event;
 
 /* Return non-zero to cancel the request (every choice; a done event follows for each
@@ -677,6 +685,7 @@ typedef struct sd_request {
                           draws with seed + i */
     sd_req_cb cb;
     void *user;
+    int progress; /* 1: prompt-progress events too (sd_req_event.progress) */
 } sd_request;
 
 /* Make a batcher over e's models (e made with models_only, or not: its own sessions are

@@ -204,6 +204,7 @@ typedef struct gen_req {
     int32_t n_stop;
     int32_t n;
     int stream, include_usage;
+    int progress;        /* llama-server's return_progress (streams only) */
     sd_logit_bias *bias; /* gp.samp's logit biases (logprobs.c), freed after submission */
     char *grammar;       /* gp.grammar (GBNF, malloc'd), freed after submission */
 } gen_req;
@@ -256,6 +257,7 @@ static int parse_common(sd_server *s, json_t *o, int chat, gen_req *q, srv_reply
         if (!json_is_object(so)) return bad_field(r, "stream_options", "must be an object");
         if (get_bool(so, "include_usage", &q->include_usage, r) < 0) return -1;
     }
+    if (get_bool(o, "return_progress", &q->progress, r) < 0) return -1;
     int ig = 0;
     if ((got = get_bool(o, "ignore_eos", &ig, r)) < 0) return -1;
     if (got) q->gp.ignore_eos = ig;
@@ -655,6 +657,40 @@ static void wake(srv_gen *g) {
     MHD_resume_connection(g->conn);
 }
 
+/* llama-server's prompt_progress chunk of batcher request sub: total, cache and processed
+ * positions of its prompt, time_ms since the first (with timings: the prompt's so far, no
+ * token predicted yet). Under g->mu. */
+static void sse_progress(srv_gen *g, srv_sub *sub, int32_t processed, const sd_gen_stats *st) {
+    const double now = sd_time_ms();
+    if (!sub->progress_n) {
+        sub->t_progress0 = now;
+        sub->progress_cache = st->n_prompt_cached;
+    }
+    sub->progress_n++;
+    const int32_t total = g->ch[sub->base].n_prompt, cache = sub->progress_cache;
+    const double ms = now - sub->t_progress0;
+    const int32_t done = processed - cache;
+    json_t *pp = json_pack("{s:i,s:i,s:i,s:f}", "total", (int)total, "cache", (int)cache,
+                           "processed", (int)processed, "time_ms", ms);
+    json_t *j;
+    if (g->native) {
+        j = json_pack("{s:i,s:s,s:[],s:b,s:i}", "index", (int)sub->base, "content", "", "tokens",
+                      "stop", 0, "id_slot", -1);
+        json_object_set_new(j, "timings",
+                            json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "cache_n",
+                                      (int)cache, "prompt_n", (int)done, "prompt_ms", ms,
+                                      "prompt_per_token_ms", done > 0 ? ms / done : 0.0,
+                                      "prompt_per_second", ms > 0 ? 1e3 * done / ms : 0.0,
+                                      "predicted_n", 0, "predicted_ms", 0.0,
+                                      "predicted_per_token_ms", 0.0, "predicted_per_second", 0.0));
+    } else {
+        j = chunk_head(g);
+        json_object_set_new(j, "choices", json_array());
+    }
+    json_object_set_new(j, "prompt_progress", pp);
+    sse_event(g, j);
+}
+
 /* The engine's callback (the stepping thread). */
 static int on_event(void *user, const sd_req_event *ev_sub) {
     srv_sub *sub = user;
@@ -663,6 +699,18 @@ static int on_event(void *user, const sd_req_event *ev_sub) {
     e.index += sub->base;
     const sd_req_event *ev = &e;
     pthread_mutex_lock(&g->mu);
+    if (ev->progress || (g->progress && !sub->progress_end && ev->n_tokens > 0)) {
+        /* a prompt chunk went through; or the first token: the whole prompt did */
+        const int end = !ev->progress;
+        if (end) sub->progress_end = 1;
+        sse_progress(g, sub, end ? g->ch[sub->base].n_prompt : ev->n_processed, ev->stats);
+        if (ev->progress) {
+            const int cancel = g->cancelled;
+            wake(g);
+            pthread_mutex_unlock(&g->mu);
+            return cancel;
+        }
+    }
     srv_choice *c = &g->ch[ev->index];
     if (ev->len && sd_buf_append(&c->text, &c->len, &c->cap, ev->text, ev->len)) g->oom = 1;
     if (ev->n_tokens > 0 && sd_buf_append(&c->toks, &c->toks_len, &c->toks_cap, ev->tokens,
@@ -708,6 +756,8 @@ static int on_event(void *user, const sd_req_event *ev_sub) {
     if (!all && !g->cancelled && srv_peer_reset(g->fd)) g->cancelled = 1;
     if (g->oom && !all) g->cancelled = 1;
     const int cancel = g->cancelled, sub_done = ev->done && sub->n_done == sub->n;
+    /* before the wake: a client that reads /metrics after its answer sees it done */
+    if (sub_done) atomic_fetch_sub(&g->srv->n_inflight, 1);
     if (all || g->stream) wake(g);
     pthread_mutex_unlock(&g->mu);
     if (sub_done) srv_gen_unref(g); /* this batcher request's reference */
@@ -935,6 +985,7 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
         g->prompt_text = srv_native_prompt_text(sd_engine_vocab(s->e), pids[0], pn[0]);
     g->stream = q.stream;
     g->include_usage = q.include_usage;
+    g->progress = q.progress && q.stream;
     g->logprobs = q.gp.logprobs;
     g->n_choices = n_p * q.n;
     g->n_prompt = (int32_t)n_prompt_all;
@@ -952,6 +1003,7 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     req.n_stop = q.n_stop;
     req.n_choices = q.n;
     req.cb = on_event;
+    req.progress = g->progress;
     sd_error err = {0};
     int rc = 0;
     int32_t n_sub = 0;
@@ -965,7 +1017,11 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
         req.gen = gps[n_sub];
         req.user = sb;
         int64_t id = 0;
-        if ((rc = sd_batcher_submit(s->b, &req, &id, &err))) break;
+        atomic_fetch_add(&s->n_inflight, 1); /* before: its last event may come first */
+        if ((rc = sd_batcher_submit(s->b, &req, &id, &err))) {
+            atomic_fetch_sub(&s->n_inflight, 1);
+            break;
+        }
         pthread_mutex_lock(&g->mu);
         sb->id = id;
         g->n_sub = n_sub + 1;

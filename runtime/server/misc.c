@@ -275,8 +275,11 @@ void srv_metrics(sd_server *s, srv_reply *r) {
             prompt_s > 0 ? n_eval / prompt_s : 0.0);
     lmetric(&m, "predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
             pred_s > 0 ? (double)st.n_generated / pred_s : 0.0);
+    /* counted here, not from the batcher's statistics (those of a finished request are
+     * updated after its answer may have gone out) */
+    const int inflight = atomic_load(&s->n_inflight);
     lmetric(&m, "requests_processing", "gauge", "Number of requests processing.",
-            (double)st.n_running);
+            inflight > st.n_queued ? (double)(inflight - st.n_queued) : 0.0);
     lmetric(&m, "requests_deferred", "gauge", "Number of requests deferred.", (double)st.n_queued);
     lmetric(&m, "n_busy_slots_per_decode", "gauge", "Average number of busy slots per pass.",
             st.n_target_passes ? (double)atomic_load(&s->n_req_passes) / (double)st.n_target_passes

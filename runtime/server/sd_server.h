@@ -35,9 +35,10 @@
  * and body) has not fully arrived timeout_s after it opened (or after its previous
  * answer) is closed, however slowly it drips, and one that takes no data for timeout_s
  * while an answer is being sent too. CORS: an Origin in cors_origins (a comma list, or
- * "*") gets Access-Control-Allow-Origin on every answer; OPTIONS on a known path is a
- * 204 preflight (methods GET, POST, OPTIONS; headers Authorization, Content-Type,
- * X-Api-Key). sd_server_stop stops accepting, lets in-flight requests finish for
+ * "*"; an entry "localhost": every http(s) origin on localhost, 127.0.0.1 or [::1], any
+ * port) gets Access-Control-Allow-Origin on every answer; OPTIONS on a known path is a
+ * 200 preflight with an empty body (methods GET, POST, OPTIONS; headers Authorization,
+ * Content-Type, X-Api-Key). sd_server_stop stops accepting, lets in-flight requests finish for
  * shutdown_timeout_s and cancels the rest.
  */
 #ifndef SD_SERVER_H
@@ -66,7 +67,8 @@ typedef struct sd_server_params {
     int32_t max_connections;   /* open connections at once (1024) */
     int32_t timeout_s;         /* a request's arrival deadline and the idle limit (60) */
     int32_t http_threads;      /* threads polling the connections (4) */
-    const char *cors_origins;  /* NULL: no CORS headers; "*" or "https://a,https://b" */
+    const char *cors_origins;  /* NULL: no CORS headers; "*" or "https://a,https://b";
+                                * "localhost": the local origins */
     int32_t n_slots;           /* /props's total_slots (the batcher's n_parallel; 1) */
     int32_t n_batch;           /* the batcher's -b: /infill's budget (512) */
     int no_slots;              /* 1: GET /slots answers 501 (llama-server's --no-slots) */

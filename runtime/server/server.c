@@ -245,7 +245,32 @@ static int auth_ok(const sd_server *s, struct MHD_Connection *c) {
     return x && key_equal(x, s->p.api_key);
 }
 
-/* 1 if origin is one of the comma list of allowed origins (or the list is "*"). */
+/* 1 if origin (n bytes) is http(s)://localhost, 127.0.0.1 or [::1], with a port or not
+ * (llama-server's "localhost" entry of --cors-origins). */
+static int origin_is_local(const char *origin, size_t n) {
+    const char *h = origin;
+    if (n >= 7 && !strncasecmp(h, "http://", 7))
+        h += 7;
+    else if (n >= 8 && !strncasecmp(h, "https://", 8))
+        h += 8;
+    else
+        return 0;
+    const char *const hosts[3] = {"localhost", "127.0.0.1", "[::1]"};
+    for (int i = 0; i < 3; i++) {
+        const size_t hl = strlen(hosts[i]);
+        if ((size_t)(origin + n - h) < hl || strncasecmp(h, hosts[i], hl)) continue;
+        const char *p = h + hl;
+        if (p == origin + n) return 1;
+        if (*p != ':' || p + 1 == origin + n) return 0;
+        for (p++; p < origin + n; p++)
+            if (*p < '0' || *p > '9') return 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* 1 if origin is one of the comma list of allowed origins (or the list is "*"; an entry
+ * "localhost" allows every local origin: origin_is_local). */
 static int origin_allowed(const char *list, const char *origin) {
     if (!list || !list[0] || !origin || !origin[0]) return 0;
     const size_t n = strlen(origin);
@@ -260,6 +285,7 @@ static int origin_allowed(const char *list, const char *origin) {
             t--;
         const size_t m = (size_t)(t - p);
         if ((m == 1 && *p == '*') || (m == n && strncasecmp(p, origin, n) == 0)) return 1;
+        if (m == 9 && !strncasecmp(p, "localhost", 9) && origin_is_local(origin, n)) return 1;
         p = e;
     }
     return 0;
@@ -528,7 +554,7 @@ static int check_head(sd_server *s, struct MHD_Connection *c, conn *k, const cha
     k->slot = slot_path(url);
     if (!k->rt && known && !strcmp(method, "OPTIONS")) { /* a CORS preflight */
         k->preflight = 1;
-        r->status = 204;
+        r->status = 200; /* llama-server's (an empty body) */
         r->body = NULL;
         r->len = 0;
         return -1;

@@ -67,6 +67,11 @@ typedef struct srv_sub {
     struct srv_gen *g;
     int32_t base, n, n_done;
     int64_t id; /* the batcher's id (0 until submitted) */
+    /* return_progress: prompt_progress chunks sent, the first one's time (ms) and cached
+     * positions, and whether the last (the whole prompt) went out */
+    int32_t progress_n, progress_cache;
+    double t_progress0;
+    int progress_end;
 } srv_sub;
 
 /* The three shapes of a generation answer. */
@@ -84,6 +89,7 @@ typedef struct srv_gen {
     int64_t id;
     int chat, stream, include_usage;
     int logprobs;              /* the request asked for logprobs */
+    int progress;              /* return_progress on a stream: prompt_progress chunks */
     int native, return_tokens; /* SRV_NATIVE; its "return_tokens" */
     int post_probs;            /* SRV_NATIVE n_probs as probabilities ("post_sampling_probs") */
     json_t *bias_json;         /* generation_settings.logit_bias: [{token, bias}] */
@@ -151,9 +157,11 @@ struct sd_server {
      * prompt and decode time (us), passes that drafted, passes each request took part in,
      * and the longest sequence (prompt + generated). */
     atomic_llong prompt_us, predicted_us, n_drafts, n_req_passes, n_tokens_max;
-    double t_start_unix; /* seconds since the epoch at start */
-    atomic_int kv_ok;    /* the last idle accounting check passed (1) or failed (0) */
-    atomic_int n_open;   /* requests between their first callback and on_completed */
+    double t_start_unix;   /* seconds since the epoch at start */
+    atomic_int kv_ok;      /* the last idle accounting check passed (1) or failed (0) */
+    atomic_int n_open;     /* requests between their first callback and on_completed */
+    atomic_int n_inflight; /* batcher requests submitted whose last choice has not ended
+                            * (llamacpp:requests_processing: these less the queued ones) */
     /* /slots/N?action=erase (slot_action.c): tickets asked and served by the stepping
      * thread, and the positions the last one dropped */
     atomic_llong erase_asked, erase_done, erase_n;
