@@ -470,9 +470,66 @@ SD_INL int half_rows(int n_rows, int h) {
 /* 32-element blocks: Q8_0, Q4_0 (x Q8_0), Q5_0, Q4_1, Q5_1 (x Q8_S)                    */
 /* ---------------------------------------------------------------------------------- */
 
+#if !SD_X256_VNNI
+/* Q4_0 / Q5_0, one token (decode), AVX2: both halves at once, so each broadcast of 4
+ * activation bytes feeds the products of all 16 rows; each level vector unpacked where it
+ * is multiplied (it is used once), the sums in registers. The same integer block dots as
+ * dot32 (exact, in another order) and the same float part as tile32: the scalar oracle's
+ * bits. The padded rows of a group's last half are zero bytes in the packed layout,
+ * computed and not stored. Per 16 x 256 (scripts/kernel_ir.sh): Q4_0 841 -> 776 Ir, Q5_0
+ * 1329 -> 1184. Q8_0 in this form (1145 -> 1024 Ir, faster in cache) streamed about 10%
+ * slower from memory (4096 x 4096, 1 thread, Zen 5, SD_KERNELS=avx2, load ~8, 9
+ * interleaved rounds: 0.86-0.96 ms against 0.77-0.91), so Q8_0 keeps tile32. */
+SD_T SD_INL void tile32_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, const uint8_t *xb,
+                          float *y, int n_rows, const int kind) {
+    const size_t main = main32(kind);
+    const size_t xbb = kind == K50 ? sizeof(sd_block_q8_s) : sizeof(sd_block_q8_0);
+    const size_t qoff = kind == K50 ? 8 : 2;
+    const int fold = kind == K50 ? 4 : 8;
+    const uint8_t *tl = gp + (size_t)nb * main;
+    const v8i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    const v8i one = _mm256_set1_epi16(1);
+    v8f acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *mp = gp + (size_t)i * main;
+        pf256(mp, main); /* both halves: one stream of the group's lines */
+        const uint8_t *x = xa + (size_t)i * xbb + qoff;
+        const sd_xblk *xk = (const sd_xblk *)(const void *)xb + i;
+        /* the levels' offset (8 or 16) through part B's corr */
+        const v8i c0 = _mm256_set1_epi32(xk->corr);
+        v8i s[2] = {c0, c0}, m[2];
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+            const v8i b = bc4(x + 4 * k);
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+                const uint8_t *mh = mp + 32 * h;
+                const v8i v = ld(mh + 64 * (k & 3));
+                v8i w = _mm256_and_si256(k < 4 ? v : _mm256_srli_epi16(v, 4), m4);
+                if (kind == K50) w = or_and(w, shl(ld(mh + 256), 4 - k), b4);
+                const v8i p = _mm256_maddubs_epi16(w, b);
+                m[h] = in_reg(k % fold ? _mm256_add_epi16(m[h], p) : p);
+                if (k % fold == fold - 1)
+                    s[h] = in_reg(_mm256_add_epi32(s[h], _mm256_madd_epi16(m[h], one)));
+            }
+        }
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            const v8f d = _mm256_mul_ps(ldh(tl + (size_t)i * 32 + 16 * h), _mm256_set1_ps(xk->d));
+            acc[h] = _mm256_add_ps(acc[h], _mm256_mul_ps(_mm256_cvtepi32_ps(s[h]), d));
+        }
+    }
+    store_rows(y, acc[0], half_rows(n_rows, 0));
+    if (n_rows > 8) store_rows(y + 8, acc[1], half_rows(n_rows, 1));
+}
+#endif
+
 SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t sa,
                         const uint8_t *xb, size_t sb, float *y, int64_t ldy, int n_rows,
                         const int kind, const int nt) {
+#if !SD_X256_VNNI
+    if (nt == 1 && (kind == K4 || kind == K50)) {
+        tile32_1(gp, nb, xa, xb, y, n_rows, kind);
+        return;
+    }
+#endif
     const size_t main = main32(kind);
     const int has_min = kind == K41 || kind == K51;
     const size_t tail = has_min ? 64 : 32;
