@@ -223,6 +223,8 @@ static int answer_turn(const sd_cli_chat *c, conversation *v, int turn, int32_t 
                          "no room for another answer%s",
                          v->n_toks, n_ctx, c->context_shift ? "" : " (see --context-shift)");
     sd_gen_params g = c->gen;
+    /* a context shift edits the target's cache of sd_generate's loop between turns */
+    if (c->context_shift) g.path = SD_GEN_PATH_LOOP;
     /* the answer's most tokens: max_tokens, else (shifting) n_ctx, else the room left */
     const int32_t cap = c->max_tokens > 0  ? c->max_tokens
                         : c->context_shift ? n_ctx

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/engine/gen_batch.h"
 #include "runtime/engine/sd_engine.h"
 #include "runtime/engine/step.h"
 
@@ -18,7 +19,9 @@ struct sd_engine {
     sd_proposer *suffix_llm; /* chain: suffix then prop, or NULL */
     int32_t n_ctx, n_ctx_draft;
     sd_session_params sp, dsp;
-    sd_grammar_vocab *gvocab; /* the target's token bytes for grammar masks, built on demand */
+    sd_grammar_vocab *gvocab;     /* the target's token bytes for grammar masks, built on demand */
+    sd_batcher *gen_b;            /* sd_engine_generate's one-slot batcher, made on first use */
+    const sd_ngram_cache *lookup; /* the lookup cache of both loops (sd_engine_set_lookup_cache) */
 };
 
 sd_engine_params sd_engine_default_params(void) {
@@ -138,6 +141,7 @@ fail:
 
 void sd_engine_free(sd_engine *e) {
     if (!e) return;
+    sd_batcher_free(e->gen_b);
     sd_proposer_free(e->ngram_llm);
     sd_proposer_free(e->suffix_llm);
     sd_proposer_free(e->ngram);
@@ -269,8 +273,61 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
                       ? SD_CLOCK_THREAD_CPU
                       : SD_CLOCK_WALL;
     }
+    if (sd_engine_generate_path(e, &g, n_prompt, NULL) == SD_GEN_PATH_BATCHER)
+        return sd_gen_batch_run(e, &e->gen_b, e->lookup, &g, prompt, n_prompt, cb, user, out,
+                                cap_out, stats, err);
     return sd_generate(e->scorer, prop, prompt, n_prompt, sd_vocab_eos(sd_model_vocab(e->tm)), &g,
                        cb, user, out, cap_out, stats, err);
+}
+
+const char *sd_gen_path_name(sd_gen_path p) {
+    switch (p) {
+    case SD_GEN_PATH_AUTO:
+        return "auto";
+    case SD_GEN_PATH_BATCHER:
+        return "batcher";
+    case SD_GEN_PATH_LOOP:
+        return "loop";
+    }
+    return "unknown";
+}
+
+sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
+                                    const char **why) {
+    if (!gp) gp = &e->p.gen;
+    const int drafting = gp->n_draft > 0; /* as the batcher's refusals read it */
+    const char *w = NULL;                 /* what only the loop has */
+    if (gp->path == SD_GEN_PATH_LOOP)
+        w = "asked for";
+    else if (gp->path == SD_GEN_PATH_BATCHER)
+        w = NULL;
+    else if (e->p.device != SD_DEVICE_CPU || (e->dm && e->p.device_draft != SD_DEVICE_CPU))
+        w = "a device other than the cpu";
+    else if (e->p.n_split > 1 || e->p.n_split < 0)
+        w = "tensor parallelism";
+    else if (drafting && gp->tree_width > 0)
+        w = "token trees";
+    else if (drafting && gp->k_policy == SD_K_SWEEP)
+        w = "the sweep policy";
+    else if (drafting && gp->k_policy == SD_K_ADAPTIVE)
+        w = "the adaptive policy";
+    else if ((int64_t)n_prompt + gp->n_predict > e->n_ctx)
+        w = "a stop at the context limit";
+    if (why) *why = w ? w : "one sequence of the batcher's step";
+    return w ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
+}
+
+int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err) {
+    if (e->ngram) {
+        const int rc = sd_proposer_ngram_set_cache(e->ngram, c, err);
+        if (rc) return rc;
+    }
+    if (c != e->lookup) { /* the batcher's proposers take it when they are made */
+        sd_batcher_free(e->gen_b);
+        e->gen_b = NULL;
+    }
+    e->lookup = c;
+    return SD_OK;
 }
 
 /* ---- draft-type names ---- */
