@@ -259,6 +259,13 @@ static void run_pair_ex(const char *t, const char *d, const char *head, const ch
             sd_gen_stats st;
             cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err),
                          SD_OK, "%s: %s", what, err.msg);
+            if (cases[c].adaptive) { /* the off-pass count of generate's statistics */
+                int32_t off = 0;
+                for (int32_t i = 0; i < st.n_target_passes && i < MAXPASS; i++)
+                    off += trace_g[i].state != SD_ADAPTIVE_ON && trace_g[i].k_chosen == 0;
+                cr_expect_eq(st.n_off_passes, off, "%s: %d off passes, the records show %d", what,
+                             (int)st.n_off_passes, (int)off);
+            }
             /* generate's two loops: the one-slot batcher (the path sd_engine_generate
              * chose) and sd_generate's, forced */
             {
@@ -694,6 +701,12 @@ Test(golden, generate_path_is_chosen_in_one_place) {
     g.path = SD_GEN_PATH_LOOP;
     cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_LOOP);
     cr_assert_str_eq(why, "asked for");
+    g = gp; /* the adaptive K and a stop at the context limit: the batcher's too */
+    g.k_policy = SD_K_ADAPTIVE;
+    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
+    g = gp;
+    g.n_predict = N_CTX;
+    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
     cr_assert_str_eq(sd_gen_path_name(SD_GEN_PATH_BATCHER), "batcher");
     cr_assert_str_eq(sd_gen_path_name(SD_GEN_PATH_LOOP), "loop");
 
@@ -782,5 +795,50 @@ Test(golden, three_clients_equal_the_references) {
     }
     free(ids);
     sd_batcher_free(b);
+    sd_engine_free(e);
+}
+
+/* A request past the context: both of generate's loops emit until the context is full and
+ * stop with "context", the same tokens and counts (the batcher's stop_at_context). */
+Test(golden, context_stop_in_both_loops) {
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_error err = {0};
+    int32_t *ids = NULL;
+    const int32_t n_ids = eu_prompt(e, "Once upon a time", &ids);
+    static const gcase cases[] = {
+        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"rejection ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f, 0},
+    };
+    enum { NPRED = N_CTX + 40 };
+    static int32_t a[NPRED], b[NPRED];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sd_gen_params gp = params_of(&cases[c], NPRED);
+        gp.ignore_eos = 1;
+        const char *why = NULL;
+        cr_assert_eq(sd_engine_generate_path(e, &gp, n_ids, &why), SD_GEN_PATH_BATCHER, "%s", why);
+        sd_gen_stats sa, sb;
+        cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, a, NPRED, &sa, &err), SD_OK,
+                     "%s", err.msg);
+        sd_gen_params gl = gp;
+        gl.path = SD_GEN_PATH_LOOP;
+        cr_assert_eq(sd_engine_generate(e, &gl, ids, n_ids, NULL, NULL, b, NPRED, &sb, &err), SD_OK,
+                     "%s", err.msg);
+        /* the last token is never fed back: the context holds N_CTX, N_CTX + 1 are emitted */
+        cr_assert_eq(sa.n_generated, N_CTX + 1 - n_ids, "%s: %d tokens", cases[c].name,
+                     sa.n_generated);
+        cr_assert_eq(sa.stop, SD_STOP_CONTEXT, "%s: stop %s", cases[c].name,
+                     sd_stop_reason_str(sa.stop));
+        got g;
+        memset(&g, 0, sizeof g);
+        g.n = sb.n_generated < MAXOUT ? sb.n_generated : MAXOUT;
+        memcpy(g.toks, b, (size_t)g.n * sizeof *b);
+        g.done = 1;
+        g.stop = sb.stop;
+        g.st = sb;
+        compare(cases[c].name, a, g.n, &sa, &g);
+        cr_assert_eq(sa.n_generated, sb.n_generated);
+        cr_assert_eq(memcmp(a, b, (size_t)sa.n_generated * sizeof *a), 0, "%s", cases[c].name);
+    }
+    free(ids);
     sd_engine_free(e);
 }

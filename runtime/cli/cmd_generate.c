@@ -923,13 +923,12 @@ int sd_cmd_generate(int argc, char **argv) {
         if (rc) goto done;
         gp.grammar = grammar_buf;
     }
-    const sd_proposer *prop = sd_engine_proposer_of(e, gp.draft_type);
-    if (!prop && sd_draft_type_uses_llm(gp.draft_type)) {
+    const int with_draft = sd_engine_has_proposer(e, gp.draft_type);
+    if (!with_draft && sd_draft_type_uses_llm(gp.draft_type)) {
         exit_code = usage_error("--draft-type %s needs a draft model: pass --draft FILE (-md)",
                                 sd_draft_type_name(gp.draft_type));
         goto done;
     }
-    const int with_draft = prop != NULL;
     if (!with_draft) gp.n_draft = 0;
     if (p.lookup_cache && (rc = gen_open_cache(&p, e, gp.draft_type, &cache, &err))) goto done;
     if (gen_interactive(&c, &p)) {
@@ -965,9 +964,12 @@ int sd_cmd_generate(int argc, char **argv) {
     if (notes && c.verbose) {
         const char *why = NULL;
         const sd_gen_path path = sd_engine_generate_path(e, &gp, (int32_t)n_ids, &why);
-        print_settings(&gp, &p.ep, prop ? sd_proposer_name(prop) : "none", path, why);
-        print_weights("target", sd_scorer_session(sd_engine_scorer(e)));
-        print_weights("draft", sd_proposer_llm_session(sd_engine_proposer(e)));
+        const sd_draft_type shown = gp.draft_type == SD_DRAFT_AUTO ? SD_DRAFT_LLM : gp.draft_type;
+        print_settings(&gp, &p.ep, with_draft ? sd_draft_type_name(shown) : "none", path, why);
+        if (path == SD_GEN_PATH_LOOP) { /* the loop's sessions (the batcher makes its own) */
+            print_weights("target", sd_scorer_session(sd_engine_scorer(e)));
+            print_weights("draft", sd_proposer_llm_session(sd_engine_proposer(e)));
+        }
     }
     if (!out || !k_trace || (c.verbose && !passes) || (c.logprobs && !lps)) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);

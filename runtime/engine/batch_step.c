@@ -152,17 +152,23 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     int32_t k = gp->n_draft;
     c->ctl_state = c->adaptive ? sd_adaptive_state_of(&c->ctl) : SD_ADAPTIVE_ON;
     if (c->adaptive) k = sd_adaptive_next_k(&c->ctl); /* its batch: plan_k */
+    /* The controller decides on or off; a proposer that sizes its drafts by its match
+     * (suffix) may draft up to the largest K (as sd_generate's policy_k). */
+    if (c->adaptive && k > 0 && gp->draft_type == SD_DRAFT_SUFFIX &&
+        sd_proposer_sizes_itself(b->suffix[c->slot]))
+        k = gp->n_draft;
     c->k_policy = k;
     k = sd_step_cap_k(gp, k, c->st.n_generated, c->n_ctx, b->n_ctx);
     c->k_want = c->k_want_cap = k;
     if (k == 0) return SD_OK;
     const int suffix = gp->draft_type == SD_DRAFT_SUFFIX || gp->draft_type == SD_DRAFT_SUFFIX_LLM;
     if (gp->draft_type == SD_DRAFT_NGRAM || gp->draft_type == SD_DRAFT_NGRAM_LLM || suffix) {
-        const double t = sd_time_ms();
+        const double t = sd_time_ms(), ct = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
         sd_proposal prop = {0};
         sd_proposer *lookup = suffix ? b->suffix[c->slot] : b->ngram[c->slot];
         int rc = sd_proposer_propose(lookup, c->ctx, c->n_ctx, k, &prop, err);
         c->t_draft_ms += sd_time_ms() - t;
+        c->c_draft_ms += sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - ct;
         if (rc) return rc;
         /* Chained: the match's tokens the chain keeps (as draft/chain.c). */
         if (llm_type) prop.n = sd_chain_lookup_keep(lookup, prop.n, k);
@@ -443,8 +449,14 @@ static void tbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq, c
  * (step.c, as sd_generate), then its text and the KV commit. Verification reads every
  * draw keyed by the choice's seed and the positions: greedy, Gumbel (the text then
  * depends on neither the draft nor K) or rejection sampling. */
-static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_ms, sd_error *err) {
+static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_ms,
+                        double c_pass_ms, sd_error *err) {
     const sd_gen_params *gp = &c->r->gp;
+    /* the controller's times: the thread's CPU clock when the request asks (a one-thread
+     * CPU engine's generate, as sd_generate), else the wall clock */
+    const int cpu = gp->clock == SD_CLOCK_THREAD_CPU;
+    const double ctl_draft = cpu ? c->c_draft_ms : c->t_draft_ms;
+    const double ctl_pass = cpu ? c_pass_ms : t_pass_ms;
     int32_t k = c->k;
     int rc = sd_target_check_rows(b->tm, rows, k + 1, err);
     if (rc) return rc;
@@ -480,8 +492,15 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     if (c->lp) /* entry i of the output: ctx[n_prompt + i] */
         memcpy(c->lp + (first_new - c->r->n_prompt), b->lp, (size_t)p.n_committed * sizeof *b->lp);
     c->n_ctx = p.n_ctx;
+    /* stop_at_context: a full context ends the choice (as sd_generate: the budget first) */
+    if (c->r->stop_at_context && c->st.stop == SD_STOP_NONE && c->n_ctx > b->n_ctx)
+        c->st.stop = SD_STOP_CONTEXT;
     c->st.t_draft_ms += c->t_draft_ms;
     c->st.t_verify_ms += t_pass_ms;
+    if (c->adaptive && c->ctl_state != SD_ADAPTIVE_ON && c->k_want_cap == 0) {
+        c->st.n_off_passes++; /* a target-alone pass while speculation was off */
+        c->st.t_off_ms += t_pass_ms;
+    }
     sd_choice_text(b, c, first_new);
     /* KV commit: both caches keep only the committed tokens (the target all but the last). */
     sd_session_seq_keep_prefix(b->ts, c->slot, c->ctx, c->n_ctx - 1);
@@ -489,7 +508,11 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     sd_proposer_commit(b->ngram[c->slot], c->ctx, c->n_ctx);
     if (c->r->gp.draft_type == SD_DRAFT_SUFFIX || c->r->gp.draft_type == SD_DRAFT_SUFFIX_LLM)
         sd_proposer_commit(b->suffix[c->slot], c->ctx, c->n_ctx);
-    if (c->adaptive) sd_adaptive_observe(&c->ctl, k, res.n_accepted, c->t_draft_ms, t_pass_ms);
+    if (c->adaptive) {
+        sd_adaptive_observe(&c->ctl, k, res.n_accepted, ctl_draft, ctl_pass);
+        c->st.n_switch_off = c->ctl.n_switch_off;
+        c->st.n_probes = c->ctl.n_probes;
+    }
     const int32_t i = c->st.n_target_passes - 1; /* the traces: the first choice's */
     if (c->index == 0 && gp->k_trace && i < gp->k_trace_cap) gp->k_trace[i] = (uint8_t)k;
     if (c->index == 0 && gp->pass_trace && i < gp->pass_trace_cap) {
@@ -497,8 +520,8 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
                               k,
                               res.n_accepted,
                               (int32_t)c->ctl_state,
-                              c->t_draft_ms,
-                              t_pass_ms,
+                              ctl_draft,
+                              ctl_pass,
                               0,
                               0,
                               0,
@@ -679,9 +702,10 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         for (int32_t j = 0; j < r->n_choices && !rc; j++)
             if (r->ch[j].state == CH_DECODE) rc = choose_and_lookup(b, &r->ch[j], err);
     }
-    const double td0 = sd_time_ms();
+    const double td0 = sd_time_ms(), cd0 = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
     if (!rc) rc = draft_phase(b, err);
     const double t_draft = sd_time_ms() - td0;
+    const double c_draft = sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - cd0;
 
     /* 2. The target pass: decode rows first, then prompt chunks in admission order. */
     int32_t nb = 0, nrow = 0;
@@ -690,7 +714,10 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         for (int32_t j = 0; j < r->n_choices; j++) {
             sd_choice *c = &r->ch[j];
             if (c->state != CH_DECODE) continue;
-            if (c->used_llm) c->t_draft_ms += t_draft; /* the LLM passes are shared */
+            if (c->used_llm) { /* the LLM passes are shared */
+                c->t_draft_ms += t_draft;
+                c->c_draft_ms += c_draft;
+            }
             c->in_pass = 1;
             c->row0 = nrow;
             c->n_rows = c->k + 1;
@@ -710,13 +737,14 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         c->n_rows = 0;
         tbatch_add(b, &nb, &nrow, c->slot, c->ctx + p, c->prefill_n, 0, 0);
     }
-    double t_pass = 0.0;
+    double t_pass = 0.0, c_pass = 0.0;
     if (!rc && nb > 0) {
-        const double tp = sd_time_ms();
+        const double tp = sd_time_ms(), cp = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
         sd_batch bt = {nb, b->btok, NULL, b->bseq, b->bwant};
         rc = sd_session_decode(b->ts, &bt, b->logits, err);
         if (rc) sd_error_prefix(err, rc, "%s: target", sd_model_path(b->tm));
         t_pass = sd_time_ms() - tp;
+        c_pass = sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - cp;
         if (!rc) sd_cost_fit_add(&b->tfit, (double)nb, t_pass);
     }
 
@@ -728,7 +756,7 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
             if (r->ch[j].state == CH_DECODE && r->ch[j].in_pass)
                 rc = after_decode(b, &r->ch[j],
                                   b->logits + (size_t)r->ch[j].row0 * (size_t)b->n_vocab, t_pass,
-                                  err);
+                                  c_pass, err);
     }
     if (rc) { /* a model error ends every request of the pass */
         for (int32_t i = 0; i < b->n_running; i++) {

@@ -342,7 +342,12 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
     if (llm && !b->ds)
         return sd_errorf(err, SD_ERR_ARG, "request: draft type %s needs a draft model",
                          sd_draft_type_name(g->draft_type));
-    const int64_t need = (int64_t)r->n_prompt + g->n_predict;
+    int64_t need = (int64_t)r->n_prompt + g->n_predict;
+    if (r->stop_at_context && r->n_prompt > b->n_ctx)
+        return sd_errorf(err, SD_ERR_CONTEXT,
+                         "prompt of %d tokens does not fit the context of %d tokens", r->n_prompt,
+                         b->n_ctx);
+    if (r->stop_at_context && need > b->n_ctx) need = b->n_ctx; /* it stops there */
     if (need > b->n_ctx)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "request: %d prompt tokens + %d max tokens exceed the context of %d "
@@ -369,6 +374,7 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     q->n_choices = r->n_choices;
     q->cb = r->cb;
     q->user = r->user;
+    q->stop_at_context = r->stop_at_context != 0;
     q->t_submit = sd_time_ms();
     int ok = 1;
     q->prompt = xcalloc((size_t)r->n_prompt, sizeof *q->prompt, &ok);
@@ -419,7 +425,10 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     if (q->gp.n_draft == 0) q->gp.draft_type = SD_DRAFT_NONE;
     if (q->gp.draft_type == SD_DRAFT_AUTO) q->gp.draft_type = b->ds ? SD_DRAFT_LLM : SD_DRAFT_NONE;
     if (q->gp.draft_type == SD_DRAFT_NONE) q->gp.n_draft = 0;
-    const int32_t cap = r->n_prompt + r->gen.n_predict + 1;
+    /* its tokens: at most the context + 1 (the last is never fed back) with stop_at_context */
+    int64_t cap64 = (int64_t)r->n_prompt + r->gen.n_predict + 1;
+    if (r->stop_at_context && cap64 > (int64_t)b->n_ctx + 2) cap64 = (int64_t)b->n_ctx + 2;
+    const int32_t cap = (int32_t)cap64;
     for (int32_t i = 0; i < r->n_choices; i++) {
         sd_choice *c = &q->ch[i];
         c->r = q;

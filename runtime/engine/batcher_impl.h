@@ -84,6 +84,7 @@ struct sd_req {
     int n_done;          /* choices done */
     double t_submit;     /* ms, sd_time_ms */
     sd_grammar *grammar; /* gp.grammar compiled (gp.grammar is then NULL), or NULL */
+    int stop_at_context; /* sd_request.stop_at_context */
     sd_req *next;        /* the queue */
 };
 

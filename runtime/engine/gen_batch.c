@@ -82,6 +82,7 @@ int sd_gen_batch_run(sd_engine *e, sd_batcher **b, const sd_ngram_cache *lookup,
     r.n_prompt = n_prompt;
     r.gen = *gp;
     r.n_choices = 1;
+    r.stop_at_context = 1; /* a full context is a stop, as sd_generate's */
     r.cb = on_event;
     r.user = &g;
     if ((rc = sd_batcher_submit(*b, &r, NULL, err))) return rc;

@@ -492,6 +492,10 @@ sd_proposer *sd_engine_proposer(sd_engine *e); /* the LLM draft; NULL: no draft 
  * SD_DRAFT_NGRAM_LLM and SD_DRAFT_SUFFIX_LLM need a draft model (else NULL); SD_DRAFT_NONE:
  * NULL; SD_DRAFT_AUTO: the LLM draft if any. */
 sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t);
+/* 1 if sd_engine_proposer_of(e, t) gives a proposer, asked without making the
+ * single-sequence sessions (which the getters above make on first use: on the CPU
+ * sd_engine_generate runs a batcher of its own and needs them only for its loop). */
+int sd_engine_has_proposer(const sd_engine *e, sd_draft_type t);
 /* The target vocabulary's token bytes for grammar masks (sd_grammar_vocab over
  * sd_vocab_token_to_piece), built on the first call and kept by the engine (not
  * thread-safe on that first call). Errors: SD_ERR_OOM. */
@@ -707,6 +711,10 @@ typedef struct sd_request {
                           draws with seed + i */
     sd_req_cb cb;
     void *user;
+    /* 1: a prompt plus max tokens beyond a sequence's context is accepted, and generation
+     * ends with stop SD_STOP_CONTEXT once the context is full (as sd_generate); 0 (the
+     * default): such a request is refused (SD_ERR_CONTEXT). */
+    int stop_at_context;
 } sd_request;
 
 /* Make a batcher over e's models (e made with models_only, or not: its own sessions are

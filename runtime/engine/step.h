@@ -24,6 +24,10 @@
 int32_t sd_step_cap_k(const sd_gen_params *gp, int32_t k, int32_t n_generated, int32_t n_ctx,
                       int32_t n_ctx_max);
 
+/* The controller's clock in ms (sd_pass_clock; AUTO and WALL: the wall clock), for both
+ * clients' timings of drafting and passes. */
+double sd_step_clock_ms(sd_pass_clock c);
+
 /* 1 if t ends generation: eos or one of gp's stop ids. */
 int sd_step_is_stop(const sd_gen_params *gp, int32_t eos, int32_t t);
 
