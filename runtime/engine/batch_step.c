@@ -115,6 +115,19 @@ static uint64_t seed_of(const sd_choice *c) {
     return c->r->gp.seed + (uint64_t)c->index;
 }
 
+/* The LLM draft's view of c->ctx[0 .. n): the context itself, or after a windowed
+ * catch-up its first token and ctx[doff + 1 .. n) (in c->dview). *len: its length. */
+static const int32_t *draft_view(sd_choice *c, int32_t n, int32_t *len) {
+    if (c->doff <= 0 || n <= c->doff + 1) {
+        *len = n;
+        return c->ctx;
+    }
+    c->dview[0] = c->ctx[0];
+    memcpy(c->dview + 1, c->ctx + c->doff + 1, (size_t)(n - c->doff - 1) * sizeof *c->dview);
+    *len = n - c->doff;
+    return c->dview;
+}
+
 /* The states of choice c's proposal t[0 .. *k) in b->gchain (made on first use), *k cut at
  * the first token its grammar refuses (sd_step_grammar_chain). */
 static int grammar_chain(sd_batcher *b, sd_choice *c, const int32_t *t, int32_t *k, sd_error *err) {
@@ -203,7 +216,21 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
         const int32_t k2 = chained && gp->chain_draft_max > 0 && k - m > gp->chain_draft_max
                                ? gp->chain_draft_max
                                : k - m;
-        const int32_t room = sd_draft_room(c->ctx, c->n_ctx + m, k2, b->n_ctx_d, b->n_vocab_d);
+        /* After target-alone passes the draft catches up first (draft_phase): the tokens
+         * it lacks, or (once a full catch-up proved expensive) a window of the last
+         * SD_CATCHUP_WINDOW, its view then the first token and that window (as
+         * draft/llm.c's catch-up for sd_generate). */
+        c->catchup = c->adaptive && c->ctl_state != SD_ADAPTIVE_ON;
+        if (c->catchup && c->catchup_expensive && c->dview) {
+            int32_t nv = 0;
+            const int32_t *v = draft_view(c, c->n_ctx, &nv);
+            const int32_t have = sd_session_seq_keep_prefix(b->ds, c->slot, v, nv - 1);
+            if (nv - 1 - have > SD_CATCHUP_WINDOW && c->n_ctx - 1 - SD_CATCHUP_WINDOW > 1)
+                c->doff = c->n_ctx - 1 - SD_CATCHUP_WINDOW;
+        }
+        int32_t n_view = 0;
+        const int32_t *view = draft_view(c, c->n_ctx + m, &n_view);
+        const int32_t room = sd_draft_room(view, n_view, k2, b->n_ctx_d, b->n_vocab_d);
         c->k_lookup = m;
         c->k_want = m + room;
         c->llm = c->used_llm = room > 0;
@@ -320,6 +347,62 @@ static int draft_pass(sd_batcher *b, int32_t nb, sd_error *err) {
 /* The LLM draft's passes of this step: the prompts' catch-up (PREFILL choices, one
  * chunk each), then for every choice with c->llm the catch-up to ctx[0 .. n - 1) in
  * chunks and its first position, then one pass per further position. */
+/* The catch-up after target-alone passes of every choice that drafts with the LLM this
+ * step (c->catchup): the tokens its draft lacks (of its view) but the last, in passes of
+ * their own, timed apart (the statistics' drafting time, not the controller's: its
+ * per-token draft cost stays the cost of drafting, as sd_generate's). A full catch-up of
+ * SD_CATCHUP_WINDOW tokens or more that cost more than SD_CATCHUP_BUDGET target-alone
+ * passes per token makes the next ones windowed (choose_and_lookup). */
+static int catch_up(sd_batcher *b, sd_error *err) {
+    const int32_t chunk = b->p.draft_chunk;
+    int sel[SD_MAX_SEQ] = {0}, todo[SD_MAX_SEQ] = {0};
+    int any = 0;
+    for (int32_t s = 0; s < b->p.n_parallel; s++) {
+        const sd_choice *c = b->slots[s];
+        if (!c || c->state != CH_DECODE || !c->llm || !c->catchup || c->k > c->k_lookup) continue;
+        sel[s] = todo[s] = 1;
+        any = 1;
+    }
+    if (!any) return SD_OK;
+    const double t0 = sd_time_ms(), c0 = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
+    for (int more = 1; more;) {
+        int32_t nb = 0, nrow = 0;
+        more = 0;
+        for (int32_t s = 0; s < b->p.n_parallel; s++) {
+            sd_choice *c = b->slots[s];
+            if (!todo[s]) continue;
+            int32_t n = 0;
+            const int32_t *v = draft_view(c, c->n_ctx, &n);
+            const int32_t kept = sd_session_seq_keep_prefix(b->ds, c->slot, v, n - 1);
+            int32_t m = n - 1 - kept;
+            if (m > chunk) {
+                m = chunk;
+                more = 1;
+            }
+            for (int32_t t = 0; t < m; t++) /* ids the draft lacks: drafting stops there */
+                if (v[kept + t] >= b->n_vocab_d) m = t;
+            if (m > 0) dbatch_add(b, &nb, &nrow, c->slot, v + kept, m, 0);
+            if (m == 0) todo[s] = 0;
+        }
+        if (nb == 0) break;
+        sd_batch bt = {nb, b->dbtok, NULL, b->dbseq, b->dbwant};
+        const int rc = sd_session_decode(b->ds, &bt, b->dlogits, err);
+        if (rc) return sd_error_prefix(err, rc, "%s: draft", sd_model_path(b->dm));
+    }
+    const double t = sd_time_ms() - t0, ct = sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - c0;
+    for (int32_t s = 0; s < b->p.n_parallel; s++) {
+        sd_choice *c = b->slots[s];
+        if (!sel[s]) continue;
+        c->st.t_draft_ms += t; /* shared passes: each catching-up choice's time */
+        const int32_t n = c->n_ctx - c->n_ctx_drafted;
+        if (c->doff == 0 && n >= SD_CATCHUP_WINDOW) {
+            const double cost = c->r->gp.clock == SD_CLOCK_THREAD_CPU ? ct : t;
+            c->catchup_expensive = cost / n > SD_CATCHUP_BUDGET * sd_adaptive_pass_ms(&c->ctl, 1);
+        }
+    }
+    return SD_OK;
+}
+
 static int draft_phase(sd_batcher *b, sd_error *err) {
     if (!b->ds) return SD_OK;
     const int32_t chunk = b->p.draft_chunk;
@@ -346,14 +429,16 @@ static int draft_phase(sd_batcher *b, sd_error *err) {
                     continue;
                 }
                 if (c->state != CH_DECODE || !c->llm || c->k > c->k_lookup) continue;
-                /* The context, extended by a chain's lookup tokens (choose_and_lookup). */
-                const int32_t n_ext = c->n_ctx + c->k_lookup;
-                const int32_t kept = sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, n_ext - 1);
+                /* The context, extended by a chain's lookup tokens (choose_and_lookup), as
+                 * the draft sees it (draft_view). */
+                int32_t n_ext = 0;
+                const int32_t *v = draft_view(c, c->n_ctx + c->k_lookup, &n_ext);
+                const int32_t kept = sd_session_seq_keep_prefix(b->ds, c->slot, v, n_ext - 1);
                 const int32_t missing = n_ext - 1 - kept;
                 if (missing <= chunk) { /* the rest and the last token, for its logits */
-                    c->drow = dbatch_add(b, &nb, &nrow, c->slot, c->ctx + kept, missing + 1, 1);
+                    c->drow = dbatch_add(b, &nb, &nrow, c->slot, v + kept, missing + 1, 1);
                 } else {
-                    dbatch_add(b, &nb, &nrow, c->slot, c->ctx + kept, chunk, 0);
+                    dbatch_add(b, &nb, &nrow, c->slot, v + kept, chunk, 0);
                     pending = 1;
                 }
             }
@@ -504,7 +589,12 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     sd_choice_text(b, c, first_new);
     /* KV commit: both caches keep only the committed tokens (the target all but the last). */
     sd_session_seq_keep_prefix(b->ts, c->slot, c->ctx, c->n_ctx - 1);
-    if (b->ds) sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, c->n_ctx);
+    if (b->ds) {
+        int32_t n_view = 0;
+        const int32_t *view = draft_view(c, c->n_ctx, &n_view);
+        sd_session_seq_keep_prefix(b->ds, c->slot, view, n_view);
+    }
+    if (c->used_llm) c->n_ctx_drafted = first_new;
     sd_proposer_commit(b->ngram[c->slot], c->ctx, c->n_ctx);
     if (c->r->gp.draft_type == SD_DRAFT_SUFFIX || c->r->gp.draft_type == SD_DRAFT_SUFFIX_LLM)
         sd_proposer_commit(b->suffix[c->slot], c->ctx, c->n_ctx);
@@ -702,6 +792,7 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         for (int32_t j = 0; j < r->n_choices && !rc; j++)
             if (r->ch[j].state == CH_DECODE) rc = choose_and_lookup(b, &r->ch[j], err);
     }
+    if (!rc && b->ds) rc = catch_up(b, err); /* timed apart */
     const double td0 = sd_time_ms(), cd0 = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
     if (!rc) rc = draft_phase(b, err);
     const double t_draft = sd_time_ms() - td0;

@@ -269,6 +269,7 @@ void sd_req_free(sd_req *r) {
         free(r->ch[i].ctx);
         free(r->ch[i].text);
         free(r->ch[i].lp);
+        free(r->ch[i].dview);
         sd_detok_free(r->ch[i].detok);
         sd_grammar_state_free(r->ch[i].gseq);
         sd_grammar_state_free(r->ch[i].gdraft);
@@ -452,6 +453,12 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
         c->n_emitted_sent = r->n_prompt;
         c->st.n_prompt = r->n_prompt;
         c->adaptive = q->gp.n_draft > 0 && q->gp.k_policy == SD_K_ADAPTIVE;
+        c->n_ctx_drafted = r->n_prompt;
+        if (c->adaptive && sd_draft_type_uses_llm(q->gp.draft_type) &&
+            !(c->dview = malloc((size_t)cap * sizeof *c->dview))) {
+            sd_req_free(q);
+            return sd_errorf(err, SD_ERR_OOM, "request: out of memory");
+        }
         if (c->adaptive) {
             sd_adaptive_params ap = sd_adaptive_default_params();
             ap.k_max = q->gp.n_draft;

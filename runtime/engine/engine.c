@@ -356,6 +356,10 @@ sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp,
     return w ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
 }
 
+void sd_engine_clear_cache(sd_engine *e) {
+    if (e->gen_b) sd_batcher_clear_cache(e->gen_b);
+}
+
 int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err) {
     if (e->ngram) {
         const int rc = sd_proposer_ngram_set_cache(e->ngram, c, err);

@@ -119,14 +119,6 @@ double sd_stats_itl_ms(const sd_gen_stats *s) {
     return s->n_generated > 1 ? (s->t_total_ms - s->t_first_ms) / (s->n_generated - 1) : 0.0;
 }
 
-/* A probe's catch-up (sd_proposer_catch_up) is windowed to this many tokens once a full
- * one has cost more than CATCHUP_BUDGET target-alone passes per token caught up: then
- * catching up on every token generated while off would cost that fraction of the
- * time off, whatever the back-off (on the shipped TinyStories pair a draft prefill
- * token costs about 12% of a target step). */
-#define CATCHUP_WINDOW 16
-#define CATCHUP_BUDGET 0.02
-
 /* One generation: its inputs, buffers (all allocated before the loop) and state. */
 typedef struct gen_run {
     sd_scorer *target;
@@ -229,13 +221,13 @@ static int draft_pass(gen_run *g, int32_t k, int was_off, sd_proposal *prop, dou
     double t = sd_time_ms();
     if (was_off) {
         const int32_t lag = g->n_ctx - g->n_ctx_drafted;
-        const int32_t window = g->catchup_expensive ? CATCHUP_WINDOW : 0;
+        const int32_t window = g->catchup_expensive ? SD_CATCHUP_WINDOW : 0;
         const double c0 = sd_step_clock_ms(g->clock);
         int rc = sd_proposer_catch_up(g->draft, g->ctx, g->n_ctx, window, err);
         const double c1 = sd_step_clock_ms(g->clock), t1 = sd_time_ms();
-        if (!window && lag >= CATCHUP_WINDOW)
+        if (!window && lag >= SD_CATCHUP_WINDOW)
             g->catchup_expensive =
-                (c1 - c0) / lag > CATCHUP_BUDGET * sd_adaptive_pass_ms(&g->ctl, 1);
+                (c1 - c0) / lag > SD_CATCHUP_BUDGET * sd_adaptive_pass_ms(&g->ctl, 1);
         g->st->t_draft_ms += t1 - t;
         t = t1;
         if (rc) return rc;

@@ -536,6 +536,11 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
 sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
                                     const char **why);
 
+/* Forget the prompts of earlier runs on the batcher's path (its prefix cache, both pools):
+ * the next run there prefills its prompt from scratch (bench). The loop's sessions keep
+ * theirs (sd_scorer_sync to empty them). */
+void sd_engine_clear_cache(sd_engine *e);
+
 /* The lookup cache (caller-owned, outliving the engine; NULL: none) that the n-gram
  * proposer of both loops also looks in (sd_proposer_ngram_set_cache). Errors: its. */
 int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err);
