@@ -273,4 +273,32 @@ static inline void eu_greedy_ref(sd_session *s, const sd_model *m, const int32_t
     free(l);
 }
 
+/* Gumbel sampling with sp (temp > 0) and seed, target alone on session s (fresh,
+ * contiguous, of model m), one token at a time: end-of-generation ids masked (-inf, as
+ * ignore_eos), the row warped (sd_warp), the token sd_gumbel_sample keyed by (seed, the
+ * context index it takes). No penalties or biases. */
+static inline void eu_gumbel_ref(sd_session *s, const sd_model *m, const sd_sampling_params *sp,
+                                 uint64_t seed, const int32_t *prompt, int32_t n_prompt,
+                                 int32_t *ref, int32_t n_pred) {
+    const int32_t nv = sd_model_hparams(m)->n_vocab;
+    float *l = malloc((size_t)nv * sizeof(float)), *p = malloc((size_t)nv * sizeof(float));
+    int32_t *scratch = malloc((size_t)nv * sizeof(int32_t));
+    cr_assert(l && p && scratch);
+    sd_error err = {0};
+    cr_assert_eq(sd_session_eval(s, prompt, n_prompt, l, 1, &err), SD_OK, "%s", err.msg);
+    const sd_vocab *v = sd_model_vocab(m);
+    for (int32_t i = 0; i < n_pred; i++) {
+        for (int32_t t = 0; t < nv; t++)
+            if (t == sd_vocab_eos(v) || sd_vocab_is_eog(v, t)) l[t] = -INFINITY;
+        cr_assert_eq(sd_warp(sp, l, nv, p, scratch, &err), SD_OK, "%s", err.msg);
+        ref[i] = sd_gumbel_sample(p, nv, NULL, seed, (int64_t)n_prompt + i);
+        cr_assert_geq(ref[i], 0);
+        if (i + 1 < n_pred)
+            cr_assert_eq(sd_session_eval(s, &ref[i], 1, l, 1, &err), SD_OK, "%s", err.msg);
+    }
+    free(l);
+    free(p);
+    free(scratch);
+}
+
 #endif

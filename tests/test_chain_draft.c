@@ -379,6 +379,9 @@ static int32_t run(sd_engine *e, sd_gen_params *gp, sd_draft_type t, sd_k_policy
     gp->draft_type = t;
     gp->k_policy = pol;
     gp->n_draft = t == SD_DRAFT_NONE ? 0 : k;
+    /* draft/chain.c is the proposer of sd_generate's loop (the tests count its mixed
+     * blocks); the batcher's chained drafting is checked against it below */
+    gp->path = SD_GEN_PATH_LOOP;
     sd_error err = {0};
     cr_assert_eq(
         sd_engine_generate(e, gp, prompt, n_prompt, NULL, NULL, out, gp->n_predict, st, &err),

@@ -29,6 +29,7 @@
 
 #include "runtime/engine/sd_engine.h"
 #include "testutil.h"
+#include "engine_util.h"
 
 #define TINY_T SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
 #define TINY_D SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
@@ -229,9 +230,7 @@ static void run_pair_ex(const char *t, const char *d, const char *head, const ch
                      SD_OK, "%s", e0.msg);
         cr_assert_eq(sd_ngram_cache_add(cache, doc, n_doc, &e0), SD_OK, "%s", e0.msg);
         free(doc);
-        cr_assert_eq(
-            sd_proposer_ngram_set_cache(sd_engine_proposer_of(e, SD_DRAFT_NGRAM), cache, &e0),
-            SD_OK, "%s", e0.msg);
+        cr_assert_eq(sd_engine_set_lookup_cache(e, cache, &e0), SD_OK, "%s", e0.msg);
         bp.lookup_cache = cache;
     }
     bp.n_parallel = 1;
@@ -260,6 +259,36 @@ static void run_pair_ex(const char *t, const char *d, const char *head, const ch
             sd_gen_stats st;
             cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err),
                          SD_OK, "%s: %s", what, err.msg);
+            if (cases[c].adaptive) { /* the off-pass count of generate's statistics */
+                int32_t off = 0;
+                for (int32_t i = 0; i < st.n_target_passes && i < MAXPASS; i++)
+                    off += trace_g[i].state != SD_ADAPTIVE_ON && trace_g[i].k_chosen == 0;
+                cr_expect_eq(st.n_off_passes, off, "%s: %d off passes, the records show %d", what,
+                             (int)st.n_off_passes, (int)off);
+            }
+            /* generate's two loops: the one-slot batcher (the path sd_engine_generate
+             * chose) and sd_generate's, forced */
+            {
+                got lg;
+                memset(&lg, 0, sizeof lg);
+                sd_gen_params gl = gp;
+                gl.path = SD_GEN_PATH_LOOP;
+                gl.pass_trace = NULL;
+                cr_assert_eq(sd_engine_generate_path(e, &gl, n_ids, NULL), SD_GEN_PATH_LOOP);
+                cr_assert_eq(sd_engine_generate(e, &gl, ids, n_ids, NULL, NULL, lg.toks, MAXOUT,
+                                                &lg.st, &err),
+                             SD_OK, "%s: %s", what, err.msg);
+                lg.n = lg.st.n_generated;
+                lg.done = 1;
+                lg.stop = lg.st.stop;
+                char what_loop[200];
+                snprintf(what_loop, sizeof what_loop, "%s, generate (%s) vs its old loop", what,
+                         sd_gen_path_name(sd_engine_generate_path(e, &gp, n_ids, NULL)));
+                if (cases[c].adaptive)
+                    compare_adaptive(what_loop, out, st.n_generated, &st, &lg);
+                else
+                    compare(what_loop, out, st.n_generated, &st, &lg);
+            }
             for (int run = 0; run < 2; run++) {
                 sd_batcher_stats bs0, bs1;
                 sd_batcher_get_stats(b, &bs0);
@@ -555,39 +584,52 @@ Test(golden, tiny_pair_logprobs_and_grammar) {
 }
 
 /* generate's prefix reuse: a run whose prompt extends the last run's context (a chat
- * turn) finds that prefix in the target's cache (n_prompt_cached: all of the prompt but its
- * last token, which the first pass evaluates) and continues exactly as a fresh engine does
- * (greedy: the first run's own continuation); an unrelated prompt finds none. */
-Test(golden, generate_counts_its_prefix_reuse) {
+ * turn) finds that prefix in the target's cache and continues exactly as a fresh engine
+ * does (greedy: the first run's own continuation); an unrelated prompt finds none. The old
+ * loop keeps the longest common prefix (all of the prompt but its last token, which the
+ * first pass evaluates); the one-slot batcher its prefix cache's whole blocks of
+ * SD_GEN_BATCH_BLOCK (64) positions of it. */
+static void prefix_reuse(sd_gen_path path) {
     sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
     sd_error err = {0};
-    sd_prompt_spec ps = {0};
-    ps.text = "Once upon a time";
-    ps.len = strlen(ps.text);
-    int32_t *ids = NULL, n_ids = 0;
-    cr_assert_eq(sd_prompt_tokenize(sd_engine_vocab(e), &ps, &ids, &n_ids, &err), SD_OK);
+    int32_t *ids = NULL;
+    const int32_t n_ids = eu_prompt(e,
+                                    "Once upon a time, there was a little girl named Lily. She "
+                                    "liked to play in the park with her dog. One day, Lily and "
+                                    "her dog went to the park. They saw a big tree. Lily wanted "
+                                    "to climb the tree, but her mom said no.",
+                                    &ids);
     const gcase c = {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0};
     sd_gen_params gp = params_of(&c, 40);
     gp.ignore_eos = 1;
+    gp.path = path;
+    const char *name = sd_gen_path_name(path);
+    cr_assert_eq(sd_engine_generate_path(e, &gp, n_ids, NULL), path, "%s", name);
     int32_t out1[MAXOUT], out2[MAXOUT], out3[MAXOUT];
     sd_gen_stats st1, st2, st3;
     cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out1, MAXOUT, &st1, &err),
                  SD_OK, "%s", err.msg);
     cr_assert_eq(st1.n_generated, 40);
-    cr_assert_eq(st1.n_prompt_cached, 0, "a fresh engine holds nothing");
+    cr_assert_eq(st1.n_prompt_cached, 0, "%s: a fresh engine holds nothing", name);
     /* the next turn: the prompt and 10 tokens of the answer */
-    int32_t turn[64];
+    const int32_t n_turn = n_ids + 10;
+    int32_t *turn = malloc((size_t)n_turn * sizeof *turn);
+    cr_assert_not_null(turn);
     memcpy(turn, ids, (size_t)n_ids * sizeof *turn);
     memcpy(turn + n_ids, out1, 10 * sizeof *turn);
+    cr_assert_geq(n_turn - 1, 64, "the prompt fills a block");
     gp.n_predict = 30;
-    cr_assert_eq(sd_engine_generate(e, &gp, turn, n_ids + 10, NULL, NULL, out2, MAXOUT, &st2, &err),
+    cr_assert_eq(sd_engine_generate(e, &gp, turn, n_turn, NULL, NULL, out2, MAXOUT, &st2, &err),
                  SD_OK, "%s", err.msg);
-    cr_assert_eq(st2.n_prompt_cached, n_ids + 10 - 1);
+    const int32_t want = path == SD_GEN_PATH_LOOP ? n_turn - 1 : (n_turn - 1) / 64 * 64;
+    cr_assert_eq(st2.n_prompt_cached, want, "%s: %d cached, expected %d", name, st2.n_prompt_cached,
+                 want);
     cr_assert_eq(st2.n_generated, 30);
-    cr_assert_eq(memcmp(out2, out1 + 10, 30 * sizeof *out2), 0, "the turn continues as greedy");
+    cr_assert_eq(memcmp(out2, out1 + 10, 30 * sizeof *out2), 0, "%s: the turn continues as greedy",
+                 name);
     /* the same through a fresh engine */
     sd_engine *f = open_pair(TINY_T, TINY_D, NULL);
-    cr_assert_eq(sd_engine_generate(f, &gp, turn, n_ids + 10, NULL, NULL, out3, MAXOUT, &st3, &err),
+    cr_assert_eq(sd_engine_generate(f, &gp, turn, n_turn, NULL, NULL, out3, MAXOUT, &st3, &err),
                  SD_OK, "%s", err.msg);
     cr_assert_eq(st3.n_prompt_cached, 0);
     cr_assert_eq(memcmp(out2, out3, 30 * sizeof *out2), 0);
@@ -599,8 +641,14 @@ Test(golden, generate_counts_its_prefix_reuse) {
     cr_assert_eq(sd_engine_generate(e, &gp, other, 2, NULL, NULL, out2, MAXOUT, &st2, &err), SD_OK,
                  "%s", err.msg);
     cr_assert_leq(st2.n_prompt_cached, 1);
+    free(turn);
     free(ids);
     sd_engine_free(e);
+}
+
+Test(golden, generate_counts_its_prefix_reuse) {
+    prefix_reuse(SD_GEN_PATH_BATCHER);
+    prefix_reuse(SD_GEN_PATH_LOOP);
 }
 
 /* Figures over several runs (bench, a request's choices) come from their statistics added
@@ -626,4 +674,171 @@ Test(golden, stats_add_pools_the_counts) {
     cr_assert_float_eq(sd_stats_accept_at(&sum, 0), 3.0 / 4.0, 1e-12);
     cr_assert_float_eq(sd_stats_mean_k(&sum), 12.0 / 9.0, 1e-12);
     cr_assert_float_eq(sd_stats_tokens_per_s(&sum), 15.0 / (65.0 * 1e-3), 1e-9);
+}
+
+/* sd_engine_generate's loop is chosen in one place (sd_engine_generate_path): the batcher's
+ * step for what it can do, sd_generate's loop for the rest; and that loop is the one that
+ * ran: the batcher path leaves the engine's single-sequence target cache untouched, the
+ * loop fills it. */
+Test(golden, generate_path_is_chosen_in_one_place) {
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    const gcase c = {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0};
+    sd_gen_params gp = params_of(&c, 32);
+    const char *why = NULL;
+    cr_assert_eq(sd_engine_generate_path(e, &gp, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
+    sd_gen_params g = gp;
+    g.tree_width = 2;
+    g.n_draft = 3;
+    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_LOOP);
+    cr_assert_str_eq(why, "token trees");
+    g.n_draft = 0; /* target alone: no tree to draft */
+    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
+    g = gp;
+    g.k_policy = SD_K_SWEEP;
+    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_LOOP);
+    cr_assert_str_eq(why, "the sweep policy");
+    g = gp;
+    g.path = SD_GEN_PATH_LOOP;
+    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_LOOP);
+    cr_assert_str_eq(why, "asked for");
+    g = gp; /* the adaptive K and a stop at the context limit: the batcher's too */
+    g.k_policy = SD_K_ADAPTIVE;
+    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
+    g = gp;
+    g.n_predict = N_CTX;
+    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
+    cr_assert_str_eq(sd_gen_path_name(SD_GEN_PATH_BATCHER), "batcher");
+    cr_assert_str_eq(sd_gen_path_name(SD_GEN_PATH_LOOP), "loop");
+
+    /* which one ran */
+    sd_error err = {0};
+    int32_t *ids = NULL;
+    const int32_t n_ids = eu_prompt(e, "Once upon a time", &ids);
+    const sd_session *ts = sd_scorer_session(sd_engine_scorer(e));
+    int32_t out[MAXOUT];
+    sd_gen_stats st;
+    cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err), SD_OK,
+                 "%s", err.msg);
+    cr_assert_gt(st.n_generated, 0);
+    cr_assert_eq(sd_session_n_past(ts), 0, "the batcher path ran the loop's sessions");
+    g = gp;
+    g.path = SD_GEN_PATH_LOOP;
+    cr_assert_eq(sd_engine_generate(e, &g, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err), SD_OK,
+                 "%s", err.msg);
+    cr_assert_geq(sd_session_n_past(ts), n_ids, "the loop did not run");
+    free(ids);
+    sd_engine_free(e);
+}
+
+/* Greedy and Gumbel sampling (a seed) through the three ways to run a request: the old
+ * single-sequence loop, generate's one-slot batcher and serve's batcher, with the LLM
+ * draft and the n-gram at K 4 fixed: each equals the independent target-alone reference
+ * (engine_util.h: one token at a time on a contiguous session, the draw computed there). */
+Test(golden, three_clients_equal_the_references) {
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_error err = {0};
+    int32_t *ids = NULL;
+    const int32_t n_ids = eu_prompt(e, "Lily and Tom went to the park. They", &ids);
+    enum { NP = 40 };
+    int32_t ref[2][NP];
+    for (int s = 0; s < 2; s++) {
+        sd_session_params sp = sd_engine_session_params(e, 0);
+        sp.share_threads = NULL;
+        sd_session *rs = NULL;
+        cr_assert_eq(sd_session_init(sd_engine_target(e), &sp, &rs, &err), SD_OK, "%s", err.msg);
+        sd_sampling_params samp = sd_sampling_default_params();
+        samp.temp = 0.7f;
+        if (s == 0)
+            eu_greedy_ref(rs, sd_engine_target(e), ids, n_ids, ref[0], NP);
+        else
+            eu_gumbel_ref(rs, sd_engine_target(e), &samp, 7, ids, n_ids, ref[1], NP);
+        sd_session_free(rs);
+    }
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 2;
+    sd_batcher *b = NULL;
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    static const gcase cases[] = {
+        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"greedy ngram", SD_DRAFT_NGRAM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"gumbel llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"gumbel ngram+llm", SD_DRAFT_NGRAM_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sd_gen_params gp = params_of(&cases[c], NP);
+        gp.ignore_eos = 1;
+        const int32_t *want = ref[cases[c].temp > 0.0f];
+        for (int client = 0; client < 3; client++) {
+            got g;
+            memset(&g, 0, sizeof g);
+            static const char *const names[] = {"the old loop", "generate's batcher", "serve"};
+            if (client < 2) {
+                sd_gen_params gc = gp;
+                gc.path = client == 0 ? SD_GEN_PATH_LOOP : SD_GEN_PATH_AUTO;
+                cr_assert_eq(sd_engine_generate_path(e, &gc, n_ids, NULL),
+                             client == 0 ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER);
+                cr_assert_eq(
+                    sd_engine_generate(e, &gc, ids, n_ids, NULL, NULL, g.toks, MAXOUT, &g.st, &err),
+                    SD_OK, "%s", err.msg);
+                g.n = g.st.n_generated;
+            } else {
+                eu_submit(b, ids, n_ids, &gp, collect, &g);
+                eu_drain(b, 1);
+            }
+            cr_assert_eq(g.n, NP, "%s, %s: %d tokens", cases[c].name, names[client], g.n);
+            for (int32_t i = 0; i < NP; i++)
+                cr_assert_eq(g.toks[i], want[i], "%s, %s: token %d is %d, the reference's %d",
+                             cases[c].name, names[client], i, g.toks[i], want[i]);
+            cr_assert_gt(g.st.n_drafted, 0, "%s, %s: nothing drafted", cases[c].name,
+                         names[client]);
+        }
+    }
+    free(ids);
+    sd_batcher_free(b);
+    sd_engine_free(e);
+}
+
+/* A request past the context: both of generate's loops emit until the context is full and
+ * stop with "context", the same tokens and counts (the batcher's stop_at_context). */
+Test(golden, context_stop_in_both_loops) {
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_error err = {0};
+    int32_t *ids = NULL;
+    const int32_t n_ids = eu_prompt(e, "Once upon a time", &ids);
+    static const gcase cases[] = {
+        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"rejection ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_REJECTION, 0.0f, 0.0f, 0},
+    };
+    enum { NPRED = N_CTX + 40 };
+    static int32_t a[NPRED], b[NPRED];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sd_gen_params gp = params_of(&cases[c], NPRED);
+        gp.ignore_eos = 1;
+        const char *why = NULL;
+        cr_assert_eq(sd_engine_generate_path(e, &gp, n_ids, &why), SD_GEN_PATH_BATCHER, "%s", why);
+        sd_gen_stats sa, sb;
+        cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, a, NPRED, &sa, &err), SD_OK,
+                     "%s", err.msg);
+        sd_gen_params gl = gp;
+        gl.path = SD_GEN_PATH_LOOP;
+        cr_assert_eq(sd_engine_generate(e, &gl, ids, n_ids, NULL, NULL, b, NPRED, &sb, &err), SD_OK,
+                     "%s", err.msg);
+        /* the last token is never fed back: the context holds N_CTX, N_CTX + 1 are emitted */
+        cr_assert_eq(sa.n_generated, N_CTX + 1 - n_ids, "%s: %d tokens", cases[c].name,
+                     sa.n_generated);
+        cr_assert_eq(sa.stop, SD_STOP_CONTEXT, "%s: stop %s", cases[c].name,
+                     sd_stop_reason_str(sa.stop));
+        got g;
+        memset(&g, 0, sizeof g);
+        g.n = sb.n_generated < MAXOUT ? sb.n_generated : MAXOUT;
+        memcpy(g.toks, b, (size_t)g.n * sizeof *b);
+        g.done = 1;
+        g.stop = sb.stop;
+        g.st = sb;
+        compare(cases[c].name, a, g.n, &sa, &g);
+        cr_assert_eq(sa.n_generated, sb.n_generated);
+        cr_assert_eq(memcmp(a, b, (size_t)sa.n_generated * sizeof *a), 0, "%s", cases[c].name);
+    }
+    free(ids);
+    sd_engine_free(e);
 }

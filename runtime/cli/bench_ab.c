@@ -103,9 +103,14 @@ static int one_run(ab_ctx *a, int pi, uint64_t seed, int32_t k, int32_t *out, si
     sd_gen_params gp = a->p->ep.gen;
     gp.seed = seed;
     gp.n_draft = k;
-    sd_proposer *prop = sd_engine_proposer(a->e);
-    if (prop) sd_proposer_commit(prop, a->prompt_ids[pi], 0);
-    int rc = sd_scorer_sync(sd_engine_scorer(a->e), a->prompt_ids[pi], 1, err);
+    /* each run prefills from scratch: the batcher's prefix cache, or the loop's sessions */
+    sd_engine_clear_cache(a->e);
+    int rc = SD_OK;
+    if (sd_engine_generate_path(a->e, &gp, a->n_prompt_ids[pi], NULL) == SD_GEN_PATH_LOOP) {
+        sd_proposer *prop = sd_engine_proposer(a->e);
+        if (prop) sd_proposer_commit(prop, a->prompt_ids[pi], 0);
+        rc = sd_scorer_sync(sd_engine_scorer(a->e), a->prompt_ids[pi], 1, err);
+    }
     bench_dvec scratch = {0};
     itl_rec rec = {0, 0, acc ? &acc->itl : &scratch, 0};
     if (!rc)

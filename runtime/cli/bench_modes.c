@@ -186,13 +186,18 @@ static int run_one(modes_ctx *m, const variant *v, const int32_t *ids, int32_t n
     } else if (!m->c->g.has_p_min && !m->p->cfg.has_draft_p_min) {
         gp.draft_p_min = 0.0f; /* fixed: K every pass unless a cut-off was asked for */
     }
-    /* Empty every cache: each run prefills its prompt from scratch. */
-    for (int t = SD_DRAFT_LLM; t <= SD_DRAFT_SUFFIX; t++) {
-        if (t == SD_DRAFT_NGRAM_LLM) continue; /* its two parts are emptied on their own */
-        sd_proposer *pr = sd_engine_proposer_of(m->e, (sd_draft_type)t);
-        if (pr) sd_proposer_commit(pr, ids, 0);
+    /* Empty every cache: each run prefills its prompt from scratch (the batcher's prefix
+     * cache; on sd_generate's loop its sessions and proposers). */
+    sd_engine_clear_cache(m->e);
+    int rc = SD_OK;
+    if (sd_engine_generate_path(m->e, &gp, n_ids, NULL) == SD_GEN_PATH_LOOP) {
+        for (int t = SD_DRAFT_LLM; t <= SD_DRAFT_SUFFIX; t++) {
+            if (t == SD_DRAFT_NGRAM_LLM) continue; /* its two parts are emptied on their own */
+            sd_proposer *pr = sd_engine_proposer_of(m->e, (sd_draft_type)t);
+            if (pr) sd_proposer_commit(pr, ids, 0);
+        }
+        rc = sd_scorer_sync(sd_engine_scorer(m->e), ids, 1, err);
     }
-    int rc = sd_scorer_sync(sd_engine_scorer(m->e), ids, 1, err);
     cpu_rec rec = {0, 0};
     if (!rc)
         rc = sd_engine_generate(m->e, &gp, ids, n_ids, cpu_cb, &rec, out, gp.n_predict, st, err);
@@ -299,7 +304,7 @@ static int make_variants(modes_ctx *m, sd_error *err) {
     for (int i = 1; i < n_ks; i++)
         if (ks[i] > k_top) k_top = ks[i];
     int want[N_MODE_DEFS] = {0};
-    const int has_llm = sd_engine_proposer(m->e) != NULL;
+    const int has_llm = sd_engine_has_proposer(m->e, SD_DRAFT_LLM);
     for (int i = 0; i < c->n_modes; i++) {
         if (c->modes[i] == MODE_ALL) {
             for (int j = 0; j < N_MODE_DEFS; j++)

@@ -223,6 +223,8 @@ static int answer_turn(const sd_cli_chat *c, conversation *v, int turn, int32_t 
                          "no room for another answer%s",
                          v->n_toks, n_ctx, c->context_shift ? "" : " (see --context-shift)");
     sd_gen_params g = c->gen;
+    /* a context shift edits the target's cache of sd_generate's loop between turns */
+    if (c->context_shift) g.path = SD_GEN_PATH_LOOP;
     /* the answer's most tokens: max_tokens, else (shifting) n_ctx, else the room left */
     const int32_t cap = c->max_tokens > 0  ? c->max_tokens
                         : c->context_shift ? n_ctx
@@ -278,7 +280,7 @@ static int answer_turn(const sd_cli_chat *c, conversation *v, int turn, int32_t 
     if (!rc) text_add(&v->seen, a.text.p ? a.text.p : "", a.text.n);
     if (!rc && c->notes)
         print_turn_stats(turn, &st, n_prompt - n_cached, n_cached, a.stopped,
-                         g.n_draft > 0 && sd_engine_proposer_of(e, g.draft_type) != NULL);
+                         g.n_draft > 0 && sd_engine_has_proposer(e, g.draft_type));
     if (!rc && c->turn_done) c->turn_done(c->turn_user, turn, n_prompt, st.n_generated, n_cached);
     if (a.stopped) sd_cli_interrupt_clear(); /* that answer is over; the chat goes on */
     free(a.text.p);

@@ -352,8 +352,9 @@ static void print_weights(const char *role, const sd_session *s) {
 }
 
 static void print_settings(const sd_gen_params *gp, const sd_engine_params *ep,
-                           const char *proposer) {
+                           const char *proposer, sd_gen_path path, const char *why) {
     const sd_sampling_params *sp = &gp->samp;
+    fprintf(stderr, "specdec: loop: %s (%s)\n", sd_gen_path_name(path), why);
     fprintf(stderr,
             "specdec: sampling: temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g "
             "(last %d), presence %g, frequency %g, %s, seed %llu\n",
@@ -639,6 +640,8 @@ static int gen_tokenize(const gen_cli *c, sd_engine *e, const char *prompt, size
      * nothing beyond that. */
     if (!c->context_shift && gp->n_predict > ctx - (int32_t)*n_ids + 2)
         gp->n_predict = ctx - (int32_t)*n_ids + 2;
+    /* a context shift edits the target's cache of sd_generate's loop between its calls */
+    if (c->context_shift) gp->path = SD_GEN_PATH_LOOP;
     if (gp->n_predict < 1) gp->n_predict = 1;
     return SD_OK;
 }
@@ -775,8 +778,7 @@ static int gen_open_cache(sd_cli_pair *p, sd_engine *e, sd_draft_type type, sd_n
         sd_error_clear(err);
         rc = sd_ngram_cache_init(fp, nv, &p->ep.ngram, 0, cache, err);
     }
-    if (!rc)
-        rc = sd_proposer_ngram_set_cache(sd_engine_proposer_of(e, SD_DRAFT_NGRAM), *cache, err);
+    if (!rc) rc = sd_engine_set_lookup_cache(e, *cache, err);
     if (!rc && type != SD_DRAFT_NGRAM && type != SD_DRAFT_NGRAM_LLM)
         fprintf(stderr, "specdec: --lookup-cache: only --draft-type ngram and ngram+llm read "
                         "it; it is still updated\n");
@@ -921,13 +923,12 @@ int sd_cmd_generate(int argc, char **argv) {
         if (rc) goto done;
         gp.grammar = grammar_buf;
     }
-    const sd_proposer *prop = sd_engine_proposer_of(e, gp.draft_type);
-    if (!prop && sd_draft_type_uses_llm(gp.draft_type)) {
+    const int with_draft = sd_engine_has_proposer(e, gp.draft_type);
+    if (!with_draft && sd_draft_type_uses_llm(gp.draft_type)) {
         exit_code = usage_error("--draft-type %s needs a draft model: pass --draft FILE (-md)",
                                 sd_draft_type_name(gp.draft_type));
         goto done;
     }
-    const int with_draft = prop != NULL;
     if (!with_draft) gp.n_draft = 0;
     if (p.lookup_cache && (rc = gen_open_cache(&p, e, gp.draft_type, &cache, &err))) goto done;
     if (gen_interactive(&c, &p)) {
@@ -961,9 +962,14 @@ int sd_cmd_generate(int argc, char **argv) {
     if (notes && c.random_seed)
         fprintf(stderr, "specdec: --seed -1: seed %llu\n", (unsigned long long)gp.seed);
     if (notes && c.verbose) {
-        print_settings(&gp, &p.ep, prop ? sd_proposer_name(prop) : "none");
-        print_weights("target", sd_scorer_session(sd_engine_scorer(e)));
-        print_weights("draft", sd_proposer_llm_session(sd_engine_proposer(e)));
+        const char *why = NULL;
+        const sd_gen_path path = sd_engine_generate_path(e, &gp, (int32_t)n_ids, &why);
+        const sd_draft_type shown = gp.draft_type == SD_DRAFT_AUTO ? SD_DRAFT_LLM : gp.draft_type;
+        print_settings(&gp, &p.ep, with_draft ? sd_draft_type_name(shown) : "none", path, why);
+        if (path == SD_GEN_PATH_LOOP) { /* the loop's sessions (the batcher makes its own) */
+            print_weights("target", sd_scorer_session(sd_engine_scorer(e)));
+            print_weights("draft", sd_proposer_llm_session(sd_engine_proposer(e)));
+        }
     }
     if (!out || !k_trace || (c.verbose && !passes) || (c.logprobs && !lps)) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);

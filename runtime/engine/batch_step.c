@@ -115,6 +115,19 @@ static uint64_t seed_of(const sd_choice *c) {
     return c->r->gp.seed + (uint64_t)c->index;
 }
 
+/* The LLM draft's view of c->ctx[0 .. n): the context itself, or after a windowed
+ * catch-up its first token and ctx[doff + 1 .. n) (in c->dview). *len: its length. */
+static const int32_t *draft_view(sd_choice *c, int32_t n, int32_t *len) {
+    if (c->doff <= 0 || n <= c->doff + 1) {
+        *len = n;
+        return c->ctx;
+    }
+    c->dview[0] = c->ctx[0];
+    memcpy(c->dview + 1, c->ctx + c->doff + 1, (size_t)(n - c->doff - 1) * sizeof *c->dview);
+    *len = n - c->doff;
+    return c->dview;
+}
+
 /* The states of choice c's proposal t[0 .. *k) in b->gchain (made on first use), *k cut at
  * the first token its grammar refuses (sd_step_grammar_chain). */
 static int grammar_chain(sd_batcher *b, sd_choice *c, const int32_t *t, int32_t *k, sd_error *err) {
@@ -152,17 +165,23 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     int32_t k = gp->n_draft;
     c->ctl_state = c->adaptive ? sd_adaptive_state_of(&c->ctl) : SD_ADAPTIVE_ON;
     if (c->adaptive) k = sd_adaptive_next_k(&c->ctl); /* its batch: plan_k */
+    /* The controller decides on or off; a proposer that sizes its drafts by its match
+     * (suffix) may draft up to the largest K (as sd_generate's policy_k). */
+    if (c->adaptive && k > 0 && gp->draft_type == SD_DRAFT_SUFFIX &&
+        sd_proposer_sizes_itself(b->suffix[c->slot]))
+        k = gp->n_draft;
     c->k_policy = k;
     k = sd_step_cap_k(gp, k, c->st.n_generated, c->n_ctx, b->n_ctx);
     c->k_want = c->k_want_cap = k;
     if (k == 0) return SD_OK;
     const int suffix = gp->draft_type == SD_DRAFT_SUFFIX || gp->draft_type == SD_DRAFT_SUFFIX_LLM;
     if (gp->draft_type == SD_DRAFT_NGRAM || gp->draft_type == SD_DRAFT_NGRAM_LLM || suffix) {
-        const double t = sd_time_ms();
+        const double t = sd_time_ms(), ct = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
         sd_proposal prop = {0};
         sd_proposer *lookup = suffix ? b->suffix[c->slot] : b->ngram[c->slot];
         int rc = sd_proposer_propose(lookup, c->ctx, c->n_ctx, k, &prop, err);
         c->t_draft_ms += sd_time_ms() - t;
+        c->c_draft_ms += sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - ct;
         if (rc) return rc;
         /* Chained: the match's tokens the chain keeps (as draft/chain.c). */
         if (llm_type) prop.n = sd_chain_lookup_keep(lookup, prop.n, k);
@@ -197,7 +216,21 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
         const int32_t k2 = chained && gp->chain_draft_max > 0 && k - m > gp->chain_draft_max
                                ? gp->chain_draft_max
                                : k - m;
-        const int32_t room = sd_draft_room(c->ctx, c->n_ctx + m, k2, b->n_ctx_d, b->n_vocab_d);
+        /* After target-alone passes the draft catches up first (draft_phase): the tokens
+         * it lacks, or (once a full catch-up proved expensive) a window of the last
+         * SD_CATCHUP_WINDOW, its view then the first token and that window (as
+         * draft/llm.c's catch-up for sd_generate). */
+        c->catchup = c->adaptive && c->ctl_state != SD_ADAPTIVE_ON;
+        if (c->catchup && c->catchup_expensive && c->dview) {
+            int32_t nv = 0;
+            const int32_t *v = draft_view(c, c->n_ctx, &nv);
+            const int32_t have = sd_session_seq_keep_prefix(b->ds, c->slot, v, nv - 1);
+            if (nv - 1 - have > SD_CATCHUP_WINDOW && c->n_ctx - 1 - SD_CATCHUP_WINDOW > 1)
+                c->doff = c->n_ctx - 1 - SD_CATCHUP_WINDOW;
+        }
+        int32_t n_view = 0;
+        const int32_t *view = draft_view(c, c->n_ctx + m, &n_view);
+        const int32_t room = sd_draft_room(view, n_view, k2, b->n_ctx_d, b->n_vocab_d);
         c->k_lookup = m;
         c->k_want = m + room;
         c->llm = c->used_llm = room > 0;
@@ -314,6 +347,62 @@ static int draft_pass(sd_batcher *b, int32_t nb, sd_error *err) {
 /* The LLM draft's passes of this step: the prompts' catch-up (PREFILL choices, one
  * chunk each), then for every choice with c->llm the catch-up to ctx[0 .. n - 1) in
  * chunks and its first position, then one pass per further position. */
+/* The catch-up after target-alone passes of every choice that drafts with the LLM this
+ * step (c->catchup): the tokens its draft lacks (of its view) but the last, in passes of
+ * their own, timed apart (the statistics' drafting time, not the controller's: its
+ * per-token draft cost stays the cost of drafting, as sd_generate's). A full catch-up of
+ * SD_CATCHUP_WINDOW tokens or more that cost more than SD_CATCHUP_BUDGET target-alone
+ * passes per token makes the next ones windowed (choose_and_lookup). */
+static int catch_up(sd_batcher *b, sd_error *err) {
+    const int32_t chunk = b->p.draft_chunk;
+    int sel[SD_MAX_SEQ] = {0}, todo[SD_MAX_SEQ] = {0};
+    int any = 0;
+    for (int32_t s = 0; s < b->p.n_parallel; s++) {
+        const sd_choice *c = b->slots[s];
+        if (!c || c->state != CH_DECODE || !c->llm || !c->catchup || c->k > c->k_lookup) continue;
+        sel[s] = todo[s] = 1;
+        any = 1;
+    }
+    if (!any) return SD_OK;
+    const double t0 = sd_time_ms(), c0 = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
+    for (int more = 1; more;) {
+        int32_t nb = 0, nrow = 0;
+        more = 0;
+        for (int32_t s = 0; s < b->p.n_parallel; s++) {
+            sd_choice *c = b->slots[s];
+            if (!todo[s]) continue;
+            int32_t n = 0;
+            const int32_t *v = draft_view(c, c->n_ctx, &n);
+            const int32_t kept = sd_session_seq_keep_prefix(b->ds, c->slot, v, n - 1);
+            int32_t m = n - 1 - kept;
+            if (m > chunk) {
+                m = chunk;
+                more = 1;
+            }
+            for (int32_t t = 0; t < m; t++) /* ids the draft lacks: drafting stops there */
+                if (v[kept + t] >= b->n_vocab_d) m = t;
+            if (m > 0) dbatch_add(b, &nb, &nrow, c->slot, v + kept, m, 0);
+            if (m == 0) todo[s] = 0;
+        }
+        if (nb == 0) break;
+        sd_batch bt = {nb, b->dbtok, NULL, b->dbseq, b->dbwant};
+        const int rc = sd_session_decode(b->ds, &bt, b->dlogits, err);
+        if (rc) return sd_error_prefix(err, rc, "%s: draft", sd_model_path(b->dm));
+    }
+    const double t = sd_time_ms() - t0, ct = sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - c0;
+    for (int32_t s = 0; s < b->p.n_parallel; s++) {
+        sd_choice *c = b->slots[s];
+        if (!sel[s]) continue;
+        c->st.t_draft_ms += t; /* shared passes: each catching-up choice's time */
+        const int32_t n = c->n_ctx - c->n_ctx_drafted;
+        if (c->doff == 0 && n >= SD_CATCHUP_WINDOW) {
+            const double cost = c->r->gp.clock == SD_CLOCK_THREAD_CPU ? ct : t;
+            c->catchup_expensive = cost / n > SD_CATCHUP_BUDGET * sd_adaptive_pass_ms(&c->ctl, 1);
+        }
+    }
+    return SD_OK;
+}
+
 static int draft_phase(sd_batcher *b, sd_error *err) {
     if (!b->ds) return SD_OK;
     const int32_t chunk = b->p.draft_chunk;
@@ -340,14 +429,16 @@ static int draft_phase(sd_batcher *b, sd_error *err) {
                     continue;
                 }
                 if (c->state != CH_DECODE || !c->llm || c->k > c->k_lookup) continue;
-                /* The context, extended by a chain's lookup tokens (choose_and_lookup). */
-                const int32_t n_ext = c->n_ctx + c->k_lookup;
-                const int32_t kept = sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, n_ext - 1);
+                /* The context, extended by a chain's lookup tokens (choose_and_lookup), as
+                 * the draft sees it (draft_view). */
+                int32_t n_ext = 0;
+                const int32_t *v = draft_view(c, c->n_ctx + c->k_lookup, &n_ext);
+                const int32_t kept = sd_session_seq_keep_prefix(b->ds, c->slot, v, n_ext - 1);
                 const int32_t missing = n_ext - 1 - kept;
                 if (missing <= chunk) { /* the rest and the last token, for its logits */
-                    c->drow = dbatch_add(b, &nb, &nrow, c->slot, c->ctx + kept, missing + 1, 1);
+                    c->drow = dbatch_add(b, &nb, &nrow, c->slot, v + kept, missing + 1, 1);
                 } else {
-                    dbatch_add(b, &nb, &nrow, c->slot, c->ctx + kept, chunk, 0);
+                    dbatch_add(b, &nb, &nrow, c->slot, v + kept, chunk, 0);
                     pending = 1;
                 }
             }
@@ -443,8 +534,14 @@ static void tbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq, c
  * (step.c, as sd_generate), then its text and the KV commit. Verification reads every
  * draw keyed by the choice's seed and the positions: greedy, Gumbel (the text then
  * depends on neither the draft nor K) or rejection sampling. */
-static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_ms, sd_error *err) {
+static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_ms,
+                        double c_pass_ms, sd_error *err) {
     const sd_gen_params *gp = &c->r->gp;
+    /* the controller's times: the thread's CPU clock when the request asks (a one-thread
+     * CPU engine's generate, as sd_generate), else the wall clock */
+    const int cpu = gp->clock == SD_CLOCK_THREAD_CPU;
+    const double ctl_draft = cpu ? c->c_draft_ms : c->t_draft_ms;
+    const double ctl_pass = cpu ? c_pass_ms : t_pass_ms;
     int32_t k = c->k;
     int rc = sd_target_check_rows(b->tm, rows, k + 1, err);
     if (rc) return rc;
@@ -480,16 +577,32 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     if (c->lp) /* entry i of the output: ctx[n_prompt + i] */
         memcpy(c->lp + (first_new - c->r->n_prompt), b->lp, (size_t)p.n_committed * sizeof *b->lp);
     c->n_ctx = p.n_ctx;
+    /* stop_at_context: a full context ends the choice (as sd_generate: the budget first) */
+    if (c->r->stop_at_context && c->st.stop == SD_STOP_NONE && c->n_ctx > b->n_ctx)
+        c->st.stop = SD_STOP_CONTEXT;
     c->st.t_draft_ms += c->t_draft_ms;
     c->st.t_verify_ms += t_pass_ms;
+    if (c->adaptive && c->ctl_state != SD_ADAPTIVE_ON && c->k_want_cap == 0) {
+        c->st.n_off_passes++; /* a target-alone pass while speculation was off */
+        c->st.t_off_ms += t_pass_ms;
+    }
     sd_choice_text(b, c, first_new);
     /* KV commit: both caches keep only the committed tokens (the target all but the last). */
     sd_session_seq_keep_prefix(b->ts, c->slot, c->ctx, c->n_ctx - 1);
-    if (b->ds) sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, c->n_ctx);
+    if (b->ds) {
+        int32_t n_view = 0;
+        const int32_t *view = draft_view(c, c->n_ctx, &n_view);
+        sd_session_seq_keep_prefix(b->ds, c->slot, view, n_view);
+    }
+    if (c->used_llm) c->n_ctx_drafted = first_new;
     sd_proposer_commit(b->ngram[c->slot], c->ctx, c->n_ctx);
     if (c->r->gp.draft_type == SD_DRAFT_SUFFIX || c->r->gp.draft_type == SD_DRAFT_SUFFIX_LLM)
         sd_proposer_commit(b->suffix[c->slot], c->ctx, c->n_ctx);
-    if (c->adaptive) sd_adaptive_observe(&c->ctl, k, res.n_accepted, c->t_draft_ms, t_pass_ms);
+    if (c->adaptive) {
+        sd_adaptive_observe(&c->ctl, k, res.n_accepted, ctl_draft, ctl_pass);
+        c->st.n_switch_off = c->ctl.n_switch_off;
+        c->st.n_probes = c->ctl.n_probes;
+    }
     const int32_t i = c->st.n_target_passes - 1; /* the traces: the first choice's */
     if (c->index == 0 && gp->k_trace && i < gp->k_trace_cap) gp->k_trace[i] = (uint8_t)k;
     if (c->index == 0 && gp->pass_trace && i < gp->pass_trace_cap) {
@@ -497,8 +610,8 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
                               k,
                               res.n_accepted,
                               (int32_t)c->ctl_state,
-                              c->t_draft_ms,
-                              t_pass_ms,
+                              ctl_draft,
+                              ctl_pass,
                               0,
                               0,
                               0,
@@ -696,9 +809,11 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         for (int32_t j = 0; j < r->n_choices && !rc; j++)
             if (r->ch[j].state == CH_DECODE) rc = choose_and_lookup(b, &r->ch[j], err);
     }
-    const double td0 = sd_time_ms();
+    if (!rc && b->ds) rc = catch_up(b, err); /* timed apart */
+    const double td0 = sd_time_ms(), cd0 = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
     if (!rc) rc = draft_phase(b, err);
     const double t_draft = sd_time_ms() - td0;
+    const double c_draft = sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - cd0;
 
     /* 2. The target pass: decode rows first, then prompt chunks in admission order. */
     int32_t nb = 0, nrow = 0;
@@ -707,7 +822,10 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         for (int32_t j = 0; j < r->n_choices; j++) {
             sd_choice *c = &r->ch[j];
             if (c->state != CH_DECODE) continue;
-            if (c->used_llm) c->t_draft_ms += t_draft; /* the LLM passes are shared */
+            if (c->used_llm) { /* the LLM passes are shared */
+                c->t_draft_ms += t_draft;
+                c->c_draft_ms += c_draft;
+            }
             c->in_pass = 1;
             c->row0 = nrow;
             c->n_rows = c->k + 1;
@@ -727,13 +845,14 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         c->n_rows = 0;
         tbatch_add(b, &nb, &nrow, c->slot, c->ctx + p, c->prefill_n, 0, 0);
     }
-    double t_pass = 0.0;
+    double t_pass = 0.0, c_pass = 0.0;
     if (!rc && nb > 0) {
-        const double tp = sd_time_ms();
+        const double tp = sd_time_ms(), cp = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
         sd_batch bt = {nb, b->btok, NULL, b->bseq, b->bwant};
         rc = sd_session_decode(b->ts, &bt, b->logits, err);
         if (rc) sd_error_prefix(err, rc, "%s: target", sd_model_path(b->tm));
         t_pass = sd_time_ms() - tp;
+        c_pass = sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - cp;
         if (!rc) sd_cost_fit_add(&b->tfit, (double)nb, t_pass);
     }
 
@@ -745,7 +864,7 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
             if (r->ch[j].state == CH_DECODE && r->ch[j].in_pass)
                 rc = after_decode(b, &r->ch[j],
                                   b->logits + (size_t)r->ch[j].row0 * (size_t)b->n_vocab, t_pass,
-                                  err);
+                                  c_pass, err);
     }
     /* Prompt progress after each chunk but the prompt's last (its last token goes with
      * the first decoding pass). */

@@ -269,6 +269,7 @@ void sd_req_free(sd_req *r) {
         free(r->ch[i].ctx);
         free(r->ch[i].text);
         free(r->ch[i].lp);
+        free(r->ch[i].dview);
         sd_detok_free(r->ch[i].detok);
         sd_grammar_state_free(r->ch[i].gseq);
         sd_grammar_state_free(r->ch[i].gdraft);
@@ -342,7 +343,12 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
     if (llm && !b->ds)
         return sd_errorf(err, SD_ERR_ARG, "request: draft type %s needs a draft model",
                          sd_draft_type_name(g->draft_type));
-    const int64_t need = (int64_t)r->n_prompt + g->n_predict;
+    int64_t need = (int64_t)r->n_prompt + g->n_predict;
+    if (r->stop_at_context && r->n_prompt > b->n_ctx)
+        return sd_errorf(err, SD_ERR_CONTEXT,
+                         "prompt of %d tokens does not fit the context of %d tokens", r->n_prompt,
+                         b->n_ctx);
+    if (r->stop_at_context && need > b->n_ctx) need = b->n_ctx; /* it stops there */
     if (need > b->n_ctx)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "request: %d prompt tokens + %d max tokens exceed the context of %d "
@@ -370,6 +376,7 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     q->cb = r->cb;
     q->user = r->user;
     q->progress = r->progress != 0;
+    q->stop_at_context = r->stop_at_context != 0;
     q->t_submit = sd_time_ms();
     int ok = 1;
     q->prompt = xcalloc((size_t)r->n_prompt, sizeof *q->prompt, &ok);
@@ -420,7 +427,10 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     if (q->gp.n_draft == 0) q->gp.draft_type = SD_DRAFT_NONE;
     if (q->gp.draft_type == SD_DRAFT_AUTO) q->gp.draft_type = b->ds ? SD_DRAFT_LLM : SD_DRAFT_NONE;
     if (q->gp.draft_type == SD_DRAFT_NONE) q->gp.n_draft = 0;
-    const int32_t cap = r->n_prompt + r->gen.n_predict + 1;
+    /* its tokens: at most the context + 1 (the last is never fed back) with stop_at_context */
+    int64_t cap64 = (int64_t)r->n_prompt + r->gen.n_predict + 1;
+    if (r->stop_at_context && cap64 > (int64_t)b->n_ctx + 2) cap64 = (int64_t)b->n_ctx + 2;
+    const int32_t cap = (int32_t)cap64;
     for (int32_t i = 0; i < r->n_choices; i++) {
         sd_choice *c = &q->ch[i];
         c->r = q;
@@ -444,6 +454,12 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
         c->n_emitted_sent = r->n_prompt;
         c->st.n_prompt = r->n_prompt;
         c->adaptive = q->gp.n_draft > 0 && q->gp.k_policy == SD_K_ADAPTIVE;
+        c->n_ctx_drafted = r->n_prompt;
+        if (c->adaptive && sd_draft_type_uses_llm(q->gp.draft_type) &&
+            !(c->dview = malloc((size_t)cap * sizeof *c->dview))) {
+            sd_req_free(q);
+            return sd_errorf(err, SD_ERR_OOM, "request: out of memory");
+        }
         if (c->adaptive) {
             sd_adaptive_params ap = sd_adaptive_default_params();
             ap.k_max = q->gp.n_draft;

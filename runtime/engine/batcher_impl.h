@@ -61,6 +61,14 @@ typedef struct sd_choice {
     int32_t prefill_n;             /* prompt tokens in the target pass (prefill) */
     int in_pass;                   /* takes part in this step's target pass */
     double t_draft_ms, c_draft_ms; /* drafting time this step (wall, thread clock) */
+    /* The LLM draft's view of the context after a windowed catch-up (SD_CATCHUP_WINDOW,
+     * as draft/llm.c's): ctx[0], then ctx[doff + 1 ..]; doff 0: the context itself.
+     * dview [cap]: the view's tokens (adaptive LLM choices), made by draft_view. */
+    int32_t doff;
+    int32_t *dview;
+    int32_t n_ctx_drafted; /* the context when the LLM last drafted for it */
+    int catchup;           /* this step catches the draft up after target-alone passes */
+    int catchup_expensive; /* a full catch-up cost more than SD_CATCHUP_BUDGET per token */
     /* The grammar (r->grammar): the state after the committed tokens, and after this
      * step's drafts so far (the LLM draft rows' masks); NULL both: none. */
     sd_grammar_state *gseq, *gdraft;
@@ -86,6 +94,7 @@ struct sd_req {
     int n_done;          /* choices done */
     double t_submit;     /* ms, sd_time_ms */
     sd_grammar *grammar; /* gp.grammar compiled (gp.grammar is then NULL), or NULL */
+    int stop_at_context; /* sd_request.stop_at_context */
     sd_req *next;        /* the queue */
 };
 

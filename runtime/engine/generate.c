@@ -119,22 +119,6 @@ double sd_stats_itl_ms(const sd_gen_stats *s) {
     return s->n_generated > 1 ? (s->t_total_ms - s->t_first_ms) / (s->n_generated - 1) : 0.0;
 }
 
-/* A probe's catch-up (sd_proposer_catch_up) is windowed to this many tokens once a full
- * one has cost more than CATCHUP_BUDGET target-alone passes per token caught up: then
- * catching up on every token generated while off would cost that fraction of the
- * time off, whatever the back-off (on the shipped TinyStories pair a draft prefill
- * token costs about 12% of a target step). */
-#define CATCHUP_WINDOW 16
-#define CATCHUP_BUDGET 0.02
-
-/* The controller's clock in ms (see sd_pass_clock). */
-static double pass_clock_ms(sd_pass_clock c) {
-    if (c != SD_CLOCK_THREAD_CPU) return sd_time_ms();
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)) return sd_time_ms();
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 /* One generation: its inputs, buffers (all allocated before the loop) and state. */
 typedef struct gen_run {
     sd_scorer *target;
@@ -237,13 +221,13 @@ static int draft_pass(gen_run *g, int32_t k, int was_off, sd_proposal *prop, dou
     double t = sd_time_ms();
     if (was_off) {
         const int32_t lag = g->n_ctx - g->n_ctx_drafted;
-        const int32_t window = g->catchup_expensive ? CATCHUP_WINDOW : 0;
-        const double c0 = pass_clock_ms(g->clock);
+        const int32_t window = g->catchup_expensive ? SD_CATCHUP_WINDOW : 0;
+        const double c0 = sd_step_clock_ms(g->clock);
         int rc = sd_proposer_catch_up(g->draft, g->ctx, g->n_ctx, window, err);
-        const double c1 = pass_clock_ms(g->clock), t1 = sd_time_ms();
-        if (!window && lag >= CATCHUP_WINDOW)
+        const double c1 = sd_step_clock_ms(g->clock), t1 = sd_time_ms();
+        if (!window && lag >= SD_CATCHUP_WINDOW)
             g->catchup_expensive =
-                (c1 - c0) / lag > CATCHUP_BUDGET * sd_adaptive_pass_ms(&g->ctl, 1);
+                (c1 - c0) / lag > SD_CATCHUP_BUDGET * sd_adaptive_pass_ms(&g->ctl, 1);
         g->st->t_draft_ms += t1 - t;
         t = t1;
         if (rc) return rc;
@@ -255,11 +239,11 @@ static int draft_pass(gen_run *g, int32_t k, int was_off, sd_proposal *prop, dou
         int rc = sd_proposer_set_grammar(g->draft, g->gseq, g->gp->grammar_vocab, ends, n_end, err);
         if (rc) return rc;
     }
-    const double c0 = pass_clock_ms(g->clock);
+    const double c0 = sd_step_clock_ms(g->clock);
     int rc = g->tree_width > 0
                  ? sd_proposer_propose_tree(g->draft, g->ctx, g->n_ctx, g->tree_width, k, prop, err)
                  : sd_proposer_propose(g->draft, g->ctx, g->n_ctx, k, prop, err);
-    *t_draft = pass_clock_ms(g->clock) - c0;
+    *t_draft = sd_step_clock_ms(g->clock) - c0;
     g->st->t_draft_ms += sd_time_ms() - t;
     if (rc) return rc;
     if (prop->n > 0 && prop->n_vocab != g->n_vocab)
@@ -345,7 +329,7 @@ static int run_pass(gen_run *g, int32_t *out, int32_t *n_new, sd_error *err) {
     if (gp->k_trace && st->n_target_passes < gp->k_trace_cap)
         gp->k_trace[st->n_target_passes] = (uint8_t)k;
 
-    const double t_pass0 = sd_time_ms(), c_pass0 = pass_clock_ms(g->clock);
+    const double t_pass0 = sd_time_ms(), c_pass0 = sd_step_clock_ms(g->clock);
     rc = g->tree_width > 0 && k > 0
              ? sd_scorer_score_tree(g->target, g->ctx, g->n_ctx, prop.tokens, prop.parent, k,
                                     g->logits, err)
@@ -355,7 +339,7 @@ static int run_pass(gen_run *g, int32_t *out, int32_t *n_new, sd_error *err) {
     sd_verify_result res;
     if ((rc = finish_pass(g, &prop, k, &res, out, n_new, err))) return rc;
 
-    const double t_pass = sd_time_ms() - t_pass0, c_pass = pass_clock_ms(g->clock) - c_pass0;
+    const double t_pass = sd_time_ms() - t_pass0, c_pass = sd_step_clock_ms(g->clock) - c_pass0;
     if (was_off && k_chosen == 0) {
         st->n_off_passes++;
         st->t_off_ms += t_pass;

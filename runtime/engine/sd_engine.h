@@ -312,6 +312,19 @@ typedef struct sd_token_logprob {
     double top_logprob[SD_MAX_TOP_LOGPROBS];
 } sd_token_logprob;
 
+/* Which loop sd_engine_generate runs (sd_engine_generate_path). */
+typedef enum sd_gen_path {
+    SD_GEN_PATH_AUTO = 0, /* sd_engine_generate chooses: the batcher where it can */
+    SD_GEN_PATH_BATCHER,  /* the batcher's step over one sequence (gen_batch.c): one engine
+                             for generate and serve */
+    SD_GEN_PATH_LOOP,     /* sd_generate's single-sequence loop: what the batcher cannot do
+                             yet (a device, tensor parallelism, token trees, the sweep, a
+                             caller that edits the loop's cache: --context-shift) */
+} sd_gen_path;
+
+/* "auto", "batcher", "loop". */
+const char *sd_gen_path_name(sd_gen_path p);
+
 typedef struct sd_gen_params {
     int32_t n_predict; /* most tokens to emit (>= 1) */
     int32_t n_draft;   /* K: tokens drafted per step, 1 .. SD_MAX_DRAFT (adaptive: the most) */
@@ -378,6 +391,9 @@ typedef struct sd_gen_params {
     /* The target vocabulary's token bytes for the masks (sd_engine_grammar_vocab): set by
      * sd_engine_generate and the batcher; sd_generate needs it when grammar is set. */
     const sd_grammar_vocab *grammar_vocab;
+    /* sd_engine_generate's loop: AUTO (the default) or one forced (LOOP: a caller that
+     * shifts the target's cache between calls, sd_scorer_shift). */
+    sd_gen_path path;
 } sd_gen_params;
 
 /* One pass as the controller saw it (sd_gen_params.pass_trace). */
@@ -476,6 +492,10 @@ sd_proposer *sd_engine_proposer(sd_engine *e); /* the LLM draft; NULL: no draft 
  * SD_DRAFT_NGRAM_LLM and SD_DRAFT_SUFFIX_LLM need a draft model (else NULL); SD_DRAFT_NONE:
  * NULL; SD_DRAFT_AUTO: the LLM draft if any. */
 sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t);
+/* 1 if sd_engine_proposer_of(e, t) gives a proposer, asked without making the
+ * single-sequence sessions (which the getters above make on first use: on the CPU
+ * sd_engine_generate runs a batcher of its own and needs them only for its loop). */
+int sd_engine_has_proposer(const sd_engine *e, sd_draft_type t);
 /* The target vocabulary's token bytes for grammar masks (sd_grammar_vocab over
  * sd_vocab_token_to_piece), built on the first call and kept by the engine (not
  * thread-safe on that first call). Errors: SD_ERR_OOM. */
@@ -505,6 +525,25 @@ double sd_engine_draft_prior(const sd_engine *e, sd_draft_type t);
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err);
+
+/*
+ * The loop sd_engine_generate runs for gp (NULL: the engine's) and a prompt of n_prompt
+ * tokens, chosen here only: SD_GEN_PATH_BATCHER (a batcher of one sequence over the paged
+ * KV pool, the step `specdec serve` runs) unless gp->path forces one or the request needs
+ * what only sd_generate has; then SD_GEN_PATH_LOOP. *why (may be NULL): the reason, a
+ * static string ("cuda device", "draft tree", ...).
+ */
+sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
+                                    const char **why);
+
+/* Forget the prompts of earlier runs on the batcher's path (its prefix cache, both pools):
+ * the next run there prefills its prompt from scratch (bench). The loop's sessions keep
+ * theirs (sd_scorer_sync to empty them). */
+void sd_engine_clear_cache(sd_engine *e);
+
+/* The lookup cache (caller-owned, outliving the engine; NULL: none) that the n-gram
+ * proposer of both loops also looks in (sd_proposer_ngram_set_cache). Errors: its. */
+int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err);
 
 /* ---- stop strings over the streamed text (stop_text.c): both clients ---- */
 
@@ -686,6 +725,10 @@ typedef struct sd_request {
     sd_req_cb cb;
     void *user;
     int progress; /* 1: prompt-progress events too (sd_req_event.progress) */
+    /* 1: a prompt plus max tokens beyond a sequence's context is accepted, and generation
+     * ends with stop SD_STOP_CONTEXT once the context is full (as sd_generate); 0 (the
+     * default): such a request is refused (SD_ERR_CONTEXT). */
+    int stop_at_context;
 } sd_request;
 
 /* Make a batcher over e's models (e made with models_only, or not: its own sessions are

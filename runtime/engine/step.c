@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 int32_t sd_step_cap_k(const sd_gen_params *gp, int32_t k, int32_t n_generated, int32_t n_ctx,
                       int32_t n_ctx_max) {
@@ -276,4 +277,11 @@ int64_t sd_step_grammar_mask_row(sd_grammar_state *state, const sd_gen_params *g
             left++;
     }
     return left;
+}
+
+double sd_step_clock_ms(sd_pass_clock c) {
+    if (c != SD_CLOCK_THREAD_CPU) return sd_time_ms();
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)) return sd_time_ms();
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }

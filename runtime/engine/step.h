@@ -24,6 +24,19 @@
 int32_t sd_step_cap_k(const sd_gen_params *gp, int32_t k, int32_t n_generated, int32_t n_ctx,
                       int32_t n_ctx_max);
 
+/* A probe's catch-up of an LLM draft after target-alone passes is windowed to
+ * SD_CATCHUP_WINDOW tokens (the draft's view: the first token, then the recent window)
+ * once a full one has cost more than SD_CATCHUP_BUDGET target-alone passes per token
+ * caught up: then catching up on every token generated while off would cost that
+ * fraction of the time off, whatever the back-off (on the shipped TinyStories pair a
+ * draft prefill token costs about 12% of a target step). Both clients. */
+#define SD_CATCHUP_WINDOW 16
+#define SD_CATCHUP_BUDGET 0.02
+
+/* The controller's clock in ms (sd_pass_clock; AUTO and WALL: the wall clock), for both
+ * clients' timings of drafting and passes. */
+double sd_step_clock_ms(sd_pass_clock c);
+
 /* 1 if t ends generation: eos or one of gp's stop ids. */
 int sd_step_is_stop(const sd_gen_params *gp, int32_t eos, int32_t t);
 

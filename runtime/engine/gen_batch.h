@@ -1,0 +1,29 @@
+/*
+ * runtime/engine/gen_batch.h: PRIVATE to runtime/engine. sd_engine_generate's batcher
+ * path: one sequence through the batcher's step (the one `specdec serve` runs), so the
+ * single-sequence clients (specdec generate, sd_complete, chat, bench) and the server
+ * share one engine.
+ */
+#ifndef SD_ENGINE_GEN_BATCH_H
+#define SD_ENGINE_GEN_BATCH_H
+
+#include "runtime/engine/sd_engine.h"
+
+/* Positions per block of the one-slot batcher's paged pool: a later call reuses the
+ * cached prefix of an earlier one (a chat turn) in whole blocks of this size. */
+#define SD_GEN_BATCH_BLOCK 64
+
+/*
+ * Generate as sd_generate does (arguments and statistics alike; gp with the end-of-generation
+ * ids already among its stop ids) through *b, a batcher of one sequence over e's models,
+ * made on the first call (with lookup as its lookup cache) and kept for the next (its
+ * prefix cache). The callback's non-zero return stops generation with stop NONE, as
+ * sd_generate's. Errors: sd_generate's argument errors, the batcher's (SD_ERR_CONTEXT
+ * when prompt plus n_predict exceed the context), model errors.
+ */
+int sd_gen_batch_run(sd_engine *e, sd_batcher **b, const sd_ngram_cache *lookup,
+                     const sd_gen_params *gp, const int32_t *prompt, int32_t n_prompt,
+                     sd_token_cb cb, void *user, int32_t *out, int32_t cap_out, sd_gen_stats *st,
+                     sd_error *err);
+
+#endif /* SD_ENGINE_GEN_BATCH_H */

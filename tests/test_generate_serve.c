@@ -1,0 +1,90 @@
+/*
+ * tests/test_generate_serve.c: one request through both commands (issue 24): `specdec
+ * generate --json` and `specdec serve`'s /v1/completions, SmolLM2-135M with the project's
+ * draft (configs/smollm2-135m-pair.json), K 4 fixed, 48 tokens, three prompts, greedy and
+ * temperature 0.7 with one seed, must give the same text and the same drafted, accepted
+ * and target-pass counts: both run the batcher's step (generate through a batcher of one
+ * sequence, runtime/engine/gen_batch.c) with the same defaults (KV cache F16, sampling,
+ * the draft's confidence cut-off). Skipped when models/downloaded lacks the target.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server_util.h"
+#include "testutil.h"
+
+#define GS_TARGET SD_SOURCE_DIR "/models/downloaded/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define GS_CONFIG SD_SOURCE_DIR "/configs/smollm2-135m-pair.json"
+
+static void setup(void) {
+    cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
+    signal(SIGPIPE, SIG_IGN);
+}
+static void teardown(void) {
+    tu_rmdir(g_dir);
+}
+
+TestSuite(generate_serve, .init = setup, .fini = teardown, .timeout = 600);
+
+static long long int_at(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    cr_assert(json_is_integer(v), "no integer \"%s\"", key);
+    return json_integer_value(v);
+}
+
+Test(generate_serve, same_request_same_text_and_counts) {
+    if (access(GS_TARGET, R_OK) != 0) cr_skip_test("%s is absent", GS_TARGET);
+    static const char *const prompts[] = {"Once upon a time", "The capital of France is",
+                                          "def fibonacci(n):"};
+    static const double temps[] = {0.0, 0.7};
+    srv s;
+    srv_start(&s, "--config " GS_CONFIG " --draft-policy fixed -k 4 -np 1");
+    for (int p = 0; p < 3; p++)
+        for (int t = 0; t < 2; t++) {
+            char cmd[4096];
+            snprintf(cmd, sizeof cmd,
+                     "%s generate --config %s --draft-policy fixed -k 4 -t 1 --no-display-prompt "
+                     "-p '%s' -n 48 --temp %g --seed 7 --json",
+                     SD_BINARY, GS_CONFIG, prompts[p], temps[t]);
+            char *out = NULL, *e = NULL;
+            cr_assert_eq(tu_run(cmd, &out, &e), 0, "%s: %s", cmd, e);
+            json_error_t je;
+            json_t *g = json_loads(out, 0, &je);
+            cr_assert_not_null(g, "generate --json: %s", je.text);
+            json_t *gs = json_object_get(g, "stats");
+            cr_assert(json_is_object(gs));
+            json_t *body = json_pack("{s:s, s:i, s:f, s:i}", "prompt", prompts[p], "max_tokens", 48,
+                                     "temperature", temps[t], "seed", 7);
+            char *b = json_dumps(body, 0);
+            json_t *a = http_json(&s, "POST", "/v1/completions", b, 200);
+            json_t *ch = json_array_get(json_object_get(a, "choices"), 0);
+            json_t *sp = json_object_get(a, "speculative");
+            cr_assert(json_is_object(ch) && json_is_object(sp), "answer without choices[0] or "
+                                                                "speculative");
+            const char *gt = json_string_value(json_object_get(g, "text"));
+            const char *st = json_string_value(json_object_get(ch, "text"));
+            cr_assert(gt && st);
+            const char *what = prompts[p];
+            cr_expect_str_eq(gt, st, "'%s', temp %g: generate '%s', serve '%s'", what, temps[t], gt,
+                             st);
+            cr_expect_eq(int_at(gs, "n_drafted"), int_at(sp, "drafted"), "'%s' %g: drafted", what,
+                         temps[t]);
+            cr_expect_eq(int_at(gs, "n_accepted"), int_at(sp, "accepted"), "'%s' %g: accepted",
+                         what, temps[t]);
+            cr_expect_eq(int_at(gs, "n_target_passes"), int_at(sp, "target_passes"),
+                         "'%s' %g: target passes", what, temps[t]);
+            cr_assert_gt(int_at(gs, "n_drafted"), 0, "'%s' %g: nothing drafted", what, temps[t]);
+            free(b);
+            json_decref(body);
+            json_decref(a);
+            json_decref(g);
+            free(out);
+            free(e);
+        }
+    srv_stop_ok(&s);
+}
