@@ -4,25 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine/gen_batch.h"
-#include "runtime/engine/sd_engine.h"
-#include "runtime/engine/step.h"
-
-struct sd_engine {
-    sd_engine_params p;
-    sd_model *tm, *dm;
-    sd_scorer *scorer;
-    sd_proposer *prop;       /* the LLM draft, or NULL */
-    sd_proposer *ngram;      /* n-gram lookup, always */
-    sd_proposer *ngram_llm;  /* chain: ngram then prop, or NULL */
-    sd_proposer *suffix;     /* suffix-structure drafting, always */
-    sd_proposer *suffix_llm; /* chain: suffix then prop, or NULL */
-    int32_t n_ctx, n_ctx_draft;
-    sd_session_params sp, dsp;
-    sd_grammar_vocab *gvocab;     /* the target's token bytes for grammar masks, built on demand */
-    sd_batcher *gen_b;            /* sd_engine_generate's one-slot batcher, made on first use */
-    const sd_ngram_cache *lookup; /* the lookup cache of both loops (sd_engine_set_lookup_cache) */
-};
+#include "runtime/engine/engine_impl.h"
 
 sd_engine_params sd_engine_default_params(void) {
     sd_engine_params p;
@@ -62,9 +44,8 @@ static int set_head(sd_engine *e, sd_error *err) {
     return rc;
 }
 
-/* The single-sequence sessions of sd_generate's loop, made on first use: the scorer, the
- * LLM proposer (with its head) and the chains over it. Errors: theirs (nothing is kept). */
-static int sessions(sd_engine *e, sd_error *err) {
+/* See engine_impl.h. */
+int sd_engine_sessions(sd_engine *e, sd_error *err) {
     if (e->scorer || e->p.models_only) return SD_OK;
     int rc = sd_scorer_init(e->tm, &e->sp, &e->scorer, err);
     if (rc) return rc;
@@ -156,7 +137,7 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
      * needed (sessions()); a device or tensor parallelism needs them at once. */
     if ((p->device != SD_DEVICE_CPU || (p->draft && p->device_draft != SD_DEVICE_CPU) ||
          p->n_split > 1 || p->n_split < 0) &&
-        (rc = sessions(e, err)))
+        (rc = sd_engine_sessions(e, err)))
         goto fail;
 done:
     *out = e;
@@ -168,7 +149,7 @@ fail:
 
 void sd_engine_free(sd_engine *e) {
     if (!e) return;
-    sd_batcher_free(e->gen_b);
+    if (e->gen_b) e->gen_b_free(e->gen_b);
     sd_proposer_free(e->ngram_llm);
     sd_proposer_free(e->suffix_llm);
     sd_proposer_free(e->ngram);
@@ -193,7 +174,7 @@ const sd_vocab *sd_engine_vocab(const sd_engine *e) {
 /* The sessions for a caller that asks for them (NULL where they cannot be made). */
 static void need_sessions(sd_engine *e) {
     sd_error err = {0};
-    (void)sessions(e, &err);
+    (void)sd_engine_sessions(e, &err);
 }
 sd_scorer *sd_engine_scorer(sd_engine *e) {
     need_sessions(e);
@@ -275,102 +256,6 @@ int sd_engine_grammar_vocab(sd_engine *e, const sd_grammar_vocab **out, sd_error
 double sd_engine_draft_prior(const sd_engine *e, sd_draft_type t) {
     const int llm = t != SD_DRAFT_NGRAM && t != SD_DRAFT_SUFFIX && e->dm;
     return llm ? (double)sd_model_weight_bytes(e->dm) / (double)sd_model_weight_bytes(e->tm) : 0.01;
-}
-
-int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
-                       int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
-                       sd_gen_stats *stats, sd_error *err) {
-    if (!gp) gp = &e->p.gen;
-    if (e->p.models_only)
-        return sd_errorf(err, SD_ERR_ARG, "generate: the engine was made with models only");
-    if (gp->n_stop_ids < 0 || gp->n_stop_ids > SD_MAX_STOP_IDS)
-        return sd_errorf(err, SD_ERR_ARG, "generate: n_stop_ids = %d, expected 0..%d",
-                         (int)gp->n_stop_ids, SD_MAX_STOP_IDS);
-    if (gp->n_draft > 0 && !e->dm && sd_draft_type_uses_llm(gp->draft_type))
-        return sd_errorf(err, SD_ERR_ARG,
-                         "draft type %s needs a draft model (draft): the engine has none",
-                         sd_draft_type_name(gp->draft_type));
-    const int loop = sd_engine_generate_path(e, gp, n_prompt, NULL) == SD_GEN_PATH_LOOP;
-    int rc = loop ? sessions(e, err) : SD_OK;
-    if (rc) return rc;
-    sd_proposer *prop = loop && gp->n_draft > 0 ? sd_engine_proposer_of(e, gp->draft_type) : NULL;
-    if (prop) sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
-    if (prop && (gp->draft_type == SD_DRAFT_NGRAM_LLM || gp->draft_type == SD_DRAFT_SUFFIX_LLM)) {
-        int rc0 =
-            sd_proposer_chain_set_limits(prop, gp->chain_draft_max, gp->chain_long_match, err);
-        if (rc0) return sd_error_prefix(err, rc0, "generate");
-    }
-    sd_gen_params g = *gp;
-    /* Stop at every end-of-generation token of the vocabulary (<|im_end|>, <|eot_id|>...),
-     * as llama.cpp does, besides EOS and the caller's stop ids (as the batcher). */
-    rc = sd_step_add_eog(&g, sd_model_vocab(e->tm), err);
-    if (rc) return sd_error_prefix(err, rc, "%s", sd_model_path(e->tm));
-    if (g.grammar && !g.grammar_vocab && (rc = sd_engine_grammar_vocab(e, &g.grammar_vocab, err)))
-        return rc;
-    if (g.draft_prior <= 0.0 && prop) g.draft_prior = sd_engine_draft_prior(e, g.draft_type);
-    if (g.clock == SD_CLOCK_AUTO) {
-        /* One CPU thread does all the work of a pass: its CPU clock is the pass's cost. */
-        const int one_thread = e->sp.n_threads == 1 || (e->sp.n_threads <= 0 && sd_n_cores() == 1);
-        g.clock = one_thread && e->sp.device == SD_DEVICE_CPU && e->dsp.device == SD_DEVICE_CPU
-                      ? SD_CLOCK_THREAD_CPU
-                      : SD_CLOCK_WALL;
-    }
-    if (!loop)
-        return sd_gen_batch_run(e, &e->gen_b, e->lookup, &g, prompt, n_prompt, cb, user, out,
-                                cap_out, stats, err);
-    return sd_generate(e->scorer, prop, prompt, n_prompt, sd_vocab_eos(sd_model_vocab(e->tm)), &g,
-                       cb, user, out, cap_out, stats, err);
-}
-
-const char *sd_gen_path_name(sd_gen_path p) {
-    switch (p) {
-    case SD_GEN_PATH_AUTO:
-        return "auto";
-    case SD_GEN_PATH_BATCHER:
-        return "batcher";
-    case SD_GEN_PATH_LOOP:
-        return "loop";
-    }
-    return "unknown";
-}
-
-sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
-                                    const char **why) {
-    (void)n_prompt; /* a prompt and budget past the context stop there in both loops */
-    if (!gp) gp = &e->p.gen;
-    const int drafting = gp->n_draft > 0; /* as the batcher's refusals read it */
-    const char *w = NULL;                 /* what only the loop has */
-    if (gp->path == SD_GEN_PATH_LOOP)
-        w = "asked for";
-    else if (gp->path == SD_GEN_PATH_BATCHER)
-        w = NULL;
-    else if (e->p.device != SD_DEVICE_CPU || (e->dm && e->p.device_draft != SD_DEVICE_CPU))
-        w = "a device other than the cpu";
-    else if (e->p.n_split > 1 || e->p.n_split < 0)
-        w = "tensor parallelism";
-    else if (drafting && gp->tree_width > 0)
-        w = "token trees";
-    else if (drafting && gp->k_policy == SD_K_SWEEP)
-        w = "the sweep policy";
-    if (why) *why = w ? w : "one sequence of the batcher's step";
-    return w ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
-}
-
-void sd_engine_clear_cache(sd_engine *e) {
-    if (e->gen_b) sd_batcher_clear_cache(e->gen_b);
-}
-
-int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err) {
-    if (e->ngram) {
-        const int rc = sd_proposer_ngram_set_cache(e->ngram, c, err);
-        if (rc) return rc;
-    }
-    if (c != e->lookup) { /* the batcher's proposers take it when they are made */
-        sd_batcher_free(e->gen_b);
-        e->gen_b = NULL;
-    }
-    e->lookup = c;
-    return SD_OK;
 }
 
 /* ---- draft-type names ---- */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine/sd_engine.h"
+#include "runtime/engine/engine_impl.h"
 
 size_t sd_stop_find(const char *text, size_t len, size_t from, const char *const *stop,
                     const size_t *stop_len, int32_t n_stop) {
@@ -99,6 +99,11 @@ const char *sd_stop_text_get(const sd_stop_text *s, size_t *len) {
     return s->text ? s->text : "";
 }
 
+int sd_stop_text_status(const sd_stop_text *s, sd_error *err) {
+    if (s->rc && err) *err = s->error;
+    return s->rc;
+}
+
 int sd_stop_text_hit(const sd_stop_text *s) {
     return s->hit;
 }
@@ -160,24 +165,4 @@ int sd_stop_text_finish(sd_stop_text *s, sd_gen_stats *st) {
     }
     if (s->hit && st) st->stop = SD_STOP_STRING;
     return give(s, NULL, 0, 1);
-}
-
-int sd_engine_generate_text(sd_engine *e, const sd_gen_params *gp, sd_stop_text *txt,
-                            const int32_t *prompt, int32_t n_prompt, int32_t *out, int32_t cap_out,
-                            sd_gen_stats *stats, sd_error *err) {
-    if (!txt) return sd_errorf(err, SD_ERR_ARG, "generate: the text record is NULL");
-    if (txt->hit) { /* a stop string ended an earlier segment: nothing more */
-        memset(stats, 0, sizeof *stats);
-        stats->n_prompt = n_prompt;
-        stats->stop = SD_STOP_STRING;
-        return SD_OK;
-    }
-    int rc = sd_engine_generate(e, gp, prompt, n_prompt, sd_stop_text_tokens, txt, out, cap_out,
-                                stats, err);
-    if (!rc && txt->rc) {
-        rc = txt->rc;
-        if (err) *err = txt->error;
-    }
-    if (!rc && txt->hit) stats->stop = SD_STOP_STRING;
-    return rc;
 }

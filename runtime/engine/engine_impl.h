@@ -1,0 +1,37 @@
+/*
+ * runtime/engine/engine_impl.h: PRIVATE to runtime/engine. The engine's record, shared by
+ * engine.c (loading and pairing the models, the old loop's sessions) and gen_entry.c
+ * (sd_engine_generate: the path chosen, then the batcher's step or the old loop), which
+ * sits above engine.c and the batcher so that neither calls the other back.
+ */
+#ifndef SD_ENGINE_IMPL_H
+#define SD_ENGINE_IMPL_H
+
+#include "runtime/engine/sd_engine.h"
+
+struct sd_engine {
+    sd_engine_params p;
+    sd_model *tm, *dm;
+    sd_scorer *scorer;
+    sd_proposer *prop;       /* the LLM draft, or NULL */
+    sd_proposer *ngram;      /* n-gram lookup, always */
+    sd_proposer *ngram_llm;  /* chain: ngram then prop, or NULL */
+    sd_proposer *suffix;     /* suffix-structure drafting, always */
+    sd_proposer *suffix_llm; /* chain: suffix then prop, or NULL */
+    int32_t n_ctx, n_ctx_draft;
+    sd_session_params sp, dsp;
+    sd_grammar_vocab *gvocab; /* the target's token bytes for grammar masks, built on demand */
+    sd_batcher *gen_b; /* sd_engine_generate's one-slot batcher, made on first use (gen_entry.c) */
+    void (*gen_b_free)(sd_batcher *); /* how sd_engine_free frees it (set with it) */
+    const sd_ngram_cache *lookup; /* the lookup cache of both loops (sd_engine_set_lookup_cache) */
+};
+
+/* The single-sequence sessions of sd_generate's loop, made on first use: the scorer, the
+ * LLM proposer (with its head) and the chains over it. Errors: theirs (nothing is kept). */
+int sd_engine_sessions(sd_engine *e, sd_error *err);
+
+/* A failure inside the stop-text record's token callback (stop_text.c): its status (SD_OK:
+ * none), its record copied into err. */
+int sd_stop_text_status(const sd_stop_text *s, sd_error *err);
+
+#endif /* SD_ENGINE_IMPL_H */

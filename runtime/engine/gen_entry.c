@@ -1,0 +1,128 @@
+/*
+ * runtime/engine/gen_entry.c: sd_engine_generate, the one entry of every single-sequence
+ * client (specdec generate, chat, bench, sd_complete): the path chosen in one place
+ * (sd_engine_generate_path), then the batcher's step on one slot (gen_batch.c) or, for
+ * what only it has, sd_generate's loop (generate.c); and sd_engine_generate_text, the
+ * same with stop strings. Above engine.c and the batcher, which do not call it back.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/engine/engine_impl.h"
+#include "runtime/engine/gen_batch.h"
+#include "runtime/engine/step.h"
+
+int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
+                       int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
+                       sd_gen_stats *stats, sd_error *err) {
+    if (!gp) gp = &e->p.gen;
+    if (e->p.models_only)
+        return sd_errorf(err, SD_ERR_ARG, "generate: the engine was made with models only");
+    if (gp->n_stop_ids < 0 || gp->n_stop_ids > SD_MAX_STOP_IDS)
+        return sd_errorf(err, SD_ERR_ARG, "generate: n_stop_ids = %d, expected 0..%d",
+                         (int)gp->n_stop_ids, SD_MAX_STOP_IDS);
+    if (gp->n_draft > 0 && !e->dm && sd_draft_type_uses_llm(gp->draft_type))
+        return sd_errorf(err, SD_ERR_ARG,
+                         "draft type %s needs a draft model (draft): the engine has none",
+                         sd_draft_type_name(gp->draft_type));
+    const int loop = sd_engine_generate_path(e, gp, n_prompt, NULL) == SD_GEN_PATH_LOOP;
+    int rc = loop ? sd_engine_sessions(e, err) : SD_OK;
+    if (rc) return rc;
+    sd_proposer *prop = loop && gp->n_draft > 0 ? sd_engine_proposer_of(e, gp->draft_type) : NULL;
+    if (prop) sd_proposer_set_cutoff(prop, gp->draft_p_min, gp->draft_min);
+    if (prop && (gp->draft_type == SD_DRAFT_NGRAM_LLM || gp->draft_type == SD_DRAFT_SUFFIX_LLM)) {
+        int rc0 =
+            sd_proposer_chain_set_limits(prop, gp->chain_draft_max, gp->chain_long_match, err);
+        if (rc0) return sd_error_prefix(err, rc0, "generate");
+    }
+    sd_gen_params g = *gp;
+    /* Stop at every end-of-generation token of the vocabulary (<|im_end|>, <|eot_id|>...),
+     * as llama.cpp does, besides EOS and the caller's stop ids (as the batcher). */
+    rc = sd_step_add_eog(&g, sd_model_vocab(e->tm), err);
+    if (rc) return sd_error_prefix(err, rc, "%s", sd_model_path(e->tm));
+    if (g.grammar && !g.grammar_vocab && (rc = sd_engine_grammar_vocab(e, &g.grammar_vocab, err)))
+        return rc;
+    if (g.draft_prior <= 0.0 && prop) g.draft_prior = sd_engine_draft_prior(e, g.draft_type);
+    if (g.clock == SD_CLOCK_AUTO) {
+        /* One CPU thread does all the work of a pass: its CPU clock is the pass's cost. */
+        const int one_thread = e->sp.n_threads == 1 || (e->sp.n_threads <= 0 && sd_n_cores() == 1);
+        g.clock = one_thread && e->sp.device == SD_DEVICE_CPU && e->dsp.device == SD_DEVICE_CPU
+                      ? SD_CLOCK_THREAD_CPU
+                      : SD_CLOCK_WALL;
+    }
+    if (!loop) {
+        e->gen_b_free = sd_batcher_free;
+        return sd_gen_batch_run(e, &e->gen_b, e->lookup, &g, prompt, n_prompt, cb, user, out,
+                                cap_out, stats, err);
+    }
+    return sd_generate(e->scorer, prop, prompt, n_prompt, sd_vocab_eos(sd_model_vocab(e->tm)), &g,
+                       cb, user, out, cap_out, stats, err);
+}
+
+const char *sd_gen_path_name(sd_gen_path p) {
+    switch (p) {
+    case SD_GEN_PATH_AUTO:
+        return "auto";
+    case SD_GEN_PATH_BATCHER:
+        return "batcher";
+    case SD_GEN_PATH_LOOP:
+        return "loop";
+    }
+    return "unknown";
+}
+
+sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
+                                    const char **why) {
+    (void)n_prompt; /* a prompt and budget past the context stop there in both loops */
+    if (!gp) gp = &e->p.gen;
+    const int drafting = gp->n_draft > 0; /* as the batcher's refusals read it */
+    const char *w = NULL;                 /* what only the loop has */
+    if (gp->path == SD_GEN_PATH_LOOP)
+        w = "asked for";
+    else if (gp->path == SD_GEN_PATH_BATCHER)
+        w = NULL;
+    else if (e->p.device != SD_DEVICE_CPU || (e->dm && e->p.device_draft != SD_DEVICE_CPU))
+        w = "a device other than the cpu";
+    else if (e->p.n_split > 1 || e->p.n_split < 0)
+        w = "tensor parallelism";
+    else if (drafting && gp->tree_width > 0)
+        w = "token trees";
+    else if (drafting && gp->k_policy == SD_K_SWEEP)
+        w = "the sweep policy";
+    if (why) *why = w ? w : "one sequence of the batcher's step";
+    return w ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
+}
+
+void sd_engine_clear_cache(sd_engine *e) {
+    if (e->gen_b) sd_batcher_clear_cache(e->gen_b);
+}
+
+int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err) {
+    if (e->ngram) {
+        const int rc = sd_proposer_ngram_set_cache(e->ngram, c, err);
+        if (rc) return rc;
+    }
+    if (c != e->lookup) { /* the batcher's proposers take it when they are made */
+        if (e->gen_b) e->gen_b_free(e->gen_b);
+        e->gen_b = NULL;
+    }
+    e->lookup = c;
+    return SD_OK;
+}
+
+int sd_engine_generate_text(sd_engine *e, const sd_gen_params *gp, sd_stop_text *txt,
+                            const int32_t *prompt, int32_t n_prompt, int32_t *out, int32_t cap_out,
+                            sd_gen_stats *stats, sd_error *err) {
+    if (!txt) return sd_errorf(err, SD_ERR_ARG, "generate: the text record is NULL");
+    if (sd_stop_text_hit(txt)) { /* a stop string ended an earlier segment: nothing more */
+        memset(stats, 0, sizeof *stats);
+        stats->n_prompt = n_prompt;
+        stats->stop = SD_STOP_STRING;
+        return SD_OK;
+    }
+    int rc = sd_engine_generate(e, gp, prompt, n_prompt, sd_stop_text_tokens, txt, out, cap_out,
+                                stats, err);
+    if (!rc) rc = sd_stop_text_status(txt, err);
+    if (!rc && sd_stop_text_hit(txt)) stats->stop = SD_STOP_STRING;
+    return rc;
+}
