@@ -62,6 +62,7 @@ EXPECTED_SKIPS=$(
     cat <<'EOF'
 a CUDA device is present	the no-GPU error paths of test_backend_cuda_cli cannot be reached where a GPU is
 shared data|SD_SHARED_DATA|stories260K	../shared/data is not carried to the device
+Test is disabled	the cuda_ops tests left out by a --filter (the no-graphs rerun runs cuda_model/* only)
 EOF
 )
 
