@@ -76,7 +76,7 @@ USERS = ["examples"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 # The call circles that exist and are allowed to (each a set of files of one folder): the
-# KV cache's blocks and prefix cache, the bench's modes around its shared code, the
+# KV cache's blocks and prefix cache, the
 # model's forward pass and tensor parallelism, the server's endpoints around its core,
 # the chat templates and their renderer, the quantizers' float / K-quant halves, the CUDA
 # backend's op files around its core. Shrink this list; never grow it.
@@ -86,8 +86,6 @@ KNOWN_CIRCLES = [
         "attention.cu", "backend.cu", "comm.cu", "elementwise.cu", "gemm.cu", "get_rows.cu",
         "graph.cu", "kv_store.cu", "matmul.cu", "ops.cu", "rmsnorm.cu", "rope.cu", "softmax.cu")},
     {"kv/group.c", "kv/kv.c", "kv/pool.c", "kv/prefix.c"},
-    {"runtime/cli/bench.c", "runtime/cli/bench_ab.c", "runtime/cli/bench_kernels.c",
-     "runtime/cli/bench_modes.c"},
     {"runtime/model/forward.c", "runtime/model/tp.c"},
     {"runtime/server/api.c", "runtime/server/chat_prompt.c", "runtime/server/infill.c",
      "runtime/server/logprobs.c", "runtime/server/metrics_vllm.c", "runtime/server/misc.c",
