@@ -436,6 +436,11 @@ typedef struct sd_suffix_params {
     sd_suffix_rule rule;   /* how many tokens a match drafts (0: the factor rule) */
     float draft_cost;      /* expected rule: a drafted token's share of a one-token target
                               pass, the slope of v(n) (0 .. 16; 0 in a zeroed struct: 0.25) */
+    int32_t resume;        /* factor rule: after the target leaves a copy for one token (it
+                              rejected a drafted token, or emitted its own after a fully
+                              accepted draft), draft up to this many tokens from where the
+                              copied text goes on past the replaced token while the match is
+                              too short to draft (0 .. SD_MAX_DRAFT; 0: off) */
 } sd_suffix_params;
 
 /* max_spec_factor 1, min_token_prob 0.1 (the paper's and vLLM's defaults), n_min 2 (as the

@@ -72,11 +72,12 @@ int32_t suffix_index_follow(sd_suffix_index *ix, int32_t s, int32_t k, int32_t t
  * separators: the chain stops there). *score: the sum over the drafted tokens of the
  * chain's probability up to each (its expected accepted length under the counts); *prob:
  * the chain's probability; *last_end: the most recent end position of the chain's last
- * token (0: none drafted).
+ * token (0: none drafted); ends[k] (NULL: not wanted): each drafted token's, i.e. the
+ * position just past an earlier occurrence of the chain up to that token.
  */
 int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_suffix_params *p,
                            int32_t k, int32_t tok_limit, int32_t *tokens, double *score,
-                           double *prob, int32_t *last_end);
+                           double *prob, int32_t *last_end, int32_t *ends);
 
 /* The cache's raw chain for the context ctx[0 .. n_ctx) (its last 64 tokens matched, *match
  * the match length; suffix_index_follow from there, stopping at a document's end), for a

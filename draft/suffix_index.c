@@ -352,7 +352,7 @@ int32_t suffix_index_follow(sd_suffix_index *ix, int32_t s, int32_t k, int32_t t
 
 int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_suffix_params *p,
                            int32_t k, int32_t tok_limit, int32_t *tokens, double *score,
-                           double *prob, int32_t *last_end) {
+                           double *prob, int32_t *last_end, int32_t *ends_out) {
     *score = 0.0;
     *prob = 1.0;
     *last_end = 0;
@@ -371,6 +371,7 @@ int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_s
         pr = next;
         *score += pr;
         *last_end = ends[n];
+        if (ends_out) ends_out[n] = ends[n];
     }
     *prob = pr;
     return n;
@@ -384,7 +385,8 @@ int32_t sd_suffix_index_propose(sd_suffix_index *ix, const sd_suffix_params *p, 
     double score = 0.0, pr = 1.0;
     int32_t last_end = 0;
     const int32_t n =
-        l >= 0 ? suffix_index_chain(ix, l, m, p, k, INT32_MAX, tokens, &score, &pr, &last_end) : 0;
+        l >= 0 ? suffix_index_chain(ix, l, m, p, k, INT32_MAX, tokens, &score, &pr, &last_end, NULL)
+               : 0;
     if (prob) *prob = (float)pr;
     return n;
 }
