@@ -42,6 +42,7 @@ static const double k_prior[SX_MB] = {0.30, 0.50, 0.65, 0.72, 0.85, 0.90, 0.92, 
  * code-edit answers (docs/drafting.md, fifth round): a run of 4 or 6, 8 predicted within 1%. */
 #define SX_RESUME_MISSES  1
 #define SX_RESUME_MIN_RUN 6
+#define SX_SUBS           8 /* replacements remembered (the oldest goes first) */
 
 static int32_t model_key(int32_t src, int32_t m, double q) {
     return (src * SX_MB + m_bucket(m)) * 2 + (q < 1.0);
@@ -69,7 +70,13 @@ typedef struct suffix_proposer {
      * none); misses: resumed proposals in a row rejected at their first token */
     int32_t rs_n, rs_at, rs_run;
     int32_t rs_tok[SD_MAX_DRAFT], rs_next[SD_MAX_DRAFT];
-    int32_t cur, cur_at, cur_run, misses;
+    int32_t cur, cur_at, cur_run, misses, cur_sub, streak;
+    /* replacements (sd_suffix_params.resume): source token from[i] that the target wrote as
+     * to[i] where it resumed a copy; applied to later proposals from the context, dropped
+     * when the target rejects one or leaves the copy right after it; rs_src: each token of
+     * the last proposal as its source had it (before the replacements) */
+    int32_t sub_from[SX_SUBS], sub_to[SX_SUBS], n_sub;
+    int32_t rs_src[SD_MAX_DRAFT];
 } suffix_proposer;
 
 static double model_a(const suffix_proposer *p, int32_t key) {
@@ -120,6 +127,27 @@ static void learn(suffix_proposer *p, const int32_t *ctx, int32_t n) {
  * and then emitted y. If it rejected token a (source x), it replaced x by y: the copy goes
  * on past x, or past the token after x when y is that token (x deleted). If it accepted all,
  * its next token, a copy or not, takes the place of the source's next one. */
+static int32_t sub_find(const suffix_proposer *p, int32_t from) {
+    for (int32_t i = 0; i < p->n_sub; i++)
+        if (p->sub_from[i] == from) return i;
+    return -1;
+}
+
+static void sub_drop(suffix_proposer *p, int32_t from) {
+    const int32_t i = sub_find(p, from);
+    if (i < 0) return;
+    memmove(p->sub_from + i, p->sub_from + i + 1, (size_t)(p->n_sub - i - 1) * sizeof(int32_t));
+    memmove(p->sub_to + i, p->sub_to + i + 1, (size_t)(p->n_sub - i - 1) * sizeof(int32_t));
+    p->n_sub--;
+}
+
+static void sub_add(suffix_proposer *p, int32_t from, int32_t to) {
+    sub_drop(p, from);
+    if (p->n_sub == SX_SUBS) sub_drop(p, p->sub_from[0]);
+    p->sub_from[p->n_sub] = from;
+    p->sub_to[p->n_sub++] = to;
+}
+
 static void resume_learn(suffix_proposer *p, const int32_t *ctx, int32_t n) {
     const int32_t at = p->rs_at, np = p->rs_n;
     const int was_resumed = p->cur_at == at && p->cur >= 0;
@@ -130,10 +158,20 @@ static void resume_learn(suffix_proposer *p, const int32_t *ctx, int32_t n) {
     while (a < np && at + a < n && ctx[at + a] == p->rs_tok[a])
         a++;
     if (at + a >= n) return; /* not verified yet */
+    const int32_t y = ctx[at + a];
+    if (a < np && p->rs_src[a] != p->rs_tok[a]) sub_drop(p, p->rs_src[a]); /* a wrong one */
     p->misses = was_resumed && a == 0 ? p->misses + 1 : 0;
+    if (p->misses > 0 && p->cur_sub >= 0) sub_drop(p, p->cur_sub); /* the copy was left */
+    p->cur_sub = -1;
     if (p->misses >= SX_RESUME_MISSES || p->rs_run + a < SX_RESUME_MIN_RUN) return;
     int32_t c = a < np ? p->rs_next[a] : p->rs_next[np - 1] + 1;
-    if (a < np && c < p->ix->n_toks && p->ix->toks[c] == ctx[at + a]) c++;
+    if (a < np && c < p->ix->n_toks && p->ix->toks[c] == y)
+        c++; /* a deletion */
+    else if (a < np && p->rs_src[a] == p->rs_tok[a]) {
+        sub_add(p, p->rs_src[a], y); /* a replacement */
+        p->cur_sub = p->rs_src[a];
+    }
+    p->streak = was_resumed && a == np ? p->streak + a : 0;
     p->cur = c;
     p->cur_at = at + a + 1;
     p->cur_run = p->rs_run + a;
@@ -157,7 +195,9 @@ static void sync(suffix_proposer *p, const int32_t *ctx, int32_t n) {
         p->pend_n = 0;
         p->rs_n = 0;
         p->cur = -1;
+        p->cur_sub = -1;
         p->misses = 0;
+        p->n_sub = 0;
     }
     sd_suffix_index_truncate(ix, l);
     for (int32_t j = l; j < n; j++)
@@ -239,7 +279,9 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
         p->rs_run = m;
         if (p->prm.resume > 0 && p->cur >= 0 && p->cur_at == n_ctx && p->cur < n_ctx &&
             (out->n == 0 || p->cur_run > m)) { /* resume the copy the target left */
-            int32_t n = k < p->prm.resume ? k : p->prm.resume;
+            int32_t n = p->prm.resume;
+            if (p->streak > n) n = p->streak; /* resumed drafts accepted whole: go longer */
+            if (n > k) n = k;
             p->rs_run = p->cur_run;
             if (n > n_ctx - p->cur) n = n_ctx - p->cur;
             memcpy(out->tokens, ix->toks + p->cur, (size_t)n * sizeof *out->tokens);
@@ -251,6 +293,11 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
         if (p->prm.resume > 0 && out->n > 0) {
             p->rs_n = out->n;
             p->rs_at = n_ctx;
+            memcpy(p->rs_src, out->tokens, (size_t)out->n * sizeof *out->tokens);
+            for (int32_t i = 0; i < out->n && p->n_sub > 0; i++) {
+                const int32_t j = sub_find(p, out->tokens[i]);
+                if (j >= 0) out->tokens[i] = p->sub_to[j];
+            }
             memcpy(p->rs_tok, out->tokens, (size_t)out->n * sizeof *out->tokens);
         }
     }
@@ -430,6 +477,7 @@ int sd_proposer_suffix_init(const sd_suffix_params *prm, int32_t n_vocab, sd_pro
     p->prm = *prm;
     p->n_vocab = n_vocab;
     p->cur = -1;
+    p->cur_sub = -1;
     if ((rc = sd_suffix_index_init(prm->n_ctx, &p->ix, err))) {
         free(p);
         return rc;

@@ -612,6 +612,31 @@ Test(suffix, resume_after_a_replaced_token) {
     }
     cr_assert_lt(passes[1], passes[0], "resuming saves passes: %d against %d", passes[1],
                  passes[0]);
+
+    /* A rename: 108 occurs again in the prompt; the target wrote 200 for the first, so the
+     * resumed draft writes 200 for the second. When the target keeps a 108 after all, the
+     * replacement is dropped: no later proposal holds a 200. */
+    const int32_t prompt2[22] = {100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110,
+                                 108, 111, 112, 113, 114, 108, 115, 116, 117, 118, 119};
+    const int32_t renamed[23] = {7,   100, 101, 102, 103, 104, 105, 106, 107, 200, 109, 110,
+                                 200, 111, 112, 113, 114, 200, 115, 116, 117, 118, 119};
+    const int32_t kept[23] = {7,   100, 101, 102, 103, 104, 105, 106, 107, 200, 109, 110,
+                              108, 111, 112, 113, 114, 108, 115, 116, 117, 118, 119};
+    sd_suffix_params p = sd_suffix_default_params();
+    sd_proposer *pr = NULL;
+    cr_assert_eq(sd_proposer_suffix_init(&p, 1000, &pr, &err), SD_OK, "%s", err.msg);
+    int32_t n_pass = replay_answer(pr, prompt2, 22, renamed, 23, props);
+    cr_assert_eq(props[5][0], 4);
+    const int32_t want[4] = {109, 110, 200, 111};
+    for (int32_t i = 0; i < 4; i++)
+        cr_assert_eq(props[5][1 + i], want[i], "token %d: %d", i, props[5][1 + i]);
+    int32_t n_pass_kept = replay_answer(pr, prompt2, 22, kept, 23, props);
+    cr_assert_eq(props[5][3], 200, "the replacement is tried once");
+    for (int32_t i = 6; i < n_pass_kept; i++)
+        for (int32_t j = 0; j < props[i][0]; j++)
+            cr_assert_neq(props[i][1 + j], 200, "pass %d still replaces 108", i);
+    cr_assert_leq(n_pass, 8, "the rename is drafted: %d passes for 23 tokens", n_pass);
+    sd_proposer_free(pr);
     sd_suffix_params bad = sd_suffix_default_params();
     bad.resume = SD_MAX_DRAFT + 1;
     cr_assert_eq(sd_suffix_check_params(&bad, &err), SD_ERR_ARG);
