@@ -165,7 +165,7 @@ static void resume_learn(suffix_proposer *p, const int32_t *ctx, int32_t n) {
     p->cur_sub = -1;
     if (p->misses >= SX_RESUME_MISSES || p->rs_run + a < SX_RESUME_MIN_RUN) return;
     int32_t c = a < np ? p->rs_next[a] : p->rs_next[np - 1] + 1;
-    if (a < np && c < p->ix->n_toks && p->ix->toks[c] == y)
+    if (a < np && c < sd_suffix_index_n_tokens(p->ix) && sd_suffix_index_tokens(p->ix)[c] == y)
         c++; /* a deletion */
     else if (a < np && p->rs_src[a] == p->rs_tok[a]) {
         sub_add(p, p->rs_src[a], y); /* a replacement */
@@ -183,13 +183,19 @@ static void resume_learn(suffix_proposer *p, const int32_t *ctx, int32_t n) {
  * proposal that ctx extends is learned from. */
 static void sync(suffix_proposer *p, const int32_t *ctx, int32_t n) {
     sd_suffix_index *ix = p->ix;
-    if (n > ix->cap) n = ix->cap;
-    int32_t l = 0;
-    while (l < ix->n_toks && l < n && ix->toks[l] == ctx[l])
-        l++;
+    const int32_t n_toks = sd_suffix_index_n_tokens(ix);
+    const int32_t *toks = sd_suffix_index_tokens(ix);
+    if (n > sd_suffix_index_capacity(ix)) n = sd_suffix_index_capacity(ix);
+    const int32_t lim = n < n_toks ? n : n_toks;
+    int32_t l = 0; /* the common prefix: whole in the usual case (the context extends it) */
+    if (lim > 0 && memcmp(toks, ctx, (size_t)lim * sizeof *toks) == 0)
+        l = lim;
+    else
+        while (l < lim && toks[l] == ctx[l])
+            l++;
     if (p->pend_n > 0 && l >= p->pend_at) learn(p, ctx, n);
     if (p->rs_n > 0 && l >= p->rs_at) resume_learn(p, ctx, n);
-    if (l < ix->n_toks || ix->n_toks == 0) { /* a new text */
+    if (l < n_toks || n_toks == 0) { /* a new text */
         memset(p->acc, 0, sizeof p->acc);
         memset(p->seen, 0, sizeof p->seen);
         p->pend_n = 0;
@@ -220,10 +226,10 @@ static void propose_expected(suffix_proposer *p, const int32_t *ctx, int32_t n_c
                              sd_proposal *out) {
     int32_t ends[SD_MAX_DRAFT];
     double q[SD_MAX_DRAFT], gain = 1.0;
-    if (p->ix->n_toks == n_ctx) {
+    if (sd_suffix_index_n_tokens(p->ix) == n_ctx) {
         sd_suffix_index *ix = p->ix;
-        const int32_t l = ix->st[ix->last].link;
-        const int32_t m = l >= 0 ? ix->st[l].len : 0;
+        int32_t m = 0;
+        const int32_t l = suffix_index_match_state(ix, &m);
         p->last_match = m;
         if (l >= 0 && m >= p->prm.n_min) {
             const int32_t nw = suffix_index_follow(ix, l, k, INT32_MAX, out->tokens, q, ends);
@@ -266,10 +272,10 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
     }
     double score = 0.0;
     p->rs_n = 0;
-    if (p->ix->n_toks == n_ctx) { /* else past the capacity: no proposal from the context */
+    if (sd_suffix_index_n_tokens(p->ix) == n_ctx) { /* else past the capacity: none */
         sd_suffix_index *ix = p->ix;
-        const int32_t l = ix->st[ix->last].link;
-        const int32_t m = l >= 0 ? ix->st[l].len : 0;
+        int32_t m = 0;
+        const int32_t l = suffix_index_match_state(ix, &m);
         double prob;
         int32_t last_end;
         p->last_match = m;
@@ -284,7 +290,8 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
             if (n > k) n = k;
             p->rs_run = p->cur_run;
             if (n > n_ctx - p->cur) n = n_ctx - p->cur;
-            memcpy(out->tokens, ix->toks + p->cur, (size_t)n * sizeof *out->tokens);
+            memcpy(out->tokens, sd_suffix_index_tokens(ix) + p->cur,
+                   (size_t)n * sizeof *out->tokens);
             for (int32_t i = 0; i < n; i++)
                 p->rs_next[i] = p->cur + i + 1;
             out->n = n;
@@ -329,54 +336,27 @@ static int32_t suffix_tree(sd_suffix_index *ix, int32_t s, int32_t m, const sd_s
     const double lim = (double)p->max_spec_factor * m;
     const int32_t n_max = lim < (double)depth ? (int32_t)lim : depth;
     if (n_max < 1) return 0;
-    int32_t top_e[SD_MAX_DRAFT], top_c[SD_MAX_DRAFT], top_l[SD_MAX_DRAFT], n_top = 0;
+    sx_follower top[SD_MAX_DRAFT];
     int64_t total = 0;
-    for (int32_t f = ix->st[s].edge; f >= 0; f = ix->ed[f].next) {
-        int32_t lst = 0;
-        const int32_t c = suffix_state_count(ix, ix->ed[f].to, &lst);
-        total += c;
-        int32_t at = n_top; /* insertion into the ranked top `width` */
-        while (at > 0 && (c > top_c[at - 1] || (c == top_c[at - 1] && lst > top_l[at - 1])))
-            at--;
-        if (at >= width) continue;
-        if (n_top < width) n_top++;
-        for (int32_t j = n_top - 1; j > at; j--) {
-            top_e[j] = top_e[j - 1];
-            top_c[j] = top_c[j - 1];
-            top_l[j] = top_l[j - 1];
-        }
-        top_e[at] = f;
-        top_c[at] = c;
-        top_l[at] = lst;
-    }
+    const int32_t n_top = suffix_index_top_edges(ix, s, width, top, &total);
     int32_t n = 0;
     for (int32_t b = 0; b < n_top && total > 0; b++) {
-        double pr = (double)top_c[b] / (double)total;
+        double pr = (double)top[b].cnt / (double)total;
         if (pr < (double)p->min_token_prob) break; /* ranked: the rest are rarer */
-        int32_t node = n, st = ix->ed[top_e[b]].to;
-        tokens[n] = ix->ed[top_e[b]].tok;
+        int32_t node = n, st = top[b].to;
+        tokens[n] = top[b].tok;
         parent[n++] = -1;
         for (int32_t d = 1; d < n_max; d++) {
+            sx_follower f;
             int64_t tot = 0;
-            int32_t best = -1, best_cnt = 0, best_last = -1;
-            for (int32_t f = ix->st[st].edge; f >= 0; f = ix->ed[f].next) {
-                int32_t lst = 0;
-                const int32_t c = suffix_state_count(ix, ix->ed[f].to, &lst);
-                tot += c;
-                if (c > best_cnt || (c == best_cnt && lst > best_last)) {
-                    best = f;
-                    best_cnt = c;
-                    best_last = lst;
-                }
-            }
-            if (best < 0 || tot <= 0) break;
-            const double next = pr * (double)best_cnt / (double)tot;
+            if (suffix_index_best_edge(ix, st, &f, &tot)) break;
+            const double next = pr * (double)f.cnt / (double)tot;
             if (next < (double)p->min_token_prob) break;
             pr = next;
-            tokens[n] = ix->ed[best].tok;
+            tokens[n] = f.tok;
             parent[n] = node;
             node = n++;
-            st = ix->ed[best].to;
+            st = f.to;
         }
     }
     return n;
@@ -397,10 +377,10 @@ static int suffix_propose_tree(sd_proposer *base, const int32_t *ctx, int32_t n_
     p->pend_n = 0; /* trees are not learned from, nor resumed */
     p->rs_n = 0;
     p->cur = -1;
-    if (p->ix->n_toks == n_ctx) {
+    if (sd_suffix_index_n_tokens(p->ix) == n_ctx) {
         sd_suffix_index *ix = p->ix;
-        const int32_t l = ix->st[ix->last].link;
-        const int32_t m = l >= 0 ? ix->st[l].len : 0;
+        int32_t m = 0;
+        const int32_t l = suffix_index_match_state(ix, &m);
         p->last_match = m;
         if (l >= 0) out->n = suffix_tree(ix, l, m, &p->prm, width, depth, out->tokens, out->parent);
     }
