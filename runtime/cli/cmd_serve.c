@@ -49,12 +49,15 @@ enum {
     OPT_NO_JINJA,
     OPT_REASONING,
     OPT_VERBOSE,
+    OPT_SPEC_SYNTH_RATES,
+    OPT_SPEC_SYNTH_LEN,
 };
 
 typedef struct serve_cli {
     sd_cli_gen_opts g;
     const char *host, *api_key, *api_key_file, *alias, *chat_template, *cors_origins;
-    const char *chat_template_file, *tags;
+    const char *chat_template_file, *tags, *synth_rates;
+    double synth_len; /* -1: none */
     int chat_mode, no_thinking, verbose;
     int64_t port, parallel, kv_block, max_queue, max_body, batch;
     int64_t max_connections, timeout, threads_http;
@@ -124,6 +127,13 @@ static void serve_help(FILE *f) {
             "                          there (read once at start, never written)\n"
             "  --draft-head FILE, --draft-head-n N  the LLM draft scores only the first N\n"
             "                          ids of a head file (as generate)\n"
+            "  --spec-synth-rates P0,P1,...  testing: K chances (not increasing) that draft\n"
+            "                          positions 0 .. i are all accepted; a keyed coin\n"
+            "                          forces rejections beyond them (a draft token is still\n"
+            "                          accepted only when verification accepts it: the text\n"
+            "                          is unchanged, only the counts move)\n"
+            "  --spec-synth-len L      testing: the same with one chance per position, set\n"
+            "                          for a mean accepted length L (1 .. K + 1)\n"
             "Request defaults (a request's fields override them): -n/--n-predict N (max\n"
             "tokens; -1 = the rest of the sequence's context, the default), --temp, --top-k,\n"
             "--top-p, --seed, --ignore-eos, -k/--draft-max K (4), --draft-type, --draft-policy\n"
@@ -238,6 +248,13 @@ static int serve_option(int o, const char *arg, void *user) {
     case OPT_NO_METRICS:
         c->no_metrics = 1;
         return 0;
+    case OPT_SPEC_SYNTH_RATES:
+        c->synth_rates = arg;
+        return 0;
+    case OPT_SPEC_SYNTH_LEN:
+        if (sd_cli_parse_f64(arg, 1.0, SD_MAX_DRAFT + 1.0, &c->synth_len))
+            return sd_cli_usage(h, "--spec-synth-len: expected 1 .. 17, found '%s'", arg);
+        return 0;
     case OPT_SUFFIX_CACHE_MB:
         if (sd_cli_parse_f64(arg, 0.0, 65536.0, &c->suffix_cache_mb))
             return sd_cli_usage(h, "--suffix-cache-mb: expected 0 .. 65536 MiB, found '%s'", arg);
@@ -286,6 +303,8 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
         {"no-slots", no_argument, 0, OPT_NO_SLOTS},
         {"no-ui", no_argument, 0, OPT_NO_UI},
         {"no-metrics", no_argument, 0, OPT_NO_METRICS},
+        {"spec-synth-rates", required_argument, 0, OPT_SPEC_SYNTH_RATES},
+        {"spec-synth-len", required_argument, 0, OPT_SPEC_SYNTH_LEN},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -301,6 +320,7 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
     c->max_connections = 1024;
     c->timeout = 60;
     c->threads_http = 4;
+    c->synth_len = -1.0;
     return sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, serve_option, c);
 }
 
@@ -492,6 +512,15 @@ int sd_cmd_serve(int argc, char **argv) {
                                  "generate, not serve",
                                  "");
         goto done;
+    }
+    double synth[SD_MAX_DRAFT];
+    if (c.synth_rates || c.synth_len >= 0.0) {
+        int32_t n_synth = 0;
+        if ((rc = sd_server_synth_rates(c.synth_rates, c.synth_len, gp.n_draft > 0 ? gp.n_draft : 1,
+                                        synth, &n_synth, &err)))
+            goto done;
+        gp.synth_accept = synth;
+        gp.n_synth_accept = n_synth;
     }
     bp.k_max = gp.n_draft > 0 ? gp.n_draft : 1;
     if (bp.k_max < 8) bp.k_max = 8; /* requests may ask for more than the default K */

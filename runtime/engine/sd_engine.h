@@ -394,6 +394,15 @@ typedef struct sd_gen_params {
     /* sd_engine_generate's loop: AUTO (the default) or one forced (LOOP: a caller that
      * shifts the target's cache between calls, sd_scorer_shift). */
     sd_gen_path path;
+    /* Synthetic rejection (the batcher only; llama-server's --spec-synth-rates, for
+     * testing the verification path): synth_accept[i] (caller-owned, [n_synth_accept],
+     * each in [0, 1]) is the chance that draft position i may be accepted once positions
+     * 0 .. i-1 were; a keyed coin (seed, position, SD_DRAW_ACCEPT) under it forces a
+     * rejection there: the pass verifies only the draft before it, and the token at that
+     * position is the target's (counted as drafted, not accepted). The text is unchanged
+     * (a forced rejection emits what verification would); only the counts move. NULL: off. */
+    const double *synth_accept;
+    int32_t n_synth_accept;
 } sd_gen_params;
 
 /* One pass as the controller saw it (sd_gen_params.pass_trace). */

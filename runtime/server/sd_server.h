@@ -91,6 +91,16 @@ typedef struct sd_server_params {
 
 sd_server_params sd_server_default_params(void);
 
+/* llama-server's synthetic acceptance (benchmarking its verification path) for a draft of
+ * n_max (K) tokens: rates "P0,P1,..." (--spec-synth-rates: K unconditional chances, each
+ * in [0, 1], not increasing: P_i = the chance positions 0 .. i are all accepted) or, with
+ * rates NULL, length >= 0 (--spec-synth-len: the mean accepted length, target token
+ * included, in [1, K + 1]: one chance p for every position). Writes the conditional
+ * chances cond[0 .. *n_out) (caller's, [SD_MAX_DRAFT]) for sd_gen_params.synth_accept.
+ * Errors: SD_ERR_ARG (both given, a bad number, a count other than K, an increase). */
+int sd_server_synth_rates(const char *rates, double length, int32_t n_max, double *cond,
+                          int32_t *n_out, sd_error *err);
+
 /* Bind p->host:p->port and start the HTTP threads over batcher b (made from engine e;
  * neither owned). Errors: SD_ERR_ARG (a bad host or port, naming it), SD_ERR_IO (bind or
  * listen failed, with the reason), SD_ERR_OOM. */
