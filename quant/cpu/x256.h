@@ -860,11 +860,29 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
 }
 
 #if !SD_X256_VNNI
+/* The int16 pair (b0, b1) of each 32-bit lane of v taken as signed bytes, sign-extended:
+ * one vpshufb into the high byte of each int16, one arithmetic shift. */
+SD_T SD_INL v8i sbyte_pair(v8i v, const int b0, const int b1) {
+    const char z = (char)0x80;
+    const v8i c =
+        _mm256_setr_epi8(z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
+                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1),
+                         z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
+                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1));
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, c), 8);
+}
+
+#endif
+
+#if !SD_X256_VNNI
 /* Q6_K, AVX2: both halves at once, one 16-element group (one scale) at a time. The
  * group's 4 level vectors of each half are unpacked once; then every token of the chunk
  * runs on them, each broadcast of 4 activation bytes feeding the products of all 16 rows
  * (tile_k236 broadcasts per half), two products summed in int16 (the 6-bit fold) and
- * widened by the group's scale pair. The integer sums are the same as tile_k236's (exact,
+ * widened by the group's scale pair, taken with the level-offset pairs straight from the
+ * int8 scale bytes (sbyte_pair, as tile_q6_1: 2 instructions where k_scale + pair16 took 5;
+ * 2444.7 -> 2328.7 / 4127.1 -> 4011.1 / 6370.4 -> 6254.4 Ir per 16 x 256 super-block at
+ * 2 / 5 / 9 tokens, scripts/kernel_ir.sh). The integer sums are the same as tile_k236's (exact,
  * in another order), the float part is the same: the scalar oracle's bits. The padded
  * rows of a group's last half are zero bytes in the packed layout, computed and not
  * stored. */
@@ -896,8 +914,7 @@ SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
                     const v8i nib = _mm256_and_si256(k < 2 ? v : _mm256_srli_epi16(v, 4), m4);
                     w[h][q] = or_and(nib, shl(ld(mh + 2048 + 64 * (8 * h6 + kk)), 4 - 2 * k), b45);
                 }
-                const v8i sc = k_scale(mh, KQ6, g);
-                c[h] = pair16(sc, sc);
+                c[h] = sbyte_pair(ld(mh + 3072 + 64 * (g >> 2)), g & 3, g & 3);
             }
             for (int t = 0; t < nt; t++) {
                 const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 16 * g;
@@ -918,7 +935,8 @@ SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
         _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
             const uint8_t *mh = mp + 32 * h;
             v8i pc[8];
-            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] = k_pair(mh, KQ6, j);
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] =
+                sbyte_pair(ld(mh + 3072 + 64 * (j >> 1)), 2 * (j & 1), 2 * (j & 1) + 1);
             const v8f dw = ldh(tl + (size_t)i * 32 + 16 * h);
             for (int t = 0; t < nt; t++) {
                 const uint8_t *xr = xa + (size_t)t * sa + (size_t)i * XK;
@@ -938,18 +956,6 @@ SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
 #endif
 
 #if !SD_X256_VNNI
-/* The int16 pair (b0, b1) of each 32-bit lane of v taken as signed bytes, sign-extended:
- * one vpshufb into the high byte of each int16, one arithmetic shift. */
-SD_T SD_INL v8i sbyte_pair(v8i v, const int b0, const int b1) {
-    const char z = (char)0x80;
-    const v8i c =
-        _mm256_setr_epi8(z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
-                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1),
-                         z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
-                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1));
-    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, c), 8);
-}
-
 /* Q6_K, one token (decode), AVX2: both halves at once as tile_q6_s, but each level vector
  * (used once at one token) unpacked where it is multiplied, every sum in registers (the
  * super-block's sums kept a chain by in_reg, else GCC makes them a tree that spills), and
