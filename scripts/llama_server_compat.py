@@ -58,6 +58,7 @@ KEEP = {
     "--timeout": 1, "--threads-http": 1, "--api-key-file": 1, "--slots": 0, "--no-slots": 0,
     "--no-ui": 0, "--jinja": 0, "--no-jinja": 0, "--chat-template-file": 1, "--reasoning": 1,
     "--verbose": 0, "--tags": 1, "--spec-synth-rates": 1, "--spec-synth-len": 1,
+    "--context-shift": 0, "--no-context-shift": 0,
 }
 # renamed: llama-server's name -> specdec's
 RENAME = {
@@ -73,7 +74,6 @@ RENAME = {
 DROP = {
     "--offline": (0, "models are local files"),
     "--swa-full": (0, "no sliding-window models"),
-    "--context-shift": (0, "no context shift: generation stops at the context limit"),
     "--embedding": (0, "no embeddings"),
     "--reranking": (0, "no reranking"),
     "--no-mmproj": (0, "no multimodal projector"),

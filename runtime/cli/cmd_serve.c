@@ -51,6 +51,8 @@ enum {
     OPT_VERBOSE,
     OPT_SPEC_SYNTH_RATES,
     OPT_SPEC_SYNTH_LEN,
+    OPT_CONTEXT_SHIFT,
+    OPT_NO_CONTEXT_SHIFT,
 };
 
 typedef struct serve_cli {
@@ -58,7 +60,7 @@ typedef struct serve_cli {
     const char *host, *api_key, *api_key_file, *alias, *chat_template, *cors_origins;
     const char *chat_template_file, *tags, *synth_rates;
     double synth_len; /* -1: none */
-    int chat_mode, no_thinking, verbose;
+    int chat_mode, no_thinking, verbose, context_shift;
     int64_t port, parallel, kv_block, max_queue, max_body, batch;
     int64_t max_connections, timeout, threads_http;
     double shutdown_timeout, suffix_cache_mb;
@@ -118,6 +120,12 @@ static void serve_help(FILE *f) {
             "  --reasoning on|off|auto templates' enable_thinking (off: false; auto)\n"
             "  --verbose               answers carry __verbose {prompt, content} (a request's\n"
             "                          \"verbose\" field overrides)\n"
+            "  --context-shift         a sequence that fills its context keeps its first\n"
+            "                          n_keep tokens (a request's, 0; BOS besides), drops the\n"
+            "                          older half of the rest and goes on to its n_predict\n"
+            "                          (as generate --context-shift; not for n > 1, grammar\n"
+            "                          or logit_bias requests); --no-context-shift: off, the\n"
+            "                          default\n"
             "  --shutdown-timeout S    seconds in-flight requests get after SIGTERM (30)\n"
             "  --no-draft              target alone even with -md\n"
             "  --suffix-cache-mb M     a cache of earlier requests' prompts and outputs, at\n"
@@ -248,6 +256,12 @@ static int serve_option(int o, const char *arg, void *user) {
     case OPT_NO_METRICS:
         c->no_metrics = 1;
         return 0;
+    case OPT_CONTEXT_SHIFT:
+        c->context_shift = 1;
+        return 0;
+    case OPT_NO_CONTEXT_SHIFT:
+        c->context_shift = 0;
+        return 0;
     case OPT_SPEC_SYNTH_RATES:
         c->synth_rates = arg;
         return 0;
@@ -304,6 +318,8 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
         {"no-ui", no_argument, 0, OPT_NO_UI},
         {"no-metrics", no_argument, 0, OPT_NO_METRICS},
         {"spec-synth-rates", required_argument, 0, OPT_SPEC_SYNTH_RATES},
+        {"context-shift", no_argument, 0, OPT_CONTEXT_SHIFT},
+        {"no-context-shift", no_argument, 0, OPT_NO_CONTEXT_SHIFT},
         {"spec-synth-len", required_argument, 0, OPT_SPEC_SYNTH_LEN},
         {0, 0, 0, 0},
     };
@@ -555,6 +571,7 @@ int sd_cmd_serve(int argc, char **argv) {
     sp.chat_mode = c.chat_mode;
     sp.enable_thinking = !c.no_thinking;
     sp.verbose = c.verbose;
+    sp.context_shift = c.context_shift;
     sp.gen = gp;
     if (sp.gen.n_predict == INT32_MAX) sp.gen.n_predict = sd_batcher_n_ctx(b);
     sp.shutdown_timeout_s = c.shutdown_timeout;
