@@ -58,7 +58,7 @@ KEEP = {
     "--timeout": 1, "--threads-http": 1, "--api-key-file": 1, "--slots": 0, "--no-slots": 0,
     "--no-ui": 0, "--jinja": 0, "--no-jinja": 0, "--chat-template-file": 1, "--reasoning": 1,
     "--verbose": 0, "--tags": 1, "--spec-synth-rates": 1, "--spec-synth-len": 1,
-    "--context-shift": 0, "--no-context-shift": 0,
+    "--context-shift": 0, "--no-context-shift": 0, "--slot-save-path": 1,
 }
 # renamed: llama-server's name -> specdec's
 RENAME = {
@@ -93,7 +93,6 @@ DROP = {
     "--reasoning-format": (1, "no reasoning parser"),
     "--grp-attn-n": (1, "no group attention"),
     "--grp-attn-w": (1, "no group attention"),
-    "--slot-save-path": (1, "no slot save / restore"),
     "--lora": (1, "no LoRA adapters"),
     "--sleep-idle-seconds": (1, "no sleep mode"),
     "--cache-ram": (1, "the prefix cache lives in the KV pool"),

@@ -53,12 +53,13 @@ enum {
     OPT_SPEC_SYNTH_LEN,
     OPT_CONTEXT_SHIFT,
     OPT_NO_CONTEXT_SHIFT,
+    OPT_SLOT_SAVE_PATH,
 };
 
 typedef struct serve_cli {
     sd_cli_gen_opts g;
     const char *host, *api_key, *api_key_file, *alias, *chat_template, *cors_origins;
-    const char *chat_template_file, *tags, *synth_rates;
+    const char *chat_template_file, *tags, *synth_rates, *slot_save_path;
     double synth_len; /* -1: none */
     int chat_mode, no_thinking, verbose, context_shift;
     int64_t port, parallel, kv_block, max_queue, max_body, batch;
@@ -105,6 +106,9 @@ static void serve_help(FILE *f) {
             "                          list (none): Access-Control-Allow-Origin on answers,\n"
             "                          OPTIONS preflights answered\n"
             "  --no-slots              GET /slots answers 501 (--slots: on, the default)\n"
+            "  --slot-save-path DIR    POST /slots/N?action=save|restore write and read the\n"
+            "                          token files there ({\"filename\": NAME}, no path); a\n"
+            "                          restore evaluates the tokens into the prefix cache\n"
             "  --no-ui                 no chat page (GET / answers 404)\n"
             "  --no-metrics            GET /metrics answers 501\n"
             "  --alias NAME            the model id /v1/models lists (the target's file name);\n"
@@ -256,6 +260,9 @@ static int serve_option(int o, const char *arg, void *user) {
     case OPT_NO_METRICS:
         c->no_metrics = 1;
         return 0;
+    case OPT_SLOT_SAVE_PATH:
+        c->slot_save_path = arg;
+        return 0;
     case OPT_CONTEXT_SHIFT:
         c->context_shift = 1;
         return 0;
@@ -319,6 +326,7 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
         {"no-metrics", no_argument, 0, OPT_NO_METRICS},
         {"spec-synth-rates", required_argument, 0, OPT_SPEC_SYNTH_RATES},
         {"context-shift", no_argument, 0, OPT_CONTEXT_SHIFT},
+        {"slot-save-path", required_argument, 0, OPT_SLOT_SAVE_PATH},
         {"no-context-shift", no_argument, 0, OPT_NO_CONTEXT_SHIFT},
         {"spec-synth-len", required_argument, 0, OPT_SPEC_SYNTH_LEN},
         {0, 0, 0, 0},
@@ -572,6 +580,7 @@ int sd_cmd_serve(int argc, char **argv) {
     sp.enable_thinking = !c.no_thinking;
     sp.verbose = c.verbose;
     sp.context_shift = c.context_shift;
+    sp.slot_save_path = c.slot_save_path;
     sp.gen = gp;
     if (sp.gen.n_predict == INT32_MAX) sp.gen.n_predict = sd_batcher_n_ctx(b);
     sp.shutdown_timeout_s = c.shutdown_timeout;

@@ -520,6 +520,7 @@ void srv_gen_unref(srv_gen *g) {
         free(g->ch[i].toks);
         free(g->ch[i].lp);
     }
+    free(g->prompt0);
     json_decref(g->fields);
     json_decref(g->bias_json);
     free(g->prompt_text);
@@ -739,6 +740,7 @@ static int on_event(void *user, const sd_req_event *ev_sub) {
         c->st = *ev->stats;
         srv_shift_merge(sub, &c->st); /* the segments before a context shift too */
         e.stats = &c->st;
+        if (ev->index == 0 && g->prompt0 && sub->n_shifts == 0) srv_slot_record(g->srv, g, &c->st);
         g->n_done++;
         sub->n_done++;
         srv_count_done(g->srv, &c->st);
@@ -1017,6 +1019,21 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
     g->fd = fd;
     g->conn = c;
     g->created = (long long)time(NULL);
+    /* llama-server's id_slot: the slot whose last sequence this request becomes
+     * (--slot-save-path); the batcher still picks the sequence */
+    g->id_slot = -1;
+    json_t *js = json_object_get(o, "id_slot");
+    if (json_is_integer(js) && json_integer_value(js) >= 0 && json_integer_value(js) < s->p.n_slots)
+        g->id_slot = (int32_t)json_integer_value(js);
+    if (s->p.slot_save_path) {
+        g->prompt0 = malloc((size_t)pn[0] * sizeof *g->prompt0);
+        if (!g->prompt0) {
+            srv_error(r, 500, "server_error", NULL, "out of memory");
+            goto done;
+        }
+        memcpy(g->prompt0, pids[0], (size_t)pn[0] * sizeof *g->prompt0);
+        g->n_prompt0 = pn[0];
+    }
     for (int32_t k = 0; shift && k < q.n_stop; k++, g->n_stop++)
         if (!(g->stop[k] = strdup(q.stop[k]))) {
             srv_error(r, 500, "server_error", NULL, "out of memory");

@@ -86,6 +86,9 @@ typedef struct sd_server_params {
      * window is evaluated afresh). Not for n > 1, a grammar or logit_bias (those stop at
      * the context). */
     int context_shift;
+    /* llama-server's --slot-save-path: the folder of POST /slots/N?action=save|restore's
+     * files (NULL: those actions answer 501) */
+    const char *slot_save_path;
     /* A request's defaults: n_predict (max_tokens), n_draft (K), samp, seed, draft_type,
      * k_policy, draft_p_min, draft_min, ignore_eos. */
     sd_gen_params gen;

@@ -504,7 +504,7 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
         return;
     case R_SLOT_ACTION:
         srv_slot_action(s, k->slot, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action"),
-                        r);
+                        k->body ? k->body : "", k->len, r);
         return;
     case R_INPUT_TOKENS:
         srv_input_tokens(s, k->body ? k->body : "", k->len, r);
@@ -794,11 +794,17 @@ int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_se
     sd_server *s = calloc(1, sizeof *s);
     if (!s) return sd_errorf(err, SD_ERR_OOM, "server: out of memory");
     pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_mutex_init(&s->slot_mu, NULL);
     s->e = e;
     s->b = b;
     s->p = *p;
     for (int i = 0; i < SRV_MAX_HOSTS; i++)
         s->listen_fd[i] = -1;
+    s->slot_rec = calloc((size_t)(p->n_slots > 0 ? p->n_slots : 1), sizeof *s->slot_rec);
+    if (!s->slot_rec) {
+        sd_server_free(s);
+        return sd_errorf(err, SD_ERR_OOM, "server: out of memory");
+    }
     atomic_store(&s->kv_ok, 1);
     s->t_start = sd_time_ms();
     s->t_start_unix = (double)time(NULL);
@@ -961,5 +967,9 @@ void sd_server_free(sd_server *s) {
     }
     free(s->model_name);
     pthread_mutex_destroy(&s->conn_mu);
+    for (int32_t i = 0; s->slot_rec && i < (s->p.n_slots > 0 ? s->p.n_slots : 1); i++)
+        free(s->slot_rec[i].toks);
+    free(s->slot_rec);
+    pthread_mutex_destroy(&s->slot_mu);
     free(s);
 }

@@ -127,6 +127,9 @@ typedef struct srv_gen {
     int suspended;                   /* conn is suspended waiting for news (under mu) */
     char *stop[SD_MAX_STOP_STRINGS]; /* the stop strings (copies: a shift's segment) */
     int32_t n_stop;
+    int32_t id_slot;  /* the request's id_slot (-1: none; the least recently used slot) */
+    int32_t *prompt0; /* the first prompt's ids (slot records, with --slot-save-path) */
+    int32_t n_prompt0;
 } srv_gen;
 
 /* The most addresses --host lists ("127.0.0.1,::1"): one listening socket and one
@@ -191,6 +194,16 @@ struct sd_server {
     /* --context-shift: subs whose segment stopped at a full context, continued by the
      * stepping thread between steps (shift.c; only that thread touches the queue) */
     struct srv_sub *shift_q;
+    /* --slot-save-path (slot_action.c): each slot's last sequence, the tokens its KV
+     * cache held at the end (the prompt and the output but its last token), under slot_mu;
+     * use: a counter for the least recently used slot (a request without id_slot) */
+    pthread_mutex_t slot_mu;
+    struct srv_slot_rec {
+        int32_t *toks;
+        int32_t n;
+        long long use;
+    } * slot_rec;
+    long long slot_use;
 };
 
 /* server.c */
@@ -269,7 +282,10 @@ int srv_chat_text(sd_server *s, json_t *o, int allow_tools, char **text, size_t 
  * request's messages make (llama-server's). */
 void srv_input_tokens(sd_server *s, const char *body, size_t len, srv_reply *r);
 /* slot_action.c: POST /slots/N?action=erase|save|restore (action NULL: none given). */
-void srv_slot_action(sd_server *s, int32_t slot, const char *action, srv_reply *r);
+void srv_slot_action(sd_server *s, int32_t slot, const char *action, const char *body, size_t len,
+                     srv_reply *r);
+/* A finished choice 0 of g (its statistics st): the slot's last sequence (slot_action.c). */
+void srv_slot_record(sd_server *s, const srv_gen *g, const sd_gen_stats *st);
 /* slot_action.c: the stepping thread's side (between steps): serve the erases asked. */
 void srv_slot_serve(sd_server *s);
 /* infill.c: POST /infill (llama-server's fill-in-the-middle): the prompt built from the
