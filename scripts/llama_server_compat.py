@@ -14,6 +14,10 @@ environment:
                      made by scripts/llama_server_suite.sh: stories260K.gguf (llama2.c's
                      stories260K converted by `specdec convert`).
 
+--spec-synth-rates / --spec-synth-len (synthetic acceptance) with a draft: the draft becomes
+the target itself, said in one line (specdec's forced rejections keep the text exact, so
+only a draft that agrees with the target lets the rates alone decide acceptance).
+
 No model flag (llama-server's router mode, which specdec does not have): specdec serves
 stories260K.gguf alone, said in one line (the suite's router-mode CORS cases check the HTTP
 layer only); a llama-server baseline exits 1 there.
