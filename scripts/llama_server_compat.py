@@ -14,6 +14,10 @@ environment:
                      made by scripts/llama_server_suite.sh: stories260K.gguf (llama2.c's
                      stories260K converted by `specdec convert`).
 
+--spec-synth-rates / --spec-synth-len (synthetic acceptance) with a draft: the draft becomes
+the target itself, said in one line (specdec's forced rejections keep the text exact, so
+only a draft that agrees with the target lets the rates alone decide acceptance).
+
 No model flag (llama-server's router mode, which specdec does not have): specdec serves
 stories260K.gguf alone, said in one line (the suite's router-mode CORS cases check the HTTP
 layer only); a llama-server baseline exits 1 there.
@@ -58,6 +62,7 @@ KEEP = {
     "--timeout": 1, "--threads-http": 1, "--api-key-file": 1, "--slots": 0, "--no-slots": 0,
     "--no-ui": 0, "--jinja": 0, "--no-jinja": 0, "--chat-template-file": 1, "--reasoning": 1,
     "--verbose": 0, "--tags": 1, "--spec-synth-rates": 1, "--spec-synth-len": 1,
+    "--context-shift": 0, "--no-context-shift": 0, "--slot-save-path": 1,
 }
 # renamed: llama-server's name -> specdec's
 RENAME = {
@@ -73,7 +78,6 @@ RENAME = {
 DROP = {
     "--offline": (0, "models are local files"),
     "--swa-full": (0, "no sliding-window models"),
-    "--context-shift": (0, "no context shift: generation stops at the context limit"),
     "--embedding": (0, "no embeddings"),
     "--reranking": (0, "no reranking"),
     "--no-mmproj": (0, "no multimodal projector"),
@@ -93,7 +97,6 @@ DROP = {
     "--reasoning-format": (1, "no reasoning parser"),
     "--grp-attn-n": (1, "no group attention"),
     "--grp-attn-w": (1, "no group attention"),
-    "--slot-save-path": (1, "no slot save / restore"),
     "--lora": (1, "no LoRA adapters"),
     "--sleep-idle-seconds": (1, "no sleep mode"),
     "--cache-ram": (1, "the prefix cache lives in the KV pool"),

@@ -325,6 +325,17 @@ typedef enum sd_gen_path {
 /* "auto", "batcher", "loop". */
 const char *sd_gen_path_name(sd_gen_path p);
 
+/* Context shift (llama.cpp's --context-shift; generate and serve share it: ctx_shift.c).
+ * sd_ctx_shift_keep: how many first tokens of a context that starts with prompt[0 ..
+ * n_prompt) every shift keeps: keep of them (keep < 0 or beyond the prompt: all of it),
+ * and BOS besides when the prompt starts with bos. sd_ctx_shift_window: the context
+ * win[0 .. n_cur) keeps win[0 .. n_keep) and drops the older half of the rest,
+ * (n_cur - n_keep) / 2 tokens after the kept ones (the later ones move down); returns
+ * that count (0, nothing moved, when n_keep >= n_cur): the window then holds n_cur minus
+ * it. */
+int32_t sd_ctx_shift_keep(const int32_t *prompt, int32_t n_prompt, int64_t keep, int32_t bos);
+int32_t sd_ctx_shift_window(int32_t *win, int32_t n_cur, int32_t n_keep);
+
 typedef struct sd_gen_params {
     int32_t n_predict; /* most tokens to emit (>= 1) */
     int32_t n_draft;   /* K: tokens drafted per step, 1 .. SD_MAX_DRAFT (adaptive: the most) */

@@ -80,6 +80,15 @@ typedef struct sd_server_params {
     int chat_mode;             /* sd_chat_mode: SD_CHAT_JINJA (default), _AUTO, _BUILTIN */
     int enable_thinking;       /* the templates' enable_thinking (1; 0: --reasoning off) */
     int verbose;               /* 1: answers carry llama-server's __verbose (--verbose) */
+    /* 1: llama-server's --context-shift: a choice that fills its sequence's context keeps
+     * the first n_keep tokens (a request's "n_keep", 0 by default, BOS besides), drops the
+     * older half of the rest and goes on, until its n_predict (sd_ctx_shift_*; the shifted
+     * window is evaluated afresh). Not for n > 1, a grammar or logit_bias (those stop at
+     * the context). */
+    int context_shift;
+    /* llama-server's --slot-save-path: the folder of POST /slots/N?action=save|restore's
+     * files (NULL: those actions answer 501) */
+    const char *slot_save_path;
     /* A request's defaults: n_predict (max_tokens), n_draft (K), samp, seed, draft_type,
      * k_policy, draft_p_min, draft_min, ignore_eos. */
     sd_gen_params gen;
