@@ -248,11 +248,22 @@ SD_INL size_t main_k(const int kind) {
     return kind == KQ2 ? 1280 : kind == KQ3 ? 1728 : kind == KQ4 ? 2240 : kind == KQ5 ? 2752 : 3328;
 }
 
+/* Q5_0 / Q5_1: level vector c (elements 4c + i, c < 4; 16 + 4(c - 4) + i, c >= 4) of the 8
+ * rows of a half (mh: main part + 32 * half), from the packed regrouping (pack_impl.h):
+ * c < 4: qs' & 31; c >= 4: (qs' >> 5 & 7) | (qh' shifted so field c - 4 is at bits 3-4, & 24)
+ * (32-bit shifts: the bits a mask keeps come from their own byte). */
+SD_T SD_INL v8i q5_level(const uint8_t *mh, const int c) {
+    const v8i v = ld(mh + 64 * (c & 3));
+    if (c < 4) return _mm256_and_si256(v, _mm256_set1_epi8(0x1F));
+    const v8i lo = _mm256_and_si256(_mm256_srli_epi16(v, 5), _mm256_set1_epi8(0x07));
+    return or_and(lo, shl(ld(mh + 256), 3 - 2 * (c - 4)), _mm256_set1_epi8(0x18));
+}
+
 /* The 8 level vectors of a 32-element block's half (mp: main part + 32 * half): w[k] holds
  * elements 4k..4k+3 of the 8 rows. Q8_0: AVX2 w raw (signed) and aw = |w|; VNNI w + 128
- * (w ^ 0x80). The others unsigned (Q4_0 / Q4_1 nibbles, Q5_0 / Q5_1 nibble | 5th bit << 4). */
+ * (w ^ 0x80). The others unsigned (Q4_0 / Q4_1 nibbles, Q5_0 / Q5_1 5-bit levels: q5_level). */
 SD_T SD_INL void unpack32(const uint8_t *mp, const int kind, v8i *w, v8i *aw) {
-    const v8i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    const v8i m4 = _mm256_set1_epi8(0x0F);
     if (kind == K8) {
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
             const v8i v = ld(mp + 64 * k);
@@ -266,14 +277,14 @@ SD_T SD_INL void unpack32(const uint8_t *mp, const int kind, v8i *w, v8i *aw) {
         }
         return;
     }
+    if (kind == K50 || kind == K51) {
+        _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) w[c] = q5_level(mp, c);
+        return;
+    }
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
         const v8i v = ld(mp + 64 * k);
         w[k] = _mm256_and_si256(v, m4);
         w[4 + k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
-    if (kind == K50 || kind == K51) {
-        const v8i h = ld(mp + 256);
-        _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) w[c] = or_and(w[c], shl(h, 4 - c), b4);
     }
 }
 
@@ -487,9 +498,10 @@ SD_INL int half_rows(int n_rows, int h) {
  * dot32 (exact, in another order) and the same float part as tile32: the scalar oracle's
  * bits. The padded rows of a group's last half are zero bytes in the packed layout,
  * computed and not stored. Per 16 x 256 (scripts/kernel_ir.sh): Q4_0 841 -> 776 Ir, Q5_0
- * 1329 -> 1184. Q8_0 in this form (1145 -> 1024 Ir, faster in cache) streamed about 10%
- * slower from memory (4096 x 4096, 1 thread, Zen 5, SD_KERNELS=avx2, load ~8, 9
- * interleaved rounds: 0.86-0.96 ms against 0.77-0.91), so Q8_0 keeps tile32. */
+ * 1329 -> 1184 (1008 with the regrouped Q5_0 levels, q5_level). Q8_0 in this form (1145 -> 1024 Ir,
+ * faster in cache) streamed about 10% slower from memory (4096 x 4096, 1 thread, Zen 5,
+ * SD_KERNELS=avx2, load ~8, 9 interleaved rounds: 0.86-0.96 ms against 0.77-0.91), so Q8_0 keeps
+ * tile32. */
 SD_T SD_INL void tile32_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, const uint8_t *xb,
                           float *y, int n_rows, const int kind) {
     const size_t main = main32(kind);
@@ -497,7 +509,7 @@ SD_T SD_INL void tile32_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, cons
     const size_t qoff = kind == K50 ? 8 : 2;
     const int fold = kind == K50 ? 4 : 8;
     const uint8_t *tl = gp + (size_t)nb * main;
-    const v8i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    const v8i m4 = _mm256_set1_epi8(0x0F);
     const v8i one = _mm256_set1_epi16(1);
     v8f acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; i++) {
@@ -513,8 +525,9 @@ SD_T SD_INL void tile32_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, cons
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                 const uint8_t *mh = mp + 32 * h;
                 const v8i v = ld(mh + 64 * (k & 3));
-                v8i w = _mm256_and_si256(k < 4 ? v : _mm256_srli_epi16(v, 4), m4);
-                if (kind == K50) w = or_and(w, shl(ld(mh + 256), 4 - k), b4);
+                const v8i w = kind == K50
+                                  ? q5_level(mh, k)
+                                  : _mm256_and_si256(k < 4 ? v : _mm256_srli_epi16(v, 4), m4);
                 const v8i p = _mm256_maddubs_epi16(w, b);
                 m[h] = in_reg(k % fold ? _mm256_add_epi16(m[h], p) : p);
                 if (k % fold == fold - 1)

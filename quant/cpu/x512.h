@@ -123,25 +123,36 @@ SD_INL size_t main_k(const int kind) {
     return kind == KQ2 ? 1280 : kind == KQ3 ? 1728 : kind == KQ4 ? 2240 : kind == KQ5 ? 2752 : 3328;
 }
 
+/* Q5_0 / Q5_1: level vector c (elements 4c + i, c < 4; 16 + 4(c - 4) + i, c >= 4) of the 16
+ * rows, from the packed regrouping (pack_impl.h): c < 4: qs' & 31; c >= 4: (qs' >> 5 & 7) |
+ * (qh' shifted so field c - 4 is at bits 3-4, & 24) (32-bit shifts: the bits a mask keeps
+ * come from their own byte). */
+SD_T SD_INL __m512i q5_level(const uint8_t *mp, const int c) {
+    const __m512i v = ld(mp + 64 * (c & 3));
+    if (c < 4) return _mm512_and_si512(v, _mm512_set1_epi8(0x1F));
+    const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(v, 5), _mm512_set1_epi8(0x07));
+    return or_and(lo, shl(ld(mp + 256), 3 - 2 * (c - 4)), _mm512_set1_epi8(0x18));
+}
+
 /* The 8 level vectors of a 32-element block (main part mp): w[k] holds elements 4k..4k+3
  * of the 16 rows. Q8_0: signed (raw) when signed8, else as w + 128 (w ^ 0x80); the others
- * unsigned (Q4_0 / Q4_1 nibbles, Q5_0 / Q5_1 nibble | 5th bit << 4). */
+ * unsigned (Q4_0 / Q4_1 nibbles, Q5_0 / Q5_1 5-bit levels: q5_level). */
 SD_T SD_INL void unpack32(const uint8_t *mp, const int kind, const int signed8, __m512i *w) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     if (kind == K8) {
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k] =
             signed8 ? ld(mp + 64 * k)
                     : _mm512_xor_si512(ld(mp + 64 * k), _mm512_set1_epi8((char)0x80));
         return;
     }
+    if (kind == K50 || kind == K51) {
+        _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) w[c] = q5_level(mp, c);
+        return;
+    }
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
         const __m512i v = ld(mp + 64 * k);
         w[k] = _mm512_and_si512(v, m4);
         w[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    }
-    if (kind == K50 || kind == K51) {
-        const __m512i h = ld(mp + 256);
-        _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) w[c] = or_and(w[c], shl(h, 4 - c), b4);
     }
 }
 
