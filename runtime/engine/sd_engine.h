@@ -562,7 +562,8 @@ sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp,
 void sd_engine_clear_cache(sd_engine *e);
 
 /* The lookup cache (caller-owned, outliving the engine; NULL: none) that the n-gram
- * proposer of both loops also looks in (sd_proposer_ngram_set_cache). Errors: its. */
+ * proposer of both loops also looks in (sd_proposer_ngram_set_cache). Errors: its,
+ * SD_ERR_OOM (the generate context that keeps it). */
 int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err);
 
 /* ---- stop strings over the streamed text (stop_text.c): both clients ---- */
