@@ -465,13 +465,22 @@ typedef struct sd_suffix_params {
     sd_suffix_rule rule;   /* how many tokens a match drafts (0: the factor rule) */
     float draft_cost;      /* expected rule: a drafted token's share of a one-token target
                               pass, the slope of v(n) (0 .. 16; 0 in a zeroed struct: 0.25) */
+    int32_t resume;        /* factor rule: after the target leaves a copy of >= 6 tokens for
+                              one token (it rejected a drafted token, or emitted its own after
+                              a fully accepted draft), draft up to this many tokens (more after
+                              resumed drafts accepted whole) from where the copied text goes on
+                              past the replaced token, while the match is shorter than the copy;
+                              a replaced token is written as the target wrote it in later
+                              proposals until it is rejected (a rename); 0 .. SD_MAX_DRAFT,
+                              0: off */
 } sd_suffix_params;
 
 /* max_spec_factor 1, min_token_prob 0.1 (the paper's and vLLM's defaults), n_min 2 (as the
  * n-gram proposer's shortest n-gram), n_ctx 4096, the factor rule; draft_cost 0.25 for the
  * expected rule (a pass of n tokens costs about 0.7 + 0.3 n one-token passes for
  * SmolLM2-135M and 0.8 + 0.2 n for Qwen2.5-Coder-1.5B on the 2-core AVX-512 CPU; on these
- * CPUs the two rules draft about as well: docs/drafting.md). */
+ * CPUs the two rules draft about as well: docs/drafting.md); resume 4 (docs/drafting.md, fifth
+ * round). */
 sd_suffix_params sd_suffix_default_params(void);
 
 /* SD_OK, or SD_ERR_ARG naming the field and the allowed range. */

@@ -34,6 +34,16 @@ static int32_t m_bucket(int32_t m) {
 static const double k_prior[SX_MB] = {0.30, 0.50, 0.65, 0.72, 0.85, 0.90, 0.92, 0.95, 0.97, 0.98};
 #define SX_AMBIG 0.6
 
+/* Resuming a copy (sd_suffix_params.resume): only a copy of at least SX_RESUME_MIN_RUN
+ * tokens (the match the proposal followed plus the tokens accepted from it; shorter ones are
+ * mostly new text whose match was a coincidence) is resumed, and resuming stops after
+ * SX_RESUME_MISSES resumed proposals in a row rejected at their first token (the target has
+ * left the copied text) until a match drafts again. Chosen on the replay of the real pair's
+ * code-edit answers (docs/drafting.md, fifth round): a run of 4 or 6, 8 predicted within 1%. */
+#define SX_RESUME_MISSES  1
+#define SX_RESUME_MIN_RUN 6
+#define SX_SUBS           8 /* replacements remembered (the oldest goes first) */
+
 static int32_t model_key(int32_t src, int32_t m, double q) {
     return (src * SX_MB + m_bucket(m)) * 2 + (q < 1.0);
 }
@@ -53,6 +63,20 @@ typedef struct suffix_proposer {
      * and the context length it followed */
     int32_t pend_n, pend_at;
     int32_t pend_tok[SD_MAX_DRAFT], pend_key[SD_MAX_DRAFT];
+    /* resuming a copy (sd_suffix_params.resume): the last proposal from the context (its
+     * tokens, the context length it followed, and for each token the index position just
+     * past its source occurrence), and the resume point it left: the position of the token
+     * the target is expected to copy next once the context is cur_at tokens long (-1:
+     * none); misses: resumed proposals in a row rejected at their first token */
+    int32_t rs_n, rs_at, rs_run;
+    int32_t rs_tok[SD_MAX_DRAFT], rs_next[SD_MAX_DRAFT];
+    int32_t cur, cur_at, cur_run, misses, cur_sub, streak;
+    /* replacements (sd_suffix_params.resume): source token from[i] that the target wrote as
+     * to[i] where it resumed a copy; applied to later proposals from the context, dropped
+     * when the target rejects one or leaves the copy right after it; rs_src: each token of
+     * the last proposal as its source had it (before the replacements) */
+    int32_t sub_from[SX_SUBS], sub_to[SX_SUBS], n_sub;
+    int32_t rs_src[SD_MAX_DRAFT];
 } suffix_proposer;
 
 static double model_a(const suffix_proposer *p, int32_t key) {
@@ -98,21 +122,88 @@ static void learn(suffix_proposer *p, const int32_t *ctx, int32_t n) {
     if (a < np && at + a < n) p->seen[p->pend_key[a]] += 1.0;
 }
 
+/* The resume point after the last proposal from the context, against the committed
+ * ctx[0 .. n) (the index still holds its first rs_at tokens): the target accepted a tokens
+ * and then emitted y. If it rejected token a (source x), it replaced x by y: the copy goes
+ * on past x, or past the token after x when y is that token (x deleted). If it accepted all,
+ * its next token, a copy or not, takes the place of the source's next one. */
+static int32_t sub_find(const suffix_proposer *p, int32_t from) {
+    for (int32_t i = 0; i < p->n_sub; i++)
+        if (p->sub_from[i] == from) return i;
+    return -1;
+}
+
+static void sub_drop(suffix_proposer *p, int32_t from) {
+    const int32_t i = sub_find(p, from);
+    if (i < 0) return;
+    memmove(p->sub_from + i, p->sub_from + i + 1, (size_t)(p->n_sub - i - 1) * sizeof(int32_t));
+    memmove(p->sub_to + i, p->sub_to + i + 1, (size_t)(p->n_sub - i - 1) * sizeof(int32_t));
+    p->n_sub--;
+}
+
+static void sub_add(suffix_proposer *p, int32_t from, int32_t to) {
+    sub_drop(p, from);
+    if (p->n_sub == SX_SUBS) sub_drop(p, p->sub_from[0]);
+    p->sub_from[p->n_sub] = from;
+    p->sub_to[p->n_sub++] = to;
+}
+
+static void resume_learn(suffix_proposer *p, const int32_t *ctx, int32_t n) {
+    const int32_t at = p->rs_at, np = p->rs_n;
+    const int was_resumed = p->cur_at == at && p->cur >= 0;
+    p->rs_n = 0;
+    p->cur = -1;
+    if (np == 0 || n <= at) return;
+    int32_t a = 0;
+    while (a < np && at + a < n && ctx[at + a] == p->rs_tok[a])
+        a++;
+    if (at + a >= n) return; /* not verified yet */
+    const int32_t y = ctx[at + a];
+    if (a < np && p->rs_src[a] != p->rs_tok[a]) sub_drop(p, p->rs_src[a]); /* a wrong one */
+    p->misses = was_resumed && a == 0 ? p->misses + 1 : 0;
+    if (p->misses > 0 && p->cur_sub >= 0) sub_drop(p, p->cur_sub); /* the copy was left */
+    p->cur_sub = -1;
+    if (p->misses >= SX_RESUME_MISSES || p->rs_run + a < SX_RESUME_MIN_RUN) return;
+    int32_t c = a < np ? p->rs_next[a] : p->rs_next[np - 1] + 1;
+    if (a < np && c < sd_suffix_index_n_tokens(p->ix) && sd_suffix_index_tokens(p->ix)[c] == y)
+        c++; /* a deletion */
+    else if (a < np && p->rs_src[a] == p->rs_tok[a]) {
+        sub_add(p, p->rs_src[a], y); /* a replacement */
+        p->cur_sub = p->rs_src[a];
+    }
+    p->streak = was_resumed && a == np ? p->streak + a : 0;
+    p->cur = c;
+    p->cur_at = at + a + 1;
+    p->cur_run = p->rs_run + a;
+}
+
 /* Make the index hold ctx[0 .. min(n, cap)): keep the common prefix (rebuilding from it
  * when ctx does not extend the indexed tokens: a new generation, which also forgets the
  * acceptance model and the pending proposal), append the rest. Before that, a pending
  * proposal that ctx extends is learned from. */
 static void sync(suffix_proposer *p, const int32_t *ctx, int32_t n) {
     sd_suffix_index *ix = p->ix;
-    if (n > ix->cap) n = ix->cap;
-    int32_t l = 0;
-    while (l < ix->n_toks && l < n && ix->toks[l] == ctx[l])
-        l++;
+    const int32_t n_toks = sd_suffix_index_n_tokens(ix);
+    const int32_t *toks = sd_suffix_index_tokens(ix);
+    if (n > sd_suffix_index_capacity(ix)) n = sd_suffix_index_capacity(ix);
+    const int32_t lim = n < n_toks ? n : n_toks;
+    int32_t l = 0; /* the common prefix: whole in the usual case (the context extends it) */
+    if (lim > 0 && memcmp(toks, ctx, (size_t)lim * sizeof *toks) == 0)
+        l = lim;
+    else
+        while (l < lim && toks[l] == ctx[l])
+            l++;
     if (p->pend_n > 0 && l >= p->pend_at) learn(p, ctx, n);
-    if (l < ix->n_toks || ix->n_toks == 0) { /* a new text */
+    if (p->rs_n > 0 && l >= p->rs_at) resume_learn(p, ctx, n);
+    if (l < n_toks || n_toks == 0) { /* a new text */
         memset(p->acc, 0, sizeof p->acc);
         memset(p->seen, 0, sizeof p->seen);
         p->pend_n = 0;
+        p->rs_n = 0;
+        p->cur = -1;
+        p->cur_sub = -1;
+        p->misses = 0;
+        p->n_sub = 0;
     }
     sd_suffix_index_truncate(ix, l);
     for (int32_t j = l; j < n; j++)
@@ -135,10 +226,10 @@ static void propose_expected(suffix_proposer *p, const int32_t *ctx, int32_t n_c
                              sd_proposal *out) {
     int32_t ends[SD_MAX_DRAFT];
     double q[SD_MAX_DRAFT], gain = 1.0;
-    if (p->ix->n_toks == n_ctx) {
+    if (sd_suffix_index_n_tokens(p->ix) == n_ctx) {
         sd_suffix_index *ix = p->ix;
-        const int32_t l = ix->st[ix->last].link;
-        const int32_t m = l >= 0 ? ix->st[l].len : 0;
+        int32_t m = 0;
+        const int32_t l = suffix_index_match_state(ix, &m);
         p->last_match = m;
         if (l >= 0 && m >= p->prm.n_min) {
             const int32_t nw = suffix_index_follow(ix, l, k, INT32_MAX, out->tokens, q, ends);
@@ -180,16 +271,42 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
         return SD_OK;
     }
     double score = 0.0;
-    if (p->ix->n_toks == n_ctx) { /* else past the capacity: no proposal from the context */
+    p->rs_n = 0;
+    if (sd_suffix_index_n_tokens(p->ix) == n_ctx) { /* else past the capacity: none */
         sd_suffix_index *ix = p->ix;
-        const int32_t l = ix->st[ix->last].link;
-        const int32_t m = l >= 0 ? ix->st[l].len : 0;
+        int32_t m = 0;
+        const int32_t l = suffix_index_match_state(ix, &m);
         double prob;
         int32_t last_end;
         p->last_match = m;
         if (l >= 0)
             out->n = suffix_index_chain(ix, l, m, &p->prm, k, INT32_MAX, out->tokens, &score, &prob,
-                                        &last_end);
+                                        &last_end, p->rs_next);
+        p->rs_run = m;
+        if (p->prm.resume > 0 && p->cur >= 0 && p->cur_at == n_ctx && p->cur < n_ctx &&
+            (out->n == 0 || p->cur_run > m)) { /* resume the copy the target left */
+            int32_t n = p->prm.resume;
+            if (p->streak > n) n = p->streak; /* resumed drafts accepted whole: go longer */
+            if (n > k) n = k;
+            p->rs_run = p->cur_run;
+            if (n > n_ctx - p->cur) n = n_ctx - p->cur;
+            memcpy(out->tokens, sd_suffix_index_tokens(ix) + p->cur,
+                   (size_t)n * sizeof *out->tokens);
+            for (int32_t i = 0; i < n; i++)
+                p->rs_next[i] = p->cur + i + 1;
+            out->n = n;
+        } else
+            p->cur = -1;
+        if (p->prm.resume > 0 && out->n > 0) {
+            p->rs_n = out->n;
+            p->rs_at = n_ctx;
+            memcpy(p->rs_src, out->tokens, (size_t)out->n * sizeof *out->tokens);
+            for (int32_t i = 0; i < out->n && p->n_sub > 0; i++) {
+                const int32_t j = sub_find(p, out->tokens[i]);
+                if (j >= 0) out->tokens[i] = p->sub_to[j];
+            }
+            memcpy(p->rs_tok, out->tokens, (size_t)out->n * sizeof *out->tokens);
+        }
     }
     if (p->cache) { /* the earlier requests' proposal when it scores higher */
         int32_t toks[SD_MAX_DRAFT], m = 0;
@@ -200,6 +317,8 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
             out->n = n;
             p->last_match = m;
             p->cache_hits++;
+            p->rs_n = 0; /* not a copy of the context: nothing to resume */
+            p->cur = -1;
         }
     }
     return SD_OK;
@@ -217,54 +336,27 @@ static int32_t suffix_tree(sd_suffix_index *ix, int32_t s, int32_t m, const sd_s
     const double lim = (double)p->max_spec_factor * m;
     const int32_t n_max = lim < (double)depth ? (int32_t)lim : depth;
     if (n_max < 1) return 0;
-    int32_t top_e[SD_MAX_DRAFT], top_c[SD_MAX_DRAFT], top_l[SD_MAX_DRAFT], n_top = 0;
+    sx_follower top[SD_MAX_DRAFT];
     int64_t total = 0;
-    for (int32_t f = ix->st[s].edge; f >= 0; f = ix->ed[f].next) {
-        int32_t lst = 0;
-        const int32_t c = suffix_state_count(ix, ix->ed[f].to, &lst);
-        total += c;
-        int32_t at = n_top; /* insertion into the ranked top `width` */
-        while (at > 0 && (c > top_c[at - 1] || (c == top_c[at - 1] && lst > top_l[at - 1])))
-            at--;
-        if (at >= width) continue;
-        if (n_top < width) n_top++;
-        for (int32_t j = n_top - 1; j > at; j--) {
-            top_e[j] = top_e[j - 1];
-            top_c[j] = top_c[j - 1];
-            top_l[j] = top_l[j - 1];
-        }
-        top_e[at] = f;
-        top_c[at] = c;
-        top_l[at] = lst;
-    }
+    const int32_t n_top = suffix_index_top_edges(ix, s, width, top, &total);
     int32_t n = 0;
     for (int32_t b = 0; b < n_top && total > 0; b++) {
-        double pr = (double)top_c[b] / (double)total;
+        double pr = (double)top[b].cnt / (double)total;
         if (pr < (double)p->min_token_prob) break; /* ranked: the rest are rarer */
-        int32_t node = n, st = ix->ed[top_e[b]].to;
-        tokens[n] = ix->ed[top_e[b]].tok;
+        int32_t node = n, st = top[b].to;
+        tokens[n] = top[b].tok;
         parent[n++] = -1;
         for (int32_t d = 1; d < n_max; d++) {
+            sx_follower f;
             int64_t tot = 0;
-            int32_t best = -1, best_cnt = 0, best_last = -1;
-            for (int32_t f = ix->st[st].edge; f >= 0; f = ix->ed[f].next) {
-                int32_t lst = 0;
-                const int32_t c = suffix_state_count(ix, ix->ed[f].to, &lst);
-                tot += c;
-                if (c > best_cnt || (c == best_cnt && lst > best_last)) {
-                    best = f;
-                    best_cnt = c;
-                    best_last = lst;
-                }
-            }
-            if (best < 0 || tot <= 0) break;
-            const double next = pr * (double)best_cnt / (double)tot;
+            if (suffix_index_best_edge(ix, st, &f, &tot)) break;
+            const double next = pr * (double)f.cnt / (double)tot;
             if (next < (double)p->min_token_prob) break;
             pr = next;
-            tokens[n] = ix->ed[best].tok;
+            tokens[n] = f.tok;
             parent[n] = node;
             node = n++;
-            st = ix->ed[best].to;
+            st = f.to;
         }
     }
     return n;
@@ -282,11 +374,13 @@ static int suffix_propose_tree(sd_proposer *base, const int32_t *ctx, int32_t n_
     out->lookup = 1;
     p->last_match = 0;
     sync(p, ctx, n_ctx);
-    p->pend_n = 0; /* trees are not learned from */
-    if (p->ix->n_toks == n_ctx) {
+    p->pend_n = 0; /* trees are not learned from, nor resumed */
+    p->rs_n = 0;
+    p->cur = -1;
+    if (sd_suffix_index_n_tokens(p->ix) == n_ctx) {
         sd_suffix_index *ix = p->ix;
-        const int32_t l = ix->st[ix->last].link;
-        const int32_t m = l >= 0 ? ix->st[l].len : 0;
+        int32_t m = 0;
+        const int32_t l = suffix_index_match_state(ix, &m);
         p->last_match = m;
         if (l >= 0) out->n = suffix_tree(ix, l, m, &p->prm, width, depth, out->tokens, out->parent);
     }
@@ -321,6 +415,7 @@ sd_suffix_params sd_suffix_default_params(void) {
     p.n_ctx = 4096;
     p.rule = SD_SUFFIX_RULE_FACTOR;
     p.draft_cost = 0.25f;
+    p.resume = 4;
     return p;
 }
 
@@ -340,6 +435,9 @@ int sd_suffix_check_params(const sd_suffix_params *p, sd_error *err) {
     if (!(p->draft_cost >= 0.0f && p->draft_cost <= 16.0f))
         return sd_errorf(err, SD_ERR_ARG, "suffix: draft_cost = %g, expected 0 .. 16",
                          (double)p->draft_cost);
+    if (p->resume < 0 || p->resume > SD_MAX_DRAFT)
+        return sd_errorf(err, SD_ERR_ARG, "suffix: resume = %d, expected 0 .. %d", p->resume,
+                         SD_MAX_DRAFT);
     if (p->n_ctx < 1 || p->n_ctx > (INT32_MAX - 8) / 3)
         return sd_errorf(err, SD_ERR_ARG, "suffix: n_ctx = %d, expected 1 .. %d", p->n_ctx,
                          (INT32_MAX - 8) / 3);
@@ -358,6 +456,8 @@ int sd_proposer_suffix_init(const sd_suffix_params *prm, int32_t n_vocab, sd_pro
     p->base.ops = &suffix_ops;
     p->prm = *prm;
     p->n_vocab = n_vocab;
+    p->cur = -1;
+    p->cur_sub = -1;
     if ((rc = sd_suffix_index_init(prm->n_ctx, &p->ix, err))) {
         free(p);
         return rc;

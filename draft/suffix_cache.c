@@ -200,7 +200,7 @@ int32_t sd_suffix_cache_propose(sd_suffix_cache *c, const int32_t *ctx, int32_t 
     double prob;
     int32_t last_end;
     const int32_t n =
-        suffix_index_chain(c->ix, s, m, p, k, c->n_vocab, tokens, score, &prob, &last_end);
+        suffix_index_chain(c->ix, s, m, p, k, c->n_vocab, tokens, score, &prob, &last_end, NULL);
     if (n > 0) {
         const int32_t d = doc_of_end(c, last_end);
         if (d >= 0) c->used[d] = ++c->clock;

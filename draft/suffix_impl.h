@@ -1,7 +1,7 @@
 /*
  * draft/suffix_impl.h: PRIVATE to draft/ (suffix_index.c, suffix.c, suffix_cache.c): the
- * suffix index's layout and the pieces the proposer and the cross-request cache use
- * besides the face.
+ * pieces of the suffix index the proposer and the cross-request cache use besides the
+ * face (the index's layout stays in suffix_index.c).
  */
 #ifndef SD_SUFFIX_IMPL_H
 #define SD_SUFFIX_IMPL_H
@@ -11,40 +11,26 @@
 
 #include "draft/sd_draft.h"
 
-typedef struct sx_state {
-    int32_t len;  /* longest string of the class */
-    int32_t link; /* suffix link; -1 for the root (state 0, the empty string) */
-    int32_t edge; /* first out-transition, -1: none */
-} sx_state;
+/* A follower of a state: the transition by `tok` to state `to`, taken `cnt` times in the
+ * text (the occurrences of the state's strings followed by tok), the most recent at end
+ * position `last`. */
+typedef struct sx_follower {
+    int32_t tok, to, cnt, last;
+} sx_follower;
 
-typedef struct sx_edge {
-    int32_t from, tok, to;
-    int32_t next; /* next out-transition of `from`, -1: none */
-} sx_edge;
+/* The state of the longest suffix of the indexed text that also ends earlier (-1: none,
+ * an empty index), *len its length (the match length; 0 with -1). O(1). */
+int32_t suffix_index_match_state(const sd_suffix_index *ix, int32_t *len);
 
-/* A link-cut tree node (per state). par: the splay parent, or for the root of a splay
- * tree the path parent (the tree parent of the path's top), -1: none. */
-typedef struct sx_node {
-    int32_t ch[2], par;
-    int32_t cnt;  /* occurrences of the state's strings (valid once the tags above are pushed) */
-    int32_t last; /* the most recent end position */
-    int32_t add;  /* pending: add to cnt in the subtree */
-    int32_t set;  /* pending: set last in the subtree (-1: none) */
-} sx_node;
+/* The most frequent follower of state s (ties: the most recent end) into *best, *total the
+ * count of all its followers. Returns 0, or -1 when s has no follower (*total 0). */
+int suffix_index_best_edge(sd_suffix_index *ix, int32_t s, sx_follower *best, int64_t *total);
 
-struct sd_suffix_index {
-    int32_t cap; /* tokens it holds at most */
-    int32_t n_toks;
-    int32_t *toks; /* [cap] */
-    sx_state *st;  /* [2 cap + 1] */
-    sx_node *nd;   /* [2 cap + 1] */
-    int32_t n_st, last;
-    sx_edge *ed; /* [3 cap + 4] */
-    int32_t n_ed;
-    int32_t *slot; /* [mask + 1] edge index, -1: empty */
-    size_t mask;
-    int32_t *stack; /* [2 cap + 1] splay scratch */
-};
+/* The `width` most frequent followers of state s (ties: the most recent end), ranked, into
+ * top[width] (width 1 .. SD_MAX_DRAFT), *total the count of all its followers. Returns how
+ * many it wrote (fewer when s has fewer followers). */
+int32_t suffix_index_top_edges(sd_suffix_index *ix, int32_t s, int32_t width, sx_follower *top,
+                               int64_t *total);
 
 /* The state's occurrence count and most recent end (its tags pushed by the access). */
 int32_t suffix_state_count(sd_suffix_index *ix, int32_t s, int32_t *last);
@@ -72,11 +58,12 @@ int32_t suffix_index_follow(sd_suffix_index *ix, int32_t s, int32_t k, int32_t t
  * separators: the chain stops there). *score: the sum over the drafted tokens of the
  * chain's probability up to each (its expected accepted length under the counts); *prob:
  * the chain's probability; *last_end: the most recent end position of the chain's last
- * token (0: none drafted).
+ * token (0: none drafted); ends[k] (NULL: not wanted): each drafted token's, i.e. the
+ * position just past an earlier occurrence of the chain up to that token.
  */
 int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_suffix_params *p,
                            int32_t k, int32_t tok_limit, int32_t *tokens, double *score,
-                           double *prob, int32_t *last_end);
+                           double *prob, int32_t *last_end, int32_t *ends);
 
 /* The cache's raw chain for the context ctx[0 .. n_ctx) (its last 64 tokens matched, *match
  * the match length; suffix_index_follow from there, stopping at a document's end), for a

@@ -33,6 +33,41 @@
 
 #include "draft/suffix_impl.h"
 
+typedef struct sx_state {
+    int32_t len;  /* longest string of the class */
+    int32_t link; /* suffix link; -1 for the root (state 0, the empty string) */
+    int32_t edge; /* first out-transition, -1: none */
+} sx_state;
+
+typedef struct sx_edge {
+    int32_t from, tok, to;
+    int32_t next; /* next out-transition of `from`, -1: none */
+} sx_edge;
+
+/* A link-cut tree node (per state). par: the splay parent, or for the root of a splay
+ * tree the path parent (the tree parent of the path's top), -1: none. */
+typedef struct sx_node {
+    int32_t ch[2], par;
+    int32_t cnt;  /* occurrences of the state's strings (valid once the tags above are pushed) */
+    int32_t last; /* the most recent end position */
+    int32_t add;  /* pending: add to cnt in the subtree */
+    int32_t set;  /* pending: set last in the subtree (-1: none) */
+} sx_node;
+
+struct sd_suffix_index {
+    int32_t cap; /* tokens it holds at most */
+    int32_t n_toks;
+    int32_t *toks; /* [cap] */
+    sx_state *st;  /* [2 cap + 1] */
+    sx_node *nd;   /* [2 cap + 1] */
+    int32_t n_st, last;
+    sx_edge *ed; /* [3 cap + 4] */
+    int32_t n_ed;
+    int32_t *slot; /* [mask + 1] edge index, -1: empty */
+    size_t mask;
+    int32_t *stack; /* [2 cap + 1] splay scratch */
+};
+
 static size_t slots_for(int32_t cap);
 
 /* ---- transitions ---- */
@@ -324,35 +359,71 @@ int32_t suffix_index_walk(const sd_suffix_index *ix, const int32_t *q, int32_t n
     return s;
 }
 
+int32_t suffix_index_match_state(const sd_suffix_index *ix, int32_t *len) {
+    const int32_t l = ix->st[ix->last].link;
+    *len = l >= 0 ? ix->st[l].len : 0;
+    return l;
+}
+
+int suffix_index_best_edge(sd_suffix_index *ix, int32_t s, sx_follower *best, int64_t *total) {
+    int64_t tot = 0;
+    int32_t b = -1, best_cnt = 0, best_last = -1;
+    for (int32_t f = ix->st[s].edge; f >= 0; f = ix->ed[f].next) {
+        int32_t lst = 0;
+        const int32_t c = suffix_state_count(ix, ix->ed[f].to, &lst);
+        tot += c;
+        if (c > best_cnt || (c == best_cnt && lst > best_last)) {
+            b = f;
+            best_cnt = c;
+            best_last = lst;
+        }
+    }
+    *total = tot;
+    if (b < 0 || tot <= 0) return -1;
+    *best = (sx_follower){ix->ed[b].tok, ix->ed[b].to, best_cnt, best_last};
+    return 0;
+}
+
+int32_t suffix_index_top_edges(sd_suffix_index *ix, int32_t s, int32_t width, sx_follower *top,
+                               int64_t *total) {
+    int32_t n_top = 0;
+    int64_t tot = 0;
+    for (int32_t f = ix->st[s].edge; f >= 0; f = ix->ed[f].next) {
+        int32_t lst = 0;
+        const int32_t c = suffix_state_count(ix, ix->ed[f].to, &lst);
+        tot += c;
+        int32_t at = n_top; /* insertion into the ranked top `width` */
+        while (at > 0 && (c > top[at - 1].cnt || (c == top[at - 1].cnt && lst > top[at - 1].last)))
+            at--;
+        if (at >= width) continue;
+        if (n_top < width) n_top++;
+        for (int32_t j = n_top - 1; j > at; j--)
+            top[j] = top[j - 1];
+        top[at] = (sx_follower){ix->ed[f].tok, ix->ed[f].to, c, lst};
+    }
+    *total = tot;
+    return n_top;
+}
+
 int32_t suffix_index_follow(sd_suffix_index *ix, int32_t s, int32_t k, int32_t tok_limit,
                             int32_t *tokens, double *q, int32_t *ends) {
     int32_t n = 0;
     while (n < k) {
+        sx_follower b;
         int64_t total = 0;
-        int32_t best = -1, best_cnt = 0, best_last = -1;
-        for (int32_t f = ix->st[s].edge; f >= 0; f = ix->ed[f].next) {
-            int32_t lst = 0;
-            const int32_t c = suffix_state_count(ix, ix->ed[f].to, &lst);
-            total += c;
-            if (c > best_cnt || (c == best_cnt && lst > best_last)) {
-                best = f;
-                best_cnt = c;
-                best_last = lst;
-            }
-        }
-        if (best < 0 || total <= 0 || ix->ed[best].tok >= tok_limit) break;
-        tokens[n] = ix->ed[best].tok;
-        q[n] = (double)best_cnt / (double)total;
-        ends[n] = best_last;
+        if (suffix_index_best_edge(ix, s, &b, &total) || b.tok >= tok_limit) break;
+        tokens[n] = b.tok;
+        q[n] = (double)b.cnt / (double)total;
+        ends[n] = b.last;
         n++;
-        s = ix->ed[best].to;
+        s = b.to;
     }
     return n;
 }
 
 int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_suffix_params *p,
                            int32_t k, int32_t tok_limit, int32_t *tokens, double *score,
-                           double *prob, int32_t *last_end) {
+                           double *prob, int32_t *last_end, int32_t *ends_out) {
     *score = 0.0;
     *prob = 1.0;
     *last_end = 0;
@@ -371,6 +442,7 @@ int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_s
         pr = next;
         *score += pr;
         *last_end = ends[n];
+        if (ends_out) ends_out[n] = ends[n];
     }
     *prob = pr;
     return n;
@@ -378,13 +450,14 @@ int32_t suffix_index_chain(sd_suffix_index *ix, int32_t s, int32_t m, const sd_s
 
 int32_t sd_suffix_index_propose(sd_suffix_index *ix, const sd_suffix_params *p, int32_t k,
                                 int32_t *tokens, int32_t *match, float *prob) {
-    const int32_t l = ix->st[ix->last].link;
-    const int32_t m = l >= 0 ? ix->st[l].len : 0;
+    int32_t m = 0;
+    const int32_t l = suffix_index_match_state(ix, &m);
     if (match) *match = m;
     double score = 0.0, pr = 1.0;
     int32_t last_end = 0;
     const int32_t n =
-        l >= 0 ? suffix_index_chain(ix, l, m, p, k, INT32_MAX, tokens, &score, &pr, &last_end) : 0;
+        l >= 0 ? suffix_index_chain(ix, l, m, p, k, INT32_MAX, tokens, &score, &pr, &last_end, NULL)
+               : 0;
     if (prob) *prob = (float)pr;
     return n;
 }

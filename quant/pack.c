@@ -156,6 +156,13 @@ void sd_pack_groups(sd_type wt, const void *w, size_t w_row_bytes, int64_t rows,
                 const uint8_t *src = row < rows ? (const uint8_t *)w + (size_t)row * w_row_bytes +
                                                       (size_t)i * L->blk_bytes
                                                 : zero;
+                if (wt == SD_TYPE_Q6_K) { /* levels regrouped (pack_impl.h) */
+                    sd_block_q6_k b;
+                    memcpy(&b, src, sizeof b);
+                    sd_pack_q6(b.ql, b.qh);
+                    move_block(L, (uint8_t *)&b, gp, i, nb, r, 0);
+                    continue;
+                }
                 move_block(L, (uint8_t *)src, gp, i, nb, r, 0);
             }
         }
@@ -171,10 +178,17 @@ void sd_unpack_groups(sd_type wt, const void *packed, int64_t rows, int64_t cols
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *gp = (uint8_t *)packed + (size_t)g * gs;
         for (int r = 0; r < 16 && 16 * g + r < rows; r++)
-            for (int64_t i = 0; i < nb; i++)
-                move_block(
-                    L, (uint8_t *)w + (size_t)(16 * g + r) * w_row_bytes + (size_t)i * L->blk_bytes,
-                    gp, i, nb, r, 1);
+            for (int64_t i = 0; i < nb; i++) {
+                uint8_t *dst =
+                    (uint8_t *)w + (size_t)(16 * g + r) * w_row_bytes + (size_t)i * L->blk_bytes;
+                move_block(L, dst, gp, i, nb, r, 1);
+                if (wt == SD_TYPE_Q6_K) { /* back to the GGUF grouping (pack_impl.h) */
+                    sd_block_q6_k b;
+                    memcpy(&b, dst, sizeof b);
+                    sd_unpack_q6(b.ql, b.qh);
+                    memcpy(dst, &b, sizeof b);
+                }
+            }
     }
 }
 

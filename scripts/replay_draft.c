@@ -16,6 +16,7 @@
  * usage: replay_draft --json F [--category C|all] --type T [--draft D.gguf] [--k K]
  *                     [--tree W] [--second-max N] [--long-match L] [--p-min P] [--draft-min M]
  *                     [--v 2:1.2,5:1.44,...] [--c 0.55] [--threads N] [--verbose]
+ *                     [--trace MODEL.gguf] [--resume N] [--suffix-factor F] [--suffix-n-min M]
  *   T: ngram, suffix, llm, ngram+llm, suffix+llm, copy (the copy bound: each pass drafts the
  *   longest prefix of the rest of the output, at most K, that occurs in the text so far).
  */
@@ -25,6 +26,28 @@
 #include <string.h>
 
 #include "draft/sd_draft.h"
+#include "runtime/model/sd_model.h"
+#include "runtime/tokenizer/sd_vocab.h"
+
+/* A token's text for the trace, escaped (newlines as \n) into buf. */
+static const char *piece(const sd_vocab *v, int32_t id, char *buf, size_t cap) {
+    char raw[128];
+    const int n = v ? sd_vocab_token_to_piece(v, id, 0, raw, sizeof raw - 1) : -1;
+    if (n < 0) {
+        snprintf(buf, cap, "#%d", (int)id);
+        return buf;
+    }
+    size_t o = 0;
+    for (int i = 0; i < n && o + 3 < cap; i++) {
+        if (raw[i] == '\n') {
+            buf[o++] = '\\';
+            buf[o++] = 'n';
+        } else
+            buf[o++] = raw[i];
+    }
+    buf[o] = 0;
+    return buf;
+}
 
 static double vpt[64]; /* vpt[n]: v(n), 0 where not given */
 
@@ -75,9 +98,10 @@ static int tree_accept(const sd_proposal *p, const int32_t *ref, int n_ref) {
 }
 
 int main(int argc, char **argv) {
-    const char *json = NULL, *cat = "all", *type = NULL, *dpath = NULL;
+    const char *json = NULL, *cat = "all", *type = NULL, *dpath = NULL, *trace = NULL;
     int K = 8, W = 0, second_max = 0, long_match = 0, threads = 2, verbose = 0, draft_min = 1;
-    double c_draft = 0.55, p_min = 0.0;
+    double c_draft = 0.55, p_min = 0.0, sx_factor = 0.0;
+    int resume = -1, sx_n_min = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--verbose"))
@@ -93,6 +117,14 @@ int main(int argc, char **argv) {
             type = argv[++i];
         else if (!strcmp(a, "--draft"))
             dpath = argv[++i];
+        else if (!strcmp(a, "--trace"))
+            trace = argv[++i];
+        else if (!strcmp(a, "--resume"))
+            resume = atoi(argv[++i]);
+        else if (!strcmp(a, "--suffix-factor"))
+            sx_factor = atof(argv[++i]);
+        else if (!strcmp(a, "--suffix-n-min"))
+            sx_n_min = atoi(argv[++i]);
         else if (!strcmp(a, "--k"))
             K = atoi(argv[++i]);
         else if (!strcmp(a, "--tree"))
@@ -151,6 +183,14 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int32_t n_vocab = md ? sd_model_hparams(md)->n_vocab : 1 << 20;
+    /* --trace: one line per pass (match length, drafted, accepted, the copy bound's length,
+     * and at a rejection the drafted and the target's token as text) */
+    sd_model *tm = NULL;
+    if (trace && sd_model_load(trace, &tm, &err)) {
+        fprintf(stderr, "replay_draft: %s\n", err.msg);
+        return 1;
+    }
+    const sd_vocab *tv = tm ? sd_model_vocab(tm) : NULL;
     totals t = {0};
     json_t *runs = json_object_get(root, "runs"), *r;
     size_t ri;
@@ -175,6 +215,9 @@ int main(int argc, char **argv) {
         } else if (use_suffix) {
             sd_suffix_params q = sd_suffix_default_params();
             q.n_ctx = np + no + 1;
+            if (resume >= 0) q.resume = resume;
+            if (sx_factor > 0) q.max_spec_factor = (float)sx_factor;
+            if (sx_n_min > 0) q.n_min = sx_n_min;
             if (sd_proposer_suffix_init(&q, n_vocab, &look, &err)) goto fail;
         }
         if (use_llm) {
@@ -199,6 +242,7 @@ int main(int argc, char **argv) {
         if (p && sd_proposer_prefill(p, ctx, n_ctx, &err)) goto fail;
         while (gen < no) {
             int k = K < no - gen - 1 ? K : no - gen - 1, a = 0, nd = 0, nl = 0;
+            int32_t prop_tok[SD_MAX_DRAFT * 4];
             if (k > 0) {
                 sd_proposal prop;
                 memset(&prop, 0, sizeof prop);
@@ -216,6 +260,7 @@ int main(int argc, char **argv) {
                                    : sd_proposer_propose(p, ctx, n_ctx, k, &prop, &err);
                     if (rc) goto fail;
                     nd = prop.n;
+                    memcpy(prop_tok, prop.tokens, (size_t)nd * sizeof *prop_tok);
                     if (W > 0)
                         a = tree_accept(&prop, ref + gen, no - gen);
                     else
@@ -255,6 +300,30 @@ int main(int argc, char **argv) {
                     t.wrong_below++;
                     t.lost_below += lost;
                 }
+            }
+            if (trace) {
+                int best = 0;
+                for (int j = 0; j < n_ctx; j++) {
+                    int l = 0;
+                    while (l < k && j + l < n_ctx && ctx[j + l] == ref[gen + l])
+                        l++;
+                    if (l > best) best = l;
+                }
+                const int32_t m = look ? (use_suffix ? sd_proposer_suffix_last_match(look)
+                                                     : sd_proposer_ngram_last_match(look))
+                                       : -1;
+                char b1[96], b2[96], b3[400];
+                size_t o = 0;
+                for (int j = 0; j < 8 && gen + j < no && o < sizeof b3 - 100; j++) {
+                    piece(tv, ref[gen + j], b1, sizeof b1);
+                    o += (size_t)snprintf(b3 + o, sizeof b3 - o, "%s%s", j == a ? "|" : "", b1);
+                }
+                printf("T gen %4d m %3d k %2d drafted %2d accepted %2d copy %2d", gen, m, k, nd, a,
+                       best);
+                if (a < nd)
+                    printf(" WRONG draft '%s' target '%s'", piece(tv, prop_tok[a], b1, sizeof b1),
+                           piece(tv, ref[gen + a], b2, sizeof b2));
+                printf("  text '%s'\n", b3);
             }
             int e = a + 1 < no - gen ? a + 1 : no - gen;
             memcpy(ctx + n_ctx, ref + gen, (size_t)e * sizeof *ctx);
@@ -300,6 +369,7 @@ int main(int argc, char **argv) {
                "%ld (%ld more)\n",
                t.wrong_root, t.lost_root, t.wrong_below, t.lost_below);
     sd_model_free(md);
+    sd_model_free(tm);
     json_decref(root);
     return 0;
 }

@@ -171,10 +171,10 @@ Test(suffix, proposals_equal_brute_force) {
     int32_t t[N];
     sd_error err = {0};
     const sd_suffix_params prms[4] = {
-        {1.0f, 0.1f, 2, N, SD_SUFFIX_RULE_FACTOR, 0.0f},
-        {2.0f, 0.0f, 1, N, SD_SUFFIX_RULE_FACTOR, 0.0f},
-        {0.5f, 0.3f, 1, N, SD_SUFFIX_RULE_FACTOR, 0.0f},
-        {4.0f, 0.6f, 3, N, SD_SUFFIX_RULE_FACTOR, 0.0f},
+        {1.0f, 0.1f, 2, N, SD_SUFFIX_RULE_FACTOR, 0.0f, 0},
+        {2.0f, 0.0f, 1, N, SD_SUFFIX_RULE_FACTOR, 0.0f, 0},
+        {0.5f, 0.3f, 1, N, SD_SUFFIX_RULE_FACTOR, 0.0f, 0},
+        {4.0f, 0.6f, 3, N, SD_SUFFIX_RULE_FACTOR, 0.0f, 0},
     };
     int64_t n_q = 0, n_tokens = 0, n_cut = 0;
     for (int32_t alpha = 2; alpha <= 8; alpha *= 2)
@@ -223,7 +223,7 @@ Test(suffix, truncate_equals_a_fresh_build) {
     sd_suffix_index *a = NULL, *b = NULL;
     cr_assert_eq(sd_suffix_index_init(N, &a, &err), SD_OK);
     cr_assert_eq(sd_suffix_index_init(N, &b, &err), SD_OK);
-    const sd_suffix_params p = {2.0f, 0.0f, 1, N, SD_SUFFIX_RULE_FACTOR, 0.0f};
+    const sd_suffix_params p = {2.0f, 0.0f, 1, N, SD_SUFFIX_RULE_FACTOR, 0.0f, 0};
     for (int32_t keep = 0; keep <= N; keep += 17) {
         sd_suffix_index_clear(a);
         for (int32_t i = 0; i < N; i++)
@@ -392,7 +392,7 @@ Test(suffix, cache_proposals_equal_brute_force) {
     sd_suffix_cache *c = NULL;
     cr_assert_eq(sd_suffix_cache_init(NV, 1 << 20, &c, &err), SD_OK, "%s", err.msg);
     int32_t T[4096], nT = 0, doc[200];
-    const sd_suffix_params p = {2.0f, 0.05f, 1, 4096, SD_SUFFIX_RULE_FACTOR, 0.0f};
+    const sd_suffix_params p = {2.0f, 0.05f, 1, 4096, SD_SUFFIX_RULE_FACTOR, 0.0f, 0};
     int64_t n_tok = 0, n_q = 0;
     uint64_t s = 7;
     for (int d = 0; d < NDOC; d++) {
@@ -452,7 +452,7 @@ Test(suffix, cache_memory_bound_and_lru) {
     const int32_t cap = sd_suffix_cache_capacity(c);
     cr_assert_leq(bytes, budget);
     cr_assert_gt(cap, 1000);
-    const sd_suffix_params p = {8.0f, 0.0f, 1, 4096, SD_SUFFIX_RULE_FACTOR, 0.0f};
+    const sd_suffix_params p = {8.0f, 0.0f, 1, 4096, SD_SUFFIX_RULE_FACTOR, 0.0f, 0};
     uint64_t s = 11;
     int32_t *doc = malloc(2000 * sizeof *doc);
     int64_t sum_docs = 0;
@@ -525,4 +525,120 @@ Test(suffix, proposer_with_cache) {
     cr_assert_eq(sd_proposer_suffix_set_cache(NULL, c, &err), SD_ERR_ARG);
     sd_proposer_free(pr);
     sd_suffix_cache_free(c);
+}
+
+/* ---- resuming a copy after the target replaces one token (sd_suffix_params.resume) ---- */
+
+/* Greedy drafting over a known answer, as the engine runs it: propose from the context,
+ * accept the longest prefix equal to the answer, emit the answer's next token, commit.
+ * props[i][0 .. 17): pass i's proposal (its length first). Returns the passes. */
+static int32_t replay_answer(sd_proposer *pr, const int32_t *prompt, int32_t np,
+                             const int32_t *answer, int32_t na, int32_t props[][SD_MAX_DRAFT + 1]) {
+    sd_error err = {0};
+    int32_t ctx[256], n = np, gen = 0, passes = 0;
+    memcpy(ctx, prompt, (size_t)np * sizeof *ctx);
+    cr_assert_eq(sd_proposer_prefill(pr, ctx, n, &err), SD_OK);
+    while (gen < na) {
+        sd_proposal prop;
+        cr_assert_eq(sd_proposer_propose(pr, ctx, n, 16, &prop, &err), SD_OK);
+        int32_t a = 0;
+        while (a < prop.n && gen + a < na && prop.tokens[a] == answer[gen + a])
+            a++;
+        props[passes][0] = prop.n;
+        memcpy(props[passes] + 1, prop.tokens, (size_t)prop.n * sizeof *prop.tokens);
+        const int32_t e = gen + a + 1 <= na ? a + 1 : na - gen;
+        memcpy(ctx + n, answer + gen, (size_t)e * sizeof *ctx);
+        n += e;
+        gen += e;
+        passes++;
+        sd_proposer_commit(pr, ctx, n);
+    }
+    return passes;
+}
+
+Test(suffix, resume_after_a_replaced_token) {
+    /* The prompt: 20 distinct tokens 100 .. 119. Answers that copy it, each with one edit
+     * after a copy of 8 tokens (7 is a new token before the copy). */
+    int32_t prompt[20];
+    for (int32_t i = 0; i < 20; i++)
+        prompt[i] = 100 + i;
+    enum { NA = 21 };
+    const int32_t replaced[NA] = {7,   100, 101, 102, 103, 104, 105, 106, 107, 200, 109,
+                                  110, 111, 112, 113, 114, 115, 116, 117, 118, 119};
+    const int32_t deleted[NA - 1] = {7,   100, 101, 102, 103, 104, 105, 106, 107, 109,
+                                     110, 111, 112, 113, 114, 115, 116, 117, 118, 119};
+    const int32_t left[NA] = {7,   100, 101, 102, 103, 104, 105, 106, 107, 200, 300,
+                              301, 302, 303, 304, 305, 306, 307, 308, 309, 310};
+    const int32_t short_run[8] = {7, 100, 101, 102, 200, 109, 110, 111};
+    int32_t props[64][SD_MAX_DRAFT + 1];
+    sd_error err = {0};
+    int32_t passes[2];
+    for (int32_t on = 0; on <= 1; on++) {
+        sd_suffix_params p = sd_suffix_default_params();
+        p.resume = on ? 4 : 0;
+        sd_proposer *pr = NULL;
+        cr_assert_eq(sd_proposer_suffix_init(&p, 1000, &pr, &err), SD_OK, "%s", err.msg);
+        /* Passes: 7 | 100 | 101 | 102 103 +104 | 105 106 107 (108 109 rejected) +200, so the
+         * sixth proposal follows 200: without resuming no match drafts there; with it, the
+         * copy goes on past 108 (replaced by 200): 109 110 111 112, all accepted. */
+        passes[on] = replay_answer(pr, prompt, 20, replaced, NA, props);
+        cr_assert_eq(props[4][0], 5, "the match of 5 drafts 5");
+        cr_assert_eq(props[4][4], 108);
+        if (on) {
+            cr_assert_eq(props[5][0], 4, "resumed: %d tokens", props[5][0]);
+            for (int32_t i = 0; i < 4; i++)
+                cr_assert_eq(props[5][1 + i], 109 + i);
+        } else
+            cr_assert_eq(props[5][0], 0);
+        /* 108 deleted: the target's 109 is the token after the replaced one, so the copy goes
+         * on at 110. */
+        replay_answer(pr, prompt, 20, deleted, NA - 1, props);
+        if (on) {
+            cr_assert_eq(props[5][0], 4);
+            for (int32_t i = 0; i < 4; i++)
+                cr_assert_eq(props[5][1 + i], 110 + i);
+        } else
+            cr_assert_eq(props[5][0], 0);
+        /* The target leaves the copy after 200: the resumed 109 .. is rejected at its first
+         * token (300), and resuming stops there (nothing follows 200 300 in the text). */
+        replay_answer(pr, prompt, 20, left, NA, props);
+        cr_assert_eq(props[5][0], on ? 4 : 0);
+        cr_assert_eq(props[6][0], 0, "no second resumed proposal after a miss");
+        /* A copy of 3 tokens (the match of 2 and one accepted) is too short to resume. */
+        replay_answer(pr, prompt, 20, short_run, 8, props);
+        cr_assert_eq(props[3][0], 2); /* 102 .. the match "100 101" drafts 102 103 */
+        cr_assert_eq(props[4][0], 0, "a copy of 3 is not resumed: %d tokens", props[4][0]);
+        sd_proposer_free(pr);
+    }
+    cr_assert_lt(passes[1], passes[0], "resuming saves passes: %d against %d", passes[1],
+                 passes[0]);
+
+    /* A rename: 108 occurs again in the prompt; the target wrote 200 for the first, so the
+     * resumed draft writes 200 for the second. When the target keeps a 108 after all, the
+     * replacement is dropped: no later proposal holds a 200. */
+    const int32_t prompt2[22] = {100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110,
+                                 108, 111, 112, 113, 114, 108, 115, 116, 117, 118, 119};
+    const int32_t renamed[23] = {7,   100, 101, 102, 103, 104, 105, 106, 107, 200, 109, 110,
+                                 200, 111, 112, 113, 114, 200, 115, 116, 117, 118, 119};
+    const int32_t kept[23] = {7,   100, 101, 102, 103, 104, 105, 106, 107, 200, 109, 110,
+                              108, 111, 112, 113, 114, 108, 115, 116, 117, 118, 119};
+    sd_suffix_params p = sd_suffix_default_params();
+    sd_proposer *pr = NULL;
+    cr_assert_eq(sd_proposer_suffix_init(&p, 1000, &pr, &err), SD_OK, "%s", err.msg);
+    int32_t n_pass = replay_answer(pr, prompt2, 22, renamed, 23, props);
+    cr_assert_eq(props[5][0], 4);
+    const int32_t want[4] = {109, 110, 200, 111};
+    for (int32_t i = 0; i < 4; i++)
+        cr_assert_eq(props[5][1 + i], want[i], "token %d: %d", i, props[5][1 + i]);
+    int32_t n_pass_kept = replay_answer(pr, prompt2, 22, kept, 23, props);
+    cr_assert_eq(props[5][3], 200, "the replacement is tried once");
+    for (int32_t i = 6; i < n_pass_kept; i++)
+        for (int32_t j = 0; j < props[i][0]; j++)
+            cr_assert_neq(props[i][1 + j], 200, "pass %d still replaces 108", i);
+    cr_assert_leq(n_pass, 8, "the rename is drafted: %d passes for 23 tokens", n_pass);
+    sd_proposer_free(pr);
+    sd_suffix_params bad = sd_suffix_default_params();
+    bad.resume = SD_MAX_DRAFT + 1;
+    cr_assert_eq(sd_suffix_check_params(&bad, &err), SD_ERR_ARG);
+    cr_assert(strstr(err.msg, "resume"), "%s", err.msg);
 }

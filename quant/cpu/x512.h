@@ -157,17 +157,28 @@ SD_T SD_INL void unpack_k45(const uint8_t *mp, const int kind, const int s, __m5
     }
 }
 
+/* Q6_K: the level vector (q + 32, unsigned) of elements 128 h + 32 k + 4 kk .. + 3 of the
+ * 16 rows, from the packed regrouping (pack_impl.h): P (k = 0, 2) or Q (k = 1, 3) at the ql
+ * vector, R at the qh vector. L0 = P & 63, L1 = Q & 63, L2 = (R & 15) | (P >> 2 & 48),
+ * L3 = (R >> 4 & 15) | (Q >> 2 & 48) (16-bit shifts: the bits a mask keeps come from their
+ * own byte). */
+SD_T SD_INL __m512i q6_level(const uint8_t *mp, const int h, const int k, const int kk) {
+    const __m512i a = ld(mp + 64 * (16 * h + 8 * (k & 1) + kk));
+    if (k < 2) return _mm512_and_si512(a, _mm512_set1_epi8(0x3F));
+    const __m512i r = ld(mp + 2048 + 64 * (8 * h + kk));
+    const __m512i nib =
+        _mm512_and_si512(k == 2 ? r : _mm512_srli_epi16(r, 4), _mm512_set1_epi8(0x0F));
+    return or_and(nib, _mm512_srli_epi16(a, 2), _mm512_set1_epi8(0x30));
+}
+
 /* Q2_K / Q3_K / Q6_K: the 8 level vectors of elements 32 hk .. 32 hk + 31 (h = hk / 4,
  * k = hk % 4: element 128 h + 32 k + l), unsigned (Q3_K: q + 4, Q6_K: q + 32). */
 SD_T SD_INL void unpack_k236(const uint8_t *mp, const int kind, const int hk, __m512i *w) {
     const int h = hk >> 2, k = hk & 3;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
-    const __m512i b2 = _mm512_set1_epi8(0x04), b45 = _mm512_set1_epi8(0x30);
+    const __m512i m2 = _mm512_set1_epi8(0x03), b2 = _mm512_set1_epi8(0x04);
     _Pragma("GCC unroll 8") for (int kk = 0; kk < 8; kk++) {
         if (kind == KQ6) {
-            const __m512i q = ld(mp + 64 * (16 * h + 8 * (k & 1) + kk));
-            const __m512i nib = _mm512_and_si512(k < 2 ? q : _mm512_srli_epi16(q, 4), m4);
-            w[kk] = or_and(nib, shl(ld(mp + 2048 + 64 * (8 * h + kk)), 4 - 2 * k), b45);
+            w[kk] = q6_level(mp, h, k, kk);
         } else {
             const size_t qo = kind == KQ2 ? 256 : 512;
             w[kk] = _mm512_and_si512(_mm512_srli_epi32(ld(mp + qo + 64 * (8 * h + kk)), 2 * k), m2);

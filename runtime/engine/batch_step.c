@@ -511,6 +511,19 @@ static void tbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq, c
     }
 }
 
+/* gp's synthetic rejection (sd_gen_params.synth_accept) over a draft of k tokens whose
+ * first is chosen at context position pos: the number of draft tokens verification may
+ * read (the first forced rejection's position; k without one). */
+static int32_t synth_cut(const sd_gen_params *gp, uint64_t seed, int32_t pos, int32_t k) {
+    if (!gp->synth_accept) return k;
+    for (int32_t i = 0; i < k; i++) {
+        const double p = i < gp->n_synth_accept ? gp->synth_accept[i] : 0.0;
+        /* index 1: not the draw of verification's own acceptance test (index 0) */
+        if (!(sd_key_uniform(seed, (int64_t)pos + i, SD_DRAW_ACCEPT, 1) < p)) return i;
+    }
+    return k;
+}
+
 /* After the pass: verify choice c (state DECODE) on rows, count the pass and commit
  * (step.c, as sd_generate), then its text and the KV commit. Verification reads every
  * draw keyed by the choice's seed and the positions: greedy, Gumbel (the text then
@@ -532,6 +545,8 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     }
     /* The grammar: row i's state; the rows past a refused draft are not read. */
     if (c->gseq && (rc = grammar_chain(b, c, c->dtok, &k, err))) return rc;
+    const int32_t k_drafted = k, k_verified = synth_cut(gp, seed_of(c), c->n_ctx, k);
+    k = k_verified;
     const int32_t first_new = c->n_ctx;
     sd_step_pass p = {.gp = gp,
                       .eos = b->eos,
@@ -555,6 +570,11 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
                       .gbits = b->gbits};
     sd_verify_result res;
     if ((rc = sd_step_finish(&p, &res, err))) return rc;
+    /* a synthetic rejection: the positions past the cut were drafted too */
+    c->st.n_drafted += k_drafted - k_verified;
+    for (int32_t i = k_verified; i < k_drafted; i++)
+        c->st.drafted_at[i]++;
+    k = k_drafted;
     if (c->lp) /* entry i of the output: ctx[n_prompt + i] */
         memcpy(c->lp + (first_new - c->r->n_prompt), b->lp, (size_t)p.n_committed * sizeof *b->lp);
     c->n_ctx = p.n_ctx;
