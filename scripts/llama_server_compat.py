@@ -30,14 +30,21 @@ The suite's Hugging Face models map as follows (anything else: exit 1, naming it
          <|fim_prefix|>, <|repo_name|>, <|file_sep|> ...; the suite's two text cases expect
          the stories model's words and fail with it)
   ggml-org/stories15M_MOE (test_speculative's target)
-      -> models/tinystories-target-f32.gguf (the project's 1M-parameter TinyStories
-         target; its draft, models/tinystories-draft-q8_0.gguf, is put where the suite
-         looks for stories15M-q4_0.gguf)
+      -> models/downloaded/SmolLM2-135M-Instruct.Q4_1.gguf where it is (its draft,
+         models/smollm2-draft-q8_0.gguf, is put where the suite looks for
+         stories15M-q4_0.gguf), else models/tinystories-target-f32.gguf (the project's
+         1M-parameter TinyStories target, with models/tinystories-draft-q8_0.gguf)
 """
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# test_speculative's target: SmolLM2-135M where models/downloaded has it (a BPE vocabulary of
+# 49,152 tokens, where the suite's "Hello " * 248 is 249 tokens, as in stories15M's, and fits
+# its 256-token context), else the 1M-parameter TinyStories target (512 tokens: that prompt
+# is 746); scripts/llama_server_suite.sh puts the matching draft where the suite looks.
+SMOLLM2 = os.path.join(ROOT, "models", "downloaded", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 # (hf repo without a ":quant" tail, hf file or None) -> local file
 HF_MAP = {
@@ -46,8 +53,8 @@ HF_MAP = {
     ("ggml-org/test-model-stories260K-infill", None): os.path.join(
         ROOT, "models", "downloaded", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     ),
-    ("ggml-org/stories15M_MOE", "stories15M_MOE-F16.gguf"): os.path.join(
-        ROOT, "models", "tinystories-target-f32.gguf"
+    ("ggml-org/stories15M_MOE", "stories15M_MOE-F16.gguf"): (
+        SMOLLM2 if os.path.exists(SMOLLM2) else os.path.join(ROOT, "models", "tinystories-target-f32.gguf")
     ),
 }
 

@@ -221,6 +221,23 @@ Test(server_native, draft_gives_the_same_greedy_text) {
     srv_stop_ok(&b);
 }
 
+/* One sequence over the whole pool (-c 64 -np 1): a request that fills its context is
+ * served (the pool holds the batcher's quota of a sequence, its context's blocks and one),
+ * making 64 - n_prompt tokens (the count from /tokenize), truncated by the context. */
+Test(server_native, one_sequence_fills_the_whole_context) {
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 64 -np 1");
+    const int64_t n_prompt = n_tokens(&s, NT_PROMPT);
+    json_t *r = req(&s, "POST", "/completion",
+                    "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":-1,\"temperature\":0,"
+                    "\"ignore_eos\":true}",
+                    200);
+    cr_expect_eq(jint(r, "tokens_predicted"), 64 - n_prompt);
+    cr_expect(json_is_true(json_object_get(r, "truncated")));
+    json_decref(r);
+    srv_stop_ok(&s);
+}
+
 /* --spec-synth-rates (llama-server's synthetic acceptance): rates 0 force a rejection at
  * every first draft position, so nothing is accepted though tokens were drafted, and the
  * sampled text is the draft-less server's, token for token; rates 1 with the target as its

@@ -505,7 +505,9 @@ int sd_cmd_serve(int argc, char **argv) {
     bp.n_parallel = (int32_t)np;
     bp.n_ctx = sd_engine_n_ctx(e);
     bp.kv_block = (int32_t)c.kv_block;
-    bp.n_kv_blocks = (int32_t)((total + c.kv_block - 1) / c.kv_block);
+    /* and one block more per sequence: the batcher's quota of a sequence is the blocks of
+     * its context and one (a full-context request with -np 1 fits the pool) */
+    bp.n_kv_blocks = (int32_t)((total + c.kv_block - 1) / c.kv_block + np);
     bp.n_batch = (int32_t)c.batch;
     bp.max_queue = (int32_t)c.max_queue;
     bp.prefix_cache = !c.no_prefix_cache;

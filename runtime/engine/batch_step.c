@@ -164,7 +164,10 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     const int llm_type = sd_draft_type_uses_llm(gp->draft_type);
     int32_t k = gp->n_draft;
     c->ctl_state = c->adaptive ? sd_adaptive_state_of(&c->ctl) : SD_ADAPTIVE_ON;
-    if (c->adaptive) k = sd_adaptive_next_k(&c->ctl); /* its batch: plan_k */
+    if (c->adaptive)
+        k = sd_adaptive_next_k(&c->ctl); /* its batch: plan_k */
+    else if (gp->k_policy == SD_K_SWEEP) /* every K in turn (cost traces), as sd_generate */
+        k = (int32_t)(c->st.n_target_passes % (gp->n_draft + 1));
     /* The controller decides on or off; a proposer that sizes its drafts by its match
      * (suffix) may draft up to the largest K (as sd_generate's policy_k). */
     if (c->adaptive && k > 0 && gp->draft_type == SD_DRAFT_SUFFIX &&

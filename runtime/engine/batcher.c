@@ -334,10 +334,6 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
                          "request: token trees (tree_width %d) run in generate only: the batcher "
                          "verifies chains",
                          g->tree_width);
-    if (g->k_policy == SD_K_SWEEP && g->n_draft > 0)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "request: draft policy sweep (cost traces) runs in generate only: use "
-                         "fixed or adaptive");
     const int llm = g->n_draft > 0 && sd_draft_type_uses_llm(g->draft_type);
     if (llm && !b->ds)
         return sd_errorf(err, SD_ERR_ARG, "request: draft type %s needs a draft model",

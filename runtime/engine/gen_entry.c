@@ -112,8 +112,6 @@ sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp,
         w = "tensor parallelism";
     else if (drafting && gp->tree_width > 0)
         w = "token trees";
-    else if (drafting && gp->k_policy == SD_K_SWEEP)
-        w = "the sweep policy";
     if (why) *why = w ? w : "one sequence of the batcher's step";
     return w ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
 }

@@ -318,8 +318,8 @@ typedef enum sd_gen_path {
     SD_GEN_PATH_BATCHER,  /* the batcher's step over one sequence (gen_batch.c): one engine
                              for generate and serve */
     SD_GEN_PATH_LOOP,     /* sd_generate's single-sequence loop: what the batcher cannot do
-                             yet (a device, tensor parallelism, token trees, the sweep, a
-                             caller that edits the loop's cache: --context-shift) */
+                             yet (a device, tensor parallelism, token trees, a caller
+                             that edits the loop's cache: --context-shift) */
 } sd_gen_path;
 
 /* "auto", "batcher", "loop". */
