@@ -469,7 +469,8 @@ typedef struct sd_suffix_params {
                               one token (it rejected a drafted token, or emitted its own after
                               a fully accepted draft), draft up to this many tokens (more after
                               resumed drafts accepted whole) from where the copied text goes on
-                              past the replaced token, while the match is shorter than the copy;
+                              past the replaced token, while the match is shorter than the copy
+                              and its proposal shorter than that;
                               a replaced token is written as the target wrote it in later
                               proposals until it is rejected (a rename); 0 .. SD_MAX_DRAFT,
                               0: off */
@@ -479,7 +480,7 @@ typedef struct sd_suffix_params {
  * n-gram proposer's shortest n-gram), n_ctx 4096, the factor rule; draft_cost 0.25 for the
  * expected rule (a pass of n tokens costs about 0.7 + 0.3 n one-token passes for
  * SmolLM2-135M and 0.8 + 0.2 n for Qwen2.5-Coder-1.5B on the 2-core AVX-512 CPU; on these
- * CPUs the two rules draft about as well: docs/drafting.md); resume 4 (docs/drafting.md, fifth
+ * CPUs the two rules draft about as well: docs/drafting.md); resume 2 (docs/drafting.md, fifth
  * round). */
 sd_suffix_params sd_suffix_default_params(void);
 

@@ -256,6 +256,16 @@ static void propose_expected(suffix_proposer *p, const int32_t *ctx, int32_t n_c
     memcpy(p->pend_tok, out->tokens, (size_t)out->n * sizeof *out->tokens);
 }
 
+/* The length of a resumed draft: resume tokens, more after resumed drafts accepted whole
+ * (the tokens accepted in a row), at most k and the tokens the source has. */
+static int32_t resume_len(const suffix_proposer *p, int32_t k, int32_t n_ctx) {
+    int32_t n = p->prm.resume;
+    if (p->streak > n) n = p->streak;
+    if (n > k) n = k;
+    if (n > n_ctx - p->cur) n = n_ctx - p->cur;
+    return n;
+}
+
 static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t k,
                           sd_proposal *out, sd_error *err) {
     (void)err;
@@ -285,12 +295,10 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
                                         &last_end, p->rs_next);
         p->rs_run = m;
         if (p->prm.resume > 0 && p->cur >= 0 && p->cur_at == n_ctx && p->cur < n_ctx &&
-            (out->n == 0 || p->cur_run > m)) { /* resume the copy the target left */
-            int32_t n = p->prm.resume;
-            if (p->streak > n) n = p->streak; /* resumed drafts accepted whole: go longer */
-            if (n > k) n = k;
+            (out->n == 0 || p->cur_run > m) &&
+            resume_len(p, k, n_ctx) > out->n) { /* resume the copy the target left */
+            const int32_t n = resume_len(p, k, n_ctx);
             p->rs_run = p->cur_run;
-            if (n > n_ctx - p->cur) n = n_ctx - p->cur;
             memcpy(out->tokens, sd_suffix_index_tokens(ix) + p->cur,
                    (size_t)n * sizeof *out->tokens);
             for (int32_t i = 0; i < n; i++)
@@ -416,7 +424,7 @@ sd_suffix_params sd_suffix_default_params(void) {
     p.n_ctx = 4096;
     p.rule = SD_SUFFIX_RULE_FACTOR;
     p.draft_cost = 0.25f;
-    p.resume = 4;
+    p.resume = 2;
     return p;
 }
 

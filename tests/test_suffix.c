@@ -623,6 +623,8 @@ Test(suffix, resume_after_a_replaced_token) {
     const int32_t kept[23] = {7,   100, 101, 102, 103, 104, 105, 106, 107, 200, 109, 110,
                               108, 111, 112, 113, 114, 108, 115, 116, 117, 118, 119};
     sd_suffix_params p = sd_suffix_default_params();
+    cr_assert_eq(p.resume, 2, "the default");
+    p.resume = 4;
     sd_proposer *pr = NULL;
     cr_assert_eq(sd_proposer_suffix_init(&p, 1000, &pr, &err), SD_OK, "%s", err.msg);
     int32_t n_pass = replay_answer(pr, prompt2, 22, renamed, 23, props);
