@@ -8,6 +8,8 @@
  *                     (noise keyed by the token ids): one-hot as well, no q rows;
  *   temp > 0, rejection  the warped row, its keyed inverse-CDF draw, and the q row over
  *                     the target's vocabulary the verifier needs (zero outside the row).
+ * A row is drafted by sd_draft_row (below), the one rule the batcher's draft passes use too
+ * (runtime/engine/batch_step.c), so generate and serve draft the same tokens.
  */
 #include "draft/sd_draft.h"
 
@@ -59,30 +61,6 @@ static int32_t n_row(const llm_proposer *p) {
 /* The token id of row entry j. */
 static int32_t id_of(const llm_proposer *p, int32_t j) {
     return p->n_head ? p->head[j] : j;
-}
-
-/* 1 if id is one of the grammar's end ids. */
-static int is_end(const llm_proposer *p, int32_t id) {
-    for (int32_t i = 0; i < p->n_gends; i++)
-        if (p->gends[i] == id) return 1;
-    return 0;
-}
-
-/* Mask the row p->logits (entries n_row) with the tokens the grammar allows after the
- * drafts so far (p->gcur): -inf for the others. Returns the entries left finite, not
- * counting end ids (0: stop drafting), or -1 on allocation failure. */
-static int64_t grammar_mask(llm_proposer *p) {
-    if (sd_grammar_mask(p->gcur, p->gv, p->gends, p->n_gends, p->gbits) < 0) return -1;
-    const int32_t n = n_row(p), nv = sd_grammar_vocab_size(p->gv);
-    int64_t left = 0;
-    for (int32_t j = 0; j < n; j++) {
-        const int32_t id = id_of(p, j);
-        if (id >= nv || !(p->gbits[id >> 6] >> (id & 63) & 1u))
-            p->logits[j] = -INFINITY;
-        else if (p->logits[j] > -INFINITY && !is_end(p, id))
-            left++;
-    }
-    return left;
 }
 
 /* The context as the draft sees it; *len its length. NULL: it does not fit the draft's
@@ -188,9 +166,18 @@ static int llm_catch_up(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, in
     return draft_error(p, sd_session_sync(p->sess, v, len - 1, err), err);
 }
 
-int sd_draft_pick(const sd_sampling_params *sp, float *l, int32_t n, const int32_t *ids,
-                  uint64_t seed, int64_t pos, float p_min, float *q, int32_t *scratch, int32_t *j,
-                  double *conf, sd_error *err) {
+/*
+ * The token entry *j of row l[0 .. n) (entry j is token ids[j]; ids NULL: token j) at
+ * position pos: greedy the argmax, sampling the row warped into w[0 .. n) (scratch [n])
+ * then the Gumbel-max draw or the keyed inverse-CDF draw. conf (NULL: no cut-off): the
+ * draft's confidence (greedy_confidence, or the top of w). Kept out of line: inlined
+ * into sd_draft_row, its exponential loop kept the sum in registers it had to spill
+ * around expf (callgrind: 2 more instructions per entry of a greedy row).
+ */
+__attribute__((noinline)) static int pick(const sd_sampling_params *sp, float *l, int32_t n,
+                                          const int32_t *ids, uint64_t seed, int64_t pos,
+                                          float p_min, float *w, int32_t *scratch, int32_t *j,
+                                          double *conf, sd_error *err) {
     if (!(sp->temp > 0.0f)) {
         *j = sd_argmax_checked(l, n); /* -1: a NaN logit */
         if (*j < 0)
@@ -200,40 +187,85 @@ int sd_draft_pick(const sd_sampling_params *sp, float *l, int32_t n, const int32
         if (conf) *conf = greedy_confidence(l, n, l[*j], p_min);
         return SD_OK;
     }
-    int rc = sd_warp(sp, l, n, q, scratch, err);
+    int rc = sd_warp(sp, l, n, w, scratch, err);
     if (rc) return rc;
     if (sp->spec == SD_SPEC_GUMBEL)
-        *j = sd_gumbel_sample(q, n, ids, seed, pos);
+        *j = sd_gumbel_sample(w, n, ids, seed, pos);
     else
-        *j = sd_sample(q, n, sd_key_uniform(seed, pos, SD_DRAW_DRAFT, 0));
+        *j = sd_sample(w, n, sd_key_uniform(seed, pos, SD_DRAW_DRAFT, 0));
     if (*j < 0) return sd_errorf(err, SD_ERR_ARG, "draft row has no positive entry");
-    if (conf) *conf = top_prob(q, n);
+    if (conf) *conf = top_prob(w, n);
     return SD_OK;
 }
 
-/*
- * The token drafted from the current row (p->logits, penalties applied) at context
- * position pos, and its confidence (only when conf is not NULL: the cut-off is on).
- * q_out: the q row over the target's vocabulary to fill (rejection sampling), or NULL.
- */
-static int draft_token(llm_proposer *p, int64_t pos, float *q_out, int32_t *tok, double *conf,
-                       sd_error *err) {
-    const int32_t n = n_row(p);
+/* 1 if id is one of the rule's end ids. */
+static int is_end(const sd_draft_rule *x, int32_t id) {
+    for (int32_t i = 0; i < x->n_ends; i++)
+        if (x->ends[i] == id) return 1;
+    return 0;
+}
+
+/* Mask row l (x->n entries) with the tokens the grammar allows after the drafts so far
+ * (x->gram): -inf for the others. Returns the entries left finite, not counting end ids
+ * (0: stop drafting), or -1 on allocation failure. */
+static int64_t grammar_mask(const sd_draft_rule *x, float *l) {
+    if (sd_grammar_mask(x->gram, x->gv, x->ends, x->n_ends, x->gbits) < 0) return -1;
+    const int32_t nv = sd_grammar_vocab_size(x->gv);
+    int64_t left = 0;
+    for (int32_t j = 0; j < x->n; j++) {
+        const int32_t id = x->head ? x->head[j] : j;
+        if (id >= nv || !(x->gbits[id >> 6] >> (id & 63) & 1u))
+            l[j] = -INFINITY;
+        else if (l[j] > -INFINITY && !is_end(x, id))
+            left++;
+    }
+    return left;
+}
+
+int sd_draft_row(const sd_draft_rule *x, float *l, const int32_t *ctx, int32_t n_ctx,
+                 const int32_t *d, int32_t i, float *q, int32_t *tok, sd_error *err) {
+    const sd_sampling_params *sp = x->samp;
+    const int32_t n = x->n;
+    *tok = -1;
+    /* The logit biases and penalties of the target's rows (step.c), on the draft's. */
+    if (sp->n_logit_bias) sd_logit_bias_apply(sp, l, x->n_ids, x->col_of);
+    if (sd_penalties_on(sp)) sd_penalize(sp, ctx, n_ctx, d, i, l, x->n_ids, x->col_of);
+    if (x->gram) { /* nothing the grammar refuses; stop where only an end may come */
+        const int64_t left = grammar_mask(x, l);
+        if (left < 0) return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+        if (left == 0) return SD_OK;
+    }
+    /* Confidence cut-off: stop before a token the draft is unsure of, once n_min tokens
+     * are drafted. */
+    const int cut = x->p_min > 0.0f && i >= x->n_min;
+    const int64_t pos = (int64_t)n_ctx + i;
+    double conf = 1.0;
     int32_t j;
-    int rc = sd_draft_pick(&p->samp, p->logits, n, p->n_head ? p->head : NULL, p->seed, pos,
-                           p->p_min, p->qrow, p->warp_scratch, &j, conf, err);
+    float *w = q && !x->head ? q : x->qrow; /* the full head warps into q itself */
+    int rc =
+        pick(sp, l, n, x->head, x->seed, pos, x->p_min, w, x->scratch, &j, cut ? &conf : NULL, err);
     if (rc) return rc;
-    *tok = id_of(p, j);
-    if (q_out && p->samp.temp > 0.0f) { /* q over the target's ids: zero outside the row */
-        if (p->n_head) {
-            memset(q_out, 0, (size_t)p->n_vocab_out * sizeof *q_out);
+    if (cut && conf < (double)x->p_min) return SD_OK;
+    const int32_t t = x->head ? x->head[j] : j;
+    if (x->gram) { /* an end id is the target's to give; else the state moves on */
+        size_t len = 0;
+        const char *piece = sd_grammar_vocab_piece(x->gv, t, &len);
+        if (is_end(x, t) || !piece || len == 0) return SD_OK;
+        sd_error refused = {0};
+        const int grc = sd_grammar_advance(x->gram, piece, len, &refused);
+        if (grc == SD_ERR_OOM) return sd_errorf(err, SD_ERR_OOM, "grammar: out of memory");
+        if (grc) return SD_OK; /* refused */
+    }
+    if (q && sp->temp > 0.0f) { /* q over the target's ids: zero outside the row */
+        if (x->head) {
+            memset(q, 0, (size_t)x->n_vocab_out * sizeof *q);
             for (int32_t c = 0; c < n; c++)
-                q_out[p->head[c]] = p->qrow[c];
+                q[x->head[c]] = x->qrow[c];
         } else {
-            memcpy(q_out, p->qrow, (size_t)n * sizeof *q_out);
-            memset(q_out + n, 0, (size_t)(p->n_vocab_out - n) * sizeof *q_out);
+            memset(q + n, 0, (size_t)(x->n_vocab_out - n) * sizeof *q);
         }
     }
+    *tok = t;
     return SD_OK;
 }
 
@@ -286,6 +318,23 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
         rc = sd_session_eval(p->sess, ctx + i0, n_ctx - i0, p->logits, 1, err);
     if (rc) return draft_error(p, rc, err);
     if (p->gstate && (rc = sd_grammar_state_copy(p->gcur, p->gstate, err))) return rc;
+    /* The rule of every row not drafted by the argmax alone (draft/sd_draft.h). */
+    const sd_draft_rule rule = {.samp = &p->samp,
+                                .seed = p->seed,
+                                .n = n_row(p),
+                                .head = p->n_head ? p->head : NULL,
+                                .col_of = p->n_head ? p->col_of : NULL,
+                                .n_ids = p->n_head ? p->n_vocab : n_row(p),
+                                .n_vocab_out = n_out,
+                                .p_min = p->p_min,
+                                .n_min = p->n_min,
+                                .gram = p->gstate ? p->gcur : NULL,
+                                .gv = p->gv,
+                                .ends = p->gends,
+                                .n_ends = p->n_gends,
+                                .gbits = p->gbits,
+                                .qrow = p->qrow,
+                                .scratch = p->warp_scratch};
     int32_t tok = ctx[n_ctx - 1];
     for (int32_t i = 0; i < k; i++) {
         if (argmax_only(p, penalize, i)) {
@@ -307,34 +356,10 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
         }
         if (i > 0 && (rc = sd_session_eval(p->sess, &tok, 1, p->logits, 1, err)))
             return draft_error(p, rc, err);
-        /* The logit biases and penalties of the target's rows (step.c), on the draft's. */
-        if (p->samp.n_logit_bias)
-            sd_logit_bias_apply(&p->samp, p->logits, p->n_head ? p->n_vocab : n_row(p),
-                                p->n_head ? p->col_of : NULL);
-        if (penalize)
-            sd_penalize(&p->samp, full, n_full, out->tokens, i, p->logits,
-                        p->n_head ? p->n_vocab : n_row(p), p->n_head ? p->col_of : NULL);
-        if (p->gstate) { /* the grammar: nothing it refuses; stop where only the end may come */
-            const int64_t left = grammar_mask(p);
-            if (left < 0) return sd_errorf(err, SD_ERR_OOM, "draft: grammar: out of memory");
-            if (left == 0) break;
-        }
-        /* Confidence cut-off (llama.cpp's --draft-p-min): stop before a token the draft
-         * is unsure of, once n_min tokens are drafted. */
-        const int cut = p->p_min > 0.0f && i >= p->n_min;
-        double conf = 1.0;
-        rc = draft_token(p, (int64_t)n_full + i, rows ? p->probs + (size_t)i * n_out : NULL, &tok,
-                         cut ? &conf : NULL, err);
+        rc = sd_draft_row(&rule, p->logits, full, n_full, out->tokens, i,
+                          rows ? p->probs + (size_t)i * n_out : NULL, &tok, err);
         if (rc) return draft_error(p, rc, err);
-        if (cut && conf < (double)p->p_min) break;
-        if (p->gstate) { /* an end id is the target's to give; else the state moves on */
-            size_t len = 0;
-            const char *piece = sd_grammar_vocab_piece(p->gv, tok, &len);
-            sd_error refused = {0};
-            if (is_end(p, tok) || !piece || len == 0 ||
-                sd_grammar_advance(p->gcur, piece, len, &refused))
-                break;
-        }
+        if (tok < 0) break;
         out->tokens[i] = tok;
         out->n = i + 1;
     }

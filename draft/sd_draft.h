@@ -174,21 +174,50 @@ int32_t sd_draft_room(const int32_t *ctx, int32_t n_ctx, int32_t k, int32_t n_ct
                       int32_t n_vocab_draft);
 
 /*
- * The LLM proposer's rule for one drafted position, for every caller that drafts from a
- * draft model's logits rows (the LLM proposer, one sequence; the batcher, a row per
- * sequence of a batched draft pass), so both draft the same tokens with the same
- * cut-off. l[0 .. n): the row, penalties applied; entry j is token ids[j] (ids NULL:
- * token j; the trimmed head otherwise). Greedy (temp 0): the argmax (the lowest entry on
- * ties); sampling: the row warped into q[0 .. n) (scratch [n]), then Gumbel the
- * Gumbel-max draw keyed by (seed, pos), rejection the keyed inverse-CDF draw (q is the
- * row the verifier needs). *j: the entry drafted. conf (NULL: no cut-off, p_min unused):
- * the draft's confidence, greedy the top probability of softmax(l) (0 as soon as it is
- * known to be below p_min, p_min in (0, 1]), sampling the top of q. Errors: SD_ERR_ARG
- * (a NaN logit, a warped row without a positive entry), the warp's.
+ * Drafting one position from a draft model's logits row: the one implementation of the
+ * LLM proposer (draft/llm.c, one sequence) and of the batcher (runtime/engine/batch_step.c,
+ * a row per sequence of a batched draft pass), so both draft the same tokens with the same
+ * cut-off. What stays the same over a generation is in the rule:
  */
-int sd_draft_pick(const sd_sampling_params *sp, float *l, int32_t n, const int32_t *ids,
-                  uint64_t seed, int64_t pos, float p_min, float *q, int32_t *scratch, int32_t *j,
-                  double *conf, sd_error *err);
+typedef struct sd_draft_rule {
+    const sd_sampling_params *samp; /* the generation's (logit biases, penalties, warp) */
+    uint64_t seed;                  /* draws keyed (seed, position, purpose) */
+    int32_t n;                      /* entries of a row */
+    const int32_t *head;   /* [n] entry j is token head[j] (the trimmed head); NULL: token j */
+    const int32_t *col_of; /* [n_ids] token -> entry, -1: not in the head (with head only) */
+    int32_t n_ids;         /* tokens the biases and penalties index: the draft's vocabulary
+                              with a head, else n */
+    int32_t n_vocab_out;   /* length of a q row: the target's vocabulary (> every token) */
+    float p_min;           /* confidence cut-off (llama.cpp --draft-p-min; 0: off) ... */
+    int32_t n_min;         /* ... from draft index n_min on */
+    /* The grammar (gram NULL: none): its state after the context and the drafts so far,
+     * advanced here past each token drafted; the target's token bytes; the end ids (EOS,
+     * stop ids: never drafted, the target gives them); gbits: scratch [(vocab + 63) / 64]
+     * of gv. */
+    sd_grammar_state *gram;
+    const sd_grammar_vocab *gv;
+    const int32_t *ends;
+    int32_t n_ends;
+    uint64_t *gbits;
+    float *qrow;      /* scratch [n]: a warped row */
+    int32_t *scratch; /* scratch [n] */
+} sd_draft_rule;
+
+/*
+ * Draft index i after the context ctx[0 .. n_ctx) and the drafts d[0 .. i) (the
+ * penalties' history; the draw's position is n_ctx + i) from the row l[0 .. x->n) (changed
+ * in place): the logit biases and penalties, the grammar's mask, then greedy (temp 0) the
+ * argmax (the lowest entry on ties), sampling the row warped into q, then Gumbel the
+ * Gumbel-max draw keyed by (seed, position), rejection the keyed inverse-CDF draw; with
+ * i >= n_min and p_min > 0 the confidence (greedy the top probability of softmax(l), sampling
+ * the top of the warped row) must reach p_min. q: [n_vocab_out] the q row to fill under
+ * sampling (zero outside the row; the verifier's under rejection sampling), or NULL.
+ * *tok: the token drafted, or -1: drafting stops here (the grammar allows only an end id
+ * or refuses the token, or the cut-off). Errors: SD_ERR_ARG (a NaN logit, a warped row
+ * without a positive entry), SD_ERR_OOM (the grammar), the warp's.
+ */
+int sd_draft_row(const sd_draft_rule *x, float *l, const int32_t *ctx, int32_t n_ctx,
+                 const int32_t *d, int32_t i, float *q, int32_t *tok, sd_error *err);
 
 /* Most end ids (EOS, stop ids) a proposer's grammar takes. */
 #define SD_DRAFT_MAX_ENDS 32

@@ -17,10 +17,10 @@ static const sd_pack_layout k_layouts[] = {
     {1, {SEG(2, 16, 0)}, 1, {0}, -1, 256, 32, 32, sizeof(sd_block_q4_0)},
     /* Q4_1: d m | qs[16] */
     {1, {SEG(4, 16, 0)}, 2, {0, 2}, -1, 256, 64, 32, sizeof(sd_block_q4_1)},
-    /* Q5_0: d | qh[4] qs[16]: qs first (nibble vectors 0..3), then the packed qh */
-    {2, {SEG(6, 16, 0), SEG(2, 4, 256)}, 1, {0}, 1, 320, 32, 32, sizeof(sd_block_q5_0)},
+    /* Q5_0: d | qh[4] qs[16]: qs first (level vectors 0..3), then qh (regrouped: pack_impl.h) */
+    {2, {SEG(6, 16, 0), SEG(2, 4, 256)}, 1, {0}, -1, 320, 32, 32, sizeof(sd_block_q5_0)},
     /* Q5_1: d m | qh[4] qs[16] */
-    {2, {SEG(8, 16, 0), SEG(4, 4, 256)}, 2, {0, 2}, 1, 320, 64, 32, sizeof(sd_block_q5_1)},
+    {2, {SEG(8, 16, 0), SEG(4, 4, 256)}, 2, {0, 2}, -1, 320, 64, 32, sizeof(sd_block_q5_1)},
     /* Q8_0: d | qs[32] */
     {1, {SEG(2, 32, 0)}, 1, {0}, -1, 512, 32, 32, sizeof(sd_block_q8_0)},
     /* Q2_K: scales[16] qs[64] | d dmin */
@@ -156,6 +156,21 @@ void sd_pack_groups(sd_type wt, const void *w, size_t w_row_bytes, int64_t rows,
                 const uint8_t *src = row < rows ? (const uint8_t *)w + (size_t)row * w_row_bytes +
                                                       (size_t)i * L->blk_bytes
                                                 : zero;
+                if (wt == SD_TYPE_Q6_K) { /* levels regrouped (pack_impl.h) */
+                    sd_block_q6_k b;
+                    memcpy(&b, src, sizeof b);
+                    sd_pack_q6(b.ql, b.qh);
+                    move_block(L, (uint8_t *)&b, gp, i, nb, r, 0);
+                    continue;
+                }
+                if (wt == SD_TYPE_Q5_0 || wt == SD_TYPE_Q5_1) { /* levels regrouped */
+                    uint8_t b[sizeof(sd_block_q5_1)];
+                    const size_t qh = wt == SD_TYPE_Q5_0 ? 2 : 4;
+                    memcpy(b, src, L->blk_bytes);
+                    sd_pack_q5(b + qh + 4, b + qh);
+                    move_block(L, b, gp, i, nb, r, 0);
+                    continue;
+                }
                 move_block(L, (uint8_t *)src, gp, i, nb, r, 0);
             }
         }
@@ -171,10 +186,21 @@ void sd_unpack_groups(sd_type wt, const void *packed, int64_t rows, int64_t cols
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *gp = (uint8_t *)packed + (size_t)g * gs;
         for (int r = 0; r < 16 && 16 * g + r < rows; r++)
-            for (int64_t i = 0; i < nb; i++)
-                move_block(
-                    L, (uint8_t *)w + (size_t)(16 * g + r) * w_row_bytes + (size_t)i * L->blk_bytes,
-                    gp, i, nb, r, 1);
+            for (int64_t i = 0; i < nb; i++) {
+                uint8_t *dst =
+                    (uint8_t *)w + (size_t)(16 * g + r) * w_row_bytes + (size_t)i * L->blk_bytes;
+                move_block(L, dst, gp, i, nb, r, 1);
+                if (wt == SD_TYPE_Q6_K) { /* back to the GGUF grouping (pack_impl.h) */
+                    sd_block_q6_k b;
+                    memcpy(&b, dst, sizeof b);
+                    sd_unpack_q6(b.ql, b.qh);
+                    memcpy(dst, &b, sizeof b);
+                }
+                if (wt == SD_TYPE_Q5_0 || wt == SD_TYPE_Q5_1) {
+                    const size_t qh = wt == SD_TYPE_Q5_0 ? 2 : 4;
+                    sd_unpack_q5(dst + qh + 4, dst + qh);
+                }
+            }
     }
 }
 

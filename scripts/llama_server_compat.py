@@ -14,6 +14,10 @@ environment:
                      made by scripts/llama_server_suite.sh: stories260K.gguf (llama2.c's
                      stories260K converted by `specdec convert`).
 
+--spec-synth-rates / --spec-synth-len (synthetic acceptance) with a draft: the draft becomes
+the target itself, said in one line (specdec's forced rejections keep the text exact, so
+only a draft that agrees with the target lets the rates alone decide acceptance).
+
 No model flag (llama-server's router mode, which specdec does not have): specdec serves
 stories260K.gguf alone, said in one line (the suite's router-mode CORS cases check the HTTP
 layer only); a llama-server baseline exits 1 there.
@@ -26,14 +30,21 @@ The suite's Hugging Face models map as follows (anything else: exit 1, naming it
          <|fim_prefix|>, <|repo_name|>, <|file_sep|> ...; the suite's two text cases expect
          the stories model's words and fail with it)
   ggml-org/stories15M_MOE (test_speculative's target)
-      -> models/tinystories-target-f32.gguf (the project's 1M-parameter TinyStories
-         target; its draft, models/tinystories-draft-q8_0.gguf, is put where the suite
-         looks for stories15M-q4_0.gguf)
+      -> models/downloaded/SmolLM2-135M-Instruct.Q4_1.gguf where it is (its draft,
+         models/smollm2-draft-q8_0.gguf, is put where the suite looks for
+         stories15M-q4_0.gguf), else models/tinystories-target-f32.gguf (the project's
+         1M-parameter TinyStories target, with models/tinystories-draft-q8_0.gguf)
 """
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# test_speculative's target: SmolLM2-135M where models/downloaded has it (a BPE vocabulary of
+# 49,152 tokens, where the suite's "Hello " * 248 is 249 tokens, as in stories15M's, and fits
+# its 256-token context), else the 1M-parameter TinyStories target (512 tokens: that prompt
+# is 746); scripts/llama_server_suite.sh puts the matching draft where the suite looks.
+SMOLLM2 = os.path.join(ROOT, "models", "downloaded", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 # (hf repo without a ":quant" tail, hf file or None) -> local file
 HF_MAP = {
@@ -42,8 +53,8 @@ HF_MAP = {
     ("ggml-org/test-model-stories260K-infill", None): os.path.join(
         ROOT, "models", "downloaded", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     ),
-    ("ggml-org/stories15M_MOE", "stories15M_MOE-F16.gguf"): os.path.join(
-        ROOT, "models", "tinystories-target-f32.gguf"
+    ("ggml-org/stories15M_MOE", "stories15M_MOE-F16.gguf"): (
+        SMOLLM2 if os.path.exists(SMOLLM2) else os.path.join(ROOT, "models", "tinystories-target-f32.gguf")
     ),
 }
 
@@ -57,7 +68,8 @@ KEEP = {
     "--kv-unified": 0, "-kvu": 0, "--cont-batching": 0, "--top-k": 1, "--top-p": 1,
     "--timeout": 1, "--threads-http": 1, "--api-key-file": 1, "--slots": 0, "--no-slots": 0,
     "--no-ui": 0, "--jinja": 0, "--no-jinja": 0, "--chat-template-file": 1, "--reasoning": 1,
-    "--verbose": 0, "--tags": 1,
+    "--verbose": 0, "--tags": 1, "--spec-synth-rates": 1, "--spec-synth-len": 1,
+    "--context-shift": 0, "--no-context-shift": 0, "--slot-save-path": 1,
 }
 # renamed: llama-server's name -> specdec's
 RENAME = {
@@ -73,7 +85,6 @@ RENAME = {
 DROP = {
     "--offline": (0, "models are local files"),
     "--swa-full": (0, "no sliding-window models"),
-    "--context-shift": (0, "no context shift: generation stops at the context limit"),
     "--embedding": (0, "no embeddings"),
     "--reranking": (0, "no reranking"),
     "--no-mmproj": (0, "no multimodal projector"),
@@ -93,12 +104,9 @@ DROP = {
     "--reasoning-format": (1, "no reasoning parser"),
     "--grp-attn-n": (1, "no group attention"),
     "--grp-attn-w": (1, "no group attention"),
-    "--slot-save-path": (1, "no slot save / restore"),
     "--lora": (1, "no LoRA adapters"),
     "--sleep-idle-seconds": (1, "no sleep mode"),
     "--cache-ram": (1, "the prefix cache lives in the KV pool"),
-    "--spec-synth-len": (1, "no synthetic draft"),
-    "--spec-synth-rates": (1, "no synthetic draft"),
     "--media-path": (1, "no multimodal input"),
     "--mmproj-url": (1, "no multimodal projector"),
     "--models-dir": (1, "no router mode"),
@@ -178,6 +186,19 @@ def main(argv):
     if "--metrics" not in rest:
         out.append("--no-metrics")
     has_draft = "--model-draft" in rest or "-md" in rest
+    # llama-server's synthetic acceptance accepts a draft token on a coin alone, whatever
+    # the target says; specdec's forced rejections keep the text exact, so a draft token is
+    # accepted only where the target agrees. With the target as its own draft every
+    # proposal agrees and the rates alone decide acceptance, as they do in llama-server.
+    if has_draft and ("--spec-synth-rates" in rest or "--spec-synth-len" in rest):
+        for flag in ("--model-draft", "-md"):
+            if flag in rest:
+                j = rest.index(flag)
+                note(f"synthetic acceptance: draft {rest[j + 1]} -> the target {model} "
+                     "(specdec keeps the text exact: a draft token is accepted only where "
+                     "the target agrees, so the target drafts for itself and the rates alone "
+                     "decide)")
+                rest[j + 1] = model
     i = 0
     while i < len(rest):
         a = rest[i]

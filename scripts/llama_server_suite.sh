@@ -127,7 +127,12 @@ if [ ! -s "$models/stories260K.gguf" ]; then
 fi
 # test_speculative's draft (downloaded by the suite into tmp/ when absent): the
 # project's TinyStories draft, the pair of the target the compat wrapper maps.
-ln -sf "$ROOT/models/tinystories-draft-q8_0.gguf" "$suite/tmp/stories15M-q4_0.gguf"
+# test_speculative's draft, matching the target llama_server_compat.py maps stories15M to
+if [ -f "$ROOT/models/downloaded/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+    ln -sf "$ROOT/models/smollm2-draft-q8_0.gguf" "$suite/tmp/stories15M-q4_0.gguf"
+else
+    ln -sf "$ROOT/models/tinystories-draft-q8_0.gguf" "$suite/tmp/stories15M-q4_0.gguf"
+fi
 
 [ -n "$out" ] && out=$(realpath -m "$out") || out=$work/out-$name
 rm -rf "$out"

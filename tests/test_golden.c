@@ -694,10 +694,9 @@ Test(golden, generate_path_is_chosen_in_one_place) {
     cr_assert_str_eq(why, "token trees");
     g.n_draft = 0; /* target alone: no tree to draft */
     cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
-    g = gp;
+    g = gp; /* the sweep policy: the batcher's too */
     g.k_policy = SD_K_SWEEP;
-    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_LOOP);
-    cr_assert_str_eq(why, "the sweep policy");
+    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
     g = gp;
     g.path = SD_GEN_PATH_LOOP;
     cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_LOOP);
@@ -735,13 +734,12 @@ Test(golden, generate_path_is_chosen_in_one_place) {
  * single-sequence loop, generate's one-slot batcher and serve's batcher, with the LLM
  * draft and the n-gram at K 4 fixed: each equals the independent target-alone reference
  * (engine_util.h: one token at a time on a contiguous session, the draw computed there). */
-Test(golden, three_clients_equal_the_references) {
-    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+/* The target alone on prompt ids[0 .. n_ids), its own session: greedy[0 .. n) and the
+ * Gumbel-max draws of temperature 0.7 and seed 7, gumbel[0 .. n) (engine_util.h's
+ * references, independent of the engine's loops). */
+static void target_refs(sd_engine *e, const int32_t *ids, int32_t n_ids, int32_t *greedy,
+                        int32_t *gumbel, int32_t n) {
     sd_error err = {0};
-    int32_t *ids = NULL;
-    const int32_t n_ids = eu_prompt(e, "Lily and Tom went to the park. They", &ids);
-    enum { NP = 40 };
-    int32_t ref[2][NP];
     for (int s = 0; s < 2; s++) {
         sd_session_params sp = sd_engine_session_params(e, 0);
         sp.share_threads = NULL;
@@ -750,11 +748,21 @@ Test(golden, three_clients_equal_the_references) {
         sd_sampling_params samp = sd_sampling_default_params();
         samp.temp = 0.7f;
         if (s == 0)
-            eu_greedy_ref(rs, sd_engine_target(e), ids, n_ids, ref[0], NP);
+            eu_greedy_ref(rs, sd_engine_target(e), ids, n_ids, greedy, n);
         else
-            eu_gumbel_ref(rs, sd_engine_target(e), &samp, 7, ids, n_ids, ref[1], NP);
+            eu_gumbel_ref(rs, sd_engine_target(e), &samp, 7, ids, n_ids, gumbel, n);
         sd_session_free(rs);
     }
+}
+
+Test(golden, three_clients_equal_the_references) {
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_error err = {0};
+    int32_t *ids = NULL;
+    const int32_t n_ids = eu_prompt(e, "Lily and Tom went to the park. They", &ids);
+    enum { NP = 40 };
+    int32_t ref[2][NP];
+    target_refs(e, ids, n_ids, ref[0], ref[1], NP);
     sd_batcher_params bp = sd_batcher_default_params();
     bp.n_parallel = 2;
     sd_batcher *b = NULL;
@@ -796,6 +804,67 @@ Test(golden, three_clients_equal_the_references) {
     }
     free(ids);
     sd_batcher_free(b);
+    sd_engine_free(e);
+}
+
+/* The sweep policy (K = pass mod (K + 1), every K in turn: cost traces) runs on the
+ * batcher's step: generate picks the batcher for it, which gives the target alone's tokens
+ * (greedy, and Gumbel with one seed), drafts K = 0, 1, .., K in turn, and records the same
+ * passes and K trace as the old loop. */
+Test(golden, sweep_through_the_batcher) {
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_error err = {0};
+    int32_t *ids = NULL;
+    const int32_t n_ids = eu_prompt(e, "Lily and Tom went to the park. They", &ids);
+    enum { NP = 40, K = 3 };
+    int32_t ref[2][NP];
+    target_refs(e, ids, n_ids, ref[0], ref[1], NP);
+    static const gcase cases[] = {
+        {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"gumbel llm", SD_DRAFT_LLM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"greedy ngram+llm", SD_DRAFT_NGRAM_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sd_gen_params gp = params_of(&cases[c], NP);
+        gp.ignore_eos = 1;
+        gp.n_draft = K;
+        gp.k_policy = SD_K_SWEEP;
+        const int32_t *want = ref[cases[c].temp > 0.0f];
+        uint8_t kt[2][NP + 1];
+        sd_gen_stats st[2];
+        for (int client = 0; client < 2; client++) {
+            static const char *const names[] = {"the old loop", "generate's batcher"};
+            sd_gen_params gc = gp;
+            gc.path = client == 0 ? SD_GEN_PATH_LOOP : SD_GEN_PATH_AUTO;
+            gc.k_trace = kt[client];
+            gc.k_trace_cap = NP + 1;
+            cr_assert_eq(sd_engine_generate_path(e, &gc, n_ids, NULL),
+                         client == 0 ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER);
+            int32_t out[MAXOUT];
+            cr_assert_eq(
+                sd_engine_generate(e, &gc, ids, n_ids, NULL, NULL, out, MAXOUT, &st[client], &err),
+                SD_OK, "%s", err.msg);
+            cr_assert_eq(st[client].n_generated, NP, "%s, %s: %d tokens", cases[c].name,
+                         names[client], (int)st[client].n_generated);
+            for (int32_t i = 0; i < NP; i++)
+                cr_assert_eq(out[i], want[i], "%s, %s: token %d is %d, the reference's %d",
+                             cases[c].name, names[client], i, out[i], want[i]);
+            cr_assert_gt(st[client].n_drafted, 0, "%s, %s: nothing drafted", cases[c].name,
+                         names[client]);
+        }
+        cr_assert_eq(st[1].n_target_passes, st[0].n_target_passes, "%s: passes %d vs %d",
+                     cases[c].name, (int)st[1].n_target_passes, (int)st[0].n_target_passes);
+        cr_assert_eq(st[1].n_drafted, st[0].n_drafted, "%s", cases[c].name);
+        cr_assert_eq(st[1].n_accepted, st[0].n_accepted, "%s", cases[c].name);
+        for (int32_t i = 0; i < st[0].n_target_passes && i <= NP; i++)
+            cr_assert_eq(kt[1][i], kt[0][i], "%s: pass %d drafted %d, the loop's %d", cases[c].name,
+                         i, kt[1][i], kt[0][i]);
+        /* the LLM drafts the K asked: 0, 1, .., K in turn while the budget is far */
+        for (int32_t i = 0; cases[c].type == SD_DRAFT_LLM && i < 2 * (K + 1); i++)
+            cr_assert_eq(kt[1][i], i % (K + 1), "%s: pass %d drafted %d", cases[c].name, i,
+                         kt[1][i]);
+    }
+    free(ids);
     sd_engine_free(e);
 }
 

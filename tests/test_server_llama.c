@@ -301,8 +301,8 @@ Test(server_llama, model_aliases_and_tags) {
 
 /* POST /slots/N?action=erase drops the prefix cache's idle blocks: a prompt served from the
  * cache before (cache_n > 0) is evaluated whole after it (cache_n 0, prompt_n its length from
- * /tokenize); n_erased counts whole blocks (-kv-block 16). save / restore are 501, a slot
- * out of range or an unknown action 400. */
+ * /tokenize); n_erased counts whole blocks (-kv-block 16). save / restore are 501 without
+ * --slot-save-path, a slot out of range or an unknown action 400. */
 Test(server_llama, slot_erase) {
     srv s;
     srv_start(&s, "-m " LT_TARGET " -c 512 -np 2");

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/server/sd_server.h"
 #include "server_util.h"
 #include "testutil.h"
 
@@ -218,6 +219,179 @@ Test(server_native, draft_gives_the_same_greedy_text) {
     json_decref(ra);
     json_decref(rb);
     srv_stop_ok(&b);
+}
+
+/* One sequence over the whole pool (-c 64 -np 1): a request that fills its context is
+ * served (the pool holds the batcher's quota of a sequence, its context's blocks and one),
+ * making 64 - n_prompt tokens (the count from /tokenize), truncated by the context. */
+Test(server_native, one_sequence_fills_the_whole_context) {
+    srv s;
+    srv_start(&s, "-m " NT_TARGET " -c 64 -np 1");
+    const int64_t n_prompt = n_tokens(&s, NT_PROMPT);
+    json_t *r = req(&s, "POST", "/completion",
+                    "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":-1,\"temperature\":0,"
+                    "\"ignore_eos\":true}",
+                    200);
+    cr_expect_eq(jint(r, "tokens_predicted"), 64 - n_prompt);
+    cr_expect(json_is_true(json_object_get(r, "truncated")));
+    json_decref(r);
+    srv_stop_ok(&s);
+}
+
+/* --spec-synth-rates (llama-server's synthetic acceptance): rates 0 force a rejection at
+ * every first draft position, so nothing is accepted though tokens were drafted, and the
+ * sampled text is the draft-less server's, token for token; rates 1 with the target as its
+ * own draft (every proposal agrees) accept every drafted token, the greedy text again the
+ * draft-less one; the same request twice with rates in between gives the same counts (the
+ * coins are keyed by the seed and the positions). */
+Test(server_native, synth_rates_force_rejections_and_keep_the_text) {
+    const char *sampled = "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":16,\"temperature\":0.2,"
+                          "\"top_k\":5,\"seed\":4242,\"return_tokens\":true}";
+    const char *greedy = "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":24,\"temperature\":0,"
+                         "\"return_tokens\":true}";
+    srv a, b;
+    srv_start(&a, "-m " NT_TARGET " -c 512 -np 2");
+    json_t *ra = req(&a, "POST", "/completion", sampled, 200);
+    json_t *ga = req(&a, "POST", "/completion", greedy, 200);
+    srv_stop_ok(&a);
+    srv_start(&b, "-m " NT_TARGET " -md " NT_DRAFT " -c 512 -np 2 --draft-max 4 "
+                  "--spec-synth-rates 0,0,0,0");
+    json_t *rb = req(&b, "POST", "/completion", sampled, 200);
+    cr_expect_gt(jint(rb, "timings/draft_n"), 0);
+    cr_expect_eq(jint(rb, "timings/draft_n_accepted"), 0);
+    cr_expect(json_equal(json_object_get(rb, "tokens"), json_object_get(ra, "tokens")));
+    srv_stop_ok(&b);
+    srv_start(&b, "-m " NT_TARGET " -md " NT_TARGET " -c 512 -np 2 --draft-max 4 "
+                  "--spec-synth-rates 1,1,1,1");
+    json_t *gb = req(&b, "POST", "/completion", greedy, 200);
+    cr_expect_gt(jint(gb, "timings/draft_n"), 0);
+    cr_expect_eq(jint(gb, "timings/draft_n_accepted"), jint(gb, "timings/draft_n"));
+    cr_expect(json_equal(json_object_get(gb, "tokens"), json_object_get(ga, "tokens")));
+    srv_stop_ok(&b);
+    srv_start(&b, "-m " NT_TARGET " -md " NT_DRAFT " -c 512 -np 2 --draft-max 4 "
+                  "--spec-synth-rates 0.75,0.5,0.25,0.125");
+    json_t *c1 = req(&b, "POST", "/completion", sampled, 200);
+    json_t *c2 = req(&b, "POST", "/completion", sampled, 200);
+    cr_expect_gt(jint(c1, "timings/draft_n"), 0);
+    cr_expect_eq(jint(c1, "timings/draft_n"), jint(c2, "timings/draft_n"));
+    cr_expect_eq(jint(c1, "timings/draft_n_accepted"), jint(c2, "timings/draft_n_accepted"));
+    cr_expect(json_equal(json_object_get(c1, "tokens"), json_object_get(ra, "tokens")));
+    srv_stop_ok(&b);
+    json_decref(ra);
+    json_decref(ga);
+    json_decref(rb);
+    json_decref(gb);
+    json_decref(c1);
+    json_decref(c2);
+}
+
+/* The ids of a /completion answer's "tokens" (return_tokens). */
+static int32_t ids_of(json_t *r, int32_t *out, int32_t cap) {
+    json_t *a = json_object_get(r, "tokens");
+    cr_assert(json_is_array(a));
+    int32_t n = 0;
+    for (size_t i = 0; i < json_array_size(a) && n < cap; i++)
+        out[n++] = (int32_t)json_integer_value(json_array_get(a, i));
+    return n;
+}
+
+/* --context-shift: a request past its sequence's context goes on to its n_predict. The
+ * reference is built here from llama.cpp's rule: a segment stops when the context holds
+ * C + 1 tokens (C = -c / -np = 96), keeps BOS (n_keep 0), drops the older half of the rest
+ * ((C + 1 - 1) / 2 tokens after BOS); a server without the flag, given that window as the
+ * prompt (token ids), must continue it with the tokens the shifted answer has next. The
+ * same request with a draft gives the same tokens; the answer is truncated, its prompt
+ * figures the request's prompt. */
+Test(server_native, context_shift_continues_from_the_shifted_window) {
+    enum { C = 96, N = 150 };
+    srv a, b;
+    srv_start(&a, "-m " NT_TARGET " -c 192 -np 2 --context-shift");
+    const int64_t n_prompt = n_tokens(&a, NT_PROMPT);
+    cr_assert_lt(n_prompt, C / 2);
+    char body[4096];
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"" NT_PROMPT "\",\"n_predict\":%d,\"temperature\":0,"
+             "\"return_tokens\":true,\"ignore_eos\":true}",
+             N);
+    json_t *ra = req(&a, "POST", "/completion", body, 200);
+    json_t *tk =
+        req(&a, "POST", "/tokenize", "{\"content\":\"" NT_PROMPT "\",\"add_special\":true}", 200);
+    srv_stop_ok(&a);
+    cr_expect_eq(jint(ra, "timings/predicted_n"), N);
+    cr_expect_eq(jint(ra, "timings/prompt_n") + jint(ra, "timings/cache_n"), n_prompt);
+    cr_expect(json_is_true(json_object_get(ra, "truncated")));
+    int32_t out[N], ctx[C + 1 + N];
+    cr_assert_eq(ids_of(ra, out, N), N);
+    /* the context at the first stop: the prompt and C + 1 - n_prompt tokens */
+    json_t *pt = json_object_get(tk, "tokens");
+    int32_t n_ctx = 0;
+    for (size_t i = 0; i < json_array_size(pt); i++)
+        ctx[n_ctx++] = (int32_t)json_integer_value(json_array_get(pt, i));
+    const int32_t n1 = C + 1 - (int32_t)n_prompt;
+    for (int32_t i = 0; i < n1; i++)
+        ctx[n_ctx++] = out[i];
+    const int32_t n_discard = (n_ctx - 1) / 2;
+    /* the window: BOS, then what follows the dropped run */
+    char *wb = malloc(16 * (size_t)n_ctx + 256), *w = wb;
+    w += sprintf(w, "{\"prompt\":[%d", ctx[0]);
+    for (int32_t i = 1 + n_discard; i < n_ctx; i++)
+        w += sprintf(w, ",%d", ctx[i]);
+    /* up to the context's end (the segment makes one more, to C + 1, then shifts) */
+    const int32_t n_next = C - (n_ctx - n_discard);
+    sprintf(w,
+            "],\"n_predict\":%d,\"temperature\":0,\"return_tokens\":true,"
+            "\"ignore_eos\":true}",
+            n_next);
+    srv_start(&b, "-m " NT_TARGET " -c 192 -np 2");
+    json_t *rw = req(&b, "POST", "/completion", wb, 200);
+    srv_stop_ok(&b);
+    int32_t next[C];
+    cr_assert_eq(ids_of(rw, next, C), n_next);
+    for (int32_t i = 0; i < n_next; i++)
+        cr_expect_eq(out[n1 + i], next[i], "token %d after the shift: %d, the window's %d", i,
+                     out[n1 + i], next[i]);
+    /* with a draft: the same tokens */
+    srv_start(&b, "-m " NT_TARGET " -md " NT_DRAFT " -c 192 -np 2 --context-shift");
+    json_t *rb = req(&b, "POST", "/completion", body, 200);
+    srv_stop_ok(&b);
+    cr_expect_gt(jint(rb, "timings/draft_n"), 0);
+    cr_expect(json_equal(json_object_get(rb, "tokens"), json_object_get(ra, "tokens")));
+    cr_expect_str_eq(jstr(rb, "content"), jstr(ra, "content"));
+    free(wb);
+    json_decref(ra);
+    json_decref(rb);
+    json_decref(rw);
+    json_decref(tk);
+}
+
+/* The flags' arithmetic: rates to conditional chances, a mean length to the chance p with
+ * p + ... + p^K = L - 1, and the refusals. */
+Test(server_native, synth_rates_resolve) {
+    double cond[SD_MAX_DRAFT];
+    int32_t n = 0;
+    sd_error err = {0};
+    cr_assert_eq(sd_server_synth_rates("0.8,0.4,0.4,0", -1.0, 4, cond, &n, &err), SD_OK);
+    cr_assert_eq(n, 4);
+    cr_expect_float_eq(cond[0], 0.8, 1e-12);
+    cr_expect_float_eq(cond[1], 0.5, 1e-12);
+    cr_expect_float_eq(cond[2], 1.0, 1e-12);
+    cr_expect_float_eq(cond[3], 0.0, 1e-12);
+    cr_assert_eq(sd_server_synth_rates(NULL, 2.5, 3, cond, &n, &err), SD_OK);
+    cr_assert_eq(n, 3);
+    const double p = cond[0];
+    cr_expect_float_eq(p + p * p + p * p * p, 1.5, 1e-9);
+    cr_expect_float_eq(cond[2], p, 0.0);
+    cr_assert_eq(sd_server_synth_rates(NULL, 4.0, 3, cond, &n, &err), SD_OK);
+    cr_expect_float_eq(cond[0], 1.0, 0.0);
+    cr_assert_eq(sd_server_synth_rates(NULL, 1.0, 3, cond, &n, &err), SD_OK);
+    cr_expect_float_eq(cond[0], 0.0, 0.0);
+    const char *bad[] = {"0.5,0.6", "0.5", "0.5,0.4,0.3", "x,0", "0.5;0.4", "1.5,1", "0.5,"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_expect_eq(sd_server_synth_rates(bad[i], -1.0, 2, cond, &n, &err), SD_ERR_ARG, "%s",
+                     bad[i]);
+    cr_expect_eq(sd_server_synth_rates("1,1", 2.0, 2, cond, &n, &err), SD_ERR_ARG);
+    cr_expect_eq(sd_server_synth_rates(NULL, 3.5, 2, cond, &n, &err), SD_ERR_ARG);
+    cr_expect_eq(sd_server_synth_rates(NULL, 0.5, 2, cond, &n, &err), SD_ERR_ARG);
 }
 
 /* The prefix cache's positions: usage.prompt_tokens_details.cached_tokens, timings.cache_n,

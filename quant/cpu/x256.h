@@ -248,11 +248,22 @@ SD_INL size_t main_k(const int kind) {
     return kind == KQ2 ? 1280 : kind == KQ3 ? 1728 : kind == KQ4 ? 2240 : kind == KQ5 ? 2752 : 3328;
 }
 
+/* Q5_0 / Q5_1: level vector c (elements 4c + i, c < 4; 16 + 4(c - 4) + i, c >= 4) of the 8
+ * rows of a half (mh: main part + 32 * half), from the packed regrouping (pack_impl.h):
+ * c < 4: qs' & 31; c >= 4: (qs' >> 5 & 7) | (qh' shifted so field c - 4 is at bits 3-4, & 24)
+ * (32-bit shifts: the bits a mask keeps come from their own byte). */
+SD_T SD_INL v8i q5_level(const uint8_t *mh, const int c) {
+    const v8i v = ld(mh + 64 * (c & 3));
+    if (c < 4) return _mm256_and_si256(v, _mm256_set1_epi8(0x1F));
+    const v8i lo = _mm256_and_si256(_mm256_srli_epi16(v, 5), _mm256_set1_epi8(0x07));
+    return or_and(lo, shl(ld(mh + 256), 3 - 2 * (c - 4)), _mm256_set1_epi8(0x18));
+}
+
 /* The 8 level vectors of a 32-element block's half (mp: main part + 32 * half): w[k] holds
  * elements 4k..4k+3 of the 8 rows. Q8_0: AVX2 w raw (signed) and aw = |w|; VNNI w + 128
- * (w ^ 0x80). The others unsigned (Q4_0 / Q4_1 nibbles, Q5_0 / Q5_1 nibble | 5th bit << 4). */
+ * (w ^ 0x80). The others unsigned (Q4_0 / Q4_1 nibbles, Q5_0 / Q5_1 5-bit levels: q5_level). */
 SD_T SD_INL void unpack32(const uint8_t *mp, const int kind, v8i *w, v8i *aw) {
-    const v8i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    const v8i m4 = _mm256_set1_epi8(0x0F);
     if (kind == K8) {
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
             const v8i v = ld(mp + 64 * k);
@@ -266,14 +277,14 @@ SD_T SD_INL void unpack32(const uint8_t *mp, const int kind, v8i *w, v8i *aw) {
         }
         return;
     }
+    if (kind == K50 || kind == K51) {
+        _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) w[c] = q5_level(mp, c);
+        return;
+    }
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
         const v8i v = ld(mp + 64 * k);
         w[k] = _mm256_and_si256(v, m4);
         w[4 + k] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
-    if (kind == K50 || kind == K51) {
-        const v8i h = ld(mp + 256);
-        _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) w[c] = or_and(w[c], shl(h, 4 - c), b4);
     }
 }
 
@@ -310,17 +321,27 @@ SD_T SD_INL void unpack_k45(const uint8_t *mp, const int kind, const int s, v8i 
     }
 }
 
+/* Q6_K: the level vector (q + 32, unsigned) of elements 128 h + 32 k + 4 kk .. + 3 of the 8
+ * rows of a half (mh: main part + 32 * half), from the packed regrouping (pack_impl.h):
+ * P (k = 0, 2) or Q (k = 1, 3) at the ql vector, R at the qh vector. L0 = P & 63,
+ * L1 = Q & 63, L2 = (R & 15) | (P >> 2 & 48), L3 = (R >> 4 & 15) | (Q >> 2 & 48) (16-bit
+ * shifts: the bits a mask keeps come from their own byte). */
+SD_T SD_INL v8i q6_level(const uint8_t *mh, const int h, const int k, const int kk) {
+    const v8i a = ld(mh + 64 * (16 * h + 8 * (k & 1) + kk));
+    if (k < 2) return _mm256_and_si256(a, _mm256_set1_epi8(0x3F));
+    const v8i r = ld(mh + 2048 + 64 * (8 * h + kk));
+    const v8i nib = _mm256_and_si256(k == 2 ? r : _mm256_srli_epi16(r, 4), _mm256_set1_epi8(0x0F));
+    return or_and(nib, _mm256_srli_epi16(a, 2), _mm256_set1_epi8(0x30));
+}
+
 /* Q2_K / Q3_K / Q6_K: the 8 level vectors of elements 32 hk .. 32 hk + 31 (h = hk / 4,
  * k = hk % 4: element 128 h + 32 k + l), unsigned (Q3_K: q + 4, Q6_K: q + 32). */
 SD_T SD_INL void unpack_k236(const uint8_t *mp, const int kind, const int hk, v8i *w) {
     const int h = hk >> 2, k = hk & 3;
-    const v8i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
-    const v8i b2 = _mm256_set1_epi8(0x04), b45 = _mm256_set1_epi8(0x30);
+    const v8i m2 = _mm256_set1_epi8(0x03), b2 = _mm256_set1_epi8(0x04);
     _Pragma("GCC unroll 8") for (int kk = 0; kk < 8; kk++) {
         if (kind == KQ6) {
-            const v8i q = ld(mp + 64 * (16 * h + 8 * (k & 1) + kk));
-            const v8i nib = _mm256_and_si256(k < 2 ? q : _mm256_srli_epi16(q, 4), m4);
-            w[kk] = or_and(nib, shl(ld(mp + 2048 + 64 * (8 * h + kk)), 4 - 2 * k), b45);
+            w[kk] = q6_level(mp, h, k, kk);
         } else {
             const size_t qo = kind == KQ2 ? 256 : 512;
             w[kk] = _mm256_and_si256(_mm256_srli_epi32(ld(mp + qo + 64 * (8 * h + kk)), 2 * k), m2);
@@ -477,9 +498,10 @@ SD_INL int half_rows(int n_rows, int h) {
  * dot32 (exact, in another order) and the same float part as tile32: the scalar oracle's
  * bits. The padded rows of a group's last half are zero bytes in the packed layout,
  * computed and not stored. Per 16 x 256 (scripts/kernel_ir.sh): Q4_0 841 -> 776 Ir, Q5_0
- * 1329 -> 1184. Q8_0 in this form (1145 -> 1024 Ir, faster in cache) streamed about 10%
- * slower from memory (4096 x 4096, 1 thread, Zen 5, SD_KERNELS=avx2, load ~8, 9
- * interleaved rounds: 0.86-0.96 ms against 0.77-0.91), so Q8_0 keeps tile32. */
+ * 1329 -> 1184 (1008 with the regrouped Q5_0 levels, q5_level). Q8_0 in this form (1145 -> 1024 Ir,
+ * faster in cache) streamed about 10% slower from memory (4096 x 4096, 1 thread, Zen 5,
+ * SD_KERNELS=avx2, load ~8, 9 interleaved rounds: 0.86-0.96 ms against 0.77-0.91), so Q8_0 keeps
+ * tile32. */
 SD_T SD_INL void tile32_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, const uint8_t *xb,
                           float *y, int n_rows, const int kind) {
     const size_t main = main32(kind);
@@ -487,7 +509,7 @@ SD_T SD_INL void tile32_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, cons
     const size_t qoff = kind == K50 ? 8 : 2;
     const int fold = kind == K50 ? 4 : 8;
     const uint8_t *tl = gp + (size_t)nb * main;
-    const v8i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    const v8i m4 = _mm256_set1_epi8(0x0F);
     const v8i one = _mm256_set1_epi16(1);
     v8f acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; i++) {
@@ -503,8 +525,9 @@ SD_T SD_INL void tile32_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, cons
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                 const uint8_t *mh = mp + 32 * h;
                 const v8i v = ld(mh + 64 * (k & 3));
-                v8i w = _mm256_and_si256(k < 4 ? v : _mm256_srli_epi16(v, 4), m4);
-                if (kind == K50) w = or_and(w, shl(ld(mh + 256), 4 - k), b4);
+                const v8i w = kind == K50
+                                  ? q5_level(mh, k)
+                                  : _mm256_and_si256(k < 4 ? v : _mm256_srli_epi16(v, 4), m4);
                 const v8i p = _mm256_maddubs_epi16(w, b);
                 m[h] = in_reg(k % fold ? _mm256_add_epi16(m[h], p) : p);
                 if (k % fold == fold - 1)
@@ -860,11 +883,29 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
 }
 
 #if !SD_X256_VNNI
+/* The int16 pair (b0, b1) of each 32-bit lane of v taken as signed bytes, sign-extended:
+ * one vpshufb into the high byte of each int16, one arithmetic shift. */
+SD_T SD_INL v8i sbyte_pair(v8i v, const int b0, const int b1) {
+    const char z = (char)0x80;
+    const v8i c =
+        _mm256_setr_epi8(z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
+                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1),
+                         z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
+                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1));
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, c), 8);
+}
+
+#endif
+
+#if !SD_X256_VNNI
 /* Q6_K, AVX2: both halves at once, one 16-element group (one scale) at a time. The
  * group's 4 level vectors of each half are unpacked once; then every token of the chunk
  * runs on them, each broadcast of 4 activation bytes feeding the products of all 16 rows
  * (tile_k236 broadcasts per half), two products summed in int16 (the 6-bit fold) and
- * widened by the group's scale pair. The integer sums are the same as tile_k236's (exact,
+ * widened by the group's scale pair, taken with the level-offset pairs straight from the
+ * int8 scale bytes (sbyte_pair, as tile_q6_1: 2 instructions where k_scale + pair16 took 5;
+ * 2444.7 -> 2328.7 / 4127.1 -> 4011.1 / 6370.4 -> 6254.4 Ir per 16 x 256 super-block at
+ * 2 / 5 / 9 tokens, scripts/kernel_ir.sh). The integer sums are the same as tile_k236's (exact,
  * in another order), the float part is the same: the scalar oracle's bits. The padded
  * rows of a group's last half are zero bytes in the packed layout, computed and not
  * stored. */
@@ -872,7 +913,6 @@ SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
                            int64_t ldy, int n_rows, const int nt) {
     const size_t main = main_k(KQ6);
     const uint8_t *tl = gp + (size_t)nb * main;
-    const v8i m4 = _mm256_set1_epi8(0x0F), b45 = _mm256_set1_epi8(0x30);
     v8f acc[SD_PT][2];
     v8i P[SD_PT][2];
     for (int t = 0; t < nt; t++)
@@ -891,13 +931,9 @@ SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                 const uint8_t *mh = ms + 32 * h;
                 _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
-                    const int kk = kk0 + q;
-                    const v8i v = ld(mh + 64 * (16 * h6 + 8 * (k & 1) + kk));
-                    const v8i nib = _mm256_and_si256(k < 2 ? v : _mm256_srli_epi16(v, 4), m4);
-                    w[h][q] = or_and(nib, shl(ld(mh + 2048 + 64 * (8 * h6 + kk)), 4 - 2 * k), b45);
+                    w[h][q] = q6_level(mh, h6, k, kk0 + q);
                 }
-                const v8i sc = k_scale(mh, KQ6, g);
-                c[h] = pair16(sc, sc);
+                c[h] = sbyte_pair(ld(mh + 3072 + 64 * (g >> 2)), g & 3, g & 3);
             }
             for (int t = 0; t < nt; t++) {
                 const uint8_t *x = xa + (size_t)t * sa + (size_t)i * XK + 4 + 16 * g;
@@ -918,7 +954,8 @@ SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
         _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
             const uint8_t *mh = mp + 32 * h;
             v8i pc[8];
-            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] = k_pair(mh, KQ6, j);
+            _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) pc[j] =
+                sbyte_pair(ld(mh + 3072 + 64 * (j >> 1)), 2 * (j & 1), 2 * (j & 1) + 1);
             const v8f dw = ldh(tl + (size_t)i * 32 + 16 * h);
             for (int t = 0; t < nt; t++) {
                 const uint8_t *xr = xa + (size_t)t * sa + (size_t)i * XK;
@@ -938,18 +975,6 @@ SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
 #endif
 
 #if !SD_X256_VNNI
-/* The int16 pair (b0, b1) of each 32-bit lane of v taken as signed bytes, sign-extended:
- * one vpshufb into the high byte of each int16, one arithmetic shift. */
-SD_T SD_INL v8i sbyte_pair(v8i v, const int b0, const int b1) {
-    const char z = (char)0x80;
-    const v8i c =
-        _mm256_setr_epi8(z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
-                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1),
-                         z, (char)b0, z, (char)b1, z, (char)(4 + b0), z, (char)(4 + b1), z,
-                         (char)(8 + b0), z, (char)(8 + b1), z, (char)(12 + b0), z, (char)(12 + b1));
-    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, c), 8);
-}
-
 /* Q6_K, one token (decode), AVX2: both halves at once as tile_q6_s, but each level vector
  * (used once at one token) unpacked where it is multiplied, every sum in registers (the
  * super-block's sums kept a chain by in_reg, else GCC makes them a tree that spills), and
@@ -958,11 +983,12 @@ SD_T SD_INL v8i sbyte_pair(v8i v, const int b0, const int b1) {
  * level-offset term alike. Integer sums exact, as tile_k236's and tile_q6_s's; the float
  * part the same: the scalar oracle's bits. Against tile_k236 (the one-token tile before):
  * 1737 -> 1566 Ir per super-block (scripts/kernel_ir.sh); 4096 x 4096 in cache, 1 thread,
- * Zen 5, SD_KERNELS=avx2, load ~5: 0.53-0.68 -> 0.43-0.62 ms (scripts/bench_quant.c). */
+ * Zen 5, SD_KERNELS=avx2, load ~5: 0.53-0.68 -> 0.43-0.62 ms (scripts/bench_quant.c). With
+ * the regrouped Q6_K levels (q6_level) 1566 -> 1249 Ir per super-block; tile_q6_s 2329 -> 2060
+ * / 4011 -> 3742 / 6254 -> 5986 at 2 / 5 / 9 tokens. */
 SD_T SD_INL void tile_q6_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, float *y, int n_rows) {
     const size_t main = main_k(KQ6);
     const uint8_t *tl = gp + (size_t)nb * main;
-    const v8i m4 = _mm256_set1_epi8(0x0F), b45 = _mm256_set1_epi8(0x30);
     v8f acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
@@ -982,12 +1008,7 @@ SD_T SD_INL void tile_q6_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, flo
                     const v8i b = bc4(x + 4 * q);
                     const int kk = kk0 + q;
                     _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
-                        const uint8_t *mh = ms + 32 * h;
-                        const v8i v = ld(mh + 64 * (16 * h6 + 8 * (k & 1) + kk));
-                        const v8i nib = _mm256_and_si256(k < 2 ? v : _mm256_srli_epi16(v, 4), m4);
-                        const v8i w =
-                            or_and(nib, shl(ld(mh + 2048 + 64 * (8 * h6 + kk)), 4 - 2 * k), b45);
-                        const v8i p = _mm256_maddubs_epi16(w, b);
+                        const v8i p = _mm256_maddubs_epi16(q6_level(ms + 32 * h, h6, k, kk), b);
                         m[h] = in_reg(q & 1 ? _mm256_add_epi16(m[h], p) : p);
                     }
                 }

@@ -123,25 +123,36 @@ SD_INL size_t main_k(const int kind) {
     return kind == KQ2 ? 1280 : kind == KQ3 ? 1728 : kind == KQ4 ? 2240 : kind == KQ5 ? 2752 : 3328;
 }
 
+/* Q5_0 / Q5_1: level vector c (elements 4c + i, c < 4; 16 + 4(c - 4) + i, c >= 4) of the 16
+ * rows, from the packed regrouping (pack_impl.h): c < 4: qs' & 31; c >= 4: (qs' >> 5 & 7) |
+ * (qh' shifted so field c - 4 is at bits 3-4, & 24) (32-bit shifts: the bits a mask keeps
+ * come from their own byte). */
+SD_T SD_INL __m512i q5_level(const uint8_t *mp, const int c) {
+    const __m512i v = ld(mp + 64 * (c & 3));
+    if (c < 4) return _mm512_and_si512(v, _mm512_set1_epi8(0x1F));
+    const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(v, 5), _mm512_set1_epi8(0x07));
+    return or_and(lo, shl(ld(mp + 256), 3 - 2 * (c - 4)), _mm512_set1_epi8(0x18));
+}
+
 /* The 8 level vectors of a 32-element block (main part mp): w[k] holds elements 4k..4k+3
  * of the 16 rows. Q8_0: signed (raw) when signed8, else as w + 128 (w ^ 0x80); the others
- * unsigned (Q4_0 / Q4_1 nibbles, Q5_0 / Q5_1 nibble | 5th bit << 4). */
+ * unsigned (Q4_0 / Q4_1 nibbles, Q5_0 / Q5_1 5-bit levels: q5_level). */
 SD_T SD_INL void unpack32(const uint8_t *mp, const int kind, const int signed8, __m512i *w) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     if (kind == K8) {
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) w[k] =
             signed8 ? ld(mp + 64 * k)
                     : _mm512_xor_si512(ld(mp + 64 * k), _mm512_set1_epi8((char)0x80));
         return;
     }
+    if (kind == K50 || kind == K51) {
+        _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) w[c] = q5_level(mp, c);
+        return;
+    }
     _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
         const __m512i v = ld(mp + 64 * k);
         w[k] = _mm512_and_si512(v, m4);
         w[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    }
-    if (kind == K50 || kind == K51) {
-        const __m512i h = ld(mp + 256);
-        _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) w[c] = or_and(w[c], shl(h, 4 - c), b4);
     }
 }
 
@@ -157,17 +168,28 @@ SD_T SD_INL void unpack_k45(const uint8_t *mp, const int kind, const int s, __m5
     }
 }
 
+/* Q6_K: the level vector (q + 32, unsigned) of elements 128 h + 32 k + 4 kk .. + 3 of the
+ * 16 rows, from the packed regrouping (pack_impl.h): P (k = 0, 2) or Q (k = 1, 3) at the ql
+ * vector, R at the qh vector. L0 = P & 63, L1 = Q & 63, L2 = (R & 15) | (P >> 2 & 48),
+ * L3 = (R >> 4 & 15) | (Q >> 2 & 48) (16-bit shifts: the bits a mask keeps come from their
+ * own byte). */
+SD_T SD_INL __m512i q6_level(const uint8_t *mp, const int h, const int k, const int kk) {
+    const __m512i a = ld(mp + 64 * (16 * h + 8 * (k & 1) + kk));
+    if (k < 2) return _mm512_and_si512(a, _mm512_set1_epi8(0x3F));
+    const __m512i r = ld(mp + 2048 + 64 * (8 * h + kk));
+    const __m512i nib =
+        _mm512_and_si512(k == 2 ? r : _mm512_srli_epi16(r, 4), _mm512_set1_epi8(0x0F));
+    return or_and(nib, _mm512_srli_epi16(a, 2), _mm512_set1_epi8(0x30));
+}
+
 /* Q2_K / Q3_K / Q6_K: the 8 level vectors of elements 32 hk .. 32 hk + 31 (h = hk / 4,
  * k = hk % 4: element 128 h + 32 k + l), unsigned (Q3_K: q + 4, Q6_K: q + 32). */
 SD_T SD_INL void unpack_k236(const uint8_t *mp, const int kind, const int hk, __m512i *w) {
     const int h = hk >> 2, k = hk & 3;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
-    const __m512i b2 = _mm512_set1_epi8(0x04), b45 = _mm512_set1_epi8(0x30);
+    const __m512i m2 = _mm512_set1_epi8(0x03), b2 = _mm512_set1_epi8(0x04);
     _Pragma("GCC unroll 8") for (int kk = 0; kk < 8; kk++) {
         if (kind == KQ6) {
-            const __m512i q = ld(mp + 64 * (16 * h + 8 * (k & 1) + kk));
-            const __m512i nib = _mm512_and_si512(k < 2 ? q : _mm512_srli_epi16(q, 4), m4);
-            w[kk] = or_and(nib, shl(ld(mp + 2048 + 64 * (8 * h + kk)), 4 - 2 * k), b45);
+            w[kk] = q6_level(mp, h, k, kk);
         } else {
             const size_t qo = kind == KQ2 ? 256 : 512;
             w[kk] = _mm512_and_si512(_mm512_srli_epi32(ld(mp + qo + 64 * (8 * h + kk)), 2 * k), m2);

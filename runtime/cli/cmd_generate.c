@@ -689,10 +689,8 @@ static int gen_shifts(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, c
                       size_t n_ids, sd_stop_text *txt, int32_t *out, sd_gen_stats *st,
                       sd_error *err) {
     const int32_t ctx = sd_engine_n_ctx(e);
-    int32_t n_keep = c->keep < 0 || c->keep > (long)n_ids ? (int32_t)n_ids : (int32_t)c->keep;
-    if (n_ids > 0 && ids[0] == sd_vocab_bos(sd_engine_vocab(e)) && c->keep >= 0 &&
-        n_keep < (int32_t)n_ids)
-        n_keep++; /* BOS is kept besides the N tokens, as llama.cpp does */
+    const int32_t n_keep =
+        sd_ctx_shift_keep(ids, (int32_t)n_ids, c->keep, sd_vocab_bos(sd_engine_vocab(e)));
     /* the context: a window of up to ctx + 1 tokens (the last one not evaluated yet) */
     int32_t *win = malloc(((size_t)ctx + 2) * sizeof *win);
     if (!win) return sd_errorf(err, SD_ERR_OOM, "--context-shift: out of memory");
@@ -708,9 +706,7 @@ static int gen_shifts(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, c
             break;
         }
         memcpy(win + n_win, out + seg0, (size_t)seg * sizeof *win);
-        const int32_t n_cur = n_win + seg, n_discard = (n_cur - n_keep) / 2;
-        memmove(win + n_keep, win + n_keep + n_discard,
-                (size_t)(n_cur - n_keep - n_discard) * sizeof *win);
+        const int32_t n_cur = n_win + seg, n_discard = sd_ctx_shift_window(win, n_cur, n_keep);
         n_win = n_cur - n_discard;
         /* the target's cache holds the context before the shift (but its last token) */
         sd_scorer *sc = sd_engine_scorer(e);

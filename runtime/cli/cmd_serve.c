@@ -49,13 +49,19 @@ enum {
     OPT_NO_JINJA,
     OPT_REASONING,
     OPT_VERBOSE,
+    OPT_SPEC_SYNTH_RATES,
+    OPT_SPEC_SYNTH_LEN,
+    OPT_CONTEXT_SHIFT,
+    OPT_NO_CONTEXT_SHIFT,
+    OPT_SLOT_SAVE_PATH,
 };
 
 typedef struct serve_cli {
     sd_cli_gen_opts g;
     const char *host, *api_key, *api_key_file, *alias, *chat_template, *cors_origins;
-    const char *chat_template_file, *tags;
-    int chat_mode, no_thinking, verbose;
+    const char *chat_template_file, *tags, *synth_rates, *slot_save_path;
+    double synth_len; /* -1: none */
+    int chat_mode, no_thinking, verbose, context_shift;
     int64_t port, parallel, kv_block, max_queue, max_body, batch;
     int64_t max_connections, timeout, threads_http;
     double shutdown_timeout, suffix_cache_mb;
@@ -100,6 +106,9 @@ static void serve_help(FILE *f) {
             "                          list (none): Access-Control-Allow-Origin on answers,\n"
             "                          OPTIONS preflights answered\n"
             "  --no-slots              GET /slots answers 501 (--slots: on, the default)\n"
+            "  --slot-save-path DIR    POST /slots/N?action=save|restore write and read the\n"
+            "                          token files there ({\"filename\": NAME}, no path); a\n"
+            "                          restore evaluates the tokens into the prefix cache\n"
             "  --no-ui                 no chat page (GET / answers 404)\n"
             "  --no-metrics            GET /metrics answers 501\n"
             "  --alias NAME            the model id /v1/models lists (the target's file name);\n"
@@ -115,6 +124,12 @@ static void serve_help(FILE *f) {
             "  --reasoning on|off|auto templates' enable_thinking (off: false; auto)\n"
             "  --verbose               answers carry __verbose {prompt, content} (a request's\n"
             "                          \"verbose\" field overrides)\n"
+            "  --context-shift         a sequence that fills its context keeps its first\n"
+            "                          n_keep tokens (a request's, 0; BOS besides), drops the\n"
+            "                          older half of the rest and goes on to its n_predict\n"
+            "                          (as generate --context-shift; not for n > 1, grammar\n"
+            "                          or logit_bias requests); --no-context-shift: off, the\n"
+            "                          default\n"
             "  --shutdown-timeout S    seconds in-flight requests get after SIGTERM (30)\n"
             "  --no-draft              target alone even with -md\n"
             "  --suffix-cache-mb M     a cache of earlier requests' prompts and outputs, at\n"
@@ -124,6 +139,13 @@ static void serve_help(FILE *f) {
             "                          there (read once at start, never written)\n"
             "  --draft-head FILE, --draft-head-n N  the LLM draft scores only the first N\n"
             "                          ids of a head file (as generate)\n"
+            "  --spec-synth-rates P0,P1,...  testing: K chances (not increasing) that draft\n"
+            "                          positions 0 .. i are all accepted; a keyed coin\n"
+            "                          forces rejections beyond them (a draft token is still\n"
+            "                          accepted only when verification accepts it: the text\n"
+            "                          is unchanged, only the counts move)\n"
+            "  --spec-synth-len L      testing: the same with one chance per position, set\n"
+            "                          for a mean accepted length L (1 .. K + 1)\n"
             "Request defaults (a request's fields override them): -n/--n-predict N (max\n"
             "tokens; -1 = the rest of the sequence's context, the default), --temp, --top-k,\n"
             "--top-p, --seed, --ignore-eos, -k/--draft-max K (4), --draft-type, --draft-policy\n"
@@ -238,6 +260,22 @@ static int serve_option(int o, const char *arg, void *user) {
     case OPT_NO_METRICS:
         c->no_metrics = 1;
         return 0;
+    case OPT_SLOT_SAVE_PATH:
+        c->slot_save_path = arg;
+        return 0;
+    case OPT_CONTEXT_SHIFT:
+        c->context_shift = 1;
+        return 0;
+    case OPT_NO_CONTEXT_SHIFT:
+        c->context_shift = 0;
+        return 0;
+    case OPT_SPEC_SYNTH_RATES:
+        c->synth_rates = arg;
+        return 0;
+    case OPT_SPEC_SYNTH_LEN:
+        if (sd_cli_parse_f64(arg, 1.0, SD_MAX_DRAFT + 1.0, &c->synth_len))
+            return sd_cli_usage(h, "--spec-synth-len: expected 1 .. 17, found '%s'", arg);
+        return 0;
     case OPT_SUFFIX_CACHE_MB:
         if (sd_cli_parse_f64(arg, 0.0, 65536.0, &c->suffix_cache_mb))
             return sd_cli_usage(h, "--suffix-cache-mb: expected 0 .. 65536 MiB, found '%s'", arg);
@@ -286,6 +324,11 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
         {"no-slots", no_argument, 0, OPT_NO_SLOTS},
         {"no-ui", no_argument, 0, OPT_NO_UI},
         {"no-metrics", no_argument, 0, OPT_NO_METRICS},
+        {"spec-synth-rates", required_argument, 0, OPT_SPEC_SYNTH_RATES},
+        {"context-shift", no_argument, 0, OPT_CONTEXT_SHIFT},
+        {"slot-save-path", required_argument, 0, OPT_SLOT_SAVE_PATH},
+        {"no-context-shift", no_argument, 0, OPT_NO_CONTEXT_SHIFT},
+        {"spec-synth-len", required_argument, 0, OPT_SPEC_SYNTH_LEN},
         {0, 0, 0, 0},
     };
     memset((char *)c + sizeof c->g, 0, sizeof *c - sizeof c->g);
@@ -301,6 +344,7 @@ static int parse_serve(int argc, char **argv, serve_cli *c) {
     c->max_connections = 1024;
     c->timeout = 60;
     c->threads_http = 4;
+    c->synth_len = -1.0;
     return sd_cli_gen_parse(argc, argv, opts, HINT, &c->g, serve_option, c);
 }
 
@@ -461,7 +505,9 @@ int sd_cmd_serve(int argc, char **argv) {
     bp.n_parallel = (int32_t)np;
     bp.n_ctx = sd_engine_n_ctx(e);
     bp.kv_block = (int32_t)c.kv_block;
-    bp.n_kv_blocks = (int32_t)((total + c.kv_block - 1) / c.kv_block);
+    /* and one block more per sequence: the batcher's quota of a sequence is the blocks of
+     * its context and one (a full-context request with -np 1 fits the pool) */
+    bp.n_kv_blocks = (int32_t)((total + c.kv_block - 1) / c.kv_block + np);
     bp.n_batch = (int32_t)c.batch;
     bp.max_queue = (int32_t)c.max_queue;
     bp.prefix_cache = !c.no_prefix_cache;
@@ -492,6 +538,15 @@ int sd_cmd_serve(int argc, char **argv) {
                                  "generate, not serve",
                                  "");
         goto done;
+    }
+    double synth[SD_MAX_DRAFT];
+    if (c.synth_rates || c.synth_len >= 0.0) {
+        int32_t n_synth = 0;
+        if ((rc = sd_server_synth_rates(c.synth_rates, c.synth_len, gp.n_draft > 0 ? gp.n_draft : 1,
+                                        synth, &n_synth, &err)))
+            goto done;
+        gp.synth_accept = synth;
+        gp.n_synth_accept = n_synth;
     }
     bp.k_max = gp.n_draft > 0 ? gp.n_draft : 1;
     if (bp.k_max < 8) bp.k_max = 8; /* requests may ask for more than the default K */
@@ -526,6 +581,8 @@ int sd_cmd_serve(int argc, char **argv) {
     sp.chat_mode = c.chat_mode;
     sp.enable_thinking = !c.no_thinking;
     sp.verbose = c.verbose;
+    sp.context_shift = c.context_shift;
+    sp.slot_save_path = c.slot_save_path;
     sp.gen = gp;
     if (sp.gen.n_predict == INT32_MAX) sp.gen.n_predict = sd_batcher_n_ctx(b);
     sp.shutdown_timeout_s = c.shutdown_timeout;

@@ -164,7 +164,10 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     const int llm_type = sd_draft_type_uses_llm(gp->draft_type);
     int32_t k = gp->n_draft;
     c->ctl_state = c->adaptive ? sd_adaptive_state_of(&c->ctl) : SD_ADAPTIVE_ON;
-    if (c->adaptive) k = sd_adaptive_next_k(&c->ctl); /* its batch: plan_k */
+    if (c->adaptive)
+        k = sd_adaptive_next_k(&c->ctl); /* its batch: plan_k */
+    else if (gp->k_policy == SD_K_SWEEP) /* every K in turn (cost traces), as sd_generate */
+        k = (int32_t)(c->st.n_target_passes % (gp->n_draft + 1));
     /* The controller decides on or off; a proposer that sizes its drafts by its match
      * (suffix) may draft up to the largest K (as sd_generate's policy_k). */
     if (c->adaptive && k > 0 && gp->draft_type == SD_DRAFT_SUFFIX &&
@@ -244,66 +247,44 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     return SD_OK;
 }
 
-/* Draft position c->k of choice c from its draft logits row l (penalised here, in place):
- * greedy the argmax, Gumbel the Gumbel-max draw keyed by (seed, position), rejection the
- * keyed inverse-CDF draw with its q row kept; then the confidence cut-off. As the LLM
- * proposer of generate (draft/llm.c), so a request drafts the same tokens in both. */
+/* Draft position c->k of choice c from its draft logits row l (changed in place) by the
+ * LLM proposer's rule (sd_draft_row, draft/llm.c: one implementation for generate and
+ * serve). Its context: the committed tokens then a chain's lookup tokens, c->ctx[0 ..
+ * n_ctx + k_lookup) (choose_and_lookup wrote them), and its own drafts after them. */
 static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     const sd_gen_params *gp = &c->r->gp;
-    const sd_sampling_params *sp = &gp->samp;
-    const int32_t i = c->k, n = b->n_dhead ? b->n_dhead : b->n_common;
-    const int64_t pos = (int64_t)c->n_ctx + i;
-    /* With a trimmed head the row's entries are the head's ids (dcol_of maps them). */
-    const int32_t *col = b->n_dhead ? b->dcol_of : NULL;
-    const int32_t n_ids = b->n_dhead ? b->n_vocab_d : n;
-    if (sp->n_logit_bias) sd_logit_bias_apply(sp, l, n_ids, col); /* as the target's rows */
-    if (sd_penalties_on(sp)) sd_penalize(sp, c->ctx, c->n_ctx, c->dtok, i, l, n_ids, col);
-    if (c->gseq) { /* the grammar after the drafts so far: stop where nothing may follow */
-        const int64_t left = sd_step_grammar_mask_row(c->gdraft, gp, b->eos, b->gbits, l, n,
-                                                      b->n_dhead ? b->dhead : NULL);
-        if (left < 0) return sd_errorf(err, SD_ERR_OOM, "draft: grammar: out of memory");
-        if (left == 0) {
-            c->llm = 0;
-            return SD_OK;
-        }
+    if (!c->drule.samp) { /* the request's rule, made once */
+        const int32_t n = b->n_dhead ? b->n_dhead : b->n_common;
+        const sd_draft_rule rule = {.samp = &gp->samp,
+                                    .seed = seed_of(c),
+                                    .n = n,
+                                    .head = b->n_dhead ? b->dhead : NULL,
+                                    .col_of = b->n_dhead ? b->dcol_of : NULL,
+                                    .n_ids = b->n_dhead ? b->n_vocab_d : n,
+                                    .n_vocab_out = b->n_vocab,
+                                    .p_min = gp->draft_p_min,
+                                    .n_min = gp->draft_min,
+                                    .gram = c->gseq ? c->gdraft : NULL,
+                                    .gv = gp->grammar_vocab,
+                                    .ends = c->dends,
+                                    .n_ends =
+                                        c->gseq ? sd_step_grammar_ends(gp, b->eos, c->dends) : 0,
+                                    .gbits = b->gbits,
+                                    .qrow = b->dqrow,
+                                    .scratch = b->iscratch};
+        c->drule = rule;
     }
-    const int cut = gp->draft_p_min > 0.0f && i - c->k_lookup >= gp->draft_min; /* its own */
-    double conf = 1.0;
+    const int32_t m = c->k_lookup, i = c->k - m; /* its own drafts so far */
+    float *q = draft_rows(gp) ? b->q[c->slot] + (size_t)c->k * (size_t)b->n_vocab : NULL;
     int32_t tok;
-    float *q = b->q[c->slot] + (size_t)i * (size_t)b->n_vocab;
-    int rc = sd_draft_pick(sp, l, n, b->n_dhead ? b->dhead : NULL, seed_of(c), pos, gp->draft_p_min,
-                           b->n_dhead ? b->dqrow : q, b->iscratch, &tok, cut ? &conf : NULL, err);
+    const int rc = sd_draft_row(&c->drule, l, c->ctx, c->n_ctx + m, c->dtok + m, i, q, &tok, err);
     if (rc) return sd_error_prefix(err, rc, "%s: draft", sd_model_path(b->dm));
-    if (b->n_dhead) { /* entry -> id; q over the target's ids: zero outside the head */
-        tok = b->dhead[tok];
-        if (sp->temp > 0.0f) {
-            memset(q, 0, (size_t)b->n_vocab * sizeof *q);
-            for (int32_t j = 0; j < n; j++)
-                q[b->dhead[j]] = b->dqrow[j];
-        }
-    } else if (sp->temp > 0.0f) {
-        for (int32_t v = n; v < b->n_vocab; v++) /* q over the target's ids */
-            q[v] = 0.0f;
-    }
-    if (cut && conf < (double)gp->draft_p_min) {
-        c->llm = 0; /* stop before a token the draft is unsure of */
+    if (tok < 0) { /* the grammar or the cut-off ends the draft */
+        c->llm = 0;
         return SD_OK;
     }
-    if (c->gseq) { /* an end id is the target's to give; else the state moves on */
-        size_t len = 0;
-        const char *piece = sd_grammar_vocab_piece(gp->grammar_vocab, tok, &len);
-        sd_error refused = {0};
-        const int grc = sd_step_is_stop(gp, b->eos, tok) || !piece || len == 0
-                            ? SD_ERR_ARG
-                            : sd_grammar_advance(c->gdraft, piece, len, &refused);
-        if (grc == SD_ERR_OOM) return sd_errorf(err, SD_ERR_OOM, "draft: grammar: out of memory");
-        if (grc) { /* refused (or past a bound: the target's step reports that) */
-            c->llm = 0;
-            return SD_OK;
-        }
-    }
-    c->dtok[i] = tok;
-    c->k = i + 1;
+    c->dtok[c->k] = tok;
+    c->k++;
     c->one_hot = 0; /* an LLM token: q rows under rejection sampling, not a lookup pass */
     if (c->k >= c->k_want) c->llm = 0;
     return SD_OK;
@@ -530,6 +511,19 @@ static void tbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq, c
     }
 }
 
+/* gp's synthetic rejection (sd_gen_params.synth_accept) over a draft of k tokens whose
+ * first is chosen at context position pos: the number of draft tokens verification may
+ * read (the first forced rejection's position; k without one). */
+static int32_t synth_cut(const sd_gen_params *gp, uint64_t seed, int32_t pos, int32_t k) {
+    if (!gp->synth_accept) return k;
+    for (int32_t i = 0; i < k; i++) {
+        const double p = i < gp->n_synth_accept ? gp->synth_accept[i] : 0.0;
+        /* index 1: not the draw of verification's own acceptance test (index 0) */
+        if (!(sd_key_uniform(seed, (int64_t)pos + i, SD_DRAW_ACCEPT, 1) < p)) return i;
+    }
+    return k;
+}
+
 /* After the pass: verify choice c (state DECODE) on rows, count the pass and commit
  * (step.c, as sd_generate), then its text and the KV commit. Verification reads every
  * draw keyed by the choice's seed and the positions: greedy, Gumbel (the text then
@@ -551,6 +545,8 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     }
     /* The grammar: row i's state; the rows past a refused draft are not read. */
     if (c->gseq && (rc = grammar_chain(b, c, c->dtok, &k, err))) return rc;
+    const int32_t k_drafted = k, k_verified = synth_cut(gp, seed_of(c), c->n_ctx, k);
+    k = k_verified;
     const int32_t first_new = c->n_ctx;
     sd_step_pass p = {.gp = gp,
                       .eos = b->eos,
@@ -574,6 +570,11 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
                       .gbits = b->gbits};
     sd_verify_result res;
     if ((rc = sd_step_finish(&p, &res, err))) return rc;
+    /* a synthetic rejection: the positions past the cut were drafted too */
+    c->st.n_drafted += k_drafted - k_verified;
+    for (int32_t i = k_verified; i < k_drafted; i++)
+        c->st.drafted_at[i]++;
+    k = k_drafted;
     if (c->lp) /* entry i of the output: ctx[n_prompt + i] */
         memcpy(c->lp + (first_new - c->r->n_prompt), b->lp, (size_t)p.n_committed * sizeof *b->lp);
     c->n_ctx = p.n_ctx;

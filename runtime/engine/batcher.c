@@ -92,9 +92,7 @@ static int set_draft_head(sd_batcher *b, const sd_engine_params *ep, sd_error *e
     if (!rc) rc = sd_session_set_output_rows(b->ds, ids, n, err); /* checks repeats */
     if (!rc && n > 0) {
         b->dcol_of = malloc((size_t)b->n_vocab_d * sizeof *b->dcol_of);
-        b->dqrow = malloc((size_t)n * sizeof *b->dqrow);
-        if (!b->dcol_of || !b->dqrow)
-            rc = sd_errorf(err, SD_ERR_OOM, "batcher: draft head: out of memory");
+        if (!b->dcol_of) rc = sd_errorf(err, SD_ERR_OOM, "batcher: draft head: out of memory");
     }
     if (rc || n == 0) {
         free(ids);
@@ -218,6 +216,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
         b->dbseq = xcalloc(nbd, sizeof *b->dbseq, &ok);
         b->dbwant = xcalloc(nbd, sizeof *b->dbwant, &ok);
         b->dlogits = xcalloc((size_t)np * (size_t)b->n_vocab_d, sizeof(float), &ok);
+        b->dqrow = xcalloc((size_t)b->n_common, sizeof(float), &ok);
         b->q = xcalloc((size_t)np, sizeof *b->q, &ok);
         for (int32_t i = 0; ok && i < np; i++)
             b->q[i] = xcalloc((size_t)p->k_max * nv, sizeof(float), &ok);
@@ -335,10 +334,6 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
                          "request: token trees (tree_width %d) run in generate only: the batcher "
                          "verifies chains",
                          g->tree_width);
-    if (g->k_policy == SD_K_SWEEP && g->n_draft > 0)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "request: draft policy sweep (cost traces) runs in generate only: use "
-                         "fixed or adaptive");
     const int llm = g->n_draft > 0 && sd_draft_type_uses_llm(g->draft_type);
     if (llm && !b->ds)
         return sd_errorf(err, SD_ERR_ARG, "request: draft type %s needs a draft model",

@@ -72,6 +72,10 @@ typedef struct sd_choice {
     /* The grammar (r->grammar): the state after the committed tokens, and after this
      * step's drafts so far (the LLM draft rows' masks); NULL both: none. */
     sd_grammar_state *gseq, *gdraft;
+    /* The LLM draft's rule for its rows (sd_draft_row; made with its first row: samp NULL
+     * until then) and the end ids it points to. */
+    sd_draft_rule drule;
+    int32_t dends[SD_MAX_STOP_IDS + 1];
 } sd_choice;
 
 struct sd_req {
@@ -146,7 +150,7 @@ struct sd_batcher {
     int32_t n_dhead;
     int32_t *dhead;   /* [n_dhead] */
     int32_t *dcol_of; /* [n_vocab_d] */
-    float *dqrow;     /* [n_dhead] a warped row of the head (sampling) */
+    float *dqrow;     /* [n_common] a warped draft row (sampling; sd_draft_rule.qrow) */
     /* The adaptive K's batch cost (sd_adaptive_batch): target pass ms over its tokens. */
     sd_cost_fit tfit;
     /* Statistics (under mu). */

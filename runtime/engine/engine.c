@@ -1,4 +1,5 @@
-/* runtime/engine/engine.c: loading and pairing a target and a draft (see sd_engine.h). */
+/* runtime/engine/engine.c: loading and pairing a target and a draft (see sd_engine.h); the
+ * generate context above it and sd_engine_free are gen_entry.c's. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,13 +144,13 @@ done:
     *out = e;
     return SD_OK;
 fail:
-    sd_engine_free(e);
+    sd_engine_release(e);
     return rc;
 }
 
-void sd_engine_free(sd_engine *e) {
+void sd_engine_release(sd_engine *e) {
     if (!e) return;
-    if (e->gen_b) e->gen_b_free(e->gen_b);
+    SD_CHECK(!e->gen, "the generate context is freed first (sd_engine_free)");
     sd_proposer_free(e->ngram_llm);
     sd_proposer_free(e->suffix_llm);
     sd_proposer_free(e->ngram);

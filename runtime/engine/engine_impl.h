@@ -1,8 +1,9 @@
 /*
  * runtime/engine/engine_impl.h: PRIVATE to runtime/engine. The engine's record, shared by
  * engine.c (loading and pairing the models, the old loop's sessions) and gen_entry.c
- * (sd_engine_generate: the path chosen, then the batcher's step or the old loop), which
- * sits above engine.c and the batcher so that neither calls the other back.
+ * (sd_engine_generate: the path chosen, then the batcher's step or the old loop; the
+ * generate context; sd_engine_free), which sits above engine.c and the batcher so that
+ * neither calls the other back.
  */
 #ifndef SD_ENGINE_IMPL_H
 #define SD_ENGINE_IMPL_H
@@ -21,10 +22,15 @@ struct sd_engine {
     int32_t n_ctx, n_ctx_draft;
     sd_session_params sp, dsp;
     sd_grammar_vocab *gvocab; /* the target's token bytes for grammar masks, built on demand */
-    sd_batcher *gen_b; /* sd_engine_generate's one-slot batcher, made on first use (gen_entry.c) */
-    void (*gen_b_free)(sd_batcher *); /* how sd_engine_free frees it (set with it) */
-    const sd_ngram_cache *lookup; /* the lookup cache of both loops (sd_engine_set_lookup_cache) */
+    /* The generate context (gen_entry.c's; engine.c never reads it): what sd_engine_generate
+     * keeps between calls (the one-slot batcher, the lookup cache), made on first use and
+     * freed by sd_engine_free; NULL until then. */
+    struct sd_gen_ctx *gen;
 };
+
+/* Free what engine.c made for e (the models, the sessions, the proposers) and e itself;
+ * the generate context must be gone (sd_engine_free, gen_entry.c, frees it first). */
+void sd_engine_release(sd_engine *e);
 
 /* The single-sequence sessions of sd_generate's loop, made on first use: the scorer, the
  * LLM proposer (with its head) and the chains over it. Errors: theirs (nothing is kept). */

@@ -3,7 +3,9 @@
  * client (specdec generate, chat, bench, sd_complete): the path chosen in one place
  * (sd_engine_generate_path), then the batcher's step on one slot (gen_batch.c) or, for
  * what only it has, sd_generate's loop (generate.c); and sd_engine_generate_text, the
- * same with stop strings. Above engine.c and the batcher, which do not call it back.
+ * same with stop strings. The generate context (below) lives here, and so does
+ * sd_engine_free, which frees it before the engine. Above engine.c and the batcher, which
+ * do not call it back.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,29 @@
 #include "runtime/engine/engine_impl.h"
 #include "runtime/engine/gen_batch.h"
 #include "runtime/engine/step.h"
+
+/* What sd_engine_generate keeps between calls of one engine (e->gen). */
+struct sd_gen_ctx {
+    sd_batcher *b; /* the one-slot batcher (gen_batch.c), made on the first call that uses
+                      it, kept for its prefix cache (a chat turn reuses its blocks) */
+    const sd_ngram_cache *lookup; /* the lookup cache (sd_engine_set_lookup_cache): the
+                                     batcher's proposers take it when they are made */
+};
+
+/* e->gen, made on first use. Errors: SD_ERR_OOM. */
+static int gen_ctx(sd_engine *e, sd_error *err) {
+    if (!e->gen && !(e->gen = calloc(1, sizeof *e->gen)))
+        return sd_errorf(err, SD_ERR_OOM, "generate: out of memory");
+    return SD_OK;
+}
+
+void sd_engine_free(sd_engine *e) {
+    if (!e) return;
+    if (e->gen) sd_batcher_free(e->gen->b);
+    free(e->gen);
+    e->gen = NULL;
+    sd_engine_release(e);
+}
 
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
@@ -51,8 +76,8 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
                       : SD_CLOCK_WALL;
     }
     if (!loop) {
-        e->gen_b_free = sd_batcher_free;
-        return sd_gen_batch_run(e, &e->gen_b, e->lookup, &g, prompt, n_prompt, cb, user, out,
+        if ((rc = gen_ctx(e, err))) return rc;
+        return sd_gen_batch_run(e, &e->gen->b, e->gen->lookup, &g, prompt, n_prompt, cb, user, out,
                                 cap_out, stats, err);
     }
     return sd_generate(e->scorer, prop, prompt, n_prompt, sd_vocab_eos(sd_model_vocab(e->tm)), &g,
@@ -87,14 +112,12 @@ sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp,
         w = "tensor parallelism";
     else if (drafting && gp->tree_width > 0)
         w = "token trees";
-    else if (drafting && gp->k_policy == SD_K_SWEEP)
-        w = "the sweep policy";
     if (why) *why = w ? w : "one sequence of the batcher's step";
     return w ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
 }
 
 void sd_engine_clear_cache(sd_engine *e) {
-    if (e->gen_b) sd_batcher_clear_cache(e->gen_b);
+    if (e->gen && e->gen->b) sd_batcher_clear_cache(e->gen->b);
 }
 
 int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err) {
@@ -102,11 +125,14 @@ int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *
         const int rc = sd_proposer_ngram_set_cache(e->ngram, c, err);
         if (rc) return rc;
     }
-    if (c != e->lookup) { /* the batcher's proposers take it when they are made */
-        if (e->gen_b) e->gen_b_free(e->gen_b);
-        e->gen_b = NULL;
+    if (!e->gen && !c) return SD_OK; /* none, as before */
+    const int rc = gen_ctx(e, err);
+    if (rc) return rc;
+    if (c != e->gen->lookup) { /* the batcher's proposers take it when they are made */
+        sd_batcher_free(e->gen->b);
+        e->gen->b = NULL;
     }
-    e->lookup = c;
+    e->gen->lookup = c;
     return SD_OK;
 }
 

@@ -318,12 +318,23 @@ typedef enum sd_gen_path {
     SD_GEN_PATH_BATCHER,  /* the batcher's step over one sequence (gen_batch.c): one engine
                              for generate and serve */
     SD_GEN_PATH_LOOP,     /* sd_generate's single-sequence loop: what the batcher cannot do
-                             yet (a device, tensor parallelism, token trees, the sweep, a
-                             caller that edits the loop's cache: --context-shift) */
+                             yet (a device, tensor parallelism, token trees, a caller
+                             that edits the loop's cache: --context-shift) */
 } sd_gen_path;
 
 /* "auto", "batcher", "loop". */
 const char *sd_gen_path_name(sd_gen_path p);
+
+/* Context shift (llama.cpp's --context-shift; generate and serve share it: ctx_shift.c).
+ * sd_ctx_shift_keep: how many first tokens of a context that starts with prompt[0 ..
+ * n_prompt) every shift keeps: keep of them (keep < 0 or beyond the prompt: all of it),
+ * and BOS besides when the prompt starts with bos. sd_ctx_shift_window: the context
+ * win[0 .. n_cur) keeps win[0 .. n_keep) and drops the older half of the rest,
+ * (n_cur - n_keep) / 2 tokens after the kept ones (the later ones move down); returns
+ * that count (0, nothing moved, when n_keep >= n_cur): the window then holds n_cur minus
+ * it. */
+int32_t sd_ctx_shift_keep(const int32_t *prompt, int32_t n_prompt, int64_t keep, int32_t bos);
+int32_t sd_ctx_shift_window(int32_t *win, int32_t n_cur, int32_t n_keep);
 
 typedef struct sd_gen_params {
     int32_t n_predict; /* most tokens to emit (>= 1) */
@@ -394,6 +405,15 @@ typedef struct sd_gen_params {
     /* sd_engine_generate's loop: AUTO (the default) or one forced (LOOP: a caller that
      * shifts the target's cache between calls, sd_scorer_shift). */
     sd_gen_path path;
+    /* Synthetic rejection (the batcher only; llama-server's --spec-synth-rates, for
+     * testing the verification path): synth_accept[i] (caller-owned, [n_synth_accept],
+     * each in [0, 1]) is the chance that draft position i may be accepted once positions
+     * 0 .. i-1 were; a keyed coin (seed, position, SD_DRAW_ACCEPT) under it forces a
+     * rejection there: the pass verifies only the draft before it, and the token at that
+     * position is the target's (counted as drafted, not accepted). The text is unchanged
+     * (a forced rejection emits what verification would); only the counts move. NULL: off. */
+    const double *synth_accept;
+    int32_t n_synth_accept;
 } sd_gen_params;
 
 /* One pass as the controller saw it (sd_gen_params.pass_trace). */
@@ -542,7 +562,8 @@ sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp,
 void sd_engine_clear_cache(sd_engine *e);
 
 /* The lookup cache (caller-owned, outliving the engine; NULL: none) that the n-gram
- * proposer of both loops also looks in (sd_proposer_ngram_set_cache). Errors: its. */
+ * proposer of both loops also looks in (sd_proposer_ngram_set_cache). Errors: its,
+ * SD_ERR_OOM (the generate context that keeps it). */
 int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err);
 
 /* ---- stop strings over the streamed text (stop_text.c): both clients ---- */

@@ -80,6 +80,15 @@ typedef struct sd_server_params {
     int chat_mode;             /* sd_chat_mode: SD_CHAT_JINJA (default), _AUTO, _BUILTIN */
     int enable_thinking;       /* the templates' enable_thinking (1; 0: --reasoning off) */
     int verbose;               /* 1: answers carry llama-server's __verbose (--verbose) */
+    /* 1: llama-server's --context-shift: a choice that fills its sequence's context keeps
+     * the first n_keep tokens (a request's "n_keep", 0 by default, BOS besides), drops the
+     * older half of the rest and goes on, until its n_predict (sd_ctx_shift_*; the shifted
+     * window is evaluated afresh). Not for n > 1, a grammar or logit_bias (those stop at
+     * the context). */
+    int context_shift;
+    /* llama-server's --slot-save-path: the folder of POST /slots/N?action=save|restore's
+     * files (NULL: those actions answer 501) */
+    const char *slot_save_path;
     /* A request's defaults: n_predict (max_tokens), n_draft (K), samp, seed, draft_type,
      * k_policy, draft_p_min, draft_min, ignore_eos. */
     sd_gen_params gen;
@@ -90,6 +99,16 @@ typedef struct sd_server_params {
 } sd_server_params;
 
 sd_server_params sd_server_default_params(void);
+
+/* llama-server's synthetic acceptance (benchmarking its verification path) for a draft of
+ * n_max (K) tokens: rates "P0,P1,..." (--spec-synth-rates: K unconditional chances, each
+ * in [0, 1], not increasing: P_i = the chance positions 0 .. i are all accepted) or, with
+ * rates NULL, length >= 0 (--spec-synth-len: the mean accepted length, target token
+ * included, in [1, K + 1]: one chance p for every position). Writes the conditional
+ * chances cond[0 .. *n_out) (caller's, [SD_MAX_DRAFT]) for sd_gen_params.synth_accept.
+ * Errors: SD_ERR_ARG (both given, a bad number, a count other than K, an increase). */
+int sd_server_synth_rates(const char *rates, double length, int32_t n_max, double *cond,
+                          int32_t *n_out, sd_error *err);
 
 /* Bind p->host:p->port and start the HTTP threads over batcher b (made from engine e;
  * neither owned). Errors: SD_ERR_ARG (a bad host or port, naming it), SD_ERR_IO (bind or

@@ -504,7 +504,7 @@ static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply 
         return;
     case R_SLOT_ACTION:
         srv_slot_action(s, k->slot, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action"),
-                        r);
+                        k->body ? k->body : "", k->len, r);
         return;
     case R_INPUT_TOKENS:
         srv_input_tokens(s, k->body ? k->body : "", k->len, r);
@@ -794,11 +794,17 @@ int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_se
     sd_server *s = calloc(1, sizeof *s);
     if (!s) return sd_errorf(err, SD_ERR_OOM, "server: out of memory");
     pthread_mutex_init(&s->conn_mu, NULL);
+    pthread_mutex_init(&s->slot_mu, NULL);
     s->e = e;
     s->b = b;
     s->p = *p;
     for (int i = 0; i < SRV_MAX_HOSTS; i++)
         s->listen_fd[i] = -1;
+    s->slot_rec = calloc((size_t)(p->n_slots > 0 ? p->n_slots : 1), sizeof *s->slot_rec);
+    if (!s->slot_rec) {
+        sd_server_free(s);
+        return sd_errorf(err, SD_ERR_OOM, "server: out of memory");
+    }
     atomic_store(&s->kv_ok, 1);
     s->t_start = sd_time_ms();
     s->t_start_unix = (double)time(NULL);
@@ -873,7 +879,10 @@ void sd_server_stop(sd_server *s) {
  * second stop arrives (when watch_stop). */
 static void drain(sd_server *s, double deadline_ms, int watch_stop, int *rc_first, sd_error *err) {
     sd_error e = {0};
-    while (sd_batcher_busy(s->b) && sd_time_ms() < deadline_ms && !(watch_stop && s->stop > 1)) {
+    while ((sd_batcher_busy(s->b) || s->shift_q) && sd_time_ms() < deadline_ms &&
+           !(watch_stop && s->stop > 1)) {
+        srv_shift_serve(s); /* closed: a shifted segment ends at the context */
+        if (!sd_batcher_busy(s->b)) continue;
         int rc = sd_batcher_step(s->b, &e);
         if (rc) {
             logf_(s, "engine: %s", e.msg);
@@ -900,6 +909,7 @@ int sd_server_run(sd_server *s, sd_error *err) {
                     if (err) *err = e;
                 }
             }
+            srv_shift_serve(s); /* segments that stopped at a full context go on */
             sweep(s);
             continue;
         }
@@ -928,6 +938,7 @@ int sd_server_run(sd_server *s, sd_error *err) {
         sd_batcher_close(s->b, 1);
         drain(s, 1e300, 0, &rc_first, err);
     }
+    srv_shift_serve(s); /* nothing may wait for a segment any more */
     /* Every request has its answer, but the connection threads may still be sending
      * the last bytes (a stream's data: [DONE]): stopping the daemon now would cut them.
      * Wait until each answer has gone out (on_completed), for at most SD_SERVER_FLUSH_MS
@@ -956,5 +967,9 @@ void sd_server_free(sd_server *s) {
     }
     free(s->model_name);
     pthread_mutex_destroy(&s->conn_mu);
+    for (int32_t i = 0; s->slot_rec && i < (s->p.n_slots > 0 ? s->p.n_slots : 1); i++)
+        free(s->slot_rec[i].toks);
+    free(s->slot_rec);
+    pthread_mutex_destroy(&s->slot_mu);
     free(s);
 }
