@@ -83,6 +83,18 @@ typedef struct totals {
     double cost;
 } totals;
 
+/* The longest prefix of want[0 .. k) found anywhere in ctx[0 .. n_ctx) (the copy bound). */
+static int longest_copy(const int32_t *ctx, int n_ctx, const int32_t *want, int k) {
+    int best = 0;
+    for (int j = 0; j < n_ctx; j++) {
+        int l = 0;
+        while (l < k && j + l < n_ctx && ctx[j + l] == want[l])
+            l++;
+        if (l > best) best = l;
+    }
+    return best;
+}
+
 /* Tokens a tree proposal gets accepted: the longest root path equal to ref[0 .. n_ref). */
 static int tree_accept(const sd_proposal *p, const int32_t *ref, int n_ref) {
     int node = -1, a = 0;
@@ -248,12 +260,7 @@ int main(int argc, char **argv) {
                 memset(&prop, 0, sizeof prop);
                 prop.n_vocab = n_vocab;
                 if (copy) { /* the longest prefix of the rest found anywhere so far */
-                    for (int j = 0; j < n_ctx; j++) {
-                        int l = 0;
-                        while (l < k && j + l < n_ctx && ctx[j + l] == ref[gen + l])
-                            l++;
-                        if (l > nd) nd = l;
-                    }
+                    nd = longest_copy(ctx, n_ctx, ref + gen, k);
                     a = nd;
                 } else {
                     int rc = W > 0 ? sd_proposer_propose_tree(p, ctx, n_ctx, W, k, &prop, &err)
@@ -285,13 +292,7 @@ int main(int argc, char **argv) {
                 }
             }
             if (!copy && a < nd) { /* a wrong token: what a copy would have added */
-                int best = 0;
-                for (int j = 0; j < n_ctx; j++) {
-                    int l = 0;
-                    while (l < k && j + l < n_ctx && ctx[j + l] == ref[gen + l])
-                        l++;
-                    if (l > best) best = l;
-                }
+                const int best = longest_copy(ctx, n_ctx, ref + gen, k);
                 const long lost = best > a ? best - a : 0;
                 if (a == 0) {
                     t.wrong_root++;
@@ -302,13 +303,7 @@ int main(int argc, char **argv) {
                 }
             }
             if (trace) {
-                int best = 0;
-                for (int j = 0; j < n_ctx; j++) {
-                    int l = 0;
-                    while (l < k && j + l < n_ctx && ctx[j + l] == ref[gen + l])
-                        l++;
-                    if (l > best) best = l;
-                }
+                const int best = longest_copy(ctx, n_ctx, ref + gen, k);
                 const int32_t m = look ? (use_suffix ? sd_proposer_suffix_last_match(look)
                                                      : sd_proposer_ngram_last_match(look))
                                        : -1;
