@@ -294,6 +294,74 @@ void sd_pool_for(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void
     }
 }
 
+/* One participant's slice of sd_pool_for_owned: [lo, hi) packed as lo | hi << 32, changed
+ * only by compare-and-swap (the owner raises lo, the others lower hi). */
+typedef struct owned_slot {
+    alignas(CACHE_LINE) _Atomic uint64_t range;
+} owned_slot;
+
+typedef struct owned_job {
+    sd_pool_range fn;
+    void *arg;
+    int64_t chunk;
+    owned_slot *slot; /* [nth] */
+} owned_job;
+
+/* Take up to `chunk` items from the front (front != 0) or the back of slot s: 1 and the
+ * range in *b, *e, or 0 when the slice is empty. */
+static int owned_take(owned_slot *s, int64_t chunk, int front, int64_t *b, int64_t *e) {
+    uint64_t v = atomic_load_explicit(&s->range, memory_order_relaxed);
+    for (;;) {
+        const int64_t lo = (int64_t)(v & 0xffffffffu), hi = (int64_t)(v >> 32);
+        if (lo >= hi) return 0;
+        const int64_t c = hi - lo < chunk ? hi - lo : chunk;
+        const uint64_t nv = front ? (uint64_t)(lo + c) | ((uint64_t)hi << 32)
+                                  : (uint64_t)lo | ((uint64_t)(hi - c) << 32);
+        if (atomic_compare_exchange_weak_explicit(&s->range, &v, nv, memory_order_acq_rel,
+                                                  memory_order_relaxed)) {
+            *b = front ? lo : hi - c;
+            *e = front ? lo + c : hi;
+            return 1;
+        }
+    }
+}
+
+static void for_owned(void *p, int32_t ith, int32_t nth) {
+    const owned_job *j = p;
+    int64_t b, e;
+    while (owned_take(&j->slot[ith], j->chunk, 1, &b, &e))
+        j->fn(j->arg, b, e, ith);
+    for (int32_t k = 1; k < nth; k++) { /* a slice seen empty stays empty */
+        owned_slot *s = &j->slot[(ith + k) % nth];
+        while (owned_take(s, j->chunk, 0, &b, &e))
+            j->fn(j->arg, b, e, ith);
+    }
+}
+
+void sd_pool_for_owned(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void *arg) {
+    if (n <= 0) return;
+    if (chunk < 1) chunk = 1;
+    const int64_t n_chunks = (n - 1) / chunk + 1;
+    int64_t tasks = pool->n_threads < n_chunks ? pool->n_threads : n_chunks;
+    if (tasks > SD_POOL_OWNED_MAX || n > INT32_MAX) {
+        sd_pool_for(pool, n, chunk, fn, arg);
+        return;
+    }
+    if (tasks <= 1) {
+        for (int64_t b = 0; b < n; b += chunk)
+            fn(arg, b, b + chunk < n ? b + chunk : n, 0);
+        return;
+    }
+    owned_slot slot[SD_POOL_OWNED_MAX];
+    for (int32_t i = 0; i < (int32_t)tasks; i++) {
+        int64_t b, e;
+        sd_pool_split(n, chunk, i, (int32_t)tasks, &b, &e);
+        atomic_init(&slot[i].range, (uint64_t)b | ((uint64_t)e << 32));
+    }
+    owned_job j = {fn, arg, chunk, slot};
+    sd_pool_run(pool, (int32_t)tasks, for_owned, &j);
+}
+
 /* ---------------------------------------------------------------- life cycle */
 
 sd_pool_params sd_pool_default_params(void) {
