@@ -23,7 +23,12 @@
  * The environment variable SD_CPU_PAR_MIN_WORK, read once at init, overrides it: the
  * tests set it to 0 so that tiny models exercise the threaded paths. */
 #define SD_CPU_PAR_MIN_WORK 131072
-#define SD_CPU_MAX_THREADS  SD_POOL_MAX_THREADS
+/* An element of SwiGLU / GeGLU (libm expf or tanhf, a division, 3 multiplies: about 50
+ * instructions, callgrind) counts as this many multiply-adds against SD_CPU_PAR_MIN_WORK:
+ * the 0.5B draft's 4864-wide SwiGLU (~20 us on one core) is split over the threads
+ * instead of leaving them idle while the caller runs it alone. */
+#define SD_CPU_GLU_WORK    32
+#define SD_CPU_MAX_THREADS SD_POOL_MAX_THREADS
 /* Matmul rows are handed to threads in chunks (see matmul_run), about 16 per thread. */
 #define SD_CPU_CHUNKS_PER_THREAD 16
 #define SD_CPU_MIN_CHUNK_ROWS    16
@@ -780,7 +785,7 @@ static void swiglu_range(void *arg, int64_t i0, int64_t i1, int32_t ith) {
 static void cpu_swiglu_op(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
     sd_backend_cpu *c = cpu_of(be);
     swiglu_job j = {g, u, y};
-    if (c->n_threads == 1 || (double)n < c->par_min_work)
+    if (c->n_threads == 1 || (double)n * SD_CPU_GLU_WORK < c->par_min_work)
         swiglu_range(&j, 0, n, 0);
     else
         sd_pool_for(c->pool, n, 0, swiglu_range, &j);
@@ -800,7 +805,7 @@ static void geglu_range(void *arg, int64_t i0, int64_t i1, int32_t ith) {
 static void cpu_geglu_op(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
     sd_backend_cpu *c = cpu_of(be);
     swiglu_job j = {g, u, y};
-    if (c->n_threads == 1 || (double)n < c->par_min_work)
+    if (c->n_threads == 1 || (double)n * SD_CPU_GLU_WORK < c->par_min_work)
         geglu_range(&j, 0, n, 0);
     else
         sd_pool_for(c->pool, n, 0, geglu_range, &j);
