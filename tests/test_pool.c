@@ -280,6 +280,31 @@ Test(pool, for_owned_visits_every_item_once) {
     }
 }
 
+/* sd_pool_stats: one run counted per hand-over, none for a run on the caller alone; a
+ * worker that does not spin (spin_us 0) sleeps between runs 1 ms apart and is woken. */
+Test(pool, stats_count_runs_sleeps_and_wakes) {
+    sd_pool *pool = make_pool(2, 0);
+    count_job *c = calloc(1, sizeof *c);
+    cr_assert_not_null(c);
+    sd_pool_stats a, b;
+    sd_pool_stats_get(pool, &a);
+    for (int r = 0; r < 20; r++) {
+        memset(c, 0, sizeof *c);
+        c->want_nth = 2;
+        sd_pool_run(pool, 2, count_task, c);
+        c->want_nth = 1;
+        sd_pool_run(pool, 1, count_task, c); /* serial: not a hand-over */
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    sd_pool_stats_get(pool, &b);
+    cr_assert_eq(b.runs - a.runs, 20, "runs %lld", (long long)(b.runs - a.runs));
+    cr_assert_geq(b.worker_sleeps - a.worker_sleeps, 1);
+    cr_assert_geq(b.wakes - a.wakes, 1);
+    free(c);
+    sd_pool_free(pool);
+}
+
 Test(pool, split_is_contiguous_aligned_and_balanced) {
     for (int64_t n = 0; n <= 70; n++)
         for (int64_t align = 1; align <= 9; align++)

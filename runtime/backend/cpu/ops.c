@@ -1048,6 +1048,15 @@ void sd_backend_cpu_packed_stats(const sd_backend *be, int32_t *n, size_t *bytes
     *ms = c->packed_ms;
 }
 
+void sd_backend_cpu_pool_counts(const sd_backend *be, sd_cpu_pool_counts *out) {
+    sd_pool_stats st;
+    sd_pool_stats_get(((const sd_backend_cpu *)be)->pool, &st);
+    out->runs = st.runs;
+    out->worker_sleeps = st.worker_sleeps;
+    out->caller_sleeps = st.caller_sleeps;
+    out->wakes = st.wakes;
+}
+
 int32_t sd_backend_cpu_n_threads(const sd_backend *be) {
     return ((const sd_backend_cpu *)be)->n_threads;
 }

@@ -56,7 +56,16 @@ struct sd_pool {
     _Atomic int32_t caller_sleep;
 
     alignas(CACHE_LINE) _Atomic int32_t busy; /* a run is in progress */
+
+    /* sd_pool_stats; runs and caller_sleeps written by the `busy` holder, worker_sleeps by
+     * the workers, wakes by the publisher. */
+    alignas(CACHE_LINE) _Atomic int64_t n_runs, n_caller_sleeps, n_wakes;
+    alignas(CACHE_LINE) _Atomic int64_t n_worker_sleeps;
 };
+
+static void count(_Atomic int64_t *c) {
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
 
 /* ---------------------------------------------------------------- waiting */
 
@@ -169,6 +178,7 @@ static void wait_job(sd_pool *pool, uint64_t seen, int64_t spin_ns) {
             atomic_fetch_sub(&pool->n_sleep, 1);
             return;
         }
+        count(&pool->n_worker_sleeps);
         futex_wait(&pool->wake, w);
         atomic_fetch_sub(&pool->n_sleep, 1);
         if (job_after(pool, seen)) return;
@@ -210,7 +220,10 @@ static uint64_t publish(sd_pool *pool, sd_pool_task fn, void *arg, int32_t nth, 
     atomic_store_explicit(&pool->nth, nth, memory_order_release);
     atomic_store_explicit(&pool->seq, 2 * g, memory_order_release);
     atomic_fetch_add(&pool->wake, 1);
-    if (atomic_load(&pool->n_sleep) > 0) futex_wake(&pool->wake, INT_MAX);
+    if (atomic_load(&pool->n_sleep) > 0) {
+        count(&pool->n_wakes);
+        futex_wake(&pool->wake, INT_MAX);
+    }
     return g;
 }
 
@@ -221,6 +234,7 @@ static int all_done(const sd_pool *pool, uint64_t unused) {
 
 static void wait_done(sd_pool *pool) {
     if (spin_until(pool, all_done, 0, (int64_t)pool->spin_us * 1000)) return;
+    count(&pool->n_caller_sleeps);
     atomic_store(&pool->caller_sleep, 1);
     uint32_t p;
     while ((p = atomic_load(&pool->pending)) != 0)
@@ -243,6 +257,7 @@ void sd_pool_run(sd_pool *pool, int32_t nth, sd_pool_task fn, void *arg) {
         run_serial(nth, fn, arg); /* nothing to share, or nested / concurrent use */
         return;
     }
+    count(&pool->n_runs);
     const uint64_t g = publish(pool, fn, arg, nth, (uint32_t)nth);
     work(pool, g, fn, arg, nth, 0);
     wait_done(pool);
@@ -369,6 +384,14 @@ sd_pool_params sd_pool_default_params(void) {
     return p;
 }
 
+void sd_pool_stats_get(const sd_pool *pool, sd_pool_stats *out) {
+    sd_pool *p = (sd_pool *)pool; /* atomic loads of a const object */
+    out->runs = atomic_load_explicit(&p->n_runs, memory_order_relaxed);
+    out->worker_sleeps = atomic_load_explicit(&p->n_worker_sleeps, memory_order_relaxed);
+    out->caller_sleeps = atomic_load_explicit(&p->n_caller_sleeps, memory_order_relaxed);
+    out->wakes = atomic_load_explicit(&p->n_wakes, memory_order_relaxed);
+}
+
 int32_t sd_pool_n_threads(const sd_pool *pool) {
     return pool->n_threads;
 }
@@ -411,6 +434,10 @@ int sd_pool_init(const sd_pool_params *params, sd_pool **out, sd_error *err) {
     atomic_init(&pool->pending, 0);
     atomic_init(&pool->caller_sleep, 0);
     atomic_init(&pool->busy, 0);
+    atomic_init(&pool->n_runs, 0);
+    atomic_init(&pool->n_caller_sleeps, 0);
+    atomic_init(&pool->n_wakes, 0);
+    atomic_init(&pool->n_worker_sleeps, 0);
     pool->claim = calloc(SD_POOL_MAX_TASKS, sizeof *pool->claim);
     if (nt > 1) {
         pool->threads = calloc((size_t)nt - 1, sizeof *pool->threads);

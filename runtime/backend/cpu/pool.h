@@ -73,6 +73,15 @@ int sd_pool_init(const sd_pool_params *params, sd_pool **out, sd_error *err);
  * be called while a run is in progress. */
 void sd_pool_free(sd_pool *pool);
 
+/* What the pool has done since sd_pool_init (relaxed counters, for profiling): runs handed
+ * to the workers (sd_pool_run calls not run serially), worker sleeps (futex waits of a
+ * worker that found no job within its spin), caller sleeps (the same while waiting for a
+ * run's last task), wake calls (futex wakes of sleeping workers at a run's start). */
+typedef struct sd_pool_stats {
+    int64_t runs, worker_sleeps, caller_sleeps, wakes;
+} sd_pool_stats;
+void sd_pool_stats_get(const sd_pool *pool, sd_pool_stats *out);
+
 /* Threads of the pool, the caller included (>= 1). */
 int32_t sd_pool_n_threads(const sd_pool *pool);
 
