@@ -800,10 +800,7 @@ void sd_server_stop(sd_server *s) {
  * second stop arrives (when watch_stop). */
 static void drain(sd_server *s, double deadline_ms, int watch_stop, int *rc_first, sd_error *err) {
     sd_error e = {0};
-    while ((sd_batcher_busy(s->b) || s->shift_q) && sd_time_ms() < deadline_ms &&
-           !(watch_stop && s->stop > 1)) {
-        srv_shift_serve(s); /* closed: a shifted segment ends at the context */
-        if (!sd_batcher_busy(s->b)) continue;
+    while (sd_batcher_busy(s->b) && sd_time_ms() < deadline_ms && !(watch_stop && s->stop > 1)) {
         int rc = sd_batcher_step(s->b, &e);
         if (rc) {
             logf_(s, "engine: %s", e.msg);
@@ -830,7 +827,6 @@ int sd_server_run(sd_server *s, sd_error *err) {
                     if (err) *err = e;
                 }
             }
-            srv_shift_serve(s); /* segments that stopped at a full context go on */
             sweep(s);
             continue;
         }
@@ -859,7 +855,6 @@ int sd_server_run(sd_server *s, sd_error *err) {
         sd_batcher_close(s->b, 1);
         drain(s, 1e300, 0, &rc_first, err);
     }
-    srv_shift_serve(s); /* nothing may wait for a segment any more */
     /* Every request has its answer, but the connection threads may still be sending
      * the last bytes (a stream's data: [DONE]): stopping the daemon now would cut them.
      * Wait until each answer has gone out (on_completed), for at most SD_SERVER_FLUSH_MS
