@@ -136,11 +136,6 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     int rc = check_params(p, err);
     if (rc) return rc;
     const sd_engine_params *ep = sd_engine_params_of(e);
-    if (ep->device != SD_DEVICE_CPU || (ep->draft && ep->device_draft != SD_DEVICE_CPU))
-        return sd_errorf(
-            err, SD_ERR_UNSUPPORTED,
-            "batcher: the paged KV cache runs on the cpu backend only (device %s)",
-            sd_device_name(ep->device != SD_DEVICE_CPU ? ep->device : ep->device_draft));
     if (ep->n_split > 1 || ep->n_split < 0)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "batcher: several sequences on a tensor-parallel target");
@@ -168,6 +163,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     sp.n_threads = ep->n_threads;
     sp.kv_type = ep->kv_type;
     sp.n_seq = np;
+    sp.device = ep->device; /* a device's sessions refuse by name what it cannot run */
     sp.kv_block = p->kv_block;
     sp.n_kv_blocks = p->n_kv_blocks;
     rc = sd_session_init(b->tm, &sp, &b->ts, err);
@@ -185,6 +181,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
         dp.n_ctx = b->n_ctx_d;
         dp.n_batch = b->n_batch_d;
         dp.n_outputs = np;
+        dp.device = ep->device_draft;
         dp.share_threads = b->ts; /* draft and target passes take turns: one pool */
         rc = sd_session_init(b->dm, &dp, &b->ds, err);
         if (rc) {

@@ -174,8 +174,6 @@ sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp,
         w = "asked for";
     else if (gp->path == SD_GEN_PATH_BATCHER)
         w = NULL;
-    else if (e->p.device != SD_DEVICE_CPU || (e->dm && e->p.device_draft != SD_DEVICE_CPU))
-        w = "a device other than the cpu";
     else if (e->p.n_split > 1 || e->p.n_split < 0)
         w = "tensor parallelism";
     if (why) *why = w ? w : "one sequence of the batcher's step";

@@ -267,6 +267,14 @@ static int alloc_scratch(sd_session *s, sd_error *err) {
     return rc ? sd_error_prefix(err, rc, "%s: logits rows", s->m->path) : SD_OK;
 }
 
+/* A paged pool in device memory (sd_kv_pool_params.copy): its copy-on-write copies are
+ * the backend's copy op, queued in order with the passes (bytes: whole floats, checked at
+ * session init). */
+static void kv_copy_on_backend(void *ctx, void *dst, const void *src, size_t bytes) {
+    sd_backend *be = ctx;
+    be->ops->copy(be, dst, src, (int64_t)(bytes / sizeof(float)));
+}
+
 /* The KV cache: one contiguous cache (p->n_seq 0), or a paged pool and n_seq sequences of
  * up to n_ctx positions each; and the token mirrors. */
 static int alloc_kv(sd_session *s, const sd_session_params *p, sd_error *err) {
@@ -342,6 +350,10 @@ static int alloc_kv(sd_session *s, const sd_session_params *p, sd_error *err) {
                                s->m->path, pp.n_blocks, pp.block_size);
     }
     pp.storage = s->b_kv->addr;
+    if (!s->be->caps.host_memory) {
+        pp.copy = kv_copy_on_backend;
+        pp.copy_ctx = s->be;
+    }
     rc = sd_kv_pool_init(&pp, &s->pool, err);
     free(layer_group);
     for (int32_t i = 0; rc == SD_OK && i < s->n_seq; i++)
@@ -396,18 +408,22 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
                          SD_MAX_SEQ);
     if (p->n_kv_blocks < 0)
         return sd_errorf(err, SD_ERR_ARG, "session: n_kv_blocks %d is negative", p->n_kv_blocks);
+    /* Only the CPU backend reads quantized KV rows; a device reads F32 / F16 rows, paged
+     * (its pool copies rows through the backend's copy op: whole floats) or not. */
+    if (p->device != SD_DEVICE_CPU && (p->kv_type == SD_TYPE_Q8_0 || p->kv_type == SD_TYPE_Q4_0))
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: the %s backend has no %s KV cache (q8_0 / q4_0 KV rows run on the "
+                         "cpu backend only; use f16 or f32)",
+                         m->path, sd_device_name(p->device), sd_type_name((uint32_t)p->kv_type));
+    if (p->device != SD_DEVICE_CPU && p->n_seq > 0 && p->kv_type == SD_TYPE_F16 &&
+        hp->n_head_kv * hp->head_dim % 2 != 0)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a paged f16 KV cache on the %s backend needs an even row (%d x %d)",
+                         m->path, sd_device_name(p->device), hp->n_head_kv, hp->head_dim);
     if ((p->kv_type == SD_TYPE_Q8_0 || p->kv_type == SD_TYPE_Q4_0) && hp->head_dim % 32 != 0)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: a %s KV cache needs head_dim a multiple of 32 (it is %d)", m->path,
                          sd_type_name((uint32_t)p->kv_type), hp->head_dim);
-    /* Only the CPU backend reads paged or quantized KV rows; the others refuse by name. */
-    if (p->device != SD_DEVICE_CPU &&
-        (p->n_seq > 0 || p->kv_type == SD_TYPE_Q8_0 || p->kv_type == SD_TYPE_Q4_0))
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: the %s backend has no %s KV cache (paged sequences and q8_0 / q4_0 "
-                         "KV rows run on the cpu backend only)",
-                         m->path, sd_device_name(p->device),
-                         p->n_seq > 0 ? "paged" : sd_type_name((uint32_t)p->kv_type));
     if (tp && p->n_seq > 0)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: several sequences (a paged KV cache) on a tensor-parallel session",

@@ -122,10 +122,10 @@ typedef struct sd_session_params {
      * bit-identical; batched == single-token passes stays bit for bit. */
     int32_t n_split;
     /* Several sequences over a paged KV cache (kv/: a pool of blocks, a block table per
-     * sequence, copy-on-write, a prefix cache), CPU only: n_seq > 0 makes sequences
-     * 0 .. n_seq - 1 of up to n_ctx positions each over one pool of n_kv_blocks blocks of
-     * kv_block positions; a batch (sd_batch) may then mix them. 0 (the default): one
-     * sequence in a contiguous cache of n_ctx positions. */
+     * sequence, copy-on-write, a prefix cache; on a CUDA device in device memory, F32 /
+     * F16 rows): n_seq > 0 makes sequences 0 .. n_seq - 1 of up to n_ctx positions each over one
+     * pool of n_kv_blocks blocks of kv_block positions; a batch (sd_batch) may then mix them. 0
+     * (the default): one sequence in a contiguous cache of n_ctx positions. */
     int32_t n_seq;
     int32_t kv_block;    /* positions per block, 1 .. SD_KV_MAX_BLOCK; 0 = SD_DEFAULT_KV_BLOCK */
     int32_t n_kv_blocks; /* blocks in the pool; 0 = enough for every sequence at n_ctx */
