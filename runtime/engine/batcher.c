@@ -357,6 +357,12 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
         if (g->synth_accept)
             return sd_errorf(err, SD_ERR_UNSUPPORTED,
                              "request: synthetic rejection verifies chains, not draft trees");
+        const sd_device dev = sd_engine_params_of(b->e)->device;
+        if (dev != SD_DEVICE_CPU) /* the tree attention is the CPU backend's */
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: token trees run on the cpu backend, not %s (use a chain: "
+                             "no --draft-tree)",
+                             sd_device_name(dev));
     }
     if (g->context_shift && r->n_choices != 1)
         return sd_errorf(err, SD_ERR_ARG, "request: a context shift runs one choice, not %d",
