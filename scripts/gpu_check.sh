@@ -218,7 +218,7 @@ fi
 
 if [ "$ONLY" = batcher ]; then
     mkdir -p "$M"
-    [ -f "$M/small/pair.json" ] || step synth_small 90 "$SD" synth --preset small --type q8_0 -o "$M/small"
+    [ -f "$M/small/pair.json" ] || step synth_small 90 "$SD" synth --preset "${GPU_CHECK_PRESET_BATCHER:-small}" --type q8_0 -o "$M/small"
     [ -f "$M/small/pair.json" ] && batcher_checks small "$M/small/target.gguf" "$M/small/pair.json"
 else
 
