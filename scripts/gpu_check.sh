@@ -42,8 +42,9 @@
 #   9. the batcher on the device (what generate and serve run: a paged KV cache, blocks
 #      reached through block tables): greedy target-alone and speculative (K 4) text
 #      through generate's batcher (F16 KV), and target alone through the old loop
-#      (--context-shift takes it); speculative and the loop must give the batcher's
-#      target-alone tokens ("batcher" in the JSON, one summary line on stderr)
+#      (--context-shift takes it), and the batcher's target alone again without CUDA graphs;
+#      speculative, the loop and no graphs must give the batcher's target-alone tokens
+#      ("batcher" in the JSON with the decode ms per token of each, one line on stderr)
 # GPU_CHECK_ONLY=batcher: steps 1, test_backend_cuda and step 9 on a small synth pair (Q8_0)
 # only (about a minute).
 # A dry run of the plumbing without a GPU: GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESET=tiny
@@ -204,6 +205,8 @@ batcher_checks() {
     step "batcher_alone_$p" 90 "$SD" generate -m "$tgt" --no-draft "${g[@]}"
     step "batcher_spec_$p" 90 "$SD" generate --config "$cfg" -k 4 --draft-policy fixed "${g[@]}"
     step "loop_alone_$p" 90 "$SD" generate -m "$tgt" --no-draft --context-shift "${g[@]}"
+    # the batcher's decode step without CUDA graphs (what the graphs of a paged step save)
+    step "batcher_alone_nographs_$p" 90 env SD_CUDA_GRAPHS=0 "$SD" generate -m "$tgt" --no-draft "${g[@]}"
 }
 
 # 2. op tests
@@ -378,11 +381,17 @@ for p in $BATCHER_PAIRS; do
     spec_eq=false loop_eq=false
     [ -n "$a" ] && [ "$a" = "$sp" ] && spec_eq=true
     [ -n "$a" ] && [ "$a" = "$lo" ] && loop_eq=true
-    acc=$(grep -o '"acceptance_rate": *[0-9.e+-]*' "$R/batcher_spec_$p.out" 2>/dev/null | head -n 1 | sed 's/.*: *//')
-    $spec_eq && $loop_eq && [ "$paths" = "batcher batcher loop" ] || ok=false
-    log "batcher ($p): paths $paths, speculative == target alone: $spec_eq, batcher == loop: $loop_eq, acceptance ${acc:-?}"
+    stat() { grep -o "\"$2\": *[0-9.e+-]*" "$R/$1.out" 2>/dev/null | head -n 1 | sed 's/.*: *//'; }
+    acc=$(stat "batcher_spec_$p" acceptance_rate)
+    ng=$(toks "batcher_alone_nographs_$p")
+    ng_eq=false
+    [ -n "$a" ] && [ "$a" = "$ng" ] && ng_eq=true
+    $spec_eq && $loop_eq && $ng_eq && [ "$paths" = "batcher batcher loop" ] || ok=false
+    # decode: ms per token of target alone (itl), batcher (graphs, no graphs) and the loop
+    itl="$(stat "batcher_alone_$p" itl_ms) $(stat "batcher_alone_nographs_$p" itl_ms) $(stat "loop_alone_$p" itl_ms)"
+    log "batcher ($p): paths $paths, speculative == target alone: $spec_eq, batcher == loop: $loop_eq, graphs == none: $ng_eq, acceptance ${acc:-?}, itl ms batcher / no graphs / loop: $itl, speculative tok/s $(stat "batcher_spec_$p" tokens_per_s)"
     [ -n "$batcher_json" ] && batcher_json="$batcher_json, "
-    batcher_json="$batcher_json$(json_str "$p"): {\"paths\": $(json_str "$paths"), \"speculative_equals_target_alone\": $spec_eq, \"batcher_equals_loop\": $loop_eq, \"acceptance\": $(json_str "${acc:-}"), \"tokens\": $(json_str "$a")}"
+    batcher_json="$batcher_json$(json_str "$p"): {\"paths\": $(json_str "$paths"), \"speculative_equals_target_alone\": $spec_eq, \"batcher_equals_loop\": $loop_eq, \"graphs_equal_no_graphs\": $ng_eq, \"acceptance\": $(json_str "${acc:-}"), \"itl_ms_batcher_nographs_loop\": $(json_str "$itl"), \"speculative_tokens_per_s\": $(json_str "$(stat "batcher_spec_$p" tokens_per_s)"), \"tokens\": $(json_str "$a")}"
 done
 
 files_json=""
