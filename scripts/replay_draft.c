@@ -17,8 +17,15 @@
  *                     [--tree W] [--second-max N] [--long-match L] [--p-min P] [--draft-min M]
  *                     [--v 2:1.2,5:1.44,...] [--c 0.55] [--threads N] [--verbose]
  *                     [--trace MODEL.gguf] [--resume N] [--suffix-factor F] [--suffix-n-min M]
+ *                     [--cache-mb M]
  *   T: ngram, suffix, llm, ngram+llm, suffix+llm, copy (the copy bound: each pass drafts the
  *   longest prefix of the rest of the output, at most K, that occurs in the text so far).
+ *   --cache-mb M: serve's cross-request suffix cache (--suffix-cache-mb): the runs replayed in
+ *   the file's order, each one's prompt and output added to a cache of M MiB after it (as the
+ *   batcher adds a finished request), the suffix proposer drafting from it too; the copy
+ *   bound then also copies from the earlier runs' prompts and outputs. With --verbose each
+ *   run also prints how many of its tokens a copy of the earlier runs' outputs alone covers
+ *   (the copy bound over them, K 16).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -95,6 +102,15 @@ static int longest_copy(const int32_t *ctx, int n_ctx, const int32_t *want, int 
     return best;
 }
 
+/* The longest prefix of want[0 .. k) found in ctx[0 .. n_ctx) or in hist[0 .. n_hist) (earlier
+ * documents, each ended by -1, which no token equals). */
+static int longest_copy2(const int32_t *ctx, int n_ctx, const int32_t *hist, int n_hist,
+                         const int32_t *want, int k) {
+    const int a = longest_copy(ctx, n_ctx, want, k),
+              b = hist ? longest_copy(hist, n_hist, want, k) : 0;
+    return a > b ? a : b;
+}
+
 /* Tokens a tree proposal gets accepted: the longest root path equal to ref[0 .. n_ref). */
 static int tree_accept(const sd_proposal *p, const int32_t *ref, int n_ref) {
     int node = -1, a = 0;
@@ -114,6 +130,7 @@ int main(int argc, char **argv) {
     int K = 8, W = 0, second_max = 0, long_match = 0, threads = 2, verbose = 0, draft_min = 1;
     double c_draft = 0.55, p_min = 0.0, sx_factor = 0.0;
     int resume = -1, sx_n_min = 0;
+    double cache_mb = 0.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--verbose"))
@@ -135,6 +152,8 @@ int main(int argc, char **argv) {
             resume = atoi(argv[++i]);
         else if (!strcmp(a, "--suffix-factor"))
             sx_factor = atof(argv[++i]);
+        else if (!strcmp(a, "--cache-mb"))
+            cache_mb = atof(argv[++i]);
         else if (!strcmp(a, "--suffix-n-min"))
             sx_n_min = atoi(argv[++i]);
         else if (!strcmp(a, "--k"))
@@ -194,7 +213,32 @@ int main(int argc, char **argv) {
         fprintf(stderr, "replay_draft: %s\n", err.msg);
         return 1;
     }
-    const int32_t n_vocab = md ? sd_model_hparams(md)->n_vocab : 1 << 20;
+    int32_t n_vocab = md ? sd_model_hparams(md)->n_vocab : 1 << 20;
+    sd_suffix_cache *cache = NULL;
+    int32_t *hist = NULL; /* --cache-mb: the earlier runs' prompts and outputs, each ended by -1 */
+    int32_t *prev_out = NULL; /* and their outputs alone */
+    int n_hist = 0, n_prev = 0;
+    if (cache_mb > 0) {
+        if (!md) { /* the ids' range: the cache's separators follow it */
+            json_t *rr, *jj;
+            size_t a, b;
+            n_vocab = 1;
+            json_array_foreach(json_object_get(root, "runs"), a, rr) {
+                json_t *ids = json_object_get(rr, "ids");
+                const char *parts[2] = {"prompt", "output"};
+                for (int q = 0; q < 2 && ids; q++)
+                    json_array_foreach(json_object_get(ids, parts[q]), b, jj) {
+                        const json_int_t v = json_integer_value(jj);
+                        if (v + 1 > n_vocab) n_vocab = (int32_t)(v + 1);
+                    }
+            }
+        }
+        if (use_suffix &&
+            sd_suffix_cache_init(n_vocab, (size_t)(cache_mb * 1048576.0), &cache, &err)) {
+            fprintf(stderr, "replay_draft: %s\n", err.msg);
+            return 1;
+        }
+    }
     /* --trace: one line per pass (match length, drafted, accepted, the copy bound's length,
      * and at a rejection the drafted and the target's token as text) */
     sd_model *tm = NULL;
@@ -231,6 +275,7 @@ int main(int argc, char **argv) {
             if (sx_factor > 0) q.max_spec_factor = (float)sx_factor;
             if (sx_n_min > 0) q.n_min = sx_n_min;
             if (sd_proposer_suffix_init(&q, n_vocab, &look, &err)) goto fail;
+            if (cache && sd_proposer_suffix_set_cache(look, cache, &err)) goto fail;
         }
         if (use_llm) {
             sd_session_params sp = sd_session_default_params();
@@ -260,7 +305,7 @@ int main(int argc, char **argv) {
                 memset(&prop, 0, sizeof prop);
                 prop.n_vocab = n_vocab;
                 if (copy) { /* the longest prefix of the rest found anywhere so far */
-                    nd = longest_copy(ctx, n_ctx, ref + gen, k);
+                    nd = longest_copy2(ctx, n_ctx, hist, n_hist, ref + gen, k);
                     a = nd;
                 } else {
                     int rc = W > 0 ? sd_proposer_propose_tree(p, ctx, n_ctx, W, k, &prop, &err)
@@ -292,7 +337,7 @@ int main(int argc, char **argv) {
                 }
             }
             if (!copy && a < nd) { /* a wrong token: what a copy would have added */
-                const int best = longest_copy(ctx, n_ctx, ref + gen, k);
+                const int best = longest_copy2(ctx, n_ctx, hist, n_hist, ref + gen, k);
                 const long lost = best > a ? best - a : 0;
                 if (a == 0) {
                     t.wrong_root++;
@@ -303,7 +348,7 @@ int main(int argc, char **argv) {
                 }
             }
             if (trace) {
-                const int best = longest_copy(ctx, n_ctx, ref + gen, k);
+                const int best = longest_copy2(ctx, n_ctx, hist, n_hist, ref + gen, k);
                 const int32_t m = look ? (use_suffix ? sd_proposer_suffix_last_match(look)
                                                      : sd_proposer_ngram_last_match(look))
                                        : -1;
@@ -331,10 +376,43 @@ int main(int argc, char **argv) {
             t.cost += v_of(nd + 1) + c_draft * nl;
             if (p) sd_proposer_commit(p, ctx, n_ctx);
         }
-        if (verbose)
-            printf("  %s #%lld: %d tokens, %ld passes, %.3f tokens/pass, %ld draft steps\n", c,
+        if (verbose) {
+            printf("  %s #%lld: %d tokens, %ld passes, %.3f tokens/pass, %ld draft steps", c,
                    (long long)json_integer_value(json_object_get(r, "prompt_index")), no, passes,
                    (double)no / (double)passes, t.draft_steps - steps0);
+            if (cache_mb > 0) { /* the output's tokens a copy of earlier outputs covers */
+                int covered = 0, spans = 0;
+                for (int g = 0; g < no;) {
+                    const int l = prev_out ? longest_copy(prev_out, n_prev, ref + g, 16) : 0;
+                    if (l >= 2) {
+                        covered += l;
+                        spans++;
+                        g += l;
+                    } else
+                        g++;
+                }
+                printf(", earlier outputs cover %d tokens (%.0f%%) in %d spans", covered,
+                       100.0 * covered / (no > 0 ? no : 1), spans);
+            }
+            printf("\n");
+        }
+        if (cache_mb > 0) { /* the finished request joins the cache and the history */
+            if (cache && sd_suffix_cache_add(cache, ctx, n_ctx, &err)) goto fail;
+            int32_t *h = realloc(hist, (size_t)(n_hist + n_ctx + 1) * sizeof *h);
+            int32_t *po = realloc(prev_out, (size_t)(n_prev + no + 1) * sizeof *po);
+            if (!h || !po) {
+                fprintf(stderr, "replay_draft: out of memory\n");
+                return 1;
+            }
+            hist = h;
+            prev_out = po;
+            memcpy(hist + n_hist, ctx, (size_t)n_ctx * sizeof *hist);
+            n_hist += n_ctx;
+            hist[n_hist++] = -1;
+            memcpy(prev_out + n_prev, ref, (size_t)no * sizeof *prev_out);
+            n_prev += no;
+            prev_out[n_prev++] = -1;
+        }
         t.tokens += no;
         t.passes += passes;
         sd_proposer_free(chain);
@@ -363,6 +441,12 @@ int main(int argc, char **argv) {
         printf("  passes with a wrong token: at the root %ld (a copy: %ld tokens more), below it "
                "%ld (%ld more)\n",
                t.wrong_root, t.lost_root, t.wrong_below, t.lost_below);
+    if (cache)
+        printf("  cache: %d documents, %lld tokens, %zu bytes\n", sd_suffix_cache_n_docs(cache),
+               (long long)sd_suffix_cache_n_tokens(cache), sd_suffix_cache_bytes(cache));
+    sd_suffix_cache_free(cache);
+    free(hist);
+    free(prev_out);
     sd_model_free(md);
     sd_model_free(tm);
     json_decref(root);

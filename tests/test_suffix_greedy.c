@@ -18,8 +18,7 @@
 #include "target/sd_target.h"
 #include "testutil.h"
 #include "engine_util.h"
-
-static char g_dir[1024];
+#include "server_util.h" /* g_dir, the serve child and its requests */
 
 static void setup(void) {
     cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
@@ -279,4 +278,210 @@ Test(suffix_greedy, batcher_with_the_suffix_cache) {
     sd_batcher_free(b);
     sd_engine_free(e);
     sd_engine_free(ref);
+}
+
+/* ---- --suffix-resume and the key suffix_resume reach the proposer ---- */
+
+typedef struct replay_counts {
+    long passes, drafted, accepted;
+} replay_counts;
+
+/* The suffix proposer with params sp replayed over the greedy output out[0 .. n_out) of
+ * prompt[0 .. n_prompt), as a fixed-K generation drafts (greedy speculative decoding emits
+ * the target's own tokens, so what is accepted follows from them): each pass proposes up to
+ * min(k, n_out - generated - 1) tokens, accepts the longest prefix equal to out, emits one
+ * more and commits. Passes: those that emit tokens (the prompt's last token is the first
+ * one's row, as generate and serve count them). */
+static replay_counts replay_suffix(const sd_suffix_params *sp, int32_t n_vocab,
+                                   const int32_t *prompt, int32_t n_prompt, const int32_t *out,
+                                   int32_t n_out, int32_t k) {
+    sd_suffix_params q = *sp;
+    q.n_ctx = n_prompt + n_out + 1;
+    sd_proposer *p = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_suffix_init(&q, n_vocab, &p, &err), SD_OK, "%s", err.msg);
+    int32_t *ctx = malloc((size_t)(n_prompt + n_out) * sizeof *ctx);
+    cr_assert_not_null(ctx);
+    memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
+    replay_counts c = {0, 0, 0};
+    int32_t n = n_prompt, gen = 0;
+    while (gen < n_out) {
+        const int32_t kk = k < n_out - gen - 1 ? k : n_out - gen - 1;
+        int32_t a = 0;
+        if (kk > 0) {
+            sd_proposal prop;
+            memset(&prop, 0, sizeof prop);
+            cr_assert_eq(sd_proposer_propose(p, ctx, n, kk, &prop, &err), SD_OK, "%s", err.msg);
+            cr_assert_leq(prop.n, kk);
+            while (a < prop.n && prop.tokens[a] == out[gen + a])
+                a++;
+            c.drafted += prop.n;
+        }
+        const int32_t e = a + 1 < n_out - gen ? a + 1 : n_out - gen;
+        memcpy(ctx + n, out + gen, (size_t)e * sizeof *ctx);
+        n += e;
+        gen += e;
+        c.accepted += a;
+        c.passes++;
+        sd_proposer_commit(p, ctx, n);
+    }
+    sd_proposer_free(p);
+    free(ctx);
+    return c;
+}
+
+/* The ids of "tokens": [...] in a JSON text (*ids malloc'd); their count. */
+static int32_t json_tokens(const char *json, int32_t **ids) {
+    const char *a = strstr(json, "\"tokens\":[");
+    cr_assert_not_null(a, "%s", json);
+    a += strlen("\"tokens\":[");
+    int32_t n = 0, cap = 64;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    cr_assert_not_null(v);
+    while (*a && *a != ']') {
+        char *end = NULL;
+        const long x = strtol(a, &end, 10);
+        cr_assert_neq(end, a, "not a token list: %s", a);
+        if (n == cap) {
+            cap *= 2;
+            v = realloc(v, (size_t)cap * sizeof *v);
+            cr_assert_not_null(v);
+        }
+        v[n++] = (int32_t)x;
+        a = end;
+        if (*a == ',') a++;
+    }
+    *ids = v;
+    return n;
+}
+
+/* generate, bench's settings and serve all read --suffix-resume N (and the config key
+ * suffix_resume) into the suffix proposer: on the random pair, the passes, drafted and
+ * accepted tokens of each run equal a replay of the suffix proposer with that resume over
+ * the run's own greedy tokens (computed here through the draft face, not read from the
+ * run), for resume 0 (off), 2 (the default) and 16; the replays of 0 and 16 differ (else a
+ * flag that never arrived would pass), and every run's tokens are target alone's. Bad
+ * values are one-line errors naming the flag or key. */
+Test(suffix_greedy, suffix_resume_reaches_the_proposer) {
+    char t[2048], d[2048], cmd[8192], cfg[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    const char *prompt = "t26t47t41t29t65t13t26t47t41t29t65t43";
+    enum { N = 96, K = 8 }; /* the prompt and N fit the random pair's 128 positions */
+    sd_engine *e = open_engine(t, NULL);
+    const int32_t n_vocab = sd_vocab_n_tokens(sd_engine_vocab(e));
+    int32_t *pids = NULL;
+    const int32_t n_prompt = eu_prompt(e, prompt, &pids);
+    sd_engine_free(e);
+    tu_path(cfg, sizeof cfg, g_dir, "resume.json");
+    char json[4096];
+    snprintf(json, sizeof json,
+             "{\"target\": \"%s\", \"draft_type\": \"suffix\", \"suffix_resume\": 0}", t);
+    cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
+    /* the model or the config, the flags, the resume the proposer must then have (-1: no
+     * drafting, the reference) */
+    const struct {
+        int config;
+        const char *flags;
+        int32_t resume;
+    } runs[] = {{0, "--draft-type none", -1},
+                {0, "--draft-type suffix", 2},
+                {0, "--draft-type suffix --suffix-resume 0", 0},
+                {0, "--draft-type suffix --suffix-resume 16", 16},
+                {1, "", 0},
+                {1, "--suffix-resume 16", 16}};
+    int32_t *ref = NULL, n_ref = 0;
+    replay_counts want[SD_MAX_DRAFT + 1];
+    int have[SD_MAX_DRAFT + 1] = {0};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        char args[4096];
+        snprintf(args, sizeof args, "%s %s %s", runs[r].config ? "--config" : "-m",
+                 runs[r].config ? cfg : t, runs[r].flags);
+        snprintf(cmd, sizeof cmd,
+                 "%s generate %s -t 1 --no-display-prompt -p %s -n %d --temp 0 --ignore-eos -k %d "
+                 "--draft-policy fixed --json",
+                 SD_BINARY, args, prompt, N, K);
+        char *out = NULL, *err = NULL;
+        cr_assert_eq(tu_run(cmd, &out, &err), 0, "%s: %s", cmd, err);
+        free(err);
+        int32_t *ids = NULL;
+        const int32_t n = json_tokens(out, &ids);
+        cr_assert_eq(n, N, "%s: %d tokens", runs[r].flags, n);
+        cr_assert_eq(eu_json_long(out, "n_prompt"), n_prompt, "%s: the prompt's tokens",
+                     runs[r].flags);
+        if (!ref) {
+            ref = ids;
+            n_ref = n;
+            free(out);
+            continue;
+        }
+        for (int32_t i = 0; i < n; i++)
+            cr_assert_eq(ids[i], ref[i], "%s: token %d differs from target alone", runs[r].flags,
+                         i);
+        free(ids);
+        const int32_t rs = runs[r].resume;
+        if (!have[rs]) {
+            sd_suffix_params sp = sd_suffix_default_params();
+            sp.resume = rs;
+            want[rs] = replay_suffix(&sp, n_vocab, pids, n_prompt, ref, n_ref, K);
+            have[rs] = 1;
+        }
+        cr_assert_eq(eu_json_long(out, "n_target_passes"), want[rs].passes,
+                     "%s: %ld passes, the replay with resume %d %ld", runs[r].flags,
+                     eu_json_long(out, "n_target_passes"), rs, want[rs].passes);
+        cr_assert_eq(eu_json_long(out, "n_drafted"), want[rs].drafted,
+                     "%s: %ld drafted, the replay with resume %d %ld", runs[r].flags,
+                     eu_json_long(out, "n_drafted"), rs, want[rs].drafted);
+        cr_assert_eq(eu_json_long(out, "n_accepted"), want[rs].accepted,
+                     "%s: %ld accepted, the replay with resume %d %ld", runs[r].flags,
+                     eu_json_long(out, "n_accepted"), rs, want[rs].accepted);
+        free(out);
+    }
+    fprintf(stderr,
+            "  --suffix-resume 0 / 2 / 16: %ld / %ld / %ld drafted, %ld / %ld / %ld passes\n",
+            want[0].drafted, want[2].drafted, want[16].drafted, want[0].passes, want[2].passes,
+            want[16].passes);
+    cr_assert(want[0].drafted != want[16].drafted || want[0].passes != want[16].passes,
+              "resume 0 and 16 draft alike on this prompt: the test proves nothing");
+    /* serve: the same request's statistics with each server's --suffix-resume */
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"prompt\": \"%s\", \"max_tokens\": %d, \"temperature\": 0, \"ignore_eos\": true}",
+             prompt, N);
+    const int32_t srs[2] = {0, 16};
+    for (int i = 0; i < 2; i++) {
+        srv s;
+        char args[2560];
+        snprintf(args, sizeof args,
+                 "-m %s -np 1 -k %d --draft-type suffix --draft-policy fixed --suffix-resume %d", t,
+                 K, srs[i]);
+        srv_start(&s, args);
+        json_t *j = http_json(&s, "POST", "/v1/completions", body, 200);
+        json_t *sp = json_object_get(j, "speculative");
+        cr_assert_not_null(sp);
+        cr_assert_eq(json_integer_value(json_object_get(sp, "drafted")), want[srs[i]].drafted,
+                     "serve --suffix-resume %d: %lld drafted, the replay %ld", srs[i],
+                     (long long)json_integer_value(json_object_get(sp, "drafted")),
+                     want[srs[i]].drafted);
+        cr_assert_eq(json_integer_value(json_object_get(sp, "accepted")), want[srs[i]].accepted);
+        cr_assert_eq(json_integer_value(json_object_get(sp, "target_passes")), want[srs[i]].passes);
+        json_decref(j);
+        srv_stop_ok(&s);
+    }
+    free(ref);
+    free(pids);
+    const char *bad[] = {"--suffix-resume 17", "--suffix-resume -1", "--suffix-resume two"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "generate -m %s -p t5t6 -n 4 %s", t, bad[i]);
+        tu_expect_cli_error(cmd, "--suffix-resume");
+    }
+    snprintf(cmd, sizeof cmd, "serve -m %s --port 0 --suffix-resume 17", t);
+    tu_expect_cli_error(cmd, "--suffix-resume");
+    const char *keys[] = {"\"suffix_resume\": 17", "\"suffix_resume\": -1",
+                          "\"suffix_resume\": 1.5", "\"suffix_resume\": \"2\""};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        snprintf(json, sizeof json, "{\"target\": \"%s\", %s}", t, keys[i]);
+        cr_assert_eq(tu_write_file(cfg, json, strlen(json)), 0);
+        snprintf(cmd, sizeof cmd, "generate --config %s -p t5t6 -n 4", cfg);
+        tu_expect_cli_error(cmd, "suffix_resume");
+    }
 }

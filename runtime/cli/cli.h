@@ -214,6 +214,9 @@ enum {
  *                                           tokens in a block, 0 .. 16 (0, default: K)
  *   --chain-long-match N                    ngram+llm / suffix+llm: a lookup of N or more
  *                                           tokens drafts alone, 0 .. 16 (0, default: K)
+ *   --suffix-resume N                       suffix: after the target replaces a token in a
+ *                                           copy, draft N tokens from where the copy goes on,
+ *                                           0 .. 16 (0: off; default 2, sd_suffix_params)
  */
 enum {
     SD_CLI_OPT_DRAFT_TYPE = 1020, /* 1020..1049: drafting; 1050..1099: cli_flags.c */
@@ -230,8 +233,9 @@ enum {
     SD_CLI_OPT_SUFFIX_COST,
     SD_CLI_OPT_CHAIN_DRAFT_MAX,
     SD_CLI_OPT_CHAIN_LONG_MATCH,
+    SD_CLI_OPT_SUFFIX_RESUME,
 };
-_Static_assert(SD_CLI_OPT_CHAIN_LONG_MATCH < 1050, "drafting option ids run into cli_flags.c's");
+_Static_assert(SD_CLI_OPT_SUFFIX_RESUME < 1050, "drafting option ids run into cli_flags.c's");
 
 /* clang-format off */
 #define SD_CLI_DRAFT_LONGOPTS                                                                      \
@@ -252,7 +256,8 @@ _Static_assert(SD_CLI_OPT_CHAIN_LONG_MATCH < 1050, "drafting option ids run into
     {"draft-tree", required_argument, 0, SD_CLI_OPT_DRAFT_TREE},                                   \
     {"suffix-cost", required_argument, 0, SD_CLI_OPT_SUFFIX_COST},                                 \
     {"chain-draft-max", required_argument, 0, SD_CLI_OPT_CHAIN_DRAFT_MAX},                         \
-    {"chain-long-match", required_argument, 0, SD_CLI_OPT_CHAIN_LONG_MATCH}
+    {"chain-long-match", required_argument, 0, SD_CLI_OPT_CHAIN_LONG_MATCH},                       \
+    {"suffix-resume", required_argument, 0, SD_CLI_OPT_SUFFIX_RESUME}
 /* clang-format on */
 
 #define SD_CLI_GEN_SHORTOPTS ":m:p:f:n:k:s:t:c:hv"
@@ -321,6 +326,8 @@ typedef struct sd_cli_gen_opts {
     int64_t tree_width, tree_depth; /* --draft-tree WxD (depth 0: K) */
     int has_chain_draft_max, has_chain_long_match;
     int64_t chain_draft_max, chain_long_match;
+    int has_suffix_resume;
+    int64_t suffix_resume;
 } sd_cli_gen_opts;
 
 /* What a command's own-option callback returns for an option it leaves to the shared

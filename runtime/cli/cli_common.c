@@ -333,6 +333,12 @@ static int draft_option(int o, const char *arg, sd_cli_gen_opts *g) {
                                 arg);
         g->has_chain_long_match = 1;
         break;
+    case SD_CLI_OPT_SUFFIX_RESUME:
+        if (sd_cli_parse_i64(arg, 0, SD_MAX_DRAFT, &g->suffix_resume))
+            return sd_cli_usage(h, "--suffix-resume: expected an integer in [0, 16], found '%s'",
+                                arg);
+        g->has_suffix_resume = 1;
+        break;
     case SD_CLI_OPT_DRAFT_POLICY:
         if (sd_k_policy_parse(arg, &g->policy))
             return sd_cli_usage(h, "--draft-policy: expected fixed or adaptive, found '%s'", arg);
@@ -491,6 +497,8 @@ int sd_cli_pair_resolve(const sd_cli_gen_opts *g, sd_cli_pair *p, sd_error *err)
     if (cfg->has_suffix_min_prob) ep->suffix.min_token_prob = cfg->suffix_min_prob;
     if (g->has_suffix_factor) ep->suffix.max_spec_factor = (float)g->suffix_factor;
     if (g->has_suffix_min_prob) ep->suffix.min_token_prob = (float)g->suffix_min_prob;
+    if (cfg->has_suffix_resume) ep->suffix.resume = cfg->suffix_resume;
+    if (g->has_suffix_resume) ep->suffix.resume = (int32_t)g->suffix_resume;
     if (cfg->has_suffix_cost || g->has_suffix_cost) { /* the expected rule */
         ep->suffix.rule = SD_SUFFIX_RULE_EXPECTED;
         ep->suffix.draft_cost = (float)(g->has_suffix_cost ? g->suffix_cost : cfg->suffix_cost);

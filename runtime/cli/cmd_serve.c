@@ -150,8 +150,10 @@ static void serve_help(FILE *f) {
             "tokens; -1 = the rest of the sequence's context, the default), --temp, --top-k,\n"
             "--top-p, --seed, --ignore-eos, -k/--draft-max K (4), --draft-type, --draft-policy\n"
             "(fixed: the K of every pass is the request's own, so sampled output is\n"
-            "batch-invariant), --draft-p-min, --draft-min, --ngram-min/--ngram-max. Models\n"
-            "and threads: -m, -md, --config, -t, --threads-force. The server runs on the CPU.\n");
+            "batch-invariant), --draft-p-min, --draft-min, --ngram-min/--ngram-max; and\n"
+            "generate's --suffix-factor, --suffix-min-prob, --suffix-cost, --suffix-resume\n"
+            "(every suffix draft). Models and threads: -m, -md, --config, -t,\n"
+            "--threads-force. The server runs on the CPU.\n");
 }
 
 static int serve_option(int o, const char *arg, void *user) {

@@ -235,6 +235,10 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
         } else if (!strcmp(key, "suffix_min_prob")) {
             rc = get_num(path, key, v, 0.0, 1.0, &cfg->suffix_min_prob, err);
             cfg->has_suffix_min_prob = 1;
+        } else if (!strcmp(key, "suffix_resume")) {
+            rc = get_int(path, key, v, 0, SD_MAX_DRAFT, &i, err);
+            cfg->suffix_resume = (int32_t)i;
+            cfg->has_suffix_resume = 1;
         } else if (!strcmp(key, "draft_tokens")) {
             rc = get_int(path, key, v, 1, 16, &i, err);
             cfg->draft_tokens = (int32_t)i;
@@ -271,7 +275,7 @@ int sd_config_load(const char *path, sd_config *cfg, sd_error *err) {
                            "draft_tokens, max_tokens, temp, top_k, top_p, seed, threads, "
                            "ctx_size, prompt, kv_type, draft_type, draft_policy, draft_p_min, "
                            "draft_min, ngram_min, ngram_max, suffix_factor, suffix_min_prob, "
-                           "suffix_cost, lookup_cache, device, device_draft, "
+                           "suffix_cost, suffix_resume, lookup_cache, device, device_draft, "
                            "tensor_split, chat, spec_sampling, min_p, repeat_penalty, "
                            "presence_penalty, frequency_penalty, repeat_last_n, draft_head, "
                            "draft_head_n, chain_draft_max, chain_long_match)",

@@ -25,6 +25,8 @@
  *   "suffix_min_prob" number [0, 1]: the suffix draft stops before its continuation's
  *                           empirical probability falls below this
  *   "suffix_cost"  number   (0, 16]: the suffix draft's expected rule (--suffix-cost)
+ *   "suffix_resume" integer 0 .. 16: tokens the suffix draft resumes a copy with after a
+ *                           replaced token (--suffix-resume; 0: off)
  *   "chain_draft_max", "chain_long_match" integers 0 .. 16: ngram+llm / suffix+llm limits
  *                           (--chain-draft-max, --chain-long-match)
  *   "lookup_cache" string   persistent n-gram cache file (same path rule as "target")
@@ -77,6 +79,8 @@ typedef struct sd_config {
     int32_t draft_min, ngram_min, ngram_max;
     int has_suffix_factor, has_suffix_min_prob, has_suffix_cost;
     float suffix_factor, suffix_min_prob, suffix_cost;
+    int has_suffix_resume;
+    int32_t suffix_resume;
     int has_chain_draft_max, has_chain_long_match;
     int32_t chain_draft_max, chain_long_match;
     /* generate's chat mode, sampling, the draft head */

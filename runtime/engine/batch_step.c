@@ -575,8 +575,9 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     for (int32_t i = k_verified; i < k_drafted; i++)
         c->st.drafted_at[i]++;
     k = k_drafted;
-    if (c->lp) /* entry i of the output: ctx[n_prompt + i] */
-        memcpy(c->lp + (first_new - c->r->n_prompt), b->lp, (size_t)p.n_committed * sizeof *b->lp);
+    if (c->lp) /* entry out0 + i of the output: ctx[n_prompt + i] */
+        memcpy(c->lp + c->out0 + (first_new - c->r->n_prompt), b->lp,
+               (size_t)p.n_committed * sizeof *b->lp);
     c->n_ctx = p.n_ctx;
     /* stop_at_context: a full context ends the choice (as sd_generate: the budget first) */
     if (c->r->stop_at_context && c->st.stop == SD_STOP_NONE && c->n_ctx > b->n_ctx)
@@ -650,7 +651,7 @@ static int start_decode(sd_batcher *b, sd_req *r, sd_error *err) {
         sd_choice *c = &r->ch[i];
         if (c->state == CH_DONE) continue;
         c->state = CH_DECODE;
-        c->st.t_prefill_ms = t;
+        if (c->n_shifts == 0) c->st.t_prefill_ms = t; /* the first segment's */
     }
     return SD_OK;
 }
@@ -686,8 +687,40 @@ static void progress_event(sd_batcher *b, sd_req *r) {
 
 static void compact(sd_batcher *b);
 
-/* Events for every choice that moved, finishing those that stopped; the callback's
- * non-zero return cancels its request. */
+/* gp.context_shift: choice c (its request's only one) stopped at a full context with its
+ * budget left and kept tokens that leave room. 1 if it goes on after a shift. */
+static int can_shift(const sd_batcher *b, const sd_choice *c) {
+    const sd_req *r = c->r;
+    return r->gp.context_shift && c->stop == SD_STOP_CONTEXT && c->st.stop == SD_STOP_CONTEXT &&
+           c->st.n_generated < r->gp.n_predict && r->n_keep < b->n_ctx / 2 && c->n_ctx > r->n_keep;
+}
+
+/* The context shift of choice c (can_shift; its tokens given): its context ctx[0 .. n_ctx)
+ * keeps its first r->n_keep tokens and drops the older half of the rest
+ * (sd_ctx_shift_window), and becomes the prompt of the next segment: the choice prefills
+ * it in its own sequence from the kept prefix (the rest of both caches is dropped: their
+ * rows attended to the dropped run), then decodes on. Its statistics, controller,
+ * grammar state, text and budget go on; the lookup proposers re-index the new context at
+ * their next sync. */
+static void shift_choice(sd_batcher *b, sd_choice *c) {
+    sd_req *r = c->r;
+    c->out0 += c->n_ctx - r->n_prompt;
+    c->n_ctx -= sd_ctx_shift_window(c->ctx, c->n_ctx, r->n_keep);
+    r->n_prompt = c->n_ctx;
+    c->n_emitted_sent = c->n_ctx;
+    c->n_ctx_drafted = c->n_ctx;
+    c->doff = 0;
+    c->catchup = 0;
+    c->stop = c->st.stop = SD_STOP_NONE;
+    c->state = CH_PREFILL;
+    c->n_shifts++;
+    sd_session_seq_keep_prefix(b->ts, c->slot, c->ctx, c->n_ctx - 1);
+    if (b->ds) sd_session_seq_keep_prefix(b->ds, c->slot, c->ctx, c->n_ctx - 1);
+}
+
+/* Events for every choice that moved, finishing those that stopped (a full context with
+ * gp.context_shift: shifted instead); the callback's non-zero return cancels its
+ * request. */
 static void deliver(sd_batcher *b) {
     for (int32_t i = 0; i < b->n_running; i++) {
         sd_req *r = b->running[i];
@@ -695,9 +728,15 @@ static void deliver(sd_batcher *b) {
         for (int32_t j = 0; j < r->n_choices; j++) {
             sd_choice *c = &r->ch[j];
             if (c->state == CH_DONE) continue;
-            if (c->failed)
+            if (c->failed) {
                 sd_choice_finish(b, c, SD_STOP_NONE);
-            else if (c->stop != SD_STOP_NONE)
+            } else if (can_shift(b, c)) {
+                c->stop = c->st.stop = SD_STOP_NONE; /* its tokens, then the shift */
+                if (sd_choice_event(b, c) != 0)
+                    cancel = 1;
+                else
+                    shift_choice(b, c);
+            } else if (c->stop != SD_STOP_NONE)
                 sd_choice_finish(b, c, c->stop);
             else if (c->state == CH_DECODE && sd_choice_event(b, c) != 0)
                 cancel = 1;
@@ -872,7 +911,7 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
     for (int32_t i = 0; i < b->n_running && !rc; i++) {
         sd_req *r = b->running[i];
         if (r->progress && r->ch[0].state == CH_PREFILL && r->ch[0].in_pass &&
-            sd_session_seq_n_past(b->ts, r->ch[0].slot) < r->n_prompt - 1)
+            r->ch[0].n_shifts == 0 && sd_session_seq_n_past(b->ts, r->ch[0].slot) < r->n_prompt - 1)
             progress_event(b, r);
     }
     if (rc) { /* a model error ends every request of the pass */

@@ -331,16 +331,20 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
                          "request: token trees (tree_width %d) run in generate only: the batcher "
                          "verifies chains",
                          g->tree_width);
+    if (g->context_shift && r->n_choices != 1)
+        return sd_errorf(err, SD_ERR_ARG, "request: a context shift runs one choice, not %d",
+                         r->n_choices);
     const int llm = g->n_draft > 0 && sd_draft_type_uses_llm(g->draft_type);
     if (llm && !b->ds)
         return sd_errorf(err, SD_ERR_ARG, "request: draft type %s needs a draft model",
                          sd_draft_type_name(g->draft_type));
     int64_t need = (int64_t)r->n_prompt + g->n_predict;
-    if (r->stop_at_context && r->n_prompt > b->n_ctx)
+    const int at_context = r->stop_at_context || g->context_shift;
+    if (at_context && r->n_prompt > b->n_ctx)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "prompt of %d tokens does not fit the context of %d tokens", r->n_prompt,
                          b->n_ctx);
-    if (r->stop_at_context && need > b->n_ctx) need = b->n_ctx; /* it stops there */
+    if (at_context && need > b->n_ctx) need = b->n_ctx; /* it stops (or shifts) there */
     if (need > b->n_ctx)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "request: %d prompt tokens + %d max tokens exceed the context of %d "
@@ -368,7 +372,10 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     q->cb = r->cb;
     q->user = r->user;
     q->progress = r->progress != 0;
-    q->stop_at_context = r->stop_at_context != 0;
+    q->stop_at_context = r->stop_at_context != 0 || r->gen.context_shift != 0;
+    if (r->gen.context_shift)
+        q->n_keep =
+            sd_ctx_shift_keep(r->prompt, r->n_prompt, r->gen.shift_keep, sd_vocab_bos(b->vocab));
     q->t_submit = sd_time_ms();
     int ok = 1;
     q->prompt = xcalloc((size_t)r->n_prompt, sizeof *q->prompt, &ok);
@@ -421,7 +428,7 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     if (q->gp.draft_type == SD_DRAFT_NONE) q->gp.n_draft = 0;
     /* its tokens: at most the context + 1 (the last is never fed back) with stop_at_context */
     int64_t cap64 = (int64_t)r->n_prompt + r->gen.n_predict + 1;
-    if (r->stop_at_context && cap64 > (int64_t)b->n_ctx + 2) cap64 = (int64_t)b->n_ctx + 2;
+    if (q->stop_at_context && cap64 > (int64_t)b->n_ctx + 2) cap64 = (int64_t)b->n_ctx + 2;
     const int32_t cap = (int32_t)cap64;
     for (int32_t i = 0; i < r->n_choices; i++) {
         sd_choice *c = &q->ch[i];
