@@ -41,8 +41,9 @@
 #   8. the 7B shape (llama7b target, Q8_0) with bench --kernels, if 150 s are left
 #   9. the batcher on the device (what generate and serve run: a paged KV cache, blocks
 #      reached through block tables): greedy target-alone and speculative (K 4) text
-#      through generate's batcher (F16 KV), and target alone through the old loop
-#      (--context-shift takes it), and the batcher's target alone again without CUDA graphs;
+#      through generate's batcher (F16 KV), and target alone through the old loop (-sm row:
+#      a tensor-parallel target over every GPU, one here, takes it; one GPU's split gives the
+#      unsplit bits), and the batcher's target alone again without CUDA graphs;
 #      speculative, the loop and no graphs must give the batcher's target-alone tokens
 #      ("batcher" in the JSON with the decode ms per token of each, one line on stderr)
 # GPU_CHECK_ONLY=batcher: steps 1, test_backend_cuda and step 9 on a small synth pair (Q8_0)
@@ -204,7 +205,7 @@ batcher_checks() {
     local g=(--device "$DEV" --kv-type f16 -p "$PROMPT" -n 64 --temp 0 --ignore-eos --json -v)
     step "batcher_alone_$p" 90 "$SD" generate -m "$tgt" --no-draft "${g[@]}"
     step "batcher_spec_$p" 90 "$SD" generate --config "$cfg" -k 4 --draft-policy fixed "${g[@]}"
-    step "loop_alone_$p" 90 "$SD" generate -m "$tgt" --no-draft --context-shift "${g[@]}"
+    step "loop_alone_$p" 90 "$SD" generate -m "$tgt" --no-draft -sm row "${g[@]}"
     # the batcher's decode step without CUDA graphs (what the graphs of a paged step save)
     step "batcher_alone_nographs_$p" 90 env SD_CUDA_GRAPHS=0 "$SD" generate -m "$tgt" --no-draft "${g[@]}"
 }
