@@ -27,6 +27,8 @@ static int group_params(const sd_kv_pool_params *p, int32_t g, sd_kv_pool_params
     sub->block_size = p->block_size;
     sub->n_blocks = p->group_blocks[g] > 0 ? p->group_blocks[g] : p->n_blocks;
     sub->type = p->type;
+    sub->copy = p->copy;
+    sub->copy_ctx = p->copy_ctx;
     return SD_OK;
 }
 

@@ -159,10 +159,17 @@ void sd_kv_pool_copy_rows(sd_kv_pool *p, int32_t dst, int32_t src, int32_t n_row
     const size_t bytes = (size_t)n_rows * p->row_bytes;
     for (int32_t l = 0; l < p->n_layer; l++) {
         const size_t base = (size_t)l * p->layer_len;
-        memcpy(p->k + base + (size_t)dst * p->block_bytes,
-               p->k + base + (size_t)src * p->block_bytes, bytes);
-        memcpy(p->v + base + (size_t)dst * p->block_bytes,
-               p->v + base + (size_t)src * p->block_bytes, bytes);
+        uint8_t *kd = p->k + base + (size_t)dst * p->block_bytes,
+                *vd = p->v + base + (size_t)dst * p->block_bytes;
+        const uint8_t *ks = p->k + base + (size_t)src * p->block_bytes,
+                      *vs = p->v + base + (size_t)src * p->block_bytes;
+        if (p->copy) { /* device storage: the owner copies */
+            p->copy(p->copy_ctx, kd, ks, bytes);
+            p->copy(p->copy_ctx, vd, vs, bytes);
+        } else {
+            memcpy(kd, ks, bytes);
+            memcpy(vd, vs, bytes);
+        }
     }
     p->n_cow++;
 }
@@ -311,6 +318,15 @@ int32_t sd_kv_span(const sd_kv *kv, int32_t pos) {
     if (pos / bs >= kv->held || pos / bs < kv->lo) return 0;
     const int32_t span = bs - pos % bs;
     return span < kv->n_ctx - pos ? span : kv->n_ctx - pos;
+}
+
+int32_t sd_kv_block_table(const sd_kv *kv, int32_t layer, const int32_t **ids,
+                          int32_t *block_size) {
+    if (kv->sub[0] && layer >= 0 && layer < kv->pool->n_layer)
+        kv = kv->sub[kv->pool->layer_sub[layer]];
+    *ids = kv->table;
+    *block_size = kv->own_pool ? kv->n_ctx : kv->pool->bs;
+    return kv->held;
 }
 
 int sd_kv_seq_check(const sd_kv *kv, sd_error *err) {

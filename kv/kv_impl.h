@@ -16,6 +16,9 @@ struct sd_kv_pool {
     size_t layer_len;   /* n_blocks * block_bytes */
     uint8_t *k, *v;     /* [n_layer, n_blocks * bs, row_bytes] each */
     void *owned;        /* storage allocated here, or NULL */
+    /* device storage: the owner's copy (sd_kv_pool_params.copy); NULL: memcpy */
+    void (*copy)(void *copy_ctx, void *dst, const void *src, size_t bytes);
+    void *copy_ctx;
     int32_t *refs;      /* [n_blocks] sequences mapping the block + 1 if the cache holds it */
     int32_t *free_list; /* [n_blocks] stack of free block ids, n_free of them */
     int32_t n_free;

@@ -113,6 +113,8 @@ int sd_kv_pool_init(const sd_kv_pool_params *pp, sd_kv_pool **out, sd_error *err
     p->layer_len = layer_len;
     p->storage_bytes = total;
     p->n_group = 1;
+    p->copy = pp->copy;
+    p->copy_ctx = pp->copy_ctx;
     const size_t nb = (size_t)pp->n_blocks;
     p->refs = calloc(nb, sizeof *p->refs);
     p->free_list = malloc(nb * sizeof *p->free_list);

@@ -5,8 +5,9 @@
  * (prefix.c). Owns the block accounting and, when it allocated it, the storage. May
  * include runtime/base and quant (element types) only. A contiguous cache (sd_kv_init)
  * may live in backend memory (a device address): this part then only computes row
- * addresses. A paged pool (sd_kv_pool_init) copies rows itself (copy-on-write), so its
- * storage must be host memory (the CPU backend; sessions refuse paged KV elsewhere).
+ * addresses. A paged pool (sd_kv_pool_init) copies rows itself (copy-on-write, a prefix
+ * hit's partial block): with memcpy in host memory, or, for storage the host cannot touch
+ * (a device buffer), with the copy function its owner gives (sd_kv_pool_params.copy).
  *
  * Layout. A pool holds n_blocks blocks of block_size positions. Per layer, K and V are
  * each [n_blocks * block_size, kv_dim] rows of the pool's element type (kv_dim =
@@ -100,9 +101,15 @@ typedef struct sd_kv_pool_params {
     int32_t block_size; /* positions per block, 1 .. SD_KV_MAX_BLOCK (16 or 32 are usual) */
     int32_t n_blocks;   /* blocks in the pool, >= 1 */
     sd_type type;       /* element type, as sd_kv_params */
-    /* Host storage of sd_kv_pool_storage_bytes(p) bytes, not owned, zeroed; NULL: the
-     * pool allocates it. */
+    /* Storage of sd_kv_pool_storage_bytes(p) bytes, not owned, zeroed; NULL: the pool
+     * allocates it (host memory). */
     void *storage;
+    /* Storage the host cannot read or write (a device buffer): copy(copy_ctx, dst, src,
+     * bytes) copies bytes between two addresses of it (ordered before any later read or
+     * write of the rows by the same owner, e.g. queued on the device's stream); the pool
+     * then never dereferences a row. NULL: host storage, copied with memcpy. */
+    void (*copy)(void *copy_ctx, void *dst, const void *src, size_t bytes);
+    void *copy_ctx;
     /* Layer groups, for a model whose sliding-window (local) layers interleave with global
      * ones (Gemma 3). n_group 0 or 1: one group, each block holds every layer's rows.
      * 2 .. SD_KV_MAX_GROUPS: layer l's rows live only in the blocks of group
@@ -247,6 +254,16 @@ int32_t sd_kv_release_before(sd_kv *kv, int32_t pos);
 void *sd_kv_k(sd_kv *kv, int32_t layer, int32_t pos);
 void *sd_kv_v(sd_kv *kv, int32_t layer, int32_t pos);
 int32_t sd_kv_span(const sd_kv *kv, int32_t pos);
+
+/* The block table of layer's rows (for a device kernel that addresses rows itself):
+ * returns n, the logical blocks the sequence maps (committed and reserved positions), and
+ * sets *ids to its n pool block ids (logical block i holds positions [i * bs, (i + 1) *
+ * bs); -1: released behind a sliding window) and *block_size to bs. In one layer, row p
+ * is at (ids[p / bs] - ids[j]) * bs * sd_kv_row_bytes(kv) + (p % bs) * sd_kv_row_bytes(kv)
+ * bytes from the row of position j * bs, for K as for V, and every layer of the same pool
+ * (group) has the same table. A contiguous cache: n = 1, ids = {0}, bs = n_ctx. The table
+ * stays valid until the sequence is reserved, truncated, forked into or freed. */
+int32_t sd_kv_block_table(const sd_kv *kv, int32_t layer, const int32_t **ids, int32_t *block_size);
 
 #ifdef __cplusplus
 }

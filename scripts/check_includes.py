@@ -76,9 +76,7 @@ USERS = ["examples"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 # The call circles that exist and are allowed to (each a set of files of one folder): the
-# KV cache's blocks and prefix cache, the
-# model's forward pass and tensor parallelism, the server's endpoints around its core,
-# the chat templates and their renderer, the quantizers' float / K-quant halves, the CUDA
+# KV cache's blocks and prefix cache, the quantizers' float / K-quant halves, the CUDA
 # backend's op files around its core. Shrink this list; never grow it.
 KNOWN_CIRCLES = [
     {"quant/kquants.c", "quant/quant.c"},
@@ -86,11 +84,6 @@ KNOWN_CIRCLES = [
         "attention.cu", "backend.cu", "comm.cu", "elementwise.cu", "gemm.cu", "get_rows.cu",
         "graph.cu", "kv_store.cu", "matmul.cu", "ops.cu", "rmsnorm.cu", "rope.cu", "softmax.cu")},
     {"kv/group.c", "kv/kv.c", "kv/pool.c", "kv/prefix.c"},
-    {"runtime/model/forward.c", "runtime/model/tp.c"},
-    {"runtime/server/api.c", "runtime/server/chat_prompt.c", "runtime/server/infill.c",
-     "runtime/server/logprobs.c", "runtime/server/metrics_vllm.c", "runtime/server/misc.c",
-     "runtime/server/native.c", "runtime/server/server.c", "runtime/server/slot_action.c"},
-    {"runtime/tokenizer/chat.c", "runtime/tokenizer/chat_render.c"},
 ]
 
 COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',

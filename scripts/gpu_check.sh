@@ -39,6 +39,13 @@
 #   7. bench A/B per pair, greedy, K = 1, 2, 4, 8: greedy speculative == target alone for
 #      every K, the speedup at K = 4
 #   8. the 7B shape (llama7b target, Q8_0) with bench --kernels, if 150 s are left
+#   9. the batcher on the device (what generate and serve run: a paged KV cache, blocks
+#      reached through block tables): greedy target-alone and speculative (K 4) text
+#      through generate's batcher (F16 KV), and target alone through the old loop
+#      (--context-shift takes it); speculative and the loop must give the batcher's
+#      target-alone tokens ("batcher" in the JSON, one summary line on stderr)
+# GPU_CHECK_ONLY=batcher: steps 1, test_backend_cuda and step 9 on a small synth pair (Q8_0)
+# only (about a minute).
 # A dry run of the plumbing without a GPU: GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESET=tiny
 # GPU_CHECK_PRESET_7B=tiny bash scripts/gpu_check.sh /tmp/gc (about 2 minutes; "ok" is
 # then false: the GPU tests skip, which is not expected on a GPU machine).
@@ -183,13 +190,37 @@ fi
 log "device: $(head -n 1 "$R/device.csv")"
 step version 10 "$SD" --version
 
+ONLY="${GPU_CHECK_ONLY:-}"
+PROMPT="Once upon a time"
+PAIRS=""
+GREEDY_SET="" # models whose GPU greedy text is compared with the CPU's (below)
+
+# 9. the batcher on the device: label, target, config (run below, or alone with ONLY=batcher)
+BATCHER_PAIRS=""
+batcher_checks() {
+    local p="$1" tgt="$2" cfg="$3"
+    BATCHER_PAIRS="$BATCHER_PAIRS $p"
+    local g=(--device "$DEV" --kv-type f16 -p "$PROMPT" -n 64 --temp 0 --ignore-eos --json -v)
+    step "batcher_alone_$p" 90 "$SD" generate -m "$tgt" --no-draft "${g[@]}"
+    step "batcher_spec_$p" 90 "$SD" generate --config "$cfg" -k 4 --draft-policy fixed "${g[@]}"
+    step "loop_alone_$p" 90 "$SD" generate -m "$tgt" --no-draft --context-shift "${g[@]}"
+}
+
 # 2. op tests
-step test_cuda_math 60 "$BIN/test_cuda_math" --jobs 1 --verbose
-step test_backend 90 "$BIN/test_backend" --jobs 1 --verbose
+[ -z "$ONLY" ] && step test_cuda_math 60 "$BIN/test_cuda_math" --jobs 1 --verbose
+[ -z "$ONLY" ] && step test_backend 90 "$BIN/test_backend" --jobs 1 --verbose
 step test_backend_cuda 200 "$BIN/test_backend_cuda" --jobs 1 --verbose
-step test_backend_cuda_cli 60 "$BIN/test_backend_cuda_cli" --jobs 1 --verbose
-step test_backend_cuda_nographs 120 env SD_CUDA_GRAPHS=0 "$BIN/test_backend_cuda" --jobs 1 \
-    --verbose --filter 'cuda_model/*'
+if [ -z "$ONLY" ]; then
+    step test_backend_cuda_cli 60 "$BIN/test_backend_cuda_cli" --jobs 1 --verbose
+    step test_backend_cuda_nographs 120 env SD_CUDA_GRAPHS=0 "$BIN/test_backend_cuda" --jobs 1 \
+        --verbose --filter 'cuda_model/*'
+fi
+
+if [ "$ONLY" = batcher ]; then
+    mkdir -p "$M"
+    [ -f "$M/small/pair.json" ] || step synth_small 90 "$SD" synth --preset small --type q8_0 -o "$M/small"
+    [ -f "$M/small/pair.json" ] && batcher_checks small "$M/small/target.gguf" "$M/small/pair.json"
+else
 
 # 3. pairs: synth Q8_0, then a Q4_K_M copy of it (target and draft)
 mkdir -p "$M"
@@ -201,8 +232,8 @@ if [ -f "$M/q8_0/pair.json" ] && [ ! -f "$M/q4_k_m/pair.json" ]; then
         sed 's/"description": "[^"]*"/"description": "the q8_0 pair quantized to q4_k_m"/' \
             "$M/q8_0/pair.json" >"$M/q4_k_m/pair.json"
 fi
-PAIRS=""
 for p in q8_0 q4_k_m; do [ -f "$M/$p/pair.json" ] && PAIRS="$PAIRS $p"; done
+GREEDY_SET="f32 $PAIRS"
 # A float-weight model (synth small, F32 target only, F32 KV): no activation is quantized, so
 # the GPU's greedy text must be the CPU's (quantized weights turn the few-ulp differences of
 # the reductions and the device libm into int8 rounding steps: docs/gpu.md, "The cause").
@@ -214,7 +245,6 @@ if [ -f "$M/f32/target.gguf" ]; then
         -n 64 --temp 0 --ignore-eos --no-draft --kv-type f32 --json
 fi
 
-PROMPT="Once upon a time"
 for p in $PAIRS; do
     # 4. GPU vs CPU
     step "compare_$p" 120 "$SD" compare -m "$M/$p/target.gguf" --device "$DEV" -n 64 --json "$R/compare_$p.json"
@@ -252,6 +282,10 @@ else
     log "llama7b: not run (under 150 s left)"
     printf 'llama7b\tnot run: under 150 s left\t0\n' >>"$STEPS"
 fi
+
+# 9. the batcher on the device
+[ -f "$M/q8_0/pair.json" ] && batcher_checks q8_0 "$M/q8_0/target.gguf" "$M/q8_0/pair.json"
+fi # ONLY
 
 # ------------------------------------------------------------------ one JSON object (bash only)
 json_str() { # a JSON string literal of $1
@@ -310,7 +344,7 @@ done
 
 # Greedy: the GPU's tokens == the CPU's, per pair; speculative == target alone (bench A/B).
 greedy_json=""
-for p in f32 $PAIRS; do
+for p in $GREEDY_SET; do
     g=$(grep -o '"tokens": *\[[^]]*\]' "$R/greedy_gpu_$p.out" 2>/dev/null | head -n 1)
     c=$(grep -o '"tokens": *\[[^]]*\]' "$R/greedy_cpu_$p.out" 2>/dev/null | head -n 1)
     same=false first=null
@@ -333,6 +367,24 @@ for p in f32 $PAIRS; do
     greedy_json="$greedy_json$(json_str "$p"): {\"gpu_equals_cpu\": $same, \"first_difference\": $first, \"speculative_equals_target_alone\": ${ab:-null}, \"gpu_batch_invariant\": ${bi:-null}, \"gpu_tokens\": $(json_str "$g"), \"cpu_tokens\": $(json_str "$c")}"
 done
 
+# The batcher on the device: its target-alone tokens == its speculative tokens == the loop's,
+# each run on the path it names (-v prints "specdec: loop: batcher|loop (why)").
+toks() { grep -o '"tokens": *\[[^]]*\]' "$R/$1.out" 2>/dev/null | head -n 1; }
+path_of() { sed -n 's/^specdec: loop: \([a-z]*\).*/\1/p' "$R/$1.err" 2>/dev/null | head -n 1; }
+batcher_json=""
+for p in $BATCHER_PAIRS; do
+    a=$(toks "batcher_alone_$p") sp=$(toks "batcher_spec_$p") lo=$(toks "loop_alone_$p")
+    paths="$(path_of "batcher_alone_$p") $(path_of "batcher_spec_$p") $(path_of "loop_alone_$p")"
+    spec_eq=false loop_eq=false
+    [ -n "$a" ] && [ "$a" = "$sp" ] && spec_eq=true
+    [ -n "$a" ] && [ "$a" = "$lo" ] && loop_eq=true
+    acc=$(grep -o '"acceptance_rate": *[0-9.e+-]*' "$R/batcher_spec_$p.out" 2>/dev/null | head -n 1 | sed 's/.*: *//')
+    $spec_eq && $loop_eq && [ "$paths" = "batcher batcher loop" ] || ok=false
+    log "batcher ($p): paths $paths, speculative == target alone: $spec_eq, batcher == loop: $loop_eq, acceptance ${acc:-?}"
+    [ -n "$batcher_json" ] && batcher_json="$batcher_json, "
+    batcher_json="$batcher_json$(json_str "$p"): {\"paths\": $(json_str "$paths"), \"speculative_equals_target_alone\": $spec_eq, \"batcher_equals_loop\": $loop_eq, \"acceptance\": $(json_str "${acc:-}"), \"tokens\": $(json_str "$a")}"
+done
+
 files_json=""
 for f in "$R"/compare_*.json "$R"/kernels_*.json "$R"/ab_*.json; do
     [ -f "$f" ] || continue
@@ -346,4 +398,4 @@ for f in "$R"/profile_*.jsonl; do
     prof_json="$prof_json$(json_str "$(basename "$f" .jsonl)"): [$(paste -sd, "$f")]"
 done
 
-echo "{\"ok\": $ok, \"elapsed_s\": $(($(date +%s) - T0)), \"device\": $(json_str "$(cat "$R/device.csv")"), \"device_flag\": $(json_str "$DEV"), \"carry\": {\"manifest_ok\": $carry_ok, \"manifest\": $(json_str "$(sed -n '1,4p' "$CARRY/manifest.txt")"), \"module\": $(json_str "$(basename "$MODULE")"), \"module_note\": $(json_str "$MODULE_NOTE")}, \"version\": $(json_str "$(cat "$R/version.out" 2>/dev/null)"), \"steps\": [$steps_json], \"tests\": {$tests_json}, \"greedy\": {$greedy_json}, \"results\": {$files_json}, \"op_timings\": {$prof_json}}" | tee "$R/gpu_check.json"
+echo "{\"ok\": $ok, \"elapsed_s\": $(($(date +%s) - T0)), \"device\": $(json_str "$(cat "$R/device.csv")"), \"device_flag\": $(json_str "$DEV"), \"carry\": {\"manifest_ok\": $carry_ok, \"manifest\": $(json_str "$(sed -n '1,4p' "$CARRY/manifest.txt")"), \"module\": $(json_str "$(basename "$MODULE")"), \"module_note\": $(json_str "$MODULE_NOTE")}, \"version\": $(json_str "$(cat "$R/version.out" 2>/dev/null)"), \"steps\": [$steps_json], \"tests\": {$tests_json}, \"greedy\": {$greedy_json}, \"batcher\": {$batcher_json}, \"results\": {$files_json}, \"op_timings\": {$prof_json}}" | tee "$R/gpu_check.json"

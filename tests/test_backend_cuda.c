@@ -4,8 +4,11 @@
  * tokens == n single-token calls, bit for bit), error reporting, and whole models: a GPU
  * session's batched logits equal its single-token logits bit for bit, GPU logits are close
  * to the CPU's with the same top-1, and greedy speculative output equals target-alone
- * output on the GPU. Each test skips with one line where no CUDA device can be used (a
- * build without CUDA, no GPU, no driver): that is what happens in CI.
+ * output on the GPU. Paged KV caches (kv/: blocks anywhere in the pool, reached through
+ * the sequence's block table) give the bits of a contiguous cache, op by op and for whole
+ * multi-sequence passes, and the batcher on the device (serve, generate) gives greedy
+ * speculative text equal to target alone. Each test skips with one line where no CUDA
+ * device can be used (a build without CUDA, no GPU, no driver): that is what happens in CI.
  *
  * Every weight type the GPU runs: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the
  * K-quants Q2_K .. Q6_K. Also: rows of one block (or one super-block) give the CPU's bits
@@ -41,6 +44,7 @@
 #include "runtime/model/sd_model.h"
 #include "target/sd_target.h"
 #include "testutil.h"
+#include "engine_util.h"
 
 #define U 0x1p-24
 
@@ -581,6 +585,192 @@ Test(cuda_ops, kv_store_and_attention_f16) {
     check_attention(SD_TYPE_F16);
 }
 
+/* ---- paged KV caches ---- */
+
+/* A pool in device memory copies rows through the GPU backend's copy op (what a session
+ * makes: runtime/model/forward.c). */
+static void gpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    sd_backend *be = ctx;
+    cr_assert_eq(bytes % sizeof(float), 0);
+    be->ops->copy(be, dst, src, (int64_t)(bytes / sizeof(float)));
+}
+
+/* On each backend, a contiguous cache and a paged pool of blocks of 16 positions holding
+ * sequences A and B whose blocks are scattered (taken in turn and out of order), and C,
+ * forked from A inside a block (its first write copies the block on the device): stored
+ * rows and attention outputs of a paged sequence are the contiguous cache's bits on the
+ * GPU, every query alone the bits of its pass, and the GPU within the attention tolerance
+ * of the CPU backend. */
+static void check_paged(sd_type kvt) {
+    enum { NH = 8, NKV = 2, HD = 64, CTX = 300, L = 2, BS = 16, NB = 64, N = 280 };
+    const int32_t kv_dim = NKV * HD, qd = NH * HD;
+    duo d;
+    duo_open(&d, 17, qd, CTX);
+    sd_backend *be[2] = {d.cpu, d.gpu};
+    kvpair kc; /* contiguous */
+    kv_open(&kc, &d, L, CTX, kv_dim, kvt);
+    sd_kv_pool_params pp = {
+        .n_layer = L, .kv_dim = kv_dim, .block_size = BS, .n_blocks = NB, .type = kvt};
+    size_t bytes;
+    sd_error err = {0};
+    cr_assert_eq(sd_kv_pool_storage_bytes(&pp, &bytes, &err), 0, "%s", err.msg);
+    sd_buffer *pbuf[2];
+    sd_kv_pool *pool[2];
+    sd_kv *sa[2], *sb[2], *sc[2], *sx[2];
+    for (int j = 0; j < 2; j++) {
+        cr_assert_eq(be[j]->ops->buffer_alloc(be[j], bytes, SD_BUFFER_KV, &pbuf[j], &err), 0, "%s",
+                     err.msg);
+        pp.storage = pbuf[j]->addr;
+        pp.copy = j ? gpu_copy : NULL;
+        pp.copy_ctx = j ? d.gpu : NULL;
+        cr_assert_eq(sd_kv_pool_init(&pp, &pool[j], &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_kv_seq_init(pool[j], CTX, &sa[j], &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_kv_seq_init(pool[j], CTX, &sb[j], &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_kv_seq_init(pool[j], CTX, &sc[j], &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_kv_seq_init(pool[j], CTX, &sx[j], &err), 0, "%s", err.msg);
+        /* scatter: x takes 5 blocks, A and B alternate, x gives its blocks back (they are
+         * taken again last-freed first) */
+        cr_assert_eq(sd_kv_reserve(sx[j], 5 * BS, &err), 0, "%s", err.msg);
+    }
+    uint64_t s = 11;
+    float *k = malloc((size_t)CTX * kv_dim * 4), *v = malloc((size_t)CTX * kv_dim * 4);
+    float *q = malloc((size_t)17 * qd * 4), *got = malloc((size_t)17 * qd * 4),
+          *ref = malloc((size_t)17 * qd * 4), *one = malloc((size_t)qd * 4);
+    cr_assert(k && v && q && got && ref && one);
+    for (int i = 0; i < CTX * kv_dim; i++) {
+        k[i] = rng_f(&s) * 2.0f;
+        v[i] = rng_f(&s);
+    }
+    for (int i = 0; i < 17 * qd; i++)
+        q[i] = rng_f(&s) * 2.0f;
+    sd_buffer *bk[2], *bv[2], *bq[2], *bo[2];
+    for (int j = 0; j < 2; j++) {
+        bk[j] = put(be[j], k, (size_t)CTX * kv_dim * 4);
+        bv[j] = put(be[j], v, (size_t)CTX * kv_dim * 4);
+        bq[j] = put(be[j], q, (size_t)17 * qd * 4);
+        bo[j] = put(be[j], NULL, (size_t)17 * qd * 4);
+    }
+    /* Rows [0, N) into the contiguous cache, A and B (B: the rows in reverse order), 17 and
+     * then 9 at a time so that passes straddle block boundaries; x's blocks freed midway. */
+    for (int j = 0; j < 2; j++) {
+        for (int32_t p0 = 0, i = 0; p0 < N; i++) {
+            const int32_t n = N - p0 < (i % 2 ? 9 : 17) ? N - p0 : (i % 2 ? 9 : 17);
+            cr_assert_eq(sd_kv_reserve(sa[j], n, &err), 0, "%s", err.msg);
+            cr_assert_eq(sd_kv_reserve(sb[j], n, &err), 0, "%s", err.msg);
+            const float *kk = (const float *)bk[j]->addr + (size_t)p0 * kv_dim;
+            const float *vv = (const float *)bv[j]->addr + (size_t)p0 * kv_dim;
+            for (int32_t l = 0; l < L; l++) {
+                be[j]->ops->kv_store(be[j], kc.kv[j], l, p0, n, kv_dim, kk, vv);
+                be[j]->ops->kv_store(be[j], sa[j], l, p0, n, kv_dim, kk, vv);
+                be[j]->ops->kv_store(be[j], sb[j], l, p0, n, kv_dim, vv, kk); /* swapped */
+            }
+            sd_kv_commit(sa[j], n);
+            sd_kv_commit(sb[j], n);
+            p0 += n;
+            if (i == 3) sd_kv_free(sx[j]), sx[j] = NULL;
+        }
+        cr_assert_eq(be[j]->ops->sync(be[j], &err), 0, "%s", err.msg);
+    }
+    /* The blocks are scattered: A's table is not 0, 1, 2, ... */
+    const int32_t *ids = NULL;
+    int32_t bs = 0, n_blk = sd_kv_block_table(sa[1], 1, &ids, &bs);
+    cr_assert_eq(bs, BS);
+    cr_assert_eq(n_blk, (N + BS - 1) / BS);
+    int scattered = 0;
+    for (int32_t i = 1; i < n_blk; i++)
+        scattered |= ids[i] != ids[i - 1] + 1;
+    cr_assert(scattered, "the test's blocks are adjacent");
+    /* C shares A's first 250 positions, then diverges inside block 15: a copy of its rows
+     * 240 .. 249 on the device, then rows of its own (the contiguous cache's, rewritten
+     * there too, so it stays C's reference). */
+    const int32_t fork_at = 250, nc = 17;
+    for (int j = 0; j < 2; j++) {
+        cr_assert_eq(sd_kv_fork(sc[j], sa[j], fork_at, &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_kv_reserve(sc[j], nc, &err), 0, "%s", err.msg);
+    }
+    sd_kv_pool_stats st;
+    sd_kv_pool_get_stats(pool[1], &st);
+    cr_assert_eq(st.n_cow, 1, "C's first write copies the shared block");
+    const size_t rb = sd_kv_row_bytes(kc.kv[0]);
+    uint8_t *r_paged = malloc(rb), *r_cont = malloc(rb);
+    cr_assert(r_paged && r_cont);
+    /* Stored rows: paged == contiguous on the GPU == the CPU's, bit for bit. */
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t p = 0; p < N; p++) {
+            get(d.gpu, r_cont, sd_kv_k(kc.kv[1], l, p), rb);
+            get(d.gpu, r_paged, sd_kv_k(sa[1], l, p), rb);
+            cr_assert_eq(memcmp(r_paged, r_cont, rb), 0, "layer %d: A's K row %d", l, p);
+            cr_assert_eq(memcmp(sd_kv_k(sa[0], l, p), r_cont, rb), 0, "layer %d: CPU K row %d", l,
+                         p);
+            get(d.gpu, r_paged, sd_kv_v(sb[1], l, p), rb);
+            cr_assert_eq(memcmp(r_paged, r_cont, rb), 0, "layer %d: B's V row %d (= K)", l, p);
+            if (p < fork_at) {
+                get(d.gpu, r_paged, sd_kv_v(sc[1], l, p), rb);
+                get(d.gpu, r_cont, sd_kv_v(kc.kv[1], l, p), rb);
+                cr_assert_eq(memcmp(r_paged, r_cont, rb), 0, "layer %d: C's V row %d", l, p);
+            }
+        }
+    /* Attention of 17 queries at 263 .. 279 (A: keys over 3 chunks of 128 and 18 blocks),
+     * then C's at 250 .. 266 (A's rows and its own), and each query alone. */
+    const int32_t pos0[2] = {263, fork_at};
+    sd_kv *seq[2][2] = {{sa[0], sa[1]}, {sc[0], sc[1]}};
+    for (int t = 0; t < 2; t++) {
+        const char *what = t == 0 ? "A" : "C (forked)";
+        for (int j = 0; t == 1 && j < 2; j++) { /* C's own rows, in the reference too */
+            const float *kk = (const float *)bk[j]->addr + (size_t)(fork_at + 20) * kv_dim;
+            const float *vv = (const float *)bv[j]->addr + (size_t)(fork_at + 20) * kv_dim;
+            for (int32_t l = 0; l < L; l++) {
+                be[j]->ops->kv_store(be[j], sc[j], l, fork_at, nc, kv_dim, kk, vv);
+                be[j]->ops->kv_store(be[j], kc.kv[j], l, fork_at, nc, kv_dim, kk, vv);
+            }
+            sd_kv_commit(sc[j], nc);
+        }
+        for (int j = 0; j < 2; j++)
+            be[j]->ops->attention(be[j], bq[j]->addr, seq[t][j], 1, pos0[t], 17, NH, NKV, HD,
+                                  bo[j]->addr);
+        get(d.gpu, got, bo[1]->addr, (size_t)17 * qd * 4);
+        check_close(got, bo[0]->addr, 17 * qd, 1e-4, what);
+        d.gpu->ops->attention(d.gpu, bq[1]->addr, kc.kv[1], 1, pos0[t], 17, NH, NKV, HD,
+                              bo[1]->addr);
+        get(d.gpu, ref, bo[1]->addr, (size_t)17 * qd * 4);
+        for (int32_t i = 0; i < 17 * qd; i++)
+            cr_assert_eq(fbits(got[i]), fbits(ref[i]),
+                         "%s %s: paged attention differs from contiguous at %d", what,
+                         sd_type_name(kvt), i);
+        for (int32_t tq = 0; tq < 17; tq += 4) {
+            d.gpu->ops->attention(d.gpu, (const float *)bq[1]->addr + (size_t)tq * qd, seq[t][1], 1,
+                                  pos0[t] + tq, 1, NH, NKV, HD, bo[1]->addr);
+            get(d.gpu, one, bo[1]->addr, (size_t)qd * 4);
+            cr_assert_eq(memcmp(one, got + (size_t)tq * qd, (size_t)qd * 4), 0,
+                         "%s: query %d alone differs from its pass", what, tq);
+        }
+    }
+    /* B holds V in K's place: its attention differs from A's (the table is per sequence). */
+    d.gpu->ops->attention(d.gpu, bq[1]->addr, sb[1], 1, 263, 17, NH, NKV, HD, bo[1]->addr);
+    d.cpu->ops->attention(d.cpu, bq[0]->addr, sb[0], 1, 263, 17, NH, NKV, HD, bo[0]->addr);
+    get(d.gpu, got, bo[1]->addr, (size_t)17 * qd * 4);
+    check_close(got, bo[0]->addr, 17 * qd, 1e-4, "B");
+    cr_assert_eq(d.gpu->ops->sync(d.gpu, &err), 0, "%s", err.msg);
+    free(r_paged), free(r_cont);
+    for (int j = 0; j < 2; j++) {
+        sd_buffer_free(bk[j]), sd_buffer_free(bv[j]), sd_buffer_free(bq[j]), sd_buffer_free(bo[j]);
+        sd_kv_free(sa[j]), sd_kv_free(sb[j]), sd_kv_free(sc[j]), sd_kv_free(sx[j]);
+        sd_kv_pool_free(pool[j]);
+        sd_buffer_free(pbuf[j]);
+    }
+    kv_close(&kc);
+    free(k), free(v), free(q), free(got), free(ref), free(one);
+    duo_close(&d);
+}
+
+Test(cuda_ops, paged_kv_equals_contiguous_f32) {
+    check_paged(SD_TYPE_F32);
+}
+
+Test(cuda_ops, paged_kv_equals_contiguous_f16) {
+    check_paged(SD_TYPE_F16);
+}
+
 /* ---- errors ---- */
 
 Test(cuda_ops, errors_are_recorded_and_returned_once) {
@@ -718,6 +908,162 @@ Test(cuda_model, k_quants) {
     model_checks(SD_TYPE_Q6_K, SD_TYPE_F16);
     model_checks(SD_TYPE_Q3_K, SD_TYPE_F32);
     model_checks(SD_TYPE_Q2_K, SD_TYPE_F16);
+}
+
+/* A paged GPU session (3 sequences over blocks of 4 positions, taken in turn: scattered)
+ * against a contiguous GPU session: each sequence's logits rows in a pass of all three
+ * (15 tokens at most, on the batch-invariant kernels) are the bits of the same tokens
+ * decoded in the contiguous session after the same history, through block boundaries, a
+ * rollback, and a fork inside a block whose first write copies the block on the device. */
+static void paged_session_checks(sd_type wt, sd_type kvt) {
+    sd_error err = {0};
+    if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
+    enum { NS = 3, MAXH = 128 };
+    char path[1100];
+    tu_llama_spec spec = spec_for(wt);
+    tu_path(path, sizeof path, g_dir, "paged.gguf");
+    cr_assert_eq(tu_make_llama(path, &spec), 0);
+    sd_model *m = NULL;
+    cr_assert_eq(sd_model_load(path, &m, &err), 0, "%s", err.msg);
+    const int32_t nv = sd_model_hparams(m)->n_vocab;
+    sd_session_params sp = sd_session_default_params();
+    sp.device = SD_DEVICE_CUDA;
+    sp.kv_type = kvt;
+    sp.n_batch = 17;
+    sd_session *cont = NULL, *paged = NULL;
+    cr_assert_eq(sd_session_init(m, &sp, &cont, &err), 0, "%s", err.msg);
+    sp.n_seq = NS;
+    sp.kv_block = 4;
+    cr_assert_eq(sd_session_init(m, &sp, &paged, &err), 0, "%s", err.msg);
+    int32_t hist[NS][MAXH], n[NS] = {0}, toks[17], seq[17];
+    int8_t want[17];
+    float *lp = malloc((size_t)17 * nv * 4), *lc = malloc((size_t)5 * nv * 4);
+    cr_assert(lp && lc);
+    uint64_t s = 5;
+    for (int r = 0; r < 12; r++) {
+        if (r == 5) { /* roll sequence 1 back by 3 */
+            cr_assert_eq(sd_session_seq_truncate(paged, 1, n[1] - 3, &err), 0, "%s", err.msg);
+            n[1] -= 3;
+        }
+        if (r == 7) { /* sequence 2 restarts as a fork of 0 inside a block */
+            int32_t f = n[0] - 1;
+            if (f % 4 == 0) f--;
+            cr_assert_eq(sd_session_seq_truncate(paged, 2, 0, &err), 0, "%s", err.msg);
+            cr_assert_eq(sd_session_seq_fork(paged, 2, 0, f, &err), 0, "%s", err.msg);
+            memcpy(hist[2], hist[0], (size_t)f * sizeof(int32_t));
+            n[2] = f;
+        }
+        int32_t nt = 0, m_i[NS];
+        for (int i = 0; i < NS; i++) {
+            m_i[i] = 1 + (r + 2 * i) % 5;
+            for (int32_t j = 0; j < m_i[i]; j++, nt++) {
+                toks[nt] = 3 + (int32_t)(rng_next(&s) % (uint64_t)(nv - 3));
+                seq[nt] = i;
+                want[nt] = 1;
+                hist[i][n[i] + j] = toks[nt];
+            }
+        }
+        sd_batch b = sd_batch_of(toks, nt);
+        b.seq_id = seq;
+        b.logits = want;
+        cr_assert_eq(sd_session_decode(paged, &b, lp, &err), 0, "round %d: %s", r, err.msg);
+        for (int i = 0, row = 0; i < NS; row += m_i[i], i++) {
+            /* the reference: the history in passes of <= 17, then the new tokens */
+            cr_assert_eq(sd_session_truncate(cont, 0, &err), 0, "%s", err.msg);
+            for (int32_t p0 = 0; p0 < n[i]; p0 += 17) {
+                const int32_t c = n[i] - p0 < 17 ? n[i] - p0 : 17;
+                cr_assert_eq(sd_session_eval(cont, hist[i] + p0, c, NULL, 0, &err), 0, "%s",
+                             err.msg);
+            }
+            cr_assert_eq(sd_session_eval(cont, hist[i] + n[i], m_i[i], lc, m_i[i], &err), 0, "%s",
+                         err.msg);
+            cr_assert_eq(memcmp(lc, lp + (size_t)row * nv, (size_t)m_i[i] * nv * 4), 0,
+                         "%s kv %s round %d: sequence %d's rows (positions %d .. %d) differ from "
+                         "the contiguous cache's",
+                         sd_type_name(wt), sd_type_name(kvt), r, i, n[i], n[i] + m_i[i] - 1);
+            n[i] += m_i[i];
+        }
+    }
+    sd_kv_pool_stats st;
+    sd_session_kv_stats(paged, &st);
+    cr_assert_geq(st.n_cow, 1, "the fork's first write copies its block");
+    cr_assert_eq(sd_session_kv_check(paged, &err), 0, "%s", err.msg);
+    free(lp), free(lc);
+    sd_session_free(paged);
+    sd_session_free(cont);
+    sd_model_free(m);
+}
+
+Test(cuda_model, paged_sessions_equal_contiguous_f32) {
+    paged_session_checks(SD_TYPE_F32, SD_TYPE_F32);
+}
+Test(cuda_model, paged_sessions_equal_contiguous_q8_0_f16_kv) {
+    paged_session_checks(SD_TYPE_Q8_0, SD_TYPE_F16);
+}
+
+/* The batcher on the device (serve's engine, and generate's one-slot batcher): greedy
+ * speculative text (LLM draft on the GPU, K = 1, 2, 4, fixed) equals target alone through
+ * sd_engine_generate, which now takes the batcher, and the old loop's target-alone text;
+ * three requests at once through one batcher (paged KV, passes of 15 tokens) give their
+ * target-alone texts too. Quantized KV stays the CPU's: refused by name. */
+Test(cuda_model, batcher_greedy_speculative_equals_target_alone) {
+    sd_error err = {0};
+    if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
+    char t[1100], dr[1100];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, dr, sizeof dr), 0);
+    sd_engine_params ep = eu_engine_params(t, dr, 0, 2);
+    ep.device = ep.device_draft = SD_DEVICE_CUDA;
+    ep.kv_type = SD_TYPE_F16;
+    sd_engine *e = eu_engine_open(&ep);
+    const char *why = NULL;
+    cr_assert_eq(sd_engine_generate_path(e, NULL, 4, &why), SD_GEN_PATH_BATCHER, "%s", why);
+    enum { NP = 48 };
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = NP;
+    gp.samp.temp = 0.0f;
+    gp.ignore_eos = 1;
+    const int32_t prompts[3][5] = {{1, 5, 9, 12, 7}, {1, 30, 31, 40, 41}, {1, 60, 22, 77, 80}};
+    int32_t ref[NP], loop[NP], got[NP];
+    sd_gen_stats st;
+    const int32_t n_ref =
+        eu_generate(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts[0], 5, ref, &st);
+    cr_assert_eq(n_ref, NP);
+    sd_gen_params lg = gp;
+    lg.path = SD_GEN_PATH_LOOP;
+    cr_assert_eq(eu_generate(e, &lg, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts[0], 5, loop, &st), NP);
+    cr_assert_eq(memcmp(loop, ref, sizeof ref), 0,
+                 "the loop's target-alone text (contiguous KV) differs from the batcher's");
+    int64_t drafted = 0;
+    for (int32_t k = 1; k <= 4; k *= 2) {
+        cr_assert_eq(eu_generate(e, &gp, SD_DRAFT_LLM, SD_K_FIXED, k, prompts[0], 5, got, &st), NP);
+        for (int32_t i = 0; i < NP; i++)
+            cr_assert_eq(got[i], ref[i], "K=%d: token %d is %d, target alone %d", k, i, got[i],
+                         ref[i]);
+        drafted += st.n_drafted;
+    }
+    cr_assert_gt(drafted, 0, "the draft drafted");
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 3;
+    bp.kv_block = 8;
+    bp.draft_chunk = 4;
+    sd_batcher *b = NULL;
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    int64_t dr_round[2], acc_round[2];
+    eu_batcher_equals_generate(e, b, &gp, &prompts[0][0], 3, 5, SD_DRAFT_LLM, 4, 2, dr_round,
+                               acc_round);
+    cr_assert_gt(dr_round[0], 0);
+    cr_assert_eq(sd_batcher_check(b, &err), SD_OK, "%s", err.msg);
+    sd_batcher_free(b);
+    sd_engine_free(e);
+    /* q8_0 KV rows are the CPU's: a one-line refusal naming them, from the batcher too. */
+    ep.kv_type = SD_TYPE_Q8_0;
+    ep.models_only = 1;
+    e = eu_engine_open(&ep);
+    bp.n_parallel = 1;
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_ERR_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "q8_0") && strstr(err.msg, "cpu") && !strchr(err.msg, '\n'), "%s",
+              err.msg);
+    sd_engine_free(e);
 }
 
 /* Decode steps replayed as CUDA graphs (the default) against the same steps run op by op

@@ -22,6 +22,7 @@
  * models/downloaded lacks the target).
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -687,12 +688,12 @@ Test(golden, generate_path_is_chosen_in_one_place) {
     sd_gen_params gp = params_of(&c, 32);
     const char *why = NULL;
     cr_assert_eq(sd_engine_generate_path(e, &gp, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
-    sd_gen_params g = gp;
+    sd_gen_params g = gp; /* token trees and a context shift: the batcher's too */
     g.tree_width = 2;
     g.n_draft = 3;
-    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_LOOP);
-    cr_assert_str_eq(why, "token trees");
-    g.n_draft = 0; /* target alone: no tree to draft */
+    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
+    g = gp;
+    g.context_shift = 1;
     cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
     g = gp; /* the sweep policy: the batcher's too */
     g.k_policy = SD_K_SWEEP;
@@ -910,5 +911,195 @@ Test(golden, context_stop_in_both_loops) {
         cr_assert_eq(memcmp(a, b, (size_t)sa.n_generated * sizeof *a), 0, "%s", cases[c].name);
     }
     free(ids);
+    sd_engine_free(e);
+}
+
+/* Context shift (gp.context_shift) in both loops. The batcher (generate's default path and
+ * serve's) shifts a full context by evaluating the shortened window afresh in the
+ * sequence's blocks (its kept prefix stays); the old loop shifts its cache in place, the
+ * keys re-rotated (sd_scorer_shift). On a one-layer pair (tests/test_shift.c: a shifted
+ * cache there equals a fresh one to rounding, 2.5e-7 with an F32 cache) both must emit the
+ * same ids: greedy target alone, greedy with the LLM and the n-gram drafts, Gumbel
+ * sampling with a seed, --keep 0 and 3 (BOS besides), through several shifts (70 tokens in
+ * a context of 24); with the same counts of tokens (and every emitted token's logprob
+ * entry its own, across the shifts), and stop MAX_TOKENS. Kept tokens that leave no room
+ * (n_keep >= n_ctx / 2) end both at the context. */
+static void shift_pair(char *dir, size_t cap, char *t, char *d, size_t pcap) {
+    cr_assert_eq(tu_mkdtemp(dir, cap), 0);
+    tu_llama_spec sp = tu_llama_default_spec();
+    sp.n_layer = 1;
+    cr_assert_eq(tu_make_llama(tu_path(t, pcap, dir, "t.gguf"), &sp), 0);
+    sp.wtype = SD_TYPE_Q8_0;
+    sp.noise = 0.3f;
+    cr_assert_eq(tu_make_llama(tu_path(d, pcap, dir, "d.gguf"), &sp), 0);
+}
+
+Test(golden, context_shift_in_both_loops) {
+    char dir[1024], t[1200], d[1200];
+    shift_pair(dir, sizeof dir, t, d, sizeof t);
+    enum { CTX = 24, NGEN = 70 };
+    sd_engine_params ep = eu_engine_params(t, d, CTX, 1);
+    ep.kv_type = SD_TYPE_F32;
+    sd_engine *e = eu_engine_open(&ep);
+    int32_t *ids = NULL;
+    const int32_t n_ids = eu_prompt(e, "t5 t9 t17 t30", &ids);
+    static const struct {
+        const char *name;
+        sd_draft_type type;
+        float temp;
+        int64_t keep;
+    } cases[] = {
+        {"greedy alone", SD_DRAFT_NONE, 0.0f, 0},     {"greedy llm", SD_DRAFT_LLM, 0.0f, 0},
+        {"greedy ngram", SD_DRAFT_NGRAM, 0.0f, 3},    {"gumbel llm", SD_DRAFT_LLM, 0.7f, 0},
+        {"greedy llm keep 3", SD_DRAFT_LLM, 0.0f, 3},
+    };
+    static sd_token_logprob la[NGEN], lb[NGEN];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sd_gen_params gp = sd_gen_default_params();
+        gp.n_predict = NGEN;
+        gp.ignore_eos = 1;
+        gp.seed = 7;
+        gp.draft_type = cases[c].type;
+        gp.n_draft = cases[c].type == SD_DRAFT_NONE ? 0 : 3;
+        gp.samp.temp = cases[c].temp;
+        gp.samp.spec = SD_SPEC_GUMBEL;
+        gp.context_shift = 1;
+        gp.shift_keep = cases[c].keep;
+        gp.logprobs = 1;
+        const char *why = NULL;
+        cr_assert_eq(sd_engine_generate_path(e, &gp, n_ids, &why), SD_GEN_PATH_BATCHER, "%s", why);
+        int32_t a[NGEN], b[NGEN];
+        sd_gen_stats sa, sb;
+        sd_error err = {0};
+        gp.logprobs_out = la;
+        cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, a, NGEN, &sa, &err), SD_OK,
+                     "%s: %s", cases[c].name, err.msg);
+        sd_gen_params gl = gp;
+        gl.path = SD_GEN_PATH_LOOP;
+        gl.logprobs_out = lb;
+        cr_assert_eq(sd_engine_generate(e, &gl, ids, n_ids, NULL, NULL, b, NGEN, &sb, &err), SD_OK,
+                     "%s: %s", cases[c].name, err.msg);
+        cr_assert_eq(sa.n_generated, NGEN, "%s: batcher %d tokens (stop %s)", cases[c].name,
+                     sa.n_generated, sd_stop_reason_str(sa.stop));
+        cr_assert_eq(sb.n_generated, NGEN, "%s: loop %d tokens (stop %s)", cases[c].name,
+                     sb.n_generated, sd_stop_reason_str(sb.stop));
+        cr_assert_eq(sa.stop, SD_STOP_MAX_TOKENS, "%s", cases[c].name);
+        cr_assert_eq(sb.stop, SD_STOP_MAX_TOKENS, "%s", cases[c].name);
+        cr_assert_eq(sa.n_prompt, n_ids, "%s: the prompt figures are the first segment's",
+                     cases[c].name);
+        for (int32_t i = 0; i < NGEN; i++) {
+            cr_assert_eq(a[i], b[i], "%s: token %d: batcher %d, loop %d", cases[c].name, i, a[i],
+                         b[i]);
+            cr_assert_eq(la[i].token, a[i], "%s: logprob entry %d", cases[c].name, i);
+            cr_assert_eq(lb[i].token, b[i], "%s: loop logprob entry %d", cases[c].name, i);
+            cr_assert_lt(fabs(la[i].logprob - lb[i].logprob), 1e-3, "%s: logprob %d: %g vs %g",
+                         cases[c].name, i, la[i].logprob, lb[i].logprob);
+        }
+    }
+    /* kept tokens that leave no room: both end at the context */
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = NGEN;
+    gp.ignore_eos = 1;
+    gp.n_draft = 0;
+    gp.context_shift = 1;
+    gp.shift_keep = CTX; /* the whole prompt... */
+    int32_t *big = malloc((size_t)CTX * sizeof *big);
+    for (int32_t i = 0; i < CTX / 2 + 1; i++) /* ...of more than half the context */
+        big[i] = ids[i % n_ids];
+    for (int path = 0; path < 2; path++) {
+        int32_t a[NGEN];
+        sd_gen_stats sa;
+        sd_error err = {0};
+        gp.path = path ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
+        cr_assert_eq(sd_engine_generate(e, &gp, big, CTX / 2 + 1, NULL, NULL, a, NGEN, &sa, &err),
+                     SD_OK, "%s", err.msg);
+        cr_assert_eq(sa.stop, SD_STOP_CONTEXT, "%s: stop %s", sd_gen_path_name(gp.path),
+                     sd_stop_reason_str(sa.stop));
+        cr_assert_eq(sa.n_generated, CTX + 1 - (CTX / 2 + 1), "%s", sd_gen_path_name(gp.path));
+    }
+    free(big);
+    free(ids);
+    sd_engine_free(e);
+    tu_rmdir(dir);
+}
+
+/* Token trees (gp.tree_width: the n-gram and suffix proposers' trees) through the
+ * batcher's step: a tree pass of its own per sequence on its paged blocks
+ * (sd_session_seq_decode_tree), verified by target choice, the accepted path kept
+ * (sd_session_seq_tree_keep). Greedy and Gumbel sampling with a seed, trees of 1x4, 2x3,
+ * 3x4 and 4x4, through the old loop, generate's one-slot batcher and serve's batcher of
+ * two sequences: every client's ids equal the independent target-alone reference, and the
+ * batchers' counts (passes, drafted, accepted, per depth) equal the old loop's. */
+Test(golden, trees_through_the_batcher) {
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_error err = {0};
+    int32_t *ids = NULL;
+    const int32_t n_ids = eu_prompt(e, "Lily and Tom went to the park. They", &ids);
+    enum { NP = 48 };
+    int32_t ref[2][NP];
+    target_refs(e, ids, n_ids, ref[0], ref[1], NP);
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 2;
+    bp.k_max = SD_MAX_DRAFT; /* a 4x4 tree's 16 nodes */
+    sd_batcher *b = NULL;
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    static const gcase cases[] = {
+        {"greedy ngram", SD_DRAFT_NGRAM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"greedy suffix", SD_DRAFT_SUFFIX, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"gumbel ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"gumbel suffix", SD_DRAFT_SUFFIX, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+    };
+    static const int32_t shapes[][2] = {{1, 4}, {2, 3}, {3, 4}, {4, 4}};
+    int64_t accepted = 0, branchy = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s tree %dx%d", cases[c].name, shapes[s][0], shapes[s][1]);
+            sd_gen_params gp = params_of(&cases[c], NP);
+            gp.ignore_eos = 1;
+            gp.tree_width = shapes[s][0];
+            gp.n_draft = shapes[s][1];
+            const int32_t *want = ref[cases[c].temp > 0.0f];
+            got g[3];
+            memset(g, 0, sizeof g);
+            static const char *const names[] = {"the old loop", "generate's batcher", "serve"};
+            for (int client = 0; client < 3; client++) {
+                if (client < 2) {
+                    sd_gen_params gc = gp;
+                    gc.path = client == 0 ? SD_GEN_PATH_LOOP : SD_GEN_PATH_AUTO;
+                    cr_assert_eq(sd_engine_generate_path(e, &gc, n_ids, NULL),
+                                 client == 0 ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER);
+                    cr_assert_eq(sd_engine_generate(e, &gc, ids, n_ids, NULL, NULL, g[client].toks,
+                                                    MAXOUT, &g[client].st, &err),
+                                 SD_OK, "%s, %s: %s", what, names[client], err.msg);
+                    g[client].n = g[client].st.n_generated;
+                    g[client].done = 1;
+                    g[client].stop = g[client].st.stop;
+                } else {
+                    eu_submit(b, ids, n_ids, &gp, collect, &g[client]);
+                    eu_drain(b, 1);
+                }
+                cr_assert_eq(g[client].n, NP, "%s, %s: %d tokens", what, names[client],
+                             g[client].n);
+                for (int32_t i = 0; i < NP; i++)
+                    cr_assert_eq(g[client].toks[i], want[i],
+                                 "%s, %s: token %d is %d, the reference's %d", what, names[client],
+                                 i, g[client].toks[i], want[i]);
+            }
+            char w2[160];
+            for (int client = 1; client < 3; client++) {
+                snprintf(w2, sizeof w2, "%s: the old loop vs %s", what, names[client]);
+                compare(w2, g[0].toks, g[0].n, &g[0].st, &g[client]);
+            }
+            accepted += g[1].st.n_accepted;
+            int64_t depths = 0; /* drafted_at counts a tree's depths, n_drafted its nodes */
+            for (int32_t i = 0; i < SD_MAX_DRAFT; i++)
+                depths += g[1].st.drafted_at[i];
+            branchy += g[1].st.n_drafted > depths;
+        }
+    cr_assert_gt(accepted, 0, "no tree draft was ever accepted: the test proves little");
+    cr_assert_gt(branchy, 0, "no tree had more nodes than depths");
+    free(ids);
+    sd_batcher_free(b);
     sd_engine_free(e);
 }

@@ -1,7 +1,8 @@
 /*
  * tests/test_kv.c: the paged KV cache (kv/): block accounting, reserve / truncate,
  * copy-on-write after a fork, the prefix cache (exact matching, LRU eviction leaves
- * first), a full pool, the element types' row sizes, and a long random run of every
+ * first), a full pool, the element types' row sizes, storage copied by its owner (a
+ * device buffer) and the block table's addressing, and a long random run of every
  * operation against an independent model (each sequence's rows as a plain array), with
  * the pool's accounting checked after every step.
  */
@@ -376,6 +377,112 @@ Test(kv, element_types_and_bytes_per_token) {
     cr_assert_eq(sd_kv_init(&cp, &kv, &err), SD_OK, "%s", err.msg);
     cr_expect_eq(sd_kv_row_bytes(kv), 36);
     cr_expect_eq(sd_kv_span(kv, 3), 5, "a contiguous cache is one block");
+    sd_kv_free(kv);
+}
+
+/* Storage the host cannot touch (a device buffer): every row the pool copies goes
+ * through the owner's copy function (here a recording memcpy), K and V of every layer, the
+ * rows copied and no more. */
+typedef struct copy_log {
+    int calls;
+    size_t bytes;
+} copy_log;
+
+static void logged_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    copy_log *lg = ctx;
+    lg->calls++;
+    lg->bytes += bytes;
+    memcpy(dst, src, bytes);
+}
+
+/* sd_kv_block_table's addressing, checked against sd_kv_k / sd_kv_v for every mapped
+ * position: row p at row 0 + (ids[p / bs] - ids[0]) * bs * row_bytes + (p % bs) * row_bytes. */
+static void expect_table_addresses(sd_kv *kv) {
+    const int32_t *ids = NULL;
+    int32_t bs = 0;
+    const int32_t n = sd_kv_block_table(kv, 1, &ids, &bs);
+    cr_assert_eq(n, sd_kv_n_blocks(kv));
+    const size_t rb = sd_kv_row_bytes(kv);
+    for (int32_t l = 0; l < NL; l++) {
+        const int32_t *ids_l = NULL;
+        int32_t bs_l = 0;
+        cr_assert_eq(sd_kv_block_table(kv, l, &ids_l, &bs_l), n);
+        cr_assert_eq(bs_l, bs);
+        cr_assert(n == 0 || memcmp(ids_l, ids, (size_t)n * sizeof *ids) == 0,
+                  "every layer has the same table");
+        for (int32_t p = 0; p < n * bs && p < sd_kv_capacity(kv); p++) {
+            const ptrdiff_t off =
+                (ptrdiff_t)(ids[p / bs] - ids[0]) * bs * (ptrdiff_t)rb + (p % bs) * (ptrdiff_t)rb;
+            cr_assert_eq((uint8_t *)sd_kv_k(kv, l, p) - (uint8_t *)sd_kv_k(kv, l, 0), off,
+                         "K row %d layer %d", p, l);
+            cr_assert_eq((uint8_t *)sd_kv_v(kv, l, p) - (uint8_t *)sd_kv_v(kv, l, 0), off,
+                         "V row %d layer %d", p, l);
+        }
+    }
+}
+
+Test(kv, device_storage_copies_through_its_owner) {
+    copy_log lg = {0};
+    sd_kv_pool_params p = {.n_layer = NL,
+                           .kv_dim = KD,
+                           .block_size = 4,
+                           .n_blocks = 16,
+                           .type = SD_TYPE_F32,
+                           .copy = logged_copy,
+                           .copy_ctx = &lg};
+    sd_kv_pool *pool = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_kv_pool_init(&p, &pool, &err), SD_OK, "%s", err.msg);
+    sd_kv *a = seq_new(pool, 64), *b = seq_new(pool, 64), *c = seq_new(pool, 64);
+    int32_t ha[64], hb[64], hc[64], t[64];
+    for (int i = 0; i < 64; i++)
+        t[i] = 200 + i;
+    const size_t rb = KD * sizeof(float);
+    /* Blocks scattered: b takes a block between a's. */
+    cr_assert_eq(append(a, ha, t, 3), SD_OK);
+    cr_assert_eq(append(b, hb, t + 30, 5), SD_OK);
+    cr_assert_eq(append(a, ha, t + 3, 3), SD_OK); /* a: 6 rows over 2 blocks */
+    cr_expect_eq(lg.calls, 0, "no copy without sharing");
+    /* A fork that diverges inside a shared block: one copy of its 2 rows, K and V of every
+     * layer through the owner. */
+    cr_assert_eq(sd_kv_fork(c, a, 6, &err), SD_OK, "%s", err.msg);
+    memcpy(hc, ha, sizeof ha);
+    const int32_t other[2] = {7, 8};
+    cr_assert_eq(append(c, hc, other, 2), SD_OK);
+    cr_expect_eq(lg.calls, 2 * NL);
+    cr_expect_eq(lg.bytes, (size_t)2 * NL * 2 * rb);
+    expect_rows(a, ha, "a");
+    expect_rows(b, hb, "b");
+    expect_rows(c, hc, "c");
+    expect_table_addresses(a);
+    expect_table_addresses(b);
+    expect_table_addresses(c);
+    /* A prefix hit on a's partial last block copies the common run (2 rows) the same way. */
+    sd_kv_cache_store(a, ha, 6);
+    sd_kv *d = seq_new(pool, 64);
+    int32_t hd[64];
+    memcpy(hd, ha, sizeof ha);
+    hd[6] = 999;
+    lg.calls = 0, lg.bytes = 0;
+    cr_expect_eq(sd_kv_cache_attach(d, hd, 7), 6);
+    cr_expect_eq(lg.calls, 2 * NL);
+    cr_expect_eq(lg.bytes, (size_t)2 * NL * 2 * rb);
+    expect_rows(d, hd, "d after the prefix hit");
+    expect_table_addresses(d);
+    sd_kv *all[4] = {a, b, c, d};
+    check_pool(pool, all, 4);
+    for (int i = 0; i < 4; i++)
+        sd_kv_free(all[i]);
+    sd_kv_pool_free(pool);
+    /* A contiguous cache is one block of n_ctx positions. */
+    sd_kv_params cp = {NL, 10, KD, SD_TYPE_F16, NULL};
+    sd_kv *kv = NULL;
+    cr_assert_eq(sd_kv_init(&cp, &kv, &err), SD_OK, "%s", err.msg);
+    const int32_t *ids = NULL;
+    int32_t bs = 0;
+    cr_expect_eq(sd_kv_block_table(kv, 0, &ids, &bs), 1);
+    cr_expect_eq(ids[0], 0);
+    cr_expect_eq(bs, 10);
     sd_kv_free(kv);
 }
 

@@ -747,12 +747,12 @@ Test(model, bad_inputs_leave_session_unchanged) {
     cr_expect_eq(sd_session_init(m, &p, &bad, &err), SD_ERR_UNSUPPORTED);
     cr_expect(strstr(err.msg, "head_dim") != NULL, "%s", err.msg);
     cr_expect_null(bad);
-    p.kv_type = SD_TYPE_F32;
     p.n_seq = 2;
-    p.device = SD_DEVICE_CUDA; /* paged KV is the CPU's: refused by name before any device */
+    p.device = SD_DEVICE_CUDA; /* quantized KV is the CPU's: refused by name before any device */
     cr_expect_eq(sd_session_init(m, &p, &bad, &err), SD_ERR_UNSUPPORTED);
-    cr_expect(strstr(err.msg, "paged") != NULL, "%s", err.msg);
+    cr_expect(strstr(err.msg, "q8_0") != NULL && strstr(err.msg, "cpu") != NULL, "%s", err.msg);
     cr_expect_null(bad);
+    p.kv_type = SD_TYPE_F32;
     p.device = SD_DEVICE_CPU;
     p.n_seq = -1;
     cr_expect_eq(sd_session_init(m, &p, &bad, &err), SD_ERR_ARG);

@@ -105,8 +105,8 @@ int sd_cuda_module_open(const sd_cuda_module **out, sd_error *err) {
 #endif
 
 #ifdef SD_HAVE_CUDA
-static const sd_cuda_host k_host = {sd_kv_k,   sd_kv_v,    sd_kv_span,     sd_kv_capacity,
-                                    sd_kv_dim, sd_kv_type, sd_kv_row_bytes};
+static const sd_cuda_host k_host = {sd_kv_k,   sd_kv_v,    sd_kv_span,      sd_kv_capacity,
+                                    sd_kv_dim, sd_kv_type, sd_kv_row_bytes, sd_kv_block_table};
 #endif
 
 #define SD_NO_CUDA_MSG                                                                             \

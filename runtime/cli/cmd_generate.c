@@ -643,104 +643,11 @@ static int gen_tokenize(const gen_cli *c, sd_engine *e, const char *prompt, size
      * nothing beyond that. */
     if (!c->context_shift && gp->n_predict > ctx - (int32_t)*n_ids + 2)
         gp->n_predict = ctx - (int32_t)*n_ids + 2;
-    /* a context shift edits the target's cache of sd_generate's loop between its calls */
-    if (c->context_shift) gp->path = SD_GEN_PATH_LOOP;
+    /* --context-shift, --keep: the engine shifts a full context and goes on (either path) */
+    gp->context_shift = c->context_shift;
+    gp->shift_keep = c->keep;
     if (gp->n_predict < 1) gp->n_predict = 1;
     return SD_OK;
-}
-
-/* A later segment's counts and times added to the run's (the first prompt's size, TTFT and
- * first-token time stay the first segment's); the stop is the last segment's. */
-static void stats_add(sd_gen_stats *st, const sd_gen_stats *b) {
-    st->n_generated += b->n_generated;
-    st->n_target_passes += b->n_target_passes;
-    st->n_stop_tokens = b->n_stop_tokens;
-    st->n_drafted += b->n_drafted;
-    st->n_accepted += b->n_accepted;
-    for (int32_t i = 0; i < SD_MAX_DRAFT; i++) {
-        st->drafted_at[i] += b->drafted_at[i];
-        st->accepted_at[i] += b->accepted_at[i];
-    }
-    for (int32_t i = 0; i <= SD_MAX_DRAFT; i++)
-        st->k_hist[i] += b->k_hist[i];
-    st->t_prefill_ms += b->t_prefill_ms;
-    st->t_draft_ms += b->t_draft_ms;
-    st->t_verify_ms += b->t_verify_ms;
-    st->t_sample_ms += b->t_sample_ms;
-    st->t_total_ms += b->t_total_ms;
-    st->n_off_passes += b->n_off_passes;
-    st->t_off_ms += b->t_off_ms;
-    st->n_switch_off += b->n_switch_off;
-    st->n_probes += b->n_probes;
-    st->n_passes_lookup += b->n_passes_lookup;
-    st->n_drafted_lookup += b->n_drafted_lookup;
-    st->n_accepted_lookup += b->n_accepted_lookup;
-    st->stop = b->stop;
-}
-
-/* --context-shift (llama.cpp's): each time generation stops at a full context, the context
- * (prompt and text so far) keeps its first n_keep tokens (BOS and --keep N prompt tokens),
- * drops the older half of the rest and generation goes on from the shortened context,
- * until n_predict tokens in all. The target's cache is shifted, not recomputed: the
- * dropped run leaves it and the keys after it are re-rotated to their new positions
- * (sd_scorer_shift; as llama.cpp, the kept rows still carry what they attended to in the
- * dropped run, so this is not a fresh evaluation of the shortened context); where the
- * cache cannot be shifted (another backend) the shortened context is evaluated afresh. An
- * LLM draft re-reads its part of the context. Each shift is noted on stderr unless
- * --json. */
-static int gen_shifts(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, const int32_t *ids,
-                      size_t n_ids, sd_stop_text *txt, int32_t *out, sd_gen_stats *st,
-                      sd_error *err) {
-    const int32_t ctx = sd_engine_n_ctx(e);
-    const int32_t n_keep =
-        sd_ctx_shift_keep(ids, (int32_t)n_ids, c->keep, sd_vocab_bos(sd_engine_vocab(e)));
-    /* the context: a window of up to ctx + 1 tokens (the last one not evaluated yet) */
-    int32_t *win = malloc(((size_t)ctx + 2) * sizeof *win);
-    if (!win) return sd_errorf(err, SD_ERR_OOM, "--context-shift: out of memory");
-    int32_t n_win = (int32_t)n_ids, seg0 = 0, total = st->n_generated, rc = SD_OK;
-    memcpy(win, ids, n_ids * sizeof *win);
-    while (st->stop == SD_STOP_CONTEXT && total < gp->n_predict && !sd_cli_interrupted()) {
-        /* the context at the stop: the window and the segment's tokens */
-        const int32_t seg = total - seg0;
-        if (n_win + seg > ctx + 1 || n_keep >= ctx / 2) {
-            rc = sd_errorf(err, SD_ERR_CONTEXT,
-                           "--context-shift: %d kept tokens leave no room in a context of %d",
-                           n_keep, ctx);
-            break;
-        }
-        memcpy(win + n_win, out + seg0, (size_t)seg * sizeof *win);
-        const int32_t n_cur = n_win + seg, n_discard = sd_ctx_shift_window(win, n_cur, n_keep);
-        n_win = n_cur - n_discard;
-        /* the target's cache holds the context before the shift (but its last token) */
-        sd_scorer *sc = sd_engine_scorer(e);
-        const int32_t n_past = sc ? sd_session_n_past(sd_scorer_session(sc)) : 0;
-        int shifted = 0;
-        if (sc && n_past >= n_keep + n_discard) {
-            rc = sd_scorer_shift(sc, n_keep, n_discard, err);
-            if (rc == SD_ERR_UNSUPPORTED)
-                rc = SD_OK; /* evaluated afresh below */
-            else if (rc)
-                break;
-            else
-                shifted = 1;
-        }
-        if (!c->json)
-            fprintf(stderr, "\nspecdec: context shift: kept %d, dropped %d, %d in context (%s)\n",
-                    n_keep, n_discard, n_win, shifted ? "keys re-rotated" : "recomputed");
-        sd_gen_params g = *gp;
-        g.n_predict = gp->n_predict - total;
-        if (g.logprobs) g.logprobs_out = gp->logprobs_out + total;
-        g.pass_trace = NULL; /* -v lists the first segment's passes */
-        g.pass_trace_cap = 0;
-        sd_gen_stats b;
-        rc = sd_engine_generate_text(e, &g, txt, win, n_win, out + total, g.n_predict, &b, err);
-        if (rc) break;
-        stats_add(st, &b);
-        seg0 = total;
-        total += b.n_generated;
-    }
-    free(win);
-    return rc;
 }
 
 /* Generate into out[gp->n_predict], streaming the prompt (unless --no-display-prompt)
@@ -757,8 +664,13 @@ static int gen_run(const gen_cli *c, sd_engine *e, const sd_gen_params *gp, cons
         (stream_write(&sc, prompt, prompt_len) == 0 &&
          (!c->chat || stream_write(&sc, "\n", 1) == 0)))
         rc = sd_engine_generate_text(e, gp, *txt, ids, (int32_t)n_ids, out, gp->n_predict, st, err);
-    if (!rc && c->context_shift && !sc.write_err)
-        rc = gen_shifts(c, e, gp, ids, n_ids, *txt, out, st, err);
+    /* kept tokens that leave no room: the engine stopped at the context */
+    if (!rc && c->context_shift && !sc.write_err && st->stop == SD_STOP_CONTEXT &&
+        st->n_generated < gp->n_predict)
+        rc = sd_errorf(
+            err, SD_ERR_CONTEXT, "--context-shift: %d kept tokens leave no room in a context of %d",
+            sd_ctx_shift_keep(ids, (int32_t)n_ids, c->keep, sd_vocab_bos(sd_engine_vocab(e))),
+            sd_engine_n_ctx(e));
     /* a character the last token left incomplete (raw), bytes held back for a stop string */
     if (!rc && !sc.write_err) sd_stop_text_finish(*txt, st);
     if (!rc && sc.write_err)

@@ -61,12 +61,13 @@ int sd_choice_event(sd_batcher *b, sd_choice *c) {
     ev.index = c->index;
     ev.tokens = c->ctx + c->n_emitted_sent;
     ev.n_tokens = c->n_ctx - c->n_emitted_sent;
-    ev.logprobs = c->lp ? c->lp + (c->n_emitted_sent - c->r->n_prompt) : NULL;
+    ev.logprobs = c->lp ? c->lp + c->out0 + (c->n_emitted_sent - c->r->n_prompt) : NULL;
     ev.text = c->text ? c->text + c->text_sent : "";
     ev.len = end > c->text_sent ? end - c->text_sent : 0;
     ev.done = done;
     ev.stop = c->stop;
     ev.stats = &c->st;
+    ev.n_ctx_shifts = c->n_shifts;
     if (!done && ev.n_tokens == 0 && ev.len == 0) return 0;
     c->n_emitted_sent = c->n_ctx;
     if (end > c->text_sent) c->text_sent = end;

@@ -136,11 +136,6 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     int rc = check_params(p, err);
     if (rc) return rc;
     const sd_engine_params *ep = sd_engine_params_of(e);
-    if (ep->device != SD_DEVICE_CPU || (ep->draft && ep->device_draft != SD_DEVICE_CPU))
-        return sd_errorf(
-            err, SD_ERR_UNSUPPORTED,
-            "batcher: the paged KV cache runs on the cpu backend only (device %s)",
-            sd_device_name(ep->device != SD_DEVICE_CPU ? ep->device : ep->device_draft));
     if (ep->n_split > 1 || ep->n_split < 0)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "batcher: several sequences on a tensor-parallel target");
@@ -168,6 +163,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     sp.n_threads = ep->n_threads;
     sp.kv_type = ep->kv_type;
     sp.n_seq = np;
+    sp.device = ep->device; /* a device's sessions refuse by name what it cannot run */
     sp.kv_block = p->kv_block;
     sp.n_kv_blocks = p->n_kv_blocks;
     rc = sd_session_init(b->tm, &sp, &b->ts, err);
@@ -185,6 +181,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
         dp.n_ctx = b->n_ctx_d;
         dp.n_batch = b->n_batch_d;
         dp.n_outputs = np;
+        dp.device = ep->device_draft;
         dp.share_threads = b->ts; /* draft and target passes take turns: one pool */
         rc = sd_session_init(b->dm, &dp, &b->ds, err);
         if (rc) {
@@ -328,22 +325,59 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
     if (r->n_choices < 1 || r->n_choices > SD_MAX_CHOICES || r->n_choices > b->p.n_parallel)
         return sd_errorf(err, SD_ERR_ARG, "request: %d choices, expected 1 .. %d", r->n_choices,
                          SD_MAX_CHOICES < b->p.n_parallel ? SD_MAX_CHOICES : b->p.n_parallel);
-    /* What only sd_engine_generate's loop has: refused by name, never ignored. */
-    if (g->tree_width > 0 && g->n_draft > 0)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "request: token trees (tree_width %d) run in generate only: the batcher "
-                         "verifies chains",
-                         g->tree_width);
+    /* Token trees (the n-gram and suffix proposers'; the chained and LLM types draft
+     * chains): sd_generate's limits, and at most k_max nodes (the rows of a pass). */
+    if (g->tree_width < 0 || (int64_t)g->tree_width * g->n_draft > SD_MAX_DRAFT)
+        return sd_errorf(err, SD_ERR_ARG, "request: draft tree %dx%d: width x depth must be <= %d",
+                         g->tree_width, g->n_draft, SD_MAX_DRAFT);
+    const int drafts = g->n_draft > 0 && g->draft_type != SD_DRAFT_NONE &&
+                       !(g->draft_type == SD_DRAFT_AUTO && !b->ds);
+    if (g->tree_width > 0 && drafts) {
+        if (g->tree_width * g->n_draft > b->p.k_max)
+            return sd_errorf(err, SD_ERR_ARG,
+                             "request: draft tree %dx%d: more nodes than the batcher's k_max %d",
+                             g->tree_width, g->n_draft, b->p.k_max);
+        if (g->k_policy != SD_K_FIXED)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: draft trees take a fixed K (--draft-tree with "
+                             "--draft-policy %s)",
+                             sd_k_policy_name(g->k_policy));
+        if (g->logprobs)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: draft trees with logprobs are not supported (use a chain: "
+                             "no --draft-tree)");
+        if (g->samp.temp > 0.0f && g->samp.spec != SD_SPEC_GUMBEL)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: draft trees are verified under greedy or Gumbel "
+                             "sampling only (--spec-sampling gumbel), not rejection sampling");
+        if (g->grammar)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: draft trees with a grammar are not supported (use a chain: "
+                             "no --draft-tree)");
+        if (g->synth_accept)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: synthetic rejection verifies chains, not draft trees");
+        const sd_device dev = sd_engine_params_of(b->e)->device;
+        if (dev != SD_DEVICE_CPU) /* the tree attention is the CPU backend's */
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: token trees run on the cpu backend, not %s (use a chain: "
+                             "no --draft-tree)",
+                             sd_device_name(dev));
+    }
+    if (g->context_shift && r->n_choices != 1)
+        return sd_errorf(err, SD_ERR_ARG, "request: a context shift runs one choice, not %d",
+                         r->n_choices);
     const int llm = g->n_draft > 0 && sd_draft_type_uses_llm(g->draft_type);
     if (llm && !b->ds)
         return sd_errorf(err, SD_ERR_ARG, "request: draft type %s needs a draft model",
                          sd_draft_type_name(g->draft_type));
     int64_t need = (int64_t)r->n_prompt + g->n_predict;
-    if (r->stop_at_context && r->n_prompt > b->n_ctx)
+    const int at_context = r->stop_at_context || g->context_shift;
+    if (at_context && r->n_prompt > b->n_ctx)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "prompt of %d tokens does not fit the context of %d tokens", r->n_prompt,
                          b->n_ctx);
-    if (r->stop_at_context && need > b->n_ctx) need = b->n_ctx; /* it stops there */
+    if (at_context && need > b->n_ctx) need = b->n_ctx; /* it stops (or shifts) there */
     if (need > b->n_ctx)
         return sd_errorf(err, SD_ERR_CONTEXT,
                          "request: %d prompt tokens + %d max tokens exceed the context of %d "
@@ -371,7 +405,10 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     q->cb = r->cb;
     q->user = r->user;
     q->progress = r->progress != 0;
-    q->stop_at_context = r->stop_at_context != 0;
+    q->stop_at_context = r->stop_at_context != 0 || r->gen.context_shift != 0;
+    if (r->gen.context_shift)
+        q->n_keep =
+            sd_ctx_shift_keep(r->prompt, r->n_prompt, r->gen.shift_keep, sd_vocab_bos(b->vocab));
     q->t_submit = sd_time_ms();
     int ok = 1;
     q->prompt = xcalloc((size_t)r->n_prompt, sizeof *q->prompt, &ok);
@@ -424,7 +461,7 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     if (q->gp.draft_type == SD_DRAFT_NONE) q->gp.n_draft = 0;
     /* its tokens: at most the context + 1 (the last is never fed back) with stop_at_context */
     int64_t cap64 = (int64_t)r->n_prompt + r->gen.n_predict + 1;
-    if (r->stop_at_context && cap64 > (int64_t)b->n_ctx + 2) cap64 = (int64_t)b->n_ctx + 2;
+    if (q->stop_at_context && cap64 > (int64_t)b->n_ctx + 2) cap64 = (int64_t)b->n_ctx + 2;
     const int32_t cap = (int32_t)cap64;
     for (int32_t i = 0; i < r->n_choices; i++) {
         sd_choice *c = &q->ch[i];

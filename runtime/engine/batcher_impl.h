@@ -43,6 +43,9 @@ typedef struct sd_choice {
     size_t text_len, text_cap, text_sent;
     sd_gen_stats st;
     sd_token_logprob *lp; /* [gp.n_predict] the emitted tokens' logprobs (gp.logprobs), or NULL */
+    int32_t out0;         /* the output index of ctx[r->n_prompt] (tokens emitted before a
+                             context shift; 0 without one) */
+    int32_t n_shifts;     /* context shifts so far (gp.context_shift: batch_step.c) */
     int first_done;       /* the first token was emitted */
     int failed;           /* out of memory for its text: ended with stop NONE */
     sd_stop_reason stop;
@@ -53,6 +56,9 @@ typedef struct sd_choice {
                                       the LLM continues (0: none, or not chained) */
     float *q;                      /* [k_max, n_vocab] the LLM draft's warped rows */
     int one_hot;                   /* the proposal is lookup tokens only (n-gram, suffix) */
+    int tree;                      /* the proposal is a token tree (gp.tree_width: n-gram,
+                                      suffix), scored in a pass of its own */
+    int32_t dpar[SD_MAX_DRAFT];    /* a tree's parents: dtok[i]'s (-1: the context) */
     int32_t k_want;                /* K asked of the LLM draft this step */
     int llm;                       /* drafting with the LLM this step (still drafting) */
     int used_llm;                  /* the LLM drafted for it this step */
@@ -86,8 +92,12 @@ struct sd_req {
     char *stop[SD_MAX_STOP_STRINGS];
     size_t stop_len[SD_MAX_STOP_STRINGS];
     int32_t n_stop;
-    int32_t *prompt;
+    int32_t *prompt; /* the submitted prompt (admission's prefix-cache lookup) */
+    /* The prompt of the current segment, ch[0].ctx[0 .. n_prompt): the submitted one, or
+     * after a context shift the shortened window (the prompt figures of the statistics
+     * stay the first's). */
     int32_t n_prompt;
+    int32_t n_keep; /* gp.context_shift: the first tokens every shift keeps */
     int32_t n_choices;
     sd_choice *ch; /* [n_choices] */
     sd_req_cb cb;

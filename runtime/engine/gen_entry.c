@@ -37,6 +37,76 @@ void sd_engine_free(sd_engine *e) {
     sd_engine_release(e);
 }
 
+/* A later segment's statistics b added to the run's st (the prompt figures, TTFT and the
+ * first token's time stay the first segment's; the stop is b's), as the batcher's choice
+ * counts on through a context shift. */
+static void add_segment(sd_gen_stats *st, const sd_gen_stats *b) {
+    const sd_gen_stats first = *st;
+    sd_stats_add(st, b);
+    st->n_prompt = first.n_prompt;
+    st->n_prompt_cached = first.n_prompt_cached;
+    st->t_prefill_ms = first.t_prefill_ms;
+    st->ttft_ms = first.ttft_ms;
+    st->t_first_ms = first.t_first_ms;
+    st->stop = b->stop;
+}
+
+/* sd_generate's loop over the engine's scorer; with g->context_shift, each time it stops
+ * at a full context with budget left, the context (the window, then the segment's tokens)
+ * keeps its first n_keep tokens and drops the older half of the rest
+ * (sd_ctx_shift_window), the target's cache is shifted in place, its keys re-rotated
+ * (sd_scorer_shift; a backend that cannot evaluates the window afresh), and the next
+ * segment generates from the window. Kept tokens that leave no room end it at the
+ * context (as the batcher). */
+static int loop_generate(sd_engine *e, sd_proposer *prop, const sd_gen_params *g,
+                         const int32_t *prompt, int32_t n_prompt, sd_token_cb cb, void *user,
+                         int32_t *out, int32_t cap_out, sd_gen_stats *st, sd_error *err) {
+    const sd_vocab *v = sd_model_vocab(e->tm);
+    const int32_t eos = sd_vocab_eos(v), ctx = e->n_ctx;
+    int rc =
+        sd_generate(e->scorer, prop, prompt, n_prompt, eos, g, cb, user, out, cap_out, st, err);
+    if (rc || !g->context_shift || st->stop != SD_STOP_CONTEXT) return rc;
+    const int32_t n_keep = sd_ctx_shift_keep(prompt, n_prompt, g->shift_keep, sd_vocab_bos(v));
+    if (n_keep >= ctx / 2) return SD_OK;
+    /* the context: a window of up to ctx + 1 tokens (the last one not evaluated yet) */
+    int32_t *win = malloc(((size_t)ctx + 2) * sizeof *win);
+    if (!win) return sd_errorf(err, SD_ERR_OOM, "context shift: out of memory");
+    int32_t n_win = n_prompt, seg0 = 0, total = st->n_generated;
+    memcpy(win, prompt, (size_t)n_prompt * sizeof *win);
+    while (st->stop == SD_STOP_CONTEXT && total < g->n_predict) {
+        const int32_t seg = total - seg0; /* the context at the stop: window and segment */
+        SD_CHECK(n_win + seg <= ctx + 1, "a segment stops at a full context");
+        memcpy(win + n_win, out + seg0, (size_t)seg * sizeof *win);
+        const int32_t n_cur = n_win + seg, n_discard = sd_ctx_shift_window(win, n_cur, n_keep);
+        n_win = n_cur - n_discard;
+        /* the target's cache holds the context before the shift (but its last token) */
+        if (sd_session_n_past(sd_scorer_session(e->scorer)) >= n_keep + n_discard) {
+            rc = sd_scorer_shift(e->scorer, n_keep, n_discard, err);
+            if (rc == SD_ERR_UNSUPPORTED) { /* evaluated afresh by the next segment */
+                sd_error_clear(err);
+                rc = SD_OK;
+            }
+            if (rc) break;
+        }
+        sd_gen_params gs = *g;
+        gs.n_predict = g->n_predict - total;
+        if (gs.logprobs) gs.logprobs_out = g->logprobs_out + total;
+        gs.pass_trace = NULL; /* the traces: the first segment's passes */
+        gs.pass_trace_cap = 0;
+        gs.k_trace = NULL;
+        gs.k_trace_cap = 0;
+        sd_gen_stats b;
+        rc = sd_generate(e->scorer, prop, win, n_win, eos, &gs, cb, user, out + total,
+                         cap_out - total, &b, err);
+        if (rc) break;
+        add_segment(st, &b);
+        seg0 = total;
+        total += b.n_generated;
+    }
+    free(win);
+    return rc;
+}
+
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err) {
@@ -80,8 +150,7 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
         return sd_gen_batch_run(e, &e->gen->b, e->gen->lookup, &g, prompt, n_prompt, cb, user, out,
                                 cap_out, stats, err);
     }
-    return sd_generate(e->scorer, prop, prompt, n_prompt, sd_vocab_eos(sd_model_vocab(e->tm)), &g,
-                       cb, user, out, cap_out, stats, err);
+    return loop_generate(e, prop, &g, prompt, n_prompt, cb, user, out, cap_out, stats, err);
 }
 
 const char *sd_gen_path_name(sd_gen_path p) {
@@ -100,18 +169,13 @@ sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp,
                                     const char **why) {
     (void)n_prompt; /* a prompt and budget past the context stop there in both loops */
     if (!gp) gp = &e->p.gen;
-    const int drafting = gp->n_draft > 0; /* as the batcher's refusals read it */
-    const char *w = NULL;                 /* what only the loop has */
+    const char *w = NULL; /* what only the loop has */
     if (gp->path == SD_GEN_PATH_LOOP)
         w = "asked for";
     else if (gp->path == SD_GEN_PATH_BATCHER)
         w = NULL;
-    else if (e->p.device != SD_DEVICE_CPU || (e->dm && e->p.device_draft != SD_DEVICE_CPU))
-        w = "a device other than the cpu";
     else if (e->p.n_split > 1 || e->p.n_split < 0)
         w = "tensor parallelism";
-    else if (drafting && gp->tree_width > 0)
-        w = "token trees";
     if (why) *why = w ? w : "one sequence of the batcher's step";
     return w ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
 }

@@ -318,8 +318,7 @@ typedef enum sd_gen_path {
     SD_GEN_PATH_BATCHER,  /* the batcher's step over one sequence (gen_batch.c): one engine
                              for generate and serve */
     SD_GEN_PATH_LOOP,     /* sd_generate's single-sequence loop: what the batcher cannot do
-                             yet (a device, tensor parallelism, token trees, a caller
-                             that edits the loop's cache: --context-shift) */
+                             yet (a device, tensor parallelism) */
 } sd_gen_path;
 
 /* "auto", "batcher", "loop". */
@@ -374,7 +373,8 @@ typedef struct sd_gen_params {
      * what the controller saw: the raw material of tests/data/traces/. */
     struct sd_pass_record *pass_trace;
     int32_t pass_trace_cap;
-    /* Token trees (sd_generate only; docs/drafting.md): > 0, each pass drafts a tree of
+    /* Token trees (sd_generate and the batcher's n-gram and suffix proposals, a tree pass
+     * of its own per sequence; docs/drafting.md): > 0, each pass drafts a tree of
      * up to tree_width alternatives for the first token, each a chain of up to n_draft
      * tokens (tree_width * n_draft <= SD_MAX_DRAFT), scored in one target pass with a tree
      * attention mask and verified by target choice (greedy or Gumbel sampling; a fixed K;
@@ -403,7 +403,7 @@ typedef struct sd_gen_params {
      * sd_engine_generate and the batcher; sd_generate needs it when grammar is set. */
     const sd_grammar_vocab *grammar_vocab;
     /* sd_engine_generate's loop: AUTO (the default) or one forced (LOOP: a caller that
-     * shifts the target's cache between calls, sd_scorer_shift). */
+     * edits the loop's cache between calls, sd_scorer_shift: the interactive chat). */
     sd_gen_path path;
     /* Synthetic rejection (the batcher only; llama-server's --spec-synth-rates, for
      * testing the verification path): synth_accept[i] (caller-owned, [n_synth_accept],
@@ -414,6 +414,16 @@ typedef struct sd_gen_params {
      * (a forced rejection emits what verification would); only the counts move. NULL: off. */
     const double *synth_accept;
     int32_t n_synth_accept;
+    /* Context shift (llama.cpp's --context-shift; sd_ctx_shift_*): 1: when generation
+     * fills the context before n_predict, the context (the prompt, then the tokens
+     * emitted) keeps its first tokens (shift_keep of the prompt, -1: all of it, BOS
+     * besides) and drops the older half of the rest, and generation goes on from the
+     * shortened context, until n_predict tokens in all (one choice only). The batcher
+     * evaluates the shortened context afresh (its kept prefix stays in the sequence's
+     * blocks); sd_engine_generate's loop path re-rotates its cache's keys
+     * (sd_scorer_shift). 0 (the default): generation stops at the full context. */
+    int context_shift;
+    int64_t shift_keep;
 } sd_gen_params;
 
 /* One pass as the controller saw it (sd_gen_params.pass_trace). */
@@ -540,7 +550,9 @@ double sd_engine_draft_prior(const sd_engine *e, sd_draft_type t);
  * end-of-generation token of its vocabulary (sd_vocab_eog_ids: <|im_end|>, <|eot_id|>, ...) and at
  * gp's stop ids; with gp->ignore_eos none of them is ever emitted (their logits are -inf).
  * Arguments and errors as sd_generate, plus SD_ERR_ARG for a draft type that needs a draft model
- * the engine does not have.
+ * the engine does not have. gp->context_shift: a full context is shifted and generation goes
+ * on (both paths; the statistics add up over the segments, the prompt figures the first's);
+ * kept tokens that leave no room (n_keep >= n_ctx / 2) end it at the context.
  */
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
@@ -551,7 +563,7 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
  * tokens, chosen here only: SD_GEN_PATH_BATCHER (a batcher of one sequence over the paged
  * KV pool, the step `specdec serve` runs) unless gp->path forces one or the request needs
  * what only sd_generate has; then SD_GEN_PATH_LOOP. *why (may be NULL): the reason, a
- * static string ("cuda device", "draft tree", ...).
+ * static string ("a device other than the cpu", "tensor parallelism", ...).
  */
 sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
                                     const char **why);
@@ -722,6 +734,9 @@ typedef struct sd_req_event {
      * decoding pass, whose token event follows). */
     int progress;
     int32_t n_processed;
+    /* Context shifts of the choice so far (gen.context_shift): its context filled and
+     * went on in a shortened window that many times (llama-server's "truncated"). */
+    int32_t n_ctx_shifts;
 } sd_req_event;
 
 /* Return non-zero to cancel the request (every choice; a done event follows for each
@@ -748,7 +763,9 @@ typedef struct sd_request {
     int progress; /* 1: prompt-progress events too (sd_req_event.progress) */
     /* 1: a prompt plus max tokens beyond a sequence's context is accepted, and generation
      * ends with stop SD_STOP_CONTEXT once the context is full (as sd_generate); 0 (the
-     * default): such a request is refused (SD_ERR_CONTEXT). */
+     * default): such a request is refused (SD_ERR_CONTEXT). gen.context_shift implies it
+     * (a full context is shifted, and the choice goes on; with kept tokens that leave no
+     * room, n_keep >= n_ctx / 2, it ends there). */
     int stop_at_context;
 } sd_request;
 

@@ -511,10 +511,6 @@ void srv_gen_unref(srv_gen *g) {
     const int last = --g->refs == 0;
     pthread_mutex_unlock(&g->mu);
     if (!last) return;
-    for (int32_t k = 0; k < SD_MAX_CHOICES; k++)
-        free(g->sub[k].win);
-    for (int32_t k = 0; k < g->n_stop; k++)
-        free(g->stop[k]);
     for (int32_t i = 0; i < g->n_choices; i++) {
         free(g->ch[i].text);
         free(g->ch[i].toks);
@@ -717,11 +713,8 @@ static int on_event(void *user, const sd_req_event *ev_sub) {
         }
     }
     srv_choice *c = &g->ch[ev->index];
-    /* A segment that stopped at a full context goes on in a shifted window (shift.c):
-     * not the choice's end. */
-    if (ev->done && ev->stop == SD_STOP_CONTEXT && sub->win && !sub->no_shift && !g->cancelled &&
-        !g->oom && srv_shift_take(g, sub, ev))
-        e.done = 0;
+    /* a context shift (the batcher's, gen.context_shift): llama-server's "truncated" */
+    if (ev->n_ctx_shifts > 0) c->ctx_limited = 1;
     if (ev->len && sd_buf_append(&c->text, &c->len, &c->cap, ev->text, ev->len)) g->oom = 1;
     if (ev->n_tokens > 0 && sd_buf_append(&c->toks, &c->toks_len, &c->toks_cap, ev->tokens,
                                           (size_t)ev->n_tokens * sizeof *ev->tokens))
@@ -738,9 +731,8 @@ static int on_event(void *user, const sd_req_event *ev_sub) {
         c->done = 1;
         c->stop = ev->stop;
         c->st = *ev->stats;
-        srv_shift_merge(sub, &c->st); /* the segments before a context shift too */
-        e.stats = &c->st;
-        if (ev->index == 0 && g->prompt0 && sub->n_shifts == 0) srv_slot_record(g->srv, g, &c->st);
+        if (ev->index == 0 && g->prompt0 && ev->n_ctx_shifts == 0)
+            srv_slot_record(g->srv, g, &c->st);
         g->n_done++;
         sub->n_done++;
         srv_count_done(g->srv, &c->st);
@@ -938,11 +930,11 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
                   SD_MAX_CHOICES);
         goto done;
     }
-    /* --context-shift: llama-server's n_keep (-1: the whole prompt), one choice, no
-     * grammar nor logit bias (a segment starts them afresh) */
+    /* --context-shift: llama-server's n_keep (-1: the whole prompt), one choice (the
+     * batcher shifts it: gen.context_shift) */
     int64_t n_keep = 0;
     if (get_int(o, "n_keep", -1, INT32_MAX, &n_keep, r) < 0) goto done;
-    const int shift = s->p.context_shift && q.n == 1 && !q.grammar && q.gp.samp.n_logit_bias == 0;
+    const int shift = s->p.context_shift && q.n == 1;
     const int32_t n_ctx = sd_batcher_n_ctx(s->b);
     const sd_gen_params gp0 = q.gp;
     int64_t n_prompt_all = 0;
@@ -966,6 +958,8 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
             goto done;
         }
         if (shift) { /* the context is shifted when it fills: no cut */
+            q.gp.context_shift = 1;
+            q.gp.shift_keep = n_keep;
             gps[p] = q.gp;
             continue;
         }
@@ -1034,11 +1028,6 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
         memcpy(g->prompt0, pids[0], (size_t)pn[0] * sizeof *g->prompt0);
         g->n_prompt0 = pn[0];
     }
-    for (int32_t k = 0; shift && k < q.n_stop; k++, g->n_stop++)
-        if (!(g->stop[k] = strdup(q.stop[k]))) {
-            srv_error(r, 500, "server_error", NULL, "out of memory");
-            goto done;
-        }
     sd_request req;
     memset(&req, 0, sizeof req);
     req.stop = q.stop;
@@ -1058,23 +1047,6 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
         req.n_prompt = pn[n_sub];
         req.gen = gps[n_sub];
         req.user = sb;
-        req.stop_at_context = shift;
-        if (shift) { /* the first segment's context: the prompt */
-            sb->win = malloc((size_t)pn[n_sub] * sizeof *sb->win);
-            if (!sb->win) {
-                rc = SD_ERR_OOM;
-                sd_errorf(&err, SD_ERR_OOM, "out of memory");
-                break;
-            }
-            memcpy(sb->win, pids[n_sub], (size_t)pn[n_sub] * sizeof *sb->win);
-            sb->n_win = pn[n_sub];
-            sb->n_keep = sd_ctx_shift_keep(pids[n_sub], pn[n_sub], n_keep,
-                                           sd_vocab_bos(sd_engine_vocab(s->e)));
-            sb->n_total = gps[n_sub].n_predict;
-            sb->gp = gps[n_sub];
-            sb->gp.grammar = NULL;
-            sb->cb = on_event;
-        }
         int64_t id = 0;
         atomic_fetch_add(&s->n_inflight, 1); /* before: its last event may come first */
         if ((rc = sd_batcher_submit(s->b, &req, &id, &err))) {

@@ -1,5 +1,5 @@
 /* runtime/server/misc.c: GET /v1/models, /health, /metrics (Prometheus text), POST
- * /tokenize and /detokenize (llama-server's bodies), and the JSON body parser. */
+ * /tokenize and /detokenize (llama-server's bodies). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,22 +7,6 @@
 #include <time.h>
 
 #include "runtime/server/server_impl.h"
-
-json_t *srv_parse_object(const char *body, size_t len, srv_reply *r) {
-    json_error_t je;
-    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!o) {
-        srv_error(r, 400, "invalid_request_error", NULL, "malformed JSON at line %d, column %d: %s",
-                  je.line, je.column, je.text);
-        return NULL;
-    }
-    if (!json_is_object(o)) {
-        json_decref(o);
-        srv_error(r, 400, "invalid_request_error", NULL, "the body must be a JSON object");
-        return NULL;
-    }
-    return o;
-}
 
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -108,41 +92,6 @@ void srv_props(sd_server *s, srv_reply *r) {
 }
 
 typedef srv_mbuf mbuf;
-
-void srv_vmprintf(srv_mbuf *m, const char *fmt, va_list ap0) {
-    if (m->oom) return;
-    for (;;) {
-        va_list ap;
-        va_copy(ap, ap0);
-        const int n = vsnprintf(m->b ? m->b + m->len : NULL, m->b ? m->cap - m->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            m->oom = 1;
-            return;
-        }
-        if (m->b && m->len + (size_t)n < m->cap) {
-            m->len += (size_t)n;
-            return;
-        }
-        size_t cap = m->cap ? m->cap * 2 : 4096;
-        while (cap < m->len + (size_t)n + 1)
-            cap *= 2;
-        char *nb = realloc(m->b, cap);
-        if (!nb) {
-            m->oom = 1;
-            return;
-        }
-        m->b = nb;
-        m->cap = cap;
-    }
-}
-
-void srv_mprintf(srv_mbuf *m, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    srv_vmprintf(m, fmt, ap);
-    va_end(ap);
-}
 
 /* One metric: HELP, TYPE and the sample. */
 static void metric(mbuf *m, const char *name, const char *type, const char *help, double v) {

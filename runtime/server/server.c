@@ -69,85 +69,6 @@ static void logf_(const sd_server *s, const char *fmt, ...) {
     s->p.log(s->p.log_user, line);
 }
 
-/* ---- replies ---- */
-
-void srv_json(srv_reply *r, int status, json_t *j) {
-    r->status = status;
-    r->type = "application/json";
-    r->body = j ? json_dumps(j, SRV_JSON_FLAGS) : NULL;
-    json_decref(j);
-    if (!r->body) {
-        r->status = 500;
-        r->body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
-                         "\"param\":null,\"code\":null}}");
-    }
-    r->len = r->body ? strlen(r->body) : 0;
-}
-
-/* Copy src into dst (cap >= 4) as valid UTF-8: each byte that does not start a
- * well-formed sequence (overlong, surrogate, beyond U+10FFFF, cut) becomes U+FFFD; a NUL
- * ends it; the output is cut at a character boundary to fit. */
-static void utf8_clean(char *dst, size_t cap, const char *src) {
-    size_t o = 0;
-    const unsigned char *p = (const unsigned char *)src;
-    while (*p) {
-        size_t n = 0;
-        const unsigned c = p[0];
-        if (c < 0x80)
-            n = 1;
-        else if (c >= 0xc2 && c <= 0xdf)
-            n = 2;
-        else if (c >= 0xe0 && c <= 0xef)
-            n = 3;
-        else if (c >= 0xf0 && c <= 0xf4)
-            n = 4;
-        int ok = n > 0;
-        for (size_t i = 1; ok && i < n; i++)
-            ok = (p[i] & 0xc0) == 0x80;
-        if (ok && n == 3) {
-            const unsigned v = (c & 0x0f) << 12 | (p[1] & 0x3f) << 6 | (p[2] & 0x3f);
-            ok = v >= 0x800 && !(v >= 0xd800 && v <= 0xdfff);
-        } else if (ok && n == 4) {
-            const unsigned v = (c & 0x07) << 18 | (p[1] & 0x3f) << 12 | (p[2] & 0x3f) << 6;
-            ok = v >= 0x10000 && v <= 0x10ffff;
-        }
-        const char *piece = ok ? (const char *)p : "\xef\xbf\xbd";
-        const size_t len = ok ? n : 3;
-        if (o + len + 1 > cap) break;
-        memcpy(dst + o, piece, len);
-        o += len;
-        p += ok ? n : 1;
-    }
-    dst[o] = '\0';
-}
-
-void srv_error(srv_reply *r, int status, const char *type, const char *param, const char *fmt,
-               ...) {
-    char raw[640], msg[640 * 3];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(raw, sizeof raw, fmt, ap);
-    va_end(ap);
-    utf8_clean(msg, sizeof msg, raw);
-    const char *code = r->code;
-    json_t *e = json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type", type, "param",
-                          param ? json_string(param) : json_null(), "code",
-                          code ? json_string(code) : json_null());
-    if (e && r->n_ctx > 0) {
-        json_t *o = json_object_get(e, "error");
-        json_object_set_new(o, "n_prompt_tokens", json_integer(r->n_prompt_tokens));
-        json_object_set_new(o, "n_ctx", json_integer(r->n_ctx));
-    }
-    srv_json(r, status, e);
-}
-
-int srv_peer_reset(int fd) {
-    if (fd < 0) return 0;
-    char c;
-    const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
-}
-
 /* ---- routes ---- */
 
 typedef enum route_id {
@@ -879,10 +800,7 @@ void sd_server_stop(sd_server *s) {
  * second stop arrives (when watch_stop). */
 static void drain(sd_server *s, double deadline_ms, int watch_stop, int *rc_first, sd_error *err) {
     sd_error e = {0};
-    while ((sd_batcher_busy(s->b) || s->shift_q) && sd_time_ms() < deadline_ms &&
-           !(watch_stop && s->stop > 1)) {
-        srv_shift_serve(s); /* closed: a shifted segment ends at the context */
-        if (!sd_batcher_busy(s->b)) continue;
+    while (sd_batcher_busy(s->b) && sd_time_ms() < deadline_ms && !(watch_stop && s->stop > 1)) {
         int rc = sd_batcher_step(s->b, &e);
         if (rc) {
             logf_(s, "engine: %s", e.msg);
@@ -909,7 +827,6 @@ int sd_server_run(sd_server *s, sd_error *err) {
                     if (err) *err = e;
                 }
             }
-            srv_shift_serve(s); /* segments that stopped at a full context go on */
             sweep(s);
             continue;
         }
@@ -938,7 +855,6 @@ int sd_server_run(sd_server *s, sd_error *err) {
         sd_batcher_close(s->b, 1);
         drain(s, 1e300, 0, &rc_first, err);
     }
-    srv_shift_serve(s); /* nothing may wait for a segment any more */
     /* Every request has its answer, but the connection threads may still be sending
      * the last bytes (a stream's data: [DONE]): stopping the daemon now would cut them.
      * Wait until each answer has gone out (on_completed), for at most SD_SERVER_FLUSH_MS

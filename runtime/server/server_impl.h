@@ -72,21 +72,6 @@ typedef struct srv_sub {
     int32_t progress_n, progress_cache;
     double t_progress0;
     int progress_end;
-    /* --context-shift (shift.c; NULL win: this request does not shift): the context the
-     * current segment started from (the prompt, then each shifted window), its first
-     * n_keep tokens kept by every shift, the choice's toks bytes at the segment's start,
-     * what every segment runs with (n_total: the request's n_predict), the earlier
-     * segments' statistics, the shifts done, and the stepping thread's queue of subs
-     * whose segment stopped at a full context. */
-    int32_t *win;
-    int32_t n_win, n_keep, n_total;
-    size_t toks0;
-    sd_gen_params gp;
-    sd_gen_stats acc;
-    int32_t n_shifts;
-    int no_shift;
-    sd_req_cb cb; /* api.c's engine callback: the segments' (shift.c ends a choice with it) */
-    struct srv_sub *shift_next;
 } srv_sub;
 
 /* The three shapes of a generation answer. */
@@ -120,13 +105,11 @@ typedef struct srv_gen {
     srv_choice ch[SD_MAX_CHOICES];
     char *sse; /* pending server-sent-event bytes: [sse_off, sse_len) not yet sent */
     size_t sse_len, sse_off, sse_cap;
-    int oom;                         /* building the output ran out of memory */
-    int cancelled;                   /* the client is gone: the callback cancels */
-    int fd;                          /* the connection's socket (reset checks on each event) */
-    struct MHD_Connection *conn;     /* the connection, resumed by the callback */
-    int suspended;                   /* conn is suspended waiting for news (under mu) */
-    char *stop[SD_MAX_STOP_STRINGS]; /* the stop strings (copies: a shift's segment) */
-    int32_t n_stop;
+    int oom;                     /* building the output ran out of memory */
+    int cancelled;               /* the client is gone: the callback cancels */
+    int fd;                      /* the connection's socket (reset checks on each event) */
+    struct MHD_Connection *conn; /* the connection, resumed by the callback */
+    int suspended;               /* conn is suspended waiting for news (under mu) */
     int32_t id_slot;  /* the request's id_slot (-1: none; the least recently used slot) */
     int32_t *prompt0; /* the first prompt's ids (slot records, with --slot-save-path) */
     int32_t n_prompt0;
@@ -191,9 +174,6 @@ struct sd_server {
     struct srv_track *conns;
     double t_sweep; /* ms of the last sweep */
     srv_vllm vllm;  /* vLLM's names on /metrics */
-    /* --context-shift: subs whose segment stopped at a full context, continued by the
-     * stepping thread between steps (shift.c; only that thread touches the queue) */
-    struct srv_sub *shift_q;
     /* --slot-save-path (slot_action.c): each slot's last sequence, the tokens its KV
      * cache held at the end (the prompt and the output but its last token), under slot_mu;
      * use: a counter for the least recently used slot (a request without id_slot) */
@@ -217,16 +197,6 @@ void srv_json(srv_reply *r, int status, json_t *j);
  * client that shut its side after sending (shutdown(SHUT_WR)) still reads the answer;
  * one that closed is found when the answer (or a stream's next event) is written. */
 int srv_peer_reset(int fd);
-
-/* shift.c: --context-shift. srv_shift_take (on_event, g->mu held): sub's choice ended at
- * a full context with budget left: 1 when it is queued to go on in a shifted window
- * (the caller then treats the event as not done), else 0. srv_shift_merge: the choice's
- * statistics over every segment (prompt figures the first's) into *st. srv_shift_serve
- * (the stepping thread, between steps): each queued sub's window is shifted and
- * submitted as its next segment; on_event ends the choice when that cannot be done. */
-int srv_shift_take(srv_gen *g, srv_sub *sub, const sd_req_event *ev);
-void srv_shift_merge(const srv_sub *sub, sd_gen_stats *st);
-void srv_shift_serve(struct sd_server *s);
 
 /* api.c: POST /v1/completions (SRV_COMPLETIONS), /v1/chat/completions (SRV_CHAT) and
  * /completion (SRV_NATIVE) on connection c (socket fd).

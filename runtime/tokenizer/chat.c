@@ -5,7 +5,8 @@
  *     tokenizer.chat_template is classified by the marker strings llm_chat_detect_template
  *     looks for, in its order (the first rule that matches wins, so e.g. a ChatML template
  *     that also contains <|im_sep|> is phi4, not chatml).
- *   - sd_chat_apply: llm_chat_apply_template's formatting for the templates in FORMATS.
+ *   - chat_apply_builtin (sd_chat_apply, in chat_render.c, routes here): llm_chat_apply_template's
+ *     formatting for the templates in FORMATS.
  *     Every template llama.cpp detects is recognised; those without a formatter here give
  *     a clear error naming what was recognised.
  * trim() is llama.cpp's: C-locale isspace at both ends.
@@ -529,15 +530,4 @@ int chat_apply_builtin(const char *tmpl_text, const sd_chat_msg *msgs, size_t n_
     *out = b.p;
     if (out_len) *out_len = b.n;
     return SD_OK;
-}
-
-int sd_chat_apply(const char *tmpl_text, const sd_chat_msg *msgs, size_t n_msgs,
-                  int add_generation_prompt, char **out, size_t *out_len, sd_error *err) {
-    *out = NULL;
-    if (out_len) *out_len = 0;
-    if (tmpl_text && !sd_chat_template_is_name(tmpl_text) && !chat_builtin_recognises(tmpl_text) &&
-        (strstr(tmpl_text, "{{") || strstr(tmpl_text, "{%")))
-        return chat_apply_jinja_msgs(tmpl_text, msgs, n_msgs, add_generation_prompt, out, out_len,
-                                     err);
-    return chat_apply_builtin(tmpl_text, msgs, n_msgs, add_generation_prompt, out, out_len, err);
 }

@@ -232,3 +232,16 @@ int chat_apply_jinja_msgs(const char *tmpl, const sd_chat_msg *msgs, size_t n_ms
     json_decref(a);
     return rc;
 }
+
+/* sd_chat_apply (sd_vocab.h): a template NAME, or a text a built-in formatter recognises, goes
+ * to chat.c's formatters; other Jinja text to the Jinja engine with the messages as JSON. */
+int sd_chat_apply(const char *tmpl_text, const sd_chat_msg *msgs, size_t n_msgs,
+                  int add_generation_prompt, char **out, size_t *out_len, sd_error *err) {
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    if (tmpl_text && !sd_chat_template_is_name(tmpl_text) && !chat_builtin_recognises(tmpl_text) &&
+        (strstr(tmpl_text, "{{") || strstr(tmpl_text, "{%")))
+        return chat_apply_jinja_msgs(tmpl_text, msgs, n_msgs, add_generation_prompt, out, out_len,
+                                     err);
+    return chat_apply_builtin(tmpl_text, msgs, n_msgs, add_generation_prompt, out, out_len, err);
+}

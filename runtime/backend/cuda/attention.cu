@@ -18,6 +18,9 @@
  * token t's result is the same bits whether it is decoded alone or inside a verification
  * pass (tests/test_cuda_math.c emulates these formulas against a double-precision softmax).
  * Query head h reads KV head h / (n_head / n_head_kv). F16 rows are converted exactly.
+ * Key j's row is the layer's row 0 + sd_cu_kv_off(map, j) (contiguous, or through a paged
+ * sequence's block table): thread i finds key j0 + i's offset once and shares it in the
+ * block, so a paged cache gives the bits of a contiguous one holding the same rows.
  * Tokens go SD_CU_ATT_TOK per launch pair, and heads as many as the partials scratch holds
  * (all of a model's: init sizes it for max_cols >= n_head * head_dim). In a captured graph the
  * position comes from the parameter block and the grid covers every chunk of the context (blocks
@@ -60,7 +63,7 @@ __device__ __forceinline__ void sd_cu_kv_elem8(const uint8_t *row, int32_t d, in
 template <int F16>
 __global__ void __launch_bounds__(SD_CU_ATT_THREADS)
     sd_cu_att_split(const float *__restrict__ q, const uint8_t *__restrict__ kb,
-                    const uint8_t *__restrict__ vb, size_t row_bytes, int32_t pos0,
+                    const uint8_t *__restrict__ vb, size_t row_bytes, sd_cu_kvmap map, int32_t pos0,
                     const sd_cu_par *par, int32_t h0, int32_t n_head, int32_t nh, int32_t group,
                     int32_t hd, float scale, int32_t nc_cap, int vec, float *__restrict__ po,
                     float *__restrict__ pm, float *__restrict__ pl) {
@@ -68,6 +71,7 @@ __global__ void __launch_bounds__(SD_CU_ATT_THREADS)
     __shared__ float p[SD_CU_ATT_CHUNK];
     __shared__ float ov[SD_CU_ATT_THREADS];
     __shared__ float red[SD_CU_WARP + 1];
+    __shared__ int64_t roff[SD_CU_ATT_CHUNK]; /* key j0 + i's row offset */
     const int32_t c = blockIdx.x, hl = blockIdx.y, h = h0 + hl, t = blockIdx.z;
     const int32_t n_keys = sd_cu_pos(pos0, par) + t + 1;
     const int32_t j0 = c * SD_CU_ATT_CHUNK;
@@ -78,10 +82,11 @@ __global__ void __launch_bounds__(SD_CU_ATT_THREADS)
     const float *qr = q + ((int64_t)t * n_head + h) * hd;
     for (int32_t d = tid; d < hd; d += SD_CU_ATT_THREADS)
         qs[d] = qr[d];
+    if (tid < len) roff[tid] = sd_cu_kv_off(map, j0 + tid, row_bytes);
     __syncthreads();
     float s = -INFINITY;
     if (tid < len) {
-        const uint8_t *kr = kb + (size_t)(j0 + tid) * row_bytes + off;
+        const uint8_t *kr = kb + roff[tid] + off;
         float acc = 0.0f;
         int32_t d = 0;
         for (; d + 8 <= hd; d += 8) {
@@ -107,8 +112,7 @@ __global__ void __launch_bounds__(SD_CU_ATT_THREADS)
             float o = 0.0f;
             const int32_t i1 = (gi + 1) * KG < len ? (gi + 1) * KG : len;
             for (int32_t i = gi * KG; i < i1; i++)
-                o = sd_cu_fma(p[i], sd_cu_kv_elem<F16>(vb + (size_t)(j0 + i) * row_bytes + off, d),
-                              o);
+                o = sd_cu_fma(p[i], sd_cu_kv_elem<F16>(vb + roff[i] + off, d), o);
             ov[tid] = o;
         }
         __syncthreads();
@@ -122,8 +126,7 @@ __global__ void __launch_bounds__(SD_CU_ATT_THREADS)
         for (int32_t d = tid; d < hd; d += SD_CU_ATT_THREADS) {
             float o = 0.0f;
             for (int32_t i = 0; i < len; i++)
-                o = sd_cu_fma(p[i], sd_cu_kv_elem<F16>(vb + (size_t)(j0 + i) * row_bytes + off, d),
-                              o);
+                o = sd_cu_fma(p[i], sd_cu_kv_elem<F16>(vb + roff[i] + off, d), o);
             po[slot * hd + d] = o;
         }
     }
@@ -165,8 +168,10 @@ void sd_cu_attention(sd_cuda_backend *c, const sd_cu_op *op, const sd_cu_par *pa
     const size_t rb = op->a.attention.row_bytes;
     const int f16 = op->a.attention.f16;
     const size_t off_align = (size_t)hd * (f16 ? 2u : 4u);
+    const sd_cu_kvmap map = op->a.attention.map;
     const int vec = rb % 16 == 0 && off_align % 16 == 0 &&
-                    (uintptr_t)op->a.attention.kb % 16 == 0 && hd % 8 == 0;
+                    (uintptr_t)op->a.attention.kb % 16 == 0 && map.block_bytes % 16 == 0 &&
+                    hd % 8 == 0;
     const float scale = sd_cu_div(1.0f, sqrtf((float)hd));
     /* heads per launch: what the partials hold (>= 1: init sizes them for SD_CU_ATT_MAX_HD) */
     const size_t per_head = (size_t)SD_CU_ATT_TOK * (size_t)c->att_nc;
@@ -186,12 +191,12 @@ void sd_cu_attention(sd_cuda_backend *c, const sd_cu_op *op, const sd_cu_par *pa
             const dim3 grid((unsigned)nc, (unsigned)nh, (unsigned)nt);
             if (f16)
                 sd_cu_att_split<1><<<grid, SD_CU_ATT_THREADS, 0, c->stream>>>(
-                    qt, op->a.attention.kb, op->a.attention.vb, rb, p0, par, h0, n_head, nh, group,
-                    hd, scale, c->att_nc, vec, c->att_o, c->att_m, c->att_l);
+                    qt, op->a.attention.kb, op->a.attention.vb, rb, map, p0, par, h0, n_head, nh,
+                    group, hd, scale, c->att_nc, vec, c->att_o, c->att_m, c->att_l);
             else
                 sd_cu_att_split<0><<<grid, SD_CU_ATT_THREADS, 0, c->stream>>>(
-                    qt, op->a.attention.kb, op->a.attention.vb, rb, p0, par, h0, n_head, nh, group,
-                    hd, scale, c->att_nc, vec, c->att_o, c->att_m, c->att_l);
+                    qt, op->a.attention.kb, op->a.attention.vb, rb, map, p0, par, h0, n_head, nh,
+                    group, hd, scale, c->att_nc, vec, c->att_o, c->att_m, c->att_l);
             if (!sd_cu_launched(c, "attention", "att_split")) return;
             sd_cu_att_combine<<<dim3((unsigned)nh, (unsigned)nt), SD_CU_ATT_THREADS, 0,
                                 c->stream>>>(c->att_o, c->att_m, c->att_l, p0, par, h0, n_head, nh,

@@ -358,12 +358,16 @@ static void cu_free(sd_backend *be) {
     cudaFree(c->att_l);
     cudaFree(c->d_par);
     cudaFreeHost(c->h_par);
+    cudaFree(c->tab_d);
+    cudaFreeHost(c->tab_h);
     cudaFreeHost(c->stage);
     for (int i = 0; i < SD_CU_MAX_OUT; i++)
         if (c->out[i].pinned) cudaFreeHost(c->out[i].pinned);
     if (c->par_ev) cudaEventDestroy(c->par_ev);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         if (c->stage_ev[i]) cudaEventDestroy(c->stage_ev[i]);
+        if (c->tab_ev[i]) cudaEventDestroy(c->tab_ev[i]);
+    }
     for (int i = 0; i < SD_CU_RD_CHUNKS; i++)
         if (c->rd_ev[i]) cudaEventDestroy(c->rd_ev[i]);
     if (c->prof) {
@@ -487,13 +491,22 @@ static int alloc_scratch(sd_cuda_backend *c, sd_error *err) {
         e = cudaEventCreateWithFlags(&c->stage_ev[i], cudaEventDisableTiming);
     for (int i = 0; i < SD_CU_RD_CHUNKS && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&c->rd_ev[i], cudaEventDisableTiming);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&c->tab_ev[i], cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->h_par, sizeof *c->h_par, 0);
+    /* Paged KV block tables: a half holds two tables of the longest sequence (n_ctx blocks
+     * of one position), and at least SD_CU_TAB_MIN_HALF entries. */
+    c->tab_half = 2 * ((int64_t)c->n_ctx + 1);
+    if (c->tab_half < SD_CU_TAB_MIN_HALF) c->tab_half = SD_CU_TAB_MIN_HALF;
+    const size_t tab_bytes = (size_t)(2 * c->tab_half) * sizeof(int32_t);
+    if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->tab_h, tab_bytes, 0);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return sd_errorf(err, SD_ERR_IO, "cuda backend: events / pinned memory: %s",
                          cudaGetErrorString(e));
     }
-    if ((rc = dev_alloc(c, sizeof *c->d_par, "graph parameters", (void **)&c->d_par, err)))
+    if ((rc = dev_alloc(c, sizeof *c->d_par, "graph parameters", (void **)&c->d_par, err)) ||
+        (rc = dev_alloc(c, tab_bytes, "paged KV block tables", (void **)&c->tab_d, err)))
         return rc;
     if (cudaHostAlloc((void **)&c->stage, 2 * SD_CU_STAGE_BYTES, 0) != cudaSuccess) {
         cudaGetLastError();

@@ -75,6 +75,26 @@
 #define SD_CU_ATT_MAX_HD  256
 #define SD_CU_ATT_TOK     SD_CU_GRAPH_MAX_TOK /* tokens per launch (partials scratch) */
 
+/* Paged KV caches (ops.cu, kv_store.cu, attention.cu): block tables travel to the device
+ * through a ring of two halves of at least this many int32 entries (pinned host -> device,
+ * on the stream), and the last SD_CU_TAB_CACHE tables uploaded are reused while their half
+ * has not been recycled (every layer of a sequence has the same table). */
+#define SD_CU_TAB_MIN_HALF ((int64_t)1 << 16)
+#define SD_CU_TAB_CACHE    16
+
+/* Where the KV rows of one sequence and layer are, for a kernel: row pos of a layer is at
+ * base + sd_cu_kv_off(map, pos, row_bytes) (base: the row of position 0, K or V), i.e.
+ * pos * row_bytes when the rows are contiguous (tab NULL), else
+ * tab[pos / blk] * block_bytes + (pos % blk) * row_bytes: tab (device) holds, per logical
+ * block, its pool block minus the pool block of logical block 0 (the same for K and V and
+ * for every layer of the sequence). */
+typedef struct sd_cu_kvmap {
+    const int32_t *tab;  /* device [ceil(keys / blk)], or NULL: contiguous */
+    int64_t block_bytes; /* blk * row_bytes */
+    int32_t blk;         /* positions per block */
+    int32_t pad_;
+} sd_cu_kvmap;
+
 /* Device parameter block of a graph step: what changes between replays. */
 typedef struct sd_cu_par {
     int32_t pos0;
@@ -136,6 +156,7 @@ typedef struct sd_cu_op {
             size_t row_bytes;
             int32_t kv_dim, f16;
             const float *k, *v;
+            sd_cu_kvmap map;
         } kv_store;
         struct {
             const float *q;
@@ -143,6 +164,7 @@ typedef struct sd_cu_op {
             size_t row_bytes;
             int32_t n_head, n_head_kv, head_dim, f16;
             float *out;
+            sd_cu_kvmap map;
         } attention;
         struct {
             float *x;
@@ -273,6 +295,20 @@ typedef struct sd_cuda_backend {
     } out[SD_CU_MAX_OUT];
     cudaEvent_t rd_ev[SD_CU_RD_CHUNKS];
 
+    /* paged KV block tables (ops.cu): the ring (pinned host and device, two halves of
+     * tab_half entries; tab_ev[h]: after the last copy out of half h), the recent uploads */
+    int32_t *tab_h, *tab_d;
+    int64_t tab_half, tab_used;
+    int32_t tab_cur;
+    cudaEvent_t tab_ev[2];
+    struct {
+        const int32_t *h; /* NULL: empty */
+        const int32_t *d;
+        int32_t n, half;
+    } tab_cache[SD_CU_TAB_CACHE];
+    int32_t tab_next;      /* cache slot replaced next */
+    int64_t n_tab_uploads; /* tables copied to the device */
+
     /* tensor parallelism: the communicator this backend is a rank of (comm.cu), or NULL */
     struct sd_comm_cuda *comm;
     int32_t rank;
@@ -319,6 +355,9 @@ void sd_cu_submit(sd_cuda_backend *c, const sd_cu_op *op);
 void sd_cu_step_begin(sd_cuda_backend *c, int32_t n_tok, const int32_t *ids);
 /* The step being recorded (if any) cannot be replayed: run it record by record. */
 void sd_cu_step_not_replayable(sd_cuda_backend *c);
+/* Leave the step being recorded (if any) for good: it cannot be replayed, and its kept
+ * records are launched now, so that what is queued next on the stream comes after them. */
+void sd_cu_step_leave(sd_cuda_backend *c);
 /* 1 if a get_rows of n_tok tokens may open a graph step. */
 int sd_cu_graphs_allowed(const sd_cuda_backend *c, int32_t n_tok);
 /* Append the timings to SD_CUDA_PROFILE's file. */
@@ -441,6 +480,14 @@ __device__ __forceinline__ float sd_cu_block_max(float v, float *red) {
     const float r = red[SD_CU_WARP];
     __syncthreads();
     return r;
+}
+
+/* Byte offset of row pos from the layer's row of position 0 (sd_cu_kvmap). */
+__device__ __forceinline__ int64_t sd_cu_kv_off(const sd_cu_kvmap &m, int32_t pos,
+                                                size_t row_bytes) {
+    if (!m.tab) return (int64_t)pos * (int64_t)row_bytes;
+    return (int64_t)__ldg(m.tab + pos / m.blk) * m.block_bytes +
+           (int64_t)(pos % m.blk) * (int64_t)row_bytes;
 }
 
 /* The position / ids of a launch: the device parameter block when captured into a graph. */

@@ -27,7 +27,9 @@
  *     replayed as above;
  *   - or runs record by record, if it is not replayable: two get_rows, records at different
  *     positions, more than SD_CU_STEP_MAX_OPS records, a KV cache not contiguous from
- *     position 0, or a token count whose capture failed twice (a failed capture is not an
+ *     position 0 over its capacity (a paged sequence: its block table is read by the kernels
+ *     from a copy made for the step; sd_cu_step_leave launches the kept records before it),
+ *     or a token count whose capture failed twice (a failed capture is not an
  *     error: the step runs record by record, and any real error shows there).
  * A graph is a function of its records only (addresses, shapes, types; the kernels read
  * nothing else from the host), so a replay computes exactly what running the step's records
@@ -269,6 +271,12 @@ void sd_cu_step_begin(sd_cuda_backend *c, int32_t n_tok, const int32_t *ids) {
 
 void sd_cu_step_not_replayable(sd_cuda_backend *c) {
     if (c->in_step) c->step_ok = 0;
+}
+
+void sd_cu_step_leave(sd_cuda_backend *c) {
+    if (!c->in_step) return;
+    c->step_ok = 0;
+    step_drain(c);
 }
 
 void sd_cu_submit(sd_cuda_backend *c, const sd_cu_op *op) {

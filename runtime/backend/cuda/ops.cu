@@ -4,7 +4,7 @@
  * SD_ERR_ARG / SD_ERR_UNSUPPORTED record instead of a launch out of bounds), resolves host
  * state into values (cache row addresses, ids, the weight and rope structs copied field by
  * field so that records compare with memcmp), and hands the record to graph.cu. Nothing is
- * launched here.
+ * launched here; the one copy queued here is a paged cache's block table (kv_map).
  */
 #include <string.h>
 
@@ -139,19 +139,94 @@ void sd_cu_op_add_bias(sd_backend *be, float *y, const float *b, int32_t n_tok, 
     sd_cu_submit(c, &op);
 }
 
-/* The cache rows of positions [0, n_keys) must be contiguous (one span from 0) for the
- * kernels, which address row pos as row 0 + pos; a graph step replays at later positions,
- * so it needs the whole capacity in that span. */
-static int kv_contiguous(sd_cuda_backend *c, sd_kv *kv, int32_t n_keys, const char *op) {
-    if (c->host->kv_span(kv, 0) < n_keys) {
-        sd_cu_failf(c, SD_ERR_UNSUPPORTED,
-                    "%s: cache rows 0 .. %d are not contiguous (paged caches are not supported "
-                    "by the CUDA backend yet)",
-                    op, n_keys - 1);
+/* A device copy of the block table tab[i] = ids[i] - ids[0], i < n (sd_cu_kvmap): one
+ * of the recent uploads holding the same entries, else written to the pinned ring and
+ * copied to its device half on the stream. A half is reused once the copies out of it
+ * have run (its event); its recent uploads are forgotten then. NULL: an error recorded. */
+static const int32_t *tab_put(sd_cuda_backend *c, const int32_t *ids, int32_t n) {
+    if (n > c->tab_half) { /* a cache longer than the n_ctx init sized the ring for */
+        sd_cu_failf(c, SD_ERR_ARG, "kv block table of %d blocks: more than %lld", n,
+                    (long long)c->tab_half);
+        return NULL;
+    }
+    for (int i = 0; i < SD_CU_TAB_CACHE; i++) {
+        const int32_t *h = c->tab_cache[i].h;
+        if (!h || c->tab_cache[i].n != n) continue;
+        int32_t j = 0;
+        while (j < n && h[j] == ids[j] - ids[0])
+            j++;
+        if (j == n) return c->tab_cache[i].d;
+    }
+    if (c->tab_used + n > c->tab_half) { /* the other half, once its copies are done */
+        c->tab_cur ^= 1;
+        c->tab_used = 0;
+        if (!sd_cu_check(c, cudaEventSynchronize(c->tab_ev[c->tab_cur]), "kv block table",
+                         "cudaEventSynchronize"))
+            return NULL;
+        for (int i = 0; i < SD_CU_TAB_CACHE; i++)
+            if (c->tab_cache[i].half == c->tab_cur) c->tab_cache[i].h = NULL;
+    }
+    const int64_t at = (int64_t)c->tab_cur * c->tab_half + c->tab_used;
+    int32_t *h = c->tab_h + at;
+    for (int32_t j = 0; j < n; j++)
+        h[j] = ids[j] - ids[0];
+    if (!sd_cu_check(c,
+                     cudaMemcpyAsync(c->tab_d + at, h, (size_t)n * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, c->stream),
+                     "kv block table", "cudaMemcpyAsync (host to device)") ||
+        !sd_cu_check(c, cudaEventRecord(c->tab_ev[c->tab_cur], c->stream), "kv block table",
+                     "cudaEventRecord"))
+        return NULL;
+    c->tab_used += n;
+    c->n_tab_uploads++;
+    const int slot = c->tab_next;
+    c->tab_next = (c->tab_next + 1) % SD_CU_TAB_CACHE;
+    c->tab_cache[slot].h = h;
+    c->tab_cache[slot].d = c->tab_d + at;
+    c->tab_cache[slot].n = n;
+    c->tab_cache[slot].half = c->tab_cur;
+    return c->tab_d + at;
+}
+
+/* Where layer's rows of positions [0, n_keys) are (all must be mapped): *kb, *vb the rows of
+ * position 0 and *map how to step from them (sd_cu_kvmap): contiguous when the rows of
+ * [0, n_keys) are one span, else through the sequence's block table, uploaded here (a
+ * paged step is not replayed as a graph: its table is not a graph parameter). A graph step
+ * replays at later positions, so it also needs the whole capacity in one span. 0 and an
+ * error recorded when the cache cannot be read so. */
+static int kv_map(sd_cuda_backend *c, sd_kv *kv, int32_t layer, int32_t n_keys, const char *op,
+                  uint8_t **kb, uint8_t **vb, sd_cu_kvmap *map) {
+    memset(map, 0, sizeof *map);
+    *kb = (uint8_t *)c->host->kv_k(kv, layer, 0);
+    *vb = (uint8_t *)c->host->kv_v(kv, layer, 0);
+    if (!*kb || !*vb) {
+        sd_cu_failf(c, SD_ERR_ARG, "%s: layer %d position 0 is not in the cache", op, layer);
         return 0;
     }
-    if (c->host->kv_span(kv, 0) < c->host->kv_capacity(kv)) sd_cu_step_not_replayable(c);
-    return 1;
+    const int32_t span0 = c->host->kv_span(kv, 0);
+    if (span0 < c->host->kv_capacity(kv)) sd_cu_step_not_replayable(c);
+    if (span0 >= n_keys) return 1;
+    const int32_t *ids = NULL;
+    int32_t bs = 0;
+    const int32_t held = c->host->kv_block_table(kv, layer, &ids, &bs);
+    const int32_t need = bs > 0 ? (n_keys + bs - 1) / bs : 0;
+    if (bs < 1 || need > held) {
+        sd_cu_failf(c, SD_ERR_ARG,
+                    "%s: positions up to %d are not mapped (%d blocks of %d positions)", op,
+                    n_keys - 1, held, bs);
+        return 0;
+    }
+    for (int32_t i = 0; i < need; i++)
+        if (ids[i] < 0) {
+            sd_cu_failf(c, SD_ERR_UNSUPPORTED,
+                        "%s: block %d of the sequence was released (a sliding window)", op, i);
+            return 0;
+        }
+    sd_cu_step_leave(c); /* the records kept so far first, then the table's copy */
+    map->tab = tab_put(c, ids, need);
+    map->blk = bs;
+    map->block_bytes = (int64_t)bs * (int64_t)c->host->kv_row_bytes(kv);
+    return map->tab != NULL;
 }
 
 void sd_cu_op_kv_store(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0, int32_t n_tok,
@@ -164,15 +239,12 @@ void sd_cu_op_kv_store(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0, i
                     n_tok, kv_dim, pos0, c->host->kv_capacity(kv), c->host->kv_dim(kv));
         return;
     }
-    if (!kv_contiguous(c, kv, pos0 + n_tok, "kv_store")) return;
-    uint8_t *kb = (uint8_t *)c->host->kv_k(kv, layer, 0),
-            *vb = (uint8_t *)c->host->kv_v(kv, layer, 0);
-    if (!kb || !vb) {
-        sd_cu_failf(c, SD_ERR_ARG, "kv_store: layer %d is not in the cache", layer);
-        return;
-    }
+    uint8_t *kb = NULL, *vb = NULL;
+    sd_cu_kvmap map;
+    if (!kv_map(c, kv, layer, pos0 + n_tok, "kv_store", &kb, &vb, &map)) return;
     sd_cu_op op;
     op_init(&op, SD_CU_OP_KV_STORE, n_tok, pos0);
+    op.a.kv_store.map = map;
     op.a.kv_store.kb = kb;
     op.a.kv_store.vb = vb;
     op.a.kv_store.row_bytes = c->host->kv_row_bytes(kv);
@@ -199,15 +271,12 @@ void sd_cu_op_attention(sd_backend *be, const float *q, sd_kv *kv, int32_t layer
                     n_tok, pos0, n_head, n_head_kv, head_dim, c->n_ctx, SD_CU_ATT_MAX_HD);
         return;
     }
-    if (!kv_contiguous(c, kv, n_keys, "attention")) return;
-    const uint8_t *kb = (const uint8_t *)c->host->kv_k(kv, layer, 0);
-    const uint8_t *vb = (const uint8_t *)c->host->kv_v(kv, layer, 0);
-    if (!kb || !vb) {
-        sd_cu_failf(c, SD_ERR_ARG, "attention: layer %d is not in the cache", layer);
-        return;
-    }
+    uint8_t *kb = NULL, *vb = NULL;
+    sd_cu_kvmap map;
+    if (!kv_map(c, kv, layer, n_keys, "attention", &kb, &vb, &map)) return;
     sd_cu_op op;
     op_init(&op, SD_CU_OP_ATTENTION, n_tok, pos0);
+    op.a.attention.map = map;
     op.a.attention.q = q;
     op.a.attention.kb = kb;
     op.a.attention.vb = vb;

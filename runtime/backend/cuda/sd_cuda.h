@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define SD_CUDA_MODULE_ABI    1
+#define SD_CUDA_MODULE_ABI    2
 #define SD_CUDA_MODULE_NAME   "libspecdec_cuda.so"
 #define SD_CUDA_MODULE_SYMBOL "sd_cuda_module_v1"
 
@@ -45,6 +45,8 @@ typedef struct sd_cuda_host {
     int32_t (*kv_dim)(const sd_kv *kv);
     sd_type (*kv_type)(const sd_kv *kv);
     size_t (*kv_row_bytes)(const sd_kv *kv);
+    int32_t (*kv_block_table)(const sd_kv *kv, int32_t layer, const int32_t **ids,
+                              int32_t *block_size);
 } sd_cuda_host;
 
 typedef struct sd_cuda_module {
