@@ -130,7 +130,8 @@ void sd_pool_for(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void
  * stream prefetcher run ahead of it) instead of chunks dealt out in turn, while a late
  * participant's work is still taken over chunk by chunk, as in sd_pool_for. n <= 0:
  * nothing; chunk < 1: 1. (More than SD_POOL_OWNED_MAX threads, or n beyond 2^31 - 1:
- * sd_pool_for's single counter.)
+ * sd_pool_for's single counter.) Not used by the backend's matmuls: at load average ~3 the
+ * 0.5B draft's 2-thread step measured slower with it (docs/performance.md).
  */
 #define SD_POOL_OWNED_MAX 64
 void sd_pool_for_owned(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void *arg);
