@@ -41,9 +41,11 @@
 #   8. the 7B shape (llama7b target, Q8_0) with bench --kernels, if 150 s are left
 #   9. the batcher on the device (what generate and serve run: a paged KV cache, blocks
 #      reached through block tables): greedy target-alone and speculative (K 4) text
-#      through generate's batcher (F16 KV), and target alone through the old loop
-#      (--context-shift takes it); speculative and the loop must give the batcher's
-#      target-alone tokens ("batcher" in the JSON, one summary line on stderr)
+#      through generate's batcher (F16 KV), and target alone through the old loop (-sm row:
+#      a tensor-parallel target over every GPU, one here, takes it; one GPU's split gives the
+#      unsplit bits), and the batcher's target alone again without CUDA graphs;
+#      speculative, the loop and no graphs must give the batcher's target-alone tokens
+#      ("batcher" in the JSON with the decode ms per token of each, one line on stderr)
 # GPU_CHECK_ONLY=batcher: steps 1, test_backend_cuda and step 9 on a small synth pair (Q8_0)
 # only (about a minute).
 # A dry run of the plumbing without a GPU: GPU_CHECK_DEVICE=cpu GPU_CHECK_PRESET=tiny
@@ -203,7 +205,9 @@ batcher_checks() {
     local g=(--device "$DEV" --kv-type f16 -p "$PROMPT" -n 64 --temp 0 --ignore-eos --json -v)
     step "batcher_alone_$p" 90 "$SD" generate -m "$tgt" --no-draft "${g[@]}"
     step "batcher_spec_$p" 90 "$SD" generate --config "$cfg" -k 4 --draft-policy fixed "${g[@]}"
-    step "loop_alone_$p" 90 "$SD" generate -m "$tgt" --no-draft --context-shift "${g[@]}"
+    step "loop_alone_$p" 90 "$SD" generate -m "$tgt" --no-draft -sm row "${g[@]}"
+    # the batcher's decode step without CUDA graphs (what the graphs of a paged step save)
+    step "batcher_alone_nographs_$p" 90 env SD_CUDA_GRAPHS=0 "$SD" generate -m "$tgt" --no-draft "${g[@]}"
 }
 
 # 2. op tests
@@ -218,7 +222,7 @@ fi
 
 if [ "$ONLY" = batcher ]; then
     mkdir -p "$M"
-    [ -f "$M/small/pair.json" ] || step synth_small 90 "$SD" synth --preset small --type q8_0 -o "$M/small"
+    [ -f "$M/small/pair.json" ] || step synth_small 90 "$SD" synth --preset "${GPU_CHECK_PRESET_BATCHER:-small}" --type q8_0 -o "$M/small"
     [ -f "$M/small/pair.json" ] && batcher_checks small "$M/small/target.gguf" "$M/small/pair.json"
 else
 
@@ -378,11 +382,17 @@ for p in $BATCHER_PAIRS; do
     spec_eq=false loop_eq=false
     [ -n "$a" ] && [ "$a" = "$sp" ] && spec_eq=true
     [ -n "$a" ] && [ "$a" = "$lo" ] && loop_eq=true
-    acc=$(grep -o '"acceptance_rate": *[0-9.e+-]*' "$R/batcher_spec_$p.out" 2>/dev/null | head -n 1 | sed 's/.*: *//')
-    $spec_eq && $loop_eq && [ "$paths" = "batcher batcher loop" ] || ok=false
-    log "batcher ($p): paths $paths, speculative == target alone: $spec_eq, batcher == loop: $loop_eq, acceptance ${acc:-?}"
+    stat() { grep -o "\"$2\": *[0-9.e+-]*" "$R/$1.out" 2>/dev/null | head -n 1 | sed 's/.*: *//'; }
+    acc=$(stat "batcher_spec_$p" acceptance_rate)
+    ng=$(toks "batcher_alone_nographs_$p")
+    ng_eq=false
+    [ -n "$a" ] && [ "$a" = "$ng" ] && ng_eq=true
+    $spec_eq && $loop_eq && $ng_eq && [ "$paths" = "batcher batcher loop" ] || ok=false
+    # decode: ms per token of target alone (itl), batcher (graphs, no graphs) and the loop
+    itl="$(stat "batcher_alone_$p" itl_ms) $(stat "batcher_alone_nographs_$p" itl_ms) $(stat "loop_alone_$p" itl_ms)"
+    log "batcher ($p): paths $paths, speculative == target alone: $spec_eq, batcher == loop: $loop_eq, graphs == none: $ng_eq, acceptance ${acc:-?}, itl ms batcher / no graphs / loop: $itl, speculative tok/s $(stat "batcher_spec_$p" tokens_per_s)"
     [ -n "$batcher_json" ] && batcher_json="$batcher_json, "
-    batcher_json="$batcher_json$(json_str "$p"): {\"paths\": $(json_str "$paths"), \"speculative_equals_target_alone\": $spec_eq, \"batcher_equals_loop\": $loop_eq, \"acceptance\": $(json_str "${acc:-}"), \"tokens\": $(json_str "$a")}"
+    batcher_json="$batcher_json$(json_str "$p"): {\"paths\": $(json_str "$paths"), \"speculative_equals_target_alone\": $spec_eq, \"batcher_equals_loop\": $loop_eq, \"graphs_equal_no_graphs\": $ng_eq, \"acceptance\": $(json_str "${acc:-}"), \"itl_ms_batcher_nographs_loop\": $(json_str "$itl"), \"speculative_tokens_per_s\": $(json_str "$(stat "batcher_spec_$p" tokens_per_s)"), \"tokens\": $(json_str "$a")}"
 done
 
 files_json=""

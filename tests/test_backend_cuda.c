@@ -1068,8 +1068,10 @@ Test(cuda_model, batcher_greedy_speculative_equals_target_alone) {
 
 /* Decode steps replayed as CUDA graphs (the default) against the same steps run op by op
  * (SD_CUDA_GRAPHS=0): the same logits bits at every step, over 40 single-token steps at
- * rising positions, 5-token passes, and rollbacks (truncate) that move positions back. */
-static void graphs_vs_eager(sd_type wt) {
+ * rising positions, 5-token passes, and rollbacks (truncate) that move positions back; with
+ * paged > 0, in a paged cache of one sequence over blocks of `paged` positions (its block
+ * table read by the graph from a slot refreshed as blocks come and go). */
+static void graphs_vs_eager(sd_type wt, int32_t paged) {
     sd_error err = {0};
     if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
     char path[1100];
@@ -1083,6 +1085,8 @@ static void graphs_vs_eager(sd_type wt) {
     sp.device = SD_DEVICE_CUDA;
     sp.kv_type = SD_TYPE_F16;
     sp.n_batch = 17;
+    sp.n_seq = paged > 0 ? 1 : 0;
+    sp.kv_block = paged;
     sd_session *gs = NULL, *es = NULL;
     unsetenv("SD_CUDA_GRAPHS");
     cr_assert_eq(sd_session_init(m, &sp, &gs, &err), 0, "%s", err.msg);
@@ -1104,9 +1108,10 @@ static void graphs_vs_eager(sd_type wt) {
             cr_assert_eq(sd_session_eval(gs, toks, n, lg, n, &err), 0, "%s", err.msg);
             cr_assert_eq(sd_session_eval(es, toks, n, le, n, &err), 0, "%s", err.msg);
             cr_assert_eq(memcmp(lg, le, (size_t)n * nv * 4), 0,
-                         "%s: step %d (%d tokens at position %d): graph replay differs from the "
-                         "ops run one by one",
-                         sd_type_name(wt), step, n, sd_session_n_past(gs) - n);
+                         "%s%s: step %d (%d tokens at position %d): graph replay differs from "
+                         "the ops run one by one",
+                         sd_type_name(wt), paged ? " (paged)" : "", step, n,
+                         sd_session_n_past(gs) - n);
         }
         const int32_t keep = sd_session_n_past(gs) / 3; /* roll back: positions go down */
         cr_assert_eq(sd_session_truncate(gs, keep, &err), 0, "%s", err.msg);
@@ -1119,10 +1124,14 @@ static void graphs_vs_eager(sd_type wt) {
 }
 
 Test(cuda_model, graphs_equal_eager_q8_0) {
-    graphs_vs_eager(SD_TYPE_Q8_0);
+    graphs_vs_eager(SD_TYPE_Q8_0, 0);
 }
 Test(cuda_model, graphs_equal_eager_q4_k) {
-    graphs_vs_eager(SD_TYPE_Q4_K);
+    graphs_vs_eager(SD_TYPE_Q4_K, 0);
+}
+Test(cuda_model, graphs_equal_eager_paged) {
+    graphs_vs_eager(SD_TYPE_Q8_0, 4);
+    graphs_vs_eager(SD_TYPE_F32, 16);
 }
 
 /* SD_CUDA_PROFILE=FILE: one JSON line per freed backend with every op kind it ran. */

@@ -80,6 +80,7 @@ struct sd_session {
      * the handle the user holds, the group its decode / truncate / free reach. */
     sd_tp_rank *tp;
     sd_tp *group;
+    const sd_session_group_ops *group_ops;
     /* A trimmed classifier (sd_session_set_output_rows): n_head rows of output.weight
      * gathered into head_host (on the backend as b_head); n_head 0: the full head. */
     int32_t n_head;
@@ -484,22 +485,15 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     return SD_OK;
 }
 
-int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
-                    sd_error *err) {
-    *out = NULL;
-    if (!m || !p) return sd_errorf(err, SD_ERR_ARG, "session: model or params is NULL");
-    if (p->n_split != 0) return sd_tp_session_init(m, p, out, err);
-    return session_init(m, p, NULL, 0, out, err);
-}
-
 int sd_session_init_rank(const sd_model *m, const sd_session_params *p, sd_tp_rank *r,
                          int32_t device_id, sd_session **out, sd_error *err) {
     *out = NULL;
     return session_init(m, p, r, device_id, out, err);
 }
 
-void sd_session_set_group(sd_session *s, sd_tp *g) {
+void sd_session_set_group(sd_session *s, sd_tp *g, const sd_session_group_ops *ops) {
     s->group = g;
+    s->group_ops = ops;
 }
 
 void sd_session_free(sd_session *s) {
@@ -507,7 +501,7 @@ void sd_session_free(sd_session *s) {
     if (s->group) { /* the group frees every rank's session, this one included */
         sd_tp *g = s->group;
         s->group = NULL;
-        sd_tp_free(g);
+        s->group_ops->free(g);
         return;
     }
     sd_tp_rank_unbind(s->tp);
@@ -875,7 +869,7 @@ static void softcap(const sd_session *s, float *logits) {
 
 static int decode(sd_session *s, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
     s->n_out_last = 0;
-    const int rc = s->group ? sd_tp_decode(s->group, b, n_last, logits, err)
+    const int rc = s->group ? s->group_ops->decode(s->group, b, n_last, logits, err)
                             : decode_local(s, b, n_last, logits, err);
     if (rc == SD_OK && s->m->hp.logit_softcap > 0.0f && logits) softcap(s, logits);
     return rc;
@@ -1037,7 +1031,7 @@ const int32_t *sd_session_tokens(const sd_session *s) {
 
 int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
     if (!s) return sd_errorf(err, SD_ERR_ARG, "truncate: session is NULL");
-    if (s->group) return sd_tp_truncate(s->group, n_keep, err);
+    if (s->group) return s->group_ops->truncate(s->group, n_keep, err);
     return sd_kv_truncate(s->kv, n_keep, err);
 }
 
@@ -1093,7 +1087,7 @@ int sd_session_truncate_rank(sd_session *s, int32_t n_keep, sd_error *err) {
 }
 
 const sd_model *sd_session_model(const sd_session *s) {
-    return s->group ? sd_tp_model(s->group) : s->m;
+    return s->group ? s->group_ops->model(s->group) : s->m;
 }
 
 /* ---- several sequences ---- */

@@ -360,6 +360,10 @@ static void cu_free(sd_backend *be) {
     cudaFreeHost(c->h_par);
     cudaFree(c->tab_d);
     cudaFreeHost(c->tab_h);
+    cudaFree(c->tab_slot_d);
+    cudaFreeHost(c->tab_slot_h);
+    for (int i = 0; i < SD_CU_TAB_SLOTS; i++)
+        if (c->tab_slot[i].ev) cudaEventDestroy(c->tab_slot[i].ev);
     cudaFreeHost(c->stage);
     for (int i = 0; i < SD_CU_MAX_OUT; i++)
         if (c->out[i].pinned) cudaFreeHost(c->out[i].pinned);
@@ -493,6 +497,8 @@ static int alloc_scratch(sd_cuda_backend *c, sd_error *err) {
         e = cudaEventCreateWithFlags(&c->rd_ev[i], cudaEventDisableTiming);
     for (int i = 0; i < 2 && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&c->tab_ev[i], cudaEventDisableTiming);
+    for (int i = 0; i < SD_CU_TAB_SLOTS && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&c->tab_slot[i].ev, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->h_par, sizeof *c->h_par, 0);
     /* Paged KV block tables: a half holds two tables of the longest sequence (n_ctx blocks
      * of one position), and at least SD_CU_TAB_MIN_HALF entries. */
@@ -500,14 +506,25 @@ static int alloc_scratch(sd_cuda_backend *c, sd_error *err) {
     if (c->tab_half < SD_CU_TAB_MIN_HALF) c->tab_half = SD_CU_TAB_MIN_HALF;
     const size_t tab_bytes = (size_t)(2 * c->tab_half) * sizeof(int32_t);
     if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->tab_h, tab_bytes, 0);
+    /* Table slots: a table of every block of n_ctx positions in blocks of 16 (the default),
+     * and at least SD_CU_TAB_SLOT_MIN entries (smaller blocks of short contexts). */
+    c->tab_slot_cap = (c->n_ctx + 15) / 16 + 1;
+    if (c->tab_slot_cap < SD_CU_TAB_SLOT_MIN) c->tab_slot_cap = SD_CU_TAB_SLOT_MIN;
+    const size_t slot_bytes = (size_t)SD_CU_TAB_SLOTS * (size_t)c->tab_slot_cap * sizeof(int32_t);
+    if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->tab_slot_h, slot_bytes, 0);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return sd_errorf(err, SD_ERR_IO, "cuda backend: events / pinned memory: %s",
                          cudaGetErrorString(e));
     }
     if ((rc = dev_alloc(c, sizeof *c->d_par, "graph parameters", (void **)&c->d_par, err)) ||
-        (rc = dev_alloc(c, tab_bytes, "paged KV block tables", (void **)&c->tab_d, err)))
+        (rc = dev_alloc(c, tab_bytes, "paged KV block tables", (void **)&c->tab_d, err)) ||
+        (rc = dev_alloc(c, slot_bytes, "paged KV block table slots", (void **)&c->tab_slot_d, err)))
         return rc;
+    for (int i = 0; i < SD_CU_TAB_SLOTS; i++) {
+        c->tab_slot[i].h = c->tab_slot_h + (size_t)i * (size_t)c->tab_slot_cap;
+        c->tab_slot[i].d = c->tab_slot_d + (size_t)i * (size_t)c->tab_slot_cap;
+    }
     if (cudaHostAlloc((void **)&c->stage, 2 * SD_CU_STAGE_BYTES, 0) != cudaSuccess) {
         cudaGetLastError();
         c->stage = NULL;

@@ -75,10 +75,15 @@
 #define SD_CU_ATT_MAX_HD  256
 #define SD_CU_ATT_TOK     SD_CU_GRAPH_MAX_TOK /* tokens per launch (partials scratch) */
 
-/* Paged KV caches (ops.cu, kv_store.cu, attention.cu): block tables travel to the device
- * through a ring of two halves of at least this many int32 entries (pinned host -> device,
- * on the stream), and the last SD_CU_TAB_CACHE tables uploaded are reused while their half
- * has not been recycled (every layer of a sequence has the same table). */
+/* Paged KV caches (ops.cu, kv_store.cu, attention.cu): a sequence's block table (the same
+ * for every layer) lives in one of SD_CU_TAB_SLOTS slots at a fixed device address (at
+ * least SD_CU_TAB_SLOT_MIN entries each), copied there on the stream (from the slot's pinned
+ * shadow) only when it changed, so a step's records name the same table address at every
+ * position and a one-sequence paged step replays as a CUDA graph. A table longer than a slot
+ * goes through a ring of two halves of at least SD_CU_TAB_MIN_HALF entries instead (the last
+ * SD_CU_TAB_CACHE uploads reused while their half lives), and its step runs op by op. */
+#define SD_CU_TAB_SLOTS    32
+#define SD_CU_TAB_SLOT_MIN 256
 #define SD_CU_TAB_MIN_HALF ((int64_t)1 << 16)
 #define SD_CU_TAB_CACHE    16
 
@@ -308,6 +313,19 @@ typedef struct sd_cuda_backend {
     } tab_cache[SD_CU_TAB_CACHE];
     int32_t tab_next;      /* cache slot replaced next */
     int64_t n_tab_uploads; /* tables copied to the device */
+    /* the slots (one pinned and one device block of SD_CU_TAB_SLOTS x tab_slot_cap) */
+    struct {
+        const int32_t *owner; /* the sequence's host table (sd_kv_block_table); NULL: free */
+        int32_t *h, *d;       /* pinned shadow, device copy [tab_slot_cap] */
+        int32_t n;            /* entries the copy holds */
+        uint64_t used;        /* clock of the last use (least recently used is replaced) */
+        uint64_t step;        /* step_serial of the graph step whose kept records read it */
+        cudaEvent_t ev;       /* after its last copy */
+    } tab_slot[SD_CU_TAB_SLOTS];
+    int32_t tab_slot_cap;
+    int32_t *tab_slot_h, *tab_slot_d;
+    uint64_t tab_clock;
+    uint64_t step_serial; /* graph steps opened so far */
 
     /* tensor parallelism: the communicator this backend is a rank of (comm.cu), or NULL */
     struct sd_comm_cuda *comm;

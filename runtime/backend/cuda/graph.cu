@@ -26,14 +26,14 @@
  *     kernels reading positions and ids from the parameter block), instantiated, stored and
  *     replayed as above;
  *   - or runs record by record, if it is not replayable: two get_rows, records at different
- *     positions, more than SD_CU_STEP_MAX_OPS records, a KV cache not contiguous from
- *     position 0 over its capacity (a paged sequence: its block table is read by the kernels
- *     from a copy made for the step; sd_cu_step_leave launches the kept records before it),
- *     or a token count whose capture failed twice (a failed capture is not an
- *     error: the step runs record by record, and any real error shows there).
+ *     positions (several sequences), more than SD_CU_STEP_MAX_OPS records, a paged
+ *     sequence whose block table does not fit a table slot (ops.cu), or a token count whose
+ *     capture failed twice (a failed capture is not an error: the
+ *     step runs record by record, and any real error shows there).
  * A graph is a function of its records only (addresses, shapes, types; the kernels read
- * nothing else from the host), so a replay computes exactly what running the step's records
- * computes.
+ * nothing else from the host but the parameter block and a paged sequence's block table,
+ * both copied on the stream before the step's kernels), so a replay computes exactly what
+ * running the step's records computes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,6 +263,7 @@ void sd_cu_step_begin(sd_cuda_backend *c, int32_t n_tok, const int32_t *ids) {
     flush_pend(c);
     c->in_step = 1;
     c->step_ok = 1;
+    c->step_serial++;
     c->step_ntok = n_tok;
     c->step_pos0 = -1;
     c->n_step_ops = 0;

@@ -188,12 +188,53 @@ static const int32_t *tab_put(sd_cuda_backend *c, const int32_t *ids, int32_t n)
     return c->tab_d + at;
 }
 
+/* The block table tab[i] = ids[i] - ids[0], i < n, of the sequence whose host table is ids,
+ * in its slot (the least recently used one when it has none): copied there (on the stream,
+ * from the slot's pinned shadow once the shadow's last copy has run) only when the slot
+ * holds other entries. Kept records of the graph step being recorded that read the slot's
+ * old entries are launched first (they run before the copy). NULL: an error recorded. */
+static const int32_t *tab_slot_put(sd_cuda_backend *c, const int32_t *ids, int32_t n) {
+    int k = -1, lru = 0;
+    for (int i = 0; i < SD_CU_TAB_SLOTS && k < 0; i++) {
+        if (c->tab_slot[i].owner == ids) k = i;
+        if (c->tab_slot[i].used < c->tab_slot[lru].used) lru = i;
+    }
+    if (k < 0) {
+        k = lru;
+        c->tab_slot[k].owner = ids;
+        c->tab_slot[k].n = 0;
+    }
+    auto *sl = &c->tab_slot[k];
+    sl->used = ++c->tab_clock;
+    int same = sl->n >= n;
+    for (int32_t j = 0; same && j < n; j++)
+        same = sl->h[j] == ids[j] - ids[0];
+    if (!same) {
+        if (c->in_step && sl->step == c->step_serial) sd_cu_step_leave(c);
+        if (!sd_cu_check(c, cudaEventSynchronize(sl->ev), "kv block table", "cudaEventSynchronize"))
+            return NULL;
+        for (int32_t j = 0; j < n; j++)
+            sl->h[j] = ids[j] - ids[0];
+        if (!sd_cu_check(c,
+                         cudaMemcpyAsync(sl->d, sl->h, (size_t)n * sizeof(int32_t),
+                                         cudaMemcpyHostToDevice, c->stream),
+                         "kv block table", "cudaMemcpyAsync (host to device)") ||
+            !sd_cu_check(c, cudaEventRecord(sl->ev, c->stream), "kv block table",
+                         "cudaEventRecord"))
+            return NULL;
+        sl->n = n;
+        c->n_tab_uploads++;
+    }
+    if (c->in_step) sl->step = c->step_serial;
+    return sl->d;
+}
+
 /* Where layer's rows of positions [0, n_keys) are (all must be mapped): *kb, *vb the rows of
- * position 0 and *map how to step from them (sd_cu_kvmap): contiguous when the rows of
- * [0, n_keys) are one span, else through the sequence's block table, uploaded here (a
- * paged step is not replayed as a graph: its table is not a graph parameter). A graph step
- * replays at later positions, so it also needs the whole capacity in one span. 0 and an
- * error recorded when the cache cannot be read so. */
+ * position 0 and *map how to step from them (sd_cu_kvmap): contiguous when the cache is one
+ * span over its capacity (a contiguous cache), else through the sequence's block table, in
+ * its slot (tab_slot_put: the step stays replayable, a graph reading the table at the same
+ * address whatever the position) or, longer than a slot, through the ring (tab_put: the step
+ * runs op by op). 0 and an error recorded when the cache cannot be read so. */
 static int kv_map(sd_cuda_backend *c, sd_kv *kv, int32_t layer, int32_t n_keys, const char *op,
                   uint8_t **kb, uint8_t **vb, sd_cu_kvmap *map) {
     memset(map, 0, sizeof *map);
@@ -203,9 +244,7 @@ static int kv_map(sd_cuda_backend *c, sd_kv *kv, int32_t layer, int32_t n_keys, 
         sd_cu_failf(c, SD_ERR_ARG, "%s: layer %d position 0 is not in the cache", op, layer);
         return 0;
     }
-    const int32_t span0 = c->host->kv_span(kv, 0);
-    if (span0 < c->host->kv_capacity(kv)) sd_cu_step_not_replayable(c);
-    if (span0 >= n_keys) return 1;
+    if (c->host->kv_span(kv, 0) >= c->host->kv_capacity(kv)) return 1;
     const int32_t *ids = NULL;
     int32_t bs = 0;
     const int32_t held = c->host->kv_block_table(kv, layer, &ids, &bs);
@@ -222,8 +261,12 @@ static int kv_map(sd_cuda_backend *c, sd_kv *kv, int32_t layer, int32_t n_keys, 
                         "%s: block %d of the sequence was released (a sliding window)", op, i);
             return 0;
         }
-    sd_cu_step_leave(c); /* the records kept so far first, then the table's copy */
-    map->tab = tab_put(c, ids, need);
+    if (need <= c->tab_slot_cap) {
+        map->tab = tab_slot_put(c, ids, need);
+    } else {
+        sd_cu_step_leave(c); /* the records kept so far first, then the table's copy */
+        map->tab = tab_put(c, ids, need);
+    }
     map->blk = bs;
     map->block_bytes = (int64_t)bs * (int64_t)c->host->kv_row_bytes(kv);
     return map->tab != NULL;
