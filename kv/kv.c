@@ -1,12 +1,58 @@
 /* kv/kv.c: a sequence's view of a KV pool: its block table, reserve with copy-on-write,
- * commit, truncate, fork, row addresses (see sd_kv.h). A contiguous cache is a pool of
- * one block of n_ctx positions, mapped at init. */
+ * commit, truncate, fork, row addresses, and a grouped pool's one sequence per layer group
+ * (see sd_kv.h). A contiguous cache is a pool of one block of n_ctx positions, mapped at
+ * init. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kv/kv_impl.h"
 
 #define SD_KV_MAX_SEQ_CTX (1 << 24)
+
+/* ---- a sequence of a grouped pool: one sequence per layer group (kv->sub) ---- */
+
+static void group_seq_free(sd_kv *kv) {
+    for (int32_t g = 0; g < SD_KV_MAX_GROUPS; g++) {
+        sd_kv_free(kv->sub[g]);
+        kv->sub[g] = NULL;
+    }
+}
+
+static int group_seq_init(sd_kv *kv, sd_error *err) {
+    for (int32_t g = 0; g < kv->pool->n_group; g++) {
+        const int rc = sd_kv_seq_init(kv->pool->sub[g], kv->n_ctx, &kv->sub[g], err);
+        if (rc) {
+            group_seq_free(kv);
+            return rc;
+        }
+    }
+    return SD_OK;
+}
+
+static int group_reserve(sd_kv *kv, int32_t m, sd_error *err) {
+    for (int32_t g = 0; g < kv->pool->n_group; g++) {
+        const int rc = sd_kv_reserve(kv->sub[g], m, err);
+        if (rc) {
+            /* Give back what the groups before mapped here (positions past n are not
+             * committed, and n - 1's block is mapped in each: the truncation cannot fail). */
+            for (int32_t i = 0; i < g; i++)
+                sd_kv_truncate(kv->sub[i], kv->n, NULL);
+            return sd_error_prefix(err, rc, "layer group %d (%d layers%s)", g,
+                                   kv->pool->sub[g]->n_layer,
+                                   kv->pool->group_window[g] > 0 ? ", windowed" : "");
+        }
+    }
+    return SD_OK;
+}
+
+static int32_t group_release_before(sd_kv *kv, int32_t pos) {
+    int32_t n = 0;
+    for (int32_t g = 0; g < kv->pool->n_group; g++)
+        if (kv->pool->group_window[g] > 0) n += sd_kv_release_before(kv->sub[g], pos);
+    return n;
+}
+
+/* ---- sequences ---- */
 
 static int seq_new(sd_kv_pool *pool, int32_t n_ctx, sd_kv **out, sd_error *err) {
     sd_kv *kv = calloc(1, sizeof *kv);
@@ -20,7 +66,7 @@ static int seq_new(sd_kv_pool *pool, int32_t n_ctx, sd_kv **out, sd_error *err) 
     kv->pool = pool;
     kv->n_ctx = n_ctx;
     if (pool->n_group > 1) {
-        const int rc = sd_kv_group_seq_init(kv, err);
+        const int rc = group_seq_init(kv, err);
         if (rc) {
             free(kv->table);
             free(kv);
@@ -96,7 +142,7 @@ static void release_from(sd_kv *kv, int32_t keep) {
 void sd_kv_free(sd_kv *kv) {
     if (!kv) return;
     sd_kv_pool *pool = kv->pool;
-    if (kv->sub[0]) sd_kv_group_seq_free(kv);
+    if (kv->sub[0]) group_seq_free(kv);
     release_from(kv, 0);
     pool->n_seqs--;
     free(kv->table);
@@ -141,7 +187,7 @@ int32_t sd_kv_first(const sd_kv *kv) {
 
 int32_t sd_kv_release_before(sd_kv *kv, int32_t pos) {
     if (kv->own_pool || pos <= 0) return 0;
-    if (kv->sub[0]) return sd_kv_group_release_before(kv, pos);
+    if (kv->sub[0]) return group_release_before(kv, pos);
     if (pos > kv->n - 1) pos = kv->n - 1;    /* the block of position n - 1 stays */
     const int32_t upto = pos / kv->pool->bs; /* blocks [0, upto) lie wholly before pos */
     int32_t n = 0;
@@ -155,25 +201,6 @@ sd_kv_pool *sd_kv_pool_of(sd_kv *kv) {
     return kv->pool;
 }
 
-void sd_kv_pool_copy_rows(sd_kv_pool *p, int32_t dst, int32_t src, int32_t n_rows) {
-    const size_t bytes = (size_t)n_rows * p->row_bytes;
-    for (int32_t l = 0; l < p->n_layer; l++) {
-        const size_t base = (size_t)l * p->layer_len;
-        uint8_t *kd = p->k + base + (size_t)dst * p->block_bytes,
-                *vd = p->v + base + (size_t)dst * p->block_bytes;
-        const uint8_t *ks = p->k + base + (size_t)src * p->block_bytes,
-                      *vs = p->v + base + (size_t)src * p->block_bytes;
-        if (p->copy) { /* device storage: the owner copies */
-            p->copy(p->copy_ctx, kd, ks, bytes);
-            p->copy(p->copy_ctx, vd, vs, bytes);
-        } else {
-            memcpy(kd, ks, bytes);
-            memcpy(vd, vs, bytes);
-        }
-    }
-    p->n_cow++;
-}
-
 int sd_kv_reserve(sd_kv *kv, int32_t m, sd_error *err) {
     if (m < 0) return sd_errorf(err, SD_ERR_ARG, "kv cache: cannot reserve %d positions", m);
     if (m > kv->n_ctx - kv->n)
@@ -181,7 +208,7 @@ int sd_kv_reserve(sd_kv *kv, int32_t m, sd_error *err) {
                          "context full: %d positions in use + %d new > n_ctx %d", kv->n, m,
                          kv->n_ctx);
     if (m == 0 || kv->own_pool) return SD_OK;
-    if (kv->sub[0]) return sd_kv_group_reserve(kv, m, err);
+    if (kv->sub[0]) return group_reserve(kv, m, err);
     sd_kv_pool *p = kv->pool;
     const int32_t first = kv->n / p->bs, last = (kv->n + m - 1) / p->bs;
     const int32_t held0 = kv->held;

@@ -1,7 +1,9 @@
 /*
  * kv/kv_impl.h: PRIVATE to kv/. The pool and sequence records shared by pool.c (blocks,
- * reference counts, the free list), kv.c (sequences: block tables, reserve, truncate,
- * copy-on-write) and prefix.c (the prefix cache).
+ * reference counts, the free list, the prefix cache's idle blocks and their eviction, a
+ * grouped pool's sub-pools), kv.c (sequences: block tables, reserve, truncate,
+ * copy-on-write, a grouped pool's per-group sequences) and prefix.c (the prefix cache:
+ * registering and finding blocks), in that order: each calls only the ones before it.
  */
 #ifndef SD_KV_IMPL_H
 #define SD_KV_IMPL_H
@@ -44,9 +46,9 @@ struct sd_kv_pool {
     int64_t n_hit_blocks, n_evicted;
     int32_t peak_used;    /* most blocks not free at once */
     size_t storage_bytes; /* all K and V rows (a grouped pool: every group's slices) */
-    /* A grouped pool (group.c): n_group > 1 sub-pools, one per layer group, that hold the
-     * blocks; this record then holds no blocks itself (refs, free_list NULL; n_blocks and
-     * bs are group 0's), and layer l's rows are layer layer_idx[l] of sub[layer_sub[l]]. */
+    /* A grouped pool (pool.c; its sequences in kv.c): n_group > 1 sub-pools, one per layer group,
+     * that hold the blocks; this record then holds no blocks itself (refs, free_list NULL; n_blocks
+     * and bs are group 0's), and layer l's rows are layer layer_idx[l] of sub[layer_sub[l]]. */
     int32_t n_group;
     sd_kv_pool *sub[SD_KV_MAX_GROUPS];
     int32_t group_window[SD_KV_MAX_GROUPS];
@@ -74,27 +76,13 @@ int32_t sd_kv_pool_take(sd_kv_pool *p);
 void sd_kv_pool_ref(sd_kv_pool *p, int32_t b);
 void sd_kv_pool_unref(sd_kv_pool *p, int32_t b);
 
-/* group.c: a grouped pool and its sequences (the public functions call these when
- * pool->n_group > 1, resp. kv->sub[0] != NULL). */
-int sd_kv_group_sizes(const sd_kv_pool_params *p, size_t *total, sd_error *err);
-int sd_kv_group_pool_init(const sd_kv_pool_params *p, sd_kv_pool **out, sd_error *err);
-void sd_kv_group_pool_free(sd_kv_pool *p);
-int sd_kv_group_pool_check(const sd_kv_pool *p, int64_t n_seq_refs, sd_error *err);
-int sd_kv_group_seq_init(sd_kv *kv, sd_error *err);
-void sd_kv_group_seq_free(sd_kv *kv);
-int sd_kv_group_reserve(sd_kv *kv, int32_t m, sd_error *err);
-int32_t sd_kv_group_release_before(sd_kv *kv, int32_t pos);
-int32_t sd_kv_group_attach(sd_kv *kv, const int32_t *tokens, int32_t n);
-/* kv.c: copy rows [0, n_rows) of every layer's K and V from block src to block dst. */
+/* pool.c: copy rows [0, n_rows) of every layer's K and V from block src to block dst. */
 void sd_kv_pool_copy_rows(sd_kv_pool *p, int32_t dst, int32_t src, int32_t n_rows);
 /* pool.c: the check of one block pool; *refs: the sequence references it counts. */
 int sd_kv_pool_check_one(const sd_kv_pool *p, int64_t *refs, sd_error *err);
 
-/* prefix.c */
-/* Evict one idle cached block (the least recently used without cached children) to the
- * free list; 0 if one was evicted, -1 if none can be. */
-int sd_kv_prefix_evict_one(sd_kv_pool *p);
-/* The reference count of a cached block moved between 1 (the cache alone) and more. */
-void sd_kv_prefix_ref_changed(sd_kv_pool *p, int32_t b, int32_t old_refs, int32_t new_refs);
+/* pool.c: evict one idle cached block (the least recently used without cached children)
+ * to the free list; 0 if one was evicted, -1 if none can be. */
+int sd_kv_pool_evict_one(sd_kv_pool *p);
 
 #endif /* SD_KV_IMPL_H */

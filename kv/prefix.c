@@ -2,8 +2,8 @@
  * under (parent block, tokens), found by exact comparison; the last, partly filled block
  * of a stored sequence registered as a partial leaf; a sequence takes the longest cached
  * run to the token (the full-block chain, then the longest common run with one cached
- * child of its last block, copied into a block of its own); evicted least recently used
- * first, children before parents. */
+ * child of its last block, copied into a block of its own); idle blocks are evicted by
+ * the pool (pool.c), least recently used first, children before parents. */
 #include <string.h>
 
 #include "kv/kv_impl.h"
@@ -51,50 +51,23 @@ static void link_block(sd_kv_pool *p, int32_t b, int32_t parent, const int32_t *
     p->n_cached++;
 }
 
-static void unlink_block(sd_kv_pool *p, int32_t b) {
-    int32_t *at = &p->bucket[p->key[b] & p->bucket_mask];
-    while (*at != b) {
-        SD_CHECK(*at >= 0, "cached block missing from its bucket");
-        if (*at < 0) return;
-        at = &p->next[*at];
+/* sd_kv_cache_attach of a sequence of a grouped pool: each group's cache evicts on its
+ * own, so the sequence keeps the prefix every group found. */
+static int32_t group_attach(sd_kv *kv, const int32_t *tokens, int32_t n) {
+    if (kv->n != 0) return 0;
+    int32_t got = n > 0 ? n : 0;
+    for (int32_t g = 0; g < kv->pool->n_group; g++) {
+        const int32_t gg = sd_kv_cache_attach(kv->sub[g], tokens, n);
+        if (gg < got) got = gg;
     }
-    *at = p->next[b];
-}
-
-/* Drop block b from the cache (its reference included). */
-static void uncache(sd_kv_pool *p, int32_t b) {
-    unlink_block(p, b);
-    if (p->parent[b] >= 0) p->n_child[p->parent[b]]--;
-    p->cached[b] = 0;
-    p->n_cached--;
-    if (p->refs[b] == 1) p->n_cached_idle--;
-    sd_kv_pool_unref(p, b);
-}
-
-void sd_kv_prefix_ref_changed(sd_kv_pool *p, int32_t b, int32_t old_refs, int32_t new_refs) {
-    (void)b;
-    if (old_refs == 1 && new_refs > 1) p->n_cached_idle--;
-    if (old_refs > 1 && new_refs == 1) p->n_cached_idle++;
-}
-
-int sd_kv_prefix_evict_one(sd_kv_pool *p) {
-    if (!p->cached || p->n_cached_idle == 0) return -1;
-    int32_t best = -1;
-    for (int32_t b = 0; b < p->n_blocks; b++)
-        if (p->cached[b] && p->refs[b] == 1 && p->n_child[b] == 0 &&
-            (best < 0 || p->last_use[b] < p->last_use[best]))
-            best = b;
-    /* An idle block always has an idle leaf below it: a sequence that maps a cached
-     * block maps its parent too (tables are prefixes of chains). */
-    SD_CHECK(best >= 0, "idle cached blocks but no idle leaf");
-    if (best < 0) return -1;
-    uncache(p, best);
-    p->n_evicted++;
-    return 0;
+    for (int32_t g = 0; g < kv->pool->n_group; g++)
+        sd_kv_truncate(kv->sub[g], got, NULL); /* nothing released yet: cannot fail */
+    kv->n = got;
+    return got;
 }
 
 int32_t sd_kv_cache_attach(sd_kv *kv, const int32_t *tokens, int32_t n) {
-    if (kv->sub[0]) return sd_kv_group_attach(kv, tokens, n);
+    if (kv->sub[0]) return group_attach(kv, tokens, n);
     sd_kv_pool *p = kv->pool;
     if (kv->own_pool || !p->cached || kv->n != 0 || kv->held != 0 || !tokens) return 0;
     if (n > kv->n_ctx) n = kv->n_ctx;
@@ -219,6 +192,6 @@ void sd_kv_pool_cache_clear(sd_kv_pool *p) {
     for (int32_t g = 0; p && p->n_group > 1 && g < p->n_group; g++)
         sd_kv_pool_cache_clear(p->sub[g]);
     if (!p || !p->cached) return;
-    while (sd_kv_prefix_evict_one(p) == 0) {
+    while (sd_kv_pool_evict_one(p) == 0) {
     }
 }

@@ -20,7 +20,7 @@
  * a multiple of 32). Readers convert elements to f32 exactly (a scale times an integer).
  * Bytes per position of one layer: 2 * sd_kv_type_row_bytes(type, kv_dim) (the KV
  * formula 2 x layers x KV heads x head dim x bytes per element over all layers).
- * A grouped pool (sd_kv_pool_params.n_group > 1, kv/group.c) is one such pool per layer
+ * A grouped pool (sd_kv_pool_params.n_group > 1; kv/pool.c, kv/kv.c) is one such pool per layer
  * group, each over its group's layers and its own blocks, and a sequence one block table
  * per group: a windowed group gives back its blocks behind the window, the others keep
  * theirs (Gemma 3's local and global layers). Every function below takes the grouped pool

@@ -17,7 +17,7 @@
  *                     [--tree W] [--second-max N] [--long-match L] [--p-min P] [--draft-min M]
  *                     [--v 2:1.2,5:1.44,...] [--c 0.55] [--threads N] [--verbose]
  *                     [--trace MODEL.gguf] [--resume N] [--suffix-factor F] [--suffix-n-min M]
- *                     [--cache-mb M]
+ *                     [--cache-mb M] [--suffix-cost C]
  *   T: ngram, suffix, llm, ngram+llm, suffix+llm, copy (the copy bound: each pass drafts the
  *   longest prefix of the rest of the output, at most K, that occurs in the text so far).
  *   --cache-mb M: serve's cross-request suffix cache (--suffix-cache-mb): the runs replayed in
@@ -88,6 +88,10 @@ typedef struct totals {
      * bound would have had accepted beyond those passes' accepted prefix */
     long wrong_root, wrong_below, lost_root, lost_below;
     double cost;
+    /* the draft model's batched evaluations (the context's tokens it had not seen, caught up
+     * in one pass before it drafts): tokens, and their cost beyond one step, c (v(b) - 1) */
+    long catch_tokens, catch_passes;
+    double catch_cost;
 } totals;
 
 /* The longest prefix of want[0 .. k) found anywhere in ctx[0 .. n_ctx) (the copy bound). */
@@ -130,7 +134,7 @@ int main(int argc, char **argv) {
     int K = 8, W = 0, second_max = 0, long_match = 0, threads = 2, verbose = 0, draft_min = 1;
     double c_draft = 0.55, p_min = 0.0, sx_factor = 0.0;
     int resume = -1, sx_n_min = 0;
-    double cache_mb = 0.0;
+    double cache_mb = 0.0, sx_cost = 0.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--verbose"))
@@ -152,6 +156,8 @@ int main(int argc, char **argv) {
             resume = atoi(argv[++i]);
         else if (!strcmp(a, "--suffix-factor"))
             sx_factor = atof(argv[++i]);
+        else if (!strcmp(a, "--suffix-cost"))
+            sx_cost = atof(argv[++i]);
         else if (!strcmp(a, "--cache-mb"))
             cache_mb = atof(argv[++i]);
         else if (!strcmp(a, "--suffix-n-min"))
@@ -274,6 +280,10 @@ int main(int argc, char **argv) {
             if (resume >= 0) q.resume = resume;
             if (sx_factor > 0) q.max_spec_factor = (float)sx_factor;
             if (sx_n_min > 0) q.n_min = sx_n_min;
+            if (sx_cost > 0) { /* the expected rule (--suffix-cost) */
+                q.rule = SD_SUFFIX_RULE_EXPECTED;
+                q.draft_cost = (float)sx_cost;
+            }
             if (sd_proposer_suffix_init(&q, n_vocab, &look, &err)) goto fail;
             if (cache && sd_proposer_suffix_set_cache(look, cache, &err)) goto fail;
         }
@@ -298,7 +308,7 @@ int main(int argc, char **argv) {
         sd_chain_counts last = {0};
         if (p && sd_proposer_prefill(p, ctx, n_ctx, &err)) goto fail;
         while (gen < no) {
-            int k = K < no - gen - 1 ? K : no - gen - 1, a = 0, nd = 0, nl = 0;
+            int k = K < no - gen - 1 ? K : no - gen - 1, a = 0, nd = 0, nl = 0, cur_eval = 0;
             int32_t prop_tok[SD_MAX_DRAFT * 4];
             if (k > 0) {
                 sd_proposal prop;
@@ -308,9 +318,16 @@ int main(int argc, char **argv) {
                     nd = longest_copy2(ctx, n_ctx, hist, n_hist, ref + gen, k);
                     a = nd;
                 } else {
+                    const sd_session *ds = llm ? sd_proposer_llm_session(llm) : NULL;
+                    const int32_t np0 = ds ? sd_session_n_past(ds) : 0;
                     int rc = W > 0 ? sd_proposer_propose_tree(p, ctx, n_ctx, W, k, &prop, &err)
                                    : sd_proposer_propose(p, ctx, n_ctx, k, &prop, &err);
                     if (rc) goto fail;
+                    /* its KV cache now holds the context and every draft but the last: the
+                     * tokens evaluated beyond one per draft step after the first were caught up
+                     * in the first step's batched pass */
+                    const int32_t ev = ds ? sd_session_n_past(ds) - np0 : 0;
+                    cur_eval = ev;
                     nd = prop.n;
                     memcpy(prop_tok, prop.tokens, (size_t)nd * sizeof *prop_tok);
                     if (W > 0)
@@ -374,6 +391,12 @@ int main(int argc, char **argv) {
             t.accepted += a;
             t.draft_steps += nl;
             t.cost += v_of(nd + 1) + c_draft * nl;
+            if (nl > 0 && cur_eval - (nl - 1) > 1) { /* the first step's batch */
+                const int b = cur_eval - (nl - 1);
+                t.catch_tokens += b;
+                t.catch_passes++;
+                t.catch_cost += c_draft * (v_of(b) - 1.0);
+            }
             if (p) sd_proposer_commit(p, ctx, n_ctx);
         }
         if (verbose) {
@@ -437,6 +460,11 @@ int main(int argc, char **argv) {
            t.drafted ? (double)t.accepted / (double)t.drafted : 0.0,
            (double)t.draft_steps / (double)t.passes, t.lookup_only, t.mixed, t.llm_only,
            (double)t.tokens / t.cost);
+    if (use_llm)
+        printf("  the draft's catch-up: %ld batched first steps of %.1f tokens on average; "
+               "predicted with them at c v(b): %.3f\n",
+               t.catch_passes, t.catch_passes ? (double)t.catch_tokens / t.catch_passes : 0.0,
+               (double)t.tokens / (t.cost + t.catch_cost));
     if (!copy)
         printf("  passes with a wrong token: at the root %ld (a copy: %ld tokens more), below it "
                "%ld (%ld more)\n",
