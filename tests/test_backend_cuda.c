@@ -1001,6 +1001,60 @@ Test(cuda_model, paged_sessions_equal_contiguous_q8_0_f16_kv) {
     paged_session_checks(SD_TYPE_Q8_0, SD_TYPE_F16);
 }
 
+/* More sequences in one pass (40) than the backend has block-table slots (32): slots are
+ * taken in turn, every sequence's rows stay the bits of a contiguous cache's. Passes of 40
+ * tokens, so cuBLAS is kept off (SD_CUDA_GEMM_MIN_TOK=0) for the batch-invariant kernels. */
+Test(cuda_model, paged_more_sequences_than_table_slots) {
+    sd_error err = {0};
+    if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
+    enum { NS = 40, ROUNDS = 6 };
+    char path[1100];
+    tu_llama_spec spec = spec_for(SD_TYPE_F32);
+    tu_path(path, sizeof path, g_dir, "many.gguf");
+    cr_assert_eq(tu_make_llama(path, &spec), 0);
+    sd_model *m = NULL;
+    cr_assert_eq(sd_model_load(path, &m, &err), 0, "%s", err.msg);
+    const int32_t nv = sd_model_hparams(m)->n_vocab;
+    sd_session_params sp = sd_session_default_params();
+    sp.device = SD_DEVICE_CUDA;
+    sp.n_batch = NS;
+    sd_session *cont = NULL, *paged = NULL;
+    setenv("SD_CUDA_GEMM_MIN_TOK", "0", 1);
+    int rc = sd_session_init(m, &sp, &cont, &err);
+    sp.n_seq = NS;
+    sp.kv_block = 2;
+    if (rc == SD_OK) rc = sd_session_init(m, &sp, &paged, &err);
+    unsetenv("SD_CUDA_GEMM_MIN_TOK");
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    int32_t hist[NS][ROUNDS], toks[NS], seq[NS];
+    int8_t want[NS];
+    float *lp = malloc((size_t)NS * nv * 4), *lc = malloc((size_t)nv * 4);
+    cr_assert(lp && lc);
+    uint64_t s = 9;
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int i = 0; i < NS; i++) {
+            toks[i] = hist[i][r] = 3 + (int32_t)(rng_next(&s) % (uint64_t)(nv - 3));
+            seq[i] = i;
+            want[i] = 1;
+        }
+        sd_batch b = sd_batch_of(toks, NS);
+        b.seq_id = seq;
+        b.logits = want;
+        cr_assert_eq(sd_session_decode(paged, &b, lp, &err), 0, "round %d: %s", r, err.msg);
+        for (int i = 0; i < NS; i += 3) { /* every third sequence against the reference */
+            cr_assert_eq(sd_session_truncate(cont, 0, &err), 0, "%s", err.msg);
+            cr_assert_eq(sd_session_eval(cont, hist[i], r + 1, lc, 1, &err), 0, "%s", err.msg);
+            cr_assert_eq(memcmp(lc, lp + (size_t)i * nv, (size_t)nv * 4), 0,
+                         "round %d: sequence %d of %d differs from the contiguous cache's", r, i,
+                         NS);
+        }
+    }
+    free(lp), free(lc);
+    sd_session_free(paged);
+    sd_session_free(cont);
+    sd_model_free(m);
+}
+
 /* The batcher on the device (serve's engine, and generate's one-slot batcher): greedy
  * speculative text (LLM draft on the GPU, K = 1, 2, 4, fixed) equals target alone through
  * sd_engine_generate, which now takes the batcher, and the old loop's target-alone text;
