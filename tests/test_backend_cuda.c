@@ -1059,7 +1059,7 @@ Test(cuda_model, paged_more_sequences_than_table_slots) {
  * speculative text (LLM draft on the GPU, K = 1, 2, 4, fixed) equals target alone through
  * sd_engine_generate, which now takes the batcher, and the old loop's target-alone text;
  * three requests at once through one batcher (paged KV, passes of 15 tokens) give their
- * target-alone texts too. Quantized KV stays the CPU's: refused by name. */
+ * target-alone texts too. */
 Test(cuda_model, batcher_greedy_speculative_equals_target_alone) {
     sd_error err = {0};
     if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
@@ -1109,15 +1109,30 @@ Test(cuda_model, batcher_greedy_speculative_equals_target_alone) {
     cr_assert_eq(sd_batcher_check(b, &err), SD_OK, "%s", err.msg);
     sd_batcher_free(b);
     sd_engine_free(e);
-    /* q8_0 KV rows are the CPU's: a one-line refusal naming them, from the batcher too. */
-    ep.kv_type = SD_TYPE_Q8_0;
+}
+
+/* Quantized KV rows are the CPU's: a batcher on a device refuses them in one line naming
+ * the type and the cpu, before any device is opened (so also where there is none). */
+Test(cuda_model, batcher_refuses_quantized_kv_on_a_device) {
+    char t[1100], dr[1100];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, dr, sizeof dr), 0);
+    sd_engine_params ep = eu_engine_params(t, dr, 0, 1);
+    ep.device = ep.device_draft = SD_DEVICE_CUDA;
     ep.models_only = 1;
-    e = eu_engine_open(&ep);
-    bp.n_parallel = 1;
-    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_ERR_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "q8_0") && strstr(err.msg, "cpu") && !strchr(err.msg, '\n'), "%s",
-              err.msg);
-    sd_engine_free(e);
+    for (int q = 0; q < 2; q++) {
+        ep.kv_type = q ? SD_TYPE_Q4_0 : SD_TYPE_Q8_0;
+        sd_engine *e = eu_engine_open(&ep);
+        sd_batcher_params bp = sd_batcher_default_params();
+        bp.n_parallel = 2;
+        sd_batcher *b = NULL;
+        sd_error err = {0};
+        cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_ERR_UNSUPPORTED, "%s", err.msg);
+        cr_assert_null(b);
+        cr_assert(strstr(err.msg, q ? "q4_0" : "q8_0") && strstr(err.msg, "cpu") &&
+                      !strchr(err.msg, '\n'),
+                  "%s", err.msg);
+        sd_engine_free(e);
+    }
 }
 
 /* Decode steps replayed as CUDA graphs (the default) against the same steps run op by op
