@@ -7,8 +7,9 @@
  * output on the GPU. Paged KV caches (kv/: blocks anywhere in the pool, reached through
  * the sequence's block table) give the bits of a contiguous cache, op by op and for whole
  * multi-sequence passes, and the batcher on the device (serve, generate) gives greedy
- * speculative text equal to target alone. Each test skips with one line where no CUDA
- * device can be used (a build without CUDA, no GPU, no driver): that is what happens in CI.
+ * speculative text equal to target alone. Each test that needs a GPU skips with one line
+ * where no CUDA device can be used (a build without CUDA, no GPU, no driver): that is what
+ * happens in CI.
  *
  * Every weight type the GPU runs: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the
  * K-quants Q2_K .. Q6_K. Also: rows of one block (or one super-block) give the CPU's bits
