@@ -76,16 +76,14 @@ USERS = ["examples"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 # The call circles that exist and are allowed to (each a set of files of one folder): the
-# KV cache's blocks and prefix cache, the model's forward pass and tensor parallelism, the
-# quantizers' float / K-quant halves, the CUDA backend's op files around its core. Shrink
-# this list; never grow it.
+# KV cache's blocks and prefix cache, the quantizers' float / K-quant halves, the CUDA
+# backend's op files around its core. Shrink this list; never grow it.
 KNOWN_CIRCLES = [
     {"quant/kquants.c", "quant/quant.c"},
     {"runtime/backend/cuda/" + f for f in (
         "attention.cu", "backend.cu", "comm.cu", "elementwise.cu", "gemm.cu", "get_rows.cu",
         "graph.cu", "kv_store.cu", "matmul.cu", "ops.cu", "rmsnorm.cu", "rope.cu", "softmax.cu")},
     {"kv/group.c", "kv/kv.c", "kv/pool.c", "kv/prefix.c"},
-    {"runtime/model/forward.c", "runtime/model/tp.c"},
 ]
 
 COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',

@@ -513,9 +513,10 @@ Test(batcher, bad_requests) {
     r.stop = empty;
     r.n_stop = 1;
     cr_expect_eq(sd_batcher_submit(b, &r, NULL, &err), SD_ERR_ARG);
-    /* generate's loop only: refused by name, not ignored */
+    /* what token trees do not take (an adaptive K): refused by name, not ignored */
     r = request(prompt, 4, 8, SD_DRAFT_NGRAM, 2, 0.0f, 1, &j);
     r.gen.tree_width = 2;
+    r.gen.k_policy = SD_K_ADAPTIVE;
     cr_expect_eq(sd_batcher_submit(b, &r, NULL, &err), SD_ERR_UNSUPPORTED);
     cr_expect(strstr(err.msg, "tree") != NULL, "%s", err.msg);
     sd_batcher_stats st;

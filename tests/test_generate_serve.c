@@ -88,3 +88,79 @@ Test(generate_serve, same_request_same_text_and_counts) {
         }
     srv_stop_ok(&s);
 }
+
+/* Token trees in both commands (serve gains them: the batcher's tree pass): `generate
+ * --draft-tree 2x3` and `serve --draft-tree 2x3`, n-gram and suffix trees on the shipped
+ * TinyStories target, greedy and Gumbel sampling with one seed: the same text as each
+ * other and as generate without a draft, the same drafted, accepted and target-pass
+ * counts. */
+#define GS_TINY SD_SOURCE_DIR "/models/tinystories-target-q8_0.gguf"
+
+Test(generate_serve, token_trees_in_both) {
+    if (access(GS_TINY, R_OK) != 0) cr_skip_test("%s is absent", GS_TINY);
+    static const char *const types[] = {"ngram", "suffix"};
+    static const double temps[] = {0.0, 0.7};
+    const char *prompt = "Lily and Tom went to the park. They played and played and";
+    for (int d = 0; d < 2; d++) {
+        char args[1024];
+        snprintf(args, sizeof args,
+                 "-m %s --draft-type %s --draft-tree 2x3 --spec-sampling gumbel -np 1", GS_TINY,
+                 types[d]);
+        srv s;
+        srv_start(&s, args);
+        for (int t = 0; t < 2; t++) {
+            char cmd[4096], *out = NULL, *e = NULL, *out0 = NULL;
+            json_error_t je;
+            snprintf(cmd, sizeof cmd,
+                     "%s generate -m %s --no-draft --spec-sampling gumbel -t 1 "
+                     "--no-display-prompt -p '%s' -n 48 --temp %g --seed 7 --ignore-eos --json",
+                     SD_BINARY, GS_TINY, prompt, temps[t]);
+            cr_assert_eq(tu_run(cmd, &out0, &e), 0, "%s: %s", cmd, e);
+            free(e);
+            json_t *g0 = json_loads(out0, 0, &je);
+            cr_assert_not_null(g0, "generate --json: %s", je.text);
+            snprintf(cmd, sizeof cmd,
+                     "%s generate -m %s --draft-type %s --draft-tree 2x3 --spec-sampling gumbel "
+                     "-t 1 --no-display-prompt -p '%s' -n 48 --temp %g --seed 7 --ignore-eos "
+                     "--json",
+                     SD_BINARY, GS_TINY, types[d], prompt, temps[t]);
+            cr_assert_eq(tu_run(cmd, &out, &e), 0, "%s: %s", cmd, e);
+            json_t *g = json_loads(out, 0, &je);
+            cr_assert_not_null(g, "generate --json: %s", je.text);
+            json_t *gs = json_object_get(g, "stats");
+            cr_assert(json_is_object(gs));
+            json_t *body = json_pack("{s:s, s:i, s:f, s:i, s:b}", "prompt", prompt, "max_tokens",
+                                     48, "temperature", temps[t], "seed", 7, "ignore_eos", 1);
+            char *b = json_dumps(body, 0);
+            json_t *a = http_json(&s, "POST", "/v1/completions", b, 200);
+            json_t *ch = json_array_get(json_object_get(a, "choices"), 0);
+            json_t *sp = json_object_get(a, "speculative");
+            cr_assert(json_is_object(ch) && json_is_object(sp), "answer without choices[0] or "
+                                                                "speculative");
+            const char *alone = json_string_value(json_object_get(g0, "text"));
+            const char *gt = json_string_value(json_object_get(g, "text"));
+            const char *st = json_string_value(json_object_get(ch, "text"));
+            cr_assert(alone && gt && st);
+            cr_expect_str_eq(gt, alone, "%s tree, temp %g: generate '%s', no draft '%s'", types[d],
+                             temps[t], gt, alone);
+            cr_expect_str_eq(gt, st, "%s tree, temp %g: generate '%s', serve '%s'", types[d],
+                             temps[t], gt, st);
+            cr_expect_eq(int_at(gs, "n_drafted"), int_at(sp, "drafted"), "%s %g: drafted", types[d],
+                         temps[t]);
+            cr_expect_eq(int_at(gs, "n_accepted"), int_at(sp, "accepted"), "%s %g: accepted",
+                         types[d], temps[t]);
+            cr_expect_eq(int_at(gs, "n_target_passes"), int_at(sp, "target_passes"),
+                         "%s %g: target passes", types[d], temps[t]);
+            cr_assert_gt(int_at(gs, "n_drafted"), 0, "%s %g: nothing drafted", types[d], temps[t]);
+            free(b);
+            json_decref(body);
+            json_decref(a);
+            json_decref(g);
+            json_decref(g0);
+            free(out);
+            free(out0);
+            free(e);
+        }
+        srv_stop_ok(&s);
+    }
+}

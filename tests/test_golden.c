@@ -688,12 +688,12 @@ Test(golden, generate_path_is_chosen_in_one_place) {
     sd_gen_params gp = params_of(&c, 32);
     const char *why = NULL;
     cr_assert_eq(sd_engine_generate_path(e, &gp, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
-    sd_gen_params g = gp;
+    sd_gen_params g = gp; /* token trees and a context shift: the batcher's too */
     g.tree_width = 2;
     g.n_draft = 3;
-    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_LOOP);
-    cr_assert_str_eq(why, "token trees");
-    g.n_draft = 0; /* target alone: no tree to draft */
+    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
+    g = gp;
+    g.context_shift = 1;
     cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
     g = gp; /* the sweep policy: the batcher's too */
     g.k_policy = SD_K_SWEEP;
@@ -1021,4 +1021,85 @@ Test(golden, context_shift_in_both_loops) {
     free(ids);
     sd_engine_free(e);
     tu_rmdir(dir);
+}
+
+/* Token trees (gp.tree_width: the n-gram and suffix proposers' trees) through the
+ * batcher's step: a tree pass of its own per sequence on its paged blocks
+ * (sd_session_seq_decode_tree), verified by target choice, the accepted path kept
+ * (sd_session_seq_tree_keep). Greedy and Gumbel sampling with a seed, trees of 1x4, 2x3,
+ * 3x4 and 4x4, through the old loop, generate's one-slot batcher and serve's batcher of
+ * two sequences: every client's ids equal the independent target-alone reference, and the
+ * batchers' counts (passes, drafted, accepted, per depth) equal the old loop's. */
+Test(golden, trees_through_the_batcher) {
+    sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
+    sd_error err = {0};
+    int32_t *ids = NULL;
+    const int32_t n_ids = eu_prompt(e, "Lily and Tom went to the park. They", &ids);
+    enum { NP = 48 };
+    int32_t ref[2][NP];
+    target_refs(e, ids, n_ids, ref[0], ref[1], NP);
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 2;
+    bp.k_max = SD_MAX_DRAFT; /* a 4x4 tree's 16 nodes */
+    sd_batcher *b = NULL;
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    static const gcase cases[] = {
+        {"greedy ngram", SD_DRAFT_NGRAM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"greedy suffix", SD_DRAFT_SUFFIX, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"gumbel ngram", SD_DRAFT_NGRAM, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+        {"gumbel suffix", SD_DRAFT_SUFFIX, 0.7f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0},
+    };
+    static const int32_t shapes[][2] = {{1, 4}, {2, 3}, {3, 4}, {4, 4}};
+    int64_t accepted = 0, branchy = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s tree %dx%d", cases[c].name, shapes[s][0], shapes[s][1]);
+            sd_gen_params gp = params_of(&cases[c], NP);
+            gp.ignore_eos = 1;
+            gp.tree_width = shapes[s][0];
+            gp.n_draft = shapes[s][1];
+            const int32_t *want = ref[cases[c].temp > 0.0f];
+            got g[3];
+            memset(g, 0, sizeof g);
+            static const char *const names[] = {"the old loop", "generate's batcher", "serve"};
+            for (int client = 0; client < 3; client++) {
+                if (client < 2) {
+                    sd_gen_params gc = gp;
+                    gc.path = client == 0 ? SD_GEN_PATH_LOOP : SD_GEN_PATH_AUTO;
+                    cr_assert_eq(sd_engine_generate_path(e, &gc, n_ids, NULL),
+                                 client == 0 ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER);
+                    cr_assert_eq(sd_engine_generate(e, &gc, ids, n_ids, NULL, NULL, g[client].toks,
+                                                    MAXOUT, &g[client].st, &err),
+                                 SD_OK, "%s, %s: %s", what, names[client], err.msg);
+                    g[client].n = g[client].st.n_generated;
+                    g[client].done = 1;
+                    g[client].stop = g[client].st.stop;
+                } else {
+                    eu_submit(b, ids, n_ids, &gp, collect, &g[client]);
+                    eu_drain(b, 1);
+                }
+                cr_assert_eq(g[client].n, NP, "%s, %s: %d tokens", what, names[client],
+                             g[client].n);
+                for (int32_t i = 0; i < NP; i++)
+                    cr_assert_eq(g[client].toks[i], want[i],
+                                 "%s, %s: token %d is %d, the reference's %d", what, names[client],
+                                 i, g[client].toks[i], want[i]);
+            }
+            char w2[160];
+            for (int client = 1; client < 3; client++) {
+                snprintf(w2, sizeof w2, "%s: the old loop vs %s", what, names[client]);
+                compare(w2, g[0].toks, g[0].n, &g[0].st, &g[client]);
+            }
+            accepted += g[1].st.n_accepted;
+            int64_t depths = 0; /* drafted_at counts a tree's depths, n_drafted its nodes */
+            for (int32_t i = 0; i < SD_MAX_DRAFT; i++)
+                depths += g[1].st.drafted_at[i];
+            branchy += g[1].st.n_drafted > depths;
+        }
+    cr_assert_gt(accepted, 0, "no tree draft was ever accepted: the test proves little");
+    cr_assert_gt(branchy, 0, "no tree had more nodes than depths");
+    free(ids);
+    sd_batcher_free(b);
+    sd_engine_free(e);
 }

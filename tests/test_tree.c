@@ -181,3 +181,106 @@ Test(tree, bad_trees_are_refused) {
     sd_session_free(s);
     sd_model_free(m);
 }
+
+/* The pass over sequence seq of a paged session: tokens t[0 .. n), the last row's logits
+ * into l (NULL: none). */
+static void seq_eval(sd_session *s, int32_t seq, const int32_t *t, int32_t n, float *l) {
+    int32_t sq[64];
+    int8_t want[64] = {0};
+    cr_assert_leq(n, 64);
+    for (int32_t i = 0; i < n; i++)
+        sq[i] = seq;
+    want[n - 1] = l != NULL;
+    sd_batch b = {n, t, NULL, sq, want};
+    sd_error err = {0};
+    cr_assert_eq(sd_session_decode(s, &b, l, &err), SD_OK, "%s", err.msg);
+}
+
+/* A tree pass on a sequence of a paged pool (sd_session_seq_decode_tree, blocks of 8, so
+ * the context and the tree cross blocks) gives the contiguous cache's rows bit for bit; the
+ * tree is drafted on a sequence forked from another (its last block shared until the pass
+ * writes it: copy-on-write), the kept path (sd_session_seq_tree_keep, rows moved inside the
+ * sequence's blocks) continues bit for bit as the contiguous one, and the sequence it was
+ * forked from is untouched. F32 and F16 caches, 1 and 2 threads. */
+static void check_paged(const char *path, int32_t n_threads, sd_type kv_type, int n_trees,
+                        uint64_t seed) {
+    sd_model *m = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_model_load(path, &m, &err), SD_OK, "%s", err.msg);
+    const int32_t nv = sd_model_hparams(m)->n_vocab;
+    sd_session *flat = session_new(m, 1, kv_type);
+    sd_session_params p = sd_session_default_params();
+    p.n_ctx = 128;
+    p.n_batch = 64;
+    p.n_threads = n_threads;
+    p.kv_type = kv_type;
+    p.n_seq = 3;
+    p.kv_block = 8;
+    p.n_outputs = SD_MAX_TREE;
+    sd_session *paged = NULL;
+    cr_assert_eq(sd_session_init(m, &p, &paged, &err), SD_OK, "%s", err.msg);
+    float *lf = malloc((size_t)SD_MAX_TREE * (size_t)nv * sizeof(float));
+    float *lp = malloc((size_t)SD_MAX_TREE * (size_t)nv * sizeof(float));
+    cr_assert(lf && lp);
+    uint64_t r = seed;
+    for (int it = 0; it < n_trees; it++) {
+        int32_t prompt[48], tok[24], parent[24];
+        const int32_t L = 1 + (int32_t)(rng_next(&r) % 40);
+        const int32_t n = 1 + (int32_t)(rng_next(&r) % 24);
+        for (int32_t i = 0; i < L; i++)
+            prompt[i] = (int32_t)(rng_next(&r) % (uint64_t)nv);
+        for (int32_t i = 0; i < n; i++) {
+            tok[i] = (int32_t)(rng_next(&r) % (uint64_t)nv);
+            const uint64_t c = rng_next(&r) % 8;
+            parent[i] = i == 0 || c == 0 ? -1
+                        : c < 4          ? i - 1
+                                         : (int32_t)(rng_next(&r) % (uint64_t)i);
+        }
+        cr_assert_eq(sd_session_truncate(flat, 0, &err), SD_OK);
+        cr_assert_eq(sd_session_sync(flat, prompt, L, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_decode_tree(flat, tok, parent, n, lf, &err), SD_OK, "%s", err.msg);
+        for (int32_t q = 1; q < 3; q++)
+            cr_assert_eq(sd_session_seq_truncate(paged, q, 0, &err), SD_OK);
+        seq_eval(paged, 1, prompt, L, NULL);
+        cr_assert_eq(sd_session_seq_fork(paged, 2, 1, L, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_decode_tree(paged, 2, tok, parent, n, lp, &err), SD_OK, "%s",
+                     err.msg);
+        cr_assert_eq(sd_session_seq_n_past(paged, 2), L + n);
+        cr_assert(memcmp(lf, lp, (size_t)n * (size_t)nv * sizeof(float)) == 0,
+                  "%s tree %d (%d nodes after %d): a paged sequence's rows differ from the "
+                  "contiguous cache's",
+                  path, it, n, L);
+        int32_t pth[SD_MAX_TREE];
+        const int32_t d = path_of(parent, (int32_t)(rng_next(&r) % (uint64_t)n), pth);
+        cr_assert_eq(sd_session_tree_keep(flat, L, pth, d, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_tree_keep(paged, 2, L, pth, d, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_n_past(paged, 2), L + d);
+        cr_assert(memcmp(sd_session_tokens(flat), sd_session_seq_tokens(paged, 2),
+                         (size_t)(L + d) * sizeof(int32_t)) == 0,
+                  "the kept path's ids");
+        const int32_t x = (int32_t)(rng_next(&r) % (uint64_t)nv);
+        cr_assert_eq(sd_session_eval(flat, &x, 1, lf, 1, &err), SD_OK, "%s", err.msg);
+        seq_eval(paged, 2, &x, 1, lp);
+        cr_assert(memcmp(lf, lp, (size_t)nv * sizeof(float)) == 0,
+                  "%s tree %d: after keeping a path of %d, the paged row differs", path, it, d);
+        /* the sequence forked from is untouched: its next row is the prompt's */
+        cr_assert_eq(sd_session_truncate(flat, L, &err), SD_OK);
+        cr_assert_eq(sd_session_eval(flat, &x, 1, lf, 1, &err), SD_OK, "%s", err.msg);
+        seq_eval(paged, 1, &x, 1, lp);
+        cr_assert(memcmp(lf, lp, (size_t)nv * sizeof(float)) == 0,
+                  "%s tree %d: the tree pass changed the sequence it was forked from", path, it);
+    }
+    free(lf);
+    free(lp);
+    sd_session_free(flat);
+    sd_session_free(paged);
+    sd_model_free(m);
+}
+
+Test(tree, paged_sequence_rows_equal_the_contiguous_cache) {
+    char path[1200];
+    tu_llama_spec sp = tu_llama_default_spec();
+    cr_assert_eq(tu_make_llama(tu_path(path, sizeof path, g_dir, "f32.gguf"), &sp), 0);
+    check_paged(path, 1, SD_TYPE_F32, 12, 0x9abcull);
+    check_paged(path, 2, SD_TYPE_F16, 12, 0x4321ull);
+}

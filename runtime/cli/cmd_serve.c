@@ -527,13 +527,6 @@ int sd_cmd_serve(int argc, char **argv) {
                                  sd_draft_type_name(gp.draft_type));
         goto done;
     }
-    if (gp.tree_width > 0) { /* the batcher verifies chains (docs/drafting.md) */
-        exit_code = sd_cli_usage(HINT,
-                                 "--draft-tree%s: token trees run in generate and bench "
-                                 "only, not in serve",
-                                 "");
-        goto done;
-    }
     if (gp.k_policy == SD_K_SWEEP) { /* refused by the batcher too (a request's) */
         exit_code = sd_cli_usage(HINT,
                                  "--draft-policy sweep%s: cost traces are recorded with "
@@ -552,6 +545,9 @@ int sd_cmd_serve(int argc, char **argv) {
     }
     bp.k_max = gp.n_draft > 0 ? gp.n_draft : 1;
     if (bp.k_max < 8) bp.k_max = 8; /* requests may ask for more than the default K */
+    /* --draft-tree WxD: a pass scores up to W x D nodes (the batcher's tree pass) */
+    if (gp.tree_width > 0 && bp.k_max < gp.tree_width * gp.n_draft)
+        bp.k_max = gp.tree_width * gp.n_draft;
     if (!sd_engine_draft(e) && gp.draft_type == SD_DRAFT_AUTO) gp.n_draft = 0;
     /* -n -1 (the default): the rest of the sequence's context. */
     if (!c.g.has_n || c.g.n < 0) gp.n_predict = INT32_MAX;

@@ -159,6 +159,7 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     c->llm = 0;
     c->used_llm = 0;
     c->one_hot = 0;
+    c->tree = 0;
     c->drow = -1;
     c->t_draft_ms = c->c_draft_ms = 0.0;
     const int llm_type = sd_draft_type_uses_llm(gp->draft_type);
@@ -182,10 +183,20 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
         const double t = sd_time_ms(), ct = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
         sd_proposal prop = {0};
         sd_proposer *lookup = suffix ? b->suffix[c->slot] : b->ngram[c->slot];
-        int rc = sd_proposer_propose(lookup, c->ctx, c->n_ctx, k, &prop, err);
+        /* a token tree (a lookup type alone: the chained ones draft chains, as generate's) */
+        const int tree = gp->tree_width > 0 && !llm_type;
+        int rc =
+            tree ? sd_proposer_propose_tree(lookup, c->ctx, c->n_ctx, gp->tree_width, k, &prop, err)
+                 : sd_proposer_propose(lookup, c->ctx, c->n_ctx, k, &prop, err);
         c->t_draft_ms += sd_time_ms() - t;
         c->c_draft_ms += sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - ct;
         if (rc) return rc;
+        if (tree) { /* each node takes a KV slot: the first ones (parents first) that fit */
+            const int32_t room = b->n_ctx - c->n_ctx > 0 ? b->n_ctx - c->n_ctx : 0;
+            if (prop.n > room) prop.n = room;
+            memcpy(c->dpar, prop.parent, (size_t)prop.n * sizeof *c->dpar);
+            c->tree = prop.n > 0;
+        }
         /* Chained: the match's tokens the chain keeps (as draft/chain.c). */
         if (llm_type) prop.n = sd_chain_lookup_keep(lookup, prop.n, k);
         /* The grammar: cut at the first token it refuses; the LLM continues from there. */
@@ -545,7 +556,7 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
     }
     /* The grammar: row i's state; the rows past a refused draft are not read. */
     if (c->gseq && (rc = grammar_chain(b, c, c->dtok, &k, err))) return rc;
-    const int32_t k_drafted = k, k_verified = synth_cut(gp, seed_of(c), c->n_ctx, k);
+    const int32_t k_drafted = k, k_verified = c->tree ? k : synth_cut(gp, seed_of(c), c->n_ctx, k);
     k = k_verified;
     const int32_t first_new = c->n_ctx;
     sd_step_pass p = {.gp = gp,
@@ -568,6 +579,11 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
                       .gseq = c->gseq,
                       .gchain = c->gseq ? b->gchain : NULL,
                       .gbits = b->gbits};
+    int32_t path[SD_MAX_DRAFT];
+    if (c->tree) { /* verified by target choice (as sd_generate's trees) */
+        p.parent = c->dpar;
+        p.path = path;
+    }
     sd_verify_result res;
     if ((rc = sd_step_finish(&p, &res, err))) return rc;
     /* a synthetic rejection: the positions past the cut were drafted too */
@@ -589,7 +605,16 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
         c->st.t_off_ms += t_pass_ms;
     }
     sd_choice_text(b, c, first_new);
-    /* KV commit: both caches keep only the committed tokens (the target all but the last). */
+    /* KV commit: both caches keep only the committed tokens (the target all but the last;
+     * after a tree pass, the accepted path's rows first follow the root's). */
+    if (c->tree) {
+        int32_t keep[SD_MAX_DRAFT + 1];
+        keep[0] = 0; /* the root: the last committed token before the pass */
+        for (int32_t i = 0; i < res.n_accepted; i++)
+            keep[i + 1] = path[i] + 1;
+        rc = sd_session_seq_tree_keep(b->ts, c->slot, first_new - 1, keep, res.n_accepted + 1, err);
+        if (rc) return sd_error_prefix(err, rc, "%s: target", sd_model_path(b->tm));
+    }
     sd_session_seq_keep_prefix(b->ts, c->slot, c->ctx, c->n_ctx - 1);
     if (b->ds) {
         int32_t n_view = 0;
@@ -629,6 +654,27 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
         gp->pass_trace[i] = rec;
     }
     return SD_OK;
+}
+
+/* The pass of choice c's token tree (c->tree) on its own: [its last committed token,
+ * then the tree's nodes] in one tree pass over its sequence (sd_session_seq_decode_tree:
+ * each node attends to the context and its ancestors), then verification and commit as
+ * any pass (after_decode). *rows: the logits rows it took. */
+static int tree_pass(sd_batcher *b, sd_choice *c, int32_t *rows, sd_error *err) {
+    int32_t tok[SD_MAX_DRAFT + 1], par[SD_MAX_DRAFT + 1];
+    tok[0] = c->ctx[c->n_ctx - 1];
+    par[0] = -1;
+    for (int32_t i = 0; i < c->k; i++) {
+        tok[i + 1] = c->dtok[i];
+        par[i + 1] = c->dpar[i] < 0 ? 0 : c->dpar[i] + 1;
+    }
+    *rows = c->k + 1;
+    const double tp = sd_time_ms(), cp = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
+    int rc = sd_session_seq_decode_tree(b->ts, c->slot, tok, par, c->k + 1, b->logits, err);
+    if (rc) return sd_error_prefix(err, rc, "%s: target", sd_model_path(b->tm));
+    const double t_pass = sd_time_ms() - tp, c_pass = sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - cp;
+    sd_cost_fit_add(&b->tfit, (double)(c->k + 1), t_pass);
+    return after_decode(b, c, b->logits, t_pass, c_pass, err);
 }
 
 /* A request whose prompt is evaluated (the target holds all of it but its last token,
@@ -861,8 +907,8 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         sd_req *r = b->running[i];
         for (int32_t j = 0; j < r->n_choices; j++) {
             sd_choice *c = &r->ch[j];
-            if (c->state != CH_DECODE) continue;
-            if (c->used_llm) { /* the LLM passes are shared */
+            if (c->state != CH_DECODE || c->tree) continue; /* a tree: its own pass (3b) */
+            if (c->used_llm) {                              /* the LLM passes are shared */
                 c->t_draft_ms += t_draft;
                 c->c_draft_ms += c_draft;
             }
@@ -906,6 +952,20 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
                                   b->logits + (size_t)r->ch[j].row0 * (size_t)b->n_vocab, t_pass,
                                   c_pass, err);
     }
+    /* 3b. Token trees: a pass of their own per choice (a first cut: not batched). */
+    int32_t tree_rows = 0, tree_passes = 0;
+    for (int32_t i = 0; i < b->n_running && !rc; i++) {
+        sd_req *r = b->running[i];
+        for (int32_t j = 0; j < r->n_choices && !rc; j++) {
+            sd_choice *c = &r->ch[j];
+            if (c->state != CH_DECODE || !c->tree) continue;
+            int32_t rows = 0;
+            c->in_pass = 1;
+            rc = tree_pass(b, c, &rows, err);
+            tree_rows += rows;
+            tree_passes++;
+        }
+    }
     /* Prompt progress after each chunk but the prompt's last (its last token goes with
      * the first decoding pass). */
     for (int32_t i = 0; i < b->n_running && !rc; i++) {
@@ -935,8 +995,8 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         }
     pthread_mutex_lock(&b->mu);
     compact(b);
-    update_stats(b, gen1 - gen0, drafted1 - drafted0, accepted1 - accepted0, nrow, nb > 0,
-                 sd_time_ms() - t0);
+    update_stats(b, gen1 - gen0, drafted1 - drafted0, accepted1 - accepted0, nrow + tree_rows,
+                 (nb > 0) + tree_passes, sd_time_ms() - t0);
     pthread_mutex_unlock(&b->mu);
     return rc ? rc : rc_start;
 }

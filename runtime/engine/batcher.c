@@ -325,12 +325,45 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
     if (r->n_choices < 1 || r->n_choices > SD_MAX_CHOICES || r->n_choices > b->p.n_parallel)
         return sd_errorf(err, SD_ERR_ARG, "request: %d choices, expected 1 .. %d", r->n_choices,
                          SD_MAX_CHOICES < b->p.n_parallel ? SD_MAX_CHOICES : b->p.n_parallel);
-    /* What only sd_engine_generate's loop has: refused by name, never ignored. */
-    if (g->tree_width > 0 && g->n_draft > 0)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "request: token trees (tree_width %d) run in generate only: the batcher "
-                         "verifies chains",
-                         g->tree_width);
+    /* Token trees (the n-gram and suffix proposers'; the chained and LLM types draft
+     * chains): sd_generate's limits, and at most k_max nodes (the rows of a pass). */
+    if (g->tree_width < 0 || (int64_t)g->tree_width * g->n_draft > SD_MAX_DRAFT)
+        return sd_errorf(err, SD_ERR_ARG, "request: draft tree %dx%d: width x depth must be <= %d",
+                         g->tree_width, g->n_draft, SD_MAX_DRAFT);
+    const int drafts = g->n_draft > 0 && g->draft_type != SD_DRAFT_NONE &&
+                       !(g->draft_type == SD_DRAFT_AUTO && !b->ds);
+    if (g->tree_width > 0 && drafts) {
+        if (g->tree_width * g->n_draft > b->p.k_max)
+            return sd_errorf(err, SD_ERR_ARG,
+                             "request: draft tree %dx%d: more nodes than the batcher's k_max %d",
+                             g->tree_width, g->n_draft, b->p.k_max);
+        if (g->k_policy != SD_K_FIXED)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: draft trees take a fixed K (--draft-tree with "
+                             "--draft-policy %s)",
+                             sd_k_policy_name(g->k_policy));
+        if (g->logprobs)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: draft trees with logprobs are not supported (use a chain: "
+                             "no --draft-tree)");
+        if (g->samp.temp > 0.0f && g->samp.spec != SD_SPEC_GUMBEL)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: draft trees are verified under greedy or Gumbel "
+                             "sampling only (--spec-sampling gumbel), not rejection sampling");
+        if (g->grammar)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: draft trees with a grammar are not supported (use a chain: "
+                             "no --draft-tree)");
+        if (g->synth_accept)
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: synthetic rejection verifies chains, not draft trees");
+        const sd_device dev = sd_engine_params_of(b->e)->device;
+        if (dev != SD_DEVICE_CPU) /* the tree attention is the CPU backend's */
+            return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                             "request: token trees run on the cpu backend, not %s (use a chain: "
+                             "no --draft-tree)",
+                             sd_device_name(dev));
+    }
     if (g->context_shift && r->n_choices != 1)
         return sd_errorf(err, SD_ERR_ARG, "request: a context shift runs one choice, not %d",
                          r->n_choices);

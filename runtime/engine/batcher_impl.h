@@ -56,6 +56,9 @@ typedef struct sd_choice {
                                       the LLM continues (0: none, or not chained) */
     float *q;                      /* [k_max, n_vocab] the LLM draft's warped rows */
     int one_hot;                   /* the proposal is lookup tokens only (n-gram, suffix) */
+    int tree;                      /* the proposal is a token tree (gp.tree_width: n-gram,
+                                      suffix), scored in a pass of its own */
+    int32_t dpar[SD_MAX_DRAFT];    /* a tree's parents: dtok[i]'s (-1: the context) */
     int32_t k_want;                /* K asked of the LLM draft this step */
     int llm;                       /* drafting with the LLM this step (still drafting) */
     int used_llm;                  /* the LLM drafted for it this step */

@@ -169,16 +169,13 @@ sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp,
                                     const char **why) {
     (void)n_prompt; /* a prompt and budget past the context stop there in both loops */
     if (!gp) gp = &e->p.gen;
-    const int drafting = gp->n_draft > 0; /* as the batcher's refusals read it */
-    const char *w = NULL;                 /* what only the loop has */
+    const char *w = NULL; /* what only the loop has */
     if (gp->path == SD_GEN_PATH_LOOP)
         w = "asked for";
     else if (gp->path == SD_GEN_PATH_BATCHER)
         w = NULL;
     else if (e->p.n_split > 1 || e->p.n_split < 0)
         w = "tensor parallelism";
-    else if (drafting && gp->tree_width > 0)
-        w = "token trees";
     if (why) *why = w ? w : "one sequence of the batcher's step";
     return w ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
 }

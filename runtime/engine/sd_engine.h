@@ -318,7 +318,7 @@ typedef enum sd_gen_path {
     SD_GEN_PATH_BATCHER,  /* the batcher's step over one sequence (gen_batch.c): one engine
                              for generate and serve */
     SD_GEN_PATH_LOOP,     /* sd_generate's single-sequence loop: what the batcher cannot do
-                             yet (a device, tensor parallelism, token trees) */
+                             yet (a device, tensor parallelism) */
 } sd_gen_path;
 
 /* "auto", "batcher", "loop". */
@@ -373,7 +373,8 @@ typedef struct sd_gen_params {
      * what the controller saw: the raw material of tests/data/traces/. */
     struct sd_pass_record *pass_trace;
     int32_t pass_trace_cap;
-    /* Token trees (sd_generate only; docs/drafting.md): > 0, each pass drafts a tree of
+    /* Token trees (sd_generate and the batcher's n-gram and suffix proposals, a tree pass
+     * of its own per sequence; docs/drafting.md): > 0, each pass drafts a tree of
      * up to tree_width alternatives for the first token, each a chain of up to n_draft
      * tokens (tree_width * n_draft <= SD_MAX_DRAFT), scored in one target pass with a tree
      * attention mask and verified by target choice (greedy or Gumbel sampling; a fixed K;
@@ -562,7 +563,7 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
  * tokens, chosen here only: SD_GEN_PATH_BATCHER (a batcher of one sequence over the paged
  * KV pool, the step `specdec serve` runs) unless gp->path forces one or the request needs
  * what only sd_generate has; then SD_GEN_PATH_LOOP. *why (may be NULL): the reason, a
- * static string ("cuda device", "draft tree", ...).
+ * static string ("a device other than the cpu", "tensor parallelism", ...).
  */
 sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
                                     const char **why);

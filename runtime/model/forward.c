@@ -80,6 +80,7 @@ struct sd_session {
      * the handle the user holds, the group its decode / truncate / free reach. */
     sd_tp_rank *tp;
     sd_tp *group;
+    const sd_session_group_ops *group_ops;
     /* A trimmed classifier (sd_session_set_output_rows): n_head rows of output.weight
      * gathered into head_host (on the backend as b_head); n_head 0: the full head. */
     int32_t n_head;
@@ -484,22 +485,15 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     return SD_OK;
 }
 
-int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
-                    sd_error *err) {
-    *out = NULL;
-    if (!m || !p) return sd_errorf(err, SD_ERR_ARG, "session: model or params is NULL");
-    if (p->n_split != 0) return sd_tp_session_init(m, p, out, err);
-    return session_init(m, p, NULL, 0, out, err);
-}
-
 int sd_session_init_rank(const sd_model *m, const sd_session_params *p, sd_tp_rank *r,
                          int32_t device_id, sd_session **out, sd_error *err) {
     *out = NULL;
     return session_init(m, p, r, device_id, out, err);
 }
 
-void sd_session_set_group(sd_session *s, sd_tp *g) {
+void sd_session_set_group(sd_session *s, sd_tp *g, const sd_session_group_ops *ops) {
     s->group = g;
+    s->group_ops = ops;
 }
 
 void sd_session_free(sd_session *s) {
@@ -507,7 +501,7 @@ void sd_session_free(sd_session *s) {
     if (s->group) { /* the group frees every rank's session, this one included */
         sd_tp *g = s->group;
         s->group = NULL;
-        sd_tp_free(g);
+        s->group_ops->free(g);
         return;
     }
     sd_tp_rank_unbind(s->tp);
@@ -875,7 +869,7 @@ static void softcap(const sd_session *s, float *logits) {
 
 static int decode(sd_session *s, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
     s->n_out_last = 0;
-    const int rc = s->group ? sd_tp_decode(s->group, b, n_last, logits, err)
+    const int rc = s->group ? s->group_ops->decode(s->group, b, n_last, logits, err)
                             : decode_local(s, b, n_last, logits, err);
     if (rc == SD_OK && s->m->hp.logit_softcap > 0.0f && logits) softcap(s, logits);
     return rc;
@@ -919,10 +913,18 @@ int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int3
 
 /* ---- token trees ---- */
 
+static int bad_seq(const sd_session *s, int32_t seq, sd_error *err);
+
 int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *parent, int32_t n,
                            float *logits, sd_error *err) {
+    return sd_session_seq_decode_tree(s, 0, tokens, parent, n, logits, err);
+}
+
+int sd_session_seq_decode_tree(sd_session *s, int32_t seq, const int32_t *tokens,
+                               const int32_t *parent, int32_t n, float *logits, sd_error *err) {
     if (!s || !tokens || !parent || !logits)
         return sd_errorf(err, SD_ERR_ARG, "tree pass: NULL argument");
+    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
     if (n < 1 || n > SD_MAX_TREE || n > s->n_outputs)
         return sd_errorf(err, SD_ERR_ARG, "tree pass: %d nodes, expected 1 .. %d", n,
                          SD_MAX_TREE < s->n_outputs ? SD_MAX_TREE : s->n_outputs);
@@ -931,18 +933,18 @@ int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *
                          "%s: the %s backend has no tree attention: token trees run on the cpu "
                          "backend (use a chain: no --draft-tree)",
                          s->m->path, sd_device_name(s->be->device));
-    if (s->group || s->tp || s->n_seq > 1)
+    if (s->group || s->tp)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: token trees run on a session of one sequence without tensor "
-                         "parallelism",
-                         s->m->path);
+                         "%s: token trees run on a session without tensor parallelism", s->m->path);
     const int32_t win = s->m->hp.sliding_window;
     if (win > 0 && s->n_ctx > win)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: token trees with a sliding window (%d) are not supported", s->m->path,
                          win);
-    const int32_t pos0 = sd_kv_n(s->kv);
+    const int32_t pos0 = sd_kv_n(s->seqs[seq]);
+    int32_t seq_id[SD_MAX_TREE];
     for (int32_t i = 0; i < n; i++) {
+        seq_id[i] = seq;
         if (parent[i] < -1 || parent[i] >= i)
             return sd_errorf(err, SD_ERR_ARG,
                              "tree pass: node %d has parent %d, expected -1 .. %d (parents "
@@ -950,7 +952,8 @@ int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *
                              i, parent[i], i - 1);
         s->tree_pos[i] = parent[i] < 0 ? pos0 : s->tree_pos[parent[i]] + 1;
     }
-    const sd_batch b = sd_batch_of(tokens, n);
+    sd_batch b = sd_batch_of(tokens, n);
+    b.seq_id = seq_id;
     s->tree_parent = parent;
     const int rc = decode(s, &b, n, logits, err); /* with the soft cap where the model has one */
     s->tree_parent = NULL;
@@ -959,8 +962,16 @@ int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *
 
 int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int32_t n_keep,
                          sd_error *err) {
+    return sd_session_seq_tree_keep(s, 0, pos0, nodes, n_keep, err);
+}
+
+int sd_session_seq_tree_keep(sd_session *s, int32_t seq, int32_t pos0, const int32_t *nodes,
+                             int32_t n_keep, sd_error *err) {
     if (!s || (n_keep > 0 && !nodes)) return sd_errorf(err, SD_ERR_ARG, "tree keep: NULL argument");
-    const int32_t n_past = sd_kv_n(s->kv);
+    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
+    sd_kv *kv = s->seqs[seq];
+    int32_t *toks = s->seq_tok[seq];
+    const int32_t n_past = sd_kv_n(kv);
     if (pos0 < 0 || pos0 > n_past || n_keep < 0 || n_keep > n_past - pos0)
         return sd_errorf(err, SD_ERR_ARG, "tree keep: %d nodes at %d of a cache of %d", n_keep,
                          pos0, n_past);
@@ -976,12 +987,12 @@ int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int3
     for (int32_t j = 0; j < n_keep; j++) {
         if (nodes[j] == j) continue;
         for (int32_t l = 0; l < s->m->hp.n_layer; l++)
-            s->be->ops->kv_copy(s->be, s->kv, l, pos0 + j, pos0 + nodes[j], 1);
-        s->tokens[pos0 + j] = s->tokens[pos0 + nodes[j]];
+            s->be->ops->kv_copy(s->be, kv, l, pos0 + j, pos0 + nodes[j], 1);
+        toks[pos0 + j] = toks[pos0 + nodes[j]];
     }
     int rc = s->be->ops->sync(s->be, err);
     if (rc) return rc;
-    return sd_kv_truncate(s->kv, pos0 + n_keep, err);
+    return sd_kv_truncate(kv, pos0 + n_keep, err);
 }
 
 int32_t sd_session_n_past(const sd_session *s) {
@@ -1020,7 +1031,7 @@ const int32_t *sd_session_tokens(const sd_session *s) {
 
 int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
     if (!s) return sd_errorf(err, SD_ERR_ARG, "truncate: session is NULL");
-    if (s->group) return sd_tp_truncate(s->group, n_keep, err);
+    if (s->group) return s->group_ops->truncate(s->group, n_keep, err);
     return sd_kv_truncate(s->kv, n_keep, err);
 }
 
@@ -1076,7 +1087,7 @@ int sd_session_truncate_rank(sd_session *s, int32_t n_keep, sd_error *err) {
 }
 
 const sd_model *sd_session_model(const sd_session *s) {
-    return s->group ? sd_tp_model(s->group) : s->m;
+    return s->group ? s->group_ops->model(s->group) : s->m;
 }
 
 /* ---- several sequences ---- */

@@ -65,14 +65,25 @@ struct sd_model {
 typedef struct sd_tp sd_tp;
 typedef struct sd_tp_rank sd_tp_rank;
 /* A rank's session: sd_session_init over shard model m, on device device_id, with the
- * hooks of rank r. */
+ * hooks of rank r; r NULL (device_id 0): an ordinary session (session.c). */
 int sd_session_init_rank(const sd_model *m, const sd_session_params *p, sd_tp_rank *r,
                          int32_t device_id, sd_session **out, sd_error *err);
 /* sd_session_decode / _truncate of this session alone (not its group). */
 int sd_session_decode_rank(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,
                            sd_error *err);
 int sd_session_truncate_rank(sd_session *s, int32_t n_keep, sd_error *err);
-/* Make s (rank 0) the handle of group g: its decode / truncate / free reach every rank. */
-void sd_session_set_group(sd_session *s, sd_tp *g);
+/* What a session asks of the group it leads: the fan-out of decode and truncate to every
+ * rank, the unsharded model, and freeing the group (every rank's session, this one
+ * included). The group layer (tp.c, above forward.c) passes its own functions, so forward.c
+ * never names tp.c. */
+typedef struct sd_session_group_ops {
+    int (*decode)(sd_tp *g, const sd_batch *b, int32_t n_last, float *logits, sd_error *err);
+    int (*truncate)(sd_tp *g, int32_t n_keep, sd_error *err);
+    const sd_model *(*model)(const sd_tp *g);
+    void (*free)(sd_tp *g);
+} sd_session_group_ops;
+/* Make s (rank 0) the handle of group g: its decode / truncate / free reach every rank
+ * through ops (static storage, owned by the group layer). */
+void sd_session_set_group(sd_session *s, sd_tp *g, const sd_session_group_ops *ops);
 
 #endif /* SD_MODEL_IMPL_H */

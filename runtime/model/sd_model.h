@@ -221,7 +221,7 @@ int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logi
 int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int32_t n_rows,
                            float *row, int32_t *best, sd_error *err);
 
-/* ---- token trees (one sequence; the CPU backend) ----
+/* ---- token trees (one sequence of a session; the CPU backend) ----
  * A pass over n tree nodes after the n_past committed positions: node i has token
  * tokens[i] and parent parent[i] (-1: the committed context; else < i), its position is
  * n_past + its depth (a node on the context: depth 0), its K/V row goes to slot n_past + i,
@@ -234,17 +234,26 @@ int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int3
  * Afterwards the cache holds n_past + n positions (slot order), which are not a sequence;
  * the caller keeps one path with sd_session_tree_keep (or truncates). Errors: SD_ERR_ARG
  * (a parent out of order, n, ids), SD_ERR_UNSUPPORTED (a backend without tree attention:
- * CUDA; tensor-parallel or paged sessions; a sliding window), SD_ERR_CONTEXT; on error the
- * session is unchanged. */
+ * CUDA; tensor-parallel sessions; a sliding window), SD_ERR_CONTEXT; on error the
+ * session is unchanged. sd_session_decode_tree is sequence 0's; the _seq_ forms take
+ * sequence seq of a session of several (a paged pool: the keys are read and the rows
+ * written through the sequence's block table, the logits bit-identical to a contiguous
+ * cache's: tests/test_tree.c). */
 int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *parent, int32_t n,
                            float *logits, sd_error *err);
+int sd_session_seq_decode_tree(sd_session *s, int32_t seq, const int32_t *tokens,
+                               const int32_t *parent, int32_t n, float *logits, sd_error *err);
 /* After a tree pass at slot pos0 (its n_past then): keep the nodes nodes[0 .. n_keep)
  * (ascending, nodes[j] >= j; a path of the tree, root first) at slots pos0 .. pos0 + n_keep
  * - 1, their K/V rows and token ids copied there, and drop every other row (the cache then
  * holds pos0 + n_keep positions, the bits a chain pass over the path leaves). Errors:
- * SD_ERR_ARG (ranges, order), SD_ERR_UNSUPPORTED (a backend without kv_copy). */
+ * SD_ERR_ARG (ranges, order), SD_ERR_UNSUPPORTED (a backend without kv_copy). The rows
+ * moved lie in the tree pass's own positions, which that pass made the sequence's own
+ * (copy-on-write), so a paged sequence moves them inside its blocks. */
 int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int32_t n_keep,
                          sd_error *err);
+int sd_session_seq_tree_keep(sd_session *s, int32_t seq, int32_t pos0, const int32_t *nodes,
+                             int32_t n_keep, sd_error *err);
 
 /* Context shift (llama.cpp's --context-shift), without recomputing: drop the cached
  * positions [n_keep, n_keep + n_discard) and move the later ones down by n_discard, their

@@ -15,17 +15,6 @@
 #define SD_TP_MAX_RANKS 64
 #define SD_TP_ALIGN     64 /* alignment of each matrix in a shard's region */
 
-struct sd_tp_rank {
-    sd_tp *g;
-    int32_t rank;
-    int32_t v0;      /* first vocabulary row this rank owns */
-    sd_backend *be;  /* the rank's session's backend (bound by sd_tp_rank_bind) */
-    sd_buffer *zero; /* [n_batch, n_embd] zeros: embedding rows of tokens owned elsewhere */
-    sd_buffer *lg;   /* [n_outputs, n_vocab_rank] the rank's logits columns */
-    float *stage;    /* host copy of lg */
-    int32_t *ids;    /* [n_batch] host: ids remapped into the rank's rows */
-};
-
 enum { JOB_DECODE = 1, JOB_TRUNCATE, JOB_EXIT };
 
 struct sd_tp {
@@ -260,7 +249,7 @@ static int first_error(sd_tp *g, sd_error *err) {
     return SD_OK;
 }
 
-int sd_tp_decode(sd_tp *g, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
+static int tp_decode(sd_tp *g, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
     const int32_t n_past = sd_session_n_past(g->sess[0]);
     g->b = b;
     g->n_last = n_last;
@@ -273,17 +262,17 @@ int sd_tp_decode(sd_tp *g, const sd_batch *b, int32_t n_last, float *logits, sd_
     return rc;
 }
 
-int sd_tp_truncate(sd_tp *g, int32_t n_keep, sd_error *err) {
+static int tp_truncate(sd_tp *g, int32_t n_keep, sd_error *err) {
     g->n_keep = n_keep;
     run_all(g, JOB_TRUNCATE);
     return first_error(g, err);
 }
 
-const sd_model *sd_tp_model(const sd_tp *g) {
+static const sd_model *tp_model(const sd_tp *g) {
     return g->m;
 }
 
-void sd_tp_free(sd_tp *g) {
+static void tp_free(sd_tp *g) {
     if (!g) return;
     if (g->n_threads > 0) {
         pthread_mutex_lock(&g->mu);
@@ -304,6 +293,9 @@ void sd_tp_free(sd_tp *g) {
     pthread_mutex_destroy(&g->mu);
     free(g);
 }
+
+/* What rank 0's session (the group's handle) calls for the whole group. */
+static const sd_session_group_ops group_ops = {tp_decode, tp_truncate, tp_model, tp_free};
 
 int sd_tp_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
                        sd_error *err) {
@@ -335,7 +327,9 @@ int sd_tp_session_init(const sd_model *m, const sd_session_params *p, sd_session
         rp.n_threads = cores / n > 0 ? cores / n : 1;
     }
     for (int32_t r = 0; r < n && !rc; r++) {
-        g->rank[r].g = g;
+        g->rank[r].m = m;
+        g->rank[r].shard = &g->shard[r];
+        g->rank[r].comm = &g->comm;
         g->rank[r].rank = r;
         g->rank[r].v0 = (int32_t)((int64_t)m->hp.n_vocab * r / n);
         rc = make_shard(m, n, r, &g->shard[r], err);
@@ -366,82 +360,10 @@ int sd_tp_session_init(const sd_model *m, const sd_session_params *p, sd_session
         g->n_threads++;
     }
     if (rc) {
-        sd_tp_free(g);
+        tp_free(g);
         return rc;
     }
-    sd_session_set_group(g->sess[0], g);
+    sd_session_set_group(g->sess[0], g, &group_ops);
     *out = g->sess[0];
-    return SD_OK;
-}
-
-/* ---- hooks ---- */
-
-int sd_tp_rank_bind(sd_tp_rank *r, sd_backend *be, int32_t n_batch, int32_t n_outputs,
-                    sd_error *err) {
-    const sd_model *m = r->g->m;
-    const sd_model *s = &r->g->shard[r->rank];
-    r->be = be;
-    const size_t n_embd = (size_t)m->hp.n_embd, nvr = (size_t)s->output.rows;
-    int rc = sd_buffer_alloc(be, (size_t)n_batch * n_embd * sizeof(float), SD_BUFFER_COMPUTE,
-                             &r->zero, err);
-    if (!rc)
-        rc = sd_buffer_alloc(be, (size_t)n_outputs * nvr * sizeof(float), SD_BUFFER_OUTPUT, &r->lg,
-                             err);
-    if (rc) return sd_error_prefix(err, rc, "%s: tensor-parallel scratch", m->path);
-    r->stage = malloc((size_t)n_outputs * nvr * sizeof(float));
-    r->ids = malloc((size_t)n_batch * sizeof(int32_t));
-    if (!r->stage || !r->ids)
-        return sd_errorf(err, SD_ERR_OOM, "%s: tensor-parallel scratch: out of memory", m->path);
-    return SD_OK;
-}
-
-void sd_tp_rank_unbind(sd_tp_rank *r) {
-    if (!r) return;
-    sd_buffer_free(r->zero);
-    sd_buffer_free(r->lg);
-    free(r->stage);
-    free(r->ids);
-    r->zero = r->lg = NULL;
-    r->stage = NULL;
-    r->ids = NULL;
-    r->be = NULL;
-}
-
-void sd_tp_allreduce(sd_tp_rank *r, float *x, int64_t n) {
-    sd_comm_allreduce(r->g->comm, r->rank, x, n);
-}
-
-void sd_tp_embed(sd_tp_rank *r, const sd_weight *emb, const int32_t *ids, int32_t n, int32_t n_embd,
-                 float *x) {
-    sd_backend *be = r->be;
-    const int32_t v0 = r->v0, v1 = r->v0 + (int32_t)emb->rows;
-    /* Runs of consecutive tokens that this rank owns (one get_rows) or not (zeros). */
-    for (int32_t i = 0; i < n;) {
-        const int own = ids[i] >= v0 && ids[i] < v1;
-        int32_t j = i;
-        while (j < n && (ids[j] >= v0 && ids[j] < v1) == own) {
-            r->ids[j - i] = ids[j] - v0;
-            j++;
-        }
-        float *xi = x + (size_t)i * (size_t)n_embd;
-        if (own)
-            be->ops->get_rows(be, emb, r->ids, j - i, xi);
-        else
-            be->ops->copy(be, xi, r->zero->addr, (int64_t)(j - i) * n_embd);
-        i = j;
-    }
-    sd_tp_allreduce(r, x, (int64_t)n * n_embd);
-}
-
-int sd_tp_output(sd_tp_rank *r, const sd_weight *out, const float *xn, int32_t w, int32_t n_vocab,
-                 float *logits, sd_error *err) {
-    sd_backend *be = r->be;
-    const size_t nvr = (size_t)out->rows;
-    be->ops->matmul(be, out, xn, w, r->lg->addr);
-    int rc = be->ops->read(be, r->stage, r->lg->addr, (size_t)w * nvr * sizeof(float), err);
-    if (rc) return rc;
-    for (int32_t j = 0; j < w; j++)
-        memcpy(logits + (size_t)j * (size_t)n_vocab + r->v0, r->stage + (size_t)j * nvr,
-               nvr * sizeof(float));
     return SD_OK;
 }

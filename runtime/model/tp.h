@@ -10,9 +10,11 @@
  *     rank writes its columns of the caller's logits rows);
  *   - the KV cache sharded by KV heads (each rank's session caches its heads).
  * Each rank is an ordinary session (forward.c) over a shard model (weights copied into one
- * host region per rank, then placed on the rank's backend as usual) with four hooks:
- * sd_tp_embed, sd_tp_allreduce (twice per layer), sd_tp_output. The user's handle is rank
- * 0's session; its decode and truncate fan out to every rank (sd_tp_decode, sd_tp_truncate).
+ * host region per rank, then placed on the rank's backend as usual) with four hooks
+ * (tp_rank.c, below forward.c): sd_tp_embed, sd_tp_allreduce (twice per layer),
+ * sd_tp_output. The user's handle is rank 0's session; the group (tp.c, above forward.c)
+ * gives it the fan-out of decode and truncate to every rank (sd_session_group_ops), so the
+ * forward pass never calls the group.
  *
  * Numerics: every column-parallel output and the embedding are bit-identical to the
  * unsharded pass; each row-parallel output is the sum of N partial dot products in rank
@@ -27,22 +29,32 @@
 #include "runtime/backend/sd_backend.h"
 #include "runtime/model/sd_model.h"
 
-typedef struct sd_tp sd_tp;           /* a group of ranks (owns sessions, threads, comm) */
-typedef struct sd_tp_rank sd_tp_rank; /* one rank's part of the group */
+typedef struct sd_tp sd_tp; /* a group of ranks (owns sessions, threads, comm) */
 
-/* sd_session_init for p->n_split != 0: the returned session is rank 0's, the group's
- * handle. Errors: SD_ERR_ARG (a split the model's shape does not allow, with the reason),
- * SD_ERR_UNSUPPORTED (fewer devices than ranks, NCCL missing), and sd_session_init's. */
+/* One rank's part of the group: what its forward-pass hooks (tp_rank.c) read. */
+typedef struct sd_tp_rank {
+    const sd_model *m;     /* the unsharded model */
+    const sd_model *shard; /* this rank's shard (owned by the group) */
+    sd_comm *const *comm;  /* the group's all-reduce (made after every rank's session) */
+    int32_t rank;
+    int32_t v0;      /* first vocabulary row this rank owns */
+    sd_backend *be;  /* the rank's session's backend (bound by sd_tp_rank_bind) */
+    sd_buffer *zero; /* [n_batch, n_embd] zeros: embedding rows of tokens owned elsewhere */
+    sd_buffer *lg;   /* [n_outputs, n_vocab_rank] the rank's logits columns */
+    float *stage;    /* host copy of lg */
+    int32_t *ids;    /* [n_batch] host: ids remapped into the rank's rows */
+} sd_tp_rank;
+
+/* sd_session_init for p->n_split != 0 (session.c): the returned session is rank 0's, the
+ * group's handle; its decode and truncate fan out to every rank (rank 0 on the calling
+ * thread; on error every rank is left as it was before the call), its free frees every
+ * rank's session, the shards and the threads. Errors: SD_ERR_ARG (a split the model's shape
+ * does not allow, with the reason), SD_ERR_UNSUPPORTED (fewer devices than ranks, NCCL
+ * missing), and sd_session_init's. */
 int sd_tp_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
                        sd_error *err);
-/* Run the batch on every rank (rank 0 on the calling thread); on error every rank is left
- * as it was before the call. */
-int sd_tp_decode(sd_tp *g, const sd_batch *b, int32_t n_last, float *logits, sd_error *err);
-int sd_tp_truncate(sd_tp *g, int32_t n_keep, sd_error *err);
-const sd_model *sd_tp_model(const sd_tp *g); /* the unsharded model */
-void sd_tp_free(sd_tp *g);                   /* every rank's session, shards, threads */
 
-/* ---- hooks of a rank's forward pass (forward.c) ---- */
+/* ---- hooks of a rank's forward pass (forward.c), in tp_rank.c ---- */
 
 /* After the rank's backend exists: its scratch (zeros for the embedding, local logits). */
 int sd_tp_rank_bind(sd_tp_rank *r, sd_backend *be, int32_t n_batch, int32_t n_outputs,
