@@ -12,8 +12,10 @@
  *   draft argmax   a draft decode step through sd_session_eval_argmax (the fused
  *                  classifier: greedy drafting now)
  * each step rolled back after it. Min and median over the rounds; interleaving keeps load
- * swings out of the ratios. --profile: one extra pass of --rounds argmax steps with the CPU
- * backend's per-op timers, printed per op kind and matmul type.
+ * swings out of the ratios. Then the thread pool's hand-overs a step (runs handed to the
+ * workers, their sleeps, the wake calls: sd_backend_cpu_pool_counts), the target's and the
+ * fused draft step's, counted over the same rounds. --profile: one extra pass of --rounds argmax
+ * steps with the CPU backend's per-op timers, printed per op kind and matmul type.
  *
  * usage: draft_cost --target T.gguf --draft D.gguf [--threads 1,2] [--rounds 15] [--pos 128]
  *                   [--profile]
@@ -80,6 +82,19 @@ static int step(sd_session *s, int32_t tok, int32_t pos, float *row, int mode, i
     *ms = sd_time_ms() - t0;
     if (!rc) rc = sd_session_truncate(s, pos, err);
     return rc;
+}
+
+/* *sum_before += *before, *sum_after += *after (pool counts around one step). */
+static void add_counts(sd_cpu_pool_counts *sum_before, const sd_cpu_pool_counts *before,
+                       sd_cpu_pool_counts *sum_after, const sd_cpu_pool_counts *after) {
+    sum_before->runs += before->runs;
+    sum_before->worker_sleeps += before->worker_sleeps;
+    sum_before->caller_sleeps += before->caller_sleeps;
+    sum_before->wakes += before->wakes;
+    sum_after->runs += after->runs;
+    sum_after->worker_sleeps += after->worker_sleeps;
+    sum_after->caller_sleeps += after->caller_sleeps;
+    sum_after->wakes += after->wakes;
 }
 
 static void print_profile(const char *what, sd_session *s, int rounds) {
@@ -165,11 +180,20 @@ int main(int argc, char **argv) {
         int32_t b0 = 0, b1 = 0, bx = 0;
         double ms;
         int rc = 0;
+        sd_cpu_pool_counts h[2][2]; /* [draft argmax, target][before, after], summed */
+        memset(h, 0, sizeof h);
         for (int r = -2; r < rounds && !rc; r++) { /* 2 warm-up rounds */
             double t[3];
+            sd_cpu_pool_counts c0, c1;
             rc = step(sdr, ctx[pos], pos, row, 0, &b0, &t[0], &err);
+            sd_backend_cpu_pool_counts(sd_session_backend(st), &c0);
             if (!rc) rc = step(st, ctx[pos], pos, row, 0, &bx, &t[1], &err);
+            sd_backend_cpu_pool_counts(sd_session_backend(st), &c1);
+            if (r >= 0) add_counts(&h[1][0], &c0, &h[1][1], &c1);
+            sd_backend_cpu_pool_counts(sd_session_backend(sdr), &c0);
             if (!rc) rc = step(sdr, ctx[pos], pos, row, 1, &b1, &t[2], &err);
+            sd_backend_cpu_pool_counts(sd_session_backend(sdr), &c1);
+            if (r >= 0) add_counts(&h[0][0], &c0, &h[0][1], &c1);
             if (!rc && b0 != b1) {
                 fprintf(stderr, "draft_cost: argmax %d != the row's %d\n", b1, b0);
                 return 1;
@@ -191,6 +215,13 @@ int main(int argc, char **argv) {
         printf("  c (draft / target) row %.3f / %.3f, argmax %.3f / %.3f; c / byte ratio "
                "(argmax, min) %.2f; argmax / row %.3f / %.3f\n",
                m0 / m1, d0 / d1, m2 / m1, d2 / d1, (m2 / m1) / (bd / bt), m2 / m0, d2 / d0);
+        for (int k = 0; k < 2; k++)
+            printf("  hand-overs a %s step (mean): %.1f runs, %.1f worker sleeps, %.1f caller "
+                   "sleeps, %.1f wake calls\n",
+                   k ? "target" : "draft (argmax)", (double)(h[k][1].runs - h[k][0].runs) / rounds,
+                   (double)(h[k][1].worker_sleeps - h[k][0].worker_sleeps) / rounds,
+                   (double)(h[k][1].caller_sleeps - h[k][0].caller_sleeps) / rounds,
+                   (double)(h[k][1].wakes - h[k][0].wakes) / rounds);
         if (profile) {
             sd_session *ss[2] = {sdr, st};
             for (int k = 0; k < 2 && !rc; k++) {

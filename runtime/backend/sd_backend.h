@@ -289,6 +289,15 @@ void sd_backend_cpu_profile_enable(sd_backend *be, int on);
 /* The figures since the last enable. */
 void sd_backend_cpu_profile_get(const sd_backend *be, sd_cpu_profile *out);
 
+/* The CPU backend's thread hand-overs since its pool was made (a pool shared with another
+ * backend counts both): runs handed to the workers, worker sleeps, caller sleeps, wake-up
+ * calls (runtime/backend/cpu/pool.h, sd_pool_stats). Take differences around the work to
+ * count. */
+typedef struct sd_cpu_pool_counts {
+    int64_t runs, worker_sleeps, caller_sleeps, wakes;
+} sd_cpu_pool_counts;
+void sd_backend_cpu_pool_counts(const sd_backend *be, sd_cpu_pool_counts *out);
+
 /*
  * The CPU backend's greedy classifier: the index of the largest of y[r] = dot(W[r, :], x)
  * over rows r in [0, n_rows) (n_rows <= W's rows) for one token x [cols], the lowest index

@@ -133,6 +133,14 @@ static int profile_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t 
     if (!rc) rc = sd_session_eval(s, ctx + pos, n, logits, n, err); /* warm */
     if (!rc) rc = sd_session_truncate(s, pos, err);
     if (rc) return rc;
+    /* The thread pool's hand-overs of one unprofiled pass (the profiler runs a
+     * matmul_multi's matrices one by one, which would count more). */
+    sd_cpu_pool_counts h0, h1;
+    sd_backend_cpu_pool_counts(be, &h0);
+    rc = sd_session_eval(s, ctx + pos, n, logits, n, err);
+    if (!rc) rc = sd_session_truncate(s, pos, err);
+    sd_backend_cpu_pool_counts(be, &h1);
+    if (rc) return rc;
     sd_backend_cpu_profile_enable(be, 1);
     const double t0 = sd_time_ms();
     for (int r = 0; r < reps && !rc; r++) {
@@ -150,6 +158,12 @@ static int profile_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t 
     printf("  profile, %d token%s (mean of %d, matmuls one by one): %.3f ms, of it ops %.3f ms "
            "(the rest: the forward pass between ops, sampling-free)\n",
            n, n > 1 ? "s" : "", reps, total, ops);
+    const int32_t n_layer = sd_model_hparams(sd_session_model(s))->n_layer;
+    printf("    hand-overs (one unprofiled pass): %lld runs (%.1f a layer), %lld worker sleeps, "
+           "%lld wake calls, %lld caller sleeps\n",
+           (long long)(h1.runs - h0.runs), (double)(h1.runs - h0.runs) / n_layer,
+           (long long)(h1.worker_sleeps - h0.worker_sleeps), (long long)(h1.wakes - h0.wakes),
+           (long long)(h1.caller_sleeps - h0.caller_sleeps));
     json_t *jo = json_object(), *jt = json_object();
     for (int o = 0; o < SD_PROF_N; o++) {
         if (!pr.calls[o]) continue;
@@ -171,8 +185,13 @@ static int profile_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t 
     char key[16];
     snprintf(key, sizeof key, "%d", n);
     json_object_set_new(jp, key,
-                        json_pack("{s:o,s:o,s:o,s:o}", "ms", bench_jnum(total), "ops_ms",
-                                  bench_jnum(ops), "by_op", jo, "matmul_by_type", jt));
+                        json_pack("{s:o,s:o,s:o,s:o,s:{s:I,s:I,s:I,s:I}}", "ms", bench_jnum(total),
+                                  "ops_ms", bench_jnum(ops), "by_op", jo, "matmul_by_type", jt,
+                                  "handovers", "runs", (json_int_t)(h1.runs - h0.runs),
+                                  "worker_sleeps",
+                                  (json_int_t)(h1.worker_sleeps - h0.worker_sleeps), "wakes",
+                                  (json_int_t)(h1.wakes - h0.wakes), "caller_sleeps",
+                                  (json_int_t)(h1.caller_sleeps - h0.caller_sleeps)));
     return SD_OK;
 }
 

@@ -23,8 +23,13 @@
  * The environment variable SD_CPU_PAR_MIN_WORK, read once at init, overrides it: the
  * tests set it to 0 so that tiny models exercise the threaded paths. */
 #define SD_CPU_PAR_MIN_WORK 131072
-#define SD_CPU_MAX_THREADS  SD_POOL_MAX_THREADS
-/* Matmul rows are handed to threads in chunks (see cpu_matmul). */
+/* An element of SwiGLU / GeGLU (libm expf or tanhf, a division, 3 multiplies: about 50
+ * instructions, callgrind) counts as this many multiply-adds against SD_CPU_PAR_MIN_WORK:
+ * the 0.5B draft's 4864-wide SwiGLU (~20 us on one core) is split over the threads
+ * instead of leaving them idle while the caller runs it alone. */
+#define SD_CPU_GLU_WORK    32
+#define SD_CPU_MAX_THREADS SD_POOL_MAX_THREADS
+/* Matmul rows are handed to threads in chunks (see matmul_run), about 16 per thread. */
 #define SD_CPU_CHUNKS_PER_THREAD 16
 #define SD_CPU_MIN_CHUNK_ROWS    16
 /* Activations of at most this many tokens are prepared on the calling thread (cheaper
@@ -406,10 +411,13 @@ static void matmul_run(sd_backend_cpu *c, const sd_weight *const *w, int32_t n_w
         return;
     }
     /* Activations prepared once per matrix (sd_quant.h layout), on the calling thread for
-     * a few tokens, else token rows split over the threads; then the items in chunks
-     * handed out dynamically: a thread that shares its core with other work (or starts
-     * late) takes fewer chunks instead of holding up the others. Which thread computes a
-     * row never changes its value. */
+     * a few tokens, else token rows split over the threads; then the items in chunks,
+     * each thread streaming its own contiguous slice front to back and then taking chunks
+     * from the back of the others' (sd_pool_for_owned): a thread that shares its core with
+     * other work (or starts late) takes fewer chunks instead of holding up the others, and
+     * a narrow matrix (the 0.5B draft's 896-wide ones: 9.8 KB a 16-row Q5_0 group, one
+     * chunk) is not dealt out to the threads in turn, which left each thread's prefetch
+     * fetching the other's group. Which thread computes a row never changes its value. */
     if (n_tok <= SD_CPU_PREP_INLINE_TOKENS)
         mm_prepare(&j, 0, 1);
     else
@@ -417,7 +425,7 @@ static void matmul_run(sd_backend_cpu *c, const sd_weight *const *w, int32_t n_w
     int64_t chunk = items / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
     const int64_t min_chunk = w[0]->layout == SD_LAYOUT_PACKED ? 1 : SD_CPU_MIN_CHUNK_ROWS;
     if (chunk < min_chunk) chunk = min_chunk;
-    sd_pool_for(c->pool, items, chunk, mm_items_range, &j);
+    sd_pool_for_owned(c->pool, items, chunk, mm_items_range, &j);
 }
 
 static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32_t n_tok,
@@ -506,7 +514,7 @@ int64_t sd_backend_cpu_matmul_argmax(sd_backend *be, const sd_weight *w, const f
         int64_t chunk = items / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
         const int64_t min_chunk = w->layout == SD_LAYOUT_PACKED ? 1 : SD_CPU_MIN_CHUNK_ROWS;
         if (chunk < min_chunk) chunk = min_chunk;
-        sd_pool_for(c->pool, items, chunk, amax_range, &j);
+        sd_pool_for_owned(c->pool, items, chunk, amax_range, &j);
     }
     int64_t bi = -1;
     float bv = 0.0f;
@@ -777,7 +785,7 @@ static void swiglu_range(void *arg, int64_t i0, int64_t i1, int32_t ith) {
 static void cpu_swiglu_op(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
     sd_backend_cpu *c = cpu_of(be);
     swiglu_job j = {g, u, y};
-    if (c->n_threads == 1 || (double)n < c->par_min_work)
+    if (c->n_threads == 1 || (double)n * SD_CPU_GLU_WORK < c->par_min_work)
         swiglu_range(&j, 0, n, 0);
     else
         sd_pool_for(c->pool, n, 0, swiglu_range, &j);
@@ -797,7 +805,7 @@ static void geglu_range(void *arg, int64_t i0, int64_t i1, int32_t ith) {
 static void cpu_geglu_op(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
     sd_backend_cpu *c = cpu_of(be);
     swiglu_job j = {g, u, y};
-    if (c->n_threads == 1 || (double)n < c->par_min_work)
+    if (c->n_threads == 1 || (double)n * SD_CPU_GLU_WORK < c->par_min_work)
         geglu_range(&j, 0, n, 0);
     else
         sd_pool_for(c->pool, n, 0, geglu_range, &j);
@@ -1038,6 +1046,15 @@ void sd_backend_cpu_packed_stats(const sd_backend *be, int32_t *n, size_t *bytes
     *n = c->n_packed;
     *bytes = c->packed_bytes;
     *ms = c->packed_ms;
+}
+
+void sd_backend_cpu_pool_counts(const sd_backend *be, sd_cpu_pool_counts *out) {
+    sd_pool_stats st;
+    sd_pool_stats_get(((const sd_backend_cpu *)be)->pool, &st);
+    out->runs = st.runs;
+    out->worker_sleeps = st.worker_sleeps;
+    out->caller_sleeps = st.caller_sleeps;
+    out->wakes = st.wakes;
 }
 
 int32_t sd_backend_cpu_n_threads(const sd_backend *be) {

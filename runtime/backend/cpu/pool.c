@@ -56,7 +56,16 @@ struct sd_pool {
     _Atomic int32_t caller_sleep;
 
     alignas(CACHE_LINE) _Atomic int32_t busy; /* a run is in progress */
+
+    /* sd_pool_stats; runs and caller_sleeps written by the `busy` holder, worker_sleeps by
+     * the workers, wakes by the publisher. */
+    alignas(CACHE_LINE) _Atomic int64_t n_runs, n_caller_sleeps, n_wakes;
+    alignas(CACHE_LINE) _Atomic int64_t n_worker_sleeps;
 };
+
+static void count(_Atomic int64_t *c) {
+    atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
 
 /* ---------------------------------------------------------------- waiting */
 
@@ -169,6 +178,7 @@ static void wait_job(sd_pool *pool, uint64_t seen, int64_t spin_ns) {
             atomic_fetch_sub(&pool->n_sleep, 1);
             return;
         }
+        count(&pool->n_worker_sleeps);
         futex_wait(&pool->wake, w);
         atomic_fetch_sub(&pool->n_sleep, 1);
         if (job_after(pool, seen)) return;
@@ -210,7 +220,10 @@ static uint64_t publish(sd_pool *pool, sd_pool_task fn, void *arg, int32_t nth, 
     atomic_store_explicit(&pool->nth, nth, memory_order_release);
     atomic_store_explicit(&pool->seq, 2 * g, memory_order_release);
     atomic_fetch_add(&pool->wake, 1);
-    if (atomic_load(&pool->n_sleep) > 0) futex_wake(&pool->wake, INT_MAX);
+    if (atomic_load(&pool->n_sleep) > 0) {
+        count(&pool->n_wakes);
+        futex_wake(&pool->wake, INT_MAX);
+    }
     return g;
 }
 
@@ -221,6 +234,7 @@ static int all_done(const sd_pool *pool, uint64_t unused) {
 
 static void wait_done(sd_pool *pool) {
     if (spin_until(pool, all_done, 0, (int64_t)pool->spin_us * 1000)) return;
+    count(&pool->n_caller_sleeps);
     atomic_store(&pool->caller_sleep, 1);
     uint32_t p;
     while ((p = atomic_load(&pool->pending)) != 0)
@@ -243,6 +257,7 @@ void sd_pool_run(sd_pool *pool, int32_t nth, sd_pool_task fn, void *arg) {
         run_serial(nth, fn, arg); /* nothing to share, or nested / concurrent use */
         return;
     }
+    count(&pool->n_runs);
     const uint64_t g = publish(pool, fn, arg, nth, (uint32_t)nth);
     work(pool, g, fn, arg, nth, 0);
     wait_done(pool);
@@ -294,11 +309,87 @@ void sd_pool_for(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void
     }
 }
 
+/* One participant's slice of sd_pool_for_owned: [lo, hi) packed as lo | hi << 32, changed
+ * only by compare-and-swap (the owner raises lo, the others lower hi). */
+typedef struct owned_slot {
+    alignas(CACHE_LINE) _Atomic uint64_t range;
+} owned_slot;
+
+typedef struct owned_job {
+    sd_pool_range fn;
+    void *arg;
+    int64_t chunk;
+    owned_slot *slot; /* [nth] */
+} owned_job;
+
+/* Take up to `chunk` items from the front (front != 0) or the back of slot s: 1 and the
+ * range in *b, *e, or 0 when the slice is empty. */
+static int owned_take(owned_slot *s, int64_t chunk, int front, int64_t *b, int64_t *e) {
+    uint64_t v = atomic_load_explicit(&s->range, memory_order_relaxed);
+    for (;;) {
+        const int64_t lo = (int64_t)(v & 0xffffffffu), hi = (int64_t)(v >> 32);
+        if (lo >= hi) return 0;
+        const int64_t c = hi - lo < chunk ? hi - lo : chunk;
+        const uint64_t nv = front ? (uint64_t)(lo + c) | ((uint64_t)hi << 32)
+                                  : (uint64_t)lo | ((uint64_t)(hi - c) << 32);
+        if (atomic_compare_exchange_weak_explicit(&s->range, &v, nv, memory_order_acq_rel,
+                                                  memory_order_relaxed)) {
+            *b = front ? lo : hi - c;
+            *e = front ? lo + c : hi;
+            return 1;
+        }
+    }
+}
+
+static void for_owned(void *p, int32_t ith, int32_t nth) {
+    const owned_job *j = p;
+    int64_t b, e;
+    while (owned_take(&j->slot[ith], j->chunk, 1, &b, &e))
+        j->fn(j->arg, b, e, ith);
+    for (int32_t k = 1; k < nth; k++) { /* a slice seen empty stays empty */
+        owned_slot *s = &j->slot[(ith + k) % nth];
+        while (owned_take(s, j->chunk, 0, &b, &e))
+            j->fn(j->arg, b, e, ith);
+    }
+}
+
+void sd_pool_for_owned(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void *arg) {
+    if (n <= 0) return;
+    if (chunk < 1) chunk = 1;
+    const int64_t n_chunks = (n - 1) / chunk + 1;
+    int64_t tasks = pool->n_threads < n_chunks ? pool->n_threads : n_chunks;
+    if (tasks > SD_POOL_OWNED_MAX || n > INT32_MAX) {
+        sd_pool_for(pool, n, chunk, fn, arg);
+        return;
+    }
+    if (tasks <= 1) {
+        for (int64_t b = 0; b < n; b += chunk)
+            fn(arg, b, b + chunk < n ? b + chunk : n, 0);
+        return;
+    }
+    owned_slot slot[SD_POOL_OWNED_MAX];
+    for (int32_t i = 0; i < (int32_t)tasks; i++) {
+        int64_t b, e;
+        sd_pool_split(n, chunk, i, (int32_t)tasks, &b, &e);
+        atomic_init(&slot[i].range, (uint64_t)b | ((uint64_t)e << 32));
+    }
+    owned_job j = {fn, arg, chunk, slot};
+    sd_pool_run(pool, (int32_t)tasks, for_owned, &j);
+}
+
 /* ---------------------------------------------------------------- life cycle */
 
 sd_pool_params sd_pool_default_params(void) {
     sd_pool_params p = {0, 50};
     return p;
+}
+
+void sd_pool_stats_get(const sd_pool *pool, sd_pool_stats *out) {
+    sd_pool *p = (sd_pool *)pool; /* atomic loads of a const object */
+    out->runs = atomic_load_explicit(&p->n_runs, memory_order_relaxed);
+    out->worker_sleeps = atomic_load_explicit(&p->n_worker_sleeps, memory_order_relaxed);
+    out->caller_sleeps = atomic_load_explicit(&p->n_caller_sleeps, memory_order_relaxed);
+    out->wakes = atomic_load_explicit(&p->n_wakes, memory_order_relaxed);
 }
 
 int32_t sd_pool_n_threads(const sd_pool *pool) {
@@ -343,6 +434,10 @@ int sd_pool_init(const sd_pool_params *params, sd_pool **out, sd_error *err) {
     atomic_init(&pool->pending, 0);
     atomic_init(&pool->caller_sleep, 0);
     atomic_init(&pool->busy, 0);
+    atomic_init(&pool->n_runs, 0);
+    atomic_init(&pool->n_caller_sleeps, 0);
+    atomic_init(&pool->n_wakes, 0);
+    atomic_init(&pool->n_worker_sleeps, 0);
     pool->claim = calloc(SD_POOL_MAX_TASKS, sizeof *pool->claim);
     if (nt > 1) {
         pool->threads = calloc((size_t)nt - 1, sizeof *pool->threads);

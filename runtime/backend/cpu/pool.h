@@ -73,6 +73,15 @@ int sd_pool_init(const sd_pool_params *params, sd_pool **out, sd_error *err);
  * be called while a run is in progress. */
 void sd_pool_free(sd_pool *pool);
 
+/* What the pool has done since sd_pool_init (relaxed counters, for profiling): runs handed
+ * to the workers (sd_pool_run calls not run serially), worker sleeps (futex waits of a
+ * worker that found no job within its spin), caller sleeps (the same while waiting for a
+ * run's last task), wake calls (futex wakes of sleeping workers at a run's start). */
+typedef struct sd_pool_stats {
+    int64_t runs, worker_sleeps, caller_sleeps, wakes;
+} sd_pool_stats;
+void sd_pool_stats_get(const sd_pool *pool, sd_pool_stats *out);
+
 /* Threads of the pool, the caller included (>= 1). */
 int32_t sd_pool_n_threads(const sd_pool *pool);
 
@@ -101,6 +110,21 @@ typedef void (*sd_pool_range)(void *arg, int64_t begin, int64_t end, int32_t ith
  * slice per thread (sd_pool_split), i.e. a fixed split.
  */
 void sd_pool_for(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void *arg);
+
+/*
+ * A loop whose participants stream contiguous memory: [0, n) is cut into one contiguous
+ * slice per participant (sd_pool_split, aligned to chunk); a participant takes `chunk`
+ * items at a time from the front of its own slice, in increasing order, and when its slice
+ * is empty takes chunks from the back of the others' slices until every slice is empty.
+ * Every item is passed to exactly one call of fn. So a matrix-vector product split by
+ * rows reads one sequential stream per core (the kernels' prefetch and the core's own
+ * stream prefetcher run ahead of it) instead of chunks dealt out in turn, while a late
+ * participant's work is still taken over chunk by chunk, as in sd_pool_for. n <= 0:
+ * nothing; chunk < 1: 1. (More than SD_POOL_OWNED_MAX threads, or n beyond 2^31 - 1:
+ * sd_pool_for's single counter.)
+ */
+#define SD_POOL_OWNED_MAX 64
+void sd_pool_for_owned(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void *arg);
 
 /*
  * The fixed split: [*begin, *end) is slice ith of nth over [0, n), contiguous, in order,
