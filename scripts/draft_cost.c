@@ -13,9 +13,10 @@
  *                  classifier: greedy drafting now)
  * each step rolled back after it. Min and median over the rounds; interleaving keeps load
  * swings out of the ratios. Then the thread pool's hand-overs a step (runs handed to the
- * workers, their sleeps, the wake calls: sd_backend_cpu_pool_counts), the target's and the
- * fused draft step's, counted over the same rounds. --profile: one extra pass of --rounds argmax
- * steps with the CPU backend's per-op timers, printed per op kind and matmul type.
+ * workers, their sleeps, the wake calls, runs its back-off kept on the caller:
+ * sd_backend_cpu_pool_counts), the target's and the fused draft step's, counted over the
+ * same rounds. --profile: one extra pass of --rounds argmax steps with the CPU backend's
+ * per-op timers, printed per op kind and matmul type.
  *
  * usage: draft_cost --target T.gguf --draft D.gguf [--threads 1,2] [--rounds 15] [--pos 128]
  *                   [--profile]
@@ -91,10 +92,12 @@ static void add_counts(sd_cpu_pool_counts *sum_before, const sd_cpu_pool_counts 
     sum_before->worker_sleeps += before->worker_sleeps;
     sum_before->caller_sleeps += before->caller_sleeps;
     sum_before->wakes += before->wakes;
+    sum_before->kept += before->kept;
     sum_after->runs += after->runs;
     sum_after->worker_sleeps += after->worker_sleeps;
     sum_after->caller_sleeps += after->caller_sleeps;
     sum_after->wakes += after->wakes;
+    sum_after->kept += after->kept;
 }
 
 static void print_profile(const char *what, sd_session *s, int rounds) {
@@ -217,11 +220,12 @@ int main(int argc, char **argv) {
                m0 / m1, d0 / d1, m2 / m1, d2 / d1, (m2 / m1) / (bd / bt), m2 / m0, d2 / d0);
         for (int k = 0; k < 2; k++)
             printf("  hand-overs a %s step (mean): %.1f runs, %.1f worker sleeps, %.1f caller "
-                   "sleeps, %.1f wake calls\n",
+                   "sleeps, %.1f wake calls, %.1f runs kept on the caller (back-off)\n",
                    k ? "target" : "draft (argmax)", (double)(h[k][1].runs - h[k][0].runs) / rounds,
                    (double)(h[k][1].worker_sleeps - h[k][0].worker_sleeps) / rounds,
                    (double)(h[k][1].caller_sleeps - h[k][0].caller_sleeps) / rounds,
-                   (double)(h[k][1].wakes - h[k][0].wakes) / rounds);
+                   (double)(h[k][1].wakes - h[k][0].wakes) / rounds,
+                   (double)(h[k][1].kept - h[k][0].kept) / rounds);
         if (profile) {
             sd_session *ss[2] = {sdr, st};
             for (int k = 0; k < 2 && !rc; k++) {

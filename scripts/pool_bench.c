@@ -141,7 +141,7 @@ static int stress(void) {
     long runs = 0;
     for (size_t a = 0; a < 4; a++)
         for (size_t s = 0; s < 2; s++) {
-            sd_pool_params pp = {threads[a], spins[s]};
+            sd_pool_params pp = {threads[a], spins[s], 1};
             sd_pool *pool = NULL;
             sd_error err = {0};
             if (sd_pool_init(&pp, &pool, &err)) {

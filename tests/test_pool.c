@@ -3,9 +3,10 @@
  * executed exactly once with its own index, for thread counts below, at and above the
  * machine's cores and task counts below, at and above the thread count; the dynamic
  * loop hands out every item once, in increasing chunks; the owned-slice loop too, each
- * slice front first to its owner, the back to the others when its owner stalls; the fixed split is
- * a contiguous, aligned, balanced partition; nested and concurrent use runs serially and correctly;
- * 100k runs in a row (spinning and always-sleeping) lose no task and no wake-up; a pool
+ * slice front first to its owner, the back to the others when its owner stalls; the
+ * counters count hand-overs, and runs no worker could join back off to the caller; the fixed split
+ * is a contiguous, aligned, balanced partition; nested and concurrent use runs serially and
+ * correctly; 100k runs in a row (spinning and always-sleeping) lose no task and no wake-up; a pool
  * whose workers sleep frees cleanly; OpenMP regions interleaved with runs do not
  * disturb either. Each expected value is computed here independently of the pool (a
  * serial loop or a closed form). Run under ASan/LSan in the sanitizer build (leaks,
@@ -298,9 +299,51 @@ Test(pool, stats_count_runs_sleeps_and_wakes) {
         nanosleep(&ts, NULL);
     }
     sd_pool_stats_get(pool, &b);
-    cr_assert_eq(b.runs - a.runs, 20, "runs %lld", (long long)(b.runs - a.runs));
+    /* each 2-task run handed over or kept by the back-off; the first 4 always handed over */
+    cr_assert_eq(b.runs - a.runs + b.kept - a.kept, 20, "runs %lld, kept %lld",
+                 (long long)(b.runs - a.runs), (long long)(b.kept - a.kept));
+    cr_assert_geq(b.runs - a.runs, 4);
     cr_assert_geq(b.worker_sleeps - a.worker_sleeps, 1);
     cr_assert_geq(b.wakes - a.wakes, 1);
+    free(c);
+    sd_pool_free(pool);
+}
+
+/* The back-off: a worker that never spins (spin_us 0) cannot claim a task of trivial runs
+ * issued back to back before the caller has run them all (it is still being woken), so
+ * after 4 missed runs the pool keeps runs on the caller; every task still runs once. */
+Test(pool, back_off_keeps_runs_on_the_caller_when_workers_miss) {
+    sd_pool_params bp = sd_pool_default_params();
+    bp.n_threads = 2;
+    bp.spin_us = 0;
+    bp.backoff = 1;
+    sd_pool *pool = NULL;
+    sd_error berr = {0};
+    cr_assert_eq(sd_pool_init(&bp, &pool, &berr), SD_OK, "%s", berr.msg);
+    count_job *c = calloc(1, sizeof *c);
+    cr_assert_not_null(c);
+    sd_pool_stats a, b;
+    sd_pool_stats_get(pool, &a);
+    for (int r = 0; r < 200; r++)
+        check_run(pool, c, 2, (uint64_t)r);
+    sd_pool_stats_get(pool, &b);
+    cr_assert_eq(b.runs - a.runs + b.kept - a.kept, 200);
+    cr_assert_gt(b.kept - a.kept, 0, "no run kept on the caller (runs %lld)",
+                 (long long)(b.runs - a.runs));
+    sd_pool_free(pool);
+    /* backoff 0: every run handed over */
+    sd_pool_params p = sd_pool_default_params();
+    p.n_threads = 2;
+    p.spin_us = 0;
+    p.backoff = 0;
+    sd_error err = {0};
+    cr_assert_eq(sd_pool_init(&p, &pool, &err), SD_OK, "%s", err.msg);
+    sd_pool_stats_get(pool, &a);
+    for (int r = 0; r < 200; r++)
+        check_run(pool, c, 2, (uint64_t)r);
+    sd_pool_stats_get(pool, &b);
+    cr_assert_eq(b.runs - a.runs, 200);
+    cr_assert_eq(b.kept - a.kept, 0);
     free(c);
     sd_pool_free(pool);
 }
@@ -545,6 +588,11 @@ Test(pool, parameters_are_checked) {
     p.spin_us = -5;
     cr_assert_eq(sd_pool_init(&p, &pool, &err), SD_ERR_ARG);
     cr_assert(strstr(err.msg, "spin_us -5") != NULL, "message: %s", err.msg);
+    cr_assert_null(pool);
+    p.spin_us = 50;
+    p.backoff = 2;
+    cr_assert_eq(sd_pool_init(&p, &pool, &err), SD_ERR_ARG);
+    cr_assert(strstr(err.msg, "backoff 2") != NULL, "message: %s", err.msg);
     cr_assert_null(pool);
     /* Defaults: the cores this process may run on. */
     cr_assert_eq(sd_pool_init(NULL, &pool, &err), SD_OK, "%s", err.msg);

@@ -291,10 +291,11 @@ void sd_backend_cpu_profile_get(const sd_backend *be, sd_cpu_profile *out);
 
 /* The CPU backend's thread hand-overs since its pool was made (a pool shared with another
  * backend counts both): runs handed to the workers, worker sleeps, caller sleeps, wake-up
- * calls (runtime/backend/cpu/pool.h, sd_pool_stats). Take differences around the work to
- * count. */
+ * calls, runs kept on the caller (runtime/backend/cpu/pool.h, sd_pool_stats). Take differences
+ * around the work to count. */
 typedef struct sd_cpu_pool_counts {
     int64_t runs, worker_sleeps, caller_sleeps, wakes;
+    int64_t kept; /* runs kept on the caller by the pool's back-off (workers not on a core) */
 } sd_cpu_pool_counts;
 void sd_backend_cpu_pool_counts(const sd_backend *be, sd_cpu_pool_counts *out);
 

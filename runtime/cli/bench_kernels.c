@@ -160,10 +160,10 @@ static int profile_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t 
            n, n > 1 ? "s" : "", reps, total, ops);
     const int32_t n_layer = sd_model_hparams(sd_session_model(s))->n_layer;
     printf("    hand-overs (one unprofiled pass): %lld runs (%.1f a layer), %lld worker sleeps, "
-           "%lld wake calls, %lld caller sleeps\n",
+           "%lld wake calls, %lld caller sleeps, %lld kept on the caller (back-off)\n",
            (long long)(h1.runs - h0.runs), (double)(h1.runs - h0.runs) / n_layer,
            (long long)(h1.worker_sleeps - h0.worker_sleeps), (long long)(h1.wakes - h0.wakes),
-           (long long)(h1.caller_sleeps - h0.caller_sleeps));
+           (long long)(h1.caller_sleeps - h0.caller_sleeps), (long long)(h1.kept - h0.kept));
     json_t *jo = json_object(), *jt = json_object();
     for (int o = 0; o < SD_PROF_N; o++) {
         if (!pr.calls[o]) continue;
@@ -185,13 +185,14 @@ static int profile_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t 
     char key[16];
     snprintf(key, sizeof key, "%d", n);
     json_object_set_new(jp, key,
-                        json_pack("{s:o,s:o,s:o,s:o,s:{s:I,s:I,s:I,s:I}}", "ms", bench_jnum(total),
-                                  "ops_ms", bench_jnum(ops), "by_op", jo, "matmul_by_type", jt,
-                                  "handovers", "runs", (json_int_t)(h1.runs - h0.runs),
-                                  "worker_sleeps",
+                        json_pack("{s:o,s:o,s:o,s:o,s:{s:I,s:I,s:I,s:I,s:I}}", "ms",
+                                  bench_jnum(total), "ops_ms", bench_jnum(ops), "by_op", jo,
+                                  "matmul_by_type", jt, "handovers", "runs",
+                                  (json_int_t)(h1.runs - h0.runs), "worker_sleeps",
                                   (json_int_t)(h1.worker_sleeps - h0.worker_sleeps), "wakes",
                                   (json_int_t)(h1.wakes - h0.wakes), "caller_sleeps",
-                                  (json_int_t)(h1.caller_sleeps - h0.caller_sleeps)));
+                                  (json_int_t)(h1.caller_sleeps - h0.caller_sleeps), "kept",
+                                  (json_int_t)(h1.kept - h0.kept)));
     return SD_OK;
 }
 

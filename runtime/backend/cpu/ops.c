@@ -21,7 +21,8 @@
 
 /* Below this many multiply-adds an op stays on the calling thread (the `if` clause).
  * The environment variable SD_CPU_PAR_MIN_WORK, read once at init, overrides it: the
- * tests set it to 0 so that tiny models exercise the threaded paths. */
+ * tests set it to 0 so that tiny models exercise the threaded paths. SD_CPU_POOL_BACKOFF=1
+ * turns on the pool's back-off (pool.h: runs no worker joins kept on the caller). */
 #define SD_CPU_PAR_MIN_WORK 131072
 /* An element of SwiGLU / GeGLU (libm expf or tanhf, a division, 3 multiplies: about 50
  * instructions, callgrind) counts as this many multiply-adds against SD_CPU_PAR_MIN_WORK:
@@ -1028,6 +1029,10 @@ int sd_backend_cpu_init(const sd_backend_params *p, sd_backend **out, sd_error *
     }
     sd_pool_params pp = sd_pool_default_params();
     pp.n_threads = nt;
+    /* The pool's back-off (pool.h) only when asked: it cut the wake-up calls under load
+     * but showed no wall gain on the loaded machine it was tried on (docs/performance.md). */
+    const char *bo = getenv("SD_CPU_POOL_BACKOFF");
+    pp.backoff = bo && !strcmp(bo, "1");
     int rc = sd_pool_init(&pp, &sh->pool, err);
     if (rc) {
         free(sh);
@@ -1055,6 +1060,7 @@ void sd_backend_cpu_pool_counts(const sd_backend *be, sd_cpu_pool_counts *out) {
     out->worker_sleeps = st.worker_sleeps;
     out->caller_sleeps = st.caller_sleeps;
     out->wakes = st.wakes;
+    out->kept = st.kept;
 }
 
 int32_t sd_backend_cpu_n_threads(const sd_backend *be) {

@@ -29,6 +29,10 @@
 #include <unistd.h>
 
 #define CACHE_LINE 64
+/* The back-off of sd_pool_run (pool.h): misses in a row, first and longest back-off. */
+#define SD_POOL_MISSES         4
+#define SD_POOL_BACKOFF_NS     ((int64_t)1000000)
+#define SD_POOL_BACKOFF_MAX_NS ((int64_t)16000000)
 
 typedef struct pool_worker {
     sd_pool *pool;
@@ -37,7 +41,7 @@ typedef struct pool_worker {
 
 struct sd_pool {
     /* Immutable after init. */
-    int32_t n_threads, spin_us;
+    int32_t n_threads, spin_us, backoff;
     pthread_t *threads;      /* [n_threads - 1] */
     pool_worker *workers;    /* [n_threads - 1] */
     _Atomic uint64_t *claim; /* [SD_POOL_MAX_TASKS]: generation that claimed task i */
@@ -56,10 +60,15 @@ struct sd_pool {
     _Atomic int32_t caller_sleep;
 
     alignas(CACHE_LINE) _Atomic int32_t busy; /* a run is in progress */
+    /* Back-off (the `busy` holder's): runs in a row whose tasks no worker claimed, the
+     * clock until which runs stay on the caller (0: none), the next back-off. */
+    int32_t missed;
+    int64_t keep_until_ns, backoff_ns;
+    alignas(CACHE_LINE) _Atomic int32_t worker_claims; /* tasks of this run workers claimed */
 
     /* sd_pool_stats; runs and caller_sleeps written by the `busy` holder, worker_sleeps by
      * the workers, wakes by the publisher. */
-    alignas(CACHE_LINE) _Atomic int64_t n_runs, n_caller_sleeps, n_wakes;
+    alignas(CACHE_LINE) _Atomic int64_t n_runs, n_caller_sleeps, n_wakes, n_kept;
     alignas(CACHE_LINE) _Atomic int64_t n_worker_sleeps;
 };
 
@@ -110,13 +119,14 @@ static int spin_until(const sd_pool *pool, int (*cond)(const sd_pool *, uint64_t
 /* ---------------------------------------------------------------- running tasks */
 
 /* Claim task i of generation g; run it when the claim succeeds. */
-static void try_task(sd_pool *pool, uint64_t g, sd_pool_task fn, void *arg, int32_t i,
-                     int32_t nth) {
+static void try_task(sd_pool *pool, uint64_t g, sd_pool_task fn, void *arg, int32_t i, int32_t nth,
+                     int32_t self) {
     uint64_t v = atomic_load_explicit(&pool->claim[i], memory_order_relaxed);
     if (v >= g) return;
     if (!atomic_compare_exchange_strong_explicit(&pool->claim[i], &v, g, memory_order_acq_rel,
                                                  memory_order_relaxed))
         return;
+    if (self != 0) atomic_fetch_add_explicit(&pool->worker_claims, 1, memory_order_relaxed);
     fn(arg, i, nth);
     if (atomic_fetch_sub(&pool->pending, 1) == 1 && atomic_load(&pool->caller_sleep))
         futex_wake(&pool->pending, 1);
@@ -127,11 +137,11 @@ static void try_task(sd_pool *pool, uint64_t g, sd_pool_task fn, void *arg, int3
 static void work(sd_pool *pool, uint64_t g, sd_pool_task fn, void *arg, int32_t nth, int32_t self) {
     const int32_t t = pool->n_threads;
     for (int32_t i = self; i < nth; i += t)
-        try_task(pool, g, fn, arg, i, nth);
+        try_task(pool, g, fn, arg, i, nth, self);
     for (int32_t k = 1; k < nth; k++) {
         int32_t i = self + k;
         if (i >= nth) i -= nth;
-        if (i % t != self) try_task(pool, g, fn, arg, i, nth);
+        if (i % t != self) try_task(pool, g, fn, arg, i, nth, self);
     }
 }
 
@@ -247,6 +257,22 @@ static void run_serial(int32_t nth, sd_pool_task fn, void *arg) {
         fn(arg, i, nth);
 }
 
+/* After a run: no worker claimed a task (missed) or one did. SD_POOL_MISSES missed runs in a
+ * row (one, right after a back-off) keep the next runs on the caller for backoff_ns, doubled
+ * up to SD_POOL_BACKOFF_MAX_NS while the misses go on; a claim resets both. */
+static void after_run(sd_pool *pool, int missed) {
+    if (!missed) {
+        pool->missed = 0;
+        pool->backoff_ns = SD_POOL_BACKOFF_NS;
+        return;
+    }
+    if (++pool->missed < (pool->backoff_ns > SD_POOL_BACKOFF_NS ? 1 : SD_POOL_MISSES)) return;
+    pool->missed = 0;
+    pool->keep_until_ns = now_ns() + pool->backoff_ns;
+    pool->backoff_ns = pool->backoff_ns * 2 < SD_POOL_BACKOFF_MAX_NS ? pool->backoff_ns * 2
+                                                                     : SD_POOL_BACKOFF_MAX_NS;
+}
+
 void sd_pool_run(sd_pool *pool, int32_t nth, sd_pool_task fn, void *arg) {
     if (nth <= 0) nth = pool->n_threads;
     if (nth > SD_POOL_MAX_TASKS) nth = SD_POOL_MAX_TASKS;
@@ -257,10 +283,22 @@ void sd_pool_run(sd_pool *pool, int32_t nth, sd_pool_task fn, void *arg) {
         run_serial(nth, fn, arg); /* nothing to share, or nested / concurrent use */
         return;
     }
+    if (pool->keep_until_ns) { /* backing off: the workers missed the last runs */
+        if (now_ns() < pool->keep_until_ns) {
+            count(&pool->n_kept);
+            run_serial(nth, fn, arg);
+            atomic_store_explicit(&pool->busy, 0, memory_order_release);
+            return;
+        }
+        pool->keep_until_ns = 0;
+    }
     count(&pool->n_runs);
+    atomic_store_explicit(&pool->worker_claims, 0, memory_order_relaxed);
     const uint64_t g = publish(pool, fn, arg, nth, (uint32_t)nth);
     work(pool, g, fn, arg, nth, 0);
     wait_done(pool);
+    if (pool->backoff)
+        after_run(pool, atomic_load_explicit(&pool->worker_claims, memory_order_relaxed) == 0);
     atomic_store_explicit(&pool->busy, 0, memory_order_release);
 }
 
@@ -380,7 +418,7 @@ void sd_pool_for_owned(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn
 /* ---------------------------------------------------------------- life cycle */
 
 sd_pool_params sd_pool_default_params(void) {
-    sd_pool_params p = {0, 50};
+    sd_pool_params p = {0, 50, 0};
     return p;
 }
 
@@ -390,6 +428,7 @@ void sd_pool_stats_get(const sd_pool *pool, sd_pool_stats *out) {
     out->worker_sleeps = atomic_load_explicit(&p->n_worker_sleeps, memory_order_relaxed);
     out->caller_sleeps = atomic_load_explicit(&p->n_caller_sleeps, memory_order_relaxed);
     out->wakes = atomic_load_explicit(&p->n_wakes, memory_order_relaxed);
+    out->kept = atomic_load_explicit(&p->n_kept, memory_order_relaxed);
 }
 
 int32_t sd_pool_n_threads(const sd_pool *pool) {
@@ -419,12 +458,16 @@ int sd_pool_init(const sd_pool_params *params, sd_pool **out, sd_error *err) {
     if (p->spin_us < 0 || p->spin_us > 1000000)
         return sd_errorf(err, SD_ERR_ARG, "thread pool: spin_us %d: expected 0..1000000",
                          (int)p->spin_us);
+    if (p->backoff != 0 && p->backoff != 1)
+        return sd_errorf(err, SD_ERR_ARG, "thread pool: backoff %d: expected 0 or 1",
+                         (int)p->backoff);
     sd_pool *pool =
         aligned_alloc(CACHE_LINE, (sizeof *pool + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE);
     if (!pool) return sd_errorf(err, SD_ERR_OOM, "thread pool: out of memory");
     memset(pool, 0, sizeof *pool);
     pool->n_threads = nt;
     pool->spin_us = p->spin_us;
+    pool->backoff = p->backoff;
     atomic_init(&pool->seq, 0);
     atomic_init(&pool->fn, NULL);
     atomic_init(&pool->arg, NULL);
@@ -438,6 +481,9 @@ int sd_pool_init(const sd_pool_params *params, sd_pool **out, sd_error *err) {
     atomic_init(&pool->n_caller_sleeps, 0);
     atomic_init(&pool->n_wakes, 0);
     atomic_init(&pool->n_worker_sleeps, 0);
+    atomic_init(&pool->n_kept, 0);
+    atomic_init(&pool->worker_claims, 0);
+    pool->backoff_ns = SD_POOL_BACKOFF_NS;
     pool->claim = calloc(SD_POOL_MAX_TASKS, sizeof *pool->claim);
     if (nt > 1) {
         pool->threads = calloc((size_t)nt - 1, sizeof *pool->threads);

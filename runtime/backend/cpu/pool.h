@@ -57,9 +57,10 @@ typedef struct sd_pool_params {
     int32_t n_threads; /* threads including the caller; 0: sd_n_cores() (the cores this
                           process may run on, sched_getaffinity); 1..SD_POOL_MAX_THREADS */
     int32_t spin_us;   /* spin before sleeping, microseconds, 0..1000000; 0: sleep at once */
+    int32_t backoff;   /* 1: sd_pool_run's back-off (below); 0: every run handed over */
 } sd_pool_params;
 
-/* n_threads 0 (all usable cores), spin_us 50. */
+/* n_threads 0 (all usable cores), spin_us 50, backoff 0. */
 sd_pool_params sd_pool_default_params(void);
 
 /*
@@ -76,9 +77,10 @@ void sd_pool_free(sd_pool *pool);
 /* What the pool has done since sd_pool_init (relaxed counters, for profiling): runs handed
  * to the workers (sd_pool_run calls not run serially), worker sleeps (futex waits of a
  * worker that found no job within its spin), caller sleeps (the same while waiting for a
- * run's last task), wake calls (futex wakes of sleeping workers at a run's start). */
+ * run's last task), wake calls (futex wakes of sleeping workers at a run's start), kept
+ * (runs the back-off of sd_pool_run kept on the caller). */
 typedef struct sd_pool_stats {
-    int64_t runs, worker_sleeps, caller_sleeps, wakes;
+    int64_t runs, worker_sleeps, caller_sleeps, wakes, kept;
 } sd_pool_stats;
 void sd_pool_stats_get(const sd_pool *pool, sd_pool_stats *out);
 
@@ -96,6 +98,13 @@ typedef void (*sd_pool_task)(void *arg, int32_t ith, int32_t nth);
  * maximum: clamped); nth == 1 or a 1-thread pool runs inline with no hand-over. Every
  * write a task makes is visible to the caller after the return, and everything the
  * caller wrote before the call is visible to the tasks.
+ *
+ * Back-off (params.backoff 1): when no worker claimed any task of 4 runs in a row (the workers are
+ * not getting a core: an oversubscribed machine, where each hand-over would only cost a wake-up
+ * call and a worker spinning on a core the caller needs), the runs of the next 1 ms are run on the
+ * caller alone; the next hand-over that no worker takes part in backs off again, twice as long (up
+ * to 16 ms); one that a worker takes part in ends it. Results are the same either way (a run's
+ * tasks compute the same whoever runs them).
  */
 void sd_pool_run(sd_pool *pool, int32_t nth, sd_pool_task fn, void *arg);
 
