@@ -7,8 +7,9 @@
  * output on the GPU. Paged KV caches (kv/: blocks anywhere in the pool, reached through
  * the sequence's block table) give the bits of a contiguous cache, op by op and for whole
  * multi-sequence passes, and the batcher on the device (serve, generate) gives greedy
- * speculative text equal to target alone. Each test skips with one line where no CUDA
- * device can be used (a build without CUDA, no GPU, no driver): that is what happens in CI.
+ * speculative text equal to target alone. Each test that needs a GPU skips with one line
+ * where no CUDA device can be used (a build without CUDA, no GPU, no driver): that is what
+ * happens in CI.
  *
  * Every weight type the GPU runs: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the
  * K-quants Q2_K .. Q6_K. Also: rows of one block (or one super-block) give the CPU's bits
@@ -1001,11 +1002,65 @@ Test(cuda_model, paged_sessions_equal_contiguous_q8_0_f16_kv) {
     paged_session_checks(SD_TYPE_Q8_0, SD_TYPE_F16);
 }
 
+/* More sequences in one pass (40) than the backend has block-table slots (32): slots are
+ * taken in turn, every sequence's rows stay the bits of a contiguous cache's. Passes of 40
+ * tokens, so cuBLAS is kept off (SD_CUDA_GEMM_MIN_TOK=0) for the batch-invariant kernels. */
+Test(cuda_model, paged_more_sequences_than_table_slots) {
+    sd_error err = {0};
+    if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
+    enum { NS = 40, ROUNDS = 6 };
+    char path[1100];
+    tu_llama_spec spec = spec_for(SD_TYPE_F32);
+    tu_path(path, sizeof path, g_dir, "many.gguf");
+    cr_assert_eq(tu_make_llama(path, &spec), 0);
+    sd_model *m = NULL;
+    cr_assert_eq(sd_model_load(path, &m, &err), 0, "%s", err.msg);
+    const int32_t nv = sd_model_hparams(m)->n_vocab;
+    sd_session_params sp = sd_session_default_params();
+    sp.device = SD_DEVICE_CUDA;
+    sp.n_batch = NS;
+    sd_session *cont = NULL, *paged = NULL;
+    setenv("SD_CUDA_GEMM_MIN_TOK", "0", 1);
+    int rc = sd_session_init(m, &sp, &cont, &err);
+    sp.n_seq = NS;
+    sp.kv_block = 2;
+    if (rc == SD_OK) rc = sd_session_init(m, &sp, &paged, &err);
+    unsetenv("SD_CUDA_GEMM_MIN_TOK");
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    int32_t hist[NS][ROUNDS], toks[NS], seq[NS];
+    int8_t want[NS];
+    float *lp = malloc((size_t)NS * nv * 4), *lc = malloc((size_t)nv * 4);
+    cr_assert(lp && lc);
+    uint64_t s = 9;
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int i = 0; i < NS; i++) {
+            toks[i] = hist[i][r] = 3 + (int32_t)(rng_next(&s) % (uint64_t)(nv - 3));
+            seq[i] = i;
+            want[i] = 1;
+        }
+        sd_batch b = sd_batch_of(toks, NS);
+        b.seq_id = seq;
+        b.logits = want;
+        cr_assert_eq(sd_session_decode(paged, &b, lp, &err), 0, "round %d: %s", r, err.msg);
+        for (int i = 0; i < NS; i += 3) { /* every third sequence against the reference */
+            cr_assert_eq(sd_session_truncate(cont, 0, &err), 0, "%s", err.msg);
+            cr_assert_eq(sd_session_eval(cont, hist[i], r + 1, lc, 1, &err), 0, "%s", err.msg);
+            cr_assert_eq(memcmp(lc, lp + (size_t)i * nv, (size_t)nv * 4), 0,
+                         "round %d: sequence %d of %d differs from the contiguous cache's", r, i,
+                         NS);
+        }
+    }
+    free(lp), free(lc);
+    sd_session_free(paged);
+    sd_session_free(cont);
+    sd_model_free(m);
+}
+
 /* The batcher on the device (serve's engine, and generate's one-slot batcher): greedy
  * speculative text (LLM draft on the GPU, K = 1, 2, 4, fixed) equals target alone through
  * sd_engine_generate, which now takes the batcher, and the old loop's target-alone text;
  * three requests at once through one batcher (paged KV, passes of 15 tokens) give their
- * target-alone texts too. Quantized KV stays the CPU's: refused by name. */
+ * target-alone texts too. */
 Test(cuda_model, batcher_greedy_speculative_equals_target_alone) {
     sd_error err = {0};
     if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
@@ -1055,15 +1110,30 @@ Test(cuda_model, batcher_greedy_speculative_equals_target_alone) {
     cr_assert_eq(sd_batcher_check(b, &err), SD_OK, "%s", err.msg);
     sd_batcher_free(b);
     sd_engine_free(e);
-    /* q8_0 KV rows are the CPU's: a one-line refusal naming them, from the batcher too. */
-    ep.kv_type = SD_TYPE_Q8_0;
+}
+
+/* Quantized KV rows are the CPU's: a batcher on a device refuses them in one line naming
+ * the type and the cpu, before any device is opened (so also where there is none). */
+Test(cuda_model, batcher_refuses_quantized_kv_on_a_device) {
+    char t[1100], dr[1100];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, dr, sizeof dr), 0);
+    sd_engine_params ep = eu_engine_params(t, dr, 0, 1);
+    ep.device = ep.device_draft = SD_DEVICE_CUDA;
     ep.models_only = 1;
-    e = eu_engine_open(&ep);
-    bp.n_parallel = 1;
-    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_ERR_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "q8_0") && strstr(err.msg, "cpu") && !strchr(err.msg, '\n'), "%s",
-              err.msg);
-    sd_engine_free(e);
+    for (int q = 0; q < 2; q++) {
+        ep.kv_type = q ? SD_TYPE_Q4_0 : SD_TYPE_Q8_0;
+        sd_engine *e = eu_engine_open(&ep);
+        sd_batcher_params bp = sd_batcher_default_params();
+        bp.n_parallel = 2;
+        sd_batcher *b = NULL;
+        sd_error err = {0};
+        cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_ERR_UNSUPPORTED, "%s", err.msg);
+        cr_assert_null(b);
+        cr_assert(strstr(err.msg, q ? "q4_0" : "q8_0") && strstr(err.msg, "cpu") &&
+                      !strchr(err.msg, '\n'),
+                  "%s", err.msg);
+        sd_engine_free(e);
+    }
 }
 
 /* Decode steps replayed as CUDA graphs (the default) against the same steps run op by op

@@ -1099,6 +1099,31 @@ Test(golden, trees_through_the_batcher) {
         }
     cr_assert_gt(accepted, 0, "no tree draft was ever accepted: the test proves little");
     cr_assert_gt(branchy, 0, "no tree had more nodes than depths");
+    /* serve's case: a tree request and a chain request (the LLM draft) in one batcher at
+     * once, the chain in the shared pass, the tree in its own: both the reference's ids */
+    {
+        const gcase tc = {"greedy ngram", SD_DRAFT_NGRAM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0};
+        const gcase cc = {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0};
+        sd_gen_params gt = params_of(&tc, NP), gc = params_of(&cc, NP);
+        gt.ignore_eos = gc.ignore_eos = 1;
+        gt.tree_width = 3;
+        gt.n_draft = 4;
+        got a, c2;
+        memset(&a, 0, sizeof a);
+        memset(&c2, 0, sizeof c2);
+        eu_submit(b, ids, n_ids, &gt, collect, &a);
+        eu_submit(b, ids, n_ids, &gc, collect, &c2);
+        eu_drain(b, 1);
+        cr_assert(a.done && c2.done);
+        cr_assert_eq(a.n, NP);
+        cr_assert_eq(c2.n, NP);
+        for (int32_t i = 0; i < NP; i++) {
+            cr_assert_eq(a.toks[i], ref[0][i], "tree beside a chain: token %d", i);
+            cr_assert_eq(c2.toks[i], ref[0][i], "chain beside a tree: token %d", i);
+        }
+        cr_assert_gt(a.st.n_drafted, 0);
+        cr_assert_gt(c2.st.n_drafted, 0);
+    }
     free(ids);
     sd_batcher_free(b);
     sd_engine_free(e);

@@ -358,8 +358,6 @@ static void cu_free(sd_backend *be) {
     cudaFree(c->att_l);
     cudaFree(c->d_par);
     cudaFreeHost(c->h_par);
-    cudaFree(c->tab_d);
-    cudaFreeHost(c->tab_h);
     cudaFree(c->tab_slot_d);
     cudaFreeHost(c->tab_slot_h);
     for (int i = 0; i < SD_CU_TAB_SLOTS; i++)
@@ -370,7 +368,6 @@ static void cu_free(sd_backend *be) {
     if (c->par_ev) cudaEventDestroy(c->par_ev);
     for (int i = 0; i < 2; i++) {
         if (c->stage_ev[i]) cudaEventDestroy(c->stage_ev[i]);
-        if (c->tab_ev[i]) cudaEventDestroy(c->tab_ev[i]);
     }
     for (int i = 0; i < SD_CU_RD_CHUNKS; i++)
         if (c->rd_ev[i]) cudaEventDestroy(c->rd_ev[i]);
@@ -495,21 +492,11 @@ static int alloc_scratch(sd_cuda_backend *c, sd_error *err) {
         e = cudaEventCreateWithFlags(&c->stage_ev[i], cudaEventDisableTiming);
     for (int i = 0; i < SD_CU_RD_CHUNKS && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&c->rd_ev[i], cudaEventDisableTiming);
-    for (int i = 0; i < 2 && e == cudaSuccess; i++)
-        e = cudaEventCreateWithFlags(&c->tab_ev[i], cudaEventDisableTiming);
     for (int i = 0; i < SD_CU_TAB_SLOTS && e == cudaSuccess; i++)
         e = cudaEventCreateWithFlags(&c->tab_slot[i].ev, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->h_par, sizeof *c->h_par, 0);
-    /* Paged KV block tables: a half holds two tables of the longest sequence (n_ctx blocks
-     * of one position), and at least SD_CU_TAB_MIN_HALF entries. */
-    c->tab_half = 2 * ((int64_t)c->n_ctx + 1);
-    if (c->tab_half < SD_CU_TAB_MIN_HALF) c->tab_half = SD_CU_TAB_MIN_HALF;
-    const size_t tab_bytes = (size_t)(2 * c->tab_half) * sizeof(int32_t);
-    if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->tab_h, tab_bytes, 0);
-    /* Table slots: a table of every block of n_ctx positions in blocks of 16 (the default),
-     * and at least SD_CU_TAB_SLOT_MIN entries (smaller blocks of short contexts). */
-    c->tab_slot_cap = (c->n_ctx + 15) / 16 + 1;
-    if (c->tab_slot_cap < SD_CU_TAB_SLOT_MIN) c->tab_slot_cap = SD_CU_TAB_SLOT_MIN;
+    /* Paged KV block table slots: the table of n_ctx positions in blocks of one position. */
+    c->tab_slot_cap = c->n_ctx + 1;
     const size_t slot_bytes = (size_t)SD_CU_TAB_SLOTS * (size_t)c->tab_slot_cap * sizeof(int32_t);
     if (e == cudaSuccess) e = cudaHostAlloc((void **)&c->tab_slot_h, slot_bytes, 0);
     if (e != cudaSuccess) {
@@ -518,7 +505,6 @@ static int alloc_scratch(sd_cuda_backend *c, sd_error *err) {
                          cudaGetErrorString(e));
     }
     if ((rc = dev_alloc(c, sizeof *c->d_par, "graph parameters", (void **)&c->d_par, err)) ||
-        (rc = dev_alloc(c, tab_bytes, "paged KV block tables", (void **)&c->tab_d, err)) ||
         (rc = dev_alloc(c, slot_bytes, "paged KV block table slots", (void **)&c->tab_slot_d, err)))
         return rc;
     for (int i = 0; i < SD_CU_TAB_SLOTS; i++) {

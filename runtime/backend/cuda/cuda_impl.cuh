@@ -76,16 +76,12 @@
 #define SD_CU_ATT_TOK     SD_CU_GRAPH_MAX_TOK /* tokens per launch (partials scratch) */
 
 /* Paged KV caches (ops.cu, kv_store.cu, attention.cu): a sequence's block table (the same
- * for every layer) lives in one of SD_CU_TAB_SLOTS slots at a fixed device address (at
- * least SD_CU_TAB_SLOT_MIN entries each), copied there on the stream (from the slot's pinned
- * shadow) only when it changed, so a step's records name the same table address at every
- * position and a one-sequence paged step replays as a CUDA graph. A table longer than a slot
- * goes through a ring of two halves of at least SD_CU_TAB_MIN_HALF entries instead (the last
- * SD_CU_TAB_CACHE uploads reused while their half lives), and its step runs op by op. */
-#define SD_CU_TAB_SLOTS    32
-#define SD_CU_TAB_SLOT_MIN 256
-#define SD_CU_TAB_MIN_HALF ((int64_t)1 << 16)
-#define SD_CU_TAB_CACHE    16
+ * for every layer) lives in one of SD_CU_TAB_SLOTS slots at a fixed device address (n_ctx + 1
+ * entries each: blocks of one position fit), copied there on the stream (from the slot's
+ * pinned shadow) only when it changed, so a step's records name the same table address at
+ * every position and a one-sequence paged step replays as a CUDA graph. More sequences than
+ * slots in one pass take slots in turn (least recently used first). */
+#define SD_CU_TAB_SLOTS 32
 
 /* Where the KV rows of one sequence and layer are, for a kernel: row pos of a layer is at
  * base + sd_cu_kv_off(map, pos, row_bytes) (base: the row of position 0, K or V), i.e.
@@ -300,20 +296,8 @@ typedef struct sd_cuda_backend {
     } out[SD_CU_MAX_OUT];
     cudaEvent_t rd_ev[SD_CU_RD_CHUNKS];
 
-    /* paged KV block tables (ops.cu): the ring (pinned host and device, two halves of
-     * tab_half entries; tab_ev[h]: after the last copy out of half h), the recent uploads */
-    int32_t *tab_h, *tab_d;
-    int64_t tab_half, tab_used;
-    int32_t tab_cur;
-    cudaEvent_t tab_ev[2];
-    struct {
-        const int32_t *h; /* NULL: empty */
-        const int32_t *d;
-        int32_t n, half;
-    } tab_cache[SD_CU_TAB_CACHE];
-    int32_t tab_next;      /* cache slot replaced next */
-    int64_t n_tab_uploads; /* tables copied to the device */
-    /* the slots (one pinned and one device block of SD_CU_TAB_SLOTS x tab_slot_cap) */
+    /* paged KV block tables (ops.cu): the slots, in one pinned and one device block of
+     * SD_CU_TAB_SLOTS x tab_slot_cap entries */
     struct {
         const int32_t *owner; /* the sequence's host table (sd_kv_block_table); NULL: free */
         int32_t *h, *d;       /* pinned shadow, device copy [tab_slot_cap] */
@@ -325,7 +309,8 @@ typedef struct sd_cuda_backend {
     int32_t tab_slot_cap;
     int32_t *tab_slot_h, *tab_slot_d;
     uint64_t tab_clock;
-    uint64_t step_serial; /* graph steps opened so far */
+    int64_t n_tab_uploads; /* tables copied to the device */
+    uint64_t step_serial;  /* graph steps opened so far */
 
     /* tensor parallelism: the communicator this backend is a rank of (comm.cu), or NULL */
     struct sd_comm_cuda *comm;

@@ -26,9 +26,8 @@
  *     kernels reading positions and ids from the parameter block), instantiated, stored and
  *     replayed as above;
  *   - or runs record by record, if it is not replayable: two get_rows, records at different
- *     positions (several sequences), more than SD_CU_STEP_MAX_OPS records, a paged
- *     sequence whose block table does not fit a table slot (ops.cu), or a token count whose
- *     capture failed twice (a failed capture is not an error: the
+ *     positions (several sequences), more than SD_CU_STEP_MAX_OPS records, or a token count
+ *     whose capture failed twice (a failed capture is not an error: the
  *     step runs record by record, and any real error shows there).
  * A graph is a function of its records only (addresses, shapes, types; the kernels read
  * nothing else from the host but the parameter block and a paged sequence's block table,

@@ -139,55 +139,6 @@ void sd_cu_op_add_bias(sd_backend *be, float *y, const float *b, int32_t n_tok, 
     sd_cu_submit(c, &op);
 }
 
-/* A device copy of the block table tab[i] = ids[i] - ids[0], i < n (sd_cu_kvmap): one
- * of the recent uploads holding the same entries, else written to the pinned ring and
- * copied to its device half on the stream. A half is reused once the copies out of it
- * have run (its event); its recent uploads are forgotten then. NULL: an error recorded. */
-static const int32_t *tab_put(sd_cuda_backend *c, const int32_t *ids, int32_t n) {
-    if (n > c->tab_half) { /* a cache longer than the n_ctx init sized the ring for */
-        sd_cu_failf(c, SD_ERR_ARG, "kv block table of %d blocks: more than %lld", n,
-                    (long long)c->tab_half);
-        return NULL;
-    }
-    for (int i = 0; i < SD_CU_TAB_CACHE; i++) {
-        const int32_t *h = c->tab_cache[i].h;
-        if (!h || c->tab_cache[i].n != n) continue;
-        int32_t j = 0;
-        while (j < n && h[j] == ids[j] - ids[0])
-            j++;
-        if (j == n) return c->tab_cache[i].d;
-    }
-    if (c->tab_used + n > c->tab_half) { /* the other half, once its copies are done */
-        c->tab_cur ^= 1;
-        c->tab_used = 0;
-        if (!sd_cu_check(c, cudaEventSynchronize(c->tab_ev[c->tab_cur]), "kv block table",
-                         "cudaEventSynchronize"))
-            return NULL;
-        for (int i = 0; i < SD_CU_TAB_CACHE; i++)
-            if (c->tab_cache[i].half == c->tab_cur) c->tab_cache[i].h = NULL;
-    }
-    const int64_t at = (int64_t)c->tab_cur * c->tab_half + c->tab_used;
-    int32_t *h = c->tab_h + at;
-    for (int32_t j = 0; j < n; j++)
-        h[j] = ids[j] - ids[0];
-    if (!sd_cu_check(c,
-                     cudaMemcpyAsync(c->tab_d + at, h, (size_t)n * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice, c->stream),
-                     "kv block table", "cudaMemcpyAsync (host to device)") ||
-        !sd_cu_check(c, cudaEventRecord(c->tab_ev[c->tab_cur], c->stream), "kv block table",
-                     "cudaEventRecord"))
-        return NULL;
-    c->tab_used += n;
-    c->n_tab_uploads++;
-    const int slot = c->tab_next;
-    c->tab_next = (c->tab_next + 1) % SD_CU_TAB_CACHE;
-    c->tab_cache[slot].h = h;
-    c->tab_cache[slot].d = c->tab_d + at;
-    c->tab_cache[slot].n = n;
-    c->tab_cache[slot].half = c->tab_cur;
-    return c->tab_d + at;
-}
-
 /* The block table tab[i] = ids[i] - ids[0], i < n, of the sequence whose host table is ids,
  * in its slot (the least recently used one when it has none): copied there (on the stream,
  * from the slot's pinned shadow once the shadow's last copy has run) only when the slot
@@ -231,10 +182,9 @@ static const int32_t *tab_slot_put(sd_cuda_backend *c, const int32_t *ids, int32
 
 /* Where layer's rows of positions [0, n_keys) are (all must be mapped): *kb, *vb the rows of
  * position 0 and *map how to step from them (sd_cu_kvmap): contiguous when the cache is one
- * span over its capacity (a contiguous cache), else through the sequence's block table, in
+ * span over its capacity (a contiguous cache), else through the sequence's block table in
  * its slot (tab_slot_put: the step stays replayable, a graph reading the table at the same
- * address whatever the position) or, longer than a slot, through the ring (tab_put: the step
- * runs op by op). 0 and an error recorded when the cache cannot be read so. */
+ * address whatever the position). 0 and an error recorded when the cache cannot be read so. */
 static int kv_map(sd_cuda_backend *c, sd_kv *kv, int32_t layer, int32_t n_keys, const char *op,
                   uint8_t **kb, uint8_t **vb, sd_cu_kvmap *map) {
     memset(map, 0, sizeof *map);
@@ -249,6 +199,11 @@ static int kv_map(sd_cuda_backend *c, sd_kv *kv, int32_t layer, int32_t n_keys, 
     int32_t bs = 0;
     const int32_t held = c->host->kv_block_table(kv, layer, &ids, &bs);
     const int32_t need = bs > 0 ? (n_keys + bs - 1) / bs : 0;
+    if (need > c->tab_slot_cap) { /* a cache longer than the n_ctx init sized the slots for */
+        sd_cu_failf(c, SD_ERR_ARG, "%s: a block table of %d blocks: more than %d", op, need,
+                    c->tab_slot_cap);
+        return 0;
+    }
     if (bs < 1 || need > held) {
         sd_cu_failf(c, SD_ERR_ARG,
                     "%s: positions up to %d are not mapped (%d blocks of %d positions)", op,
@@ -261,12 +216,7 @@ static int kv_map(sd_cuda_backend *c, sd_kv *kv, int32_t layer, int32_t n_keys, 
                         "%s: block %d of the sequence was released (a sliding window)", op, i);
             return 0;
         }
-    if (need <= c->tab_slot_cap) {
-        map->tab = tab_slot_put(c, ids, need);
-    } else {
-        sd_cu_step_leave(c); /* the records kept so far first, then the table's copy */
-        map->tab = tab_put(c, ids, need);
-    }
+    map->tab = tab_slot_put(c, ids, need);
     map->blk = bs;
     map->block_bytes = (int64_t)bs * (int64_t)c->host->kv_row_bytes(kv);
     return map->tab != NULL;
