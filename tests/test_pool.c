@@ -2,11 +2,10 @@
  * The CPU backend's thread pool (runtime/backend/cpu/pool.h): every task of a run is
  * executed exactly once with its own index, for thread counts below, at and above the
  * machine's cores and task counts below, at and above the thread count; the dynamic
- * loop hands out every item once, in increasing chunks; the owned-slice loop too, each
- * slice front first to its owner, the back to the others when its owner stalls; the
- * counters count hand-overs, and runs no worker could join back off to the caller; the fixed split
- * is a contiguous, aligned, balanced partition; nested and concurrent use runs serially and
- * correctly; 100k runs in a row (spinning and always-sleeping) lose no task and no wake-up; a pool
+ * loop hands out every item once, in increasing chunks; the counters count hand-overs,
+ * and runs no worker could join back off to the caller; the fixed split is a contiguous,
+ * aligned, balanced partition; nested and concurrent use runs serially and correctly; 100k
+ * runs in a row (spinning and always-sleeping) lose no task and no wake-up; a pool
  * whose workers sleep frees cleanly; OpenMP regions interleaved with runs do not
  * disturb either. Each expected value is computed here independently of the pool (a
  * serial loop or a closed form). Run under ASan/LSan in the sanitizer build (leaks,
@@ -198,75 +197,6 @@ Test(pool, for_visits_every_item_once) {
                 for (int32_t i = 0; i < SD_POOL_MAX_THREADS; i++)
                     atomic_init(&r->last_begin[i], -1);
                 sd_pool_for(pool, n, chunks[b], for_fn, r);
-                cr_assert_eq(atomic_load(&r->bad), 0, "n %lld chunk %lld threads %d: bad range",
-                             (long long)n, (long long)chunks[b], t);
-                for (int64_t i = 0; i < n; i++)
-                    cr_assert_eq(atomic_load(&r->hits[i]), 1,
-                                 "n %lld chunk %lld threads %d: item %lld seen %d times",
-                                 (long long)n, (long long)chunks[b], t, (long long)i,
-                                 atomic_load(&r->hits[i]));
-                free(r->hits);
-                free(r);
-            }
-        sd_pool_free(pool);
-    }
-}
-
-/* sd_pool_for_owned: ranges of at most chunk items inside [0, n); each participant's own
- * slice (sd_pool_split(n, chunk, ith, tasks)) comes to it front first, in increasing
- * order; participant 1 stalls in its first call (a descheduled thread), so the others
- * take the back of its slice; every item exactly once. */
-typedef struct owned_rec {
-    _Atomic int32_t *hits; /* [n] */
-    _Atomic int32_t bad, stalled;
-    int64_t chunk, n;
-    int32_t n_threads, tasks;
-    _Atomic int64_t last_front[SD_POOL_MAX_THREADS]; /* end of the last own-slice range */
-} owned_rec;
-
-static void owned_fn(void *arg, int64_t begin, int64_t end, int32_t ith) {
-    owned_rec *r = arg;
-    const int64_t c = r->chunk < 1 ? 1 : r->chunk;
-    if (ith < 0 || ith >= r->tasks || begin < 0 || end > r->n || begin >= end || end - begin > c) {
-        atomic_fetch_add(&r->bad, 1);
-        return;
-    }
-    int64_t b, e;
-    sd_pool_split(r->n, c, ith, r->tasks, &b, &e);
-    if (begin >= b && end <= e) { /* its own slice: front to back, no gap */
-        const int64_t last = atomic_load(&r->last_front[ith]);
-        if (begin != (last < 0 ? b : last)) atomic_fetch_add(&r->bad, 1);
-        atomic_store(&r->last_front[ith], end);
-    }
-    if (ith == 1 && atomic_exchange(&r->stalled, 1) == 0) {
-        struct timespec ts = {0, 2000000}; /* 2 ms */
-        nanosleep(&ts, NULL);
-    }
-    for (int64_t i = begin; i < end; i++)
-        atomic_fetch_add(&r->hits[i], 1);
-}
-
-Test(pool, for_owned_visits_every_item_once) {
-    static const int64_t ns[] = {0, 1, 2, 5, 64, 1000, 4097};
-    static const int64_t chunks[] = {0, 1, 3, 7, 100, 5000};
-    for (int32_t t = 1; t <= 7; t += 2) {
-        sd_pool *pool = make_pool(t, 50);
-        for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
-            for (size_t b = 0; b < sizeof chunks / sizeof *chunks; b++) {
-                const int64_t n = ns[a], c = chunks[b] < 1 ? 1 : chunks[b];
-                owned_rec *r = calloc(1, sizeof *r);
-                cr_assert_not_null(r);
-                r->hits = calloc((size_t)n + 1, sizeof *r->hits);
-                cr_assert_not_null(r->hits);
-                r->n = n;
-                r->chunk = chunks[b];
-                r->n_threads = t;
-                const int64_t n_chunks = n > 0 ? (n - 1) / c + 1 : 0;
-                r->tasks = (int32_t)(n_chunks < t ? n_chunks : t);
-                if (r->tasks < 1) r->tasks = 1;
-                for (int32_t i = 0; i < SD_POOL_MAX_THREADS; i++)
-                    atomic_init(&r->last_front[i], -1);
-                sd_pool_for_owned(pool, n, chunks[b], owned_fn, r);
                 cr_assert_eq(atomic_load(&r->bad), 0, "n %lld chunk %lld threads %d: bad range",
                              (long long)n, (long long)chunks[b], t);
                 for (int64_t i = 0; i < n; i++)

@@ -410,8 +410,8 @@ static void matmul_run(sd_backend_cpu *c, const sd_weight *const *w, int32_t n_w
      * a few tokens, else token rows split over the threads; then the items in chunks
      * handed out dynamically: a thread that shares its core with other work (or starts
      * late) takes fewer chunks instead of holding up the others. Which thread computes a
-     * row never changes its value. (sd_pool_for_owned, each thread streaming its own
-     * slice, measured slower here at load average ~3: docs/performance.md.) */
+     * row never changes its value. (Each thread streaming its own slice was measured slower
+     * here at load average ~3: docs/performance.md, eighth round.) */
     if (n_tok <= SD_CPU_PREP_INLINE_TOKENS)
         mm_prepare(&j, 0, 1);
     else

@@ -121,22 +121,6 @@ typedef void (*sd_pool_range)(void *arg, int64_t begin, int64_t end, int32_t ith
 void sd_pool_for(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void *arg);
 
 /*
- * A loop whose participants stream contiguous memory: [0, n) is cut into one contiguous
- * slice per participant (sd_pool_split, aligned to chunk); a participant takes `chunk`
- * items at a time from the front of its own slice, in increasing order, and when its slice
- * is empty takes chunks from the back of the others' slices until every slice is empty.
- * Every item is passed to exactly one call of fn. So a matrix-vector product split by
- * rows reads one sequential stream per core (the kernels' prefetch and the core's own
- * stream prefetcher run ahead of it) instead of chunks dealt out in turn, while a late
- * participant's work is still taken over chunk by chunk, as in sd_pool_for. n <= 0:
- * nothing; chunk < 1: 1. (More than SD_POOL_OWNED_MAX threads, or n beyond 2^31 - 1:
- * sd_pool_for's single counter.) Not used by the backend's matmuls: at load average ~3 the
- * 0.5B draft's 2-thread step measured slower with it (docs/performance.md).
- */
-#define SD_POOL_OWNED_MAX 64
-void sd_pool_for_owned(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void *arg);
-
-/*
  * The fixed split: [*begin, *end) is slice ith of nth over [0, n), contiguous, in order,
  * sizes differing by at most `align` items; slice boundaries are multiples of align
  * (align >= 1; the last slice ends at n). Slices may be empty when n < nth * align.
