@@ -133,12 +133,13 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
         free(ids);
         if (rc) goto fail;
     }
-    /* On the CPU sd_engine_generate runs a batcher of its own (gen_batch.c): the
-     * single-sequence sessions (their KV cache and packed weights) are made when first
-     * needed (sessions()); a device or tensor parallelism needs them at once. */
-    if ((p->device != SD_DEVICE_CPU || (p->draft && p->device_draft != SD_DEVICE_CPU) ||
-         p->n_split > 1 || p->n_split < 0) &&
-        (rc = sd_engine_sessions(e, err)))
+    /* sd_engine_generate runs a batcher of its own (gen_batch.c), on the CPU or a device:
+     * the single-sequence sessions (their KV cache and the weights they place) are made
+     * when first needed (sessions()); tensor parallelism, which only the loop runs, needs
+     * them at once. A device that cannot run is named now, not at the first request. */
+    if ((p->n_split > 1 || p->n_split < 0) && (rc = sd_engine_sessions(e, err))) goto fail;
+    if ((rc = sd_session_device_check(p->device, err)) ||
+        (p->draft && (rc = sd_session_device_check(p->device_draft, err))))
         goto fail;
 done:
     *out = e;

@@ -155,6 +155,10 @@ sd_session_params sd_session_default_params(void);
  * fit). */
 int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **out, sd_error *err);
 void sd_session_free(sd_session *s); /* NULL accepted */
+/* SD_OK if sessions can run on dev here (the CPU always; CUDA: a build with CUDA and at
+ * least one GPU), else SD_ERR_UNSUPPORTED with the backend's reason ("no CUDA device
+ * found (...)", "built without CUDA"), without making a session. */
+int sd_session_device_check(sd_device dev, sd_error *err);
 
 /*
  * A batch of tokens for one forward pass (as llama.cpp's llama_batch). Each sequence's
