@@ -45,6 +45,22 @@ static sd_session *session_new(const sd_model *m, int32_t n_threads, sd_type kv_
 }
 
 /* The path of node i (root first) into path; returns its length. */
+/* A random prompt of *L tokens (1 .. 40, prompt[48]) and a random tree of *n nodes
+ * (1 .. 24, tok[24], parent[24]) over a vocabulary of nv: mostly deep trees (the previous
+ * node or one of the last few), some roots. */
+static void random_tree(uint64_t *r, int32_t nv, int32_t *prompt, int32_t *L, int32_t *tok,
+                        int32_t *parent, int32_t *n) {
+    *L = 1 + (int32_t)(rng_next(r) % 40);
+    *n = 1 + (int32_t)(rng_next(r) % 24);
+    for (int32_t i = 0; i < *L; i++)
+        prompt[i] = (int32_t)(rng_next(r) % (uint64_t)nv);
+    for (int32_t i = 0; i < *n; i++) {
+        tok[i] = (int32_t)(rng_next(r) % (uint64_t)nv);
+        const uint64_t c = rng_next(r) % 8;
+        parent[i] = i == 0 || c == 0 ? -1 : c < 4 ? i - 1 : (int32_t)(rng_next(r) % (uint64_t)i);
+    }
+}
+
 static int32_t path_of(const int32_t *parent, int32_t i, int32_t *path) {
     int32_t rev[SD_MAX_TREE], n = 0;
     for (int32_t a = i; a >= 0; a = parent[a])
@@ -70,19 +86,8 @@ static void check_model(const char *path, int32_t n_threads, sd_type kv_type, in
     cr_assert(lt && lc && l2);
     uint64_t r = seed;
     for (int it = 0; it < n_trees; it++) {
-        int32_t prompt[48], tok[24], parent[24], ids[48];
-        const int32_t L = 1 + (int32_t)(rng_next(&r) % 40);
-        const int32_t n = 1 + (int32_t)(rng_next(&r) % 24);
-        for (int32_t i = 0; i < L; i++)
-            prompt[i] = (int32_t)(rng_next(&r) % (uint64_t)nv);
-        for (int32_t i = 0; i < n; i++) {
-            tok[i] = (int32_t)(rng_next(&r) % (uint64_t)nv);
-            /* mostly deep trees: the previous node or one of the last few; some roots */
-            const uint64_t c = rng_next(&r) % 8;
-            parent[i] = i == 0 || c == 0 ? -1
-                        : c < 4          ? i - 1
-                                         : (int32_t)(rng_next(&r) % (uint64_t)i);
-        }
+        int32_t prompt[48], tok[24], parent[24], ids[48], L, n;
+        random_tree(&r, nv, prompt, &L, tok, parent, &n);
         cr_assert_eq(sd_session_truncate(tree, 0, &err), SD_OK);
         cr_assert_eq(sd_session_sync(tree, prompt, L, &err), SD_OK, "%s", err.msg);
         cr_assert_eq(sd_session_decode_tree(tree, tok, parent, n, lt, &err), SD_OK, "%s", err.msg);
@@ -224,18 +229,8 @@ static void check_paged(const char *path, int32_t n_threads, sd_type kv_type, in
     cr_assert(lf && lp);
     uint64_t r = seed;
     for (int it = 0; it < n_trees; it++) {
-        int32_t prompt[48], tok[24], parent[24];
-        const int32_t L = 1 + (int32_t)(rng_next(&r) % 40);
-        const int32_t n = 1 + (int32_t)(rng_next(&r) % 24);
-        for (int32_t i = 0; i < L; i++)
-            prompt[i] = (int32_t)(rng_next(&r) % (uint64_t)nv);
-        for (int32_t i = 0; i < n; i++) {
-            tok[i] = (int32_t)(rng_next(&r) % (uint64_t)nv);
-            const uint64_t c = rng_next(&r) % 8;
-            parent[i] = i == 0 || c == 0 ? -1
-                        : c < 4          ? i - 1
-                                         : (int32_t)(rng_next(&r) % (uint64_t)i);
-        }
+        int32_t prompt[48], tok[24], parent[24], L, n;
+        random_tree(&r, nv, prompt, &L, tok, parent, &n);
         cr_assert_eq(sd_session_truncate(flat, 0, &err), SD_OK);
         cr_assert_eq(sd_session_sync(flat, prompt, L, &err), SD_OK, "%s", err.msg);
         cr_assert_eq(sd_session_decode_tree(flat, tok, parent, n, lf, &err), SD_OK, "%s", err.msg);
