@@ -37,6 +37,43 @@ static long long int_at(json_t *o, const char *key) {
     return json_integer_value(v);
 }
 
+/* One request through both clients: `cmd` (a `generate ... --json` command line) and body
+ * POSTed to s's /v1/completions give the same text and the same drafted / accepted /
+ * target-pass counts, and something was drafted; what names the case in messages.
+ * Returns generate's text (malloc'd). */
+static char *same_in_both(srv *s, const char *cmd, json_t *body, const char *what) {
+    char *out = NULL, *e = NULL;
+    cr_assert_eq(tu_run(cmd, &out, &e), 0, "%s: %s", cmd, e);
+    json_error_t je;
+    json_t *g = json_loads(out, 0, &je);
+    cr_assert_not_null(g, "generate --json: %s", je.text);
+    json_t *gs = json_object_get(g, "stats");
+    cr_assert(json_is_object(gs));
+    char *b = json_dumps(body, 0);
+    json_t *a = http_json(s, "POST", "/v1/completions", b, 200);
+    json_t *ch = json_array_get(json_object_get(a, "choices"), 0);
+    json_t *sp = json_object_get(a, "speculative");
+    cr_assert(json_is_object(ch) && json_is_object(sp), "answer without choices[0] or "
+                                                        "speculative");
+    const char *gt = json_string_value(json_object_get(g, "text"));
+    const char *st = json_string_value(json_object_get(ch, "text"));
+    cr_assert(gt && st);
+    cr_expect_str_eq(gt, st, "%s: generate '%s', serve '%s'", what, gt, st);
+    cr_expect_eq(int_at(gs, "n_drafted"), int_at(sp, "drafted"), "%s: drafted", what);
+    cr_expect_eq(int_at(gs, "n_accepted"), int_at(sp, "accepted"), "%s: accepted", what);
+    cr_expect_eq(int_at(gs, "n_target_passes"), int_at(sp, "target_passes"), "%s: target passes",
+                 what);
+    cr_assert_gt(int_at(gs, "n_drafted"), 0, "%s: nothing drafted", what);
+    char *text = strdup(gt);
+    cr_assert_not_null(text);
+    free(b);
+    json_decref(a);
+    json_decref(g);
+    free(out);
+    free(e);
+    return text;
+}
+
 Test(generate_serve, same_request_same_text_and_counts) {
     if (access(GS_TARGET, R_OK) != 0) cr_skip_test("%s is absent", GS_TARGET);
     static const char *const prompts[] = {"Once upon a time", "The capital of France is",
@@ -51,40 +88,12 @@ Test(generate_serve, same_request_same_text_and_counts) {
                      "%s generate --config %s --draft-policy fixed -k 4 -t 1 --no-display-prompt "
                      "-p '%s' -n 48 --temp %g --seed 7 --json",
                      SD_BINARY, GS_CONFIG, prompts[p], temps[t]);
-            char *out = NULL, *e = NULL;
-            cr_assert_eq(tu_run(cmd, &out, &e), 0, "%s: %s", cmd, e);
-            json_error_t je;
-            json_t *g = json_loads(out, 0, &je);
-            cr_assert_not_null(g, "generate --json: %s", je.text);
-            json_t *gs = json_object_get(g, "stats");
-            cr_assert(json_is_object(gs));
             json_t *body = json_pack("{s:s, s:i, s:f, s:i}", "prompt", prompts[p], "max_tokens", 48,
                                      "temperature", temps[t], "seed", 7);
-            char *b = json_dumps(body, 0);
-            json_t *a = http_json(&s, "POST", "/v1/completions", b, 200);
-            json_t *ch = json_array_get(json_object_get(a, "choices"), 0);
-            json_t *sp = json_object_get(a, "speculative");
-            cr_assert(json_is_object(ch) && json_is_object(sp), "answer without choices[0] or "
-                                                                "speculative");
-            const char *gt = json_string_value(json_object_get(g, "text"));
-            const char *st = json_string_value(json_object_get(ch, "text"));
-            cr_assert(gt && st);
-            const char *what = prompts[p];
-            cr_expect_str_eq(gt, st, "'%s', temp %g: generate '%s', serve '%s'", what, temps[t], gt,
-                             st);
-            cr_expect_eq(int_at(gs, "n_drafted"), int_at(sp, "drafted"), "'%s' %g: drafted", what,
-                         temps[t]);
-            cr_expect_eq(int_at(gs, "n_accepted"), int_at(sp, "accepted"), "'%s' %g: accepted",
-                         what, temps[t]);
-            cr_expect_eq(int_at(gs, "n_target_passes"), int_at(sp, "target_passes"),
-                         "'%s' %g: target passes", what, temps[t]);
-            cr_assert_gt(int_at(gs, "n_drafted"), 0, "'%s' %g: nothing drafted", what, temps[t]);
-            free(b);
+            char what[256];
+            snprintf(what, sizeof what, "'%s', temp %g", prompts[p], temps[t]);
+            free(same_in_both(&s, cmd, body, what));
             json_decref(body);
-            json_decref(a);
-            json_decref(g);
-            free(out);
-            free(e);
         }
     srv_stop_ok(&s);
 }
@@ -109,7 +118,7 @@ Test(generate_serve, token_trees_in_both) {
         srv s;
         srv_start(&s, args);
         for (int t = 0; t < 2; t++) {
-            char cmd[4096], *out = NULL, *e = NULL, *out0 = NULL;
+            char cmd[4096], *e = NULL, *out0 = NULL;
             json_error_t je;
             snprintf(cmd, sizeof cmd,
                      "%s generate -m %s --no-draft --spec-sampling gumbel -t 1 "
@@ -124,42 +133,18 @@ Test(generate_serve, token_trees_in_both) {
                      "-t 1 --no-display-prompt -p '%s' -n 48 --temp %g --seed 7 --ignore-eos "
                      "--json",
                      SD_BINARY, GS_TINY, types[d], prompt, temps[t]);
-            cr_assert_eq(tu_run(cmd, &out, &e), 0, "%s: %s", cmd, e);
-            json_t *g = json_loads(out, 0, &je);
-            cr_assert_not_null(g, "generate --json: %s", je.text);
-            json_t *gs = json_object_get(g, "stats");
-            cr_assert(json_is_object(gs));
             json_t *body = json_pack("{s:s, s:i, s:f, s:i, s:b}", "prompt", prompt, "max_tokens",
                                      48, "temperature", temps[t], "seed", 7, "ignore_eos", 1);
-            char *b = json_dumps(body, 0);
-            json_t *a = http_json(&s, "POST", "/v1/completions", b, 200);
-            json_t *ch = json_array_get(json_object_get(a, "choices"), 0);
-            json_t *sp = json_object_get(a, "speculative");
-            cr_assert(json_is_object(ch) && json_is_object(sp), "answer without choices[0] or "
-                                                                "speculative");
+            char what[256];
+            snprintf(what, sizeof what, "%s tree, temp %g", types[d], temps[t]);
+            char *gt = same_in_both(&s, cmd, body, what);
             const char *alone = json_string_value(json_object_get(g0, "text"));
-            const char *gt = json_string_value(json_object_get(g, "text"));
-            const char *st = json_string_value(json_object_get(ch, "text"));
-            cr_assert(alone && gt && st);
-            cr_expect_str_eq(gt, alone, "%s tree, temp %g: generate '%s', no draft '%s'", types[d],
-                             temps[t], gt, alone);
-            cr_expect_str_eq(gt, st, "%s tree, temp %g: generate '%s', serve '%s'", types[d],
-                             temps[t], gt, st);
-            cr_expect_eq(int_at(gs, "n_drafted"), int_at(sp, "drafted"), "%s %g: drafted", types[d],
-                         temps[t]);
-            cr_expect_eq(int_at(gs, "n_accepted"), int_at(sp, "accepted"), "%s %g: accepted",
-                         types[d], temps[t]);
-            cr_expect_eq(int_at(gs, "n_target_passes"), int_at(sp, "target_passes"),
-                         "%s %g: target passes", types[d], temps[t]);
-            cr_assert_gt(int_at(gs, "n_drafted"), 0, "%s %g: nothing drafted", types[d], temps[t]);
-            free(b);
+            cr_assert(alone);
+            cr_expect_str_eq(gt, alone, "%s: generate '%s', no draft '%s'", what, gt, alone);
+            free(gt);
             json_decref(body);
-            json_decref(a);
-            json_decref(g);
             json_decref(g0);
-            free(out);
             free(out0);
-            free(e);
         }
         srv_stop_ok(&s);
     }
