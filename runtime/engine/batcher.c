@@ -233,8 +233,12 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     /* And a suffix proposer per slot (it rebuilds for a new request's tokens). */
     sd_suffix_params sxp = ep->suffix;
     sxp.n_ctx = b->n_ctx + 1;
+    const sd_grammar_vocab *tb = NULL; /* their byte-level matching */
+    if ((rc = sd_engine_grammar_vocab(b->e, &tb, err))) goto fail;
     for (int32_t i = 0; i < np; i++)
-        if ((rc = sd_proposer_suffix_init(&sxp, b->n_vocab, &b->suffix[i], err))) goto fail;
+        if ((rc = sd_proposer_suffix_init(&sxp, b->n_vocab, &b->suffix[i], err)) ||
+            (rc = sd_proposer_suffix_set_bytes(b->suffix[i], tb, err)))
+            goto fail;
     if (p->suffix_cache_bytes > 0) {
         if ((rc = sd_suffix_cache_init(b->n_vocab, p->suffix_cache_bytes, &b->suffix_cache, err)))
             goto fail;

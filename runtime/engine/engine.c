@@ -126,6 +126,10 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     xp.n_ctx = e->n_ctx + 1;
     if ((rc = sd_proposer_suffix_init(&xp, sd_model_hparams(e->tm)->n_vocab, &e->suffix, err)))
         goto fail;
+    const sd_grammar_vocab *tb = NULL; /* the suffix proposer's byte-level matching */
+    if ((rc = sd_engine_grammar_vocab(e, &tb, err)) ||
+        (rc = sd_proposer_suffix_set_bytes(e->suffix, tb, err)))
+        goto fail;
     if (e->dm && p->draft_head) { /* the head file is read now, its errors the engine's */
         int32_t *ids = NULL, n = 0;
         rc = sd_draft_head_load(p->draft_head, sd_model_vocab(e->tm), p->draft_head_n, &ids, &n,

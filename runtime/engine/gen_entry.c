@@ -179,6 +179,13 @@ void sd_engine_clear_cache(sd_engine *e) {
     if (e->gen && e->gen->b) sd_batcher_clear_cache(e->gen->b);
 }
 
+int sd_engine_shift_cached(sd_engine *e, const int32_t *conv, int32_t n_conv, int32_t n_keep,
+                           int32_t n_discard, int32_t *n_shifted, sd_error *err) {
+    *n_shifted = 0;
+    if (!e->gen || !e->gen->b) return SD_OK; /* no run on the batcher yet: nothing cached */
+    return sd_gen_batch_shift(e->gen->b, conv, n_conv, n_keep, n_discard, n_shifted, err);
+}
+
 int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err) {
     if (e->ngram) {
         const int rc = sd_proposer_ngram_set_cache(e->ngram, c, err);

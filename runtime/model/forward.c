@@ -1182,6 +1182,81 @@ int32_t sd_session_seq_keep_prefix(sd_session *s, int32_t seq, const int32_t *ct
     return keep;
 }
 
+int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_discard,
+                         sd_error *err) {
+    if (!s) return sd_errorf(err, SD_ERR_ARG, "context shift: session is NULL");
+    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
+    if (!s->pool) return sd_session_shift(s, n_keep, n_discard, err); /* contiguous */
+    const sd_hparams *hp = &s->m->hp;
+    sd_kv *kv = s->seqs[seq];
+    const int32_t n = sd_kv_n(kv);
+    if (n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > n)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "context shift: keep %d, discard %d of %d cached positions", n_keep,
+                         n_discard, n);
+    if (s->group || s->tp || s->be->device != SD_DEVICE_CPU)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift re-rotates the cached keys of a cpu session",
+                         s->m->path);
+    if (sd_kv_first(kv) > 0)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift of a sequence whose first %d positions were "
+                         "released",
+                         s->m->path, sd_kv_first(kv));
+    if (hp->rope_attn_factor != 1.0f)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift with rope.scaling.attn_factor %g (the keys carry "
+                         "the factor once)",
+                         s->m->path, (double)hp->rope_attn_factor);
+    const int32_t kv_dim = hp->n_head_kv * hp->head_dim, n_move = n - n_keep - n_discard;
+    const sd_type t = sd_kv_type(kv);
+    const size_t rb = sd_kv_row_bytes(kv), per_layer = 2 * (size_t)n_move * rb;
+    if (n_move > 0 && per_layer > SIZE_MAX / (size_t)hp->n_layer)
+        return sd_errorf(err, SD_ERR_OOM, "context shift: %d positions too large", n_move);
+    /* The moved rows, K re-rotated as sd_session_shift does (the same arithmetic, so the
+     * same bits), into host memory first: their blocks may be shared (the prefix cache, a
+     * fork), so the sequence is cut back to n_keep and its new positions reserved in
+     * blocks of its own (copy-on-write of the block holding n_keep). */
+    uint8_t *keep_rows = n_move > 0 ? malloc(per_layer * (size_t)hp->n_layer) : NULL;
+    float *row = malloc((size_t)kv_dim * sizeof *row);
+    if ((n_move > 0 && !keep_rows) || !row) {
+        free(keep_rows);
+        free(row);
+        return sd_errorf(err, SD_ERR_OOM, "context shift: out of memory");
+    }
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const sd_rope *rope = s->layers[l].swa && hp->sliding_window > 0 ? &s->rope_swa : &s->rope;
+        uint8_t *kl = keep_rows + (size_t)l * per_layer, *vl = kl + (size_t)n_move * rb;
+        for (int32_t j = 0; j < n_move; j++) {
+            const int32_t src = n_keep + n_discard + j;
+            sd_dequantize_row(t, sd_kv_k(kv, l, src), row, kv_dim);
+            s->be->ops->rope(s->be, row, 1, -n_discard, hp->n_head_kv, hp->head_dim, rope);
+            if (t == SD_TYPE_F32)
+                memcpy(kl + (size_t)j * rb, row, rb);
+            else
+                sd_quantize_row(t, row, kl + (size_t)j * rb, kv_dim);
+            memcpy(vl + (size_t)j * rb, sd_kv_v(kv, l, src), rb); /* V: no position */
+        }
+    }
+    free(row);
+    int rc = sd_kv_truncate(kv, n_keep, err);
+    if (!rc && n_move > 0) rc = sd_kv_reserve(kv, n_move, err);
+    if (!rc) {
+        for (int32_t l = 0; l < hp->n_layer; l++) {
+            const uint8_t *kl = keep_rows + (size_t)l * per_layer, *vl = kl + (size_t)n_move * rb;
+            for (int32_t j = 0; j < n_move; j++) {
+                memcpy(sd_kv_k(kv, l, n_keep + j), kl + (size_t)j * rb, rb);
+                memcpy(sd_kv_v(kv, l, n_keep + j), vl + (size_t)j * rb, rb);
+            }
+        }
+        sd_kv_commit(kv, n_move);
+        int32_t *toks = s->seq_tok[seq];
+        memmove(toks + n_keep, toks + n_keep + n_discard, (size_t)n_move * sizeof *toks);
+    }
+    free(keep_rows);
+    return rc ? sd_error_prefix(err, rc, "context shift") : SD_OK;
+}
+
 static int fork_fn(sd_session *s, void *arg, int32_t *value, sd_error *err) {
     const seq_call *c = arg; /* seq: dst, pos0: src */
     int rc = sd_kv_fork(s->seqs[c->seq], s->seqs[c->pos0], c->n, err);

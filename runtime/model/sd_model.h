@@ -275,6 +275,19 @@ int sd_session_seq_tree_keep(sd_session *s, int32_t seq, int32_t pos0, const int
  * sequences or ranks, rope.scaling.attn_factor). */
 int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error *err);
 
+/* sd_session_shift for sequence seq: drop its cached positions [n_keep, n_keep +
+ * n_discard) and move the later ones down by n_discard, their keys re-rotated (the same
+ * arithmetic as sd_session_shift, so a paged sequence ends with the bits a contiguous
+ * cache's shift leaves). A paged sequence's moved rows are copied out first and written
+ * back into blocks of its own (it is cut back to n_keep, then reserved: copy-on-write of
+ * a block the prefix cache or a fork shares; transient host memory of 2 x layers x the
+ * moved rows). A contiguous cache: sd_session_shift. Errors: sd_session_shift's
+ * (SD_ERR_ARG, SD_ERR_UNSUPPORTED: another backend, tensor parallelism, released rows,
+ * rope.scaling.attn_factor; the sequence unchanged), SD_ERR_OOM (host memory: unchanged;
+ * no block left for the reserve: the sequence then holds its first n_keep positions). */
+int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_discard,
+                         sd_error *err);
+
 /* ---- several sequences (n_seq > 0: a paged KV cache) ----
  * Sequence ids are 0 .. sd_session_n_seq(s) - 1; the single-sequence functions below act
  * on sequence 0. Errors of the functions that return a status: SD_ERR_ARG (a bad id or
