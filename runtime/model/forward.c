@@ -1182,11 +1182,11 @@ int32_t sd_session_seq_keep_prefix(sd_session *s, int32_t seq, const int32_t *ct
     return keep;
 }
 
-int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_discard,
-                         sd_error *err) {
-    if (!s) return sd_errorf(err, SD_ERR_ARG, "context shift: session is NULL");
-    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
-    if (!s->pool) return sd_session_shift(s, n_keep, n_discard, err); /* contiguous */
+/* A paged sequence's shift on one session (each rank of a group shifts its own KV heads). */
+static int seq_shift_fn(sd_session *s, void *arg, int32_t *value, sd_error *err) {
+    const seq_call *c = arg; /* n: n_keep, pos0: n_discard */
+    const int32_t seq = c->seq, n_keep = c->n, n_discard = c->pos0;
+    *value = seq_print(s, seq);
     const sd_hparams *hp = &s->m->hp;
     sd_kv *kv = s->seqs[seq];
     const int32_t n = sd_kv_n(kv);
@@ -1194,7 +1194,7 @@ int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_d
         return sd_errorf(err, SD_ERR_ARG,
                          "context shift: keep %d, discard %d of %d cached positions", n_keep,
                          n_discard, n);
-    if (s->group || s->tp || s->be->device != SD_DEVICE_CPU)
+    if (s->be->device != SD_DEVICE_CPU)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: a context shift re-rotates the cached keys of a cpu session",
                          s->m->path);
@@ -1254,7 +1254,18 @@ int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_d
         memmove(toks + n_keep, toks + n_keep + n_discard, (size_t)n_move * sizeof *toks);
     }
     free(keep_rows);
+    *value = seq_print(s, seq);
     return rc ? sd_error_prefix(err, rc, "context shift") : SD_OK;
+}
+
+int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_discard,
+                         sd_error *err) {
+    if (!s) return sd_errorf(err, SD_ERR_ARG, "context shift: session is NULL");
+    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
+    if (!s->pool) return sd_session_shift(s, n_keep, n_discard, err); /* contiguous */
+    seq_call c = {seq, n_keep, n_discard, NULL};
+    int32_t v;
+    return on_ranks(s, seq_shift_fn, &c, &v, err); /* on every rank of a group */
 }
 
 static int fork_fn(sd_session *s, void *arg, int32_t *value, sd_error *err) {
