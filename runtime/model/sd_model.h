@@ -281,10 +281,12 @@ int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error 
  * cache's shift leaves). A paged sequence's moved rows are copied out first and written
  * back into blocks of its own (it is cut back to n_keep, then reserved: copy-on-write of
  * a block the prefix cache or a fork shares; transient host memory of 2 x layers x the
- * moved rows). A contiguous cache: sd_session_shift. Errors: sd_session_shift's
- * (SD_ERR_ARG, SD_ERR_UNSUPPORTED: another backend, tensor parallelism, released rows,
- * rope.scaling.attn_factor; the sequence unchanged), SD_ERR_OOM (host memory: unchanged;
- * no block left for the reserve: the sequence then holds its first n_keep positions). */
+ * moved rows). A tensor-parallel group's paged sequence: every rank shifts its own KV
+ * heads. A contiguous cache: sd_session_shift. Errors: sd_session_shift's (SD_ERR_ARG,
+ * SD_ERR_UNSUPPORTED: another backend, tensor parallelism on a contiguous cache, released
+ * rows, rope.scaling.attn_factor; the sequence unchanged), SD_ERR_OOM (host memory:
+ * unchanged; no block left for the reserve: the sequence then holds its first n_keep
+ * positions). */
 int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_discard,
                          sd_error *err);
 
@@ -389,7 +391,8 @@ int sd_session_sync(sd_session *s, const int32_t *ctx, int32_t n, sd_error *err)
 /*
  * Roll back to the longest common prefix of the cached tokens and ctx[0 .. n) without
  * evaluating anything: the KV commit after a verification step (rejected draft tokens
- * leave the cache). Returns the number of positions kept. Cannot fail.
+ * leave the cache). Returns the number of positions kept. Cannot fail. Sequence 0's
+ * sd_session_seq_keep_prefix (one rule for both).
  */
 int32_t sd_session_keep_prefix(sd_session *s, const int32_t *ctx, int32_t n);
 
