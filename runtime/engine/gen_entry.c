@@ -170,12 +170,7 @@ sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp,
     (void)n_prompt; /* a prompt and budget past the context stop there in both loops */
     if (!gp) gp = &e->p.gen;
     const char *w = NULL; /* what only the loop has */
-    if (gp->path == SD_GEN_PATH_LOOP)
-        w = "asked for";
-    else if (gp->path == SD_GEN_PATH_BATCHER)
-        w = NULL;
-    else if (e->p.n_split > 1 || e->p.n_split < 0)
-        w = "tensor parallelism";
+    if (gp->path == SD_GEN_PATH_LOOP) w = "asked for";
     if (why) *why = w ? w : "one sequence of the batcher's step";
     return w ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
 }

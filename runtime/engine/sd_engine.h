@@ -317,8 +317,8 @@ typedef enum sd_gen_path {
     SD_GEN_PATH_AUTO = 0, /* sd_engine_generate chooses: the batcher where it can */
     SD_GEN_PATH_BATCHER,  /* the batcher's step over one sequence (gen_batch.c): one engine
                              for generate and serve */
-    SD_GEN_PATH_LOOP,     /* sd_generate's single-sequence loop: what the batcher cannot do
-                             yet (a device, tensor parallelism) */
+    SD_GEN_PATH_LOOP,     /* sd_generate's single-sequence loop, only when asked for (chat's
+                             --context-shift; tests comparing the two) */
 } sd_gen_path;
 
 /* "auto", "batcher", "loop". */
@@ -561,9 +561,9 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
 /*
  * The loop sd_engine_generate runs for gp (NULL: the engine's) and a prompt of n_prompt
  * tokens, chosen here only: SD_GEN_PATH_BATCHER (a batcher of one sequence over the paged
- * KV pool, the step `specdec serve` runs) unless gp->path forces one or the request needs
- * what only sd_generate has; then SD_GEN_PATH_LOOP. *why (may be NULL): the reason, a
- * static string ("a device other than the cpu", "tensor parallelism", ...).
+ * KV pool, the step `specdec serve` runs, on a device or a tensor-parallel target too)
+ * unless gp->path forces one (SD_GEN_PATH_LOOP: the loop). *why (may be NULL): the reason,
+ * a static string ("asked for", "one sequence of the batcher's step").
  */
 sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
                                     const char **why);

@@ -119,7 +119,8 @@ typedef struct sd_session_params {
      * 0 .. N-1 over NCCL; CPU: N threads simulating the ranks, n_threads shared among
      * them); -1 = every device present. n_head_kv must be divisible by N. The logits differ
      * from one device's by float reassociation of the row-parallel sums; N = 1 is
-     * bit-identical; batched == single-token passes stays bit for bit. */
+     * bit-identical; batched == single-token passes stays bit for bit. With n_seq > 0
+     * every rank pages its shard of the cache alike (the seq_* calls reach every rank). */
     int32_t n_split;
     /* Several sequences over a paged KV cache (kv/: a pool of blocks, a block table per
      * sequence, copy-on-write, a prefix cache; on a CUDA device in device memory, F32 /
@@ -159,6 +160,10 @@ void sd_session_free(sd_session *s); /* NULL accepted */
  * least one GPU), else SD_ERR_UNSUPPORTED with the backend's reason ("no CUDA device
  * found (...)", "built without CUDA"), without making a session. */
 int sd_session_device_check(sd_device dev, sd_error *err);
+/* SD_OK if p's tensor split (p->n_split) can be made on m (the shape splits that many ways,
+ * the devices are there; no split: SD_OK), else sd_session_init's error for it, without
+ * making a session. */
+int sd_session_split_check(const sd_model *m, const sd_session_params *p, sd_error *err);
 
 /*
  * A batch of tokens for one forward pass (as llama.cpp's llama_batch). Each sequence's
