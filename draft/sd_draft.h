@@ -569,6 +569,21 @@ int32_t sd_suffix_cache_propose(sd_suffix_cache *c, const int32_t *ctx, int32_t 
 /* Attach c (not owned, NULL detaches) to the suffix proposer p. Errors: SD_ERR_ARG (p is
  * not a suffix proposer). */
 int sd_proposer_suffix_set_cache(sd_proposer *p, sd_suffix_cache *c, sd_error *err);
+/*
+ * Byte-level matching for the suffix proposer p: tv holds the target vocabulary's token
+ * bytes (sd_grammar_vocab; not owned, outlives p; NULL detaches). Where the token-level
+ * match drafts nothing (the same text tokenized differently: an edit boundary, a code
+ * fence), p finds the token boundary of the committed text whose preceding bytes share the
+ * longest suffix with the text's bytes, and when those bytes cover more of the text's last
+ * tokens than the token match (mb of them, at least n_min, at least 4 bytes) drafts the
+ * tokens that followed that boundary, at most min(k, max_spec_factor x mb): aligned to the
+ * current token boundary, so a proposal is still one-hot and only ever verified. Memory:
+ * about 20 bytes per token of p's n_ctx, allocated here. Errors: SD_ERR_ARG (p is not a
+ * suffix proposer), SD_ERR_OOM.
+ */
+int sd_proposer_suffix_set_bytes(sd_proposer *p, const sd_grammar_vocab *tv, sd_error *err);
+/* Proposals p took from a byte match, or -1 if p is not a suffix proposer. */
+int64_t sd_proposer_suffix_byte_hits(const sd_proposer *p);
 /* Proposals p took from its cache, or -1 if p is not a suffix proposer. */
 int64_t sd_proposer_suffix_cache_hits(const sd_proposer *p);
 

@@ -45,6 +45,11 @@ static const double k_prior[SX_MB] = {0.30, 0.50, 0.65, 0.72, 0.85, 0.90, 0.92, 
 #define SX_RESUME_MIN_RUN 6
 #define SX_SUBS           8 /* replacements remembered (the oldest goes first) */
 
+/* Byte-level matching (sd_proposer_suffix_set_bytes): a byte match drafts when it covers
+ * more of the context's last tokens than the token-level match and at least n_min of them,
+ * over at least SX_BYTES_MIN bytes. */
+#define SX_BYTES_MIN 4
+
 static int32_t model_key(int32_t src, int32_t m, double q) {
     return (src * SX_MB + m_bucket(m)) * 2 + (q < 1.0);
 }
@@ -54,6 +59,8 @@ typedef struct suffix_proposer {
     sd_suffix_params prm;
     sd_suffix_index *ix;    /* over the committed context */
     sd_suffix_cache *cache; /* earlier requests (not owned), or NULL */
+    sx_bytes *bx;           /* the byte-level matcher over the same tokens, or NULL */
+    int64_t byte_hits;      /* proposals from a byte match */
     int32_t n_vocab;
     int32_t last_match;
     int64_t cache_hits; /* proposals taken from the cache */
@@ -209,6 +216,11 @@ static void sync(suffix_proposer *p, const int32_t *ctx, int32_t n) {
     sd_suffix_index_truncate(ix, l);
     for (int32_t j = l; j < n; j++)
         if (sd_suffix_index_append(ix, ctx[j])) break; /* a negative id: stop indexing */
+    if (p->bx) { /* the same tokens (the common prefix kept), until a token has no bytes */
+        sx_bytes_truncate(p->bx, l);
+        for (int32_t j = sx_bytes_n_tokens(p->bx); j < n; j++)
+            if (sx_bytes_append(p->bx, ctx[j])) break;
+    }
 }
 
 static int suffix_prefill(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
@@ -306,6 +318,24 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
             out->n = n;
         } else
             p->cur = -1;
+        if (out->n == 0 && p->bx && sx_bytes_n_tokens(p->bx) == n_ctx) { /* the bytes */
+            int32_t len = 0;
+            const int32_t j = sx_bytes_match(p->bx, SX_BYTES_MIN, &len);
+            const int32_t mb = j >= 0 ? sx_bytes_tokens_within(p->bx, len) : 0;
+            const double lim = (double)p->prm.max_spec_factor * mb;
+            int32_t n = lim < (double)k ? (int32_t)lim : k;
+            if (n > n_ctx - j) n = n_ctx - j;
+            if (mb > m && mb >= p->prm.n_min && n > 0) {
+                memcpy(out->tokens, ctx + j, (size_t)n * sizeof *out->tokens);
+                for (int32_t i = 0; i < n; i++)
+                    p->rs_next[i] = j + i + 1;
+                out->n = n;
+                p->rs_run = mb;
+                p->last_match = mb;
+                p->byte_hits++;
+                score = n; /* one occurrence: each token's share 1 */
+            }
+        }
         if (p->prm.resume > 0 && out->n > 0) {
             p->rs_n = out->n;
             p->rs_at = n_ctx;
@@ -402,6 +432,7 @@ static int suffix_propose_tree(sd_proposer *base, const int32_t *ctx, int32_t n_
 
 static void suffix_free(sd_proposer *base) {
     suffix_proposer *p = (suffix_proposer *)base;
+    sx_bytes_free(p->bx);
     sd_suffix_index_free(p->ix);
     free(p);
 }
@@ -480,6 +511,28 @@ int sd_proposer_suffix_set_cache(sd_proposer *p, sd_suffix_cache *c, sd_error *e
         return sd_errorf(err, SD_ERR_ARG, "suffix cache: not a suffix proposer");
     ((suffix_proposer *)p)->cache = c;
     return SD_OK;
+}
+
+int sd_proposer_suffix_set_bytes(sd_proposer *base, const sd_grammar_vocab *tv, sd_error *err) {
+    if (!base || base->ops != &suffix_ops)
+        return sd_errorf(err, SD_ERR_ARG, "suffix bytes: not a suffix proposer");
+    suffix_proposer *p = (suffix_proposer *)base;
+    sx_bytes *x = NULL;
+    if (tv) {
+        int rc = sx_bytes_init(tv, p->prm.n_ctx, &x, err);
+        if (rc) return rc;
+        const int32_t n = sd_suffix_index_n_tokens(p->ix); /* the tokens indexed so far */
+        for (int32_t j = 0; j < n; j++)
+            if (sx_bytes_append(x, sd_suffix_index_tokens(p->ix)[j])) break;
+    }
+    sx_bytes_free(p->bx);
+    p->bx = x;
+    return SD_OK;
+}
+
+int64_t sd_proposer_suffix_byte_hits(const sd_proposer *p) {
+    if (!p || p->ops != &suffix_ops) return -1;
+    return ((const suffix_proposer *)p)->byte_hits;
 }
 
 int64_t sd_proposer_suffix_cache_hits(const sd_proposer *p) {

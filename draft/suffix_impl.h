@@ -73,4 +73,25 @@ int32_t suffix_cache_follow(sd_suffix_cache *c, const int32_t *ctx, int32_t n_ct
                             int32_t *tokens, double *q, int32_t *ends, int32_t *match);
 void suffix_cache_touch(sd_suffix_cache *c, int32_t end);
 
+/*
+ * The byte-level matcher (suffix_bytes.c): the committed tokens' bytes (their pieces in a
+ * token-bytes table, not owned), at most tok_cap tokens and 8 bytes a token on average;
+ * a token without bytes (a control token, an id past the table) stands for 0xff and its id
+ * (4 bytes), a negative id or a token past the capacity stops the indexing (append returns
+ * -1) until a truncate below it. The boundary before token j (1 <= j < n) is where the
+ * proposer can resume the text: sx_bytes_match returns the j whose preceding bytes share
+ * the longest suffix with all the bytes (at most SX_BYTES_MAX, ties: the largest j; at
+ * least min_bytes and 4), *len that length, or -1 (none, or indexing stopped).
+ * sx_bytes_tokens_within: how many of the last tokens lie inside the last n_bytes bytes.
+ */
+#define SX_BYTES_MAX 256
+typedef struct sx_bytes sx_bytes;
+int sx_bytes_init(const sd_grammar_vocab *tv, int32_t tok_cap, sx_bytes **out, sd_error *err);
+void sx_bytes_free(sx_bytes *x); /* NULL accepted */
+void sx_bytes_truncate(sx_bytes *x, int32_t n_keep);
+int sx_bytes_append(sx_bytes *x, int32_t tok);
+int32_t sx_bytes_n_tokens(const sx_bytes *x);
+int32_t sx_bytes_match(const sx_bytes *x, int32_t min_bytes, int32_t *len);
+int32_t sx_bytes_tokens_within(const sx_bytes *x, int32_t n_bytes);
+
 #endif /* SD_SUFFIX_IMPL_H */

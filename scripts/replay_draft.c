@@ -17,7 +17,7 @@
  *                     [--tree W] [--second-max N] [--long-match L] [--p-min P] [--draft-min M]
  *                     [--v 2:1.2,5:1.44,...] [--c 0.55] [--threads N] [--verbose]
  *                     [--trace MODEL.gguf] [--resume N] [--suffix-factor F] [--suffix-n-min M]
- *                     [--cache-mb M] [--suffix-cost C]
+ *                     [--cache-mb M] [--suffix-cost C] [--bytes MODEL.gguf]
  *   T: ngram, suffix, llm, ngram+llm, suffix+llm, copy (the copy bound: each pass drafts the
  *   longest prefix of the rest of the output, at most K, that occurs in the text so far).
  *   --cache-mb M: serve's cross-request suffix cache (--suffix-cache-mb): the runs replayed in
@@ -26,6 +26,8 @@
  *   bound then also copies from the earlier runs' prompts and outputs. With --verbose each
  *   run also prints how many of its tokens a copy of the earlier runs' outputs alone covers
  *   (the copy bound over them, K 16).
+ *   --bytes MODEL.gguf: the suffix proposer's byte-level matching over MODEL's vocabulary
+ *   (the target's: sd_proposer_suffix_set_bytes, as generate and serve attach it).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -54,6 +56,27 @@ static const char *piece(const sd_vocab *v, int32_t id, char *buf, size_t cap) {
     }
     buf[o] = 0;
     return buf;
+}
+
+/* The token bytes of v's first n ids (the engine's sd_engine_grammar_vocab, built the same way). */
+static sd_grammar_vocab *token_bytes(const sd_vocab *v, int32_t n, sd_error *err) {
+    char **pieces = calloc((size_t)n, sizeof *pieces);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    sd_grammar_vocab *gv = NULL;
+    char buf[1024];
+    for (int32_t i = 0; pieces && lens && i < n; i++) {
+        const int len = sd_vocab_token_to_piece(v, i, 0, buf, sizeof buf);
+        if (len <= 0 || len > (int)sizeof buf) continue;
+        pieces[i] = malloc((size_t)len);
+        if (pieces[i]) memcpy(pieces[i], buf, (size_t)len);
+        lens[i] = pieces[i] ? (size_t)len : 0;
+    }
+    if (pieces && lens) sd_grammar_vocab_init((const char *const *)pieces, lens, n, &gv, err);
+    for (int32_t i = 0; pieces && i < n; i++)
+        free(pieces[i]);
+    free(pieces);
+    free(lens);
+    return gv;
 }
 
 static double vpt[64]; /* vpt[n]: v(n), 0 where not given */
@@ -130,7 +153,8 @@ static int tree_accept(const sd_proposal *p, const int32_t *ref, int n_ref) {
 }
 
 int main(int argc, char **argv) {
-    const char *json = NULL, *cat = "all", *type = NULL, *dpath = NULL, *trace = NULL;
+    const char *json = NULL, *cat = "all", *type = NULL, *dpath = NULL, *trace = NULL,
+               *bytes_model = NULL;
     int K = 8, W = 0, second_max = 0, long_match = 0, threads = 2, verbose = 0, draft_min = 1;
     double c_draft = 0.55, p_min = 0.0, sx_factor = 0.0;
     int resume = -1, sx_n_min = 0;
@@ -152,6 +176,8 @@ int main(int argc, char **argv) {
             dpath = argv[++i];
         else if (!strcmp(a, "--trace"))
             trace = argv[++i];
+        else if (!strcmp(a, "--bytes"))
+            bytes_model = argv[++i];
         else if (!strcmp(a, "--resume"))
             resume = atoi(argv[++i]);
         else if (!strcmp(a, "--suffix-factor"))
@@ -253,6 +279,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     const sd_vocab *tv = tm ? sd_model_vocab(tm) : NULL;
+    sd_model *bm = NULL;
+    sd_grammar_vocab *gv = NULL;
+    if (bytes_model &&
+        (sd_model_load(bytes_model, &bm, &err) ||
+         !(gv = token_bytes(sd_model_vocab(bm), sd_model_hparams(bm)->n_vocab, &err)))) {
+        fprintf(stderr, "replay_draft: --bytes: %s\n", err.msg);
+        return 1;
+    }
+    int64_t byte_hits = 0;
     totals t = {0};
     json_t *runs = json_object_get(root, "runs"), *r;
     size_t ri;
@@ -286,6 +321,7 @@ int main(int argc, char **argv) {
             }
             if (sd_proposer_suffix_init(&q, n_vocab, &look, &err)) goto fail;
             if (cache && sd_proposer_suffix_set_cache(look, cache, &err)) goto fail;
+            if (gv && sd_proposer_suffix_set_bytes(look, gv, &err)) goto fail;
         }
         if (use_llm) {
             sd_session_params sp = sd_session_default_params();
@@ -440,6 +476,7 @@ int main(int argc, char **argv) {
         t.passes += passes;
         sd_proposer_free(chain);
         sd_proposer_free(llm);
+        if (gv && look) byte_hits += sd_proposer_suffix_byte_hits(look);
         sd_proposer_free(look);
         free(ctx);
         free(ref);
@@ -469,6 +506,7 @@ int main(int argc, char **argv) {
         printf("  passes with a wrong token: at the root %ld (a copy: %ld tokens more), below it "
                "%ld (%ld more)\n",
                t.wrong_root, t.lost_root, t.wrong_below, t.lost_below);
+    if (gv) printf("  byte-level matches drafted: %lld\n", (long long)byte_hits);
     if (cache)
         printf("  cache: %d documents, %lld tokens, %zu bytes\n", sd_suffix_cache_n_docs(cache),
                (long long)sd_suffix_cache_n_tokens(cache), sd_suffix_cache_bytes(cache));
@@ -477,6 +515,8 @@ int main(int argc, char **argv) {
     free(prev_out);
     sd_model_free(md);
     sd_model_free(tm);
+    sd_grammar_vocab_free(gv);
+    sd_model_free(bm);
     json_decref(root);
     return 0;
 }

@@ -283,7 +283,7 @@ Test(suffix_greedy, batcher_with_the_suffix_cache) {
 /* ---- --suffix-resume and the key suffix_resume reach the proposer ---- */
 
 typedef struct replay_counts {
-    long passes, drafted, accepted;
+    long passes, drafted, accepted, byte_hits;
 } replay_counts;
 
 /* The suffix proposer with params sp replayed over the greedy output out[0 .. n_out) of
@@ -291,19 +291,21 @@ typedef struct replay_counts {
  * the target's own tokens, so what is accepted follows from them): each pass proposes up to
  * min(k, n_out - generated - 1) tokens, accepts the longest prefix equal to out, emits one
  * more and commits. Passes: those that emit tokens (the prompt's last token is the first
- * one's row, as generate and serve count them). */
+ * one's row, as generate and serve count them). gv: the target's token bytes (byte-level
+ * matching, as the engine attaches them), NULL: none. */
 static replay_counts replay_suffix(const sd_suffix_params *sp, int32_t n_vocab,
-                                   const int32_t *prompt, int32_t n_prompt, const int32_t *out,
-                                   int32_t n_out, int32_t k) {
+                                   const sd_grammar_vocab *gv, const int32_t *prompt,
+                                   int32_t n_prompt, const int32_t *out, int32_t n_out, int32_t k) {
     sd_suffix_params q = *sp;
     q.n_ctx = n_prompt + n_out + 1;
     sd_proposer *p = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_proposer_suffix_init(&q, n_vocab, &p, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_proposer_suffix_set_bytes(p, gv, &err), SD_OK, "%s", err.msg);
     int32_t *ctx = malloc((size_t)(n_prompt + n_out) * sizeof *ctx);
     cr_assert_not_null(ctx);
     memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
-    replay_counts c = {0, 0, 0};
+    replay_counts c = {0, 0, 0, 0};
     int32_t n = n_prompt, gen = 0;
     while (gen < n_out) {
         const int32_t kk = k < n_out - gen - 1 ? k : n_out - gen - 1;
@@ -325,6 +327,7 @@ static replay_counts replay_suffix(const sd_suffix_params *sp, int32_t n_vocab,
         c.passes++;
         sd_proposer_commit(p, ctx, n);
     }
+    c.byte_hits = sd_proposer_suffix_byte_hits(p);
     sd_proposer_free(p);
     free(ctx);
     return c;
@@ -371,7 +374,9 @@ Test(suffix_greedy, suffix_resume_reaches_the_proposer) {
     const int32_t n_vocab = sd_vocab_n_tokens(sd_engine_vocab(e));
     int32_t *pids = NULL;
     const int32_t n_prompt = eu_prompt(e, prompt, &pids);
-    sd_engine_free(e);
+    const sd_grammar_vocab *gv = NULL; /* the replay's byte-level matching: the engine's */
+    sd_error gerr = {0};
+    cr_assert_eq(sd_engine_grammar_vocab(e, &gv, &gerr), SD_OK, "%s", gerr.msg);
     tu_path(cfg, sizeof cfg, g_dir, "resume.json");
     char json[4096];
     snprintf(json, sizeof json,
@@ -422,7 +427,7 @@ Test(suffix_greedy, suffix_resume_reaches_the_proposer) {
         if (!have[rs]) {
             sd_suffix_params sp = sd_suffix_default_params();
             sp.resume = rs;
-            want[rs] = replay_suffix(&sp, n_vocab, pids, n_prompt, ref, n_ref, K);
+            want[rs] = replay_suffix(&sp, n_vocab, gv, pids, n_prompt, ref, n_ref, K);
             have[rs] = 1;
         }
         cr_assert_eq(eu_json_long(out, "n_target_passes"), want[rs].passes,
@@ -437,9 +442,10 @@ Test(suffix_greedy, suffix_resume_reaches_the_proposer) {
         free(out);
     }
     fprintf(stderr,
-            "  --suffix-resume 0 / 2 / 16: %ld / %ld / %ld drafted, %ld / %ld / %ld passes\n",
+            "  --suffix-resume 0 / 2 / 16: %ld / %ld / %ld drafted, %ld / %ld / %ld passes, %ld / "
+            "%ld / %ld byte-level proposals\n",
             want[0].drafted, want[2].drafted, want[16].drafted, want[0].passes, want[2].passes,
-            want[16].passes);
+            want[16].passes, want[0].byte_hits, want[2].byte_hits, want[16].byte_hits);
     cr_assert(want[0].drafted != want[16].drafted || want[0].passes != want[16].passes,
               "resume 0 and 16 draft alike on this prompt: the test proves nothing");
     /* serve: the same request's statistics with each server's --suffix-resume */
@@ -469,6 +475,7 @@ Test(suffix_greedy, suffix_resume_reaches_the_proposer) {
     }
     free(ref);
     free(pids);
+    sd_engine_free(e);
     const char *bad[] = {"--suffix-resume 17", "--suffix-resume -1", "--suffix-resume two"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "generate -m %s -p t5t6 -n 4 %s", t, bad[i]);

@@ -126,6 +126,10 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
     xp.n_ctx = e->n_ctx + 1;
     if ((rc = sd_proposer_suffix_init(&xp, sd_model_hparams(e->tm)->n_vocab, &e->suffix, err)))
         goto fail;
+    const sd_grammar_vocab *tb = NULL; /* the suffix proposer's byte-level matching */
+    if ((rc = sd_engine_grammar_vocab(e, &tb, err)) ||
+        (rc = sd_proposer_suffix_set_bytes(e->suffix, tb, err)))
+        goto fail;
     if (e->dm && p->draft_head) { /* the head file is read now, its errors the engine's */
         int32_t *ids = NULL, n = 0;
         rc = sd_draft_head_load(p->draft_head, sd_model_vocab(e->tm), p->draft_head_n, &ids, &n,
@@ -133,12 +137,12 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
         free(ids);
         if (rc) goto fail;
     }
-    /* sd_engine_generate runs a batcher of its own (gen_batch.c), on the CPU or a device:
-     * the single-sequence sessions (their KV cache and the weights they place) are made
-     * when first needed (sessions()); tensor parallelism, which only the loop runs, needs
-     * them at once. A device that cannot run is named now, not at the first request. */
-    if ((p->n_split > 1 || p->n_split < 0) && (rc = sd_engine_sessions(e, err))) goto fail;
-    if ((rc = sd_session_device_check(p->device, err)) ||
+    /* sd_engine_generate runs a batcher of its own (gen_batch.c), on the CPU or a device,
+     * split or not: the single-sequence sessions (their KV cache and the weights they place)
+     * are made when first needed (sessions()). A device that cannot run, or a split the
+     * target's shape or the devices do not allow, is named now, not at the first request. */
+    if ((rc = sd_session_split_check(e->tm, &sp, err)) ||
+        (rc = sd_session_device_check(p->device, err)) ||
         (p->draft && (rc = sd_session_device_check(p->device_draft, err))))
         goto fail;
 done:
