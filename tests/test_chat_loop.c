@@ -59,7 +59,10 @@ typedef struct turn_rec {
     int32_t n_prompt[8], n_answer[8], n_cached[8];
 } turn_rec;
 
-static void on_turn(void *user, int turn, int32_t n_prompt, int32_t n_answer, int32_t n_cached) {
+static void on_turn(void *user, int turn, int32_t n_prompt, int32_t n_answer, int32_t n_cached,
+                    const int32_t *conv, int32_t n_conv) {
+    (void)conv;
+    (void)n_conv;
     turn_rec *r = user;
     cr_assert_eq(turn, r->n + 1);
     if (r->n < 8) {

@@ -2,13 +2,17 @@
  * tests/test_chat_shift.c: --context-shift in the interactive chat (runtime/cli/chat_loop.c).
  *
  * A chat of many turns in a small context: without the shift it ends with a context
- * error; with it every turn is answered, the conversation is shortened before an answer
- * that would not fit (its first `keep` tokens kept, the older half of the rest dropped),
- * and the target's cache is shifted, not recomputed: after a shift the cache still holds
- * the kept conversation (n_cached > keep). The model has one layer and an F32 cache, where
- * a shifted cache equals a fresh evaluation to rounding (tests/test_shift.c), so the
- * answer after the last shift must equal a fresh engine's greedy answer to the shortened
- * conversation, token for token.
+ * error; with it every turn is answered, and the conversation is shortened before an
+ * answer that would not fit (its first `keep` tokens kept, the older half of the rest
+ * dropped), the target's cache shifted, not recomputed: on the batcher (the default path)
+ * the prefix cache's copy of the conversation (sd_engine_shift_cached), on the loop path
+ * (the chat before the batcher took it) the loop's cache, keys re-rotated in both, so
+ * after a shift the cache still gives the kept conversation (n_cached > keep). The model
+ * has one layer and an F32 cache, where a shifted cache equals a fresh evaluation to
+ * rounding (tests/test_shift.c), so every answer must equal a fresh engine's greedy answer
+ * to the conversation before it, token for token (the reference: target alone, a new
+ * engine per turn, no cache); and the loop's chat must be the same conversation as the
+ * batcher's (the two shifts leave the same bits: test_shift.c's paged test).
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -42,16 +46,28 @@ TestSuite(chat_shift, .init = setup, .fini = teardown, .timeout = 300);
 typedef struct turn_rec {
     int n;
     int32_t n_prompt[MAXTURN], n_answer[MAXTURN], n_cached[MAXTURN];
+    int32_t *conv[MAXTURN]; /* the conversation after each answer (owned) */
+    int32_t n_conv[MAXTURN];
 } turn_rec;
 
-static void on_turn(void *user, int turn, int32_t n_prompt, int32_t n_answer, int32_t n_cached) {
+static void on_turn(void *user, int turn, int32_t n_prompt, int32_t n_answer, int32_t n_cached,
+                    const int32_t *conv, int32_t n_conv) {
     turn_rec *r = user;
     if (r->n < MAXTURN) {
         r->n_prompt[r->n] = n_prompt;
         r->n_answer[r->n] = n_answer;
         r->n_cached[r->n] = n_cached;
+        r->conv[r->n] = malloc((size_t)n_conv * sizeof *conv);
+        cr_assert(r->conv[r->n]);
+        memcpy(r->conv[r->n], conv, (size_t)n_conv * sizeof *conv);
+        r->n_conv[r->n] = n_conv;
     }
     r->n = turn;
+}
+
+static void rec_free(turn_rec *r) {
+    for (int t = 0; t < r->n && t < MAXTURN; t++)
+        free(r->conv[t]);
 }
 
 static sd_engine *open_engine(void) {
@@ -73,14 +89,15 @@ static const char k_lines[] = "t5 t6 t7\nt8 t9\nt10 t11\nt12 t13\nt14\nt15 t16\n
                               "t20\nt21 t22\n/exit\n";
 
 /* Run the chat; returns its status, the record and the final conversation. */
-static int chat(sd_engine *e, int shift, turn_rec *rec, int32_t **conv, int32_t *n_conv,
-                sd_error *err) {
+static int chat(sd_engine *e, int shift, sd_gen_path path, turn_rec *rec, int32_t **conv,
+                int32_t *n_conv, sd_error *err) {
     FILE *in = fmemopen((void *)k_lines, sizeof k_lines - 1, "r");
     cr_assert(in);
     sd_cli_chat c;
     memset(&c, 0, sizeof c);
     c.engine = e;
     c.gen = sd_engine_params_of(e)->gen;
+    c.gen.path = path;
     c.max_tokens = 12;
     c.tmpl = "chatml";
     c.add_bos = 1;
@@ -102,49 +119,94 @@ static int chat(sd_engine *e, int shift, turn_rec *rec, int32_t **conv, int32_t 
     return rc;
 }
 
-Test(chat_shift, a_long_chat_goes_on_and_the_last_answer_is_a_fresh_runs) {
+/* The answers of rec, each against a fresh engine's greedy answer to the conversation
+ * before it; returns the turns the conversation was shortened before. */
+static int check_fresh(const turn_rec *rec) {
+    sd_error err = {0};
+    int n_shift = 0;
+    for (int t = 0; t < rec->n; t++) {
+        cr_assert_gt(rec->n_answer[t], 0, "turn %d", t + 1);
+        /* no shift during an answer (12 tokens fit in the quarter of the context kept free) */
+        cr_assert_eq(rec->n_conv[t], rec->n_prompt[t] + rec->n_answer[t], "turn %d", t + 1);
+        if (t > 0 && rec->n_prompt[t] < rec->n_conv[t - 1]) { /* shortened before turn t + 1 */
+            n_shift++;
+            /* the shortened conversation keeps the first token (keep 1) and drops a run */
+            cr_assert_eq(rec->conv[t][0], rec->conv[t - 1][0]);
+            /* the shifted cache kept the conversation (more than the kept BOS) */
+            cr_expect_gt(rec->n_cached[t], 1, "turn %d: the cache was recomputed", t + 1);
+            cr_expect_lt(rec->n_cached[t], rec->n_prompt[t], "turn %d", t + 1);
+        }
+        sd_engine *f = open_engine();
+        sd_gen_params g = sd_engine_params_of(f)->gen;
+        g.n_predict = rec->n_answer[t];
+        int32_t out[16];
+        sd_gen_stats st;
+        cr_assert_eq(sd_engine_generate(f, &g, rec->conv[t], rec->n_prompt[t], NULL, NULL, out, 16,
+                                        &st, &err),
+                     SD_OK, "%s", err.msg);
+        cr_assert_eq(st.n_generated, rec->n_answer[t]);
+        cr_expect_eq(
+            memcmp(out, rec->conv[t] + rec->n_prompt[t], sizeof out[0] * (size_t)st.n_generated), 0,
+            "turn %d: the answer differs from a fresh run's on the conversation", t + 1);
+        sd_engine_free(f);
+    }
+    return n_shift;
+}
+
+Test(chat_shift, a_long_chat_goes_on_and_every_answer_is_a_fresh_runs) {
     sd_error err = {0};
     turn_rec off = {0}, on = {0};
     int32_t *conv = NULL, n_conv = 0;
     sd_engine *e = open_engine();
-    cr_assert_eq(chat(e, 0, &off, &conv, &n_conv, &err), SD_ERR_CONTEXT,
+    cr_assert_eq(chat(e, 0, SD_GEN_PATH_AUTO, &off, &conv, &n_conv, &err), SD_ERR_CONTEXT,
                  "without --context-shift the chat should outgrow %d positions (%d turns)", N_CTX,
                  off.n);
     free(conv);
+    rec_free(&off);
     sd_engine_free(e);
     e = open_engine();
-    cr_assert_eq(chat(e, 1, &on, &conv, &n_conv, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_engine_generate_path(e, NULL, 0, NULL), SD_GEN_PATH_BATCHER);
+    cr_assert_eq(chat(e, 1, SD_GEN_PATH_AUTO, &on, &conv, &n_conv, &err), SD_OK, "%s", err.msg);
     cr_assert_eq(on.n, 10, "%d turns answered", on.n);
-    int last_shift = -1, n_shift = 0;
-    for (int t = 1; t < on.n; t++) {
-        cr_assert_gt(on.n_answer[t], 0);
-        if (on.n_prompt[t] < on.n_prompt[t - 1] + on.n_answer[t - 1]) { /* shortened */
-            last_shift = t;
-            n_shift++;
-            /* the shifted cache kept the conversation (more than the kept BOS) */
-            cr_expect_gt(on.n_cached[t], 1, "turn %d: the cache was recomputed", t + 1);
-        }
-    }
-    cr_assert_geq(last_shift, 1, "no shift happened");
-    cr_log_info("%d turns, %d shifts, the last before turn %d; the last answer: %d tokens after "
-                "%d (%d cached)",
-                on.n, n_shift, last_shift + 1, on.n_answer[on.n - 1], on.n_prompt[on.n - 1],
-                on.n_cached[on.n - 1]);
-    /* the last answer (the cache holds shifted rows) equals a fresh engine's answer to the
-     * conversation before it */
-    const int last = on.n - 1;
-    cr_assert_eq(n_conv, on.n_prompt[last] + on.n_answer[last]);
-    sd_engine *f = open_engine();
-    sd_gen_params g = sd_engine_params_of(f)->gen;
-    g.n_predict = on.n_answer[last];
-    int32_t out[16];
-    sd_gen_stats st;
-    cr_assert_eq(sd_engine_generate(f, &g, conv, on.n_prompt[last], NULL, NULL, out, 16, &st, &err),
-                 SD_OK, "%s", err.msg);
-    cr_assert_eq(st.n_generated, on.n_answer[last]);
-    cr_expect_eq(memcmp(out, conv + on.n_prompt[last], sizeof out[0] * (size_t)st.n_generated), 0,
-                 "the last answer differs from a fresh run's on the shortened conversation");
-    sd_engine_free(f);
+    cr_assert_eq(n_conv, on.n_conv[on.n - 1]);
+    cr_assert_eq(memcmp(conv, on.conv[on.n - 1], (size_t)n_conv * sizeof *conv), 0);
+    const int n_shift = check_fresh(&on);
+    cr_assert_geq(n_shift, 2, "%d shifts", n_shift);
+    cr_log_info("%d turns, %d shifts; the last answer: %d tokens after %d (%d cached)", on.n,
+                n_shift, on.n_answer[on.n - 1], on.n_prompt[on.n - 1], on.n_cached[on.n - 1]);
     free(conv);
+    rec_free(&on);
     sd_engine_free(e);
+}
+
+/* The loop path's chat (its own cache shifted in place) is the same conversation, every
+ * answer fresh to rounding (check_fresh). */
+Test(chat_shift, the_loop_shifting_in_place_gives_the_same_conversation) {
+    sd_error err = {0};
+    turn_rec lr = {0}, br = {0};
+    int32_t *lc = NULL, *bc = NULL, nl = 0, nb = 0;
+    sd_engine *e = open_engine();
+    cr_assert_eq(chat(e, 1, SD_GEN_PATH_LOOP, &lr, &lc, &nl, &err), SD_OK, "%s", err.msg);
+    sd_engine_free(e);
+    e = open_engine();
+    cr_assert_eq(chat(e, 1, SD_GEN_PATH_BATCHER, &br, &bc, &nb, &err), SD_OK, "%s", err.msg);
+    sd_engine_free(e);
+    cr_assert_eq(lr.n, br.n);
+    cr_assert_geq(check_fresh(&lr), 2, "the loop's chat shifted less than twice");
+    for (int t = 0; t < lr.n; t++) {
+        cr_assert_eq(lr.n_prompt[t], br.n_prompt[t], "turn %d", t + 1);
+        cr_assert_eq(lr.n_conv[t], br.n_conv[t], "turn %d", t + 1);
+        cr_expect_eq(memcmp(lr.conv[t], br.conv[t], (size_t)lr.n_conv[t] * sizeof(int32_t)), 0,
+                     "turn %d: the loop's conversation differs from the batcher's", t + 1);
+        /* both kept the shifted conversation in their caches (check_fresh: more than the
+         * kept BOS after a shift; the counts may differ by the odd position: the prefix
+         * cache matches what it holds token by token, the loop's sync its one sequence) */
+        cr_log_info("turn %d: prompt %d, cached %d (loop), %d (batcher)", t + 1, lr.n_prompt[t],
+                    lr.n_cached[t], br.n_cached[t]);
+    }
+    cr_assert_eq(nl, nb);
+    free(lc);
+    free(bc);
+    rec_free(&lr);
+    rec_free(&br);
 }

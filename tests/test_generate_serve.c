@@ -149,3 +149,51 @@ Test(generate_serve, token_trees_in_both) {
         srv_stop_ok(&s);
     }
 }
+
+/* A tensor-parallel target in both commands (`--tensor-split 2`: two simulated ranks on the
+ * CPU, the batcher over split paged sessions): the shipped TinyStories pair, LLM draft, K 4
+ * fixed, greedy and Gumbel with one seed: generate and serve give the same text and counts,
+ * and the greedy text is the split target alone's (`--no-draft`, the same split). */
+#define GS_TINY_DRAFT SD_SOURCE_DIR "/models/tinystories-draft-q8_0.gguf"
+
+Test(generate_serve, tensor_split_in_both) {
+    if (access(GS_TINY, R_OK) != 0) cr_skip_test("%s is absent", GS_TINY);
+    const char *prompt = "Once upon a time";
+    /* the split reaches serve's batcher: one its shape does not allow is refused, named */
+    tu_expect_cli_error("serve -m " GS_TINY " -c 512 --tensor-split 3", "not divisible by 3");
+    srv s;
+    srv_start(&s, "-m " GS_TINY " -md " GS_TINY_DRAFT " --tensor-split 2 --draft-policy fixed "
+                  "-k 4 -np 2");
+    char cmd[4096], *out0 = NULL, *e = NULL;
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s --no-draft --tensor-split 2 -t 2 --no-display-prompt -p '%s' "
+             "-n 48 --temp 0 --ignore-eos --json",
+             SD_BINARY, GS_TINY, prompt);
+    cr_assert_eq(tu_run(cmd, &out0, &e), 0, "%s: %s", cmd, e);
+    free(e);
+    json_error_t je;
+    json_t *g0 = json_loads(out0, 0, &je);
+    cr_assert_not_null(g0, "generate --json: %s", je.text);
+    const char *alone = json_string_value(json_object_get(g0, "text"));
+    cr_assert(alone);
+    static const double temps[] = {0.0, 0.7};
+    for (int t = 0; t < 2; t++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s generate -m %s -md %s --tensor-split 2 --draft-policy fixed -k 4 -t 2 "
+                 "--no-display-prompt -p '%s' -n 48 --temp %g --seed 7 --ignore-eos --json",
+                 SD_BINARY, GS_TINY, GS_TINY_DRAFT, prompt, temps[t]);
+        json_t *body = json_pack("{s:s, s:i, s:f, s:i, s:b}", "prompt", prompt, "max_tokens", 48,
+                                 "temperature", temps[t], "seed", 7, "ignore_eos", 1);
+        char what[256];
+        snprintf(what, sizeof what, "tensor split 2, temp %g", temps[t]);
+        char *gt = same_in_both(&s, cmd, body, what);
+        if (temps[t] == 0.0)
+            cr_expect_str_eq(gt, alone, "%s: generate '%s', the split target alone '%s'", what, gt,
+                             alone);
+        free(gt);
+        json_decref(body);
+    }
+    json_decref(g0);
+    free(out0);
+    srv_stop_ok(&s);
+}

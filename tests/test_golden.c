@@ -710,6 +710,13 @@ Test(golden, generate_path_is_chosen_in_one_place) {
     cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
     cr_assert_str_eq(sd_gen_path_name(SD_GEN_PATH_BATCHER), "batcher");
     cr_assert_str_eq(sd_gen_path_name(SD_GEN_PATH_LOOP), "loop");
+    { /* a tensor-parallel target: the batcher's too (split paged sessions, test_tp.c) */
+        sd_engine_params ep = eu_engine_params(TINY_T, TINY_D, N_CTX, 2);
+        ep.n_split = 2;
+        sd_engine *es = eu_engine_open(&ep);
+        cr_assert_eq(sd_engine_generate_path(es, &gp, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
+        sd_engine_free(es);
+    }
 
     /* which one ran */
     sd_error err = {0};

@@ -10,7 +10,10 @@
  * keys are rounded to binary16 twice), and their argmax is the same. With two layers the two differ
  * by more than rounding (0.51 here: the moved rows of the second layer still carry what their
  * tokens attended to in the dropped run): checked too, so that the one-layer agreement is not the
- * shift doing nothing. Then the limits: bad ranges, a paged session.
+ * shift doing nothing. sd_session_seq_shift on a paged sequence whose blocks a fork shares
+ * leaves the bits the contiguous shift leaves (the logits that follow are equal byte for
+ * byte, F32 and F16 caches, two layers) and the fork's rows untouched. Then the limits:
+ * bad ranges, a paged session refused by the contiguous call.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -129,6 +132,80 @@ Test(shift, two_layers_keep_what_the_dropped_run_left) {
     const double e = shifted_vs_fresh(m, SD_TYPE_F32, &top1);
     cr_log_info("two layers, f32 cache: shifted vs fresh %.3g, same argmax %d", e, top1);
     cr_expect_gt(e, 1e-3, "two layers: the shift equals a recompute (%.3g)?", e);
+    sd_model_free(m);
+}
+
+/* Sequence 1 of a paged session (blocks of 8, forked into sequence 2 first, so its blocks
+ * are shared) shifted with sd_session_seq_shift: the logits of the tokens after it equal
+ * the contiguous shift's byte for byte; sequence 2 still answers as an unshifted cache. */
+static void paged_vs_contiguous(const sd_model *m, sd_type kv) {
+    const int32_t nv = sd_model_hparams(m)->n_vocab;
+    int32_t toks[N0 + NNEXT], seq1[N0 + NNEXT], seq2[N0 + NNEXT];
+    for (int32_t i = 0; i < N0 + NNEXT; i++) {
+        toks[i] = i == 0 ? 1 : 3 + (i * 13 + 7) % (nv - 3);
+        seq1[i] = 1;
+        seq2[i] = 2;
+    }
+    const size_t bytes = (size_t)NNEXT * nv * sizeof(float);
+    float *lc = malloc(bytes), *lp = malloc(bytes), *lu = malloc(bytes), *lf = malloc(bytes);
+    cr_assert(lc && lp && lu && lf);
+    sd_error err = {0};
+    /* the contiguous shift, and an unshifted contiguous run */
+    sd_session *c = session(m, kv, 0);
+    cr_assert_eq(sd_session_eval(c, toks, N0, NULL, 0, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_shift(c, KEEP, DROP, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_eval(c, toks + N0, NNEXT, lc, NNEXT, &err), SD_OK, "%s", err.msg);
+    sd_session *u = session(m, kv, 0);
+    cr_assert_eq(sd_session_eval(u, toks, N0 + NNEXT, lu, NNEXT, &err), SD_OK, "%s", err.msg);
+    /* the paged one */
+    sd_session_params p = sd_session_default_params();
+    p.n_ctx = CTX;
+    p.n_batch = CTX;
+    p.n_threads = 1;
+    p.kv_type = kv;
+    p.n_seq = 3;
+    p.kv_block = 8;
+    sd_session *s = NULL;
+    cr_assert_eq(sd_session_init(m, &p, &s, &err), SD_OK, "%s", err.msg);
+    sd_batch b = sd_batch_of(toks, N0);
+    b.seq_id = seq1;
+    cr_assert_eq(sd_session_decode(s, &b, lf, &err), SD_OK, "%s", err.msg); /* a row */
+    cr_assert_eq(sd_session_seq_fork(s, 2, 1, N0, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_shift(s, 1, KEEP, DROP, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_n_past(s, 1), N0 - DROP);
+    cr_assert_eq(memcmp(sd_session_seq_tokens(s, 1), sd_session_tokens(c),
+                        (size_t)(N0 - DROP) * sizeof(int32_t)),
+                 0);
+    cr_assert_eq(sd_session_kv_check(s, &err), SD_OK, "%s", err.msg);
+    int8_t want[NNEXT];
+    memset(want, 1, sizeof want);
+    b = sd_batch_of(toks + N0, NNEXT);
+    b.seq_id = seq1;
+    b.logits = want;
+    cr_assert_eq(sd_session_decode(s, &b, lp, &err), SD_OK, "%s", err.msg);
+    cr_expect_eq(memcmp(lp, lc, bytes), 0, "%s cache: the paged shift differs from the contiguous",
+                 sd_type_name(kv));
+    b.seq_id = seq2; /* the fork kept its rows: as the unshifted run */
+    cr_assert_eq(sd_session_decode(s, &b, lf, &err), SD_OK, "%s", err.msg);
+    cr_expect_eq(memcmp(lf, lu, bytes), 0, "%s cache: the fork's rows changed", sd_type_name(kv));
+    cr_assert_eq(sd_session_kv_check(s, &err), SD_OK, "%s", err.msg);
+    /* the limits of the paged call */
+    cr_expect_eq(sd_session_seq_shift(s, 1, 2, 0, &err), SD_ERR_ARG, "nothing dropped");
+    cr_expect_eq(sd_session_seq_shift(s, 1, N0, N0, &err), SD_ERR_ARG, "beyond the sequence");
+    cr_expect_eq(sd_session_seq_shift(s, 3, 2, 4, &err), SD_ERR_ARG, "no sequence 3");
+    sd_session_free(s);
+    sd_session_free(c);
+    sd_session_free(u);
+    free(lc);
+    free(lp);
+    free(lu);
+    free(lf);
+}
+
+Test(shift, paged_sequence_equals_the_contiguous_shift_bit_for_bit) {
+    sd_model *m = make(2, "l2.gguf");
+    paged_vs_contiguous(m, SD_TYPE_F32);
+    paged_vs_contiguous(m, SD_TYPE_F16);
     sd_model_free(m);
 }
 

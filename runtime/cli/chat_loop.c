@@ -8,8 +8,9 @@
  * (the previous prompt and its answer as generated), only the rest - the end of the last
  * answer's turn, the user message, the header - is tokenized and appended, so the tokens of
  * earlier turns stay exactly as the model produced them and the engine's KV caches keep
- * them (sd_scorer_sync and the draft's sync roll back to the longest common prefix and
- * evaluate only the new tokens). A template that renders earlier turns differently (one
+ * them (the one-slot batcher's prefix cache gives the next turn the blocks of the last one;
+ * on the loop path the syncs roll back to the longest common prefix), and only the new
+ * tokens are evaluated. A template that renders earlier turns differently (one
  * that trims an answer, say) is re-tokenized whole; the caches then keep the common prefix.
  */
 #include <errno.h>
@@ -171,23 +172,40 @@ static void print_turn_stats(int turn, const sd_gen_stats *st, int32_t n_new, in
     fprintf(stderr, "]\n");
 }
 
+/* Whether the answers run sd_generate's loop (gen.path: asked for, or what only the loop
+ * has) rather than the batcher's step on one slot (the default). */
+static int on_loop(const sd_cli_chat *c) {
+    return sd_engine_generate_path(c->engine, &c->gen, 0, NULL) == SD_GEN_PATH_LOOP;
+}
+
 /* --context-shift: the conversation keeps its first c->keep tokens and drops the older half
- * of the rest; the target's cache drops the same run with its later keys re-rotated
- * (sd_scorer_shift; where it cannot, the next answer re-reads the rest). */
+ * of the rest; the target's cache drops the same run with its later keys re-rotated, so
+ * the next answer re-reads none of the kept conversation: on the batcher (the default)
+ * the cached conversation is shifted in its prefix cache (sd_engine_shift_cached), on
+ * the loop path the loop's cache in place (sd_scorer_shift). Where it cannot (nothing
+ * cached, another backend) the next answer evaluates the shortened conversation. */
 static int shift_conversation(const sd_cli_chat *c, conversation *v, sd_error *err) {
     const int32_t n_keep = c->keep < v->n_toks / 2 ? c->keep : 0;
     const int32_t n_discard = (v->n_toks - n_keep) / 2;
     if (n_discard < 1)
         return sd_errorf(err, SD_ERR_CONTEXT, "chat: --context-shift: nothing left to drop");
-    sd_scorer *sc = sd_engine_scorer(c->engine);
     int shifted = 0;
-    if (sc && sd_session_n_past(sd_scorer_session(sc)) >= n_keep + n_discard) {
-        const int32_t *cached = sd_session_tokens(sd_scorer_session(sc));
-        /* the cache must hold the conversation's tokens (it does after an answer) */
-        if (!memcmp(cached, v->toks, (size_t)(n_keep + n_discard) * sizeof *cached)) {
-            const int rc = sd_scorer_shift(sc, n_keep, n_discard, err);
-            if (rc && rc != SD_ERR_UNSUPPORTED) return rc;
-            shifted = rc == SD_OK;
+    if (!on_loop(c)) {
+        int32_t n_shifted = 0;
+        const int rc = sd_engine_shift_cached(c->engine, v->toks, v->n_toks, n_keep, n_discard,
+                                              &n_shifted, err);
+        if (rc) return rc;
+        shifted = n_shifted > 0;
+    } else {
+        sd_scorer *sc = sd_engine_scorer(c->engine);
+        if (sc && sd_session_n_past(sd_scorer_session(sc)) >= n_keep + n_discard) {
+            const int32_t *cached = sd_session_tokens(sd_scorer_session(sc));
+            /* the cache must hold the conversation's tokens (it does after an answer) */
+            if (!memcmp(cached, v->toks, (size_t)(n_keep + n_discard) * sizeof *cached)) {
+                const int rc = sd_scorer_shift(sc, n_keep, n_discard, err);
+                if (rc && rc != SD_ERR_UNSUPPORTED) return rc;
+                shifted = rc == SD_OK;
+            }
         }
     }
     memmove(v->toks + n_keep, v->toks + n_keep + n_discard,
@@ -204,12 +222,14 @@ static int answer_turn(const sd_cli_chat *c, conversation *v, int turn, int32_t 
                        sd_error *err) {
     sd_engine *e = c->engine;
     const int32_t n_ctx = sd_engine_n_ctx(e);
+    const int loop = on_loop(c);
     /* with --context-shift, room for an answer of a quarter of the context at least */
     while (c->context_shift && v->n_toks > n_ctx - n_ctx / 4) {
         const int rc = shift_conversation(c, v, err);
         if (rc) return rc;
-        /* what the target's cache still holds of it (all but the last, after a shift) */
-        const sd_session *ts = sd_scorer_session(sd_engine_scorer(e));
+        /* what the loop's target cache still holds of it (all but the last, after a shift;
+         * on the batcher the prefix cache's hit is counted below) */
+        const sd_session *ts = loop ? sd_scorer_session(sd_engine_scorer(e)) : NULL;
         const int32_t n_past = ts ? sd_session_n_past(ts) : 0;
         const int32_t *cached = ts ? sd_session_tokens(ts) : NULL;
         n_cached = 0;
@@ -223,8 +243,6 @@ static int answer_turn(const sd_cli_chat *c, conversation *v, int turn, int32_t 
                          "no room for another answer%s",
                          v->n_toks, n_ctx, c->context_shift ? "" : " (see --context-shift)");
     sd_gen_params g = c->gen;
-    /* a context shift edits the target's cache of sd_generate's loop between turns */
-    if (c->context_shift) g.path = SD_GEN_PATH_LOOP;
     /* the answer's most tokens: max_tokens, else (shifting) n_ctx, else the room left */
     const int32_t cap = c->max_tokens > 0  ? c->max_tokens
                         : c->context_shift ? n_ctx
@@ -249,6 +267,8 @@ static int answer_turn(const sd_cli_chat *c, conversation *v, int turn, int32_t 
                                 &b, err);
         if (seg == 0) {
             st = b;
+            /* on the batcher: the positions its prefix cache gave the answer's prompt */
+            if (!loop && !rc) n_cached = b.n_prompt_cached;
         } else { /* the counts of every segment; the times of the first */
             st.n_generated += b.n_generated;
             st.n_drafted += b.n_drafted;
@@ -281,7 +301,8 @@ static int answer_turn(const sd_cli_chat *c, conversation *v, int turn, int32_t 
     if (!rc && c->notes)
         print_turn_stats(turn, &st, n_prompt - n_cached, n_cached, a.stopped,
                          g.n_draft > 0 && sd_engine_has_proposer(e, g.draft_type));
-    if (!rc && c->turn_done) c->turn_done(c->turn_user, turn, n_prompt, st.n_generated, n_cached);
+    if (!rc && c->turn_done)
+        c->turn_done(c->turn_user, turn, n_prompt, st.n_generated, n_cached, v->toks, v->n_toks);
     if (a.stopped) sd_cli_interrupt_clear(); /* that answer is over; the chat goes on */
     free(a.text.p);
     free(out);

@@ -28,15 +28,19 @@ typedef struct sd_cli_chat {
     FILE *in;                /* the turns: one a line; a line ending in '\' continues */
     int prompt;              /* print "> " before each read (in is a terminal) */
     /* --context-shift: a conversation that fills the context keeps its first keep tokens
-     * and drops the older half of the rest (the target's cache shifted, keys re-rotated),
-     * before an answer or during one; an answer then ends at its end of turn, max_tokens,
-     * or n_ctx tokens. 0: a full context ends the chat with an error. */
+     * and drops the older half of the rest (the target's cache shifted, keys re-rotated:
+     * the batcher's prefix cache, sd_engine_shift_cached, or on the loop path, gen.path,
+     * the loop's cache), before an answer or during one; an answer then ends at its end
+     * of turn, max_tokens, or n_ctx tokens. 0: a full context ends the chat with an error. */
     int context_shift;
     int32_t keep;
     /* Optional: after each answer, the turn (1, 2, ...), the prompt's tokens (the whole
-     * conversation before the answer), the answer's and those of the prompt the KV cache
-     * already held. */
-    void (*turn_done)(void *user, int turn, int32_t n_prompt, int32_t n_answer, int32_t n_cached);
+     * conversation before the answer), the answer's, those of the prompt the KV cache
+     * already held, and the conversation after the answer, conv int32 [n_conv] (the prompt
+     * then the answer: n_conv = n_prompt + n_answer unless a context shift came during
+     * the answer). */
+    void (*turn_done)(void *user, int turn, int32_t n_prompt, int32_t n_answer, int32_t n_cached,
+                      const int32_t *conv, int32_t n_conv);
     void *turn_user;
 } sd_cli_chat;
 

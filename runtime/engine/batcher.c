@@ -136,9 +136,6 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     int rc = check_params(p, err);
     if (rc) return rc;
     const sd_engine_params *ep = sd_engine_params_of(e);
-    if (ep->n_split > 1 || ep->n_split < 0)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "batcher: several sequences on a tensor-parallel target");
     sd_batcher *b = calloc(1, sizeof *b);
     if (!b) return sd_errorf(err, SD_ERR_OOM, "batcher: out of memory");
     pthread_mutex_init(&b->mu, NULL);
@@ -166,6 +163,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     sp.device = ep->device; /* a device's sessions refuse by name what it cannot run */
     sp.kv_block = p->kv_block;
     sp.n_kv_blocks = p->n_kv_blocks;
+    sp.n_split = ep->n_split; /* a tensor-parallel target: every rank pages its shard alike */
     rc = sd_session_init(b->tm, &sp, &b->ts, err);
     if (rc) {
         sd_error_prefix(err, rc, "batcher: target");
@@ -182,6 +180,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
         dp.n_batch = b->n_batch_d;
         dp.n_outputs = np;
         dp.device = ep->device_draft;
+        dp.n_split = 0;           /* the draft is never split */
         dp.share_threads = b->ts; /* draft and target passes take turns: one pool */
         rc = sd_session_init(b->dm, &dp, &b->ds, err);
         if (rc) {

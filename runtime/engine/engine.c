@@ -137,12 +137,12 @@ int sd_engine_init(const sd_engine_params *p, sd_engine **out, sd_error *err) {
         free(ids);
         if (rc) goto fail;
     }
-    /* sd_engine_generate runs a batcher of its own (gen_batch.c), on the CPU or a device:
-     * the single-sequence sessions (their KV cache and the weights they place) are made
-     * when first needed (sessions()); tensor parallelism, which only the loop runs, needs
-     * them at once. A device that cannot run is named now, not at the first request. */
-    if ((p->n_split > 1 || p->n_split < 0) && (rc = sd_engine_sessions(e, err))) goto fail;
-    if ((rc = sd_session_device_check(p->device, err)) ||
+    /* sd_engine_generate runs a batcher of its own (gen_batch.c), on the CPU or a device,
+     * split or not: the single-sequence sessions (their KV cache and the weights they place)
+     * are made when first needed (sessions()). A device that cannot run, or a split the
+     * target's shape or the devices do not allow, is named now, not at the first request. */
+    if ((rc = sd_session_split_check(e->tm, &sp, err)) ||
+        (rc = sd_session_device_check(p->device, err)) ||
         (p->draft && (rc = sd_session_device_check(p->device_draft, err))))
         goto fail;
 done:

@@ -1,10 +1,12 @@
 /* runtime/engine/gen_batch.c: sd_engine_generate on the batcher's step (see gen_batch.h):
  * a batcher of one slot, the request submitted, stepped to its end, its events copied
- * into the caller's output, logprobs and statistics. */
+ * into the caller's output, logprobs and statistics; and the chat's context shift of the
+ * cached conversation between runs (sd_gen_batch_shift). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/engine/gen_batch.h"
+#include "runtime/engine/batcher_impl.h"
 
 /* One call's output, filled by the request's events. */
 typedef struct gb_out {
@@ -96,4 +98,27 @@ int sd_gen_batch_run(sd_engine *e, sd_batcher **b, const sd_ngram_cache *lookup,
     if (st->stop == SD_STOP_NONE && !g.stopped)
         return sd_errorf(err, SD_ERR_OOM, "generate: out of memory for the text");
     return SD_OK;
+}
+
+int sd_gen_batch_shift(sd_batcher *b, const int32_t *conv, int32_t n_conv, int32_t n_keep,
+                       int32_t n_discard, int32_t *n_shifted, sd_error *err) {
+    *n_shifted = 0;
+    if (n_keep < 0 || n_discard < 1 || n_conv < 0 || n_keep > n_conv - n_discard)
+        return sd_errorf(err, SD_ERR_ARG, "context shift: keep %d, discard %d of %d tokens", n_keep,
+                         n_discard, n_conv);
+    if (!b->p.prefix_cache || sd_batcher_busy(b) || b->slots[0]) return SD_OK;
+    const int32_t got = sd_session_seq_attach_prefix(b->ts, 0, conv, n_conv);
+    int rc = SD_OK;
+    if (got > n_keep + n_discard) {
+        rc = sd_session_seq_shift(b->ts, 0, n_keep, n_discard, err);
+        if (rc == SD_OK) {
+            sd_session_seq_store_prefix(b->ts, 0);
+            *n_shifted = got - n_discard;
+        } else if (rc == SD_ERR_UNSUPPORTED || rc == SD_ERR_OOM) {
+            sd_error_clear(err); /* the next run evaluates the shortened conversation */
+            rc = SD_OK;
+        }
+    }
+    sd_session_seq_truncate(b->ts, 0, 0, NULL); /* cannot fail */
+    return rc;
 }

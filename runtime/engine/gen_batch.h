@@ -26,4 +26,10 @@ int sd_gen_batch_run(sd_engine *e, sd_batcher **b, const sd_ngram_cache *lookup,
                      sd_token_cb cb, void *user, int32_t *out, int32_t cap_out, sd_gen_stats *st,
                      sd_error *err);
 
+/* sd_engine_shift_cached on b (idle: otherwise nothing is done), through its free slot 0:
+ * the cached prefix of conv attached, shifted (sd_session_seq_shift), stored back in the
+ * prefix cache and the slot emptied. */
+int sd_gen_batch_shift(sd_batcher *b, const int32_t *conv, int32_t n_conv, int32_t n_keep,
+                       int32_t n_discard, int32_t *n_shifted, sd_error *err);
+
 #endif /* SD_ENGINE_GEN_BATCH_H */

@@ -170,18 +170,20 @@ sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp,
     (void)n_prompt; /* a prompt and budget past the context stop there in both loops */
     if (!gp) gp = &e->p.gen;
     const char *w = NULL; /* what only the loop has */
-    if (gp->path == SD_GEN_PATH_LOOP)
-        w = "asked for";
-    else if (gp->path == SD_GEN_PATH_BATCHER)
-        w = NULL;
-    else if (e->p.n_split > 1 || e->p.n_split < 0)
-        w = "tensor parallelism";
+    if (gp->path == SD_GEN_PATH_LOOP) w = "asked for";
     if (why) *why = w ? w : "one sequence of the batcher's step";
     return w ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
 }
 
 void sd_engine_clear_cache(sd_engine *e) {
     if (e->gen && e->gen->b) sd_batcher_clear_cache(e->gen->b);
+}
+
+int sd_engine_shift_cached(sd_engine *e, const int32_t *conv, int32_t n_conv, int32_t n_keep,
+                           int32_t n_discard, int32_t *n_shifted, sd_error *err) {
+    *n_shifted = 0;
+    if (!e->gen || !e->gen->b) return SD_OK; /* no run on the batcher yet: nothing cached */
+    return sd_gen_batch_shift(e->gen->b, conv, n_conv, n_keep, n_discard, n_shifted, err);
 }
 
 int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err) {

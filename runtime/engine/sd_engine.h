@@ -317,8 +317,8 @@ typedef enum sd_gen_path {
     SD_GEN_PATH_AUTO = 0, /* sd_engine_generate chooses: the batcher where it can */
     SD_GEN_PATH_BATCHER,  /* the batcher's step over one sequence (gen_batch.c): one engine
                              for generate and serve */
-    SD_GEN_PATH_LOOP,     /* sd_generate's single-sequence loop: what the batcher cannot do
-                             yet (a device, tensor parallelism) */
+    SD_GEN_PATH_LOOP,     /* sd_generate's single-sequence loop, only when asked for (chat's
+                             --context-shift; tests comparing the two) */
 } sd_gen_path;
 
 /* "auto", "batcher", "loop". */
@@ -402,8 +402,8 @@ typedef struct sd_gen_params {
     /* The target vocabulary's token bytes for the masks (sd_engine_grammar_vocab): set by
      * sd_engine_generate and the batcher; sd_generate needs it when grammar is set. */
     const sd_grammar_vocab *grammar_vocab;
-    /* sd_engine_generate's loop: AUTO (the default) or one forced (LOOP: a caller that
-     * edits the loop's cache between calls, sd_scorer_shift: the interactive chat). */
+    /* sd_engine_generate's loop: AUTO (the default) or one forced (LOOP: sd_generate's
+     * loop; the interactive chat then shifts its cache in place, sd_scorer_shift). */
     sd_gen_path path;
     /* Synthetic rejection (the batcher only; llama-server's --spec-synth-rates, for
      * testing the verification path): synth_accept[i] (caller-owned, [n_synth_accept],
@@ -561,9 +561,9 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
 /*
  * The loop sd_engine_generate runs for gp (NULL: the engine's) and a prompt of n_prompt
  * tokens, chosen here only: SD_GEN_PATH_BATCHER (a batcher of one sequence over the paged
- * KV pool, the step `specdec serve` runs) unless gp->path forces one or the request needs
- * what only sd_generate has; then SD_GEN_PATH_LOOP. *why (may be NULL): the reason, a
- * static string ("a device other than the cpu", "tensor parallelism", ...).
+ * KV pool, the step `specdec serve` runs, on a device or a tensor-parallel target too)
+ * unless gp->path forces one (SD_GEN_PATH_LOOP: the loop). *why (may be NULL): the reason,
+ * a static string ("asked for", "one sequence of the batcher's step").
  */
 sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
                                     const char **why);
@@ -572,6 +572,24 @@ sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp,
  * the next run there prefills its prompt from scratch (bench). The loop's sessions keep
  * theirs (sd_scorer_sync to empty them). */
 void sd_engine_clear_cache(sd_engine *e);
+
+/* The batcher path's context shift of a conversation between runs (the interactive chat's
+ * --context-shift; the loop path's is sd_scorer_shift): when the prefix cache of the
+ * one-slot batcher holds the first positions of conv[0 .. n_conv) (an earlier run's prompt
+ * and output), a sequence takes them, drops [n_keep, n_keep + n_discard) and moves the
+ * rest down with its keys re-rotated (sd_session_seq_shift), and is cached again under the
+ * shortened conversation's tokens (conv without that run), so the next run whose prompt
+ * starts with them reuses those rows instead of evaluating them (the draft's cache keeps
+ * the kept prefix only: its rows are evaluated afresh). *n_shifted: the positions of the
+ * shortened conversation the cache then holds (0: none were cached past n_keep +
+ * n_discard, or the target's session cannot shift, SD_ERR_UNSUPPORTED, or had no block
+ * left: the next run evaluates them). The cached rows are then not what a fresh
+ * evaluation computes (the moved rows of layers after the first carry what they attended
+ * to in the dropped run, as llama.cpp's shifted slot): sd_engine_clear_cache drops them.
+ * Errors: SD_ERR_ARG (a bad range; nothing else fails: what cannot be shifted is
+ * evaluated by the next run). */
+int sd_engine_shift_cached(sd_engine *e, const int32_t *conv, int32_t n_conv, int32_t n_keep,
+                           int32_t n_discard, int32_t *n_shifted, sd_error *err);
 
 /* The lookup cache (caller-owned, outliving the engine; NULL: none) that the n-gram
  * proposer of both loops also looks in (sd_proposer_ngram_set_cache). Errors: its,

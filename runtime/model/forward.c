@@ -425,10 +425,6 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: a %s KV cache needs head_dim a multiple of 32 (it is %d)", m->path,
                          sd_type_name((uint32_t)p->kv_type), hp->head_dim);
-    if (tp && p->n_seq > 0)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: several sequences (a paged KV cache) on a tensor-parallel session",
-                         m->path);
     sd_session *s = calloc(1, sizeof *s);
     if (!s) return sd_errorf(err, SD_ERR_OOM, "session: out of memory");
     s->m = m;
@@ -867,17 +863,38 @@ static void softcap(const sd_session *s, float *logits) {
         logits[i] = c * tanhf(logits[i] / c);
 }
 
-static int decode(sd_session *s, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
+/* The pass on this session, or on every rank of its group; parent: a token tree's
+ * (sd_session_seq_decode_tree), NULL otherwise. */
+static int decode_ex(sd_session *s, const sd_batch *b, int32_t n_last, const int32_t *parent,
+                     float *logits, sd_error *err) {
     s->n_out_last = 0;
-    const int rc = s->group ? s->group_ops->decode(s->group, b, n_last, logits, err)
-                            : decode_local(s, b, n_last, logits, err);
+    const int rc = s->group ? s->group_ops->decode(s->group, b, n_last, parent, logits, err)
+                            : sd_session_decode_rank(s, b, n_last, parent, logits, err);
     if (rc == SD_OK && s->m->hp.logit_softcap > 0.0f && logits) softcap(s, logits);
     return rc;
 }
 
-int sd_session_decode_rank(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,
-                           sd_error *err) {
-    return decode_local(s, b, n_last, logits, err);
+static int decode(sd_session *s, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
+    return decode_ex(s, b, n_last, NULL, logits, err);
+}
+
+int sd_session_decode_rank(sd_session *s, const sd_batch *b, int32_t n_last, const int32_t *parent,
+                           float *logits, sd_error *err) {
+    if (!parent) return decode_local(s, b, n_last, logits, err);
+    /* A token tree over the batch's one sequence (checked by sd_session_seq_decode_tree):
+     * each node's position is its parent's + 1, the roots' the sequence's next one. */
+    const int32_t pos0 = sd_kv_n(s->seqs[b->seq_id ? b->seq_id[0] : 0]);
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        s->tree_pos[i] = parent[i] < 0 ? pos0 : s->tree_pos[parent[i]] + 1;
+    s->tree_parent = parent;
+    const int rc = decode_local(s, b, n_last, logits, err);
+    s->tree_parent = NULL;
+    return rc;
+}
+
+void sd_session_undo_rank(sd_session *s) {
+    for (int32_t j = s->n_segs - 1; j >= 0; j--) /* a sequence's later run first */
+        sd_kv_truncate(s->seqs[s->segs[j].seq], s->segs[j].pos0, NULL);
 }
 
 int sd_session_decode(sd_session *s, const sd_batch *b, float *logits, sd_error *err) {
@@ -933,15 +950,11 @@ int sd_session_seq_decode_tree(sd_session *s, int32_t seq, const int32_t *tokens
                          "%s: the %s backend has no tree attention: token trees run on the cpu "
                          "backend (use a chain: no --draft-tree)",
                          s->m->path, sd_device_name(s->be->device));
-    if (s->group || s->tp)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: token trees run on a session without tensor parallelism", s->m->path);
     const int32_t win = s->m->hp.sliding_window;
     if (win > 0 && s->n_ctx > win)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: token trees with a sliding window (%d) are not supported", s->m->path,
                          win);
-    const int32_t pos0 = sd_kv_n(s->seqs[seq]);
     int32_t seq_id[SD_MAX_TREE];
     for (int32_t i = 0; i < n; i++) {
         seq_id[i] = seq;
@@ -950,14 +963,11 @@ int sd_session_seq_decode_tree(sd_session *s, int32_t seq, const int32_t *tokens
                              "tree pass: node %d has parent %d, expected -1 .. %d (parents "
                              "before their children)",
                              i, parent[i], i - 1);
-        s->tree_pos[i] = parent[i] < 0 ? pos0 : s->tree_pos[parent[i]] + 1;
     }
     sd_batch b = sd_batch_of(tokens, n);
     b.seq_id = seq_id;
-    s->tree_parent = parent;
-    const int rc = decode(s, &b, n, logits, err); /* with the soft cap where the model has one */
-    s->tree_parent = NULL;
-    return rc;
+    /* on every rank of a group; with the soft cap where the model has one */
+    return decode_ex(s, &b, n, parent, logits, err);
 }
 
 int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int32_t n_keep,
@@ -965,10 +975,17 @@ int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int3
     return sd_session_seq_tree_keep(s, 0, pos0, nodes, n_keep, err);
 }
 
-int sd_session_seq_tree_keep(sd_session *s, int32_t seq, int32_t pos0, const int32_t *nodes,
-                             int32_t n_keep, sd_error *err) {
-    if (!s || (n_keep > 0 && !nodes)) return sd_errorf(err, SD_ERR_ARG, "tree keep: NULL argument");
-    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
+typedef struct seq_call { /* the arguments of a call made on every rank (on_ranks) */
+    int32_t seq, n, pos0;
+    const int32_t *ids;
+} seq_call;
+
+static int on_ranks(sd_session *s, sd_session_rank_fn fn, void *arg, int32_t *value, sd_error *err);
+static int32_t seq_print(const sd_session *s, int32_t seq);
+
+static int tree_keep_fn(sd_session *s, void *arg, int32_t *value, sd_error *err) {
+    const seq_call *c = arg;
+    const int32_t seq = c->seq, pos0 = c->pos0, n_keep = c->n, *nodes = c->ids;
     sd_kv *kv = s->seqs[seq];
     int32_t *toks = s->seq_tok[seq];
     const int32_t n_past = sd_kv_n(kv);
@@ -991,8 +1008,18 @@ int sd_session_seq_tree_keep(sd_session *s, int32_t seq, int32_t pos0, const int
         toks[pos0 + j] = toks[pos0 + nodes[j]];
     }
     int rc = s->be->ops->sync(s->be, err);
-    if (rc) return rc;
-    return sd_kv_truncate(kv, pos0 + n_keep, err);
+    if (!rc) rc = sd_kv_truncate(kv, pos0 + n_keep, err);
+    *value = seq_print(s, seq);
+    return rc;
+}
+
+int sd_session_seq_tree_keep(sd_session *s, int32_t seq, int32_t pos0, const int32_t *nodes,
+                             int32_t n_keep, sd_error *err) {
+    if (!s || (n_keep > 0 && !nodes)) return sd_errorf(err, SD_ERR_ARG, "tree keep: NULL argument");
+    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
+    seq_call c = {seq, n_keep, pos0, nodes};
+    int32_t v;
+    return on_ranks(s, tree_keep_fn, &c, &v, err);
 }
 
 int32_t sd_session_n_past(const sd_session *s) {
@@ -1030,9 +1057,7 @@ const int32_t *sd_session_tokens(const sd_session *s) {
 }
 
 int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
-    if (!s) return sd_errorf(err, SD_ERR_ARG, "truncate: session is NULL");
-    if (s->group) return s->group_ops->truncate(s->group, n_keep, err);
-    return sd_kv_truncate(s->kv, n_keep, err);
+    return sd_session_seq_truncate(s, 0, n_keep, err);
 }
 
 int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error *err) {
@@ -1082,10 +1107,6 @@ int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error 
     return sd_kv_truncate(s->kv, n - n_discard, err);
 }
 
-int sd_session_truncate_rank(sd_session *s, int32_t n_keep, sd_error *err) {
-    return sd_kv_truncate(s->kv, n_keep, err);
-}
-
 const sd_model *sd_session_model(const sd_session *s) {
     return s->group ? s->group_ops->model(s->group) : s->m;
 }
@@ -1108,11 +1129,39 @@ const int32_t *sd_session_seq_tokens(const sd_session *s, int32_t seq) {
     return seq >= 0 && seq < s->n_seq ? s->seq_tok[seq] : NULL;
 }
 
+/* ---- calls that change the KV state: on the session alone, or on every rank of its
+ * group (the same call in the same order on each, so the ranks' pools stay in step; what
+ * each rank answers is compared by the group) ---- */
+
+static int on_ranks(sd_session *s, sd_session_rank_fn fn, void *arg, int32_t *value,
+                    sd_error *err) {
+    *value = 0;
+    return s->group ? s->group_ops->each(s->group, fn, arg, value, err) : fn(s, arg, value, err);
+}
+
+/* A fingerprint of sequence seq's cache and of its pool: what two ranks in step agree on. */
+static int32_t seq_print(const sd_session *s, int32_t seq) {
+    const sd_kv *kv = s->seqs[seq];
+    const int32_t avail = s->pool ? sd_kv_pool_n_available(s->pool) : 0;
+    return (int32_t)((((uint32_t)sd_kv_n(kv) * 31u + (uint32_t)sd_kv_first(kv)) * 31u +
+                      (uint32_t)sd_kv_n_blocks(kv)) *
+                         31u +
+                     (uint32_t)avail);
+}
+
+static int truncate_fn(sd_session *s, void *arg, int32_t *value, sd_error *err) {
+    const seq_call *c = arg;
+    const int rc = sd_kv_truncate(s->seqs[c->seq], c->n, err);
+    *value = seq_print(s, c->seq);
+    return rc;
+}
+
 int sd_session_seq_truncate(sd_session *s, int32_t seq, int32_t n_keep, sd_error *err) {
     if (!s) return sd_errorf(err, SD_ERR_ARG, "truncate: session is NULL");
-    if (seq == 0) return sd_session_truncate(s, n_keep, err);
     if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
-    return sd_kv_truncate(s->seqs[seq], n_keep, err);
+    seq_call c = {seq, n_keep, 0, NULL};
+    int32_t v;
+    return on_ranks(s, truncate_fn, &c, &v, err);
 }
 
 int32_t sd_session_seq_keep_floor(const sd_session *s, int32_t seq, int32_t keep) {
@@ -1133,31 +1182,141 @@ int32_t sd_session_seq_keep_prefix(sd_session *s, int32_t seq, const int32_t *ct
     return keep;
 }
 
+int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_discard,
+                         sd_error *err) {
+    if (!s) return sd_errorf(err, SD_ERR_ARG, "context shift: session is NULL");
+    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
+    if (!s->pool) return sd_session_shift(s, n_keep, n_discard, err); /* contiguous */
+    const sd_hparams *hp = &s->m->hp;
+    sd_kv *kv = s->seqs[seq];
+    const int32_t n = sd_kv_n(kv);
+    if (n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > n)
+        return sd_errorf(err, SD_ERR_ARG,
+                         "context shift: keep %d, discard %d of %d cached positions", n_keep,
+                         n_discard, n);
+    if (s->group || s->tp || s->be->device != SD_DEVICE_CPU)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift re-rotates the cached keys of a cpu session",
+                         s->m->path);
+    if (sd_kv_first(kv) > 0)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift of a sequence whose first %d positions were "
+                         "released",
+                         s->m->path, sd_kv_first(kv));
+    if (hp->rope_attn_factor != 1.0f)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift with rope.scaling.attn_factor %g (the keys carry "
+                         "the factor once)",
+                         s->m->path, (double)hp->rope_attn_factor);
+    const int32_t kv_dim = hp->n_head_kv * hp->head_dim, n_move = n - n_keep - n_discard;
+    const sd_type t = sd_kv_type(kv);
+    const size_t rb = sd_kv_row_bytes(kv), per_layer = 2 * (size_t)n_move * rb;
+    if (n_move > 0 && per_layer > SIZE_MAX / (size_t)hp->n_layer)
+        return sd_errorf(err, SD_ERR_OOM, "context shift: %d positions too large", n_move);
+    /* The moved rows, K re-rotated as sd_session_shift does (the same arithmetic, so the
+     * same bits), into host memory first: their blocks may be shared (the prefix cache, a
+     * fork), so the sequence is cut back to n_keep and its new positions reserved in
+     * blocks of its own (copy-on-write of the block holding n_keep). */
+    uint8_t *keep_rows = n_move > 0 ? malloc(per_layer * (size_t)hp->n_layer) : NULL;
+    float *row = malloc((size_t)kv_dim * sizeof *row);
+    if ((n_move > 0 && !keep_rows) || !row) {
+        free(keep_rows);
+        free(row);
+        return sd_errorf(err, SD_ERR_OOM, "context shift: out of memory");
+    }
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const sd_rope *rope = s->layers[l].swa && hp->sliding_window > 0 ? &s->rope_swa : &s->rope;
+        uint8_t *kl = keep_rows + (size_t)l * per_layer, *vl = kl + (size_t)n_move * rb;
+        for (int32_t j = 0; j < n_move; j++) {
+            const int32_t src = n_keep + n_discard + j;
+            sd_dequantize_row(t, sd_kv_k(kv, l, src), row, kv_dim);
+            s->be->ops->rope(s->be, row, 1, -n_discard, hp->n_head_kv, hp->head_dim, rope);
+            if (t == SD_TYPE_F32)
+                memcpy(kl + (size_t)j * rb, row, rb);
+            else
+                sd_quantize_row(t, row, kl + (size_t)j * rb, kv_dim);
+            memcpy(vl + (size_t)j * rb, sd_kv_v(kv, l, src), rb); /* V: no position */
+        }
+    }
+    free(row);
+    int rc = sd_kv_truncate(kv, n_keep, err);
+    if (!rc && n_move > 0) rc = sd_kv_reserve(kv, n_move, err);
+    if (!rc) {
+        for (int32_t l = 0; l < hp->n_layer; l++) {
+            const uint8_t *kl = keep_rows + (size_t)l * per_layer, *vl = kl + (size_t)n_move * rb;
+            for (int32_t j = 0; j < n_move; j++) {
+                memcpy(sd_kv_k(kv, l, n_keep + j), kl + (size_t)j * rb, rb);
+                memcpy(sd_kv_v(kv, l, n_keep + j), vl + (size_t)j * rb, rb);
+            }
+        }
+        sd_kv_commit(kv, n_move);
+        int32_t *toks = s->seq_tok[seq];
+        memmove(toks + n_keep, toks + n_keep + n_discard, (size_t)n_move * sizeof *toks);
+    }
+    free(keep_rows);
+    return rc ? sd_error_prefix(err, rc, "context shift") : SD_OK;
+}
+
+static int fork_fn(sd_session *s, void *arg, int32_t *value, sd_error *err) {
+    const seq_call *c = arg; /* seq: dst, pos0: src */
+    int rc = sd_kv_fork(s->seqs[c->seq], s->seqs[c->pos0], c->n, err);
+    if (!rc) memcpy(s->seq_tok[c->seq], s->seq_tok[c->pos0], (size_t)c->n * sizeof(int32_t));
+    *value = seq_print(s, c->seq);
+    return rc;
+}
+
 int sd_session_seq_fork(sd_session *s, int32_t dst, int32_t src, int32_t n, sd_error *err) {
     if (dst < 0 || dst >= s->n_seq) return bad_seq(s, dst, err);
     if (src < 0 || src >= s->n_seq) return bad_seq(s, src, err);
     if (dst == src)
         return sd_errorf(err, SD_ERR_ARG, "session: fork of sequence %d onto itself", src);
-    int rc = sd_kv_fork(s->seqs[dst], s->seqs[src], n, err);
-    if (rc) return rc;
-    memcpy(s->seq_tok[dst], s->seq_tok[src], (size_t)n * sizeof(int32_t));
+    seq_call c = {dst, n, src, NULL};
+    int32_t v;
+    return on_ranks(s, fork_fn, &c, &v, err);
+}
+
+static int attach_fn(sd_session *s, void *arg, int32_t *value, sd_error *err) {
+    (void)err;
+    const seq_call *c = arg;
+    const int32_t got = sd_kv_cache_attach(s->seqs[c->seq], c->ids, c->n);
+    memcpy(s->seq_tok[c->seq], c->ids, (size_t)got * sizeof(int32_t));
+    *value = got;
     return SD_OK;
 }
 
 int32_t sd_session_seq_attach_prefix(sd_session *s, int32_t seq, const int32_t *tokens, int32_t n) {
     if (seq < 0 || seq >= s->n_seq || !s->pool) return 0;
-    const int32_t got = sd_kv_cache_attach(s->seqs[seq], tokens, n);
-    memcpy(s->seq_tok[seq], tokens, (size_t)got * sizeof(int32_t));
-    return got;
+    seq_call c = {seq, n, 0, tokens};
+    int32_t got = 0;
+    return on_ranks(s, attach_fn, &c, &got, NULL) == SD_OK ? got : 0;
+}
+
+static int store_fn(sd_session *s, void *arg, int32_t *value, sd_error *err) {
+    (void)err;
+    const seq_call *c = arg;
+    sd_kv_cache_store(s->seqs[c->seq], s->seq_tok[c->seq], sd_kv_n(s->seqs[c->seq]));
+    *value = seq_print(s, c->seq);
+    return SD_OK;
 }
 
 void sd_session_seq_store_prefix(sd_session *s, int32_t seq) {
     if (seq < 0 || seq >= s->n_seq || !s->pool) return;
-    sd_kv_cache_store(s->seqs[seq], s->seq_tok[seq], sd_kv_n(s->seqs[seq]));
+    seq_call c = {seq, 0, 0, NULL};
+    int32_t v;
+    on_ranks(s, store_fn, &c, &v, NULL);
+}
+
+static int clear_fn(sd_session *s, void *arg, int32_t *value, sd_error *err) {
+    (void)arg;
+    (void)err;
+    sd_kv_pool_cache_clear(s->pool);
+    *value = sd_kv_pool_n_available(s->pool);
+    return SD_OK;
 }
 
 void sd_session_kv_clear_cache(sd_session *s) {
-    if (s->pool) sd_kv_pool_cache_clear(s->pool);
+    int32_t v;
+    if (s->pool) on_ranks(s, clear_fn, NULL, &v, NULL);
 }
 
 void sd_session_kv_stats(const sd_session *s, sd_kv_pool_stats *out) {
@@ -1172,7 +1331,14 @@ int32_t sd_session_kv_blocks_for(const sd_session *s, int64_t n) {
     return sd_kv_pool_blocks_for(sd_kv_pool_of(s->kv), n);
 }
 
-int sd_session_kv_check(const sd_session *s, sd_error *err) {
+/* The pool's accounting; *value: a fingerprint of every sequence and of the pool, which the
+ * group compares across its ranks (their pools must be in step). */
+static int kv_check_fn(sd_session *s, void *arg, int32_t *value, sd_error *err) {
+    (void)arg;
+    uint32_t h = 0;
+    for (int32_t i = 0; i < s->n_seq; i++)
+        h = h * 1000003u + (uint32_t)seq_print(s, i);
+    *value = (int32_t)h;
     if (!s->pool) return SD_OK;
     int64_t refs = 0;
     for (int32_t i = 0; i < s->n_seq; i++) {
@@ -1184,6 +1350,14 @@ int sd_session_kv_check(const sd_session *s, sd_error *err) {
     return sd_kv_pool_check(s->pool, refs, err);
 }
 
+int sd_session_kv_check(const sd_session *s, sd_error *err) {
+    int32_t v;
+    return on_ranks((sd_session *)s, kv_check_fn, NULL, &v, err);
+}
+
 size_t sd_session_kv_bytes_per_token(const sd_session *s) {
-    return 2 * (size_t)s->m->hp.n_layer * sd_kv_row_bytes(s->kv);
+    /* a group's ranks hold n_head_kv / N heads each: the row of every head */
+    const size_t row = sd_kv_row_bytes(s->kv) / (size_t)s->m->hp.n_head_kv *
+                       (size_t)sd_session_model(s)->hp.n_head_kv;
+    return 2 * (size_t)s->m->hp.n_layer * row;
 }

@@ -68,22 +68,32 @@ typedef struct sd_tp_rank sd_tp_rank;
  * hooks of rank r; r NULL (device_id 0): an ordinary session (session.c). */
 int sd_session_init_rank(const sd_model *m, const sd_session_params *p, sd_tp_rank *r,
                          int32_t device_id, sd_session **out, sd_error *err);
-/* sd_session_decode / _truncate of this session alone (not its group). */
-int sd_session_decode_rank(sd_session *s, const sd_batch *b, int32_t n_last, float *logits,
-                           sd_error *err);
-int sd_session_truncate_rank(sd_session *s, int32_t n_keep, sd_error *err);
-/* What a session asks of the group it leads: the fan-out of decode and truncate to every
- * rank, the unsharded model, and freeing the group (every rank's session, this one
- * included). The group layer (tp.c, above forward.c) passes its own functions, so forward.c
- * never names tp.c. */
+/* sd_session_decode of this session alone (not its group); parent non-NULL: a token-tree
+ * pass (sd_session_seq_decode_tree's, checked by it) over the batch's one sequence. */
+int sd_session_decode_rank(sd_session *s, const sd_batch *b, int32_t n_last, const int32_t *parent,
+                           float *logits, sd_error *err);
+/* Undo this session's last successful decode_rank: each of its sequences' runs truncated
+ * back to where it began (a group keeps its ranks in step when another rank failed). */
+void sd_session_undo_rank(sd_session *s);
+/* A call the group makes on every rank's session (its own thread's), the same call in the
+ * same order on each, so the ranks' KV pools stay in step: its status, and in *value what
+ * it answers (a count, a fingerprint), which every rank in step answers alike. */
+typedef int (*sd_session_rank_fn)(sd_session *s, void *arg, int32_t *value, sd_error *err);
+/* What a session asks of the group it leads: the fan-out of decode (and token-tree
+ * passes) and of every call that changes the KV state (each: fn on every rank; SD_OK with
+ * rank 0's *value when every rank answered alike, else the first failing rank's error, or
+ * SD_ERR_ARG "out of step" when the ranks disagree: a bug), the unsharded model, and
+ * freeing the group (every rank's session, this one included). The group layer (tp.c,
+ * above forward.c) passes its own functions, so forward.c never names tp.c. */
 typedef struct sd_session_group_ops {
-    int (*decode)(sd_tp *g, const sd_batch *b, int32_t n_last, float *logits, sd_error *err);
-    int (*truncate)(sd_tp *g, int32_t n_keep, sd_error *err);
+    int (*decode)(sd_tp *g, const sd_batch *b, int32_t n_last, const int32_t *parent, float *logits,
+                  sd_error *err);
+    int (*each)(sd_tp *g, sd_session_rank_fn fn, void *arg, int32_t *value, sd_error *err);
     const sd_model *(*model)(const sd_tp *g);
     void (*free)(sd_tp *g);
 } sd_session_group_ops;
-/* Make s (rank 0) the handle of group g: its decode / truncate / free reach every rank
- * through ops (static storage, owned by the group layer). */
+/* Make s (rank 0) the handle of group g: its decode / truncate / seq_* calls / free reach
+ * every rank through ops (static storage, owned by the group layer). */
 void sd_session_set_group(sd_session *s, sd_tp *g, const sd_session_group_ops *ops);
 
 #endif /* SD_MODEL_IMPL_H */

@@ -119,7 +119,8 @@ typedef struct sd_session_params {
      * 0 .. N-1 over NCCL; CPU: N threads simulating the ranks, n_threads shared among
      * them); -1 = every device present. n_head_kv must be divisible by N. The logits differ
      * from one device's by float reassociation of the row-parallel sums; N = 1 is
-     * bit-identical; batched == single-token passes stays bit for bit. */
+     * bit-identical; batched == single-token passes stays bit for bit. With n_seq > 0
+     * every rank pages its shard of the cache alike (the seq_* calls reach every rank). */
     int32_t n_split;
     /* Several sequences over a paged KV cache (kv/: a pool of blocks, a block table per
      * sequence, copy-on-write, a prefix cache; on a CUDA device in device memory, F32 /
@@ -159,6 +160,10 @@ void sd_session_free(sd_session *s); /* NULL accepted */
  * least one GPU), else SD_ERR_UNSUPPORTED with the backend's reason ("no CUDA device
  * found (...)", "built without CUDA"), without making a session. */
 int sd_session_device_check(sd_device dev, sd_error *err);
+/* SD_OK if p's tensor split (p->n_split) can be made on m (the shape splits that many ways,
+ * the devices are there; no split: SD_OK), else sd_session_init's error for it, without
+ * making a session. */
+int sd_session_split_check(const sd_model *m, const sd_session_params *p, sd_error *err);
 
 /*
  * A batch of tokens for one forward pass (as llama.cpp's llama_batch). Each sequence's
@@ -269,6 +274,19 @@ int sd_session_seq_tree_keep(sd_session *s, int32_t seq, int32_t pos0, const int
  * Errors: SD_ERR_ARG (bad range), SD_ERR_UNSUPPORTED (another backend, several
  * sequences or ranks, rope.scaling.attn_factor). */
 int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error *err);
+
+/* sd_session_shift for sequence seq: drop its cached positions [n_keep, n_keep +
+ * n_discard) and move the later ones down by n_discard, their keys re-rotated (the same
+ * arithmetic as sd_session_shift, so a paged sequence ends with the bits a contiguous
+ * cache's shift leaves). A paged sequence's moved rows are copied out first and written
+ * back into blocks of its own (it is cut back to n_keep, then reserved: copy-on-write of
+ * a block the prefix cache or a fork shares; transient host memory of 2 x layers x the
+ * moved rows). A contiguous cache: sd_session_shift. Errors: sd_session_shift's
+ * (SD_ERR_ARG, SD_ERR_UNSUPPORTED: another backend, tensor parallelism, released rows,
+ * rope.scaling.attn_factor; the sequence unchanged), SD_ERR_OOM (host memory: unchanged;
+ * no block left for the reserve: the sequence then holds its first n_keep positions). */
+int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_discard,
+                         sd_error *err);
 
 /* ---- several sequences (n_seq > 0: a paged KV cache) ----
  * Sequence ids are 0 .. sd_session_n_seq(s) - 1; the single-sequence functions below act

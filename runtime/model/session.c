@@ -15,6 +15,12 @@ int sd_session_init(const sd_model *m, const sd_session_params *p, sd_session **
     return sd_session_init_rank(m, p, NULL, 0, out, err);
 }
 
+int sd_session_split_check(const sd_model *m, const sd_session_params *p, sd_error *err) {
+    if (!m || !p) return sd_errorf(err, SD_ERR_ARG, "session: model or params is NULL");
+    int32_t n = 0;
+    return p->n_split != 0 ? sd_tp_check(m, p, &n, err) : SD_OK;
+}
+
 int sd_session_device_check(sd_device dev, sd_error *err) {
     int32_t n = 0;
     return dev == SD_DEVICE_CPU ? SD_OK : sd_backend_device_count(dev, &n, err);

@@ -15,7 +15,7 @@
 #define SD_TP_MAX_RANKS 64
 #define SD_TP_ALIGN     64 /* alignment of each matrix in a shard's region */
 
-enum { JOB_DECODE = 1, JOB_TRUNCATE, JOB_EXIT };
+enum { JOB_DECODE = 1, JOB_EACH, JOB_EXIT };
 
 struct sd_tp {
     const sd_model *m; /* unsharded */
@@ -34,8 +34,12 @@ struct sd_tp {
     /* the current job */
     int kind;
     const sd_batch *b;
-    int32_t n_last, n_keep;
+    int32_t n_last;
+    const int32_t *parent; /* a token tree's, or NULL */
     float *logits;
+    sd_session_rank_fn fn; /* JOB_EACH: fn(rank's session, arg, &value[r]) */
+    void *arg;
+    int32_t value[SD_TP_MAX_RANKS];
     int rc[SD_TP_MAX_RANKS];
     sd_error err[SD_TP_MAX_RANKS];
 };
@@ -188,10 +192,12 @@ static void run_job(sd_tp *g, int32_t r) {
     sd_error_clear(&g->err[r]);
     switch (g->kind) {
     case JOB_DECODE:
-        g->rc[r] = sd_session_decode_rank(g->sess[r], g->b, g->n_last, g->logits, &g->err[r]);
+        g->rc[r] =
+            sd_session_decode_rank(g->sess[r], g->b, g->n_last, g->parent, g->logits, &g->err[r]);
         break;
-    case JOB_TRUNCATE:
-        g->rc[r] = sd_session_truncate_rank(g->sess[r], g->n_keep, &g->err[r]);
+    case JOB_EACH:
+        g->value[r] = 0;
+        g->rc[r] = g->fn(g->sess[r], g->arg, &g->value[r], &g->err[r]);
         break;
     default:
         g->rc[r] = SD_OK;
@@ -249,23 +255,46 @@ static int first_error(sd_tp *g, sd_error *err) {
     return SD_OK;
 }
 
-static int tp_decode(sd_tp *g, const sd_batch *b, int32_t n_last, float *logits, sd_error *err) {
-    const int32_t n_past = sd_session_n_past(g->sess[0]);
+static int tp_decode(sd_tp *g, const sd_batch *b, int32_t n_last, const int32_t *parent,
+                     float *logits, sd_error *err) {
     g->b = b;
     g->n_last = n_last;
+    g->parent = parent;
     g->logits = logits;
     run_all(g, JOB_DECODE);
+    g->b = NULL;
+    g->parent = NULL;
     int rc = first_error(g, err);
     if (rc != SD_OK) /* keep the ranks in step: undo the ranks that succeeded */
         for (int32_t r = 0; r < g->n; r++)
-            if (g->rc[r] == SD_OK) sd_session_truncate_rank(g->sess[r], n_past, NULL);
+            if (g->rc[r] == SD_OK) sd_session_undo_rank(g->sess[r]);
     return rc;
 }
 
-static int tp_truncate(sd_tp *g, int32_t n_keep, sd_error *err) {
-    g->n_keep = n_keep;
-    run_all(g, JOB_TRUNCATE);
-    return first_error(g, err);
+/* fn on every rank. The ranks must agree on its status and its value (their pools in
+ * step): a rank failing alone (a device error) is reported as its error; ranks that succeed
+ * with different answers are a bug, reported by name. */
+static int tp_each(sd_tp *g, sd_session_rank_fn fn, void *arg, int32_t *value, sd_error *err) {
+    g->fn = fn;
+    g->arg = arg;
+    run_all(g, JOB_EACH);
+    g->fn = NULL;
+    g->arg = NULL;
+    *value = g->value[0];
+    for (int32_t r = 1; r < g->n; r++) {
+        if (g->rc[r] != g->rc[0]) {
+            const int rc = first_error(g, err);
+            return sd_error_prefix(err, rc, "tensor split %d: ranks out of step", g->n);
+        }
+        if (g->rc[0] == SD_OK && g->value[r] != g->value[0]) {
+            SD_CHECK(0, "tensor-parallel ranks out of step");
+            return sd_errorf(err, SD_ERR_ARG,
+                             "tensor split %d: ranks out of step: rank %d answered %d, rank 0 %d",
+                             g->n, r, g->value[r], g->value[0]);
+        }
+    }
+    if (g->rc[0] != SD_OK && err) *err = g->err[0]; /* every rank failed alike */
+    return g->rc[0];
 }
 
 static const sd_model *tp_model(const sd_tp *g) {
@@ -295,12 +324,11 @@ static void tp_free(sd_tp *g) {
 }
 
 /* What rank 0's session (the group's handle) calls for the whole group. */
-static const sd_session_group_ops group_ops = {tp_decode, tp_truncate, tp_model, tp_free};
+static const sd_session_group_ops group_ops = {tp_decode, tp_each, tp_model, tp_free};
 
-int sd_tp_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
-                       sd_error *err) {
-    *out = NULL;
+int sd_tp_check(const sd_model *m, const sd_session_params *p, int32_t *n_ranks, sd_error *err) {
     int32_t n = p->n_split;
+    *n_ranks = 0;
     if (n < 0) { /* every device present */
         int rc = sd_backend_device_count(p->device, &n, err);
         if (rc) return sd_error_prefix(err, rc, "%s: tensor split over every device", m->path);
@@ -313,6 +341,16 @@ int sd_tp_session_init(const sd_model *m, const sd_session_params *p, sd_session
     if (p->device != SD_DEVICE_CPU && n_dev < n)
         return sd_errorf(err, SD_ERR_UNSUPPORTED, "%s: tensor split %d: only %d %s devices",
                          m->path, n, n_dev, sd_device_name(p->device));
+    *n_ranks = n;
+    return SD_OK;
+}
+
+int sd_tp_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
+                       sd_error *err) {
+    *out = NULL;
+    int32_t n = 0;
+    int rc = sd_tp_check(m, p, &n, err);
+    if (rc) return rc;
     sd_tp *g = calloc(1, sizeof *g);
     if (!g) return sd_errorf(err, SD_ERR_OOM, "tensor split: out of memory");
     g->m = m;

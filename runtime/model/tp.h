@@ -13,8 +13,11 @@
  * host region per rank, then placed on the rank's backend as usual) with four hooks
  * (tp_rank.c, below forward.c): sd_tp_embed, sd_tp_allreduce (twice per layer),
  * sd_tp_output. The user's handle is rank 0's session; the group (tp.c, above forward.c)
- * gives it the fan-out of decode and truncate to every rank (sd_session_group_ops), so the
- * forward pass never calls the group.
+ * gives it the fan-out to every rank (sd_session_group_ops) of decode, token-tree passes and
+ * every call that changes the KV state (truncate, the seq_* calls: fork, prefix attach and
+ * store, tree keep, cache clear), so the forward pass never calls the group. A paged
+ * session (n_seq > 0) pages every rank's cache alike: each rank's pool sees the same calls
+ * in the same order, so their blocks stay in step (what each rank answers is compared).
  *
  * Numerics: every column-parallel output and the embedding are bit-identical to the
  * unsharded pass; each row-parallel output is the sum of N partial dot products in rank
@@ -46,13 +49,17 @@ typedef struct sd_tp_rank {
 } sd_tp_rank;
 
 /* sd_session_init for p->n_split != 0 (session.c): the returned session is rank 0's, the
- * group's handle; its decode and truncate fan out to every rank (rank 0 on the calling
- * thread; on error every rank is left as it was before the call), its free frees every
+ * group's handle; its decode and KV calls fan out to every rank (rank 0 on the calling
+ * thread; a failed decode leaves every rank as it was before the call), its free frees every
  * rank's session, the shards and the threads. Errors: SD_ERR_ARG (a split the model's shape
  * does not allow, with the reason), SD_ERR_UNSUPPORTED (fewer devices than ranks, NCCL
  * missing), and sd_session_init's. */
 int sd_tp_session_init(const sd_model *m, const sd_session_params *p, sd_session **out,
                        sd_error *err);
+/* What sd_tp_session_init checks before it makes anything: the split the model's shape
+ * allows and the devices it needs; *n_ranks: the ranks (p->n_split, or every device's for
+ * -1). Its errors. */
+int sd_tp_check(const sd_model *m, const sd_session_params *p, int32_t *n_ranks, sd_error *err);
 
 /* ---- hooks of a rank's forward pass (forward.c), in tp_rank.c ---- */
 

@@ -1,7 +1,9 @@
 /*
- * runtime/backend/cuda/backend.cu: the CUDA backend's ops table, memory, errors, init, and
- * the module's entry (sd_cuda_module_v1). Op entries are in ops.cu, how records run (fusing,
- * graphs) in graph.cu, kernels in one file per op (see cuda_impl.cuh).
+ * runtime/backend/cuda/backend.cu: the CUDA backend's ops table, memory, init, and the
+ * module's entry (sd_cuda_module_v1). Op entries are in ops.cu, how records run (fusing,
+ * graphs) in graph.cu, kernels in one file per op (see cuda_impl.cuh), error recording in
+ * status.cu (under every other file), the stream wait in comm.cu. The files call downwards
+ * only: status.cu, the kernels, graph.cu, comm.cu and ops.cu, backend.cu.
  *
  * Memory: every buffer is cudaMalloc'd device memory with SD_CU_PAD bytes after it, zeroed
  * on allocation. Weights are uploaded once (buffer_from_host copies host[0 .. bytes) into a
@@ -31,66 +33,7 @@
 #define SD_CUDA_BUILD_DESC "nvcc"
 #endif
 
-/* ---- errors ---- */
-
-void sd_cu_failf(sd_cuda_backend *c, sd_status st, const char *fmt, ...) {
-    if (c->failed) return;
-    char msg[SD_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    c->failed = 1;
-    sd_errorf(&c->err, st, "cuda backend (device %d, %s): %s", c->device, c->gpu_name, msg);
-}
-
-static sd_status status_of(cudaError_t e) {
-    return e == cudaErrorMemoryAllocation ? SD_ERR_OOM : SD_ERR_IO;
-}
-
-int sd_cu_check(sd_cuda_backend *c, cudaError_t e, const char *op, const char *call) {
-    if (e == cudaSuccess) return 1;
-    sd_cu_failf(c, status_of(e), "%s: %s failed: %s (%s)", op, call, cudaGetErrorString(e),
-                cudaGetErrorName(e));
-    cudaGetLastError(); /* a non-sticky error must not be reported again by the next launch */
-    return 0;
-}
-
-int sd_cu_launched(sd_cuda_backend *c, const char *op, const char *kernel) {
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) {
-        sd_cu_failf(c, status_of(e), "%s: launch of %s failed: %s (%s)", op, kernel,
-                    cudaGetErrorString(e), cudaGetErrorName(e));
-        return 0;
-    }
-    if (c->sync_each && !c->exec_par) {
-        e = cudaStreamSynchronize(c->stream);
-        if (e != cudaSuccess) {
-            sd_cu_failf(c, status_of(e), "%s: kernel %s failed: %s (%s)", op, kernel,
-                        cudaGetErrorString(e), cudaGetErrorName(e));
-            return 0;
-        }
-    }
-    return 1;
-}
-
-#ifdef SD_HAVE_CUBLAS
-int sd_cu_blas_check(sd_cuda_backend *c, cublasStatus_t s, const char *op, const char *call) {
-    if (s == CUBLAS_STATUS_SUCCESS) return 1;
-    sd_cu_failf(c, s == CUBLAS_STATUS_ALLOC_FAILED ? SD_ERR_OOM : SD_ERR_IO,
-                "%s: %s failed: %s (%s)", op, call, cublasGetStatusString(s),
-                cublasGetStatusName(s));
-    return 0;
-}
-#endif
-
-int sd_cu_enter(sd_cuda_backend *c) {
-    if (c->failed) return 0;
-    int cur = -1;
-    if (cudaGetDevice(&cur) != cudaSuccess || cur != c->device)
-        return sd_cu_check(c, cudaSetDevice(c->device), "op", "cudaSetDevice");
-    return 1;
-}
+/* ---- errors (recorded by status.cu) ---- */
 
 /* Hand the pending error (if any) to err and clear it. */
 static int take_error(sd_cuda_backend *c, sd_error *err) {
@@ -100,31 +43,6 @@ static int take_error(sd_cuda_backend *c, sd_error *err) {
     c->failed = 0;
     sd_error_clear(&c->err);
     return st;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int sd_cu_wait(sd_cuda_backend *c, const char *op) {
-    if (!c->comm)
-        return sd_cu_check(c, cudaStreamSynchronize(c->stream), op, "cudaStreamSynchronize");
-    /* A rank: poll, so that a peer's failure (its kernels or NCCL's) aborts the
-     * communicator instead of leaving this stream waiting in an all-gather forever. */
-    const double t0 = now_s();
-    for (;;) {
-        const cudaError_t e = cudaStreamQuery(c->stream);
-        if (e == cudaSuccess) return sd_cu_comm_poll(c, 0.0) == 0;
-        if (e != cudaErrorNotReady) {
-            sd_cu_check(c, e, op, "cudaStreamQuery");
-            sd_cu_comm_poll(c, -1.0); /* this rank failed: the others must not wait for it */
-            return 0;
-        }
-        if (sd_cu_comm_poll(c, now_s() - t0)) return 0;
-        usleep(20);
-    }
 }
 
 /* ---- memory ---- */

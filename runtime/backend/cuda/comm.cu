@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "runtime/backend/cuda/cuda_impl.cuh"
 
@@ -256,4 +258,31 @@ int sd_comm_cuda_init(sd_backend *const *bes, int32_t n, int64_t max_elems, sd_c
 #endif
     *out = &cc->base;
     return SD_OK;
+}
+
+/* ---- the stream wait (moved from backend.cu: it polls the communicator) ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int sd_cu_wait(sd_cuda_backend *c, const char *op) {
+    if (!c->comm)
+        return sd_cu_check(c, cudaStreamSynchronize(c->stream), op, "cudaStreamSynchronize");
+    /* A rank: poll, so that a peer's failure (its kernels or NCCL's) aborts the
+     * communicator instead of leaving this stream waiting in an all-gather forever. */
+    const double t0 = now_s();
+    for (;;) {
+        const cudaError_t e = cudaStreamQuery(c->stream);
+        if (e == cudaSuccess) return sd_cu_comm_poll(c, 0.0) == 0;
+        if (e != cudaErrorNotReady) {
+            sd_cu_check(c, e, op, "cudaStreamQuery");
+            sd_cu_comm_poll(c, -1.0); /* this rank failed: the others must not wait for it */
+            return 0;
+        }
+        if (sd_cu_comm_poll(c, now_s() - t0)) return 0;
+        usleep(20);
+    }
 }

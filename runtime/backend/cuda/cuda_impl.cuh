@@ -323,7 +323,7 @@ static inline sd_cuda_backend *sd_cu_of(sd_backend *be) {
     return (sd_cuda_backend *)be;
 }
 
-/* ---- errors (backend.cu) ---- */
+/* ---- errors (status.cu) ---- */
 
 /* Record err (the first one only) with printf-style detail; st as sd_status. */
 void sd_cu_failf(sd_cuda_backend *c, sd_status st, const char *fmt, ...)
@@ -341,15 +341,15 @@ int sd_cu_blas_check(sd_cuda_backend *c, cublasStatus_t s, const char *op, const
 int sd_cu_enter(sd_cuda_backend *c);
 
 /* Stop running steps as graphs (for good): the ranks of a multi-GPU communicator (NCCL
- * calls stay outside graphs). backend.cu. */
+ * calls stay outside graphs). graph.cu. */
 void sd_cu_graphs_off(sd_cuda_backend *c);
 /* Launch what the fusing window holds and end a graph step (running its records), so that
  * work issued on the stream from outside the ops table (NCCL) comes after every op called
- * so far. backend.cu. */
+ * so far. graph.cu. */
 void sd_cu_flush(sd_cuda_backend *c);
 /* Wait until the stream has run everything queued (returns 1), recording a failure of the
  * stream, or (a rank of a communicator) of the communicator, instead of hanging on a peer
- * that will never arrive. backend.cu. */
+ * that will never arrive. comm.cu. */
 int sd_cu_wait(sd_cuda_backend *c, const char *op);
 
 /* graph.cu: the execution of records (see the top of that file). */
