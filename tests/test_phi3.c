@@ -10,6 +10,8 @@
  *     the window of 4 the file names, and beyond the original context of 16), and with a
  *     context of 16 (the short factors) over 16;
  *   - one token at a time gives the batched logits bit for bit, and so does a paged cache;
+ *   - a token tree's path rows give the batched logits bit for bit
+ *     (the tree pass applies the LongRoPE attn_factor as the chain pass does);
  *   - two tensor-parallel ranks give the one-device logits within 1e-5;
  *   - greedy speculative decoding with a phi3 draft equals target-alone decoding for
  *     K = 1..6;
@@ -83,6 +85,40 @@ Test(phi3, single_steps_and_paged_cache_give_the_batched_bits) {
     free(batched);
     free(steps);
     free(paged);
+    sd_model_free(m);
+}
+
+Test(phi3, a_tree_pass_gives_the_batched_bits) {
+    ah_make_files();
+    sd_model *m = ah_load("phi3-target.gguf");
+    const int32_t nv = sd_model_hparams(m)->n_vocab, n = g_ah.n_tokens - 5;
+    cr_assert(n > 2 && n <= SD_MAX_TREE, "%d tree rows", n);
+    float *batched = ah_forward(m, 0, 0, 0, 64);
+    sd_session_params sp = sd_session_default_params();
+    sp.n_ctx = 64;
+    sp.n_batch = 16;
+    sp.n_threads = 1;
+    sd_session *s = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_session_init(m, &sp, &s, &err), SD_OK, "%s", err.msg);
+    int32_t parent[SD_MAX_TREE];
+    /* a chain with one more leaf beside its last row (a tree: a pure chain would take the
+     * chain's path), the chain's rows compared */
+    for (int32_t i = 0; i < n; i++)
+        parent[i] = i - 1;
+    parent[n - 1] = n - 3;
+    float *tree = malloc((size_t)n * nv * sizeof(float));
+    cr_assert(tree);
+    cr_assert_eq(sd_session_eval(s, g_ah.tokens, 5, NULL, 0, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_decode_tree(s, g_ah.tokens + 5, parent, n, tree, &err), SD_OK, "%s",
+                 err.msg);
+    for (int32_t i = 0; i < n - 1; i++)
+        cr_expect(memcmp(tree + (size_t)i * nv, batched + (size_t)(5 + i) * nv,
+                         (size_t)nv * sizeof(float)) == 0,
+                  "tree row %d differs from the batched pass's position %d", i, 5 + i);
+    free(tree);
+    free(batched);
+    sd_session_free(s);
     sd_model_free(m);
 }
 

@@ -659,6 +659,10 @@ static void run_layers(sd_session *s, int32_t n) {
                     op->rope(be, k + (size_t)i * kv_dim, 1, s->tree_pos[i], hp->n_head_kv,
                              hp->head_dim, rope);
                 }
+                if (hp->rope_attn_factor != 1.0f) { /* LongRoPE, as a chain's rows */
+                    op->scale(be, q, hp->rope_attn_factor, (int64_t)g->n * q_dim);
+                    op->scale(be, k, hp->rope_attn_factor, (int64_t)g->n * kv_dim);
+                }
                 op->kv_store(be, kv, l, g->pos0, g->n, kv_dim, k, v);
                 op->attention_tree(be, q, kv, l, g->pos0, g->n, g->parent, hp->n_head,
                                    hp->n_head_kv, hp->head_dim, att);
@@ -960,8 +964,8 @@ static int tree_ok(const sd_session *s, sd_error *err) {
                          "%s: the %s backend has no tree attention: token trees run on the cpu "
                          "backend (use a chain: no --draft-tree)",
                          s->m->path, sd_device_name(s->be->device));
-    const int32_t win = s->m->hp.sliding_window;
-    if (win > 0 && s->n_ctx > win)
+    const int32_t win = s->m->hp.sliding_window; /* a window no layer uses (phi3) is none */
+    if (win > 0 && s->m->hp.n_swa_layers > 0 && s->n_ctx > win)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: token trees with a sliding window (%d) are not supported", s->m->path,
                          win);
