@@ -44,7 +44,7 @@ import json, os, re, shlex, subprocess, sys, time
 
 args = sys.argv[1:]
 opt = dict(configs=[], threads=None, k=None, n=128, prompt="Once upon a time", rounds=2, reps=5,
-           pos=128, roof_mib=2048, peers=[], no_peer=False,
+           pos=128, roof_mib=2048, peers=[], peer_builds=[], no_peer=False,
            json="build-release/vs/vs_llamacpp.json", quick=False)
 i = 0
 def need():
@@ -66,6 +66,7 @@ while i < len(args):
     elif a == "--roof-mib": opt["roof_mib"] = int(need())
     elif a == "--peer": opt["peers"].append(need())
     elif a == "--no-peer": opt["no_peer"] = True
+    elif a == "--peer-build": opt["peer_builds"].append(need())
     elif a == "--json": opt["json"] = need()
     elif a == "--quick": opt["quick"] = True
     elif a in ("-h", "--help"):
@@ -141,6 +142,8 @@ if not opt["no_peer"]:
         for b in env.get("PEER_BUILDS", "").split():
             binp, smoke = env.get(f"PEER_{b.upper()}_BIN"), env.get(f"PEER_{b.upper()}_SMOKE")
             name = f"{commit or os.path.basename(pdir)}-{b}"
+            if opt["peer_builds"] and b not in opt["peer_builds"]:
+                continue
             if smoke == "ok" and binp and os.access(os.path.join(binp, "llama-bench"), os.X_OK):
                 builds.append({"name": name, "bin": binp, "smoke": smoke, "commit": commit})
             else:
@@ -389,6 +392,7 @@ for p in pairs_out:
     p["ratios"] = rat
 
 result = {"machine": {"cpu": cpu, "isa": isa, "cores": ncores, "threads": opt["threads"],
+                      "sd_kernels": os.environ.get("SD_KERNELS") or "auto",
                       "loadavg": open("/proc/loadavg").read().split()[:3]},
           "peer": peer, "roof": roof,
           "params": {k2: opt[k2] for k2 in ("n", "prompt", "rounds", "reps", "pos", "roof_mib")},
@@ -401,6 +405,9 @@ def f(x, fmt="{:.2f}"):
     return fmt.format(x) if isinstance(x, (int, float)) else "-"
 print(f"{cpu} ({', '.join(isa)}), {ncores} cores; roof {f(roof['t1_gbps'])} GB/s at 1 thread, "
       f"{f(roof['tn_gbps'])} GB/s at {tmax} ({roof['kernel']} loads, {opt['roof_mib']} MiB)")
+print(f"specdec kernel set: SD_KERNELS={os.environ.get('SD_KERNELS') or 'auto'}"
+      + (" (the stand-in for an AVX2-only CPU)" if os.environ.get("SD_KERNELS") == "avx2"
+         and "avx512f" in flags else ""))
 if peer:
     print(f"peer: llama.cpp {peer['llama_cpp_commit']} (llama-cpp-python "
           f"{peer['llama_cpp_python']}), builds {', '.join(b['name'] for b in peer['builds'])}")

@@ -16,10 +16,12 @@
  *     contract survives the split), so greedy speculative == target alone when sharded;
  *   - a split the shape does not allow (n_head_kv not divisible by N) is refused, named;
  *   - paged rank sessions (several sequences): every call that changes the KV state (a
- *     mixed batch, truncate, fork, prefix store / attach / clear, a token tree and its keep)
- *     leaves the split session's pool exactly as an unsplit paged session's (same
- *     positions, free and cached blocks; sd_session_kv_check compares every rank's pool
- *     with rank 0's), with logits within the bounds above (bit for bit for N = 1);
+ *     mixed batch, truncate, fork, prefix store / attach / clear, a token tree and its keep,
+ *     a context shift: every rank re-rotates its own heads' keys) leaves the split session's pool
+ * exactly as an unsplit paged session's (same positions, free and cached blocks;
+ * sd_session_kv_check compares every rank's pool with rank 0's), with logits within the bounds
+ * above (bit for bit for N = 1); a pass the full pool cannot hold fails with the unsplit session's
+ * status and changes nothing on any rank;
  *   - the batcher on a split target (sd_engine_generate's one slot, N = 2, 3, 4, K = 1 and
  *     6; several requests at once with a prefix-cache hit): greedy speculative text (the
  *     LLM draft) equals the split target alone
@@ -295,6 +297,18 @@ Test(tp, paged_ranks_stay_in_step) {
         cr_assert_eq(sd_session_decode(u, &b, ref, &err), SD_OK, "%s", err.msg);
         close_rows("after a fork", n, got, ref, 1, nv, 1e-5);
         same_pool("a write after a fork", n, s, u);
+        /* A context shift of sequence 2 (7 positions: keep 1, drop 2; every rank re-rotates
+         * its own heads' keys), then a pass reading the shifted keys. */
+        cr_assert_eq(sd_session_seq_n_past(u, 2), 7);
+        cr_assert_eq(sd_session_seq_shift(s, 2, 1, 2, &err), SD_OK, "split %d: %s", n, err.msg);
+        cr_assert_eq(sd_session_seq_shift(u, 2, 1, 2, &err), SD_OK, "%s", err.msg);
+        same_pool("a context shift", n, s, u);
+        const int32_t t3 = 44, s3 = 2;
+        b = sd_batch_of(&t3, 1);
+        b.seq_id = &s3;
+        cr_assert_eq(sd_session_decode(s, &b, got, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_decode(u, &b, ref, &err), SD_OK, "%s", err.msg);
+        close_rows("after a context shift", n, got, ref, 1, nv, 1e-5);
         /* A token tree on sequence 1 (root, two children, a grandchild), keep one path. */
         const int32_t tt[4] = {5, 90, 91, 250}, par[4] = {-1, 0, 0, 1}, keep[2] = {0, 1};
         cr_assert_eq(sd_session_seq_decode_tree(s, 1, tt, par, 4, got, &err), SD_OK, "%s", err.msg);
@@ -328,6 +342,37 @@ Test(tp, paged_ranks_stay_in_step) {
             sd_session_kv_clear_cache(x);
         }
         same_pool("clearing", n, s, u);
+        /* Fill the pool (sequences 0 and 1: 64 positions, 16 blocks each; sequence 2: 32
+         * positions, 8 blocks: all 40), then a pass that needs a 41st block fails alike on
+         * every rank and leaves every rank as it was. */
+        int32_t fill[32];
+        for (int i = 0; i < 32; i++)
+            fill[i] = (i * 37 + 5) % nv;
+        for (int32_t q = 0; q < PG_SEQ; q++)
+            for (int rep = 0; rep < (q < 2 ? 2 : 1); rep++) {
+                int32_t sq[32];
+                for (int i = 0; i < 32; i++)
+                    sq[i] = q;
+                b = sd_batch_of(fill, 32);
+                b.seq_id = sq;
+                cr_assert_eq(sd_session_decode(s, &b, got, &err), SD_OK, "%s", err.msg);
+                cr_assert_eq(sd_session_decode(u, &b, ref, &err), SD_OK, "%s", err.msg);
+            }
+        close_rows("a full pool", n, got, ref, 1, nv, 1e-5);
+        same_pool("filling the pool", n, s, u);
+        cr_assert_eq(sd_session_kv_available(s), 0);
+        const int32_t one = 7, two = 2;
+        b = sd_batch_of(&one, 1);
+        b.seq_id = &two;
+        const int rs = sd_session_decode(s, &b, got, &err),
+                  ru = sd_session_decode(u, &b, ref, &err);
+        cr_assert_neq(ru, SD_OK, "a 41st block");
+        cr_assert_eq(rs, ru, "split %d: status %d, unsplit %d", n, rs, ru);
+        same_pool("a pass the pool cannot hold", n, s, u);
+        for (sd_session *x = s; x; x = x == s ? u : NULL)
+            for (int32_t q = 0; q < PG_SEQ; q++)
+                cr_assert_eq(sd_session_seq_truncate(x, q, 0, &err), SD_OK, "%s", err.msg);
+        same_pool("emptying", n, s, u);
         sd_kv_pool_stats st;
         sd_session_kv_stats(s, &st);
         cr_assert_eq(st.n_free, st.n_blocks, "every block is free again");

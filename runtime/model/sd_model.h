@@ -252,6 +252,17 @@ int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *
                            float *logits, sd_error *err);
 int sd_session_seq_decode_tree(sd_session *s, int32_t seq, const int32_t *tokens,
                                const int32_t *parent, int32_t n, float *logits, sd_error *err);
+/* sd_session_decode with token trees among the batch's runs (the batcher's one pass: the
+ * chain rows of some sequences and the trees of others): parent int32 [b->n_tokens], each
+ * row's parent in its sequence's run (an index into the run, below the row's own; -1: the
+ * run's first row, the one after the cache). A run whose every row's parent is the row
+ * before it is a chain (sd_session_decode's arithmetic); any other run is a token tree of
+ * at most SD_MAX_TREE nodes (sd_session_seq_decode_tree's arithmetic: its logits and K/V
+ * rows bit-identical to a tree pass of its own). parent NULL: sd_session_decode. Errors:
+ * sd_session_decode's and sd_session_seq_decode_tree's; on error the session is
+ * unchanged. */
+int sd_session_decode_trees(sd_session *s, const sd_batch *b, const int32_t *parent, float *logits,
+                            sd_error *err);
 /* After a tree pass at slot pos0 (its n_past then): keep the nodes nodes[0 .. n_keep)
  * (ascending, nodes[j] >= j; a path of the tree, root first) at slots pos0 .. pos0 + n_keep
  * - 1, their K/V rows and token ids copied there, and drop every other row (the cache then
@@ -281,10 +292,12 @@ int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error 
  * cache's shift leaves). A paged sequence's moved rows are copied out first and written
  * back into blocks of its own (it is cut back to n_keep, then reserved: copy-on-write of
  * a block the prefix cache or a fork shares; transient host memory of 2 x layers x the
- * moved rows). A contiguous cache: sd_session_shift. Errors: sd_session_shift's
- * (SD_ERR_ARG, SD_ERR_UNSUPPORTED: another backend, tensor parallelism, released rows,
- * rope.scaling.attn_factor; the sequence unchanged), SD_ERR_OOM (host memory: unchanged;
- * no block left for the reserve: the sequence then holds its first n_keep positions). */
+ * moved rows). A tensor-parallel group's paged sequence: every rank shifts its own KV
+ * heads. A contiguous cache: sd_session_shift. Errors: sd_session_shift's (SD_ERR_ARG,
+ * SD_ERR_UNSUPPORTED: another backend, tensor parallelism on a contiguous cache, released
+ * rows, rope.scaling.attn_factor; the sequence unchanged), SD_ERR_OOM (host memory:
+ * unchanged; no block left for the reserve: the sequence then holds its first n_keep
+ * positions). */
 int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_discard,
                          sd_error *err);
 
@@ -389,7 +402,8 @@ int sd_session_sync(sd_session *s, const int32_t *ctx, int32_t n, sd_error *err)
 /*
  * Roll back to the longest common prefix of the cached tokens and ctx[0 .. n) without
  * evaluating anything: the KV commit after a verification step (rejected draft tokens
- * leave the cache). Returns the number of positions kept. Cannot fail.
+ * leave the cache). Returns the number of positions kept. Cannot fail. Sequence 0's
+ * sd_session_seq_keep_prefix (one rule for both).
  */
 int32_t sd_session_keep_prefix(sd_session *s, const int32_t *ctx, int32_t n);
 

@@ -1,20 +1,10 @@
 /* Keeping a session's KV cache in step with a committed context. */
 #include "runtime/model/sd_model.h"
 
+/* Sequence 0's longest common prefix: the one rule (forward.c's sd_session_seq_keep_prefix,
+ * which the batcher uses for every sequence). */
 int32_t sd_session_keep_prefix(sd_session *s, const int32_t *ctx, int32_t n) {
-    const int32_t *cached = sd_session_tokens(s);
-    const int32_t n_cached = sd_session_n_past(s);
-    int32_t keep = 0;
-    while (keep < n_cached && keep < n && cached[keep] == ctx[keep])
-        keep++;
-    keep = sd_session_seq_keep_floor(s, 0, keep);
-    if (keep < n_cached) {
-        /* keep <= n_past, so truncation cannot fail. */
-        int rc = sd_session_truncate(s, keep, NULL);
-        SD_CHECK(rc == SD_OK, "truncate to a shorter prefix failed");
-        (void)rc;
-    }
-    return keep;
+    return sd_session_seq_keep_prefix(s, 0, ctx, n);
 }
 
 int sd_session_sync(sd_session *s, const int32_t *ctx, int32_t n, sd_error *err) {
