@@ -3,17 +3,26 @@
 
 usage: python3 scripts/agent_loop.py (--url http://127.0.0.1:8080 | --serve "SERVE ARGS")
            [-f scripts/prompts/agent-loop.txt] [--max-tokens 256] [--draft-type T]
-           [--compare EARLIER.json] [--json OUT.json] [--pid SERVER_PID]
+           [--compare EARLIER.json] [--json OUT.json] [--pid SERVER_PID] [--history]
 
 Sends the turns of the prompt file (one a line, '# category:' lines skipped, \\n escapes
 processed) in order as greedy chat completions (temperature 0, seed 1), each after the
 previous one has finished, as an agent that edits the same file would; --draft-type sets
-the request's draft_type (specdec). Prints one JSON object (also written to --json):
+the request's draft_type (specdec). --history: each turn's request carries the earlier
+turns (their user messages and the answers as the server returned them) before its own,
+as a chat agent keeps its conversation, and the turns after the first send only their
+instruction (the line's last paragraph: the file is the previous answer, already in the
+conversation), so each prompt starts with the previous turn's prompt and answer (what the
+server's prefix cache can reuse) and the answer copies the previous answer. Prints one JSON
+object (also written to --json):
   wall_s            the sum of the turns' wall times (request sent -> response read)
   tokens            completion tokens of all turns; tok_s: tokens / wall_s
   drafted, accepted, passes   specdec's per-request "speculative" statistics, summed
                     (passes: target passes); tok_per_pass: tokens / passes
-  turns             per turn: tokens, wall_s, drafted, accepted, text
+  turns             per turn: tokens, wall_s, drafted, accepted, text, prompt_tokens,
+                    cached_tokens (usage.prompt_tokens_details: the positions the prefix
+                    cache gave), prompt_ms (the server's timings, where it sends them)
+  prompt_tokens, cached_tokens, prompt_ms   summed over the turns
   equal             with --compare: the number of turns whose text equals the same turn's
                     text in the earlier output (e.g. the same server without drafting)
   server_cpu_s      with --pid: the server process's CPU time (user + system) over the
@@ -48,6 +57,7 @@ ap.add_argument("--compare", default="")
 ap.add_argument("--json", default="")
 ap.add_argument("--timeout", type=float, default=600.0)
 ap.add_argument("--pid", type=int, default=0)
+ap.add_argument("--history", action="store_true")
 args = ap.parse_args()
 if bool(args.url) == bool(args.serve):
     sys.exit("agent_loop.py: give --url or --serve")
@@ -85,10 +95,15 @@ turns = [t.encode("utf-8").decode("unicode_escape").encode("latin-1").decode("ut
          for t in turns]
 
 out = {"wall_s": 0.0, "tokens": 0, "drafted": 0, "accepted": 0, "passes": 0, "turns": [],
+       "prompt_tokens": 0, "cached_tokens": 0, "prompt_ms": 0.0, "history": args.history,
        "load": [os.getloadavg()[0]]}
+history = []
 cpu0 = cpu_s(args.pid)
 for t in turns:
-    body = {"messages": [{"role": "user", "content": t}], "max_tokens": args.max_tokens,
+    if args.history and history:
+        t = t.rsplit("\n\n", 1)[-1]
+    msgs = history + [{"role": "user", "content": t}]
+    body = {"messages": msgs, "max_tokens": args.max_tokens,
             "temperature": 0, "seed": 1, "stream": False}
     if args.draft_type:
         body["draft_type"] = args.draft_type
@@ -106,10 +121,18 @@ for t in turns:
         sys.exit(f"agent_loop.py: status {resp.status}: {data[:300]!r}")
     j = json.loads(data)
     sp = j.get("speculative") or {}
-    rec = {"tokens": (j.get("usage") or {}).get("completion_tokens", 0), "wall_s": wall,
+    usage = j.get("usage") or {}
+    rec = {"tokens": usage.get("completion_tokens", 0), "wall_s": wall,
            "drafted": sp.get("drafted", 0), "accepted": sp.get("accepted", 0),
            "passes": sp.get("target_passes", 0), "server_cpu_s": cpu,
+           "prompt_tokens": usage.get("prompt_tokens", 0),
+           "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+           "prompt_ms": (j.get("timings") or {}).get("prompt_ms", 0.0),
            "text": j["choices"][0]["message"]["content"]}
+    if args.history:
+        history = msgs + [{"role": "assistant", "content": rec["text"]}]
+    for k in ("prompt_tokens", "cached_tokens", "prompt_ms"):
+        out[k] += rec[k]
     out["turns"].append(rec)
     out["wall_s"] += wall
     out["tokens"] += rec["tokens"]

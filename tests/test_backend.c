@@ -863,7 +863,8 @@ Test(backend, cpu_elementwise_norm_rope_softmax) {
 
 /* Attention of every kernel level this CPU runs, for F32 and F16 caches, head sizes that
  * exercise every chunk width (8: one 8-lane chunk; 24: 16 + 8; 64: 4 x 16; 37: 2 x 16 +
- * a scalar tail of 5; 3: scalar only) and GQA groups of 1, 2, 8 and 12 (two head blocks):
+ * a scalar tail of 5; 3: scalar only; 16, 48, 128) and GQA groups of 1, 2, 3, 5, 6, 7, 8
+ * and 12 (two head blocks):
  * against a float64 reference computed from the values the cache holds (rounded to
  * binary16 for F16), within 1e-5 relative (max norm); a query alone == its row in the
  * batch (memcmp); 2 threads == 1 thread (memcmp); every level == the scalar level
@@ -967,9 +968,11 @@ static void check_attention(const char *kname, sd_type kv_type, int32_t n_head, 
 
 static void attention_level(const char *level) {
     setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
-    const int32_t shapes[][3] = {/* n_head, n_head_kv, head_dim */
-                                 {4, 2, 8},   {4, 4, 8},  {8, 1, 24}, {24, 2, 24},
-                                 {16, 2, 64}, {4, 1, 37}, {2, 2, 3}};
+    /* n_head, n_head_kv, head_dim; the last four: groups of 6 (hd 128), 7, 5, 3 (AVX2
+     * keeps <= 6 heads in registers: 7 runs as 4 + 3) */
+    const int32_t shapes[][3] = {{4, 2, 8},   {4, 4, 8},   {8, 1, 24}, {24, 2, 24},
+                                 {16, 2, 64}, {4, 1, 37},  {2, 2, 3},  {12, 2, 128},
+                                 {14, 2, 64}, {10, 2, 48}, {3, 1, 16}};
     sd_backend *probe = cpu_backend(1);
     const int ok = sd_backend_cpu_set_kernels(probe, level) == 0;
     cr_expect_eq(sd_backend_cpu_set_kernels(probe, "sse9"), -1);

@@ -25,7 +25,7 @@
 #include "runtime/engine/sd_engine.h"
 #include "testutil.h"
 
-static char g_dir[256], g_t[512];
+static char g_dir[256], g_t[512], g_d[512];
 
 static void setup(void) {
     cr_assert_eq(tu_mkdtemp(g_dir, sizeof g_dir), 0);
@@ -33,6 +33,9 @@ static void setup(void) {
     s.n_layer = 1;
     s.n_ctx = 1024;
     cr_assert_eq(tu_make_llama(tu_path(g_t, sizeof g_t, g_dir, "t.gguf"), &s), 0);
+    s.noise = 0.7f; /* a draft near the target: turns accept 2 .. 9 of 9 .. 24 drafts */
+    s.noise_seed = 9;
+    cr_assert_eq(tu_make_llama(tu_path(g_d, sizeof g_d, g_dir, "d.gguf"), &s), 0);
 }
 static void teardown(void) {
     tu_rmdir(g_dir);
@@ -70,19 +73,25 @@ static void rec_free(turn_rec *r) {
         free(r->conv[t]);
 }
 
-static sd_engine *open_engine(void) {
+static sd_engine *open_engine_with(const char *draft) {
     sd_engine_params ep = sd_engine_default_params();
     ep.target = g_t;
+    ep.draft = draft;
     ep.n_ctx = N_CTX;
     ep.n_threads = 1;
     ep.kv_type = SD_TYPE_F32;
     ep.gen.samp.temp = 0.0f;
-    ep.gen.n_draft = 0;
-    ep.gen.draft_type = SD_DRAFT_NONE;
+    ep.gen.n_draft = draft ? 3 : 0;
+    ep.gen.k_policy = SD_K_FIXED;
+    ep.gen.draft_type = draft ? SD_DRAFT_LLM : SD_DRAFT_NONE;
     sd_engine *e = NULL;
     sd_error err = {0};
     cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
     return e;
+}
+
+static sd_engine *open_engine(void) {
+    return open_engine_with(NULL);
 }
 
 static const char k_lines[] = "t5 t6 t7\nt8 t9\nt10 t11\nt12 t13\nt14\nt15 t16\nt17\nt18 t19\n"
@@ -106,6 +115,7 @@ static int chat(sd_engine *e, int shift, sd_gen_path path, turn_rec *rec, int32_
     c.keep = 1; /* BOS */
     c.turn_done = on_turn;
     c.turn_user = rec;
+    c.notes = getenv("SD_TEST_NOTES") != NULL; /* the per-turn statistics on stderr */
     int by_interrupt = -1;
     fflush(stdout);
     const int saved = dup(STDOUT_FILENO), devnull = open("/dev/null", O_WRONLY);
@@ -209,4 +219,35 @@ Test(chat_shift, the_loop_shifting_in_place_gives_the_same_conversation) {
     free(bc);
     rec_free(&lr);
     rec_free(&br);
+}
+
+/* With an LLM draft (K 3; its cache re-reads the shortened conversation after each shift,
+ * the target's is shifted): greedy, so the same conversation as target alone. */
+Test(chat_shift, a_draft_gives_the_same_conversation) {
+    sd_error err = {0};
+    turn_rec tr = {0}, dr = {0};
+    int32_t *tc = NULL, *dc = NULL, nt = 0, nd = 0;
+    sd_engine *e = open_engine();
+    cr_assert_eq(chat(e, 1, SD_GEN_PATH_AUTO, &tr, &tc, &nt, &err), SD_OK, "%s", err.msg);
+    sd_engine_free(e);
+    e = open_engine_with(g_d);
+    cr_assert_eq(chat(e, 1, SD_GEN_PATH_AUTO, &dr, &dc, &nd, &err), SD_OK, "%s", err.msg);
+    sd_engine_free(e);
+    cr_assert_eq(tr.n, dr.n);
+    int n_shift = 0;
+    for (int t = 0; t < tr.n; t++) {
+        cr_assert_eq(tr.n_conv[t], dr.n_conv[t], "turn %d", t + 1);
+        cr_expect_eq(memcmp(tr.conv[t], dr.conv[t], (size_t)tr.n_conv[t] * sizeof(int32_t)), 0,
+                     "turn %d: the draft changed the conversation", t + 1);
+        if (t > 0 && dr.n_prompt[t] < dr.n_conv[t - 1]) {
+            n_shift++;
+            cr_expect_gt(dr.n_cached[t], 1, "turn %d: the target's cache was recomputed", t + 1);
+        }
+    }
+    cr_assert_geq(n_shift, 2);
+    cr_assert_eq(nt, nd);
+    free(tc);
+    free(dc);
+    rec_free(&tr);
+    rec_free(&dr);
 }

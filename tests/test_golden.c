@@ -1010,8 +1010,8 @@ Test(golden, context_shift_in_both_loops) {
 }
 
 /* Token trees (gp.tree_width: the n-gram and suffix proposers' trees) through the
- * batcher's step: a tree pass of its own per sequence on its paged blocks
- * (sd_session_seq_decode_tree), verified by target choice, the accepted path kept
+ * batcher's step: each sequence's tree on its paged blocks in the step's one pass
+ * (sd_session_decode_trees), verified by target choice, the accepted path kept
  * (sd_session_seq_tree_keep). Greedy and Gumbel sampling with a seed, trees of 1x4, 2x3,
  * 3x4 and 4x4, through generate's one-slot batcher and serve's batcher of two sequences:
  * every client's ids equal the independent target-alone reference, and the two clients'

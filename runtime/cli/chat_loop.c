@@ -183,7 +183,8 @@ static int on_loop(const sd_cli_chat *c) {
  * the next answer re-reads none of the kept conversation: on the batcher (the default)
  * the cached conversation is shifted in its prefix cache (sd_engine_shift_cached), on
  * the loop path the loop's cache in place (sd_scorer_shift). Where it cannot (nothing
- * cached, another backend) the next answer evaluates the shortened conversation. */
+ * cached, a device, tensor-parallel ranks) the next answer evaluates the shortened
+ * conversation. */
 static int shift_conversation(const sd_cli_chat *c, conversation *v, sd_error *err) {
     const int32_t n_keep = c->keep < v->n_toks / 2 ? c->keep : 0;
     const int32_t n_discard = (v->n_toks - n_keep) / 2;

@@ -517,6 +517,8 @@ static void tbatch_add(sd_batcher *b, int32_t *nb, int32_t *nrow, int32_t seq, c
     for (int32_t i = 0; i < n; i++, (*nb)++) {
         b->btok[*nb] = t[i];
         b->bseq[*nb] = seq;
+        /* a chain: the row before in the sequence's run (-1: the run's first row) */
+        b->bpar[*nb] = *nb > 0 && b->bseq[*nb - 1] == seq ? b->bpar[*nb - 1] + 1 : -1;
         b->bwant[*nb] = want_all || (want_last && i == n - 1);
         *nrow += b->bwant[*nb];
     }
@@ -654,27 +656,6 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
         gp->pass_trace[i] = rec;
     }
     return SD_OK;
-}
-
-/* The pass of choice c's token tree (c->tree) on its own: [its last committed token,
- * then the tree's nodes] in one tree pass over its sequence (sd_session_seq_decode_tree:
- * each node attends to the context and its ancestors), then verification and commit as
- * any pass (after_decode). *rows: the logits rows it took. */
-static int tree_pass(sd_batcher *b, sd_choice *c, int32_t *rows, sd_error *err) {
-    int32_t tok[SD_MAX_DRAFT + 1], par[SD_MAX_DRAFT + 1];
-    tok[0] = c->ctx[c->n_ctx - 1];
-    par[0] = -1;
-    for (int32_t i = 0; i < c->k; i++) {
-        tok[i + 1] = c->dtok[i];
-        par[i + 1] = c->dpar[i] < 0 ? 0 : c->dpar[i] + 1;
-    }
-    *rows = c->k + 1;
-    const double tp = sd_time_ms(), cp = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
-    int rc = sd_session_seq_decode_tree(b->ts, c->slot, tok, par, c->k + 1, b->logits, err);
-    if (rc) return sd_error_prefix(err, rc, "%s: target", sd_model_path(b->tm));
-    const double t_pass = sd_time_ms() - tp, c_pass = sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - cp;
-    sd_cost_fit_add(&b->tfit, (double)(c->k + 1), t_pass);
-    return after_decode(b, c, b->logits, t_pass, c_pass, err);
 }
 
 /* A request whose prompt is evaluated (the target holds all of it but its last token,
@@ -901,22 +882,30 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
     const double t_draft = sd_time_ms() - td0;
     const double c_draft = sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - cd0;
 
-    /* 2. The target pass: decode rows first, then prompt chunks in admission order. */
+    /* 2. The target pass: decode rows first (chains and token trees: one pass,
+     * sd_session_decode_trees), then prompt chunks in admission order. */
     int32_t nb = 0, nrow = 0;
+    int any_tree = 0;
     for (int32_t i = 0; i < b->n_running && !rc; i++) {
         sd_req *r = b->running[i];
         for (int32_t j = 0; j < r->n_choices; j++) {
             sd_choice *c = &r->ch[j];
-            if (c->state != CH_DECODE || c->tree) continue; /* a tree: its own pass (3b) */
-            if (c->used_llm) {                              /* the LLM passes are shared */
+            if (c->state != CH_DECODE) continue;
+            if (c->used_llm) { /* the LLM passes are shared */
                 c->t_draft_ms += t_draft;
                 c->c_draft_ms += c_draft;
             }
             c->in_pass = 1;
             c->row0 = nrow;
             c->n_rows = c->k + 1;
+            const int32_t at = nb;
             tbatch_add(b, &nb, &nrow, c->slot, &c->ctx[c->n_ctx - 1], 1, 1, 0);
             tbatch_add(b, &nb, &nrow, c->slot, c->dtok, c->k, 1, 0);
+            if (c->tree) { /* a token tree: [its last committed token, then its nodes] */
+                any_tree = 1;
+                for (int32_t t = 0; t < c->k; t++)
+                    b->bpar[at + 1 + t] = c->dpar[t] < 0 ? 0 : c->dpar[t] + 1;
+            }
         }
     }
     for (int32_t i = 0; i < b->n_running && !rc; i++) {
@@ -935,7 +924,7 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
     if (!rc && nb > 0) {
         const double tp = sd_time_ms(), cp = sd_step_clock_ms(SD_CLOCK_THREAD_CPU);
         sd_batch bt = {nb, b->btok, NULL, b->bseq, b->bwant};
-        rc = sd_session_decode(b->ts, &bt, b->logits, err);
+        rc = sd_session_decode_trees(b->ts, &bt, any_tree ? b->bpar : NULL, b->logits, err);
         if (rc) sd_error_prefix(err, rc, "%s: target", sd_model_path(b->tm));
         t_pass = sd_time_ms() - tp;
         c_pass = sd_step_clock_ms(SD_CLOCK_THREAD_CPU) - cp;
@@ -951,20 +940,6 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
                 rc = after_decode(b, &r->ch[j],
                                   b->logits + (size_t)r->ch[j].row0 * (size_t)b->n_vocab, t_pass,
                                   c_pass, err);
-    }
-    /* 3b. Token trees: a pass of their own per choice (a first cut: not batched). */
-    int32_t tree_rows = 0, tree_passes = 0;
-    for (int32_t i = 0; i < b->n_running && !rc; i++) {
-        sd_req *r = b->running[i];
-        for (int32_t j = 0; j < r->n_choices && !rc; j++) {
-            sd_choice *c = &r->ch[j];
-            if (c->state != CH_DECODE || !c->tree) continue;
-            int32_t rows = 0;
-            c->in_pass = 1;
-            rc = tree_pass(b, c, &rows, err);
-            tree_rows += rows;
-            tree_passes++;
-        }
     }
     /* Prompt progress after each chunk but the prompt's last (its last token goes with
      * the first decoding pass). */
@@ -995,8 +970,8 @@ int sd_batcher_step(sd_batcher *b, sd_error *err) {
         }
     pthread_mutex_lock(&b->mu);
     compact(b);
-    update_stats(b, gen1 - gen0, drafted1 - drafted0, accepted1 - accepted0, nrow + tree_rows,
-                 (nb > 0) + tree_passes, sd_time_ms() - t0);
+    update_stats(b, gen1 - gen0, drafted1 - drafted0, accepted1 - accepted0, nrow, nb > 0,
+                 sd_time_ms() - t0);
     pthread_mutex_unlock(&b->mu);
     return rc ? rc : rc_start;
 }

@@ -55,6 +55,7 @@ void sd_batcher_free(sd_batcher *b) {
     free(b->slots);
     free(b->running);
     free(b->btok);
+    free(b->bpar);
     free(b->bseq);
     free(b->bwant);
     free(b->logits);
@@ -198,6 +199,7 @@ int sd_batcher_init(sd_engine *e, const sd_batcher_params *p, sd_batcher **out, 
     b->slots = xcalloc((size_t)np, sizeof *b->slots, &ok);
     b->running = xcalloc((size_t)np, sizeof *b->running, &ok);
     b->btok = xcalloc(nb, sizeof *b->btok, &ok);
+    b->bpar = xcalloc(nb, sizeof *b->bpar, &ok);
     b->bseq = xcalloc(nb, sizeof *b->bseq, &ok);
     b->bwant = xcalloc(nb, sizeof *b->bwant, &ok);
     b->logits = xcalloc((size_t)b->n_out * nv, sizeof(float), &ok);

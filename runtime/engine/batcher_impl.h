@@ -57,7 +57,7 @@ typedef struct sd_choice {
     float *q;                      /* [k_max, n_vocab] the LLM draft's warped rows */
     int one_hot;                   /* the proposal is lookup tokens only (n-gram, suffix) */
     int tree;                      /* the proposal is a token tree (gp.tree_width: n-gram,
-                                      suffix), scored in a pass of its own */
+                                      suffix), scored in the step's one pass */
     int32_t dpar[SD_MAX_DRAFT];    /* a tree's parents: dtok[i]'s (-1: the context) */
     int32_t k_want;                /* K asked of the LLM draft this step */
     int llm;                       /* drafting with the LLM this step (still drafting) */
@@ -140,6 +140,7 @@ struct sd_batcher {
     int closed, cancel_all;
     /* Target pass buffers. */
     int32_t *btok, *bseq;
+    int32_t *bpar; /* each row's parent in its run (sd_session_decode_trees): token trees */
     int8_t *bwant;
     float *logits; /* [n_out, n_vocab] */
     float *probs;  /* [k_max + 1, n_vocab] warped target rows */

@@ -373,9 +373,9 @@ typedef struct sd_gen_params {
      * what the controller saw: the raw material of tests/data/traces/. */
     struct sd_pass_record *pass_trace;
     int32_t pass_trace_cap;
-    /* Token trees (sd_generate and the batcher's n-gram and suffix proposals, a tree pass
-     * of its own per sequence; docs/drafting.md): > 0, each pass drafts a tree of
-     * up to tree_width alternatives for the first token, each a chain of up to n_draft
+    /* Token trees (sd_generate and the batcher's n-gram and suffix proposals, in the
+     * batcher each sequence's tree in the step's one pass; docs/drafting.md): > 0, each pass drafts
+     * a tree of up to tree_width alternatives for the first token, each a chain of up to n_draft
      * tokens (tree_width * n_draft <= SD_MAX_DRAFT), scored in one target pass with a tree
      * attention mask and verified by target choice (greedy or Gumbel sampling; a fixed K;
      * a CPU target). 0 (the default): a chain. */

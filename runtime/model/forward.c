@@ -27,6 +27,8 @@ typedef struct sd_layer_dev {
  * positions [pos0, pos0 + n) of sequence seq. */
 typedef struct sd_seg {
     int32_t seq, start, n, pos0;
+    const int32_t *parent; /* a token tree's run: parent[0 .. n) (run indices, -1: the
+                              root); NULL: a chain */
 } sd_seg;
 
 struct sd_session {
@@ -87,8 +89,10 @@ struct sd_session {
     void *head_host;
     sd_buffer *b_head;
     sd_weight head;
-    /* A token-tree pass (sd_session_decode_tree) while it runs: parent[n] of its nodes, NULL
-     * otherwise; tree_pos [SD_MAX_TREE]: each node's position, pos0 + its depth. */
+    /* A pass with token trees (sd_session_decode_trees) while it runs: the batch's parent
+     * [n_tokens] (each row's parent in its sequence's run, -1: the run's first row), NULL
+     * otherwise; tree_pos [SD_MAX_TREE]: a tree run's node positions, pos0 + its depth
+     * (run_layers, per run). */
     const int32_t *tree_parent;
     int32_t tree_pos[SD_MAX_TREE];
 };
@@ -565,6 +569,16 @@ static int check_batch(sd_session *s, const sd_batch *b, int32_t n_last, const f
             g->start = i;
             g->n = 0;
             g->pos0 = sd_kv_n(s->seqs[seq]);
+            g->parent = NULL;
+        }
+        if (s->tree_parent) { /* row g->n of its run: a chain row's parent is the row before */
+            const int32_t par = s->tree_parent[i];
+            if (par < -1 || par >= g->n)
+                return sd_errorf(err, SD_ERR_ARG,
+                                 "tree pass: node %d has parent %d, expected -1 .. %d (parents "
+                                 "before their children)",
+                                 g->n, par, g->n - 1);
+            if (par != g->n - 1) g->parent = s->tree_parent + g->start;
         }
         if (b->pos && b->pos[i] != g->pos0 + g->n)
             return sd_errorf(err, SD_ERR_UNSUPPORTED,
@@ -576,6 +590,10 @@ static int check_batch(sd_session *s, const sd_batch *b, int32_t n_last, const f
             n_last >= 0 ? i >= n - n_last : (b->logits ? b->logits[i] != 0 : i == n - 1);
         if (want) s->out_rows[w++] = i;
     }
+    for (int32_t j = 0; j < s->n_segs; j++)
+        if (s->segs[j].parent && s->segs[j].n > SD_MAX_TREE)
+            return sd_errorf(err, SD_ERR_ARG, "tree pass: %d nodes, expected 1 .. %d", s->segs[j].n,
+                             SD_MAX_TREE);
     if (w > s->n_outputs)
         return sd_errorf(err, SD_ERR_ARG,
                          "eval: %d logits rows wanted, expected at most %d "
@@ -628,23 +646,24 @@ static void run_layers(sd_session *s, int32_t n) {
         }
         const sd_rope *rope = L->swa && hp->sliding_window > 0 ? &s->rope_swa : &s->rope;
         if (s->layer_window) op->set_window(be, L->swa ? s->layer_window : 0);
-        if (s->tree_parent) { /* one sequence, one run: rows rotated by their depth */
-            const sd_seg *g = &s->segs[0];
-            for (int32_t i = 0; i < n; i++) {
-                op->rope(be, s->q + (size_t)i * q_dim, 1, s->tree_pos[i], hp->n_head, hp->head_dim,
-                         rope);
-                op->rope(be, s->k + (size_t)i * kv_dim, 1, s->tree_pos[i], hp->n_head_kv,
-                         hp->head_dim, rope);
-            }
-            op->kv_store(be, s->seqs[g->seq], l, g->pos0, n, kv_dim, s->k, s->v);
-            op->attention_tree(be, s->q, s->seqs[g->seq], l, g->pos0, n, s->tree_parent, hp->n_head,
-                               hp->n_head_kv, hp->head_dim, s->att);
-        }
-        for (int32_t j = 0; !s->tree_parent && j < s->n_segs; j++) {
+        for (int32_t j = 0; j < s->n_segs; j++) {
             const sd_seg *g = &s->segs[j];
             sd_kv *kv = s->seqs[g->seq];
             float *q = s->q + (size_t)g->start * q_dim, *att = s->att + (size_t)g->start * q_dim;
             float *k = s->k + (size_t)g->start * kv_dim, *v = s->v + (size_t)g->start * kv_dim;
+            if (g->parent) { /* a token tree: rows rotated by their depth */
+                for (int32_t i = 0; i < g->n; i++) {
+                    s->tree_pos[i] = g->parent[i] < 0 ? g->pos0 : s->tree_pos[g->parent[i]] + 1;
+                    op->rope(be, q + (size_t)i * q_dim, 1, s->tree_pos[i], hp->n_head, hp->head_dim,
+                             rope);
+                    op->rope(be, k + (size_t)i * kv_dim, 1, s->tree_pos[i], hp->n_head_kv,
+                             hp->head_dim, rope);
+                }
+                op->kv_store(be, kv, l, g->pos0, g->n, kv_dim, k, v);
+                op->attention_tree(be, q, kv, l, g->pos0, g->n, g->parent, hp->n_head,
+                                   hp->n_head_kv, hp->head_dim, att);
+                continue;
+            }
             op->rope(be, q, g->n, g->pos0, hp->n_head, hp->head_dim, rope);
             op->rope(be, k, g->n, g->pos0, hp->n_head_kv, hp->head_dim, rope);
             if (hp->rope_attn_factor != 1.0f) { /* LongRoPE: cos and sin times the factor */
@@ -881,11 +900,8 @@ static int decode(sd_session *s, const sd_batch *b, int32_t n_last, float *logit
 int sd_session_decode_rank(sd_session *s, const sd_batch *b, int32_t n_last, const int32_t *parent,
                            float *logits, sd_error *err) {
     if (!parent) return decode_local(s, b, n_last, logits, err);
-    /* A token tree over the batch's one sequence (checked by sd_session_seq_decode_tree):
-     * each node's position is its parent's + 1, the roots' the sequence's next one. */
-    const int32_t pos0 = sd_kv_n(s->seqs[b->seq_id ? b->seq_id[0] : 0]);
-    for (int32_t i = 0; i < b->n_tokens; i++)
-        s->tree_pos[i] = parent[i] < 0 ? pos0 : s->tree_pos[parent[i]] + 1;
+    /* Token trees among the batch's runs (check_batch finds them, run_layers places each
+     * node at its parent's position + 1, the roots at the sequence's next one). */
     s->tree_parent = parent;
     const int rc = decode_local(s, b, n_last, logits, err);
     s->tree_parent = NULL;
@@ -937,14 +953,8 @@ int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *
     return sd_session_seq_decode_tree(s, 0, tokens, parent, n, logits, err);
 }
 
-int sd_session_seq_decode_tree(sd_session *s, int32_t seq, const int32_t *tokens,
-                               const int32_t *parent, int32_t n, float *logits, sd_error *err) {
-    if (!s || !tokens || !parent || !logits)
-        return sd_errorf(err, SD_ERR_ARG, "tree pass: NULL argument");
-    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
-    if (n < 1 || n > SD_MAX_TREE || n > s->n_outputs)
-        return sd_errorf(err, SD_ERR_ARG, "tree pass: %d nodes, expected 1 .. %d", n,
-                         SD_MAX_TREE < s->n_outputs ? SD_MAX_TREE : s->n_outputs);
+/* The checks of a pass with token trees: the backend's tree attention, no sliding window. */
+static int tree_ok(const sd_session *s, sd_error *err) {
     if (!s->be->ops->attention_tree || !s->be->ops->kv_copy)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: the %s backend has no tree attention: token trees run on the cpu "
@@ -955,6 +965,19 @@ int sd_session_seq_decode_tree(sd_session *s, int32_t seq, const int32_t *tokens
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
                          "%s: token trees with a sliding window (%d) are not supported", s->m->path,
                          win);
+    return SD_OK;
+}
+
+int sd_session_seq_decode_tree(sd_session *s, int32_t seq, const int32_t *tokens,
+                               const int32_t *parent, int32_t n, float *logits, sd_error *err) {
+    if (!s || !tokens || !parent || !logits)
+        return sd_errorf(err, SD_ERR_ARG, "tree pass: NULL argument");
+    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
+    if (n < 1 || n > SD_MAX_TREE || n > s->n_outputs)
+        return sd_errorf(err, SD_ERR_ARG, "tree pass: %d nodes, expected 1 .. %d", n,
+                         SD_MAX_TREE < s->n_outputs ? SD_MAX_TREE : s->n_outputs);
+    const int rc = tree_ok(s, err);
+    if (rc) return rc;
     int32_t seq_id[SD_MAX_TREE];
     for (int32_t i = 0; i < n; i++) {
         seq_id[i] = seq;
@@ -968,6 +991,16 @@ int sd_session_seq_decode_tree(sd_session *s, int32_t seq, const int32_t *tokens
     b.seq_id = seq_id;
     /* on every rank of a group; with the soft cap where the model has one */
     return decode_ex(s, &b, n, parent, logits, err);
+}
+
+int sd_session_decode_trees(sd_session *s, const sd_batch *b, const int32_t *parent, float *logits,
+                            sd_error *err) {
+    if (!s || !b) return sd_errorf(err, SD_ERR_ARG, "eval: session or batch is NULL");
+    if (parent) {
+        const int rc = tree_ok(s, err);
+        if (rc) return rc;
+    }
+    return decode_ex(s, b, -1, parent, logits, err);
 }
 
 int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int32_t n_keep,

@@ -68,8 +68,8 @@ typedef struct sd_tp_rank sd_tp_rank;
  * hooks of rank r; r NULL (device_id 0): an ordinary session (session.c). */
 int sd_session_init_rank(const sd_model *m, const sd_session_params *p, sd_tp_rank *r,
                          int32_t device_id, sd_session **out, sd_error *err);
-/* sd_session_decode of this session alone (not its group); parent non-NULL: a token-tree
- * pass (sd_session_seq_decode_tree's, checked by it) over the batch's one sequence. */
+/* sd_session_decode of this session alone (not its group); parent non-NULL: token trees
+ * among the batch's runs (sd_session_decode_trees' parents: each row's in its run). */
 int sd_session_decode_rank(sd_session *s, const sd_batch *b, int32_t n_last, const int32_t *parent,
                            float *logits, sd_error *err);
 /* Undo this session's last successful decode_rank: each of its sequences' runs truncated

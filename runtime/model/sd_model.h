@@ -252,6 +252,17 @@ int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *
                            float *logits, sd_error *err);
 int sd_session_seq_decode_tree(sd_session *s, int32_t seq, const int32_t *tokens,
                                const int32_t *parent, int32_t n, float *logits, sd_error *err);
+/* sd_session_decode with token trees among the batch's runs (the batcher's one pass: the
+ * chain rows of some sequences and the trees of others): parent int32 [b->n_tokens], each
+ * row's parent in its sequence's run (an index into the run, below the row's own; -1: the
+ * run's first row, the one after the cache). A run whose every row's parent is the row
+ * before it is a chain (sd_session_decode's arithmetic); any other run is a token tree of
+ * at most SD_MAX_TREE nodes (sd_session_seq_decode_tree's arithmetic: its logits and K/V
+ * rows bit-identical to a tree pass of its own). parent NULL: sd_session_decode. Errors:
+ * sd_session_decode's and sd_session_seq_decode_tree's; on error the session is
+ * unchanged. */
+int sd_session_decode_trees(sd_session *s, const sd_batch *b, const int32_t *parent, float *logits,
+                            sd_error *err);
 /* After a tree pass at slot pos0 (its n_past then): keep the nodes nodes[0 .. n_keep)
  * (ascending, nodes[j] >= j; a path of the tree, root first) at slots pos0 .. pos0 + n_keep
  * - 1, their K/V rows and token ids copied there, and drop every other row (the cache then

@@ -56,11 +56,60 @@ SD_T5 static inline __m512 tree16(const __m512 *a) {
     return _mm512_permutexvar_ps(key_of_lane, e);
 }
 
+/* Scores for NH (a constant, <= 8) heads and hd a multiple of 16, key by key: one 16-lane
+ * accumulator per head in a register (lane l: p[l], l = d mod 16), the key row loaded
+ * (converted) once for all the heads, then each head's tree (hsum16). The same FMAs in the
+ * same order and the same tree as below: the same bits. */
+SD_T5 static inline __attribute__((always_inline)) void
+scores_nh(const float *q, const int NH, int32_t hd, const uint8_t *k, size_t stride,
+          const sd_type kt, int32_t span, float scale, float *sc, size_t scs) {
+    for (int32_t j = 0; j < span; j++) {
+        const uint8_t *kr = k + (size_t)j * stride;
+        __m512 acc[8];
+        for (int h = 0; h < NH; h++)
+            acc[h] = _mm512_setzero_ps();
+        for (int32_t d = 0; d < hd; d += 16) {
+            const __m512 kv = ld16(kr, kt, d, (__mmask16)0xFFFF);
+            for (int h = 0; h < NH; h++)
+                acc[h] =
+                    _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)h * (size_t)hd + d), kv, acc[h]);
+        }
+        for (int h = 0; h < NH; h++)
+            sc[(size_t)h * scs + (size_t)j] = hsum16(acc[h]) * scale;
+    }
+}
+
+#define SD_SCORES_FIXED(N)                                                                         \
+    SD_T5 static void scores_##N(const float *q, int32_t hd, const uint8_t *k, size_t stride,      \
+                                 sd_type kt, int32_t span, float scale, float *sc, size_t scs) {   \
+        if (kt == SD_TYPE_F16)                                                                     \
+            scores_nh(q, N, hd, k, stride, SD_TYPE_F16, span, scale, sc, scs);                     \
+        else                                                                                       \
+            scores_nh(q, N, hd, k, stride, SD_TYPE_F32, span, scale, sc, scs);                     \
+    }
+SD_SCORES_FIXED(1)
+SD_SCORES_FIXED(2)
+SD_SCORES_FIXED(3)
+SD_SCORES_FIXED(4)
+SD_SCORES_FIXED(5)
+SD_SCORES_FIXED(6)
+SD_SCORES_FIXED(7)
+SD_SCORES_FIXED(8)
+
+typedef void (*scores_fixed_fn)(const float *, int32_t, const uint8_t *, size_t, sd_type, int32_t,
+                                float, float *, size_t);
+static const scores_fixed_fn k_scores_fixed[9] = {NULL,     scores_1, scores_2, scores_3, scores_4,
+                                                  scores_5, scores_6, scores_7, scores_8};
+
 /* 16 keys at a time per head (q chunks reused over the 16 key rows, one transposed
  * tree), then the remaining keys one by one with the same per-key arithmetic. */
 SD_T5 static void att_scores_avx512(const float *q, int32_t nh, int32_t hd, const void *k,
                                     size_t stride, sd_type kt, int32_t span, float scale, float *sc,
                                     size_t scs) {
+    if (hd % 16 == 0 && (kt == SD_TYPE_F16 || kt == SD_TYPE_F32)) {
+        k_scores_fixed[nh](q, hd, (const uint8_t *)k, stride, kt, span, scale, sc, scs);
+        return;
+    }
     int32_t j = 0;
     for (; j + 16 <= span; j += 16) {
         for (int32_t h = 0; h < nh; h++) {
@@ -97,9 +146,57 @@ SD_T5 static void att_scores_avx512(const float *q, int32_t nh, int32_t hd, cons
     }
 }
 
+/* att_vsum_avx512 for NH (a constant, <= 8) heads and hd a multiple of 16: the
+ * accumulators stay in registers (the general loop below, with nh known only at run time,
+ * keeps them in memory: a store and a load around every FMA). The same FMAs in the same
+ * order: the same bits. */
+SD_T5 static inline __attribute__((always_inline)) void
+vsum_nh(const float *sc, size_t scs, const int NH, int32_t hd, const uint8_t *v, size_t stride,
+        const sd_type vt, int32_t span, float *out) {
+    for (int32_t d = 0; d < hd; d += 16) {
+        __m512 acc[8];
+        for (int h = 0; h < NH; h++)
+            acc[h] = _mm512_loadu_ps(out + (size_t)h * (size_t)hd + d);
+        for (int32_t j = 0; j < span; j++) {
+            const __m512 vv = ld16(v + (size_t)j * stride, vt, d, (__mmask16)0xFFFF);
+            for (int h = 0; h < NH; h++)
+                acc[h] =
+                    _mm512_fmadd_ps(_mm512_set1_ps(sc[(size_t)h * scs + (size_t)j]), vv, acc[h]);
+        }
+        for (int h = 0; h < NH; h++)
+            _mm512_storeu_ps(out + (size_t)h * (size_t)hd + d, acc[h]);
+    }
+}
+
+#define SD_VSUM_FIXED(N)                                                                           \
+    SD_T5 static void vsum_##N(const float *sc, size_t scs, int32_t hd, const uint8_t *v,          \
+                               size_t stride, sd_type vt, int32_t span, float *out) {              \
+        if (vt == SD_TYPE_F16)                                                                     \
+            vsum_nh(sc, scs, N, hd, v, stride, SD_TYPE_F16, span, out);                            \
+        else                                                                                       \
+            vsum_nh(sc, scs, N, hd, v, stride, SD_TYPE_F32, span, out);                            \
+    }
+SD_VSUM_FIXED(1)
+SD_VSUM_FIXED(2)
+SD_VSUM_FIXED(3)
+SD_VSUM_FIXED(4)
+SD_VSUM_FIXED(5)
+SD_VSUM_FIXED(6)
+SD_VSUM_FIXED(7)
+SD_VSUM_FIXED(8)
+
+typedef void (*vsum_fixed_fn)(const float *, size_t, int32_t, const uint8_t *, size_t, sd_type,
+                              int32_t, float *);
+static const vsum_fixed_fn k_vsum_fixed[9] = {NULL,   vsum_1, vsum_2, vsum_3, vsum_4,
+                                              vsum_5, vsum_6, vsum_7, vsum_8};
+
 SD_T5 static void att_vsum_avx512(const float *sc, size_t scs, int32_t nh, int32_t hd,
                                   const void *v, size_t stride, sd_type vt, int32_t span,
                                   float *out) {
+    if (hd % 16 == 0 && nh <= 8 && (vt == SD_TYPE_F16 || vt == SD_TYPE_F32)) {
+        k_vsum_fixed[nh](sc, scs, hd, (const uint8_t *)v, stride, vt, span, out);
+        return;
+    }
     for (int32_t d = 0; d < hd; d += 16) {
         const __mmask16 m = tail_mask(hd - d);
         __m512 acc[SD_ATT_HB];
