@@ -1013,9 +1013,9 @@ Test(golden, context_shift_in_both_loops) {
  * batcher's step: each sequence's tree on its paged blocks in the step's one pass
  * (sd_session_decode_trees), verified by target choice, the accepted path kept
  * (sd_session_seq_tree_keep). Greedy and Gumbel sampling with a seed, trees of 1x4, 2x3,
- * 3x4 and 4x4, through the old loop, generate's one-slot batcher and serve's batcher of
- * two sequences: every client's ids equal the independent target-alone reference, and the
- * batchers' counts (passes, drafted, accepted, per depth) equal the old loop's. */
+ * 3x4 and 4x4, through generate's one-slot batcher and serve's batcher of two sequences:
+ * every client's ids equal the independent target-alone reference, and the two clients'
+ * counts (passes, drafted, accepted, per depth) are equal. */
 Test(golden, trees_through_the_batcher) {
     sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
     sd_error err = {0};
@@ -1046,15 +1046,13 @@ Test(golden, trees_through_the_batcher) {
             gp.tree_width = shapes[s][0];
             gp.n_draft = shapes[s][1];
             const int32_t *want = ref[cases[c].temp > 0.0f];
-            got g[3];
+            got g[2];
             memset(g, 0, sizeof g);
-            static const char *const names[] = {"the old loop", "generate's batcher", "serve"};
-            for (int client = 0; client < 3; client++) {
-                if (client < 2) {
+            static const char *const names[] = {"generate's batcher", "serve"};
+            for (int client = 0; client < 2; client++) {
+                if (client == 0) {
                     sd_gen_params gc = gp;
-                    gc.path = client == 0 ? SD_GEN_PATH_LOOP : SD_GEN_PATH_AUTO;
-                    cr_assert_eq(sd_engine_generate_path(e, &gc, n_ids, NULL),
-                                 client == 0 ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER);
+                    cr_assert_eq(sd_engine_generate_path(e, &gc, n_ids, NULL), SD_GEN_PATH_BATCHER);
                     cr_assert_eq(sd_engine_generate(e, &gc, ids, n_ids, NULL, NULL, g[client].toks,
                                                     MAXOUT, &g[client].st, &err),
                                  SD_OK, "%s, %s: %s", what, names[client], err.msg);
@@ -1073,15 +1071,13 @@ Test(golden, trees_through_the_batcher) {
                                  i, g[client].toks[i], want[i]);
             }
             char w2[160];
-            for (int client = 1; client < 3; client++) {
-                snprintf(w2, sizeof w2, "%s: the old loop vs %s", what, names[client]);
-                compare(w2, g[0].toks, g[0].n, &g[0].st, &g[client]);
-            }
-            accepted += g[1].st.n_accepted;
+            snprintf(w2, sizeof w2, "%s: %s vs %s", what, names[0], names[1]);
+            compare(w2, g[0].toks, g[0].n, &g[0].st, &g[1]);
+            accepted += g[0].st.n_accepted;
             int64_t depths = 0; /* drafted_at counts a tree's depths, n_drafted its nodes */
             for (int32_t i = 0; i < SD_MAX_DRAFT; i++)
-                depths += g[1].st.drafted_at[i];
-            branchy += g[1].st.n_drafted > depths;
+                depths += g[0].st.drafted_at[i];
+            branchy += g[0].st.n_drafted > depths;
         }
     cr_assert_gt(accepted, 0, "no tree draft was ever accepted: the test proves little");
     cr_assert_gt(branchy, 0, "no tree had more nodes than depths");
