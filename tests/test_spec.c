@@ -14,6 +14,7 @@
 #include "runtime/model/sd_model.h"
 #include "target/sd_target.h"
 #include "testutil.h"
+#include "engine_util.h"
 
 static char g_dir[1024];
 
@@ -26,36 +27,45 @@ static void teardown(void) {
 
 TestSuite(spec, .init = setup, .fini = teardown, .timeout = 600);
 
+/* A target (and draft) on the engine's one path (sd_engine_generate: the batcher's step
+ * over one sequence). */
 typedef struct pair {
-    sd_model *tm, *dm;
-    sd_scorer *scorer;
-    sd_proposer *prop;
+    sd_engine *e;
+    sd_logit_bias ban_eos; /* the vocabulary's EOS banned (target and draft rows alike) */
 } pair;
 
-static void pair_open(pair *p, const char *target, const char *draft,
-                      const sd_sampling_params *samp, uint64_t seed, int32_t n_threads) {
-    sd_error err = {0};
-    memset(p, 0, sizeof *p);
-    cr_assert_eq(sd_model_load(target, &p->tm, &err), 0, "%s", err.msg);
-    sd_session_params sp = sd_session_default_params();
-    sp.n_threads = n_threads;
-    cr_assert_eq(sd_scorer_init(p->tm, &sp, &p->scorer, &err), 0, "%s", err.msg);
-    if (draft) {
-        cr_assert_eq(sd_model_load(draft, &p->dm, &err), 0, "%s", err.msg);
-        cr_assert_eq(
-            sd_vocab_check_pair(sd_model_vocab(p->tm), target, sd_model_vocab(p->dm), draft, &err),
-            0, "%s", err.msg);
-        cr_assert_eq(sd_proposer_llm_init(p->dm, &sp, samp, seed, sd_model_hparams(p->tm)->n_vocab,
-                                          &p->prop, &err),
-                     0, "%s", err.msg);
-    }
+static void pair_open(pair *p, const char *target, const char *draft, int32_t n_threads) {
+    p->e = eu_engine(target, draft, 0, n_threads, 0);
+    p->ban_eos.id = sd_vocab_eos(sd_engine_vocab(p->e));
+    p->ban_eos.bias = SD_LOGIT_BIAS_MIN;
 }
 
 static void pair_close(pair *p) {
-    sd_proposer_free(p->prop);
-    sd_scorer_free(p->scorer);
-    sd_model_free(p->dm);
-    sd_model_free(p->tm);
+    sd_engine_free(p->e);
+    p->e = NULL;
+}
+
+/* gp's generation through the engine, drafting with the LLM draft when use_draft (K
+ * gp->n_draft, fixed) or target alone. eos >= 0: that id stops generation (a stop id, not
+ * emitted), the vocabulary's EOS (2 in the random models) too; eos -1: the vocabulary's
+ * EOS is banned (a logit bias, in the target's and the draft's rows alike: a self-draft
+ * then proposes what the target takes), so generation runs to the budget or the context. */
+static void gen_run(pair *p, int use_draft, const int32_t *prompt, int32_t n_prompt, int32_t eos,
+                    sd_gen_params gp, int32_t *out, int32_t cap_out, sd_gen_stats *st) {
+    gp.draft_type = use_draft ? SD_DRAFT_LLM : SD_DRAFT_NONE;
+    gp.k_policy = SD_K_FIXED;
+    if (!use_draft) gp.n_draft = 0;
+    if (eos < 0) {
+        gp.samp.logit_bias = &p->ban_eos;
+        gp.samp.n_logit_bias = 1;
+    } else {
+        gp.stop_ids[0] = eos;
+        gp.n_stop_ids = 1;
+    }
+    sd_error err = {0};
+    cr_assert_eq(
+        sd_engine_generate(p->e, &gp, prompt, n_prompt, NULL, NULL, out, cap_out, st, &err), SD_OK,
+        "%s", err.msg);
 }
 
 /* Generate greedily; returns the number of tokens written to out. */
@@ -66,10 +76,7 @@ static int32_t run_greedy(pair *p, int use_draft, const int32_t *prompt, int32_t
     gp.n_predict = n_predict;
     gp.n_draft = k;
     gp.samp.temp = 0.0f;
-    sd_error err = {0};
-    cr_assert_eq(sd_generate(p->scorer, use_draft ? p->prop : NULL, prompt, n_prompt, eos, &gp,
-                             NULL, NULL, out, n_predict, st, &err),
-                 0, "%s", err.msg);
+    gen_run(p, use_draft, prompt, n_prompt, eos, gp, out, n_predict, st);
     return st->n_generated;
 }
 
@@ -91,10 +98,8 @@ static void check_stats_consistent(const sd_gen_stats *st, int32_t k) {
 /* Greedy speculative == greedy target alone for K = 1..8 on several prompts. */
 static void greedy_equal(const char *target, const char *draft, int32_t n_predict,
                          const int32_t prompts[][4], int n_prompts, int32_t eos, double *acc_out) {
-    sd_sampling_params samp = sd_sampling_default_params();
-    samp.temp = 0.0f;
     pair p;
-    pair_open(&p, target, draft, &samp, 7, 0);
+    pair_open(&p, target, draft, 0);
     int32_t *ref = malloc((size_t)n_predict * sizeof *ref);
     int32_t *got = malloc((size_t)n_predict * sizeof *got);
     int64_t drafted = 0, accepted = 0;
@@ -162,7 +167,7 @@ Test(spec, self_draft_accepts_everything) {
         sd_sampling_params samp = sd_sampling_default_params();
         samp.temp = sampled ? 1.0f : 0.0f;
         pair p;
-        pair_open(&p, t, t, &samp, 11, 0);
+        pair_open(&p, t, t, 0);
         for (int32_t k = 1; k <= 8; k++) {
             sd_gen_params gp = sd_gen_default_params();
             gp.n_predict = 41;
@@ -171,10 +176,7 @@ Test(spec, self_draft_accepts_everything) {
             gp.seed = 100 + (uint64_t)k;
             int32_t out[41];
             sd_gen_stats st;
-            sd_error err = {0};
-            cr_assert_eq(sd_generate(p.scorer, p.prop, k_prompts[0], 4, -1, &gp, NULL, NULL, out,
-                                     41, &st, &err),
-                         0, "%s", err.msg);
+            gen_run(&p, 1, k_prompts[0], 4, -1, gp, out, 41, &st);
             cr_assert_gt(st.n_drafted, 0);
             cr_assert_eq(st.n_accepted, st.n_drafted, "K=%d temp=%g: accepted %d of %d", k,
                          samp.temp, st.n_accepted, st.n_drafted);
@@ -207,24 +209,28 @@ Test(spec, first_token_distribution_with_and_without_draft) {
     const int32_t prompt[4] = {1, 7, 8, 9};
     const int32_t n_vocab = s.n_vocab;
 
-    /* Reference p: warp of the target logits after the prompt. */
+    /* Reference p: warp of the target logits after the prompt, EOS masked (the runs below
+     * ban it), on a session made as the engine's. */
     sd_error err = {0};
-    sd_model *tm = NULL;
-    cr_assert_eq(sd_model_load(t, &tm, &err), 0, "%s", err.msg);
-    sd_session_params sp = sd_session_default_params();
+    pair ref;
+    pair_open(&ref, t, NULL, 1);
+    const sd_model *tm = sd_engine_target(ref.e);
+    sd_session_params sp = sd_engine_session_params(ref.e, 0);
+    sp.share_threads = NULL;
     sd_session *ss = NULL;
     cr_assert_eq(sd_session_init(tm, &sp, &ss, &err), 0, "%s", err.msg);
     float logits[64], p[64];
     int32_t scratch[64];
     cr_assert_eq(sd_session_eval(ss, prompt, 4, logits, 1, &err), 0, "%s", err.msg);
+    logits[sd_vocab_eos(sd_model_vocab(tm))] = -INFINITY;
     cr_assert_eq(sd_warp(&samp, logits, n_vocab, p, scratch, &err), 0, "%s", err.msg);
     sd_session_free(ss);
-    sd_model_free(tm);
+    pair_close(&ref);
 
     const int trials = 20000;
     for (int use_draft = 0; use_draft <= 1; use_draft++) {
         pair pr;
-        pair_open(&pr, t, use_draft ? d : NULL, &samp, 99, 1);
+        pair_open(&pr, t, use_draft ? d : NULL, 1);
         int64_t counts[64] = {0};
         int64_t drafted = 0, accepted = 0;
         for (int i = 0; i < trials; i++) {
@@ -235,9 +241,7 @@ Test(spec, first_token_distribution_with_and_without_draft) {
             gp.seed = 1000003ull * (uint64_t)i + (uint64_t)use_draft;
             int32_t out[5];
             sd_gen_stats st;
-            cr_assert_eq(
-                sd_generate(pr.scorer, pr.prop, prompt, 4, -1, &gp, NULL, NULL, out, 5, &st, &err),
-                0, "%s", err.msg);
+            gen_run(&pr, use_draft, prompt, 4, -1, gp, out, 5, &st);
             cr_assert_geq(out[0], 0);
             cr_assert_lt(out[0], n_vocab);
             counts[out[0]]++;
@@ -325,7 +329,7 @@ Test(spec, vocab_sizes_may_differ) {
         greedy_equal(t, drafts[di], 32, k_prompts, 2, -1, NULL);
         sd_sampling_params samp = {.temp = 1.0f, .top_k = 0, .top_p = 1.0f};
         pair p;
-        pair_open(&p, t, drafts[di], &samp, 5, 0);
+        pair_open(&p, t, drafts[di], 0);
         for (int run = 0; run < 20; run++) {
             sd_gen_params gp = sd_gen_default_params();
             gp.n_predict = 40;
@@ -334,10 +338,7 @@ Test(spec, vocab_sizes_may_differ) {
             gp.seed = (uint64_t)run;
             int32_t out[40];
             sd_gen_stats st;
-            sd_error err = {0};
-            cr_assert_eq(sd_generate(p.scorer, p.prop, k_prompts[1], 4, -1, &gp, NULL, NULL, out,
-                                     40, &st, &err),
-                         0, "%s", err.msg);
+            gen_run(&p, 1, k_prompts[1], 4, -1, gp, out, 40, &st);
             cr_assert_eq(st.n_generated, 40);
             for (int i = 0; i < 40; i++) {
                 cr_assert_geq(out[i], 0);
@@ -361,40 +362,31 @@ Test(spec, eos_and_context_limits_match_target_alone) {
     s.noise = 0.2f;
     s.n_ctx = 20; /* the draft's own context: shorter than the target's */
     cr_assert_eq(tu_make_llama(tu_path(d, sizeof d, g_dir, "d.gguf"), &s), 0);
-    sd_error err = {0};
-    sd_sampling_params samp = {.temp = 0.0f, .top_k = 0, .top_p = 1.0f};
-    sd_model *tm = NULL, *dm = NULL;
-    cr_assert_eq(sd_model_load(t, &tm, &err), 0, "%s", err.msg);
-    cr_assert_eq(sd_model_load(d, &dm, &err), 0, "%s", err.msg);
-    sd_session_params tsp = sd_session_default_params();
-    sd_session_params dsp = sd_session_default_params(); /* n_ctx 0: the draft's 20 */
-    sd_scorer *sc = NULL;
-    cr_assert_eq(sd_scorer_init(tm, &tsp, &sc, &err), 0, "%s", err.msg);
-    cr_assert_eq(sd_scorer_n_ctx(sc), 48);
+    /* The engine: the target's context 48, the draft's its own 20 (capped there). */
+    pair p;
+    pair_open(&p, t, d, 0);
+    cr_assert_eq(sd_engine_n_ctx(p.e), 48);
+    cr_assert_eq(sd_engine_n_ctx_draft(p.e), 20);
     const int32_t prompt[4] = {1, 17, 18, 19};
     int32_t ref[64], got[64];
     sd_gen_stats st_ref, st;
     sd_gen_params gp = sd_gen_default_params();
-    gp.samp = samp;
+    gp.samp.temp = 0.0f;
     gp.n_predict = 64; /* more than fits: the context limit stops it */
     /* Target alone without EOS: runs to the context limit (48 - 4 + 1 tokens). */
-    cr_assert_eq(sd_generate(sc, NULL, prompt, 4, -1, &gp, NULL, NULL, ref, 64, &st_ref, &err), 0,
-                 "%s", err.msg);
+    gen_run(&p, 0, prompt, 4, -1, gp, ref, 64, &st_ref);
     cr_assert_eq(st_ref.stop, SD_STOP_CONTEXT);
     cr_assert_eq(st_ref.n_generated, 48 - 4 + 1);
-    /* EOS candidates: ids that target-alone emits at different places. */
+    /* Stop ids: ids that target-alone emits at different places (then EOS, the
+     * vocabulary's, may stop it too), or none (EOS ignored). */
     const int32_t eos_ids[3] = {ref[3], ref[12], -1};
     for (int e = 0; e < 3; e++) {
         const int32_t eos = eos_ids[e];
-        cr_assert_eq(sd_generate(sc, NULL, prompt, 4, eos, &gp, NULL, NULL, ref, 64, &st_ref, &err),
-                     0, "%s", err.msg);
+        gen_run(&p, 0, prompt, 4, eos, gp, ref, 64, &st_ref);
+        if (eos >= 0) cr_assert_eq(st_ref.stop, SD_STOP_EOS, "eos %d", eos);
         for (int32_t k = 1; k <= 8; k++) {
-            sd_proposer *prop = NULL;
-            cr_assert_eq(sd_proposer_llm_init(dm, &dsp, &samp, 3, 0, &prop, &err), 0, "%s",
-                         err.msg);
             gp.n_draft = k;
-            cr_assert_eq(sd_generate(sc, prop, prompt, 4, eos, &gp, NULL, NULL, got, 64, &st, &err),
-                         0, "%s", err.msg);
+            gen_run(&p, 1, prompt, 4, eos, gp, got, 64, &st);
             cr_assert_eq(st.stop, st_ref.stop, "eos %d K=%d: stop %s, target alone %s", eos, k,
                          sd_stop_reason_str(st.stop), sd_stop_reason_str(st_ref.stop));
             cr_assert_eq(st.n_generated, st_ref.n_generated, "eos %d K=%d", eos, k);
@@ -406,10 +398,8 @@ Test(spec, eos_and_context_limits_match_target_alone) {
             /* Past the draft's context (20) only the target runs: fewer drafted tokens
              * than passes * K whenever generation went beyond it. */
             if (st.n_generated + 4 > 21) cr_assert_lt(st.n_drafted, st.n_target_passes * k);
-            sd_proposer_free(prop);
         }
+        gp.n_draft = 0;
     }
-    sd_scorer_free(sc);
-    sd_model_free(dm);
-    sd_model_free(tm);
+    pair_close(&p);
 }

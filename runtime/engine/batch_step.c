@@ -569,7 +569,9 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
                       .n_ctx = c->n_ctx,
                       .draft = c->dtok,
                       .k = k,
-                      .q = !c->one_hot && draft_rows(gp) ? b->q[c->slot] : NULL,
+                      /* q rows: an LLM draft's under rejection sampling (none without a
+                         draft model: b->q is NULL, and a target-alone pass reads none) */
+                      .q = b->q && !c->one_hot && draft_rows(gp) ? b->q[c->slot] : NULL,
                       .lookup = c->one_hot,
                       .logits = rows,
                       .probs = b->probs,
