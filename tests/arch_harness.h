@@ -181,46 +181,49 @@ static void ah_check_tp(const char *name, int32_t n_ctx) {
     sd_model_free(m);
 }
 
-static int32_t ah_greedy(sd_scorer *sc, sd_proposer *prop, const int32_t *prompt, int32_t k,
-                         int32_t n_predict, int32_t *out, sd_gen_stats *st) {
+/* Greedy generation through the engine's one path (sd_engine_generate), EOS ignored: with
+ * the LLM draft at K k (fixed), or target alone (k 0). */
+static int32_t ah_greedy(sd_engine *e, const int32_t *prompt, int32_t k, int32_t n_predict,
+                         int32_t *out, sd_gen_stats *st) {
     sd_gen_params gp = sd_gen_default_params();
     gp.n_predict = n_predict;
     gp.n_draft = k;
+    gp.draft_type = k > 0 ? SD_DRAFT_LLM : SD_DRAFT_NONE;
+    gp.k_policy = SD_K_FIXED;
+    gp.ignore_eos = 1;
     gp.samp.temp = 0.0f;
     sd_error err = {0};
-    cr_assert_eq(sd_generate(sc, prop, prompt, 4, -1, &gp, NULL, NULL, out, n_predict, st, &err),
-                 SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_engine_generate(e, &gp, prompt, 4, NULL, NULL, out, n_predict, st, &err), SD_OK,
+                 "%s", err.msg);
     return st->n_generated;
 }
 
 /* Greedy speculative decoding with the draft file equals greedy target-alone decoding
  * token for token, 40 tokens after each of the 3 prompts (4 ids each), for K = 1..6, and
  * the draft is accepted at least sometimes (else nothing was compared). n_ctx: the
- * sessions' context (0: the files' training context). */
+ * engine's context (0: the files' training context). */
 static void ah_check_speculative(const char *target, const char *draft, const int32_t prompts[3][4],
                                  int32_t n_ctx) {
     ah_make_files();
-    sd_model *tm = ah_load(target), *dm = ah_load(draft);
-    sd_session_params sp = sd_session_default_params();
-    sp.n_threads = 1;
-    sp.n_ctx = n_ctx;
-    sd_sampling_params samp = sd_sampling_default_params();
-    samp.temp = 0.0f;
-    sd_scorer *sc = NULL;
-    sd_proposer *prop = NULL;
+    char tp[1200], dp[1200];
+    ah_path(target, tp, sizeof tp);
+    ah_path(draft, dp, sizeof dp);
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = tp;
+    ep.draft = dp;
+    ep.n_ctx = n_ctx;
+    ep.n_threads = 1;
+    sd_engine *e = NULL;
     sd_error err = {0};
-    cr_assert_eq(sd_scorer_init(tm, &sp, &sc, &err), SD_OK, "%s", err.msg);
-    cr_assert_eq(
-        sd_proposer_llm_init(dm, &sp, &samp, 7, sd_model_hparams(tm)->n_vocab, &prop, &err), SD_OK,
-        "%s", err.msg);
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
     enum { N = 40 };
     int32_t ref[N], got[N];
     int64_t drafted = 0, accepted = 0;
     for (int pi = 0; pi < 3; pi++) {
         sd_gen_stats st;
-        const int32_t n_ref = ah_greedy(sc, NULL, prompts[pi], 0, N, ref, &st);
+        const int32_t n_ref = ah_greedy(e, prompts[pi], 0, N, ref, &st);
         for (int32_t k = 1; k <= 6; k++) {
-            const int32_t n_got = ah_greedy(sc, prop, prompts[pi], k, N, got, &st);
+            const int32_t n_got = ah_greedy(e, prompts[pi], k, N, got, &st);
             cr_assert_eq(n_got, n_ref, "prompt %d, K=%d: %d tokens vs %d", pi, k, n_got, n_ref);
             for (int32_t i = 0; i < n_ref; i++)
                 cr_assert_eq(got[i], ref[i], "prompt %d, K=%d: token %d is %d, target alone %d", pi,
@@ -233,10 +236,7 @@ static void ah_check_speculative(const char *target, const char *draft, const in
                 (long long)drafted);
     cr_expect_gt(drafted, 0, "nothing was drafted");
     cr_expect_gt(accepted, 0, "the draft was never accepted: the check above compared nothing");
-    sd_proposer_free(prop);
-    sd_scorer_free(sc);
-    sd_model_free(dm);
-    sd_model_free(tm);
+    sd_engine_free(e);
 }
 
 /* A file the loader must refuse with SD_ERR_FORMAT, naming `what`. */

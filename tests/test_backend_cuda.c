@@ -1058,7 +1058,7 @@ Test(cuda_model, paged_more_sequences_than_table_slots) {
 
 /* The batcher on the device (serve's engine, and generate's one-slot batcher): greedy
  * speculative text (LLM draft on the GPU, K = 1, 2, 4, fixed) equals target alone through
- * sd_engine_generate, which now takes the batcher, and the old loop's target-alone text;
+ * sd_engine_generate, which takes the batcher;
  * three requests at once through one batcher (paged KV, passes of 15 tokens) give their
  * target-alone texts too. */
 Test(cuda_model, batcher_greedy_speculative_equals_target_alone) {
@@ -1078,16 +1078,11 @@ Test(cuda_model, batcher_greedy_speculative_equals_target_alone) {
     gp.samp.temp = 0.0f;
     gp.ignore_eos = 1;
     const int32_t prompts[3][5] = {{1, 5, 9, 12, 7}, {1, 30, 31, 40, 41}, {1, 60, 22, 77, 80}};
-    int32_t ref[NP], loop[NP], got[NP];
+    int32_t ref[NP], got[NP];
     sd_gen_stats st;
     const int32_t n_ref =
         eu_generate(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts[0], 5, ref, &st);
     cr_assert_eq(n_ref, NP);
-    sd_gen_params lg = gp;
-    lg.path = SD_GEN_PATH_LOOP;
-    cr_assert_eq(eu_generate(e, &lg, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts[0], 5, loop, &st), NP);
-    cr_assert_eq(memcmp(loop, ref, sizeof ref), 0,
-                 "the loop's target-alone text (contiguous KV) differs from the batcher's");
     int64_t drafted = 0;
     for (int32_t k = 1; k <= 4; k *= 2) {
         cr_assert_eq(eu_generate(e, &gp, SD_DRAFT_LLM, SD_K_FIXED, k, prompts[0], 5, got, &st), NP);
@@ -1245,50 +1240,34 @@ Test(cuda_model, profile_file_lists_the_ops) {
     sd_model_free(m);
 }
 
-/* Greedy speculative == greedy target-alone with target and draft on the GPU, K = 1..8. */
+/* Greedy speculative == greedy target-alone (sd_engine_generate) with the target on the GPU
+ * and the draft on the GPU, then on the CPU, K = 1..8. */
 Test(cuda_model, greedy_speculative_equals_target_alone) {
     sd_error err = {0};
     if (!cuda_usable(&err)) cr_skip_test("no CUDA device to test: %s", err.msg);
     char t[1100], dr[1100];
     cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, dr, sizeof dr), 0);
-    sd_model *tm = NULL, *dm = NULL;
-    cr_assert_eq(sd_model_load(t, &tm, &err), 0, "%s", err.msg);
-    cr_assert_eq(sd_model_load(dr, &dm, &err), 0, "%s", err.msg);
-    sd_session_params sp = sd_session_default_params();
-    sp.device = SD_DEVICE_CUDA;
-    sd_scorer *sc = NULL;
-    cr_assert_eq(sd_scorer_init(tm, &sp, &sc, &err), 0, "%s", err.msg);
-    sd_sampling_params samp = sd_sampling_default_params();
-    samp.temp = 0.0f;
     const int32_t prompt[4] = {1, 5, 9, 12}, n_pred = 48;
     int32_t ref[48], got[48];
     sd_gen_params gp = sd_gen_default_params();
     gp.n_predict = n_pred;
     gp.samp.temp = 0.0f;
     sd_gen_stats st;
-    cr_assert_eq(sd_generate(sc, NULL, prompt, 4, 2, &gp, NULL, NULL, ref, n_pred, &st, &err), 0,
-                 "%s", err.msg);
-    const int32_t n_ref = st.n_generated;
+    int32_t n_ref = -1;
     for (int dev = 0; dev < 2; dev++) { /* draft on the GPU, then on the CPU */
-        sd_session_params dsp = sd_session_default_params();
-        dsp.device = dev == 0 ? SD_DEVICE_CUDA : SD_DEVICE_CPU;
-        sd_proposer *prop = NULL;
-        cr_assert_eq(
-            sd_proposer_llm_init(dm, &dsp, &samp, 7, sd_model_hparams(tm)->n_vocab, &prop, &err), 0,
-            "%s", err.msg);
+        sd_engine_params ep = eu_engine_params(t, dr, 0, 0);
+        ep.device = SD_DEVICE_CUDA;
+        ep.device_draft = dev == 0 ? SD_DEVICE_CUDA : SD_DEVICE_CPU;
+        sd_engine *e = eu_engine_open(&ep);
+        if (dev == 0)
+            n_ref = eu_generate(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, 4, ref, &st);
         for (int32_t k = 1; k <= 8; k++) {
-            gp.n_draft = k;
-            cr_assert_eq(
-                sd_generate(sc, prop, prompt, 4, 2, &gp, NULL, NULL, got, n_pred, &st, &err), 0,
-                "%s", err.msg);
+            eu_generate(e, &gp, SD_DRAFT_LLM, SD_K_FIXED, k, prompt, 4, got, &st);
             cr_assert_eq(st.n_generated, n_ref, "K=%d: %d tokens vs %d", k, st.n_generated, n_ref);
             for (int32_t i = 0; i < n_ref; i++)
                 cr_assert_eq(got[i], ref[i], "K=%d draft on %s: token %d is %d, target-alone %d", k,
                              dev == 0 ? "cuda" : "cpu", i, got[i], ref[i]);
         }
-        sd_proposer_free(prop);
+        sd_engine_free(e);
     }
-    sd_scorer_free(sc);
-    sd_model_free(dm);
-    sd_model_free(tm);
 }

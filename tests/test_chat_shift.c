@@ -4,15 +4,13 @@
  * A chat of many turns in a small context: without the shift it ends with a context
  * error; with it every turn is answered, and the conversation is shortened before an
  * answer that would not fit (its first `keep` tokens kept, the older half of the rest
- * dropped), the target's cache shifted, not recomputed: on the batcher (the default path)
- * the prefix cache's copy of the conversation (sd_engine_shift_cached), on the loop path
- * (the chat before the batcher took it) the loop's cache, keys re-rotated in both, so
- * after a shift the cache still gives the kept conversation (n_cached > keep). The model
- * has one layer and an F32 cache, where a shifted cache equals a fresh evaluation to
- * rounding (tests/test_shift.c), so every answer must equal a fresh engine's greedy answer
- * to the conversation before it, token for token (the reference: target alone, a new
- * engine per turn, no cache); and the loop's chat must be the same conversation as the
- * batcher's (the two shifts leave the same bits: test_shift.c's paged test).
+ * dropped), the target's cache shifted, not recomputed: the batcher's prefix-cache copy
+ * of the conversation (sd_engine_shift_cached), keys re-rotated, so after a shift the
+ * cache still gives the kept conversation (n_cached > keep). The model has one layer and
+ * an F32 cache, where a shifted cache equals a fresh evaluation to rounding
+ * (tests/test_shift.c), so every answer must equal a fresh engine's greedy answer to the
+ * conversation before it, token for token (the reference: target alone, a new engine per
+ * turn, no cache).
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -98,15 +96,14 @@ static const char k_lines[] = "t5 t6 t7\nt8 t9\nt10 t11\nt12 t13\nt14\nt15 t16\n
                               "t20\nt21 t22\n/exit\n";
 
 /* Run the chat; returns its status, the record and the final conversation. */
-static int chat(sd_engine *e, int shift, sd_gen_path path, turn_rec *rec, int32_t **conv,
-                int32_t *n_conv, sd_error *err) {
+static int chat(sd_engine *e, int shift, turn_rec *rec, int32_t **conv, int32_t *n_conv,
+                sd_error *err) {
     FILE *in = fmemopen((void *)k_lines, sizeof k_lines - 1, "r");
     cr_assert(in);
     sd_cli_chat c;
     memset(&c, 0, sizeof c);
     c.engine = e;
     c.gen = sd_engine_params_of(e)->gen;
-    c.gen.path = path;
     c.max_tokens = 12;
     c.tmpl = "chatml";
     c.add_bos = 1;
@@ -168,7 +165,7 @@ Test(chat_shift, a_long_chat_goes_on_and_every_answer_is_a_fresh_runs) {
     turn_rec off = {0}, on = {0};
     int32_t *conv = NULL, n_conv = 0;
     sd_engine *e = open_engine();
-    cr_assert_eq(chat(e, 0, SD_GEN_PATH_AUTO, &off, &conv, &n_conv, &err), SD_ERR_CONTEXT,
+    cr_assert_eq(chat(e, 0, &off, &conv, &n_conv, &err), SD_ERR_CONTEXT,
                  "without --context-shift the chat should outgrow %d positions (%d turns)", N_CTX,
                  off.n);
     free(conv);
@@ -176,7 +173,7 @@ Test(chat_shift, a_long_chat_goes_on_and_every_answer_is_a_fresh_runs) {
     sd_engine_free(e);
     e = open_engine();
     cr_assert_eq(sd_engine_generate_path(e, NULL, 0, NULL), SD_GEN_PATH_BATCHER);
-    cr_assert_eq(chat(e, 1, SD_GEN_PATH_AUTO, &on, &conv, &n_conv, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(chat(e, 1, &on, &conv, &n_conv, &err), SD_OK, "%s", err.msg);
     cr_assert_eq(on.n, 10, "%d turns answered", on.n);
     cr_assert_eq(n_conv, on.n_conv[on.n - 1]);
     cr_assert_eq(memcmp(conv, on.conv[on.n - 1], (size_t)n_conv * sizeof *conv), 0);
@@ -189,38 +186,6 @@ Test(chat_shift, a_long_chat_goes_on_and_every_answer_is_a_fresh_runs) {
     sd_engine_free(e);
 }
 
-/* The loop path's chat (its own cache shifted in place) is the same conversation, every
- * answer fresh to rounding (check_fresh). */
-Test(chat_shift, the_loop_shifting_in_place_gives_the_same_conversation) {
-    sd_error err = {0};
-    turn_rec lr = {0}, br = {0};
-    int32_t *lc = NULL, *bc = NULL, nl = 0, nb = 0;
-    sd_engine *e = open_engine();
-    cr_assert_eq(chat(e, 1, SD_GEN_PATH_LOOP, &lr, &lc, &nl, &err), SD_OK, "%s", err.msg);
-    sd_engine_free(e);
-    e = open_engine();
-    cr_assert_eq(chat(e, 1, SD_GEN_PATH_BATCHER, &br, &bc, &nb, &err), SD_OK, "%s", err.msg);
-    sd_engine_free(e);
-    cr_assert_eq(lr.n, br.n);
-    cr_assert_geq(check_fresh(&lr), 2, "the loop's chat shifted less than twice");
-    for (int t = 0; t < lr.n; t++) {
-        cr_assert_eq(lr.n_prompt[t], br.n_prompt[t], "turn %d", t + 1);
-        cr_assert_eq(lr.n_conv[t], br.n_conv[t], "turn %d", t + 1);
-        cr_expect_eq(memcmp(lr.conv[t], br.conv[t], (size_t)lr.n_conv[t] * sizeof(int32_t)), 0,
-                     "turn %d: the loop's conversation differs from the batcher's", t + 1);
-        /* both kept the shifted conversation in their caches (check_fresh: more than the
-         * kept BOS after a shift; the counts may differ by the odd position: the prefix
-         * cache matches what it holds token by token, the loop's sync its one sequence) */
-        cr_log_info("turn %d: prompt %d, cached %d (loop), %d (batcher)", t + 1, lr.n_prompt[t],
-                    lr.n_cached[t], br.n_cached[t]);
-    }
-    cr_assert_eq(nl, nb);
-    free(lc);
-    free(bc);
-    rec_free(&lr);
-    rec_free(&br);
-}
-
 /* With an LLM draft (K 3; its cache re-reads the shortened conversation after each shift,
  * the target's is shifted): greedy, so the same conversation as target alone. */
 Test(chat_shift, a_draft_gives_the_same_conversation) {
@@ -228,10 +193,10 @@ Test(chat_shift, a_draft_gives_the_same_conversation) {
     turn_rec tr = {0}, dr = {0};
     int32_t *tc = NULL, *dc = NULL, nt = 0, nd = 0;
     sd_engine *e = open_engine();
-    cr_assert_eq(chat(e, 1, SD_GEN_PATH_AUTO, &tr, &tc, &nt, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(chat(e, 1, &tr, &tc, &nt, &err), SD_OK, "%s", err.msg);
     sd_engine_free(e);
     e = open_engine_with(g_d);
-    cr_assert_eq(chat(e, 1, SD_GEN_PATH_AUTO, &dr, &dc, &nd, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(chat(e, 1, &dr, &dc, &nd, &err), SD_OK, "%s", err.msg);
     sd_engine_free(e);
     cr_assert_eq(tr.n, dr.n);
     int n_shift = 0;

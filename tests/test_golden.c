@@ -676,10 +676,10 @@ Test(golden, stats_add_pools_the_counts) {
     cr_assert_float_eq(sd_stats_tokens_per_s(&sum), 15.0 / (65.0 * 1e-3), 1e-9);
 }
 
-/* sd_engine_generate's loop is chosen in one place (sd_engine_generate_path): the batcher's
- * step for what it can do, sd_generate's loop for the rest; and that loop is the one that
- * ran: the batcher path leaves the engine's single-sequence target cache untouched, the
- * loop fills it. */
+/* sd_engine_generate's path is chosen in one place (sd_engine_generate_path), and there is
+ * one: the batcher's step, for every shape of request (trees, a context shift, the sweep
+ * and adaptive policies, a stop at the context, a tensor-parallel target); and it is the
+ * one that ran: the engine's single-sequence target cache stays untouched. */
 Test(golden, generate_path_is_chosen_in_one_place) {
     sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
     const gcase c = {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0};
@@ -696,10 +696,6 @@ Test(golden, generate_path_is_chosen_in_one_place) {
     g = gp; /* the sweep policy: the batcher's too */
     g.k_policy = SD_K_SWEEP;
     cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
-    g = gp;
-    g.path = SD_GEN_PATH_LOOP;
-    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_LOOP);
-    cr_assert_str_eq(why, "asked for");
     g = gp; /* the adaptive K and a stop at the context limit: the batcher's too */
     g.k_policy = SD_K_ADAPTIVE;
     cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
@@ -707,7 +703,6 @@ Test(golden, generate_path_is_chosen_in_one_place) {
     g.n_predict = N_CTX;
     cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
     cr_assert_str_eq(sd_gen_path_name(SD_GEN_PATH_BATCHER), "batcher");
-    cr_assert_str_eq(sd_gen_path_name(SD_GEN_PATH_LOOP), "loop");
     { /* a tensor-parallel target: the batcher's too (split paged sessions, test_tp.c) */
         sd_engine_params ep = eu_engine_params(TINY_T, TINY_D, N_CTX, 2);
         ep.n_split = 2;
@@ -726,12 +721,7 @@ Test(golden, generate_path_is_chosen_in_one_place) {
     cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err), SD_OK,
                  "%s", err.msg);
     cr_assert_gt(st.n_generated, 0);
-    cr_assert_eq(sd_session_n_past(ts), 0, "the batcher path ran the loop's sessions");
-    g = gp;
-    g.path = SD_GEN_PATH_LOOP;
-    cr_assert_eq(sd_engine_generate(e, &g, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err), SD_OK,
-                 "%s", err.msg);
-    cr_assert_geq(sd_session_n_past(ts), n_ids, "the loop did not run");
+    cr_assert_eq(sd_session_n_past(ts), 0, "generate ran the single-sequence sessions");
     free(ids);
     sd_engine_free(e);
 }
@@ -900,16 +890,17 @@ Test(golden, context_stop_in_both_loops) {
     sd_engine_free(e);
 }
 
-/* Context shift (gp.context_shift) in both loops. The batcher (generate's default path and
- * serve's) shifts a full context by evaluating the shortened window afresh in the
- * sequence's blocks (its kept prefix stays); the old loop shifts its cache in place, the
- * keys re-rotated (sd_scorer_shift). On a one-layer pair (tests/test_shift.c: a shifted
- * cache there equals a fresh one to rounding, 2.5e-7 with an F32 cache) both must emit the
- * same ids: greedy target alone, greedy with the LLM and the n-gram drafts, Gumbel
- * sampling with a seed, --keep 0 and 3 (BOS besides), through several shifts (70 tokens in
- * a context of 24); with the same counts of tokens (and every emitted token's logprob
- * entry its own, across the shifts), and stop MAX_TOKENS. Kept tokens that leave no room
- * (n_keep >= n_ctx / 2) end both at the context. */
+/* Context shift (gp.context_shift) on the engine's one path, the batcher (generate's and
+ * serve's): a full context keeps its first tokens and drops the older half of the rest,
+ * and the shortened window is evaluated afresh in the sequence's blocks. On a one-layer
+ * pair (F32 cache), through several shifts (70 tokens in a context of 24), --keep 0 and 3
+ * (BOS besides): greedy target alone and greedy with the LLM and the n-gram drafts emit the
+ * ids of an independent reference (shift_greedy_ref: plain decoding one token at a time,
+ * the window rule applied by hand at each full context, the window evaluated afresh on a
+ * fresh session); Gumbel sampling with the LLM draft emits the ids of Gumbel target alone
+ * through the same shifts (the same seed); every emitted token's logprob entry is its own,
+ * across the shifts, and the stop is MAX_TOKENS. Kept tokens that leave no room (n_keep >=
+ * n_ctx / 2) end it at the context. */
 static void shift_pair(char *dir, size_t cap, char *t, char *d, size_t pcap) {
     cr_assert_eq(tu_mkdtemp(dir, cap), 0);
     tu_llama_spec sp = tu_llama_default_spec();
@@ -920,7 +911,53 @@ static void shift_pair(char *dir, size_t cap, char *t, char *d, size_t pcap) {
     cr_assert_eq(tu_make_llama(tu_path(d, pcap, dir, "d.gguf"), &sp), 0);
 }
 
-Test(golden, context_shift_in_both_loops) {
+/* Greedy target alone (EOS and end-of-generation ids masked, as ignore_eos) after
+ * prompt[0 .. n_prompt) through context shifts, by hand: the context c holds at most n_ctx
+ * evaluated positions; when it holds n_ctx + 1 tokens (the last one emitted, not
+ * evaluated), it keeps its first n_keep (sd_ctx_shift_keep) and drops the older half of
+ * the rest (sd_ctx_shift_window), and a fresh session evaluates the window. ref[0 .. n). */
+static void shift_greedy_ref(sd_engine *e, const int32_t *prompt, int32_t n_prompt, int64_t keep,
+                             int32_t *ref, int32_t n) {
+    const sd_model *m = sd_engine_target(e);
+    const sd_vocab *v = sd_model_vocab(m);
+    const int32_t n_ctx = sd_engine_n_ctx(e), nv = sd_model_hparams(m)->n_vocab;
+    const int32_t n_keep = sd_ctx_shift_keep(prompt, n_prompt, keep, sd_vocab_bos(v));
+    int32_t *c = malloc(((size_t)n_ctx + 2) * sizeof *c);
+    float *l = malloc((size_t)nv * sizeof *l);
+    cr_assert(c && l);
+    memcpy(c, prompt, (size_t)n_prompt * sizeof *c);
+    int32_t n_cur = n_prompt, fresh = 1;
+    sd_session *s = NULL;
+    sd_error err = {0};
+    for (int32_t i = 0; i < n; i++) {
+        if (n_cur == n_ctx + 1) { /* full: shift */
+            const int32_t d = sd_ctx_shift_window(c, n_cur, n_keep);
+            cr_assert_gt(d, 0);
+            n_cur -= d;
+            fresh = 1;
+        }
+        if (fresh) { /* evaluate the window afresh */
+            sd_session_free(s);
+            s = NULL;
+            sd_session_params sp = sd_engine_session_params(e, 0);
+            sp.share_threads = NULL;
+            cr_assert_eq(sd_session_init(m, &sp, &s, &err), SD_OK, "%s", err.msg);
+            cr_assert_eq(sd_session_eval(s, c, n_cur, l, 1, &err), SD_OK, "%s", err.msg);
+            fresh = 0;
+        } else {
+            cr_assert_eq(sd_session_eval(s, &c[n_cur - 1], 1, l, 1, &err), SD_OK, "%s", err.msg);
+        }
+        for (int32_t t = 0; t < nv; t++)
+            if (t == sd_vocab_eos(v) || sd_vocab_is_eog(v, t)) l[t] = -INFINITY;
+        ref[i] = sd_argmax(l, nv);
+        c[n_cur++] = ref[i];
+    }
+    sd_session_free(s);
+    free(l);
+    free(c);
+}
+
+Test(golden, context_shift_equals_the_reference) {
     char dir[1024], t[1200], d[1200];
     shift_pair(dir, sizeof dir, t, d, sizeof t);
     enum { CTX = 24, NGEN = 70 };
@@ -960,29 +997,33 @@ Test(golden, context_shift_in_both_loops) {
         gp.logprobs_out = la;
         cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, a, NGEN, &sa, &err), SD_OK,
                      "%s: %s", cases[c].name, err.msg);
-        sd_gen_params gl = gp;
-        gl.path = SD_GEN_PATH_LOOP;
-        gl.logprobs_out = lb;
-        cr_assert_eq(sd_engine_generate(e, &gl, ids, n_ids, NULL, NULL, b, NGEN, &sb, &err), SD_OK,
-                     "%s: %s", cases[c].name, err.msg);
-        cr_assert_eq(sa.n_generated, NGEN, "%s: batcher %d tokens (stop %s)", cases[c].name,
-                     sa.n_generated, sd_stop_reason_str(sa.stop));
-        cr_assert_eq(sb.n_generated, NGEN, "%s: loop %d tokens (stop %s)", cases[c].name,
-                     sb.n_generated, sd_stop_reason_str(sb.stop));
+        cr_assert_eq(sa.n_generated, NGEN, "%s: %d tokens (stop %s)", cases[c].name, sa.n_generated,
+                     sd_stop_reason_str(sa.stop));
         cr_assert_eq(sa.stop, SD_STOP_MAX_TOKENS, "%s", cases[c].name);
-        cr_assert_eq(sb.stop, SD_STOP_MAX_TOKENS, "%s", cases[c].name);
         cr_assert_eq(sa.n_prompt, n_ids, "%s: the prompt figures are the first segment's",
                      cases[c].name);
+        if (cases[c].temp == 0.0f) { /* the independent reference */
+            shift_greedy_ref(e, ids, n_ids, cases[c].keep, b, NGEN);
+        } else { /* Gumbel target alone, the same seed, through the same shifts */
+            sd_gen_params gl = gp;
+            gl.draft_type = SD_DRAFT_NONE;
+            gl.n_draft = 0;
+            gl.logprobs_out = lb;
+            cr_assert_eq(sd_engine_generate(e, &gl, ids, n_ids, NULL, NULL, b, NGEN, &sb, &err),
+                         SD_OK, "%s: %s", cases[c].name, err.msg);
+            cr_assert_eq(sb.n_generated, NGEN, "%s: target alone %d tokens", cases[c].name,
+                         sb.n_generated);
+            for (int32_t i = 0; i < NGEN; i++)
+                cr_assert_eq(la[i].logprob, lb[i].logprob, "%s: logprob %d: %g, target alone %g",
+                             cases[c].name, i, la[i].logprob, lb[i].logprob);
+        }
         for (int32_t i = 0; i < NGEN; i++) {
-            cr_assert_eq(a[i], b[i], "%s: token %d: batcher %d, loop %d", cases[c].name, i, a[i],
+            cr_assert_eq(a[i], b[i], "%s: token %d: %d, the reference's %d", cases[c].name, i, a[i],
                          b[i]);
             cr_assert_eq(la[i].token, a[i], "%s: logprob entry %d", cases[c].name, i);
-            cr_assert_eq(lb[i].token, b[i], "%s: loop logprob entry %d", cases[c].name, i);
-            cr_assert_lt(fabs(la[i].logprob - lb[i].logprob), 1e-3, "%s: logprob %d: %g vs %g",
-                         cases[c].name, i, la[i].logprob, lb[i].logprob);
         }
     }
-    /* kept tokens that leave no room: both end at the context */
+    /* kept tokens that leave no room: it ends at the context */
     sd_gen_params gp = sd_gen_default_params();
     gp.n_predict = NGEN;
     gp.ignore_eos = 1;
@@ -992,16 +1033,14 @@ Test(golden, context_shift_in_both_loops) {
     int32_t *big = malloc((size_t)CTX * sizeof *big);
     for (int32_t i = 0; i < CTX / 2 + 1; i++) /* ...of more than half the context */
         big[i] = ids[i % n_ids];
-    for (int path = 0; path < 2; path++) {
+    {
         int32_t a[NGEN];
         sd_gen_stats sa;
         sd_error err = {0};
-        gp.path = path ? SD_GEN_PATH_LOOP : SD_GEN_PATH_BATCHER;
         cr_assert_eq(sd_engine_generate(e, &gp, big, CTX / 2 + 1, NULL, NULL, a, NGEN, &sa, &err),
                      SD_OK, "%s", err.msg);
-        cr_assert_eq(sa.stop, SD_STOP_CONTEXT, "%s: stop %s", sd_gen_path_name(gp.path),
-                     sd_stop_reason_str(sa.stop));
-        cr_assert_eq(sa.n_generated, CTX + 1 - (CTX / 2 + 1), "%s", sd_gen_path_name(gp.path));
+        cr_assert_eq(sa.stop, SD_STOP_CONTEXT, "stop %s", sd_stop_reason_str(sa.stop));
+        cr_assert_eq(sa.n_generated, CTX + 1 - (CTX / 2 + 1));
     }
     free(big);
     free(ids);

@@ -252,20 +252,38 @@ Test(head, rejection_sampling_with_a_trimmed_draft_is_exact) {
     const int32_t prompt[4] = {1, 7, 8, 9};
     sd_session_params sp = sd_session_default_params();
     sp.n_threads = 1;
-    /* p: the warp of the target's logits after the prompt. */
+    /* The engine whose draft has the trimmed head (a head file of the make_ids set): the
+     * runs go through its one path (sd_engine_generate), EOS ignored. */
+    int32_t ids[64];
+    const int32_t n = make_ids(ids);
+    unsigned char hb[512];
+    char hpath[1200];
+    tu_path(hpath, sizeof hpath, g_dir, "h.head");
+    const size_t hlen =
+        make_file(hb, ids, n, 96, sd_draft_vocab_fingerprint(sd_model_vocab(tm)), 1, 1);
+    cr_assert_eq(tu_write_file(hpath, hb, hlen), 0);
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = g_t;
+    ep.draft = g_d;
+    ep.n_threads = 1;
+    ep.draft_head = hpath;
+    sd_engine *e = NULL;
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    /* p: the warp of the target's logits after the prompt (EOS masked, as the runs), on a
+     * session made as the engine's. */
+    sd_session_params esp = sd_engine_session_params(e, 0);
+    esp.share_threads = NULL;
     sd_session *s = NULL;
-    cr_assert_eq(sd_session_init(tm, &sp, &s, &err), SD_OK);
+    cr_assert_eq(sd_session_init(tm, &esp, &s, &err), SD_OK);
     float logits[96], p[96], q_full[96];
     int32_t scratch[96];
     cr_assert_eq(sd_session_eval(s, prompt, 4, logits, 1, &err), SD_OK);
+    logits[sd_vocab_eos(sd_model_vocab(tm))] = -INFINITY;
     cr_assert_eq(sd_warp(&samp, logits, 96, p, scratch, &err), SD_OK);
     sd_session_free(s);
-    sd_scorer *sc = NULL;
-    cr_assert_eq(sd_scorer_init(tm, &sp, &sc, &err), SD_OK);
+    /* The negative control's proposer: the same head, drawn as the engine's draft does. */
     sd_proposer *pr = NULL;
     cr_assert_eq(sd_proposer_llm_init(dm, &sp, &samp, 0, 96, &pr, &err), SD_OK);
-    int32_t ids[64];
-    const int32_t n = make_ids(ids);
     cr_assert_eq(sd_proposer_llm_set_head(pr, ids, n, &err), SD_OK, "%s", err.msg);
     /* The draft's full-vocabulary q after the prompt, for the negative control. */
     cr_assert_eq(sd_session_init(dm, &sp, &s, &err), SD_OK);
@@ -280,9 +298,12 @@ Test(head, rejection_sampling_with_a_trimmed_draft_is_exact) {
         gp.n_draft = 3;
         gp.samp = samp;
         gp.seed = 7919u * (uint64_t)t + 1;
+        gp.draft_type = SD_DRAFT_LLM;
+        gp.k_policy = SD_K_FIXED;
+        gp.ignore_eos = 1;
         int32_t out[4];
         sd_gen_stats st;
-        cr_assert_eq(sd_generate(sc, pr, prompt, 4, -1, &gp, NULL, NULL, out, 4, &st, &err), SD_OK,
+        cr_assert_eq(sd_engine_generate(e, &gp, prompt, 4, NULL, NULL, out, 4, &st, &err), SD_OK,
                      "%s", err.msg);
         counts[out[0]]++;
         drafted += st.n_drafted;
@@ -342,7 +363,7 @@ Test(head, rejection_sampling_with_a_trimmed_draft_is_exact) {
     cr_assert_gt(drafted, 0);
     (void)in_head;
     sd_proposer_free(pr);
-    sd_scorer_free(sc);
+    sd_engine_free(e);
     sd_model_free(dm);
     sd_model_free(tm);
 }

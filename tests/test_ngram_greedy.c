@@ -35,54 +35,48 @@ TestSuite(ngram_greedy, .init = setup, .fini = teardown, .timeout = 900);
 /* ------------------------------------------------------------------------------------ */
 /* Greedy equality                                                                       */
 
+/* A pair on the engine's one path (sd_engine_generate: the batcher's step over one
+ * sequence), one thread. */
 typedef struct gen_pair {
-    sd_model *tm, *dm;
-    sd_scorer *scorer;
-    sd_proposer *llm, *ngram, *chain;
+    sd_engine *e;
+    const sd_model *tm;
 } gen_pair;
 
 static void gen_pair_open(gen_pair *g, const char *target, const char *draft) {
-    memset(g, 0, sizeof *g);
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = target;
+    ep.draft = draft;
+    ep.n_threads = 1;
     sd_error err = {0};
-    cr_assert_eq(sd_model_load(target, &g->tm, &err), 0, "%s", err.msg);
-    cr_assert_eq(sd_model_load(draft, &g->dm, &err), 0, "%s", err.msg);
-    sd_session_params sp = sd_session_default_params();
-    sp.n_threads = 1;
-    sd_sampling_params samp = sd_sampling_default_params();
-    samp.temp = 0.0f;
-    const int32_t n_vocab = sd_model_hparams(g->tm)->n_vocab;
-    cr_assert_eq(sd_scorer_init(g->tm, &sp, &g->scorer, &err), 0, "%s", err.msg);
-    cr_assert_eq(sd_proposer_llm_init(g->dm, &sp, &samp, 3, n_vocab, &g->llm, &err), 0, "%s",
-                 err.msg);
-    sd_ngram_params np = sd_ngram_default_params();
-    np.n_ctx = sd_scorer_n_ctx(g->scorer) + 1;
-    cr_assert_eq(sd_proposer_ngram_init(&np, n_vocab, &g->ngram, &err), 0, "%s", err.msg);
-    cr_assert_eq(sd_proposer_chain_init(g->ngram, g->llm, "ngram+llm", &g->chain, &err), 0, "%s",
-                 err.msg);
+    g->e = NULL;
+    cr_assert_eq(sd_engine_init(&ep, &g->e, &err), SD_OK, "%s", err.msg);
+    g->tm = sd_engine_target(g->e);
 }
 
 static void gen_pair_close(gen_pair *g) {
-    sd_proposer_free(g->chain);
-    sd_proposer_free(g->ngram);
-    sd_proposer_free(g->llm);
-    sd_scorer_free(g->scorer);
-    sd_model_free(g->dm);
-    sd_model_free(g->tm);
+    sd_engine_free(g->e);
+    g->e = NULL;
 }
 
-static int32_t gen(gen_pair *g, sd_proposer *prop, sd_k_policy pol, int32_t k, float p_min,
+/* Greedy generation with draft type t (SD_DRAFT_NONE: target alone), policy pol, K k and
+ * the LLM draft's confidence cut-off p_min (after one token). eos >= 0: the vocabulary's
+ * EOS stops generation; -1: it never wins (ignore_eos). */
+static int32_t gen(gen_pair *g, sd_draft_type t, sd_k_policy pol, int32_t k, float p_min,
                    const int32_t *prompt, int32_t n_prompt, int32_t eos, int32_t n_predict,
                    int32_t *out, sd_gen_stats *st) {
     sd_gen_params gp = sd_gen_default_params();
     gp.n_predict = n_predict;
-    gp.n_draft = k;
+    gp.n_draft = t == SD_DRAFT_NONE ? 0 : k;
+    gp.draft_type = t;
     gp.samp.temp = 0.0f;
     gp.k_policy = pol;
-    if (prop) sd_proposer_set_cutoff(prop, p_min, 1);
+    gp.draft_p_min = p_min;
+    gp.draft_min = 1;
+    gp.ignore_eos = eos < 0;
     sd_error err = {0};
-    cr_assert_eq(sd_generate(g->scorer, prop, prompt, n_prompt, eos, &gp, NULL, NULL, out,
-                             n_predict, st, &err),
-                 0, "%s", err.msg);
+    cr_assert_eq(
+        sd_engine_generate(g->e, &gp, prompt, n_prompt, NULL, NULL, out, n_predict, st, &err), 0,
+        "%s", err.msg);
     return st->n_generated;
 }
 
@@ -95,8 +89,8 @@ static double greedy_all(gen_pair *g, const int32_t *prompt, int32_t n_prompt, i
     cr_assert(ref && got);
     sd_gen_stats st;
     const int32_t n_ref =
-        gen(g, NULL, SD_K_FIXED, 0, 0, prompt, n_prompt, eos, n_predict, ref, &st);
-    sd_proposer *props[] = {g->ngram, g->chain, g->llm};
+        gen(g, SD_DRAFT_NONE, SD_K_FIXED, 0, 0, prompt, n_prompt, eos, n_predict, ref, &st);
+    const sd_draft_type props[] = {SD_DRAFT_NGRAM, SD_DRAFT_NGRAM_LLM, SD_DRAFT_LLM};
     const char *names[] = {"ngram", "ngram+llm", "llm"};
     int64_t drafted = 0, accepted = 0;
     for (int pi = 0; pi < 3; pi++)
@@ -156,7 +150,7 @@ Test(ngram_greedy, shipped_tinystories_pair) {
     tu_need_path(dp, "the shipped TinyStories pair");
     gen_pair g;
     gen_pair_open(&g, tp, dp);
-    const sd_vocab *vocab = sd_model_vocab(g.tm);
+    const sd_vocab *vocab = sd_engine_vocab(g.e);
     const char *texts[] = {
         "Once upon a time",
         "Lily had a red ball. She liked to play with the red ball in the park. One day, Lily",
@@ -179,7 +173,7 @@ Test(ngram_greedy, shipped_tinystories_pair) {
 }
 
 /* Sampling with one-hot proposals runs and emits valid ids (exactness is the chi-square
- * test above; this drives the loop's sd_verify_onehot path). */
+ * test above; this drives the one-hot verification path of the batcher's step). */
 Test(ngram_greedy, sampled_generation_with_lookup) {
     char t[2048], d[2048];
     cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
@@ -190,14 +184,15 @@ Test(ngram_greedy, sampled_generation_with_lookup) {
     gp.n_predict = 64;
     gp.n_draft = 4;
     gp.samp.temp = 0.7f;
+    gp.draft_type = SD_DRAFT_NGRAM;
+    gp.ignore_eos = 1;
     int32_t out[64];
     sd_gen_stats st;
     sd_error err = {0};
     for (int pol = 0; pol <= 1; pol++) {
         gp.k_policy = (sd_k_policy)pol;
-        cr_assert_eq(
-            sd_generate(g.scorer, g.ngram, prompt, 12, -1, &gp, NULL, NULL, out, 64, &st, &err), 0,
-            "%s", err.msg);
+        cr_assert_eq(sd_engine_generate(g.e, &gp, prompt, 12, NULL, NULL, out, 64, &st, &err), 0,
+                     "%s", err.msg);
         cr_assert_eq(st.n_generated, 64);
         for (int i = 0; i < 64; i++)
             cr_assert(out[i] >= 0 && out[i] < 96);

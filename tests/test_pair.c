@@ -110,17 +110,20 @@ static int32_t *tokenize(const sd_model *m, const char *text, int32_t *n) {
     return ids;
 }
 
-/* Greedy generation of n_predict tokens with (draft != NULL) or without a draft. */
-static int32_t generate(sd_scorer *sc, sd_proposer *prop, const int32_t *prompt, int32_t n_prompt,
-                        int32_t eos, int32_t k, int32_t n_predict, int32_t *out, sd_gen_stats *st) {
+/* Greedy generation of n_predict tokens through the engine's one path (sd_engine_generate),
+ * drafting with the LLM draft at K k (fixed) when draft, else target alone; the
+ * vocabulary's EOS ends it. */
+static int32_t generate(sd_engine *e, int draft, const int32_t *prompt, int32_t n_prompt, int32_t k,
+                        int32_t n_predict, int32_t *out, sd_gen_stats *st) {
     sd_gen_params gp = sd_gen_default_params();
     gp.n_predict = n_predict;
-    gp.n_draft = k;
+    gp.n_draft = draft ? k : 0;
+    gp.draft_type = draft ? SD_DRAFT_LLM : SD_DRAFT_NONE;
+    gp.k_policy = SD_K_FIXED;
     gp.samp.temp = 0.0f;
     sd_error err = {0};
-    cr_assert_eq(
-        sd_generate(sc, prop, prompt, n_prompt, eos, &gp, NULL, NULL, out, n_predict, st, &err), 0,
-        "%s", err.msg);
+    cr_assert_eq(sd_engine_generate(e, &gp, prompt, n_prompt, NULL, NULL, out, n_predict, st, &err),
+                 0, "%s", err.msg);
     return st->n_generated;
 }
 
@@ -131,26 +134,23 @@ static void greedy_pair(const char *target, const char *draft, double min_accept
     enum { N_PREDICT = 96 };
     sd_model *tm = load(target), *dm = load(draft);
     check_pair(tm, target, dm, draft);
-    sd_sampling_params samp = sd_sampling_default_params();
-    samp.temp = 0.0f;
-    sd_session_params sp = sd_session_default_params();
-    sp.n_threads = 1; /* tiny models: one thread is fastest, and a loaded box stays fair */
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = target;
+    ep.draft = draft;
+    ep.n_threads = 1; /* tiny models: one thread is fastest, and a loaded box stays fair */
     sd_error err = {0};
-    sd_scorer *sc = NULL;
-    sd_proposer *prop = NULL;
-    cr_assert_eq(sd_scorer_init(tm, &sp, &sc, &err), 0, "%s", err.msg);
-    cr_assert_eq(sd_proposer_llm_init(dm, &sp, &samp, 7, 0, &prop, &err), 0, "%s", err.msg);
-    const int32_t eos = sd_vocab_eos(sd_model_vocab(tm));
+    sd_engine *e = NULL;
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), 0, "%s", err.msg);
     int64_t drafted = 0, accepted = 0;
     for (size_t pi = 0; pi < sizeof prompts / sizeof prompts[0]; pi++) {
         int32_t n_prompt;
         int32_t *prompt = tokenize(tm, prompts[pi], &n_prompt);
         int32_t ref[N_PREDICT], got[N_PREDICT];
         sd_gen_stats st;
-        int32_t n_ref = generate(sc, NULL, prompt, n_prompt, eos, 1, N_PREDICT, ref, &st);
+        int32_t n_ref = generate(e, 0, prompt, n_prompt, 1, N_PREDICT, ref, &st);
         cr_assert_gt(n_ref, 0);
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
-            int32_t n_got = generate(sc, prop, prompt, n_prompt, eos, ks[ki], N_PREDICT, got, &st);
+            int32_t n_got = generate(e, 1, prompt, n_prompt, ks[ki], N_PREDICT, got, &st);
             cr_assert_eq(n_got, n_ref, "'%s' K=%d: %d tokens, target alone %d", prompts[pi], ks[ki],
                          n_got, n_ref);
             for (int32_t i = 0; i < n_ref; i++)
@@ -166,8 +166,7 @@ static void greedy_pair(const char *target, const char *draft, double min_accept
                 (long long)accepted, (long long)drafted);
     cr_assert_geq(acc, min_acceptance, "greedy acceptance %.3f, expected >= %.2f", acc,
                   min_acceptance);
-    sd_proposer_free(prop);
-    sd_scorer_free(sc);
+    sd_engine_free(e);
     sd_model_free(dm);
     sd_model_free(tm);
 }

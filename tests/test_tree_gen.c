@@ -1,11 +1,13 @@
 /*
- * tests/test_tree_gen.c: token trees end to end (sd_generate with tree_width > 0).
+ * tests/test_tree_gen.c: token trees end to end (the batcher's step, the engine's one path,
+ * with tree_width > 0).
  * Greedy and Gumbel (same seed) output equal target alone for the tree shapes 1x4, 2x3,
  * 4x2 and 3x1 .. 3x5:
  *   - with an "oracle" tree proposer that knows the target-alone text and hides its
  *     continuation, cut at a random depth, in a random branch among random siblings: the
  *     accepted count must then be exactly the sum of the cuts (the walk finds the right
- *     branch wherever it is, and never accepts a wrong token);
+ *     branch wherever it is, and never accepts a wrong token). The oracle stands in for
+ *     the n-gram proposer of a one-slot batcher (white box: batcher_impl.h);
  *   - with the suffix and n-gram proposers' trees (shapes alternating between the two) on
  *     the shipped TinyStories target and SmolLM2-135M (skipped when absent).
  * Rejection sampling with a tree is refused.
@@ -16,11 +18,13 @@
 #include <string.h>
 
 #include "draft/sd_draft.h"
+#include "runtime/engine/batcher_impl.h"
 #include "runtime/engine/sd_engine.h"
 #include "runtime/model/sd_model.h"
 #include "runtime/tokenizer/sd_vocab.h"
 #include "target/sd_target.h"
 #include "testutil.h"
+#include "engine_util.h"
 #include "verify/sd_verify.h"
 
 static char g_dir[1024];
@@ -131,77 +135,93 @@ static const sd_proposer_ops oracle_ops = {
 static const int32_t shapes[][2] = {{1, 4}, {2, 3}, {4, 2}, {3, 1}, {3, 2}, {3, 3}, {3, 4}, {3, 5}};
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
+/* A batcher of one slot over e whose n-gram proposer is o (a tree request of draft type
+ * n-gram drafts from it); o outlives it (its free does nothing). */
+static sd_batcher *oracle_batcher(sd_engine *e, oracle *o) {
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 1;
+    bp.k_max = SD_MAX_DRAFT;
+    bp.prefix_cache = 0;
+    sd_batcher *b = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    sd_proposer_free(b->ngram[0]);
+    b->ngram[0] = &o->base;
+    return b;
+}
+
+/* One request of gp (draft type n-gram: the oracle's trees) through b, to its end. */
+static void oracle_run(sd_batcher *b, const sd_gen_params *gp, const int32_t *prompt,
+                       int32_t n_prompt, eu_out *o) {
+    memset(o, 0, sizeof *o);
+    sd_gen_params g = *gp;
+    g.draft_type = SD_DRAFT_NGRAM;
+    g.k_policy = SD_K_FIXED;
+    eu_submit(b, prompt, n_prompt, &g, eu_collect, o);
+    eu_drain(b, 1);
+    cr_assert(o->done);
+}
+
 /* Target alone, then every shape with the oracle: the same tokens, exactly the cuts
  * accepted. */
-static void oracle_shapes(sd_scorer *sc, const sd_gen_params *base, const int32_t *prompt,
+static void oracle_shapes(sd_engine *e, const sd_gen_params *base, const int32_t *prompt,
                           int32_t n_prompt, const char *what) {
     enum { N = 64 };
-    const int32_t nv = sd_model_hparams(sd_scorer_model(sc))->n_vocab;
-    int32_t ref[N], got[N];
+    const int32_t nv = sd_model_hparams(sd_engine_target(e))->n_vocab;
+    int32_t ref[N];
     sd_gen_stats st;
-    sd_error err = {0};
     sd_gen_params gp = *base;
     gp.n_predict = N;
     gp.ignore_eos = 1;
-    cr_assert_eq(sd_generate(sc, NULL, prompt, n_prompt, 2, &gp, NULL, NULL, ref, N, &st, &err),
-                 SD_OK, "%s", err.msg);
+    eu_generate(e, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompt, n_prompt, ref, &st);
     const int32_t n_ref = st.n_generated;
     cr_assert_eq(n_ref, N);
     int64_t off_first = 0;
     for (int s = 0; s < N_SHAPES; s++) {
         oracle o = {
             {&oracle_ops}, ref, n_ref, n_prompt, nv, 0x9e3779b97f4a7c15ull + (uint64_t)s, 0, 0};
+        sd_batcher *b = oracle_batcher(e, &o);
         gp.tree_width = shapes[s][0];
         gp.n_draft = shapes[s][1];
-        cr_assert_eq(
-            sd_generate(sc, &o.base, prompt, n_prompt, 2, &gp, NULL, NULL, got, N, &st, &err),
-            SD_OK, "%s %dx%d: %s", what, shapes[s][0], shapes[s][1], err.msg);
-        cr_assert_eq(st.n_generated, n_ref, "%s %dx%d: %d tokens, target alone %d", what,
-                     shapes[s][0], shapes[s][1], st.n_generated, n_ref);
+        eu_out got;
+        oracle_run(b, &gp, prompt, n_prompt, &got);
+        cr_assert_eq(got.n, n_ref, "%s %dx%d: %d tokens, target alone %d", what, shapes[s][0],
+                     shapes[s][1], got.n, n_ref);
         for (int32_t i = 0; i < n_ref; i++)
-            cr_assert_eq(got[i], ref[i], "%s tree %dx%d: token %d is %d, target alone %d", what,
-                         shapes[s][0], shapes[s][1], i, got[i], ref[i]);
-        cr_assert_eq(st.n_accepted, o.expect_accepted,
+            cr_assert_eq(got.toks[i], ref[i], "%s tree %dx%d: token %d is %d, target alone %d",
+                         what, shapes[s][0], shapes[s][1], i, got.toks[i], ref[i]);
+        cr_assert_eq(got.st.n_accepted, o.expect_accepted,
                      "%s tree %dx%d: %d accepted, the oracle hid %lld right tokens", what,
-                     shapes[s][0], shapes[s][1], st.n_accepted, (long long)o.expect_accepted);
+                     shapes[s][0], shapes[s][1], got.st.n_accepted, (long long)o.expect_accepted);
         off_first += o.off_first;
+        sd_batcher_free(b);
     }
     cr_assert_gt(off_first, 10, "%s: the right branch was rarely off the first: proves little",
                  what);
 }
 
-static sd_scorer *scorer_of(const char *path, sd_model **m) {
-    sd_error err = {0};
-    cr_assert_eq(sd_model_load(path, m, &err), SD_OK, "%s", err.msg);
-    sd_session_params sp = sd_session_default_params();
-    sp.n_ctx = 256;
-    sp.n_batch = 32;
-    sp.n_threads = 2;
-    sd_scorer *sc = NULL;
-    cr_assert_eq(sd_scorer_init(*m, &sp, &sc, &err), SD_OK, "%s", err.msg);
-    return sc;
+/* An engine on the random target alone: 256 positions, two threads. */
+static sd_engine *engine_of(const char *path) {
+    return eu_engine(path, NULL, 256, 2, 0);
 }
 
 Test(tree_gen, oracle_greedy_every_shape) {
     char t[2048], d[2048];
     cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
-    sd_model *m = NULL;
-    sd_scorer *sc = scorer_of(t, &m);
+    sd_engine *e = engine_of(t);
     const int32_t prompt[12] = {1, 5, 9, 13, 5, 9, 13, 5, 9, 13, 5, 9};
     sd_gen_params gp = sd_gen_default_params();
     gp.samp.temp = 0.0f;
-    oracle_shapes(sc, &gp, prompt, 12, "random model greedy");
+    oracle_shapes(e, &gp, prompt, 12, "random model greedy");
     gp.samp.repeat_penalty = 1.3f; /* penalties read each row's own path */
-    oracle_shapes(sc, &gp, prompt, 12, "random model greedy, repeat penalty");
-    sd_scorer_free(sc);
-    sd_model_free(m);
+    oracle_shapes(e, &gp, prompt, 12, "random model greedy, repeat penalty");
+    sd_engine_free(e);
 }
 
 Test(tree_gen, oracle_gumbel_same_seed) {
     char t[2048], d[2048];
     cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
-    sd_model *m = NULL;
-    sd_scorer *sc = scorer_of(t, &m);
+    sd_engine *e = engine_of(t);
     const int32_t prompt[6] = {1, 40, 41, 42, 43, 44};
     for (uint64_t seed = 1; seed <= 3; seed++) {
         sd_gen_params gp = sd_gen_default_params();
@@ -212,37 +232,34 @@ Test(tree_gen, oracle_gumbel_same_seed) {
         gp.seed = seed;
         char what[64];
         snprintf(what, sizeof what, "random model gumbel seed %llu", (unsigned long long)seed);
-        oracle_shapes(sc, &gp, prompt, 6, what);
+        oracle_shapes(e, &gp, prompt, 6, what);
     }
-    sd_scorer_free(sc);
-    sd_model_free(m);
+    sd_engine_free(e);
 }
 
 Test(tree_gen, rejection_sampling_is_refused) {
     char t[2048], d[2048];
     cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
-    sd_model *m = NULL;
-    sd_scorer *sc = scorer_of(t, &m);
-    oracle o = {{&oracle_ops}, NULL, 0, 1, 96, 1, 0, 0};
+    sd_engine *e = engine_of(t);
     sd_gen_params gp = sd_gen_default_params();
     gp.samp.temp = 0.8f;
     gp.samp.spec = SD_SPEC_REJECTION;
+    gp.draft_type = SD_DRAFT_NGRAM;
     gp.tree_width = 2;
     gp.n_draft = 3;
     const int32_t prompt[2] = {1, 5};
     int32_t out[128];
     sd_gen_stats st;
     sd_error err = {0};
-    cr_assert_eq(sd_generate(sc, &o.base, prompt, 2, 2, &gp, NULL, NULL, out, 128, &st, &err),
+    cr_assert_eq(sd_engine_generate(e, &gp, prompt, 2, NULL, NULL, out, 128, &st, &err),
                  SD_ERR_UNSUPPORTED);
     cr_assert(strstr(err.msg, "Gumbel") != NULL, "%s", err.msg);
     gp.samp.spec = SD_SPEC_GUMBEL;
     gp.tree_width = 4;
     gp.n_draft = 5; /* 20 nodes */
-    cr_assert_eq(sd_generate(sc, &o.base, prompt, 2, 2, &gp, NULL, NULL, out, 128, &st, &err),
+    cr_assert_eq(sd_engine_generate(e, &gp, prompt, 2, NULL, NULL, out, 128, &st, &err),
                  SD_ERR_ARG);
-    sd_scorer_free(sc);
-    sd_model_free(m);
+    sd_engine_free(e);
 }
 
 /* ---- the suffix and n-gram proposers' trees on real models ---- */

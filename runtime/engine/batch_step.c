@@ -647,7 +647,8 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
                               0,
                               0,
                               0,
-                              c->k_policy};
+                              c->k_policy,
+                              c->k_lookup > 0 && k > c->k_lookup ? c->k_lookup : 0};
         if (c->adaptive) {
             rec.k_best = sd_adaptive_best_k(&c->ctl);
             rec.speedup = sd_adaptive_speedup(&c->ctl, rec.k_best);

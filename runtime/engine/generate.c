@@ -347,8 +347,8 @@ static int run_pass(gen_run *g, int32_t *out, int32_t *n_new, sd_error *err) {
     if (g->adaptive) sd_adaptive_observe(&g->ctl, k, res.n_accepted, t_draft, c_pass);
     const int32_t i = st->n_target_passes - 1;
     if (gp->pass_trace && i < gp->pass_trace_cap) {
-        sd_pass_record r = {k_chosen, k, res.n_accepted, (int32_t)state, t_draft, c_pass, 0, 0,
-                            0,        0, k_policy};
+        sd_pass_record r = {
+            k_chosen, k, res.n_accepted, (int32_t)state, t_draft, c_pass, 0, 0, 0, 0, k_policy, 0};
         if (g->adaptive) {
             r.k_best = sd_adaptive_best_k(&g->ctl);
             r.speedup = sd_adaptive_speedup(&g->ctl, r.k_best);

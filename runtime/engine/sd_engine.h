@@ -439,6 +439,10 @@ typedef struct sd_pass_record {
     double speedup, c_rel, v_rel;
     int32_t k_best;
     int32_t k_policy; /* the policy's K before the budget and context caps (k_chosen) */
+    /* Of n_drafted, the lookup tokens of a mixed block (a chained draft type's lookup
+     * match that the draft model continued in the same block: ngram+llm, suffix+llm; the
+     * rest are the draft model's); 0: not a mixed block. */
+    int32_t n_chain_lookup;
 } sd_pass_record;
 
 sd_gen_params sd_gen_default_params(void);
