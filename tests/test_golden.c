@@ -585,12 +585,12 @@ Test(golden, tiny_pair_logprobs_and_grammar) {
 
 /* generate's prefix reuse: a run whose prompt extends the last run's context (a chat
  * turn) finds that prefix in the target's cache and continues exactly as a fresh engine
- * does (greedy: the first run's own continuation); an unrelated prompt finds none. Both
- * loops keep the longest common prefix (all of the prompt but its last token, which the
- * first pass evaluates): the old loop in its session, the one-slot batcher in its prefix
- * cache, which matches to the token (whole 64-position blocks, then the partly filled
- * last one). */
-static void prefix_reuse(sd_gen_path path) {
+ * does (greedy: the first run's own continuation); an unrelated prompt finds none. The
+ * one-slot batcher keeps the longest common prefix (all of the prompt but its last token,
+ * which the first pass evaluates) in its prefix cache, which matches to the token (whole
+ * 64-position blocks, then the partly filled last one). */
+Test(golden, generate_counts_its_prefix_reuse) {
+    const sd_gen_path path = SD_GEN_PATH_BATCHER;
     sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
     sd_error err = {0};
     int32_t *ids = NULL;
@@ -603,7 +603,6 @@ static void prefix_reuse(sd_gen_path path) {
     const gcase c = {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0};
     sd_gen_params gp = params_of(&c, 40);
     gp.ignore_eos = 1;
-    gp.path = path;
     const char *name = sd_gen_path_name(path);
     cr_assert_eq(sd_engine_generate_path(e, &gp, n_ids, NULL), path, "%s", name);
     int32_t out1[MAXOUT], out2[MAXOUT], out3[MAXOUT];
@@ -645,10 +644,6 @@ static void prefix_reuse(sd_gen_path path) {
     free(turn);
     free(ids);
     sd_engine_free(e);
-}
-
-Test(golden, generate_counts_its_prefix_reuse) {
-    prefix_reuse(SD_GEN_PATH_BATCHER);
 }
 
 /* Figures over several runs (bench, a request's choices) come from their statistics added

@@ -8,8 +8,8 @@
  *                 [--reps N] [--json FILE]
  * Models are loaded once. For each K, for run i = 0 .. N-1: prompt i mod n_prompts,
  * seed S + i; side A generates with the target alone, then side B speculatively with K
- * drafted tokens (ABAB), both through sd_generate and the same scorer (its KV cache is
- * emptied before each run so neither side inherits the other's prefill). Greedy by
+ * drafted tokens (ABAB), both through sd_engine_generate (the one-slot batcher: its
+ * prefix cache is emptied before each run so neither side inherits the other's prefill). Greedy by
  * default (--temp 0): each B run's tokens must equal its A run's ("greedy_match").
  *   tokens/s  emitted tokens / decode time (prefill excluded), median / min / max
  *   speedup   median (and min, max) of the per-pair ratios B tok/s / A tok/s
@@ -103,18 +103,11 @@ static int one_run(ab_ctx *a, int pi, uint64_t seed, int32_t k, int32_t *out, si
     sd_gen_params gp = a->p->ep.gen;
     gp.seed = seed;
     gp.n_draft = k;
-    /* each run prefills from scratch: the batcher's prefix cache, or the loop's sessions */
+    /* each run prefills from scratch: the one-slot batcher's prefix cache emptied */
     sd_engine_clear_cache(a->e);
-    int rc = SD_OK;
-    if (sd_engine_generate_path(a->e, &gp, a->n_prompt_ids[pi], NULL) == SD_GEN_PATH_LOOP) {
-        sd_proposer *prop = sd_engine_proposer(a->e);
-        if (prop) sd_proposer_commit(prop, a->prompt_ids[pi], 0);
-        rc = sd_scorer_sync(sd_engine_scorer(a->e), a->prompt_ids[pi], 1, err);
-    }
     bench_dvec scratch = {0};
     itl_rec rec = {0, 0, acc ? &acc->itl : &scratch, 0};
-    if (!rc)
-        rc = sd_engine_generate(a->e, &gp, a->prompt_ids[pi], a->n_prompt_ids[pi], itl_cb, &rec,
+    int rc = sd_engine_generate(a->e, &gp, a->prompt_ids[pi], a->n_prompt_ids[pi], itl_cb, &rec,
                                 out, gp.n_predict, st, err);
     bench_dvec_free(&scratch);
     if (!rc && rec.oom) rc = sd_errorf(err, SD_ERR_OOM, "bench: out of memory");

@@ -186,21 +186,11 @@ static int run_one(modes_ctx *m, const variant *v, const int32_t *ids, int32_t n
     } else if (!m->c->g.has_p_min && !m->p->cfg.has_draft_p_min) {
         gp.draft_p_min = 0.0f; /* fixed: K every pass unless a cut-off was asked for */
     }
-    /* Empty every cache: each run prefills its prompt from scratch (the batcher's prefix
-     * cache; on sd_generate's loop its sessions and proposers). */
+    /* Empty the cache: each run prefills its prompt from scratch (the one-slot batcher's
+     * prefix cache). */
     sd_engine_clear_cache(m->e);
-    int rc = SD_OK;
-    if (sd_engine_generate_path(m->e, &gp, n_ids, NULL) == SD_GEN_PATH_LOOP) {
-        for (int t = SD_DRAFT_LLM; t <= SD_DRAFT_SUFFIX; t++) {
-            if (t == SD_DRAFT_NGRAM_LLM) continue; /* its two parts are emptied on their own */
-            sd_proposer *pr = sd_engine_proposer_of(m->e, (sd_draft_type)t);
-            if (pr) sd_proposer_commit(pr, ids, 0);
-        }
-        rc = sd_scorer_sync(sd_engine_scorer(m->e), ids, 1, err);
-    }
     cpu_rec rec = {0, 0};
-    if (!rc)
-        rc = sd_engine_generate(m->e, &gp, ids, n_ids, cpu_cb, &rec, out, gp.n_predict, st, err);
+    int rc = sd_engine_generate(m->e, &gp, ids, n_ids, cpu_cb, &rec, out, gp.n_predict, st, err);
     const double t_end = cpu_ms();
     *cpu_tps = rec.n_first && t_end > rec.first && st->n_generated > rec.n_first
                    ? (st->n_generated - rec.n_first) / ((t_end - rec.first) * 1e-3)

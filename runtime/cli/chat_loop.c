@@ -8,8 +8,8 @@
  * (the previous prompt and its answer as generated), only the rest - the end of the last
  * answer's turn, the user message, the header - is tokenized and appended, so the tokens of
  * earlier turns stay exactly as the model produced them and the engine's KV caches keep
- * them (the one-slot batcher's prefix cache gives the next turn the blocks of the last one;
- * on the loop path the syncs roll back to the longest common prefix), and only the new
+ * them (the one-slot batcher's prefix cache gives the next turn the blocks of the last
+ * one), and only the new
  * tokens are evaluated. A template that renders earlier turns differently (one
  * that trims an answer, say) is re-tokenized whole; the caches then keep the common prefix.
  */
@@ -172,43 +172,22 @@ static void print_turn_stats(int turn, const sd_gen_stats *st, int32_t n_new, in
     fprintf(stderr, "]\n");
 }
 
-/* Whether the answers run sd_generate's loop (gen.path: asked for, or what only the loop
- * has) rather than the batcher's step on one slot (the default). */
-static int on_loop(const sd_cli_chat *c) {
-    return sd_engine_generate_path(c->engine, &c->gen, 0, NULL) == SD_GEN_PATH_LOOP;
-}
-
 /* --context-shift: the conversation keeps its first c->keep tokens and drops the older half
  * of the rest; the target's cache drops the same run with its later keys re-rotated, so
- * the next answer re-reads none of the kept conversation: on the batcher (the default)
- * the cached conversation is shifted in its prefix cache (sd_engine_shift_cached), on
- * the loop path the loop's cache in place (sd_scorer_shift). Where it cannot (nothing
- * cached, a device, tensor-parallel ranks) the next answer evaluates the shortened
- * conversation. */
+ * the next answer re-reads none of the kept conversation: the cached conversation is
+ * shifted in the one-slot batcher's prefix cache (sd_engine_shift_cached). Where it
+ * cannot (nothing cached, a device, tensor-parallel ranks) the next answer evaluates the
+ * shortened conversation. */
 static int shift_conversation(const sd_cli_chat *c, conversation *v, sd_error *err) {
     const int32_t n_keep = c->keep < v->n_toks / 2 ? c->keep : 0;
     const int32_t n_discard = (v->n_toks - n_keep) / 2;
     if (n_discard < 1)
         return sd_errorf(err, SD_ERR_CONTEXT, "chat: --context-shift: nothing left to drop");
-    int shifted = 0;
-    if (!on_loop(c)) {
-        int32_t n_shifted = 0;
-        const int rc = sd_engine_shift_cached(c->engine, v->toks, v->n_toks, n_keep, n_discard,
-                                              &n_shifted, err);
-        if (rc) return rc;
-        shifted = n_shifted > 0;
-    } else {
-        sd_scorer *sc = sd_engine_scorer(c->engine);
-        if (sc && sd_session_n_past(sd_scorer_session(sc)) >= n_keep + n_discard) {
-            const int32_t *cached = sd_session_tokens(sd_scorer_session(sc));
-            /* the cache must hold the conversation's tokens (it does after an answer) */
-            if (!memcmp(cached, v->toks, (size_t)(n_keep + n_discard) * sizeof *cached)) {
-                const int rc = sd_scorer_shift(sc, n_keep, n_discard, err);
-                if (rc && rc != SD_ERR_UNSUPPORTED) return rc;
-                shifted = rc == SD_OK;
-            }
-        }
-    }
+    int32_t n_shifted = 0;
+    const int rc =
+        sd_engine_shift_cached(c->engine, v->toks, v->n_toks, n_keep, n_discard, &n_shifted, err);
+    if (rc) return rc;
+    const int shifted = n_shifted > 0;
     memmove(v->toks + n_keep, v->toks + n_keep + n_discard,
             (size_t)(v->n_toks - n_keep - n_discard) * sizeof *v->toks);
     v->n_toks -= n_discard;
@@ -223,20 +202,11 @@ static int answer_turn(const sd_cli_chat *c, conversation *v, int turn, int32_t 
                        sd_error *err) {
     sd_engine *e = c->engine;
     const int32_t n_ctx = sd_engine_n_ctx(e);
-    const int loop = on_loop(c);
     /* with --context-shift, room for an answer of a quarter of the context at least */
     while (c->context_shift && v->n_toks > n_ctx - n_ctx / 4) {
         const int rc = shift_conversation(c, v, err);
         if (rc) return rc;
-        /* what the loop's target cache still holds of it (all but the last, after a shift;
-         * on the batcher the prefix cache's hit is counted below) */
-        const sd_session *ts = loop ? sd_scorer_session(sd_engine_scorer(e)) : NULL;
-        const int32_t n_past = ts ? sd_session_n_past(ts) : 0;
-        const int32_t *cached = ts ? sd_session_tokens(ts) : NULL;
-        n_cached = 0;
-        while (n_cached < n_past && n_cached < v->n_toks - 1 &&
-               cached[n_cached] == v->toks[n_cached])
-            n_cached++;
+        n_cached = 0; /* the prefix cache's hit is counted below */
     }
     if (v->n_toks >= n_ctx)
         return sd_errorf(err, SD_ERR_CONTEXT,
@@ -268,8 +238,8 @@ static int answer_turn(const sd_cli_chat *c, conversation *v, int turn, int32_t 
                                 &b, err);
         if (seg == 0) {
             st = b;
-            /* on the batcher: the positions its prefix cache gave the answer's prompt */
-            if (!loop && !rc) n_cached = b.n_prompt_cached;
+            /* the positions the prefix cache gave the answer's prompt */
+            if (!rc) n_cached = b.n_prompt_cached;
         } else { /* the counts of every segment; the times of the first */
             st.n_generated += b.n_generated;
             st.n_drafted += b.n_drafted;

@@ -29,8 +29,8 @@ typedef struct sd_cli_chat {
     int prompt;              /* print "> " before each read (in is a terminal) */
     /* --context-shift: a conversation that fills the context keeps its first keep tokens
      * and drops the older half of the rest (the target's cache shifted, keys re-rotated:
-     * the batcher's prefix cache, sd_engine_shift_cached, or on the loop path, gen.path,
-     * the loop's cache), before an answer or during one; an answer then ends at its end
+     * the one-slot batcher's prefix cache, sd_engine_shift_cached), before an answer or
+     * during one; an answer then ends at its end
      * of turn, max_tokens, or n_ctx tokens. 0: a full context ends the chat with an error. */
     int context_shift;
     int32_t keep;

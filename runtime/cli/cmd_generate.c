@@ -338,19 +338,6 @@ static void print_passes(const sd_gen_stats *st, const sd_gen_params *gp) {
 }
 
 /* -v: the settings the run uses, before it. */
-/* -v: what the backend did with a model's weights (CPU: packed for its kernels). */
-static void print_weights(const char *role, const sd_session *s) {
-    if (!s) return;
-    const sd_weights_info w = sd_session_weights_info(s);
-    if (w.n_packed)
-        fprintf(stderr,
-                "specdec: %s: %d weight matrices packed for the %s kernels: %.1f MiB beside "
-                "the mapped file, %.0f ms\n",
-                role, w.n_packed, w.kernels, (double)w.packed_bytes / 1048576.0, w.packed_ms);
-    else
-        fprintf(stderr, "specdec: %s: weights used in place (%s)\n", role, w.kernels);
-}
-
 static void print_settings(const sd_gen_params *gp, const sd_engine_params *ep,
                            const char *proposer, sd_gen_path path, const char *why) {
     const sd_sampling_params *sp = &gp->samp;
@@ -877,10 +864,6 @@ int sd_cmd_generate(int argc, char **argv) {
         const sd_gen_path path = sd_engine_generate_path(e, &gp, (int32_t)n_ids, &why);
         const sd_draft_type shown = gp.draft_type == SD_DRAFT_AUTO ? SD_DRAFT_LLM : gp.draft_type;
         print_settings(&gp, &p.ep, with_draft ? sd_draft_type_name(shown) : "none", path, why);
-        if (path == SD_GEN_PATH_LOOP) { /* the loop's sessions (the batcher makes its own) */
-            print_weights("target", sd_scorer_session(sd_engine_scorer(e)));
-            print_weights("draft", sd_proposer_llm_session(sd_engine_proposer(e)));
-        }
     }
     if (!out || !k_trace || (c.verbose && !passes) || (c.logprobs && !lps)) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);

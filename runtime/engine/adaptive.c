@@ -1,6 +1,6 @@
 /* runtime/engine/adaptive.c: the adaptive draft-length controller and its auto-off
  * switch (the model, the estimates and the rules are at sd_adaptive_params in
- * sd_engine.h), for one sequence (sd_generate) and for a sequence of a batch (the
+ * sd_engine.h), for a sequence alone in its pass and for a sequence of a batch (the
  * batcher: sd_adaptive_batch, the batch's measured pass cost line sd_cost_fit), and the
  * K-policy names. */
 #include <math.h>

@@ -167,10 +167,10 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     c->ctl_state = c->adaptive ? sd_adaptive_state_of(&c->ctl) : SD_ADAPTIVE_ON;
     if (c->adaptive)
         k = sd_adaptive_next_k(&c->ctl); /* its batch: plan_k */
-    else if (gp->k_policy == SD_K_SWEEP) /* every K in turn (cost traces), as sd_generate */
+    else if (gp->k_policy == SD_K_SWEEP) /* every K in turn (cost traces) */
         k = (int32_t)(c->st.n_target_passes % (gp->n_draft + 1));
     /* The controller decides on or off; a proposer that sizes its drafts by its match
-     * (suffix) may draft up to the largest K (as sd_generate's policy_k). */
+     * (suffix) may draft up to the largest K. */
     if (c->adaptive && k > 0 && gp->draft_type == SD_DRAFT_SUFFIX &&
         sd_proposer_sizes_itself(b->suffix[c->slot]))
         k = gp->n_draft;
@@ -233,7 +233,7 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
         /* After target-alone passes the draft catches up first (draft_phase): the tokens
          * it lacks, or (once a full catch-up proved expensive) a window of the last
          * SD_CATCHUP_WINDOW, its view then the first token and that window (as
-         * draft/llm.c's catch-up for sd_generate). */
+         * draft/llm.c's catch-up). */
         c->catchup = c->adaptive && c->ctl_state != SD_ADAPTIVE_ON;
         if (c->catchup && c->catchup_expensive && c->dview) {
             int32_t nv = 0;
@@ -342,7 +342,7 @@ static int draft_pass(sd_batcher *b, int32_t nb, sd_error *err) {
 /* The catch-up after target-alone passes of every choice that drafts with the LLM this
  * step (c->catchup): the tokens its draft lacks (of its view) but the last, in passes of
  * their own, timed apart (the statistics' drafting time, not the controller's: its
- * per-token draft cost stays the cost of drafting, as sd_generate's). A full catch-up of
+ * per-token draft cost stays the cost of drafting). A full catch-up of
  * SD_CATCHUP_WINDOW tokens or more that cost more than SD_CATCHUP_BUDGET target-alone
  * passes per token makes the next ones windowed (choose_and_lookup). */
 static int catch_up(sd_batcher *b, sd_error *err) {
@@ -471,7 +471,7 @@ static double yield_of(const sd_choice *c) {
  * controller in batch mode): the adaptive choices decoding (taken to draft alike), the
  * rest of the pass (the fixed-K choices' rows, at most 1 + K each, and the prompt chunks
  * that fit beside them) and what the rest yields, and the measured cost line of the
- * target's passes. Alone in its pass a choice's controller decides as sd_generate's. */
+ * target's passes. Alone in its pass a choice's controller decides as for one sequence. */
 static void plan_k(sd_batcher *b) {
     int32_t rows = 0, n_adaptive = 0;
     double yield = 0.0;
@@ -538,14 +538,14 @@ static int32_t synth_cut(const sd_gen_params *gp, uint64_t seed, int32_t pos, in
 }
 
 /* After the pass: verify choice c (state DECODE) on rows, count the pass and commit
- * (step.c, as sd_generate), then its text and the KV commit. Verification reads every
+ * (step.c), then its text and the KV commit. Verification reads every
  * draw keyed by the choice's seed and the positions: greedy, Gumbel (the text then
  * depends on neither the draft nor K) or rejection sampling. */
 static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_ms,
                         double c_pass_ms, sd_error *err) {
     const sd_gen_params *gp = &c->r->gp;
     /* the controller's times: the thread's CPU clock when the request asks (a one-thread
-     * CPU engine's generate, as sd_generate), else the wall clock */
+     * CPU engine's generate), else the wall clock */
     const int cpu = gp->clock == SD_CLOCK_THREAD_CPU;
     const double ctl_draft = cpu ? c->c_draft_ms : c->t_draft_ms;
     const double ctl_pass = cpu ? c_pass_ms : t_pass_ms;
@@ -584,7 +584,7 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
                       .gchain = c->gseq ? b->gchain : NULL,
                       .gbits = b->gbits};
     int32_t path[SD_MAX_DRAFT];
-    if (c->tree) { /* verified by target choice (as sd_generate's trees) */
+    if (c->tree) { /* verified by target choice */
         p.parent = c->dpar;
         p.path = path;
     }
@@ -599,7 +599,7 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
         memcpy(c->lp + c->out0 + (first_new - c->r->n_prompt), b->lp,
                (size_t)p.n_committed * sizeof *b->lp);
     c->n_ctx = p.n_ctx;
-    /* stop_at_context: a full context ends the choice (as sd_generate: the budget first) */
+    /* stop_at_context: a full context ends the choice (the budget first) */
     if (c->r->stop_at_context && c->st.stop == SD_STOP_NONE && c->n_ctx > b->n_ctx)
         c->st.stop = SD_STOP_CONTEXT;
     c->st.t_draft_ms += c->t_draft_ms;
@@ -662,9 +662,8 @@ static int after_decode(sd_batcher *b, sd_choice *c, float *rows, double t_pass_
 }
 
 /* A request whose prompt is evaluated (the target holds all of it but its last token,
- * as between the passes of sd_generate) starts decoding: the other choices share choice
- * 0's blocks, and every choice's first pass drafts like any other (sd_generate's first
- * pass). */
+ * as between two passes) starts decoding: the other choices share choice 0's blocks,
+ * and every choice's first pass drafts like any other. */
 static int start_decode(sd_batcher *b, sd_req *r, sd_error *err) {
     sd_choice *c0 = &r->ch[0];
     const int32_t n = r->n_prompt - 1;

@@ -331,7 +331,7 @@ static int check_request(sd_batcher *b, const sd_request *r, sd_error *err) {
         return sd_errorf(err, SD_ERR_ARG, "request: %d choices, expected 1 .. %d", r->n_choices,
                          SD_MAX_CHOICES < b->p.n_parallel ? SD_MAX_CHOICES : b->p.n_parallel);
     /* Token trees (the n-gram and suffix proposers'; the chained and LLM types draft
-     * chains): sd_generate's limits, and at most k_max nodes (the rows of a pass). */
+     * chains): the limits of a tree, and at most k_max nodes (the rows of a pass). */
     if (g->tree_width < 0 || (int64_t)g->tree_width * g->n_draft > SD_MAX_DRAFT)
         return sd_errorf(err, SD_ERR_ARG, "request: draft tree %dx%d: width x depth must be <= %d",
                          g->tree_width, g->n_draft, SD_MAX_DRAFT);
@@ -418,7 +418,7 @@ static int req_new(sd_batcher *b, const sd_request *r, sd_req **out, sd_error *e
     int ok = 1;
     q->prompt = xcalloc((size_t)r->n_prompt, sizeof *q->prompt, &ok);
     q->ch = xcalloc((size_t)r->n_choices, sizeof *q->ch, &ok);
-    q->gp.logprobs_out = NULL; /* sd_generate's; a request's go with its events */
+    q->gp.logprobs_out = NULL; /* sd_engine_generate's; a request's go with its events */
     q->gp.samp.logit_bias = NULL;
     if (r->gen.samp.n_logit_bias > 0) { /* the request's own copy */
         q->bias = xcalloc((size_t)r->gen.samp.n_logit_bias, sizeof *q->bias, &ok);

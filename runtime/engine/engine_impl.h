@@ -32,8 +32,11 @@ struct sd_engine {
  * the generate context must be gone (sd_engine_free, gen_entry.c, frees it first). */
 void sd_engine_release(sd_engine *e);
 
-/* The single-sequence sessions of sd_generate's loop, made on first use: the scorer, the
- * LLM proposer (with its head) and the chains over it. Errors: theirs (nothing is kept). */
+/* The engine's single-sequence sessions, made on first use (sd_engine_scorer,
+ * sd_engine_proposer, sd_engine_proposer_of; no client of the library runs them since
+ * sd_engine_generate runs the batcher: white-box tests read the proposers): the scorer,
+ * the LLM proposer (with its head) and the chains over it. Errors: theirs (nothing is
+ * kept). */
 int sd_engine_sessions(sd_engine *e, sd_error *err);
 
 /* A failure inside the stop-text record's token callback (stop_text.c): its status (SD_OK:

@@ -59,7 +59,7 @@ int sd_gen_batch_run(sd_engine *e, sd_batcher **b, const sd_ngram_cache *lookup,
                      sd_error *err) {
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
-    /* sd_generate's argument checks, with its messages; the batcher checks the rest */
+    /* generate's argument checks; the batcher checks the rest */
     if (n_prompt < 1 || !prompt) return sd_errorf(err, SD_ERR_ARG, "generate: empty prompt");
     if (gp->n_predict < 1 || cap_out < gp->n_predict)
         return sd_errorf(err, SD_ERR_ARG, "generate: n_predict %d must be >= 1 and <= %d",
@@ -84,7 +84,7 @@ int sd_gen_batch_run(sd_engine *e, sd_batcher **b, const sd_ngram_cache *lookup,
     r.n_prompt = n_prompt;
     r.gen = *gp;
     r.n_choices = 1;
-    r.stop_at_context = 1; /* a full context is a stop, as sd_generate's */
+    r.stop_at_context = 1; /* a full context is a stop (SD_STOP_CONTEXT), not an error */
     r.cb = on_event;
     r.user = &g;
     if ((rc = sd_batcher_submit(*b, &r, NULL, err))) return rc;

@@ -14,11 +14,11 @@
 #define SD_GEN_BATCH_BLOCK 64
 
 /*
- * Generate as sd_generate does (arguments and statistics alike; gp with the end-of-generation
+ * Generate as sd_engine_generate documents (gp with the end-of-generation
  * ids already among its stop ids) through *b, a batcher of one sequence over e's models,
  * made on the first call (with lookup as its lookup cache) and kept for the next (its
  * prefix cache). The callback's non-zero return stops generation with stop NONE, as
- * sd_generate's. Errors: sd_generate's argument errors, the batcher's (SD_ERR_CONTEXT
+ * documented. Errors: argument errors (SD_ERR_ARG), the batcher's (SD_ERR_CONTEXT
  * when prompt plus n_predict exceed the context), model errors.
  */
 int sd_gen_batch_run(sd_engine *e, sd_batcher **b, const sd_ngram_cache *lookup,

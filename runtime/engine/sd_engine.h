@@ -3,16 +3,19 @@
  *   - sd_engine (engine.c): loads a target and (optionally) a draft, checks that they
  *     pair (vocabulary, runtime/tokenizer's sd_vocab_check_pair), resolves the context
  *     sizes (the target's training context by default; the draft's context capped at
- *     its own), and makes the scorer and the proposer;
- *   - sd_generate (generate.c): the generation loop, and its statistics.
+ *     its own), and makes the single-sequence scorer and proposers (for the tools that
+ *     drive a model directly: bench --kernels, perplexity, compare);
+ *   - sd_engine_generate (gen_entry.c): one sequence through the batcher's step
+ *     (gen_batch.c, batch_step.c, step.c), the step `specdec serve` runs;
+ *   - gen_stats.c: a generation's defaults and its statistics.
  * Owns the models, sessions and proposer of an engine. May include every library part
  * (never the CLI).
  *
- * The speculative generation loop:
+ * The speculative step:
  *   tokenizer -> draft (propose K) -> target (one verification pass, K + 1 rows)
  *   -> verify (accept a prefix + one correction/bonus) -> commit -> detokenize.
- * With no proposer it is plain target-alone decoding through the same scorer (the A
- * side of an A/B run), so both sides share every kernel.
+ * With no proposer it is plain target-alone decoding through the same step (the A side
+ * of an A/B run), so both sides share every kernel.
  *
  * The statistics (sd_gen_stats, one definition for generate, --json, bench, and a
  * batcher request's statistics, with the sd_stats_* figures) are defined, with their
@@ -160,7 +163,7 @@ double sd_cost_fit_eval(const sd_cost_fit *f, double x); /* 0 while empty */
  * draft passes it took part in; before one is measured draft_prior v_B(n)). With n = 1,
  * R0 = 0 and Y = 0 this is S(K) with v_B for v. While alone in its pass (n_seqs <= 1 and
  * base_rows 0) or while pass is empty the controller works as for one sequence (its own
- * per-size costs, calibration passes: as sd_generate). In batch mode there are no
+ * per-size costs, calibration passes). In batch mode there are no
  * calibration passes (every pass measures v_B), pass timings are not kept as per-size
  * costs (they are the batch's), and "measured" (auto-off) means that v_B has min_samples
  * samples. The rest (acceptance, auto-off, probes) is the same.
@@ -243,17 +246,17 @@ int32_t sd_adaptive_best_k(const sd_adaptive *a);
 int sd_adaptive_is_off(const sd_adaptive *a);
 sd_adaptive_state sd_adaptive_state_of(const sd_adaptive *a);
 
-/* The clock the generation loop times passes with, for the controller. */
+/* The clock a generation times passes with, for the controller. */
 typedef enum sd_pass_clock {
     SD_CLOCK_AUTO = 0,   /* sd_engine_generate: THREAD_CPU for a one-thread CPU pair, else
-                            WALL; sd_generate: WALL */
+                            WALL; a batcher request: WALL */
     SD_CLOCK_WALL,       /* CLOCK_MONOTONIC */
     SD_CLOCK_THREAD_CPU, /* the calling thread's CPU clock: leaves out the time spent
                             waiting for a core on a shared machine, which scales every
                             choice of K alike; right only when this thread does the work */
 } sd_pass_clock;
 
-/* How the generation loop picks K. */
+/* How a generation picks K. */
 typedef enum sd_k_policy {
     SD_K_FIXED = 0,    /* K = n_draft every pass */
     SD_K_ADAPTIVE = 1, /* the controller above, k_max = n_draft, with auto-off */
@@ -312,16 +315,13 @@ typedef struct sd_token_logprob {
     double top_logprob[SD_MAX_TOP_LOGPROBS];
 } sd_token_logprob;
 
-/* Which loop sd_engine_generate runs (sd_engine_generate_path). */
+/* The path sd_engine_generate runs (sd_engine_generate_path): there is one, the batcher's
+ * step over one sequence (gen_batch.c), one engine for generate and serve. */
 typedef enum sd_gen_path {
-    SD_GEN_PATH_AUTO = 0, /* sd_engine_generate chooses: the batcher where it can */
-    SD_GEN_PATH_BATCHER,  /* the batcher's step over one sequence (gen_batch.c): one engine
-                             for generate and serve */
-    SD_GEN_PATH_LOOP,     /* sd_generate's single-sequence loop, only when asked for (chat's
-                             --context-shift; tests comparing the two) */
+    SD_GEN_PATH_BATCHER = 1,
 } sd_gen_path;
 
-/* "auto", "batcher", "loop". */
+/* "batcher". */
 const char *sd_gen_path_name(sd_gen_path p);
 
 /* Context shift (llama.cpp's --context-shift; generate and serve share it: ctx_shift.c).
@@ -348,7 +348,7 @@ typedef struct sd_gen_params {
      * llama.cpp's --ignore-eos), so generation runs to n_predict or the context. The
      * output follows the target's distribution conditioned on "not EOS". */
     int ignore_eos;
-    sd_draft_type draft_type; /* sd_engine_generate's proposer (sd_generate takes one) */
+    sd_draft_type draft_type; /* the proposer */
     sd_k_policy k_policy;     /* fixed K or the adaptive controller */
     /* LLM draft confidence cut-off (sd_proposer_set_cutoff, set by sd_engine_generate):
      * stop drafting below draft_p_min (0: off) once draft_min tokens are drafted. */
@@ -373,23 +373,22 @@ typedef struct sd_gen_params {
      * what the controller saw: the raw material of tests/data/traces/. */
     struct sd_pass_record *pass_trace;
     int32_t pass_trace_cap;
-    /* Token trees (sd_generate and the batcher's n-gram and suffix proposals, in the
-     * batcher each sequence's tree in the step's one pass; docs/drafting.md): > 0, each pass drafts
-     * a tree of up to tree_width alternatives for the first token, each a chain of up to n_draft
-     * tokens (tree_width * n_draft <= SD_MAX_DRAFT), scored in one target pass with a tree
-     * attention mask and verified by target choice (greedy or Gumbel sampling; a fixed K;
-     * a CPU target). 0 (the default): a chain. */
+    /* Token trees (the n-gram and suffix proposals; each sequence's tree in the step's one pass;
+     * docs/drafting.md): > 0, each pass drafts a tree of up to tree_width alternatives for the
+     * first token, each a chain of up to n_draft tokens (tree_width * n_draft <= SD_MAX_DRAFT),
+     * scored in one target pass with a tree attention mask and verified by target choice (greedy or
+     * Gumbel sampling; a fixed K; a CPU target). 0 (the default): a chain. */
     int32_t tree_width;
     /* 1: the logprobs of every emitted token (sd_token_logprob), with top_logprobs
-     * (0 .. SD_MAX_TOP_LOGPROBS) alternatives each. sd_generate writes entry i of the
-     * output to logprobs_out[i] (caller-owned, [cap_out]; required when logprobs is 1);
-     * a batcher request gives them with its events (sd_req_event.logprobs). */
+     * (0 .. SD_MAX_TOP_LOGPROBS) alternatives each. sd_engine_generate writes entry i of
+     * the output to logprobs_out[i] (caller-owned, [cap_out]; required when logprobs is
+     * 1); a batcher request gives them with its events (sd_req_event.logprobs). */
     int logprobs;
     int32_t top_logprobs;
     sd_token_logprob *logprobs_out;
     /* Constrained decoding (runtime/grammar/sd_grammar.h; docs/generate.md): GBNF text
      * (NUL-terminated, llama.cpp's grammar syntax; NULL: none, the default) and its start
-     * rule (NULL: "root"). sd_generate and the batcher compile it for the request (a bad
+     * rule (NULL: "root"). The batcher compiles it for the request (a bad
      * grammar is SD_ERR_FORMAT naming its line and column) and mask every target row
      * (-inf for every token the grammar refuses, before penalties and warps; EOS and the
      * stop ids allowed exactly when the grammar accepts) and every LLM draft row; one-hot
@@ -400,11 +399,8 @@ typedef struct sd_gen_params {
     const char *grammar;
     const char *grammar_root;
     /* The target vocabulary's token bytes for the masks (sd_engine_grammar_vocab): set by
-     * sd_engine_generate and the batcher; sd_generate needs it when grammar is set. */
+     * sd_engine_generate and the batcher. */
     const sd_grammar_vocab *grammar_vocab;
-    /* sd_engine_generate's loop: AUTO (the default) or one forced (LOOP: sd_generate's
-     * loop; the interactive chat then shifts its cache in place, sd_scorer_shift). */
-    sd_gen_path path;
     /* Synthetic rejection (the batcher only; llama-server's --spec-synth-rates, for
      * testing the verification path): synth_accept[i] (caller-owned, [n_synth_accept],
      * each in [0, 1]) is the chance that draft position i may be accepted once positions
@@ -420,8 +416,7 @@ typedef struct sd_gen_params {
      * besides) and drops the older half of the rest, and generation goes on from the
      * shortened context, until n_predict tokens in all (one choice only). The batcher
      * evaluates the shortened context afresh (its kept prefix stays in the sequence's
-     * blocks); sd_engine_generate's loop path re-rotates its cache's keys
-     * (sd_scorer_shift). 0 (the default): generation stops at the full context. */
+     * blocks). 0 (the default): generation stops at the full context. */
     int context_shift;
     int64_t shift_keep;
 } sd_gen_params;
@@ -453,21 +448,6 @@ sd_gen_params sd_gen_default_params(void);
 /* Called with each block of newly emitted tokens, in order. Non-zero return stops
  * generation (stop reason stays SD_STOP_NONE). */
 typedef int (*sd_token_cb)(void *user, const int32_t *tokens, int32_t n);
-
-/*
- * Generate after prompt[0 .. n_prompt) (n_prompt >= 1, e.g. just BOS).
- *   target : the scorer (its n_ctx bounds prompt + output)
- *   draft  : proposer, or NULL for target alone; it is reset to gp's sampling and seed
- *            (sd_proposer_reset) before the prefill
- *   eos    : token id that ends generation (not emitted), or -1
- *   out    : int32 [cap_out] receives the emitted ids (cap_out >= n_predict)
- * Errors: SD_ERR_CONTEXT if the prompt does not fit the target's context (with room for
- * one token), SD_ERR_ARG for bad parameters, and any model error. Running out of
- * context during generation is not an error: stop = SD_STOP_CONTEXT.
- */
-int sd_generate(sd_scorer *target, sd_proposer *draft, const int32_t *prompt, int32_t n_prompt,
-                int32_t eos, const sd_gen_params *gp, sd_token_cb cb, void *user, int32_t *out,
-                int32_t cap_out, sd_gen_stats *stats, sd_error *err);
 
 /* ---- the engine: a loaded, paired target and draft ---- */
 
@@ -527,8 +507,8 @@ sd_proposer *sd_engine_proposer(sd_engine *e); /* the LLM draft; NULL: no draft 
  * NULL; SD_DRAFT_AUTO: the LLM draft if any. */
 sd_proposer *sd_engine_proposer_of(sd_engine *e, sd_draft_type t);
 /* 1 if sd_engine_proposer_of(e, t) gives a proposer, asked without making the
- * single-sequence sessions (which the getters above make on first use: on the CPU
- * sd_engine_generate runs a batcher of its own and needs them only for its loop). */
+ * single-sequence sessions (which the getters above make on first use; sd_engine_generate
+ * runs a batcher of its own and never needs them). */
 int sd_engine_has_proposer(const sd_engine *e, sd_draft_type t);
 /* The target vocabulary's token bytes for grammar masks (sd_grammar_vocab over
  * sd_vocab_token_to_piece), built on the first call and kept by the engine (not
@@ -547,38 +527,40 @@ sd_session_params sd_engine_session_params(const sd_engine *e, int draft);
 double sd_engine_draft_prior(const sd_engine *e, sd_draft_type t);
 
 /*
- * Generate after prompt[0 .. n_prompt) with gp (NULL: the engine's p->gen) and the
- * proposer of gp->draft_type (sd_engine_proposer_of), which gets gp's confidence cut-off
- * (and, in sd_generate, gp's sampling and seed); gp->n_draft == 0 or SD_DRAFT_NONE (or AUTO
- * without a draft model): target alone. Generation stops at the target's EOS, at every
+ * Generate after prompt[0 .. n_prompt) (n_prompt >= 1, e.g. just BOS) with gp (NULL: the
+ * engine's p->gen) and drafts of gp->draft_type with its confidence cut-off, through the
+ * batcher's step on one sequence (a one-slot batcher made on the first call and kept: its
+ * prefix cache lets a later prompt reuse an earlier one's blocks); gp->n_draft == 0 or
+ * SD_DRAFT_NONE (or AUTO without a draft model): target alone. out: int32 [cap_out]
+ * receives the emitted ids (cap_out >= n_predict). Generation stops at the target's EOS, at every
  * end-of-generation token of its vocabulary (sd_vocab_eog_ids: <|im_end|>, <|eot_id|>, ...) and at
  * gp's stop ids; with gp->ignore_eos none of them is ever emitted (their logits are -inf).
- * Arguments and errors as sd_generate, plus SD_ERR_ARG for a draft type that needs a draft model
- * the engine does not have. gp->context_shift: a full context is shifted and generation goes
- * on (both paths; the statistics add up over the segments, the prompt figures the first's);
- * kept tokens that leave no room (n_keep >= n_ctx / 2) end it at the context.
+ * Errors: SD_ERR_ARG for bad parameters (and a draft type that needs a draft model the
+ * engine does not have), the batcher's (SD_ERR_CONTEXT when the prompt does not fit),
+ * model errors; running out of context during generation is not an error: stop =
+ * SD_STOP_CONTEXT. gp->context_shift: a full context is shifted and generation goes on
+ * (the statistics add up over the segments, the prompt figures the first's); kept tokens
+ * that leave no room (n_keep >= n_ctx / 2) end it at the context.
  */
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err);
 
 /*
- * The loop sd_engine_generate runs for gp (NULL: the engine's) and a prompt of n_prompt
- * tokens, chosen here only: SD_GEN_PATH_BATCHER (a batcher of one sequence over the paged
- * KV pool, the step `specdec serve` runs, on a device or a tensor-parallel target too)
- * unless gp->path forces one (SD_GEN_PATH_LOOP: the loop). *why (may be NULL): the reason,
- * a static string ("asked for", "one sequence of the batcher's step").
+ * The path sd_engine_generate runs for gp (NULL: the engine's) and a prompt of n_prompt
+ * tokens: SD_GEN_PATH_BATCHER, always (a batcher of one sequence over the paged KV pool,
+ * the step `specdec serve` runs, on a device or a tensor-parallel target too). *why (may
+ * be NULL): the reason, a static string ("one sequence of the batcher's step").
  */
 sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
                                     const char **why);
 
-/* Forget the prompts of earlier runs on the batcher's path (its prefix cache, both pools):
- * the next run there prefills its prompt from scratch (bench). The loop's sessions keep
- * theirs (sd_scorer_sync to empty them). */
+/* Forget the prompts of earlier runs (the one-slot batcher's prefix cache, both pools):
+ * the next run prefills its prompt from scratch (bench). */
 void sd_engine_clear_cache(sd_engine *e);
 
-/* The batcher path's context shift of a conversation between runs (the interactive chat's
- * --context-shift; the loop path's is sd_scorer_shift): when the prefix cache of the
+/* The context shift of a conversation between runs (the interactive chat's
+ * --context-shift): when the prefix cache of the
  * one-slot batcher holds the first positions of conv[0 .. n_conv) (an earlier run's prompt
  * and output), a sequence takes them, drops [n_keep, n_keep + n_discard) and moves the
  * rest down with its keys re-rotated (sd_session_seq_shift), and is cached again under the
@@ -596,8 +578,8 @@ int sd_engine_shift_cached(sd_engine *e, const int32_t *conv, int32_t n_conv, in
                            int32_t n_discard, int32_t *n_shifted, sd_error *err);
 
 /* The lookup cache (caller-owned, outliving the engine; NULL: none) that the n-gram
- * proposer of both loops also looks in (sd_proposer_ngram_set_cache). Errors: its,
- * SD_ERR_OOM (the generate context that keeps it). */
+ * proposers of the one-slot batcher (and the engine's own) also look in
+ * (sd_proposer_ngram_set_cache). Errors: its, SD_ERR_OOM (the generate context that keeps it). */
 int sd_engine_set_lookup_cache(sd_engine *e, const sd_ngram_cache *c, sd_error *err);
 
 /* ---- stop strings over the streamed text (stop_text.c): both clients ---- */
@@ -784,7 +766,7 @@ typedef struct sd_request {
     void *user;
     int progress; /* 1: prompt-progress events too (sd_req_event.progress) */
     /* 1: a prompt plus max tokens beyond a sequence's context is accepted, and generation
-     * ends with stop SD_STOP_CONTEXT once the context is full (as sd_generate); 0 (the
+     * ends with stop SD_STOP_CONTEXT once the context is full (as sd_engine_generate); 0 (the
      * default): such a request is refused (SD_ERR_CONTEXT). gen.context_shift implies it
      * (a full context is shifted, and the choice goes on; with kept tokens that leave no
      * room, n_keep >= n_ctx / 2, it ends there). */

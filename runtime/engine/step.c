@@ -1,5 +1,5 @@
-/* runtime/engine/step.c: the parts of a speculative pass shared by sd_generate and the
- * batcher (see step.h). */
+/* runtime/engine/step.c: the parts of a speculative pass of the batcher's step (see
+ * step.h). */
 #include "runtime/engine/step.h"
 
 #include <math.h>

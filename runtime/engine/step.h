@@ -1,8 +1,8 @@
 /*
- * runtime/engine/step.h: PRIVATE to runtime/engine. The parts of one speculative pass
- * that sd_generate (generate.c, one sequence) and the batcher (batch_step.c, batch_out.c,
- * many sequences) share, so the two clients decide the same K, read the same target rows,
- * verify with the same call and count the same statistics:
+ * runtime/engine/step.h: PRIVATE to runtime/engine. The parts of one speculative pass of
+ * the batcher (batch_step.c, batch_out.c; one sequence for sd_engine_generate, many for
+ * serve), so every client decides K, reads the target rows, verifies and counts the
+ * statistics in one place:
  *   sd_step_cap_k        K capped by the token budget and the context;
  *   sd_step_finish       the end of a sequence's pass: verification over its target rows
  *                        made on demand (sd_step_row: EOS and stop ids masked under
