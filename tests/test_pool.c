@@ -241,7 +241,10 @@ Test(pool, stats_count_runs_sleeps_and_wakes) {
 
 /* The back-off: a worker that never spins (spin_us 0) cannot claim a task of trivial runs
  * issued back to back before the caller has run them all (it is still being woken), so
- * after 4 missed runs the pool keeps runs on the caller; every task still runs once. */
+ * after 4 missed runs the pool keeps runs on the caller; every task still runs once. Under
+ * a loaded machine the caller can be preempted after each hand-over often enough that the
+ * worker claims its part, so misses are counted over up to 20 rounds of 200 runs (each
+ * round alone has shown them on an idle machine; one loaded round did not). */
 Test(pool, back_off_keeps_runs_on_the_caller_when_workers_miss) {
     sd_pool_params bp = sd_pool_default_params();
     bp.n_threads = 2;
@@ -254,12 +257,16 @@ Test(pool, back_off_keeps_runs_on_the_caller_when_workers_miss) {
     cr_assert_not_null(c);
     sd_pool_stats a, b;
     sd_pool_stats_get(pool, &a);
-    for (int r = 0; r < 200; r++)
-        check_run(pool, c, 2, (uint64_t)r);
-    sd_pool_stats_get(pool, &b);
-    cr_assert_eq(b.runs - a.runs + b.kept - a.kept, 200);
-    cr_assert_gt(b.kept - a.kept, 0, "no run kept on the caller (runs %lld)",
-                 (long long)(b.runs - a.runs));
+    int rounds = 0;
+    do {
+        for (int r = 0; r < 200; r++)
+            check_run(pool, c, 2, (uint64_t)r);
+        sd_pool_stats_get(pool, &b);
+        rounds++;
+    } while (b.kept == a.kept && rounds < 20);
+    cr_assert_eq(b.runs - a.runs + b.kept - a.kept, 200 * rounds);
+    cr_assert_gt(b.kept - a.kept, 0, "no run kept on the caller (runs %lld in %d rounds)",
+                 (long long)(b.runs - a.runs), rounds);
     sd_pool_free(pool);
     /* backoff 0: every run handed over */
     sd_pool_params p = sd_pool_default_params();
