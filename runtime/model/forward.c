@@ -1097,6 +1097,22 @@ int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
     return sd_session_seq_truncate(s, 0, n_keep, err);
 }
 
+/* Layer l's K row at src rotated back by n_discard positions (RoPE angles add: rotating by
+ * p then by -d is rotating by p - d), stored as type t at dst (exact in f32); row: float
+ * scratch [kv_dim]. The contiguous and the paged shift's one arithmetic. */
+static void shift_key_row(sd_session *s, int32_t l, sd_type t, const void *src, void *dst,
+                          float *row, int32_t n_discard) {
+    const sd_hparams *hp = &s->m->hp;
+    const int32_t kv_dim = hp->n_head_kv * hp->head_dim;
+    const sd_rope *rope = s->layers[l].swa && hp->sliding_window > 0 ? &s->rope_swa : &s->rope;
+    sd_dequantize_row(t, src, row, kv_dim);
+    s->be->ops->rope(s->be, row, 1, -n_discard, hp->n_head_kv, hp->head_dim, rope);
+    if (t == SD_TYPE_F32)
+        memcpy(dst, row, (size_t)kv_dim * sizeof *row);
+    else
+        sd_quantize_row(t, row, dst, kv_dim);
+}
+
 int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error *err) {
     if (!s) return sd_errorf(err, SD_ERR_ARG, "context shift: session is NULL");
     const sd_hparams *hp = &s->m->hp;
@@ -1125,17 +1141,9 @@ int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error 
     float *row = malloc((size_t)kv_dim * sizeof *row);
     if (!row) return sd_errorf(err, SD_ERR_OOM, "context shift: out of memory");
     for (int32_t l = 0; l < hp->n_layer; l++) {
-        const sd_rope *rope = s->layers[l].swa && hp->sliding_window > 0 ? &s->rope_swa : &s->rope;
         for (int32_t j = 0; j < n_move; j++) {
             const int32_t src = n_keep + n_discard + j, dst = n_keep + j;
-            /* K: the stored row (exact in f32), rotated back by n_discard positions (RoPE
-             * angles add: rotating by p then by -d is rotating by p - d), stored again */
-            sd_dequantize_row(t, sd_kv_k(s->kv, l, src), row, kv_dim);
-            s->be->ops->rope(s->be, row, 1, -n_discard, hp->n_head_kv, hp->head_dim, rope);
-            if (t == SD_TYPE_F32)
-                memcpy(sd_kv_k(s->kv, l, dst), row, rb);
-            else
-                sd_quantize_row(t, row, sd_kv_k(s->kv, l, dst), kv_dim);
+            shift_key_row(s, l, t, sd_kv_k(s->kv, l, src), sd_kv_k(s->kv, l, dst), row, n_discard);
             memmove(sd_kv_v(s->kv, l, dst), sd_kv_v(s->kv, l, src), rb); /* V: no position */
         }
     }
@@ -1262,16 +1270,10 @@ static int seq_shift_fn(sd_session *s, void *arg, int32_t *value, sd_error *err)
         return sd_errorf(err, SD_ERR_OOM, "context shift: out of memory");
     }
     for (int32_t l = 0; l < hp->n_layer; l++) {
-        const sd_rope *rope = s->layers[l].swa && hp->sliding_window > 0 ? &s->rope_swa : &s->rope;
         uint8_t *kl = keep_rows + (size_t)l * per_layer, *vl = kl + (size_t)n_move * rb;
         for (int32_t j = 0; j < n_move; j++) {
             const int32_t src = n_keep + n_discard + j;
-            sd_dequantize_row(t, sd_kv_k(kv, l, src), row, kv_dim);
-            s->be->ops->rope(s->be, row, 1, -n_discard, hp->n_head_kv, hp->head_dim, rope);
-            if (t == SD_TYPE_F32)
-                memcpy(kl + (size_t)j * rb, row, rb);
-            else
-                sd_quantize_row(t, row, kl + (size_t)j * rb, kv_dim);
+            shift_key_row(s, l, t, sd_kv_k(kv, l, src), kl + (size_t)j * rb, row, n_discard);
             memcpy(vl + (size_t)j * rb, sd_kv_v(kv, l, src), rb); /* V: no position */
         }
     }
