@@ -555,7 +555,7 @@ static int check_batch(sd_session *s, const sd_batch *b, int32_t n_last, const f
                              b->token[i], i, n_vocab);
         const int32_t seq = b->seq_id ? b->seq_id[i] : 0;
         if (seq < 0 || seq >= s->n_seq)
-            return sd_errorf(err, s->n_seq == 1 ? SD_ERR_UNSUPPORTED : SD_ERR_ARG,
+            return sd_errorf(err, SD_ERR_ARG,
                              "eval: batch index %d has sequence id %d: the session holds %d "
                              "sequence%s (ids 0 .. %d)",
                              i, seq, s->n_seq, s->n_seq == 1 ? "" : "s", s->n_seq - 1);

@@ -168,9 +168,9 @@ int sd_session_split_check(const sd_model *m, const sd_session_params *p, sd_err
 /*
  * A batch of tokens for one forward pass (as llama.cpp's llama_batch). Each sequence's
  * tokens must be adjacent in the batch (one run per sequence) and continue its cache
- * (positions n_past(seq), n_past(seq) + 1, ...); a session of one sequence takes only
- * seq_id 0 (SD_ERR_UNSUPPORTED otherwise, named). Every row's logits are bit-identical
- * whatever else the batch holds: every op is row by row except RoPE, the KV store and
+ * (positions n_past(seq), n_past(seq) + 1, ...); a sequence id the session does not
+ * hold (a contiguous cache: anything but 0) is SD_ERR_ARG, named. Every row's logits are
+ * bit-identical whatever else the batch holds: every op is row by row except RoPE, the KV store and
  * attention, which run per sequence over its own cache.
  *   token  : int32 [n_tokens], each in [0, n_vocab)
  *   pos    : int32 [n_tokens] positions, or NULL for n_past, n_past + 1, ...
