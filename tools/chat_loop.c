@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cli/chat_loop.h"
-#include "runtime/cli/cli.h"
+#include "tools/chat_loop.h"
+#include "tools/common/sd_cli.h"
 #include "runtime/tokenizer/sd_vocab.h"
 #include "target/sd_target.h"
 

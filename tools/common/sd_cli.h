@@ -1,6 +1,7 @@
 /*
- * runtime/cli: the specdec program (not part of the library; built as specdec_cli so
- * tests can call its pieces, main.c alone is the executable). May include every face.
+ * tools/: the specdec program (not part of the library; the .c files of tools/ and
+ * tools/common/ are built as specdec_cli so tests can call their pieces, tools/main.c
+ * alone is the executable). May include every face.
  * Each command takes the arguments after "specdec" (argv[0] is the command name) and
  * returns the process exit status: 0 ok, 1 error (one line "specdec: ..." on stderr),
  * 2 usage error. `specdec CMD --help` prints each command's options.
@@ -32,7 +33,7 @@
 #include <stdio.h>
 #include <stdint.h>
 
-#include "runtime/cli/config.h"
+#include "tools/common/config.h"
 #include "runtime/engine/sd_engine.h"
 #include "runtime/model/sd_model.h"
 #include "runtime/base/sd_base.h"
@@ -42,21 +43,21 @@
 extern "C" {
 #endif
 
-int sd_cmd_generate(int argc, char **argv);   /* runtime/cli/cmd_generate.c */
-int sd_cmd_convert(int argc, char **argv);    /* runtime/cli/cmd_model.c */
-int sd_cmd_quantize(int argc, char **argv);   /* runtime/cli/cmd_model.c */
-int sd_cmd_info(int argc, char **argv);       /* runtime/cli/cmd_model.c */
-int sd_cmd_tokenize(int argc, char **argv);   /* runtime/cli/cmd_tokenize.c */
-int sd_cmd_synth(int argc, char **argv);      /* runtime/cli/synth.c */
-int sd_cmd_compare(int argc, char **argv);    /* runtime/cli/compare.c */
-int sd_cmd_bench(int argc, char **argv);      /* runtime/cli/bench.c */
-int sd_cmd_perplexity(int argc, char **argv); /* runtime/cli/perplexity.c */
-int sd_cmd_serve(int argc, char **argv);      /* runtime/cli/cmd_serve.c */
+int sd_cmd_generate(int argc, char **argv);   /* tools/cmd_generate.c */
+int sd_cmd_convert(int argc, char **argv);    /* tools/cmd_model.c */
+int sd_cmd_quantize(int argc, char **argv);   /* tools/cmd_model.c */
+int sd_cmd_info(int argc, char **argv);       /* tools/cmd_model.c */
+int sd_cmd_tokenize(int argc, char **argv);   /* tools/cmd_tokenize.c */
+int sd_cmd_synth(int argc, char **argv);      /* tools/synth.c */
+int sd_cmd_compare(int argc, char **argv);    /* tools/compare.c */
+int sd_cmd_bench(int argc, char **argv);      /* tools/bench.c */
+int sd_cmd_perplexity(int argc, char **argv); /* tools/perplexity.c */
+int sd_cmd_serve(int argc, char **argv);      /* tools/cmd_serve.c */
 
 /* The options of `specdec generate` (its --help; also part of `specdec --help`). */
 void sd_cli_generate_help(FILE *f);
 
-/* ---- the memory roof (runtime/cli/roof.c) ---- */
+/* ---- the memory roof (tools/roof.c) ---- */
 
 typedef struct sd_cli_roof {
     int32_t threads, passes;
@@ -109,7 +110,7 @@ int sd_cli_parse_f64(const char *s, double lo, double hi, double *out);
  * refused, not waited on). */
 int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err);
 
-/* ---- outputs (runtime/cli/outfile.c) ---- */
+/* ---- outputs (tools/common/outfile.c) ---- */
 
 /* Install the handlers that remove the armed temporary file on SIGINT, SIGTERM, SIGHUP,
  * SIGQUIT, SIGPIPE and SIGXFSZ and then end the process as the signal would (signals
@@ -299,7 +300,7 @@ typedef struct sd_cli_gen_opts {
     int has_n, has_k, has_temp, has_top_k, has_top_p, has_seed, has_threads, has_ctx;
     int64_t n, k, top_k, seed, threads, ctx;
     double temp, top_p;
-    /* The flags of runtime/cli/cli_flags.c (SD_CLI_EXTRA_LONGOPTS). */
+    /* The flags of tools/common/cli_flags.c (SD_CLI_EXTRA_LONGOPTS). */
     int threads_force;                       /* --threads-force: keep -t above the cores */
     const char *cache_type_k, *cache_type_v; /* -ctk / -ctv: "f32", "f16" or NULL */
     int has_ctx_draft;                       /* -cd/--ctx-size-draft N */
@@ -334,7 +335,7 @@ typedef struct sd_cli_gen_opts {
  * parser. */
 #define SD_CLI_PASS (-2)
 
-/* ---- llama.cpp spellings (runtime/cli/cli_flags.c) ----
+/* ---- llama.cpp spellings (tools/common/cli_flags.c) ----
  *
  * Flags that map to what specdec has, shared by generate and bench (ids between the
  * shared group's and SD_CLI_OPT_OWN; a command's table lists SD_CLI_EXTRA_LONGOPTS
