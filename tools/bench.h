@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tools/common/sd_cli.h"
+#include "tools/tools.h"
 #include "runtime/model/sd_model.h"
 
 #define MAX_KS           16

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "tools/chat_loop.h"
-#include "tools/common/sd_cli.h"
+#include "tools/tools.h"
 #include "runtime/tokenizer/sd_vocab.h"
 #include "target/sd_target.h"
 

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "tools/chat_loop.h"
-#include "tools/common/sd_cli.h"
+#include "tools/tools.h"
 #include "runtime/engine/sd_engine.h"
 #include "runtime/grammar/sd_grammar.h"
 #include "runtime/tokenizer/sd_vocab.h"

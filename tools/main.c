@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/common/sd_cli.h"
+#include "tools/tools.h"
 #include "sd_version.h" /* generated at build time (scripts/version.cmake) */
 
 #define HINT "see 'specdec --help'"

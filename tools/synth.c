@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 #include "quant/sd_quant.h"
-#include "tools/common/sd_cli.h"
+#include "tools/tools.h"
 #include "tools/synth.h"
 #include "runtime/gguf/sd_gguf.h"
 #include "runtime/base/sd_base.h"
