@@ -6,13 +6,14 @@ usage: python3 scripts/check_includes.py [ROOT]
 Every project include ("dir/file.h") of every .c/.h/.cu/.cuh file in a library part must
 be the part's own file or a face the part may use; a private header (a part's internal
 header, e.g. quant/cpu/kernels.h) may only be included from its own folder (and from
-tests). The commands (tools/) sit on top: they may include every face, the server's and
-the face of what they share (tools/common/sd_cli.h); tools/common (flags, configs, output
-files) sits below them and includes only the library's faces; nothing in the library (or
-the server) includes tools/, and the tests may include anything. The public face,
-include/specdec.h, includes no project file; every part may include it (it defines the
-status codes, the error record and the statistics the library shares with its users), and
-the examples include nothing else.
+tests). The commands (tools/) sit on top: they may include the library's faces (but the
+scorer's and the KV cache's, which the engine drives), the server's and the face of what
+they share (tools/common/sd_cli.h); tools/common (flags, configs, output files) sits below
+them and includes only those library faces; nothing in the library (or the server)
+includes tools/, and the tests may include anything. The public face, include/specdec.h,
+includes no project file; every part may include it (it defines the status codes, the
+error record and the statistics the library shares with its users), and the examples
+include nothing else.
 
 Call circles: within one folder, the .c/.cu files whose functions call each other in a
 circle (a calls b, b calls a, possibly through others) are one tangle that can only be
@@ -51,9 +52,11 @@ FACE = {
     "common": "tools/common/sd_cli.h",
 }
 
-# The library's faces (what the commands' shared code may include).
-LIBRARY = ["base", "gguf", "tokenizer", "model", "backend", "engine", "convert", "quant", "kv",
-           "draft", "target", "sample", "verify", "grammar"]
+# The library's faces the commands and their shared code may include: every one but the
+# scorer's (target/) and the KV cache's (kv/), which only the engine drives: a command
+# reaches them through the engine's face (sd_engine.h), never past it.
+LIBRARY = ["base", "gguf", "tokenizer", "model", "backend", "engine", "convert", "quant",
+           "draft", "sample", "verify", "grammar"]
 
 # Part folder -> the faces it may include (besides its own files).
 ALLOWED = {

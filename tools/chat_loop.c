@@ -23,7 +23,6 @@
 #include "tools/chat_loop.h"
 #include "tools/tools.h"
 #include "runtime/tokenizer/sd_vocab.h"
-#include "target/sd_target.h"
 
 /* A growable byte string (NUL-terminated when not empty). */
 typedef struct text_buf {

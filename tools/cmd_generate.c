@@ -18,7 +18,6 @@
 #include "runtime/engine/sd_engine.h"
 #include "runtime/grammar/sd_grammar.h"
 #include "runtime/tokenizer/sd_vocab.h"
-#include "target/sd_target.h"
 
 #define HINT "see 'specdec generate --help'"
 

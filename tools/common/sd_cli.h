@@ -17,7 +17,6 @@
 #include "runtime/engine/sd_engine.h"
 #include "runtime/model/sd_model.h"
 #include "runtime/base/sd_base.h"
-#include "target/sd_target.h"
 
 #ifdef __cplusplus
 extern "C" {
