@@ -22,6 +22,10 @@ circle must be one of KNOWN_CIRCLES below (or part of one): a new circle, or a k
 that grew, is a violation. A function counts as a file's when the file defines it without
 `static`; a file uses it when it names it (a call or a function pointer).
 
+Layers: no file of the library or the server names a function that tools/ or tools/common/
+defines, and no tools/common file names one of the commands' (tools/*.c): the layers call
+only down, whatever a file declares by hand.
+
 Prints one line per violation and exits 1 if there is any.
 """
 import os
@@ -137,6 +141,42 @@ def find_circles(root, folders):
     return circles
 
 
+def calls_up(root):
+    """Calls against the layers, which includes alone do not catch (a prototype written
+    out by hand): a library or server file naming a function that tools/ or tools/common/
+    defines, or a tools/common file naming one of the commands' (tools/*.c)."""
+    def defined(folder):
+        names = {}
+        d = os.path.join(root, folder)
+        for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            if f.endswith(".c") and f != "main.c":
+                with open(os.path.join(d, f), encoding="utf-8", errors="replace") as fh:
+                    for m in DEFINITION.finditer(strip_code(fh.read())):
+                        if m.group(1).startswith("sd_"):  # the project's names
+                            names.setdefault(m.group(1), folder + "/" + f)
+        return names
+    above = {"tools/common": defined("tools")}
+    above_lib = dict(defined("tools/common"), **above["tools/common"])
+    bad = []
+    for top in list(ALLOWED):
+        upper = above.get(top, above_lib if top not in TOOLS else None)
+        if not upper:
+            continue
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            if part_of(os.path.relpath(dirpath, root)) != top:
+                continue
+            for f in sorted(files):
+                if not f.endswith((".c", ".h", ".cu", ".cuh")):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, f), root)
+                with open(os.path.join(dirpath, f), encoding="utf-8", errors="replace") as fh:
+                    names = set(IDENT.findall(strip_code(fh.read())))
+                for name in sorted(names & set(upper)):
+                    bad.append("%s: names %s, defined above it in %s (a layer calls only "
+                               "down)" % (rel, name, upper[name]))
+    return bad
+
+
 def strongly_connected(edges):
     """Tarjan's strongly connected components of a graph {node: set(nodes)}."""
     index, low, on, stack, out = {}, {}, set(), [], []
@@ -211,6 +251,7 @@ def main(argv):
             bad.append("call circle: %s call each other (put what they share in a file below "
                        "them; scripts/check_includes.py's KNOWN_CIRCLES lists the allowed ones)"
                        % ", ".join(sorted(scc)))
+    bad.extend(calls_up(root))
     for b in bad:
         print(b)
     if not n_files:
