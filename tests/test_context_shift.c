@@ -1,5 +1,5 @@
 /*
- * `specdec generate --context-shift` (runtime/cli/cmd_generate.c): when the context is
+ * `specdec generate --context-shift` (tools/cmd_generate.c): when the context is
  * full, the context keeps its first n_keep tokens (BOS, and --keep N prompt tokens),
  * drops the older half of the rest and generation goes on, the target's cache shifted
  * with its keys re-rotated (sd_session_seq_shift), not recomputed. Checked against a
