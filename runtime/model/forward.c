@@ -1090,11 +1090,6 @@ sd_weights_info sd_session_weights_info(const sd_session *s) {
     }
     return w;
 }
-/* Until runtime/cli moves to tools/ (sd_model.h). */
-int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
-    return sd_session_seq_truncate(s, 0, n_keep, err);
-}
-
 /* Layer l's K row at src rotated back by n_discard positions (RoPE angles add: rotating by
  * p then by -d is rotating by p - d), stored as type t at dst (exact in f32); row: float
  * scratch [kv_dim]. The contiguous and the paged shift's one arithmetic. */

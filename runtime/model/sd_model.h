@@ -385,11 +385,6 @@ const sd_model *sd_session_model(const sd_session *s);
  */
 int sd_session_seq_sync(sd_session *s, int32_t seq, const int32_t *ctx, int32_t n, sd_error *err);
 
-/* Sequence 0's sd_session_seq_truncate and sd_session_seq_sync, for runtime/cli until it
- * moves to tools/ (then removed). */
-int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err);
-int sd_session_sync(sd_session *s, const int32_t *ctx, int32_t n, sd_error *err);
-
 #ifdef __cplusplus
 }
 #endif
