@@ -26,6 +26,7 @@ typedef struct bench_cli {
     int n_ks; /* 0: -k and --k-list absent */
     int64_t runs, warmup, reps, bw_mib, pos, prefill;
     int has_runs;
+    int64_t rounds; /* --rounds N (the side-by-side mode): every variant N times per prompt */
     /* -f FILE, repeatable (the A/B mode reads the first) */
     const char *prompt_files[MAX_PROMPT_FILES];
     int n_prompt_files;
