@@ -31,9 +31,6 @@ int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **ou
 /* The target's session (for sd_session_params.share_threads: a draft on its threads). */
 const sd_session *sd_scorer_session(const sd_scorer *s);
 void sd_scorer_free(sd_scorer *s); /* NULL accepted */
-/* Context shift of the target's cache without recomputing (sd_session_seq_shift): positions
- * [n_keep, n_keep + n_discard) dropped, the later keys re-rotated. Errors: as that. */
-int sd_scorer_shift(sd_scorer *s, int32_t n_keep, int32_t n_discard, sd_error *err);
 
 const sd_model *sd_scorer_model(const sd_scorer *s);
 int32_t sd_scorer_n_ctx(const sd_scorer *s);

@@ -14,11 +14,6 @@ const sd_session *sd_scorer_session(const sd_scorer *s) {
     return s->sess;
 }
 
-int sd_scorer_shift(sd_scorer *s, int32_t n_keep, int32_t n_discard, sd_error *err) {
-    if (!s) return sd_errorf(err, SD_ERR_ARG, "context shift: scorer is NULL");
-    return sd_session_seq_shift(s->sess, 0, n_keep, n_discard, err);
-}
-
 int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **out, sd_error *err) {
     *out = NULL;
     if (p->n_batch < SD_MAX_DRAFT + 1)

@@ -152,8 +152,9 @@ static void serve_help(FILE *f) {
             "(fixed: the K of every pass is the request's own, so sampled output is\n"
             "batch-invariant), --draft-p-min, --draft-min, --ngram-min/--ngram-max; and\n"
             "generate's --suffix-factor, --suffix-min-prob, --suffix-cost, --suffix-resume\n"
-            "(every suffix draft). Models and threads: -m, -md, --config, -t,\n"
-            "--threads-force. The server runs on the CPU.\n");
+            "(every suffix draft). Models, devices and threads: -m, -md, --config,\n"
+            "--device / --device-draft (cpu or cuda, as generate), --tensor-split, -t,\n"
+            "--threads-force.\n");
 }
 
 static int serve_option(int o, const char *arg, void *user) {

@@ -4,7 +4,7 @@
  * connection suspended until its engine callback resumes it; JSON with jansson) in front of a
  * batcher (runtime/engine's sd_batcher: continuous batching over a paged KV cache). Owns the HTTP
  * daemon, the listening socket and each request's output buffers. May include every library face
- * (runtime/engine's above all); the CLI (runtime/cli/cmd_serve.c) makes it.
+ * (runtime/engine's above all); the CLI (tools/cmd_serve.c) makes it.
  *
  * Endpoints:
  *   POST /v1/completions        prompt (string, or token ids) -> text; stream: true gives
