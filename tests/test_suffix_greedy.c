@@ -4,7 +4,8 @@
  * TinyStories pair and SmolLM2-135M (skipped when absent; through sd_engine_generate with
  * --draft-type suffix). Gumbel sampling: the same seed gives the target-alone text for
  * every K and policy (a one-hot draft token is accepted iff it is the target's keyed
- * Gumbel argmax at its position).
+ * Gumbel argmax at its position). The batcher's cross-request cache: outputs equal target
+ * alone, and its memory bound held under a 1,000-request load.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "draft/sd_draft.h"
+#include "runtime/engine/batcher_impl.h" /* the batcher's suffix cache, read in place */
 #include "runtime/engine/sd_engine.h"
 #include "runtime/model/sd_model.h"
 #include "runtime/tokenizer/sd_vocab.h"
@@ -275,6 +277,109 @@ Test(suffix_greedy, batcher_with_the_suffix_cache) {
             "with\n",
             (long long)accepted[0], (long long)accepted[1]);
     cr_assert_gt(accepted[1], accepted[0], "the cache of the first round's answers was not used");
+    sd_batcher_free(b);
+    sd_engine_free(e);
+    sd_engine_free(ref);
+}
+
+static uint64_t next_rand(uint64_t *x) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* The cross-request cache's memory bound under a 1,000-request load: suffix requests two at
+ * a time through a batcher of two slots with a 48 KiB cache, their prompts built of shared
+ * phrases (so the cache is consulted and drafts). After every pair of requests the cache's
+ * allocation is what it was at creation and within the budget, its tokens and separators
+ * within its capacity; it fills up and drops documents over and over; and every 25th
+ * request's output equals its prompt's target-alone output (an engine without drafting). */
+Test(suffix_greedy, cache_memory_bound_under_1000_requests) {
+    char t[2048], d[2048];
+    cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
+    sd_engine *ref = open_engine(t, NULL);
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = t;
+    ep.n_threads = 1;
+    ep.models_only = 1;
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    const size_t budget = 48 << 10;
+    sd_batcher_params bp = sd_batcher_default_params();
+    bp.n_parallel = 2;
+    bp.suffix_cache_bytes = budget;
+    sd_batcher *b = NULL;
+    cr_assert_eq(sd_batcher_init(e, &bp, &b, &err), SD_OK, "%s", err.msg);
+    const sd_suffix_cache *c = b->suffix_cache;
+    cr_assert_not_null(c);
+    const size_t bytes = sd_suffix_cache_bytes(c);
+    const int32_t cap = sd_suffix_cache_capacity(c);
+    cr_assert_leq(bytes, budget);
+    const int32_t nv = sd_model_hparams(sd_engine_target(e))->n_vocab;
+    enum { N_REQ = 1000, N_PHRASE = 24, PHRASE = 6, NPRED = 10, MAXP = 64 };
+    sd_gen_params gp = sd_gen_default_params();
+    gp.n_predict = NPRED;
+    gp.samp.temp = 0.0f;
+    gp.draft_type = SD_DRAFT_SUFFIX;
+    gp.k_policy = SD_K_FIXED;
+    gp.n_draft = 4;
+    uint64_t s = 0x5eed;
+    int32_t prompts[2][MAXP], n_p[2];
+    int64_t drops = 0, checked = 0, drafted = 0, accepted = 0, max_docs = 0;
+    int32_t docs_before = 0;
+    for (int r = 0; r < N_REQ; r += 2) {
+        eu_out o[2];
+        for (int q = 0; q < 2; q++) {
+            /* BOS, then 2..8 phrases of PHRASE ids each (from N_PHRASE fixed ones) */
+            int32_t n = 0;
+            prompts[q][n++] = 1;
+            const int n_ph = 2 + (int)(next_rand(&s) % 7);
+            for (int ph = 0; ph < n_ph; ph++) {
+                const int32_t which = (int32_t)(next_rand(&s) % N_PHRASE);
+                for (int32_t i = 0; i < PHRASE; i++)
+                    prompts[q][n++] = 3 + (which * 7 + i * 13 + which * i) % (nv - 3);
+            }
+            n_p[q] = n;
+            memset(&o[q], 0, sizeof o[q]);
+            eu_submit(b, prompts[q], n, &gp, eu_collect, &o[q]);
+        }
+        eu_drain(b, 0);
+        const int32_t docs = sd_suffix_cache_n_docs(c);
+        cr_assert_eq(sd_suffix_cache_bytes(c), bytes, "request %d: the cache's allocation moved",
+                     r);
+        cr_assert_leq(sd_suffix_cache_n_tokens(c) + docs, cap, "request %d: over capacity", r);
+        if (docs < docs_before + 2) drops++; /* making room dropped earlier documents */
+        docs_before = docs;
+        if (docs > max_docs) max_docs = docs;
+        for (int q = 0; q < 2; q++) {
+            cr_assert(o[q].done, "request %d did not finish", r + q);
+            drafted += o[q].st.n_drafted;
+            accepted += o[q].st.n_accepted;
+            if ((r + q) % 25) continue;
+            int32_t want[NPRED];
+            sd_gen_stats st;
+            const int32_t nw =
+                eu_generate(ref, &gp, SD_DRAFT_NONE, SD_K_FIXED, 0, prompts[q], n_p[q], want, &st);
+            cr_assert_eq(o[q].n, nw, "request %d: %d tokens, target alone %d", r + q, o[q].n, nw);
+            for (int32_t i = 0; i < nw; i++)
+                cr_assert_eq(o[q].toks[i], want[i], "request %d: token %d differs", r + q, i);
+            checked++;
+        }
+    }
+    int64_t hits = 0;
+    for (int i = 0; i < bp.n_parallel; i++)
+        hits += sd_proposer_suffix_cache_hits(b->suffix[i]);
+    fprintf(stderr,
+            "  cache of %zu bytes (budget %zu): %d positions, at most %lld documents, %lld "
+            "rounds dropped some; %lld drafted, %lld accepted, %lld cache proposals\n",
+            bytes, budget, cap, (long long)max_docs, (long long)drops, (long long)drafted,
+            (long long)accepted, (long long)hits);
+    cr_assert_eq(checked, N_REQ / 25);
+    cr_assert_gt(drops, N_REQ / 20, "the cache rarely filled: the bound was hardly exercised");
+    cr_assert_gt(hits, 0, "the cache never drafted: it was not used");
+    cr_assert_gt(accepted, 0);
     sd_batcher_free(b);
     sd_engine_free(e);
     sd_engine_free(ref);

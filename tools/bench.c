@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/cli/bench.h"
+#include "tools/bench.h"
 #include "runtime/engine/sd_engine.h"
 
 #define HINT "see 'specdec bench --help'"
@@ -57,7 +57,10 @@ static void bench_help(FILE *f) {
                "                         suffix+llm, suffix+llm-adaptive, or all;\n"
                "                         fixed types run each K of --k-list, adaptive ones\n"
                "                         K <= the largest; --runs N: prompts per file\n"
-               "                         (default: all); drafting flags as\n"
+               "                         (default: all); --rounds N: each prompt's\n"
+               "                         variants N times, every other round in reverse\n"
+               "                         order (A B .. B A: a drifting load cancels), the\n"
+               "                         rates pooled over the rounds; drafting flags as\n"
                "                         generate's (--draft-p-min applies to adaptive types\n"
                "                         unless given: fixed types draft K, no cut-off)\n"
                "  generate's other flags (--threads-force, -ctk/-ctv, -cd, --ignore-eos, -e,\n"
@@ -85,6 +88,7 @@ static int parse_k_list(const char *s, int32_t *ks) {
 
 enum {
     OPT_RUNS = SD_CLI_OPT_OWN,
+    OPT_ROUNDS,
     OPT_KLIST,
     OPT_WARMUP,
     OPT_REPS,
@@ -107,6 +111,10 @@ static int bench_option(int o, const char *arg, void *user) {
         if (sd_cli_parse_i64(arg, 1, 100000, &c->runs))
             return bench_usage("--runs: expected an integer >= 1, found '%s'", arg);
         c->has_runs = 1;
+        break;
+    case OPT_ROUNDS:
+        if (sd_cli_parse_i64(arg, 1, 1000, &c->rounds))
+            return bench_usage("--rounds: expected an integer in [1, 1000], found '%s'", arg);
         break;
     case 'f': /* repeatable: the side-by-side mode runs every file (a category each) */
         if (c->n_prompt_files >= MAX_PROMPT_FILES)
@@ -196,6 +204,7 @@ static int parse_bench(int argc, char **argv, bench_cli *c) {
         SD_CLI_DRAFT_LONGOPTS,
         {"draft-types", required_argument, 0, OPT_DRAFT_TYPES},
         {"runs", required_argument, 0, OPT_RUNS},
+        {"rounds", required_argument, 0, OPT_ROUNDS},
         {"k-list", required_argument, 0, OPT_KLIST},
         {"warmup", required_argument, 0, OPT_WARMUP},
         {"reps", required_argument, 0, OPT_REPS},
@@ -212,6 +221,7 @@ static int parse_bench(int argc, char **argv, bench_cli *c) {
     };
     memset(c, 0, sizeof *c);
     c->runs = 3;
+    c->rounds = 1;
     c->warmup = 1;
     c->reps = 9;
     c->bw_mib = 2048;

@@ -1,5 +1,5 @@
 /*
- * runtime/cli/bench.h: PRIVATE to the bench command (bench.c: options and dispatch;
+ * tools/bench.h: PRIVATE to the bench command (bench.c: options and dispatch;
  * bench_kernels.c: --kernels; bench_ab.c: the A/B runs): the options and the small
  * statistics / JSON helpers they share.
  */
@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/tools.h"
 #include "runtime/model/sd_model.h"
 
 #define MAX_KS           16
@@ -26,6 +26,7 @@ typedef struct bench_cli {
     int n_ks; /* 0: -k and --k-list absent */
     int64_t runs, warmup, reps, bw_mib, pos, prefill;
     int has_runs;
+    int64_t rounds; /* --rounds N (the side-by-side mode): every variant N times per prompt */
     /* -f FILE, repeatable (the A/B mode reads the first) */
     const char *prompt_files[MAX_PROMPT_FILES];
     int n_prompt_files;

@@ -15,7 +15,8 @@
  * adaptive ones with K at most the largest K.
  * For each prompt file (its category: the "# category: NAME" first line, else the
  * file name), for each of its first --runs prompts (default all; run i uses seed S + i),
- * every variant runs in turn (none first), all through sd_engine_generate with both
+ * every variant runs in turn (none first; with --rounds N, N times, every other round in
+ * reverse order, the rates pooled per prompt), all through sd_engine_generate with both
  * caches emptied first; greedy by default, and each run's tokens must equal the none
  * run's ("match"). Prompts of a file whose category is "chat" or "chat-NAME" are user
  * messages in the target's chat template (tokenizer.chat_template, as generate --chat),
@@ -41,7 +42,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/cli/bench.h"
+#include "tools/bench.h"
 #include "runtime/engine/sd_engine.h"
 #include "runtime/tokenizer/sd_vocab.h"
 
@@ -168,11 +169,18 @@ typedef struct modes_ctx {
     int32_t draft_min_adaptive;
     int32_t *out, *ref;
     json_t *jruns, *jrows;
+    /* one prompt's runs, per variant, added up over the rounds */
+    sd_gen_stats acc[MAX_VARIANTS];
+    double cpu_tok[MAX_VARIANTS], cpu_ms[MAX_VARIANTS];
+    int ok[MAX_VARIANTS];
 } modes_ctx;
 
-/* One run of variant v on prompt ids; fills st, *cpu_tps. */
+/* One run of variant v on prompt ids; fills st, and *cpu_tok / *cpu_ms: the tokens after
+ * the first emitted block and the process CPU ms they took (both 0 when the run is too
+ * short to tell). */
 static int run_one(modes_ctx *m, const variant *v, const int32_t *ids, int32_t n_ids, uint64_t seed,
-                   int32_t *out, sd_gen_stats *st, double *cpu_tps, sd_error *err) {
+                   int32_t *out, sd_gen_stats *st, double *cpu_tok, double *cpu_ms_out,
+                   sd_error *err) {
     const mode_def *md = &k_modes[v->mode];
     sd_gen_params gp = m->p->ep.gen;
     gp.seed = seed;
@@ -192,9 +200,9 @@ static int run_one(modes_ctx *m, const variant *v, const int32_t *ids, int32_t n
     cpu_rec rec = {0, 0};
     int rc = sd_engine_generate(m->e, &gp, ids, n_ids, cpu_cb, &rec, out, gp.n_predict, st, err);
     const double t_end = cpu_ms();
-    *cpu_tps = rec.n_first && t_end > rec.first && st->n_generated > rec.n_first
-                   ? (st->n_generated - rec.n_first) / ((t_end - rec.first) * 1e-3)
-                   : NAN;
+    const int ok = rec.n_first && t_end > rec.first && st->n_generated > rec.n_first;
+    *cpu_tok = ok ? (double)(st->n_generated - rec.n_first) : 0.0;
+    *cpu_ms_out = ok ? t_end - rec.first : 0.0;
     return rc;
 }
 
@@ -393,42 +401,67 @@ static int run_file(modes_ctx *m, const char *path, cell *all, sd_error *err) {
                            pi + 1, n_ids, sd_engine_n_ctx(m->e));
         const uint64_t seed = m->p->ep.gen.seed + (uint64_t)r;
         fprintf(stderr, "specdec bench: %s prompt %d/%d (%zu tokens)\n", cat, r + 1, runs, n_ids);
-        double base_tps = NAN, base_cpu = NAN;
+        /* Every variant rounds times, each round in turn, every other one in reverse order
+         * (none first, then last: A B .. B A), so a load that drifts during the prompt's
+         * runs weighs on every variant alike; the rates are pooled over the rounds. The
+         * first round's none run is the reference of every match. */
+        const int rounds = c->rounds > 1 ? (int)c->rounds : 1;
+        double base_tps = NAN;
         int32_t n_ref = 0;
-        for (int v = 0; v < m->n_vars && !rc; v++) {
-            sd_gen_stats st;
-            double cpu_tps = NAN;
-            int32_t *out = v == 0 ? m->ref : m->out;
-            rc = run_one(m, &m->vars[v], ids, (int32_t)n_ids, seed, out, &st, &cpu_tps, err);
-            if (rc) break;
-            const double tps = sd_stats_tokens_per_s(&st);
-            if (v == 0) {
-                base_tps = tps;
-                base_cpu = cpu_tps;
-                n_ref = st.n_generated;
+        for (int v = 0; v < m->n_vars; v++) {
+            memset(&m->acc[v], 0, sizeof m->acc[v]);
+            m->cpu_tok[v] = m->cpu_ms[v] = 0.0;
+            m->ok[v] = 1;
+        }
+        for (int rd = 0; rd < rounds && !rc; rd++)
+            for (int j = 0; j < m->n_vars && !rc; j++) {
+                const int v = rd % 2 ? m->n_vars - 1 - j : j;
+                const int is_ref = rd == 0 && v == 0;
+                sd_gen_stats st;
+                double ctok = 0.0, cms = 0.0;
+                int32_t *out = is_ref ? m->ref : m->out;
+                rc = run_one(m, &m->vars[v], ids, (int32_t)n_ids, seed, out, &st, &ctok, &cms, err);
+                if (rc) break;
+                const double tps = sd_stats_tokens_per_s(&st);
+                if (is_ref) {
+                    base_tps = tps;
+                    n_ref = st.n_generated;
+                }
+                const int match = st.n_generated == n_ref &&
+                                  !memcmp(out, m->ref, (size_t)n_ref * sizeof(int32_t));
+                if (m->checked && !match)
+                    fprintf(stderr, "specdec bench: %s prompt %d %s: tokens differ from none\n",
+                            cat, pi + 1, m->vars[v].label);
+                sd_stats_add(&m->acc[v], &st);
+                m->cpu_tok[v] += ctok;
+                m->cpu_ms[v] += cms;
+                m->ok[v] &= !m->checked || match;
+                const double sp = base_tps > 0 ? tps / base_tps : NAN;
+                json_t *rec = json_pack(
+                    "{s:s,s:s,s:i,s:i,s:I,s:i,s:i,s:i,s:i,s:i,s:o,s:o,s:o,s:o,s:o,s:i,s:o}",
+                    "category", cat, "draft", m->vars[v].label, "prompt_index", pi, "round", rd,
+                    "seed", (json_int_t)seed, "n_prompt", st.n_prompt, "n_generated",
+                    st.n_generated, "n_target_passes", st.n_target_passes, "n_drafted",
+                    st.n_drafted, "n_accepted", st.n_accepted, "tokens_per_s", bench_jnum(tps),
+                    "cpu_tokens_per_s", bench_jnum(cms > 0.0 ? ctok / (cms * 1e-3) : NAN),
+                    "speedup", bench_jnum(sp), "mean_k", bench_jnum(sd_stats_mean_k(&st)),
+                    "t_off_ms", bench_jnum(st.t_off_ms), "n_off_passes", st.n_off_passes,
+                    "greedy_match", m->checked ? json_boolean(match) : json_null());
+                if (rec && is_ref) /* the reference's ids: replayable offline (tokens per pass
+                                    * of any greedy drafter follow from them alone) */
+                    json_object_set_new(rec, "ids", ids_json(ids, (int32_t)n_ids, out, n_ref));
+                if (rec) json_array_append_new(m->jruns, rec);
             }
-            const int match =
-                st.n_generated == n_ref && !memcmp(out, m->ref, (size_t)n_ref * sizeof(int32_t));
-            if (m->checked && !match)
-                fprintf(stderr, "specdec bench: %s prompt %d %s: tokens differ from none\n", cat,
-                        pi + 1, m->vars[v].label);
-            const double sp = base_tps > 0 ? tps / base_tps : NAN;
-            const double cpu_sp = base_cpu > 0 ? cpu_tps / base_cpu : NAN;
-            cell_add(&cells[v], &st, tps, cpu_tps, sp, cpu_sp, !m->checked || match);
-            cell_add(&all[v], &st, tps, cpu_tps, sp, cpu_sp, !m->checked || match);
-            json_t *rec = json_pack(
-                "{s:s,s:s,s:i,s:I,s:i,s:i,s:i,s:i,s:i,s:o,s:o,s:o,s:o,s:o,s:i,s:o}", "category",
-                cat, "draft", m->vars[v].label, "prompt_index", pi, "seed", (json_int_t)seed,
-                "n_prompt", st.n_prompt, "n_generated", st.n_generated, "n_target_passes",
-                st.n_target_passes, "n_drafted", st.n_drafted, "n_accepted", st.n_accepted,
-                "tokens_per_s", bench_jnum(tps), "cpu_tokens_per_s", bench_jnum(cpu_tps), "speedup",
-                bench_jnum(sp), "mean_k", bench_jnum(sd_stats_mean_k(&st)), "t_off_ms",
-                bench_jnum(st.t_off_ms), "n_off_passes", st.n_off_passes, "greedy_match",
-                m->checked ? json_boolean(match) : json_null());
-            if (rec && v == 0) /* the reference's ids: replayable offline (tokens per pass of
-                                * any greedy drafter follow from them alone) */
-                json_object_set_new(rec, "ids", ids_json(ids, (int32_t)n_ids, out, n_ref));
-            if (rec) json_array_append_new(m->jruns, rec);
+        /* One entry per prompt and variant: its rates pooled over the rounds, against none's. */
+        const double none_tps = sd_stats_tokens_per_s(&m->acc[0]);
+        const double none_cpu = m->cpu_ms[0] > 0.0 ? m->cpu_tok[0] / (m->cpu_ms[0] * 1e-3) : NAN;
+        for (int v = 0; v < m->n_vars && !rc; v++) {
+            const double tps = sd_stats_tokens_per_s(&m->acc[v]);
+            const double cpu_tps = m->cpu_ms[v] > 0.0 ? m->cpu_tok[v] / (m->cpu_ms[v] * 1e-3) : NAN;
+            const double sp = none_tps > 0 ? tps / none_tps : NAN;
+            const double cpu_sp = none_cpu > 0 ? cpu_tps / none_cpu : NAN;
+            cell_add(&cells[v], &m->acc[v], tps, cpu_tps, sp, cpu_sp, m->ok[v]);
+            cell_add(&all[v], &m->acc[v], tps, cpu_tps, sp, cpu_sp, m->ok[v]);
         }
         free(ids);
     }
@@ -475,14 +508,15 @@ int bench_run_modes(const bench_cli *c, sd_cli_pair *p, sd_error *err) {
     const int threads = p->ep.n_threads > 0 ? p->ep.n_threads : sd_n_cores();
     if (!rc) {
         printf("target %s, draft %s%s%s, %d threads, %s, n = %d, K %s, p-min %.2f (adaptive "
-               "types)\n",
+               "types), %d round%s a prompt\n",
                p->ep.target, p->ep.draft ? p->ep.draft : "(none)",
                p->ep.draft_head ? ", head " : "", p->ep.draft_head ? p->ep.draft_head : "", threads,
                m.greedy ? "greedy"
                         : (p->ep.gen.samp.spec == SD_SPEC_GUMBEL ? "Gumbel sampling"
                                                                  : "rejection sampling"),
                p->ep.gen.n_predict, c->n_ks > 1 ? "per --k-list" : "as labelled",
-               (double)m.p_min_adaptive);
+               (double)m.p_min_adaptive, (int)(c->rounds > 1 ? c->rounds : 1),
+               c->rounds > 1 ? "s" : "");
         print_header();
     }
     for (int f = 0; f < c->n_prompt_files && !rc; f++)
@@ -509,10 +543,11 @@ int bench_run_modes(const bench_cli *c, sd_cli_pair *p, sd_error *err) {
             for (int f = 0; f < c->n_prompt_files; f++)
                 json_array_append_new(files, json_string(c->prompt_files[f]));
             json_t *root = json_pack(
-                "{s:s,s:s,s:s?,s:i,s:i,s:b,s:f,s:o,s:b,s:O,s:O}", "mode", "draft_types", "target",
-                p->ep.target, "draft", p->ep.draft, "threads", threads, "n_predict",
-                p->ep.gen.n_predict, "greedy", m.greedy, "p_min_adaptive", (double)m.p_min_adaptive,
-                "prompt_files", files, "greedy_match", all_match, "rows", m.jrows, "runs", m.jruns);
+                "{s:s,s:s,s:s?,s:i,s:i,s:i,s:b,s:f,s:o,s:b,s:O,s:O}", "mode", "draft_types",
+                "target", p->ep.target, "draft", p->ep.draft, "threads", threads, "n_predict",
+                p->ep.gen.n_predict, "rounds", (int)(c->rounds > 1 ? c->rounds : 1), "greedy",
+                m.greedy, "p_min_adaptive", (double)m.p_min_adaptive, "prompt_files", files,
+                "greedy_match", all_match, "rows", m.jrows, "runs", m.jruns);
             rc = root ? bench_write_json(root, c->json, err)
                       : sd_errorf(err, SD_ERR_OOM, "bench: cannot build JSON");
             json_decref(root);
