@@ -119,14 +119,26 @@ static char *raw_http(const srv *s, const char *req, size_t n, int shut_wr, doub
     return o;
 }
 
+/* The final answer of raw bytes: past the interim 1xx answers ("HTTP/1.1 100 Continue"
+ * and its blank line), which an HTTP/1.1 client reads past (RFC 9110, 15.2). */
+static const char *raw_final(const char *o) {
+    while (!strncmp(o, "HTTP/1.1 1", 10)) {
+        const char *e = strstr(o, "\r\n\r\n");
+        if (!e) break;
+        o = e + 4;
+    }
+    return o;
+}
+
 /* The status of a raw answer ("HTTP/1.1 200 OK..."), 0 if none. */
 static int raw_status(const char *o) {
+    o = raw_final(o);
     return strncmp(o, "HTTP/1.", 7) == 0 ? atoi(o + 9) : 0;
 }
 
 /* The body of a raw answer (after the blank line), parsed as JSON (asserted). */
 static json_t *raw_json(const char *o) {
-    const char *b = strstr(o, "\r\n\r\n");
+    const char *b = strstr(raw_final(o), "\r\n\r\n");
     cr_assert_not_null(b, "no header end: %s", o);
     json_t *j = json_loads(b + 4, 0, NULL);
     cr_assert_not_null(j, "the body is not JSON: %s", o);
@@ -939,8 +951,36 @@ Test(server, disconnect_cancels_and_slow_clients_do_not_stall) {
     }
     cr_expect_eq(metric(&s, "requests_finished_total"), 0, "the 3000 tokens were generated");
     expect_pools_balance(&s);
+    /* A non-streamed request whose client closes (close(): an EOF, no reset, as llama.cpp's
+     * test_cancel_request does at its read timeout) is cancelled too: the server's probe
+     * (an interim 100 Continue) draws the closed socket's reset. */
+    const char *cb = "{\"prompt\":\"t5\",\"max_tokens\":3000,\"ignore_eos\":true}";
+    char creq[1024];
+    snprintf(creq, sizeof creq,
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s",
+             strlen(cb), cb);
+    const int cfd = tcp_connect(s.port, 0);
+    cr_assert_geq(cfd, 0);
+    cr_assert_eq(send(cfd, creq, strlen(creq), MSG_NOSIGNAL), (ssize_t)strlen(creq));
+    t0 = now_s();
+    while (metric(&s, "requests_running") < 1) { /* admitted: generating */
+        cr_assert_lt(now_s() - t0, 120.0, "the non-streamed request never ran");
+        usleep(20000);
+    }
+    close(cfd);
+    t0 = now_s();
+    while (metric(&s, "requests_cancelled_total") < 2) {
+        cr_assert_lt(now_s() - t0, 120.0,
+                     "the server never cancelled the non-streamed request of a client that "
+                     "closed");
+        usleep(20000);
+    }
+    cr_expect_eq(metric(&s, "requests_finished_total"), 0, "the 3000 tokens were generated");
+    expect_pools_balance(&s);
     /* A client that half-closes (shutdown(SHUT_WR)) after its request is answered, not
-     * taken for gone (300 tokens: its EOF is there long before the answer). */
+     * taken for gone (300 tokens: its EOF is there long before the answer; the probe's
+     * interim 100 comes before it). */
     const char *hb = "{\"prompt\":\"t5\",\"max_tokens\":300,\"ignore_eos\":true}";
     char hreq[1024];
     snprintf(hreq, sizeof hreq,
@@ -956,7 +996,7 @@ Test(server, disconnect_cancels_and_slow_clients_do_not_stall) {
         300);
     json_decref(hj);
     free(ho);
-    cr_expect_eq(metric(&s, "requests_cancelled_total"), 1,
+    cr_expect_eq(metric(&s, "requests_cancelled_total"), 2,
                  "the half-closed request was cancelled");
     /* Kept alive (HTTP/1.1, no Connection: close) and half-closed: the server closes after
      * the answer, not at --timeout (3600 s here: the 120 s bound tells them apart). */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "runtime/grammar/sd_grammar.h"
@@ -658,6 +659,28 @@ static void wake(srv_gen *g) {
     MHD_resume_connection(g->conn);
 }
 
+/* The interim answer that probes a non-streamed request's connection: a 1xx an HTTP/1.1
+ * client must read past before the final answer (RFC 9110, 15.2). */
+static const char k_probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+/* On an event of g (under g->mu, !g->cancelled): a reset peer cancels. An EOF alone cannot
+ * tell a client that closed from one that half-closed (shutdown(SHUT_WR)) and waits for its
+ * answer: a non-streamed HTTP/1.1 request's connection (suspended, or its handler still
+ * running: no other writer) is sent k_probe once then. A closed client's system answers
+ * those bytes with a reset, found at a later event; a half-closed client reads past them to
+ * its answer. A stream needs no probe: its events are those bytes. */
+static void peer_check(srv_gen *g) {
+    const int st = srv_peer_state(g->fd);
+    if (st == SRV_PEER_RESET) {
+        g->cancelled = 1;
+    } else if (st == SRV_PEER_EOF && g->probe_ok && !g->probed) {
+        g->probed = 1;
+        if (send(g->fd, k_probe, sizeof k_probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+            errno != EAGAIN && errno != EWOULDBLOCK)
+            g->cancelled = 1; /* the peer is gone already */
+    }
+}
+
 /* llama-server's prompt_progress chunk of batcher request sub: total, cache and processed
  * positions of its prompt, time_ms since the first (with timings: the prompt's so far, no
  * token predicted yet). Under g->mu. */
@@ -758,7 +781,7 @@ static int on_event(void *user, const sd_req_event *ev_sub) {
     }
     /* A client that reset the connection (suspended: nobody else looks) cancels; the done
      * events that follow wake the connection. */
-    if (!all && !g->cancelled && srv_peer_reset(g->fd)) g->cancelled = 1;
+    if (!all && !g->cancelled) peer_check(g);
     if (g->oom && !all) g->cancelled = 1;
     const int cancel = g->cancelled, sub_done = ev->done && sub->n_done == sub->n;
     /* before the wake: a client that reads /metrics after its answer sees it done */
@@ -1011,6 +1034,7 @@ void srv_generate(sd_server *s, srv_kind kind, const char *body, size_t len,
             g->ch[p * q.n + i].ctx_limited = limited[p];
         }
     g->fd = fd;
+    g->probe_ok = r->http11 && !q.stream;
     g->conn = c;
     g->created = (long long)time(NULL);
     /* llama-server's id_slot: the slot whose last sequence this request becomes

@@ -3,6 +3,8 @@
  * buffer of /metrics, and the peer-reset probe; below every endpoint file, so they call down
  * into it and never into each other's router (server.c). */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,11 +85,24 @@ void srv_error(srv_reply *r, int status, const char *type, const char *param, co
     srv_json(r, status, e);
 }
 
-int srv_peer_reset(int fd) {
-    if (fd < 0) return 0;
+int srv_peer_state(int fd) {
+    if (fd < 0) return SRV_PEER_OPEN;
+    /* A reset that comes after the peer's EOF is not reported by recv (the EOF is, first),
+     * so the connection's state is read: TCP_CLOSE once reset, CLOSE_WAIT while a
+     * half-closed peer still reads. */
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 && ti.tcpi_state == TCP_CLOSE)
+        return SRV_PEER_RESET;
     char c;
     const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    if (n == 0) return SRV_PEER_EOF;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return SRV_PEER_RESET;
+    return SRV_PEER_OPEN;
+}
+
+int srv_peer_reset(int fd) {
+    return srv_peer_state(fd) == SRV_PEER_RESET;
 }
 
 /* ---- request bodies ---- */

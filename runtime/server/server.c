@@ -225,6 +225,7 @@ typedef struct conn {
     srv_gen *gen;       /* a generation waiting for its end (r.pending) */
     srv_gen *sgen;      /* a stream's record (a reference: its socket forgotten at close) */
     int32_t slot;       /* R_SLOT_ACTION: the slot of the path */
+    int http11;         /* the request is HTTP/1.1 */
 } conn;
 
 static srv_track *track_of(struct MHD_Connection *c) {
@@ -377,6 +378,7 @@ static int conn_fd(struct MHD_Connection *c) {
 }
 
 static void dispatch(sd_server *s, struct MHD_Connection *c, conn *k, srv_reply *r) {
+    r->http11 = k->http11;
     switch (k->rt->id) {
     case R_PAGE:
         if (s->p.no_ui) {
@@ -456,8 +458,8 @@ static enum MHD_Result count_length_headers(void *cls, enum MHD_ValueKind kind, 
  * early reply was made in r. */
 static int check_head(sd_server *s, struct MHD_Connection *c, conn *k, const char *url,
                       const char *method, const char *version, srv_reply *r) {
-    if (!strcmp(version, MHD_HTTP_VERSION_1_1) &&
-        !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")) {
+    k->http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
+    if (k->http11 && !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host")) {
         srv_error(r, 400, "invalid_request_error", NULL, "HTTP/1.1 request without Host");
         return -1;
     }

@@ -42,6 +42,7 @@ typedef struct srv_reply {
                                        (llama-server's fields) when n_ctx > 0 */
     int llama_path; /* in: the request came on llama-server's path (no /v1/ prefix): a
                        context overflow is answered with its error type */
+    int http11;     /* in: an HTTP/1.1 request (an interim 1xx answer may be sent to it) */
 } srv_reply;
 
 /* One generation request (completions or chat) between the HTTP thread that owns the
@@ -108,6 +109,8 @@ typedef struct srv_gen {
     int oom;                     /* building the output ran out of memory */
     int cancelled;               /* the client is gone: the callback cancels */
     int fd;                      /* the connection's socket (reset checks on each event) */
+    int probe_ok;                /* non-streamed HTTP/1.1: an EOF may be probed (api.c) */
+    int probed;                  /* the probe was sent */
     struct MHD_Connection *conn; /* the connection, resumed by the callback */
     int suspended;               /* conn is suspended waiting for news (under mu) */
     int32_t id_slot;  /* the request's id_slot (-1: none; the least recently used slot) */
@@ -193,9 +196,16 @@ void srv_error(srv_reply *r, int status, const char *type, const char *param, co
     __attribute__((format(printf, 5, 6)));
 /* A JSON reply (takes the reference of j). */
 void srv_json(srv_reply *r, int status, json_t *j);
+/* What the peer of socket fd has done, seen without reading: nothing (or sent more bytes),
+ * shut its side (an EOF waiting: it closed, or only half-closed with shutdown(SHUT_WR) and
+ * still reads), or reset the connection (an error waiting, or the connection closed: a
+ * reset after the EOF). fd < 0: SRV_PEER_OPEN. */
+enum { SRV_PEER_OPEN = 0, SRV_PEER_EOF = 1, SRV_PEER_RESET = 2 };
+int srv_peer_state(int fd);
 /* 1 if the peer of socket fd reset the connection, else 0. An EOF is not a reset: a
  * client that shut its side after sending (shutdown(SHUT_WR)) still reads the answer;
- * one that closed is found when the answer (or a stream's next event) is written. */
+ * one that closed is found when a byte is written to it (a stream's next event, or a
+ * non-streamed request's probe: api.c). */
 int srv_peer_reset(int fd);
 
 /* api.c: POST /v1/completions (SRV_COMPLETIONS), /v1/chat/completions (SRV_CHAT) and
