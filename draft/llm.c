@@ -139,7 +139,7 @@ static int llm_prefill(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, sd_
     int32_t n = n_ctx - 1;
     if (n > sd_session_n_ctx(p->sess)) n = sd_session_n_ctx(p->sess);
     if (n < 1 || !draft_knows(p, ctx, n)) return SD_OK;
-    return draft_error(p, sd_session_sync(p->sess, ctx, n, err), err);
+    return draft_error(p, sd_session_seq_sync(p->sess, 0, ctx, n, err), err);
 }
 
 /* Catch up on ctx; more than `window` tokens behind (window > 0): restart the view from
@@ -153,8 +153,8 @@ static int llm_catch_up(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, in
     if (window > 0) {
         /* Tokens to evaluate: view[0 .. len - 1) past the cached common prefix. */
         int32_t common = 0;
-        const int32_t *cached = sd_session_tokens(p->sess);
-        const int32_t n_past = sd_session_n_past(p->sess);
+        const int32_t *cached = sd_session_seq_tokens(p->sess, 0);
+        const int32_t n_past = sd_session_seq_n_past(p->sess, 0);
         while (v && common < n_past && common < len - 1 && cached[common] == v[common])
             common++;
         if ((!v || len - 1 - common > window) && n_ctx - 1 - window > 1) {
@@ -163,7 +163,7 @@ static int llm_catch_up(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, in
         }
     }
     if (!v || len - 1 > sd_session_n_ctx(p->sess) || !draft_knows(p, v, len - 1)) return SD_OK;
-    return draft_error(p, sd_session_sync(p->sess, v, len - 1, err), err);
+    return draft_error(p, sd_session_seq_sync(p->sess, 0, v, len - 1, err), err);
 }
 
 /*
@@ -271,7 +271,7 @@ int sd_draft_row(const sd_draft_rule *x, float *l, const int32_t *ctx, int32_t n
 
 /* Greedy with nothing that reads draft position i's row (no penalties, no logit biases,
  * no confidence cut-off there): the classifier's argmax alone will do, no row written
- * (sd_session_eval_argmax: the same index as the argmax of the row). */
+ * (sd_session_seq_eval_argmax: the same index as the argmax of the row). */
 static int argmax_only(const llm_proposer *p, int penalize, int32_t i) {
     return !(p->samp.temp > 0.0f) && !penalize && !p->samp.n_logit_bias && !p->gstate &&
            !(p->p_min > 0.0f && i >= p->n_min);
@@ -306,14 +306,15 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
      * batched pass (passes of n_batch when longer) whose last row gives the first
      * draft's logits: after a pass that accepted everything, or a chain's lookup tokens
      * (chain.c), the tokens the draft has not seen and the last one cost one pass. */
-    int32_t i0 = sd_session_keep_prefix(p->sess, ctx, n_ctx - 1);
+    int32_t i0 = sd_session_seq_keep_prefix(p->sess, 0, ctx, n_ctx - 1);
     const int32_t nb = sd_session_n_batch(p->sess);
     int rc = SD_OK;
     for (; n_ctx - i0 > nb && !rc; i0 += nb)
         rc = sd_session_eval(p->sess, ctx + i0, nb, NULL, 0, err);
     int32_t j0 = -1;
     if (!rc && argmax_only(p, penalize, 0))
-        rc = sd_session_eval_argmax(p->sess, ctx + i0, n_ctx - i0, n_row(p), p->logits, &j0, err);
+        rc = sd_session_seq_eval_argmax(p->sess, 0, ctx + i0, n_ctx - i0, n_row(p), p->logits, &j0,
+                                        err);
     else if (!rc)
         rc = sd_session_eval(p->sess, ctx + i0, n_ctx - i0, p->logits, 1, err);
     if (rc) return draft_error(p, rc, err);
@@ -340,7 +341,7 @@ static int llm_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int
         if (argmax_only(p, penalize, i)) {
             int32_t j = j0;
             if (i > 0) {
-                rc = sd_session_eval_argmax(p->sess, &tok, 1, n_row(p), p->logits, &j, err);
+                rc = sd_session_seq_eval_argmax(p->sess, 0, &tok, 1, n_row(p), p->logits, &j, err);
                 if (rc) return draft_error(p, rc, err);
             }
             if (j < 0)
@@ -384,8 +385,9 @@ static void llm_commit(sd_proposer *base, const int32_t *ctx, int32_t n_ctx) {
     }
     ctx = view;
     n_ctx = n_view;
-    int32_t kept = sd_session_keep_prefix(p->sess, ctx, n_ctx);
-    SD_CHECK(kept == sd_session_n_past(p->sess), "draft KV cache must hold only committed tokens");
+    int32_t kept = sd_session_seq_keep_prefix(p->sess, 0, ctx, n_ctx);
+    SD_CHECK(kept == sd_session_seq_n_past(p->sess, 0),
+             "draft KV cache must hold only committed tokens");
     (void)kept;
 }
 

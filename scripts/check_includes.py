@@ -6,10 +6,14 @@ usage: python3 scripts/check_includes.py [ROOT]
 Every project include ("dir/file.h") of every .c/.h/.cu/.cuh file in a library part must
 be the part's own file or a face the part may use; a private header (a part's internal
 header, e.g. quant/cpu/kernels.h) may only be included from its own folder (and from
-tests). The CLI (runtime/cli) and the tests may include any face, and nothing in the
-library may include the CLI. The public face, include/specdec.h, includes no project
-file; every part may include it (it defines the status codes, the error record and the
-statistics the library shares with its users), and the examples include nothing else.
+tests). The commands (tools/) sit on top: they may include the library's faces (but the
+scorer's and the KV cache's, which the engine drives), the server's and the face of what
+they share (tools/common/sd_cli.h); tools/common (flags, configs, output files) sits below
+them and includes only those library faces; nothing in the library (or the server)
+includes tools/, and the tests may include anything. The public face, include/specdec.h,
+includes no project file; every part may include it (it defines the status codes, the
+error record and the statistics the library shares with its users), and the examples
+include nothing else.
 
 Call circles: within one folder, the .c/.cu files whose functions call each other in a
 circle (a calls b, b calls a, possibly through others) are one tangle that can only be
@@ -17,6 +21,10 @@ read and changed together; a helper both need belongs in a file below them. Ever
 circle must be one of KNOWN_CIRCLES below (or part of one): a new circle, or a known one
 that grew, is a violation. A function counts as a file's when the file defines it without
 `static`; a file uses it when it names it (a call or a function pointer).
+
+Layers: no file of the library or the server names a function that tools/ or tools/common/
+defines, and no tools/common file names one of the commands' (tools/*.c): the layers call
+only down, whatever a file declares by hand.
 
 Prints one line per violation and exits 1 if there is any.
 """
@@ -45,7 +53,14 @@ FACE = {
     "sample": "verify/sd_sample.h",
     "verify": "verify/sd_verify.h",
     "grammar": "runtime/grammar/sd_grammar.h",
+    "common": "tools/common/sd_cli.h",
 }
+
+# The library's faces the commands and their shared code may include: every one but the
+# scorer's (target/) and the KV cache's (kv/), which only the engine drives: a command
+# reaches them through the engine's face (sd_engine.h), never past it.
+LIBRARY = ["base", "gguf", "tokenizer", "model", "backend", "engine", "convert", "quant",
+           "draft", "sample", "verify", "grammar"]
 
 # Part folder -> the faces it may include (besides its own files).
 ALLOWED = {
@@ -66,9 +81,15 @@ ALLOWED = {
     "runtime/server": ["base", "gguf", "tokenizer", "model", "quant", "kv", "draft", "target",
                        "sample", "verify", "engine", "grammar"],
     "runtime/grammar": ["base"],
+    # Not the library: the commands' shared code (flags, configs, output files), then the
+    # commands on top of everything.
+    "tools/common": LIBRARY,
+    "tools": LIBRARY + ["server", "common"],
 }
-# Folders free to include any face (not library parts).
-FREE = ["runtime/cli", "tests"]
+# The commands and their shared code: nothing else includes them (but the tests).
+TOOLS = ["tools", "tools/common"]
+# Folders free to include anything, private headers too (not library parts).
+FREE = ["tests"]
 # Programs written against the public face alone (what a user of the installed library
 # has): they may include include/specdec.h and their own files only.
 USERS = ["examples"]
@@ -100,6 +121,8 @@ def find_circles(root, folders):
     circles = []
     for top in folders:
         for dirpath, _, files in os.walk(os.path.join(root, top)):
+            if part_of(os.path.relpath(dirpath, root)) != top:
+                continue  # a deeper part of its own (tools/common under tools)
             srcs = sorted(f for f in files if f.endswith((".c", ".cu")))
             code, defs = {}, {}
             for f in srcs:
@@ -116,6 +139,42 @@ def find_circles(root, folders):
                         edges[rel].add(owner)
             circles.extend(scc for scc in strongly_connected(edges) if len(scc) > 1)
     return circles
+
+
+def calls_up(root):
+    """Calls against the layers, which includes alone do not catch (a prototype written
+    out by hand): a library or server file naming a function that tools/ or tools/common/
+    defines, or a tools/common file naming one of the commands' (tools/*.c)."""
+    def defined(folder):
+        names = {}
+        d = os.path.join(root, folder)
+        for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            if f.endswith(".c") and f != "main.c":
+                with open(os.path.join(d, f), encoding="utf-8", errors="replace") as fh:
+                    for m in DEFINITION.finditer(strip_code(fh.read())):
+                        if m.group(1).startswith("sd_"):  # the project's names
+                            names.setdefault(m.group(1), folder + "/" + f)
+        return names
+    above = {"tools/common": defined("tools")}
+    above_lib = dict(defined("tools/common"), **above["tools/common"])
+    bad = []
+    for top in list(ALLOWED):
+        upper = above.get(top, above_lib if top not in TOOLS else None)
+        if not upper:
+            continue
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            if part_of(os.path.relpath(dirpath, root)) != top:
+                continue
+            for f in sorted(files):
+                if not f.endswith((".c", ".h", ".cu", ".cuh")):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, f), root)
+                with open(os.path.join(dirpath, f), encoding="utf-8", errors="replace") as fh:
+                    names = set(IDENT.findall(strip_code(fh.read())))
+                for name in sorted(names & set(upper)):
+                    bad.append("%s: names %s, defined above it in %s (a layer calls only "
+                               "down)" % (rel, name, upper[name]))
+    return bad
 
 
 def strongly_connected(edges):
@@ -187,11 +246,12 @@ def main(argv):
                         why = check(part, inc, faces)
                         if why:
                             bad.append("%s:%d: includes %s: %s" % (rel, lineno, inc, why))
-    for scc in find_circles(root, list(ALLOWED) + ["runtime/cli"]):
+    for scc in find_circles(root, list(ALLOWED)):
         if not any(scc <= known for known in KNOWN_CIRCLES):
             bad.append("call circle: %s call each other (put what they share in a file below "
                        "them; scripts/check_includes.py's KNOWN_CIRCLES lists the allowed ones)"
                        % ", ".join(sorted(scc)))
+    bad.extend(calls_up(root))
     for b in bad:
         print(b)
     if not n_files:
@@ -214,13 +274,10 @@ def check(part, inc, faces):
         if part == "include":
             return "the public face includes no project file"
         return None
-    if inc_part == "runtime/cli" and part not in FREE:
-        return "the library must not include the CLI"
     if part in FREE:
-        # Tests may include private headers for white-box tests; the CLI only faces.
-        if part == "tests" or inc in faces or inc_part == part:
-            return None
-        return "the CLI may include faces only (%s is private to %s)" % (inc, inc_part)
+        return None  # tests may include private headers for white-box tests
+    if inc_part in TOOLS and part not in TOOLS:
+        return "the library must not include the commands (tools/)"
     if inc_part == part:
         return None  # own files, private headers included
     if inc in faces:

@@ -9,7 +9,7 @@
  *                  (sd_session_eval + a scan: what greedy drafting did before the fused
  *                  classifier)
  *   target         a target decode step (full logits row)
- *   draft argmax   a draft decode step through sd_session_eval_argmax (the fused
+ *   draft argmax   a draft decode step through sd_session_seq_eval_argmax (the fused
  *                  classifier: greedy drafting now)
  * each step rolled back after it. Min and median over the rounds; interleaving keeps load
  * swings out of the ratios. Then the thread pool's hand-overs a step (runs handed to the
@@ -78,10 +78,10 @@ static int step(sd_session *s, int32_t tok, int32_t pos, float *row, int mode, i
         rc = sd_session_eval(s, &tok, 1, row, 1, err);
         if (!rc) *best = scan_argmax(row, nl);
     } else {
-        rc = sd_session_eval_argmax(s, &tok, 1, nl, row, best, err);
+        rc = sd_session_seq_eval_argmax(s, 0, &tok, 1, nl, row, best, err);
     }
     *ms = sd_time_ms() - t0;
-    if (!rc) rc = sd_session_truncate(s, pos, err);
+    if (!rc) rc = sd_session_seq_truncate(s, 0, pos, err);
     return rc;
 }
 
@@ -176,7 +176,8 @@ int main(int argc, char **argv) {
         sp.n_threads = nt;
         sd_session *st = NULL, *sdr = NULL;
         if (sd_session_init(mt, &sp, &st, &err) || sd_session_init(md, &sp, &sdr, &err) ||
-            sd_session_sync(st, ctx, pos, &err) || sd_session_sync(sdr, ctx, pos, &err)) {
+            sd_session_seq_sync(st, 0, ctx, pos, &err) ||
+            sd_session_seq_sync(sdr, 0, ctx, pos, &err)) {
             fprintf(stderr, "draft_cost: %s\n", err.msg);
             return 1;
         }

@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
     sp.n_batch = WMAX;
     sp.n_threads = threads;
     sd_session *s = NULL;
-    if (sd_session_init(m, &sp, &s, &err) || sd_session_sync(s, ctx, pos, &err)) {
+    if (sd_session_init(m, &sp, &s, &err) || sd_session_seq_sync(s, 0, ctx, pos, &err)) {
         fprintf(stderr, "pass_ir: %s\n", err.msg);
         return 1;
     }
@@ -62,7 +62,8 @@ int main(int argc, char **argv) {
         p = strchr(p, ',');
         if (p) p++;
         if (n < 1 || n > WMAX) continue;
-        if (sd_session_eval(s, ctx + pos, n, rows, n, &err) || sd_session_truncate(s, pos, &err))
+        if (sd_session_eval(s, ctx + pos, n, rows, n, &err) ||
+            sd_session_seq_truncate(s, 0, pos, &err))
             return 1;
     }
     CALLGRIND_START_INSTRUMENTATION;
@@ -76,7 +77,7 @@ int main(int argc, char **argv) {
         CALLGRIND_ZERO_STATS;
         const int rc = sd_session_eval(s, ctx + pos, n, rows, n, &err);
         CALLGRIND_DUMP_STATS_AT(name);
-        if (rc || sd_session_truncate(s, pos, &err)) {
+        if (rc || sd_session_seq_truncate(s, 0, pos, &err)) {
             fprintf(stderr, "pass_ir: %s\n", err.msg);
             return 1;
         }

@@ -45,14 +45,14 @@ static void *run_side(void *p) {
         int32_t tok = d->toks[0], best = 0;
         const int32_t nl = sd_session_n_logits(d->s);
         for (int32_t i = 0; i < d->n && !d->rc; i++) {
-            d->rc = sd_session_eval_argmax(d->s, &tok, 1, nl, d->row, &best, &d->err);
+            d->rc = sd_session_seq_eval_argmax(d->s, 0, &tok, 1, nl, d->row, &best, &d->err);
             tok = best;
         }
     } else {
         d->rc = sd_session_eval(d->s, d->toks, d->n, d->row, d->n, &d->err);
     }
     d->ms = sd_time_ms() - t0;
-    if (!d->rc) d->rc = sd_session_truncate(d->s, d->pos, &d->err);
+    if (!d->rc) d->rc = sd_session_seq_truncate(d->s, 0, d->pos, &d->err);
     return NULL;
 }
 
@@ -66,8 +66,8 @@ static int open_pair(const sd_model *mt, const sd_model *md, int32_t nt, int32_t
     *st = *sd = NULL;
     int rc = sd_session_init(mt, &sp, st, err);
     if (!rc) rc = sd_session_init(md, &sp, sd, err);
-    if (!rc) rc = sd_session_sync(*st, ctx, pos, err);
-    if (!rc) rc = sd_session_sync(*sd, ctx, pos, err);
+    if (!rc) rc = sd_session_seq_sync(*st, 0, ctx, pos, err);
+    if (!rc) rc = sd_session_seq_sync(*sd, 0, ctx, pos, err);
     return rc;
 }
 

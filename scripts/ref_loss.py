@@ -4,7 +4,7 @@
 usage: ref_loss.py MODEL.gguf CTX IDS_FILE
 
 IDS_FILE holds one story per line: its token ids (BOS first, as `specdec tokenize`
-prints them). Each story is scored by the protocol of runtime/cli/perplexity.c: windows of
+prints them). Each story is scored by the protocol of tools/perplexity.c: windows of
 CTX tokens overlapping by one, each evaluated from position 0, every token after the
 first predicted once. The forward pass is scripts/ref_forward.py's (its own GGUF parser,
 numpy float64). Prints "nll <mean NLL in nats/token>" and "tokens <count>".

@@ -355,14 +355,14 @@ int main(int argc, char **argv) {
                     a = nd;
                 } else {
                     const sd_session *ds = llm ? sd_proposer_llm_session(llm) : NULL;
-                    const int32_t np0 = ds ? sd_session_n_past(ds) : 0;
+                    const int32_t np0 = ds ? sd_session_seq_n_past(ds, 0) : 0;
                     int rc = W > 0 ? sd_proposer_propose_tree(p, ctx, n_ctx, W, k, &prop, &err)
                                    : sd_proposer_propose(p, ctx, n_ctx, k, &prop, &err);
                     if (rc) goto fail;
                     /* its KV cache now holds the context and every draft but the last: the
                      * tokens evaluated beyond one per draft step after the first were caught up
                      * in the first step's batched pass */
-                    const int32_t ev = ds ? sd_session_n_past(ds) - np0 : 0;
+                    const int32_t ev = ds ? sd_session_seq_n_past(ds, 0) - np0 : 0;
                     cur_eval = ev;
                     nd = prop.n;
                     memcpy(prop_tok, prop.tokens, (size_t)nd * sizeof *prop_tok);

@@ -35,7 +35,7 @@ attention is masked to stay inside one story and RoPE positions restart at 0 at 
 story start and at each row start (a row that begins mid-story is like the later
 windows of the perplexity protocol). Targets that cross a story boundary are ignored.
 
-Perplexity protocol (same as runtime/cli/perplexity.c): each valid story is tokenized with
+Perplexity protocol (same as tools/perplexity.c): each valid story is tokenized with
 BOS (no EOS); a story of n tokens t[0..n) is scored in windows of ctx tokens that
 overlap by one: window [s, e) with e = min(n, s + ctx), evaluated from position 0 on an
 empty cache, predicts t[s+1 .. e) from the logits at [s .. e-1); the next window starts

@@ -31,7 +31,7 @@ int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **ou
 /* The target's session (for sd_session_params.share_threads: a draft on its threads). */
 const sd_session *sd_scorer_session(const sd_scorer *s);
 void sd_scorer_free(sd_scorer *s); /* NULL accepted */
-/* Context shift of the target's cache without recomputing (sd_session_shift): positions
+/* Context shift of the target's cache without recomputing (sd_session_seq_shift): positions
  * [n_keep, n_keep + n_discard) dropped, the later keys re-rotated. Errors: as that. */
 int sd_scorer_shift(sd_scorer *s, int32_t n_keep, int32_t n_discard, sd_error *err);
 
@@ -73,7 +73,7 @@ int sd_target_check_rows(const sd_model *m, const float *rows, int32_t n_rows, s
 void sd_scorer_commit(sd_scorer *s, const int32_t *ctx, int32_t n_ctx);
 
 /*
- * Tree verification pass (runtime/model: sd_session_decode_tree): sync to ctx, then one
+ * Tree verification pass (runtime/model: sd_session_seq_decode_tree): sync to ctx, then one
  * pass over the root ctx[n_ctx - 1] and the n drafted nodes (node i: token tokens[i],
  * parent parent[i], -1 = the root), each node attending to the context and its ancestors
  * only, at position n_ctx - 1 + its depth.

@@ -16,7 +16,7 @@ const sd_session *sd_scorer_session(const sd_scorer *s) {
 
 int sd_scorer_shift(sd_scorer *s, int32_t n_keep, int32_t n_discard, sd_error *err) {
     if (!s) return sd_errorf(err, SD_ERR_ARG, "context shift: scorer is NULL");
-    return sd_session_shift(s->sess, n_keep, n_discard, err);
+    return sd_session_seq_shift(s->sess, 0, n_keep, n_discard, err);
 }
 
 int sd_scorer_init(const sd_model *m, const sd_session_params *p, sd_scorer **out, sd_error *err) {
@@ -51,7 +51,7 @@ int32_t sd_scorer_n_ctx(const sd_scorer *s) {
 
 int sd_scorer_sync(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, sd_error *err) {
     if (n_ctx < 1) return sd_errorf(err, SD_ERR_ARG, "scorer: empty context");
-    return sd_session_sync(s->sess, ctx, n_ctx - 1, err);
+    return sd_session_seq_sync(s->sess, 0, ctx, n_ctx - 1, err);
 }
 
 /* Index of the first non-finite value (NaN, +-inf) of x[0 .. n), or -1. An OR over
@@ -107,8 +107,8 @@ int sd_target_check_rows(const sd_model *m, const float *rows, int32_t n_rows, s
 }
 
 void sd_scorer_commit(sd_scorer *s, const int32_t *ctx, int32_t n_ctx) {
-    int32_t kept = sd_session_keep_prefix(s->sess, ctx, n_ctx - 1);
-    SD_CHECK(kept == n_ctx - 1 && sd_session_n_past(s->sess) == n_ctx - 1,
+    int32_t kept = sd_session_seq_keep_prefix(s->sess, 0, ctx, n_ctx - 1);
+    SD_CHECK(kept == n_ctx - 1 && sd_session_seq_n_past(s->sess, 0) == n_ctx - 1,
              "target KV cache must hold exactly the committed tokens but the last");
     (void)kept;
 }
@@ -133,7 +133,7 @@ int sd_scorer_score_tree(sd_scorer *s, const int32_t *ctx, int32_t n_ctx, const 
         if (parent[i] >= i)
             return sd_errorf(err, SD_ERR_ARG, "scorer: tree node %d has parent %d", i, parent[i]);
     }
-    rc = sd_session_decode_tree(s->sess, tok, par, n + 1, logits, err);
+    rc = sd_session_seq_decode_tree(s->sess, 0, tok, par, n + 1, logits, err);
     if (rc && err) sd_error_prefix(err, rc, "%s: target", sd_model_path(s->model));
     if (rc) return rc;
     return sd_target_check_rows(s->model, logits, n + 1, err);
@@ -145,7 +145,7 @@ void sd_scorer_commit_tree(sd_scorer *s, int32_t n_ctx_scored, const int32_t *pa
     keep[0] = 0; /* the root */
     for (int32_t i = 0; i < n_path && i < SD_MAX_DRAFT; i++)
         keep[i + 1] = path[i] + 1;
-    const int rc = sd_session_tree_keep(s->sess, n_ctx_scored - 1, keep, n_path + 1, NULL);
+    const int rc = sd_session_seq_tree_keep(s->sess, 0, n_ctx_scored - 1, keep, n_path + 1, NULL);
     SD_CHECK(rc == SD_OK, "tree keep of the verifier's path");
     (void)rc;
     sd_scorer_commit(s, ctx, n_ctx);

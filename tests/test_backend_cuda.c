@@ -870,7 +870,7 @@ static void model_checks(sd_type wt, sd_type kvt) {
         if (gap > 2.0 * diff) cr_assert_eq(ia, ib, "token %d: GPU top-1 %d, CPU %d", i, ia, ib);
     }
     /* GPU batch == GPU single steps, bit for bit. */
-    cr_assert_eq(sd_session_truncate(gpu, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_truncate(gpu, 0, 0, &err), 0, "%s", err.msg);
     for (int i = 0; i < n; i++) {
         cr_assert_eq(sd_session_eval(gpu, toks + i, 1, l1, 1, &err), 0, "%s", err.msg);
         cr_assert_eq(memcmp(l1, lg + (size_t)i * nv, (size_t)nv * 4), 0,
@@ -970,7 +970,7 @@ static void paged_session_checks(sd_type wt, sd_type kvt) {
         cr_assert_eq(sd_session_decode(paged, &b, lp, &err), 0, "round %d: %s", r, err.msg);
         for (int i = 0, row = 0; i < NS; row += m_i[i], i++) {
             /* the reference: the history in passes of <= 17, then the new tokens */
-            cr_assert_eq(sd_session_truncate(cont, 0, &err), 0, "%s", err.msg);
+            cr_assert_eq(sd_session_seq_truncate(cont, 0, 0, &err), 0, "%s", err.msg);
             for (int32_t p0 = 0; p0 < n[i]; p0 += 17) {
                 const int32_t c = n[i] - p0 < 17 ? n[i] - p0 : 17;
                 cr_assert_eq(sd_session_eval(cont, hist[i] + p0, c, NULL, 0, &err), 0, "%s",
@@ -1043,7 +1043,7 @@ Test(cuda_model, paged_more_sequences_than_table_slots) {
         b.logits = want;
         cr_assert_eq(sd_session_decode(paged, &b, lp, &err), 0, "round %d: %s", r, err.msg);
         for (int i = 0; i < NS; i += 3) { /* every third sequence against the reference */
-            cr_assert_eq(sd_session_truncate(cont, 0, &err), 0, "%s", err.msg);
+            cr_assert_eq(sd_session_seq_truncate(cont, 0, 0, &err), 0, "%s", err.msg);
             cr_assert_eq(sd_session_eval(cont, hist[i], r + 1, lc, 1, &err), 0, "%s", err.msg);
             cr_assert_eq(memcmp(lc, lp + (size_t)i * nv, (size_t)nv * 4), 0,
                          "round %d: sequence %d of %d differs from the contiguous cache's", r, i,
@@ -1176,11 +1176,11 @@ static void graphs_vs_eager(sd_type wt, int32_t paged) {
                          "%s%s: step %d (%d tokens at position %d): graph replay differs from "
                          "the ops run one by one",
                          sd_type_name(wt), paged ? " (paged)" : "", step, n,
-                         sd_session_n_past(gs) - n);
+                         sd_session_seq_n_past(gs, 0) - n);
         }
-        const int32_t keep = sd_session_n_past(gs) / 3; /* roll back: positions go down */
-        cr_assert_eq(sd_session_truncate(gs, keep, &err), 0, "%s", err.msg);
-        cr_assert_eq(sd_session_truncate(es, keep, &err), 0, "%s", err.msg);
+        const int32_t keep = sd_session_seq_n_past(gs, 0) / 3; /* roll back: positions go down */
+        cr_assert_eq(sd_session_seq_truncate(gs, 0, keep, &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_truncate(es, 0, keep, &err), 0, "%s", err.msg);
     }
     free(lg), free(le);
     sd_session_free(gs);

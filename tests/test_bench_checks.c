@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/cli/bench.h"
+#include "tools/bench.h"
 #include "testutil.h"
 #include "pair_fixture.h"
 

@@ -1,5 +1,5 @@
 /*
- * The interactive chat (generate --chat without a prompt, or -i; runtime/cli/chat_loop.c) and
+ * The interactive chat (generate --chat without a prompt, or -i; tools/chat_loop.c) and
  * Ctrl-C during generate:
  *   - every turn's answer is what a fresh engine computes from the whole conversation so far
  *     (the earlier turns' KV entries are kept, not recomputed, and change nothing), and only
@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "draft/sd_draft.h"
-#include "runtime/cli/chat_loop.h"
-#include "runtime/cli/cli.h"
+#include "tools/chat_loop.h"
+#include "tools/common/sd_cli.h"
 #include "runtime/engine/sd_engine.h"
 #include "tests/testutil.h"
 

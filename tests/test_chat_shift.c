@@ -1,5 +1,5 @@
 /*
- * tests/test_chat_shift.c: --context-shift in the interactive chat (runtime/cli/chat_loop.c).
+ * tests/test_chat_shift.c: --context-shift in the interactive chat (tools/chat_loop.c).
  *
  * A chat of many turns in a small context: without the shift it ends with a context
  * error; with it every turn is answered, and the conversation is shortened before an
@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/cli/chat_loop.h"
+#include "tools/chat_loop.h"
 #include "runtime/engine/sd_engine.h"
 #include "testutil.h"
 

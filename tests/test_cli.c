@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/common/sd_cli.h"
 #include "runtime/engine/sd_engine.h"
 #include "testutil.h"
 #include "pair_fixture.h"

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/common/sd_cli.h"
 #include "runtime/gguf/sd_gguf.h"
 #include "runtime/tokenizer/sd_vocab.h"
 #include "testutil.h"

@@ -178,7 +178,7 @@ Test(gemma3, real_270m_tokenizes_and_decodes_as_llamacpp) {
         for (size_t i = 0; i < n_ids && (int32_t)i < k_real[pi].n_ids; i++)
             cr_expect_eq(ids[i], k_real[pi].ids[i], "prompt %zu: id %zu is %d, llama-tokenize %d",
                          pi, i, ids[i], k_real[pi].ids[i]);
-        cr_assert_eq(sd_session_truncate(s, 0, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_truncate(s, 0, 0, &err), SD_OK, "%s", err.msg);
         cr_assert_eq(sd_session_eval(s, ids, (int32_t)n_ids, logits, 1, &err), SD_OK, "%s",
                      err.msg);
         free(ids);

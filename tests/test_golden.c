@@ -716,7 +716,7 @@ Test(golden, generate_path_is_chosen_in_one_place) {
     cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err), SD_OK,
                  "%s", err.msg);
     cr_assert_gt(st.n_generated, 0);
-    cr_assert_eq(sd_session_n_past(ts), 0, "generate ran the single-sequence sessions");
+    cr_assert_eq(sd_session_seq_n_past(ts, 0), 0, "generate ran the single-sequence sessions");
     free(ids);
     sd_engine_free(e);
 }

@@ -1,5 +1,5 @@
 /*
- * The fused greedy classifier: sd_backend_cpu_matmul_argmax and sd_session_eval_argmax
+ * The fused greedy classifier: sd_backend_cpu_matmul_argmax and sd_session_seq_eval_argmax
  * give the argmax of the row the matmul / sd_session_eval writes, computed here by a
  * plain scan of that row (the lowest index on ties), for
  *   - every weight type the CPU runs (packed and GGUF-row layouts), rows not a multiple
@@ -184,18 +184,18 @@ static void check_session(int tied, sd_type wtype) {
                 cr_assert_eq(sd_session_eval(a, &tok, 1, row, 1, &err), SD_OK, "%s", err.msg);
                 const int32_t lim = step % 3 == 2 ? nl - 7 : nl; /* a limit now and then */
                 int32_t got = -2;
-                cr_assert_eq(sd_session_eval_argmax(b, &tok, 1, lim, scratch, &got, &err), SD_OK,
-                             "%s", err.msg);
+                cr_assert_eq(sd_session_seq_eval_argmax(b, 0, &tok, 1, lim, scratch, &got, &err),
+                             SD_OK, "%s", err.msg);
                 int64_t n_max;
                 const int64_t want = scan(row, lim, &n_max);
                 cr_assert_eq(got, want, "tied %d, trim %d, %d threads, step %d: %d, want %lld",
                              tied, trim, nt, step, got, (long long)want);
-                cr_assert_eq(sd_session_n_past(a), sd_session_n_past(b));
+                cr_assert_eq(sd_session_seq_n_past(a, 0), sd_session_seq_n_past(b, 0));
                 tok = (int32_t)((want * 7 + step) % nv); /* follow the model a little */
                 if (tok < 3) tok = 3;
             }
             int32_t got = 0;
-            cr_assert_eq(sd_session_eval_argmax(b, &tok, 1, nl + 1, scratch, &got, &err),
+            cr_assert_eq(sd_session_seq_eval_argmax(b, 0, &tok, 1, nl + 1, scratch, &got, &err),
                          SD_ERR_ARG, "n_rows past the row is refused");
             cr_assert_eq(got, -1);
             sd_session_free(a);

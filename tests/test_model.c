@@ -535,7 +535,7 @@ static void check_batch_invariance_kv(const spec *sp, const char *label, sd_type
                       "%s: verification of %d tokens != %d single decodes (%d threads)", label, k1,
                       k1, nt);
             sd_error err = {0};
-            cr_assert_eq(sd_session_truncate(s2, P, &err), SD_OK, "%s", err.msg);
+            cr_assert_eq(sd_session_seq_truncate(s2, 0, P, &err), SD_OK, "%s", err.msg);
         }
         /* Partial outputs: only the last n_out rows. */
         eval_ok(s2, draft, KMAX, batch, 3);
@@ -691,14 +691,14 @@ Test(model, rollback_is_exact) {
     sd_session *s = session_new(m, 16, 8, 2);
     eval_ok(s, prompt, 4, NULL, 0);
     eval_ok(s, rejected, 5, junk, 5);
-    cr_assert_eq(sd_session_n_past(s), 9);
+    cr_assert_eq(sd_session_seq_n_past(s, 0), 9);
     sd_error err = {0};
-    cr_assert_eq(sd_session_truncate(s, 10, &err), SD_ERR_ARG);
-    cr_assert_eq(sd_session_n_past(s), 9);
-    cr_assert_eq(sd_session_truncate(s, -1, &err), SD_ERR_ARG);
-    cr_assert_eq(sd_session_truncate(s, 6, &err), SD_OK);
-    cr_assert_eq(sd_session_truncate(s, 4, &err), SD_OK);
-    cr_assert_eq(sd_session_n_past(s), 4);
+    cr_assert_eq(sd_session_seq_truncate(s, 0, 10, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_session_seq_n_past(s, 0), 9);
+    cr_assert_eq(sd_session_seq_truncate(s, 0, -1, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_session_seq_truncate(s, 0, 6, &err), SD_OK);
+    cr_assert_eq(sd_session_seq_truncate(s, 0, 4, &err), SD_OK);
+    cr_assert_eq(sd_session_seq_n_past(s, 0), 4);
     eval_ok(s, accepted, 3, a, 3);
 
     sd_session *t = session_new(m, 16, 8, 2);
@@ -707,7 +707,7 @@ Test(model, rollback_is_exact) {
     cr_expect(memcmp(a, b, (size_t)3 * nv * sizeof(float)) == 0, "rollback changed logits");
 
     /* Truncate to 0 and start over: same as a fresh session. */
-    cr_assert_eq(sd_session_truncate(s, 0, &err), SD_OK);
+    cr_assert_eq(sd_session_seq_truncate(s, 0, 0, &err), SD_OK);
     eval_ok(s, prompt, 4, NULL, 0);
     eval_ok(s, accepted, 3, a, 3);
     cr_expect(memcmp(a, b, (size_t)3 * nv * sizeof(float)) == 0, "restart changed logits");
@@ -770,13 +770,13 @@ Test(model, bad_inputs_leave_session_unchanged) {
     cr_expect_eq(sd_session_eval(s, toks, 5, lg, 1, &err), SD_ERR_ARG); /* n > n_batch */
     cr_expect_eq(sd_session_eval(s, toks, 2, lg, 3, &err), SD_ERR_ARG); /* n_out > n */
     cr_expect_eq(sd_session_eval(s, toks, 2, NULL, 1, &err), SD_ERR_ARG);
-    cr_expect_eq(sd_session_n_past(s), 4);
+    cr_expect_eq(sd_session_seq_n_past(s, 0), 4);
     eval_ok(s, toks + 4, 3, NULL, 0);
     cr_expect_eq(sd_session_eval(s, toks, 2, lg, 2, &err), SD_ERR_CONTEXT); /* 7 + 2 > 8 */
     cr_expect_eq(err.status, SD_ERR_CONTEXT);
-    cr_expect_eq(sd_session_n_past(s), 7);
+    cr_expect_eq(sd_session_seq_n_past(s, 0), 7);
     eval_ok(s, toks + 7, 1, lg, 1);
-    cr_expect_eq(sd_session_n_past(s), 8);
+    cr_expect_eq(sd_session_seq_n_past(s, 0), 8);
     cr_expect_eq(sd_session_eval(s, toks, 1, lg, 1, &err), SD_ERR_CONTEXT);
 
     /* Same 8 tokens in a fresh session: identical last logits (errors changed nothing). */

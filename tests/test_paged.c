@@ -341,6 +341,54 @@ Test(paged, bad_batches_leave_the_session_unchanged) {
     sd_model_free(m);
 }
 
+/* The one-sequence calls name their sequence: sd_session_seq_eval / _seq_eval_argmax /
+ * _seq_sync on sequence 2 of a pool give the logits (bit for bit) and the argmax a
+ * contiguous cache gives for the same tokens, touch no other sequence, and refuse an id
+ * the session does not hold (a contiguous cache holds sequence 0 only). */
+Test(paged, one_sequence_calls_name_their_sequence) {
+    sd_model *m = load();
+    sd_session *c = session(m, SD_TYPE_F16, 0, 0, 1), *p = session(m, SD_TYPE_F16, 3, 0, 1);
+    int32_t tok[12];
+    for (int i = 0; i < 12; i++)
+        tok[i] = tok_of(1, i);
+    float *lc = malloc(2 * NV * sizeof(float)), *lp = malloc(2 * NV * sizeof(float));
+    cr_assert(lc && lp);
+    sd_error err = {0};
+    cr_assert_eq(sd_session_seq_eval(c, 0, tok, 10, lc, 2, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_eval(p, 2, tok, 10, lp, 2, &err), SD_OK, "%s", err.msg);
+    cr_expect_eq(memcmp(lc, lp, 2 * NV * sizeof(float)), 0, "sequence 2 != the contiguous cache");
+    cr_expect_eq(sd_session_seq_n_past(p, 2), 10);
+    cr_expect_eq(sd_session_seq_n_past(p, 0), 0);
+    cr_expect_eq(sd_session_seq_n_past(p, 1), 0);
+    cr_expect_eq(memcmp(sd_session_seq_tokens(p, 2), tok, 10 * sizeof(int32_t)), 0);
+    /* the greedy step: the argmax of the row the contiguous cache returns */
+    int32_t best_c = -1, best_p = -1;
+    cr_assert_eq(sd_session_seq_eval(c, 0, &tok[10], 1, lc, 1, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_eval_argmax(p, 2, &tok[10], 1, NV, lp, &best_p, &err), SD_OK, "%s",
+                 err.msg);
+    best_c = 0;
+    for (int32_t j = 1; j < NV; j++)
+        if (lc[j] > lc[best_c]) best_c = j;
+    cr_expect_eq(best_p, best_c);
+    /* sync: keeps the common prefix of sequence 2, evaluates the rest */
+    cr_assert_eq(sd_session_seq_sync(p, 2, tok, 12, &err), SD_OK, "%s", err.msg);
+    cr_expect_eq(sd_session_seq_n_past(p, 2), 12);
+    cr_expect_eq(sd_session_seq_n_past(p, 1), 0);
+    /* ids the sessions do not hold */
+    cr_expect_eq(sd_session_seq_eval(p, 3, tok, 1, NULL, 0, &err), SD_ERR_ARG);
+    cr_expect(strstr(err.msg, "sequence 3") != NULL, "%s", err.msg);
+    cr_expect_eq(sd_session_seq_eval(c, 1, tok, 1, NULL, 0, &err), SD_ERR_ARG);
+    cr_expect_eq(sd_session_seq_eval_argmax(c, -1, tok, 1, NV, lc, &best_c, &err), SD_ERR_ARG);
+    cr_expect_eq(sd_session_seq_sync(c, 1, tok, 1, &err), SD_ERR_ARG);
+    cr_expect_eq(sd_session_seq_n_past(c, 0), 11, "a refused call changed the cache");
+    check_accounting(p);
+    free(lc);
+    free(lp);
+    sd_session_free(p);
+    sd_session_free(c);
+    sd_model_free(m);
+}
+
 Test(paged, memory_per_token) {
     sd_model *m = load();
     const sd_hparams *hp = sd_model_hparams(m);

@@ -110,8 +110,8 @@ Test(phi3, a_tree_pass_gives_the_batched_bits) {
     float *tree = malloc((size_t)n * nv * sizeof(float));
     cr_assert(tree);
     cr_assert_eq(sd_session_eval(s, g_ah.tokens, 5, NULL, 0, &err), SD_OK, "%s", err.msg);
-    cr_assert_eq(sd_session_decode_tree(s, g_ah.tokens + 5, parent, n, tree, &err), SD_OK, "%s",
-                 err.msg);
+    cr_assert_eq(sd_session_seq_decode_tree(s, 0, g_ah.tokens + 5, parent, n, tree, &err), SD_OK,
+                 "%s", err.msg);
     for (int32_t i = 0; i < n - 1; i++)
         cr_expect(memcmp(tree + (size_t)i * nv, batched + (size_t)(5 + i) * nv,
                          (size_t)nv * sizeof(float)) == 0,

@@ -1,5 +1,5 @@
 /*
- * The memory roof of `specdec bench` (runtime/cli/roof.c), white-box: the file is
+ * The memory roof of `specdec bench` (tools/roof.c), white-box: the file is
  * compiled into this test (the CLI is not part of the library).
  *  - every read kernel this CPU runs (scalar, AVX2, AVX-512) returns the wrapping sum of
  *    all 64-bit words of its range, computed here by a plain loop: a kernel that skipped
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cli/roof.c"
+#include "tools/roof.c"
 #include "testutil.h"
 
 static uint64_t splitmix(uint64_t *s) {

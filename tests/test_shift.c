@@ -1,5 +1,5 @@
 /*
- * tests/test_shift.c: sd_session_shift, the context shift that re-rotates the cached keys
+ * tests/test_shift.c: sd_session_seq_shift, the context shift that re-rotates the cached keys
  * instead of recomputing them.
  *
  * The reference is the shortened context evaluated afresh in a new session. In a model of
@@ -13,7 +13,7 @@
  * shift doing nothing. sd_session_seq_shift on a paged sequence whose blocks a fork shares
  * leaves the bits the contiguous shift leaves (the logits that follow are equal byte for
  * byte, F32 and F16 caches, two layers) and the fork's rows untouched. Then the limits:
- * bad ranges, a paged session refused by the contiguous call.
+ * bad ranges and ids, refused alike by the contiguous and the paged shift.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -85,12 +85,12 @@ static double shifted_vs_fresh(const sd_model *m, sd_type kv, int *same_top1) {
     sd_error err = {0};
     sd_session *s = session(m, kv, 0);
     cr_assert_eq(sd_session_eval(s, toks, N0, NULL, 0, &err), SD_OK, "%s", err.msg);
-    cr_assert_eq(sd_session_shift(s, KEEP, DROP, &err), SD_OK, "%s", err.msg);
-    cr_assert_eq(sd_session_n_past(s), N0 - DROP);
+    cr_assert_eq(sd_session_seq_shift(s, 0, KEEP, DROP, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_n_past(s, 0), N0 - DROP);
     /* the token mirror follows: the old tokens without the dropped run */
     memcpy(cut, toks, KEEP * sizeof *cut);
     memcpy(cut + KEEP, toks + KEEP + DROP, (size_t)(N0 + NNEXT - KEEP - DROP) * sizeof *cut);
-    cr_assert_eq(memcmp(sd_session_tokens(s), cut, (size_t)(N0 - DROP) * sizeof *cut), 0);
+    cr_assert_eq(memcmp(sd_session_seq_tokens(s, 0), cut, (size_t)(N0 - DROP) * sizeof *cut), 0);
     cr_assert_eq(sd_session_eval(s, toks + N0, NNEXT, ls, NNEXT, &err), SD_OK, "%s", err.msg);
     sd_session *f = session(m, kv, 0);
     cr_assert_eq(sd_session_eval(f, cut, N0 - DROP + NNEXT, lf, NNEXT, &err), SD_OK, "%s", err.msg);
@@ -153,7 +153,7 @@ static void paged_vs_contiguous(const sd_model *m, sd_type kv) {
     /* the contiguous shift, and an unshifted contiguous run */
     sd_session *c = session(m, kv, 0);
     cr_assert_eq(sd_session_eval(c, toks, N0, NULL, 0, &err), SD_OK, "%s", err.msg);
-    cr_assert_eq(sd_session_shift(c, KEEP, DROP, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_shift(c, 0, KEEP, DROP, &err), SD_OK, "%s", err.msg);
     cr_assert_eq(sd_session_eval(c, toks + N0, NNEXT, lc, NNEXT, &err), SD_OK, "%s", err.msg);
     sd_session *u = session(m, kv, 0);
     cr_assert_eq(sd_session_eval(u, toks, N0 + NNEXT, lu, NNEXT, &err), SD_OK, "%s", err.msg);
@@ -173,7 +173,7 @@ static void paged_vs_contiguous(const sd_model *m, sd_type kv) {
     cr_assert_eq(sd_session_seq_fork(s, 2, 1, N0, &err), SD_OK, "%s", err.msg);
     cr_assert_eq(sd_session_seq_shift(s, 1, KEEP, DROP, &err), SD_OK, "%s", err.msg);
     cr_assert_eq(sd_session_seq_n_past(s, 1), N0 - DROP);
-    cr_assert_eq(memcmp(sd_session_seq_tokens(s, 1), sd_session_tokens(c),
+    cr_assert_eq(memcmp(sd_session_seq_tokens(s, 1), sd_session_seq_tokens(c, 0),
                         (size_t)(N0 - DROP) * sizeof(int32_t)),
                  0);
     cr_assert_eq(sd_session_kv_check(s, &err), SD_OK, "%s", err.msg);
@@ -209,21 +209,36 @@ Test(shift, paged_sequence_equals_the_contiguous_shift_bit_for_bit) {
     sd_model_free(m);
 }
 
+/* The contiguous and the paged shift share one argument check: a bad range is refused by
+ * both with the same message and leaves both sequences as they were; a bad sequence id is
+ * refused by both. */
 Test(shift, limits) {
     sd_model *m = make(1, "l1.gguf");
     sd_session *s = session(m, SD_TYPE_F32, 0);
-    int32_t toks[10] = {1, 3, 4, 5, 6, 7, 8, 9, 10, 11};
-    sd_error err = {0};
-    cr_assert_eq(sd_session_eval(s, toks, 10, NULL, 0, &err), SD_OK, "%s", err.msg);
-    cr_expect_eq(sd_session_shift(s, 5, 6, &err), SD_ERR_ARG, "beyond the cache");
-    cr_expect_eq(sd_session_shift(s, 2, 0, &err), SD_ERR_ARG, "nothing dropped");
-    cr_expect_eq(sd_session_shift(s, -1, 2, &err), SD_ERR_ARG);
-    cr_expect_eq(sd_session_n_past(s), 10, "a refused shift changed the cache");
-    cr_expect_eq(sd_session_shift(s, 2, 8, &err), SD_OK, "%s", err.msg); /* all after the kept */
-    cr_expect_eq(sd_session_n_past(s), 2);
     sd_session *p = session(m, SD_TYPE_F32, 2);
-    cr_expect_eq(sd_session_eval(p, toks, 10, NULL, 0, &err), SD_OK, "%s", err.msg);
-    cr_expect_eq(sd_session_shift(p, 2, 4, &err), SD_ERR_UNSUPPORTED);
+    int32_t toks[10] = {1, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    sd_error err = {0}, perr = {0};
+    cr_assert_eq(sd_session_seq_eval(s, 0, toks, 10, NULL, 0, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_eval(p, 1, toks, 10, NULL, 0, &err), SD_OK, "%s", err.msg);
+    const int32_t bad[3][2] = {
+        {5, 6} /* beyond the cache */, {2, 0} /* nothing dropped */, {-1, 2}};
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(sd_session_seq_shift(s, 0, bad[i][0], bad[i][1], &err), SD_ERR_ARG);
+        cr_expect_eq(sd_session_seq_shift(p, 1, bad[i][0], bad[i][1], &perr), SD_ERR_ARG);
+        /* the same words but for the sequence's id */
+        cr_expect(strstr(err.msg, "context shift of sequence 0: keep") != NULL, "%s", err.msg);
+        cr_expect(strstr(perr.msg, "context shift of sequence 1: keep") != NULL, "%s", perr.msg);
+        cr_expect_str_eq(strchr(err.msg, ':'), strchr(perr.msg, ':'));
+    }
+    cr_expect_eq(sd_session_seq_n_past(s, 0), 10, "a refused shift changed the cache");
+    cr_expect_eq(sd_session_seq_n_past(p, 1), 10, "a refused shift changed the sequence");
+    cr_expect_eq(sd_session_seq_shift(s, 1, 2, 4, &err), SD_ERR_ARG, "no sequence 1");
+    cr_expect_eq(sd_session_seq_shift(p, 2, 2, 4, &err), SD_ERR_ARG, "no sequence 2");
+    /* all after the kept */
+    cr_expect_eq(sd_session_seq_shift(s, 0, 2, 8, &err), SD_OK, "%s", err.msg);
+    cr_expect_eq(sd_session_seq_n_past(s, 0), 2);
+    cr_expect_eq(sd_session_seq_shift(p, 1, 2, 8, &err), SD_OK, "%s", err.msg);
+    cr_expect_eq(sd_session_seq_n_past(p, 1), 2);
     sd_session_free(p);
     sd_session_free(s);
     sd_model_free(m);

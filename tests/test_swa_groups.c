@@ -76,10 +76,10 @@ static void eval_both(sd_session *c, sd_session *p, const int32_t *toks, int32_t
     sd_error err = {0};
     cr_assert_eq(sd_session_eval(c, toks, n, lc, n, &err), SD_OK, "%s", err.msg);
     cr_assert_eq(sd_session_eval(p, toks, n, lp, n, &err), SD_OK, "paged, at %d: %s",
-                 sd_session_n_past(p), err.msg);
+                 sd_session_seq_n_past(p, 0), err.msg);
     cr_assert_eq(memcmp(lc, lp, (size_t)n * nv * sizeof(float)), 0,
                  "paged logits differ from the contiguous cache's before position %d",
-                 sd_session_n_past(p));
+                 sd_session_seq_n_past(p, 0));
     cr_assert_eq(sd_session_kv_check(p, &err), SD_OK, "%s", err.msg);
 }
 
@@ -107,23 +107,23 @@ Test(swa_groups, local_blocks_are_freed_global_kept_and_logits_equal) {
     eval_both(c, p, prompt, 20, lc, lp, nv);
     int32_t next = sd_argmax(lp + (size_t)19 * nv, nv), max_local = 0, step = 0;
     sd_error err = {0};
-    while (sd_session_n_past(p) + PASS <= NPOS) {
+    while (sd_session_seq_n_past(p, 0) + PASS <= NPOS) {
         int32_t rows[PASS] = {next};
         for (int32_t i = 1; i < PASS; i++)
             rows[i] = 3 + (next * 5 + i * 11 + step) % (nv - 3);
-        const int32_t n0 = sd_session_n_past(p);
+        const int32_t n0 = sd_session_seq_n_past(p, 0);
         eval_both(c, p, rows, PASS, lc, lp, nv);
         sd_session_kv_stats(p, &st);
         if (group_used(&st, 1) > max_local) max_local = group_used(&st, 1);
         cr_assert_eq(group_used(&st, 0), sd_session_kv_blocks_for(p, n0 + PASS),
                      "the global group maps every position");
         const int32_t keep = 1 + step % PASS; /* the rest roll back, on both */
-        cr_assert_eq(sd_session_truncate(c, n0 + keep, &err), SD_OK, "%s", err.msg);
-        cr_assert_eq(sd_session_truncate(p, n0 + keep, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_truncate(c, 0, n0 + keep, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_truncate(p, 0, n0 + keep, &err), SD_OK, "%s", err.msg);
         next = sd_argmax(lp + (size_t)(keep - 1) * nv, nv);
         step++;
     }
-    cr_expect_geq(sd_session_n_past(p), NPOS - PASS, "stopped early");
+    cr_expect_geq(sd_session_seq_n_past(p, 0), NPOS - PASS, "stopped early");
     cr_expect_leq(max_local, BOUND, "the local group held %d blocks (bound %d)", max_local, BOUND);
     cr_expect_leq(st.group_peak_used[1], st.group_blocks[1]);
     sd_session_kv_stats(p, &st);
@@ -153,14 +153,14 @@ Test(swa_groups, rollback_into_released_rows_is_refused) {
     sd_session_kv_stats(p, &st);
     cr_assert_eq(group_used(&st, 1), 20 - first / BS);
     cr_assert_eq(group_used(&st, 0), 20);
-    cr_expect_eq(sd_session_truncate(p, first, &err), SD_ERR_ARG, "into released rows");
-    cr_expect_eq(sd_session_n_past(p), 320, "a refused truncate changed the sequence");
-    cr_assert_eq(sd_session_truncate(p, first + 8, &err), SD_OK, "%s", err.msg);
+    cr_expect_eq(sd_session_seq_truncate(p, 0, first, &err), SD_ERR_ARG, "into released rows");
+    cr_expect_eq(sd_session_seq_n_past(p, 0), 320, "a refused truncate changed the sequence");
+    cr_assert_eq(sd_session_seq_truncate(p, 0, first + 8, &err), SD_OK, "%s", err.msg);
     cr_expect_eq(sd_session_eval(p, toks + first + 8, 1, l, 1, &err), SD_ERR_CONTEXT);
     cr_expect(strstr(err.msg, "sliding window") != NULL, "%s", err.msg);
-    cr_expect_eq(sd_session_n_past(p), first + 8, "a refused pass changed the sequence");
+    cr_expect_eq(sd_session_seq_n_past(p, 0), first + 8, "a refused pass changed the sequence");
     cr_expect_eq(sd_session_seq_keep_prefix(p, 0, toks, 300), 0);
-    cr_expect_eq(sd_session_n_past(p), 0);
+    cr_expect_eq(sd_session_seq_n_past(p, 0), 0);
     sd_session_kv_stats(p, &st);
     cr_expect_eq(group_used(&st, 0) + group_used(&st, 1), 0);
     cr_assert_eq(sd_session_eval(p, toks, NB, l, NB, &err), SD_OK, "%s", err.msg);

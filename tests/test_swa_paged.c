@@ -86,10 +86,10 @@ static void eval_both(sd_session *c, sd_session *p, const int32_t *toks, int32_t
     sd_error err = {0};
     cr_assert_eq(sd_session_eval(c, toks, n, lc, n, &err), SD_OK, "%s", err.msg);
     cr_assert_eq(sd_session_eval(p, toks, n, lp, n, &err), SD_OK, "paged, at %d: %s",
-                 sd_session_n_past(p), err.msg);
+                 sd_session_seq_n_past(p, 0), err.msg);
     cr_assert_eq(memcmp(lc, lp, (size_t)n * nv * sizeof(float)), 0,
                  "paged logits differ from the contiguous cache's before position %d",
-                 sd_session_n_past(p));
+                 sd_session_seq_n_past(p, 0));
     cr_assert_eq(sd_session_kv_check(p, &err), SD_OK, "%s", err.msg);
 }
 
@@ -105,28 +105,28 @@ Test(swa_paged, blocks_behind_the_window_are_freed_and_logits_equal) {
     eval_both(c, p, prompt, 20, lc, lp, nv);
     int32_t next = sd_argmax(lp + (size_t)19 * nv, nv), max_used = used_blocks(p), step = 0;
     sd_error err = {0};
-    while (sd_session_n_past(p) + PASS <= NPOS) {
+    while (sd_session_seq_n_past(p, 0) + PASS <= NPOS) {
         /* a pass as verification runs it: the pending token and a "draft" of PASS - 1 */
         int32_t rows[PASS] = {next};
         for (int32_t i = 1; i < PASS; i++)
             rows[i] = 3 + (next * 5 + i * 11 + step) % (nv - 3);
-        const int32_t n0 = sd_session_n_past(p);
+        const int32_t n0 = sd_session_seq_n_past(p, 0);
         eval_both(c, p, rows, PASS, lc, lp, nv);
         if (used_blocks(p) > max_used) max_used = used_blocks(p);
         /* accept 1 .. PASS rows; the rest roll back, on both */
         const int32_t keep = 1 + step % PASS;
-        cr_assert_eq(sd_session_truncate(c, n0 + keep, &err), SD_OK, "%s", err.msg);
-        cr_assert_eq(sd_session_truncate(p, n0 + keep, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_truncate(c, 0, n0 + keep, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_truncate(p, 0, n0 + keep, &err), SD_OK, "%s", err.msg);
         next = sd_argmax(lp + (size_t)(keep - 1) * nv, nv);
         step++;
     }
-    cr_expect_geq(sd_session_n_past(p), NPOS - PASS, "stopped early");
+    cr_expect_geq(sd_session_seq_n_past(p, 0), NPOS - PASS, "stopped early");
     cr_expect_leq(max_used, BOUND, "the pool held %d blocks (bound %d)", max_used, BOUND);
     cr_expect_leq(max_used, NBLK);
     /* the blocks before the window went back: the sequence maps fewer than its positions */
     sd_kv_pool_stats st;
     sd_session_kv_stats(p, &st);
-    cr_expect_lt(st.n_blocks - st.n_free, sd_session_kv_blocks_for(p, sd_session_n_past(p)));
+    cr_expect_lt(st.n_blocks - st.n_free, sd_session_kv_blocks_for(p, sd_session_seq_n_past(p, 0)));
     free(lc);
     free(lp);
     sd_session_free(c);
@@ -151,16 +151,16 @@ Test(swa_paged, rollback_into_released_rows_is_refused) {
     /* 320 positions: blocks wholly before 320 - W + 1 - slack = 225 are released (14) */
     const int32_t first = ((320 - W + 1 - SD_KV_WINDOW_SLACK) / BS) * BS;
     cr_assert_eq(used_blocks(p), 20 - first / BS);
-    cr_expect_eq(sd_session_truncate(p, first, &err), SD_ERR_ARG, "into released rows");
-    cr_expect_eq(sd_session_n_past(p), 320, "a refused truncate changed the sequence");
+    cr_expect_eq(sd_session_seq_truncate(p, 0, first, &err), SD_ERR_ARG, "into released rows");
+    cr_expect_eq(sd_session_seq_n_past(p, 0), 320, "a refused truncate changed the sequence");
     /* allowed (rows there), but the next pass would read keys before `first` */
-    cr_assert_eq(sd_session_truncate(p, first + 8, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_truncate(p, 0, first + 8, &err), SD_OK, "%s", err.msg);
     cr_expect_eq(sd_session_eval(p, toks + first + 8, 1, l, 1, &err), SD_ERR_CONTEXT);
     cr_expect(strstr(err.msg, "sliding window") != NULL, "%s", err.msg);
-    cr_expect_eq(sd_session_n_past(p), first + 8, "a refused pass changed the sequence");
+    cr_expect_eq(sd_session_seq_n_past(p, 0), first + 8, "a refused pass changed the sequence");
     /* the same tokens: the common prefix is all of them, but it cannot be reused */
     cr_expect_eq(sd_session_seq_keep_prefix(p, 0, toks, 300), 0);
-    cr_expect_eq(sd_session_n_past(p), 0);
+    cr_expect_eq(sd_session_seq_n_past(p, 0), 0);
     cr_expect_eq(used_blocks(p), 0);
     /* and from 0 it gives the contiguous cache's bits again */
     cr_assert_eq(sd_session_eval(p, toks, 32, l, 32, &err), SD_OK, "%s", err.msg);

@@ -92,7 +92,7 @@ enum { NT = 11 };
 
 static void eval_all(sd_session *s, const int32_t *toks, float *logits) {
     sd_error err = {0};
-    cr_assert_eq(sd_session_truncate(s, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_truncate(s, 0, 0, &err), 0, "%s", err.msg);
     cr_assert_eq(sd_session_eval(s, toks, NT, logits, NT, &err), 0, "%s", err.msg);
 }
 
@@ -139,14 +139,14 @@ static void check_split_equals_unsharded(sd_type wt, double tol) {
         }
         /* Batched == one token at a time, bit for bit, inside the split. */
         sd_error err = {0};
-        cr_assert_eq(sd_session_truncate(s, 0, &err), 0, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_truncate(s, 0, 0, &err), 0, "%s", err.msg);
         for (int t = 0; t < NT; t++) {
             cr_assert_eq(sd_session_eval(s, toks + t, 1, one, 1, &err), 0, "%s", err.msg);
             cr_assert_eq(memcmp(one, got + (size_t)t * nv, (size_t)nv * 4), 0,
                          "%s split %d: token %d alone differs from the batch", sd_type_name(wt), n,
                          t);
         }
-        cr_assert_eq(sd_session_n_past(s), NT);
+        cr_assert_eq(sd_session_seq_n_past(s, 0), NT);
         sd_session_free(s);
     }
     free(ref);

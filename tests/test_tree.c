@@ -1,6 +1,6 @@
 /*
- * tests/test_tree.c: token trees in the target pass (sd_session_decode_tree,
- * sd_session_tree_keep). Every row of a tree pass over random trees is bit-identical to
+ * tests/test_tree.c: token trees in the target pass (sd_session_seq_decode_tree,
+ * sd_session_seq_tree_keep). Every row of a tree pass over random trees is bit-identical to
  * the last row of a chain pass over that node's own path (the committed context, then its
  * ancestors by depth, then itself), on a random llama model (F32 and Q8_0 weights; F32,
  * F16 and Q8_0 KV caches; 1 and 2 threads) and on the shipped TinyStories target; after
@@ -88,17 +88,18 @@ static void check_model(const char *path, int32_t n_threads, sd_type kv_type, in
     for (int it = 0; it < n_trees; it++) {
         int32_t prompt[48], tok[24], parent[24], ids[48], L, n;
         random_tree(&r, nv, prompt, &L, tok, parent, &n);
-        cr_assert_eq(sd_session_truncate(tree, 0, &err), SD_OK);
-        cr_assert_eq(sd_session_sync(tree, prompt, L, &err), SD_OK, "%s", err.msg);
-        cr_assert_eq(sd_session_decode_tree(tree, tok, parent, n, lt, &err), SD_OK, "%s", err.msg);
-        cr_assert_eq(sd_session_n_past(tree), L + n);
+        cr_assert_eq(sd_session_seq_truncate(tree, 0, 0, &err), SD_OK);
+        cr_assert_eq(sd_session_seq_sync(tree, 0, prompt, L, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_decode_tree(tree, 0, tok, parent, n, lt, &err), SD_OK, "%s",
+                     err.msg);
+        cr_assert_eq(sd_session_seq_n_past(tree, 0), L + n);
         for (int32_t i = 0; i < n; i++) {
             int32_t p[SD_MAX_TREE];
             const int32_t d = path_of(parent, i, p);
             memcpy(ids, prompt, (size_t)L * sizeof *ids);
             for (int32_t j = 0; j < d; j++)
                 ids[L + j] = tok[p[j]];
-            cr_assert_eq(sd_session_sync(chain, ids, L + d - 1, &err), SD_OK, "%s", err.msg);
+            cr_assert_eq(sd_session_seq_sync(chain, 0, ids, L + d - 1, &err), SD_OK, "%s", err.msg);
             cr_assert_eq(sd_session_eval(chain, ids + L + d - 1, 1, lc, 1, &err), SD_OK, "%s",
                          err.msg);
             cr_assert(memcmp(lc, lt + (size_t)i * (size_t)nv, (size_t)nv * sizeof(float)) == 0,
@@ -109,17 +110,17 @@ static void check_model(const char *path, int32_t n_threads, sd_type kv_type, in
         /* keep the path to a random node, then one more token */
         int32_t p[SD_MAX_TREE];
         const int32_t d = path_of(parent, (int32_t)(rng_next(&r) % (uint64_t)n), p);
-        cr_assert_eq(sd_session_tree_keep(tree, L, p, d, &err), SD_OK, "%s", err.msg);
-        cr_assert_eq(sd_session_n_past(tree), L + d);
+        cr_assert_eq(sd_session_seq_tree_keep(tree, 0, L, p, d, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_n_past(tree, 0), L + d);
         memcpy(ids, prompt, (size_t)L * sizeof *ids);
         for (int32_t j = 0; j < d; j++)
             ids[L + j] = tok[p[j]];
-        cr_assert(memcmp(sd_session_tokens(tree), ids, (size_t)(L + d) * sizeof *ids) == 0,
+        cr_assert(memcmp(sd_session_seq_tokens(tree, 0), ids, (size_t)(L + d) * sizeof *ids) == 0,
                   "the kept path's ids");
         const int32_t x = (int32_t)(rng_next(&r) % (uint64_t)nv);
         ids[L + d] = x;
         cr_assert_eq(sd_session_eval(tree, &x, 1, l2, 1, &err), SD_OK, "%s", err.msg);
-        cr_assert_eq(sd_session_sync(chain, ids, L + d, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_sync(chain, 0, ids, L + d, &err), SD_OK, "%s", err.msg);
         cr_assert_eq(sd_session_eval(chain, &x, 1, lc, 1, &err), SD_OK, "%s", err.msg);
         cr_assert(memcmp(lc, l2, (size_t)nv * sizeof(float)) == 0,
                   "%s tree %d: after keeping a path of %d, the next token's row differs", path, it,
@@ -166,22 +167,22 @@ Test(tree, bad_trees_are_refused) {
     cr_assert_eq(sd_session_eval(s, &one, 1, NULL, 0, &err), SD_OK);
     const int32_t tok[3] = {3, 4, 5};
     const int32_t fwd[3] = {-1, 2, 0}; /* a parent after its child */
-    cr_assert_eq(sd_session_decode_tree(s, tok, fwd, 3, l, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_session_seq_decode_tree(s, 0, tok, fwd, 3, l, &err), SD_ERR_ARG);
     cr_assert(strstr(err.msg, "parent") != NULL, "%s", err.msg);
     const int32_t self[3] = {-1, 1, 0};
-    cr_assert_eq(sd_session_decode_tree(s, tok, self, 3, l, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_session_seq_decode_tree(s, 0, tok, self, 3, l, &err), SD_ERR_ARG);
     const int32_t bad_tok[3] = {3, 96, 5}, ok[3] = {-1, 0, 0};
-    cr_assert_eq(sd_session_decode_tree(s, bad_tok, ok, 3, l, &err), SD_ERR_ARG);
-    cr_assert_eq(sd_session_n_past(s), 1, "a refused pass leaves the cache");
-    cr_assert_eq(sd_session_decode_tree(s, tok, ok, 3, l, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_decode_tree(s, 0, bad_tok, ok, 3, l, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_session_seq_n_past(s, 0), 1, "a refused pass leaves the cache");
+    cr_assert_eq(sd_session_seq_decode_tree(s, 0, tok, ok, 3, l, &err), SD_OK, "%s", err.msg);
     const int32_t desc[2] = {2, 1};
-    cr_assert_eq(sd_session_tree_keep(s, 1, desc, 2, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_session_seq_tree_keep(s, 0, 1, desc, 2, &err), SD_ERR_ARG);
     const int32_t far[1] = {3};
-    cr_assert_eq(sd_session_tree_keep(s, 1, far, 1, &err), SD_ERR_ARG);
+    cr_assert_eq(sd_session_seq_tree_keep(s, 0, 1, far, 1, &err), SD_ERR_ARG);
     const int32_t keep[2] = {0, 2};
-    cr_assert_eq(sd_session_tree_keep(s, 1, keep, 2, &err), SD_OK, "%s", err.msg);
-    cr_assert_eq(sd_session_n_past(s), 3);
-    cr_assert_eq(sd_session_tokens(s)[2], 5);
+    cr_assert_eq(sd_session_seq_tree_keep(s, 0, 1, keep, 2, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_session_seq_n_past(s, 0), 3);
+    cr_assert_eq(sd_session_seq_tokens(s, 0)[2], 5);
     free(l);
     sd_session_free(s);
     sd_model_free(m);
@@ -231,9 +232,10 @@ static void check_paged(const char *path, int32_t n_threads, sd_type kv_type, in
     for (int it = 0; it < n_trees; it++) {
         int32_t prompt[48], tok[24], parent[24], L, n;
         random_tree(&r, nv, prompt, &L, tok, parent, &n);
-        cr_assert_eq(sd_session_truncate(flat, 0, &err), SD_OK);
-        cr_assert_eq(sd_session_sync(flat, prompt, L, &err), SD_OK, "%s", err.msg);
-        cr_assert_eq(sd_session_decode_tree(flat, tok, parent, n, lf, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_truncate(flat, 0, 0, &err), SD_OK);
+        cr_assert_eq(sd_session_seq_sync(flat, 0, prompt, L, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_decode_tree(flat, 0, tok, parent, n, lf, &err), SD_OK, "%s",
+                     err.msg);
         for (int32_t q = 1; q < 3; q++)
             cr_assert_eq(sd_session_seq_truncate(paged, q, 0, &err), SD_OK);
         seq_eval(paged, 1, prompt, L, NULL);
@@ -247,10 +249,10 @@ static void check_paged(const char *path, int32_t n_threads, sd_type kv_type, in
                   path, it, n, L);
         int32_t pth[SD_MAX_TREE];
         const int32_t d = path_of(parent, (int32_t)(rng_next(&r) % (uint64_t)n), pth);
-        cr_assert_eq(sd_session_tree_keep(flat, L, pth, d, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_session_seq_tree_keep(flat, 0, L, pth, d, &err), SD_OK, "%s", err.msg);
         cr_assert_eq(sd_session_seq_tree_keep(paged, 2, L, pth, d, &err), SD_OK, "%s", err.msg);
         cr_assert_eq(sd_session_seq_n_past(paged, 2), L + d);
-        cr_assert(memcmp(sd_session_tokens(flat), sd_session_seq_tokens(paged, 2),
+        cr_assert(memcmp(sd_session_seq_tokens(flat, 0), sd_session_seq_tokens(paged, 2),
                          (size_t)(L + d) * sizeof(int32_t)) == 0,
                   "the kept path's ids");
         const int32_t x = (int32_t)(rng_next(&r) % (uint64_t)nv);
@@ -259,7 +261,7 @@ static void check_paged(const char *path, int32_t n_threads, sd_type kv_type, in
         cr_assert(memcmp(lf, lp, (size_t)nv * sizeof(float)) == 0,
                   "%s tree %d: after keeping a path of %d, the paged row differs", path, it, d);
         /* the sequence forked from is untouched: its next row is the prompt's */
-        cr_assert_eq(sd_session_truncate(flat, L, &err), SD_OK);
+        cr_assert_eq(sd_session_seq_truncate(flat, 0, L, &err), SD_OK);
         cr_assert_eq(sd_session_eval(flat, &x, 1, lf, 1, &err), SD_OK, "%s", err.msg);
         seq_eval(paged, 1, &x, 1, lp);
         cr_assert(memcmp(lf, lp, (size_t)nv * sizeof(float)) == 0,

@@ -146,7 +146,7 @@ int sd_verify_keyed(const sd_sampling_params *sp, const int32_t *draft, int32_t 
  * log p + the noise keyed by (seed, position), which does not depend on the draft). The
  * walk emits, at each depth, exactly that function of the row of the path emitted so far:
  * the rows of a tree pass are bit-identical to a chain pass over the same path
- * (sd_session_decode_tree), so the emitted text is the target-alone text whatever the
+ * (sd_session_seq_decode_tree), so the emitted text is the target-alone text whatever the
  * tree. Rejection sampling (temp > 0, SD_SPEC_REJECTION) accepts a token with a
  * probability, so one child of several would need the multi-draft residual scheme
  * (SpecInfer's); it is refused here (SD_ERR_UNSUPPORTED): use a chain.

@@ -33,7 +33,7 @@ extern "C" {
  * target/, verify/ and the engine share this one limit) and sd_status_str are the
  * library's public face's (include/specdec.h), defined there once. */
 
-/* Most nodes of one token-tree pass (sd_session_decode_tree: the root and the drafted
+/* Most nodes of one token-tree pass (sd_session_seq_decode_tree: the root and the drafted
  * nodes); a tree proposal holds at most SD_MAX_DRAFT drafted nodes. */
 #define SD_MAX_TREE 64
 

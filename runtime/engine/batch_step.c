@@ -258,6 +258,24 @@ static int choose_and_lookup(sd_batcher *b, sd_choice *c, sd_error *err) {
     return SD_OK;
 }
 
+/* Token id's entry in a draft row (-1: not in it): the trimmed head's, or id itself below
+ * the ids both models share. */
+static int32_t draft_entry(const sd_batcher *b, int32_t id) {
+    if (id < 0) return -1;
+    if (b->n_dhead) return id < b->n_vocab_d ? b->dcol_of[id] : -1;
+    return id < b->n_common ? id : -1;
+}
+
+/* With ignore_eos the target's rows never let EOS or a stop id win (step.c), so the draft's
+ * rows mask them too (-inf): a proposal the target can never accept would only cost the
+ * rest of the draft. */
+static void draft_mask_ends(const sd_batcher *b, const sd_gen_params *gp, float *l) {
+    int32_t e = draft_entry(b, b->eos);
+    if (e >= 0) l[e] = -INFINITY;
+    for (int32_t j = 0; j < gp->n_stop_ids && j < SD_MAX_STOP_IDS; j++)
+        if ((e = draft_entry(b, gp->stop_ids[j])) >= 0) l[e] = -INFINITY;
+}
+
 /* Draft position c->k of choice c from its draft logits row l (changed in place) by the
  * LLM proposer's rule (sd_draft_row, draft/llm.c: one implementation for generate and
  * serve). Its context: the committed tokens then a chain's lookup tokens, c->ctx[0 ..
@@ -288,6 +306,7 @@ static int draft_row(sd_batcher *b, sd_choice *c, float *l, sd_error *err) {
     const int32_t m = c->k_lookup, i = c->k - m; /* its own drafts so far */
     float *q = draft_rows(gp) ? b->q[c->slot] + (size_t)c->k * (size_t)b->n_vocab : NULL;
     int32_t tok;
+    if (gp->ignore_eos) draft_mask_ends(b, gp, l);
     const int rc = sd_draft_row(&c->drule, l, c->ctx, c->n_ctx + m, c->dtok + m, i, q, &tok, err);
     if (rc) return sd_error_prefix(err, rc, "%s: draft", sd_model_path(b->dm));
     if (tok < 0) { /* the grammar or the cut-off ends the draft */

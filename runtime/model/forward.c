@@ -68,6 +68,7 @@ struct sd_session {
     /* Host state. */
     int32_t *tokens;   /* [n_ctx]: ids whose K/V the cache holds, [0, n_past) valid */
     int32_t *out_rows; /* [n_batch]: batch indices of the wanted logits rows (scratch) */
+    int32_t *seq_ids;  /* [n_batch]: sequence ids of sd_session_seq_eval's batch (scratch) */
     /* Scratch, backend addresses inside b_act. */
     float *x;    /* [n_batch, n_embd] residual stream */
     float *xn;   /* [n_batch, n_embd] normed input */
@@ -473,8 +474,9 @@ static int session_init(const sd_model *m, const sd_session_params *p, sd_tp_ran
     }
     if (rc == SD_OK) {
         s->out_rows = calloc((size_t)s->n_batch, sizeof(int32_t));
+        s->seq_ids = calloc((size_t)s->n_batch, sizeof(int32_t));
         s->segs = calloc((size_t)s->n_batch, sizeof *s->segs);
-        if (!s->out_rows || !s->segs)
+        if (!s->out_rows || !s->seq_ids || !s->segs)
             rc = sd_errorf(err, SD_ERR_OOM, "session: out of memory (batch scratch)");
     }
     if (rc != SD_OK) {
@@ -523,6 +525,7 @@ void sd_session_free(sd_session *s) {
     free(s->seqs);
     free(s->segs);
     free(s->out_rows);
+    free(s->seq_ids);
     free(s);
 }
 
@@ -922,17 +925,27 @@ int sd_session_decode(sd_session *s, const sd_batch *b, float *logits, sd_error 
     return decode(s, b, -1, logits, err);
 }
 
-int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits, int32_t n_out,
-                    sd_error *err) {
+/* The batch of tokens[0 .. n) of sequence seq (b: sd_batch_of(tokens, n)); n out of range is
+ * left to check_batch's message. */
+static int seq_batch(sd_session *s, int32_t seq, sd_batch *b, sd_error *err);
+
+int sd_session_seq_eval(sd_session *s, int32_t seq, const int32_t *tokens, int32_t n, float *logits,
+                        int32_t n_out, sd_error *err) {
     if (!s) return sd_errorf(err, SD_ERR_ARG, "eval: session is NULL");
     if (n_out < 0 || n_out > n)
         return sd_errorf(err, SD_ERR_ARG, "eval: n_out %d, expected 0..%d", n_out, n);
-    const sd_batch b = sd_batch_of(tokens, n);
-    return decode(s, &b, n_out, logits, err);
+    sd_batch b = sd_batch_of(tokens, n);
+    const int rc = seq_batch(s, seq, &b, err);
+    return rc ? rc : decode(s, &b, n_out, logits, err);
 }
 
-int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int32_t n_rows,
-                           float *row, int32_t *best, sd_error *err) {
+int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits, int32_t n_out,
+                    sd_error *err) {
+    return sd_session_seq_eval(s, 0, tokens, n, logits, n_out, err);
+}
+
+int sd_session_seq_eval_argmax(sd_session *s, int32_t seq, const int32_t *tokens, int32_t n,
+                               int32_t n_rows, float *row, int32_t *best, sd_error *err) {
     if (!s || !best || !row)
         return sd_errorf(err, SD_ERR_ARG, "eval: session, row or best is NULL");
     *best = -1;
@@ -940,22 +953,18 @@ int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int3
         return sd_errorf(err, SD_ERR_ARG, "eval: argmax over %d rows, expected 1..%d", n_rows,
                          sd_session_n_logits(s));
     if (s->group || s->tp || s->be->device != SD_DEVICE_CPU) { /* the row, then its argmax */
-        int rc = sd_session_eval(s, tokens, n, row, 1, err);
+        int rc = sd_session_seq_eval(s, seq, tokens, n, row, 1, err);
         if (rc == SD_OK) *best = sd_argmax_checked(row, n_rows);
         return rc;
     }
-    const sd_batch b = sd_batch_of(tokens, n);
-    return decode_local_ex(s, &b, 1, row, n_rows, best, err);
+    sd_batch b = sd_batch_of(tokens, n);
+    const int rc = seq_batch(s, seq, &b, err);
+    return rc ? rc : decode_local_ex(s, &b, 1, row, n_rows, best, err);
 }
 
 /* ---- token trees ---- */
 
 static int bad_seq(const sd_session *s, int32_t seq, sd_error *err);
-
-int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *parent, int32_t n,
-                           float *logits, sd_error *err) {
-    return sd_session_seq_decode_tree(s, 0, tokens, parent, n, logits, err);
-}
 
 /* The checks of a pass with token trees: the backend's tree attention, no sliding window. */
 static int tree_ok(const sd_session *s, sd_error *err) {
@@ -1007,11 +1016,6 @@ int sd_session_decode_trees(sd_session *s, const sd_batch *b, const int32_t *par
     return decode_ex(s, b, -1, parent, logits, err);
 }
 
-int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int32_t n_keep,
-                         sd_error *err) {
-    return sd_session_seq_tree_keep(s, 0, pos0, nodes, n_keep, err);
-}
-
 typedef struct seq_call { /* the arguments of a call made on every rank (on_ranks) */
     int32_t seq, n, pos0;
     const int32_t *ids;
@@ -1059,9 +1063,6 @@ int sd_session_seq_tree_keep(sd_session *s, int32_t seq, int32_t pos0, const int
     return on_ranks(s, tree_keep_fn, &c, &v, err);
 }
 
-int32_t sd_session_n_past(const sd_session *s) {
-    return sd_kv_n(s->kv);
-}
 int32_t sd_session_n_ctx(const sd_session *s) {
     return s->n_ctx;
 }
@@ -1089,10 +1090,7 @@ sd_weights_info sd_session_weights_info(const sd_session *s) {
     }
     return w;
 }
-const int32_t *sd_session_tokens(const sd_session *s) {
-    return s->tokens;
-}
-
+/* Until runtime/cli moves to tools/ (sd_model.h). */
 int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
     return sd_session_seq_truncate(s, 0, n_keep, err);
 }
@@ -1113,28 +1111,46 @@ static void shift_key_row(sd_session *s, int32_t l, sd_type t, const void *src, 
         sd_quantize_row(t, row, dst, kv_dim);
 }
 
-int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error *err) {
-    if (!s) return sd_errorf(err, SD_ERR_ARG, "context shift: session is NULL");
+/* The checks of a context shift of cache kv (a contiguous cache or a paged sequence, on one
+ * rank): the one argument check of both shifts. */
+static int shift_check(const sd_session *s, int32_t seq, const sd_kv *kv, int32_t n_keep,
+                       int32_t n_discard, sd_error *err) {
     const sd_hparams *hp = &s->m->hp;
-    const int32_t n = sd_kv_n(s->kv);
+    const int32_t n = sd_kv_n(kv);
     if (n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > n)
         return sd_errorf(err, SD_ERR_ARG,
-                         "context shift: keep %d, discard %d of %d cached positions", n_keep,
-                         n_discard, n);
-    if (s->group || s->tp || s->n_seq > 1 || s->be->device != SD_DEVICE_CPU)
+                         "context shift of sequence %d: keep %d, discard %d of %d cached "
+                         "positions",
+                         seq, n_keep, n_discard, n);
+    if (s->be->device != SD_DEVICE_CPU)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: a context shift re-rotates the cached keys of a one-sequence cpu "
-                         "session",
-                         s->m->path);
-    if (sd_kv_first(s->kv) > 0) /* rows behind a sliding window were given back */
+                         "%s: a context shift of sequence %d: the keys are re-rotated on the cpu "
+                         "backend only",
+                         s->m->path, seq);
+    if (sd_kv_first(kv) > 0) /* rows behind a sliding window were given back */
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: a context shift of a cache whose first %d positions were released",
-                         s->m->path, sd_kv_first(s->kv));
+                         "%s: a context shift of sequence %d, whose first %d positions were "
+                         "released",
+                         s->m->path, seq, sd_kv_first(kv));
     if (hp->rope_attn_factor != 1.0f)
         return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: a context shift with rope.scaling.attn_factor %g (the keys carry "
-                         "the factor once)",
-                         s->m->path, (double)hp->rope_attn_factor);
+                         "%s: a context shift of sequence %d with rope.scaling.attn_factor %g "
+                         "(the keys carry the factor once)",
+                         s->m->path, seq, (double)hp->rope_attn_factor);
+    return SD_OK;
+}
+
+/* The shift of a contiguous cache (one sequence, one rank): its rows moved in place. */
+static int shift_contiguous(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error *err) {
+    const sd_hparams *hp = &s->m->hp;
+    if (s->group || s->tp)
+        return sd_errorf(err, SD_ERR_UNSUPPORTED,
+                         "%s: a context shift of a tensor-parallel session needs a paged cache "
+                         "(n_seq > 0)",
+                         s->m->path);
+    int rc = shift_check(s, 0, s->kv, n_keep, n_discard, err);
+    if (rc) return rc;
+    const int32_t n = sd_kv_n(s->kv);
     const int32_t kv_dim = hp->n_head_kv * hp->head_dim, n_move = n - n_keep - n_discard;
     const sd_type t = sd_kv_type(s->kv);
     const size_t rb = sd_kv_row_bytes(s->kv);
@@ -1160,6 +1176,15 @@ const sd_model *sd_session_model(const sd_session *s) {
 
 static int bad_seq(const sd_session *s, int32_t seq, sd_error *err) {
     return sd_errorf(err, SD_ERR_ARG, "session: sequence %d, expected 0 .. %d", seq, s->n_seq - 1);
+}
+
+static int seq_batch(sd_session *s, int32_t seq, sd_batch *b, sd_error *err) {
+    if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
+    if (seq == 0 || b->n_tokens < 1 || b->n_tokens > s->n_batch) return SD_OK;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        s->seq_ids[i] = seq;
+    b->seq_id = s->seq_ids;
+    return SD_OK;
 }
 
 int32_t sd_session_n_seq(const sd_session *s) {
@@ -1235,30 +1260,14 @@ static int seq_shift_fn(sd_session *s, void *arg, int32_t *value, sd_error *err)
     const sd_hparams *hp = &s->m->hp;
     sd_kv *kv = s->seqs[seq];
     const int32_t n = sd_kv_n(kv);
-    if (n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > n)
-        return sd_errorf(err, SD_ERR_ARG,
-                         "context shift: keep %d, discard %d of %d cached positions", n_keep,
-                         n_discard, n);
-    if (s->be->device != SD_DEVICE_CPU)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: a context shift re-rotates the cached keys of a cpu session",
-                         s->m->path);
-    if (sd_kv_first(kv) > 0)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: a context shift of a sequence whose first %d positions were "
-                         "released",
-                         s->m->path, sd_kv_first(kv));
-    if (hp->rope_attn_factor != 1.0f)
-        return sd_errorf(err, SD_ERR_UNSUPPORTED,
-                         "%s: a context shift with rope.scaling.attn_factor %g (the keys carry "
-                         "the factor once)",
-                         s->m->path, (double)hp->rope_attn_factor);
+    const int crc = shift_check(s, seq, kv, n_keep, n_discard, err);
+    if (crc) return crc;
     const int32_t kv_dim = hp->n_head_kv * hp->head_dim, n_move = n - n_keep - n_discard;
     const sd_type t = sd_kv_type(kv);
     const size_t rb = sd_kv_row_bytes(kv), per_layer = 2 * (size_t)n_move * rb;
     if (n_move > 0 && per_layer > SIZE_MAX / (size_t)hp->n_layer)
         return sd_errorf(err, SD_ERR_OOM, "context shift: %d positions too large", n_move);
-    /* The moved rows, K re-rotated as sd_session_shift does (the same arithmetic, so the
+    /* The moved rows, K re-rotated as the contiguous shift does (the same arithmetic, so the
      * same bits), into host memory first: their blocks may be shared (the prefix cache, a
      * fork), so the sequence is cut back to n_keep and its new positions reserved in
      * blocks of its own (copy-on-write of the block holding n_keep). */
@@ -1301,7 +1310,7 @@ int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_d
                          sd_error *err) {
     if (!s) return sd_errorf(err, SD_ERR_ARG, "context shift: session is NULL");
     if (seq < 0 || seq >= s->n_seq) return bad_seq(s, seq, err);
-    if (!s->pool) return sd_session_shift(s, n_keep, n_discard, err); /* contiguous */
+    if (!s->pool) return shift_contiguous(s, n_keep, n_discard, err);
     seq_call c = {seq, n_keep, n_discard, NULL};
     int32_t v;
     return on_ranks(s, seq_shift_fn, &c, &v, err); /* on every rank of a group */

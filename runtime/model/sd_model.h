@@ -103,7 +103,7 @@ typedef struct sd_session sd_session;
 
 typedef struct sd_session_params {
     int32_t n_ctx;     /* KV capacity; 0 = n_ctx_train */
-    int32_t n_batch;   /* most tokens per sd_session_eval call (>= 1) */
+    int32_t n_batch;   /* most tokens per pass (sd_session_decode, _seq_eval) (>= 1) */
     int32_t n_threads; /* 0 = all cores */
     /* Element type of the KV cache: SD_TYPE_F32 (the default: exact) or SD_TYPE_F16
      * (half the cache memory and half the bytes attention reads; K and V are rounded to
@@ -194,41 +194,47 @@ sd_batch sd_batch_of(const int32_t *tokens, int32_t n);
  * Run the forward pass over a batch (1 .. n_batch tokens), appending their K/V to the
  * cache. logits: float [n_wanted, n_vocab] host memory, row j = the j-th token (in batch
  * order) whose logits flag is set; NULL when none is wanted. n_wanted <= n_outputs.
- * Same contract as sd_session_eval (one code path), of which it is the general form.
+ * Same contract as sd_session_seq_eval (one code path), of which it is the general form.
  * Errors: SD_ERR_ARG, SD_ERR_UNSUPPORTED (see sd_batch), SD_ERR_CONTEXT, and a device
  * backend's errors. On error the session is unchanged.
  */
 int sd_session_decode(sd_session *s, const sd_batch *b, float *logits, sd_error *err);
 
 /*
- * Run the forward pass over n new tokens at positions [n_past, n_past + n), appending
- * their K/V to the cache. One code path serves prefill (n = prompt length), decode
- * (n = 1) and verification (n = K + 1): each weight matrix is read once per call, and
- * the logits of every position are bit-identical to evaluating the tokens one by one.
+ * Run the forward pass over n new tokens of sequence seq at its positions [n_past, n_past +
+ * n) (n_past: sd_session_seq_n_past), appending their K/V to its cache: sd_session_decode
+ * over a batch of one sequence. One code path serves prefill (n = prompt length), decode
+ * (n = 1) and verification (n = K + 1): each weight matrix is read once per call, and the
+ * logits of every position are bit-identical to evaluating the tokens one by one.
  *   tokens : int32 [n], each in [0, n_vocab)
  *   n      : 1 .. n_batch
  *   logits : float [n_out, n_vocab] for the LAST n_out positions (n_out in
  *            0..min(n, n_outputs)), or NULL when n_out == 0
- * Errors: SD_ERR_ARG (bad token id, n out of range), SD_ERR_CONTEXT (n_past + n >
- * n_ctx). On error the session is unchanged.
+ * Errors: SD_ERR_ARG (a bad sequence id, a bad token id, n out of range), SD_ERR_CONTEXT
+ * (n_past + n > n_ctx). On error the session is unchanged.
  */
+int sd_session_seq_eval(sd_session *s, int32_t seq, const int32_t *tokens, int32_t n, float *logits,
+                        int32_t n_out, sd_error *err);
+/* The one convenience over sequence 0 (kept for the many callers that hold a session of
+ * one sequence: a contiguous cache is a session with one sequence, id 0):
+ * sd_session_seq_eval(s, 0, ...). */
 int sd_session_eval(sd_session *s, const int32_t *tokens, int32_t n, float *logits, int32_t n_out,
                     sd_error *err);
 
 /*
- * Greedy step: as sd_session_eval(s, tokens, n, row, 1, err), but what the caller gets is
- * *best, the index of the largest of the last position's first n_rows logits (the
- * lowest index on ties; -1 if one of them is NaN): the argmax of the row sd_session_eval
+ * Greedy step: as sd_session_seq_eval(s, seq, tokens, n, row, 1, err), but what the caller
+ * gets is *best, the index of the largest of the last position's first n_rows logits (the
+ * lowest index on ties; -1 if one of them is NaN): the argmax of the row sd_session_seq_eval
  * would return, always the same index. On the CPU backend the classifier keeps each
  * thread's best (value, index) as it computes its rows and writes no row (row is not
  * touched); elsewhere (device and tensor-parallel sessions) row is filled and scanned.
  *   row    : float [sd_session_n_logits(s)] scratch (host memory)
  *   n_rows : 1 .. sd_session_n_logits(s) (a draft proposes only ids both models share)
- * Errors: those of sd_session_eval, and SD_ERR_ARG (n_rows out of range, NULL pointers).
- * On error the session is unchanged and *best is -1.
+ * Errors: those of sd_session_seq_eval, and SD_ERR_ARG (n_rows out of range, NULL
+ * pointers). On error the session is unchanged and *best is -1.
  */
-int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int32_t n_rows,
-                           float *row, int32_t *best, sd_error *err);
+int sd_session_seq_eval_argmax(sd_session *s, int32_t seq, const int32_t *tokens, int32_t n,
+                               int32_t n_rows, float *row, int32_t *best, sd_error *err);
 
 /* ---- token trees (one sequence of a session; the CPU backend) ----
  * A pass over n tree nodes after the n_past committed positions: node i has token
@@ -241,15 +247,12 @@ int sd_session_eval_argmax(sd_session *s, const int32_t *tokens, int32_t n, int3
  *   tokens, parent : int32 [n], n in 1 .. min(SD_MAX_TREE, n_outputs)
  *   logits         : float [n, n_logits] (out), row i = node i
  * Afterwards the cache holds n_past + n positions (slot order), which are not a sequence;
- * the caller keeps one path with sd_session_tree_keep (or truncates). Errors: SD_ERR_ARG
+ * the caller keeps one path with sd_session_seq_tree_keep (or truncates). Errors: SD_ERR_ARG
  * (a parent out of order, n, ids), SD_ERR_UNSUPPORTED (a backend without tree attention:
  * CUDA; tensor-parallel sessions; a sliding window), SD_ERR_CONTEXT; on error the
- * session is unchanged. sd_session_decode_tree is sequence 0's; the _seq_ forms take
- * sequence seq of a session of several (a paged pool: the keys are read and the rows
- * written through the sequence's block table, the logits bit-identical to a contiguous
- * cache's: tests/test_tree.c). */
-int sd_session_decode_tree(sd_session *s, const int32_t *tokens, const int32_t *parent, int32_t n,
-                           float *logits, sd_error *err);
+ * session is unchanged. A paged sequence: the keys are read and the rows written through
+ * the sequence's block table, the logits bit-identical to a contiguous cache's
+ * (tests/test_tree.c). */
 int sd_session_seq_decode_tree(sd_session *s, int32_t seq, const int32_t *tokens,
                                const int32_t *parent, int32_t n, float *logits, sd_error *err);
 /* sd_session_decode with token trees among the batch's runs (the batcher's one pass: the
@@ -270,41 +273,32 @@ int sd_session_decode_trees(sd_session *s, const sd_batch *b, const int32_t *par
  * SD_ERR_ARG (ranges, order), SD_ERR_UNSUPPORTED (a backend without kv_copy). The rows
  * moved lie in the tree pass's own positions, which that pass made the sequence's own
  * (copy-on-write), so a paged sequence moves them inside its blocks. */
-int sd_session_tree_keep(sd_session *s, int32_t pos0, const int32_t *nodes, int32_t n_keep,
-                         sd_error *err);
 int sd_session_seq_tree_keep(sd_session *s, int32_t seq, int32_t pos0, const int32_t *nodes,
                              int32_t n_keep, sd_error *err);
 
-/* Context shift (llama.cpp's --context-shift), without recomputing: drop the cached
- * positions [n_keep, n_keep + n_discard) and move the later ones down by n_discard, their
- * keys re-rotated by RoPE to their new positions (values move as they are). The session
- * then holds n_past - n_discard positions whose tokens are the old ones without the
- * dropped run. Not the same as evaluating the shortened context afresh: the moved rows of
- * layers after the first still carry what their tokens attended to in the dropped run
- * (in a one-layer model the two agree to rounding). CPU sessions of one sequence.
- * Errors: SD_ERR_ARG (bad range), SD_ERR_UNSUPPORTED (another backend, several
- * sequences or ranks, rope.scaling.attn_factor). */
-int sd_session_shift(sd_session *s, int32_t n_keep, int32_t n_discard, sd_error *err);
-
-/* sd_session_shift for sequence seq: drop its cached positions [n_keep, n_keep +
- * n_discard) and move the later ones down by n_discard, their keys re-rotated (the same
- * arithmetic as sd_session_shift, so a paged sequence ends with the bits a contiguous
- * cache's shift leaves). A paged sequence's moved rows are copied out first and written
- * back into blocks of its own (it is cut back to n_keep, then reserved: copy-on-write of
- * a block the prefix cache or a fork shares; transient host memory of 2 x layers x the
- * moved rows). A tensor-parallel group's paged sequence: every rank shifts its own KV
- * heads. A contiguous cache: sd_session_shift. Errors: sd_session_shift's (SD_ERR_ARG,
- * SD_ERR_UNSUPPORTED: another backend, tensor parallelism on a contiguous cache, released
- * rows, rope.scaling.attn_factor; the sequence unchanged), SD_ERR_OOM (host memory:
- * unchanged; no block left for the reserve: the sequence then holds its first n_keep
- * positions). */
+/* Context shift (llama.cpp's --context-shift), without recomputing: drop sequence seq's
+ * cached positions [n_keep, n_keep + n_discard) and move the later ones down by n_discard,
+ * their keys re-rotated by RoPE to their new positions (values move as they are). The
+ * sequence then holds n_past - n_discard positions whose tokens are the old ones without
+ * the dropped run. Not the same as evaluating the shortened context afresh: the moved rows
+ * of layers after the first still carry what their tokens attended to in the dropped run
+ * (in a one-layer model the two agree to rounding). A contiguous cache moves its rows in
+ * place; a paged sequence's moved rows are copied out first and written back into blocks of
+ * its own (it is cut back to n_keep, then reserved: copy-on-write of a block the prefix
+ * cache or a fork shares; transient host memory of 2 x layers x the moved rows), with the
+ * same arithmetic, so it ends with the bits a contiguous cache's shift leaves. A
+ * tensor-parallel group's paged sequence: every rank shifts its own KV heads. One argument
+ * check for both. Errors: SD_ERR_ARG (bad id or range), SD_ERR_UNSUPPORTED (another
+ * backend than the CPU, tensor parallelism on a contiguous cache, released rows,
+ * rope.scaling.attn_factor; the sequence unchanged), SD_ERR_OOM (host memory: unchanged;
+ * no block left for the reserve: the sequence then holds its first n_keep positions). */
 int sd_session_seq_shift(sd_session *s, int32_t seq, int32_t n_keep, int32_t n_discard,
                          sd_error *err);
 
 /* ---- several sequences (n_seq > 0: a paged KV cache) ----
- * Sequence ids are 0 .. sd_session_n_seq(s) - 1; the single-sequence functions below act
- * on sequence 0. Errors of the functions that return a status: SD_ERR_ARG (a bad id or
- * length). */
+ * Sequence ids are 0 .. sd_session_n_seq(s) - 1 (a contiguous cache: the one sequence 0).
+ * Every call that reads or changes a cache names its sequence. Errors of the functions that
+ * return a status: SD_ERR_ARG (a bad id or length). */
 int32_t sd_session_n_seq(const sd_session *s); /* 1 for a contiguous cache */
 int32_t sd_session_seq_n_past(const sd_session *s, int32_t seq);
 /* int32 [sd_session_seq_n_past(s, seq)]: the ids whose K/V sequence seq holds. */
@@ -358,8 +352,6 @@ int sd_session_set_output_rows(sd_session *s, const int32_t *ids, int32_t n, sd_
 /* Entries of a logits row: n_vocab, or the n of sd_session_set_output_rows. */
 int32_t sd_session_n_logits(const sd_session *s);
 
-/* Committed positions in the KV cache. */
-int32_t sd_session_n_past(const sd_session *s);
 int32_t sd_session_n_ctx(const sd_session *s);
 int32_t sd_session_n_batch(const sd_session *s);
 int32_t sd_session_n_outputs(const sd_session *s);
@@ -382,30 +374,21 @@ sd_weights_info sd_session_weights_info(const sd_session *s);
  * figures (the CPU backend's per-op timers); rank 0's for a tensor-parallel session. */
 struct sd_backend;
 struct sd_backend *sd_session_backend(const sd_session *s);
-/* Roll back to n_keep positions (see sd_kv_truncate). */
-int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err);
 const sd_model *sd_session_model(const sd_session *s);
-/* The token ids whose K/V the cache holds: int32 [sd_session_n_past(s)]. The session
- * keeps this mirror in sd_session_eval / sd_session_truncate. */
-const int32_t *sd_session_tokens(const sd_session *s);
 
 /*
- * Make the cache hold exactly ctx[0 .. n): keep the longest common prefix of the
- * cached tokens and ctx, roll back the rest (O(1), sd_session_truncate), and evaluate
- * ctx[prefix .. n) in chunks of n_batch without logits. n = 0 empties the cache.
- * This is how draft and target catch up after a verification step. (runtime/model/sync.c)
- * Errors: SD_ERR_CONTEXT (n > n_ctx), SD_ERR_ARG (bad id); on error the cache holds a
- * prefix of ctx.
+ * Make sequence seq hold exactly ctx[0 .. n): keep the longest common prefix of its cached
+ * tokens and ctx (sd_session_seq_keep_prefix), roll back the rest (O(1)), and evaluate
+ * ctx[prefix .. n) in chunks of n_batch without logits. n = 0 empties it. (runtime/model/
+ * sync.c) Errors: SD_ERR_CONTEXT (n > n_ctx), SD_ERR_ARG (bad sequence or token id); on
+ * error the sequence holds a prefix of ctx.
  */
+int sd_session_seq_sync(sd_session *s, int32_t seq, const int32_t *ctx, int32_t n, sd_error *err);
+
+/* Sequence 0's sd_session_seq_truncate and sd_session_seq_sync, for runtime/cli until it
+ * moves to tools/ (then removed). */
+int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err);
 int sd_session_sync(sd_session *s, const int32_t *ctx, int32_t n, sd_error *err);
-
-/*
- * Roll back to the longest common prefix of the cached tokens and ctx[0 .. n) without
- * evaluating anything: the KV commit after a verification step (rejected draft tokens
- * leave the cache). Returns the number of positions kept. Cannot fail. Sequence 0's
- * sd_session_seq_keep_prefix (one rule for both).
- */
-int32_t sd_session_keep_prefix(sd_session *s, const int32_t *ctx, int32_t n);
 
 #ifdef __cplusplus
 }

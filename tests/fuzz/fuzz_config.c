@@ -1,5 +1,5 @@
 /*
- * libFuzzer target: the pair-config loader (runtime/cli/config.c, sd_config_load) on
+ * libFuzzer target: the pair-config loader (tools/common/config.c, sd_config_load) on
  * arbitrary bytes given as a file. An error status is the answer to bad input; any crash,
  * sanitizer report or leak is a finding. Checked: a config that loads has every numeric
  * key inside the range the loader documents. Seeds: corpus/config/ (the pair configs of
@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "runtime/cli/config.h"
+#include "tools/common/config.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -334,7 +334,7 @@ static const sd_backend_ops cuda_ops = {
     /* .geglu = */ nullptr, /* gemma3 is refused by name at session init */
     /* .scale = */ nullptr,
     /* .set_window = */ nullptr,
-    /* .attention_tree = */ nullptr, /* no token trees: sd_session_decode_tree refuses */
+    /* .attention_tree = */ nullptr, /* no token trees: sd_session_seq_decode_tree refuses */
     /* .kv_copy = */ nullptr,
 };
 

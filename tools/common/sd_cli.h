@@ -1,29 +1,10 @@
 /*
- * runtime/cli: the specdec program (not part of the library; built as specdec_cli so
- * tests can call its pieces, main.c alone is the executable). May include every face.
- * Each command takes the arguments after "specdec" (argv[0] is the command name) and
- * returns the process exit status: 0 ok, 1 error (one line "specdec: ..." on stderr),
- * 2 usage error. `specdec CMD --help` prints each command's options.
- *
- *   generate    cmd_generate.c   speculative (or target-alone) generation
- *   convert     cmd_model.c      llama2.c checkpoint -> GGUF
- *   quantize    cmd_model.c      a quantized copy of a GGUF model
- *   info        cmd_model.c      what a GGUF file holds
- *   tokenize    cmd_tokenize.c   token ids (or "id -> 'piece'" lines) of a text
- *   bench       bench.c          A/B benchmark (target alone vs speculative, ABAB, same
- *               bench_ab.c       seeds) with measured vs predicted speedup; --kernels
- *               bench_kernels.c  (bandwidth, verification-pass cost, prefill)
- *   synth       synth.c          llama-shaped GGUF pairs of real shapes with seeded
- *               synth_weights.c  random weights (a target that grows a draft + noise)
- *               roof.c           --roof / the roof of --kernels: best streaming read
- *   perplexity  perplexity.c     mean NLL (nats/token) and perplexity over stories
- *   compare     compare.c        logits of one model on two devices (or split)
- *   serve       cmd_serve.c      the OpenAI-compatible HTTP server (runtime/server)
- *
- * Below them, the pieces the commands share: messages, strict numbers, reading a file,
- * the generation flags of generate and bench with their merge over a pair config and
- * the loading of the pair (cli_common.c; configs: config.c); llama.cpp's spellings
- * (cli_flags.c); output files, signals and stdout (outfile.c).
+ * tools/common/sd_cli.h: what the commands of the specdec program (tools/, listed in
+ * tools/tools.h) share, below them and not part of the library: messages, strict numbers,
+ * reading a file, the generation flags of generate and bench with their merge over a pair
+ * config and the loading of the pair (cli_common.c; configs: config.c); llama.cpp's
+ * spellings (cli_flags.c); output files, signals and stdout (outfile.c). Includes only the
+ * library's faces; nothing here calls a command.
  */
 #ifndef SD_CLI_H
 #define SD_CLI_H
@@ -32,50 +13,14 @@
 #include <stdio.h>
 #include <stdint.h>
 
-#include "runtime/cli/config.h"
+#include "tools/common/config.h"
 #include "runtime/engine/sd_engine.h"
 #include "runtime/model/sd_model.h"
 #include "runtime/base/sd_base.h"
-#include "target/sd_target.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-int sd_cmd_generate(int argc, char **argv);   /* runtime/cli/cmd_generate.c */
-int sd_cmd_convert(int argc, char **argv);    /* runtime/cli/cmd_model.c */
-int sd_cmd_quantize(int argc, char **argv);   /* runtime/cli/cmd_model.c */
-int sd_cmd_info(int argc, char **argv);       /* runtime/cli/cmd_model.c */
-int sd_cmd_tokenize(int argc, char **argv);   /* runtime/cli/cmd_tokenize.c */
-int sd_cmd_synth(int argc, char **argv);      /* runtime/cli/synth.c */
-int sd_cmd_compare(int argc, char **argv);    /* runtime/cli/compare.c */
-int sd_cmd_bench(int argc, char **argv);      /* runtime/cli/bench.c */
-int sd_cmd_perplexity(int argc, char **argv); /* runtime/cli/perplexity.c */
-int sd_cmd_serve(int argc, char **argv);      /* runtime/cli/cmd_serve.c */
-
-/* The options of `specdec generate` (its --help; also part of `specdec --help`). */
-void sd_cli_generate_help(FILE *f);
-
-/* ---- the memory roof (runtime/cli/roof.c) ---- */
-
-typedef struct sd_cli_roof {
-    int32_t threads, passes;
-    size_t bytes;       /* buffer size */
-    const char *kernel; /* loads used: "avx512", "avx2" or "scalar" (static strings) */
-    double gbps;        /* best pass, 1e9 bytes/s */
-    double gbps_median; /* median pass */
-} sd_cli_roof;
-
-/*
- * The best streaming read of a mib MiB buffer (huge pages requested) by `threads`
- * threads, each reading its own contiguous slice with the widest loads the CPU has
- * (kernel NULL) or the named ones ("avx512", "avx2", "scalar"); best and median of
- * `passes` timed passes after one untimed pass. Errors: SD_ERR_ARG (ranges: mib 1..2^24,
- * threads 1..4096, passes >= 1), SD_ERR_UNSUPPORTED (kernel not available), SD_ERR_OOM,
- * SD_ERR_IO (a thread could not start). Method: the comment at the top of roof.c.
- */
-int sd_cli_roof_measure(int64_t mib, int32_t threads, int32_t passes, const char *kernel,
-                        sd_cli_roof *out, sd_error *err);
 
 /* ---- messages, numbers, files ---- */
 
@@ -109,7 +54,7 @@ int sd_cli_parse_f64(const char *s, double lo, double hi, double *out);
  * refused, not waited on). */
 int sd_cli_read_file(const char *path, char **out, size_t *len, sd_error *err);
 
-/* ---- outputs (runtime/cli/outfile.c) ---- */
+/* ---- outputs (tools/common/outfile.c) ---- */
 
 /* Install the handlers that remove the armed temporary file on SIGINT, SIGTERM, SIGHUP,
  * SIGQUIT, SIGPIPE and SIGXFSZ and then end the process as the signal would (signals
@@ -299,7 +244,7 @@ typedef struct sd_cli_gen_opts {
     int has_n, has_k, has_temp, has_top_k, has_top_p, has_seed, has_threads, has_ctx;
     int64_t n, k, top_k, seed, threads, ctx;
     double temp, top_p;
-    /* The flags of runtime/cli/cli_flags.c (SD_CLI_EXTRA_LONGOPTS). */
+    /* The flags of tools/common/cli_flags.c (SD_CLI_EXTRA_LONGOPTS). */
     int threads_force;                       /* --threads-force: keep -t above the cores */
     const char *cache_type_k, *cache_type_v; /* -ctk / -ctv: "f32", "f16" or NULL */
     int has_ctx_draft;                       /* -cd/--ctx-size-draft N */
@@ -334,7 +279,7 @@ typedef struct sd_cli_gen_opts {
  * parser. */
 #define SD_CLI_PASS (-2)
 
-/* ---- llama.cpp spellings (runtime/cli/cli_flags.c) ----
+/* ---- llama.cpp spellings (tools/common/cli_flags.c) ----
  *
  * Flags that map to what specdec has, shared by generate and bench (ids between the
  * shared group's and SD_CLI_OPT_OWN; a command's table lists SD_CLI_EXTRA_LONGOPTS

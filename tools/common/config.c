@@ -1,5 +1,5 @@
 /* JSON pair configs (see config.h), parsed with jansson. */
-#include "runtime/cli/config.h"
+#include "tools/common/config.h"
 
 #include <jansson.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/cli/bench.h"
+#include "tools/bench.h"
 #include "runtime/engine/sd_engine.h"
 
 #define HINT "see 'specdec bench --help'"

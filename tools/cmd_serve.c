@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/tools.h"
 #include "runtime/engine/sd_engine.h"
 #include "runtime/server/sd_server.h"
 

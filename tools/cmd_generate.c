@@ -13,12 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/cli/chat_loop.h"
-#include "runtime/cli/cli.h"
+#include "tools/chat_loop.h"
+#include "tools/tools.h"
 #include "runtime/engine/sd_engine.h"
 #include "runtime/grammar/sd_grammar.h"
 #include "runtime/tokenizer/sd_vocab.h"
-#include "target/sd_target.h"
 
 #define HINT "see 'specdec generate --help'"
 
@@ -705,7 +704,7 @@ static int gen_save_cache(const sd_cli_pair *p, sd_ngram_cache *cache, const int
     return rc;
 }
 
-/* The interactive chat (runtime/cli/chat_loop.c) after the pair is loaded: first is the
+/* The interactive chat (tools/chat_loop.c) after the pair is loaded: first is the
  * first user message (-p, -f) or NULL. *exit_code: 0, or SD_EXIT_INTERRUPTED when Ctrl-C
  * ended it. The whole conversation becomes one document of the lookup cache. */
 static int gen_chat_interactive(const gen_cli *c, const sd_cli_pair *p, sd_engine *e,

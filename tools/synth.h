@@ -1,5 +1,5 @@
 /*
- * runtime/cli/synth.h: PRIVATE to specdec synth (synth.c: the command and the files;
+ * tools/synth.h: PRIVATE to specdec synth (synth.c: the command and the files;
  * synth_weights.c: the vocabulary and the rows of every tensor). Shapes [rows, cols].
  */
 #ifndef SD_CLI_SYNTH_H

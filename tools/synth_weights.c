@@ -1,5 +1,5 @@
 /*
- * specdec synth's weights and vocabulary (runtime/cli/synth.h; the command and the
+ * specdec synth's weights and vocabulary (tools/synth.h; the command and the
  * files: synth.c).
  *
  * The target is a grown copy of the draft plus seeded noise whose scale sets how
@@ -49,7 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cli/synth.h"
+#include "tools/synth.h"
 
 /* ---------------------------------------------------------------- random streams */
 

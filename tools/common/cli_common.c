@@ -9,7 +9,7 @@
 
 #include "quant/sd_quant.h"
 #include "runtime/backend/sd_backend.h"
-#include "runtime/cli/cli.h"
+#include "tools/common/sd_cli.h"
 #include "runtime/tokenizer/sd_vocab.h"
 
 /* ---- messages, files ---- */

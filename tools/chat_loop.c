@@ -20,10 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cli/chat_loop.h"
-#include "runtime/cli/cli.h"
+#include "tools/chat_loop.h"
+#include "tools/tools.h"
 #include "runtime/tokenizer/sd_vocab.h"
-#include "target/sd_target.h"
 
 /* A growable byte string (NUL-terminated when not empty). */
 typedef struct text_buf {

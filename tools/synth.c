@@ -21,7 +21,7 @@
  *              draft     64    2     2    2   192    512   256  0.15 M
  *
  * How the target embeds the draft, the noise and the vocabulary:
- * runtime/cli/synth_weights.c.
+ * tools/synth_weights.c.
  *
  * All tensors are kept in memory until the writer writes the file (the writer
  * references tensor data until sd_gguf_writer_write): ~1.2 GB for the tinyllama target
@@ -37,8 +37,8 @@
 #include <unistd.h>
 
 #include "quant/sd_quant.h"
-#include "runtime/cli/cli.h"
-#include "runtime/cli/synth.h"
+#include "tools/tools.h"
+#include "tools/synth.h"
 #include "runtime/gguf/sd_gguf.h"
 #include "runtime/base/sd_base.h"
 
@@ -207,7 +207,7 @@ static void synth_help(FILE *f) {
         f, "usage: specdec synth [options] -o DIR\n"
            "  writes DIR/target.gguf, DIR/draft.gguf and DIR/pair.json (a config for\n"
            "  generate/bench): a llama draft with seeded random weights and a target that\n"
-           "  is a grown copy of it plus noise (see runtime/cli/synth.c)\n"
+           "  is a grown copy of it plus noise (see tools/synth.c)\n"
            "  --preset P     tinyllama (target 1.1B: dim 2048, 22 layers, 32 heads, 4 KV,\n"
            "                 FFN 5632, synth_vocab 32000, ctx 2048; draft 58M: dim 512, 8 layers,\n"
            "                 8 heads, 4 KV, FFN 1536), llama7b (target 6.7B: dim 4096, 32\n"

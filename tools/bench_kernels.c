@@ -6,7 +6,7 @@
  *   specdec bench --kernels -m TARGET [-md DRAFT] [-t N] [--bw-mib M] [--pos P]
  *                 [--prefill N] [--reps N] [--json FILE]
  *   memory roof            the best streaming read of an M MiB buffer (default 2048) at
- *                          1 thread and at N threads (runtime/cli/roof.c: per-thread
+ *                          1 thread and at N threads (tools/roof.c: per-thread
  *                          contiguous slices, widest loads, best of max(10, --reps)
  *                          passes), measured before and again after the models; the
  *                          fractions use the best N-thread figure; --no-roof skips it
@@ -40,7 +40,7 @@
 
 #include "quant/sd_quant.h"
 #include "runtime/backend/sd_backend.h"
-#include "runtime/cli/bench.h"
+#include "tools/bench.h"
 #include "runtime/gguf/sd_gguf.h"
 #include "runtime/model/sd_model.h"
 #include "verify/sd_sample.h"

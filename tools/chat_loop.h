@@ -1,8 +1,8 @@
 /*
  * The interactive chat of `specdec generate --chat` (llama.cpp's llama-cli -cnv): turns read
  * from a stream (a terminal or a pipe), each formatted with the chat template and answered
- * by speculative generation, the KV caches of the earlier turns kept (runtime/cli/
- * chat_loop.c). Private to runtime/cli.
+ * by speculative generation, the KV caches of the earlier turns kept (tools/chat_loop.c).
+ * Private to tools/.
  */
 #ifndef SD_CLI_CHAT_LOOP_H
 #define SD_CLI_CHAT_LOOP_H

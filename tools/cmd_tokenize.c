@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/tools.h"
 #include "runtime/gguf/sd_gguf.h"
 #include "runtime/tokenizer/sd_vocab.h"
 

@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/tools.h"
 #include "runtime/model/sd_model.h"
 #include "runtime/tokenizer/sd_vocab.h"
 

@@ -1,5 +1,5 @@
 /*
- * runtime/cli/bench.h: PRIVATE to the bench command (bench.c: options and dispatch;
+ * tools/bench.h: PRIVATE to the bench command (bench.c: options and dispatch;
  * bench_kernels.c: --kernels; bench_ab.c: the A/B runs): the options and the small
  * statistics / JSON helpers they share.
  */
@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/tools.h"
 #include "runtime/model/sd_model.h"
 
 #define MAX_KS           16

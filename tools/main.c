@@ -11,13 +11,13 @@
  *   specdec --version
  *
  * Errors print one line "specdec: <what>" to stderr and exit 1 (2 for usage errors).
- * Each command lives in its own file (runtime/cli/cli.h lists them); this one dispatches.
+ * Each command lives in its own file (tools/common/sd_cli.h lists them); this one dispatches.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/tools.h"
 #include "sd_version.h" /* generated at build time (scripts/version.cmake) */
 
 #define HINT "see 'specdec --help'"
@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
         print_help(argc < 2 ? stderr : stdout);
         return argc < 2 ? SD_EXIT_USAGE : sd_cli_finish_stdout(EXIT_SUCCESS);
     }
-    /* A fatal signal removes the temporary file being written (runtime/cli/outfile.c). */
+    /* A fatal signal removes the temporary file being written (tools/common/outfile.c). */
     sd_cli_signals_install();
     /* Everything written to stdout must have got there (a full disk, /dev/full). */
     return sd_cli_finish_stdout(dispatch(argc, argv));

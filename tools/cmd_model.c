@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "quant/sd_quant.h"
-#include "runtime/cli/cli.h"
+#include "tools/tools.h"
 #include "runtime/convert/sd_convert.h"
 #include "runtime/gguf/sd_gguf.h"
 #include "runtime/tokenizer/sd_vocab.h"

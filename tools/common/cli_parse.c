@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/common/sd_cli.h"
 
 int sd_cli_usage(const char *hint, const char *fmt, const char *arg) {
     fprintf(stderr, "specdec: ");

@@ -26,7 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/tools.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

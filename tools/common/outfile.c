@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/common/sd_cli.h"
 #include "runtime/gguf/sd_gguf.h"
 
 static char g_temp[4200];

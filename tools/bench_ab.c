@@ -39,7 +39,7 @@
 #include <unistd.h>
 
 #include "quant/sd_quant.h"
-#include "runtime/cli/bench.h"
+#include "tools/bench.h"
 #include "runtime/engine/sd_engine.h"
 #include "runtime/tokenizer/sd_vocab.h"
 

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/tools.h"
 #include "runtime/model/sd_model.h"
 
 #define CMP_HINT  "see 'specdec compare --help'"

@@ -42,7 +42,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/cli/bench.h"
+#include "tools/bench.h"
 #include "runtime/engine/sd_engine.h"
 #include "runtime/tokenizer/sd_vocab.h"
 

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/cli/cli.h"
+#include "tools/common/sd_cli.h"
 
 /* ---- the table of llama.cpp flags without meaning here ---- */
 
