@@ -172,7 +172,6 @@ Test(chat_shift, a_long_chat_goes_on_and_every_answer_is_a_fresh_runs) {
     rec_free(&off);
     sd_engine_free(e);
     e = open_engine();
-    cr_assert_eq(sd_engine_generate_path(e, NULL, 0, NULL), SD_GEN_PATH_BATCHER);
     cr_assert_eq(chat(e, 1, &on, &conv, &n_conv, &err), SD_OK, "%s", err.msg);
     cr_assert_eq(on.n, 10, "%d turns answered", on.n);
     cr_assert_eq(n_conv, on.n_conv[on.n - 1]);

@@ -590,7 +590,6 @@ Test(golden, tiny_pair_logprobs_and_grammar) {
  * which the first pass evaluates) in its prefix cache, which matches to the token (whole
  * 64-position blocks, then the partly filled last one). */
 Test(golden, generate_counts_its_prefix_reuse) {
-    const sd_gen_path path = SD_GEN_PATH_BATCHER;
     sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
     sd_error err = {0};
     int32_t *ids = NULL;
@@ -603,8 +602,7 @@ Test(golden, generate_counts_its_prefix_reuse) {
     const gcase c = {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0};
     sd_gen_params gp = params_of(&c, 40);
     gp.ignore_eos = 1;
-    const char *name = sd_gen_path_name(path);
-    cr_assert_eq(sd_engine_generate_path(e, &gp, n_ids, NULL), path, "%s", name);
+    const char *name = "generate";
     int32_t out1[MAXOUT], out2[MAXOUT], out3[MAXOUT];
     sd_gen_stats st1, st2, st3;
     cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out1, MAXOUT, &st1, &err),
@@ -671,42 +669,12 @@ Test(golden, stats_add_pools_the_counts) {
     cr_assert_float_eq(sd_stats_tokens_per_s(&sum), 15.0 / (65.0 * 1e-3), 1e-9);
 }
 
-/* sd_engine_generate's path is chosen in one place (sd_engine_generate_path), and there is
- * one: the batcher's step, for every shape of request (trees, a context shift, the sweep
- * and adaptive policies, a stop at the context, a tensor-parallel target); and it is the
- * one that ran: the engine's single-sequence target cache stays untouched. */
-Test(golden, generate_path_is_chosen_in_one_place) {
+/* sd_engine_generate runs the batcher's step (a one-slot batcher over the paged pool):
+ * the engine's single-sequence target cache stays untouched. */
+Test(golden, generate_runs_the_batcher) {
     sd_engine *e = open_pair(TINY_T, TINY_D, NULL);
     const gcase c = {"greedy llm", SD_DRAFT_LLM, 0.0f, SD_SPEC_GUMBEL, 0.0f, 0.0f, 0};
     sd_gen_params gp = params_of(&c, 32);
-    const char *why = NULL;
-    cr_assert_eq(sd_engine_generate_path(e, &gp, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
-    sd_gen_params g = gp; /* token trees and a context shift: the batcher's too */
-    g.tree_width = 2;
-    g.n_draft = 3;
-    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
-    g = gp;
-    g.context_shift = 1;
-    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
-    g = gp; /* the sweep policy: the batcher's too */
-    g.k_policy = SD_K_SWEEP;
-    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
-    g = gp; /* the adaptive K and a stop at the context limit: the batcher's too */
-    g.k_policy = SD_K_ADAPTIVE;
-    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
-    g = gp;
-    g.n_predict = N_CTX;
-    cr_assert_eq(sd_engine_generate_path(e, &g, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
-    cr_assert_str_eq(sd_gen_path_name(SD_GEN_PATH_BATCHER), "batcher");
-    { /* a tensor-parallel target: the batcher's too (split paged sessions, test_tp.c) */
-        sd_engine_params ep = eu_engine_params(TINY_T, TINY_D, N_CTX, 2);
-        ep.n_split = 2;
-        sd_engine *es = eu_engine_open(&ep);
-        cr_assert_eq(sd_engine_generate_path(es, &gp, 5, &why), SD_GEN_PATH_BATCHER, "%s", why);
-        sd_engine_free(es);
-    }
-
-    /* which one ran */
     sd_error err = {0};
     int32_t *ids = NULL;
     const int32_t n_ids = eu_prompt(e, "Once upon a time", &ids);
@@ -774,7 +742,6 @@ Test(golden, three_clients_equal_the_references) {
             static const char *const names[] = {"generate's batcher", "serve"};
             if (client == 0) {
                 sd_gen_params gc = gp;
-                cr_assert_eq(sd_engine_generate_path(e, &gc, n_ids, NULL), SD_GEN_PATH_BATCHER);
                 cr_assert_eq(
                     sd_engine_generate(e, &gc, ids, n_ids, NULL, NULL, g.toks, MAXOUT, &g.st, &err),
                     SD_OK, "%s", err.msg);
@@ -823,7 +790,6 @@ Test(golden, sweep_through_the_batcher) {
         sd_gen_stats st;
         gp.k_trace = kt;
         gp.k_trace_cap = NP + 1;
-        cr_assert_eq(sd_engine_generate_path(e, &gp, n_ids, NULL), SD_GEN_PATH_BATCHER);
         int32_t out[MAXOUT];
         cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, out, MAXOUT, &st, &err),
                      SD_OK, "%s", err.msg);
@@ -867,8 +833,6 @@ Test(golden, context_stop_in_both_loops) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         sd_gen_params gp = params_of(&cases[c], NPRED);
         gp.ignore_eos = 1;
-        const char *why = NULL;
-        cr_assert_eq(sd_engine_generate_path(e, &gp, n_ids, &why), SD_GEN_PATH_BATCHER, "%s", why);
         sd_gen_stats sa;
         cr_assert_eq(sd_engine_generate(e, &gp, ids, n_ids, NULL, NULL, a, NPRED, &sa, &err), SD_OK,
                      "%s", err.msg);
@@ -984,8 +948,6 @@ Test(golden, context_shift_equals_the_reference) {
         gp.context_shift = 1;
         gp.shift_keep = cases[c].keep;
         gp.logprobs = 1;
-        const char *why = NULL;
-        cr_assert_eq(sd_engine_generate_path(e, &gp, n_ids, &why), SD_GEN_PATH_BATCHER, "%s", why);
         int32_t a[NGEN], b[NGEN];
         sd_gen_stats sa, sb;
         sd_error err = {0};
@@ -1086,7 +1048,6 @@ Test(golden, trees_through_the_batcher) {
             for (int client = 0; client < 2; client++) {
                 if (client == 0) {
                     sd_gen_params gc = gp;
-                    cr_assert_eq(sd_engine_generate_path(e, &gc, n_ids, NULL), SD_GEN_PATH_BATCHER);
                     cr_assert_eq(sd_engine_generate(e, &gc, ids, n_ids, NULL, NULL, g[client].toks,
                                                     MAXOUT, &g[client].st, &err),
                                  SD_OK, "%s, %s: %s", what, names[client], err.msg);

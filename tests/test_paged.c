@@ -380,6 +380,11 @@ Test(paged, one_sequence_calls_name_their_sequence) {
     cr_expect_eq(sd_session_seq_eval(c, 1, tok, 1, NULL, 0, &err), SD_ERR_ARG);
     cr_expect_eq(sd_session_seq_eval_argmax(c, -1, tok, 1, NV, lc, &best_c, &err), SD_ERR_ARG);
     cr_expect_eq(sd_session_seq_sync(c, 1, tok, 1, &err), SD_ERR_ARG);
+    const int32_t one[1] = {1};
+    sd_batch b1 = sd_batch_of(tok, 1);
+    b1.seq_id = one;
+    cr_expect_eq(sd_session_decode(c, &b1, lc, &err), SD_ERR_ARG, "a batch of sequence 1");
+    cr_expect(strstr(err.msg, "sequence id 1") != NULL, "%s", err.msg);
     cr_expect_eq(sd_session_seq_n_past(c, 0), 11, "a refused call changed the cache");
     check_accounting(p);
     free(lc);

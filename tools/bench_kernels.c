@@ -129,23 +129,23 @@ static int measure_device_bandwidth(sd_device dev, int64_t mib, int reps, double
 static int profile_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t n, int reps,
                         float *logits, size_t streamed, json_t *jp, sd_error *err) {
     struct sd_backend *be = sd_session_backend(s);
-    int rc = sd_session_sync(s, ctx, pos, err);
+    int rc = sd_session_seq_sync(s, 0, ctx, pos, err);
     if (!rc) rc = sd_session_eval(s, ctx + pos, n, logits, n, err); /* warm */
-    if (!rc) rc = sd_session_truncate(s, pos, err);
+    if (!rc) rc = sd_session_seq_truncate(s, 0, pos, err);
     if (rc) return rc;
     /* The thread pool's hand-overs of one unprofiled pass (the profiler runs a
      * matmul_multi's matrices one by one, which would count more). */
     sd_cpu_pool_counts h0, h1;
     sd_backend_cpu_pool_counts(be, &h0);
     rc = sd_session_eval(s, ctx + pos, n, logits, n, err);
-    if (!rc) rc = sd_session_truncate(s, pos, err);
+    if (!rc) rc = sd_session_seq_truncate(s, 0, pos, err);
     sd_backend_cpu_pool_counts(be, &h1);
     if (rc) return rc;
     sd_backend_cpu_profile_enable(be, 1);
     const double t0 = sd_time_ms();
     for (int r = 0; r < reps && !rc; r++) {
         rc = sd_session_eval(s, ctx + pos, n, logits, n, err);
-        if (!rc) rc = sd_session_truncate(s, pos, err);
+        if (!rc) rc = sd_session_seq_truncate(s, 0, pos, err);
     }
     const double total = (sd_time_ms() - t0) / reps;
     sd_cpu_profile pr;
@@ -340,7 +340,7 @@ static int kernels_model(const char *role, const sd_model *m, const bench_cli *c
         double *t = malloc((size_t)pre_reps * sizeof *t);
         if (!t) rc = sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
         for (int r = 0; r < pre_reps && !rc; r++) {
-            rc = sd_session_truncate(s, 0, err);
+            rc = sd_session_seq_truncate(s, 0, 0, err);
             const double t0 = sd_time_ms();
             if (!rc) rc = sd_session_eval(s, ctx, n_pre, logits, n_pre, err);
             t[r] = sd_time_ms() - t0;

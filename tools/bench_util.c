@@ -139,10 +139,10 @@ void bench_make_fill(int32_t *ctx, int32_t n, const int32_t *prompt, int32_t n_p
  * repetition. */
 int bench_time_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t n, int reps,
                     float *logits, double *med_ms, sd_error *err) {
-    int rc = sd_session_sync(s, ctx, pos, err);
+    int rc = sd_session_seq_sync(s, 0, ctx, pos, err);
     /* One untimed pass first (page faults of the mapping, cold caches). */
     if (!rc) rc = sd_session_eval(s, ctx + pos, n, logits, n, err);
-    if (!rc) rc = sd_session_truncate(s, pos, err);
+    if (!rc) rc = sd_session_seq_truncate(s, 0, pos, err);
     if (rc) return rc;
     double *t = malloc((size_t)reps * sizeof *t);
     if (!t) return sd_errorf(err, SD_ERR_OOM, "bench: out of memory");
@@ -150,7 +150,7 @@ int bench_time_eval(sd_session *s, const int32_t *ctx, int32_t pos, int32_t n, i
         const double t0 = sd_time_ms();
         rc = sd_session_eval(s, ctx + pos, n, logits, n, err);
         t[r] = sd_time_ms() - t0;
-        if (!rc) rc = sd_session_truncate(s, pos, err);
+        if (!rc) rc = sd_session_seq_truncate(s, 0, pos, err);
     }
     if (!rc) *med_ms = bench_quantile(t, (size_t)reps, 0.5);
     free(t);

@@ -338,9 +338,16 @@ static void print_passes(const sd_gen_stats *st, const sd_gen_params *gp) {
 
 /* -v: the settings the run uses, before it. */
 static void print_settings(const sd_gen_params *gp, const sd_engine_params *ep,
-                           const char *proposer, sd_gen_path path, const char *why) {
+                           const char *proposer, const sd_engine *e) {
     const sd_sampling_params *sp = &gp->samp;
-    fprintf(stderr, "specdec: loop: %s (%s)\n", sd_gen_path_name(path), why);
+    char split[32] = "no split";
+    if (ep->n_split) snprintf(split, sizeof split, "split %d", ep->n_split);
+    fprintf(stderr,
+            "specdec: engine: KV %s, context %d (draft %d), device %s (draft %s), %s, %d "
+            "threads\n",
+            sd_type_name((uint32_t)ep->kv_type), sd_engine_n_ctx(e), sd_engine_n_ctx_draft(e),
+            sd_device_name(ep->device), sd_device_name(ep->device_draft), split,
+            ep->n_threads > 0 ? ep->n_threads : sd_n_cores());
     fprintf(stderr,
             "specdec: sampling: temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g "
             "(last %d), presence %g, frequency %g, %s, seed %llu\n",
@@ -859,10 +866,8 @@ int sd_cmd_generate(int argc, char **argv) {
     if (notes && c.random_seed)
         fprintf(stderr, "specdec: --seed -1: seed %llu\n", (unsigned long long)gp.seed);
     if (notes && c.verbose) {
-        const char *why = NULL;
-        const sd_gen_path path = sd_engine_generate_path(e, &gp, (int32_t)n_ids, &why);
         const sd_draft_type shown = gp.draft_type == SD_DRAFT_AUTO ? SD_DRAFT_LLM : gp.draft_type;
-        print_settings(&gp, &p.ep, with_draft ? sd_draft_type_name(shown) : "none", path, why);
+        print_settings(&gp, &p.ep, with_draft ? sd_draft_type_name(shown) : "none", e);
     }
     if (!out || !k_trace || (c.verbose && !passes) || (c.logprobs && !lps)) {
         rc = sd_errorf(&err, SD_ERR_OOM, "out of memory for %d output tokens", gp.n_predict);

@@ -80,7 +80,7 @@ static cmp_stats stats_of(const float *a, const float *b, int32_t rows, int32_t 
 /* Logits of toks[0 .. n) from an empty cache, chunk tokens per eval. */
 static int eval_rows(sd_session *s, const int32_t *toks, int32_t n, int32_t chunk, int32_t nv,
                      float *out, sd_error *err) {
-    int rc = sd_session_truncate(s, 0, err);
+    int rc = sd_session_seq_truncate(s, 0, 0, err);
     for (int32_t i = 0; i < n && !rc; i += chunk) {
         const int32_t m = n - i < chunk ? n - i : chunk;
         rc = sd_session_eval(s, toks + i, m, out + (size_t)i * nv, m, err);
@@ -197,7 +197,7 @@ int sd_cmd_compare(int argc, char **argv) {
     /* Single steps against the decode path's rows. */
     const int32_t steps = n < CMP_STEPS ? n : CMP_STEPS;
     int32_t n_diff = 0;
-    if ((rc = sd_session_truncate(a, 0, &err))) goto done;
+    if ((rc = sd_session_seq_truncate(a, 0, 0, &err))) goto done;
     for (int32_t i = 0; i < steps; i++) {
         if ((rc = sd_session_eval(a, toks + i, 1, l1, 1, &err))) goto done;
         n_diff += memcmp(l1, la + (size_t)i * nv, (size_t)nv * sizeof(float)) != 0;

@@ -67,7 +67,7 @@ static int ppl_score(sd_session *s, const char *model_path, const int32_t *ids, 
     int32_t st = 0;
     for (;;) {
         const int32_t e = n - st > ctx ? st + ctx : n;
-        int rc = sd_session_truncate(s, 0, err);
+        int rc = sd_session_seq_truncate(s, 0, 0, err);
         if (rc) return rc;
         for (int32_t c0 = st; c0 < e; c0 += n_batch) {
             const int32_t m = e - c0 < n_batch ? e - c0 : n_batch;

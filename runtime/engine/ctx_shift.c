@@ -1,6 +1,6 @@
 /*
  * runtime/engine/ctx_shift.c: llama.cpp's context shift, the arithmetic both clients
- * share (generate --context-shift, runtime/cli/cmd_generate.c, and serve --context-shift,
+ * share (generate --context-shift, tools/cmd_generate.c, and serve --context-shift,
  * runtime/server/api.c): how many first tokens stay, and the window after a shift.
  */
 #include <string.h>

@@ -1,7 +1,7 @@
 /*
  * runtime/engine/engine_impl.h: PRIVATE to runtime/engine. The engine's record, shared by
- * engine.c (loading and pairing the models, the old loop's sessions) and gen_entry.c
- * (sd_engine_generate: the path chosen, then the batcher's step or the old loop; the
+ * engine.c (loading and pairing the models; the single-sequence sessions white-box tests
+ * read) and gen_entry.c (sd_engine_generate: the batcher's step on one sequence; the
  * generate context; sd_engine_free), which sits above engine.c and the batcher so that
  * neither calls the other back.
  */

@@ -108,7 +108,7 @@ sd_completion_params sd_completion_default_params(void) {
     p.n_predict = g.n_predict;
     p.n_draft = g.n_draft;
     p.draft_type = NULL;
-    /* generate's drafting defaults (runtime/cli/cmd_generate.c): the adaptive policy and
+    /* generate's drafting defaults (tools/cmd_generate.c): the adaptive policy and
      * llama.cpp's --draft-p-min. */
     p.adaptive = 1;
     p.draft_p_min = 0.75f;

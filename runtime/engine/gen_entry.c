@@ -68,19 +68,6 @@ int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *pro
                             cap_out, stats, err);
 }
 
-const char *sd_gen_path_name(sd_gen_path p) {
-    return p == SD_GEN_PATH_BATCHER ? "batcher" : "unknown";
-}
-
-sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
-                                    const char **why) {
-    (void)e;
-    (void)gp;
-    (void)n_prompt;
-    if (why) *why = "one sequence of the batcher's step";
-    return SD_GEN_PATH_BATCHER;
-}
-
 void sd_engine_clear_cache(sd_engine *e) {
     if (e->gen && e->gen->b) sd_batcher_clear_cache(e->gen->b);
 }

@@ -1,6 +1,6 @@
 /* runtime/engine/prompt.c: a prompt (raw text, or chat messages in the chat template) to
  * token ids (see sd_engine.h). The server, generate and bench (both modes) tokenize
- * through it; the chat loop (runtime/cli/chat_loop.c) tokenizes only what a turn appends to
+ * through it; the chat loop (tools/chat_loop.c) tokenizes only what a turn appends to
  * the conversation's text, a different operation, with sd_vocab_tokenize. */
 #include <stdlib.h>
 

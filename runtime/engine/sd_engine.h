@@ -315,15 +315,6 @@ typedef struct sd_token_logprob {
     double top_logprob[SD_MAX_TOP_LOGPROBS];
 } sd_token_logprob;
 
-/* The path sd_engine_generate runs (sd_engine_generate_path): there is one, the batcher's
- * step over one sequence (gen_batch.c), one engine for generate and serve. */
-typedef enum sd_gen_path {
-    SD_GEN_PATH_BATCHER = 1,
-} sd_gen_path;
-
-/* "batcher". */
-const char *sd_gen_path_name(sd_gen_path p);
-
 /* Context shift (llama.cpp's --context-shift; generate and serve share it: ctx_shift.c).
  * sd_ctx_shift_keep: how many first tokens of a context that starts with prompt[0 ..
  * n_prompt) every shift keeps: keep of them (keep < 0 or beyond the prompt: all of it),
@@ -545,15 +536,6 @@ double sd_engine_draft_prior(const sd_engine *e, sd_draft_type t);
 int sd_engine_generate(sd_engine *e, const sd_gen_params *gp, const int32_t *prompt,
                        int32_t n_prompt, sd_token_cb cb, void *user, int32_t *out, int32_t cap_out,
                        sd_gen_stats *stats, sd_error *err);
-
-/*
- * The path sd_engine_generate runs for gp (NULL: the engine's) and a prompt of n_prompt
- * tokens: SD_GEN_PATH_BATCHER, always (a batcher of one sequence over the paged KV pool,
- * the step `specdec serve` runs, on a device or a tensor-parallel target too). *why (may
- * be NULL): the reason, a static string ("one sequence of the batcher's step").
- */
-sd_gen_path sd_engine_generate_path(const sd_engine *e, const sd_gen_params *gp, int32_t n_prompt,
-                                    const char **why);
 
 /* Forget the prompts of earlier runs (the one-slot batcher's prefix cache, both pools):
  * the next run prefills its prompt from scratch (bench). */

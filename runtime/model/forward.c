@@ -555,7 +555,7 @@ static int check_batch(sd_session *s, const sd_batch *b, int32_t n_last, const f
                              b->token[i], i, n_vocab);
         const int32_t seq = b->seq_id ? b->seq_id[i] : 0;
         if (seq < 0 || seq >= s->n_seq)
-            return sd_errorf(err, s->n_seq == 1 ? SD_ERR_UNSUPPORTED : SD_ERR_ARG,
+            return sd_errorf(err, SD_ERR_ARG,
                              "eval: batch index %d has sequence id %d: the session holds %d "
                              "sequence%s (ids 0 .. %d)",
                              i, seq, s->n_seq, s->n_seq == 1 ? "" : "s", s->n_seq - 1);
@@ -1090,11 +1090,6 @@ sd_weights_info sd_session_weights_info(const sd_session *s) {
     }
     return w;
 }
-/* Until runtime/cli moves to tools/ (sd_model.h). */
-int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err) {
-    return sd_session_seq_truncate(s, 0, n_keep, err);
-}
-
 /* Layer l's K row at src rotated back by n_discard positions (RoPE angles add: rotating by
  * p then by -d is rotating by p - d), stored as type t at dst (exact in f32); row: float
  * scratch [kv_dim]. The contiguous and the paged shift's one arithmetic. */

@@ -168,9 +168,9 @@ int sd_session_split_check(const sd_model *m, const sd_session_params *p, sd_err
 /*
  * A batch of tokens for one forward pass (as llama.cpp's llama_batch). Each sequence's
  * tokens must be adjacent in the batch (one run per sequence) and continue its cache
- * (positions n_past(seq), n_past(seq) + 1, ...); a session of one sequence takes only
- * seq_id 0 (SD_ERR_UNSUPPORTED otherwise, named). Every row's logits are bit-identical
- * whatever else the batch holds: every op is row by row except RoPE, the KV store and
+ * (positions n_past(seq), n_past(seq) + 1, ...); a sequence id the session does not
+ * hold (a contiguous cache: anything but 0) is SD_ERR_ARG, named. Every row's logits are
+ * bit-identical whatever else the batch holds: every op is row by row except RoPE, the KV store and
  * attention, which run per sequence over its own cache.
  *   token  : int32 [n_tokens], each in [0, n_vocab)
  *   pos    : int32 [n_tokens] positions, or NULL for n_past, n_past + 1, ...
@@ -384,11 +384,6 @@ const sd_model *sd_session_model(const sd_session *s);
  * error the sequence holds a prefix of ctx.
  */
 int sd_session_seq_sync(sd_session *s, int32_t seq, const int32_t *ctx, int32_t n, sd_error *err);
-
-/* Sequence 0's sd_session_seq_truncate and sd_session_seq_sync, for runtime/cli until it
- * moves to tools/ (then removed). */
-int sd_session_truncate(sd_session *s, int32_t n_keep, sd_error *err);
-int sd_session_sync(sd_session *s, const int32_t *ctx, int32_t n, sd_error *err);
 
 #ifdef __cplusplus
 }

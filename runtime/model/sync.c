@@ -20,8 +20,3 @@ int sd_session_seq_sync(sd_session *s, int32_t seq, const int32_t *ctx, int32_t 
     }
     return SD_OK;
 }
-
-/* Until runtime/cli moves to tools/ (sd_model.h). */
-int sd_session_sync(sd_session *s, const int32_t *ctx, int32_t n, sd_error *err) {
-    return sd_session_seq_sync(s, 0, ctx, n, err);
-}
