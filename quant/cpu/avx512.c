@@ -188,7 +188,11 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
         const uint8_t *mp = gp + (size_t)i * main;
         _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) P[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {
-            sd_prefetch_part(mp, main, SD_PF_BYTES, s, 8); /* an eighth per sub-block */
+            /* an eighth of the block's prefetch per sub-block, straight-line: sd_prefetch_at's
+             * loop (GCC does not unroll 35 lines) cost 3 instructions more a line. The same
+             * spread in the Q6_K tiles (here and x256.h's tile_q6_1) streamed from memory
+             * 10-30% slower (docs/performance.md, tenth round): they keep the loop. */
+            sd_prefetch_part(mp, main, SD_PF_BYTES, s, 8);
             __m512i w[8];
             unpack_k45(mp, kind, s, w);
             const __m512i sc = k45_scale(mp, 0, s);
@@ -231,9 +235,9 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
+        sd_prefetch_ahead(mp, main);
         _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) P[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (int hk = 0; hk < 8; hk++) {
-            sd_prefetch_part(mp, main, SD_PF_BYTES, hk, 8); /* an eighth per 32 columns */
             __m512i w[8];
             unpack_k236(mp, kind, hk, w);
             const __m512i sa0 = k_scale(mp, kind, 2 * hk), sa1 = k_scale(mp, kind, 2 * hk + 1);

@@ -57,7 +57,8 @@ static inline void sd_prefetch_ahead(const uint8_t *mp, size_t bytes) {
  * compiler unrolls (p, n and bytes constants), it spreads a block's prefetches through the
  * block's work as straight-line instructions: no loop counter, where sd_prefetch_at's loop
  * costs an add and a compare-and-branch more per line (3 instructions a line: 105 of the
- * ~430 of the AVX-512 Q4_K one-token super-block, 156 of the ~580 of Q6_K's). */
+ * ~410 of the AVX-512 Q4_K one-token super-block). Whether it streams faster depends on
+ * the tile: measure from memory before using it (docs/performance.md, tenth round). */
 static inline __attribute__((always_inline)) void sd_prefetch_part(const uint8_t *mp, size_t bytes,
                                                                    size_t ahead, int p, int n) {
     const size_t lines = bytes / 64;

@@ -993,12 +993,10 @@ SD_T SD_INL void tile_q6_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, flo
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
         const uint8_t *xr = xa + (size_t)i * XK;
+        sd_prefetch_at(mp, main, SD_PF_BYTES_256); /* not pf256: see its comment */
         v8i P[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         /* unrolled: the level and scale shifts become immediates */
         _Pragma("GCC unroll 16") for (int g = 0; g < 16; g++) {
-            /* a sixteenth of the block's prefetch per group, not the burst of pf256 (see
-             * its comment) nor sd_prefetch_at's loop (3 instructions a line) */
-            sd_prefetch_part(mp, main, SD_PF_BYTES_256, g, 16);
             const int hk = g >> 1, h6 = hk >> 2, k = hk & 3, kk0 = 4 * (g & 1);
             const uint8_t *ms = mp;
             __asm__("" : "+r"(ms)); /* no hoisting of the next groups' unpacking: it spills */

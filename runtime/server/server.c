@@ -345,8 +345,10 @@ static enum MHD_Result queue_reply(sd_server *s, struct MHD_Connection *c, conn 
     /* A client that half-closed its side (shutdown(SHUT_WR)) sends no further request: the
      * connection closes after this answer, not timeout_s later (a reader that waits for
      * the EOF would wait that long). A request pipelined behind this one and read already
-     * goes unanswered then. */
-    if (peer_eof(conn_fd(c))) MHD_add_response_header(resp, "Connection", "close");
+     * goes unanswered then. While the server stops, every connection closes after its
+     * answer (the listening socket stays open until the daemon stops: sd_server_run). */
+    if (atomic_load(&s->stopping) || peer_eof(conn_fd(c)))
+        MHD_add_response_header(resp, "Connection", "close");
     if (k && k->origin) {
         const int any = !strcmp(s->p.cors_origins, "*");
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", any ? "*" : k->origin);
@@ -781,7 +783,7 @@ int sd_server_init(sd_engine *e, sd_batcher *b, const sd_server_params *p, sd_se
             return sd_errorf(err, SD_ERR_IO, "server: libmicrohttpd did not start on %s port %d",
                              hosts[i], p->port);
         }
-        s->listen_fd[i] = -1; /* the daemon closes it (or hands it back when quiesced) */
+        s->listen_fd[i] = -1; /* the daemon closes it */
         s->n_d = i + 1;
     }
     *out = s;
@@ -840,14 +842,16 @@ int sd_server_run(sd_server *s, sd_error *err) {
         }
         sd_batcher_wait(s->b, 50);
     }
-    /* Shutdown: no new connections or requests, a grace period, then cancel the rest. */
+    /* Shutdown: no new generations (answered 503, /health too), a grace period, then cancel
+     * the rest. The daemons keep their listening sockets until MHD_stop_daemon: no
+     * MHD_quiesce_daemon, which in libmicrohttpd 0.9.75 with a pool of epoll threads removes
+     * the listening socket from each worker's epoll set while that worker may remove it
+     * itself (it saw the quiesce flag, or reached its share of the connection limit); the
+     * loser's epoll_ctl(DEL) fails and libmicrohttpd aborts the process ("Failed to remove
+     * listen FD from epoll set", daemon.c:5531 and :4940; test_server_stop.c). */
     atomic_store(&s->stopping, 1);
     logf_(s, "stopping: finishing in-flight requests (up to %.0f s; a second signal cancels them)",
           s->p.shutdown_timeout_s);
-    for (int i = 0; i < s->n_d; i++) {
-        const MHD_socket lfd = MHD_quiesce_daemon(s->d[i]);
-        if (lfd != MHD_INVALID_SOCKET) close((int)lfd);
-    }
     sd_batcher_close(s->b, 0);
     drain(s, sd_time_ms() + s->p.shutdown_timeout_s * 1e3, 1, &rc_first, err);
     if (sd_batcher_busy(s->b)) {

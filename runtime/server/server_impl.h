@@ -148,7 +148,7 @@ struct sd_server {
     sd_server_params p;
     char *model_name;
     struct MHD_Daemon *d[SRV_MAX_HOSTS]; /* one daemon per address of p.host's list */
-    int listen_fd[SRV_MAX_HOSTS];        /* sockets not (or no longer) a daemon's, or -1 */
+    int listen_fd[SRV_MAX_HOSTS];        /* sockets not (yet) a daemon's, or -1 */
     int n_d;                             /* addresses bound */
     int port;
     volatile sig_atomic_t stop;
