@@ -367,7 +367,7 @@ static int suffix_propose(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, 
  * the `width` most frequent followers of s (ties: the most recent), each whose probability
  * count / total is at least min_token_prob, each continued by the chain rule of
  * suffix_index_chain from that probability, every branch at most min(depth,
- * max_spec_factor * m) tokens deep. The first branch is the chain proposal. Depth-first
+ * max_spec_factor * m) tokens deep. The first branch is the match's own chain. Depth-first
  * node order into tokens, parent [width * depth]. */
 static int32_t suffix_tree(sd_suffix_index *ix, int32_t s, int32_t m, const sd_suffix_params *p,
                            int32_t width, int32_t depth, int32_t *tokens, int32_t *parent) {
@@ -401,33 +401,43 @@ static int32_t suffix_tree(sd_suffix_index *ix, int32_t s, int32_t m, const sd_s
     return n;
 }
 
-/* A tree from the context's index; without one (no match there) the chain proposal,
- * which also asks the cross-request cache. */
+/* A tree whose first branch is the chain proposal (suffix_propose, as a chain of the same
+ * depth drafts: the match's chain, a resumed copy with its renames, the byte match or the
+ * cross-request cache's proposal), then the context match's other most frequent followers,
+ * each continued by its chain (suffix_tree), leaving out a follower whose token is the
+ * chain's first (siblings are distinct): at most width branches. So a tree drafts every
+ * token the chain drafts and is accepted at least as far. The chain's learning (resuming,
+ * the expected rule's outcomes) reads the committed text, the target's whichever branch it
+ * took. */
 static int suffix_propose_tree(sd_proposer *base, const int32_t *ctx, int32_t n_ctx, int32_t width,
                                int32_t depth, sd_proposal *out, sd_error *err) {
     suffix_proposer *p = (suffix_proposer *)base;
-    out->n = 0;
-    out->n_vocab = p->n_vocab;
-    out->probs = NULL;
-    out->one_hot = 1;
-    out->lookup = 1;
-    p->last_match = 0;
-    sync(p, ctx, n_ctx);
-    p->pend_n = 0; /* trees are not learned from, nor resumed */
-    p->rs_n = 0;
-    p->cur = -1;
-    if (sd_suffix_index_n_tokens(p->ix) == n_ctx) {
-        sd_suffix_index *ix = p->ix;
-        int32_t m = 0;
-        const int32_t l = suffix_index_match_state(ix, &m);
-        p->last_match = m;
-        if (l >= 0) out->n = suffix_tree(ix, l, m, &p->prm, width, depth, out->tokens, out->parent);
-    }
-    if (out->n > 0) return SD_OK;
-    int rc = suffix_propose(base, ctx, n_ctx, depth, out, err);
-    for (int32_t i = 0; rc == SD_OK && i < out->n; i++)
+    const int rc = suffix_propose(base, ctx, n_ctx, depth, out, err);
+    if (rc) return rc;
+    for (int32_t i = 0; i < out->n; i++)
         out->parent[i] = i - 1;
-    return rc;
+    if (width < 2 || sd_suffix_index_n_tokens(p->ix) != n_ctx) return SD_OK;
+    int32_t m = 0;
+    const int32_t l = suffix_index_match_state(p->ix, &m);
+    if (l < 0) return SD_OK;
+    int32_t tok[SD_MAX_DRAFT], par[SD_MAX_DRAFT];
+    const int32_t nt = suffix_tree(p->ix, l, m, &p->prm, width, depth, tok, par);
+    int32_t branches = out->n > 0;
+    for (int32_t i = 0; i < nt && branches < width;) {
+        int32_t j = i + 1; /* the branch: nodes i .. j - 1, a chain below its root */
+        while (j < nt && par[j] >= 0)
+            j++;
+        if ((out->n == 0 || tok[i] != out->tokens[0]) && out->n + (j - i) <= SD_MAX_DRAFT) {
+            const int32_t at = out->n;
+            for (int32_t q = i; q < j; q++) {
+                out->tokens[out->n] = tok[q];
+                out->parent[out->n++] = par[q] < 0 ? -1 : at + (par[q] - i);
+            }
+            branches++;
+        }
+        i = j;
+    }
+    return SD_OK;
 }
 
 static void suffix_free(sd_proposer *base) {

@@ -381,6 +381,80 @@ Test(tree_gen, proposer_tree_shapes) {
     sd_proposer_free(g);
 }
 
+/* The suffix tree drafts every token the chain drafts: its first branch is the chain
+ * proposal of a proposer with the same history (resumed copies and renames included), the
+ * other roots differ from its first token and from each other. Replayed over outputs that
+ * copy their prompt with a rename (every V written as R, as a code edit renames a variable),
+ * random substitutions and new text between the copies: each pass proposes a chain (K 8)
+ * and a 2 x 8 tree from two proposers, accepts the chain's longest prefix equal to the
+ * output, emits one more and commits the same text to both. */
+Test(tree_gen, suffix_tree_first_branch_is_the_chain) {
+    enum { NV = 40, V = NV - 3, R = NV - 2, NP = 240, NO = 400 };
+    sd_suffix_params sp = sd_suffix_default_params();
+    sp.n_ctx = NP + NO + 8;
+    sd_proposer *a = NULL, *b = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_proposer_suffix_init(&sp, NV, &a, &err), SD_OK, "%s", err.msg);
+    cr_assert_eq(sd_proposer_suffix_init(&sp, NV, &b, &err), SD_OK, "%s", err.msg);
+    uint64_t rng = 0x2545f4914f6cdd1dull;
+    int32_t text[NP + NO], n_out = 0;
+    for (int32_t i = 0; i < NP; i++)
+        text[i] = i % 7 == 3 ? V : (int32_t)(next(&rng) % (NV - 3));
+    int32_t *out = text + NP;
+    while (n_out < NO) { /* a copy of 20 .. 59 prompt tokens, then 1 .. 3 new ones */
+        const int32_t at = (int32_t)(next(&rng) % (NP - 60)), len = 20 + (int32_t)(next(&rng) % 40);
+        for (int32_t i = 0; i < len && n_out < NO; i++) {
+            int32_t t = text[at + i] == V ? R : text[at + i];
+            if (next(&rng) % 25 == 0) t = (int32_t)(next(&rng) % (NV - 3));
+            out[n_out++] = t;
+        }
+        for (int32_t i = (int32_t)(next(&rng) % 3); i >= 0 && n_out < NO; i--)
+            out[n_out++] = (int32_t)(next(&rng) % NV);
+    }
+    int32_t n = NP, gen = 0, passes = 0, with_chain = 0, with_branches = 0, renamed = 0;
+    while (gen < NO - 1) {
+        sd_proposal pc, pt;
+        cr_assert_eq(sd_proposer_propose(a, text, n, 8, &pc, &err), SD_OK, "%s", err.msg);
+        cr_assert_eq(sd_proposer_propose_tree(b, text, n, 2, 8, &pt, &err), SD_OK, "%s", err.msg);
+        cr_assert_geq(pt.n, pc.n, "pass %d: the tree drafts less than the chain", passes);
+        for (int32_t i = 0; i < pc.n; i++) {
+            cr_assert_eq(pt.tokens[i], pc.tokens[i], "pass %d: node %d is %d, the chain's %d",
+                         passes, i, pt.tokens[i], pc.tokens[i]);
+            cr_assert_eq(pt.parent[i], i - 1);
+            renamed += pc.tokens[i] == R && i > 0;
+        }
+        int32_t roots[SD_MAX_DRAFT], n_roots = 0;
+        for (int32_t i = 0; i < pt.n; i++) {
+            cr_assert(pt.parent[i] < i, "pass %d: node %d's parent %d", passes, i, pt.parent[i]);
+            if (pt.parent[i] >= 0) continue;
+            for (int32_t r = 0; r < n_roots; r++)
+                cr_assert_neq(roots[r], pt.tokens[i], "pass %d: two roots %d", passes, roots[r]);
+            roots[n_roots++] = pt.tokens[i];
+        }
+        cr_assert_leq(n_roots, 2);
+        with_chain += pc.n > 0;
+        with_branches += n_roots == 2;
+        int32_t acc = 0;
+        while (acc < pc.n && gen + acc < NO - 1 && pc.tokens[acc] == out[gen + acc])
+            acc++;
+        const int32_t e = acc + 1;
+        n += e;
+        gen += e;
+        passes++;
+        sd_proposer_commit(a, text, n);
+        sd_proposer_commit(b, text, n);
+    }
+    fprintf(stderr,
+            "  %d passes: %d with a chain (%d renamed tokens drafted past the first), %d with a "
+            "second branch\n",
+            passes, with_chain, renamed, with_branches);
+    cr_assert_gt(with_chain, passes / 4, "the chain rarely drafted: the test proves little");
+    cr_assert_gt(with_branches, 0, "no second branch: the tree was always the chain");
+    cr_assert_gt(renamed, 0, "no rename drafted: the resumed copies were not exercised");
+    sd_proposer_free(a);
+    sd_proposer_free(b);
+}
+
 /* ---- sd_verify_tree_keyed on dense rows ---- */
 
 typedef struct dense_rows {
