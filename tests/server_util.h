@@ -12,13 +12,16 @@
 #define SD_TESTS_SERVER_UTIL_H
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +36,26 @@ typedef struct srv {
     int port;
     char log[600];
 } srv;
+
+/* A blocking TCP connection to 127.0.0.1:port (rcvbuf > 0: that receive buffer, set
+ * before connecting so the window is small): the socket, or -1 with errno set. */
+static inline int tcp_connect(int port, int rcvbuf) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
 
 static inline double now_s(void) {
     struct timespec ts;
@@ -205,6 +228,17 @@ static inline double metric(const srv *s, const char *name) {
     const double v = metric_in(o, key);
     free(o);
     return v;
+}
+
+/* Wait until metric specdec_NAME reaches at_least (polled every 20 ms); fails the test
+ * with what when timeout seconds pass first. */
+static inline void await_metric(const srv *s, const char *name, double at_least, double timeout,
+                                const char *what) {
+    const double t0 = now_s();
+    while (metric(s, name) < at_least) {
+        cr_assert_lt(now_s() - t0, timeout, "%s (%s stayed below %g)", what, name, at_least);
+        usleep(20000);
+    }
 }
 
 #endif /* SD_TESTS_SERVER_UTIL_H */

@@ -63,24 +63,6 @@ static char *slurp_proc(const char *path) {
     return b;
 }
 
-/* A blocking TCP connection to 127.0.0.1:port (rcvbuf > 0: that receive buffer, set
- * before connecting so the window is small), or -1. */
-static int tcp_connect(int port, int rcvbuf) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(0x7f000001);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* Read from fd until the peer closes or timeout s pass without it; the bytes read
  * (NUL-terminated, NUL bytes kept in *n); *closed: 1 if the peer closed. */
 static char *read_until_close(int fd, double timeout, size_t *n, int *closed) {
@@ -942,13 +924,8 @@ Test(server, disconnect_cancels_and_slow_clients_do_not_stall) {
     cr_expect_eq(metric(&s, "requests_running"), 1);
     kill(c, SIGKILL); /* the client goes away mid-stream */
     waitpid(c, NULL, 0);
-    double t0 = now_s();
-    while (metric(&s, "requests_cancelled_total") < 1) {
-        cr_assert_lt(now_s() - t0, 120.0,
-                     "the server never cancelled the request of a client "
-                     "that went away");
-        usleep(20000);
-    }
+    await_metric(&s, "requests_cancelled_total", 1, 120.0,
+                 "the server never cancelled the request of a client that went away");
     cr_expect_eq(metric(&s, "requests_finished_total"), 0, "the 3000 tokens were generated");
     expect_pools_balance(&s);
     /* A non-streamed request whose client closes (close(): an EOF, no reset, as llama.cpp's
@@ -963,19 +940,11 @@ Test(server, disconnect_cancels_and_slow_clients_do_not_stall) {
     const int cfd = tcp_connect(s.port, 0);
     cr_assert_geq(cfd, 0);
     cr_assert_eq(send(cfd, creq, strlen(creq), MSG_NOSIGNAL), (ssize_t)strlen(creq));
-    t0 = now_s();
-    while (metric(&s, "requests_running") < 1) { /* admitted: generating */
-        cr_assert_lt(now_s() - t0, 120.0, "the non-streamed request never ran");
-        usleep(20000);
-    }
+    /* admitted: generating */
+    await_metric(&s, "requests_running", 1, 120.0, "the non-streamed request never ran");
     close(cfd);
-    t0 = now_s();
-    while (metric(&s, "requests_cancelled_total") < 2) {
-        cr_assert_lt(now_s() - t0, 120.0,
-                     "the server never cancelled the non-streamed request of a client that "
-                     "closed");
-        usleep(20000);
-    }
+    await_metric(&s, "requests_cancelled_total", 2, 120.0,
+                 "the server never cancelled the non-streamed request of a client that closed");
     cr_expect_eq(metric(&s, "requests_finished_total"), 0, "the 3000 tokens were generated");
     expect_pools_balance(&s);
     /* A client that half-closes (shutdown(SHUT_WR)) after its request is answered, not
@@ -1021,7 +990,7 @@ Test(server, disconnect_cancels_and_slow_clients_do_not_stall) {
              "Content-Length: %zu\r\n\r\n%s",
              strlen(body), body);
     cr_assert_eq(send(sfd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
-    t0 = now_s();
+    double t0 = now_s();
     while (unread_bytes(sfd) == 0) { /* its stream has started */
         cr_assert_lt(now_s() - t0, 120.0, "the stalled client's stream never started");
         usleep(20000);

@@ -44,24 +44,6 @@ static void teardown(void) {
 
 TestSuite(server_stop, .init = setup, .fini = teardown, .timeout = 600);
 
-/* A TCP connection to 127.0.0.1:port: the socket, or -1 with errno set. */
-static int tcp_connect(int port) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(0x7f000001);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        const int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
-}
-
 /* The churning clients: each sends GET /health on a new connection (Connection: close) and
  * reads the answer, until stop is set or the server answers 503 (it is stopping). Counts
  * the answers that began with a 200 status line. No assertions here (Criterion asserts on
@@ -76,7 +58,7 @@ static void *churn_client(void *arg) {
     churn *c = arg;
     static const char req[] = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     while (!atomic_load(&c->stop)) {
-        const int fd = tcp_connect(c->port);
+        const int fd = tcp_connect(c->port, 0);
         if (fd < 0) {
             usleep(5000); /* refused: the server is stopping */
             continue;
@@ -190,7 +172,7 @@ Test(server_stop, sigterm_answers_503_while_draining) {
     const double t1 = now_s();
     for (int i = 0; i < 2; i++) {
         while (!got[i] && now_s() - t1 < 60) {
-            const int fd = tcp_connect(s.port);
+            const int fd = tcp_connect(s.port, 0);
             cr_assert_geq(fd, 0, "connect while draining: %s", strerror(errno));
             cr_assert_eq(send(fd, reqs[i], strlen(reqs[i]), MSG_NOSIGNAL),
                          (ssize_t)strlen(reqs[i]));
