@@ -75,6 +75,19 @@ static sd_engine *open_engine(const char *target, const char *draft) {
     return e;
 }
 
+/* An engine holding only the models of target (1 thread, KV cache kv_type), for a batcher. */
+static sd_engine *open_models_only(const char *target, sd_type kv_type) {
+    sd_engine_params ep = sd_engine_default_params();
+    ep.target = target;
+    ep.n_threads = 1;
+    ep.kv_type = kv_type;
+    ep.models_only = 1;
+    sd_engine *e = NULL;
+    sd_error err = {0};
+    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
+    return e;
+}
+
 Test(suffix_greedy, random_pair_every_k) {
     char t[2048], d[2048];
     cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
@@ -246,14 +259,8 @@ Test(suffix_greedy, batcher_with_the_suffix_cache) {
     char t[2048], d[2048];
     cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
     sd_engine *ref = open_engine(t, NULL);
-    sd_engine_params ep = sd_engine_default_params();
-    ep.target = t;
-    ep.n_threads = 1;
-    ep.kv_type = SD_TYPE_F32;
-    ep.models_only = 1;
-    sd_engine *e = NULL;
+    sd_engine *e = open_models_only(t, SD_TYPE_F32);
     sd_error err = {0};
-    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
     sd_batcher_params bp = sd_batcher_default_params();
     bp.n_parallel = 2;
     bp.suffix_cache_bytes = 1 << 20;
@@ -299,13 +306,8 @@ Test(suffix_greedy, cache_memory_bound_under_1000_requests) {
     char t[2048], d[2048];
     cr_assert_eq(tu_make_test_pair(g_dir, t, sizeof t, d, sizeof d), 0);
     sd_engine *ref = open_engine(t, NULL);
-    sd_engine_params ep = sd_engine_default_params();
-    ep.target = t;
-    ep.n_threads = 1;
-    ep.models_only = 1;
-    sd_engine *e = NULL;
+    sd_engine *e = open_models_only(t, sd_engine_default_params().kv_type);
     sd_error err = {0};
-    cr_assert_eq(sd_engine_init(&ep, &e, &err), SD_OK, "%s", err.msg);
     const size_t budget = 48 << 10;
     sd_batcher_params bp = sd_batcher_default_params();
     bp.n_parallel = 2;
