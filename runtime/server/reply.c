@@ -101,10 +101,6 @@ int srv_peer_state(int fd) {
     return SRV_PEER_OPEN;
 }
 
-int srv_peer_reset(int fd) {
-    return srv_peer_state(fd) == SRV_PEER_RESET;
-}
-
 /* ---- request bodies ---- */
 
 json_t *srv_parse_object(const char *body, size_t len, srv_reply *r) {

@@ -202,11 +202,6 @@ void srv_json(srv_reply *r, int status, json_t *j);
  * reset after the EOF). fd < 0: SRV_PEER_OPEN. */
 enum { SRV_PEER_OPEN = 0, SRV_PEER_EOF = 1, SRV_PEER_RESET = 2 };
 int srv_peer_state(int fd);
-/* 1 if the peer of socket fd reset the connection, else 0. An EOF is not a reset: a
- * client that shut its side after sending (shutdown(SHUT_WR)) still reads the answer;
- * one that closed is found when a byte is written to it (a stream's next event, or a
- * non-streamed request's probe: api.c). */
-int srv_peer_reset(int fd);
 
 /* api.c: POST /v1/completions (SRV_COMPLETIONS), /v1/chat/completions (SRV_CHAT) and
  * /completion (SRV_NATIVE) on connection c (socket fd).
