@@ -124,10 +124,25 @@ SD_T SD_INL v8i pair16(v8i a, v8i b) {
  * 4-6, 5 interleaved rounds, scripts/bench_quant.c stream mode): Q4_K 0.32-0.52 -> 0.85-0.94
  * ms, Q6_K 0.66-0.92 -> 1.18-1.55, Q5_0 0.59-0.76 -> 0.69-0.86, Q8_0 0.77-1.01 ->
  * 0.90-1.06; a plain loop of prefetcht1 in every tile: no change beyond the noise. */
-SD_T SD_INL void pf256(const uint8_t *mp, const size_t bytes) {
+SD_T SD_INL void pf256(const uint8_t *mp, const size_t bytes, const size_t ahead) {
     _Pragma("GCC unroll 64") for (size_t o = 0; o < bytes; o += 64)
-        __builtin_prefetch(mp + SD_PF_BYTES_256 + o, 0, 2);
+        __builtin_prefetch(mp + ahead + o, 0, 2);
 }
+
+/* The prefetch lead of the K-quant tiles (Q4_K / Q5_K at every width, Q6_K at 2+ tokens),
+ * longer than SD_PF_BYTES_256 (8 KiB, which the Q6_K one-token tile and the 32-element
+ * tiles keep). One 8960 x 1536 matrix streamed from memory (scripts/bench_quant.c stream
+ * mode with --huge 1, 6 copies, 1 thread, Zen 5, SD_KERNELS=avx2, best of 7, two rounds,
+ * load 3-5), ms at 8 KiB -> 32 KiB ahead (with the wide tiles' prefetch spread below):
+ * Q4_K 1 token 0.34-0.39 -> 0.28-0.31, 5 tokens 0.75-0.84 -> 0.63-0.66 (in cache 0.61-0.69),
+ * 9 tokens 1.13-1.21 -> 1.05; Q6_K 5 tokens 0.79-0.82 -> 0.71-0.72, 9 tokens 1.23-1.31 ->
+ * 1.17-1.18 (in cache 0.70-0.75 and 1.17-1.24). 4 KiB no better than 8, 16 KiB between 8
+ * and 32, 64 KiB no better than 32; the spread alone at 8 KiB, or 32 KiB as one burst per
+ * block, gained less. With 8 KiB a wide pass from memory took about its in-cache time
+ * plus half the stream's own time: the stream and the arithmetic overlapped only in part. */
+#ifndef SD_PF_BYTES_K256
+#define SD_PF_BYTES_K256 32768
+#endif
 
 /* Lanes < n of mask vectors for _mm256_maskstore_ps. */
 SD_T SD_INL v8i lanes_lt(int n) {
@@ -514,7 +529,7 @@ SD_T SD_INL void tile32_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, cons
     v8f acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        pf256(mp, main); /* both halves: one stream of the group's lines */
+        pf256(mp, main, SD_PF_BYTES_256); /* both halves: one stream of the group's lines */
         const uint8_t *x = xa + (size_t)i * xbb + qoff;
         const sd_xblk *xk = (const sd_xblk *)(const void *)xb + i;
         /* the levels' offset (8 or 16) through part B's corr */
@@ -566,7 +581,7 @@ SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t
             acc[h][t] = sm[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        pf256(mp, main); /* both halves: one stream of the group's lines */
+        pf256(mp, main, SD_PF_BYTES_256); /* both halves: one stream of the group's lines */
         for (int h = 0; h < nh; h++) {
             v8i w[8], aw[8];
             unpack32(mp + 32 * h, kind, w, aw);
@@ -660,7 +675,7 @@ SD_T SD_INL void tile_k45_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, si
         acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        pf256(mp, main);
+        pf256(mp, main, SD_PF_BYTES_K256);
         v8i P[2][2];
         for (int t = 0; t < NT; t++)
             P[t][0] = P[t][1] = _mm256_setzero_si256();
@@ -766,7 +781,6 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
             acc[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp0 = gp + (size_t)i * main;
-        pf256(mp0, main);
         for (int h = 0; h < nh; h++) {
             const uint8_t *mp = mp0 + 32 * h;
             v8i sc[2], mn[2];
@@ -778,6 +792,8 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
                 const int j = sb >> 1;
                 const uint8_t *ms = mp;
                 __asm__("" : "+r"(ms)); /* no reuse of the sub-block pair's loads: it spills */
+                /* the block's prefetch spread over its 16 (half, sub-block) steps, not one burst */
+                sd_prefetch_part(mp0, main, SD_PF_BYTES_K256, 8 * h + sb, 16);
                 v8i w[8];
                 _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
                     v8i lo, hi;
@@ -919,7 +935,6 @@ SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
         acc[t][0] = acc[t][1] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        sd_prefetch_at(mp, main, SD_PF_BYTES_256); /* not pf256: see its comment */
         for (int t = 0; t < nt; t++)
             P[t][0] = P[t][1] = _mm256_setzero_si256();
         /* unrolled: the level and scale shifts become immediates */
@@ -927,6 +942,8 @@ SD_T SD_INL void tile_q6_s(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
             const int hk = g >> 1, h6 = hk >> 2, k = hk & 3, kk0 = 4 * (g & 1);
             const uint8_t *ms = mp;
             __asm__("" : "+r"(ms)); /* no hoisting of the next groups' unpacking: it spills */
+            /* the block's prefetch spread over its 16 groups, not one burst */
+            sd_prefetch_part(mp, main, SD_PF_BYTES_K256, g, 16);
             v8i w[2][4], c[2];
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                 const uint8_t *mh = ms + 32 * h;
