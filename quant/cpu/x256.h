@@ -133,9 +133,9 @@ SD_T SD_INL void pf256(const uint8_t *mp, const size_t bytes, const size_t ahead
  * longer than SD_PF_BYTES_256 (8 KiB, which the Q6_K one-token tile and the 32-element
  * tiles keep). One 8960 x 1536 matrix streamed from memory (scripts/bench_quant.c stream
  * mode with --huge 1, 6 copies, 1 thread, Zen 5, SD_KERNELS=avx2, best of 7, two rounds,
- * load 3-5), ms at 8 KiB -> 32 KiB ahead (with the wide tiles' prefetch spread below):
- * Q4_K 1 token 0.34-0.39 -> 0.28-0.31, 5 tokens 0.75-0.84 -> 0.63-0.66 (in cache 0.61-0.69),
- * 9 tokens 1.13-1.21 -> 1.05; Q6_K 5 tokens 0.79-0.82 -> 0.71-0.72, 9 tokens 1.23-1.31 ->
+ * load 3-5.5), ms at 8 KiB -> 32 KiB ahead (with the wide tiles' prefetch spread below):
+ * Q4_K 1 token 0.32-0.39 -> 0.27-0.32, 5 tokens 0.75-0.84 -> 0.63-0.66 (in cache 0.61-0.69),
+ * 9 tokens 1.13-1.21 -> 1.04-1.05; Q6_K 5 tokens 0.77-0.83 -> 0.71-0.72, 9 tokens 1.23-1.31 ->
  * 1.17-1.18 (in cache 0.70-0.75 and 1.17-1.24). 4 KiB no better than 8, 16 KiB between 8
  * and 32, 64 KiB no better than 32; the spread alone at 8 KiB, or 32 KiB as one burst per
  * block, gained less. With 8 KiB a wide pass from memory took about its in-cache time
