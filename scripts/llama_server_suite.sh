@@ -106,7 +106,7 @@ data=${SD_SHARED_DATA:-$ROOT/../shared/data}/models
 mkdir -p "$work"
 
 case "$server" in
-specdec) bin=$specdec; name=specdec ;;
+specdec) bin=$(realpath "$specdec") || exit 1; name=specdec ;; # the suite runs elsewhere
 *) bin=$(realpath "$server") || exit 1; name=$(basename "$bin") ;;
 esac
 [ -x "$bin" ] || { echo "llama_server_suite: $bin is not executable" >&2; exit 1; }

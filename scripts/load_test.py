@@ -34,8 +34,9 @@ written to FILE):
                      "speculative" statistics, or llama-server's "timings" (draft_n,
                      draft_n_accepted) when it reports them; null when neither does
   tokens_per_pass    specdec only: generated tokens / target passes (from /metrics)
-  equal_alone        with --check-alone: every prompt first run alone (one at a time, the
-                     same request), then the fraction of loaded requests whose text equals
+  equal_alone        with --check-alone: every prompt run alone after the load (one at a
+                     time, the same request; after, so that the load does not find its
+                     prompts in the prefix cache), the fraction of loaded requests whose text equals
                      its text alone (greedy: --temperature 0, the default); alone_errors
                      counts the alone runs that failed (their prompts are not compared)
   rss_mb             with --pid: the server's resident memory at start, after the first
@@ -243,11 +244,6 @@ def pct(xs, p):
     return round(xs[lo] + (xs[hi] - xs[lo]) * (k - lo), 3)
 
 
-alone = {}
-if args.check_alone:
-    for i in range(min(args.requests, len(prompts))):
-        alone[i] = run_one(prompts[i])
-
 m0 = metrics()
 rss = {"start": rss_mb()}
 results = [None] * args.requests
@@ -290,6 +286,13 @@ for t in threads:
 wall = time.time() - t_start
 rss["end"] = rss_mb()
 m1 = wait_idle()
+# After the load, not before: run first, the alone requests would fill the prefix cache with
+# every prompt of the load, and its TTFT and throughput would be those of cached prompts.
+alone = {}
+if args.check_alone:
+    t_deadline = time.time() + args.timeout  # the alone runs' own time
+    for i in range(min(args.requests, len(prompts))):
+        alone[i] = run_one(prompts[i])
 
 done = [r for r in results if r is not None]
 errors = [r["error"] for r in done if r["error"]] + ["not run"] * (args.requests - len(done))

@@ -6,6 +6,7 @@ usage: python3 scripts/serve_vs_llamacpp.py -m TARGET.gguf [-md DRAFT.gguf]
            [--requests-per-client 2[,2,1,1]] [--max-tokens 128] [-t 2] [-k 4] [--p-min 0.75]
            [--rounds 1] [-f PROMPTS.txt ...]
            [--sides specdec,specdec-adaptive,llama-t1,llama-t2,llama-nodraft-t1] [--json OUT.json]
+       python3 scripts/serve_vs_llamacpp.py --tables OUT.json   (the tables of a saved run)
 
 For each client count N both servers run with N slots (-np N), a pool of N x 2048 KV
 positions (-c), F16 KV, the same threads, draft, draft length and confidence cut-off, on
@@ -18,8 +19,9 @@ for target and draft), llama-nodraft-tT (llama-server alone); -t is specdec's th
 (llama.cpp's thread pool waits at every barrier for its slowest thread, so on a machine
 whose cores other work shares it may run faster with fewer threads: both counts are
 measured). specdec's runs also check every loaded request against the same request
-alone (equal_alone). Prints one JSON object (every load_test result) and a Markdown table
-(best round of each side).
+alone (equal_alone). Prints one JSON object (every load_test result) and two Markdown
+tables of the best round of each side: throughput side by side, and vLLM `bench serve`'s
+figures (TTFT / TPOT / ITL / E2EL mean, median, p99; the speculative block).
 """
 import argparse
 import json
@@ -34,7 +36,8 @@ import urllib.request
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 ap = argparse.ArgumentParser()
-ap.add_argument("-m", "--model", required=True)
+ap.add_argument("-m", "--model", default="")
+ap.add_argument("--tables", default="", help="print the tables of a saved --json run, run nothing")
 ap.add_argument("-md", "--model-draft", default="")
 ap.add_argument("--specdec", default=os.path.join(root, "build-release", "specdec"))
 ap.add_argument("--peer", default=os.path.join(root, "build-peer", "native", "bin", "llama-server"))
@@ -50,6 +53,8 @@ ap.add_argument("--sides", default="specdec,specdec-adaptive,llama-t1,llama-t2,l
 ap.add_argument("--port", type=int, default=18300)
 ap.add_argument("--json", default="")
 args = ap.parse_args()
+if not args.model and not args.tables:
+    ap.error("-m/--model is required (or --tables FILE)")
 prompts = args.prompts or [os.path.join(here, "prompts", "code.txt")]
 
 
@@ -152,40 +157,50 @@ def run_side(side, n, port, rpc):
             print(f"serve_vs_llamacpp.py: {side} exited {res_code}", file=sys.stderr)
 
 
-sides = args.sides.split(",")
-if not args.model_draft:
-    sides = [s for s in sides if "nodraft" in s or s == "specdec"]
-clients = [int(x) for x in args.clients.split(",")]
-rpcs = [int(x) for x in args.requests_per_client.split(",")]
-rpcs = (rpcs * len(clients))[:len(clients)] if len(rpcs) == 1 else rpcs
-results = []
-cpu = ""
-with open("/proc/cpuinfo") as f:
-    m = re.search(r"model name\s*:\s*(.*)", f.read())
-    cpu = m.group(1) if m else ""
-for n, rpc in zip(clients, rpcs):
-    for rnd in range(args.rounds):
-        order = sides if rnd % 2 == 0 else list(reversed(sides))
-        for side in order:
-            res = run_side(side, n, args.port, rpc)
-            res["round"] = rnd
-            results.append(res)
-            print(f"serve_vs_llamacpp.py: {side:17s} N={n:2d} round {rnd}: "
-                  f"{res.get('throughput_tok_s')} tok/s, errors {res.get('errors')}, "
-                  f"acceptance {res.get('acceptance')}, equal_alone {res.get('equal_alone')}",
-                  file=sys.stderr)
-            args.port += 1
+if args.tables:
+    try:
+        with open(args.tables) as f:
+            out = json.load(f)
+        results = out["results"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"serve_vs_llamacpp.py: {args.tables}: not a saved run ({e})")
+    sides = list(dict.fromkeys(r["side"] for r in results))
+    clients = list(dict.fromkeys(r["clients"] for r in results))
+else:
+    sides = args.sides.split(",")
+    if not args.model_draft:
+        sides = [s for s in sides if "nodraft" in s or s == "specdec"]
+    clients = [int(x) for x in args.clients.split(",")]
+    rpcs = [int(x) for x in args.requests_per_client.split(",")]
+    rpcs = (rpcs * len(clients))[:len(clients)] if len(rpcs) == 1 else rpcs
+    results = []
+    cpu = ""
+    with open("/proc/cpuinfo") as f:
+        m = re.search(r"model name\s*:\s*(.*)", f.read())
+        cpu = m.group(1) if m else ""
+    for n, rpc in zip(clients, rpcs):
+        for rnd in range(args.rounds):
+            order = sides if rnd % 2 == 0 else list(reversed(sides))
+            for side in order:
+                res = run_side(side, n, args.port, rpc)
+                res["round"] = rnd
+                results.append(res)
+                print(f"serve_vs_llamacpp.py: {side:17s} N={n:2d} round {rnd}: "
+                      f"{res.get('throughput_tok_s')} tok/s, errors {res.get('errors')}, "
+                      f"acceptance {res.get('acceptance')}, equal_alone {res.get('equal_alone')}",
+                      file=sys.stderr)
+                args.port += 1
 
-out = {"cpu": cpu, "cores": os.cpu_count(), "model": args.model, "draft": args.model_draft,
-       "threads": args.threads, "draft_max": args.draft_max, "p_min": args.p_min,
-       "max_tokens": args.max_tokens, "requests_per_client": rpcs,
-       "loadavg_end": open("/proc/loadavg").read().split()[:3], "results": results}
-text = json.dumps(out, indent=2)
-if args.json:
-    with open(args.json + ".tmp", "w") as f:
-        f.write(text + "\n")
-    os.replace(args.json + ".tmp", args.json)
-print(text)
+    out = {"cpu": cpu, "cores": os.cpu_count(), "model": args.model, "draft": args.model_draft,
+           "threads": args.threads, "draft_max": args.draft_max, "p_min": args.p_min,
+           "max_tokens": args.max_tokens, "requests_per_client": rpcs,
+           "loadavg_end": open("/proc/loadavg").read().split()[:3], "results": results}
+    text = json.dumps(out, indent=2)
+    if args.json:
+        with open(args.json + ".tmp", "w") as f:
+            f.write(text + "\n")
+        os.replace(args.json + ".tmp", args.json)
+    print(text)
 
 
 def best(side, n):
@@ -219,3 +234,24 @@ for n in clients:
           ", ".join(fmt(b[s], "acceptance") for s in sides) + " | " +
           ", ".join(fmt(b[s], "equal_alone_n") for s in sides if s.startswith("specdec")) + " | " +
           ", ".join(fmt(b[s], "errors") for s in sides) + " |")
+
+
+def ms(r, key):
+    v = ((r or {}).get("bench_serve") or {}).get(key) or {}
+    return " / ".join("-" if v.get(q) is None else f"{v[q]:.0f}" for q in ("mean", "median", "p99"))
+
+
+print("\n| side | clients | ok / failed | duration s | req/s | output tok/s | TTFT ms mean / median / p99 | "
+      "TPOT ms | ITL ms | E2EL ms | acceptance rate | acceptance length | per position |")
+print("|---" * 13 + "|")
+for s_ in sides:
+    for n in clients:
+        r = best(s_, n)
+        bs = (r or {}).get("bench_serve") or {}
+        sd = bs.get("spec_decode") or {}
+        pp = sd.get("per_position_acceptance") or []
+        print(f"| {s_} | {n} | {bs.get('completed', '-')} / {bs.get('failed', '-')} | "
+              f"{fmt(bs, 'duration_s')} | {fmt(bs, 'request_throughput')} | "
+              f"{fmt(bs, 'output_throughput')} | {ms(r, 'ttft_ms')} | {ms(r, 'tpot_ms')} | "
+              f"{ms(r, 'itl_ms')} | {ms(r, 'e2el_ms')} | {fmt(sd, 'acceptance_rate')} | "
+              f"{fmt(sd, 'acceptance_length')} | {', '.join(f'{x:.2f}' for x in pp) or '-'} |")

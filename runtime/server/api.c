@@ -666,17 +666,17 @@ static const char k_probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
 /* On an event of g (under g->mu, !g->cancelled): a reset peer cancels. An EOF alone cannot
  * tell a client that closed from one that half-closed (shutdown(SHUT_WR)) and waits for its
  * answer: a non-streamed HTTP/1.1 request's connection (suspended, or its handler still
- * running: no other writer) is sent k_probe once then. A closed client's system answers
- * those bytes with a reset, found at a later event; a half-closed client reads past them to
- * its answer. A stream needs no probe: its events are those bytes. */
+ * running: no other writer) is sent k_probe then, as much as the socket takes at each event
+ * until all of it is out (the rest, if any, before the answer: srv_generate_finish). A
+ * closed client's system answers those bytes with a reset, found at a later event; a
+ * half-closed client reads past them to its answer. A stream needs no probe: its events are
+ * those bytes. */
 static void peer_check(srv_gen *g) {
     const int st = srv_peer_state(g->fd);
     if (st == SRV_PEER_RESET) {
         g->cancelled = 1;
-    } else if (st == SRV_PEER_EOF && g->probe_ok && !g->probed) {
-        g->probed = 1;
-        if (send(g->fd, k_probe, sizeof k_probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
-            errno != EAGAIN && errno != EWOULDBLOCK)
+    } else if (st == SRV_PEER_EOF && g->probe_ok && g->probe_sent < sizeof k_probe - 1) {
+        if (srv_send_rest(g->fd, k_probe, sizeof k_probe - 1, &g->probe_sent, 0) < 0)
             g->cancelled = 1; /* the peer is gone already */
     }
 }
@@ -873,10 +873,24 @@ static void final_json(srv_gen *g, srv_reply *r) {
     srv_json(r, 200, j);
 }
 
+/* How long the end of a probe cut short (a full socket buffer) may wait for room before the
+ * answer: a client that reads its answer makes room at once. */
+#define SRV_PROBE_WAIT_MS 2000
+
 void srv_generate_finish(srv_gen *g, srv_reply *r) {
     pthread_mutex_lock(&g->mu);
     const int complete = g->n_done == g->n_choices, oom = g->oom, cancelled = g->cancelled;
+    size_t probe_sent = g->probe_sent;
     pthread_mutex_unlock(&g->mu);
+    /* An answer after part of the probe would reach the client garbled: the rest of the
+     * probe goes first, or the connection closes without an answer. */
+    if (probe_sent > 0 &&
+        srv_send_rest(g->fd, k_probe, sizeof k_probe - 1, &probe_sent, SRV_PROBE_WAIT_MS)) {
+        cancel_gen(g);
+        r->drop = 1;
+        srv_gen_unref(g);
+        return;
+    }
     int failed = 0;
     for (int32_t i = 0; complete && i < g->n_choices; i++)
         failed |= g->ch[i].stop == SD_STOP_NONE;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +100,24 @@ int srv_peer_state(int fd) {
     if (n == 0) return SRV_PEER_EOF;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return SRV_PEER_RESET;
     return SRV_PEER_OPEN;
+}
+
+int srv_send_rest(int fd, const char *buf, size_t len, size_t *sent, int wait_ms) {
+    const double t_end = sd_time_ms() + wait_ms;
+    while (*sent < len) {
+        const ssize_t n = send(fd, buf + *sent, len - *sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            *sent += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+        const double left = t_end - sd_time_ms();
+        if (left <= 0) return 1;
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        if (poll(&pf, 1, (int)left + 1) < 0 && errno != EINTR) return -1;
+    }
+    return 0;
 }
 
 /* ---- request bodies ---- */

@@ -540,6 +540,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (k->gen) { /* resumed: the generation ended */
         srv_generate_finish(k->gen, &r);
         k->gen = NULL;
+        if (r.drop) { /* nothing can follow the bytes already sent intact */
+            free(r.body);
+            return MHD_NO;
+        }
     } else if (k->too_big) {
         srv_error(&r, 413, "invalid_request_error", NULL,
                   "request body is over the limit of %zu bytes", s->p.max_body);

@@ -43,6 +43,8 @@ typedef struct srv_reply {
     int llama_path; /* in: the request came on llama-server's path (no /v1/ prefix): a
                        context overflow is answered with its error type */
     int http11;     /* in: an HTTP/1.1 request (an interim 1xx answer may be sent to it) */
+    int drop;       /* out: close the connection without an answer (the bytes already on it
+                       cannot be followed by one intact) */
 } srv_reply;
 
 /* One generation request (completions or chat) between the HTTP thread that owns the
@@ -110,7 +112,7 @@ typedef struct srv_gen {
     int cancelled;               /* the client is gone: the callback cancels */
     int fd;                      /* the connection's socket (reset checks on each event) */
     int probe_ok;                /* non-streamed HTTP/1.1: an EOF may be probed (api.c) */
-    int probed;                  /* the probe was sent */
+    size_t probe_sent;           /* bytes of the probe sent (api.c k_probe) */
     struct MHD_Connection *conn; /* the connection, resumed by the callback */
     int suspended;               /* conn is suspended waiting for news (under mu) */
     int32_t id_slot;  /* the request's id_slot (-1: none; the least recently used slot) */
@@ -202,6 +204,12 @@ void srv_json(srv_reply *r, int status, json_t *j);
  * reset after the EOF). fd < 0: SRV_PEER_OPEN. */
 enum { SRV_PEER_OPEN = 0, SRV_PEER_EOF = 1, SRV_PEER_RESET = 2 };
 int srv_peer_state(int fd);
+
+/* Send buf[*sent, len) on socket fd, advancing *sent by what went out. wait_ms 0: never
+ * blocks (what the socket takes now); wait_ms > 0: waits for room up to wait_ms in all.
+ * Returns 0 once every byte is sent, 1 while some remain (no room, or the wait ran out),
+ * -1 when the peer is gone (a reset, a closed pipe). */
+int srv_send_rest(int fd, const char *buf, size_t len, size_t *sent, int wait_ms);
 
 /* api.c: POST /v1/completions (SRV_COMPLETIONS), /v1/chat/completions (SRV_CHAT) and
  * /completion (SRV_NATIVE) on connection c (socket fd).
