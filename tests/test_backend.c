@@ -22,6 +22,7 @@
 #include "kv/sd_kv.h"
 #include "quant/sd_quant.h"
 #include "runtime/backend/sd_backend.h"
+#include "runtime/backend/cpu/glu.h"
 
 #define GUARD     16
 #define GUARD_VAL 12345.678f
@@ -1012,6 +1013,96 @@ Test(backend, cpu_attention_kernels_default) {
     }
     cr_expect(la <= lq, "attention %s above matmul %s", name, sd_quant_kernels_name());
     sd_backend_free(be);
+}
+
+/* The scalar SwiGLU of ops.c (swiglu_range), the specification of every level. */
+static float swiglu_ref(float g, float u) {
+    return (g / (1.0f + expf(-g))) * u;
+}
+
+/* The AVX-512 SwiGLU (glu.h) against the scalar formula, bit for bit: float bit patterns
+ * strided over all 2^32 (NaNs, infinities, subnormals, both signs), patterns strided over
+ * (-16, 16) (where activations lie), the range limits (-88, 87) and their neighbours, lengths 0..40
+ * at odd offsets (the scalar tail), y aliasing g; then the backend op at the "avx512" and "scalar"
+ * levels, 1 and 2 threads. A copy that rounds every lane's double result (no libm fallback near a
+ * midpoint) fails the sweeps (21, 25 and 159 elements; over all 2^32 g it differs on 65051, the
+ * kernel on none: checked once with glibc 2.36, docs/performance.md, eleventh round). */
+Test(backend, cpu_swiglu_avx512_bits) {
+#if defined(__x86_64__)
+    sd_backend *probe = cpu_backend(1);
+    const int ok = sd_backend_cpu_set_kernels(probe, "avx512") == 0;
+    sd_backend_free(probe);
+    if (!ok) cr_skip_test("avx512: not supported by this CPU");
+    enum { N = 1 << 20 };
+    float *g = malloc(N * sizeof(float)), *u = malloc(N * sizeof(float));
+    float *y = malloc(N * sizeof(float));
+    cr_assert(g && u && y);
+    uint64_t rng = 99;
+    int64_t bad = 0, n_tested = 0;
+    for (int sweep = 0; sweep < 3; sweep++) {
+        for (int64_t i = 0; i < N; i++) {
+            uint32_t b;
+            if (sweep == 0) /* all float patterns, strided */
+                b = (uint32_t)((uint64_t)i * 4099u + 17u);
+            else if (sweep == 1) { /* (-16, 16): patterns below 16 = 0x41800000, both signs */
+                b = (uint32_t)((uint64_t)(i >> 1) * 2099u + (uint64_t)(i & 6));
+                if (i & 1) b |= 0x80000000u;
+            } else { /* around the range limits and 0 */
+                static const float at[] = {-88.0f, 87.0f, 0.0f, -87.0f, 88.0f, -103.0f, 89.0f};
+                float a = at[i % 7];
+                memcpy(&b, &a, 4);
+                b += (uint32_t)((i / 7) % 4001) - 2000u;
+            }
+            memcpy(&g[i], &b, 4);
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            u[i] = (float)((rng >> 40) & 0xffff) / 16384.0f - 2.0f;
+        }
+        sd_cpu_swiglu_avx512(g, u, y, N);
+        for (int64_t i = 0; i < N; i++) {
+            const float r = swiglu_ref(g[i], u[i]);
+            if (memcmp(&r, &y[i], 4) != 0 && bad++ < 5)
+                cr_log_error("sweep %d: g %a: %a, scalar %a", sweep, (double)g[i], (double)y[i],
+                             (double)r);
+        }
+        n_tested += N;
+    }
+    cr_expect_eq(bad, 0, "%lld of %lld elements differ from the scalar SwiGLU", (long long)bad,
+                 (long long)n_tested);
+    /* lengths and offsets (the 16-wide loop and the tail), y == g */
+    for (int64_t len = 0; len <= 40; len++)
+        for (int64_t off = 0; off < 3; off++) {
+            float yr[48], ga[48];
+            for (int64_t i = 0; i < len; i++) {
+                yr[i] = swiglu_ref(g[off + 1000 * i + 3], u[off + i]);
+                ga[i] = g[off + 1000 * i + 3];
+            }
+            sd_cpu_swiglu_avx512(ga, u + off, ga, len);
+            cr_expect(memcmp(ga, yr, (size_t)len * sizeof(float)) == 0, "len %lld off %lld",
+                      (long long)len, (long long)off);
+        }
+    /* through the op: every level gives the scalar bits, split over threads or not */
+    setenv("SD_CPU_PAR_MIN_WORK", "0", 1);
+    const int64_t n = 8960 * 3 + 5;
+    for (int64_t i = 0; i < n; i++)
+        g[i] = (float)((int64_t)(i * 2654435761u % 20001u) - 10000) / 500.0f;
+    for (int lv = 0; lv < 2; lv++)
+        for (int32_t nt = 1; nt <= 2; nt++) {
+            sd_backend *be = cpu_backend(nt);
+            cr_assert_eq(sd_backend_cpu_set_kernels(be, lv ? "scalar" : "avx512"), 0);
+            be->ops->swiglu(be, g, u, n, y);
+            for (int64_t i = 0; i < n; i++) {
+                const float r = swiglu_ref(g[i], u[i]);
+                cr_assert(memcmp(&r, &y[i], 4) == 0, "level %d threads %d [%lld]", lv, nt,
+                          (long long)i);
+            }
+            sd_backend_free(be);
+        }
+    free(g);
+    free(u);
+    free(y);
+#else
+    cr_skip_test("not x86-64");
+#endif
 }
 
 Test(backend, unknown_device_is_an_error) {

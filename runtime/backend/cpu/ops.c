@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 
 #include "runtime/backend/cpu/attn.h"
+#include "runtime/backend/cpu/glu.h"
 #include "runtime/backend/cpu/pool.h"
 
 /* Below this many multiply-adds an op stays on the calling thread (the `if` clause).
@@ -765,20 +766,35 @@ static void cpu_softmax_op(sd_backend *be, float *x, int32_t n_rows, int32_t n) 
 typedef struct swiglu_job {
     const float *g, *u;
     float *y;
+    sd_cpu_glu_fn fn; /* swiglu_range's kernel (glu.h: the same bits); NULL: the loop below */
 } swiglu_job;
 
 static void swiglu_range(void *arg, int64_t i0, int64_t i1, int32_t ith) {
     (void)ith;
     const swiglu_job *j = arg;
+    if (j->fn) {
+        j->fn(j->g + i0, j->u + i0, j->y + i0, i1 - i0);
+        return;
+    }
     for (int64_t i = i0; i < i1; i++) {
         const float gi = j->g[i];
         j->y[i] = (gi / (1.0f + expf(-gi))) * j->u[i];
     }
 }
 
+/* The SwiGLU kernel of the attention level in use (it follows SD_KERNELS and
+ * sd_backend_cpu_set_kernels): AVX-512 (glu.h), else the scalar loop. */
+static sd_cpu_glu_fn swiglu_kernel(const sd_backend_cpu *c) {
+#if defined(__x86_64__)
+    if (c->att == &sd_att_avx512) return sd_cpu_swiglu_avx512;
+#endif
+    (void)c;
+    return NULL;
+}
+
 static void cpu_swiglu_op(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
     sd_backend_cpu *c = cpu_of(be);
-    swiglu_job j = {g, u, y};
+    swiglu_job j = {g, u, y, swiglu_kernel(c)};
     if (c->n_threads == 1 || (double)n < c->par_min_work)
         swiglu_range(&j, 0, n, 0);
     else
@@ -798,7 +814,7 @@ static void geglu_range(void *arg, int64_t i0, int64_t i1, int32_t ith) {
 
 static void cpu_geglu_op(sd_backend *be, const float *g, const float *u, int64_t n, float *y) {
     sd_backend_cpu *c = cpu_of(be);
-    swiglu_job j = {g, u, y};
+    swiglu_job j = {g, u, y, NULL};
     if (c->n_threads == 1 || (double)n < c->par_min_work)
         geglu_range(&j, 0, n, 0);
     else
