@@ -132,7 +132,7 @@ SD_T SD_INL void pf256(const uint8_t *mp, const size_t bytes, const size_t ahead
 /* The prefetch lead of the K-quant tiles (Q4_K / Q5_K at every width, Q6_K at 2+ tokens),
  * longer than SD_PF_BYTES_256 (8 KiB, which the Q6_K one-token tile and the 32-element
  * tiles keep). One 8960 x 1536 matrix streamed from memory (scripts/bench_quant.c stream
- * mode with --huge 1, 6 copies, 1 thread, Zen 5, SD_KERNELS=avx2, best of 7, two rounds,
+ * mode with --huge 1, 6 copies, 1 thread, Zen 4, SD_KERNELS=avx2, best of 7, 4-6 rounds,
  * load 3-5.5), ms at 8 KiB -> 32 KiB ahead (with the wide tiles' prefetch spread below):
  * Q4_K 1 token 0.32-0.39 -> 0.27-0.32, 5 tokens 0.75-0.84 -> 0.63-0.66 (in cache 0.61-0.69),
  * 9 tokens 1.13-1.21 -> 1.04-1.05; Q6_K 5 tokens 0.77-0.83 -> 0.71-0.72, 9 tokens 1.23-1.31 ->
