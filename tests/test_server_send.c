@@ -14,12 +14,15 @@
 #include <unistd.h>
 
 #include "runtime/server/server_impl.h"
+#include "server_util.h"
 
 typedef struct {
     int tx, rx; /* the sender's and the receiver's ends */
 } pair;
 
-/* A connected loopback pair with small buffers (4 KiB asked; the kernel doubles it). */
+/* A connected loopback pair with small buffers (4 KiB asked; the kernel doubles it): the
+ * receiver connects (tcp_connect, its window small from the start), the sender is the
+ * accepted end. */
 static pair make_pair(void) {
     signal(SIGPIPE, SIG_IGN);
     const int l = socket(AF_INET, SOCK_STREAM, 0);
@@ -29,14 +32,13 @@ static pair make_pair(void) {
     cr_assert_eq(listen(l, 1), 0);
     socklen_t al = sizeof a;
     cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &al), 0);
-    pair p;
-    p.tx = socket(AF_INET, SOCK_STREAM, 0);
     const int small = 4096;
+    pair p;
+    p.rx = tcp_connect(ntohs(a.sin_port), small);
+    cr_assert_geq(p.rx, 0, "connect: %s", strerror(errno));
+    p.tx = accept(l, NULL, NULL);
+    cr_assert_geq(p.tx, 0);
     cr_assert_eq(setsockopt(p.tx, SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
-    cr_assert_eq(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
-    cr_assert_eq(connect(p.tx, (struct sockaddr *)&a, sizeof a), 0);
-    p.rx = accept(l, NULL, NULL);
-    cr_assert_geq(p.rx, 0);
     close(l);
     return p;
 }
