@@ -108,6 +108,7 @@ void srv_count_done(sd_server *s, const sd_gen_stats *st) {
         drafts += st->k_hist[k];
     atomic_fetch_add(&s->n_drafts, drafts);
     atomic_fetch_add(&s->n_req_passes, (long long)st->n_target_passes);
+    atomic_fetch_add(&s->n_predicted, (long long)st->n_generated);
     srv_vllm_count(&s->vllm, st);
     const long long n = (long long)st->n_prompt + st->n_generated;
     long long cur = atomic_load(&s->n_tokens_max);
@@ -207,8 +208,11 @@ void srv_metrics(sd_server *s, srv_reply *r) {
             "Number of prompt tokens reused from the prefix cache.",
             (double)st.n_prefix_hit_tokens);
     lmetric(&m, "prompt_seconds_total", "counter", "Prompt process time.", prompt_s);
+    /* the finished requests' tokens, counted before their answers went out, so a client
+     * that reads /metrics after its answer sees its tokens */
+    const double n_pred = (double)atomic_load(&s->n_predicted);
     lmetric(&m, "tokens_predicted_total", "counter", "Number of generation tokens processed.",
-            (double)st.n_generated);
+            n_pred);
     lmetric(&m, "tokens_predicted_seconds_total", "counter", "Predict process time.", pred_s);
     lmetric(&m, "n_decode_total", "counter", "Total number of target passes.",
             (double)st.n_target_passes);
@@ -223,7 +227,7 @@ void srv_metrics(sd_server *s, srv_reply *r) {
     lmetric(&m, "prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
             prompt_s > 0 ? n_eval / prompt_s : 0.0);
     lmetric(&m, "predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
-            pred_s > 0 ? (double)st.n_generated / pred_s : 0.0);
+            pred_s > 0 ? n_pred / pred_s : 0.0);
     /* counted here, not from the batcher's statistics (those of a finished request are
      * updated after its answer may have gone out) */
     const int inflight = atomic_load(&s->n_inflight);

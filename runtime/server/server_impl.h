@@ -163,8 +163,9 @@ struct sd_server {
     atomic_llong http_total;
     /* Finished requests' sums for llama-server's metrics (api.c, at each choice's end):
      * prompt and decode time (us), passes that drafted, passes each request took part in,
-     * and the longest sequence (prompt + generated). */
-    atomic_llong prompt_us, predicted_us, n_drafts, n_req_passes, n_tokens_max;
+     * the longest sequence (prompt + generated), and the tokens generated (counted here, before
+     * the answer goes out: the batcher's own count of a finished request may come after it). */
+    atomic_llong prompt_us, predicted_us, n_drafts, n_req_passes, n_tokens_max, n_predicted;
     double t_start_unix;   /* seconds since the epoch at start */
     atomic_int kv_ok;      /* the last idle accounting check passed (1) or failed (0) */
     atomic_int n_open;     /* requests between their first callback and on_completed */
