@@ -52,6 +52,14 @@ typedef void (*gemm_fn)(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t
 
 #define SD_GT 64 /* GEMM form: most tokens per call */
 
+/* The prefetch lead of a tile of nt tokens: SD_PF_BYTES for one token (decode), longer for
+ * wider tiles, whose block takes longer, so that the stream keeps enough lines in flight
+ * while the arithmetic runs (docs/performance.md, twelfth round). */
+#ifndef SD_PF_BYTES_WIDE
+#define SD_PF_BYTES_WIDE 16384
+#endif
+#define PF_LEAD(nt) ((nt) > 1 ? (size_t)SD_PF_BYTES_WIDE : (size_t)SD_PF_BYTES)
+
 SD_T SD_INL void run_packed(sd_type wt, const tile_fn *tab, gemm_fn gemm, const void *wp,
                             int64_t rows, int64_t n, const void *xq, int64_t n_tok, float *y,
                             int64_t ldy, int64_t g0, int64_t g1) {
@@ -146,7 +154,7 @@ SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = sm[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        sd_prefetch_ahead(mp, main);
+        sd_prefetch_at(mp, main, PF_LEAD(nt));
         __m512i w[8];
         unpack32(mp, kind, 0, w);
         const __m512 dw = ldh(tl + (size_t)i * tail);
@@ -192,7 +200,7 @@ SD_T SD_INL void tile_k45(const uint8_t *gp, int64_t nb, const uint8_t *xa, size
              * loop (GCC does not unroll 35 lines) cost 3 instructions more a line. The same
              * spread in the Q6_K tiles (here and x256.h's tile_q6_1) streamed from memory
              * 10-30% slower (docs/performance.md, tenth round): they keep the loop. */
-            sd_prefetch_part(mp, main, SD_PF_BYTES, s, 8);
+            sd_prefetch_part(mp, main, PF_LEAD(nt), s, 8);
             __m512i w[8];
             unpack_k45(mp, kind, s, w);
             const __m512i sc = k45_scale(mp, 0, s);
@@ -235,7 +243,7 @@ SD_T SD_INL void tile_k236(const uint8_t *gp, int64_t nb, const uint8_t *xa, siz
     _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        sd_prefetch_ahead(mp, main);
+        sd_prefetch_at(mp, main, PF_LEAD(nt));
         _Pragma("GCC unroll 8") for (int t = 0; t < nt; t++) P[t] = _mm512_setzero_si512();
         _Pragma("GCC unroll 8") for (int hk = 0; hk < 8; hk++) {
             __m512i w[8];
