@@ -33,6 +33,14 @@
 #   speculative vs target alone specdec bench -k K (A/B, greedy, decode tok/s) vs
 #                               llama-speculative --spec-draft-n-max K (decoded t/s) and
 #                               llama-completion (eval tok/s), same prompt, n, threads, temp 0
+#   roofline of specdec's passes for each n (1 = the decode step) and of prefill 128: bytes
+#                               streamed, int8 multiply-adds, the memory bound (bytes / the
+#                               roof: at its lowest and its best measurement, the host's two
+#                               modes), the compute bound (multiply-adds / the kernel set's
+#                               in-register peak x threads, from bench --kernels), the binding
+#                               one (the larger, with the best roof), bound / measured, and
+#                               measured / (memory bound at the lowest roof + compute bound):
+#                               near 1 where the pass pays both, one after the other
 # Ratios are specdec speed / llama.cpp speed (> 1: specdec faster); v(n) = pass(n) /
 # decode step of the same runtime; roof fractions use the weights streamed per decode step
 # (specdec's count) x tok/s / the roof at the same threads.
@@ -180,8 +188,13 @@ def specdec_kernels(target, t):
     if rc != 0:
         log(f"specdec bench --kernels failed: {err.strip()[-300:]}")
         return None
-    m = json.load(open(path))["models"][0]
+    j = json.load(open(path))
+    m = j["models"][0]
     return {"decode_ms": m["decode_ms"], "decode_tps": 1000.0 / m["decode_ms"],
+            "peak_macs_per_s": j["machine"].get("peak_macs_per_s"),
+            "macs": {str(v["n_tokens"]): (v.get("roofline") or {}).get("macs")
+                     for v in m["verify"]},
+            "prefill_macs": (m["prefill"].get("roofline") or {}).get("macs"),
             "streamed_bytes": m["streamed_bytes"], "weight_bytes": m["weight_bytes"],
             "pos": m["pos"],
             "verify_ms": {str(v["n_tokens"]): v["ms"] for v in m["verify"]},
@@ -311,6 +324,9 @@ for cfg_path in opt["configs"]:
                                for n in xs[0]["verify_ms"]}}
             o["decode_ms"] = 1000.0 / o["decode_tps"]
             o["v"] = {n: o["verify_ms"][n] / o["verify_ms"]["1"] for n in o["verify_ms"]}
+            o["peak_macs_per_s"] = best([x.get("peak_macs_per_s") for x in xs])
+            o["macs"] = xs[0].get("macs") or {}
+            o["prefill_macs"] = xs[0].get("prefill_macs")
             sr[f"t{t}"] = o
             sr["streamed_bytes"] = xs[0]["streamed_bytes"]
             sr["weight_bytes"] = xs[0]["weight_bytes"]
@@ -361,8 +377,28 @@ roofs.append(specdec_roof())
 roof = {"t1_gbps": best([r["t1"]["gbps"] for r in roofs]),
         "tn_gbps": best([r["tn"]["gbps"] for r in roofs]), "threads": tmax,
         "kernel": roofs[0]["tn"]["kernel"], "buffer_mib": opt["roof_mib"], "runs": roofs}
+roof["t1_gbps_low"] = min(r["t1"]["gbps"] for r in roofs)
+roof["tn_gbps_low"] = min(r["tn"]["gbps"] for r in roofs)
 def roof_at(t):
     return roof["t1_gbps"] if t == 1 else roof["tn_gbps"] if t == tmax else None
+def roof_low_at(t):
+    return roof["t1_gbps_low"] if t == 1 else roof["tn_gbps_low"] if t == tmax else None
+
+def roofline(nbytes, macs, peak, ms, t):
+    """One pass's roofline against the roof's best and lowest measurement at t threads."""
+    hi, lo = roof_at(t), roof_low_at(t)
+    r = {"mb": nbytes / 1e6, "gmac": macs / 1e9 if macs else None,
+         "mem_ms": nbytes / hi / 1e6 if hi else None,
+         "mem_ms_low": nbytes / lo / 1e6 if lo else None,
+         "cmp_ms": macs / peak * 1e3 if macs and peak else None, "ms": ms}
+    if r["mem_ms"] is None or r["cmp_ms"] is None:
+        r.update(bound=None, bound_ms=None, frac=None, of_sum=None)
+        return r
+    r["bound"] = "memory" if r["mem_ms"] >= r["cmp_ms"] else "compute"
+    r["bound_ms"] = max(r["mem_ms"], r["cmp_ms"])
+    r["frac"] = ratio(r["bound_ms"], ms)
+    r["of_sum"] = ratio(ms, r["mem_ms_low"] + r["cmp_ms"])
+    return r
 
 # ---------------------------------------------------------------- ratios and table
 for p in pairs_out:
@@ -373,6 +409,15 @@ for p in pairs_out:
             s_ = sr.get(f"t{t}")
             if not s_: continue
             s_["fraction_of_roof"] = ratio(sr["streamed_bytes"] * s_["decode_tps"] / 1e9, roof_at(t))
+            s_["fraction_of_roof_low"] = ratio(sr["streamed_bytes"] * s_["decode_tps"] / 1e9,
+                                               roof_low_at(t))
+            s_["roofline"] = {n: roofline(sr["streamed_bytes"], s_["macs"].get(n),
+                                          s_.get("peak_macs_per_s"), s_["verify_ms"][n], t)
+                              for n in s_["verify_ms"]}
+            s_["roofline_prefill"] = roofline(sr["streamed_bytes"], s_.get("prefill_macs"),
+                                              s_.get("peak_macs_per_s"),
+                                              128e3 / s_["prefill_tps"] if s_.get("prefill_tps")
+                                              else None, t)
             for bname, lb in p["llamacpp"].items():
                 l = lb.get(role, {}).get(f"t{t}", {})
                 if l.get("decode_tps"):
@@ -436,6 +481,20 @@ for p in pairs_out:
                       f"{f(s_.get('prefill_tps'), '{:.1f}'):>10} "
                       f"{f(l.get('prefill_tps'), '{:.1f}'):>24} "
                       f"{f(rr.get(f'prefill128_t{t}'), '{:.3f}'):>7}")
+                if s_.get("roofline"):
+                    print(f"  roofline, {t} thr (specdec; roof {f(roof_low_at(t))} / "
+                          f"{f(roof_at(t))} GB/s lowest / best, compute "
+                          f"{f((s_.get('peak_macs_per_s') or 0) / 1e9, '{:.0f}')} GMAC/s)")
+                    print(f"    {'n':>7} {'ms':>8} {'MB':>7} {'GMAC':>6} {'mem ms lo/best':>15} "
+                          f"{'cmp ms':>7} {'bound':>8} {'bound/ms':>8} {'ms/(mem lo+cmp)':>15}")
+                    rows = [(n, s_["roofline"][n]) for n in sorted(s_["roofline"], key=int)]
+                    rows.append(("pp128", s_.get("roofline_prefill") or {}))
+                    for n, r in rows:
+                        print(f"    {n:>7} {f(r.get('ms'), '{:.2f}'):>8} "
+                              f"{f(r.get('mb'), '{:.0f}'):>7} {f(r.get('gmac')):>6} "
+                              f"{f(r.get('mem_ms_low'), '{:.1f}') + '/' + f(r.get('mem_ms'), '{:.1f}'):>15} "
+                              f"{f(r.get('cmp_ms'), '{:.1f}'):>7} {r.get('bound') or '-':>8} "
+                              f"{f(r.get('frac'), '{:.2f}'):>8} {f(r.get('of_sum'), '{:.2f}'):>15}")
                 for n in [str(j) for j in range(2, 18)]:
                     sv, lv = s_.get("v", {}).get(n), (l.get("v") or {}).get(n)
                     print(f"  {'pass ' + n + ' tok ms (v), ' + str(t) + ' thr':34} "
