@@ -179,6 +179,14 @@ if [ $want_avx2 = 1 ]; then
 fi
 
 # ---- 4. record
+# An AVX2 build from an earlier run (with --avx2) stays recorded when this run did not make
+# one (e.g. --tools llama-server alone): the record lists every build that is there.
+if [ $want_avx2 = 0 ] && [ -d "$dir/avx2/bin" ] && [ -f "$dir/peer.env" ] &&
+    grep -q '^PEER_BUILDS=.*avx2' "$dir/peer.env"; then
+    old=$(sed -n 's/^PEER_AVX2_SMOKE="\(.*\)"$/\1/p' "$dir/peer.env")
+    results+=("avx2|${old:-untested}")
+    say "avx2: kept from the earlier run (${old:-untested})"
+fi
 {
     echo "# written by scripts/peer_llamacpp.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "PEER_LLAMA_CPP_PYTHON=$pyver"
