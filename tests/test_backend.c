@@ -1020,19 +1020,23 @@ static float swiglu_ref(float g, float u) {
     return (g / (1.0f + expf(-g))) * u;
 }
 
-/* The AVX-512 SwiGLU (glu.h) against the scalar formula, bit for bit: float bit patterns
+/* A SwiGLU kernel of glu.h (fn, run at attention level `level`) against the scalar formula,
+ * bit for bit: float bit patterns
  * strided over all 2^32 (NaNs, infinities, subnormals, both signs), patterns strided over
  * (-16, 16) (where activations lie), the range limits (-88, 87) and their neighbours, lengths 0..40
- * at odd offsets (the scalar tail), y aliasing g; then the backend op at the "avx512" and "scalar"
- * levels, 1 and 2 threads. A copy that rounds every lane's double result (no libm fallback near a
+ * at odd offsets (the scalar tail), y aliasing g; then the backend op at `level` and "scalar",
+ * 1 and 2 threads. A copy that rounds every lane's double result (no libm fallback near a
  * midpoint) fails the sweeps (21, 25 and 159 elements; over all 2^32 g it differs on 65051, the
  * kernel on none: checked once with glibc 2.36, docs/performance.md, eleventh round). */
-Test(backend, cpu_swiglu_avx512_bits) {
 #if defined(__x86_64__)
+static void swiglu_bits(const char *level, sd_cpu_glu_fn fn) {
     sd_backend *probe = cpu_backend(1);
-    const int ok = sd_backend_cpu_set_kernels(probe, "avx512") == 0;
+    const int ok = sd_backend_cpu_set_kernels(probe, level) == 0;
     sd_backend_free(probe);
-    if (!ok) cr_skip_test("avx512: not supported by this CPU");
+    if (!ok) {
+        cr_skip_test("%s: not supported by this CPU", level);
+        return;
+    }
     enum { N = 1 << 20 };
     float *g = malloc(N * sizeof(float)), *u = malloc(N * sizeof(float));
     float *y = malloc(N * sizeof(float));
@@ -1057,12 +1061,12 @@ Test(backend, cpu_swiglu_avx512_bits) {
             rng = rng * 6364136223846793005ull + 1442695040888963407ull;
             u[i] = (float)((rng >> 40) & 0xffff) / 16384.0f - 2.0f;
         }
-        sd_cpu_swiglu_avx512(g, u, y, N);
+        fn(g, u, y, N);
         for (int64_t i = 0; i < N; i++) {
             const float r = swiglu_ref(g[i], u[i]);
             if (memcmp(&r, &y[i], 4) != 0 && bad++ < 5)
-                cr_log_error("sweep %d: g %a: %a, scalar %a", sweep, (double)g[i], (double)y[i],
-                             (double)r);
+                cr_log_error("%s sweep %d: g %a: %a, scalar %a", level, sweep, (double)g[i],
+                             (double)y[i], (double)r);
         }
         n_tested += N;
     }
@@ -1076,7 +1080,7 @@ Test(backend, cpu_swiglu_avx512_bits) {
                 yr[i] = swiglu_ref(g[off + 1000 * i + 3], u[off + i]);
                 ga[i] = g[off + 1000 * i + 3];
             }
-            sd_cpu_swiglu_avx512(ga, u + off, ga, len);
+            fn(ga, u + off, ga, len);
             cr_expect(memcmp(ga, yr, (size_t)len * sizeof(float)) == 0, "len %lld off %lld",
                       (long long)len, (long long)off);
         }
@@ -1088,7 +1092,7 @@ Test(backend, cpu_swiglu_avx512_bits) {
     for (int lv = 0; lv < 2; lv++)
         for (int32_t nt = 1; nt <= 2; nt++) {
             sd_backend *be = cpu_backend(nt);
-            cr_assert_eq(sd_backend_cpu_set_kernels(be, lv ? "scalar" : "avx512"), 0);
+            cr_assert_eq(sd_backend_cpu_set_kernels(be, lv ? "scalar" : level), 0);
             be->ops->swiglu(be, g, u, n, y);
             for (int64_t i = 0; i < n; i++) {
                 const float r = swiglu_ref(g[i], u[i]);
@@ -1100,6 +1104,21 @@ Test(backend, cpu_swiglu_avx512_bits) {
     free(g);
     free(u);
     free(y);
+}
+#endif
+
+Test(backend, cpu_swiglu_avx512_bits) {
+#if defined(__x86_64__)
+    swiglu_bits("avx512", sd_cpu_swiglu_avx512);
+#else
+    cr_skip_test("not x86-64");
+#endif
+}
+
+/* The AVX2 kernel: the same checks (its 2^k built in the exponent field, 8-wide loop). */
+Test(backend, cpu_swiglu_avx2_bits) {
+#if defined(__x86_64__)
+    swiglu_bits("avx2", sd_cpu_swiglu_avx2);
 #else
     cr_skip_test("not x86-64");
 #endif

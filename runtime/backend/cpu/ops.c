@@ -783,10 +783,11 @@ static void swiglu_range(void *arg, int64_t i0, int64_t i1, int32_t ith) {
 }
 
 /* The SwiGLU kernel of the attention level in use (it follows SD_KERNELS and
- * sd_backend_cpu_set_kernels): AVX-512 (glu.h), else the scalar loop. */
+ * sd_backend_cpu_set_kernels): AVX-512 or AVX2 (glu.h), else the scalar loop. */
 static sd_cpu_glu_fn swiglu_kernel(const sd_backend_cpu *c) {
 #if defined(__x86_64__)
     if (c->att == &sd_att_avx512) return sd_cpu_swiglu_avx512;
+    if (c->att == &sd_att_avx2) return sd_cpu_swiglu_avx2;
 #endif
     (void)c;
     return NULL;
