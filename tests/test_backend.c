@@ -22,6 +22,7 @@
 #include "kv/sd_kv.h"
 #include "quant/sd_quant.h"
 #include "runtime/backend/sd_backend.h"
+#include "runtime/backend/cpu/attn.h"
 #include "runtime/backend/cpu/glu.h"
 
 #define GUARD     16
@@ -1119,6 +1120,50 @@ Test(backend, cpu_swiglu_avx512_bits) {
 Test(backend, cpu_swiglu_avx2_bits) {
 #if defined(__x86_64__)
     swiglu_bits("avx2", sd_cpu_swiglu_avx2);
+#else
+    cr_skip_test("not x86-64");
+#endif
+}
+
+/* The F16C row conversion of the KV store (attn.h) against the scalar sd_fp32_to_fp16, bit for
+ * bit: float patterns strided over all 2^32 (NaNs with payloads, infinities, subnormals, both
+ * signs), every pattern around the fp16 limits (overflow to inf at 65520, the smallest subnormal,
+ * the normal/subnormal boundary, ties), lengths 0..20 (the 8-wide loop and the tail). */
+Test(backend, cpu_store_f16_bits) {
+#if defined(__x86_64__)
+    if (!sd_cpu_att_by_name("avx2")) cr_skip_test("avx2+f16c: not supported by this CPU");
+    enum { N = 1 << 20 };
+    float *x = malloc(N * sizeof(float));
+    uint16_t *h = malloc(N * sizeof(uint16_t));
+    cr_assert(x && h);
+    static const uint32_t at[] = {0x477fe000u, 0x477ff000u, 0x33000000u, 0x33800000u, 0x38800000u,
+                                  0x387fc000u, 0x7f800000u, 0x7fc00000u, 0x3f801000u, 0x3f803000u};
+    int64_t bad = 0;
+    for (int sweep = 0; sweep < 2; sweep++) {
+        for (int64_t i = 0; i < N; i++) {
+            uint32_t b = sweep == 0 ? (uint32_t)((uint64_t)i * 4099u + 5u)
+                                    : at[i % 10] + (uint32_t)((i / 10) % 50001) - 25000u;
+            if (sweep == 1 && (i & 1)) b |= 0x80000000u;
+            memcpy(&x[i], &b, 4);
+        }
+        sd_att_store_f16_f16c(x, h, N);
+        for (int64_t i = 0; i < N; i++)
+            if (h[i] != sd_fp32_to_fp16(x[i]) && bad++ < 5)
+                cr_log_error("sweep %d: %a: 0x%04x, scalar 0x%04x", sweep, (double)x[i],
+                             (unsigned)h[i], (unsigned)sd_fp32_to_fp16(x[i]));
+    }
+    cr_expect_eq(bad, 0, "%lld conversions differ from sd_fp32_to_fp16", (long long)bad);
+    for (int64_t len = 0; len <= 20; len++) {
+        uint16_t out[24];
+        memset(out, 0xAB, sizeof out);
+        sd_att_store_f16_f16c(x + 3, out, len);
+        for (int64_t i = 0; i < len; i++)
+            cr_expect_eq(out[i], sd_fp32_to_fp16(x[3 + i]), "len %lld [%lld]", (long long)len,
+                         (long long)i);
+        cr_expect_eq(out[len], 0xABABu, "len %lld: wrote past the row", (long long)len);
+    }
+    free(x);
+    free(h);
 #else
     cr_skip_test("not x86-64");
 #endif

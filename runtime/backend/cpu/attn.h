@@ -34,16 +34,23 @@ typedef void (*att_scores_fn)(const float *q, int32_t nh, int32_t hd, const void
 typedef void (*att_vsum_fn)(const float *sc, size_t scs, int32_t nh, int32_t hd, const void *v,
                             size_t stride, sd_type vt, int32_t span, float *out);
 
+/* A K or V row stored as F16: dst[i] = fp16(src[i]) for i < n, rounded to nearest even
+ * with NaN quieted: the bits of quant/fp16.c's sd_fp32_to_fp16 (which follows F16C). */
+typedef void (*att_store_f16_fn)(const float *src, uint16_t *dst, int64_t n);
+
 typedef struct sd_att_kernels {
     const char *name;
     att_scores_fn scores;
     att_vsum_fn vsum;
+    att_store_f16_fn store_f16; /* NULL: sd_quantize_row (the scalar conversion) */
 } sd_att_kernels;
 
 extern const sd_att_kernels sd_att_scalar;
 #if defined(__x86_64__)
 extern const sd_att_kernels sd_att_avx2;
 extern const sd_att_kernels sd_att_avx512;
+/* F16C's vcvtps2ph, round to nearest even (attn_avx2.c; both x86 levels use it). */
+void sd_att_store_f16_f16c(const float *src, uint16_t *dst, int64_t n);
 #endif
 
 /* The kernels called `name` ("scalar", "avx2", "avx512") if this CPU runs them, else NULL. */

@@ -194,7 +194,16 @@ SD_T2 static void att_vsum_avx2(const float *sc, size_t scs, int32_t nh, int32_t
     }
 }
 
-const sd_att_kernels sd_att_avx2 = {"avx2", att_scores_avx2, att_vsum_avx2};
+SD_T2 void sd_att_store_f16_f16c(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = sd_fp32_to_fp16(src[i]);
+}
+
+const sd_att_kernels sd_att_avx2 = {"avx2", att_scores_avx2, att_vsum_avx2, sd_att_store_f16_f16c};
 
 #else
 typedef int sd_attn_avx2_unused; /* ISO C forbids an empty translation unit */

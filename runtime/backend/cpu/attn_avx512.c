@@ -213,7 +213,8 @@ SD_T5 static void att_vsum_avx512(const float *sc, size_t scs, int32_t nh, int32
     }
 }
 
-const sd_att_kernels sd_att_avx512 = {"avx512", att_scores_avx512, att_vsum_avx512};
+const sd_att_kernels sd_att_avx512 = {"avx512", att_scores_avx512, att_vsum_avx512,
+                                      sd_att_store_f16_f16c};
 
 #else
 typedef int sd_attn_avx512_unused; /* ISO C forbids an empty translation unit */

@@ -34,4 +34,4 @@ static void att_vsum_scalar(const float *sc, size_t scs, int32_t nh, int32_t hd,
     }
 }
 
-const sd_att_kernels sd_att_scalar = {"scalar", att_scores_scalar, att_vsum_scalar};
+const sd_att_kernels sd_att_scalar = {"scalar", att_scores_scalar, att_vsum_scalar, NULL};

@@ -540,19 +540,51 @@ typedef struct norm_job {
     float *y;
 } norm_job;
 
-/* Rows [t0, t1): y = x / sqrt(mean(x^2) + eps) * w, each row's sum in index order. */
+/* The sums of squares of m rows (m constant: m independent chains, so m rows cost about
+ * one row's latency), each in index order: ss[r] += x[i] * x[i], i ascending. */
+static inline __attribute__((always_inline)) void sum_sq(const float *x, size_t stride, int32_t n,
+                                                         const int m, float *ss) {
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    const float *x0 = x, *x1 = m > 1 ? x + stride : x, *x2 = m > 2 ? x + 2 * stride : x;
+    const float *x3 = m > 3 ? x + 3 * stride : x;
+    for (int32_t i = 0; i < n; i++) {
+        s0 += x0[i] * x0[i];
+        if (m > 1) s1 += x1[i] * x1[i];
+        if (m > 2) s2 += x2[i] * x2[i];
+        if (m > 3) s3 += x3[i] * x3[i];
+    }
+    ss[0] = s0;
+    if (m > 1) ss[1] = s1;
+    if (m > 2) ss[2] = s2;
+    if (m > 3) ss[3] = s3;
+}
+
+/* Rows [t0, t1): y = x / sqrt(mean(x^2) + eps) * w, each row's sum in index order (up to 4
+ * rows' sums at once: the same bits as one by one). */
 static void norm_rows(void *arg, int64_t t0, int64_t t1, int32_t ith) {
     (void)ith;
     const norm_job *j = arg;
-    for (int64_t t = t0; t < t1; t++) {
-        const float *xr = j->x + (size_t)t * (size_t)j->n;
-        float *yr = j->y + (size_t)t * (size_t)j->n;
-        float ss = 0.0f;
-        for (int32_t i = 0; i < j->n; i++)
-            ss += xr[i] * xr[i];
-        const float scale = 1.0f / sqrtf(ss / (float)j->n + j->eps);
-        for (int32_t i = 0; i < j->n; i++)
-            yr[i] = (xr[i] * scale) * j->w[i];
+    const size_t stride = (size_t)j->n;
+    for (int64_t t = t0; t < t1;) {
+        const int64_t m = t1 - t >= 4 ? 4 : t1 - t;
+        const float *xr = j->x + (size_t)t * stride;
+        float ss[4];
+        if (m == 4)
+            sum_sq(xr, stride, j->n, 4, ss);
+        else if (m == 3)
+            sum_sq(xr, stride, j->n, 3, ss);
+        else if (m == 2)
+            sum_sq(xr, stride, j->n, 2, ss);
+        else
+            sum_sq(xr, stride, j->n, 1, ss);
+        for (int64_t r = 0; r < m; r++) {
+            const float *xa = xr + (size_t)r * stride;
+            float *yr = j->y + (size_t)(t + r) * stride;
+            const float scale = 1.0f / sqrtf(ss[r] / (float)j->n + j->eps);
+            for (int32_t i = 0; i < j->n; i++)
+                yr[i] = (xa[i] * scale) * j->w[i];
+        }
+        t += m;
     }
 }
 
@@ -576,11 +608,16 @@ static void cpu_rope_op(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, i
     /* Offsets of the two elements of pair i: (2i, 2i+1) or (i, i + n_rot/2). */
     const size_t step = r->mode == SD_ROPE_NEOX ? 1 : 2;
     const size_t other = r->mode == SD_ROPE_NEOX ? (size_t)half : 1;
+    /* pair i's frequency, the same for every token: computed once (up to 256 pairs) */
+    float freqs[256];
+    const int keep = half <= 256;
+    for (int32_t i = 0; keep && i < half; i++)
+        freqs[i] = powf(r->base, -(float)(2 * i) / (float)r->n_rot);
     for (int32_t t = 0; t < n_tok; t++) {
         const float pos = (float)(pos0 + t) * r->freq_scale;
         float *xr = x + (size_t)t * row;
         for (int32_t i = 0; i < half; i++) {
-            const float freq = powf(r->base, -(float)(2 * i) / (float)r->n_rot);
+            const float freq = keep ? freqs[i] : powf(r->base, -(float)(2 * i) / (float)r->n_rot);
             float theta = pos * freq;
             if (r->factors) theta /= r->factors[i];
             const float cs = cosf(theta), sn = sinf(theta);
@@ -605,14 +642,19 @@ static void cpu_add_bias_op(sd_backend *be, float *y, const float *b, int32_t n_
 
 static void cpu_kv_store_op(sd_backend *be, sd_kv *kv, int32_t layer, int32_t pos0, int32_t n_tok,
                             int32_t kv_dim, const float *k, const float *v) {
-    (void)be;
+    const sd_backend_cpu *c = cpu_of(be);
     SD_CHECK(kv_dim == sd_kv_dim(kv), "kv_store: kv_dim differs from the cache's");
     const sd_type t = sd_kv_type(kv);
+    /* F16 through the attention level's conversion (F16C), the scalar one's bits */
+    const att_store_f16_fn f16 = t == SD_TYPE_F16 ? c->att->store_f16 : NULL;
     for (int32_t tk = 0; tk < n_tok; tk++) {
         void *kd = sd_kv_k(kv, layer, pos0 + tk);
         void *vd = sd_kv_v(kv, layer, pos0 + tk);
         const float *ks = k + (size_t)tk * (size_t)kv_dim, *vs = v + (size_t)tk * (size_t)kv_dim;
-        if (t != SD_TYPE_F32) { /* F16 rounded to nearest even, Q8_0 / Q4_0: the reference */
+        if (f16) {
+            f16(ks, (uint16_t *)kd, kv_dim);
+            f16(vs, (uint16_t *)vd, kv_dim);
+        } else if (t != SD_TYPE_F32) { /* F16 rounded to nearest even, Q8_0 / Q4_0: the reference */
             sd_quantize_row(t, ks, kd, kv_dim);
             sd_quantize_row(t, vs, vd, kv_dim);
         } else {
