@@ -11,35 +11,30 @@
 
 #define SD_TA __attribute__((target("avx2,fma")))
 
-/* exp(x) for 4 doubles x in [-87, 88] (other lanes: anything, the caller replaces them):
- * x = k ln2 + r with k = round(x / ln2), |r| <= ln2 / 2 (ln2 as two doubles, each step one
- * FMA), exp(r) by its Taylor polynomial of degree 11 (Horner), times 2^k exactly: k + 1023
- * is an integer in [896, 1151], read from the low bits of k + 1023 + 1.5 * 2^52 and shifted
- * into the exponent field, so 2^k is a normal double and the product is exact. Relative
- * error below 1e-14 (glu_avx512.c's bound: the same steps). */
+/* exp(x) for 4 doubles x in [-87, 88] (glu.h's method; other lanes: anything, the caller
+ * replaces them). 2^k without scalef: k + 1023 is an integer in [896, 1151], read from the
+ * low bits of k + 1023 + 1.5 * 2^52 and shifted into the exponent field, so 2^k is a normal
+ * double and the product is exact. */
 SD_TA static inline __m256d exp_pd4(__m256d x) {
-    const __m256d k = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(1.4426950408889634)),
+    const __m256d k = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(SD_GLU_LOG2E)),
                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256d r = _mm256_fnmadd_pd(k, _mm256_set1_pd(0x1.62e42fefa39efp-1), x);
-    r = _mm256_fnmadd_pd(k, _mm256_set1_pd(0x1.abc9e3b39803fp-56), r);
-    static const double c[12] = {1.0,         1.0,          1.0 / 2,       1.0 / 6,
-                                 1.0 / 24,    1.0 / 120,    1.0 / 720,     1.0 / 5040,
-                                 1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800};
-    __m256d p = _mm256_set1_pd(c[11]);
+    __m256d r = _mm256_fnmadd_pd(k, _mm256_set1_pd(SD_GLU_LN2_HI), x);
+    r = _mm256_fnmadd_pd(k, _mm256_set1_pd(SD_GLU_LN2_LO), r);
+    __m256d p = _mm256_set1_pd(sd_glu_exp_taylor[11]);
     for (int i = 10; i >= 0; i--)
-        p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(c[i]));
+        p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(sd_glu_exp_taylor[i]));
     const __m256d kb = _mm256_add_pd(k, _mm256_set1_pd(0x1.8p52 + 1023.0));
     const __m256d two_k = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(kb), 52));
     return _mm256_mul_pd(p, two_k);
 }
 
-/* Lanes (bits 0..3) of e whose rounding to float could differ from libm's expf: the 29
- * bits below the float's last bit within 2^21 of the half-way point 2^28 (glu_avx512.c's
- * near_midpoint: t = low - (2^28 - 2^21) in [0, 2^22], signed compares). */
+/* Lanes (bits 0..3) of e in glu.h's midpoint window (AVX2 has no unsigned 64-bit compare:
+ * t = low - SD_GLU_MID_LO in [0, SD_GLU_MID_SPAN], two signed compares). */
 SD_TA static inline unsigned near_midpoint4(__m256d e) {
-    const __m256i low = _mm256_and_si256(_mm256_castpd_si256(e), _mm256_set1_epi64x((1 << 29) - 1));
-    const __m256i t = _mm256_sub_epi64(low, _mm256_set1_epi64x((1 << 28) - (1 << 21)));
-    const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi64(t, _mm256_set1_epi64x(1 << 22)),
+    const __m256i low =
+        _mm256_and_si256(_mm256_castpd_si256(e), _mm256_set1_epi64x(SD_GLU_MID_MASK));
+    const __m256i t = _mm256_sub_epi64(low, _mm256_set1_epi64x(SD_GLU_MID_LO));
+    const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi64(t, _mm256_set1_epi64x(SD_GLU_MID_SPAN)),
                                         _mm256_cmpgt_epi64(_mm256_setzero_si256(), t));
     return (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(out)) ^ 0xFu;
 }

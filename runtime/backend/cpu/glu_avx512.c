@@ -9,33 +9,25 @@
 
 #define SD_TG __attribute__((target("avx512f,avx2,fma")))
 
-/* exp(x) for 8 doubles x in [-87, 88] (other lanes: anything, the caller replaces them):
- * x = k ln2 + r with k = round(x / ln2), |r| <= ln2 / 2 (ln2 as two doubles, each step one
- * FMA), exp(r) by its Taylor polynomial of degree 11 (Horner: the remainder r^12 / 12! is
- * below 7e-15 of the result, the rounding of the 12 steps about 1e-15), times 2^k exactly
- * (scalef). Relative error below 1e-14: a thousandth of a float ulp is 6e-11. */
+/* exp(x) for 8 doubles x in [-87, 88] (glu.h's method; other lanes: anything, the caller
+ * replaces them), 2^k applied by scalef. */
 SD_TG static inline __m512d exp_pd(__m512d x) {
-    const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)),
+    const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(SD_GLU_LOG2E)),
                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(0x1.62e42fefa39efp-1), x);
-    r = _mm512_fnmadd_pd(k, _mm512_set1_pd(0x1.abc9e3b39803fp-56), r);
-    static const double c[12] = {1.0,         1.0,          1.0 / 2,       1.0 / 6,
-                                 1.0 / 24,    1.0 / 120,    1.0 / 720,     1.0 / 5040,
-                                 1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800};
-    __m512d p = _mm512_set1_pd(c[11]);
+    __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(SD_GLU_LN2_HI), x);
+    r = _mm512_fnmadd_pd(k, _mm512_set1_pd(SD_GLU_LN2_LO), r);
+    __m512d p = _mm512_set1_pd(sd_glu_exp_taylor[11]);
     for (int i = 10; i >= 0; i--)
-        p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(c[i]));
+        p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(sd_glu_exp_taylor[i]));
     return _mm512_scalef_pd(p, k);
 }
 
-/* Lanes of e (8 doubles, normal floats once rounded) whose rounding to float could differ
- * from libm's expf: the 29 bits below the float's last bit within 2^21 of the half-way
- * point 2^28 (2^-8 ulp; libm's result is within 0.502 ulp of the exact value, so it can
- * differ from the correctly rounded one only within 0.002 ulp of a midpoint). */
+/* Lanes of e (8 doubles) in glu.h's midpoint window. */
 SD_TG static inline __mmask8 near_midpoint(__m512d e) {
-    const __m512i low = _mm512_and_si512(_mm512_castpd_si512(e), _mm512_set1_epi64((1 << 29) - 1));
-    const __m512i t = _mm512_sub_epi64(low, _mm512_set1_epi64((1 << 28) - (1 << 21)));
-    return _mm512_cmp_epu64_mask(t, _mm512_set1_epi64(1 << 22), _MM_CMPINT_LE);
+    const __m512i low =
+        _mm512_and_si512(_mm512_castpd_si512(e), _mm512_set1_epi64(SD_GLU_MID_MASK));
+    const __m512i t = _mm512_sub_epi64(low, _mm512_set1_epi64(SD_GLU_MID_LO));
+    return _mm512_cmp_epu64_mask(t, _mm512_set1_epi64(SD_GLU_MID_SPAN), _MM_CMPINT_LE);
 }
 
 SD_TG void sd_cpu_swiglu_avx512(const float *g, const float *u, float *y, int64_t n) {
