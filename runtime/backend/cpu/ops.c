@@ -600,6 +600,11 @@ static void cpu_rmsnorm(sd_backend *be, const float *x, const float *w, int32_t 
     prof_end(c, SD_PROF_NORM, t0);
 }
 
+/* Pair i's rotation frequency: base^(-2i / n_rot). */
+static float rope_freq(const sd_rope *r, int32_t i) {
+    return powf(r->base, -(float)(2 * i) / (float)r->n_rot);
+}
+
 static void cpu_rope_op(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, int32_t n_head,
                         int32_t head_dim, const sd_rope *r) {
     (void)be;
@@ -612,12 +617,12 @@ static void cpu_rope_op(sd_backend *be, float *x, int32_t n_tok, int32_t pos0, i
     float freqs[256];
     const int keep = half <= 256;
     for (int32_t i = 0; keep && i < half; i++)
-        freqs[i] = powf(r->base, -(float)(2 * i) / (float)r->n_rot);
+        freqs[i] = rope_freq(r, i);
     for (int32_t t = 0; t < n_tok; t++) {
         const float pos = (float)(pos0 + t) * r->freq_scale;
         float *xr = x + (size_t)t * row;
         for (int32_t i = 0; i < half; i++) {
-            const float freq = keep ? freqs[i] : powf(r->base, -(float)(2 * i) / (float)r->n_rot);
+            const float freq = keep ? freqs[i] : rope_freq(r, i);
             float theta = pos * freq;
             if (r->factors) theta /= r->factors[i];
             const float cs = cosf(theta), sn = sinf(theta);
