@@ -1022,13 +1022,13 @@ static float swiglu_ref(float g, float u) {
 }
 
 /* A SwiGLU kernel of glu.h (fn, run at attention level `level`) against the scalar formula,
- * bit for bit: float bit patterns
- * strided over all 2^32 (NaNs, infinities, subnormals, both signs), patterns strided over
- * (-16, 16) (where activations lie), the range limits (-88, 87) and their neighbours, lengths 0..40
- * at odd offsets (the scalar tail), y aliasing g; then the backend op at `level` and "scalar",
- * 1 and 2 threads. A copy that rounds every lane's double result (no libm fallback near a
- * midpoint) fails the sweeps (21, 25 and 159 elements; over all 2^32 g it differs on 65051, the
- * kernel on none: checked once with glibc 2.36, docs/performance.md, eleventh round). */
+ * bit for bit: float bit patterns strided over all 2^32 (NaNs, infinities, subnormals, both
+ * signs), patterns strided over (-16, 16) (where activations lie), the range limits (-88, 87)
+ * and their neighbours, lengths 0..40 at odd offsets (the scalar tail), y aliasing g; then the
+ * backend op at `level` and "scalar", 1 and 2 threads. A copy that rounds every lane's double
+ * result (no libm fallback near a midpoint) fails the sweeps (21, 25 and 159 elements; over all
+ * 2^32 g it differs on 65051, the kernel on none: checked once with glibc 2.36,
+ * docs/performance.md, eleventh round). */
 #if defined(__x86_64__)
 static void swiglu_bits(const char *level, sd_cpu_glu_fn fn) {
     sd_backend *probe = cpu_backend(1);
