@@ -211,6 +211,66 @@ Test(pool, for_visits_every_item_once) {
     }
 }
 
+/* The guided loop: every item exactly once, each participant's ranges in increasing order,
+ * no range shorter than min_chunk except the last, and no range longer than the remaining
+ * items / (2 x participants) when it was claimed unless it is min_chunk long (checked as:
+ * a range's length never exceeds half of what lies at or after its start, nor min_chunk;
+ * one thread: one call over all). */
+typedef struct guided_rec {
+    _Atomic int32_t *hits; /* [n] */
+    _Atomic int32_t bad;
+    int64_t n, min_chunk;
+    int32_t n_threads;
+    _Atomic int64_t last_begin[SD_POOL_MAX_THREADS];
+} guided_rec;
+
+static void guided_fn(void *arg, int64_t begin, int64_t end, int32_t ith) {
+    guided_rec *r = arg;
+    if (ith < 0 || ith >= r->n_threads || begin < 0 || end > r->n || begin >= end) {
+        atomic_fetch_add(&r->bad, 1);
+        return;
+    }
+    const int64_t len = end - begin, rest = r->n - begin;
+    if (len < r->min_chunk && end != r->n) atomic_fetch_add(&r->bad, 1);
+    if (r->n_threads > 1 && len > r->min_chunk && len > rest / 2) atomic_fetch_add(&r->bad, 1);
+    if (begin <= atomic_load(&r->last_begin[ith])) atomic_fetch_add(&r->bad, 1);
+    atomic_store(&r->last_begin[ith], begin);
+    for (int64_t i = begin; i < end; i++)
+        atomic_fetch_add(&r->hits[i], 1);
+}
+
+Test(pool, for_guided_visits_every_item_once) {
+    static const int64_t ns[] = {0, 1, 2, 5, 64, 96, 1000, 4097};
+    static const int64_t mins[] = {0, 1, 3, 16, 5000};
+    for (int32_t t = 1; t <= 7; t += 2) {
+        sd_pool *pool = make_pool(t, 50);
+        for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+            for (size_t b = 0; b < sizeof mins / sizeof *mins; b++) {
+                const int64_t n = ns[a];
+                guided_rec *r = calloc(1, sizeof *r);
+                cr_assert_not_null(r);
+                r->hits = calloc((size_t)n + 1, sizeof *r->hits);
+                cr_assert_not_null(r->hits);
+                r->n = n;
+                r->min_chunk = mins[b] < 1 ? 1 : mins[b];
+                r->n_threads = t;
+                for (int32_t i = 0; i < SD_POOL_MAX_THREADS; i++)
+                    atomic_init(&r->last_begin[i], -1);
+                sd_pool_for_guided(pool, n, mins[b], guided_fn, r);
+                cr_assert_eq(atomic_load(&r->bad), 0, "n %lld min_chunk %lld threads %d: bad range",
+                             (long long)n, (long long)mins[b], t);
+                for (int64_t i = 0; i < n; i++)
+                    cr_assert_eq(atomic_load(&r->hits[i]), 1,
+                                 "n %lld min_chunk %lld threads %d: item %lld seen %d times",
+                                 (long long)n, (long long)mins[b], t, (long long)i,
+                                 atomic_load(&r->hits[i]));
+                free(r->hits);
+                free(r);
+            }
+        sd_pool_free(pool);
+    }
+}
+
 /* sd_pool_stats: one run counted per hand-over, none for a run on the caller alone; a
  * worker that does not spin (spin_us 0) sleeps between runs 1 ms apart and is woken. */
 Test(pool, stats_count_runs_sleeps_and_wakes) {

@@ -26,9 +26,9 @@
  * turns on the pool's back-off (pool.h: runs no worker joins kept on the caller). */
 #define SD_CPU_PAR_MIN_WORK 131072
 #define SD_CPU_MAX_THREADS  SD_POOL_MAX_THREADS
-/* Matmul rows are handed to threads in chunks (see matmul_run), about 16 per thread. */
-#define SD_CPU_CHUNKS_PER_THREAD 16
-#define SD_CPU_MIN_CHUNK_ROWS    16
+/* Matmul rows are handed to threads in decreasing chunks (sd_pool_for_guided), at least
+ * this many rows of a row-major matrix (packed matrices: one 16-row group). */
+#define SD_CPU_MIN_CHUNK_ROWS 16
 /* Activations of at most this many tokens are prepared on the calling thread (cheaper
  * than a hand-over to the pool and back). */
 #define SD_CPU_PREP_INLINE_TOKENS 8
@@ -408,19 +408,19 @@ static void matmul_run(sd_backend_cpu *c, const sd_weight *const *w, int32_t n_w
         return;
     }
     /* Activations prepared once per matrix (sd_quant.h layout), on the calling thread for
-     * a few tokens, else token rows split over the threads; then the items in chunks
-     * handed out dynamically: a thread that shares its core with other work (or starts
-     * late) takes fewer chunks instead of holding up the others. Which thread computes a
-     * row never changes its value. (Each thread streaming its own slice was measured slower
-     * here at load average ~3: docs/performance.md, eighth round.) */
+     * a few tokens, else token rows split over the threads; then the items handed out
+     * dynamically in decreasing chunks (guided): the first ones long, so that the kernel's
+     * prefetch lead runs over contiguous rows (16 fixed chunks a thread cost the 5..17-token
+     * passes 4-7%), the last ones short, so that a thread that shares its core with other
+     * work (or starts late) takes fewer instead of holding up the others (one fixed slice a
+     * thread was slower at load average ~3). docs/performance.md, eighth and thirteenth
+     * rounds. Which thread computes a row never changes its value. */
     if (n_tok <= SD_CPU_PREP_INLINE_TOKENS)
         mm_prepare(&j, 0, 1);
     else
         sd_pool_run(c->pool, 0, mm_prepare, &j);
-    int64_t chunk = items / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
-    const int64_t min_chunk = w[0]->layout == SD_LAYOUT_PACKED ? 1 : SD_CPU_MIN_CHUNK_ROWS;
-    if (chunk < min_chunk) chunk = min_chunk;
-    sd_pool_for(c->pool, items, chunk, mm_items_range, &j);
+    sd_pool_for_guided(c->pool, items, w[0]->layout == SD_LAYOUT_PACKED ? 1 : SD_CPU_MIN_CHUNK_ROWS,
+                       mm_items_range, &j);
 }
 
 static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32_t n_tok,
@@ -506,10 +506,9 @@ int64_t sd_backend_cpu_matmul_argmax(sd_backend *be, const sd_weight *w, const f
     if (c->n_threads == 1 || (double)n_rows * (double)w->cols < c->par_min_work) {
         amax_range(&j, 0, items, 0);
     } else {
-        int64_t chunk = items / ((int64_t)c->n_threads * SD_CPU_CHUNKS_PER_THREAD);
-        const int64_t min_chunk = w->layout == SD_LAYOUT_PACKED ? 1 : SD_CPU_MIN_CHUNK_ROWS;
-        if (chunk < min_chunk) chunk = min_chunk;
-        sd_pool_for(c->pool, items, chunk, amax_range, &j);
+        sd_pool_for_guided(c->pool, items,
+                           w->layout == SD_LAYOUT_PACKED ? 1 : SD_CPU_MIN_CHUNK_ROWS, amax_range,
+                           &j);
     }
     int64_t bi = -1;
     float bv = 0.0f;

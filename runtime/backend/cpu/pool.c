@@ -309,6 +309,7 @@ typedef struct for_job {
     void *arg;
     int64_t n, chunk;
     _Atomic int64_t next;
+    int64_t div; /* guided: a claim takes the remaining items / div (at least chunk) */
 } for_job;
 
 static void for_dynamic(void *p, int32_t ith, int32_t nth) {
@@ -321,6 +322,24 @@ static void for_dynamic(void *p, int32_t ith, int32_t nth) {
     }
 }
 
+static void for_guided(void *p, int32_t ith, int32_t nth) {
+    (void)nth;
+    for_job *j = p;
+    int64_t b = atomic_load_explicit(&j->next, memory_order_relaxed);
+    for (;;) {
+        if (b >= j->n) return;
+        int64_t take = (j->n - b) / j->div;
+        if (take < j->chunk) take = j->chunk;
+        const int64_t e = j->n - b < take ? j->n : b + take;
+        /* On failure b is reloaded with the counter's current value. */
+        if (!atomic_compare_exchange_weak_explicit(&j->next, &b, e, memory_order_relaxed,
+                                                   memory_order_relaxed))
+            continue;
+        j->fn(j->arg, b, e, ith);
+        b = atomic_load_explicit(&j->next, memory_order_relaxed);
+    }
+}
+
 static void for_static(void *p, int32_t ith, int32_t nth) {
     const for_job *j = p;
     int64_t b, e;
@@ -330,7 +349,7 @@ static void for_static(void *p, int32_t ith, int32_t nth) {
 
 void sd_pool_for(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void *arg) {
     if (n <= 0) return;
-    for_job j = {fn, arg, n, chunk, 0};
+    for_job j = {fn, arg, n, chunk, 0, 0};
     int64_t tasks = pool->n_threads;
     if (chunk > 0) {
         const int64_t n_chunks = (n - 1) / chunk + 1;
@@ -345,6 +364,18 @@ void sd_pool_for(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void
         if (n < tasks) tasks = n;
         sd_pool_run(pool, (int32_t)tasks, for_static, &j);
     }
+}
+
+void sd_pool_for_guided(sd_pool *pool, int64_t n, int64_t min_chunk, sd_pool_range fn, void *arg) {
+    if (n <= 0) return;
+    if (min_chunk < 1) min_chunk = 1;
+    const int64_t tasks = pool->n_threads < n ? pool->n_threads : n;
+    if (tasks <= 1 || n <= min_chunk) {
+        fn(arg, 0, n, 0);
+        return;
+    }
+    for_job j = {fn, arg, n, min_chunk, 0, 2 * tasks};
+    sd_pool_run(pool, (int32_t)tasks, for_guided, &j);
 }
 
 /* ---------------------------------------------------------------- life cycle */

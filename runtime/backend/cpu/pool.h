@@ -121,6 +121,16 @@ typedef void (*sd_pool_range)(void *arg, int64_t begin, int64_t end, int32_t ith
 void sd_pool_for(sd_pool *pool, int64_t n, int64_t chunk, sd_pool_range fn, void *arg);
 
 /*
+ * Guided loop (decreasing chunks): each claim takes the remaining items / (2 x the
+ * participants), at least min_chunk (< 1: 1), in increasing order from one atomic counter;
+ * every item of [0, n) is passed to exactly one call of fn. The first claims are long runs
+ * (a streaming kernel keeps its prefetch lead over them), the last ones short, so a thread
+ * that shares its core with other work still takes less. n <= 0: nothing; one participant
+ * or n <= min_chunk: one call on the caller.
+ */
+void sd_pool_for_guided(sd_pool *pool, int64_t n, int64_t min_chunk, sd_pool_range fn, void *arg);
+
+/*
  * The fixed split: [*begin, *end) is slice ith of nth over [0, n), contiguous, in order,
  * sizes differing by at most `align` items; slice boundaries are multiples of align
  * (align >= 1; the last slice ends at n). Slices may be empty when n < nth * align.
