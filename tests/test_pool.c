@@ -151,41 +151,54 @@ Test(pool, many_tiny_reductions_match_the_closed_form) {
     free(x);
 }
 
-/* ---- the dynamic loop and the fixed split */
+/* ---- the dynamic loop, the fixed split and the guided loop */
 
 typedef struct for_rec {
     _Atomic int32_t *hits; /* [n] */
     _Atomic int32_t bad;
-    int64_t chunk, n;
+    int64_t chunk, n; /* chunk: the dynamic loop's chunk, the guided loop's min_chunk */
     int32_t n_threads;
+    int guided;
     _Atomic int64_t last_begin[SD_POOL_MAX_THREADS]; /* per participant */
 } for_rec;
 
 static void for_fn(void *arg, int64_t begin, int64_t end, int32_t ith) {
     for_rec *r = arg;
-    if (ith < 0 || ith >= r->n_threads || begin < 0 || end > r->n || begin >= end)
+    if (ith < 0 || ith >= r->n_threads || begin < 0 || end > r->n || begin >= end) {
         atomic_fetch_add(&r->bad, 1);
-    if (r->chunk > 0) {
-        /* Chunks start at multiples of chunk, are full except the last, and one
-         * participant receives them in increasing order. */
-        if (begin % r->chunk || (end - begin != r->chunk && end != r->n))
-            atomic_fetch_add(&r->bad, 1);
-        if (ith >= 0 && ith < r->n_threads) {
-            if (begin <= atomic_load(&r->last_begin[ith])) atomic_fetch_add(&r->bad, 1);
-            atomic_store(&r->last_begin[ith], begin);
-        }
+        return;
     }
-    for (int64_t i = begin; i < end && i < r->n; i++)
-        if (i >= 0) atomic_fetch_add(&r->hits[i], 1);
+    const int64_t len = end - begin, rest = r->n - begin;
+    if (r->guided) {
+        /* Each claim at least min_chunk (< 1: 1) except the last, and at most the remaining
+         * items / (2 x participants), so at most half of what lies at or after its start,
+         * unless it is min_chunk long; one thread: one call over all. */
+        const int64_t min_chunk = r->chunk < 1 ? 1 : r->chunk;
+        if (len < min_chunk && end != r->n) atomic_fetch_add(&r->bad, 1);
+        if (r->n_threads > 1 && len > min_chunk && len > rest / 2) atomic_fetch_add(&r->bad, 1);
+    } else if (r->chunk > 0) {
+        /* Chunks start at multiples of chunk and are full except the last. */
+        if (begin % r->chunk || (len != r->chunk && end != r->n)) atomic_fetch_add(&r->bad, 1);
+    }
+    if (r->guided || r->chunk > 0) {
+        /* One participant receives its ranges in increasing order. */
+        if (begin <= atomic_load(&r->last_begin[ith])) atomic_fetch_add(&r->bad, 1);
+        atomic_store(&r->last_begin[ith], begin);
+    }
+    for (int64_t i = begin; i < end; i++)
+        atomic_fetch_add(&r->hits[i], 1);
 }
 
-Test(pool, for_visits_every_item_once) {
-    static const int64_t ns[] = {0, 1, 2, 5, 64, 1000, 4097};
-    static const int64_t chunks[] = {0, 1, 3, 7, 100, 5000};
+/* Every n of ns with every chunk of chunks (sd_pool_for, or sd_pool_for_guided's
+ * min_chunk) on 1, 3, 5 and 7 threads: each item passed exactly once, ranges as for_fn
+ * checks. */
+static void check_loop(int guided, const int64_t *ns, size_t n_ns, const int64_t *chunks,
+                       size_t n_chunks) {
+    const char *name = guided ? "min_chunk" : "chunk";
     for (int32_t t = 1; t <= 7; t += 2) {
         sd_pool *pool = make_pool(t, 50);
-        for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
-            for (size_t b = 0; b < sizeof chunks / sizeof *chunks; b++) {
+        for (size_t a = 0; a < n_ns; a++)
+            for (size_t b = 0; b < n_chunks; b++) {
                 const int64_t n = ns[a];
                 for_rec *r = calloc(1, sizeof *r);
                 cr_assert_not_null(r);
@@ -194,15 +207,19 @@ Test(pool, for_visits_every_item_once) {
                 r->n = n;
                 r->chunk = chunks[b];
                 r->n_threads = t;
+                r->guided = guided;
                 for (int32_t i = 0; i < SD_POOL_MAX_THREADS; i++)
                     atomic_init(&r->last_begin[i], -1);
-                sd_pool_for(pool, n, chunks[b], for_fn, r);
-                cr_assert_eq(atomic_load(&r->bad), 0, "n %lld chunk %lld threads %d: bad range",
-                             (long long)n, (long long)chunks[b], t);
+                if (guided)
+                    sd_pool_for_guided(pool, n, chunks[b], for_fn, r);
+                else
+                    sd_pool_for(pool, n, chunks[b], for_fn, r);
+                cr_assert_eq(atomic_load(&r->bad), 0, "n %lld %s %lld threads %d: bad range",
+                             (long long)n, name, (long long)chunks[b], t);
                 for (int64_t i = 0; i < n; i++)
                     cr_assert_eq(atomic_load(&r->hits[i]), 1,
-                                 "n %lld chunk %lld threads %d: item %lld seen %d times",
-                                 (long long)n, (long long)chunks[b], t, (long long)i,
+                                 "n %lld %s %lld threads %d: item %lld seen %d times", (long long)n,
+                                 name, (long long)chunks[b], t, (long long)i,
                                  atomic_load(&r->hits[i]));
                 free(r->hits);
                 free(r);
@@ -211,64 +228,16 @@ Test(pool, for_visits_every_item_once) {
     }
 }
 
-/* The guided loop: every item exactly once, each participant's ranges in increasing order,
- * no range shorter than min_chunk except the last, and no range longer than the remaining
- * items / (2 x participants) when it was claimed unless it is min_chunk long (checked as:
- * a range's length never exceeds half of what lies at or after its start, nor min_chunk;
- * one thread: one call over all). */
-typedef struct guided_rec {
-    _Atomic int32_t *hits; /* [n] */
-    _Atomic int32_t bad;
-    int64_t n, min_chunk;
-    int32_t n_threads;
-    _Atomic int64_t last_begin[SD_POOL_MAX_THREADS];
-} guided_rec;
-
-static void guided_fn(void *arg, int64_t begin, int64_t end, int32_t ith) {
-    guided_rec *r = arg;
-    if (ith < 0 || ith >= r->n_threads || begin < 0 || end > r->n || begin >= end) {
-        atomic_fetch_add(&r->bad, 1);
-        return;
-    }
-    const int64_t len = end - begin, rest = r->n - begin;
-    if (len < r->min_chunk && end != r->n) atomic_fetch_add(&r->bad, 1);
-    if (r->n_threads > 1 && len > r->min_chunk && len > rest / 2) atomic_fetch_add(&r->bad, 1);
-    if (begin <= atomic_load(&r->last_begin[ith])) atomic_fetch_add(&r->bad, 1);
-    atomic_store(&r->last_begin[ith], begin);
-    for (int64_t i = begin; i < end; i++)
-        atomic_fetch_add(&r->hits[i], 1);
+Test(pool, for_visits_every_item_once) {
+    static const int64_t ns[] = {0, 1, 2, 5, 64, 1000, 4097};
+    static const int64_t chunks[] = {0, 1, 3, 7, 100, 5000};
+    check_loop(0, ns, sizeof ns / sizeof *ns, chunks, sizeof chunks / sizeof *chunks);
 }
 
 Test(pool, for_guided_visits_every_item_once) {
     static const int64_t ns[] = {0, 1, 2, 5, 64, 96, 1000, 4097};
     static const int64_t mins[] = {0, 1, 3, 16, 5000};
-    for (int32_t t = 1; t <= 7; t += 2) {
-        sd_pool *pool = make_pool(t, 50);
-        for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
-            for (size_t b = 0; b < sizeof mins / sizeof *mins; b++) {
-                const int64_t n = ns[a];
-                guided_rec *r = calloc(1, sizeof *r);
-                cr_assert_not_null(r);
-                r->hits = calloc((size_t)n + 1, sizeof *r->hits);
-                cr_assert_not_null(r->hits);
-                r->n = n;
-                r->min_chunk = mins[b] < 1 ? 1 : mins[b];
-                r->n_threads = t;
-                for (int32_t i = 0; i < SD_POOL_MAX_THREADS; i++)
-                    atomic_init(&r->last_begin[i], -1);
-                sd_pool_for_guided(pool, n, mins[b], guided_fn, r);
-                cr_assert_eq(atomic_load(&r->bad), 0, "n %lld min_chunk %lld threads %d: bad range",
-                             (long long)n, (long long)mins[b], t);
-                for (int64_t i = 0; i < n; i++)
-                    cr_assert_eq(atomic_load(&r->hits[i]), 1,
-                                 "n %lld min_chunk %lld threads %d: item %lld seen %d times",
-                                 (long long)n, (long long)mins[b], t, (long long)i,
-                                 atomic_load(&r->hits[i]));
-                free(r->hits);
-                free(r);
-            }
-        sd_pool_free(pool);
-    }
+    check_loop(1, ns, sizeof ns / sizeof *ns, mins, sizeof mins / sizeof *mins);
 }
 
 /* sd_pool_stats: one run counted per hand-over, none for a run on the caller alone; a
