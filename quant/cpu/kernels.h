@@ -41,7 +41,9 @@
  * stream needs a longer lead: 1 token, 4096 x 4096, weights from memory, 1 thread, Zen 5
  * (scripts/bench_quant.c stream mode, 3 rounds under load): 8 KiB ahead streams 7-20%
  * faster than 4 KiB for Q4_K, Q5_0, Q6_K and Q8_0 under both avx2 and avxvnni; 12 and
- * 16 KiB no better than 8. */
+ * 16 KiB no better than 8. The K-quant and 32-element tiles of x256.h lead further
+ * (SD_PF_BYTES_K256, SD_PF_BYTES_32); this lead stays with the Q2_K / Q3_K / Q6_K one-token
+ * tile. */
 #ifndef SD_PF_BYTES_256
 #define SD_PF_BYTES_256 8192
 #endif

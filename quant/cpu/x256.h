@@ -129,9 +129,19 @@ SD_T SD_INL void pf256(const uint8_t *mp, const size_t bytes, const size_t ahead
         __builtin_prefetch(mp + ahead + o, 0, 2);
 }
 
+/* The prefetch lead of the 32-element tiles (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1; one token and
+ * wide): the K-quant tiles' 32 KiB (below). The 0.5B draft of the Qwen2.5-Coder pair (Q5_0
+ * and Q8_0 matrices 896 columns wide) decoded in 12.7-15.6 ms a step against 16.7-18.8 with
+ * 8 KiB (bench --kernels -t 2, SD_KERNELS=avx2, Zen 4, 4 alternated rounds beside a
+ * compiler run; docs/performance.md, thirteenth round); one 4864 x 896 Q5_0 matrix from
+ * memory, 1 thread: 0.21-0.23 -> 0.14-0.15 ms. 4096 x 4096: no change beyond the noise. */
+#ifndef SD_PF_BYTES_32
+#define SD_PF_BYTES_32 32768
+#endif
+
 /* The prefetch lead of the K-quant tiles (Q4_K / Q5_K at every width, Q6_K at 2+ tokens),
- * longer than SD_PF_BYTES_256 (8 KiB, which the Q6_K one-token tile and the 32-element
- * tiles keep). One 8960 x 1536 matrix streamed from memory (scripts/bench_quant.c stream
+ * longer than SD_PF_BYTES_256 (8 KiB, which the Q2_K / Q3_K / Q6_K one-token tile
+ * keeps). One 8960 x 1536 matrix streamed from memory (scripts/bench_quant.c stream
  * mode with --huge 1, 6 copies, 1 thread, Zen 4, SD_KERNELS=avx2, best of 7, 4-6 rounds,
  * load 3-5.5), ms at 8 KiB -> 32 KiB ahead (with the wide tiles' prefetch spread below):
  * Q4_K 1 token 0.32-0.39 -> 0.27-0.32, 5 tokens 0.75-0.84 -> 0.63-0.66 (in cache 0.61-0.69),
@@ -529,7 +539,7 @@ SD_T SD_INL void tile32_1(const uint8_t *gp, int64_t nb, const uint8_t *xa, cons
     v8f acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        pf256(mp, main, SD_PF_BYTES_256); /* both halves: one stream of the group's lines */
+        pf256(mp, main, SD_PF_BYTES_32); /* both halves: one stream of the group's lines */
         const uint8_t *x = xa + (size_t)i * xbb + qoff;
         const sd_xblk *xk = (const sd_xblk *)(const void *)xb + i;
         /* the levels' offset (8 or 16) through part B's corr */
@@ -581,7 +591,7 @@ SD_T SD_INL void tile32(const uint8_t *gp, int64_t nb, const uint8_t *xa, size_t
             acc[h][t] = sm[h][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *mp = gp + (size_t)i * main;
-        pf256(mp, main, SD_PF_BYTES_256); /* both halves: one stream of the group's lines */
+        pf256(mp, main, SD_PF_BYTES_32); /* both halves: one stream of the group's lines */
         for (int h = 0; h < nh; h++) {
             v8i w[8], aw[8];
             unpack32(mp + 32 * h, kind, w, aw);
