@@ -131,10 +131,11 @@ SD_T SD_INL void pf256(const uint8_t *mp, const size_t bytes, const size_t ahead
 
 /* The prefetch lead of the 32-element tiles (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1; one token and
  * wide): the K-quant tiles' 32 KiB (below). The 0.5B draft of the Qwen2.5-Coder pair (Q5_0
- * and Q8_0 matrices 896 columns wide) decoded in 12.7-15.6 ms a step against 16.7-18.8 with
- * 8 KiB (bench --kernels -t 2, SD_KERNELS=avx2, Zen 4, 4 alternated rounds beside a
- * compiler run; docs/performance.md, thirteenth round); one 4864 x 896 Q5_0 matrix from
- * memory, 1 thread: 0.21-0.23 -> 0.14-0.15 ms. 4096 x 4096: no change beyond the noise. */
+ * and Q8_0 matrices 896 columns wide) decodes in 11.1 / 11.4 ms a step (best / median)
+ * against 15.0 / 15.4 with 8 KiB (bench --kernels -t 2, SD_KERNELS=avx2, Zen 4, quiet, 5
+ * alternated rounds; docs/performance.md, thirteenth round); one 4864 x 896 Q5_0 matrix
+ * from memory, 1 thread: 0.21-0.23 -> 0.14-0.15 ms. 4096 x 4096: no change beyond the
+ * noise. */
 #ifndef SD_PF_BYTES_32
 #define SD_PF_BYTES_32 32768
 #endif

@@ -410,8 +410,8 @@ static void matmul_run(sd_backend_cpu *c, const sd_weight *const *w, int32_t n_w
     /* Activations prepared once per matrix (sd_quant.h layout), on the calling thread for
      * a few tokens, else token rows split over the threads; then the items handed out
      * dynamically in decreasing chunks (guided): the first ones long, so that the kernel's
-     * prefetch lead runs over contiguous rows (16 fixed chunks a thread cost the 5..17-token
-     * passes 4-7%), the last ones short, so that a thread that shares its core with other
+     * prefetch lead runs over contiguous rows (16 fixed chunks a thread made the 5..17-token
+     * passes 2-5% slower), the last ones short, so that a thread that shares its core with other
      * work (or starts late) takes fewer instead of holding up the others (one fixed slice a
      * thread was slower at load average ~3). docs/performance.md, eighth and thirteenth
      * rounds. Which thread computes a row never changes its value. */
