@@ -321,8 +321,13 @@ typedef struct mm_job {
     int64_t end[SD_MATMUL_MULTI_MAX]; /* items of matrices 0..i, cumulative */
 } mm_job;
 
-static int64_t mm_items(const sd_weight *w) {
-    return w->layout == SD_LAYOUT_PACKED ? (w->rows + SD_PACK_ROWS - 1) / SD_PACK_ROWS : w->rows;
+/* The work items of the first n_rows rows of w (16-row groups when packed, else rows), and
+ * the fewest a thread claims at once (sd_pool_for_guided's min_chunk). */
+static int64_t mm_items_of(const sd_weight *w, int64_t n_rows) {
+    return w->layout == SD_LAYOUT_PACKED ? (n_rows + SD_PACK_ROWS - 1) / SD_PACK_ROWS : n_rows;
+}
+static int64_t mm_min_items(const sd_weight *w) {
+    return w->layout == SD_LAYOUT_PACKED ? 1 : SD_CPU_MIN_CHUNK_ROWS;
 }
 
 static void mm_prepare(void *arg, int32_t ith, int32_t nth) {
@@ -399,7 +404,7 @@ static void matmul_run(sd_backend_cpu *c, const sd_weight *const *w, int32_t n_w
                      need <= c->xq_bytes && w[i]->cols == w[0]->cols,
                  "matmul: shape exceeds the scratch sized at init");
         work += (double)w[i]->rows * (double)w[i]->cols * (double)n_tok;
-        items += mm_items(w[i]);
+        items += mm_items_of(w[i], w[i]->rows);
         j.end[i] = items;
     }
     if (c->n_threads == 1 || work < c->par_min_work) {
@@ -419,8 +424,7 @@ static void matmul_run(sd_backend_cpu *c, const sd_weight *const *w, int32_t n_w
         mm_prepare(&j, 0, 1);
     else
         sd_pool_run(c->pool, 0, mm_prepare, &j);
-    sd_pool_for_guided(c->pool, items, w[0]->layout == SD_LAYOUT_PACKED ? 1 : SD_CPU_MIN_CHUNK_ROWS,
-                       mm_items_range, &j);
+    sd_pool_for_guided(c->pool, items, mm_min_items(w[0]), mm_items_range, &j);
 }
 
 static void cpu_matmul(sd_backend *be, const sd_weight *w, const float *x, int32_t n_tok,
@@ -501,14 +505,11 @@ int64_t sd_backend_cpu_matmul_argmax(sd_backend *be, const sd_weight *w, const f
         c->amax[t].nan = 0;
     }
     amax_job j = {w, c->xq[0], n_rows, c};
-    const int64_t items =
-        w->layout == SD_LAYOUT_PACKED ? (n_rows + SD_PACK_ROWS - 1) / SD_PACK_ROWS : n_rows;
+    const int64_t items = mm_items_of(w, n_rows);
     if (c->n_threads == 1 || (double)n_rows * (double)w->cols < c->par_min_work) {
         amax_range(&j, 0, items, 0);
     } else {
-        sd_pool_for_guided(c->pool, items,
-                           w->layout == SD_LAYOUT_PACKED ? 1 : SD_CPU_MIN_CHUNK_ROWS, amax_range,
-                           &j);
+        sd_pool_for_guided(c->pool, items, mm_min_items(w), amax_range, &j);
     }
     int64_t bi = -1;
     float bv = 0.0f;
